@@ -1,0 +1,143 @@
+"""Diagnostics: a code, a message, a primary span and optional notes.
+
+Every stage *collects* diagnostics into a list instead of raising, so one run
+reports all the mistakes of a file.  `render` gives the CLI's
+`path:line:col: error[code]: message` form with the source line and a caret;
+the language server converts the same objects to LSP diagnostics.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """Half-open character range [start, end) into the source text."""
+
+    start: int
+    end: int
+
+    def contains(self, offset: int) -> bool:
+        return self.start <= offset <= self.end
+
+    def cover(self, other: "Span") -> "Span":
+        return Span(min(self.start, other.start), max(self.end, other.end))
+
+    def shift(self, delta: int) -> "Span":
+        return Span(self.start + delta, self.end + delta)
+
+
+@dataclass(frozen=True)
+class Note:
+    message: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    message: str
+    span: Span
+    notes: tuple[Note, ...] = ()
+    severity: str = "error"  # "error" | "warning"
+
+    def shift(self, delta: int) -> "Diagnostic":
+        notes = tuple(Note(n.message, n.span.shift(delta) if n.span else None) for n in self.notes)
+        return Diagnostic(self.code, self.message, self.span.shift(delta), notes, self.severity)
+
+
+# Every diagnostic code the compiler can emit, with a one-line description.
+# docs/language.md lists them; tests check that every emitted code is here.
+CODES: dict[str, str] = {
+    "syntax": "the text does not parse",
+    "unknown-name": "a variable, function, op or handler that is not defined",
+    "duplicate": "a function, parameter or let name defined twice",
+    "type-annotation": "a malformed type (unknown dtype, placement, negative dimension)",
+    "shape": "operand shapes violate an op's shape rule",
+    "dtype": "operand dtypes violate an op's rule (e.g. I64 where a float is needed)",
+    "placement": "operands of one op live on different placements",
+    "attr": "a missing, unknown or out-of-range attribute",
+    "arity": "wrong number of operands or arguments",
+    "return-type": "a function body's type differs from its declared return type",
+    "destructure": "a destructuring let whose pattern does not match the tuple",
+    "literal": "a tensor literal whose payload does not match its type",
+    "main": "the entry function `main` is malformed",
+    "ad-unsupported": "an op or form that reverseMode cannot differentiate",
+    "ad-structure": "a differentiated body that is not a let chain of single ops on variables",
+    "ad-result": "a differentiated function whose result cannot be seeded",
+    "emit": "the program cannot be lowered to the host (e.g. @device operands)",
+    "recursion": "a function that calls itself, directly or not",
+}
+
+
+class SourceText:
+    """Maps character offsets to 1-based (line, column) and back."""
+
+    def __init__(self, text: str, path: str = "<input>"):
+        self.text = text
+        self.path = path
+        self._starts = [0]
+        for i, ch in enumerate(text):
+            if ch == "\n":
+                self._starts.append(i + 1)
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self._starts, offset) - 1
+        return line + 1, offset - self._starts[line] + 1
+
+    def offset(self, line: int, col: int) -> int:
+        """Inverse of line_col (1-based), clamped to the text."""
+        line = max(1, min(line, len(self._starts)))
+        return min(self._starts[line - 1] + col - 1, len(self.text))
+
+    def line_text(self, line: int) -> str:
+        start = self._starts[line - 1]
+        end = self.text.find("\n", start)
+        return self.text[start:] if end < 0 else self.text[start:end]
+
+    def render(self, diag: Diagnostic) -> str:
+        line, col = self.line_col(diag.span.start)
+        out = [f"{self.path}:{line}:{col}: {diag.severity}[{diag.code}]: {diag.message}"]
+        src = self.line_text(line)
+        end_line, end_col = self.line_col(diag.span.end)
+        width = (end_col - col) if end_line == line else len(src) - col + 1
+        out.append("  " + src)
+        out.append("  " + " " * (col - 1) + "^" + "~" * max(0, width - 1))
+        for note in diag.notes:
+            if note.span is not None:
+                nl, nc = self.line_col(note.span.start)
+                out.append(f"{self.path}:{nl}:{nc}: note: {note.message}")
+            else:
+                out.append(f"  note: {note.message}")
+        return "\n".join(out)
+
+    def to_json(self, diag: Diagnostic) -> dict:
+        line, col = self.line_col(diag.span.start)
+        end_line, end_col = self.line_col(diag.span.end)
+        return {
+            "path": self.path, "code": diag.code, "severity": diag.severity,
+            "message": diag.message, "start": diag.span.start, "end": diag.span.end,
+            "line": line, "col": col, "end_line": end_line, "end_col": end_col,
+            "notes": [{"message": n.message,
+                       "start": n.span.start if n.span else None,
+                       "end": n.span.end if n.span else None} for n in diag.notes],
+        }
+
+
+@dataclass
+class DiagnosticBag:
+    """A collector passed through a stage."""
+
+    items: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, code: str, message: str, span: Span, *notes: Note) -> None:
+        assert code in CODES, code
+        self.items.append(Diagnostic(code, message, span, tuple(notes)))
+
+    def extend(self, diags) -> None:
+        self.items.extend(diags)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)

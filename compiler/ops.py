@@ -1,0 +1,308 @@
+"""The op table: one row per built-in op, with its surface forms, attributes,
+shape rule and documentation.
+
+Other stages keep their own per-op tables keyed by the same names
+(autodiff.VJPS, interp.NUMPY_OPS, emit_mlir.LOWERINGS); tests/test_tables.py
+fails when a row is missing anywhere.  Shape rules raise OpError with a
+message that names the operand, its whole type and the failing dimension.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .types import DType, TensorType
+
+
+class OpError(Exception):
+    """A violated typing rule.  `where` says what to point at: an operand index
+    (int), an attribute name (str), or None (the whole op)."""
+
+    def __init__(self, code: str, message: str, where: int | str | None = None):
+        super().__init__(message)
+        self.code, self.message, self.where = code, message, where
+
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    name: str
+    kind: str                      # "int" | "ints" | "enum" | "float" | "type"
+    choices: tuple[str, ...] = ()  # for enums
+    default: object = _MISSING
+    positional: bool = False       # may be given as the first non-tensor positional arg
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: Callable[[list[TensorType], dict], TensorType]
+    rule: str                      # the typing rule, as shown in hover and docs
+    doc: str                       # one line of documentation
+    operands: int = 1              # number of tensor operands; -1 = variadic (>= 2)
+    attrs: tuple[AttrSpec, ...] = ()
+    infix: str | None = None       # "+", "-", "*", "/", "@"; "neg" is prefix "-"
+    internal: bool = False         # IR-only (no surface form)
+    linear: bool = False           # linear in its float operands (finite-difference step 1)
+    float_only: bool = True        # every float operand must be floating
+
+    def attr(self, name: str) -> AttrSpec | None:
+        return next((a for a in self.attrs if a.name == name), None)
+
+
+# ---- helpers ---------------------------------------------------------------
+def _shape(s) -> str:
+    return "[" + ", ".join(str(d) for d in s) + "]"
+
+
+def _same_placement(args: list[TensorType], op: str) -> None:
+    for i, a in enumerate(args[1:], 1):
+        if a.placement != args[0].placement:
+            raise OpError("placement", f"{op}: operands live on different placements: "
+                          f"operand 0 is {args[0]}, operand {i} is {a}", i)
+
+
+def _float(t: TensorType, i: int, op: str, what: str = "operand") -> None:
+    if not t.is_float:
+        raise OpError("dtype", f"{op}: {what} {t} must be floating (F16, BF16, F32, F8E4M3, F8E5M2), not {t.dtype}", i)
+
+
+def _axis(axis: int, rank: int, t: TensorType, op: str) -> int:
+    if not (0 <= axis < rank):
+        raise OpError("attr", f"{op}: axis={axis} is out of range for {t} (rank {rank}: 0..{rank - 1})", "axis")
+    return axis
+
+
+# ---- shape rules -------------------------------------------------------------
+def infer_elementwise(args, attrs, op="elementwise"):
+    a, b = args
+    _same_placement(args, op)
+    if a.dtype != b.dtype:
+        raise OpError("dtype", f"{op}: operand dtypes differ: lhs {a}, rhs {b}", 1)
+    _float(a, 0, op, "lhs")
+    if a.shape != b.shape:
+        diff = next((i for i in range(min(a.rank, b.rank)) if a.shape[i] != b.shape[i]), None)
+        where = (f"ranks differ ({a.rank} vs {b.rank})" if a.rank != b.rank
+                 else f"dimension {diff} is {a.shape[diff]} vs {b.shape[diff]}")
+        raise OpError("shape", f"{op}: operand shapes differ: lhs {a}, rhs {b}: {where} "
+                      "(Kina has no implicit broadcasting; use .broadcast)", 1)
+    return a
+
+
+def infer_unary(args, attrs, op="unary"):
+    (a,) = args
+    _float(a, 0, op)
+    return a
+
+
+def infer_matmul(args, attrs):
+    a, b = args
+    _same_placement(args, "matmul")
+    if a.dtype != b.dtype:
+        raise OpError("dtype", f"matmul: operand dtypes differ: lhs {a}, rhs {b}", 1)
+    _float(a, 0, "matmul", "lhs")
+    for i, t in enumerate(args):
+        if t.rank < 2:
+            raise OpError("shape", f"matmul: {'lhs' if i == 0 else 'rhs'} {t} has rank {t.rank}; matmul needs rank >= 2", i)
+    if a.shape[-1] != b.shape[-2]:
+        raise OpError("shape", f"matmul: inner dimensions differ: lhs {a} has K={a.shape[-1]}, "
+                      f"rhs {b} has K={b.shape[-2]}", 1)
+    if a.rank != b.rank or a.shape[:-2] != b.shape[:-2]:
+        raise OpError("shape", f"matmul: batch dimensions differ: lhs {a} has batch {_shape(a.shape[:-2])}, "
+                      f"rhs {b} has batch {_shape(b.shape[:-2])} (no implicit broadcasting; reshape or broadcast first)", 1)
+    return a.with_shape(a.shape[:-1] + (b.shape[-1],))
+
+
+def infer_transpose(args, attrs):
+    (a,) = args
+    perm = attrs["perm"]
+    if sorted(perm) != list(range(a.rank)):
+        raise OpError("attr", f"transpose: perm {_shape(perm)} is not a permutation of the {a.rank} axes of {a}", "perm")
+    return a.with_shape(tuple(a.shape[p] for p in perm))
+
+
+def infer_reshape(args, attrs):
+    (a,) = args
+    shape = tuple(attrs["shape"])
+    new = a.with_shape(shape)
+    if any(d < 0 for d in shape):
+        raise OpError("attr", f"reshape: target shape {_shape(shape)} has a negative dimension", "shape")
+    if new.volume != a.volume:
+        raise OpError("shape", f"reshape: volume differs: {a} has {a.volume} elements, "
+                      f"target shape {_shape(shape)} has {new.volume}", "shape")
+    return new
+
+
+def infer_broadcast(args, attrs):
+    (a,) = args
+    shape = tuple(attrs["shape"])
+    if len(shape) < a.rank:
+        raise OpError("shape", f"broadcast: target shape {_shape(shape)} has lower rank than {a}", "shape")
+    lead = len(shape) - a.rank  # rank-changing broadcast prepends axes
+    for i, d in enumerate(a.shape):
+        if d != 1 and d != shape[lead + i]:
+            raise OpError("shape", f"broadcast: {a} cannot broadcast to {_shape(shape)}: "
+                          f"dimension {i} is {d}, target is {shape[lead + i]} (only 1 expands)", "shape")
+    return a.with_shape(shape)
+
+
+def infer_slice(args, attrs):
+    (a,) = args
+    axis = _axis(attrs["axis"], a.rank, a, "slice")
+    start, stop = attrs["start"], attrs["stop"]
+    if not (0 <= start < stop <= a.shape[axis]):
+        raise OpError("attr", f"slice: bounds start={start}, stop={stop} are not within 0 <= start < stop <= "
+                      f"{a.shape[axis]} (dimension {axis} of {a})", "stop" if start >= 0 and start < stop else "start")
+    return a.with_shape(a.shape[:axis] + (stop - start,) + a.shape[axis + 1:])
+
+
+def infer_concat(args, attrs):
+    _same_placement(args, "concat")
+    a = args[0]
+    axis = _axis(attrs["axis"], a.rank, a, "concat")
+    total = 0
+    for i, t in enumerate(args):
+        if t.dtype != a.dtype:
+            raise OpError("dtype", f"concat: operand {i} {t} has dtype {t.dtype}, operand 0 has {a.dtype}", i)
+        if t.rank != a.rank or any(t.shape[j] != a.shape[j] for j in range(a.rank) if j != axis):
+            raise OpError("shape", f"concat: operand {i} {t} does not match operand 0 {a} "
+                          f"outside axis {axis}", i)
+        total += t.shape[axis]
+    return a.with_shape(a.shape[:axis] + (total,) + a.shape[axis + 1:])
+
+
+def infer_gather(args, attrs):
+    values, indices = args
+    _same_placement(args, "gather")
+    _float(values, 0, "gather", "values")
+    if values.rank != 2:
+        raise OpError("shape", f"gather: values {values} must have rank 2 ([V, D])", 0)
+    if indices.dtype != DType.I64:
+        raise OpError("dtype", f"gather: indices {indices} must be I64", 1)
+    return values.with_shape(indices.shape + (values.shape[1],))
+
+
+def infer_reduce_keep(args, attrs):
+    (a,) = args
+    axis = _axis(attrs["axis"], a.rank, a, "reduce_keep")
+    return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
+
+
+def infer_softmax(args, attrs, op="softmax"):
+    (a,) = args
+    _float(a, 0, op)
+    _axis(attrs["axis"], a.rank, a, op)
+    return a
+
+
+def infer_take_along_axis(args, attrs):
+    a, idx = args
+    _same_placement(args, "take_along_axis")
+    _float(a, 0, "take_along_axis")
+    if idx.dtype != DType.I64:
+        raise OpError("dtype", f"take_along_axis: indices {idx} must be I64", 1)
+    axis = _axis(attrs["axis"], a.rank, a, "take_along_axis")
+    if idx.rank != a.rank or any(idx.shape[j] != a.shape[j] for j in range(a.rank) if j != axis):
+        raise OpError("shape", f"take_along_axis: indices {idx} must have the rank of {a} and equal "
+                      f"dimensions outside axis {axis}", 1)
+    return a.with_shape(idx.shape)
+
+
+def infer_scatter_add(args, attrs):
+    updates, indices = args
+    dest: TensorType = attrs["dest_ty"]
+    _same_placement([updates, indices, dest], "scatter_add")
+    if indices.dtype != DType.I64 or indices.rank < 1:
+        raise OpError("dtype", f"scatter_add: indices {indices} must be I64 of rank >= 1", 1)
+    if dest.rank != 2 or updates.shape != indices.shape + (dest.shape[1],) or updates.dtype != dest.dtype:
+        raise OpError("shape", f"scatter_add: updates {updates} must be indices.shape ++ [D] for dest {dest}", 0)
+    return dest
+
+
+def infer_scatter_along_axis(args, attrs):
+    updates, indices = args
+    dest: TensorType = attrs["dest_ty"]
+    if updates.shape != indices.shape or indices.dtype != DType.I64:
+        raise OpError("shape", f"scatter_along_axis: updates {updates} and I64 indices {indices} must share a shape", 0)
+    return dest
+
+
+def _named(fn, op):
+    return lambda args, attrs: fn(args, attrs, op)
+
+
+# ---- the table ---------------------------------------------------------------
+AXIS = AttrSpec("axis", "int")
+DEST = AttrSpec("dest_ty", "type")
+
+_ELEMENTWISE_DOCS = {"add": ("+", "elementwise sum"), "sub": ("-", "elementwise difference"),
+                     "mul": ("*", "elementwise product"), "div": ("/", "elementwise quotient")}
+_UNARY_DOCS = {
+    "neg": "elementwise negation (prefix `-`)",
+    "exp": "elementwise e^x",
+    "log": "elementwise natural logarithm",
+    "tanh": "elementwise hyperbolic tangent",
+    "sqrt": "elementwise square root",
+    "rsqrt": "elementwise 1/sqrt(x)",
+    "sigmoid": "elementwise logistic function 1/(1+e^-x)",
+    "relu": "elementwise max(x, 0)",
+}
+
+OPS: dict[str, OpDef] = {}
+
+
+def _row(op: OpDef) -> None:
+    assert op.name not in OPS, op.name
+    OPS[op.name] = op
+
+
+for _n, (_sym, _doc) in _ELEMENTWISE_DOCS.items():
+    _row(OpDef(_n, _named(infer_elementwise, _n), f"a {_sym} b : T, with a, b : T (same dtype, shape, placement)",
+               _doc, operands=2, infix=_sym, linear=_n in ("add", "sub")))
+for _n, _doc in _UNARY_DOCS.items():
+    _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc,
+               infix="-" if _n == "neg" else None, linear=_n == "neg"))
+_row(OpDef("matmul", infer_matmul, "a @ b : σ++[M,N], with a : σ++[M,K], b : σ++[K,N], rank >= 2",
+           "batched matrix product over a shared batch prefix σ", operands=2, infix="@"))
+_row(OpDef("transpose", infer_transpose, "x.transpose(perm) : [x.shape[perm[0]], ...]",
+           "permute the axes of x", attrs=(AttrSpec("perm", "ints", positional=True),), linear=True))
+_row(OpDef("reshape", infer_reshape, "x.reshape(shape) : shape, with vol(shape) = vol(x)",
+           "same elements in row-major order, new shape", attrs=(AttrSpec("shape", "ints", positional=True),),
+           linear=True, float_only=False))
+_row(OpDef("broadcast", infer_broadcast, "x.broadcast(shape) : shape; each axis of x equal or 1 (axes may be prepended)",
+           "expand unit axes (and prepend new ones)", attrs=(AttrSpec("shape", "ints", positional=True),),
+           linear=True, float_only=False))
+_row(OpDef("slice", infer_slice, "x.slice(axis=i, start=s, stop=e) : x with dim i = e - s, 0 <= s < e <= dim",
+           "a contiguous range along one axis",
+           attrs=(AXIS, AttrSpec("start", "int"), AttrSpec("stop", "int")), linear=True, float_only=False))
+_row(OpDef("concat", infer_concat, "concat(a, b, ..., axis=i) : shapes equal except on axis i, which adds up",
+           "join tensors along an axis", operands=-1, attrs=(AXIS,), linear=True, float_only=False))
+_row(OpDef("gather", infer_gather, "gather(values : [V, D], indices : I64 σ) : σ++[D]",
+           "embedding lookup: rows of values picked by indices", operands=2, linear=True))
+_row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max, axis=i) : x with dim i = 1",
+           "reduce one axis, keeping it with size 1",
+           attrs=(AttrSpec("op", "enum", ("sum", "mean", "max")), AXIS)))
+_row(OpDef("softmax", _named(infer_softmax, "softmax"), "x.softmax(axis=i) : T, x floating",
+           "exp(x) / sum(exp(x)) along axis i (max-subtracted)", attrs=(AXIS,)))
+_row(OpDef("log_softmax", _named(infer_softmax, "log_softmax"), "x.log_softmax(axis=i) : T, x floating",
+           "x - log(sum(exp(x))) along axis i (max-subtracted)", attrs=(AXIS,)))
+_row(OpDef("take_along_axis", infer_take_along_axis,
+           "x.take_along_axis(idx : I64, axis=i) : idx.shape; idx has x's rank and equal dims outside i",
+           "pick one element per position along axis i (like numpy.take_along_axis)",
+           operands=2, attrs=(AXIS,), linear=True))
+_row(OpDef("scatter_add", infer_scatter_add, "ScatterAdd(updates : σ++[D], indices : I64 σ, dest_ty : [V, D]) : dest_ty",
+           "IR-internal (VJP of gather): out[v, d] = sum of updates[i, d] over indices[i] = v",
+           operands=2, attrs=(DEST,), internal=True, linear=True))
+_row(OpDef("scatter_along_axis", infer_scatter_along_axis,
+           "ScatterAlongAxis(updates : idx.shape, idx : I64, axis=i, dest_ty) : dest_ty",
+           "IR-internal (VJP of take_along_axis): zeros with updates added at idx along axis i",
+           operands=2, attrs=(AXIS, DEST), internal=True, linear=True))
+
+INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
+SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}
