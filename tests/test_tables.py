@@ -1,0 +1,31 @@
+"""Every op of the op table has a row in every per-stage table.
+
+Adding an op means: a row in compiler/ops.py (shape rule), compiler/interp.py
+(NumPy reference), compiler/autodiff.py (VJP) and compiler/emit_mlir.py
+(MLIR lowering).  This test names the stage whose row is missing.
+"""
+import importlib
+
+import pytest
+
+from compiler.ops import OPS
+
+STAGE_TABLES = [
+    ("compiler.interp", "NUMPY_OPS"),
+    ("compiler.autodiff", "VJPS"),
+    ("compiler.emit_mlir", "LOWERINGS"),
+]
+
+
+@pytest.mark.parametrize("module,table", STAGE_TABLES)
+def test_every_op_has_a_row(module, table):
+    rows = getattr(importlib.import_module(module), table)
+    missing = sorted(set(OPS) - set(rows))
+    extra = sorted(set(rows) - set(OPS))
+    assert not missing, f"{module}.{table} has no row for: {', '.join(missing)}"
+    assert not extra, f"{module}.{table} has rows for unknown ops: {', '.join(extra)}"
+
+
+def test_op_rows_are_documented():
+    for name, op in OPS.items():
+        assert op.rule and op.doc, f"ops.OPS[{name!r}] needs a typing rule and a doc line"
