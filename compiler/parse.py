@@ -1,0 +1,525 @@
+"""Parsing: Kina source text -> AST (compiler/syntax.py) + syntax diagnostics.
+
+The text is first split into top-level items (`fn ... { ... }`) by a cheap
+brace scan that skips comments; each item is then parsed on its own with the
+LALR grammar in grammar.lark, so one broken function never hides the others
+and the incremental front end (analysis.py) can re-parse only the items whose
+text changed.  Spans are character offsets; `parse_item(text, offset)` returns
+spans already shifted to document offsets.
+
+Nothing here raises on bad input: binary junk, unbalanced braces and absurd
+nesting all come back as `syntax` diagnostics whose spans lie inside the text.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import syntax as ast
+from .diagnostics import Diagnostic, Span
+from .types import DType
+
+# Expression trees deeper than this are rejected: every later stage walks them
+# recursively, and no real program nests a hundred operators.
+MAX_DEPTH = 200
+
+RESERVED_WORDS = frozenset(d.value for d in DType)
+
+# ---- item split ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Item:
+    """One top-level chunk of the document: text[start:end], named after `fn NAME` (or "")."""
+    start: int
+    end: int
+    name: str
+
+
+# Only comments, the `fn` keyword and braces matter for the split.
+_SPLIT_TOKENS = re.compile(r"//[^\n]*|(?<![\w])fn(?![\w])|[{}]")
+_FN_NAME = re.compile(r"fn\s+([A-Za-z_][A-Za-z0-9_]*)")
+_COMMENT = re.compile(r"//[^\n]*")
+
+
+def split_items(text: str) -> list[Item]:
+    """Top-level items: each starts at a `fn` keyword at brace depth 0 and ends at the
+    brace that closes its body.  A `fn` met inside an unfinished item starts a new
+    item (fn is a keyword, so it cannot belong to a body): a missing `}` costs one
+    function, not the rest of the file."""
+    items: list[Item] = []
+    start = None          # start of the current item
+    depth = 0
+    last_end = 0          # end of the last token seen inside the current item
+    for m in _SPLIT_TOKENS.finditer(text):
+        tok = m.group()
+        if tok.startswith("//"):
+            continue
+        if tok == "fn":
+            if start is not None:
+                items.append(_item(text, start, last_end))
+            start, depth, last_end = m.start(), 0, m.end()
+            continue
+        if start is None:
+            continue      # a stray brace outside any item: reported as junk by gaps()
+        depth += 1 if tok == "{" else -1
+        last_end = m.end()
+        if depth == 0:
+            items.append(_item(text, start, m.end()))
+            start = None
+    if start is not None:
+        items.append(_item(text, start, _trim_end(text, start, len(text))))
+    return items
+
+
+def _item(text: str, start: int, end: int) -> Item:
+    m = _FN_NAME.match(text, start, end)
+    return Item(start, end, m.group(1) if m else "")
+
+
+def _trim_end(text: str, start: int, end: int) -> int:
+    """End of an unterminated item: drop trailing whitespace (comments stay: harmless)."""
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return end
+
+
+def gaps(text: str, items: list[Item]) -> list[Diagnostic]:
+    """A syntax diagnostic for every run of text outside items that is not blank or a comment."""
+    diags = []
+    prev = 0
+    for lo, hi in [(it.start, it.end) for it in items] + [(len(text), len(text))]:
+        chunk = _COMMENT.sub(lambda m: " " * len(m.group()), text[prev:lo])
+        stripped = chunk.strip()
+        if stripped:
+            first = prev + chunk.index(stripped[0])
+            last = prev + len(chunk.rstrip())
+            word = stripped.split()[0][:20]
+            diags.append(Diagnostic("syntax", f"expected a top-level function (`fn name(...) -> Type {{ ... }}`), "
+                                              f"found `{word}`", Span(first, last)))
+        prev = hi
+    return diags
+
+
+# ---- the AST builder ----------------------------------------------------------------
+# The transformer runs inside the LALR parser (no parse tree is built) and the parser
+# keeps every token, so a node's span is simply first child start .. last child end.
+class _Value:
+    """A parsed attribute or literal value with its span (not an AST node)."""
+    __slots__ = ("value", "span")
+
+    def __init__(self, value, span: Span):
+        self.value, self.span = value, span
+
+
+class _Pattern:
+    __slots__ = ("names", "destructure", "span")
+
+    def __init__(self, names, destructure, span):
+        self.names, self.destructure, self.span = names, destructure, span
+
+
+class _Args:
+    __slots__ = ("args", "attrs", "span")
+
+    def __init__(self, args, attrs, span):
+        self.args, self.attrs, self.span = args, attrs, span
+
+
+class SyntaxProblem(Exception):
+    """A grammatical but invalid construct found while building the AST (e.g. a reserved word as a name)."""
+
+    def __init__(self, message: str, span: Span):
+        super().__init__(message)
+        self.message, self.span = message, span
+
+
+def _num(tok: Token) -> int | float:
+    return int(tok) if tok.type == "INT" else float(tok)
+
+
+def _nodes(ch) -> list:
+    """The children that are not tokens (punctuation and keywords are kept only for spans)."""
+    return [c for c in ch if not isinstance(c, Token)]
+
+
+def _names(ch) -> list[Token]:
+    return [c for c in ch if isinstance(c, Token) and c.type == "NAME"]
+
+
+class _ToAst(Transformer):
+    """Builds syntax.py nodes while parsing; spans are shifted by `offset` (the item's
+    position in the document), which parse_item sets before each parse."""
+
+    offset = 0
+
+    def _span(self, ch) -> Span:
+        first, last = ch[0], ch[-1]
+        start = first.start_pos + self.offset if isinstance(first, Token) else first.span.start
+        end = last.end_pos + self.offset if isinstance(last, Token) else last.span.end
+        return Span(start, end)
+
+    def _tok(self, tok: Token) -> Span:
+        return Span(tok.start_pos + self.offset, tok.end_pos + self.offset)
+
+    def _binding(self, tok: Token) -> ast.Name:
+        if str(tok) in RESERVED_WORDS:
+            raise SyntaxProblem(f"`{tok}` is a dtype name, a reserved word; choose another name", self._tok(tok))
+        return ast.Name(str(tok), self._tok(tok))
+
+    def _signed(self, ch) -> _Value:
+        """`MINUS? number`."""
+        sign = -1 if ch[0].type == "MINUS" else 1
+        return _Value(sign * _num(ch[-1]), self._span(ch))
+
+    # ---- items and types
+    def start(self, ch):
+        return ch[0]
+
+    def fn_def(self, ch):
+        name = self._binding(ch[1])
+        nodes = _nodes(ch)
+        params = [c for c in nodes if isinstance(c, ast.Param)]
+        return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch))
+
+    def param(self, ch):
+        name = self._binding(ch[0])
+        return ast.Param(name.id, name.span, ch[2], self._span(ch))
+
+    def tensor_type(self, ch):
+        names = _names(ch)
+        shape = _nodes(ch)[0]
+        placement = str(names[1]) if len(names) > 1 else None
+        return ast.TensorTypeExpr(str(names[0]), shape.values, placement, self._span(ch))
+
+    def tuple_type(self, ch):
+        return ast.TupleTypeExpr(_nodes(ch), self._span(ch))
+
+    def paren(self, ch):
+        inner = ch[1]
+        if isinstance(inner, ast.Name):     # a name keeps its own span (definitions, references)
+            return inner
+        inner.span = self._span(ch)         # a parenthesised expression covers its parentheses
+        return inner
+
+    # ---- the let chain
+    def let_expr(self, ch):
+        pattern, value, body = _nodes(ch)
+        return ast.Let(pattern.names, pattern.destructure, value, body, self._span(ch))
+
+    def pat_name(self, ch):
+        return _Pattern([self._binding(ch[0])], False, self._span(ch))
+
+    def pat_tuple(self, ch):
+        return _Pattern([self._binding(t) for t in _names(ch)], True, self._span(ch))
+
+    # ---- expressions
+    def binop(self, ch):
+        lhs, op, rhs = ch
+        return ast.BinOp(str(op), lhs, rhs, self._tok(op), self._span(ch))
+
+    def neg(self, ch):
+        operand = ch[1]
+        if isinstance(operand, ast.Number):   # `-1` is a number, not neg(1)
+            return ast.Number(-operand.value, self._span(ch))
+        return ast.Neg(operand, self._span(ch))
+
+    def method_call(self, ch):
+        receiver, method = ch[0], ch[2]
+        found = [c for c in ch[3:] if isinstance(c, _Args)]
+        args = found[0] if found else _Args([], [], None)
+        return ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs, self._span(ch))
+
+    def name(self, ch):
+        return ast.Name(str(ch[0]), self._tok(ch[0]))
+
+    def number(self, ch):
+        return ast.Number(_num(ch[0]), self._tok(ch[0]))
+
+    def call(self, ch):
+        func = ch[0]
+        found = [c for c in ch[1:] if isinstance(c, _Args)]
+        args = found[0] if found else _Args([], [], None)
+        return ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch))
+
+    def handle(self, ch):
+        handler = ch[3]
+        return ast.Handle(ch[1], str(handler), self._tok(handler), self._span(ch))
+
+    def tensor_lit(self, ch):
+        nodes = _nodes(ch)
+        return ast.TensorLit(nodes[0], [v.value for v in nodes[1:]], self._span(ch))
+
+    def tuple(self, ch):
+        return ast.TupleExpr(_nodes(ch), self._span(ch))
+
+    def args(self, ch):
+        items = _nodes(ch)
+        args = [c for c in items if not isinstance(c, ast.Attr)]
+        attrs = [c for c in items if isinstance(c, ast.Attr)]
+        seen_attr = False
+        for c in items:
+            if isinstance(c, ast.Attr):
+                seen_attr = True
+            elif seen_attr:
+                raise SyntaxProblem("positional argument after a keyword attribute; "
+                                    "put tensor operands first, then `name=value` attributes", c.span)
+        return _Args(args, attrs, self._span(ch))
+
+    def attr(self, ch):
+        name, value = ch[0], ch[2]
+        if isinstance(value, ast.IntList):   # `perm=[0, 2, 1]`: Attr.value is the plain list
+            value = _Value(value.values, value.span)
+        elif isinstance(value, Token):       # a bare enum word: `op=sum`
+            value = _Value(str(value), self._tok(value))
+        return ast.Attr(str(name), self._tok(name), value.value, value.span, self._span(ch))
+
+    def signed_int(self, ch):
+        return self._signed(ch)
+
+    def attr_float(self, ch):
+        return self._signed(ch)
+
+    def attr_word(self, ch):
+        return _Value(str(ch[0]), self._tok(ch[0]))
+
+    def int_list(self, ch):
+        return ast.IntList([v.value for v in _nodes(ch)], self._span(ch))
+
+    def literal_value(self, ch):
+        return self._signed(ch)
+
+
+_TO_AST = _ToAst()
+_PARSER = Lark(
+    (Path(__file__).with_name("grammar.lark")).read_text(encoding="utf-8"),
+    parser="lalr",
+    lexer="basic",
+    keep_all_tokens=True,
+    transformer=_TO_AST,
+    maybe_placeholders=False,
+)
+
+
+# ---- syntax errors --------------------------------------------------------------
+# How each terminal is named in messages.
+_TERMINAL_NAMES = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "$END": "the end of the function",
+    "FN": "`fn`", "LET": "`let`", "HANDLE": "`handle`", "TENSOR": "`Tensor`", "IN": "`in`", "WITH": "`with`",
+}
+_EXPR_START = {"NAME", "INT", "FLOAT", "LPAR", "LSQB", "MINUS", "TENSOR", "HANDLE"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "DOT"}
+
+_AFTER = {"IN": "after `in`", "EQUAL": "after `=`", "LET": "after `let`", "COLON": "after `:`",
+          "COMMA": "after `,`", "LBRACE": "after `{`", "RARROW": "after `->`", "DOT": "after `.`",
+          "WITH": "after `with`", "HANDLE": "after `handle`"}
+
+
+def _terminal_name(name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    term = _TERMINALS.get(name)
+    if term is not None and term.pattern.type == "str":
+        return f"`{term.pattern.value}`"
+    return name.lower()
+
+
+_TERMINALS = {t.name: t for t in _PARSER.terminals}
+
+
+def _describe_expected(expected: set[str]) -> str:
+    expected = set(expected)
+    parts = []
+    if "IN" in expected:
+        return "`in` after the let value"
+    if "EQUAL" in expected and "LPAR" not in expected:
+        return "`=` after the let pattern" if "NAME" not in expected else "`=`"
+    if {"NAME", "LPAR", "MINUS"} <= expected:
+        parts.append("an expression")
+        expected -= _EXPR_START
+        if "LET" in expected:
+            parts[-1] = "an expression or `let`"
+            expected.discard("LET")
+    if _OPERATORS <= expected:
+        parts.append("an operator")
+        expected -= _OPERATORS
+    parts += sorted(_terminal_name(t) for t in expected)
+    if not parts:
+        return "something else"
+    if len(parts) == 1:
+        return parts[0]
+    return ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+def _token_before(text: str, pos: int) -> Token | None:
+    """The last token before `pos` (for "after `in`"); only computed on an error."""
+    last = None
+    try:
+        for last in _PARSER.lex(text[:pos]):
+            pass
+    except UnexpectedInput:
+        return None
+    return last
+
+
+def _found(tok: Token | None) -> str:
+    if tok is None or tok.type == "$END":
+        return "the end of the function (is a `}` missing?)"
+    text = str(tok)
+    if len(text) > 20:
+        text = text[:20] + "..."
+    return f"`{text}`"
+
+
+def _error_diagnostic(err: UnexpectedInput, text: str) -> Diagnostic:
+    """One diagnostic for a lark error: what was expected (in words), what was found, where."""
+    n = len(text)
+    if isinstance(err, UnexpectedCharacters) and not isinstance(err, UnexpectedToken):
+        pos = min(err.pos_in_stream, n)
+        ch = text[pos:pos + 1]
+        shown = ch if ch.isprintable() else repr(ch)[1:-1]
+        return Diagnostic("syntax", f"unexpected character `{shown}`", Span(pos, min(pos + 1, n)))
+    tok = getattr(err, "token", None)
+    # `accepts` is what the parser state really accepts; `expected` may be the lexer's wider set.
+    expected = set(getattr(err, "accepts", None) or getattr(err, "expected", None) or ())
+    if tok is None or tok.type == "$END":
+        tok, span = None, Span(n, n)
+    else:
+        span = Span(min(tok.start_pos, n), min(max(tok.end_pos, tok.start_pos), n))
+    wanted = _describe_expected(expected)
+    last = _token_before(text, span.start)
+    context = _AFTER.get(last.type) if last is not None and " after " not in wanted else None
+    if context:
+        wanted = f"{wanted} {context}"
+    return Diagnostic("syntax", f"expected {wanted}, found {_found(tok)}", span)
+
+
+# ---- items and modules -----------------------------------------------------------------
+def _nesting_depth(text: str) -> int:
+    depth = best = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return best
+
+
+def _tree_depth(node) -> int:
+    """Depth of an AST, iteratively (the point is to reject trees too deep to recurse on)."""
+    best = 0
+    stack = [(node, 1)]
+    while stack:
+        node, d = stack.pop()
+        best = max(best, d)
+        for child in _children(node):
+            stack.append((child, d + 1))
+    return best
+
+
+def _children(node) -> list:
+    if isinstance(node, ast.FnDef):
+        return [node.body]
+    if isinstance(node, ast.Let):
+        return [node.value, node.body]
+    if isinstance(node, ast.BinOp):
+        return [node.lhs, node.rhs]
+    if isinstance(node, ast.Neg):
+        return [node.operand]
+    if isinstance(node, ast.MethodCall):
+        return [node.receiver, *node.args]
+    if isinstance(node, ast.Call):
+        return list(node.args)
+    if isinstance(node, ast.Handle):
+        return [node.call]
+    if isinstance(node, ast.TupleExpr):
+        return list(node.items)
+    return []
+
+
+_PARSE_LOCK = threading.Lock()   # the embedded transformer carries the item offset
+
+
+def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
+    """Parse one item whose first character sits at `offset` in the document."""
+    n = len(text)
+    if _nesting_depth(text) > MAX_DEPTH:
+        msg = f"brackets nested more than {MAX_DEPTH} deep"
+        return None, (Diagnostic("syntax", msg, Span(offset, offset + min(n, 2))),)
+    try:
+        with _PARSE_LOCK:
+            _TO_AST.offset = offset
+            fn = _PARSER.parse(text)
+    except UnexpectedInput as err:
+        return None, (_error_diagnostic(err, text).shift(offset),)
+    except (SyntaxProblem, VisitError) as err:
+        problem = getattr(err, "orig_exc", err)
+        if not isinstance(problem, SyntaxProblem):
+            raise
+        return None, (Diagnostic("syntax", problem.message, problem.span),)
+    depth = _tree_depth(fn)
+    if depth > MAX_DEPTH:
+        return None, (Diagnostic("syntax", f"expression nested {depth} deep (the limit is {MAX_DEPTH}); "
+                                           "split it with lets", fn.name_span),)
+    return fn, ()
+
+
+@lru_cache(maxsize=4096)
+def parse_local(text: str) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
+    """Parse one item with spans relative to its own start.  Cached by text (the
+    incremental front end re-parses only items whose text changed); callers must
+    treat the result as immutable."""
+    return _parse_at(text, 0)
+
+
+def parse_item(text: str, offset: int = 0) -> tuple[ast.FnDef | None, list[Diagnostic]]:
+    """Parse one top-level item (`fn ... { ... }`) whose first character is at `offset`
+    in the document; spans come back in document offsets."""
+    fn, diags = parse_local(text) if offset == 0 else _parse_at(text, offset)
+    return fn, list(diags)
+
+
+def parse_module(text: str) -> tuple[ast.Module, list[Diagnostic]]:
+    """Parse a whole document: every item separately, spans in document offsets."""
+    items = split_items(text)
+    diags = gaps(text, items)
+    functions = []
+    for it in items:
+        fn, item_diags = parse_item(text[it.start:it.end], it.start)
+        diags += item_diags
+        if fn is not None:
+            functions.append(fn)
+    diags.sort(key=lambda d: (d.span.start, d.span.end))
+    return ast.Module(functions, Span(0, len(text))), diags
+
+
+# ---- span shifting (shared with analysis.py) ----------------------------------------------
+def shift(node, delta: int):
+    """A copy of an AST / IR / diagnostic structure with every Span moved by `delta`."""
+    if delta == 0:
+        return node
+    return _shift(node, delta)
+
+
+def _shift(node, delta):
+    if isinstance(node, Span):
+        return Span(node.start + delta, node.end + delta)
+    if isinstance(node, list):
+        return [_shift(x, delta) for x in node]
+    if isinstance(node, tuple):
+        return tuple(_shift(x, delta) for x in node)
+    if isinstance(node, dict):
+        return {k: _shift(v, delta) for k, v in node.items()}
+    fields = getattr(node, "__dataclass_fields__", None)
+    if fields is None:
+        return node
+    cls = type(node)
+    new = object.__new__(cls)
+    for name in fields:
+        object.__setattr__(new, name, _shift(getattr(node, name), delta))
+    return new
