@@ -51,6 +51,7 @@ class OpDef:
     internal: bool = False         # IR-only (no surface form)
     linear: bool = False           # linear in its float operands (finite-difference step 1)
     float_only: bool = True        # every float operand must be floating
+    index_operands: tuple[int, ...] = ()  # operands that are I64 indices (exempt from float_only)
 
     def attr(self, name: str) -> AttrSpec | None:
         return next((a for a in self.attrs if a.name == name), None)
@@ -142,6 +143,8 @@ def infer_reshape(args, attrs):
 def infer_broadcast(args, attrs):
     (a,) = args
     shape = tuple(attrs["shape"])
+    if any(d < 0 for d in shape):
+        raise OpError("attr", f"broadcast: target shape {_shape(shape)} has a negative dimension", "shape")
     if len(shape) < a.rank:
         raise OpError("shape", f"broadcast: target shape {_shape(shape)} has lower rank than {a}", "shape")
     lead = len(shape) - a.rank  # rank-changing broadcast prepends axes
@@ -284,7 +287,7 @@ _row(OpDef("slice", infer_slice, "x.slice(axis=i, start=s, stop=e) : x with dim 
 _row(OpDef("concat", infer_concat, "concat(a, b, ..., axis=i) : shapes equal except on axis i, which adds up",
            "join tensors along an axis", operands=-1, attrs=(AXIS,), linear=True, float_only=False))
 _row(OpDef("gather", infer_gather, "gather(values : [V, D], indices : I64 σ) : σ++[D]",
-           "embedding lookup: rows of values picked by indices", operands=2, linear=True))
+           "embedding lookup: rows of values picked by indices", operands=2, linear=True, index_operands=(1,)))
 _row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max, axis=i) : x with dim i = 1",
            "reduce one axis, keeping it with size 1",
            attrs=(AttrSpec("op", "enum", ("sum", "mean", "max")), AXIS)))
@@ -295,14 +298,17 @@ _row(OpDef("log_softmax", _named(infer_softmax, "log_softmax"), "x.log_softmax(a
 _row(OpDef("take_along_axis", infer_take_along_axis,
            "x.take_along_axis(idx : I64, axis=i) : idx.shape; idx has x's rank and equal dims outside i",
            "pick one element per position along axis i (like numpy.take_along_axis)",
-           operands=2, attrs=(AXIS,), linear=True))
+           operands=2, attrs=(AXIS,), linear=True, index_operands=(1,)))
 _row(OpDef("scatter_add", infer_scatter_add, "ScatterAdd(updates : σ++[D], indices : I64 σ, dest_ty : [V, D]) : dest_ty",
            "IR-internal (VJP of gather): out[v, d] = sum of updates[i, d] over indices[i] = v",
-           operands=2, attrs=(DEST,), internal=True, linear=True))
+           operands=2, attrs=(DEST,), internal=True, linear=True, index_operands=(1,)))
 _row(OpDef("scatter_along_axis", infer_scatter_along_axis,
            "ScatterAlongAxis(updates : idx.shape, idx : I64, axis=i, dest_ty) : dest_ty",
            "IR-internal (VJP of take_along_axis): zeros with updates added at idx along axis i",
-           operands=2, attrs=(AXIS, DEST), internal=True, linear=True))
+           operands=2, attrs=(AXIS, DEST), internal=True, linear=True, index_operands=(1,)))
+
+_row(OpDef("relu_grad", _named(infer_elementwise, "relu_grad"), "ReluGrad(g : T, x : T) : T",
+           "IR-internal (VJP of relu): g where x > 0, else 0", operands=2, internal=True))
 
 INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
 SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}

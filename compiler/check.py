@@ -1,0 +1,258 @@
+"""The shape and type checker: AST (syntax.py) -> typed IR (ir.py).
+
+Per function: resolve the parameter and return types (`signature_of`), walk
+the body's let chain binding names, type every expression with the op table's
+rules (check_expr.py, check_op_args.py) and compare the result with the
+declared return type.  Per module: function signatures first (so calls can be
+checked in any order), duplicate function names, and recursion through the call
+graph.
+
+Diagnostics are collected, never raised: after a broken `let` the name is
+bound to the error type, which silences every later rule that uses it, so each
+mistake is reported once and the rest of the function is still checked.
+Every parameter, let name and sub-expression gets a TypeFact (hover).
+
+The incremental analysis codes against exactly this API:
+  signature_of(fn) -> (Signature | None, diagnostics)
+  check_function(fn, signatures) -> FunctionResult
+  check_module(module) -> CheckResult
+  recursion_diagnostics(results) -> diagnostics for call cycles between functions
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import ir, syntax
+from .check_expr import ExprChecker, Signature, TypeFact
+from .check_types import ERROR, is_error, resolve_type
+from .diagnostics import Diagnostic, DiagnosticBag, Note, Span
+from .ops import OPS
+from .types import TensorType
+
+__all__ = ["Signature", "TypeFact", "FunctionResult", "CheckResult", "signature_of", "check_function",
+           "check_module", "recursion_diagnostics", "ERROR"]
+
+
+@dataclass
+class FunctionResult:
+    """One function's check.  `function` is None when it has any diagnostic;
+    `calls` holds the user functions it calls or handles (its dependencies);
+    `call_spans` the span of the first call of each."""
+    function: ir.Function | None
+    diagnostics: list[Diagnostic]
+    types: list[TypeFact]
+    calls: set[str]
+    call_spans: dict[str, Span] = field(default_factory=dict)
+
+
+@dataclass
+class CheckResult:
+    """`program` holds every function that checked cleanly; it is complete
+    (runnable, lowerable) only when `diagnostics` is empty."""
+    program: ir.Program
+    diagnostics: list[Diagnostic]
+    types: list[TypeFact]
+
+
+# ---- signatures ----------------------------------------------------------------
+def signature_of(fn: syntax.FnDef) -> tuple[Signature | None, list[Diagnostic]]:
+    """The function's type as callers see it.  Broken parts (a bad dtype, a
+    tuple-typed parameter) are ERROR in the Signature, and the diagnostics say
+    why, so callers still get arity checks without cascades.  check_function
+    reports these same diagnostics again; check_module reports them once."""
+    bag = DiagnosticBag()
+    if fn.name in OPS:
+        bag.error("duplicate", f"function `{fn.name}` has the name of a built-in op; choose another name",
+                  fn.name_span)
+    params, seen = [], {}
+    for p in fn.params:
+        t = resolve_type(p.type, bag)
+        if t is not ERROR and not isinstance(t, TensorType):
+            bag.error("type-annotation", f"parameter `{p.name}` has tuple type {t}; parameters are tensors",
+                      p.type.span)
+            t = ERROR
+        if p.name in seen:
+            bag.error("duplicate", f"parameter `{p.name}` is defined twice in `{fn.name}`", p.name_span,
+                      Note("first defined here", seen[p.name]))
+        seen.setdefault(p.name, p.name_span)
+        params.append((p.name, t))
+    return Signature(fn.name, params, resolve_type(fn.ret, bag)), bag.items
+
+
+# ---- one function --------------------------------------------------------------
+def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> FunctionResult:
+    """Check one function against the signatures of the module's functions
+    (its own included).  Reports signature_of(fn)'s diagnostics too."""
+    sig, sig_diags = signature_of(fn)
+    ck = ExprChecker(fn.name, signatures, DiagnosticBag(list(sig_diags)))
+    ck.fact(fn.name_span, sig.ret, "fn", fn.name)
+    params = _bind_params(ck, fn, sig)
+    lets, body = [], fn.body
+    while isinstance(body, syntax.Let):
+        lets.append(_check_let(ck, body))
+        body = body.body
+    result = ck.check(body)
+    if not (is_error(result.type) or is_error(sig.ret)) and result.type != sig.ret:
+        ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
+                     f"{result.type}", body.span, Note("declared here", fn.ret.span))
+    function = None
+    if not ck.bag.items:
+        function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
+    return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans)
+
+
+def _bind_params(ck: ExprChecker, fn: syntax.FnDef, sig: Signature) -> list[ir.Param]:
+    if fn.name == "main" and fn.params:
+        span = fn.params[0].span.cover(fn.params[-1].span)
+        ck.bag.error("main", "`main` takes no parameters; build its inputs from tensor literals "
+                     "and pass them to the functions it calls", span)
+    params = []
+    for p, (_, t) in zip(fn.params, sig.params):
+        if p.name not in ck.env:
+            ck.env[p.name], ck.def_spans[p.name] = t, p.name_span
+        ck.fact(p.name_span, t, "param", p.name)
+        params.append(ir.Param(p.name, t, p.name_span))
+    return params
+
+
+def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
+    """Check one `let PATTERN = EXPR in` and bind its names (ERROR when broken)."""
+    value = ck.check(let.value)
+    names = [n.id for n in let.names]
+    if let.destructure:
+        types = _destructure(ck, let, value.type)
+    else:
+        types = [value.type]
+    for n, t in zip(let.names, types):
+        if n.id in ck.env:
+            ck.bag.error("duplicate", f"`{n.id}` is already defined in `{ck.fn_name}`; let names cannot be rebound",
+                         n.span, Note("first defined here", ck.def_spans[n.id]))
+            continue
+        ck.env[n.id], ck.def_spans[n.id] = t, n.span
+        ck.fact(n.span, t, "let", n.id)
+    return ir.Binding(names, value, let.destructure, let.span, [n.span for n in let.names])
+
+
+def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
+    n = len(let.names)
+    if is_error(t) and not hasattr(t, "items"):
+        return [ERROR] * n
+    pattern = let.names[0].span.cover(let.names[-1].span)
+    if not hasattr(t, "items"):
+        ck.bag.error("destructure", f"destructuring let binds {n} name(s), but the value has type {t}, "
+                     "which is not a tuple", pattern)
+        return [ERROR] * n
+    if len(t.items) != n:
+        ck.bag.error("destructure", f"destructuring let binds {n} name(s), but the value has type {t} "
+                     f"with {len(t.items)} items", pattern)
+        return [ERROR] * n
+    return [ERROR if is_error(i) else i for i in t.items]
+
+
+# ---- the module ------------------------------------------------------------------
+def check_module(module: syntax.Module) -> CheckResult:
+    """Signatures first, then every function; duplicates and call cycles last."""
+    bag = DiagnosticBag()
+    signatures: dict[str, Signature] = {}
+    first: dict[str, syntax.FnDef] = {}
+    for fn in module.functions:
+        if fn.name in first:
+            bag.error("duplicate", f"function `{fn.name}` is defined twice", fn.name_span,
+                      Note("first defined here", first[fn.name].name_span))
+            continue
+        first[fn.name] = fn
+        signatures[fn.name] = signature_of(fn)[0]
+    results: dict[str, FunctionResult] = {}
+    types: list[TypeFact] = []
+    for fn in module.functions:
+        res = check_function(fn, signatures)
+        bag.extend(res.diagnostics)
+        types.extend(res.types)
+        if first[fn.name] is fn:
+            results[fn.name] = res
+    bag.extend(recursion_diagnostics(results))
+    recursive = _cycles({name: sorted(c for c in r.calls if c in results) for name, r in results.items()})
+    program = ir.Program({name: r.function for name, r in results.items()
+                          if r.function is not None and name not in recursive})
+    return CheckResult(program, sorted(bag.items, key=lambda d: (d.span.start, d.span.end)), types)
+
+
+def recursion_diagnostics(results: dict[str, FunctionResult]) -> list[Diagnostic]:
+    """`recursion` for every function on a call cycle of two or more functions
+    (direct self-calls are reported by check_function), at its call into the cycle."""
+    graph = {name: sorted(c for c in r.calls if c in results) for name, r in results.items()}
+    diags = []
+    for name, (callee, path) in sorted(_cycles(graph).items()):
+        diags.append(Diagnostic("recursion", f"`{name}` is recursive: {' -> '.join([name] + path)}; "
+                                "Kina functions cannot recurse", results[name].call_spans[callee]))
+    return diags
+
+
+def _cycles(graph: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:
+    """name -> (a callee on its cycle, the call path from that callee back to
+    name), for every function in a strongly connected component of size >= 2."""
+    out = {}
+    for scc in _sccs(graph):
+        members = set(scc)
+        if len(scc) < 2:
+            continue
+        for name in scc:
+            callee = next(c for c in graph[name] if c in members)
+            out[name] = (callee, _path(graph, members, callee, name))
+    return out
+
+
+def _path(graph, members, start, goal) -> list[str]:
+    """Shortest call path start -> ... -> goal inside one strongly connected component (BFS)."""
+    prev, frontier = {start: None}, [start]
+    while goal not in prev:
+        nxt = []
+        for f in frontier:
+            for m in graph[f]:
+                if m in members and m not in prev:
+                    prev[m] = f
+                    nxt.append(m)
+        frontier = nxt
+    path, node = [], goal
+    while node is not None:
+        path.append(node)
+        node = prev[node]
+    return path[::-1]
+
+
+def _sccs(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components (iterative: no recursion limit)."""
+    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = counter[0]
+                counter[0] += 1
+                stack.append(node)
+                on_stack.add(node)
+            succ = graph[node]
+            if i < len(succ):
+                work.append((node, i + 1))
+                nxt = succ[i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                out.append(comp)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return out

@@ -1,0 +1,266 @@
+"""Expression checking: one AST expression -> one typed IR expression.
+
+`ExprChecker.check` dispatches on the AST node class (the `_RULES` table at the
+bottom).  Built-in ops in every surface form (infix, prefix `-`, `x.op(..)`,
+`op(x, ..)`) go through `check_op_args.apply_op`, which reads the op's row in
+ops.OPS; user calls and `handle` are checked against the callee's Signature.
+
+A broken sub-expression gets the type ERROR after its diagnostic; a rule that
+sees an ERROR operand gives ERROR without a second diagnostic.  Method chains
+stay trees in the IR (reverseMode's restrictions are about that structure).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import ir, syntax
+from .check_op_args import apply_op, is_static_arg
+from .check_types import ERROR, did_you_mean, is_error, mismatch, resolve_tensor_type
+from .diagnostics import DiagnosticBag, Note, Span
+from .ops import INFIX, OPS, SURFACE_OPS
+from .types import DType, TensorType, TupleType
+
+HANDLERS = ("reverseMode",)
+
+
+@dataclass
+class TypeFact:
+    """What hover shows: the type of the thing at `span`.
+    kind: "param" | "let" | "expr" | "call" | "handle" | "fn"; name: the bound
+    name, the op, or the callee (None for literals and tuples)."""
+    span: Span
+    type: object
+    kind: str
+    name: str | None
+
+
+@dataclass
+class Signature:
+    """A user function's type, as callers see it (broken parts are ERROR)."""
+    name: str
+    params: list  # list[tuple[str, TensorType]]
+    ret: object   # Type
+
+
+@dataclass
+class ExprChecker:
+    """Per-function checking state: the environment of bound names and what
+    was found (diagnostics, hover facts, callees)."""
+    fn_name: str
+    signatures: dict
+    bag: DiagnosticBag
+    env: dict = field(default_factory=dict)        # name -> Type | ERROR
+    def_spans: dict = field(default_factory=dict)  # name -> Span of its binding
+    facts: list = field(default_factory=list)
+    calls: set = field(default_factory=set)
+    call_spans: dict = field(default_factory=dict)  # callee -> Span of its first call
+
+    # ---- entry point ----------------------------------------------------------
+    def check(self, e) -> ir.Expr:
+        node = _RULES[type(e)](self, e)
+        if not is_error(node.type) and not isinstance(e, syntax.Let):
+            self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"), _fact_name(e, node))
+        return node
+
+    def fact(self, span, t, kind, name) -> None:
+        if not is_error(t):
+            self.facts.append(TypeFact(span, t, kind, name))
+
+    # ---- leaves ---------------------------------------------------------------
+    def name(self, e: syntax.Name) -> ir.Expr:
+        t = self.env.get(e.id)
+        if t is None:
+            self._unknown_name(e)
+            t = ERROR
+        return ir.Var(e.id, t, e.span)
+
+    def _unknown_name(self, e: syntax.Name) -> None:
+        if e.id in self.signatures:
+            self.bag.error("unknown-name", f"`{e.id}` is a function, not a value; call it as `{e.id}(...)`", e.span)
+        elif e.id in SURFACE_OPS:
+            self.bag.error("unknown-name", f"`{e.id}` is a built-in op, not a value; apply it as "
+                           f"`x.{e.id}(...)` or `{e.id}(x, ...)`", e.span)
+        else:
+            self.bag.error("unknown-name", f"unknown name `{e.id}`", e.span, *did_you_mean(e.id, self.env))
+
+    def static(self, e) -> ir.Expr:
+        what = "an integer list" if isinstance(e, syntax.IntList) else "a bare number"
+        self.bag.error("literal", f"{what} is not a tensor value; only op attributes take plain numbers "
+                       "(write a tensor literal such as `Tensor[F32, [1]] {{ 2.0 }}`)", e.span)
+        return ir.Var("<error>", ERROR, e.span)
+
+    def tensor_lit(self, e: syntax.TensorLit) -> ir.Expr:
+        t = resolve_tensor_type(e.type, self.bag)
+        if t is ERROR:
+            return ir.Var("<error>", ERROR, e.span)
+        n = len(e.values)
+        if n not in (0, 1, t.volume):
+            self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
+                           f"or {t.volume} (the volume, row-major)", e.span)
+            return ir.Var("<error>", ERROR, e.span)
+        if t.dtype is DType.I64:
+            bad = next((v for v in e.values if not isinstance(v, int) or isinstance(v, bool)), None)
+            if bad is not None:
+                self.bag.error("literal", f"tensor literal of type {t} holds indices, so its values must be "
+                               f"integers; got {bad}", e.span)
+                return ir.Var("<error>", ERROR, e.span)
+            values = tuple(int(v) for v in e.values)
+        else:
+            values = tuple(float(v) for v in e.values)
+        return ir.Literal(values, t, e.span)
+
+    def tuple_expr(self, e: syntax.TupleExpr) -> ir.Expr:
+        items = [self.check(i) for i in e.items]
+        if any(is_error(i.type) for i in items):
+            return ir.MakeTuple(items, ERROR, e.span)
+        return ir.MakeTuple(items, TupleType(tuple(i.type for i in items)), e.span)
+
+    def nested_let(self, e: syntax.Let) -> ir.Expr:
+        self.bag.error("syntax", "`let` may only start a step of a function body's chain, "
+                       "not appear inside an expression", e.span)
+        return ir.Var("<error>", ERROR, e.span)
+
+    # ---- built-in ops ---------------------------------------------------------
+    def binop(self, e: syntax.BinOp) -> ir.Expr:
+        op = OPS[INFIX[e.op]]
+        operands = [(self.check(e.lhs), e.lhs.span), (self.check(e.rhs), e.rhs.span)]
+        return apply_op(self.bag, op, operands, [], [], e.op_span, e.span, method=False)
+
+    def neg(self, e: syntax.Neg) -> ir.Expr:
+        operand = self.check(e.operand)
+        op_span = Span(e.span.start, e.span.start + 1)
+        return apply_op(self.bag, OPS["neg"], [(operand, e.operand.span)], [], [], op_span, e.span, method=False)
+
+    def method_call(self, e: syntax.MethodCall) -> ir.Expr:
+        receiver = self.check(e.receiver)
+        op = self._builtin(e.method, e.method_span, method=True)
+        operands, statics = self._split_args(e.args)
+        if op is None:
+            return ir.Var("<error>", ERROR, e.span)
+        return apply_op(self.bag, op, [(receiver, e.receiver.span)] + operands, statics, e.attrs,
+                        e.method_span, e.span, method=True)
+
+    def call(self, e: syntax.Call) -> ir.Expr:
+        sig = self.signatures.get(e.func)
+        if sig is not None:
+            return self._user_call(e, sig, ir.CallFn)
+        op = self._builtin(e.func, e.func_span, method=False)
+        operands, statics = self._split_args(e.args)
+        if op is None:
+            return ir.Var("<error>", ERROR, e.span)
+        return apply_op(self.bag, op, operands, statics, e.attrs, e.func_span, e.span, method=False)
+
+    def _split_args(self, args):
+        """Tensor operands are checked; static args (int lists, numbers) go to the attrs."""
+        operands, statics = [], []
+        for a in args:
+            if is_static_arg(a):
+                statics.append(a)
+            else:
+                operands.append((self.check(a), a.span))
+        return operands, statics
+
+    def _builtin(self, name: str, span: Span, method: bool):
+        op = SURFACE_OPS.get(name)
+        if op is not None:
+            return op
+        if name in OPS:
+            self.bag.error("unknown-name", f"unknown op `{name}`", span,
+                           Note(f"`{name}` is IR-internal: the autodiff pass builds it; it has no surface form"))
+        elif method:
+            notes = did_you_mean(name, SURFACE_OPS)
+            if name in self.signatures:
+                notes = (Note(f"`{name}` is a user function; call it as `{name}(x, ...)`"),)
+            self.bag.error("unknown-name", f"unknown op `{name}` in method call `.{name}(...)`", span, *notes)
+        else:
+            self.bag.error("unknown-name", f"unknown function or op `{name}`", span,
+                           *did_you_mean(name, list(self.signatures) + list(SURFACE_OPS)))
+        return None
+
+    # ---- user functions and handlers -------------------------------------------
+    def _user_call(self, e: syntax.Call, sig: Signature, make) -> ir.Expr:
+        """Checks the arguments of `f(args)` against f's signature; the result
+        type is the declared one even when an argument is wrong."""
+        self.calls.add(sig.name)
+        self.call_spans.setdefault(sig.name, e.func_span)
+        if sig.name == self.fn_name:
+            self.bag.error("recursion", f"`{sig.name}` calls itself; Kina functions cannot recurse "
+                           "(the graph must be finite to lower and differentiate)", e.func_span)
+        for a in e.attrs:
+            self.bag.error("attr", f"`{sig.name}` is a user function; it takes no attributes "
+                           f"(`{a.name}=` is only for built-in ops)", a.span)
+        args = [self.check(a) for a in e.args]
+        if len(args) != len(sig.params):
+            names = ", ".join(n for n, _ in sig.params)
+            self.bag.error("arity", f"`{sig.name}` takes {len(sig.params)} argument(s) ({names}), "
+                           f"got {len(args)}", e.func_span)
+        for i, (arg, (pname, ptype)) in enumerate(zip(args, sig.params)):
+            if is_error(arg.type) or is_error(ptype) or arg.type == ptype:
+                continue
+            code, detail = mismatch(ptype, arg.type)
+            self.bag.error(code, f"argument {i} (`{pname}`) of `{sig.name}` expects {ptype}, "
+                           f"got {arg.type}: {detail}", e.args[i].span)
+        if make is ir.CallFn:
+            return ir.CallFn(sig.name, args, sig.ret, e.span)
+        return args
+
+    def handle(self, e: syntax.Handle) -> ir.Expr:
+        ok = True
+        if e.handler not in HANDLERS:
+            self.bag.error("unknown-name", f"unknown handler `{e.handler}`; the built-in handler is `reverseMode`",
+                           e.handler_span, *did_you_mean(e.handler, HANDLERS))
+            ok = False
+        sig = self.signatures.get(e.call.func)
+        if sig is None:
+            if e.call.func in OPS:
+                msg = f"`handle ... with reverseMode` needs a user function; `{e.call.func}` is a built-in op"
+                self.bag.error("unknown-name", msg, e.call.func_span,
+                               Note(f"wrap it: fn f(x: ...) -> ... {{ x.{e.call.func}() }}"))
+            else:
+                self.bag.error("unknown-name", f"unknown function `{e.call.func}`", e.call.func_span,
+                               *did_you_mean(e.call.func, self.signatures))
+            for a in e.call.args:
+                self.check(a)
+            return ir.Var("<error>", ERROR, e.span)
+        args = self._user_call(e.call, sig, list)
+        t = self._handle_type(sig, e) if ok else ERROR
+        return ir.Handle(sig.name, args, e.handler, t, e.span)
+
+    def _handle_type(self, sig: Signature, e: syntax.Handle):
+        """Seed 000 §3: (R, g0, .., gk-1), one cotangent per floating parameter
+        in parameter order (I64 parameters are omitted); k = 0 gives R."""
+        if is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
+            return ERROR
+        if not isinstance(sig.ret, TensorType):
+            self.bag.error("ad-result", f"reverseMode seeds ones of a tensor result, but `{sig.name}` returns "
+                           f"{sig.ret}", e.call.func_span)
+            return ERROR
+        grads = tuple(t for _, t in sig.params if t.is_float)
+        return TupleType((sig.ret,) + grads) if grads else sig.ret
+
+
+def _fact_name(e, node) -> str | None:
+    if isinstance(e, syntax.Name):
+        return e.id
+    if isinstance(node, ir.OpApp):
+        return node.op
+    if isinstance(node, (ir.CallFn, ir.Handle)):
+        return node.fn
+    return None
+
+
+_FACT_KIND = {ir.CallFn: "call", ir.Handle: "handle"}
+
+_RULES = {
+    syntax.Name: ExprChecker.name,
+    syntax.IntList: ExprChecker.static,
+    syntax.Number: ExprChecker.static,
+    syntax.TensorLit: ExprChecker.tensor_lit,
+    syntax.TupleExpr: ExprChecker.tuple_expr,
+    syntax.Let: ExprChecker.nested_let,
+    syntax.BinOp: ExprChecker.binop,
+    syntax.Neg: ExprChecker.neg,
+    syntax.MethodCall: ExprChecker.method_call,
+    syntax.Call: ExprChecker.call,
+    syntax.Handle: ExprChecker.handle,
+}

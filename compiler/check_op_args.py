@@ -1,0 +1,140 @@
+"""Applying a built-in op: operand count, attributes, dtype rules and the
+op's shape rule, all read from its row in ops.OPS.
+
+Every surface form ends here: `a @ b`, `-a`, `x.op(a, k=v)` and `op(x, a, k=v)`.
+The op's `positional=True` attribute may be written as the first positional
+integer list (`x.reshape([1, 4])` == `x.reshape(shape=[1, 4])`).  An OpError
+from the row's `infer` becomes a Diagnostic whose span is the operand
+(`where` = int), the attribute (`where` = str) or the op itself.
+"""
+from __future__ import annotations
+
+from . import ir, syntax
+from .check_types import ERROR, did_you_mean, is_error
+from .diagnostics import DiagnosticBag, Note, Span
+from .ops import OpDef, OpError, _float
+
+_KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
+               "float": "a number", "type": "a type (IR-internal)"}
+
+
+def is_static_arg(e) -> bool:
+    """A positional argument that is an attribute value, not a tensor operand."""
+    return isinstance(e, (syntax.IntList, syntax.Number))
+
+
+def usage(op: OpDef) -> Note:
+    """The op's surface form, taken from its typing rule (`x.reshape(shape) : ...`)."""
+    return Note(f"usage: {op.rule.split(' : ')[0]}")
+
+
+def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]], statics: list,
+             attrs: list[syntax.Attr], op_span: Span, span: Span, method: bool) -> ir.Expr:
+    """Type one application of `op`; returns an OpApp (typed ERROR if it is wrong)."""
+    args = [a for a, _ in operands]
+    ok = _check_arity(bag, op, len(operands), op_span, method)
+    values, value_spans, attrs_ok = _collect_attrs(bag, op, statics, attrs, op_span)
+    if not (ok and attrs_ok) or any(is_error(a.type) for a in args):
+        return ir.OpApp(op.name, args, values, ERROR, span)
+    if any(not hasattr(a.type, "shape") for a in args):  # a tuple where a tensor is needed
+        i = next(i for i, a in enumerate(args) if not hasattr(a.type, "shape"))
+        bag.error("shape", f"{op.name}: operand {i} has tuple type {args[i].type}; ops take tensors "
+                  "(destructure the tuple with `let (a, b) = ...` first)", operands[i][1])
+        return ir.OpApp(op.name, args, values, ERROR, span)
+    try:
+        types = [a.type for a in args]
+        result = op.infer(types, values)
+        _check_float_only(op, types)
+    except OpError as err:
+        where = err.where
+        at = (operands[where][1] if isinstance(where, int) and where < len(operands)
+              else value_spans.get(where, op_span) if isinstance(where, str) else op_span)
+        bag.error(err.code, err.message, at, usage(op))
+        return ir.OpApp(op.name, args, values, ERROR, span)
+    return ir.OpApp(op.name, args, values, result, span)
+
+
+def _check_float_only(op: OpDef, types) -> None:
+    """Rows with float_only=True take floating tensors except at their I64
+    index operands (most rules check this themselves; this catches the rest,
+    e.g. transpose and reduce_keep of an I64 tensor)."""
+    if not op.float_only:
+        return
+    for i, t in enumerate(types):
+        if i not in op.index_operands:
+            _float(t, i, op.name)
+
+
+def _check_arity(bag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
+    want = op.operands
+    if (want == -1 and got >= 2) or got == want:
+        return True
+    expected = "at least 2 tensor operands" if want == -1 else f"{want} tensor operand{'s' * (want != 1)}"
+    hint = " (the receiver of `x.op(...)` is operand 0)" if method else ""
+    bag.error("arity", f"{op.name} takes {expected}, got {got}{hint}", op_span, usage(op))
+    return False
+
+
+def _collect_attrs(bag, op: OpDef, statics, attrs, op_span):
+    """-> (values normalised for the IR, span of each given value, ok)."""
+    values, spans, ok = {}, {}, True
+    given = _positional_attr(bag, op, statics)
+    if given is False:
+        ok = False
+        given = []
+    for name, value, name_span, value_span in given + [(a.name, a.value, a.name_span, a.value_span) for a in attrs]:
+        spec = op.attr(name)
+        if spec is None or spec.kind == "type":
+            names = ", ".join(a.name for a in op.attrs if a.kind != "type") or "none"
+            bag.error("attr", f"{op.name} has no attribute `{name}` (its attributes: {names})", name_span,
+                      *did_you_mean(name, [a.name for a in op.attrs]), usage(op))
+            ok = False
+        elif name in values:
+            bag.error("attr", f"{op.name}: attribute `{name}` is given twice", name_span)
+            ok = False
+        else:
+            norm = _normalise(bag, op, spec, value, value_span)
+            ok = ok and norm is not ERROR
+            values[name], spans[name] = norm, value_span
+    for spec in op.attrs:
+        if spec.name in values or spec.kind == "type":
+            continue
+        if spec.required:
+            bag.error("attr", f"{op.name}: missing attribute `{spec.name}`", op_span, usage(op))
+            ok = False
+        else:
+            values[spec.name] = spec.default
+    return values, spans, ok
+
+
+def _positional_attr(bag, op: OpDef, statics):
+    """The static positional arguments as [(attr name, value, spans)], or False
+    after reporting them (only the op's positional attribute may be positional)."""
+    positional = next((a for a in op.attrs if a.positional), None)
+    out, ok = [], True
+    for i, s in enumerate(statics):
+        if i == 0 and positional is not None and isinstance(s, syntax.IntList):
+            out.append((positional.name, list(s.values), s.span, s.span))
+            continue
+        kw = ", ".join(f"{a.name}=..." for a in op.attrs if not a.positional and a.kind != "type")
+        bag.error("attr", f"{op.name}: this positional argument is not a tensor operand; "
+                  f"attributes are given by keyword" + (f" ({kw})" if kw else ""), s.span, usage(op))
+        ok = False
+    return out if ok else False
+
+
+def _normalise(bag, op: OpDef, spec, value, span: Span):
+    """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
+    if spec.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if spec.kind == "ints" and isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
+        return value
+    if spec.kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    want = _KIND_WORDS[spec.kind].format(choices=", ".join(spec.choices))
+    shown = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
+    notes = did_you_mean(value, spec.choices) if spec.kind == "enum" and isinstance(value, str) else ()
+    bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
+    return ERROR
