@@ -1,0 +1,253 @@
+"""Runtime: call the functions of a compiled Kina library with NumPy arrays.
+
+    lib = runtime.load("model.so")          # reads model.json next to it
+    logits = lib.storylm0_forward(ids, emb, ...)
+    loss, g_emb = lib["step"](ids, emb, out=(loss_buf, g_buf))
+
+Every exported function is `_mlir_ciface_kina_<name>(in descriptors..., out
+descriptors...)` (see build.py): one memref descriptor
+`{T* allocated; T* aligned; int64 offset; int64 sizes[R]; int64 strides[R]}`
+per input, then one per result, all owned by the caller.  Shapes are static, so
+the descriptors and the ctypes argument list are built once per function; a
+call only checks the arrays, stores their data pointers and calls (a few
+microseconds).  The library never allocates, so repeated calls do not grow memory.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+try:  # low-precision NumPy dtypes; only needed for BF16/F8 functions
+    import ml_dtypes
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    ml_dtypes = None
+
+
+def _ml(name: str):
+    if ml_dtypes is None:
+        raise KinaRuntimeError(f"this function needs ml_dtypes for {name} arrays: pip install ml_dtypes")
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+# Kina dtype -> NumPy dtype (and the storage C type used in lib.h).
+NUMPY_DTYPES = {
+    "F32": lambda: np.dtype(np.float32),
+    "F16": lambda: np.dtype(np.float16),
+    "BF16": lambda: _ml("bfloat16"),
+    "F8E4M3": lambda: _ml("float8_e4m3fn"),
+    "F8E5M2": lambda: _ml("float8_e5m2"),
+    "I64": lambda: np.dtype(np.int64),
+}
+
+
+def numpy_dtype(kina_dtype: str) -> np.dtype:
+    return NUMPY_DTYPES[kina_dtype]()
+
+
+class KinaRuntimeError(Exception):
+    """A library or manifest that cannot be loaded."""
+
+
+class KinaArgumentError(TypeError):
+    """An argument (or out= buffer) of the wrong dtype, shape or count."""
+
+
+def manifest_path(so_path: str | Path) -> Path:
+    return Path(so_path).with_suffix(".json")
+
+
+# ---- descriptors ---------------------------------------------------------------------
+_DESCRIPTOR_TYPES: dict[int, type] = {}
+
+
+def descriptor_type(rank: int) -> type:
+    """ctypes struct of a rank-R memref descriptor (pointers untyped: the dtype is
+    checked on the NumPy side)."""
+    if rank not in _DESCRIPTOR_TYPES:
+        fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
+        if rank:
+            fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
+        _DESCRIPTOR_TYPES[rank] = type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
+    return _DESCRIPTOR_TYPES[rank]
+
+
+def _row_major_strides(shape) -> list[int]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= d
+    return strides[::-1]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str            # parameter name, or "result i"
+    dtype: str           # Kina dtype name
+    shape: tuple[int, ...]
+    np_dtype: np.dtype
+
+    def describe(self) -> str:
+        return f"Tensor[{self.dtype}, [{', '.join(map(str, self.shape))}]]"
+
+
+def _describe_array(a: np.ndarray) -> str:
+    return f"an array of dtype {a.dtype} and shape {list(a.shape)}"
+
+
+# ---- one function -------------------------------------------------------------------
+class KinaFunction:
+    """A callable bound to one exported function; see the module docstring."""
+
+    def __init__(self, cfunc, entry: dict):
+        self.name: str = entry["name"]
+        self.symbol: str = entry["symbol"]
+        self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]))
+                       for p in entry["params"]]
+        self.results = [TensorSpec(f"result {i}", r["dtype"], tuple(r["shape"]), numpy_dtype(r["dtype"]))
+                        for i, r in enumerate(entry["results"])]
+        self._descs = [self._descriptor(s) for s in self.params + self.results]
+        self._addrs = [ctypes.addressof(d) for d in self._descs]
+        self._last: list = [None] * len(self._descs)
+        cfunc.argtypes = [ctypes.c_void_p] * len(self._descs)
+        cfunc.restype = None
+        self._cfunc = cfunc
+        # The descriptors are shared by every call, so concurrent calls take turns.
+        self._lock = threading.Lock()
+        self.__doc__ = self.signature()
+
+    @staticmethod
+    def _descriptor(spec: TensorSpec):
+        d = descriptor_type(len(spec.shape))()
+        if spec.shape:
+            d.sizes[:] = list(spec.shape)
+            d.strides[:] = _row_major_strides(spec.shape)
+        return d
+
+    def signature(self) -> str:
+        params = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
+        res = [r.describe() for r in self.results]
+        ret = res[0] if len(res) == 1 else "(" + ", ".join(res) + ")"
+        return f"{self.name}({params}) -> {ret}"
+
+    def _coerce(self, value, spec: TensorSpec, what: str) -> np.ndarray:
+        if not isinstance(value, np.ndarray):
+            try:
+                value = np.asarray(value, dtype=spec.np_dtype)
+            except (TypeError, ValueError) as e:
+                raise KinaArgumentError(f"{self.name}: {what} `{spec.name}` expects {spec.describe()}, "
+                                        f"got {type(value).__name__} that does not convert ({e})") from None
+        if value.dtype != spec.np_dtype or value.shape != spec.shape:
+            raise KinaArgumentError(f"{self.name}: {what} `{spec.name}` expects {spec.describe()} "
+                                    f"(NumPy dtype {spec.np_dtype}, shape {list(spec.shape)}), "
+                                    f"got {_describe_array(value)}")
+        return value
+
+    def __call__(self, *args, out=None):
+        if len(args) != len(self.params):
+            raise KinaArgumentError(f"{self.name} takes {len(self.params)} argument(s) "
+                                    f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
+        outputs = self._outputs(out)
+        with self._lock:
+            for i, arr in enumerate(args):
+                spec = self.params[i]
+                if (type(arr) is not np.ndarray or arr.dtype != spec.np_dtype or arr.shape != spec.shape
+                        or not arr.flags.c_contiguous):
+                    arr = np.ascontiguousarray(self._coerce(arr, spec, "parameter"))
+                self._bind(i, arr)
+            for i, arr in enumerate(outputs, len(args)):
+                self._bind(i, arr)
+            self._cfunc(*self._addrs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _bind(self, slot: int, arr: np.ndarray) -> None:
+        # Fetching a data pointer (arr.ctypes.data) is the costliest step of a call, so
+        # each slot remembers the array it last saw.  Holding that reference pins the
+        # array's buffer (NumPy refuses to resize an array with other references), so
+        # `arr is last` guarantees the stored pointer is still right.
+        if arr is not self._last[slot]:
+            desc = self._descs[slot]
+            desc.allocated = desc.aligned = arr.ctypes.data
+            self._last[slot] = arr
+
+    def _outputs(self, out) -> list[np.ndarray]:
+        if out is None:
+            return [np.empty(r.shape, r.np_dtype) for r in self.results]
+        outs = [out] if isinstance(out, np.ndarray) else list(out)
+        if len(outs) != len(self.results):
+            raise KinaArgumentError(f"{self.name}: out= needs {len(self.results)} array(s), got {len(outs)}")
+        for o, r in zip(outs, self.results):
+            if not isinstance(o, np.ndarray):
+                raise KinaArgumentError(f"{self.name}: out= {r.name} must be a NumPy array, got {type(o).__name__}")
+            self._coerce(o, r, "out=")
+            if not (o.flags.c_contiguous and o.flags.writeable):
+                raise KinaArgumentError(f"{self.name}: out= {r.name} must be a writeable C-contiguous array")
+        return outs
+
+    def __repr__(self) -> str:
+        return f"<KinaFunction {self.signature()}>"
+
+
+# ---- the library ----------------------------------------------------------------------
+class Library:
+    """A loaded Kina library: `lib.fn(...)`, `lib["fn"](...)`, `lib.functions`."""
+
+    def __init__(self, so_path: str | Path, manifest: dict):
+        self.path = Path(so_path)
+        self.manifest = manifest
+        try:
+            self._dll = ctypes.CDLL(str(self.path.resolve()))
+        except OSError as e:
+            raise KinaRuntimeError(f"cannot load {self.path}: {e}") from None
+        self.functions: dict[str, KinaFunction] = {}
+        for entry in manifest["functions"]:
+            try:
+                cfunc = getattr(self._dll, entry["symbol"])
+            except AttributeError:
+                raise KinaRuntimeError(f"{self.path} does not export {entry['symbol']} "
+                                       f"(function `{entry['name']}` of its manifest); rebuild it") from None
+            self.functions[entry["name"]] = KinaFunction(cfunc, entry)
+
+    def __getitem__(self, name: str) -> KinaFunction:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise KeyError(f"{self.path.name} has no function `{name}` "
+                           f"(it has: {', '.join(self.functions) or 'none'})") from None
+
+    def __getattr__(self, name: str) -> KinaFunction:
+        if name.startswith("_") or "functions" not in self.__dict__:
+            raise AttributeError(name)
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise AttributeError(f"{self.path.name} has no function `{name}` "
+                                 f"(it has: {', '.join(self.functions) or 'none'})") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.functions
+
+    def __repr__(self) -> str:
+        return f"<Library {self.path.name}: {', '.join(self.functions)}>"
+
+
+def load(so_path: str | Path, manifest: str | Path | dict | None = None) -> Library:
+    """Load a library built by `kinac build` and its manifest (default: <so>.json)."""
+    so_path = Path(so_path)
+    if not so_path.exists():
+        raise KinaRuntimeError(f"no such library: {so_path}")
+    if not isinstance(manifest, dict):
+        mpath = Path(manifest) if manifest else manifest_path(so_path)
+        try:
+            manifest = json.loads(mpath.read_text())
+        except FileNotFoundError:
+            raise KinaRuntimeError(f"{so_path} has no manifest {mpath}; build it with `kinac build`") from None
+        except json.JSONDecodeError as e:
+            raise KinaRuntimeError(f"manifest {mpath} is not valid JSON: {e}") from None
+    if "functions" not in manifest:
+        raise KinaRuntimeError(f"manifest of {so_path} has no 'functions' list")
+    return Library(so_path, manifest)
