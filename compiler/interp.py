@@ -1,0 +1,290 @@
+"""NumPy reference interpreter of the typed IR: the oracle the compiled code is checked against.
+
+`run_function(program, name, args)` evaluates a function's let chain with
+one NumPy implementation per op (`NUMPY_OPS`, one row per op of ops.OPS).
+`handle f(..) with reverseMode` is first lowered by autodiff.lower_handles, so
+the interpreter runs exactly the backward graph the compiler emits.
+
+Dtypes: by default every tensor is stored in its declared dtype (F32 ->
+float32, F16 -> float16, BF16 / F8 through ml_dtypes).  Narrow floats are
+computed in float32 and rounded after every op, like the host lowering's
+`arith-emulate-unsupported-floats`.  `dtype=np.float64` computes every float
+tensor in float64 (for finite differences).
+
+Out-of-range gather / scatter indices raise KinaRuntimeError with the same
+message the compiled code asserts, never numpy's IndexError.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import ml_dtypes
+import numpy as np
+
+from . import ir
+from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
+from .types import DType, TensorType, TupleType
+
+
+class KinaRuntimeError(Exception):
+    """A run-time failure of a Kina program (bad argument, out-of-range index)."""
+
+
+NP_DTYPES: dict[DType, np.dtype] = {
+    DType.F32: np.dtype(np.float32),
+    DType.F16: np.dtype(np.float16),
+    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+    DType.F8E4M3: np.dtype(ml_dtypes.float8_e4m3),
+    DType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
+    DType.I64: np.dtype(np.int64),
+}
+_NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# ---- per-op NumPy implementations --------------------------------------------------
+def _check_indices(idx: np.ndarray, bound: int, what: str) -> None:
+    if idx.size and (idx.min() < 0 or idx.max() >= bound):
+        bad = idx[(idx < 0) | (idx >= bound)].flat[0]
+        raise KinaRuntimeError(f"{what} index out of bounds: index {int(bad)} is not in [0, {bound})")
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    shifted = x - x.max(axis=axis, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+
+
+def _gather(args, attrs, out):
+    values, idx = args
+    _check_indices(idx, values.shape[0], "gather")
+    return values[idx]
+
+
+def _take_along_axis(args, attrs, out):
+    x, idx = args
+    axis = attrs["axis"]
+    _check_indices(idx, x.shape[axis], "take_along_axis")
+    return np.take_along_axis(x, idx, axis=axis)
+
+
+def _scatter_add(args, attrs, out):
+    # Seed 000 §7.2: out[v, d] = sum over indices[i] = v of updates[i ++ [d]]; duplicates add.
+    updates, idx = args
+    dest = np.zeros(out.shape, dtype=updates.dtype)
+    _check_indices(idx, out.shape[0], "scatter_add")
+    np.add.at(dest, idx.reshape(-1), updates.reshape(-1, out.shape[1]))
+    return dest
+
+
+def _scatter_along_axis(args, attrs, out):
+    # zeros(dest) with updates added at idx along axis: the adjoint of take_along_axis.
+    updates, idx = args
+    axis = attrs["axis"]
+    dest = np.zeros(out.shape, dtype=updates.dtype)
+    _check_indices(idx, out.shape[axis], "scatter_along_axis")
+    where = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx
+    np.add.at(dest, tuple(where), updates)
+    return dest
+
+
+_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
+
+OpFn = Callable[[list[np.ndarray], dict, TensorType], np.ndarray]
+
+NUMPY_OPS: dict[str, OpFn] = {
+    "add": lambda a, at, t: a[0] + a[1],
+    "sub": lambda a, at, t: a[0] - a[1],
+    "mul": lambda a, at, t: a[0] * a[1],
+    "div": lambda a, at, t: a[0] / a[1],
+    "neg": lambda a, at, t: -a[0],
+    "exp": lambda a, at, t: np.exp(a[0]),
+    "log": lambda a, at, t: np.log(a[0]),
+    "tanh": lambda a, at, t: np.tanh(a[0]),
+    "sqrt": lambda a, at, t: np.sqrt(a[0]),
+    "rsqrt": lambda a, at, t: 1 / np.sqrt(a[0]),
+    "sigmoid": lambda a, at, t: 1 / (1 + np.exp(-a[0])),
+    "relu": lambda a, at, t: np.maximum(a[0], 0),
+    "relu_grad": lambda a, at, t: np.where(a[1] > 0, a[0], 0),
+    "matmul": lambda a, at, t: np.matmul(a[0], a[1]),
+    "transpose": lambda a, at, t: np.transpose(a[0], at["perm"]),
+    "reshape": lambda a, at, t: a[0].reshape(t.shape),
+    "broadcast": lambda a, at, t: np.broadcast_to(a[0], t.shape).copy(),
+    "slice": lambda a, at, t: np.take(a[0], range(at["start"], at["stop"]), axis=at["axis"]),
+    "concat": lambda a, at, t: np.concatenate(a, axis=at["axis"]),
+    "gather": _gather,
+    "reduce_keep": lambda a, at, t: _REDUCE[at["op"]](a[0], axis=at["axis"], keepdims=True),
+    "softmax": lambda a, at, t: _softmax(a[0], at["axis"]),
+    "log_softmax": lambda a, at, t: _log_softmax(a[0], at["axis"]),
+    "take_along_axis": _take_along_axis,
+    "scatter_add": _scatter_add,
+    "scatter_along_axis": _scatter_along_axis,
+}
+
+
+# ---- evaluation -----------------------------------------------------------------------
+class _Interpreter:
+    def __init__(self, program: Program, float_dtype=None):
+        self.program = program
+        self.float_dtype = None if float_dtype is None else np.dtype(float_dtype)
+
+    def storage(self, t: TensorType) -> np.dtype:
+        if t.is_float and self.float_dtype is not None:
+            return self.float_dtype
+        return NP_DTYPES[t.dtype]
+
+    def coerce(self, value, t: TensorType, what: str) -> np.ndarray:
+        arr = np.asarray(value)
+        if arr.shape != t.shape:
+            raise KinaRuntimeError(f"{what}: expected {t}, got an array of shape {list(arr.shape)}")
+        if not t.is_float and not np.issubdtype(arr.dtype, np.integer):
+            raise KinaRuntimeError(f"{what}: expected integer indices for {t}, got dtype {arr.dtype}")
+        return arr.astype(self.storage(t))
+
+    def call(self, fn: Function, args: list) -> np.ndarray | tuple:
+        if len(args) != len(fn.params):
+            raise KinaRuntimeError(f"`{fn.name}` takes {len(fn.params)} arguments, got {len(args)}")
+        env = {p.name: self.coerce(a, p.type, f"argument `{p.name}` of `{fn.name}`")
+               for p, a in zip(fn.params, args)}
+        for b in fn.lets:
+            value = self.eval(b.value, env)
+            if b.destructure:
+                env.update(zip(b.names, value))
+            else:
+                env[b.names[0]] = value
+        return self.eval(fn.result, env)
+
+    def eval(self, expr: Expr, env: dict):
+        if isinstance(expr, Var):
+            return env[expr.name]
+        if isinstance(expr, Literal):
+            return self.literal(expr)
+        if isinstance(expr, OpApp):
+            return self.op(expr, [self.eval(a, env) for a in expr.args])
+        if isinstance(expr, CallFn):
+            return self.call(self.program.functions[expr.fn], [self.eval(a, env) for a in expr.args])
+        if isinstance(expr, MakeTuple):
+            return tuple(self.eval(e, env) for e in expr.items)
+        if isinstance(expr, Handle):
+            raise KinaRuntimeError(f"internal: handle {expr.fn} was not lowered")
+        raise TypeError(f"unknown IR node {type(expr).__name__}")
+
+    def literal(self, lit: Literal) -> np.ndarray:
+        t, dtype = lit.type, self.storage(lit.type)
+        if not lit.values:
+            return np.zeros(t.shape, dtype)
+        if len(lit.values) == 1:
+            return np.full(t.shape, lit.values[0], dtype)
+        return np.asarray(lit.values, dtype).reshape(t.shape)
+
+    def op(self, node: OpApp, args: list[np.ndarray]) -> np.ndarray:
+        out_dtype = self.storage(node.type)
+        # Narrow floats compute in float32 and round per op (host emulation does the same).
+        args = [a if a.dtype.kind == "i" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
+        result = NUMPY_OPS[node.op](args, node.attrs, node.type)
+        return np.asarray(result).astype(out_dtype, copy=False)
+
+
+def run_function(program: Program, name: str, args: list, dtype=None):
+    """Evaluate function `name` on args (arrays or nested lists); returns an ndarray or a tuple of them."""
+    from .autodiff import lower_handles  # autodiff imports nothing from here; avoid a cycle at load time
+
+    lowered, diags = lower_handles(program)
+    if diags:
+        raise KinaRuntimeError("cannot run: " + "; ".join(f"[{d.code}] {d.message}" for d in diags))
+    if name not in lowered.functions:
+        raise KinaRuntimeError(f"no function named `{name}`")
+    return _Interpreter(lowered, dtype).call(lowered.functions[name], list(args))
+
+
+# ---- deterministic inputs ---------------------------------------------------------------
+# Ops that consume an I64 operand as an index, with the exclusive bound it must respect.
+_INDEX_BOUNDS: dict[str, Callable[[OpApp], int]] = {
+    "gather": lambda n: n.args[0].type.shape[0],
+    "take_along_axis": lambda n: n.args[0].type.shape[n.attrs["axis"]],
+    "scatter_add": lambda n: n.attrs["dest_ty"].shape[0],
+    "scatter_along_axis": lambda n: n.attrs["dest_ty"].shape[n.attrs["axis"]],
+}
+# Layout ops pass their operand's elements through unchanged: bound(result) applies to the operand.
+_PASS_THROUGH = {"reshape", "transpose", "broadcast", "slice", "concat"}
+# Ops whose float operand must be positive for a finite result.
+_POSITIVE = {"log", "sqrt", "rsqrt"}
+_DEFAULT_INDEX_BOUND = 4
+
+
+class _Uses:
+    """Bounds on parameter values found by walking the IR: index ranges and positivity."""
+
+    def __init__(self, program: Program | None):
+        self.program = program
+
+    def index_bound(self, fn: Function, name: str, depth: int = 0) -> int | None:
+        bounds = [b for b in (self._use_bound(fn, use, depth) for use in self._uses(fn, name)) if b is not None]
+        return min(bounds) if bounds else None
+
+    def positive(self, fn: Function, name: str) -> bool:
+        return any(isinstance(parent, OpApp) and parent.op in _POSITIVE for parent, _ in self._uses(fn, name))
+
+    def _uses(self, fn: Function, name: str):
+        """(parent, operand index) for every occurrence of Var `name`; the parent is the enclosing
+        node, or the Binding when the Var is a let's whole value (None for the function result)."""
+        roots = [(b.value, b) for b in fn.lets] + [(fn.result, None)]
+        for root, binding in roots:
+            stack = [(root, None, None)]
+            while stack:
+                node, parent, i = stack.pop()
+                if isinstance(node, Var) and node.name == name:
+                    yield (parent if parent is not None else binding), i
+                stack.extend((c, node, j) for j, c in enumerate(ir.children(node)))
+
+    def _use_bound(self, fn: Function, use, depth: int) -> int | None:
+        parent, i = use
+        if depth > 16:
+            return None
+        if isinstance(parent, OpApp):
+            if parent.op in _INDEX_BOUNDS and i == 1:
+                return _INDEX_BOUNDS[parent.op](parent)
+            if parent.op in _PASS_THROUGH:
+                return self._expr_bound(fn, parent, depth + 1)
+        if isinstance(parent, ir.Binding) and not parent.destructure:
+            return self.index_bound(fn, parent.names[0], depth + 1)
+        if isinstance(parent, (CallFn, Handle)) and self.program and parent.fn in self.program.functions:
+            callee = self.program.functions[parent.fn]
+            return self.index_bound(callee, callee.params[i].name, depth + 1)
+        return None
+
+    def _expr_bound(self, fn: Function, expr: Expr, depth: int) -> int | None:
+        """Bound for the value of a (nested) expression: where does it flow?"""
+        for b in fn.lets:
+            if b.value is expr and not b.destructure:
+                return self.index_bound(fn, b.names[0], depth)
+            for node in ir.walk(b.value):
+                for j, child in enumerate(ir.children(node)):
+                    if child is expr:
+                        return self._use_bound(fn, (node, j), depth)
+        for node in ir.walk(fn.result):
+            for j, child in enumerate(ir.children(node)):
+                if child is expr:
+                    return self._use_bound(fn, (node, j), depth)
+        return None
+
+
+def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[np.ndarray]:
+    """Deterministic arguments for fn: floats ~ N(0, 1) (uniform in [0.5, 2) where log/sqrt/rsqrt need
+    positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim)."""
+    rng = np.random.default_rng(seed)
+    uses = _Uses(program)
+    out = []
+    for p in fn.params:
+        t = p.type
+        if t.is_float:
+            data = rng.uniform(0.5, 2.0, t.shape) if uses.positive(fn, p.name) else rng.standard_normal(t.shape)
+            out.append(data.astype(NP_DTYPES[t.dtype]))
+        else:
+            bound = uses.index_bound(fn, p.name) or _DEFAULT_INDEX_BOUND
+            out.append(rng.integers(0, bound, t.shape, dtype=np.int64))
+    return out

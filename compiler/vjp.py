@@ -1,0 +1,272 @@
+"""The VJP table: one row per op of ops.OPS, used by autodiff.transform_ad.
+
+A rule receives the forward node (an OpApp whose operands are Vars), the Var
+`y` bound to its result, the result cotangent `g` (a Var of y's type) and
+`needs[i]` (does operand i want a cotangent?).  It emits backward lets through
+a `Builder` and returns one cotangent Var (or None) per operand.  Every
+emitted node is a single op on Vars, typed by ops.OPS[op].infer, so the
+backward graph is as checkable and lowerable as a hand-written one.
+
+Rows without a rule say why (`unsupported`); rows whose rule only covers some
+instances of the op carry a `reject(node) -> message | None` check (e.g.
+reduce_keep(op=mean), rank-changing broadcast).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .ir import (NO_SPAN, Binding, Expr, Function, Literal, OpApp, Param, Var, scatter_add,
+                 scatter_along_axis)
+from .ops import OPS
+from .diagnostics import Span
+from .types import TensorType, Type
+
+
+class Builder:
+    """Emits single-op lets with fresh, printable names (`<prefix>.<n>.<hint>`).
+
+    The dot makes generated names impossible to spell in Kina source, so they
+    never capture a user's name.  Tests use the same builder (with explicit
+    names) to write forward graphs by hand."""
+
+    def __init__(self, prefix: str = "ct"):
+        self.prefix = prefix
+        self.lets: list[tuple[str, Expr]] = []
+        self._count = 0
+
+    def fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{self.prefix}.{self._count}.{hint}"
+
+    def bind(self, value: Expr, name: str | None = None, hint: str = "t") -> Var:
+        name = name or self.fresh(hint)
+        self.lets.append((name, value))
+        return Var(name, value.type, value.span)
+
+    def emit(self, op_name: str, args: list[Var], name: str | None = None,
+             span: Span = NO_SPAN, **attrs) -> Var:
+        """Bind `op_name(args, attrs)`; the result type comes from the op's shape rule."""
+        ty = OPS[op_name].infer([a.type for a in args], attrs)
+        return self.bind(OpApp(op_name, list(args), attrs, ty, span), name, op_name)
+
+    def literal(self, ty: TensorType, values: tuple = (), name: str | None = None) -> Var:
+        """A constant: () zeros, (x,) splat."""
+        return self.bind(Literal(tuple(values), ty), name, "zeros" if not values else "const")
+
+    def expr(self, value: Expr, name: str | None = None, hint: str = "t") -> Var:
+        return self.bind(value, name, hint)
+
+    def function(self, name: str, params: list[Var], result: Expr) -> Function:
+        """Wrap the emitted lets into a function (how tests write forward graphs by hand)."""
+        return Function(name, [Param(p.name, p.type) for p in params], result.type,
+                        [Binding([n], v, span=v.span) for n, v in self.lets], result)
+
+
+Rule = Callable[[Builder, OpApp, Var, Var, list[bool]], list[Var | None]]
+
+
+@dataclass(frozen=True)
+class VJP:
+    rule: Rule | None
+    unsupported: str = ""                                  # why there is no rule
+    reject: Callable[[OpApp], str | None] | None = None    # instances the rule does not cover
+
+
+# ---- small builders ----------------------------------------------------------
+def _const(b: Builder, like: Type, value: float) -> Var:
+    return b.literal(like, (value,))
+
+
+def _transpose_last_two(b: Builder, x: Var) -> Var:
+    """Seed 000 §5: identity on the batch prefix, swap the last two axes."""
+    r = x.type.rank
+    return b.emit("transpose", [x], perm=tuple(range(r - 2)) + (r - 1, r - 2))
+
+
+def _sum_to(b: Builder, g: Var, shape: tuple[int, ...]) -> Var:
+    """keepdims-sum g over every axis where `shape` has a 1 that g expanded."""
+    for axis, (src, dst) in enumerate(zip(shape, g.type.shape)):
+        if src == 1 and dst != 1:
+            g = b.emit("reduce_keep", [g], op="sum", axis=axis)
+    return g
+
+
+def _only(needs, i, make):
+    return make() if needs[i] else None
+
+
+# ---- rules: elementwise --------------------------------------------------------
+def _add(b, node, y, g, needs):
+    return [g if needs[0] else None, g if needs[1] else None]
+
+
+def _sub(b, node, y, g, needs):
+    return [g if needs[0] else None, _only(needs, 1, lambda: b.emit("neg", [g]))]
+
+
+def _mul(b, node, y, g, needs):
+    x0, x1 = node.args
+    return [_only(needs, 0, lambda: b.emit("mul", [g, x1])),
+            _only(needs, 1, lambda: b.emit("mul", [g, x0]))]
+
+
+def _div(b, node, y, g, needs):
+    # y = a / b:  g_a = g / b,  g_b = -g * y / b
+    _, den = node.args
+    return [_only(needs, 0, lambda: b.emit("div", [g, den])),
+            _only(needs, 1, lambda: b.emit("neg", [b.emit("div", [b.emit("mul", [g, y]), den])]))]
+
+
+def _unary(make: Callable[[Builder, Var, Var, Var], Var]) -> Rule:
+    """A rule for a unary elementwise op from g_x = make(b, x, y, g)."""
+    return lambda b, node, y, g, needs: [_only(needs, 0, lambda: make(b, node.args[0], y, g))]
+
+
+_neg = _unary(lambda b, x, y, g: b.emit("neg", [g]))
+_exp = _unary(lambda b, x, y, g: b.emit("mul", [g, y]))                       # d e^x = e^x
+_log = _unary(lambda b, x, y, g: b.emit("div", [g, x]))                       # d log x = 1/x
+_tanh = _unary(lambda b, x, y, g: b.emit("mul", [g, b.emit(                   # 1 - y^2
+    "sub", [_const(b, y.type, 1.0), b.emit("mul", [y, y])])]))
+_sqrt = _unary(lambda b, x, y, g: b.emit("div", [                             # 1 / (2 sqrt x)
+    b.emit("mul", [g, _const(b, y.type, 0.5)]), y]))
+_rsqrt = _unary(lambda b, x, y, g: b.emit("mul", [                            # -1/2 x^-3/2 = -y^3/2
+    b.emit("mul", [g, _const(b, y.type, -0.5)]), b.emit("mul", [y, b.emit("mul", [y, y])])]))
+_sigmoid = _unary(lambda b, x, y, g: b.emit("mul", [                          # y (1 - y)
+    b.emit("mul", [g, y]), b.emit("sub", [_const(b, y.type, 1.0), y])]))
+_relu = _unary(lambda b, x, y, g: b.emit("relu_grad", [g, x]))                # g where x > 0
+
+
+# ---- rules: contractions and layout ---------------------------------------------
+def _matmul(b, node, y, g, needs):
+    a, c = node.args                       # y = a @ c, seed 000 §5
+    return [_only(needs, 0, lambda: b.emit("matmul", [g, _transpose_last_two(b, c)])),
+            _only(needs, 1, lambda: b.emit("matmul", [_transpose_last_two(b, a), g]))]
+
+
+def _transpose(b, node, y, g, needs):
+    perm = node.attrs["perm"]
+    inverse = tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
+    return [_only(needs, 0, lambda: b.emit("transpose", [g], perm=inverse))]
+
+
+def _reshape(b, node, y, g, needs):
+    return [_only(needs, 0, lambda: b.emit("reshape", [g], shape=node.args[0].type.shape))]
+
+
+def _broadcast(b, node, y, g, needs):
+    return [_only(needs, 0, lambda: _sum_to(b, g, node.args[0].type.shape))]
+
+
+def _reject_broadcast(node: OpApp) -> str | None:
+    x, shape = node.args[0].type, tuple(node.attrs["shape"])
+    if len(shape) == x.rank:
+        return None
+    unit = [1] * (len(shape) - x.rank) + list(x.shape)
+    return (f"broadcast of {x} to rank-{len(shape)} shape {list(shape)} changes the rank, and reverseMode "
+            f"only differentiates same-rank broadcast (expanding axes of size 1); add the axes with a "
+            f"reshape first: `let t = x.reshape({unit}) in t.broadcast({list(shape)})`")
+
+
+def _slice(b, node, y, g, needs):
+    # g_x = zeros with g inserted: concat(zeros before, g, zeros after) along the axis.
+    def make():
+        x = node.args[0].type
+        axis, start, stop = node.attrs["axis"], node.attrs["start"], node.attrs["stop"]
+        parts = []
+        for lo, hi in ((0, start), (start, stop), (stop, x.shape[axis])):
+            if lo == start and hi == stop:
+                parts.append(g)
+            elif hi > lo:
+                parts.append(b.literal(x.with_shape(x.shape[:axis] + (hi - lo,) + x.shape[axis + 1:])))
+        return parts[0] if len(parts) == 1 else b.emit("concat", parts, axis=axis)
+    return [_only(needs, 0, make)]
+
+
+def _concat(b, node, y, g, needs):
+    axis, out, offset = node.attrs["axis"], [], 0
+    for i, arg in enumerate(node.args):
+        n = arg.type.shape[axis]
+        out.append(b.emit("slice", [g], axis=axis, start=offset, stop=offset + n) if needs[i] else None)
+        offset += n
+    return out
+
+
+def _reduce_keep(b, node, y, g, needs):
+    # Seed 003 §3: y = reduce_keep(op=sum, axis=i) x  =>  g_x = broadcast(shape(x), g).
+    return [_only(needs, 0, lambda: b.emit("broadcast", [g], shape=node.args[0].type.shape))]
+
+
+def _reject_reduce_keep(node: OpApp) -> str | None:
+    op = node.attrs["op"]
+    if op == "mean":
+        return ("reduce_keep(op=mean) cannot be differentiated under reverseMode (there is no reduce_mean "
+                "VJP); use reduce_keep(op=sum) and multiply by a host 1/n tensor parameter")
+    if op == "max":
+        return ("reduce_keep(op=max) cannot be differentiated under reverseMode (its VJP is not specified); "
+                "compute the max outside the differentiated function, or use softmax/log_softmax, which "
+                "subtract the max internally")
+    return None
+
+
+# ---- rules: normalisations and indexing ------------------------------------------
+def _softmax(b, node, y, g, needs):
+    # g_x = y * (g - sum(g * y, axis) broadcast)
+    def make():
+        axis = node.attrs["axis"]
+        dot = b.emit("reduce_keep", [b.emit("mul", [g, y])], op="sum", axis=axis)
+        return b.emit("mul", [y, b.emit("sub", [g, b.emit("broadcast", [dot], shape=y.type.shape)])])
+    return [_only(needs, 0, make)]
+
+
+def _log_softmax(b, node, y, g, needs):
+    # g_x = g - exp(y) * sum(g, axis) broadcast
+    def make():
+        axis = node.attrs["axis"]
+        total = b.emit("broadcast", [b.emit("reduce_keep", [g], op="sum", axis=axis)], shape=y.type.shape)
+        return b.emit("sub", [g, b.emit("mul", [b.emit("exp", [y]), total])])
+    return [_only(needs, 0, make)]
+
+
+def _take_along_axis(b, node, y, g, needs):
+    x, idx = node.args
+    return [_only(needs, 0, lambda: b.expr(scatter_along_axis(g, idx, node.attrs["axis"], x.type), hint="scatter")),
+            None]
+
+
+def _gather(b, node, y, g, needs):
+    # Seed 000 §6: g_values[v, d] = sum over indices[i] = v of g[i ++ [d]]  (ScatterAdd, duplicates add).
+    values, idx = node.args
+    return [_only(needs, 0, lambda: b.expr(scatter_add(g, idx, values.type), hint="scatter_add")), None]
+
+
+_BACKWARD_ONLY = "is IR-internal: the AD pass inserts it only in backward graphs, and it has no VJP"
+
+VJPS: dict[str, VJP] = {
+    "add": VJP(_add),
+    "sub": VJP(_sub),
+    "mul": VJP(_mul),
+    "div": VJP(_div),
+    "neg": VJP(_neg),
+    "exp": VJP(_exp),
+    "log": VJP(_log),
+    "tanh": VJP(_tanh),
+    "sqrt": VJP(_sqrt),
+    "rsqrt": VJP(_rsqrt),
+    "sigmoid": VJP(_sigmoid),
+    "relu": VJP(_relu),
+    "matmul": VJP(_matmul),
+    "transpose": VJP(_transpose),
+    "reshape": VJP(_reshape),
+    "broadcast": VJP(_broadcast, reject=_reject_broadcast),
+    "slice": VJP(_slice),
+    "concat": VJP(_concat),
+    "gather": VJP(_gather),
+    "reduce_keep": VJP(_reduce_keep, reject=_reject_reduce_keep),
+    "softmax": VJP(_softmax),
+    "log_softmax": VJP(_log_softmax),
+    "take_along_axis": VJP(_take_along_axis),
+    "scatter_add": VJP(None, f"scatter_add {_BACKWARD_ONLY} (seed 000 §7.3)"),
+    "scatter_along_axis": VJP(None, f"scatter_along_axis {_BACKWARD_ONLY}"),
+    "relu_grad": VJP(None, f"relu_grad {_BACKWARD_ONLY}"),
+}
