@@ -1,0 +1,359 @@
+"""Validate: the compiled library against the NumPy interpreter and finite differences.
+
+`kinac validate FILE` (and `validate_file`, used by the language server):
+
+1. builds FILE into a temporary library, adding for every `handle g(..) with
+   reverseMode` in the program an exported wrapper `__validate_grad_g` whose
+   body is just that handle, so the compiled cotangents can be called directly;
+2. runs every exported function (those with parameters on
+   `interp.random_inputs`, and `main`) in a CHILD process: a failed `cf.assert`
+   in the library prints its message and aborts, which must not take the caller
+   down.  A crash is reported as an error naming the assertion and the child is
+   restarted for the remaining functions;
+3. compares each output with `interp.run_function` (max abs / rel error,
+   tolerances per dtype), and for each gradient wrapper also compares the
+   cotangents with central finite differences of the primal computed by the
+   interpreter in float64.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import build, ir
+from .types import TensorType, TupleType
+
+GRAD_PREFIX = "__validate_grad_"
+
+# Kina dtype -> (atol, rtol) for compiled vs interpreter, and for cotangents vs finite differences.
+TOLERANCES = {"F32": (1e-5, 1e-4), "F16": (1e-2, 1e-2), "BF16": (6e-2, 6e-2),
+              "F8E4M3": (0.25, 0.25), "F8E5M2": (0.5, 0.5), "I64": (0, 0)}
+FD_TOLERANCES = {"F32": (1e-3, 1e-2), "F16": (5e-2, 5e-2), "BF16": (0.2, 0.2),
+                 "F8E4M3": (1.0, 0.5), "F8E5M2": (1.0, 0.5)}
+FD_STEP = 1e-4            # central differences in float64
+FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deterministic sample
+
+
+@dataclass
+class OutputCheck:
+    name: str            # "result 0", "d/d emb", ...
+    reference: str       # "interp" | "finite differences"
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+@dataclass
+class FunctionReport:
+    name: str
+    checks: list[OutputCheck] = field(default_factory=list)
+    error: str | None = None     # crash / assertion / exception text
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(c.ok for c in self.checks)
+
+
+@dataclass
+class ValidationReport:
+    path: str
+    build: build.BuildResult | None = None
+    functions: list[FunctionReport] = field(default_factory=list)
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return (self.build is not None and self.build.ok and not self.cancelled
+                and all(f.ok for f in self.functions))
+
+    @property
+    def failing(self) -> list[str]:
+        """Names of the Kina functions that failed (gradient wrappers map to the handled function)."""
+        return [f.name for f in self.functions if not f.ok]
+
+
+# ---- comparing ---------------------------------------------------------------------
+def compare(name: str, got, want, dtype: str, reference: str, tol=TOLERANCES) -> OutputCheck:
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    if g.shape != w.shape:
+        return OutputCheck(name, reference, float("inf"), float("inf"), False)
+    atol, rtol = tol[dtype]
+    diff = np.abs(g - w)
+    finite = np.isfinite(g) == np.isfinite(w)
+    same_inf = np.where(np.isfinite(w), True, g == w)
+    diff = np.where(np.isfinite(w) & np.isfinite(g), diff, np.where(same_inf, 0.0, np.inf))
+    max_abs = float(diff.max()) if diff.size else 0.0
+    rel = diff / np.maximum(np.abs(w), 1e-12)
+    max_rel = float(rel.max()) if rel.size else 0.0
+    ok = bool(finite.all() and (diff <= atol + rtol * np.abs(np.where(np.isfinite(w), w, 0))).all())
+    return OutputCheck(name, reference, max_abs, max_rel, ok)
+
+
+def _flat(value) -> list[np.ndarray]:
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def _result_dtypes(fn: ir.Function) -> list[str]:
+    return [t.dtype.value for t in build.result_types(fn)]
+
+
+# ---- gradient wrappers -----------------------------------------------------------------
+def handles_in(fn: ir.Function) -> list[ir.Handle]:
+    exprs = [b.value for b in fn.lets] + [fn.result]
+    return [e for root in exprs for e in ir.walk(root) if isinstance(e, ir.Handle)]
+
+
+def add_gradient_wrappers(program: ir.Program) -> ir.Program:
+    """A copy of the program with `__validate_grad_g(params of g) = handle g(..) with reverseMode`
+    for each differentiated function g."""
+    out = ir.Program(dict(program.functions))
+    for fn in list(program.functions.values()):
+        for h in handles_in(fn):
+            target = program.functions.get(h.fn)
+            name = GRAD_PREFIX + h.fn
+            if target is None or name in out.functions:
+                continue
+            params = [ir.Param(p.name, p.type) for p in target.params]
+            call = ir.Handle(h.fn, [ir.Var(p.name, p.type) for p in params], h.handler, h.type, h.span)
+            out.functions[name] = ir.Function(name, params, h.type, [], call, h.span, target.name_span)
+    return out
+
+
+def finite_differences(program: ir.Program, target: str, args: list[np.ndarray]) -> list[np.ndarray | None]:
+    """d(sum of target's result)/d(each float parameter) by central differences in float64;
+    None for I64 parameters.  Sampled elements elsewhere are NaN (not compared)."""
+    from . import interp
+    x64 = [a if a.dtype == np.int64 else a.astype(np.float64) for a in args]
+    fn = program.functions[target]
+    grads: list[np.ndarray | None] = []
+
+    def total(xs) -> float:
+        return float(np.sum(np.asarray(interp.run_function(program, target, xs, dtype=np.float64),
+                                       dtype=np.float64)))
+
+    rng = np.random.default_rng(0)
+    for j, p in enumerate(fn.params):
+        if not p.type.is_float:
+            grads.append(None)
+            continue
+        g = np.full(p.type.shape, np.nan)
+        flat_idx = np.arange(g.size)
+        if g.size > FD_MAX_ELEMENTS:
+            flat_idx = np.sort(rng.choice(g.size, FD_MAX_ELEMENTS, replace=False))
+        for k in flat_idx:
+            idx = np.unravel_index(k, g.shape) if g.shape else ()
+            plus, minus = [a.copy() for a in x64], [a.copy() for a in x64]
+            plus[j][idx] += FD_STEP
+            minus[j][idx] -= FD_STEP
+            g[idx] = (total(plus) - total(minus)) / (2 * FD_STEP)
+        grads.append(g)
+    return grads
+
+
+def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: ir.Function,
+                      args: list[np.ndarray], got: list[np.ndarray]) -> None:
+    target = wrapper.result.fn
+    fd = finite_differences(program, target, args)
+    cotangents = got[1:]
+    float_params = [(p, g) for p, g in zip(program.functions[target].params, fd) if g is not None]
+    for (p, g_fd), g_comp in zip(float_params, cotangents):
+        mask = ~np.isnan(g_fd)
+        fn_report.checks.append(compare(f"d/d {p.name}", np.asarray(g_comp, np.float64)[mask], g_fd[mask],
+                                        p.type.dtype.value, "finite differences", FD_TOLERANCES))
+
+
+# ---- the child process ---------------------------------------------------------------------
+def child_main(so_path: str, work: str, names: list[str]) -> int:
+    """Run functions of the library on pickled inputs; one START/DONE line per function."""
+    from . import runtime
+    lib = runtime.load(so_path)
+    for name in names:
+        print(f"START {name}", flush=True)
+        with open(Path(work) / f"{name}.in.pkl", "rb") as f:
+            args = pickle.load(f)
+        out = _flat(lib[name](*args))
+        with open(Path(work) / f"{name}.out.pkl", "wb") as f:
+            pickle.dump(out, f)
+        print(f"DONE {name}", flush=True)
+    return 0
+
+
+def _assertion(stderr: str) -> str:
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    hits = [l for l in lines if "out of bounds" in l or "assert" in l.lower()]
+    return (hits or lines or ["the library crashed without a message"])[0]
+
+
+def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
+                 cancel: Callable[[], bool] | None, on_done: Callable[[str, str | None], None]) -> bool:
+    """Run `names` in child processes, restarting after a crash.  on_done(name, error|None)
+    is called per function.  Returns False when cancelled."""
+    pending = list(names)
+    while pending:
+        cmd = [sys.executable, "-m", "compiler.validate", "--child", str(so_path), str(work), *pending]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent.parent),
+                                                                        os.environ.get("PYTHONPATH")])))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        current, deadline = None, time.monotonic() + timeout
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            if cancel is not None and cancel():
+                proc.kill()
+                proc.wait()
+                return False
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+            if not sel.select(0.1):
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            kind, _, name = line.strip().partition(" ")
+            if kind == "START":
+                current = name
+            elif kind == "DONE":
+                pending.remove(name)
+                on_done(name, None)
+                current = None
+        sel.close()
+        timed_out = proc.poll() is None
+        if timed_out:
+            proc.kill()
+        stderr = proc.stderr.read()
+        proc.wait()
+        if current is None and pending:
+            current = pending[0]          # died before starting (e.g. the library fails to load)
+        if current is not None and current in pending:
+            pending.remove(current)
+            msg = (f"timed out after {timeout:.0f} s" if timed_out else
+                   f"crashed (exit {proc.returncode}): {_assertion(stderr)}")
+            on_done(current, msg)
+    return True
+
+
+# ---- driver -----------------------------------------------------------------------------
+def validate_file(path: str | Path, *, seed: int = 0, opt_level: int = 0,
+                  progress: Callable[[str, int, int], None] | None = None,
+                  cancel: Callable[[], bool] | None = None, timeout: float = 120.0) -> ValidationReport:
+    """Build, run in a child process, compare.  progress(function, done, total) is called as
+    functions finish; cancel() returning True stops the run (report.cancelled)."""
+    from . import interp
+    report = ValidationReport(str(path))
+    with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
+        work = Path(tmp)
+        report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers)
+        if not report.build.ok:
+            return report
+        program = report.build.program
+        fns = [f for f in build.exported(program) if f.params or f.name == "main"]
+        inputs, expected, reports = {}, {}, {}
+        for fn in fns:
+            reports[fn.name] = FunctionReport(_display_name(fn.name))
+            try:
+                inputs[fn.name] = interp.random_inputs(fn, seed) if fn.params else []
+                expected[fn.name] = _flat(interp.run_function(program, fn.name, inputs[fn.name]))
+            except Exception as e:  # an interpreter failure is reported, not raised
+                reports[fn.name].error = f"interpreter failed: {type(e).__name__}: {e}"
+                continue
+            with open(work / f"{fn.name}.in.pkl", "wb") as f:
+                pickle.dump(inputs[fn.name], f)
+        runnable = [f.name for f in fns if reports[f.name].error is None]
+        done = [0]
+
+        def on_done(name: str, error: str | None) -> None:
+            rep, fn = reports[name], program.functions[name]
+            if error is not None:
+                rep.error = error
+            else:
+                _compare_function(rep, program, fn, inputs[name], expected[name], work)
+            done[0] += 1
+            if progress is not None:
+                progress(rep.name, done[0], len(runnable))
+
+        finished = run_in_child(report.build.so_path, work, runnable, timeout=timeout, cancel=cancel,
+                                on_done=on_done)
+        report.cancelled = not finished
+        report.functions = [reports[f.name] for f in fns]
+    return report
+
+
+def _display_name(name: str) -> str:
+    return f"{name[len(GRAD_PREFIX):]} (reverseMode)" if name.startswith(GRAD_PREFIX) else name
+
+
+def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
+                      args, want: list[np.ndarray], work: Path) -> None:
+    with open(work / f"{fn.name}.out.pkl", "rb") as f:
+        got = pickle.load(f)
+    for i, (g, w, dt) in enumerate(zip(got, want, _result_dtypes(fn))):
+        rep.checks.append(compare(f"result {i}", g, w, dt, "interp"))
+    if fn.name.startswith(GRAD_PREFIX):
+        try:
+            compare_gradients(rep, program, fn, args, got)
+        except Exception as e:
+            rep.error = f"finite differences failed: {type(e).__name__}: {e}"
+
+
+# ---- CLI ---------------------------------------------------------------------------------
+def format_report(report: ValidationReport) -> str:
+    lines = []
+    for f in report.functions:
+        if f.error:
+            lines.append(f"FAIL {f.name}: {f.error}")
+            continue
+        lines.append(f"{'PASS' if f.ok else 'FAIL'} {f.name}")
+        for c in f.checks:
+            lines.append(f"  {'ok  ' if c.ok else 'BAD '} {c.name:<14} vs {c.reference:<18} "
+                         f"max abs {c.max_abs:.3e}  max rel {c.max_rel:.3e}")
+    if report.cancelled:
+        lines.append("cancelled")
+    n_bad = len(report.failing)
+    lines.append(f"{len(report.functions) - n_bad}/{len(report.functions)} functions passed")
+    return "\n".join(lines)
+
+
+def add_validate_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="the .kina source file")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the child is killed")
+    parser.add_argument("-O2", dest="opt_level", action="store_const", const=2, default=0)
+
+
+def cli_validate(args) -> int:
+    report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", 0) or 0,
+                           timeout=args.timeout)
+    if report.build is not None:
+        build.print_diagnostics(report.build)
+    if report.build is None or not report.build.ok:
+        print(f"kinac validate: {args.file}: build failed", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        so_path, work, *names = argv[1:]
+        return child_main(so_path, work, names)
+    parser = argparse.ArgumentParser(prog="python -m compiler.validate")
+    add_validate_args(parser)
+    return cli_validate(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
