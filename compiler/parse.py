@@ -417,12 +417,13 @@ def _tree_depth(node) -> int:
     while stack:
         node, d = stack.pop()
         best = max(best, d)
-        for child in _children(node):
+        for child in children(node):
             stack.append((child, d + 1))
     return best
 
 
-def _children(node) -> list:
+def children(node) -> list:
+    """The sub-expressions of an AST node (the let chain included), for iterative walks."""
     if isinstance(node, ast.FnDef):
         return [node.body]
     if isinstance(node, ast.Let):

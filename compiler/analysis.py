@@ -1,0 +1,420 @@
+"""The incremental front end: text -> parse + check + reverseMode diagnostics, types
+and name resolution, shared by the CLI and the language server.
+
+`Analysis().update(text)` splits the text into top-level items and keeps every
+per-item result in *item-local* coordinates (spans relative to the item's first
+character), keyed by the item's text.  So:
+
+- an item whose text did not change is not re-parsed, even if it moved (its
+  results are shifted to document offsets only when someone asks for them);
+- a function is re-checked only when its text changed or when the signature of
+  a function it mentions changed (and, when it has an unknown name, when the set
+  of function names changed: "did you mean" depends on it);
+- module-level facts (duplicate names, call cycles, reverseMode restrictions of
+  handled functions) are recomputed from the per-item results each time; they are
+  cheap.
+
+A from-scratch `analyze(text)` is the same code with empty caches, which is what
+tests/test_incremental.py compares against.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from . import check, ir, parse
+from . import syntax as ast
+from .diagnostics import Diagnostic, Note, SourceText, Span
+from .parse import shift
+
+try:  # reverseMode restrictions; analysis still works without the AD stage
+    from . import autodiff as _autodiff
+except ImportError:  # pragma: no cover - only while the module is being written
+    _autodiff = None
+
+
+# ---- per-item, position-independent results -------------------------------------------
+@dataclass
+class Symbols:
+    """Name resolution inside one function, in item-local spans.
+    defs: binding span -> name (parameters and lets); uses: reference span ->
+    binding span; calls: (span, function name) for every user-function mention."""
+    defs: dict[Span, str] = field(default_factory=dict)
+    uses: dict[Span, Span] = field(default_factory=dict)
+    calls: list[tuple[Span, str]] = field(default_factory=list)
+
+
+def _resolve(fn: ast.FnDef) -> Symbols:
+    """Bind every Name to its parameter or let (lexical scope: a let's value sees
+    only earlier bindings).  Iterative over the let chain; expressions are at most
+    parse.MAX_DEPTH deep."""
+    sym = Symbols()
+    scope = {}
+    for p in fn.params:
+        sym.defs[p.name_span] = p.name
+        scope.setdefault(p.name, p.name_span)
+    body = fn.body
+    while isinstance(body, ast.Let):
+        _resolve_expr(body.value, scope, sym)
+        for n in body.names:
+            sym.defs[n.span] = n.id
+            scope.setdefault(n.id, n.span)   # a rebinding is a `duplicate` error; keep the first
+        body = body.body
+    _resolve_expr(body, scope, sym)
+    return sym
+
+
+def _resolve_expr(e, scope: dict[str, Span], sym: Symbols) -> None:
+    stack = [e]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.Name):
+            if e.id in scope:
+                sym.uses[e.span] = scope[e.id]
+        elif isinstance(e, ast.Call):
+            sym.calls.append((e.func_span, e.func))
+        stack.extend(parse.children(e))
+
+
+def _mentions(sym: Symbols, fn: ast.FnDef) -> frozenset[str]:
+    """Names whose signatures can change this function's check: calls and free names."""
+    free = set()
+    stack = [fn.body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.Name) and e.span not in sym.uses:
+            free.add(e.id)
+        stack.extend(parse.children(e))
+    return frozenset(free | {name for _, name in sym.calls})
+
+
+@dataclass
+class ItemResult:
+    """Everything about one item that depends only on its text (and its callees)."""
+    text: str
+    name: str
+    fn: ast.FnDef | None
+    parse_diags: tuple[Diagnostic, ...]
+    signature: check.Signature | None = None
+    symbols: Symbols | None = None
+    mentions: frozenset[str] = frozenset()
+    result: check.FunctionResult | None = None
+    check_key: tuple | None = None       # what `result` was computed against
+
+
+@dataclass
+class Item:
+    """An item of the current document: its results and where it sits."""
+    offset: int
+    end: int
+    res: ItemResult
+
+    @property
+    def name(self) -> str:
+        return self.res.name
+
+
+@dataclass
+class LastGood:
+    """The last IR and types of a function that checked cleanly (for hover while it is broken)."""
+    text: str
+    result: check.FunctionResult
+
+
+# ---- the snapshot ---------------------------------------------------------------------
+class Snapshot:
+    """The analysis of one version of the text.  Cheap things are computed eagerly
+    (diagnostics); document-offset copies of ASTs and IR lazily."""
+
+    def __init__(self, source: SourceText, items: list[Item], diagnostics: list[Diagnostic],
+                 good: set[str], last_good: dict[str, LastGood]):
+        self.source = source
+        self.items = items
+        self.diagnostics = diagnostics
+        self._good = good                # names of the functions in .program
+        self._last_good = last_good
+        self._starts = [it.offset for it in items]
+
+    # ---- whole-document views
+    @cached_property
+    def module(self) -> ast.Module:
+        return ast.Module([shift(it.res.fn, it.offset) for it in self.items if it.res.fn is not None],
+                          Span(0, len(self.source.text)))
+
+    @cached_property
+    def program(self) -> ir.Program:
+        """The functions that checked cleanly (not recursive, first definitions), document spans."""
+        return ir.Program({it.name: shift(it.res.result.function, it.offset)
+                           for it in self._first_defs().values() if it.name in self._good})
+
+    @cached_property
+    def functions(self) -> dict[str, "FunctionInfo"]:
+        return {name: FunctionInfo(shift(it.res.fn, it.offset), it.res.signature)
+                for name, it in self._first_defs().items()}
+
+    @cached_property
+    def types(self) -> list[check.TypeFact]:
+        """Every TypeFact of the document, document spans, in text order."""
+        facts = [_shift_fact(f, it.offset) for it in self.items if it.res.result for f in it.res.result.types]
+        return sorted(facts, key=lambda f: (f.span.start, f.span.end))
+
+    @property
+    def last_good(self) -> dict[str, LastGood]:
+        return dict(self._last_good)
+
+    def _first_defs(self) -> dict[str, Item]:
+        out = {}
+        for it in self.items:
+            if it.res.fn is not None:
+                out.setdefault(it.name, it)
+        return out
+
+    # ---- queries at an offset
+    def item_at(self, offset: int) -> Item | None:
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and self.items[i].offset <= offset <= self.items[i].end:
+            return self.items[i]
+        return None
+
+    def type_at(self, offset: int) -> check.TypeFact | None:
+        """The innermost TypeFact whose span contains offset.  When the function does
+        not parse, its last good types are used (their positions may be stale)."""
+        it = self.item_at(offset)
+        if it is None:
+            return None
+        facts = it.res.result.types if it.res.result else []
+        if not facts and it.name in self._last_good:
+            facts = self._last_good[it.name].result.types
+        local = offset - it.offset
+        inside = [f for f in facts if f.span.start <= local <= f.span.end]
+        if not inside:
+            return None
+        best = min(inside, key=lambda f: (f.span.end - f.span.start, -f.span.start))
+        return _shift_fact(best, it.offset)
+
+    def _symbol_at(self, offset: int):
+        """("local", item, binding span) | ("fn", name) | None, in item-local spans."""
+        it = self.item_at(offset)
+        if it is None or it.res.fn is None:
+            return None
+        local, sym, fn = offset - it.offset, it.res.symbols, it.res.fn
+        if fn.name_span.contains(local):
+            return ("fn", fn.name)
+        for span, name in sym.calls:
+            if span.contains(local):
+                return ("fn", name)
+        for span, target in sym.uses.items():
+            if span.contains(local):
+                return ("local", it, target)
+        for span in sym.defs:
+            if span.contains(local):
+                return ("local", it, span)
+        return None
+
+    def definition(self, offset: int) -> Span | None:
+        """Where the name at offset is defined (a function name, parameter or let)."""
+        sym = self._symbol_at(offset)
+        if sym is None:
+            return None
+        if sym[0] == "local":
+            return sym[2].shift(sym[1].offset)
+        target = self._first_defs().get(sym[1])
+        return target.res.fn.name_span.shift(target.offset) if target else None
+
+    def references(self, offset: int) -> list[Span]:
+        """Every occurrence (definition included) of the name at offset, in text order."""
+        sym = self._symbol_at(offset)
+        if sym is None:
+            return []
+        if sym[0] == "local":
+            _, it, target = sym
+            spans = [target] + [use for use, d in it.res.symbols.uses.items() if d == target]
+            return sorted((s.shift(it.offset) for s in spans), key=lambda s: (s.start, s.end))
+        name, out = sym[1], []
+        for it in self.items:
+            if it.res.fn is None:
+                continue
+            if it.res.fn.name == name:
+                out.append(it.res.fn.name_span.shift(it.offset))
+            out += [span.shift(it.offset) for span, callee in it.res.symbols.calls if callee == name]
+        return sorted(out, key=lambda s: (s.start, s.end))
+
+
+@dataclass
+class FunctionInfo:
+    fn: ast.FnDef
+    signature: check.Signature | None
+
+
+def _shift_fact(fact, delta: int):
+    return fact if delta == 0 else dataclasses.replace(fact, span=fact.span.shift(delta))
+
+
+# ---- the incremental driver ------------------------------------------------------------
+class Analysis:
+    """Holds the per-item caches between versions of one document."""
+
+    def __init__(self, path: str = "<input>"):
+        self.path = path
+        self._items: dict[str, ItemResult] = {}     # item text -> results
+        self._ad: dict[tuple, list[Diagnostic]] = {}
+        self._last_good: dict[str, LastGood] = {}
+        self.snapshot: Snapshot | None = None
+
+    def update(self, text: str) -> Snapshot:
+        chunks = parse.split_items(text)
+        diags = parse.gaps(text, chunks)
+        items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name)) for c in chunks]
+        self._items = {it.res.text: it.res for it in items}     # forget items that are gone
+        first = self._first_definitions(items, diags)
+        signatures = {name: it.res.signature for name, it in first.items()}
+        for it in items:
+            it.res = self._checked(it.res, signatures)
+            self._items[it.res.text] = it.res
+            diags += _shifted(it.res.parse_diags, it.offset)
+            if it.res.result is not None:
+                diags += _shifted(it.res.result.diagnostics, it.offset)
+        good = self._good_functions(first, diags)
+        self._remember_good(items)
+        snap = Snapshot(SourceText(text, self.path), items, [], good, dict(self._last_good))
+        diags += self._ad_diagnostics(snap, first)
+        snap.diagnostics = _dedupe(diags)
+        self.snapshot = snap
+        return snap
+
+    # ---- per item
+    def _item(self, text: str, name: str) -> ItemResult:
+        res = self._items.get(text)
+        if res is not None:
+            return res
+        fn, pdiags = parse.parse_local(text)
+        res = ItemResult(text, fn.name if fn else name, fn, pdiags)
+        if fn is not None:
+            res.signature = check.signature_of(fn)[0]
+            res.symbols = _resolve(fn)
+            res.mentions = _mentions(res.symbols, fn)
+        return res
+
+    @staticmethod
+    def _checked(res: ItemResult, signatures: dict) -> ItemResult:
+        """res, or a copy re-checked when a signature it depends on changed.  (A copy, so
+        that older snapshots keep the results they were built with.)"""
+        if res.fn is None:
+            return res
+        key = tuple(sorted((m, _sig_key(signatures.get(m))) for m in res.mentions))
+        if res.result is not None and res.check_key == _with_names(key, res.result, signatures):
+            return res
+        result = check.check_function(res.fn, signatures)
+        return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures))
+
+    # ---- module level
+    @staticmethod
+    def _first_definitions(items: list[Item], diags: list[Diagnostic]) -> dict[str, Item]:
+        first: dict[str, Item] = {}
+        for it in items:
+            fn = it.res.fn
+            if fn is None:
+                continue
+            if fn.name in first:
+                prev = first[fn.name]
+                diags.append(Diagnostic("duplicate", f"function `{fn.name}` is defined twice",
+                                        fn.name_span.shift(it.offset),
+                                        (Note("first defined here", prev.res.fn.name_span.shift(prev.offset)),)))
+                continue
+            first[fn.name] = it
+        return first
+
+    @staticmethod
+    def _good_functions(first: dict[str, Item], diags: list[Diagnostic]) -> set[str]:
+        """Names of the functions that go into the program; adds call-cycle diagnostics."""
+        results = {name: _shifted_calls(it.res.result, it.offset) for name, it in first.items()}
+        diags += check.recursion_diagnostics(results)
+        graph = {name: sorted(c for c in r.calls if c in results) for name, r in results.items()}
+        recursive = check._cycles(graph)   # the checker's own cycle finder (same rule as check_module)
+        return {name for name, it in first.items()
+                if it.res.result.function is not None and name not in recursive}
+
+    def _remember_good(self, items: list[Item]) -> None:
+        for it in items:
+            if it.res.result is not None and it.res.result.function is not None:
+                self._last_good[it.name] = LastGood(it.res.text, it.res.result)
+
+    def _ad_diagnostics(self, snap: Snapshot, first: dict[str, Item]) -> list[Diagnostic]:
+        """reverseMode restrictions of every function that some good function handles.
+        Cached by the texts and offsets of the handled function and its callees."""
+        if _autodiff is None:
+            return []
+        targets = sorted({h.fn for name in snap._good for h in _handles(first[name].res.result.function)})
+        out, cache = [], {}
+        for target in targets:
+            if target not in snap._good:
+                continue          # its own diagnostics (or unknown-name at the handle) say why
+            closure = _callees(target, first)
+            key = (target,) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
+            diags = self._ad.get(key)
+            if diags is None:   # only the handled function and its callees (calls are inlined)
+                program = ir.Program({n: shift(first[n].res.result.function, first[n].offset) for n in closure})
+                diags = _autodiff.check_differentiable(program, target)
+            cache[key] = diags
+            out += diags
+        self._ad = cache
+        return out
+
+
+def _with_names(key: tuple, result: check.FunctionResult, signatures: dict) -> tuple:
+    """A function with an unknown name also depends on every function name ("did you mean")."""
+    if any(d.code == "unknown-name" for d in result.diagnostics):
+        return key + (frozenset(signatures),)
+    return key
+
+
+def _sig_key(sig):
+    """A hashable stand-in for a Signature (dataclasses with lists are not hashable)."""
+    if sig is None:
+        return None
+    return (tuple((n, repr(t)) for n, t in sig.params), repr(sig.ret))
+
+
+def _shifted(diags, delta: int) -> list[Diagnostic]:
+    return [d.shift(delta) for d in diags] if delta else list(diags)
+
+
+def _shifted_calls(result: check.FunctionResult, delta: int) -> check.FunctionResult:
+    spans = {k: v.shift(delta) for k, v in result.call_spans.items()}
+    return check.FunctionResult(None, [], [], result.calls, spans)
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen, out = set(), []
+    for d in diags:
+        key = (d.code, d.message, d.span)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return sorted(out, key=lambda d: (d.span.start, d.span.end, d.code))
+
+
+def _handles(fn: ir.Function):
+    for e in [b.value for b in fn.lets] + [fn.result]:
+        for node in ir.walk(e):
+            if isinstance(node, ir.Handle):
+                yield node
+
+
+def _callees(name: str, first: dict[str, Item]) -> set[str]:
+    """name and every function it calls, transitively."""
+    seen, stack = set(), [name]
+    while stack:
+        n = stack.pop()
+        if n in seen or n not in first or first[n].res.result is None:
+            continue
+        seen.add(n)
+        stack.extend(first[n].res.result.calls)
+    return seen
+
+
+def analyze(text: str, path: str = "<input>") -> Snapshot:
+    """Analyse a whole document from scratch."""
+    return Analysis(path).update(text)
