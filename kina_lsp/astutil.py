@@ -1,0 +1,85 @@
+"""Small read-only queries over the compiler's AST (compiler/syntax.py).
+
+The server never re-implements typing; these helpers only answer "which
+syntax node is under the cursor" and "which lets does this function bind",
+which hover, inlay hints and the quick fix need.
+"""
+from __future__ import annotations
+
+from compiler import syntax as ast
+
+EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Call, ast.BinOp,
+              ast.Neg, ast.Handle, ast.TensorLit, ast.TupleExpr, ast.Let)
+
+
+def children(node) -> list:
+    """Direct sub-expressions, in source order."""
+    if isinstance(node, ast.MethodCall):
+        return [node.receiver, *node.args]
+    if isinstance(node, ast.Call):
+        return list(node.args)
+    if isinstance(node, ast.BinOp):
+        return [node.lhs, node.rhs]
+    if isinstance(node, ast.Neg):
+        return [node.operand]
+    if isinstance(node, ast.Handle):
+        return [node.call]
+    if isinstance(node, ast.TupleExpr):
+        return list(node.items)
+    if isinstance(node, ast.Let):
+        return [node.value, node.body]
+    return []
+
+
+def function_at(module: ast.Module | None, offset: int) -> ast.FnDef | None:
+    if module is None:
+        return None
+    return next((f for f in module.functions if f.span.contains(offset)), None)
+
+
+def path_at(fn: ast.FnDef, offset: int) -> list:
+    """Nodes from the function body down to the innermost expression containing offset."""
+    path, node = [], fn.body
+    while node is not None and node.span.contains(offset):
+        path.append(node)
+        node = next((c for c in children(node) if c.span.contains(offset)), None)
+    return path
+
+
+def lets(fn: ast.FnDef):
+    """The let chain of a function body, outermost first."""
+    node = fn.body
+    while isinstance(node, ast.Let):
+        yield node
+        node = node.body
+
+
+def let_of(fn: ast.FnDef, offset: int) -> ast.Let | None:
+    """The let whose bound value contains offset."""
+    return next((let for let in lets(fn) if let.value.span.contains(offset)), None)
+
+
+def find_function(module: ast.Module | None, name: str) -> ast.FnDef | None:
+    if module is None:
+        return None
+    return next((f for f in module.functions if f.name == name), None)
+
+
+def type_text(t) -> str:
+    """How a parameter's type was written (types as written, before checking)."""
+    if isinstance(t, ast.TensorTypeExpr):
+        dims = ", ".join(str(d) for d in t.shape)
+        return f"Tensor[{t.dtype}, [{dims}], @{t.placement or 'host'}]"
+    if isinstance(t, ast.TupleTypeExpr):
+        return "(" + ", ".join(type_text(i) for i in t.items) + ")"
+    return str(t)
+
+
+def signature(fn: ast.FnDef) -> str:
+    params = ", ".join(f"{p.name}: {type_text(p.type)}" for p in fn.params)
+    return f"fn {fn.name}({params}) -> {type_text(fn.ret)}"
+
+
+def is_float_param(p: ast.Param) -> bool:
+    """Floating parameters receive a cotangent under reverseMode; I64 never does."""
+    return isinstance(p.type, ast.TensorTypeExpr) and p.type.dtype != "I64"

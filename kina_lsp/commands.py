@@ -1,0 +1,187 @@
+"""Commands: `kina.buildAndValidate` and `kina.showMlir` (also the `kina/mlir` request).
+
+Build & validate runs compiler.validate.validate_file on a worker thread (the
+validator itself runs the compiled library in a child process, so an
+assertion trap in generated code kills that child, not the server).  Progress
+goes to the client as window/workDoneProgress ($/progress begin/report/end);
+cancelling the progress sets the `cancel` event the validator polls.  The
+result is a window/showMessage plus `validate` diagnostics on the name of
+every failing function, which stay until the document is edited.
+
+Show MLIR runs the build's front end (parse, check, lower handles, emit) on
+the current buffer and returns the text as `{"language": "mlir", "content":
+...}`, which a VS Code client opens with
+`workspace.openTextDocument({language, content})` as an untitled document.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
+
+from compiler.diagnostics import SourceText
+
+from . import astutil
+
+log = logging.getLogger(__name__)
+
+VALIDATE_CODE = "validate"
+_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kina-build")
+
+
+def _path_for(uri: str) -> str:
+    return to_fs_path(uri) or "untitled.kina"
+
+
+# ---- Show MLIR ----------------------------------------------------------------------
+def emit_mlir_text(text: str, path: str) -> dict:
+    """{"language": "mlir", "content": MLIR} or {"language": "text", "content": the diagnostics}."""
+    from compiler import build
+    result = build.BuildResult(False, source=SourceText(text, path))
+    try:
+        mlir = build.front_end(text, path, {}, result)
+    except Exception as e:  # a compiler bug must become a message, not a dead server
+        log.exception("emit failed")
+        return {"language": "text", "content": f"// internal error while emitting MLIR: {e}", "ok": False}
+    if mlir is None:
+        rendered = "\n".join(result.source.render(d) for d in result.diagnostics) or "no MLIR was produced"
+        return {"language": "text", "content": rendered, "ok": False}
+    return {"language": "mlir", "content": mlir, "ok": True,
+            "title": Path(path).with_suffix(".mlir").name}
+
+
+async def show_mlir(server, uri: str) -> dict:
+    cur = server.buffer(uri)
+    if cur is None:
+        return {"language": "text", "content": f"{uri} is not open", "ok": False}
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_pool, emit_mlir_text, cur[0], _path_for(uri))
+
+
+# ---- Build & validate ----------------------------------------------------------------
+class _Reporter:
+    """window/workDoneProgress when the client supports it, silence otherwise."""
+
+    def __init__(self, server):
+        window = server.client_capabilities.window
+        self.enabled = bool(window and window.work_done_progress)
+        self.progress = server.work_done_progress
+
+    async def create(self, token) -> None:
+        if self.enabled:
+            await self.progress.create_async(token)
+
+    def begin(self, token, value) -> None:
+        if self.enabled:
+            self.progress.begin(token, value)
+
+    def report(self, token, value) -> None:
+        if self.enabled:
+            self.progress.report(token, value)
+
+    def end(self, token, value) -> None:
+        if self.enabled:
+            self.progress.end(token, value)
+
+    def on_cancel(self, token, callback) -> None:
+        fut = self.progress.tokens.get(token) if self.enabled else None
+        if fut is not None:  # window/workDoneProgress/cancel cancels this future
+            fut.add_done_callback(lambda f: callback() if f.cancelled() else None)
+
+
+class _Progress:
+    """Thread-safe bridge from validate_file's progress(function, done, total) to $/progress."""
+
+    def __init__(self, reporter, token, loop):
+        self.reporter, self.token, self.loop = reporter, token, loop
+
+    def __call__(self, function: str, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        value = lsp.WorkDoneProgressReport(message=f"{function} ({done}/{total})", percentage=pct)
+        self.loop.call_soon_threadsafe(self.reporter.report, self.token, value)
+
+
+def _run_validation(text: str, path: str, progress, cancel: threading.Event):
+    """Worker thread: validate a copy of the buffer (unsaved edits included)."""
+    from compiler.validate import validate_file
+    with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
+        copy = Path(tmp) / Path(path).name
+        copy.write_text(text, encoding="utf-8")
+        return validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+
+
+async def build_and_validate(server, uri: str) -> dict:
+    cur = server.buffer(uri)
+    if cur is None:
+        return {"ok": False, "message": f"{uri} is not open"}
+    text, version = cur
+    loop = asyncio.get_running_loop()
+    token = f"kina-validate-{uuid.uuid4()}"
+    progress = _Reporter(server)
+    await progress.create(token)
+    progress.begin(token, lsp.WorkDoneProgressBegin(title="Kina: build & validate", cancellable=True,
+                                                    message=Path(_path_for(uri)).name, percentage=0))
+    cancel = threading.Event()
+    progress.on_cancel(token, cancel.set)
+    try:
+        report = await loop.run_in_executor(_pool, _run_validation, text, _path_for(uri),
+                                            _Progress(progress, token, loop), cancel)
+        summary = summarize(report)
+    except Exception as e:
+        log.exception("build & validate failed")
+        summary = {"ok": False, "message": f"Kina: build & validate failed: {e}", "failing": {}}
+    progress.end(token, lsp.WorkDoneProgressEnd(message=summary["message"]))
+    server.window_show_message(lsp.ShowMessageParams(
+        type=lsp.MessageType.Info if summary["ok"] else lsp.MessageType.Error, message=summary["message"]))
+    await server.set_validation_diagnostics(uri, text, version, summary.get("failing", {}))
+    return summary
+
+
+def _failure(f) -> str:
+    if f.error:
+        return f.error
+    bad = [c for c in f.checks if not c.ok]
+    return "; ".join(f"{c.name} differs from {c.reference} (max abs {c.max_abs:.3g}, max rel {c.max_rel:.3g})"
+                     for c in bad) or "failed"
+
+
+def summarize(report) -> dict:
+    """A JSON-able summary of a compiler.validate.ValidationReport:
+    ok, message, failing {Kina function: reason}, functions {display name: ok}."""
+    if report.build is None or not report.build.ok:
+        diags = report.build.diagnostics if report.build else []
+        why = "; ".join(f"[{d.code}] {d.message}" for d in diags[:3]) or "unknown error"
+        return {"ok": False, "message": f"Kina: build failed: {why}", "failing": {}, "functions": {}}
+    failing = {}
+    for f in report.functions:
+        if not f.ok:
+            # a gradient wrapper "g (reverseMode)" is reported on the handled function g
+            failing.setdefault(f.name.split(" ")[0], _failure(f))
+    n = len(report.functions)
+    if report.cancelled:
+        message = "Kina: build & validate was cancelled"
+    elif failing:
+        message = (f"Kina: validation failed ({n - len(failing)}/{n} passed): "
+                   + "; ".join(f"{name}: {why}" for name, why in failing.items()))
+    else:
+        message = f"Kina: build & validate passed ({n}/{n} functions match the interpreter)"
+    return {"ok": report.ok, "message": message, "failing": failing, "cancelled": report.cancelled,
+            "functions": {f.name: f.ok for f in report.functions}}
+
+
+def validation_diagnostics(view, failing: dict) -> list[lsp.Diagnostic]:
+    out = []
+    for name, why in failing.items():
+        fn = astutil.find_function(view.snapshot.module, name) if view else None
+        if fn is None:
+            continue
+        out.append(lsp.Diagnostic(range=view.index.range(fn.name_span), message=f"validation failed: {why}",
+                                  code=VALIDATE_CODE, source="kina", severity=lsp.DiagnosticSeverity.Error))
+    return out

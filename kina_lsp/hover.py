@@ -1,0 +1,137 @@
+"""Hover: the checker's type of what is under the cursor.
+
+- a name or expression: its inferred type (`x: Tensor[F32, [1, 4, 4], @host]`);
+- a built-in op (method name or free call): its typing rule and doc line from
+  compiler.ops.OPS, plus the type this application got;
+- an attribute name: its kind and, for enums, the choices;
+- a user function name: its signature;
+- `handle f(..) with reverseMode`: the result tuple, primal first, then one
+  cotangent per floating parameter named g_<param> (I64 parameters get none).
+"""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from compiler import ir, syntax as ast
+from compiler.ops import SURFACE_OPS
+from compiler.types import TupleType
+
+from . import astutil
+
+
+def _code(text: str) -> str:
+    return f"```kina\n{text}\n```"
+
+
+def _hover(view, span, *parts: str) -> lsp.Hover:
+    return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value="\n\n".join(parts)),
+                     range=view.index.range(span))
+
+
+def _type_at(view, offset: int):
+    try:
+        return view.snapshot.type_at(offset)
+    except Exception:  # a half-typed function may have no facts; hover shows nothing
+        return None
+
+
+def op_markdown(name: str) -> str:
+    op = SURFACE_OPS[name]
+    attrs = ", ".join(f"{a.name}: {a.kind}" + (f" ({'|'.join(a.choices)})" if a.choices else "")
+                      for a in op.attrs)
+    lines = [f"**{name}** (built-in)", _code(op.rule), op.doc]
+    if attrs:
+        lines.append(f"attributes: {attrs}")
+    return "\n\n".join(lines)
+
+
+def reverse_mode_markdown(view, handle: ast.Handle) -> str | None:
+    fn = astutil.find_function(view.snapshot.module, handle.call.func)
+    if fn is None:
+        return None
+    names = ["R"] + [f"g_{p.name}" for p in fn.params if astutil.is_float_param(p)]
+    typ = type_of_span(view, handle.span, handle.handler_span.start)
+    if isinstance(typ, TupleType) and len(typ.items) == len(names):
+        types = [str(t) for t in typ.items]
+    elif len(names) == 1 and typ is not None:
+        types = [str(typ)]
+    else:  # cotangents have their parameter's type; the primal has the return type
+        types = [astutil.type_text(fn.ret)] + [astutil.type_text(p.type) for p in fn.params
+                                              if astutil.is_float_param(p)]
+    body = ",\n ".join(f"{n}: {t}" for n, t in zip(names, types))
+    result = f"({body})" if len(names) > 1 else body
+    return "\n\n".join([f"`handle {fn.name}(..) with reverseMode`: the primal result, then the cotangent "
+                        "of each floating parameter", _code(result)])
+
+
+def type_of_span(view, span, probe: int | None = None):
+    """The type the checker gave the expression written exactly at span, if any.
+    `probe` is an offset inside span but inside none of its operands (an op's
+    name): there the innermost TypeFact is the expression's own."""
+    fact = _type_at(view, probe) if probe is not None else None
+    if fact is not None and fact.span == span:
+        return fact.type
+    program = getattr(view.snapshot, "program", None)
+    for fn in (program.functions.values() if program else ()):
+        if not fn.span.contains(span.start):
+            continue
+        roots = [b.value for b in fn.lets] + [fn.result]
+        for node in (n for r in roots for n in ir.walk(r)):
+            if node.span == span:
+                return node.type
+    return None
+
+
+def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
+    fn = astutil.find_function(view.snapshot.module, name)
+    if fn is not None:
+        return _hover(view, span, _code(astutil.signature(fn)))
+    if name in SURFACE_OPS:
+        typ = type_of_span(view, call_span, span.start)
+        parts = [op_markdown(name)]
+        if typ is not None:
+            parts.append("type here:\n" + _code(str(typ)))
+        return _hover(view, span, *parts)
+    return None
+
+
+def _attr_hover(view, op_name: str, attr: ast.Attr) -> lsp.Hover | None:
+    op = SURFACE_OPS.get(op_name)
+    spec = op.attr(attr.name) if op else None
+    if spec is None:
+        return None
+    choices = f": one of {', '.join(spec.choices)}" if spec.choices else ""
+    return _hover(view, attr.name_span, f"attribute `{attr.name}` of **{op_name}** ({spec.kind}){choices}")
+
+
+def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
+    if fn.name_span.contains(offset):
+        return _hover(view, fn.name_span, _code(astutil.signature(fn)))
+    for node in reversed(astutil.path_at(fn, offset)):
+        if isinstance(node, ast.Handle):
+            if node.call.func_span.contains(offset) or not node.call.span.contains(offset):
+                md = reverse_mode_markdown(view, node)
+                return _hover(view, node.span, md) if md else None
+        if isinstance(node, ast.MethodCall) and node.method_span.contains(offset):
+            return _call_target(view, node.method, node.method_span, node.span)
+        if isinstance(node, ast.Call) and node.func_span.contains(offset):
+            return _call_target(view, node.func, node.func_span, node.span)
+        if isinstance(node, (ast.MethodCall, ast.Call)):
+            op_name = node.method if isinstance(node, ast.MethodCall) else node.func
+            attr = next((a for a in node.attrs if a.name_span.contains(offset)), None)
+            if attr is not None:
+                return _attr_hover(view, op_name, attr)
+    return None
+
+
+def hover(view, offset: int) -> lsp.Hover | None:
+    fn = astutil.function_at(view.snapshot.module, offset)
+    if fn is not None:
+        found = _syntactic(view, fn, offset)
+        if found is not None:
+            return found
+    fact = _type_at(view, offset)
+    if fact is None:
+        return None
+    label = f"{fact.name}: {fact.type}" if getattr(fact, "name", None) else str(fact.type)
+    return _hover(view, fact.span, _code(label))

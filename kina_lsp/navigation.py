@@ -1,0 +1,108 @@
+"""Definition, references, rename and document symbols.
+
+Name resolution is the compiler's (Snapshot.definition / references); this
+module only turns spans into LSP locations and edits, and guards rename so
+that it can only produce a program that still names the same things.
+"""
+from __future__ import annotations
+
+import re
+
+from lsprotocol import types as lsp
+
+from compiler.diagnostics import Span
+from compiler.ops import OPS
+from compiler.types import DType
+
+from . import astutil
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KEYWORDS = frozenset({"fn", "let", "in", "handle", "with", "Tensor"}) | {d.value for d in DType}
+RESERVED = KEYWORDS | set(OPS) | {"reverseMode", "main"}
+
+
+def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
+    """The identifier touching offset (cursor just after it counts)."""
+    for m in IDENT.finditer(text, max(0, offset - 64), min(len(text), offset + 64)):
+        if m.start() <= offset <= m.end():
+            return m.group(), m.start(), m.end()
+    return None
+
+
+def _safe(fn, *args, default=None):
+    try:
+        return fn(*args)
+    except Exception:
+        return default
+
+
+def definition(view, uri: str, offset: int) -> lsp.Location | None:
+    span = _safe(view.snapshot.definition, offset)
+    return lsp.Location(uri=uri, range=view.index.range(span)) if span is not None else None
+
+
+def _name_spans(view, offset: int) -> list:
+    """Definition + references of the symbol at offset, each narrowed to the name itself."""
+    hit = word_at(view.text, offset)
+    if hit is None:
+        return []
+    name = hit[0]
+    spans = list(_safe(view.snapshot.references, offset, default=[]) or [])
+    d = _safe(view.snapshot.definition, offset)
+    if d is not None:
+        spans.append(d)
+    out = set()
+    for s in spans:
+        for m in IDENT.finditer(view.text, s.start, s.end):
+            if m.group() == name:
+                out.add((m.start(), m.end()))
+                break
+    return sorted(out)
+
+
+def references(view, uri: str, offset: int, include_declaration: bool) -> list[lsp.Location]:
+    d = _safe(view.snapshot.definition, offset)
+    locs = []
+    for start, end in _name_spans(view, offset):
+        if not include_declaration and d is not None and d.start <= start < d.end:
+            continue
+        locs.append(lsp.Location(uri=uri, range=view.index.range(Span(start, end))))
+    return locs
+
+
+def prepare_rename(view, offset: int):
+    hit = word_at(view.text, offset)
+    if hit is None or hit[0] in RESERVED:
+        return None
+    if _safe(view.snapshot.definition, offset) is None:
+        return None
+    name, start, end = hit
+    return lsp.PrepareRenamePlaceholder(range=view.index.range(Span(start, end)), placeholder=name)
+
+
+def rename(view, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | None:
+    if not IDENT.fullmatch(new_name) or new_name in RESERVED:
+        raise ValueError(f"`{new_name}` is not a name a Kina program can define")
+    if prepare_rename(view, offset) is None:
+        return None
+    edits = [lsp.TextEdit(range=view.index.range(Span(s, e)), new_text=new_name)
+             for s, e in _name_spans(view, offset)]
+    return lsp.WorkspaceEdit(changes={uri: edits})
+
+
+def document_symbols(view) -> list[lsp.DocumentSymbol]:
+    module = view.snapshot.module
+    out = []
+    for fn in (module.functions if module else ()):
+        kids = [lsp.DocumentSymbol(name=p.name, detail=astutil.type_text(p.type), kind=lsp.SymbolKind.Variable,
+                                   range=view.index.range(p.span), selection_range=view.index.range(p.name_span))
+                for p in fn.params]
+        for let in astutil.lets(fn):
+            for n in let.names:
+                kids.append(lsp.DocumentSymbol(name=n.id, kind=lsp.SymbolKind.Variable,
+                                               range=view.index.range(n.span),
+                                               selection_range=view.index.range(n.span)))
+        out.append(lsp.DocumentSymbol(
+            name=fn.name, detail=astutil.signature(fn), kind=lsp.SymbolKind.Function,
+            range=view.index.range(fn.span), selection_range=view.index.range(fn.name_span), children=kids))
+    return out

@@ -1,0 +1,54 @@
+"""Server settings: `kina.diagnostics.debounceMs`, `kina.inlayHints.enabled`.
+
+Values come from initializationOptions and from workspace/configuration
+(section "kina"); both may be nested (`{"diagnostics": {"debounceMs": 0}}`)
+or use dotted keys (`{"diagnostics.debounceMs": 0}`), with or without the
+leading `kina`, because editors spell settings both ways.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# setting key -> (attribute, type, default)
+SETTINGS = {
+    "diagnostics.debounceMs": ("debounce_ms", int, 150),
+    "inlayHints.enabled": ("inlay_hints", bool, True),
+}
+
+
+def _lookup(tree, dotted: str):
+    """Find `a.b` in a nested or dotted-key dict; None when absent."""
+    if not isinstance(tree, dict):
+        return None
+    if dotted in tree:
+        return tree[dotted]
+    head, _, rest = dotted.partition(".")
+    if rest and head in tree:
+        return _lookup(tree[head], rest)
+    return None
+
+
+@dataclass
+class Settings:
+    debounce_ms: int = 150
+    inlay_hints: bool = True
+
+    def update(self, raw) -> None:
+        """Merge user settings; ill-typed values are ignored, not fatal."""
+        if not isinstance(raw, dict):
+            return
+        for key, (attr, typ, _default) in SETTINGS.items():
+            value = _lookup(raw, "kina." + key)
+            if value is None:
+                value = _lookup(raw, key)
+            if value is None:
+                continue
+            try:
+                if typ is bool and not isinstance(value, bool):
+                    raise ValueError(value)
+                value = typ(value)
+            except (TypeError, ValueError):
+                continue
+            if typ is int:
+                value = max(0, value)
+            setattr(self, attr, value)
