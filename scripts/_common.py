@@ -216,7 +216,7 @@ def torch_grads(torch, p: dict, loss_fn) -> tuple[float, dict]:
     logits, leaves = torch_forward(torch, p)
     loss = loss_fn(logits, leaves)
     loss.backward()
-    return float(loss), {k: t.grad.numpy() for k, t in leaves.items()}
+    return float(loss.detach()), {k: t.grad.numpy() for k, t in leaves.items()}
 
 
 def torch_mean_nll(torch, targets: np.ndarray):
@@ -235,8 +235,15 @@ def compile_example(name: str, out_dir: str | Path | None = None):
     from compiler.runtime import load
     out = Path(out_dir or tempfile.mkdtemp(prefix="kina_storylm0_")) / f"lib{name}.so"
     result = build_file(str(EXAMPLES / f"{name}.kina"), out_so=str(out), opt_level=2)
-    so = getattr(result, "so_path", None) or out
-    return load(str(so))
+    if not result.ok:
+        rendered = [result.source.render(d) if result.source else f"[{d.code}] {d.message}"
+                    for d in result.diagnostics]
+        raise BuildFailed(f"building examples/{name}.kina failed:\n" + "\n".join(rendered))
+    return load(str(result.so_path))
+
+
+class BuildFailed(RuntimeError):
+    """An example did not compile; the message holds the rendered diagnostics."""
 
 
 @dataclass
@@ -249,19 +256,19 @@ class Report:
         got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
         self.count += 1
         if got.shape != want.shape:
-            print(f"  {name:<52} shape {got.shape} != {want.shape}  MISMATCH")
+            print(f"  {name:<58} shape {got.shape} != {want.shape}  MISMATCH")
             self.failures.append(name)
             return False
         err = float(np.max(np.abs(got - want))) if got.size else 0.0
         ok = bool(np.allclose(got, want, atol=atol, rtol=rtol))
-        print(f"  {name:<52} max|err| = {err:.3e}  {'ok' if ok else 'MISMATCH'}")
+        print(f"  {name:<58} max|err| = {err:.3e}  {'ok' if ok else 'MISMATCH'}")
         if not ok:
             self.failures.append(name)
         return ok
 
     def check(self, name: str, condition: bool, detail: str = "") -> bool:
         self.count += 1
-        print(f"  {name:<52} {detail}  {'ok' if condition else 'FAILED'}")
+        print(f"  {name:<58} {detail}  {'ok' if condition else 'FAILED'}")
         if not condition:
             self.failures.append(name)
         return condition
