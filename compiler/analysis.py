@@ -346,7 +346,7 @@ class Analysis:
         Cached by the texts and offsets of the handled function and its callees."""
         if _autodiff is None:
             return []
-        targets = sorted({h.fn for name in snap._good for h in _handles(first[name].res.result.function)})
+        targets = sorted({h.fn for name in snap._good for h in handles(first[name].res.result.function)})
         out, cache = [], {}
         for target in targets:
             if target not in snap._good:
@@ -396,7 +396,7 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(out, key=lambda d: (d.span.start, d.span.end, d.code))
 
 
-def _handles(fn: ir.Function):
+def handles(fn: ir.Function):
     for e in [b.value for b in fn.lets] + [fn.result]:
         for node in ir.walk(e):
             if isinstance(node, ir.Handle):

@@ -1,0 +1,211 @@
+"""`kinac`, the command-line front end.
+
+  kinac check FILE... [--format text|json] [--emit types|grad] [--fn NAME]
+  kinac run FILE [--entry NAME] [--seed N]
+  kinac emit|build|validate ...     (options registered by compiler.build / compiler.validate)
+
+Exit codes: 0 success, 1 the program has errors (diagnostics printed), 2 the
+command could not run (unreadable file, bad UTF-8, no such entry).  The back-end
+subcommands are imported only when used, so check and run need nothing but the
+front end and the interpreter.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from .analysis import Snapshot, analyze, handles
+from .printer import format_function
+
+# subcommand -> (module, names of its argparse registration function (first found wins), entry point)
+DELEGATED = {
+    "emit": ("compiler.build", ("add_emit_args",), "cli_emit", "print the MLIR (or LLVM IR) of a file"),
+    "build": ("compiler.build", ("add_build_args",), "cli_build", "compile a file to a host shared library"),
+    "validate": ("compiler.validate", ("add_args", "add_validate_args"), "cli_validate",
+                 "compare the compiled library with the interpreter and finite differences"),
+}
+
+BINDING_KINDS = ("fn", "param", "let")
+
+
+class UsageError(Exception):
+    """A command that cannot run: reported as one line, exit 2."""
+
+
+def read_source(path: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
+
+
+# ---- check ---------------------------------------------------------------------------
+def _has_errors(snap: Snapshot) -> bool:
+    return any(d.severity == "error" for d in snap.diagnostics)
+
+
+def _binding_lines(snap: Snapshot) -> list[str]:
+    """`path:line:col: kind name : Type` for every function, parameter and let."""
+    out = []
+    for fact in snap.types:
+        if fact.kind in BINDING_KINDS:
+            line, col = snap.source.line_col(fact.span.start)
+            out.append(f"{snap.source.path}:{line}:{col}: {fact.kind} {fact.name} : {fact.type}")
+    return out
+
+
+def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
+    if only:
+        return [only]
+    seen = []   # the handled functions, in program order
+    for fn in snap.program.functions.values():
+        for h in handles(fn):
+            if h.fn not in seen:
+                seen.append(h.fn)
+    return seen
+
+
+def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list]:
+    from .autodiff import transform_ad
+    lines, diags = [], []
+    targets = _grad_targets(snap, only)
+    if not targets:
+        lines.append(f"// {snap.source.path}: no `handle ... with reverseMode`; use --fn NAME to differentiate one")
+    for name in targets:
+        if name not in snap.program.functions:
+            raise UsageError(f"no function `{name}` that checks cleanly in {snap.source.path}")
+        fn, ad_diags = transform_ad(snap.program, name)
+        diags += ad_diags
+        if fn is not None:
+            lines.append(format_function(fn))
+    return lines, diags
+
+
+def cmd_check(args) -> int:
+    failed = False
+    reports = []
+    for path in args.files:
+        snap = analyze(read_source(path), path)
+        diags = list(snap.diagnostics)
+        listing = []
+        if args.emit == "types":
+            listing = _binding_lines(snap)
+        elif args.emit == "grad" and not _has_errors(snap):
+            listing, more = _grad_listing(snap, args.fn)
+            diags += more
+        failed |= any(d.severity == "error" for d in diags)
+        if args.format == "json":
+            reports.append({"path": path, "diagnostics": [snap.source.to_json(d) for d in diags],
+                            **({"listing": listing} if args.emit else {})})
+            continue
+        for d in diags:
+            print(snap.source.render(d))
+        for line in listing:
+            print(line)
+    if args.format == "json":
+        print(json.dumps(reports if len(reports) != 1 else reports[0], indent=2))
+    elif failed:
+        n = len(args.files)
+        print(f"kinac: errors in {n} file{'s' if n != 1 else ''} checked", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# ---- run -------------------------------------------------------------------------------
+def _format_result(name: str, value) -> str:
+    import numpy as np
+    arr = np.asarray(value)
+    shape = "[" + ", ".join(str(d) for d in arr.shape) + "]"
+    return f"{name}: shape {shape} dtype {arr.dtype}\n{np.array2string(arr, precision=6, suppress_small=True)}"
+
+
+def cmd_run(args) -> int:
+    from . import interp
+    snap = analyze(read_source(args.file), args.file)
+    if _has_errors(snap):
+        for d in snap.diagnostics:
+            print(snap.source.render(d))
+        return 1
+    entry = args.entry or "main"
+    fn = snap.program.functions.get(entry)
+    if fn is None:
+        hint = "" if args.entry else " (pass --entry NAME to run another function)"
+        raise UsageError(f"no function `{entry}` in {args.file}{hint}")
+    inputs = interp.random_inputs(fn, seed=args.seed, program=snap.program)
+    try:
+        result = interp.run_function(snap.program, entry, inputs)
+    except interp.KinaRuntimeError as e:
+        print(f"kinac run: {entry}: {e}", file=sys.stderr)
+        return 1
+    for p, value in zip(fn.params, inputs):
+        print(_format_result(f"input {p.name}", value))
+    results = result if isinstance(result, tuple) else (result,)
+    for i, value in enumerate(results):
+        label = f"{entry} result" if len(results) == 1 else f"{entry} result {i}"
+        print(_format_result(label, value))
+    return 0
+
+
+# ---- the parser ----------------------------------------------------------------------------
+def _add_delegated(sub, name: str, wanted: bool) -> None:
+    """Register emit/build/validate; their module is imported only when that command runs."""
+    module_name, adders, entry, help_text = DELEGATED[name]
+    p = sub.add_parser(name, help=help_text)
+    if not wanted:
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        return
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"`kinac {name}` is not available: {e}") from None
+    adder = next((getattr(module, a) for a in adders if hasattr(module, a)), None)
+    if adder is None or not hasattr(module, entry):
+        raise UsageError(f"`kinac {name}` is not available: {module_name} lacks {adders[0]} / {entry}")
+    adder(p)
+    p.set_defaults(func=getattr(module, entry))
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kinac", description="The Kina compiler.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check", help="parse and type-check files; print diagnostics")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--emit", choices=("types", "grad"),
+                   help="types: every binding with its type; grad: the backward graph of handled functions")
+    p.add_argument("--fn", help="with --emit=grad: differentiate this function")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("run", help="evaluate `main` (or --entry NAME) with the NumPy interpreter")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--entry", help="the function to run on deterministic generated inputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    p.set_defaults(func=cmd_run)
+    for name in DELEGATED:
+        _add_delegated(sub, name, wanted=(name == command))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = argv[0] if argv else None
+    try:
+        args = build_parser(command).parse_args(argv)
+        return args.func(args)
+    except UsageError as e:
+        print(f"kinac: error: {e}", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print("kinac: error: the program is nested too deeply to process", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
