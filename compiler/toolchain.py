@@ -152,7 +152,7 @@ PIPELINES: dict[int, tuple[list[str], str]] = {
     2: (O0_PASSES, "-O2"),
     3: (O0_PASSES, "-O3"),
 }
-_F8_RE = re.compile(r"\bf8E(4M3FN|5M2)\b")
+_F8_RE = re.compile(r"f8E(4M3FN|5M2)\b")
 
 
 def uses_f8(mlir_text: str) -> bool:
@@ -199,10 +199,25 @@ _LOC_RE = re.compile(r'^(?:loc\()?"?(?P<file>[^":\n]+)"?:(?P<line>\d+):(?P<col>\
                      r'(?P<sev>error|warning|note|remark):\s*(?P<msg>.*)$')
 
 
-def tool_diagnostics(tool: str, stderr: str, source: SourceText | None) -> list[Diagnostic]:
+_INLINE_LOC_RE = re.compile(r'loc\("(?P<file>[^"]+)":(?P<line>\d+):(?P<col>\d+)\)')
+
+
+def _loc_of_generated_line(mlir_text: str | None, line_no: int):
+    """The Kina loc("file":line:col) written on a line of the generated MLIR, if any."""
+    if not mlir_text:
+        return None
+    lines = mlir_text.splitlines()
+    if not (1 <= line_no <= len(lines)):
+        return None
+    return _INLINE_LOC_RE.search(lines[line_no - 1])
+
+
+def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
+                     mlir_text: str | None = None) -> list[Diagnostic]:
     """Turn a tool's stderr into diagnostics.  `file:line:col: error: msg` lines whose
-    file is the Kina source get that source span; others point at the start of the
-    file and quote the tool's location (it is then a bug in the emitted MLIR)."""
+    file is the Kina source (or a line of the generated MLIR carrying a Kina loc) get
+    that source span; others point at the start of the file and quote the tool's
+    location (it is then a bug in the emitted MLIR)."""
     diags: list[Diagnostic] = []
     src_names = {source.path, os.path.basename(source.path)} if source else set()
     lines = stderr.splitlines()
@@ -210,11 +225,14 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None) -> list[
         m = _LOC_RE.match(line.strip())
         if not m or m["sev"] != "error":
             continue
+        if source is not None and m["file"] not in src_names and os.path.basename(m["file"]) not in src_names:
+            m = _loc_of_generated_line(mlir_text, int(m["line"])) or m
         context = tuple(Note(l.strip()) for l in lines[i + 1:i + 3]
                         if l.strip() and not _LOC_RE.match(l.strip()))
         if source is not None and (m["file"] in src_names or os.path.basename(m["file"]) in src_names):
             start = source.offset(int(m["line"]), int(m["col"]))
-            diags.append(Diagnostic("toolchain", f"{tool}: {m['msg']}", Span(start, start + 1), context))
+            diags.append(Diagnostic("toolchain", f"{tool}: {_LOC_RE.match(line.strip())['msg']}",
+                                    Span(start, start + 1), context))
         else:
             where = f"{m['file']}:{m['line']}:{m['col']}"
             diags.append(Diagnostic("toolchain", f"{tool}: {m['msg']} (at {where} of the generated code)",
@@ -253,7 +271,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
             out_so.parent.mkdir(parents=True, exist_ok=True)
             _run("cc", _link_args(obj, out_so, f8), timings, "cc")
         except _StageFailed as e:
-            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source), timings)
+            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text), timings)
         return CompileResult(True, out_so, [], timings, ll.read_text() if keep_llvm_ir else None)
 
 
@@ -282,5 +300,5 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | 
             _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
                  timings, "mlir-translate")
         except _StageFailed as e:
-            return None, tool_diagnostics(e.tool, e.stderr, source)
+            return None, tool_diagnostics(e.tool, e.stderr, source, mlir_text)
         return (tmp / "o.ll").read_text(), []

@@ -264,7 +264,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int = 0,
         for fn in fns:
             reports[fn.name] = FunctionReport(_display_name(fn.name))
             try:
-                inputs[fn.name] = interp.random_inputs(fn, seed) if fn.params else []
+                inputs[fn.name] = interp.random_inputs(fn, seed, program) if fn.params else []
                 expected[fn.name] = _flat(interp.run_function(program, fn.name, inputs[fn.name]))
             except Exception as e:  # an interpreter failure is reported, not raised
                 reports[fn.name].error = f"interpreter failed: {type(e).__name__}: {e}"

