@@ -143,8 +143,10 @@ def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
                      "which is not a tuple", pattern)
         return [ERROR] * n
     if len(t.items) != n:
+        notes = (Note("reverseMode gives (R, one cotangent per floating parameter); I64 parameters get none"),
+                 ) if isinstance(let.value, syntax.Handle) else ()
         ck.bag.error("destructure", f"destructuring let binds {n} name(s), but the value has type {t} "
-                     f"with {len(t.items)} items", pattern)
+                     f"with {len(t.items)} items", pattern, *notes)
         return [ERROR] * n
     return [ERROR if is_error(i) else i for i in t.items]
 

@@ -86,7 +86,7 @@ class ExprChecker:
     def static(self, e) -> ir.Expr:
         what = "an integer list" if isinstance(e, syntax.IntList) else "a bare number"
         self.bag.error("literal", f"{what} is not a tensor value; only op attributes take plain numbers "
-                       "(write a tensor literal such as `Tensor[F32, [1]] {{ 2.0 }}`)", e.span)
+                       "(write a tensor literal such as `Tensor[F32, [1]] { 2.0 }`)", e.span)
         return ir.Var("<error>", ERROR, e.span)
 
     def tensor_lit(self, e: syntax.TensorLit) -> ir.Expr:

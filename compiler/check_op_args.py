@@ -24,8 +24,14 @@ def is_static_arg(e) -> bool:
 
 
 def usage(op: OpDef) -> Note:
-    """The op's surface form, taken from its typing rule (`x.reshape(shape) : ...`)."""
-    return Note(f"usage: {op.rule.split(' : ')[0]}")
+    """The op's surface form: its typing rule up to the first ` : ` outside
+    brackets (`x.reshape(shape) : ...`, `gather(values : [V, D], ...) : ...`)."""
+    depth, rule = 0, op.rule
+    for i, ch in enumerate(rule):
+        depth += (ch in "([") - (ch in ")]")
+        if depth == 0 and rule.startswith(" : ", i):
+            return Note(f"usage: {rule[:i]}")
+    return Note(f"usage: {rule}")
 
 
 def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]], statics: list,
@@ -79,9 +85,8 @@ def _collect_attrs(bag, op: OpDef, statics, attrs, op_span):
     """-> (values normalised for the IR, span of each given value, ok)."""
     values, spans, ok = {}, {}, True
     given = _positional_attr(bag, op, statics)
-    if given is False:
-        ok = False
-        given = []
+    if given is False:  # already reported: a misplaced value is not also "missing"
+        return values, spans, False
     for name, value, name_span, value_span in given + [(a.name, a.value, a.name_span, a.value_span) for a in attrs]:
         spec = op.attr(name)
         if spec is None or spec.kind == "type":

@@ -92,10 +92,10 @@ def mismatch(expected: Type, got: Type) -> tuple[str, str]:
             return code, f"item {i}: {detail}"
         return "shape", "a tuple and a tensor, or tuples of different lengths"
     if expected.dtype != got.dtype:
-        return "dtype", f"dtype {got.dtype} vs {expected.dtype}"
+        return "dtype", f"dtype {got.dtype}, not {expected.dtype}"
     if expected.placement != got.placement:
-        return "placement", f"placement @{got.placement} vs @{expected.placement}"
+        return "placement", f"placement @{got.placement}, not @{expected.placement}"
     if expected.rank != got.rank:
-        return "shape", f"rank {got.rank} vs {expected.rank}"
+        return "shape", f"rank {got.rank}, not {expected.rank}"
     d = next(i for i in range(got.rank) if got.shape[i] != expected.shape[i])
-    return "shape", f"dimension {d} is {got.shape[d]} vs {expected.shape[d]}"
+    return "shape", f"dimension {d} is {got.shape[d]}, not {expected.shape[d]}"

@@ -1,0 +1,335 @@
+"""The shape and type checker.
+
+Most cases are inline expectations (mypy style) in tests/check_cases/*.kina:
+a line ending in `// E: <message substring>` or `// E[code]: <substring>`
+must get exactly that diagnostic (parse or check), and every other line must
+be clean.  The unit tests below pin the public API: types of the StoryLM-0
+lets, handle typing, the IR shape, exact line:col, hover facts and speed.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler import ir, syntax
+from compiler.check import (ERROR, CheckResult, FunctionResult, Signature, TypeFact, check_function,
+                            check_module, signature_of)
+from compiler.diagnostics import CODES, SourceText, Span
+from compiler.ops import OPS
+from compiler.parse import parse_module
+from compiler.types import DType, TensorType, TupleType, f32, i64
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = sorted((ROOT / "tests" / "check_cases").glob("*.kina"))
+EXPECT = re.compile(r"//\s*E(?:\[([\w-]+)\])?:\s*(.*?)\s*(?=//\s*E(?:\[[\w-]+\])?:|$)")
+
+
+def analyse(text: str):
+    """Parse + check, as the CLI does: (CheckResult, all diagnostics, SourceText)."""
+    module, parse_diags = parse_module(text)
+    result = check_module(module)
+    return result, list(parse_diags) + list(result.diagnostics), SourceText(text)
+
+
+def expectations(text: str) -> list[tuple[int, str | None, str]]:
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for code, message in EXPECT.findall(line):
+            out.append((lineno, code or None, message))
+    return out
+
+
+# ---- inline expectations ----------------------------------------------------------
+@pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
+def test_case_file(path: Path):
+    text = path.read_text()
+    _, diags, src = analyse(text)
+    got = [(src.line_col(d.span.start)[0], d.code, d.message) for d in diags]
+    unmatched = list(got)
+    missing = []
+    for line, code, sub in expectations(text):
+        hit = next((g for g in unmatched if g[0] == line and sub in g[2] and code in (None, g[1])), None)
+        if hit is None:
+            missing.append(f"line {line}: expected [{code or '*'}] {sub!r}")
+        else:
+            unmatched.remove(hit)
+    unexpected = [f"line {line}: unexpected [{code}] {msg!r}" for line, code, msg in unmatched]
+    assert not missing and not unexpected, "\n".join(missing + unexpected)
+
+
+def test_cases_cover_forty_distinct_mistakes():
+    distinct = {(code, msg) for p in CASES for _, code, msg in expectations(p.read_text())}
+    assert len(distinct) >= 40, len(distinct)
+    codes = {code for code, _ in distinct}
+    checker_codes = {"syntax", "unknown-name", "duplicate", "type-annotation", "shape", "dtype", "placement",
+                     "attr", "arity", "return-type", "destructure", "literal", "main", "recursion", "ad-result"}
+    assert checker_codes <= codes, checker_codes - codes
+
+
+def test_every_surface_op_is_exercised_by_a_case():
+    text = "\n".join(p.read_text() for p in CASES)
+    for name, op in OPS.items():
+        if op.internal:
+            continue  # test_internal_ops_have_no_surface_form
+        if op.infix:
+            assert f" {op.infix} " in text or f"{op.infix}a" in text, name
+        else:
+            assert f"{name}(" in text, name
+
+
+@pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.internal])
+def test_internal_ops_have_no_surface_form(name):
+    text = f"""\
+fn f(a: Tensor[F32, [4, 2]], ids: Tensor[I64, [4]]) -> Tensor[F32, [4, 2]] {{
+  let x = {name}(a, ids) in
+  let y = a.{name}(ids) in
+  a
+}}
+"""
+    _, diags, _ = analyse(text)
+    assert [d.code for d in diags] == ["unknown-name", "unknown-name"]
+    assert all("IR-internal" in d.notes[0].message for d in diags)
+
+
+# ---- exact positions --------------------------------------------------------------
+THREE_MISTAKES = """\
+fn first(a: Tensor[F32, [2, 3]], b: Tensor[F32, [3, 2]]) -> Tensor[F32, [2, 3]] {
+  let c = a + b in
+  c
+}
+
+fn second(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
+  x.reshape([5])
+}
+
+fn third(ids: Tensor[I64, [4]], emb: Tensor[F32, [8, 2]]) -> Tensor[F32, [4, 2]] {
+  gather(emb, emb)
+}
+"""
+
+
+def test_three_independent_mistakes_at_exact_line_col():
+    _, diags, src = analyse(THREE_MISTAKES)
+    found = [(d.code, *src.line_col(d.span.start), *src.line_col(d.span.end)) for d in diags]
+    assert found == [
+        ("shape", 2, 15, 2, 16),     # the rhs operand `b`
+        ("shape", 7, 13, 7, 16),     # the attribute `[5]`
+        ("dtype", 11, 15, 11, 18),   # the indices operand `emb`
+    ]
+
+
+def test_diagnostic_renders_with_caret():
+    _, diags, src = analyse(THREE_MISTAKES)
+    text = src.render(diags[0])
+    assert text.splitlines()[0].startswith("<input>:2:15: error[shape]: add: operand shapes differ")
+    assert text.splitlines()[2] == "  " + " " * 14 + "^"
+
+
+# ---- the StoryLM-0 example -------------------------------------------------------------
+def storylm0():
+    return analyse((ROOT / "examples" / "storylm0_forward.kina").read_text())
+
+
+def let_types(result: CheckResult, fn: str) -> dict[str, object]:
+    f = result.program.functions[fn]
+    return {n: t for b in f.lets for n, t in zip(b.names, b.types)}
+
+
+def test_storylm0_forward_checks_clean_with_expected_types():
+    result, diags, _ = storylm0()
+    assert diags == []
+    assert {"attn", "storylm0_forward"} <= set(result.program.functions)
+    lets = let_types(result, "storylm0_forward")
+    assert str(lets["x"]) == "Tensor[F32, [1, 4, 4], @host]"
+    assert lets["q"] == f32(1, 2, 4, 2) and lets["k_t"] == f32(1, 2, 2, 4)
+    assert lets["heads"] == f32(1, 2, 4, 2) and lets["merged"] == f32(1, 4, 4)
+    fwd = result.program.functions["storylm0_forward"]
+    assert fwd.result.type == f32(1, 4, 8) and fwd.ret_type == f32(1, 4, 8)
+    assert let_types(result, "attn")["scores"] == f32(1, 2, 4, 4)
+
+
+def test_method_chains_stay_trees_in_the_ir():
+    result, _, _ = storylm0()
+    q = next(b for b in result.program.functions["storylm0_forward"].lets if b.names == ["q"]).value
+    assert isinstance(q, ir.OpApp) and q.op == "transpose" and q.attrs == {"perm": (0, 2, 1, 3)}
+    reshape = q.args[0]
+    assert reshape.op == "reshape" and reshape.attrs == {"shape": (1, 4, 2, 2)}
+    matmul = reshape.args[0]
+    assert matmul.op == "matmul" and isinstance(matmul.args[0], ir.Var)
+    assert matmul.args[1].op == "reshape" and matmul.args[1].type == f32(1, 4, 4)
+    heads = next(b for b in result.program.functions["storylm0_forward"].lets if b.names == ["heads"]).value
+    assert isinstance(heads, ir.CallFn) and heads.fn == "attn" and len(heads.args) == 5
+
+
+def test_every_ir_node_is_typed_and_spanned():
+    result, _, src = storylm0()
+    text = src.text
+    for f in result.program.functions.values():
+        for expr in [b.value for b in f.lets] + [f.result]:
+            for node in ir.walk(expr):
+                assert isinstance(node.type, (TensorType, TupleType))
+                assert 0 <= node.span.start < node.span.end <= len(text)
+    r = result.program.functions["storylm0_forward"].result
+    assert text[r.span.start:r.span.end] == "residual @ lm_head.reshape([1, 4, 8])"
+
+
+def test_hover_facts_cover_params_lets_calls_and_subexpressions():
+    result, _, src = storylm0()
+    facts = {(f.kind, f.name, src.text[f.span.start:f.span.end]): f.type for f in result.types}
+    assert facts[("param", "token_ids", "token_ids")] == i64(1, 4)
+    assert facts[("let", "x", "x")] == f32(1, 4, 4)
+    assert facts[("call", "attn", "attn(q, k_t, v, mask, scale)")] == f32(1, 2, 4, 2)
+    assert facts[("expr", "reshape", "wq.reshape([1, 4, 4])")] == f32(1, 4, 4)
+    assert facts[("expr", "x", "x")] == f32(1, 4, 4)
+    assert facts[("fn", "attn", "attn")] == f32(1, 2, 4, 2)
+
+
+# ---- handle typing --------------------------------------------------------------------
+HANDLE = """\
+fn loss(ids: Tensor[I64, [4]], emb: Tensor[F32, [8, 2]], w: Tensor[F32, [2, 2]]) -> Tensor[F32, [4, 2]] {
+  let x = gather(emb, ids) in
+  x @ w
+}
+fn ids_only(ids: Tensor[I64, [4]]) -> Tensor[F32, [4, 1]] {
+  Tensor[F32, [4, 1]] { 1.0 }
+}
+fn step(ids: Tensor[I64, [4]], emb: Tensor[F32, [8, 2]], w: Tensor[F32, [2, 2]]) -> Tensor[F32, [8, 2]] {
+  let r = handle loss(ids, emb, w) with reverseMode in
+  let k0 = handle ids_only(ids) with reverseMode in
+  let (y, g_emb, g_w) = r in
+  emb - g_emb
+}
+"""
+
+
+def test_handle_gives_one_cotangent_per_floating_parameter():
+    result, diags, _ = analyse(HANDLE)
+    assert diags == []
+    lets = let_types(result, "step")
+    assert lets["r"] == TupleType((f32(4, 2), f32(8, 2), f32(2, 2)))  # I64 ids omitted: a 3-tuple
+    assert lets["k0"] == f32(4, 1)                                      # k = 0 collapses to R
+    assert lets["g_w"] == f32(2, 2)
+    handle = result.program.functions["step"].lets[0].value
+    assert isinstance(handle, ir.Handle) and handle.fn == "loss" and handle.handler == "reverseMode"
+    assert [a.name for a in handle.args] == ["ids", "emb", "w"]
+
+
+# ---- the per-function API (used by the incremental analysis) ----------------------------
+def test_check_function_reports_calls_and_is_independent_of_order():
+    module, _ = parse_module(HANDLE)
+    sigs = {fn.name: signature_of(fn)[0] for fn in module.functions}
+    assert sigs["loss"] == Signature("loss", [("ids", i64(4)), ("emb", f32(8, 2)), ("w", f32(2, 2))], f32(4, 2))
+    res = check_function(module.functions[2], sigs)
+    assert isinstance(res, FunctionResult) and res.diagnostics == []
+    assert res.calls == {"loss", "ids_only"} and res.function.name == "step"
+    assert all(isinstance(t, TypeFact) for t in res.types)
+
+
+def test_broken_signature_suppresses_cascades_in_callers():
+    text = """\
+fn f(a: Tensor[F99, [2]]) -> Tensor[F32, [2]] {
+  a
+}
+fn g(b: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
+  f(b) + b
+}
+"""
+    result, diags, _ = analyse(text)
+    assert [d.code for d in diags] == ["type-annotation"]
+    assert "f" not in result.program.functions and "g" in result.program.functions
+    sig, sig_diags = signature_of(parse_module(text)[0].functions[0])
+    assert sig.params[0][1] is ERROR and len(sig_diags) == 1
+
+
+def test_notes_suggest_close_names():
+    text = """\
+fn f(logits: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {
+  logit.sofmax(axis=1)
+}
+fn g(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 1]] {
+  x.reduce_keep(op=mena, axis=1) + scatter_add(x, x)
+}
+"""
+    _, diags, _ = analyse(text)
+    notes = {d.message.split(":")[0]: [n.message for n in d.notes] for d in diags}
+    assert notes["unknown name `logit`"] == ["did you mean `logits`?"]
+    assert "did you mean `mean`?" in notes["reduce_keep"]
+    scatter = next(d for d in diags if "scatter_add" in d.message)
+    assert scatter.code == "unknown-name" and "IR-internal" in scatter.notes[0].message
+
+
+def test_literals_lower_to_ir_literal_values():
+    text = """\
+fn main() -> Tensor[F32, [2, 2]] {
+  let ids = Tensor[I64, [2]] { 1, 0 } in
+  let p = Tensor[F32, [2, 2]] { 1.0, -2.0, 3, 4.5 } in
+  p + Tensor[F32, [2, 2]] {}
+}
+"""
+    result, diags, _ = analyse(text)
+    assert diags == []
+    main = result.program.functions["main"]
+    assert main.lets[0].value == ir.Literal((1, 0), i64(2), main.lets[0].value.span)
+    assert main.lets[1].value.values == (1.0, -2.0, 3.0, 4.5)
+    assert main.result.args[1].values == () and main.result.args[1].type == f32(2, 2)
+
+
+def test_hand_built_ast_without_the_parser():
+    """The checker depends only on syntax.py: a hand-built AST checks too."""
+    sp = Span(0, 1)
+    ty = syntax.TensorTypeExpr("F32", [2, 3], None, sp)
+    x = syntax.Name("x", Span(10, 11))
+    body = syntax.MethodCall(x, "transpose", sp, [syntax.IntList([1, 0], Span(20, 26))], [], Span(10, 27))
+    fn = syntax.FnDef("t", sp, [syntax.Param("x", sp, ty, sp)], syntax.TensorTypeExpr("F32", [3, 2], "host", sp),
+                      body, Span(0, 30))
+    res = check_function(fn, {"t": signature_of(fn)[0]})
+    assert res.diagnostics == [] and res.function.result.type == f32(3, 2)
+    bad = syntax.MethodCall(x, "transpose", sp, [syntax.IntList([0, 0], Span(20, 26))], [], Span(10, 27))
+    fn.body = bad
+    [d] = check_function(fn, {"t": signature_of(fn)[0]}).diagnostics
+    assert (d.code, d.span) == ("attr", Span(20, 26))
+
+
+# ---- performance ---------------------------------------------------------------------------
+def test_checking_a_thousand_line_file_is_fast():
+    fn = """\
+fn layer{i}(x: Tensor[F32, [1, 4, 4]], w: Tensor[F32, [4, 4]]) -> Tensor[F32, [1, 4, 4]] {{
+  let a = x @ w.reshape([1, 4, 4]) in
+  let b = a.softmax(axis=2) * x in
+  let c = b.transpose([0, 2, 1]).reshape([1, 4, 4]) in
+  let d = c + layer_ok(c) in
+  let e = concat(d, d, axis=1).slice(axis=1, start=0, stop=4) in
+  let f = gather(w, Tensor[I64, [1, 4]] {{ 1, 2, 3, 0 }}) in
+  e - f.exp()
+}}
+"""
+    head = "fn layer_ok(x: Tensor[F32, [1, 4, 4]]) -> Tensor[F32, [1, 4, 4]] {\n  x\n}\n"
+    text = head + "".join(fn.format(i=i) for i in range(111))
+    assert text.count("\n") >= 1000
+    module, parse_diags = parse_module(text)
+    assert parse_diags == []
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        result = check_module(module)
+        best = min(best, time.perf_counter() - t0)
+    assert result.diagnostics == [] and len(result.program.functions) == 112
+    assert best < 0.1, f"check of a 1,000-line file took {best * 1000:.0f} ms"
+
+
+# ---- the language reference ----------------------------------------------------------------
+def test_language_reference_mentions_every_op_and_code():
+    doc = (ROOT / "docs" / "language.md").read_text()
+    missing_ops = [name for name in OPS if f"`{name}`" not in doc]
+    missing_codes = [code for code in CODES if f"`{code}`" not in doc]
+    assert not missing_ops, f"docs/language.md does not document ops: {missing_ops}"
+    assert not missing_codes, f"docs/language.md does not document codes: {missing_codes}"
+
+
+def test_emitted_codes_are_registered():
+    for path in CASES:
+        _, diags, _ = analyse(path.read_text())
+        assert all(d.code in CODES for d in diags)
