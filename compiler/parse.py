@@ -54,20 +54,18 @@ def split_items(text: str) -> list[Item]:
     items: list[Item] = []
     start = None          # start of the current item
     depth = 0
-    last_end = 0          # end of the last token seen inside the current item
     for m in _SPLIT_TOKENS.finditer(text):
         tok = m.group()
         if tok.startswith("//"):
             continue
         if tok == "fn":
             if start is not None:
-                items.append(_item(text, start, last_end))
-            start, depth, last_end = m.start(), 0, m.end()
+                items.append(_item(text, start, _trim_end(text, start, m.start())))
+            start, depth = m.start(), 0
             continue
         if start is None:
             continue      # a stray brace outside any item: reported as junk by gaps()
         depth += 1 if tok == "{" else -1
-        last_end = m.end()
         if depth == 0:
             items.append(_item(text, start, m.end()))
             start = None

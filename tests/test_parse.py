@@ -1,0 +1,146 @@
+"""Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
+from compiler import syntax as ast
+from compiler.diagnostics import SourceText
+from compiler.parse import MAX_DEPTH, parse_item, parse_module, split_items
+
+T = "Tensor[F32, [1, 4]]"
+
+
+def fn(body: str, params: str = f"a: {T}, b: {T}", ret: str = T) -> str:
+    return f"fn f({params}) -> {ret} {{\n  {body}\n}}\n"
+
+
+def body_of(text: str):
+    module, diags = parse_module(text)
+    assert diags == [], diags
+    return module.functions[0].body
+
+
+def src(text, node) -> str:
+    return text[node.span.start:node.span.end]
+
+
+def test_example_parses_with_document_spans():
+    text = open("examples/storylm0_forward.kina", encoding="utf-8").read()
+    module, diags = parse_module(text)
+    assert diags == []
+    names = [f.name for f in module.functions]
+    assert names[:2] == ["attn", "storylm0_forward"]
+    for f in module.functions:
+        assert text[f.span.start:f.span.start + 3] == "fn " and text[f.span.end - 1] == "}"
+        assert text[f.name_span.start:f.name_span.end] == f.name
+        for p in f.params:
+            assert text[p.name_span.start:p.name_span.end] == p.name
+
+
+def test_precedence_and_associativity():
+    text = fn("a + b * -a @ b.exp() - b / a")
+    e = body_of(text)
+    # ((a + (b * ((-a) @ b.exp()))) - (b / a))
+    assert isinstance(e, ast.BinOp) and e.op == "-"
+    assert e.lhs.op == "+" and e.rhs.op == "/"
+    mul = e.lhs.rhs
+    assert mul.op == "*" and mul.rhs.op == "@"
+    assert isinstance(mul.rhs.lhs, ast.Neg) and isinstance(mul.rhs.rhs, ast.MethodCall)
+    assert src(text, mul.rhs) == "-a @ b.exp()"
+    assert text[e.op_span.start:e.op_span.end] == "-"
+
+
+def test_method_calls_attrs_and_free_calls():
+    text = fn("concat(a.reduce_keep(op=sum, axis=-1), a.reshape([1, 4]), axis=2).take_along_axis(b, axis=1)")
+    e = body_of(text)
+    assert isinstance(e, ast.MethodCall) and e.method == "take_along_axis"
+    assert [x.id for x in e.args] == ["b"] and e.attrs[0].name == "axis" and e.attrs[0].value == 1
+    cat = e.receiver
+    assert isinstance(cat, ast.Call) and cat.func == "concat" and cat.attrs[0].value == 2
+    red, resh = cat.args
+    assert [(a.name, a.value) for a in red.attrs] == [("op", "sum"), ("axis", -1)]
+    assert text[red.attrs[1].value_span.start:red.attrs[1].value_span.end] == "-1"
+    assert isinstance(resh.args[0], ast.IntList) and resh.args[0].values == [1, 4]
+    assert src(text, cat).startswith("concat(") and src(text, cat).endswith("axis=2)")
+
+
+def test_lets_destructuring_handle_tuples_literals():
+    text = fn("let (g, da) = handle f(a, b) with reverseMode in\n"
+              "  let z = Tensor[F32, [2, 2]] { 1.0, -2, 3e2, 4.5 } in\n"
+              "  let e = Tensor[I64, [1], @device] {} in\n  (g, (z), da)")
+    e = body_of(text)
+    assert isinstance(e, ast.Let) and e.destructure and [n.id for n in e.names] == ["g", "da"]
+    h = e.value
+    assert isinstance(h, ast.Handle) and h.call.func == "f" and h.handler == "reverseMode"
+    assert text[h.handler_span.start:h.handler_span.end] == "reverseMode"
+    lit = e.body.value
+    assert lit.values == [1.0, -2, 300.0, 4.5] and lit.type.shape == [2, 2] and lit.type.placement is None
+    empty = e.body.body.value
+    assert empty.values == [] and empty.type.dtype == "I64" and empty.type.placement == "device"
+    tup = e.body.body.body
+    assert isinstance(tup, ast.TupleExpr) and [x.id for x in tup.items] == ["g", "z", "da"]
+    assert src(text, e).startswith("let (g, da)") and src(text, e).endswith("(g, (z), da)")
+
+
+def test_tuple_return_type_and_parenthesised_receiver_span():
+    text = fn("(a + b).exp()", ret=f"({T}, Tensor[F32, [2], @host])")
+    module, diags = parse_module(text)
+    assert diags == []
+    f = module.functions[0]
+    assert isinstance(f.ret, ast.TupleTypeExpr) and len(f.ret.items) == 2
+    assert src(text, f.body) == "(a + b).exp()"
+
+
+def test_split_items_and_parse_item_offsets():
+    one, two = fn("a"), fn("b").replace("fn f", "fn g")
+    text = "// head\n" + one + "\n" + two
+    items = split_items(text)
+    assert [(i.name, text[i.start:i.end]) for i in items] == [("f", one.strip()), ("g", two.strip())]
+    f, diags = parse_item(text[items[1].start:items[1].end], items[1].start)
+    assert diags == [] and text[f.body.span.start:f.body.span.end] == "b"
+
+
+def test_error_messages_say_expected_and_found():
+    text = fn("let x = a + b\n")
+    _, diags = parse_module(text)
+    assert len(diags) == 1 and diags[0].code == "syntax"
+    assert diags[0].message == "expected `in` after the let value, found `}`"
+    assert text[diags[0].span.start:diags[0].span.end] == "}"
+    _, diags = parse_module(fn("let x = a in"))
+    assert "after `in`" in diags[0].message
+    _, diags = parse_module(fn("handle f(a) using reverseMode"))
+    assert diags[0].message == "expected `with`, found `using`"
+
+
+def test_three_broken_functions_three_errors_at_their_lines():
+    text = ("fn a(x: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  let y = x\n}\n"
+            "fn ok(x: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  x\n}\n"
+            "fn b(x: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  x $ x\n}\n"
+            "fn c(x: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  x.exp(\n}\n")
+    module, diags = parse_module(text)
+    assert [f.name for f in module.functions] == ["ok"]
+    src_ = SourceText(text)
+    assert [src_.line_col(d.span.start) for d in diags] == [(3, 1), (8, 5), (12, 1)]
+    assert "found `}`" in diags[2].message
+
+
+def test_missing_brace_costs_one_function():
+    text = ("fn a(x: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  x\n\n"
+            "fn b(x: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  x\n}\n")
+    module, diags = parse_module(text)
+    assert [f.name for f in module.functions] == ["b"] and len(diags) == 1
+    assert "`}` missing" in diags[0].message
+
+
+def test_text_outside_items_and_reserved_words():
+    _, diags = parse_module("let x = 1\n" + fn("a"))
+    assert diags[0].code == "syntax" and "top-level function" in diags[0].message and diags[0].span.start == 0
+    _, diags = parse_module(fn("let F32 = a in F32"))
+    assert "reserved word" in diags[0].message
+
+
+def test_positional_after_attr_and_deep_nesting_are_diagnostics():
+    _, diags = parse_module(fn("a.slice(axis=1, b)"))
+    assert "positional argument after a keyword attribute" in diags[0].message
+    deep = fn("(" * (MAX_DEPTH + 5) + "a" + ")" * (MAX_DEPTH + 5))
+    _, diags = parse_module(deep)
+    assert len(diags) == 1 and "nested" in diags[0].message
+    long_chain = fn(" + ".join(["a"] * (MAX_DEPTH + 10)))
+    _, diags = parse_module(long_chain)
+    assert len(diags) == 1 and "nested" in diags[0].message
