@@ -12,13 +12,13 @@ Each op's lowering lives in compiler/emit_ops.py (LOWERINGS, one row per op);
 this module owns the per-function emitter (SSA names, `linalg.generic`
 builder, source locations) and the walk over let chains.
 
-Dtypes: F32 and I64 lower directly.  F16 and BF16 are *stored* as f16/bf16
-but every computation happens in f32 (extf on load, truncf on store, f32
-accumulators), so the host never needs half-precision arithmetic; BF16
-conversions need `arith-expand{include-bf16}` before `convert-arith-to-llvm`.
-F8E4M3 / F8E5M2 are rejected with an `emit` diagnostic: MLIR 22 cannot lower
-f8 conversions to LLVM.  `@device` operands are rejected op by op
-("scatter_add: checked device lowering is not available").
+Dtypes: F32 and I64 lower directly.  F16, BF16, F8E4M3 and F8E5M2 are
+*stored* in their own type (f16, bf16, f8E4M3FN, f8E5M2) but every
+computation happens in f32 (extf on load, truncf on store, f32 accumulators),
+so the only low-precision operations are conversions: the toolchain expands
+bf16 ones (`arith-expand{include-bf16}`) and sends f8 ones to MLIR's APFloat
+runtime (`convert-arith-to-apfloat`).  `@device` operands are rejected op by
+op ("scatter_add: checked device lowering is not available").
 
 Every op carries `loc("path":line:col)` of its Kina expression, so an
 mlir-opt error names the Kina source line.
@@ -26,31 +26,14 @@ mlir-opt error names the Kina source line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 from . import ir
-from .diagnostics import CODES, Diagnostic, SourceText, Span
+from .diagnostics import Diagnostic, SourceText, Span
+from .emit_builder import EmitError, FnEmitter, float_literal, symbol, ty
+from .emit_ops import LOWERINGS
 from .types import DType, TensorType, TupleType, Type
 
-# Kina dtype -> MLIR element type (storage).
-ELEM: dict[DType, str] = {
-    DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16",
-    DType.F8E4M3: "f8E4M3FN", DType.F8E5M2: "f8E5M2", DType.I64: "i64",
-}
-# Dtypes the host lowering rejects, with the reason shown to the user.
-UNSUPPORTED_DTYPES: dict[DType, str] = {
-    d: "MLIR 22 has no LLVM lowering for f8 conversions; use F16, BF16 or F32"
-    for d in (DType.F8E4M3, DType.F8E5M2)
-}
-COMPUTE = "f32"  # scalar type in which every float op computes
-
-
-class EmitError(Exception):
-    """A construct with no host lowering; becomes an `emit` diagnostic at `span`."""
-
-    def __init__(self, message: str, span: Span):
-        super().__init__(message)
-        self.message, self.span = message, span
+__all__ = ["EmitResult", "LOWERINGS", "emit_program", "emit_function"]
 
 
 @dataclass
@@ -58,216 +41,6 @@ class EmitResult:
     """`text` is the MLIR module, or "" when `diagnostics` holds an error."""
     text: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Ty:
-    """An MLIR ranked tensor type: element type and static shape."""
-    elem: str
-    shape: tuple[int, ...]
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def mlir(self) -> str:
-        return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.elem + ">"
-
-    def with_elem(self, elem: str) -> "Ty":
-        return Ty(elem, self.shape)
-
-    def with_shape(self, shape) -> "Ty":
-        return Ty(self.elem, tuple(shape))
-
-
-def ty(t: TensorType) -> Ty:
-    return Ty(ELEM[t.dtype], t.shape)
-
-
-def symbol(fn: str) -> str:
-    """`f` -> `@kina_f`; generated `f.rev` -> `@"kina_f.rev"` (quoted: not a bare identifier)."""
-    name = "kina_" + fn
-    return f'@"{name}"' if not name.replace("_", "a").isalnum() else "@" + name
-
-
-def affine(n: int, results) -> str:
-    dims = ", ".join(f"d{i}" for i in range(n))
-    return f"affine_map<({dims}) -> ({', '.join(str(r) for r in results)})>"
-
-
-def identity(n: int) -> list[str]:
-    return [f"d{i}" for i in range(n)]
-
-
-def float_literal(x: float, elem: str) -> str:
-    """A float in MLIR syntax (which needs a '.' before any exponent; inf/nan as hex bits)."""
-    if x != x or x in (float("inf"), float("-inf")):
-        bits = {"f32": (0x7F800000, 0xFF800000, 0x7FC00000), "f16": (0x7C00, 0xFC00, 0x7E00),
-                "bf16": (0x7F80, 0xFF80, 0x7FC0)}[elem]
-        return hex(bits[2] if x != x else bits[0] if x > 0 else bits[1])
-    s = repr(float(x))
-    mant, _, exp = s.partition("e")
-    if "." not in mant:
-        mant += ".0"
-    return mant + ("e" + exp if exp else "")
-
-
-class FnEmitter:
-    """Emits one func.func: fresh SSA names, op lines with locations, linalg.generic."""
-
-    def __init__(self, source: SourceText | None):
-        self.source = source
-        self.lines: list[str] = []
-        self.indent = 2
-        self.counter = 0
-        self.used: set[str] = set()
-        self.loc = ""
-        self.span = ir.NO_SPAN
-
-    # ---- names and lines ---------------------------------------------------
-    def fresh(self, hint: str | None = None) -> str:
-        if hint is None:
-            self.counter += 1
-            return f"%{self.counter - 1}"
-        name, k = hint, 0
-        while name in self.used:  # lets are unique per function; generated code may not be
-            k += 1
-            name = f"{hint}_{k}"
-        self.used.add(name)
-        return "%" + name
-
-    def at(self, span: Span) -> None:
-        """Attach `span`'s Kina location to the ops emitted from now on."""
-        self.span = span
-        if self.source is not None:
-            line, col = self.source.line_col(span.start)
-            path = self.source.path.replace("\\", "\\\\").replace('"', '\\"')
-            self.loc = f' loc("{path}":{line}:{col})'
-
-    def line(self, text: str) -> None:
-        self.lines.append(" " * self.indent + text)
-
-    def op(self, text: str, out: str | None = None) -> str:
-        """Emit `out = text loc(..)`; returns the result name."""
-        out = out or self.fresh()
-        self.line(f"{out} = {text}{self.loc}")
-        return out
-
-    def stmt(self, text: str) -> None:
-        self.line(text + self.loc)
-
-    def fail(self, message: str) -> None:
-        raise EmitError(message, self.span)
-
-    # ---- tensor helpers ----------------------------------------------------
-    def empty(self, t: Ty) -> str:
-        return self.op(f"tensor.empty() : {t.mlir}")
-
-    def scalar(self, value, elem: str) -> str:
-        if elem in ("i1",):
-            return self.op(f"arith.constant {'true' if value else 'false'}")
-        if elem.startswith("i"):
-            return self.op(f"arith.constant {int(value)} : {elem}")
-        if elem == "index":
-            return self.op(f"arith.constant {int(value)} : index")
-        return self.op(f"arith.constant {float_literal(value, elem)} : {elem}")
-
-    def filled(self, t: Ty, value, out: str | None = None) -> str:
-        """A tensor of type t holding `value` everywhere (tensor.empty + linalg.fill)."""
-        c = self.scalar(value, t.elem)
-        e = self.empty(t)
-        return self.op(f"linalg.fill ins({c} : {t.elem}) outs({e} : {t.mlir}) -> {t.mlir}", out)
-
-    def generic(self, ins: list[tuple[str, Ty, list]], init: tuple[str, Ty, list], iterators: list[str],
-                body: Callable[..., str], out: str | None = None) -> str:
-        """linalg.generic with one output.  ins/init: (value, type, map results over d0..dn-1).
-        `body(*block_args)` emits the scalar code and returns the value to yield."""
-        n = len(iterators)
-        operands = ins + [init]
-        maps = ", ".join(affine(n, m) for _, _, m in operands)
-        its = ", ".join(f'"{i}"' for i in iterators)
-        ins_txt = (f"ins({', '.join(v for v, _, _ in ins)} : {', '.join(t.mlir for _, t, _ in ins)}) "
-                   if ins else "")
-        v0, t0, _ = init
-        out = out or self.fresh()
-        self.line(f"{out} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}} "
-                  f"{ins_txt}outs({v0} : {t0.mlir}) {{")
-        args = [self.fresh() for _ in operands]
-        self.line("^bb0(" + ", ".join(f"{a}: {t.elem}" for a, (_, t, _) in zip(args, operands)) + "):")
-        self.indent += 2
-        y = body(*args)
-        self.stmt(f"linalg.yield {y} : {t0.elem}")
-        self.indent -= 2
-        self.line(f"}} -> {t0.mlir}{self.loc}")
-        return out
-
-    def map_elementwise(self, ins: list[tuple[str, Ty]], out_t: Ty, fn: Callable[..., str],
-                        out: str | None = None) -> str:
-        """out[i] = fn(ins[i]...) over identically shaped tensors (fn sees block args)."""
-        n = out_t.rank
-        return self.generic([(v, t, identity(n)) for v, t in ins], (self.empty(out_t), out_t, identity(n)),
-                            ["parallel"] * n, lambda *a: fn(*a[:-1]), out)
-
-    # ---- float compute domain ------------------------------------------------
-    def load(self, x: str, elem: str) -> str:
-        """Scalar of storage type `elem` -> the f32 compute type."""
-        return x if elem == COMPUTE else self.op(f"arith.extf {x} : {elem} to {COMPUTE}")
-
-    def store(self, x: str, elem: str) -> str:
-        return x if elem == COMPUTE else self.op(f"arith.truncf {x} : {COMPUTE} to {elem}")
-
-    def to_index(self, x: str) -> str:
-        return self.op(f"arith.index_cast {x} : i64 to index")
-
-    def convert(self, x: str, src: Ty, elem: str, out: str | None = None) -> str:
-        """Elementwise storage conversion (f32 accumulator -> f16/bf16 result)."""
-        if src.elem == elem:
-            return x
-        op = "truncf" if src.elem == COMPUTE else "extf"
-        return self.map_elementwise([(x, src)], src.with_elem(elem),
-                                    lambda a: self.op(f"arith.{op} {a} : {src.elem} to {elem}"), out)
-
-    # ---- shape helpers -----------------------------------------------------
-    def collapse(self, x: str, t: Ty, groups: list[list[int]], out: str | None = None) -> str:
-        new = t.with_shape(_prod(t.shape[i] for i in g) for g in groups)
-        return self.op(f"tensor.collapse_shape {x} {_groups(groups)} : {t.mlir} into {new.mlir}", out)
-
-    def expand(self, x: str, t: Ty, groups: list[list[int]], shape, out: str | None = None) -> str:
-        new = t.with_shape(shape)
-        dims = ", ".join(str(d) for d in shape)
-        return self.op(f"tensor.expand_shape {x} {_groups(groups)} output_shape [{dims}] : "
-                       f"{t.mlir} into {new.mlir}", out)
-
-    def bounds_check(self, idx: str, t: Ty, limit: int, message: str) -> None:
-        """Assert 0 <= idx < limit for every element.  cf.assert cannot sit inside a linalg
-        body, so an all-reduction linalg.generic counts the bad indices (in i64: i1 tensors
-        do not lower through memref-to-llvm) and one cf.assert checks the count is 0."""
-        n = t.rank
-        count = Ty("i64", ())
-
-        def body(i, acc):
-            lo = self.op(f"arith.cmpi slt, {i}, {self.scalar(0, 'i64')} : i64")
-            hi = self.op(f"arith.cmpi sge, {i}, {self.scalar(limit, 'i64')} : i64")
-            bad = self.op(f"arith.ori {lo}, {hi} : i1")
-            return self.op(f"arith.addi {acc}, {self.op(f'arith.extui {bad} : i1 to i64')} : i64")
-
-        bad = self.generic([(idx, t, identity(n))], (self.filled(count, 0), count, []), ["reduction"] * n, body)
-        total = self.op(f"tensor.extract {bad}[] : {count.mlir}")
-        ok = self.op(f"arith.cmpi eq, {total}, {self.scalar(0, 'i64')} : i64")
-        self.stmt(f'cf.assert {ok}, "{message}"')
-
-
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-def _groups(groups: list[list[int]]) -> str:
-    return "[" + ", ".join("[" + ", ".join(str(i) for i in g) + "]" for g in groups) + "]"
-
 
 # ---- the walk over a function ------------------------------------------------
 Value = str | list  # an SSA reference, or a list of them for a tuple
@@ -282,9 +55,6 @@ class FunctionLowering:
         self.env: dict[str, Value] = {}
 
     def run(self) -> list[str]:
-        from .emit_ops import LOWERINGS
-
-        self.lowerings = LOWERINGS
         fn, em = self.fn, self.em
         self._check_types()
         em.at(fn.span)
@@ -322,9 +92,6 @@ class FunctionLowering:
 
     @staticmethod
     def _check_type(t: TensorType, span: Span, what: str) -> None:
-        if t.dtype in UNSUPPORTED_DTYPES:
-            raise EmitError(f"{what} has type {t}: {t.dtype} has no host lowering "
-                            f"({UNSUPPORTED_DTYPES[t.dtype]})", span)
         if t.placement != "host":
             raise EmitError(f"{what} has type {t}: checked device lowering is not available", span)
 
@@ -355,9 +122,9 @@ class FunctionLowering:
         if isinstance(e, ir.CallFn):
             return self._call(e, args, out)
         if isinstance(e, ir.OpApp):
-            if e.op not in self.lowerings:
+            if e.op not in LOWERINGS:
                 raise EmitError(f"{e.op}: no host lowering", e.span)
-            return self.lowerings[e.op](em, e, args, out)
+            return LOWERINGS[e.op](em, e, args, out)
         raise EmitError(f"cannot emit {type(e).__name__}", getattr(e, "span", ir.NO_SPAN))
 
     def _call(self, e: ir.CallFn, args: list[str], out: str) -> Value:
@@ -407,7 +174,6 @@ def emit_function(fn: ir.Function, source: SourceText | None = None) -> list[str
 
 def emit_program(program: ir.Program, source: SourceText | None = None) -> EmitResult:
     """Lower every function of `program` (handles already lowered) to one MLIR module."""
-    assert "emit" in CODES
     diagnostics: list[Diagnostic] = []
     chunks: list[str] = []
     for fn in program.functions.values():

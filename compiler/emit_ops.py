@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import ir
-from .emit_mlir import COMPUTE, FnEmitter, Ty, identity, ty
+from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
 from .types import TensorType
 
 Emitter = Callable[[FnEmitter, ir.OpApp, list, str], str]
