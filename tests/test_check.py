@@ -329,6 +329,16 @@ def test_language_reference_mentions_every_op_and_code():
     assert not missing_codes, f"docs/language.md does not document codes: {missing_codes}"
 
 
+def test_language_reference_examples_check_clean():
+    doc = (ROOT / "docs" / "language.md").read_text()
+    blocks = re.findall(r"```kina\n(.*?)```", doc, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        result, diags, src = analyse(block)
+        assert diags == [], "\n".join(src.render(d) for d in diags)
+        assert result.program.functions
+
+
 def test_emitted_codes_are_registered():
     for path in CASES:
         _, diags, _ = analyse(path.read_text())
