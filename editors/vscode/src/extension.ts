@@ -1,0 +1,284 @@
+/**
+ * The Kina extension: starts the `kina-lsp` language server for `.kina` files through
+ * vscode-languageclient and wires the editor commands to the server's
+ * `workspace/executeCommand` commands.
+ *
+ * Everything that can be decided without an editor (which command starts the server,
+ * settings payload, user-facing messages) lives in `config.ts`; this file only talks to
+ * VS Code.  A server that cannot start is reported with an error that says what to
+ * install or set, and a status-bar item shows the server's state.
+ */
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as vscode from 'vscode';
+import {
+  DynamicFeature,
+  ExecuteCommandRequest,
+  LanguageClient,
+  LanguageClientOptions,
+  RevealOutputChannelOn,
+  ServerOptions,
+  State,
+  StaticFeature,
+  TransportKind,
+} from 'vscode-languageclient/node';
+import {
+  ServerLaunch,
+  describeStartFailure,
+  formatCommandLine,
+  parseBuildReply,
+  parseMlirReply,
+  resolveServerCommand,
+  serverSettingsPayload,
+} from './config';
+
+/** Client id: vscode-languageclient reads `kina.trace.server` from it. */
+const CLIENT_ID = 'kina';
+const CLIENT_NAME = 'Kina Language Server';
+
+/**
+ * The extension registers `kina.buildAndValidate` and `kina.showMlir` itself: they must exist
+ * (with a clear message) while the server is down, and they fill in the active document's
+ * URI.  The client's built-in executeCommand feature would register the same command ids
+ * from the server's capabilities and fail with "command already exists", so it is left out;
+ * the commands reach the server with an explicit workspace/executeCommand request.
+ */
+class KinaLanguageClient extends LanguageClient {
+  public override registerFeature(feature: StaticFeature | DynamicFeature<unknown>): void {
+    if ('registrationType' in feature && feature.registrationType.method === ExecuteCommandRequest.method) {
+      return;
+    }
+    super.registerFeature(feature);
+  }
+}
+
+let client: LanguageClient | undefined;
+let starting: Promise<void> | undefined;
+let output: vscode.LogOutputChannel;
+let status: vscode.StatusBarItem;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  output = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
+  status = vscode.window.createStatusBarItem('kina.server', vscode.StatusBarAlignment.Left, 10);
+  status.name = 'Kina Language Server';
+  status.command = 'kina.showOutput';
+  context.subscriptions.push(
+    output,
+    status,
+    vscode.commands.registerCommand('kina.showOutput', () => output.show(true)),
+    vscode.commands.registerCommand('kina.restartServer', () => restartServer()),
+    vscode.commands.registerCommand('kina.buildAndValidate', (uri?: vscode.Uri) => buildAndValidate(uri)),
+    vscode.commands.registerCommand('kina.showMlir', (uri?: vscode.Uri) => showMlir(uri)),
+    // The server command and interpreter are read at start; a change means a restart.
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration('kina.server')) {
+        void restartServer();
+      }
+    }),
+    // Trust unlocks the workspace's own .venv and workspace-level server settings.
+    vscode.workspace.onDidGrantWorkspaceTrust(() => void restartServer()),
+  );
+  await startServer();
+}
+
+export async function deactivate(): Promise<void> {
+  await stopServer();
+}
+
+function readLaunch(): ServerLaunch {
+  const cfg = vscode.workspace.getConfiguration('kina');
+  return resolveServerCommand(
+    { command: cfg.get<string[]>('server.command', []) ?? [], pythonPath: cfg.get<string>('server.pythonPath', '') ?? '' },
+    {
+      workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
+      workspaceTrusted: vscode.workspace.isTrusted,
+      platform: process.platform,
+      userHome: os.homedir(),
+      exists: (file) => fs.existsSync(file),
+    },
+  );
+}
+
+function readServerSettings(): ReturnType<typeof serverSettingsPayload> {
+  const cfg = vscode.workspace.getConfiguration('kina');
+  return serverSettingsPayload({
+    debounceMs: cfg.get<number>('diagnostics.debounceMs', 150),
+    inlayHintsEnabled: cfg.get<boolean>('inlayHints.enabled', true),
+  });
+}
+
+function setStatus(text: string, tooltip: string, error = false): void {
+  status.text = text;
+  status.tooltip = tooltip;
+  status.backgroundColor = error ? new vscode.ThemeColor('statusBarItem.errorBackground') : undefined;
+  status.show();
+}
+
+async function startServer(): Promise<void> {
+  if (starting) {
+    return starting;
+  }
+  starting = doStart().finally(() => {
+    starting = undefined;
+  });
+  return starting;
+}
+
+async function doStart(): Promise<void> {
+  const launch = readLaunch();
+  const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+  output.appendLine(`Starting ${formatCommandLine(launch)} (from ${launch.source})`);
+  setStatus('$(sync~spin) Kina', `Starting ${formatCommandLine(launch)}`);
+  const serverOptions: ServerOptions = {
+    command: launch.command,
+    args: launch.args,
+    transport: TransportKind.stdio,
+    options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+  };
+  const clientOptions: LanguageClientOptions = {
+    documentSelector: [{ language: 'kina' }],
+    initializationOptions: readServerSettings(),
+    // Sends workspace/didChangeConfiguration with the `kina` section when a setting changes.
+    synchronize: { configurationSection: 'kina' },
+    outputChannel: output,
+    revealOutputChannelOn: RevealOutputChannelOn.Never,
+    // One failed start is reported by us (with the fix); no silent restart loop.
+    initializationFailedHandler: () => false,
+  };
+  const lc = new KinaLanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions, clientOptions);
+  lc.onDidChangeState((e) => {
+    if (e.newState === State.Running) {
+      setStatus('$(check) Kina', `Kina language server running: ${formatCommandLine(launch)}`);
+    } else if (e.newState === State.Stopped && client === lc) {
+      setStatus('$(error) Kina', 'Kina language server stopped. Click for its output.', true);
+    }
+  });
+  client = lc;
+  try {
+    await lc.start();
+    output.appendLine('Kina language server running.');
+  } catch (error) {
+    client = undefined;
+    await lc.dispose().catch(() => undefined);
+    reportStartFailure(launch, error);
+  }
+}
+
+function reportStartFailure(launch: ServerLaunch, error: unknown): void {
+  const message = describeStartFailure(launch, error);
+  output.appendLine(message);
+  setStatus('$(error) Kina', message, true);
+  void vscode.window.showErrorMessage(message, 'Open Settings', 'Show Output').then((choice) => {
+    if (choice === 'Open Settings') {
+      void vscode.commands.executeCommand('workbench.action.openSettings', 'kina.server');
+    } else if (choice === 'Show Output') {
+      output.show(true);
+    }
+  });
+}
+
+async function stopServer(): Promise<void> {
+  const lc = client;
+  client = undefined;
+  if (lc) {
+    await lc.stop().catch((e) => output.appendLine(`Stopping the server: ${String(e)}`));
+  }
+}
+
+async function restartServer(): Promise<void> {
+  await starting;
+  await stopServer();
+  await startServer();
+}
+
+/** The `.kina` document a command applies to: the given URI, else the active editor's. */
+function targetDocument(uri?: vscode.Uri): vscode.TextDocument | undefined {
+  const doc = uri
+    ? vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri.toString())
+    : vscode.window.activeTextEditor?.document;
+  if (!doc || doc.languageId !== 'kina') {
+    void vscode.window.showWarningMessage('Kina: open a .kina file first.');
+    return undefined;
+  }
+  return doc;
+}
+
+/**
+ * Runs a server command on a document.  Returns `{result}`, or undefined when the server
+ * is not running (the user has then been told, with a way to restart it).
+ */
+async function executeServerCommand(command: string, doc: vscode.TextDocument): Promise<{ result: unknown } | undefined> {
+  await starting;
+  if (!client || !client.isRunning()) {
+    const choice = await vscode.window.showErrorMessage(
+      'Kina: the language server is not running, so this command is unavailable.',
+      'Restart Server',
+      'Show Output',
+    );
+    if (choice === 'Restart Server') {
+      await restartServer();
+    } else if (choice === 'Show Output') {
+      output.show(true);
+    }
+    return undefined;
+  }
+  const result: unknown = await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: [doc.uri.toString()] });
+  return { result };
+}
+
+async function buildAndValidate(uri?: vscode.Uri): Promise<void> {
+  if (!vscode.workspace.isTrusted) {
+    void vscode.window.showWarningMessage('Kina: Build & Validate compiles and runs native code; trust this workspace first.');
+    return;
+  }
+  const doc = targetDocument(uri);
+  if (!doc) {
+    return;
+  }
+  try {
+    // The server reports progress ($/progress) and the outcome (window/showMessage, plus a
+    // diagnostic on each failing function); the client logs it and mirrors it in the status bar.
+    const reply = await executeServerCommand('kina.buildAndValidate', doc);
+    if (!reply) {
+      return;
+    }
+    const outcome = parseBuildReply(reply.result);
+    output.appendLine(outcome.message);
+    setStatus(outcome.ok ? '$(check) Kina' : '$(warning) Kina', outcome.message);
+  } catch (error) {
+    showCommandError('Build & Validate', error);
+  }
+}
+
+async function showMlir(uri?: vscode.Uri): Promise<void> {
+  const doc = targetDocument(uri);
+  if (!doc) {
+    return;
+  }
+  try {
+    const reply = await executeServerCommand('kina.showMlir', doc);
+    if (!reply) {
+      return;
+    }
+    const mlir = parseMlirReply(reply.result);
+    if (mlir === undefined) {
+      showCommandError('Show MLIR', `unexpected reply ${JSON.stringify(reply.result)}`);
+      return;
+    }
+    // A file that does not compile comes back as its diagnostics (language `text`): show them
+    // in the same place, so the user sees why there is no MLIR.
+    const mlirDoc = await vscode.workspace.openTextDocument({ language: mlir.language, content: mlir.content });
+    await vscode.window.showTextDocument(mlirDoc, { viewColumn: vscode.ViewColumn.Beside, preview: false });
+    if (!mlir.ok) {
+      void vscode.window.showWarningMessage('Kina: the file does not compile; the side editor lists the errors.');
+    }
+  } catch (error) {
+    showCommandError('Show MLIR', error);
+  }
+}
+
+function showCommandError(what: string, error: unknown): void {
+  const message = `Kina: ${what} failed: ${error instanceof Error ? error.message : String(error)}`;
+  output.appendLine(message);
+  void vscode.window.showErrorMessage(message, 'Show Output').then((c) => c && output.show(true));
+}

@@ -1,0 +1,175 @@
+/**
+ * Unit tests of the extension's pure logic (src/config.ts) with Node's own test runner:
+ * server command resolution in every precedence case, variable expansion, the settings
+ * payload, and the messages shown on start failure and for server command replies.
+ */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  ResolveContext,
+  describeStartFailure,
+  expandVariables,
+  formatCommandLine,
+  parseBuildReply,
+  parseMlirReply,
+  resolveServerCommand,
+  serverSettingsPayload,
+  venvPython,
+} from '../../src/config';
+
+/** A context with the given existing files; trusted, Linux, one workspace folder by default. */
+function ctx(existing: string[] = [], over: Partial<ResolveContext> = {}): ResolveContext {
+  const files = new Set(existing);
+  return {
+    workspaceFolders: ['/ws/proj'],
+    workspaceTrusted: true,
+    platform: 'linux',
+    userHome: '/home/ada',
+    exists: (f) => files.has(f),
+    ...over,
+  };
+}
+
+const NONE = { command: [] as string[], pythonPath: '' };
+
+describe('resolveServerCommand', () => {
+  it('prefers an explicit kina.server.command over everything else', () => {
+    const launch = resolveServerCommand(
+      { command: ['/opt/kina/bin/kina-lsp', '--log-level', 'debug'], pythonPath: '/usr/bin/python3' },
+      ctx(['/ws/proj/.venv/bin/python']),
+    );
+    assert.deepEqual(launch, { command: '/opt/kina/bin/kina-lsp', args: ['--log-level', 'debug'], source: 'kina.server.command' });
+  });
+
+  it('runs `pythonPath -m kina_lsp` when only the interpreter is set', () => {
+    const launch = resolveServerCommand({ command: [], pythonPath: '/work/main/.venv/bin/python' }, ctx(['/ws/proj/.venv/bin/python']));
+    assert.deepEqual(launch, { command: '/work/main/.venv/bin/python', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' });
+  });
+
+  it('ignores an empty or blank command array and falls through to pythonPath', () => {
+    const launch = resolveServerCommand({ command: ['', '  '], pythonPath: '~/kina/.venv/bin/python' }, ctx());
+    assert.equal(launch.source, 'kina.server.pythonPath');
+    assert.equal(launch.command, '/home/ada/kina/.venv/bin/python');
+  });
+
+  it('finds the .venv of the first workspace folder that has one', () => {
+    const launch = resolveServerCommand(NONE, ctx(['/ws/b/.venv/bin/python'], { workspaceFolders: ['/ws/a', '/ws/b'] }));
+    assert.deepEqual(launch, { command: '/ws/b/.venv/bin/python', args: ['-m', 'kina_lsp'], source: 'workspace .venv' });
+  });
+
+  it('uses the Windows venv layout on win32', () => {
+    const launch = resolveServerCommand(NONE, ctx(['C:\\ws\\.venv\\Scripts\\python.exe'], { workspaceFolders: ['C:\\ws'], platform: 'win32' }));
+    assert.equal(launch.source, 'workspace .venv');
+    assert.equal(launch.command, 'C:\\ws\\.venv\\Scripts\\python.exe');
+  });
+
+  it('never executes a workspace .venv in an untrusted workspace', () => {
+    const launch = resolveServerCommand(NONE, ctx(['/ws/proj/.venv/bin/python'], { workspaceTrusted: false }));
+    assert.deepEqual(launch, { command: 'kina-lsp', args: [], source: 'PATH' });
+  });
+
+  it('falls back to kina-lsp on PATH when nothing is configured or found', () => {
+    assert.deepEqual(resolveServerCommand(NONE, ctx([], { workspaceFolders: [] })), { command: 'kina-lsp', args: [], source: 'PATH' });
+  });
+
+  it('expands ${workspaceFolder} in every part of the command', () => {
+    const launch = resolveServerCommand({ command: ['${workspaceFolder}/.venv/bin/kina-lsp', '--root=${workspaceFolder}'], pythonPath: '' }, ctx());
+    assert.equal(launch.command, '/ws/proj/.venv/bin/kina-lsp');
+    assert.deepEqual(launch.args, ['--root=/ws/proj']);
+  });
+});
+
+describe('expandVariables', () => {
+  const c = { workspaceFolders: ['/ws/proj'], userHome: '/home/ada' };
+  it('expands ~, ${userHome} and ${workspaceFolder}', () => {
+    assert.equal(expandVariables('~/venv/bin/python', c), '/home/ada/venv/bin/python');
+    assert.equal(expandVariables('~', c), '/home/ada');
+    assert.equal(expandVariables('${userHome}/x:${workspaceFolder}/y', c), '/home/ada/x:/ws/proj/y');
+  });
+  it('leaves ~user and ${workspaceFolder} without a workspace alone', () => {
+    assert.equal(expandVariables('~bob/python', c), '~bob/python');
+    assert.equal(expandVariables('${workspaceFolder}/py', { workspaceFolders: [], userHome: '/h' }), '${workspaceFolder}/py');
+  });
+  it('trims surrounding whitespace (a pasted path)', () => {
+    assert.equal(expandVariables('  /usr/bin/python3 \n', c), '/usr/bin/python3');
+  });
+});
+
+describe('venvPython and formatCommandLine', () => {
+  it('knows both venv layouts', () => {
+    assert.equal(venvPython('/p/.venv', 'linux'), '/p/.venv/bin/python');
+    assert.equal(venvPython('/p/.venv', 'darwin'), '/p/.venv/bin/python');
+    assert.equal(venvPython('C:\\p\\.venv', 'win32'), 'C:\\p\\.venv\\Scripts\\python.exe');
+  });
+  it('quotes arguments with spaces', () => {
+    assert.equal(formatCommandLine({ command: '/my env/python', args: ['-m', 'kina_lsp'] }), '"/my env/python" -m kina_lsp');
+  });
+});
+
+describe('serverSettingsPayload', () => {
+  it('nests the settings like the `kina` configuration section', () => {
+    assert.deepEqual(serverSettingsPayload({ debounceMs: 300, inlayHintsEnabled: false }), {
+      diagnostics: { debounceMs: 300 },
+      inlayHints: { enabled: false },
+    });
+  });
+  it('clamps and rounds the debounce, and defaults a non-number', () => {
+    assert.equal(serverSettingsPayload({ debounceMs: -5, inlayHintsEnabled: true }).diagnostics.debounceMs, 0);
+    assert.equal(serverSettingsPayload({ debounceMs: 99999, inlayHintsEnabled: true }).diagnostics.debounceMs, 5000);
+    assert.equal(serverSettingsPayload({ debounceMs: 12.6, inlayHintsEnabled: true }).diagnostics.debounceMs, 13);
+    assert.equal(serverSettingsPayload({ debounceMs: Number.NaN, inlayHintsEnabled: true }).diagnostics.debounceMs, 150);
+  });
+});
+
+describe('describeStartFailure', () => {
+  const enoent = Object.assign(new Error('spawn /nope/python ENOENT'), { code: 'ENOENT' });
+  it('says the configured interpreter does not exist and which setting to change', () => {
+    const msg = describeStartFailure({ command: '/nope/python', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' }, enoent);
+    assert.match(msg, /did not start \(`\/nope\/python -m kina_lsp`, from kina.server.pythonPath\)/);
+    assert.match(msg, /does not exist: set `kina.server.pythonPath`/);
+    assert.match(msg, /ENOENT/);
+  });
+  it('tells how to install Kina when the interpreter runs but has no kina_lsp', () => {
+    const msg = describeStartFailure(
+      { command: '/usr/bin/python3', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' },
+      new Error('Connection to server got closed. Server will not be restarted.'),
+    );
+    assert.match(msg, /Install Kina into that environment \(`\/usr\/bin\/python3 -m pip install -e <kina checkout>`/);
+  });
+  it('points at the settings when kina-lsp is not on PATH', () => {
+    const msg = describeStartFailure({ command: 'kina-lsp', args: [], source: 'PATH' }, Object.assign(new Error('spawn kina-lsp ENOENT'), { code: 'ENOENT' }));
+    assert.match(msg, /No `kina-lsp` on PATH: set `kina.server.pythonPath`/);
+  });
+  it('blames kina.server.command when that was used', () => {
+    const msg = describeStartFailure({ command: '/x/kina-lsp', args: [], source: 'kina.server.command' }, enoent);
+    assert.match(msg, /program in `kina.server.command` does not exist/);
+  });
+});
+
+describe('server command replies', () => {
+  it('reads {ok, message} from kina.buildAndValidate', () => {
+    const reply = { ok: true, message: 'Kina: build & validate passed (2/2 functions match the interpreter)', failing: {}, functions: { attn: true } };
+    assert.deepEqual(parseBuildReply(reply), { ok: true, message: reply.message });
+    assert.deepEqual(parseBuildReply({ ok: false, message: 'Kina: build failed: [E201] ...', failing: {} }), {
+      ok: false,
+      message: 'Kina: build failed: [E201] ...',
+    });
+  });
+  it('reports a reply of another shape instead of guessing', () => {
+    for (const bad of [null, 'built', { ok: 'yes', message: 'x' }, { ok: true }]) {
+      const outcome = parseBuildReply(bad);
+      assert.equal(outcome.ok, false);
+      assert.match(outcome.message, /unexpected reply to kina.buildAndValidate/);
+    }
+  });
+  it('reads MLIR, or the diagnostics text when the file does not compile', () => {
+    assert.deepEqual(parseMlirReply({ language: 'mlir', content: 'module {}', ok: true, title: 'a.mlir' }), { language: 'mlir', content: 'module {}', ok: true });
+    assert.deepEqual(parseMlirReply({ language: 'text', content: 'a.kina:3:5: error', ok: false }), { language: 'text', content: 'a.kina:3:5: error', ok: false });
+    assert.equal(parseMlirReply({ content: 'module {}' })?.language, 'mlir');
+  });
+  it('rejects a reply without content', () => {
+    assert.equal(parseMlirReply('module {}'), undefined);
+    assert.equal(parseMlirReply({ language: 'mlir' }), undefined);
+    assert.equal(parseMlirReply(null), undefined);
+  });
+});
