@@ -17,6 +17,7 @@ The incremental analysis codes against exactly this API:
   check_function(fn, signatures) -> FunctionResult
   check_module(module) -> CheckResult
   recursion_diagnostics(results) -> diagnostics for call cycles between functions
+  recursive_functions(results) -> the names on those cycles
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from .ops import OPS
 from .types import TensorType
 
 __all__ = ["Signature", "TypeFact", "FunctionResult", "CheckResult", "signature_of", "check_function",
-           "check_module", "recursion_diagnostics", "ERROR"]
+           "check_module", "recursion_diagnostics", "recursive_functions", "ERROR"]
 
 
 @dataclass
@@ -173,7 +174,7 @@ def check_module(module: syntax.Module) -> CheckResult:
         if first[fn.name] is fn:
             results[fn.name] = res
     bag.extend(recursion_diagnostics(results))
-    recursive = _cycles({name: sorted(c for c in r.calls if c in results) for name, r in results.items()})
+    recursive = recursive_functions(results)
     program = ir.Program({name: r.function for name, r in results.items()
                           if r.function is not None and name not in recursive})
     return CheckResult(program, sorted(bag.items, key=lambda d: (d.span.start, d.span.end)), types)
@@ -188,6 +189,12 @@ def recursion_diagnostics(results: dict[str, FunctionResult]) -> list[Diagnostic
         diags.append(Diagnostic("recursion", f"`{name}` is recursive: {' -> '.join([name] + path)}; "
                                 "Kina functions cannot recurse", results[name].call_spans[callee]))
     return diags
+
+
+def recursive_functions(results: dict[str, FunctionResult]) -> set[str]:
+    """Names of the functions on a call cycle of two or more functions (they
+    are left out of the program; self-calls already have function=None)."""
+    return set(_cycles({name: sorted(c for c in r.calls if c in results) for name, r in results.items()}))
 
 
 def _cycles(graph: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from compiler import ir, syntax
 from compiler.check import (ERROR, CheckResult, FunctionResult, Signature, TypeFact, check_function,
@@ -291,6 +292,40 @@ def test_hand_built_ast_without_the_parser():
     fn.body = bad
     [d] = check_function(fn, {"t": signature_of(fn)[0]}).diagnostics
     assert (d.code, d.span) == ("attr", Span(20, 26))
+
+
+# ---- robustness: any op application gives a type or a diagnostic, never a traceback ---------
+SP = Span(0, 1)
+dims = st.lists(st.integers(0, 4), max_size=4)
+tensor_types = st.builds(syntax.TensorTypeExpr, st.sampled_from(["F32", "I64", "F16"]), dims,
+                         st.sampled_from([None, "host", "device"]), st.just(SP))
+attr_values = st.one_of(st.integers(-2, 5), dims, st.lists(st.integers(-1, 4), max_size=4),
+                        st.sampled_from(["sum", "mean", "max", "avg"]), st.floats(-2, 2))
+attrs = st.lists(st.builds(syntax.Attr, st.sampled_from(["axis", "start", "stop", "perm", "shape", "op", "k"]),
+                           st.just(SP), attr_values, st.just(SP), st.just(SP)), max_size=3)
+surface = sorted(n for n, op in OPS.items() if not op.internal)
+
+
+@settings(max_examples=300, deadline=None)
+@given(op=st.sampled_from(surface), types=st.lists(tensor_types, min_size=0, max_size=3), attrs=attrs,
+       positional=st.one_of(st.none(), dims), method=st.booleans())
+def test_any_op_application_types_or_reports(op, types, attrs, positional, method):
+    params = [syntax.Param(f"p{i}", SP, t, SP) for i, t in enumerate(types)]
+    args = [syntax.Name(p.name, SP) for p in params]
+    if positional is not None:
+        args.append(syntax.IntList(positional, SP))
+    if method and args and isinstance(args[0], syntax.Name):
+        body = syntax.MethodCall(args[0], op, SP, args[1:], attrs, SP)
+    else:
+        body = syntax.Call(op, SP, args, attrs, SP)
+    ret = syntax.TensorTypeExpr("F32", [1], None, SP)
+    fn = syntax.FnDef("f", SP, params, ret, body, SP)
+    res = check_function(fn, {"f": signature_of(fn)[0]})
+    assert all(d.code in CODES for d in res.diagnostics)
+    if res.function is None:
+        assert res.diagnostics
+    else:
+        assert isinstance(res.function.result, ir.OpApp) and res.function.result.type == f32(1)
 
 
 # ---- performance ---------------------------------------------------------------------------
