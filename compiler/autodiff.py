@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from . import ir
 from .diagnostics import Diagnostic, Note, Span
+from .ops import OPS
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .types import TensorType, TupleType
 from .vjp import VJPS, VJP, Builder  # noqa: F401  (VJPS is this stage's table)
@@ -109,20 +110,25 @@ def _vars_in(expr: Expr) -> list[Var]:
 
 
 def _describe(expr: Expr) -> str:
-    """A short spelling of an expression for messages: `x.reshape(..)`, `f(..)`, `Tensor[..] {..}`."""
+    """A short spelling of an expression for messages: `x.reshape(..)`, `b * c`, `f(..)`."""
     if isinstance(expr, OpApp):
-        head = expr.args[0] if expr.args else None
-        if isinstance(head, Var):
-            return f"{head.name}.{expr.op}(..)"
-        return f"{expr.op}(..)"
+        names = [a.name if isinstance(a, Var) else ".." for a in expr.args]
+        sym = OPS[expr.op].infix
+        if sym and len(names) == 2:
+            return f"{names[0]} {sym} {names[1]}"
+        if sym:
+            return f"{sym}{names[0]}"
+        if expr.args and isinstance(expr.args[0], Var) and OPS[expr.op].operands == 1:
+            return f"{names[0]}.{expr.op}(..)"
+        return f"{expr.op}({', '.join(names)}, ..)" if expr.attrs else f"{expr.op}({', '.join(names)})"
     if isinstance(expr, CallFn):
         return f"{expr.fn}(..)"
     if isinstance(expr, Handle):
         return f"handle {expr.fn}(..) with {expr.handler}"
     if isinstance(expr, Literal):
-        return "a tensor literal"
+        return f"Tensor[{expr.type.dtype}, {list(expr.type.shape)}] {{..}}"
     if isinstance(expr, MakeTuple):
-        return "a tuple"
+        return "(..)"
     return expr.name
 
 
@@ -196,10 +202,10 @@ class _Checker:
     def op(self, node: OpApp, origin) -> None:
         for i, child in enumerate(node.args):
             if not isinstance(child, Var):
-                self.error("ad-structure", f"operand {i} of `{node.op}` is the nested expression "
-                           f"`{_describe(child)}`, but reverseMode needs every operand of a differentiated op to "
-                           f"be a variable: split it into two lets, e.g. `let t = {_describe(child)} in ...` "
-                           f"(a method chain `x.reshape(..).transpose(..)` becomes two lets)", child.span, origin)
+                nested = _describe(child)
+                self.error("ad-structure", f"operand {i} of `{node.op}` is the nested expression `{nested}`, "
+                           "but reverseMode differentiates single ops on variables: split it into two lets "
+                           f"(`let t = {nested} in ...`, then use `t`)", child.span, origin)
         row: VJP = VJPS[node.op]
         if row.rule is None:
             self.error("ad-unsupported", f"{row.unsupported}; it cannot be differentiated", node.span, origin)

@@ -163,9 +163,10 @@ def _reject_broadcast(node: OpApp) -> str | None:
     if len(shape) == x.rank:
         return None
     unit = [1] * (len(shape) - x.rank) + list(x.shape)
+    name = node.args[0].name if isinstance(node.args[0], Var) else "x"
     return (f"broadcast of {x} to rank-{len(shape)} shape {list(shape)} changes the rank, and reverseMode "
             f"only differentiates same-rank broadcast (expanding axes of size 1); add the axes with a "
-            f"reshape first: `let t = x.reshape({unit}) in t.broadcast({list(shape)})`")
+            f"reshape first: `let t = {name}.reshape({unit}) in t.broadcast({list(shape)})`")
 
 
 def _slice(b, node, y, g, needs):

@@ -1,0 +1,253 @@
+"""reverseMode (compiler/autodiff.py): structure of the generated functions and the restrictions.
+
+Numerical correctness of every VJP row is tests/test_gradcheck.py.  The
+rejections are inline-expectation files in tests/ad_cases/: a line carrying
+`// E: <substring>` expects a diagnostic whose span starts on that line and
+whose message contains the substring (an optional leading `[code]` must
+match the code); files without `E:` lines must
+be accepted.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler import ir
+from compiler.autodiff import VJPS, check_differentiable, lower_handles, transform_ad
+from compiler.check import check_module
+from compiler.diagnostics import CODES, SourceText
+from compiler.ops import OPS
+from compiler.parse import parse_module
+from compiler.types import TensorType, TupleType, f32, i64
+from compiler.vjp import Builder
+
+CASES = Path(__file__).parent / "ad_cases"
+
+
+def load(path: Path) -> ir.Program:
+    module, diags = parse_module(path.read_text())
+    result = check_module(module)
+    assert not diags and not result.diagnostics, [d.message for d in diags + result.diagnostics]
+    return result.program
+
+
+def ops_of(fn: ir.Function) -> list[str]:
+    return [node.op for b in fn.lets for node in ir.walk(b.value) if isinstance(node, ir.OpApp)]
+
+
+# ---- inline-expectation cases --------------------------------------------------------------
+def expectations(text: str) -> list[tuple[int, str]]:
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if "// E:" in line:
+            out.append((n, line.split("// E:", 1)[1].strip()))
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(CASES.glob("*.kina")), ids=lambda p: p.stem)
+def test_ad_case(path):
+    text = path.read_text()
+    source = SourceText(text, path.name)
+    _, diags = lower_handles(load(path))
+    got = [(source.line_col(d.span.start)[0], d.code, d.message) for d in diags]
+    for d in diags:
+        assert d.code in CODES
+    for line, want in expectations(text):
+        code, _, message = want.partition("] ") if want.startswith("[") else ("[", "", want)
+        hits = [g for g in got if g[0] == line and code[1:] in g[1] and message in g[2]]
+        assert hits, f"{path.name}:{line}: expected a diagnostic containing {want!r}; got {got}"
+        got.remove(hits[0])
+    assert not got, f"{path.name}: unexpected diagnostics {got}"
+
+
+def test_inlined_violation_has_a_note_at_the_call():
+    text = (CASES / "inlined_helper.kina").read_text()
+    (diag,) = check_differentiable(load(CASES / "inlined_helper.kina"), "f")
+    (note,) = diag.notes
+    assert text[note.span.start:note.span.end] == "norm(x)"
+
+
+def test_method_chain_span_is_the_nested_child():
+    path = CASES / "method_chain.kina"
+    (diag,) = check_differentiable(load(path), "f")
+    assert path.read_text()[diag.span.start:diag.span.end] == "x.reshape([2, 2, 4])"
+
+
+def test_handle_diagnostics_carry_a_note_at_the_handle():
+    path = CASES / "reduce_mean.kina"
+    _, (diag,) = lower_handles(load(path))
+    assert any("handle" in n.message and path.read_text()[n.span.start:].startswith("handle loss")
+               for n in diag.notes)
+
+
+# ---- the table -------------------------------------------------------------------------------
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_every_op_has_a_vjp_row(op):
+    row = VJPS[op]
+    assert row.rule is not None or row.unsupported, f"VJPS[{op!r}] has neither a rule nor a reason"
+
+
+@pytest.mark.parametrize("op", ["scatter_add", "scatter_along_axis", "relu_grad"])
+def test_backward_only_ops_are_rejected(op):
+    b = Builder("f")
+    g, x = ir.Var("g", f32(2, 3)), ir.Var("x", f32(2, 3))
+    idx = ir.Var("idx", i64(2))
+    if op == "scatter_add":
+        y = b.expr(ir.scatter_add(g, idx, f32(5, 3)))
+    elif op == "scatter_along_axis":
+        idx = ir.Var("idx", i64(2, 3))
+        y = b.expr(ir.scatter_along_axis(g, idx, 1, f32(2, 4)))
+    else:
+        y = b.emit("relu_grad", [g, x])
+    fn = b.function("f", [g, idx, x], y)
+    rev, (diag,) = transform_ad(ir.Program({"f": fn}), "f")
+    assert rev is None and diag.code == "ad-unsupported" and op in diag.message
+
+
+def test_tuple_result_is_rejected():
+    b = Builder("f")
+    x = ir.Var("x", f32(2))
+    e = b.emit("exp", [x])
+    t = b.expr(ir.MakeTuple([x, e], TupleType((f32(2), f32(2)))))
+    rev, (diag,) = transform_ad(ir.Program({"f": b.function("f", [x], t)}), "f")
+    assert rev is None and diag.code == "ad-result" and "tuple" in diag.message
+
+
+def test_unknown_function():
+    rev, (diag,) = transform_ad(ir.Program({}), "nope")
+    assert rev is None and diag.code == "unknown-name"
+
+
+# ---- structure of the generated functions -------------------------------------------------
+def gather_fn() -> ir.Program:
+    b = Builder("f")
+    emb, ids = ir.Var("emb", f32(8, 4)), ir.Var("ids", i64(1, 4))
+    x = b.emit("gather", [emb, ids], name="x")
+    return ir.Program({"embed": b.function("embed", [emb, ids], x)})
+
+
+def test_gather_backward_is_scatter_add_not_scatter_along_axis():
+    rev, diags = transform_ad(gather_fn(), "embed")
+    assert not diags
+    assert rev.name == "embed.rev"
+    assert "scatter_add" in ops_of(rev) and "scatter_along_axis" not in ops_of(rev)
+    (node,) = [b.value for b in rev.lets if isinstance(b.value, ir.OpApp) and b.value.op == "scatter_add"]
+    assert node.attrs["dest_ty"] == f32(8, 4) and node.args[1].name == "ids"
+
+
+def test_i64_parameter_is_absent_from_the_result():
+    rev, _ = transform_ad(gather_fn(), "embed")
+    assert rev.ret_type == TupleType((f32(1, 4, 4), f32(8, 4)))
+    assert [p.name for p in rev.params] == ["emb", "ids"]
+    assert [i.name for i in rev.result.items][0] == "x"
+
+
+def test_no_floating_params_returns_the_primal():
+    b = Builder("f")
+    ids = ir.Var("ids", i64(2))
+    x = b.expr(ir.Literal((1.0,), f32(2)), name="x")
+    rev, diags = transform_ad(ir.Program({"f": b.function("f", [ids], x)}), "f")
+    assert not diags and rev.ret_type == f32(2) and isinstance(rev.result, ir.Var)
+
+
+def test_param_without_contribution_gets_zeros_and_lets_are_skipped():
+    b = Builder("f")
+    x, unused = ir.Var("x", f32(2, 3)), ir.Var("unused", f32(2, 3))
+    b.emit("reduce_keep", [x], name="m", op="max", axis=1)      # never reaches the result
+    y = b.emit("exp", [x], name="y")
+    rev, diags = transform_ad(ir.Program({"f": b.function("f", [x, unused], y)}), "f")
+    assert not diags
+    g_unused = rev.result.items[2]
+    (zero,) = [bd.value for bd in rev.lets if bd.names == [g_unused.name]]
+    assert isinstance(zero, ir.Literal) and zero.values == () and zero.type == f32(2, 3)
+    assert ops_of(rev).count("reduce_keep") == 1                  # only the forward one
+
+
+def test_contributions_are_summed():
+    b = Builder("f")
+    x = ir.Var("x", f32(3))
+    y = b.emit("mul", [x, x], name="y")
+    rev, _ = transform_ad(ir.Program({"f": b.function("f", [x], y)}), "f")
+    (g_x,) = rev.result.items[1:]
+    (acc,) = [bd.value for bd in rev.lets if bd.names == [g_x.name]]
+    assert acc.op == "add"
+
+
+def test_backward_lets_are_single_ops_on_vars_with_fresh_names():
+    program = load(CASES / "ok_storylm0_step.kina")
+    rev, _ = transform_ad(program, "storylm0_fwd")
+    names = [n for b in rev.lets for n in b.names]
+    assert len(names) == len(set(names))
+    user = {n for b in program.functions["storylm0_fwd"].lets for n in b.names}
+    assert all("." in n for n in names if n not in user)
+    for b in rev.lets:
+        assert all(isinstance(c, ir.Var) for c in ir.children(b.value)), b.names
+
+
+def test_matmul_backward_uses_transpose_last_two():
+    b = Builder("f")
+    q, k = ir.Var("q", f32(1, 2, 4, 2)), ir.Var("k", f32(1, 2, 2, 4))
+    s = b.emit("matmul", [q, k], name="s")
+    rev, _ = transform_ad(ir.Program({"f": b.function("f", [q, k], s)}), "f")
+    perms = [bd.value.attrs["perm"] for bd in rev.lets
+             if isinstance(bd.value, ir.OpApp) and bd.value.op == "transpose"]
+    assert perms == [(0, 1, 3, 2), (0, 1, 3, 2)]
+    assert ops_of(rev).count("matmul") == 3
+
+
+STORYLM0_PARAMS = ["emb", "mask", "scale", "wq", "wk", "wv", "wo", "lm_head"]
+STORYLM0_SHAPES = [(8, 4), (1, 1, 4, 4), (1, 1, 1, 1), (4, 4), (4, 4), (4, 4), (4, 4), (4, 8)]
+
+
+def test_storylm0_step_result_tuple():
+    rev, diags = transform_ad(load(CASES / "ok_storylm0_step.kina"), "storylm0_fwd")
+    assert not diags
+    assert rev.ret_type == TupleType((f32(1, 4, 8), *(f32(*s) for s in STORYLM0_SHAPES)))
+    assert "scatter_add" in ops_of(rev)
+
+
+def test_storylm0_mean_nll_result_tuple_and_inlining():
+    program = load(CASES / "ok_storylm0_mean_nll.kina")
+    rev, diags = transform_ad(program, "storylm0_nll")
+    assert not diags
+    assert rev.ret_type == TupleType((f32(1, 1), *(f32(*s) for s in STORYLM0_SHAPES), f32(1, 1)))
+    assert not any(isinstance(b.value, ir.CallFn) for b in rev.lets)     # attn was inlined
+    assert {"scatter_add", "scatter_along_axis", "softmax"} <= set(ops_of(rev))
+
+
+def test_lower_handles_replaces_every_handle():
+    program = load(CASES / "ok_storylm0_step.kina")
+    lowered, diags = lower_handles(program)
+    assert not diags and "storylm0_fwd.rev" in lowered.functions
+    for fn in lowered.functions.values():
+        for b in fn.lets:
+            assert not any(isinstance(n, ir.Handle) for n in ir.walk(b.value))
+    calls = [b.value for b in lowered.functions["step"].lets if isinstance(b.value, ir.CallFn)]
+    assert [c.fn for c in calls] == ["storylm0_fwd.rev"]
+    assert calls[0].type == program.functions["step"].lets[0].value.type
+    # the input program is left untouched
+    assert isinstance(program.functions["step"].lets[0].value, ir.Handle)
+
+
+def test_generated_types_match_the_op_table():
+    """Re-infer every backward node: the AD pass builds only well-typed IR."""
+    rev, _ = transform_ad(load(CASES / "ok_storylm0_mean_nll.kina"), "storylm0_nll")
+    for b in rev.lets:
+        if isinstance(b.value, ir.OpApp):
+            assert OPS[b.value.op].infer([a.type for a in b.value.args], b.value.attrs) == b.value.type
+
+
+def test_storylm0_step_sgd_matches_reference_cotangent():
+    """The step (SGD on emb) equals emb - lr * g_emb with g_emb from the generated function."""
+    from compiler.interp import random_inputs, run_function
+    program = load(CASES / "ok_storylm0_step.kina")
+    args = random_inputs(program.functions["step"], seed=3, program=program)
+    new_emb = run_function(program, "step", args)
+    out = run_function(program, "storylm0_fwd", args[:-1])
+    assert out.shape == (1, 4, 8)
+    lowered, _ = lower_handles(program)
+    lowered.functions["probe"] = lowered.functions["storylm0_fwd.rev"]
+    grads = run_function(lowered, "probe", args[:-1])
+    np.testing.assert_allclose(new_emb, args[1] - args[-1][0, 0] * grads[1], rtol=1e-5, atol=1e-6)
+    assert isinstance(grads[1], np.ndarray) and grads[1].dtype == np.float32
+    assert all(isinstance(t, TensorType) for t in lowered.functions["probe"].ret_type.items)

@@ -1,0 +1,219 @@
+"""The NumPy reference interpreter (compiler/interp.py): op rows, evaluation, dtypes, inputs."""
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from compiler import ir
+from compiler.check import check_module
+from compiler.interp import NUMPY_OPS, KinaRuntimeError, random_inputs, run_function
+from compiler.ops import OPS
+from compiler.parse import parse_module
+from compiler.types import DType, TensorType, f32, i64
+from compiler.vjp import Builder
+
+CASES = Path(__file__).parent / "ad_cases"
+
+
+def program_of(text: str) -> ir.Program:
+    module, diags = parse_module(text)
+    result = check_module(module)
+    assert not diags and not result.diagnostics, [d.message for d in diags + result.diagnostics]
+    return result.program
+
+
+def run_op(op_name: str, args: list, /, **attrs):
+    """Evaluate one op through run_function (so typing and dtype handling are exercised too)."""
+    b = Builder("f")
+    params = [ir.Var(f"a{i}", TensorType(DType.I64 if np.asarray(a).dtype.kind == "i" else DType.F32,
+                                          np.shape(a))) for i, a in enumerate(args)]
+    y = b.emit(op_name, params, **attrs)
+    return run_function(ir.Program({"f": b.function("f", params, y)}), "f", args, dtype=np.float64)
+
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((2, 3, 4))
+A4, B4 = rng.standard_normal((1, 2, 4, 3)), rng.standard_normal((1, 2, 3, 5))
+
+# op -> (args, attrs, an independent formulation of the expected result)
+REFERENCE = {
+    "add": ([X, X * 2], {}, lambda: X * 3),
+    "sub": ([X, X * 2], {}, lambda: -X),
+    "mul": ([X, X], {}, lambda: X ** 2),
+    "div": ([X, np.abs(X) + 1], {}, lambda: X * (np.abs(X) + 1) ** -1),
+    "neg": ([X], {}, lambda: 0 - X),
+    "exp": ([X], {}, lambda: np.e ** X),
+    "log": ([np.abs(X) + 1], {}, lambda: np.log1p(np.abs(X))),
+    "tanh": ([X], {}, lambda: (np.exp(2 * X) - 1) / (np.exp(2 * X) + 1)),
+    "sqrt": ([np.abs(X)], {}, lambda: np.abs(X) ** 0.5),
+    "rsqrt": ([np.abs(X) + 1], {}, lambda: (np.abs(X) + 1) ** -0.5),
+    "sigmoid": ([X], {}, lambda: np.exp(X) / (1 + np.exp(X))),
+    "relu": ([X], {}, lambda: X * (X > 0)),
+    "relu_grad": ([X * 3, X], {}, lambda: X * 3 * (X > 0)),
+    "matmul": ([A4, B4], {}, lambda: np.einsum("bhmk,bhkn->bhmn", A4, B4)),
+    "transpose": ([X], {"perm": (2, 0, 1)}, lambda: np.einsum("abc->cab", X)),
+    "reshape": ([X], {"shape": (4, 6)}, lambda: X.ravel().reshape(4, 6)),
+    "broadcast": ([X[:, :1]], {"shape": (2, 3, 4)}, lambda: np.repeat(X[:, :1], 3, axis=1)),
+    "slice": ([X], {"axis": 2, "start": 1, "stop": 3}, lambda: X[:, :, 1:3]),
+    "concat": ([X, X[:, :1]], {"axis": 1}, lambda: np.stack([X[:, 0], X[:, 1], X[:, 2], X[:, 0]], axis=1)),
+    "gather": ([X[0], np.array([[2, 0]])], {}, lambda: np.stack([X[0][2], X[0][0]])[None]),
+    "reduce_keep": ([X], {"op": "max", "axis": 1}, lambda: np.maximum.reduce(X, axis=1)[:, None]),
+    "softmax": ([X], {"axis": 2}, lambda: np.exp(X) / np.exp(X).sum(2, keepdims=True)),
+    "log_softmax": ([X], {"axis": 0}, lambda: np.log(np.exp(X) / np.exp(X).sum(0, keepdims=True))),
+    "take_along_axis": ([X, np.array([[[3], [0], [3]], [[1], [1], [2]]])], {"axis": 2},
+                        lambda: np.array([[[X[0, 0, 3]], [X[0, 1, 0]], [X[0, 2, 3]]],
+                                          [[X[1, 0, 1]], [X[1, 1, 1]], [X[1, 2, 2]]]])),
+    "scatter_add": ([np.arange(8.0).reshape(1, 4, 2), np.array([[3, 1, 3, 3]])], {"dest_ty": f32(5, 2)},
+                    lambda: np.array([[0, 0], [2, 3], [0, 0], [0 + 4 + 6, 1 + 5 + 7], [0, 0]], float)),
+    "scatter_along_axis": ([np.array([[1.0, 2.0, 4.0]]), np.array([[2, 0, 2]])], {"axis": 1, "dest_ty": f32(1, 3)},
+                           lambda: np.array([[2.0, 0.0, 5.0]])),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_every_op_row_matches_an_independent_formula(op):
+    assert op in NUMPY_OPS, f"interp.NUMPY_OPS has no row for {op!r}"
+    assert op in REFERENCE, f"add a reference case for {op!r} to tests/test_interp.py"
+    args, attrs, expected = REFERENCE[op]
+    np.testing.assert_allclose(run_op(op, args, **attrs), expected(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode,expected", [("sum", X.sum(1, keepdims=True)), ("mean", X.mean(1, keepdims=True))])
+def test_reduce_keep_modes(mode, expected):
+    np.testing.assert_allclose(run_op("reduce_keep", [X], op=mode, axis=1), expected)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_is_max_subtracted(op):
+    big = np.array([[1000.0, 1001.0, 999.0]])
+    out = run_op(op, [big], axis=1)
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, run_op(op, [big - 1000.0], axis=1))
+
+
+@pytest.mark.parametrize("op,args,attrs,message", [
+    ("gather", [np.zeros((3, 2)), np.array([0, 3])], {}, "gather index out of bounds"),
+    ("gather", [np.zeros((3, 2)), np.array([-1, 0])], {}, "gather index out of bounds"),
+    ("take_along_axis", [np.zeros((2, 3)), np.array([[0], [5]])], {"axis": 1}, "take_along_axis index out of bounds"),
+    ("scatter_add", [np.zeros((2, 2)), np.array([0, 4])], {"dest_ty": f32(4, 2)}, "scatter_add index out of bounds"),
+    ("scatter_along_axis", [np.zeros((1, 2)), np.array([[0, -2]])], {"axis": 1, "dest_ty": f32(1, 3)},
+     "scatter_along_axis index out of bounds"),
+])
+def test_out_of_range_indices_raise_a_kina_error(op, args, attrs, message):
+    with pytest.raises(KinaRuntimeError, match=message):
+        run_op(op, args, **attrs)
+
+
+def test_scatter_along_axis_is_the_adjoint_of_take_along_axis():
+    x, u = rng.standard_normal((3, 5)), rng.standard_normal((3, 4))
+    idx = rng.integers(0, 5, (3, 4))
+    lhs = np.vdot(run_op("take_along_axis", [x, idx], axis=1), u)
+    rhs = np.vdot(x, run_op("scatter_along_axis", [u, idx], axis=1, dest_ty=f32(3, 5)))
+    assert lhs == pytest.approx(rhs)
+
+
+# ---- programs ------------------------------------------------------------------------------------
+PROGRAM = """
+fn pair(a: Tensor[F32, [2, 2]]) -> (Tensor[F32, [2, 2]], Tensor[F32, [2, 2]]) {
+  let e = a.exp() in
+  (a, e)
+}
+
+fn main() -> (Tensor[F32, [2, 2]], Tensor[F32, [2, 2]], Tensor[I64, [2]]) {
+  let z = Tensor[F32, [2, 2]] {} in
+  let s = Tensor[F32, [2, 2]] { 0.5 } in
+  let p = Tensor[F32, [2, 2]] { 1.0, 2.0, 3.0, 4.0 } in
+  let ids = Tensor[I64, [2]] { 1, 0 } in
+  let (a, e) = pair(p) in
+  let sum = z + s in
+  (sum, e, ids)
+}
+"""
+
+
+def test_literals_calls_destructuring_and_tuples():
+    total, e, ids = run_function(program_of(PROGRAM), "main", [])
+    np.testing.assert_array_equal(total, np.full((2, 2), 0.5, np.float32))
+    np.testing.assert_allclose(e, np.exp(np.array([[1, 2], [3, 4]], np.float32)), rtol=1e-6)
+    assert e.dtype == np.float32 and ids.dtype == np.int64 and list(ids) == [1, 0]
+
+
+@pytest.mark.parametrize("dtype,np_dtype", [("F16", np.float16), ("BF16", ml_dtypes.bfloat16),
+                                            ("F8E4M3", ml_dtypes.float8_e4m3), ("F32", np.float32)])
+def test_declared_dtype_storage_and_float64_override(dtype, np_dtype):
+    text = f"fn f(a: Tensor[{dtype}, [3]]) -> Tensor[{dtype}, [3]] {{ let y = a * a in y }}"
+    program = program_of(text)
+    x = np.array([0.5, 1.5, 3.0])
+    out = run_function(program, "f", [x])
+    assert out.dtype == np.dtype(np_dtype)
+    np.testing.assert_allclose(out.astype(np.float64), (x.astype(np_dtype).astype(np.float64)) ** 2, rtol=0.07)
+    wide = run_function(program, "f", [x], dtype=np.float64)
+    assert wide.dtype == np.float64 and np.array_equal(wide, x * x)
+
+
+def test_bad_arguments_raise_kina_errors():
+    program = program_of("fn f(a: Tensor[F32, [3]], i: Tensor[I64, [2]]) -> Tensor[F32, [3]] { a }")
+    with pytest.raises(KinaRuntimeError, match="expected Tensor"):
+        run_function(program, "f", [np.zeros(4), np.zeros(2, np.int64)])
+    with pytest.raises(KinaRuntimeError, match="integer indices"):
+        run_function(program, "f", [np.zeros(3), np.zeros(2)])
+    with pytest.raises(KinaRuntimeError, match="takes 2 arguments"):
+        run_function(program, "f", [np.zeros(3)])
+    with pytest.raises(KinaRuntimeError, match="no function"):
+        run_function(program, "g", [])
+
+
+def test_handles_with_ad_errors_are_reported_not_raised_as_tracebacks():
+    program = program_of((CASES / "reduce_mean.kina").read_text())
+    with pytest.raises(KinaRuntimeError, match=r"\[ad-unsupported\] reduce_keep\(op=mean\)"):
+        run_function(program, "step", [np.zeros((2, 3))])
+
+
+# ---- random_inputs ----------------------------------------------------------------------------------
+INDEXED = """
+fn pick(x: Tensor[F32, [2, 6]], j: Tensor[I64, [2, 1]]) -> Tensor[F32, [2, 1]] {
+  let y = x.take_along_axis(j, axis=1) in
+  y
+}
+
+fn f(emb: Tensor[F32, [3, 2]], ids: Tensor[I64, [1, 4]], k: Tensor[I64, [2, 1]], x: Tensor[F32, [2, 6]],
+     t: Tensor[I64, [8]], pos: Tensor[F32, [5]]) -> Tensor[F32, [2, 1]] {
+  let e = gather(emb, ids.reshape([4])) in
+  let flat = t.reshape([2, 4]) in
+  let e2 = gather(emb, flat) in
+  let l = pos.log() in
+  let p = pick(x, k) in
+  p
+}
+"""
+
+
+def test_random_inputs_respect_index_bounds_and_domains():
+    program = program_of(INDEXED)
+    fn = program.functions["f"]
+    for seed in range(5):
+        emb, ids, k, x, t, pos = random_inputs(fn, seed, program)
+        assert ids.dtype == np.int64 and ids.min() >= 0 and ids.max() < 3      # through a nested reshape
+        assert t.max() < 3                                                      # through a let-bound reshape
+        assert k.max() < 6                                                      # take_along_axis in a callee
+        assert pos.min() > 0 and emb.dtype == np.float32
+    again = random_inputs(fn, 4, program)
+    assert all(np.array_equal(a, b) for a, b in zip(again, random_inputs(fn, 4, program)))
+    assert not np.array_equal(random_inputs(fn, 1, program)[0], random_inputs(fn, 2, program)[0])
+    run_function(program, "f", random_inputs(fn, 0, program))
+
+
+def test_storylm0_forward_matches_a_direct_numpy_model():
+    program = program_of((CASES / "ok_storylm0_step.kina").read_text())
+    args = random_inputs(program.functions["storylm0_fwd"], 11, program)
+    ids, emb, mask, scale, wq, wk, wv, wo, lm = args
+    x = emb[ids[0]]                                                   # [4, 4]
+    q, k, v = (np.split(x @ w, 2, axis=1) for w in (wq, wk, wv))     # per head [4, 2]
+    heads = []
+    for h in range(2):
+        s = q[h] @ k[h].T * scale[0, 0, 0, 0] + mask[0, 0]
+        p = np.exp(s - s.max(1, keepdims=True))
+        heads.append(p / p.sum(1, keepdims=True) @ v[h])
+    expected = ((x + np.concatenate(heads, axis=1) @ wo) @ lm)[None]
+    np.testing.assert_allclose(run_function(program, "storylm0_fwd", args), expected, rtol=1e-4, atol=1e-5)
