@@ -152,6 +152,8 @@ PIPELINES: dict[int, tuple[list[str], str]] = {
     2: (O0_PASSES, "-O2"),
     3: (O0_PASSES, "-O3"),
 }
+# mlir-opt options (not passes): on 2-core machines the thread pool costs more than it gains.
+MLIR_OPT_FLAGS = ["--mlir-disable-threading"]
 _F8_RE = re.compile(r"f8E(4M3FN|5M2)\b")
 
 
@@ -264,7 +266,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         src, llvm_mlir, ll, obj = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll", "out.o"))
         src.write_text(mlir_text)
         try:
-            _run("mlir-opt", [str(src), *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
+            _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
             _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
             _run("llc", [llc_level, "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
                  timings, "llc")
@@ -296,7 +298,7 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | 
         tmp = Path(tmp)
         (tmp / "in.mlir").write_text(mlir_text)
         try:
-            _run("mlir-opt", [str(tmp / "in.mlir"), *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
+            _run("mlir-opt", [str(tmp / "in.mlir"), *MLIR_OPT_FLAGS, *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
             _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
                  timings, "mlir-translate")
         except _StageFailed as e:
