@@ -1,0 +1,94 @@
+"""pytest-lsp fixtures: a real `python -m kina_lsp` process per test, driven by a
+client with neovim 0.11 capabilities (the bundled VS Code ones predate inlay
+hints).  The debounce is 0 so tests wait only for the analysis itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest_lsp
+from lsprotocol import types as lsp
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, LanguageClient as _Client, register_lsp_features
+from pygls.protocol import default_converter
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SERVER = [sys.executable, "-m", "kina_lsp"]
+
+
+def make_client() -> LanguageClient:
+    """The stock test client, plus a log of every publishDiagnostics with its version
+    (the stock one keeps only the latest diagnostics per URI)."""
+    client = _Client(converter_factory=default_converter)
+    client.published = []
+    stock = DEFAULT_CLIENT_FEATURES[lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS]
+
+    def record(c: _Client, params: lsp.PublishDiagnosticsParams):
+        stock(c, params)
+        c.published.append(params)
+
+    register_lsp_features(client, {**DEFAULT_CLIENT_FEATURES, lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: record})
+    return client
+
+
+def init_params(**options) -> lsp.InitializeParams:
+    opts = {"kina": {"diagnostics": {"debounceMs": 0}}}
+    opts["kina"].update(options)
+    return lsp.InitializeParams(capabilities=client_capabilities("neovim@v0.11.0"),
+                                root_uri=ROOT.as_uri(), initialization_options=opts)
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, client_factory=make_client))
+async def client(lsp_client: LanguageClient):
+    await lsp_client.initialize_session(init_params())
+    yield
+    await lsp_client.shutdown_session()
+
+
+# ---- helpers shared by the test files --------------------------------------------------
+def open_doc(client, text: str, name: str = "scratch.kina", version: int = 1) -> str:
+    uri = (ROOT / "examples" / name).as_uri() if (EXAMPLES / name).exists() else f"file:///tmp/kina-lsp-test/{name}"
+    client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+        text_document=lsp.TextDocumentItem(uri=uri, language_id="kina", version=version, text=text)))
+    return uri
+
+
+def open_example(client, name: str) -> tuple[str, str]:
+    text = (EXAMPLES / name).read_text(encoding="utf-8")
+    return open_doc(client, text, name), text
+
+
+def change(client, uri: str, version: int, text: str, rng: lsp.Range | None = None) -> None:
+    """Send one edit: replace rng (or the whole document when rng is None) by text."""
+    event = (lsp.TextDocumentContentChangePartial(range=rng, text=text) if rng is not None
+             else lsp.TextDocumentContentChangeWholeDocument(text=text))
+    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version), content_changes=[event]))
+
+
+async def published(client, uri: str, version: int, timeout: float = 15.0) -> list[lsp.Diagnostic]:
+    """The diagnostics published for `uri` at `version` (waits for them)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in reversed(client.published):
+            if p.uri == uri and p.version == version:
+                return list(p.diagnostics)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no diagnostics published for {uri} version {version}; got "
+                         f"{[(p.uri, p.version) for p in client.published]}")
+
+
+def pos(text: str, needle: str, delta: int = 0) -> lsp.Position:
+    """LSP position (UTF-16) of the first occurrence of needle, plus delta characters."""
+    off = text.index(needle) + delta
+    line = text.count("\n", 0, off)
+    col_text = text[text.rfind("\n", 0, off) + 1:off]
+    return lsp.Position(line=line, character=len(col_text.encode("utf-16-le")) // 2)
+
+
+def doc_id(uri: str) -> lsp.TextDocumentIdentifier:
+    return lsp.TextDocumentIdentifier(uri=uri)

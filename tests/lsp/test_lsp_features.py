@@ -1,0 +1,182 @@
+"""Hover, inlay hints, navigation, rename, symbols, completion, signature help and
+code actions, through a real server process."""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from conftest import doc_id, open_doc, open_example, pos, published
+
+FORWARD = "storylm0_forward.kina"
+
+CHAIN = """fn f(w: Tensor[F32, [4, 4]]) -> Tensor[F32, [2, 8]] {
+  let y = w.reshape([2, 8]).exp() in
+  y
+}
+
+fn g(w: Tensor[F32, [4, 4]]) -> (Tensor[F32, [2, 8]], Tensor[F32, [4, 4]]) {
+  let (y, g_w) = handle f(w) with reverseMode in
+  (y, g_w)
+}
+"""
+
+
+async def hover_text(client, uri, position) -> str | None:
+    h = await client.text_document_hover_async(lsp.HoverParams(text_document=doc_id(uri), position=position))
+    return None if h is None else h.contents.value
+
+
+async def test_hover_let_shows_inferred_type(client):
+    uri, text = open_example(client, FORWARD)
+    assert "x: Tensor[F32, [1, 4, 4], @host]" in await hover_text(client, uri, pos(text, "let x =", 4))
+    # a use of the name has the same type
+    assert "Tensor[F32, [1, 4, 4], @host]" in await hover_text(client, uri, pos(text, "x + merged"))
+    assert "Tensor[F32, [1, 2, 4, 2], @host]" in await hover_text(client, uri, pos(text, "let heads", 5))
+
+
+async def test_hover_builtin_user_function_and_reverse_mode(client):
+    uri, text = open_example(client, FORWARD)
+    md = await hover_text(client, uri, pos(text, "softmax(axis=3)", 2))
+    assert "x.softmax(axis=i) : T" in md and "max-subtracted" in md and "Tensor[F32, [1, 2, 4, 4], @host]" in md
+    md = await hover_text(client, uri, pos(text, "attn(q, k_t", 1))
+    assert "fn attn(q: Tensor[F32, [1, 2, 4, 2], @host]" in md and "-> Tensor[F32, [1, 2, 4, 2], @host]" in md
+
+    uri2 = open_doc(client, CHAIN.replace("w.reshape([2, 8]).exp()", "w.reshape([2, 8])"), "hover_rm.kina")
+    md = await hover_text(client, uri2, pos(CHAIN, "reverseMode", 2))
+    assert "R: Tensor[F32, [2, 8], @host]" in md and "g_w: Tensor[F32, [4, 4], @host]" in md
+
+
+async def test_hover_answers_nothing_on_whitespace_and_comments(client):
+    uri, text = open_example(client, FORWARD)
+    assert await hover_text(client, uri, lsp.Position(line=0, character=3)) is None
+    assert await hover_text(client, uri, lsp.Position(line=400, character=0)) is None
+
+
+async def test_inlay_hints_show_let_types(client):
+    uri, text = open_example(client, FORWARD)
+    end = lsp.Position(line=text.count("\n") + 1, character=0)
+    hints = await client.text_document_inlay_hint_async(lsp.InlayHintParams(
+        text_document=doc_id(uri), range=lsp.Range(start=lsp.Position(line=0, character=0), end=end)))
+    by_pos = {(h.position.line, h.position.character): h for h in hints}
+    x = by_pos[(pos(text, "let x =", 5).line, pos(text, "let x =", 5).character)]
+    assert x.label == ": F32[1, 4, 4]" and x.tooltip == "Tensor[F32, [1, 4, 4], @host]"
+    assert x.kind == lsp.InlayHintKind.Type
+    lets = text.count("let ")
+    assert len(hints) == lets
+
+
+async def test_definition_and_references(client):
+    uri, text = open_example(client, FORWARD)
+    loc = await client.text_document_definition_async(lsp.DefinitionParams(
+        text_document=doc_id(uri), position=pos(text, "x @ wq")))
+    assert loc.range.start == pos(text, "let x =", 4)
+    loc = await client.text_document_definition_async(lsp.DefinitionParams(
+        text_document=doc_id(uri), position=pos(text, "attn(q, k_t")))
+    assert loc.range.start == pos(text, "fn attn", 3)
+    refs = await client.text_document_references_async(lsp.ReferenceParams(
+        text_document=doc_id(uri), position=pos(text, "let x =", 4),
+        context=lsp.ReferenceContext(include_declaration=True)))
+    fwd = text.index("fn storylm0_forward")
+    assert len(refs) == text[fwd:].count("x @ ") + text[fwd:].count("x + ") + 1
+    assert all(text.splitlines()[r.range.start.line][r.range.start.character] == "x" for r in refs)
+
+
+async def test_rename_let_and_function(client):
+    uri, text = open_example(client, FORWARD)
+    prep = await client.text_document_prepare_rename_async(lsp.PrepareRenameParams(
+        text_document=doc_id(uri), position=pos(text, "let scores", 5)))
+    assert prep.placeholder == "scores"
+    assert await client.text_document_prepare_rename_async(lsp.PrepareRenameParams(
+        text_document=doc_id(uri), position=pos(text, "softmax", 1))) is None
+    edit = await client.text_document_rename_async(lsp.RenameParams(
+        text_document=doc_id(uri), position=pos(text, "attn(q, k_t"), new_name="attention"))
+    edits = edit.changes[uri]
+    assert len(edits) == 2 and all(e.new_text == "attention" for e in edits)
+
+
+async def test_document_symbols(client):
+    uri, text = open_example(client, FORWARD)
+    syms = await client.text_document_document_symbol_async(lsp.DocumentSymbolParams(text_document=doc_id(uri)))
+    assert [s.name for s in syms][:2] == ["attn", "storylm0_forward"]
+    assert syms[0].detail.startswith("fn attn(q: Tensor[F32, [1, 2, 4, 2], @host]")
+    assert {"q", "scores", "probs"} <= {c.name for c in syms[0].children}
+
+
+async def complete(client, uri, text, needle, delta):
+    res = await client.text_document_completion_async(lsp.CompletionParams(
+        text_document=doc_id(uri), position=pos(text, needle, delta)))
+    items = res.items if isinstance(res, lsp.CompletionList) else res
+    return {i.label: i for i in items}
+
+
+async def test_completion_contexts(client):
+    text = """fn f(w: Tensor[F32, [4, 4]], ids: Tensor[I64, [2]]) -> Tensor[F32, [4, 1]] {
+  let h = w.exp() in
+  let s = h.reduce_keep(op=me, axis=1) in
+  let t = h.
+  s
+}
+fn k(a: Tensor[F
+"""
+    uri = open_doc(client, text, "complete.kina")
+    methods = await complete(client, uri, text, "h.\n", 2)
+    assert {"reduce_keep", "softmax", "reshape", "transpose"} <= set(methods)
+    assert "add" not in methods and "x.softmax(axis=i)" in methods["softmax"].detail
+    enum = await complete(client, uri, text, "op=me", 5)
+    assert set(enum) == {"sum", "mean", "max"}
+    attrs = await complete(client, uri, text, "op=me, ", 7)
+    assert "axis" in attrs and "op" not in attrs and "w" in attrs
+    names = await complete(client, uri, text, "  s\n", 3)
+    assert {"w", "ids", "h", "s", "t", "f", "k", "gather", "let"} <= set(names)
+    dtypes = await complete(client, uri, text, "Tensor[F\n", 8)
+    assert set(dtypes) == {"F16", "BF16", "F32", "F8E4M3", "F8E5M2", "I64"}
+
+
+async def test_signature_help_for_builtins(client):
+    text = "fn f(w: Tensor[F32, [4, 4]]) -> Tensor[F32, [4, 1]] {\n  w.reduce_keep(op=sum, axis=1)\n}\n"
+    uri = open_doc(client, text, "sig.kina")
+    await published(client, uri, 1)
+    help_ = await client.text_document_signature_help_async(lsp.SignatureHelpParams(
+        text_document=doc_id(uri), position=pos(text, "axis=1", 5)))
+    sig = help_.signatures[0]
+    assert sig.label == "x.reduce_keep(op=sum|mean|max, axis=int)"
+    assert sig.parameters[help_.active_parameter].label == "axis=int"
+
+
+async def test_quick_fix_splits_a_method_chain(client):
+    uri = open_doc(client, CHAIN, "chain.kina")
+    diags = await published(client, uri, 1)
+    (diag,) = [d for d in diags if d.code == "ad-structure"]
+    assert diag.range.start == pos(CHAIN, "w.reshape")
+    actions = await client.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=doc_id(uri), range=diag.range, context=lsp.CodeActionContext(diagnostics=[diag])))
+    fix = next(a for a in actions if isinstance(a, lsp.CodeAction) and a.kind == lsp.CodeActionKind.QuickFix)
+    new = apply(CHAIN, fix.edit.changes[uri])
+    assert "  let y_reshape = w.reshape([2, 8]) in\n  let y = y_reshape.exp() in\n" in new
+    # the fixed text passes the reverseMode restrictions
+    from compiler.analysis import analyze
+    assert analyze(new).diagnostics == []
+    titles = {a.title for a in actions}
+    assert {"Kina: Build & validate", "Kina: Show MLIR"} <= titles
+
+
+def apply(text: str, edits: list[lsp.TextEdit]) -> str:
+    lines = text.splitlines(keepends=True)
+
+    def off(p):
+        return sum(len(l) for l in lines[:p.line]) + p.character   # ASCII test text
+    for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
+        text = text[:off(e.range.start)] + e.new_text + text[off(e.range.end):]
+    return text
+
+
+async def test_show_mlir_command_and_request(client):
+    uri, _ = open_example(client, "ad_reduce_sum.kina")
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="kina.showMlir", arguments=[uri]))
+    assert res["ok"] and res["language"] == "mlir" and "func.func" in res["content"]
+    res2 = await client.protocol.send_request_async("kina/mlir", {"textDocument": {"uri": uri}})
+    assert res2.content == res["content"]
+    bad = open_doc(client, CHAIN.replace("a", "a", 1).replace("[2, 8]]", "[2, 9]]", 1), "bad_mlir.kina")
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="kina.showMlir", arguments=[bad]))
+    assert not res["ok"] and "error[" in res["content"]

@@ -1,0 +1,62 @@
+"""Build & validate through the server: $/progress begin/report/end, the result as
+window/showMessage and as `validate` diagnostics; a failing (trapping) program
+does not take the server down."""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from conftest import change, doc_id, open_doc, open_example, pos, published
+
+TRAP = """fn embed(emb: Tensor[F32, [4, 2]], ids: Tensor[I64, [2]]) -> Tensor[F32, [2, 2]] {
+  gather(emb, ids)
+}
+
+fn main() -> Tensor[F32, [2, 2]] {
+  let emb = Tensor[F32, [4, 2]] { 1.0 } in
+  let ids = Tensor[I64, [2]] { 1, 99 } in
+  embed(emb, ids)
+}
+"""
+
+
+async def validate(client, uri):
+    return await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="kina.buildAndValidate", arguments=[uri]))
+
+
+def progress_of(client):
+    (token,) = [t for t in client.progress_reports if str(t).startswith("kina-validate-")]
+    return client.progress_reports[token]
+
+
+async def test_build_and_validate_reports_progress_and_passes(client):
+    uri, _ = open_example(client, "ad_reduce_sum.kina")
+    await published(client, uri, 1)
+    result = await validate(client, uri)
+    assert result["ok"], result["message"]
+    assert result["functions"] == {"row_sums": True, "step": True, "main": True, "row_sums (reverseMode)": True}
+    reports = progress_of(client)
+    assert isinstance(reports[0], lsp.WorkDoneProgressBegin) and reports[0].cancellable
+    assert isinstance(reports[-1], lsp.WorkDoneProgressEnd) and "passed" in reports[-1].message
+    steps = [r for r in reports if isinstance(r, lsp.WorkDoneProgressReport)]
+    assert len(steps) == len(result["functions"]) and steps[-1].percentage == 100
+    assert client.messages[-1].type == lsp.MessageType.Info and "passed" in client.messages[-1].message
+    assert not [d for d in client.diagnostics[uri] if d.code == "validate"]
+
+
+async def test_trap_in_main_is_reported_and_the_server_survives(client):
+    uri = open_doc(client, TRAP, "trap.kina")
+    assert await published(client, uri, 1) == []   # it type-checks: the index is only known at run time
+    result = await validate(client, uri)
+    assert not result["ok"] and set(result["failing"]) == {"main"}
+    assert "index 99" in result["failing"]["main"] and "out of bounds" in result["failing"]["main"]
+    assert client.messages[-1].type == lsp.MessageType.Error and "main" in client.messages[-1].message
+    (diag,) = [d for d in client.diagnostics[uri] if d.code == "validate"]
+    assert diag.range.start == pos(TRAP, "main()")
+    # the server still answers, and an edit clears the stale validation result
+    hover = await client.text_document_hover_async(lsp.HoverParams(
+        text_document=doc_id(uri), position=pos(TRAP, "let ids", 4)))
+    assert "Tensor[I64, [2], @host]" in hover.contents.value
+    change(client, uri, 2, TRAP.replace("99", "3"))
+    assert await published(client, uri, 2) == []
+    assert (await validate(client, uri))["ok"]
