@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from . import ir
 from .diagnostics import Diagnostic, Note, Span
-from .ops import OPS
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
+from .ops import OPS
 from .types import TensorType, TupleType
 from .vjp import VJPS, VJP, Builder  # noqa: F401  (VJPS is this stage's table)
 
@@ -316,19 +316,23 @@ def _lower_function(fn: Function, seen: list[Handle]) -> Function:
 
 
 def lower_handles(program: Program) -> tuple[Program, list[Diagnostic]]:
-    """A new Program where every Handle is a CallFn of a generated `f.rev` (added to the program)."""
+    """A new Program where every Handle is a CallFn of a generated `f.rev` (added to the program).
+
+    Generated functions are lowered too (a skipped, never-differentiated let of f may hold a handle)."""
     out = Program(dict(program.functions))
     diags: list[Diagnostic] = []
     done: set[str] = set()
-    for name, fn in program.functions.items():
+    work = list(program.functions)
+    while work:
+        name = work.pop(0)
         seen: list[Handle] = []
-        out.functions[name] = _lower_function(fn, seen)
+        out.functions[name] = _lower_function(out.functions[name], seen)
         for h in seen:
-            diags.extend(_generate(program, out, h, done))
+            diags.extend(_generate(program, out, h, done, work))
     return out, diags
 
 
-def _generate(program: Program, out: Program, h: Handle, done: set[str]) -> list[Diagnostic]:
+def _generate(program: Program, out: Program, h: Handle, done: set[str], work: list[str]) -> list[Diagnostic]:
     if h.handler not in HANDLERS:
         return [Diagnostic("unknown-name", f"unknown handler `{h.handler}`; the built-in handler is reverseMode",
                            h.span)]
@@ -342,4 +346,5 @@ def _generate(program: Program, out: Program, h: Handle, done: set[str]) -> list
         note = Note(f"`{h.fn}` is differentiated by this `handle ... with reverseMode`", h.span)
         return [dataclasses.replace(d, notes=d.notes + (note,)) for d in diags]
     out.functions[rev.name] = rev
+    work.append(rev.name)
     return []
