@@ -352,6 +352,8 @@ class Analysis:
             if target not in snap._good:
                 continue          # its own diagnostics (or unknown-name at the handle) say why
             closure = _callees(target, first)
+            if not closure <= snap._good:
+                continue          # a broken callee: its own diagnostics come first
             key = (target,) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
             diags = self._ad.get(key)
             if diags is None:   # only the handled function and its callees (calls are inlined)
