@@ -28,7 +28,7 @@ from .check_expr import ExprChecker, Signature, TypeFact
 from .check_types import ERROR, is_error, resolve_type
 from .diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from .ops import OPS
-from .types import TensorType
+from .types import TensorType, TupleType
 
 __all__ = ["Signature", "TypeFact", "FunctionResult", "CheckResult", "signature_of", "check_function",
            "check_module", "recursion_diagnostics", "recursive_functions", "ERROR"]
@@ -136,10 +136,10 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
 
 def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
     n = len(let.names)
-    if is_error(t) and not hasattr(t, "items"):
+    if t is ERROR:
         return [ERROR] * n
     pattern = let.names[0].span.cover(let.names[-1].span)
-    if not hasattr(t, "items"):
+    if not isinstance(t, TupleType):
         ck.bag.error("destructure", f"destructuring let binds {n} name(s), but the value has type {t}, "
                      "which is not a tuple", pattern)
         return [ERROR] * n

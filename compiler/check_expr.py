@@ -143,7 +143,7 @@ class ExprChecker:
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
-            return self._user_call(e, sig, ir.CallFn)
+            return ir.CallFn(sig.name, self._call_args(e, sig), sig.ret, e.span)
         op = self._builtin(e.func, e.func_span, method=False)
         operands, statics = self._split_args(e.args)
         if op is None:
@@ -178,9 +178,9 @@ class ExprChecker:
         return None
 
     # ---- user functions and handlers -------------------------------------------
-    def _user_call(self, e: syntax.Call, sig: Signature, make) -> ir.Expr:
-        """Checks the arguments of `f(args)` against f's signature; the result
-        type is the declared one even when an argument is wrong."""
+    def _call_args(self, e: syntax.Call, sig: Signature) -> list[ir.Expr]:
+        """The checked arguments of `f(args)` (a call or a handle); a wrong
+        argument does not change the call's type, which is f's declared one."""
         self.calls.add(sig.name)
         self.call_spans.setdefault(sig.name, e.func_span)
         if sig.name == self.fn_name:
@@ -200,8 +200,6 @@ class ExprChecker:
             code, detail = mismatch(ptype, arg.type)
             self.bag.error(code, f"argument {i} (`{pname}`) of `{sig.name}` expects {ptype}, "
                            f"got {arg.type}: {detail}", e.args[i].span)
-        if make is ir.CallFn:
-            return ir.CallFn(sig.name, args, sig.ret, e.span)
         return args
 
     def handle(self, e: syntax.Handle) -> ir.Expr:
@@ -222,7 +220,7 @@ class ExprChecker:
             for a in e.call.args:
                 self.check(a)
             return ir.Var("<error>", ERROR, e.span)
-        args = self._user_call(e.call, sig, list)
+        args = self._call_args(e.call, sig)
         t = self._handle_type(sig, e) if ok else ERROR
         return ir.Handle(sig.name, args, e.handler, t, e.span)
 

@@ -13,6 +13,7 @@ from . import ir, syntax
 from .check_types import ERROR, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
 from .ops import OpDef, OpError, _float
+from .types import TensorType
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
                "float": "a number", "type": "a type (IR-internal)"}
@@ -42,8 +43,9 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
     values, value_spans, attrs_ok = _collect_attrs(bag, op, statics, attrs, op_span)
     if not (ok and attrs_ok) or any(is_error(a.type) for a in args):
         return ir.OpApp(op.name, args, values, ERROR, span)
-    if any(not hasattr(a.type, "shape") for a in args):  # a tuple where a tensor is needed
-        i = next(i for i, a in enumerate(args) if not hasattr(a.type, "shape"))
+    tuples = [i for i, a in enumerate(args) if not isinstance(a.type, TensorType)]
+    if tuples:  # a tuple where a tensor is needed
+        i = tuples[0]
         bag.error("shape", f"{op.name}: operand {i} has tuple type {args[i].type}; ops take tensors "
                   "(destructure the tuple with `let (a, b) = ...` first)", operands[i][1])
         return ir.OpApp(op.name, args, values, ERROR, span)

@@ -347,10 +347,10 @@ fn layer{i}(x: Tensor[F32, [1, 4, 4]], w: Tensor[F32, [4, 4]]) -> Tensor[F32, [1
     module, parse_diags = parse_module(text)
     assert parse_diags == []
     best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
+    for _ in range(5):  # CPU time, best of 5: other test runs share the machine's 2 cores
+        t0 = time.process_time()
         result = check_module(module)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     assert result.diagnostics == [] and len(result.program.functions) == 112
     assert best < 0.1, f"check of a 1,000-line file took {best * 1000:.0f} ms"
 
