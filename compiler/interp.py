@@ -23,7 +23,7 @@ import numpy as np
 
 from . import ir
 from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
-from .types import DType, TensorType, TupleType
+from .types import DType, TensorType
 
 
 class KinaRuntimeError(Exception):

@@ -17,7 +17,7 @@ from compiler import ir
 from compiler.autodiff import VJPS, transform_ad
 from compiler.interp import random_inputs, run_function
 from compiler.ops import OPS
-from compiler.types import TensorType, f32, i64
+from compiler.types import f32, i64
 from compiler.vjp import Builder
 
 CASES = Path(__file__).parent / "ad_cases"

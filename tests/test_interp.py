@@ -10,7 +10,7 @@ from compiler.check import check_module
 from compiler.interp import NUMPY_OPS, KinaRuntimeError, random_inputs, run_function
 from compiler.ops import OPS
 from compiler.parse import parse_module
-from compiler.types import DType, TensorType, f32, i64
+from compiler.types import DType, TensorType, f32
 from compiler.vjp import Builder
 
 CASES = Path(__file__).parent / "ad_cases"
