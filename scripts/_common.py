@@ -297,3 +297,99 @@ def torch_banner():
 
 if str(ROOT) not in sys.path:   # run as `python scripts/x.py` from anywhere
     sys.path.insert(0, str(ROOT))
+
+
+# ---- training on the story (scripts/train_storylm0.py, tests, benchmark) ---------------------
+def corpus_windows(story: np.ndarray | None = None) -> np.ndarray:
+    """Every run of T+1 consecutive story tokens, [N, 1, T+1]: inputs w[:, :T], next-token targets w[:, 1:]."""
+    s = load_story() if story is None else story
+    return np.stack([s[None, i:i + T + 1] for i in range(len(s) - T)])
+
+
+def window_split(window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[1, T+1] -> (token_ids [1, T], targets [1, T, 1])."""
+    return window[:, :T], window[:, 1:, None]
+
+
+def train_numpy(steps: int, lr: float, weights: dict | None = None) -> tuple[list[float], dict]:
+    """SGD on window k % N at step k, in float32 NumPy; returns (losses, final weights)."""
+    w = load_weights() if weights is None else dict(weights)
+    windows, losses = corpus_windows(), []
+    for k in range(steps):
+        ids, targets = window_split(windows[k % len(windows)])
+        loss, w = sgd_step(w, targets, ids, lr)
+        losses.append(loss)
+    return losses, w
+
+
+def train_torch(torch, steps: int, lr: float, weights: dict | None = None) -> tuple[list[float], dict]:
+    """The same training in PyTorch eager (float32, autograd, manual SGD)."""
+    w = load_weights() if weights is None else weights
+    params = {k: torch.tensor(v, requires_grad=True) for k, v in w.items()}
+    consts = {"mask": torch.tensor(causal_mask()), "scale": torch.tensor(attention_scale())}
+    windows, losses = torch.tensor(corpus_windows()), []
+    for k in range(steps):
+        window = windows[k % len(windows)]
+        ids, targets = window[:, :T], window[:, 1:, None]
+        x = params["emb"][ids]
+        heads = lambda a: a.reshape(B, T, H, DH).permute(0, 2, 1, 3)  # noqa: E731
+        q, kk, v = (heads(x @ params[n]) for n in ("wq", "wk", "wv"))
+        probs = torch.softmax((q @ kk.transpose(-1, -2)) * consts["scale"] + consts["mask"], dim=-1)
+        merged = (probs @ v).permute(0, 2, 1, 3).reshape(B, T, D)
+        logits = (x + merged @ params["wo"]) @ params["lm_head"]
+        loss = -torch.gather(torch.log_softmax(logits, dim=-1), -1, targets).sum() * (1.0 / (B * T))
+        grads = torch.autograd.grad(loss, [params[n] for n in TRAINABLE])
+        with torch.no_grad():
+            for n, g in zip(TRAINABLE, grads):
+                params[n] -= lr * g
+        losses.append(float(loss.detach()))
+    return losses, {k: t.detach().numpy() for k, t in params.items()}
+
+
+class CompiledTrainer:
+    """Runs examples/storylm0_train_step.kina's `train_step` from a compiled library.
+
+    The weights live in two preallocated buffer sets: step k reads set k % 2 and
+    writes set (k + 1) % 2 through the runtime's `out=`, so a step allocates
+    nothing and every argument is an array the runtime has already bound."""
+
+    def __init__(self, lib, lr: float, weights: dict | None = None):
+        self.lib = lib
+        w = load_weights() if weights is None else weights
+        self.sets = [[np.zeros((1, 1), np.float32)] + [np.array(w[n], np.float32) for n in TRAINABLE]
+                     for _ in range(2)]
+        self.current = 0
+        self.consts = (causal_mask(), attention_scale())
+        self.inv_n = np.full((1, 1), 1.0 / (B * T), np.float32)
+        self.lr = np.full((1, 1), lr, np.float32)
+        self.windows = [np.ascontiguousarray(win) for win in corpus_windows()]
+
+    @property
+    def w(self) -> dict[str, np.ndarray]:
+        return dict(zip(TRAINABLE, self.sets[self.current][1:]))
+
+    def step(self, k: int) -> float:
+        src, dst = self.sets[self.current], self.sets[1 - self.current]
+        emb, wq, wk, wv, wo, lm = src[1:]
+        self.lib.train_step(self.windows[k % len(self.windows)], emb, *self.consts, wq, wk, wv, wo, lm,
+                            self.inv_n, self.lr, out=dst)
+        self.current = 1 - self.current
+        return float(dst[0][0, 0])
+
+    def train(self, steps: int, on_step=None) -> list[float]:
+        losses = []
+        for k in range(steps):
+            losses.append(self.step(k))
+            if on_step:
+                on_step(k, losses[-1])
+        return losses
+
+    def greedy(self, prompt: np.ndarray, n_new: int) -> np.ndarray:
+        """Append n_new argmax tokens, each predicted from the last T tokens by storylm0_fwd."""
+        toks = list(prompt.reshape(-1))
+        for _ in range(n_new):
+            ids = np.array([toks[-T:]], dtype=np.int64)
+            logits = self.lib.storylm0_fwd(ids, self.w["emb"], *self.consts, self.w["wq"], self.w["wk"],
+                                           self.w["wv"], self.w["wo"], self.w["lm_head"])
+            toks.append(int(np.argmax(logits[0, -1])))
+        return np.array(toks, dtype=np.int64)
