@@ -50,12 +50,18 @@ def _relu(em: FnEmitter, x: str) -> str:
     return em.op(f"arith.maximumf {x}, {em.scalar(0.0, 'f32')} : f32")
 
 
+def _relu_grad(em: FnEmitter, g: str, x: str) -> str:
+    # g where x > 0, else 0 (an ordered compare: NaN x gives 0, like numpy.where(x > 0, g, 0)).
+    zero = em.scalar(0.0, "f32")
+    return em.op(f"arith.select {em.op(f'arith.cmpf ogt, {x}, {zero} : f32')}, {g}, {zero} : f32")
+
+
 SCALAR: dict[str, Callable] = {
     "add": _f("addf"), "sub": _f("subf"), "mul": _f("mulf"), "div": _f("divf"),
     "neg": lambda em, x: em.op(f"arith.negf {x} : f32"),
     "exp": _math("exp"), "log": _math("log"), "tanh": _math("tanh"),
     "sqrt": _math("sqrt"), "rsqrt": _math("rsqrt"),
-    "sigmoid": _sigmoid, "relu": _relu,
+    "sigmoid": _sigmoid, "relu": _relu, "relu_grad": _relu_grad,
 }
 
 

