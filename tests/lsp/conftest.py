@@ -1,6 +1,7 @@
-"""pytest-lsp fixtures: a real `python -m kina_lsp` process per test, driven by a
+"""pytest-lsp fixtures: a real `python -m kina_lsp` process per test module, driven by a
 client with neovim 0.11 capabilities (the bundled VS Code ones predate inlay
-hints).  The debounce is 0 so tests wait only for the analysis itself.
+hints).  The debounce is 0 so tests wait only for the analysis itself.  Test modules
+mark themselves `pytestmark = MODULE_LOOP` to share the module's event loop.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
@@ -18,6 +20,7 @@ from pygls.protocol import default_converter
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SERVER = [sys.executable, "-m", "kina_lsp"]
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 
 def make_client() -> LanguageClient:
@@ -42,7 +45,9 @@ def init_params(**options) -> lsp.InitializeParams:
                                 root_uri=ROOT.as_uri(), initialization_options=opts)
 
 
-@pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, client_factory=make_client))
+# One server per test module (starting one costs about a second); tests use distinct
+# document names, so they do not see each other's state.
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER, client_factory=make_client))
 async def client(lsp_client: LanguageClient):
     await lsp_client.initialize_session(init_params())
     yield

@@ -7,13 +7,15 @@ from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
 
-from conftest import change, open_doc, open_example, pos, published
+from conftest import MODULE_LOOP, change, open_doc, open_example, pos, published
 
 BROKEN = """fn f(a: Tensor[F32, [2, 3]], b: Tensor[F32, [3, 2]]) -> Tensor[F32, [2, 3]] {
   let c = a + b in
   c
 }
 """
+
+pytestmark = MODULE_LOOP
 
 
 def expected(text: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from conftest import doc_id, open_doc, open_example, pos, published
+from conftest import MODULE_LOOP, doc_id, open_doc, open_example, pos, published
 
 FORWARD = "storylm0_forward.kina"
 
@@ -18,6 +18,8 @@ fn g(w: Tensor[F32, [4, 4]]) -> (Tensor[F32, [2, 8]], Tensor[F32, [4, 4]]) {
   (y, g_w)
 }
 """
+
+pytestmark = MODULE_LOOP
 
 
 async def hover_text(client, uri, position) -> str | None:

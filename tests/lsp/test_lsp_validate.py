@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from conftest import change, doc_id, open_doc, open_example, pos, published
+from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 
 TRAP = """fn embed(emb: Tensor[F32, [4, 2]], ids: Tensor[I64, [2]]) -> Tensor[F32, [2, 2]] {
   gather(emb, ids)
@@ -18,24 +18,24 @@ fn main() -> Tensor[F32, [2, 2]] {
 }
 """
 
+pytestmark = MODULE_LOOP
+
 
 async def validate(client, uri):
-    return await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+    """Run the command; returns its result and the progress values of its token."""
+    before = set(client.progress_reports)
+    result = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         command="kina.buildAndValidate", arguments=[uri]))
-
-
-def progress_of(client):
-    (token,) = [t for t in client.progress_reports if str(t).startswith("kina-validate-")]
-    return client.progress_reports[token]
+    (token,) = set(client.progress_reports) - before
+    return result, client.progress_reports[token]
 
 
 async def test_build_and_validate_reports_progress_and_passes(client):
     uri, _ = open_example(client, "ad_reduce_sum.kina")
     await published(client, uri, 1)
-    result = await validate(client, uri)
+    result, reports = await validate(client, uri)
     assert result["ok"], result["message"]
     assert result["functions"] == {"row_sums": True, "step": True, "main": True, "row_sums (reverseMode)": True}
-    reports = progress_of(client)
     assert isinstance(reports[0], lsp.WorkDoneProgressBegin) and reports[0].cancellable
     assert isinstance(reports[-1], lsp.WorkDoneProgressEnd) and "passed" in reports[-1].message
     steps = [r for r in reports if isinstance(r, lsp.WorkDoneProgressReport)]
@@ -47,7 +47,7 @@ async def test_build_and_validate_reports_progress_and_passes(client):
 async def test_trap_in_main_is_reported_and_the_server_survives(client):
     uri = open_doc(client, TRAP, "trap.kina")
     assert await published(client, uri, 1) == []   # it type-checks: the index is only known at run time
-    result = await validate(client, uri)
+    result, _ = await validate(client, uri)
     assert not result["ok"] and set(result["failing"]) == {"main"}
     assert "index 99" in result["failing"]["main"] and "out of bounds" in result["failing"]["main"]
     assert client.messages[-1].type == lsp.MessageType.Error and "main" in client.messages[-1].message
@@ -59,4 +59,5 @@ async def test_trap_in_main_is_reported_and_the_server_survives(client):
     assert "Tensor[I64, [2], @host]" in hover.contents.value
     change(client, uri, 2, TRAP.replace("99", "3"))
     assert await published(client, uri, 2) == []
-    assert (await validate(client, uri))["ok"]
+    result, reports = await validate(client, uri)
+    assert result["ok"] and isinstance(reports[-1], lsp.WorkDoneProgressEnd)
