@@ -270,12 +270,14 @@ class Analysis:
         self._items = {it.res.text: it.res for it in items}     # forget items that are gone
         first = self._first_definitions(items, diags)
         signatures = {name: it.res.signature for name, it in first.items()}
+        unparsed = {it.name for it in items if it.res.fn is None and it.name}
         for it in items:
             it.res = self._checked(it.res, signatures)
             self._items[it.res.text] = it.res
             diags += _shifted(it.res.parse_diags, it.offset)
             if it.res.result is not None:
-                diags += _shifted(it.res.result.diagnostics, it.offset)
+                diags += [d for d in _shifted(it.res.result.diagnostics, it.offset)
+                          if not _mentions_unparsed(d, text, unparsed)]
         good = self._good_functions(first, diags)
         self._remember_good(items)
         snap = Snapshot(SourceText(text, self.path), items, [], good, dict(self._last_good))
@@ -370,6 +372,12 @@ def _with_names(key: tuple, result: check.FunctionResult, signatures: dict) -> t
     if any(d.code == "unknown-name" for d in result.diagnostics):
         return key + (frozenset(signatures),)
     return key
+
+
+def _mentions_unparsed(d: Diagnostic, text: str, unparsed: set[str]) -> bool:
+    """An unknown-name diagnostic for a function whose definition has a syntax error:
+    the syntax error is the real problem, so the call is not reported too."""
+    return d.code == "unknown-name" and text[d.span.start:d.span.end] in unparsed
 
 
 def _sig_key(sig):

@@ -1,0 +1,132 @@
+"""The incremental front end: after any sequence of edits, Analysis().update gives exactly
+the diagnostics and types of a from-scratch analysis; unchanged items are not re-parsed
+or re-checked; definitions and references."""
+import glob
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compiler import check
+from compiler.analysis import Analysis, analyze
+
+EXAMPLES = [open(p, encoding="utf-8").read() for p in sorted(glob.glob("examples/*.kina"))]
+FWD = open("examples/storylm0_forward.kina", encoding="utf-8").read()
+
+
+def facts(snap):
+    return [(f.span, str(f.type), f.kind, f.name) for f in snap.types]
+
+
+def same_as_scratch(snap, text):
+    scratch = analyze(text)
+    assert snap.diagnostics == scratch.diagnostics
+    assert facts(snap) == facts(scratch)
+    assert sorted(snap.program.functions) == sorted(scratch.program.functions)
+
+
+EDITS = ["", " ", "\n", "x", "}", "{", "let ", " in ", "fn ", "1", "(", ")", ".exp()", "// c\n", "v", "@"]
+
+
+@st.composite
+def edit_sequences(draw):
+    text = draw(st.sampled_from(EXAMPLES))
+    steps = []
+    for _ in range(draw(st.integers(1, 5))):
+        i = draw(st.integers(0, len(text)))
+        j = min(len(text), i + draw(st.integers(0, 6)))
+        text = text[:i] + draw(st.sampled_from(EDITS)) + text[j:]
+        steps.append(text)
+    return steps
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edit_sequences())
+def test_random_edits_match_from_scratch(steps):
+    a = Analysis()
+    a.update(EXAMPLES[0])
+    for text in steps:
+        snap = a.update(text)
+    same_as_scratch(snap, steps[-1])
+
+
+def count_checks(monkeypatch):
+    calls = []
+    real = check.check_function
+
+    def counting(fn, signatures):
+        calls.append(fn.name)
+        return real(fn, signatures)
+    monkeypatch.setattr(check, "check_function", counting)
+    return calls
+
+
+def test_moving_an_item_rechecks_nothing(monkeypatch):
+    a = Analysis()
+    a.update(FWD)
+    calls = count_checks(monkeypatch)
+    snap = a.update("// a new first line shifts every item\n" + FWD)
+    assert calls == []
+    same_as_scratch(snap, "// a new first line shifts every item\n" + FWD)
+
+
+def test_body_edit_rechecks_only_that_function(monkeypatch):
+    a = Analysis()
+    a.update(FWD)
+    calls = count_checks(monkeypatch)
+    edited = FWD.replace("let residual = x + merged", "let residual = merged + x")
+    snap = a.update(edited)
+    assert calls == ["storylm0_forward"]
+    same_as_scratch(snap, edited)
+
+
+def test_signature_change_rechecks_callers(monkeypatch):
+    a = Analysis()
+    a.update(FWD)
+    calls = count_checks(monkeypatch)
+    edited = FWD.replace("-> Tensor[F32, [1, 2, 4, 2]] {", "-> Tensor[F32, [1, 2, 4, 3]] {", 1)
+    snap = a.update(edited)
+    assert sorted(calls) == ["attn", "storylm0_forward"]
+    codes = {d.code for d in snap.diagnostics}
+    assert "return-type" in codes and len(codes) > 1   # the caller now sees [1, 2, 4, 3] heads
+    same_as_scratch(snap, edited)
+
+
+def test_broken_function_keeps_others_and_last_good():
+    a = Analysis()
+    a.update(FWD)
+    broken = FWD.replace("probs @ v\n}", "probs @ \n}")
+    snap = a.update(broken)
+    assert [d.code for d in snap.diagnostics] == ["syntax"]   # the call of attn is not reported too
+    assert "attn" not in snap.program.functions
+    assert {"attn", "storylm0_forward"} <= set(snap.last_good)
+    off = broken.index("let probs") + 5
+    hover = snap.type_at(off)      # from the last good check of attn
+    assert hover is not None and hover.name == "probs" and hover.type.shape == (1, 2, 4, 4)
+
+
+def test_type_definition_references():
+    snap = analyze(FWD)
+    use = FWD.index("attn(q, k_t")
+    assert snap.type_at(use + 1).kind == "call"
+    decl = snap.definition(use + 1)
+    assert FWD[decl.start:decl.end] == "attn" and FWD[decl.start - 3:decl.start] == "fn "
+    refs = snap.references(use)
+    assert [FWD[r.start:r.end] for r in refs] == ["attn"] * len(refs) and len(refs) == 2
+    q_use = FWD.index("q, k_t, v, mask")
+    q_def = snap.definition(q_use)
+    assert FWD[q_def.start:q_def.end + 4] == "q = (" and q_def.start > FWD.index("fn storylm0_forward")
+    assert len(snap.references(q_def.start)) == 2
+    assert snap.type_at(q_use).type.shape == (1, 2, 4, 2)
+    assert snap.definition(0) is None and snap.references(0) == []
+
+
+def test_duplicates_and_recursion_are_module_level():
+    one = "fn f(a: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  g(a)\n}\n"
+    two = "fn g(a: Tensor[F32, [1]]) -> Tensor[F32, [1]] {\n  f(a)\n}\n"
+    a = Analysis()
+    snap = a.update(one + two)
+    assert [d.code for d in snap.diagnostics] == ["recursion", "recursion"]
+    assert snap.program.functions == {}
+    snap = a.update(one + two.replace("f(a)", "a") + one)
+    assert [d.code for d in snap.diagnostics] == ["duplicate"]
+    same_as_scratch(snap, one + two.replace("f(a)", "a") + one)
