@@ -1,0 +1,90 @@
+"""`kinac` as a user runs it: exit codes, the diagnostic format, json, --emit, run."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BROKEN = """fn f(a: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
+  let x = a + a
+}
+fn g(a: Tensor[F32, [2]]) -> Tensor[F32, [3]] {
+  a.exp()
+}
+"""
+
+
+def kinac(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    return subprocess.run([sys.executable, "-m", "compiler.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=120)
+
+
+@pytest.fixture
+def broken(tmp_path):
+    p = tmp_path / "broken.kina"
+    p.write_text(BROKEN, encoding="utf-8")
+    return str(p)
+
+
+def test_check_reports_errors_with_location_and_caret(broken):
+    r = kinac("check", broken)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"{broken}:3:1: error[syntax]: expected `in` after the let value, found `}}`"
+    assert lines[1] == "  }" and lines[2] == "  ^"
+    assert any(l.startswith(f"{broken}:5:3: error[return-type]:") for l in lines)
+    assert "Traceback" not in r.stderr
+
+
+def test_check_json(broken):
+    r = kinac("check", "--format", "json", broken)
+    assert r.returncode == 1
+    report = json.loads(r.stdout)
+    assert [(d["code"], d["line"], d["col"]) for d in report["diagnostics"]] == [("syntax", 3, 1), ("return-type", 5, 3)]
+
+
+def test_check_clean_file_and_emit_types():
+    r = kinac("check", "examples/storylm0_forward.kina")
+    assert (r.returncode, r.stdout) == (0, "")
+    r = kinac("check", "--emit=types", "examples/storylm0_forward.kina")
+    assert r.returncode == 0
+    src = open("examples/storylm0_forward.kina", encoding="utf-8").read().splitlines()
+    line = next(i for i, l in enumerate(src, 1) if l.startswith("  let probs"))
+    want = f"examples/storylm0_forward.kina:{line}:7: let probs : Tensor[F32, [1, 2, 4, 4], @host]"
+    assert want in r.stdout.splitlines()
+
+
+def test_emit_grad_prints_the_backward_function():
+    r = kinac("check", "--emit=grad", "examples/ad_reshape.kina")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ".rev(" in r.stdout and "reshape(" in r.stdout and r.stdout.lstrip().startswith("fn ")
+
+
+def test_run_entry_prints_shape():
+    r = kinac("run", "examples/storylm0_forward.kina", "--entry", "storylm0_forward")
+    assert r.returncode == 0, r.stderr
+    assert "storylm0_forward result: shape [1, 4, 8] dtype float32" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["check", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
+    (["run", "examples/storylm0_forward.kina", "--entry", "nope"], "no function `nope`"),
+])
+def test_usage_errors_are_one_line_exit_2(args, message):
+    r = kinac(*args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_utf8_is_a_clear_error(tmp_path):
+    p = tmp_path / "bin.kina"
+    p.write_bytes(b"fn \xff\xfe")
+    r = kinac("check", str(p))
+    assert r.returncode == 2 and "not UTF-8" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_refuses_a_program_with_errors(broken):
+    r = kinac("run", broken)
+    assert r.returncode == 1 and "error[syntax]" in r.stdout
