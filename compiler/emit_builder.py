@@ -72,7 +72,8 @@ def float_literal(x: float, elem: str) -> str:
     """A float in MLIR syntax (which needs a '.' before any exponent; inf/nan as hex bits)."""
     if x != x or x in (float("inf"), float("-inf")):
         bits = {"f32": (0x7F800000, 0xFF800000, 0x7FC00000), "f16": (0x7C00, 0xFC00, 0x7E00),
-                "bf16": (0x7F80, 0xFF80, 0x7FC0)}[elem]
+                "bf16": (0x7F80, 0xFF80, 0x7FC0), "f8E5M2": (0x7C, 0xFC, 0x7E),
+                "f8E4M3FN": (0x7F, 0xFF, 0x7F)}[elem]  # E4M3FN has no inf: NaN, as ml_dtypes does
         return hex(bits[2] if x != x else bits[0] if x > 0 else bits[1])
     s = repr(float(x))
     mant, _, exp = s.partition("e")
@@ -92,6 +93,7 @@ class FnEmitter:
         self.used: set[str] = set()
         self.loc = ""
         self.span = ir.NO_SPAN
+        self.fallback = ir.NO_SPAN  # location for span-less nodes: the current let or function
 
     # ---- names and lines ---------------------------------------------------
     def fresh(self, hint: str | None = None) -> str:
@@ -106,7 +108,10 @@ class FnEmitter:
         return "%" + name
 
     def at(self, span: Span) -> None:
-        """Attach `span`'s Kina location to the ops emitted from now on."""
+        """Attach `span`'s Kina location to the ops emitted from now on.  Generated nodes
+        (autodiff's backward graph) may have no span: they take the enclosing `fallback`."""
+        if span == ir.NO_SPAN:
+            span = self.fallback
         self.span = span
         if self.source is not None:
             line, col = self.source.line_col(span.start)

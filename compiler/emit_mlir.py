@@ -57,6 +57,7 @@ class FunctionLowering:
     def run(self) -> list[str]:
         fn, em = self.fn, self.em
         self._check_types()
+        em.fallback = fn.span
         em.at(fn.span)
         params = []
         for p in fn.params:
@@ -64,6 +65,7 @@ class FunctionLowering:
             params.append(f"{self.env[p.name]}: {ty(p.type).mlir}")
         for b in fn.lets:
             self._let(b)
+        em.fallback = fn.span
         result = self.expr(fn.result, None)
         results = result if isinstance(result, list) else [result]
         rtypes = [ty(t).mlir for t in _flat_types(fn.ret_type)]
@@ -95,6 +97,7 @@ class FunctionLowering:
             raise EmitError(f"{what} has type {t}: checked device lowering is not available", span)
 
     def _let(self, b: ir.Binding) -> None:
+        self.em.fallback = b.span if b.span != ir.NO_SPAN else self.fn.span
         if b.destructure:
             value = self.expr(b.value, None)
             assert isinstance(value, list) and len(value) == len(b.names)
