@@ -22,6 +22,7 @@ The incremental analysis codes against exactly this API:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from . import ir, syntax
 from .check_expr import ExprChecker, Signature, TypeFact
@@ -97,7 +98,7 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))
     function = None
-    if not ck.bag.items:
+    if not (ck.bag.items or ck.broken or is_error(sig.ret)):
         function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
     return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans)
 
@@ -153,10 +154,12 @@ def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
 
 
 # ---- the module ------------------------------------------------------------------
-def check_module(module: syntax.Module) -> CheckResult:
-    """Signatures first, then every function; duplicates and call cycles last."""
+def check_module(module: syntax.Module, unparsed: Iterable[str] = ()) -> CheckResult:
+    """Signatures first, then every function; duplicates and call cycles last.
+    `unparsed`: names of functions that exist in the text but did not parse
+    (parse.split_items names them); calls of them are not reported again."""
     bag = DiagnosticBag()
-    signatures: dict[str, Signature] = {}
+    signatures: dict[str, Signature] = {name: Signature(name, [], ERROR, opaque=True) for name in unparsed}
     first: dict[str, syntax.FnDef] = {}
     for fn in module.functions:
         if fn.name in first:

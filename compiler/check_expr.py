@@ -36,10 +36,13 @@ class TypeFact:
 
 @dataclass
 class Signature:
-    """A user function's type, as callers see it (broken parts are ERROR)."""
+    """A user function's type, as callers see it (broken parts are ERROR).
+    `opaque`: the function exists but did not parse, so calls of it are not
+    checked against it and have the error type (no cascade of `unknown-name`)."""
     name: str
     params: list  # list[tuple[str, TensorType]]
     ret: object   # Type
+    opaque: bool = False
 
 
 @dataclass
@@ -54,10 +57,12 @@ class ExprChecker:
     facts: list = field(default_factory=list)
     calls: set = field(default_factory=set)
     call_spans: dict = field(default_factory=dict)  # callee -> Span of its first call
+    broken: bool = False  # some node got the error type (the IR must not be built)
 
     # ---- entry point ----------------------------------------------------------
     def check(self, e) -> ir.Expr:
         node = _RULES[type(e)](self, e)
+        self.broken = self.broken or is_error(node.type)
         if not is_error(node.type) and not isinstance(e, syntax.Let):
             self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"), _fact_name(e, node))
         return node
@@ -143,7 +148,7 @@ class ExprChecker:
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
-            return ir.CallFn(sig.name, self._call_args(e, sig), sig.ret, e.span)
+            return ir.CallFn(sig.name, self._call_args(e, sig), ERROR if sig.opaque else sig.ret, e.span)
         op = self._builtin(e.func, e.func_span, method=False)
         operands, statics = self._split_args(e.args)
         if op is None:
@@ -186,10 +191,12 @@ class ExprChecker:
         if sig.name == self.fn_name:
             self.bag.error("recursion", f"`{sig.name}` calls itself; Kina functions cannot recurse "
                            "(the graph must be finite to lower and differentiate)", e.func_span)
+        args = [self.check(a) for a in e.args]
+        if sig.opaque:
+            return args
         for a in e.attrs:
             self.bag.error("attr", f"`{sig.name}` is a user function; it takes no attributes "
                            f"(`{a.name}=` is only for built-in ops)", a.span)
-        args = [self.check(a) for a in e.args]
         if len(args) != len(sig.params):
             names = ", ".join(n for n, _ in sig.params)
             self.bag.error("arity", f"`{sig.name}` takes {len(sig.params)} argument(s) ({names}), "
@@ -227,7 +234,7 @@ class ExprChecker:
     def _handle_type(self, sig: Signature, e: syntax.Handle):
         """Seed 000 §3: (R, g0, .., gk-1), one cotangent per floating parameter
         in parameter order (I64 parameters are omitted); k = 0 gives R."""
-        if is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
+        if sig.opaque or is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
             return ERROR
         if not isinstance(sig.ret, TensorType):
             self.bag.error("ad-result", f"reverseMode seeds ones of a tensor result, but `{sig.name}` returns "

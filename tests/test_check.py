@@ -20,7 +20,7 @@ from compiler.check import (ERROR, CheckResult, FunctionResult, Signature, TypeF
                             check_module, signature_of)
 from compiler.diagnostics import CODES, SourceText, Span
 from compiler.ops import OPS
-from compiler.parse import parse_module
+from compiler.parse import parse_module, split_items
 from compiler.types import DType, TensorType, TupleType, f32, i64
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,8 @@ EXPECT = re.compile(r"//\s*E(?:\[([\w-]+)\])?:\s*(.*?)\s*(?=//\s*E(?:\[[\w-]+\])
 def analyse(text: str):
     """Parse + check, as the CLI does: (CheckResult, all diagnostics, SourceText)."""
     module, parse_diags = parse_module(text)
-    result = check_module(module)
+    unparsed = {it.name for it in split_items(text)} - {fn.name for fn in module.functions}
+    result = check_module(module, unparsed)
     return result, list(parse_diags) + list(result.diagnostics), SourceText(text)
 
 
@@ -243,6 +244,24 @@ fn g(b: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
     assert "f" not in result.program.functions and "g" in result.program.functions
     sig, sig_diags = signature_of(parse_module(text)[0].functions[0])
     assert sig.params[0][1] is ERROR and len(sig_diags) == 1
+
+
+def test_calls_of_unparsed_functions_are_silent_but_keep_the_caller_out_of_the_ir():
+    text = """\
+fn broken(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
+  x +
+}
+fn caller(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
+  broken(x).exp()
+}
+"""
+    module, parse_diags = parse_module(text)
+    assert [d.code for d in parse_diags] == ["syntax"]
+    plain = check_module(module)
+    assert [d.code for d in plain.diagnostics] == ["unknown-name"]
+    quiet = check_module(module, unparsed={"broken"})
+    assert quiet.diagnostics == [] and "caller" not in quiet.program.functions
+    assert {f.name for f in quiet.types if f.kind == "param"} == {"x"}
 
 
 def test_notes_suggest_close_names():
