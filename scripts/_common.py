@@ -300,6 +300,10 @@ if str(ROOT) not in sys.path:   # run as `python scripts/x.py` from anywhere
 
 
 # ---- training on the story (scripts/train_storylm0.py, tests, benchmark) ---------------------
+# Plain SGD learning rate of the demo.  0.5 trains faster at first but is chaotic: after ~1400
+# steps one trajectory (compiled or NumPy, they differ only by rounding) can blow up; 0.3 stays
+# stable for thousands of steps.
+DEMO_LR = 0.3
 def corpus_windows(story: np.ndarray | None = None) -> np.ndarray:
     """Every run of T+1 consecutive story tokens, [N, 1, T+1]: inputs w[:, :T], next-token targets w[:, 1:]."""
     s = load_story() if story is None else story

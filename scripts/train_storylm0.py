@@ -1,6 +1,6 @@
 """Train StoryLM-0 on a 32-token story with the compiled Kina training step.
 
-    python scripts/train_storylm0.py [--steps 420] [--lr 0.5] [--torch | --no-torch] [--out out]
+    python scripts/train_storylm0.py [--steps 420] [--lr 0.3] [--torch | --no-torch] [--out out]
 
 examples/storylm0_train_step.kina is compiled to a host .so (compiler.build) and
 its `train_step` (decoder + mean next-token NLL + reverseMode + SGD on every
@@ -66,7 +66,7 @@ def plot(losses: list[float], torch_losses: list[float] | None, path: Path) -> N
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=420, help="SGD steps (one window each; 28 windows per epoch)")
-    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--lr", type=float, default=C.DEMO_LR)
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--torch", dest="torch", action="store_true", default=None,
                        help="also train in PyTorch (default: when torch is importable)")

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import _common as C  # noqa: E402
 
-LR = 0.5
+LR = C.DEMO_LR
 EPOCH = len(C.corpus_windows())          # 28 windows of the 32-token story
 TRAJECTORY_STEPS = 20
 
