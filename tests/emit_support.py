@@ -2,11 +2,11 @@
 the build's host pipeline, build typed IR by hand, and emit a .kina file."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from pathlib import Path
 
-from compiler import build, ir, toolchain
-from compiler.diagnostics import SourceText
+from compiler import ir, toolchain
 from compiler.types import TensorType
 
 
@@ -49,11 +49,13 @@ def program(*fns: ir.Function) -> ir.Program:
     return ir.Program({f.name: f for f in fns})
 
 
-def emit_kina(path: Path) -> tuple[str | None, list]:
-    """parse -> check -> lower_handles -> emit (compiler.build.front_end) for a .kina file;
-    locations name the path relative to the repository root, so goldens are stable."""
-    rel = path.resolve().relative_to(ROOT).as_posix()
-    text = path.read_text()
-    result = build.BuildResult(False, source=SourceText(text, rel))
-    mlir = build.front_end(text, rel, {}, result)
-    return mlir, result.diagnostics
+def _load_regen():
+    """scripts/regen_goldens.py as a module: the goldens and the tests emit .kina files one way."""
+    spec = importlib.util.spec_from_file_location("regen_goldens", ROOT / "scripts" / "regen_goldens.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+regen = _load_regen()
+emit_kina = regen.emit_example  # (MLIR text | None, rendered diagnostics)
