@@ -40,10 +40,12 @@ except ImportError:  # pragma: no cover - only while the module is being written
 class Symbols:
     """Name resolution inside one function, in item-local spans.
     defs: binding span -> name (parameters and lets); uses: reference span ->
-    binding span; calls: (span, function name) for every user-function mention."""
+    binding span; calls: (span, function name) for every user-function mention;
+    handled: the functions called under `handle`."""
     defs: dict[Span, str] = field(default_factory=dict)
     uses: dict[Span, Span] = field(default_factory=dict)
     calls: list[tuple[Span, str]] = field(default_factory=list)
+    handled: set[str] = field(default_factory=set)
 
 
 def _resolve(fn: ast.FnDef) -> Symbols:
@@ -75,6 +77,8 @@ def _resolve_expr(e, scope: dict[str, Span], sym: Symbols) -> None:
                 sym.uses[e.span] = scope[e.id]
         elif isinstance(e, ast.Call):
             sym.calls.append((e.func_span, e.func))
+        elif isinstance(e, ast.Handle):
+            sym.handled.add(e.call.func)
         stack.extend(parse.children(e))
 
 
@@ -98,6 +102,7 @@ class ItemResult:
     fn: ast.FnDef | None
     parse_diags: tuple[Diagnostic, ...]
     signature: check.Signature | None = None
+    sig_key: tuple | None = None         # hashable form of `signature`
     symbols: Symbols | None = None
     mentions: frozenset[str] = frozenset()
     result: check.FunctionResult | None = None
@@ -128,9 +133,9 @@ class Snapshot:
     """The analysis of one version of the text.  Cheap things are computed eagerly
     (diagnostics); document-offset copies of ASTs and IR lazily."""
 
-    def __init__(self, source: SourceText, items: list[Item], diagnostics: list[Diagnostic],
+    def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
                  good: set[str], last_good: dict[str, LastGood]):
-        self.source = source
+        self.text, self.path = text, path
         self.items = items
         self.diagnostics = diagnostics
         self._good = good                # names of the functions in .program
@@ -139,9 +144,13 @@ class Snapshot:
 
     # ---- whole-document views
     @cached_property
+    def source(self) -> SourceText:
+        return SourceText(self.text, self.path)
+
+    @cached_property
     def module(self) -> ast.Module:
         return ast.Module([shift(it.res.fn, it.offset) for it in self.items if it.res.fn is not None],
-                          Span(0, len(self.source.text)))
+                          Span(0, len(self.text)))
 
     @cached_property
     def program(self) -> ir.Program:
@@ -270,9 +279,10 @@ class Analysis:
         self._items = {it.res.text: it.res for it in items}     # forget items that are gone
         first = self._first_definitions(items, diags)
         signatures = {name: it.res.signature for name, it in first.items()}
+        sig_keys = {name: it.res.sig_key for name, it in first.items()}
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
         for it in items:
-            it.res = self._checked(it.res, signatures)
+            it.res = self._checked(it.res, signatures, sig_keys)
             self._items[it.res.text] = it.res
             diags += _shifted(it.res.parse_diags, it.offset)
             if it.res.result is not None:
@@ -280,7 +290,7 @@ class Analysis:
                           if not _mentions_unparsed(d, text, unparsed)]
         good = self._good_functions(first, diags)
         self._remember_good(items)
-        snap = Snapshot(SourceText(text, self.path), items, [], good, dict(self._last_good))
+        snap = Snapshot(text, self.path, items, [], good, dict(self._last_good))
         diags += self._ad_diagnostics(snap, first)
         snap.diagnostics = _dedupe(diags)
         self.snapshot = snap
@@ -295,17 +305,18 @@ class Analysis:
         res = ItemResult(text, fn.name if fn else name, fn, pdiags)
         if fn is not None:
             res.signature = check.signature_of(fn)[0]
+            res.sig_key = _sig_key(res.signature)
             res.symbols = _resolve(fn)
             res.mentions = _mentions(res.symbols, fn)
         return res
 
     @staticmethod
-    def _checked(res: ItemResult, signatures: dict) -> ItemResult:
+    def _checked(res: ItemResult, signatures: dict, sig_keys: dict) -> ItemResult:
         """res, or a copy re-checked when a signature it depends on changed.  (A copy, so
         that older snapshots keep the results they were built with.)"""
         if res.fn is None:
             return res
-        key = tuple(sorted((m, _sig_key(signatures.get(m))) for m in res.mentions))
+        key = tuple(sorted((m, sig_keys.get(m)) for m in res.mentions))
         if res.result is not None and res.check_key == _with_names(key, res.result, signatures):
             return res
         result = check.check_function(res.fn, signatures)
@@ -348,7 +359,7 @@ class Analysis:
         Cached by the texts and offsets of the handled function and its callees."""
         if _autodiff is None:
             return []
-        targets = sorted({h.fn for name in snap._good for h in handles(first[name].res.result.function)})
+        targets = sorted({t for name in snap._good for t in first[name].res.symbols.handled})
         out, cache = [], {}
         for target in targets:
             if target not in snap._good:
