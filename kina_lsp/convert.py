@@ -1,11 +1,12 @@
-"""Positions: compiler Spans (code-point offsets) <-> LSP Ranges (UTF-16 units).
+"""Positions: compiler Spans (code-point offsets) <-> LSP Ranges.
 
-The compiler counts characters (Python code points); LSP counts UTF-16 code
-units per line, so a character outside the Basic Multilingual Plane (an emoji
-in a comment) is one compiler column but two LSP columns.  `LineIndex` is
-built once per text version and answers both directions in O(log lines +
-line length); lines that are pure BMP (nearly all of them) skip the
-per-character walk.
+The compiler counts characters (Python code points); LSP counts code units of
+the negotiated position encoding per line: UTF-16 by default (an emoji is one
+compiler column but two LSP columns), or UTF-8 / UTF-32 when the client offers
+them in `general.positionEncodings` (pygls picks the client's first choice).
+`LineIndex` is built once per text version and answers both directions in
+O(log lines + line length); an all-ASCII text (the common case) skips the
+per-character walk since every encoding agrees there.
 """
 from __future__ import annotations
 
@@ -16,20 +17,31 @@ from lsprotocol import types as lsp
 from compiler.diagnostics import Span
 
 
-def _utf16_len(s: str) -> int:
-    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+def _utf16_units(ch: str) -> int:
+    return 2 if ord(ch) > 0xFFFF else 1
+
+
+def _utf8_units(ch: str) -> int:
+    o = ord(ch)
+    return 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
+
+
+# position encoding (LSP PositionEncodingKind value) -> code units of one character
+UNITS = {"utf-16": _utf16_units, "utf-8": _utf8_units, "utf-32": lambda ch: 1}
 
 
 class LineIndex:
     """Line starts of one text, for offset <-> Position conversion."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, encoding: str = "utf-16"):
         self.text = text
+        encoding = getattr(encoding, "value", encoding)  # PositionEncodingKind or its string
+        self._units = UNITS.get(encoding, _utf16_units)
         self.starts = [0]
         for i, ch in enumerate(text):
             if ch == "\n":
                 self.starts.append(i + 1)
-        self._astral = any(ord(ch) > 0xFFFF for ch in text)
+        self._walk = not text.isascii() and encoding != "utf-32"  # columns need a walk
 
     def _line_end(self, line: int) -> int:
         return self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
@@ -39,8 +51,8 @@ class LineIndex:
         line = bisect.bisect_right(self.starts, offset) - 1
         start = self.starts[line]
         col = offset - start
-        if self._astral:
-            col = _utf16_len(self.text[start:offset])
+        if self._walk:
+            col = sum(map(self._units, self.text[start:offset]))
         return lsp.Position(line=line, character=col)
 
     def offset(self, pos: lsp.Position) -> int:
@@ -51,13 +63,13 @@ class LineIndex:
             return len(self.text)
         start, end = self.starts[pos.line], self._line_end(pos.line)
         want = max(0, pos.character)
-        if not self._astral:
+        if not self._walk:
             return min(start + want, end)
         units = 0
         for i in range(start, end):
             if units >= want:
                 return i
-            units += 2 if ord(self.text[i]) > 0xFFFF else 1
+            units += self._units(self.text[i])
         return end
 
     def range(self, span: Span) -> lsp.Range:

@@ -41,9 +41,11 @@ class DocState:
 
 
 class Documents:
-    def __init__(self, text_of):
-        """text_of(uri) -> (text, version) of the client's current buffer, or None."""
+    def __init__(self, text_of, encoding=lambda: "utf-16"):
+        """text_of(uri) -> (text, version) of the client's current buffer, or None;
+        encoding() -> the negotiated LSP position encoding."""
         self._text_of = text_of
+        self._encoding = encoding
         self._docs: dict[str, DocState] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-analysis")
 
@@ -67,7 +69,7 @@ class Documents:
             log.exception("analysis failed for %s", st.uri)
             st.analysis = Analysis()  # its incremental state may be inconsistent now
             return None
-        st.view = View(snap, text, LineIndex(text))
+        st.view = View(snap, text, LineIndex(text, self._encoding()))
         return st.view
 
     async def current(self, uri: str) -> View | None:

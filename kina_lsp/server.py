@@ -31,7 +31,8 @@ import time
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
-from . import actions, commands, completion, hover, inlay, navigation
+from . import actions, astutil, commands, completion, hover, inlay, navigation
+from .convert import LineIndex
 from .diagnostics import Publisher
 from .documents import Documents
 from .settings import Settings
@@ -45,13 +46,19 @@ class KinaServer(LanguageServer):
     def __init__(self):
         super().__init__("kina-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
         self.settings = Settings()
-        self.documents = Documents(self.buffer)
+        self.documents = Documents(self.buffer, self.position_encoding)
         self.publisher = Publisher(self, self.documents, self.settings)
 
     def buffer(self, uri: str):
         """(text, version) of an open document, or None."""
         doc = self.workspace.text_documents.get(uri)
         return None if doc is None else (doc.source, doc.version)
+
+    def position_encoding(self):
+        try:
+            return self.workspace.position_encoding
+        except Exception:  # before initialize
+            return "utf-16"
 
     async def view(self, uri: str):
         return await self.documents.current(uri)
@@ -231,9 +238,8 @@ async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams):
 def on_completion(ls: KinaServer, params: lsp.CompletionParams):
     # lexical on the live buffer: no analysis needed, so it never waits for one
     doc = ls.workspace.get_text_document(params.text_document.uri)
-    from .convert import LineIndex
     text = doc.source
-    offset = LineIndex(text).offset(params.position)
+    offset = LineIndex(text, ls.position_encoding()).offset(params.position)
     return lsp.CompletionList(is_incomplete=False,
                               items=completion.complete(text, offset, completion.function_names(text)))
 
@@ -245,7 +251,6 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
     view, offset = await _offset_view(ls, params.text_document.uri, params.position)
     if view is None:
         return None
-    from . import astutil
     sigs = {}
     for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
         ps = [f"{p.name}: {astutil.type_text(p.type)}" for p in fn.params]

@@ -41,7 +41,10 @@ def make_client() -> LanguageClient:
 def init_params(**options) -> lsp.InitializeParams:
     opts = {"kina": {"diagnostics": {"debounceMs": 0}}}
     opts["kina"].update(options)
-    return lsp.InitializeParams(capabilities=client_capabilities("neovim@v0.11.0"),
+    caps = client_capabilities("neovim@v0.11.0")
+    # neovim prefers UTF-8 positions; VS Code (our main client) speaks UTF-16, the LSP default
+    caps.general.position_encodings = [lsp.PositionEncodingKind.Utf16]
+    return lsp.InitializeParams(capabilities=caps,
                                 root_uri=ROOT.as_uri(), initialization_options=opts)
 
 
