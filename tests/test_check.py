@@ -9,7 +9,6 @@ lets, handle typing, the IR shape, exact line:col, hover facts and speed.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -347,8 +346,8 @@ def test_any_op_application_types_or_reports(op, types, attrs, positional, metho
         assert isinstance(res.function.result, ir.OpApp) and res.function.result.type == f32(1)
 
 
-# ---- performance ---------------------------------------------------------------------------
-def test_checking_a_thousand_line_file_is_fast():
+# ---- scale (timing lives in benchmarks/bench_frontend.py, not in tests) ----------------------
+def test_a_thousand_line_file_checks_clean():
     fn = """\
 fn layer{i}(x: Tensor[F32, [1, 4, 4]], w: Tensor[F32, [4, 4]]) -> Tensor[F32, [1, 4, 4]] {{
   let a = x @ w.reshape([1, 4, 4]) in
@@ -365,13 +364,8 @@ fn layer{i}(x: Tensor[F32, [1, 4, 4]], w: Tensor[F32, [4, 4]]) -> Tensor[F32, [1
     assert text.count("\n") >= 1000
     module, parse_diags = parse_module(text)
     assert parse_diags == []
-    best = float("inf")
-    for _ in range(5):  # CPU time, best of 5: other test runs share the machine's 2 cores
-        t0 = time.process_time()
-        result = check_module(module)
-        best = min(best, time.process_time() - t0)
+    result = check_module(module)
     assert result.diagnostics == [] and len(result.program.functions) == 112
-    assert best < 0.1, f"check of a 1,000-line file took {best * 1000:.0f} ms"
 
 
 # ---- the language reference ----------------------------------------------------------------
