@@ -67,7 +67,7 @@ class FunctionLowering:
             self._let(b)
         em.fallback = fn.span
         result = self.expr(fn.result, None)
-        results = result if isinstance(result, list) else [result]
+        results = _flat_values(result)
         rtypes = [ty(t).mlir for t in _flat_types(fn.ret_type)]
         em.at(fn.result.span)
         em.stmt(f"return {', '.join(results)} : {', '.join(rtypes)}")
@@ -138,6 +138,11 @@ class FunctionLowering:
             self.em.op(call, f"{out}:{len(types)}")
             return [f"{out}#{i}" for i in range(len(types))]
         return self.em.op(call, out)
+
+
+def _flat_values(v: Value) -> list[str]:
+    """Tuple values (possibly nested) as the flat list of func results."""
+    return [x for item in v for x in _flat_values(item)] if isinstance(v, list) else [v]
 
 
 def _flat_types(t: Type) -> list[TensorType]:

@@ -317,9 +317,12 @@ def _softmax_parts(em: FnEmitter, x: str, t: Ty, axis: int):
     kept = [f"d{d}" for d in range(t.rank) if d != axis]
     m, acc = _reduce(em, x, t, axis, "max")
     full = t.with_elem(COMPUTE)
+
+    def shifted_exp(v, mx, _o):
+        return em.op(f"math.exp {em.op(f'arith.subf {em.load(v, t.elem)}, {mx} : f32')} : f32")
+
     e = em.generic([(x, t, identity(t.rank)), (m, acc, kept)], (em.empty(full), full, identity(t.rank)),
-                   ["parallel"] * t.rank,
-                   lambda v, mx, _o: em.op(f"math.exp {em.op(f'arith.subf {em.load(v, t.elem)}, {mx} : f32')} : f32"))
+                   ["parallel"] * t.rank, shifted_exp)
     s, _ = _reduce(em, e, full, axis, "sum")
     return m, s, e, acc, kept
 

@@ -142,7 +142,7 @@ def test_every_float_dtype_lowers(dtype):
                     name="sa")
     text = emit_ok(program(*fns, *mm.functions.values(), *sa.functions.values()))
     if dtype is not DType.F32:
-        assert f"arith.extf" in text and "arith.truncf" in text
+        assert "arith.extf" in text and "arith.truncf" in text
         assert re.search(r"arith\.(add|mul)f [^:]*: (f16|bf16|f8)", text) is None  # no narrow arithmetic
     verify(text)
     lower_to_llvm(text)
@@ -184,6 +184,17 @@ def test_symbols_calls_and_tuple_results():
     verify(text)
     llvm_ir = lower_to_llvm(text)
     assert "_mlir_ciface_kina_step" in llvm_ir and "_mlir_ciface_kina_g" not in llvm_ir
+
+
+def test_nested_tuple_results_flatten_in_order():
+    t, u = f32(2), f32(3)
+    inner = TupleType((u, t))
+    outer = TupleType((t, inner))
+    res = ir.MakeTuple([ir.Var("a", t), ir.MakeTuple([ir.Var("b", u), ir.Var("a", t)], inner)], outer)
+    text = emit_ok(program(function("f", [("a", t), ("b", u)], res)))
+    assert ("-> (tensor<2xf32>, tensor<3xf32>, tensor<2xf32>)" in text
+            and "return %a, %b, %a : tensor<2xf32>, tensor<3xf32>, tensor<2xf32>" in text)
+    lower_to_llvm(text)
 
 
 def test_c_library_names_cannot_clash():
