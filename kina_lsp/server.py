@@ -8,6 +8,7 @@ answer; the feature modules only translate between compiler objects and LSP:
   inlay.py        the type of every let binding
   navigation.py   definition, references, rename, document symbols
   completion.py   completion and signature help
+  semantic.py     semantic tokens (ops, functions, dtypes, reverseMode)
   actions.py      quick fix for reverseMode method chains; source actions
   commands.py     kina.buildAndValidate, kina.showMlir / kina/mlir
   convert.py      Span (code points) <-> Range (UTF-16)
@@ -31,7 +32,7 @@ import time
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
-from . import actions, astutil, commands, completion, hover, inlay, navigation
+from . import actions, astutil, commands, completion, hover, inlay, navigation, semantic
 from .convert import LineIndex
 from .diagnostics import Publisher
 from .documents import Documents
@@ -256,6 +257,17 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
         ps = [f"{p.name}: {astutil.type_text(p.type)}" for p in fn.params]
         sigs[fn.name] = (f"{fn.name}({', '.join(ps)}) -> {astutil.type_text(fn.ret)}", ps)
     return completion.signature_help(view.text, offset, sigs)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, semantic.LEGEND)
+@safe(default=lambda: lsp.SemanticTokens(data=[]))
+async def on_semantic_tokens(ls: KinaServer, params: lsp.SemanticTokensParams):
+    view = await ls.view(params.text_document.uri)
+    if view is None:
+        return lsp.SemanticTokens(data=[])
+    fns = view.snapshot.module.functions if view.snapshot.module else []
+    params_ = {p.name for f in fns for p in f.params}
+    return semantic.semantic_tokens(view.text, view.index, {f.name for f in fns}, params_)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
+from kina_lsp.semantic import TOKEN_TYPES
+
 from conftest import MODULE_LOOP, doc_id, open_doc, open_example, pos, published
 
 FORWARD = "storylm0_forward.kina"
@@ -182,3 +184,16 @@ async def test_show_mlir_command_and_request(client):
     res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         command="kina.showMlir", arguments=[bad]))
     assert not res["ok"] and "error[" in res["content"]
+
+
+async def test_semantic_tokens_classify_ops_functions_and_dtypes(client):
+    uri, text = open_example(client, FORWARD)
+    res = await client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(text_document=doc_id(uri)))
+    legend = TOKEN_TYPES   # the legend the server announces in its capabilities
+    lines, line, col, found = text.splitlines(), 0, 0, {}
+    for i in range(0, len(res.data), 5):
+        dl, dc, n, kind, _ = res.data[i:i + 5]
+        line, col = line + dl, (col + dc if dl == 0 else dc)
+        found.setdefault(lines[line][col:col + n], set()).add(legend[kind])
+    assert found["softmax"] == {"method"} and found["gather"] == {"function"}
+    assert found["attn"] == {"function"} and found["F32"] == {"type"} and "keyword" in found["let"]
