@@ -344,8 +344,7 @@ class Analysis:
         """Names of the functions that go into the program; adds call-cycle diagnostics."""
         results = {name: _shifted_calls(it.res.result, it.offset) for name, it in first.items()}
         diags += check.recursion_diagnostics(results)
-        graph = {name: sorted(c for c in r.calls if c in results) for name, r in results.items()}
-        recursive = check._cycles(graph)   # the checker's own cycle finder (same rule as check_module)
+        recursive = check.recursive_functions(results)   # the same rule as check_module
         return {name for name, it in first.items()
                 if it.res.result.function is not None and name not in recursive}
 

@@ -8,6 +8,7 @@ the language server converts the same objects to LSP diagnostics.
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 
 
@@ -72,16 +73,16 @@ CODES: dict[str, str] = {
 }
 
 
+_NEWLINE = re.compile("\n")
+
+
 class SourceText:
     """Maps character offsets to 1-based (line, column) and back."""
 
     def __init__(self, text: str, path: str = "<input>"):
         self.text = text
         self.path = path
-        self._starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self._starts.append(i + 1)
+        self._starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
 
     def line_col(self, offset: int) -> tuple[int, int]:
         offset = max(0, min(offset, len(self.text)))
