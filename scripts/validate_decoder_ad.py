@@ -95,6 +95,8 @@ def check_sgd(rep: C.Report, lib, torch) -> None:
         if torch:
             _, g = C.torch_grads(torch, p, lambda logits, leaves: logits.sum())
             rep.compare(f"{label}: emb' vs torch", got, p["emb"] - LR * g["emb"])
+        if label.startswith("prompt"):
+            rep.compare("main() (literal inputs) = the prompt's emb'", lib.main(), want)
 
 
 def main() -> int:

@@ -59,6 +59,8 @@ def check_mean_nll(rep: C.Report, lib, torch) -> None:
                     atol=2e-5)
     p = step_inputs(lr=0.1)
     _, *new = lib.storylm0_mean_nll_step(*C.ordered(p, STEP_ARGS))
+    for i, (got, want) in enumerate(zip(lib.main(), (mean, *new))):
+        rep.compare(f"main() (literal inputs) result {i} = the step's", got, want, atol=0, rtol=0)
     _, g_mean = C.nll_grads(p, p["targets"], inv_n=0.25)
     for name, w2 in zip(UPDATED, new):
         rep.compare(f"SGD {name}' = {name} - 0.1 * g_{name}", w2, p[name] - 0.1 * g_mean[name])

@@ -35,6 +35,7 @@ def check_unsharded(rep: C.Report, tp, fwd, torch) -> np.ndarray:
     got = tp.storylm0_tp_vocab(*C.ordered(p))
     rep.compare("storylm0_tp_vocab vs NumPy residual @ lm_head", got, logits)
     rep.compare("storylm0_tp_vocab vs compiled storylm0_forward", got, fwd.storylm0_forward(*C.ordered(p)), atol=1e-6)
+    rep.compare("main() (literal inputs) = storylm0_tp_vocab", tp.main(), got, atol=0, rtol=0)
     rep.compare("storylm0_residual vs NumPy", tp.storylm0_residual(*C.ordered(p, RESIDUAL_ARGS)), cache["residual"])
     if torch:
         t_logits, _ = C.torch_forward(torch, p)
