@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,33 @@ def test_filecheck(path):
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-6000:]
     verify(text)
+
+
+# ---- the bounds check really traps (in a child process: cf.assert aborts its loader) -----
+OOB_CHILD = '''
+import sys, numpy as np
+from compiler import build, runtime
+src = """fn f(emb: Tensor[F32, [8, 4]], ids: Tensor[I64, [3]]) -> Tensor[F32, [3, 4]] {
+  let x = gather(emb, ids) in
+  x
+}
+"""
+r = build.build_source(src, "oob.kina", sys.argv[1])
+assert r.ok, r.diagnostics
+lib = runtime.load(sys.argv[1])
+emb = np.arange(32, dtype=np.float32).reshape(8, 4)
+print(lib.f(emb, np.array([7, 0, 7], np.int64)).tolist(), flush=True)
+lib.f(emb, np.array([1, int(sys.argv[2]), 2], np.int64))
+print("not reached", flush=True)
+'''
+
+
+@pytest.mark.parametrize("bad", [8, -1])
+def test_gather_out_of_range_aborts_with_message(tmp_path, bad):
+    r = subprocess.run([sys.executable, "-c", OOB_CHILD, str(tmp_path / "oob.so"), str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.splitlines()[0] == str([[28.0, 29.0, 30.0, 31.0], [0.0, 1.0, 2.0, 3.0],
+                                            [28.0, 29.0, 30.0, 31.0]]), r.stderr
+    assert "not reached" not in r.stdout
+    # MLIR lowers cf.assert to a puts of the message (on stdout) and abort().
+    assert r.returncode != 0 and "gather index out of bounds" in r.stdout + r.stderr
