@@ -28,6 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 WEIGHTS_NPZ = EXAMPLES / "storylm0_weights.npz"
+if str(ROOT) not in sys.path:   # `python scripts/x.py` from anywhere can import the compiler
+    sys.path.insert(0, str(ROOT))
 
 B, T, H, DH, D, V = 1, 4, 2, 2, 4, 8
 PROMPT = np.array([[1, 4, 2, 6]], dtype=np.int64)
@@ -293,10 +295,6 @@ def torch_banner():
     else:
         print(f"torch: {torch.__version__}")
     return torch
-
-
-if str(ROOT) not in sys.path:   # run as `python scripts/x.py` from anywhere
-    sys.path.insert(0, str(ROOT))
 
 
 # ---- training on the story (scripts/train_storylm0.py, tests, benchmark) ---------------------
