@@ -61,3 +61,21 @@ async def test_trap_in_main_is_reported_and_the_server_survives(client):
     assert await published(client, uri, 2) == []
     result, reports = await validate(client, uri)
     assert result["ok"] and isinstance(reports[-1], lsp.WorkDoneProgressEnd)
+
+
+async def test_build_and_validate_can_be_cancelled(client):
+    import asyncio
+    uri, _ = open_example(client, "storylm0_train_step.kina")
+    before = set(client.progress_reports)
+    task = asyncio.ensure_future(client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="kina.buildAndValidate", arguments=[uri])))
+    for _ in range(500):   # wait for the `begin` of the new progress token, then cancel it
+        new = set(client.progress_reports) - before
+        if new and client.progress_reports[next(iter(new))]:
+            break
+        await asyncio.sleep(0.01)
+    (token,) = new
+    client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))
+    result = await task
+    assert result["cancelled"] and not result["ok"] and "cancelled" in result["message"]
+    assert isinstance(client.progress_reports[token][-1], lsp.WorkDoneProgressEnd)
