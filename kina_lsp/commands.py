@@ -121,7 +121,7 @@ async def build_and_validate(server, uri: str) -> dict:
     cur = server.buffer(uri)
     if cur is None:
         return {"ok": False, "message": f"{uri} is not open"}
-    text, version = cur
+    text = cur[0]
     loop = asyncio.get_running_loop()
     token = f"kina-validate-{uuid.uuid4()}"
     progress = _Reporter(server)
@@ -140,7 +140,7 @@ async def build_and_validate(server, uri: str) -> dict:
     progress.end(token, lsp.WorkDoneProgressEnd(message=summary["message"]))
     server.window_show_message(lsp.ShowMessageParams(
         type=lsp.MessageType.Info if summary["ok"] else lsp.MessageType.Error, message=summary["message"]))
-    await server.set_validation_diagnostics(uri, text, version, summary.get("failing", {}))
+    await server.set_validation_diagnostics(uri, text, summary.get("failing", {}))
     return summary
 
 

@@ -73,4 +73,3 @@ class Publisher:
         diags = [to_lsp(d, view.index, uri) for d in view.snapshot.diagnostics]
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri=uri, diagnostics=diags + list(st.extra), version=version))
-        st.published_version = version

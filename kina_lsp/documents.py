@@ -36,7 +36,6 @@ class DocState:
     analysis: Analysis = field(default_factory=Analysis)
     view: View | None = None
     debounce: asyncio.Task | None = None
-    published_version: int | None = None
     extra: list = field(default_factory=list)   # LSP diagnostics from "Build & validate"
 
 

@@ -64,12 +64,14 @@ class KinaServer(LanguageServer):
     async def view(self, uri: str):
         return await self.documents.current(uri)
 
-    async def set_validation_diagnostics(self, uri, text, version, failing: dict) -> None:
+    async def set_validation_diagnostics(self, uri: str, text: str, failing: dict) -> None:
+        """Attach `validate` diagnostics for the text that was validated (dropped if it was edited since)."""
         view = await self.documents.current(uri)
-        st = self.documents.state(uri)
-        st.extra = commands.validation_diagnostics(view, failing) if view and view.text == text else []
-        if view is not None:
-            self.publisher.publish(uri, view, self.buffer(uri)[1] if self.buffer(uri) else version)
+        cur = self.buffer(uri)
+        if view is None or cur is None or view.text != text:
+            return
+        self.documents.state(uri).extra = commands.validation_diagnostics(view, failing)
+        self.publisher.publish(uri, view, cur[1])
 
 
 server = KinaServer()

@@ -2,6 +2,7 @@
 code actions, through a real server process."""
 from __future__ import annotations
 
+import pytest
 from lsprotocol import types as lsp
 
 from kina_lsp.semantic import TOKEN_TYPES
@@ -95,6 +96,9 @@ async def test_rename_let_and_function(client):
         text_document=doc_id(uri), position=pos(text, "attn(q, k_t"), new_name="attention"))
     edits = edit.changes[uri]
     assert len(edits) == 2 and all(e.new_text == "attention" for e in edits)
+    with pytest.raises(Exception, match="not a name a Kina program can define"):
+        await client.text_document_rename_async(lsp.RenameParams(
+            text_document=doc_id(uri), position=pos(text, "attn(q, k_t"), new_name="softmax"))
 
 
 async def test_document_symbols(client):
