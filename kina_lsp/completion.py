@@ -28,6 +28,7 @@ class CallContext:
     method: bool            # `x.name(` (receiver is operand 0) vs `name(`
     arg_index: int          # which comma-separated argument the cursor is in
     segment: str            # text of that argument up to the cursor
+    args: str               # text of every argument up to the cursor
 
 
 def function_window(text: str, offset: int) -> str:
@@ -55,7 +56,7 @@ def call_context(before: str) -> CallContext | None:
             if m is None:
                 return None
             seg_start = max(before.rfind(",", i), i) + 1
-            return CallContext(m.group(2), bool(m.group(1)), commas, before[seg_start:])
+            return CallContext(m.group(2), bool(m.group(1)), commas, before[seg_start:], before[i + 1:])
         elif ch == "," and depth == 0:
             commas += 1
         elif ch == "{" or ch == ";":
@@ -113,7 +114,7 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
             return [lsp.CompletionItem(label=c, kind=lsp.CompletionItemKind.EnumMember,
                                        detail=f"{op.name}.{spec.name}")
                     for c in (spec.choices if spec else ())]
-        given = set(re.findall(r"([A-Za-z_]\w*)\s*=", window[window.rfind("(") + 1:]))
+        given = set(re.findall(r"([A-Za-z_]\w*)\s*=", call.args))
         items += [lsp.CompletionItem(label=a.name, kind=lsp.CompletionItemKind.Property,
                                      insert_text=a.name + "=", sort_text="0" + a.name,
                                      detail=a.kind + (f": {'|'.join(a.choices)}" if a.choices else ""))
