@@ -281,18 +281,30 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int = 0,
             reports[fn.name] = FunctionReport(_display_name(fn.name))
             try:
                 inputs[fn.name] = interp.random_inputs(fn, seed, program) if fn.params else []
-                expected[fn.name] = _flat(interp.run_function(program, fn.name, inputs[fn.name]))
             except Exception as e:  # an interpreter failure is reported, not raised
+                reports[fn.name].error = f"could not make inputs: {type(e).__name__}: {e}"
+                continue
+            try:
+                expected[fn.name] = _flat(interp.run_function(program, fn.name, inputs[fn.name]))
+            except interp.KinaRuntimeError as e:
+                # The reference rejects these inputs (e.g. an index out of range): the library
+                # must then stop at its own bounds check, which the child run reports.
+                expected[fn.name] = None
+                reports[fn.name].error = f"reference interpreter: {e}"
+            except Exception as e:
                 reports[fn.name].error = f"interpreter failed: {type(e).__name__}: {e}"
                 continue
             with open(work / f"{fn.name}.in.pkl", "wb") as f:
                 pickle.dump(inputs[fn.name], f)
-        runnable = [f.name for f in fns if reports[f.name].error is None]
+        runnable = [f.name for f in fns if f.name in expected]
         done = [0]
 
         def on_done(name: str, error: str | None) -> None:
             rep, fn = reports[name], program.functions[name]
-            if error is not None:
+            if expected[name] is None:      # the reference trapped: so must the library
+                rep.error = (f"library {error}; {rep.error}" if error is not None else
+                             f"library returned although the {rep.error}")
+            elif error is not None:
                 rep.error = error
             else:
                 _compare_function(rep, program, fn, inputs[name], expected[name], work)

@@ -110,3 +110,23 @@ def test_validate_file_end_to_end(tmp_path):
     assert [c.name for c in grad.checks if c.reference == "finite differences"] == ["d/d w", "d/d x"]
     assert report.ok, validate.format_report(report)
     assert seen[-1][1:] == (3, 3)
+
+
+def test_validate_reports_the_library_trap_when_the_reference_rejects_the_inputs(tmp_path):
+    src = tmp_path / "trap.kina"
+    src.write_text("""
+fn embed(emb: Tensor[F32, [8, 4]], ids: Tensor[I64, [1, 4]]) -> Tensor[F32, [1, 4, 4]] {
+  gather(emb, ids)
+}
+fn main() -> Tensor[F32, [1, 4, 4]] {
+  let emb = Tensor[F32, [8, 4]] { 1.0 } in
+  let ids = Tensor[I64, [1, 4]] { 1, 99, 2, 3 } in
+  embed(emb, ids)
+}
+""")
+    report = validate.validate_file(src)
+    assert report.failing == ["main"]
+    (main,) = [f for f in report.functions if f.name == "main"]
+    assert "library crashed" in main.error and "gather index out of bounds" in main.error
+    (embed,) = [f for f in report.functions if f.name == "embed"]
+    assert embed.ok
