@@ -253,6 +253,7 @@ class _Adjoints:
 def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], needed: set[str]) -> tuple[Builder, list[Var]]:
     b = Builder("ct")
     adj = _Adjoints(b)
+    b.span = result.span
     if result.name in active:
         adj.add(result.name, b.literal(result.type, (1.0,), name=b.fresh("seed")))
     for let in reversed(lets):
@@ -265,6 +266,7 @@ def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], nee
             if value.name in active:
                 adj.add(value.name, g)
         elif isinstance(value, OpApp):
+            b.span = value.span
             y = Var(name, value.type, value.span)
             wants = [isinstance(a, Var) and a.name in active for a in value.args]
             for arg, ct in zip(value.args, VJPS[value.op].rule(b, value, y, g, wants)):

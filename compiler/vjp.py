@@ -34,6 +34,10 @@ class Builder:
         self.prefix = prefix
         self.lets: list[tuple[str, Expr]] = []
         self._count = 0
+        # The source span given to emitted nodes: autodiff sets it to the forward
+        # node being differentiated, so the backward graph's MLIR `loc`s (and any
+        # toolchain error) point at the Kina op the cotangent comes from.
+        self.span: Span = NO_SPAN
 
     def fresh(self, hint: str) -> str:
         self._count += 1
@@ -48,11 +52,12 @@ class Builder:
              span: Span = NO_SPAN, **attrs) -> Var:
         """Bind `op_name(args, attrs)`; the result type comes from the op's shape rule."""
         ty = OPS[op_name].infer([a.type for a in args], attrs)
-        return self.bind(OpApp(op_name, list(args), attrs, ty, span), name, op_name)
+        return self.bind(OpApp(op_name, list(args), attrs, ty, span if span != NO_SPAN else self.span),
+                         name, op_name)
 
     def literal(self, ty: TensorType, values: tuple = (), name: str | None = None) -> Var:
         """A constant: () zeros, (x,) splat."""
-        return self.bind(Literal(tuple(values), ty), name, "zeros" if not values else "const")
+        return self.bind(Literal(tuple(values), ty, self.span), name, "zeros" if not values else "const")
 
     def expr(self, value: Expr, name: str | None = None, hint: str = "t") -> Var:
         return self.bind(value, name, hint)

@@ -35,12 +35,12 @@ module {
       linalg.yield %6 : f32 loc("examples/ad_reduce_sum.kina":5:11)
     } -> tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
     %y = tensor.expand_shape %3 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/ad_reduce_sum.kina":5:11)
-    %ct.1.seed = arith.constant dense<1.0> : tensor<2x1xf32> loc("examples/ad_reduce_sum.kina":4:1)
-    %7 = tensor.empty() : tensor<2x3xf32> loc("examples/ad_reduce_sum.kina":4:1)
+    %ct.1.seed = arith.constant dense<1.0> : tensor<2x1xf32> loc("examples/ad_reduce_sum.kina":6:3)
+    %7 = tensor.empty() : tensor<2x3xf32> loc("examples/ad_reduce_sum.kina":5:11)
     %ct.2.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<2x1xf32>) outs(%7 : tensor<2x3xf32>) {
     ^bb0(%8: f32, %9: f32):
-      linalg.yield %8 : f32 loc("examples/ad_reduce_sum.kina":4:1)
-    } -> tensor<2x3xf32> loc("examples/ad_reduce_sum.kina":4:1)
+      linalg.yield %8 : f32 loc("examples/ad_reduce_sum.kina":5:11)
+    } -> tensor<2x3xf32> loc("examples/ad_reduce_sum.kina":5:11)
     return %y, %ct.2.broadcast : tensor<2x1xf32>, tensor<2x3xf32> loc("examples/ad_reduce_sum.kina":4:1)
   } loc("examples/ad_reduce_sum.kina":4:1)
 }

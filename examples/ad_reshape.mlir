@@ -40,9 +40,9 @@ module {
   func.func private @"kina_split_heads.rev"(%x: tensor<1x4x4xf32>) -> (tensor<1x4x2x2xf32>, tensor<1x4x4xf32>) {
     %0 = tensor.collapse_shape %x [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/ad_reshape.kina":6:11)
     %y = tensor.expand_shape %0 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":6:11)
-    %ct.1.seed = arith.constant dense<1.0> : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":5:1)
-    %1 = tensor.collapse_shape %ct.1.seed [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/ad_reshape.kina":5:1)
-    %ct.2.reshape = tensor.expand_shape %1 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/ad_reshape.kina":5:1)
+    %ct.1.seed = arith.constant dense<1.0> : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":7:3)
+    %1 = tensor.collapse_shape %ct.1.seed [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/ad_reshape.kina":6:11)
+    %ct.2.reshape = tensor.expand_shape %1 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/ad_reshape.kina":6:11)
     return %y, %ct.2.reshape : tensor<1x4x2x2xf32>, tensor<1x4x4xf32> loc("examples/ad_reshape.kina":5:1)
   } loc("examples/ad_reshape.kina":5:1)
 
@@ -55,21 +55,21 @@ module {
       %5 = arith.mulf %2, %3 : f32 loc("examples/ad_reshape.kina":20:11)
       linalg.yield %5 : f32 loc("examples/ad_reshape.kina":20:11)
     } -> tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":20:11)
-    %ct.1.seed = arith.constant dense<1.0> : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":18:1)
-    %6 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":18:1)
+    %ct.1.seed = arith.constant dense<1.0> : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":21:3)
+    %6 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":20:11)
     %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.1.seed, %w : tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>) outs(%6 : tensor<1x4x2x2xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
-      %10 = arith.mulf %7, %8 : f32 loc("examples/ad_reshape.kina":18:1)
-      linalg.yield %10 : f32 loc("examples/ad_reshape.kina":18:1)
-    } -> tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":18:1)
-    %11 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":18:1)
+      %10 = arith.mulf %7, %8 : f32 loc("examples/ad_reshape.kina":20:11)
+      linalg.yield %10 : f32 loc("examples/ad_reshape.kina":20:11)
+    } -> tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":20:11)
+    %11 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":20:11)
     %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.1.seed, %y : tensor<1x4x2x2xf32>, tensor<1x4x2x2xf32>) outs(%11 : tensor<1x4x2x2xf32>) {
     ^bb0(%12: f32, %13: f32, %14: f32):
-      %15 = arith.mulf %12, %13 : f32 loc("examples/ad_reshape.kina":18:1)
-      linalg.yield %15 : f32 loc("examples/ad_reshape.kina":18:1)
-    } -> tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":18:1)
-    %16 = tensor.collapse_shape %ct.2.mul [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/ad_reshape.kina":18:1)
-    %ct.4.reshape = tensor.expand_shape %16 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/ad_reshape.kina":18:1)
+      %15 = arith.mulf %12, %13 : f32 loc("examples/ad_reshape.kina":20:11)
+      linalg.yield %15 : f32 loc("examples/ad_reshape.kina":20:11)
+    } -> tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":20:11)
+    %16 = tensor.collapse_shape %ct.2.mul [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/ad_reshape.kina":19:11)
+    %ct.4.reshape = tensor.expand_shape %16 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/ad_reshape.kina":19:11)
     return %z, %ct.4.reshape, %ct.3.mul : tensor<1x4x2x2xf32>, tensor<1x4x4xf32>, tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":18:1)
   } loc("examples/ad_reshape.kina":18:1)
 }
