@@ -134,17 +134,15 @@ def front_end(text: str, path: str, timings: dict, result: BuildResult,
               transform: Callable[[ir.Program], ir.Program] | None = None) -> str | None:
     """parse -> check -> (transform) -> lower_handles -> emit.  Fills result.diagnostics /
     result.program; returns the MLIR text, or None when a stage reported errors."""
-    from . import autodiff, check, emit_mlir, parse  # lazy: `kinac --help` stays fast
+    from . import analysis, autodiff, emit_mlir  # lazy: `kinac --help` stays fast
     source = result.source
-    module, diags = _timed(timings, "parse", parse.parse_module, text)
-    result.diagnostics += diags
-    if _errors(diags):
+    # The same front end as `kinac check` and the language server, so a build
+    # reports exactly their diagnostics (parse, types, reverseMode restrictions).
+    snap = _timed(timings, "parse+check", analysis.analyze, text, path)
+    result.diagnostics += snap.diagnostics
+    if _errors(snap.diagnostics):
         return None
-    checked = _timed(timings, "check", check.check_module, module)
-    result.diagnostics += checked.diagnostics
-    if _errors(checked.diagnostics):
-        return None
-    program = checked.program
+    program = snap.program
     if transform is not None:
         program = transform(program)
     result.program = program
