@@ -248,6 +248,23 @@ class BuildFailed(RuntimeError):
     """An example did not compile; the message holds the rendered diagnostics."""
 
 
+def run_example_checks(prefix: str, checks) -> int:
+    """Compile each (example, check) pair's example and run check(report, lib, torch);
+    a build failure is reported as a failed check.  Returns the process exit code."""
+    torch = torch_banner()
+    rep = Report()
+    out = tempfile.mkdtemp(prefix=prefix)
+    for example, check in checks:
+        try:
+            lib = compile_example(example, out)
+        except BuildFailed as e:
+            print(e)
+            rep.check(f"build {example}.kina", False)
+            continue
+        check(rep, lib, torch)
+    return rep.exit_code()
+
+
 @dataclass
 class Report:
     """Prints each comparison (`name  max|err| = ...  ok/MISMATCH`) and remembers failures."""

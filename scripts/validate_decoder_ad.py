@@ -14,7 +14,6 @@ Prints one line per comparison with its max error; exits 1 on any mismatch.
 from __future__ import annotations
 
 import sys
-import tempfile
 
 import numpy as np
 
@@ -100,21 +99,9 @@ def check_sgd(rep: C.Report, lib, torch) -> None:
 
 
 def main() -> int:
-    torch = C.torch_banner()
-    rep = C.Report()
-    out = tempfile.mkdtemp(prefix="kina_decoder_ad_")
-    checks = (("ad_reshape", check_reshape), ("ad_matmul4", check_matmul4),
-              ("ad_gather", check_gather), ("storylm0_ad_step", check_sgd))
-    for example, check in checks:
-        try:
-            lib = C.compile_example(example, out)
-        except C.BuildFailed as e:
-            print(e)
-            rep.check(f"build {example}.kina", False)
-            continue
-        check(rep, lib, torch)
-    return rep.exit_code()
-
+    return C.run_example_checks("kina_decoder_ad_", (
+        ("ad_reshape", check_reshape), ("ad_matmul4", check_matmul4),
+        ("ad_gather", check_gather), ("storylm0_ad_step", check_sgd)))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,7 +15,6 @@ Prints one line per comparison with its max error; exits 1 on any mismatch.
 from __future__ import annotations
 
 import sys
-import tempfile
 
 import numpy as np
 
@@ -74,19 +73,8 @@ def check_mean_nll(rep: C.Report, lib, torch) -> None:
 
 
 def main() -> int:
-    torch = C.torch_banner()
-    rep = C.Report()
-    out = tempfile.mkdtemp(prefix="kina_mean_nll_")
-    for example, check in (("ad_reduce_sum", check_reduce_sum), ("storylm0_mean_nll_step", check_mean_nll)):
-        try:
-            lib = C.compile_example(example, out)
-        except C.BuildFailed as e:
-            print(e)
-            rep.check(f"build {example}.kina", False)
-            continue
-        check(rep, lib, torch)
-    return rep.exit_code()
-
+    return C.run_example_checks("kina_mean_nll_", (
+        ("ad_reduce_sum", check_reduce_sum), ("storylm0_mean_nll_step", check_mean_nll)))
 
 if __name__ == "__main__":
     sys.exit(main())
