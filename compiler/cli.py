@@ -1,7 +1,7 @@
 """`kinac`, the command-line front end.
 
   kinac check FILE... [--format text|json] [--emit types|grad] [--fn NAME]
-  kinac run FILE [--entry NAME] [--seed N]
+  kinac run FILE [--entry NAME] [--seed N] [--save OUT.npz]
   kinac emit|build|validate ...     (options registered by compiler.build / compiler.validate)
 
 Exit codes: 0 success, 1 the program has errors (diagnostics printed), 2 the
@@ -149,7 +149,19 @@ def cmd_run(args) -> int:
     for i, value in enumerate(results):
         label = f"{entry} result" if len(results) == 1 else f"{entry} result {i}"
         print(_format_result(label, value))
+    if args.save:
+        _save(args.save, fn, inputs, results)
     return 0
+
+
+def _save(path: str, fn, inputs, results) -> None:
+    import numpy as np
+    arrays = {f"input_{p.name}": v for p, v in zip(fn.params, inputs)}
+    arrays.update({f"result_{i}": np.asarray(v) for i, v in enumerate(results)})
+    try:
+        np.savez(path, **arrays)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}")
 
 
 # ---- the parser ----------------------------------------------------------------------------
@@ -185,6 +197,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--entry", help="the function to run on deterministic generated inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    p.add_argument("--save", metavar="OUT.npz", help="also write the inputs and results to a .npz file")
     p.set_defaults(func=cmd_run)
     for name in DELEGATED:
         _add_delegated(sub, name, wanted=(name == command))

@@ -3,8 +3,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BROKEN = """fn f(a: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
   let x = a + a
@@ -15,8 +19,8 @@ fn g(a: Tensor[F32, [2]]) -> Tensor[F32, [3]] {
 """
 
 
-def kinac(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+def kinac(*args, cwd=ROOT):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "compiler.cli", *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=120)
 
@@ -88,3 +92,34 @@ def test_bad_utf8_is_a_clear_error(tmp_path):
 def test_run_refuses_a_program_with_errors(broken):
     r = kinac("run", broken)
     assert r.returncode == 1 and "error[syntax]" in r.stdout
+
+
+def _plain_numpy_storylm0(ids, w):
+    """StoryLM-0's forward graph written independently in plain NumPy (float64)."""
+    T, H, Dh = 4, 2, 2
+    x = w["emb"][ids[0]].astype(np.float64)                     # [T, D]
+    def heads(a):                                               # [T, D] -> [H, T, Dh]
+        return a.reshape(T, H, Dh).transpose(1, 0, 2)
+    q, k, v = heads(x @ w["wq"]), heads(x @ w["wk"]), heads(x @ w["wv"])
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(Dh)
+    scores = np.where(np.tril(np.ones((T, T))) > 0, scores, -1e4)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    attn = (p @ v).transpose(1, 0, 2).reshape(T, H * Dh)
+    return ((x + attn @ w["wo"]) @ w["lm_head"])[None]
+
+
+def test_run_main_prints_the_logits_of_an_independent_numpy_model(tmp_path):
+    out = tmp_path / "run.npz"
+    r = kinac("run", "examples/storylm0_forward.kina", "--save", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "main result: shape [1, 4, 8] dtype float32" in r.stdout
+    weights = dict(np.load(ROOT / "examples" / "storylm0_weights.npz"))
+    want = _plain_numpy_storylm0(np.array([[1, 4, 2, 6]]), weights)
+    got = np.load(out)["result_0"]
+    assert got.shape == (1, 4, 8)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # the printed text is the same array
+    printed = r.stdout.split("main result: shape [1, 4, 8] dtype float32\n", 1)[1]
+    values = np.array([float(t) for t in printed.replace("[", " ").replace("]", " ").split()])
+    np.testing.assert_allclose(values.reshape(1, 4, 8), want, atol=2e-6)
