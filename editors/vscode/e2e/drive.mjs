@@ -184,8 +184,10 @@ try {
     await runCommand('Preferences: Open User Settings');
     const search = page.locator('.settings-editor .suggest-input-container .monaco-editor textarea').first();
     await search.waitFor({ timeout: 30000 });
-    await search.click();
+    await search.focus(); // the editor's cursor layer would swallow a click
     await page.keyboard.type('@id:kina.server.pythonPath');
+    // machine-overridable settings of a remote window (code-server is one) live in the Remote tab
+    await page.locator('.settings-editor .settings-tabs-widget .action-label', { hasText: 'Remote' }).first().click();
     const input = page.locator('.settings-editor .setting-item-contents', { hasText: 'Python Path' }).locator('input').first();
     await input.waitFor({ timeout: 30000 });
     await input.fill('/nonexistent/venv/bin/python');
@@ -197,6 +199,9 @@ try {
       throw new Error(`start-failure message does not say what to set: ${text}`);
     }
     await statusItem('error').waitFor({ timeout: 10000 });
+    // one message with the fix, not a second generic one from the client library
+    const generic = await page.locator('.notification-toast', { hasText: "couldn't create connection" }).count();
+    if (generic > 0) throw new Error('the generic "couldn\'t create connection" toast is shown as well');
     log(`error: ${text}`);
   });
 } catch (e) {

@@ -119,34 +119,65 @@ export function serverSettingsPayload(s: ServerOptionsSettings): { diagnostics: 
   return { diagnostics: { debounceMs }, inlayHints: { enabled: s.inlayHintsEnabled !== false } };
 }
 
+/** Keeps the last lines of the server's stderr, so a start failure can quote the real reason. */
+export class StderrTail {
+  private readonly kept: string[] = [];
+
+  constructor(private readonly max = 20) {}
+
+  push(line: string): void {
+    this.kept.push(line);
+    if (this.kept.length > this.max) {
+      this.kept.shift();
+    }
+  }
+
+  get lines(): readonly string[] {
+    return this.kept;
+  }
+
+  clear(): void {
+    this.kept.length = 0;
+  }
+}
+
+/** The Python errors that mean "this interpreter has no Kina installed". */
+const NOT_INSTALLED = /No module named '?(kina_lsp|compiler|pygls|lsprotocol|lark)'?/;
+
 /**
  * The error shown when the server process cannot be started or dies during start-up.
- * It names the command that was tried and where it came from, and says what to install or
- * set: the fix differs between "no such interpreter", "interpreter without Kina", and
- * "no kina-lsp on PATH".
+ * It names the command that was tried and where it came from, quotes the reason (the last
+ * line the server wrote to stderr, else the spawn error), and says what to install or set:
+ * the fix differs between "no such program", "interpreter without Kina", and anything else.
  */
-export function describeStartFailure(launch: ServerLaunch, error: unknown): string {
+export function describeStartFailure(launch: ServerLaunch, error: unknown, stderr: readonly string[] = []): string {
   const what = `Kina: the language server did not start (\`${formatCommandLine(launch)}\`, from ${launch.source}).`;
-  const reason = errorText(error);
-  const missing = /ENOENT|not found|no such file/i.test(reason);
-  let fix: string;
-  switch (launch.source) {
-    case 'kina.server.command':
-      fix = missing
-        ? 'The program in `kina.server.command` does not exist: fix the path or clear the setting.'
-        : 'Check that `kina.server.command` starts the Kina language server (`kina-lsp`).';
-      break;
-    case 'kina.server.pythonPath':
-    case 'workspace .venv':
-      fix = missing
-        ? `The interpreter \`${launch.command}\` does not exist: set \`kina.server.pythonPath\` to the Python of the environment where Kina is installed.`
-        : `Install Kina into that environment (\`${launch.command} -m pip install -e <kina checkout>\`, or \`make setup\` in the checkout), or point \`kina.server.pythonPath\` at another interpreter.`;
-      break;
-    case 'PATH':
-      fix = 'No `kina-lsp` on PATH: set `kina.server.pythonPath` to the Python of the environment where Kina is installed (e.g. `<kina checkout>/.venv/bin/python`), or install Kina with `pip install -e <kina checkout>`.';
-      break;
+  const lastLine = [...stderr].reverse().find((l) => l.trim() !== '')?.trim();
+  const spawnError = errorText(error);
+  const reason = lastLine ?? spawnError;
+  const missingProgram = lastLine === undefined && /ENOENT|not found|no such file/i.test(spawnError);
+  const notInstalled = stderr.some((l) => NOT_INSTALLED.test(l));
+  return `${what} ${startFailureFix(launch, missingProgram, notInstalled)}${reason ? ` (${reason})` : ''}`;
+}
+
+function startFailureFix(launch: ServerLaunch, missingProgram: boolean, notInstalled: boolean): string {
+  const viaPython = launch.source === 'kina.server.pythonPath' || launch.source === 'workspace .venv';
+  if (missingProgram && launch.source === 'PATH') {
+    return 'No `kina-lsp` on PATH: set `kina.server.pythonPath` to the Python of the environment where Kina is installed (e.g. `<kina checkout>/.venv/bin/python`), or install Kina with `pip install -e <kina checkout>`.';
   }
-  return reason ? `${what} ${fix} (${reason})` : `${what} ${fix}`;
+  if (missingProgram && launch.source === 'kina.server.command') {
+    return 'The program in `kina.server.command` does not exist: fix the path or clear the setting.';
+  }
+  if (missingProgram) {
+    return `The interpreter \`${launch.command}\` does not exist: set \`kina.server.pythonPath\` to the Python of the environment where Kina is installed.`;
+  }
+  if (notInstalled) {
+    const python = viaPython ? launch.command : 'python';
+    return `Kina is not installed in that environment: run \`${python} -m pip install -e <kina checkout>\` (or \`make setup\` in the checkout), or set \`kina.server.pythonPath\` to an interpreter that has it.`;
+  }
+  return viaPython
+    ? 'The server exited during start-up; its output is in the Kina Language Server channel. Check `kina.server.pythonPath`.'
+    : 'The server exited during start-up; its output is in the Kina Language Server channel. Check `kina.server.command` / `kina.server.pythonPath`.';
 }
 
 function errorText(error: unknown): string {

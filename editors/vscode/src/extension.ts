@@ -10,9 +10,13 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import {
+  CloseAction,
   DynamicFeature,
+  ErrorAction,
+  ErrorHandler,
   ExecuteCommandRequest,
   LanguageClient,
   LanguageClientOptions,
@@ -20,10 +24,10 @@ import {
   ServerOptions,
   State,
   StaticFeature,
-  TransportKind,
 } from 'vscode-languageclient/node';
 import {
   ServerLaunch,
+  StderrTail,
   describeStartFailure,
   formatCommandLine,
   parseBuildReply,
@@ -49,6 +53,11 @@ class KinaLanguageClient extends LanguageClient {
       return;
     }
     super.registerFeature(feature);
+  }
+
+  /** Until the server runs, errors are logged only: reportStartFailure shows one message with the fix. */
+  public override error(message: string, data?: unknown, showNotification: boolean | 'force' = true): void {
+    super.error(message, data, this.state === State.Running ? showNotification : false);
   }
 }
 
@@ -129,11 +138,25 @@ async function doStart(): Promise<void> {
   const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
   output.appendLine(`Starting ${formatCommandLine(launch)} (from ${launch.source})`);
   setStatus('$(sync~spin) Kina', `Starting ${formatCommandLine(launch)}`);
+  // No `transport`: stdio is the default, and TransportKind.stdio would append `--stdio`,
+  // which kina-lsp (stdio unless --tcp) rejects.
   const serverOptions: ServerOptions = {
     command: launch.command,
     args: launch.args,
-    transport: TransportKind.stdio,
     options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+  };
+  // The server's stderr goes to the output channel, and its last lines into the start-failure
+  // message: "No module named kina_lsp" says more than "connection got disposed".
+  const stderr = new StderrTail();
+  const lines = (input: NodeJS.ReadableStream, sink: (line: string) => void) =>
+    readline.createInterface({ input, crlfDelay: Infinity, terminal: false }).on('line', sink);
+  let running = false;
+  let fallback: ErrorHandler | undefined;
+  const errorHandler: ErrorHandler = {
+    error: (error, message, count) => fallback?.error(error, message, count) ?? { action: ErrorAction.Shutdown },
+    // A server that never came up is reported once by reportStartFailure; restarting it would
+    // only repeat the failure.  A server that crashes later gets the library's bounded restarts.
+    closed: () => (running && fallback ? fallback.closed() : { action: CloseAction.DoNotRestart, handled: true }),
   };
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ language: 'kina' }],
@@ -144,10 +167,21 @@ async function doStart(): Promise<void> {
     revealOutputChannelOn: RevealOutputChannelOn.Never,
     // One failed start is reported by us (with the fix); no silent restart loop.
     initializationFailedHandler: () => false,
+    errorHandler,
+    stdioOptions: {
+      stdout: (input, channel) => lines(input, (line) => channel.info(line)),
+      stderr: (input, channel) =>
+        lines(input, (line) => {
+          stderr.push(line);
+          channel.appendLine(line);
+        }),
+    },
   };
   const lc = new KinaLanguageClient(CLIENT_ID, CLIENT_NAME, serverOptions, clientOptions);
+  fallback = lc.createDefaultErrorHandler(4);
   lc.onDidChangeState((e) => {
     if (e.newState === State.Running) {
+      running = true;
       setStatus('$(check) Kina', `Kina language server running: ${formatCommandLine(launch)}`);
     } else if (e.newState === State.Stopped && client === lc) {
       setStatus('$(error) Kina', 'Kina language server stopped. Click for its output.', true);
@@ -159,13 +193,15 @@ async function doStart(): Promise<void> {
     output.appendLine('Kina language server running.');
   } catch (error) {
     client = undefined;
+    // The exit can overtake the last stderr lines; give readline a moment to deliver them.
+    await new Promise((resolve) => setTimeout(resolve, 300));
     await lc.dispose().catch(() => undefined);
-    reportStartFailure(launch, error);
+    reportStartFailure(launch, error, stderr.lines);
   }
 }
 
-function reportStartFailure(launch: ServerLaunch, error: unknown): void {
-  const message = describeStartFailure(launch, error);
+function reportStartFailure(launch: ServerLaunch, error: unknown, stderr: readonly string[]): void {
+  const message = describeStartFailure(launch, error, stderr);
   output.appendLine(message);
   setStatus('$(error) Kina', message, true);
   void vscode.window.showErrorMessage(message, 'Open Settings', 'Show Output').then((choice) => {

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
   ResolveContext,
+  StderrTail,
   describeStartFailure,
   expandVariables,
   formatCommandLine,
@@ -122,27 +123,56 @@ describe('serverSettingsPayload', () => {
 });
 
 describe('describeStartFailure', () => {
-  const enoent = Object.assign(new Error('spawn /nope/python ENOENT'), { code: 'ENOENT' });
+  const enoent = (cmd: string) => Object.assign(new Error(`spawn ${cmd} ENOENT`), { code: 'ENOENT' });
+  const closed = new Error('Pending response rejected since connection got disposed');
+  const py = { command: '/usr/bin/python3', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' as const };
+
   it('says the configured interpreter does not exist and which setting to change', () => {
-    const msg = describeStartFailure({ command: '/nope/python', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' }, enoent);
+    const msg = describeStartFailure({ ...py, command: '/nope/python' }, enoent('/nope/python'));
     assert.match(msg, /did not start \(`\/nope\/python -m kina_lsp`, from kina.server.pythonPath\)/);
-    assert.match(msg, /does not exist: set `kina.server.pythonPath`/);
-    assert.match(msg, /ENOENT/);
+    assert.match(msg, /`\/nope\/python` does not exist: set `kina.server.pythonPath`/);
+    assert.match(msg, /\(spawn \/nope\/python ENOENT\)$/);
   });
-  it('tells how to install Kina when the interpreter runs but has no kina_lsp', () => {
-    const msg = describeStartFailure(
-      { command: '/usr/bin/python3', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' },
-      new Error('Connection to server got closed. Server will not be restarted.'),
-    );
-    assert.match(msg, /Install Kina into that environment \(`\/usr\/bin\/python3 -m pip install -e <kina checkout>`/);
+
+  it('tells how to install Kina when the interpreter has no kina_lsp, quoting Python', () => {
+    const stderr = ['/usr/bin/python3: No module named kina_lsp'];
+    const msg = describeStartFailure(py, closed, stderr);
+    assert.match(msg, /Kina is not installed in that environment: run `\/usr\/bin\/python3 -m pip install -e <kina checkout>`/);
+    assert.match(msg, /\(\/usr\/bin\/python3: No module named kina_lsp\)$/);
   });
+
+  it('recognises a half-installed environment (a dependency missing)', () => {
+    const stderr = ['Traceback (most recent call last):', '  File "x.py", line 1', "ModuleNotFoundError: No module named 'pygls'", ''];
+    const msg = describeStartFailure({ command: '/ws/.venv/bin/python', args: ['-m', 'kina_lsp'], source: 'workspace .venv' }, closed, stderr);
+    assert.match(msg, /not installed in that environment: run `\/ws\/.venv\/bin\/python -m pip install/);
+    assert.match(msg, /\(ModuleNotFoundError: No module named 'pygls'\)$/);
+  });
+
+  it('quotes the last stderr line for any other start-up crash', () => {
+    const stderr = ['usage: kina-lsp [-h] [--tcp]', 'kina-lsp: error: unrecognized arguments: --bogus'];
+    const msg = describeStartFailure({ command: 'kina-lsp', args: ['--bogus'], source: 'kina.server.command' }, closed, stderr);
+    assert.match(msg, /exited during start-up/);
+    assert.match(msg, /\(kina-lsp: error: unrecognized arguments: --bogus\)$/);
+  });
+
   it('points at the settings when kina-lsp is not on PATH', () => {
-    const msg = describeStartFailure({ command: 'kina-lsp', args: [], source: 'PATH' }, Object.assign(new Error('spawn kina-lsp ENOENT'), { code: 'ENOENT' }));
+    const msg = describeStartFailure({ command: 'kina-lsp', args: [], source: 'PATH' }, enoent('kina-lsp'));
     assert.match(msg, /No `kina-lsp` on PATH: set `kina.server.pythonPath`/);
   });
-  it('blames kina.server.command when that was used', () => {
-    const msg = describeStartFailure({ command: '/x/kina-lsp', args: [], source: 'kina.server.command' }, enoent);
+
+  it('blames kina.server.command when its program is missing', () => {
+    const msg = describeStartFailure({ command: '/x/kina-lsp', args: [], source: 'kina.server.command' }, enoent('/x/kina-lsp'));
     assert.match(msg, /program in `kina.server.command` does not exist/);
+  });
+});
+
+describe('StderrTail', () => {
+  it('keeps only the last lines', () => {
+    const tail = new StderrTail(2);
+    for (const l of ['a', 'b', 'c']) tail.push(l);
+    assert.deepEqual(tail.lines, ['b', 'c']);
+    tail.clear();
+    assert.deepEqual(tail.lines, []);
   });
 });
 
