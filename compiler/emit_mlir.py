@@ -133,7 +133,12 @@ class FunctionLowering:
         types = _flat_types(e.type)
         sig = (f"({', '.join(ty(a.type).mlir for a in e.args)}) -> "
                f"({', '.join(ty(t).mlir for t in types)})")
-        call = f"func.call {symbol(e.fn)}({', '.join(args)}) : {sig}"
+        # A call to an exported function stays a call: inlining it would copy the callee's
+        # whole body into every caller (an example's `main` duplicated its step, doubling
+        # the lowered module and its compile time).  Generated private functions (`f.rev`)
+        # have one caller and are inlined.
+        attrs = "" if "." in e.fn else " {no_inline}"
+        call = f"func.call {symbol(e.fn)}({', '.join(args)}){attrs} : {sig}"
         if isinstance(e.type, TupleType):
             self.em.op(call, f"{out}:{len(types)}")
             return [f"{out}#{i}" for i in range(len(types))]

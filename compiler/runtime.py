@@ -7,10 +7,14 @@
 Every exported function is `_mlir_ciface_kina_<name>(in descriptors..., out
 descriptors...)` (see build.py): one memref descriptor
 `{T* allocated; T* aligned; int64 offset; int64 sizes[R]; int64 strides[R]}`
-per input, then one per result, all owned by the caller.  Shapes are static, so
-the descriptors and the ctypes argument list are built once per function; a
-call only checks the arrays, stores their data pointers and calls (a few
-microseconds).  The library never allocates, so repeated calls do not grow memory.
+per input, then one per result, all owned by the caller.  The toolchain also
+exports `_kina_packed_kina_<name>(void **descriptors)`, which takes the same
+pointers from one array: a call is then one ctypes call with one argument,
+whatever the number of tensors.  Shapes are static, so the descriptors are
+built once; a call checks the arrays, stores their data pointers and calls, and
+a repeated call with the same `out=` buffers and arrays skips the checks (see
+KinaFunction).  Library functions call no malloc for their results, so repeated
+calls do not grow memory.
 """
 from __future__ import annotations
 
@@ -99,34 +103,79 @@ def _describe_array(a: np.ndarray) -> str:
     return f"an array of dtype {a.dtype} and shape {list(a.shape)}"
 
 
+# ---- argument sets -------------------------------------------------------------------
+class _ArgSet:
+    """The descriptors of one call, laid out in one int64 block, and the packed array of
+    their addresses that `_kina_packed_kina_f(void **)` reads.  `arrays` keeps every bound
+    array alive (so its buffer cannot move or be resized while the set exists)."""
+    __slots__ = ("block", "packed", "address", "arrays", "result")
+
+    def __init__(self, template: np.ndarray, offsets: np.ndarray):
+        self.block = template.copy()
+        self.packed = (self.block.ctypes.data + offsets).astype(np.uint64)
+        self.address = self.packed.ctypes.data
+        self.arrays: list = [None] * len(offsets)
+        self.result = None
+
+
+def _data_pointer(arr: np.ndarray) -> int:
+    return arr.__array_interface__["data"][0]
+
+
 # ---- one function -------------------------------------------------------------------
 class KinaFunction:
-    """A callable bound to one exported function; see the module docstring."""
+    """A callable bound to one exported function; see the module docstring.
 
-    def __init__(self, cfunc, entry: dict):
+    Calls with `out=` buffers are memoised by the identity of their arrays: the
+    first call checks every array and builds its descriptors, later calls with the
+    very same array objects skip straight to the C call (the training loops of the
+    examples alternate between two buffer sets, i.e. two memo entries).  The memo
+    holds references to the arrays of its last `MEMO_SIZE` argument sets; a NumPy
+    array with references cannot be resized, so a memoised data pointer stays valid.
+    An array whose `shape`, `dtype` or `flags.writeable` attribute is reassigned in
+    place after a call is not checked again (its buffer and byte size are
+    unchanged); `clear_memo()` forgets every set."""
+
+    MEMO_SIZE = 8
+
+    def __init__(self, cfunc, entry: dict, packed=None):
         self.name: str = entry["name"]
         self.symbol: str = entry["symbol"]
         self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]))
                        for p in entry["params"]]
         self.results = [TensorSpec(f"result {i}", r["dtype"], tuple(r["shape"]), numpy_dtype(r["dtype"]))
                         for i, r in enumerate(entry["results"])]
-        self._descs = [self._descriptor(s) for s in self.params + self.results]
-        self._addrs = [ctypes.addressof(d) for d in self._descs]
-        self._last: list = [None] * len(self._descs)
-        cfunc.argtypes = [ctypes.c_void_p] * len(self._descs)
-        cfunc.restype = None
-        self._cfunc = cfunc
-        # The descriptors are shared by every call, so concurrent calls take turns.
+        self._n_params = len(self.params)
+        self._template, self._offsets, self._pointer_slots = self._layout(self.params + self.results)
+        self._call = self._entry_point(cfunc, packed, len(self._offsets))
+        self._memo: dict[tuple, _ArgSet] = {}
+        # Uncached calls (out=None) share one argument set, so they take turns.
+        self._shared = _ArgSet(self._template, self._offsets)
         self._lock = threading.Lock()
         self.__doc__ = self.signature()
 
     @staticmethod
-    def _descriptor(spec: TensorSpec):
-        d = descriptor_type(len(spec.shape))()
-        if spec.shape:
-            d.sizes[:] = list(spec.shape)
-            d.strides[:] = _row_major_strides(spec.shape)
-        return d
+    def _layout(specs: list[TensorSpec]):
+        """One descriptor {allocated, aligned, offset, sizes[R], strides[R]} per tensor, as
+        consecutive int64 words: (template words, byte offset of each, index of its pointer words)."""
+        words: list[int] = []
+        offsets, slots = [], []
+        for spec in specs:
+            offsets.append(8 * len(words))
+            slots.append(len(words))
+            words += [0, 0, 0, *spec.shape, *_row_major_strides(spec.shape)]
+        return np.array(words, np.int64), np.array(offsets, np.uint64), slots
+
+    @staticmethod
+    def _entry_point(cfunc, packed, n: int):
+        """A callable taking the address of the packed pointer array."""
+        if packed is not None:
+            packed.argtypes, packed.restype = [ctypes.c_void_p], None
+            return packed
+        # Library built without packed entry points: spread the array into n arguments.
+        cfunc.argtypes, cfunc.restype = [ctypes.c_void_p] * n, None
+        array_type = ctypes.c_void_p * n
+        return lambda address: cfunc(*array_type.from_address(address))
 
     def signature(self) -> str:
         params = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
@@ -148,31 +197,61 @@ class KinaFunction:
         return value
 
     def __call__(self, *args, out=None):
-        if len(args) != len(self.params):
-            raise KinaArgumentError(f"{self.name} takes {len(self.params)} argument(s) "
-                                    f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
-        outputs = self._outputs(out)
-        with self._lock:
-            for i, arr in enumerate(args):
-                spec = self.params[i]
-                if (type(arr) is not np.ndarray or arr.dtype != spec.np_dtype or arr.shape != spec.shape
-                        or not arr.flags.c_contiguous):
-                    arr = np.ascontiguousarray(self._coerce(arr, spec, "parameter"))
-                self._bind(i, arr)
-            for i, arr in enumerate(outputs, len(args)):
-                self._bind(i, arr)
-            self._cfunc(*self._addrs)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        if out is not None and len(args) == self._n_params:
+            # Fast path: the same array objects as a checked earlier call.
+            outs = out if type(out) is tuple else (out,) if type(out) is np.ndarray else tuple(out)
+            memo = self._memo.get(tuple(map(id, args + outs)))
+            if memo is not None:
+                self._call(memo.address)
+                return memo.result
+        return self._checked_call(args, out)
 
-    def _bind(self, slot: int, arr: np.ndarray) -> None:
-        # Fetching a data pointer (arr.ctypes.data) is the costliest step of a call, so
-        # each slot remembers the array it last saw.  Holding that reference pins the
-        # array's buffer (NumPy refuses to resize an array with other references), so
+    def _checked_call(self, args: tuple, out):
+        if len(args) != self._n_params:
+            raise KinaArgumentError(f"{self.name} takes {self._n_params} argument(s) "
+                                    f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
+        inputs = [self._input(arr, spec) for arr, spec in zip(args, self.params)]
+        outputs = self._outputs(out)
+        result = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        arrays = inputs + outputs
+        if out is not None and all(a is b for a, b in zip(inputs, args)):
+            self._memoise(tuple(args) + tuple(outputs), arrays, result)
+        else:
+            with self._lock:
+                self._bind(self._shared, arrays)
+                self._call(self._shared.address)
+        return result
+
+    def _memoise(self, key_arrays: tuple, arrays: list, result) -> None:
+        memo = _ArgSet(self._template, self._offsets)
+        self._bind(memo, arrays)
+        memo.result = result
+        if len(self._memo) >= self.MEMO_SIZE:
+            self._memo.pop(next(iter(self._memo)))   # the oldest set
+        self._memo[tuple(map(id, key_arrays))] = memo
+        self._call(memo.address)
+
+    def clear_memo(self) -> None:
+        """Forget the memoised argument sets (and release their arrays)."""
+        self._memo.clear()
+
+    def _input(self, arr, spec: TensorSpec) -> np.ndarray:
+        if (type(arr) is not np.ndarray or arr.dtype != spec.np_dtype or arr.shape != spec.shape
+                or not arr.flags.c_contiguous):
+            arr = np.ascontiguousarray(self._coerce(arr, spec, "parameter"))
+        return arr
+
+    def _bind(self, args: _ArgSet, arrays: list) -> None:
+        # Fetching a data pointer is the costliest step of binding, so each slot
+        # remembers the array it last saw.  Holding that reference pins the array's
+        # buffer (NumPy refuses to resize an array with other references), so
         # `arr is last` guarantees the stored pointer is still right.
-        if arr is not self._last[slot]:
-            desc = self._descs[slot]
-            desc.allocated = desc.aligned = arr.ctypes.data
-            self._last[slot] = arr
+        block, last = args.block, args.arrays
+        for slot, arr in enumerate(arrays):
+            if arr is not last[slot]:
+                word = self._pointer_slots[slot]
+                block[word] = block[word + 1] = _data_pointer(arr)
+                last[slot] = arr
 
     def _outputs(self, out) -> list[np.ndarray]:
         if out is None:
@@ -210,7 +289,8 @@ class Library:
             except AttributeError:
                 raise KinaRuntimeError(f"{self.path} does not export {entry['symbol']} "
                                        f"(function `{entry['name']}` of its manifest); rebuild it") from None
-            self.functions[entry["name"]] = KinaFunction(cfunc, entry)
+            packed = getattr(self._dll, _packed_symbol(entry["symbol"]), None)
+            self.functions[entry["name"]] = KinaFunction(cfunc, entry, packed)
 
     def __getitem__(self, name: str) -> KinaFunction:
         try:
@@ -233,6 +313,13 @@ class Library:
 
     def __repr__(self) -> str:
         return f"<Library {self.path.name}: {', '.join(self.functions)}>"
+
+
+def _packed_symbol(symbol: str) -> str:
+    """The packed entry point the toolchain adds next to `_mlir_ciface_kina_f`
+    (compiler/toolchain.py: `_kina_packed_kina_f(void **descriptors)`)."""
+    prefix = "_mlir_ciface_"
+    return "_kina_packed_" + symbol[len(prefix):] if symbol.startswith(prefix) else symbol + "_packed"
 
 
 def load(so_path: str | Path, manifest: str | Path | dict | None = None) -> Library:

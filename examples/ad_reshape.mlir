@@ -32,8 +32,8 @@ module {
   func.func @kina_main() -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>, tensor<1x4x2x2xf32>) attributes {llvm.emit_c_interface} {
     %x = arith.constant dense<[[[0.0, 0.36, -0.72, -0.48], [0.15, -0.52, 0.16, -0.55], [0.59, -0.09, -0.97, -0.06], [0.45, 0.3, 0.77, 0.3]]]> : tensor<1x4x4xf32> loc("examples/ad_reshape.kina":33:11)
     %w = arith.constant dense<[[[[0.1, 0.2], [0.3, 0.4]], [[0.5, 0.6], [0.7, 0.8]], [[0.9, 1.0], [1.1, 1.2]], [[1.3, 1.4], [1.5, 1.6]]]]> : tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":37:11)
-    %g_ones = func.call @kina_step(%x) : (tensor<1x4x4xf32>) -> (tensor<1x4x4xf32>) loc("examples/ad_reshape.kina":40:16)
-    %0:2 = func.call @kina_step_weighted(%x, %w) : (tensor<1x4x4xf32>, tensor<1x4x2x2xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x2x2xf32>) loc("examples/ad_reshape.kina":41:20)
+    %g_ones = func.call @kina_step(%x) {no_inline} : (tensor<1x4x4xf32>) -> (tensor<1x4x4xf32>) loc("examples/ad_reshape.kina":40:16)
+    %0:2 = func.call @kina_step_weighted(%x, %w) {no_inline} : (tensor<1x4x4xf32>, tensor<1x4x2x2xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x2x2xf32>) loc("examples/ad_reshape.kina":41:20)
     return %g_ones, %0#0, %0#1 : tensor<1x4x4xf32>, tensor<1x4x4xf32>, tensor<1x4x2x2xf32> loc("examples/ad_reshape.kina":42:3)
   } loc("examples/ad_reshape.kina":32:1)
 

@@ -127,7 +127,7 @@ module {
     %v_split = tensor.expand_shape %38 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/storylm0_ad_step.kina":37:17)
     %39 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/storylm0_ad_step.kina":38:11)
     %v = linalg.transpose ins(%v_split : tensor<1x4x2x2xf32>) outs(%39 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_ad_step.kina":38:11)
-    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_ad_step.kina":39:15)
+    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) {no_inline} : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_ad_step.kina":39:15)
     %40 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/storylm0_ad_step.kina":40:18)
     %merged_t = linalg.transpose ins(%heads : tensor<1x2x4x2xf32>) outs(%40 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_ad_step.kina":40:18)
     %41 = tensor.collapse_shape %merged_t [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/storylm0_ad_step.kina":41:16)
@@ -186,7 +186,7 @@ module {
     %wo = arith.constant dense<[[0.79, 0.19, -0.93, 0.09], [0.4, -0.07, -0.83, -0.12], [-0.07, 0.26, -0.6, 0.01], [0.58, 0.58, -0.63, -0.59]]> : tensor<4x4xf32> loc("examples/storylm0_ad_step.kina":88:12)
     %lm_head = arith.constant dense<[[-0.71, 0.29, -0.23, 0.62, 0.57, 0.17, 0.14, 0.35], [0.07, 0.09, -0.42, 0.52, 0.06, 0.95, -0.82, 0.22], [-0.52, 0.32, -1.1, 0.03, -0.3, 1.21, 0.64, -0.53], [-0.05, -0.29, -0.08, 0.11, -0.16, 0.21, 0.06, -0.35]]> : tensor<4x8xf32> loc("examples/storylm0_ad_step.kina":92:17)
     %lr = arith.constant dense<0.1> : tensor<1x1xf32> loc("examples/storylm0_ad_step.kina":97:12)
-    %0 = func.call @kina_storylm0_step(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head, %lr) : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<1x1xf32>) -> (tensor<8x4xf32>) loc("examples/storylm0_ad_step.kina":98:3)
+    %0 = func.call @kina_storylm0_step(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head, %lr) {no_inline} : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<1x1xf32>) -> (tensor<8x4xf32>) loc("examples/storylm0_ad_step.kina":98:3)
     return %0 : tensor<8x4xf32> loc("examples/storylm0_ad_step.kina":98:3)
   } loc("examples/storylm0_ad_step.kina":64:1)
 

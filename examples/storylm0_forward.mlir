@@ -127,7 +127,7 @@ module {
     %46 = tensor.expand_shape %47 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/storylm0_forward.kina":22:11)
     %48 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/storylm0_forward.kina":22:11)
     %v = linalg.transpose ins(%46 : tensor<1x4x2x2xf32>) outs(%48 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_forward.kina":22:11)
-    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_forward.kina":23:15)
+    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) {no_inline} : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_forward.kina":23:15)
     %50 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/storylm0_forward.kina":24:16)
     %49 = linalg.transpose ins(%heads : tensor<1x2x4x2xf32>) outs(%50 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_forward.kina":24:16)
     %51 = tensor.collapse_shape %49 [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":24:16)
@@ -163,7 +163,7 @@ module {
     %wv = arith.constant dense<[[-0.45, 0.21, -0.9, 0.16], [-0.45, -0.62, -1.32, 0.57], [-0.27, 0.21, 0.73, 0.19], [-0.03, 0.37, 0.29, -0.99]]> : tensor<4x4xf32> loc("examples/storylm0_forward.kina":51:12)
     %wo = arith.constant dense<[[0.79, 0.19, -0.93, 0.09], [0.4, -0.07, -0.83, -0.12], [-0.07, 0.26, -0.6, 0.01], [0.58, 0.58, -0.63, -0.59]]> : tensor<4x4xf32> loc("examples/storylm0_forward.kina":55:12)
     %lm_head = arith.constant dense<[[-0.71, 0.29, -0.23, 0.62, 0.57, 0.17, 0.14, 0.35], [0.07, 0.09, -0.42, 0.52, 0.06, 0.95, -0.82, 0.22], [-0.52, 0.32, -1.1, 0.03, -0.3, 1.21, 0.64, -0.53], [-0.05, -0.29, -0.08, 0.11, -0.16, 0.21, 0.06, -0.35]]> : tensor<4x8xf32> loc("examples/storylm0_forward.kina":59:17)
-    %0 = func.call @kina_storylm0_forward(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_forward.kina":64:3)
+    %0 = func.call @kina_storylm0_forward(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) {no_inline} : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_forward.kina":64:3)
     return %0 : tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":64:3)
   } loc("examples/storylm0_forward.kina":31:1)
 }

@@ -127,7 +127,7 @@ module {
     %v_split = tensor.expand_shape %38 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/storylm0_mean_nll_step.kina":38:17)
     %39 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":39:11)
     %v = linalg.transpose ins(%v_split : tensor<1x4x2x2xf32>) outs(%39 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_mean_nll_step.kina":39:11)
-    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_mean_nll_step.kina":40:15)
+    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) {no_inline} : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_mean_nll_step.kina":40:15)
     %40 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/storylm0_mean_nll_step.kina":41:18)
     %merged_t = linalg.transpose ins(%heads : tensor<1x2x4x2xf32>) outs(%40 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_mean_nll_step.kina":41:18)
     %41 = tensor.collapse_shape %merged_t [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":42:16)
@@ -154,7 +154,7 @@ module {
   } loc("examples/storylm0_mean_nll_step.kina":23:1)
 
   func.func @kina_storylm0_mean_nll(%token_ids: tensor<1x4xi64>, %targets: tensor<1x4x1xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>, %lm_head: tensor<4x8xf32>, %inv_n: tensor<1x1xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
-    %logits = func.call @kina_storylm0_fwd(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_mean_nll_step.kina":61:16)
+    %logits = func.call @kina_storylm0_fwd(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) {no_inline} : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_mean_nll_step.kina":61:16)
     %0 = arith.constant 0xff800000 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
     %1 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<1x4xf32>) -> tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
@@ -368,7 +368,7 @@ module {
     %lm_head = arith.constant dense<[[-0.71, 0.29, -0.23, 0.62, 0.57, 0.17, 0.14, 0.35], [0.07, 0.09, -0.42, 0.52, 0.06, 0.95, -0.82, 0.22], [-0.52, 0.32, -1.1, 0.03, -0.3, 1.21, 0.64, -0.53], [-0.05, -0.29, -0.08, 0.11, -0.16, 0.21, 0.06, -0.35]]> : tensor<4x8xf32> loc("examples/storylm0_mean_nll_step.kina":125:17)
     %inv_n = arith.constant dense<0.25> : tensor<1x1xf32> loc("examples/storylm0_mean_nll_step.kina":130:15)
     %lr = arith.constant dense<0.1> : tensor<1x1xf32> loc("examples/storylm0_mean_nll_step.kina":131:12)
-    %0:7 = func.call @kina_storylm0_mean_nll_step(%token_ids, %targets, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head, %inv_n, %lr) : (tensor<1x4xi64>, tensor<1x4x1xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<1x1xf32>, tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) loc("examples/storylm0_mean_nll_step.kina":132:3)
+    %0:7 = func.call @kina_storylm0_mean_nll_step(%token_ids, %targets, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head, %inv_n, %lr) {no_inline} : (tensor<1x4xi64>, tensor<1x4x1xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<1x1xf32>, tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) loc("examples/storylm0_mean_nll_step.kina":132:3)
     return %0#0, %0#1, %0#2, %0#3, %0#4, %0#5, %0#6 : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32> loc("examples/storylm0_mean_nll_step.kina":132:3)
   } loc("examples/storylm0_mean_nll_step.kina":95:1)
 

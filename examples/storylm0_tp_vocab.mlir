@@ -136,7 +136,7 @@ module {
     %52 = tensor.expand_shape %53 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
     %54 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
     %v = linalg.transpose ins(%52 : tensor<1x4x2x2xf32>) outs(%54 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_tp_vocab.kina":24:11)
-    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_tp_vocab.kina":25:15)
+    %heads = func.call @kina_attn(%q, %k_t, %v, %mask, %scale) {no_inline} : (tensor<1x2x4x2xf32>, tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>) -> (tensor<1x2x4x2xf32>) loc("examples/storylm0_tp_vocab.kina":25:15)
     %56 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/storylm0_tp_vocab.kina":26:16)
     %55 = linalg.transpose ins(%heads : tensor<1x2x4x2xf32>) outs(%56 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/storylm0_tp_vocab.kina":26:16)
     %57 = tensor.collapse_shape %55 [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/storylm0_tp_vocab.kina":26:16)
@@ -188,7 +188,7 @@ module {
   } loc("examples/storylm0_tp_vocab.kina":31:1)
 
   func.func @kina_tp_logits(%residual: tensor<1x4x4xf32>, %lm_head: tensor<4x8xf32>) -> (tensor<1x4x8xf32>) attributes {llvm.emit_c_interface} {
-    %0:2 = func.call @kina_tp_shards(%residual, %lm_head) : (tensor<1x4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>) loc("examples/storylm0_tp_vocab.kina":42:18)
+    %0:2 = func.call @kina_tp_shards(%residual, %lm_head) {no_inline} : (tensor<1x4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>) loc("examples/storylm0_tp_vocab.kina":42:18)
     %2 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %3 = tensor.extract_slice %2[0, 0, 0] [1, 4, 4] [1, 1, 1] : tensor<1x4x8xf32> to tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %4 = linalg.copy ins(%0#0 : tensor<1x4x4xf32>) outs(%3 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
@@ -200,8 +200,8 @@ module {
   } loc("examples/storylm0_tp_vocab.kina":41:1)
 
   func.func @kina_storylm0_tp_vocab(%token_ids: tensor<1x4xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>, %lm_head: tensor<4x8xf32>) -> (tensor<1x4x8xf32>) attributes {llvm.emit_c_interface} {
-    %residual = func.call @kina_storylm0_residual(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo) : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> (tensor<1x4x4xf32>) loc("examples/storylm0_tp_vocab.kina":50:18)
-    %0 = func.call @kina_tp_logits(%residual, %lm_head) : (tensor<1x4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_tp_vocab.kina":51:3)
+    %residual = func.call @kina_storylm0_residual(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo) {no_inline} : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> (tensor<1x4x4xf32>) loc("examples/storylm0_tp_vocab.kina":50:18)
+    %0 = func.call @kina_tp_logits(%residual, %lm_head) {no_inline} : (tensor<1x4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_tp_vocab.kina":51:3)
     return %0 : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":51:3)
   } loc("examples/storylm0_tp_vocab.kina":46:1)
 
@@ -215,7 +215,7 @@ module {
     %wv = arith.constant dense<[[-0.45, 0.21, -0.9, 0.16], [-0.45, -0.62, -1.32, 0.57], [-0.27, 0.21, 0.73, 0.19], [-0.03, 0.37, 0.29, -0.99]]> : tensor<4x4xf32> loc("examples/storylm0_tp_vocab.kina":76:12)
     %wo = arith.constant dense<[[0.79, 0.19, -0.93, 0.09], [0.4, -0.07, -0.83, -0.12], [-0.07, 0.26, -0.6, 0.01], [0.58, 0.58, -0.63, -0.59]]> : tensor<4x4xf32> loc("examples/storylm0_tp_vocab.kina":80:12)
     %lm_head = arith.constant dense<[[-0.71, 0.29, -0.23, 0.62, 0.57, 0.17, 0.14, 0.35], [0.07, 0.09, -0.42, 0.52, 0.06, 0.95, -0.82, 0.22], [-0.52, 0.32, -1.1, 0.03, -0.3, 1.21, 0.64, -0.53], [-0.05, -0.29, -0.08, 0.11, -0.16, 0.21, 0.06, -0.35]]> : tensor<4x8xf32> loc("examples/storylm0_tp_vocab.kina":84:17)
-    %0 = func.call @kina_storylm0_tp_vocab(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_tp_vocab.kina":89:3)
+    %0 = func.call @kina_storylm0_tp_vocab(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) {no_inline} : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_tp_vocab.kina":89:3)
     return %0 : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":89:3)
   } loc("examples/storylm0_tp_vocab.kina":56:1)
 }
