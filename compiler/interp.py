@@ -226,8 +226,22 @@ class _Uses:
         bounds = [b for b in (self._use_bound(fn, use, depth) for use in self._uses(fn, name)) if b is not None]
         return min(bounds) if bounds else None
 
-    def positive(self, fn: Function, name: str) -> bool:
-        return any(isinstance(parent, OpApp) and parent.op in _POSITIVE for parent, _ in self._uses(fn, name))
+    def positive(self, fn: Function, name: str, depth: int = 0) -> bool:
+        """Does the value of `name` reach log/sqrt/rsqrt directly, through a let alias,
+        or through a call / `handle` of another function?"""
+        if depth > 16:
+            return False
+        for parent, i in self._uses(fn, name):
+            if isinstance(parent, OpApp) and parent.op in _POSITIVE:
+                return True
+            if isinstance(parent, ir.Binding) and not parent.destructure and \
+                    self.positive(fn, parent.names[0], depth + 1):
+                return True
+            if isinstance(parent, (CallFn, Handle)) and self.program and parent.fn in self.program.functions:
+                callee = self.program.functions[parent.fn]
+                if self.positive(callee, callee.params[i].name, depth + 1):
+                    return True
+        return False
 
     def _uses(self, fn: Function, name: str):
         """(parent, operand index) for every occurrence of Var `name`; the parent is the enclosing
