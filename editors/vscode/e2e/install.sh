@@ -25,8 +25,8 @@ dpkg -s libkrb5-dev >/dev/null 2>&1 || need_apt+=(libkrb5-dev)
 command -v unzip >/dev/null || need_apt+=(unzip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || { log "need root to apt-get install ${need_apt[*]}"; exit 1; }
-  # A fresh machine has no package lists yet; update once, then install.
-  apt-cache policy chromium 2>/dev/null | grep -q Candidate: || t apt-get update -qq
+  # A fresh machine has no package lists yet (and stale ones may 404): update, then install.
+  t apt-get update -qq
   t env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 

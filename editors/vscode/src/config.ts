@@ -17,6 +17,21 @@ export interface ServerSettings {
   pythonPath: string;
 }
 
+/**
+ * Reads the server settings from raw configuration values, which come from hand-edited
+ * JSON and may have any type: a string `kina.server.command` is taken as one program path
+ * (not split on spaces: paths may contain them), non-strings are dropped.
+ */
+export function serverSettingsFrom(raw: { command: unknown; pythonPath: unknown }): ServerSettings {
+  let command: string[] = [];
+  if (Array.isArray(raw.command)) {
+    command = raw.command.filter((part): part is string => typeof part === 'string');
+  } else if (typeof raw.command === 'string') {
+    command = [raw.command];
+  }
+  return { command, pythonPath: typeof raw.pythonPath === 'string' ? raw.pythonPath : '' };
+}
+
 /** What the extension knows about its surroundings when it resolves the server command. */
 export interface ResolveContext {
   /** File-system paths of the workspace folders, first one first. */

@@ -33,6 +33,7 @@ import {
   parseBuildReply,
   parseMlirReply,
   resolveServerCommand,
+  serverSettingsFrom,
   serverSettingsPayload,
 } from './config';
 
@@ -97,7 +98,7 @@ export async function deactivate(): Promise<void> {
 function readLaunch(): ServerLaunch {
   const cfg = vscode.workspace.getConfiguration('kina');
   return resolveServerCommand(
-    { command: cfg.get<string[]>('server.command', []) ?? [], pythonPath: cfg.get<string>('server.pythonPath', '') ?? '' },
+    serverSettingsFrom({ command: cfg.get<unknown>('server.command'), pythonPath: cfg.get<unknown>('server.pythonPath') }),
     {
       workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath),
       workspaceTrusted: vscode.workspace.isTrusted,

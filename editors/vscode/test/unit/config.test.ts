@@ -14,6 +14,7 @@ import {
   parseBuildReply,
   parseMlirReply,
   resolveServerCommand,
+  serverSettingsFrom,
   serverSettingsPayload,
   venvPython,
 } from '../../src/config';
@@ -77,6 +78,22 @@ describe('resolveServerCommand', () => {
     const launch = resolveServerCommand({ command: ['${workspaceFolder}/.venv/bin/kina-lsp', '--root=${workspaceFolder}'], pythonPath: '' }, ctx());
     assert.equal(launch.command, '/ws/proj/.venv/bin/kina-lsp');
     assert.deepEqual(launch.args, ['--root=/ws/proj']);
+  });
+});
+
+describe('serverSettingsFrom', () => {
+  it('passes well-typed settings through', () => {
+    assert.deepEqual(serverSettingsFrom({ command: ['/k/kina-lsp', '--log-level', 'debug'], pythonPath: '/p/python' }), {
+      command: ['/k/kina-lsp', '--log-level', 'debug'],
+      pythonPath: '/p/python',
+    });
+  });
+  it('takes a string command as one program path, spaces included', () => {
+    assert.deepEqual(serverSettingsFrom({ command: '/My Tools/kina-lsp', pythonPath: undefined }).command, ['/My Tools/kina-lsp']);
+  });
+  it('drops values of the wrong type instead of failing', () => {
+    assert.deepEqual(serverSettingsFrom({ command: ['/k/kina-lsp', 3, null], pythonPath: 42 }), { command: ['/k/kina-lsp'], pythonPath: '' });
+    assert.deepEqual(serverSettingsFrom({ command: undefined, pythonPath: undefined }), { command: [], pythonPath: '' });
   });
 });
 
