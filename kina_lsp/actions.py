@@ -93,6 +93,13 @@ def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeA
                                       command=lsp.Command(title=title, command=cmd, arguments=[uri])))
     only = params.context.only
     if only:
-        actions = [a for a in actions if any(a.kind == k or a.kind.value.startswith(k.value + ".")
-                                             for k in only)]
+        actions = [a for a in actions if any(_kind_matches(a.kind, k) for k in only)]
     return actions
+
+
+def _kind_matches(kind, wanted) -> bool:
+    """`wanted` may arrive as an enum member or a plain string (VS Code sends kinds,
+    such as "quickfix" or "source.organizeImports", that lsprotocol passes through
+    as str); a kind matches its own value and any of its sub-kinds."""
+    kind, wanted = str(getattr(kind, "value", kind)), str(getattr(wanted, "value", wanted))
+    return kind == wanted or kind.startswith(wanted + ".")

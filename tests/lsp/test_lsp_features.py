@@ -165,6 +165,11 @@ async def test_quick_fix_splits_a_method_chain(client):
     assert analyze(new).diagnostics == []
     titles = {a.title for a in actions}
     assert {"Kina: Build & validate", "Kina: Show MLIR"} <= titles
+    # a client asking only for quick fixes (VS Code sends kinds as plain strings) gets the fix alone
+    only = await client.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=doc_id(uri), range=diag.range,
+        context=lsp.CodeActionContext(diagnostics=[diag], only=["quickfix"])))
+    assert [a.title for a in only] == [fix.title]
 
 
 def apply(text: str, edits: list[lsp.TextEdit]) -> str:
