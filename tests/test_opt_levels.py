@@ -1,0 +1,162 @@
+"""-O2 computes what -O0 computes: every op row of test_ops_compiled (forward and
+backward) and every example's `main`, built at both levels; plus the pieces the
+-O2 pipeline and the fast call path add (pass pipeline text, transform script,
+packed entry points, memoised out= calls).
+
+To keep CI time modest, all op rows go into ONE module per level (functions
+f_<i> / g_<i>), so this file does two op builds and two builds per example."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler import build, interp, runtime, toolchain, validate
+from test_ops_compiled import ROWS, _check, source
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.kina") if not p.name.startswith("invalid_"))
+ROW_NAMES = sorted(ROWS)
+
+
+def combined_source() -> str:
+    """Every row's program with its functions renamed f_<i> / g_<i>."""
+    parts = []
+    for i, row in enumerate(ROW_NAMES):
+        text = source(row)
+        text = text.replace("fn f(", f"fn f_{i}(").replace("handle f(", f"handle f_{i}(")
+        parts.append(text.replace("fn g(", f"fn g_{i}("))
+    return "\n".join(parts)
+
+
+def _build(path: Path, out: Path, level: int):
+    res = build.build_file(path, out, level)
+    assert res.ok, "\n".join(res.source.render(d) for d in res.diagnostics)
+    return res, runtime.load(res.so_path)
+
+
+@pytest.fixture(scope="module")
+def op_libs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ops")
+    path = d / "ops.kina"
+    path.write_text(combined_source())
+    return {level: _build(path, d / f"ops_O{level}.so", level) for level in (0, 2)}
+
+
+def _assert_same(got, want, what: str) -> None:
+    for i, (g, w) in enumerate(zip(validate._flat(got), validate._flat(want))):
+        assert g.shape == w.shape and g.dtype == w.dtype, what
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
+                                   rtol=1e-6, atol=1e-6, err_msg=f"{what}: result {i}")
+
+
+@pytest.mark.parametrize("row", ROW_NAMES)
+def test_op_row_at_O2_matches_interp_and_O0(op_libs, row):
+    i = ROW_NAMES.index(row)
+    (res2, lib2), (_, lib0) = op_libs[2], op_libs[0]
+    names = [f"f_{i}"] + ([f"g_{i}"] if ROWS[row][3] else [])
+    for name in names:
+        _check(lib2, res2.program, name, 0)          # same reference and tolerance as -O0's test
+        args = interp.random_inputs(res2.program.functions[name], 1, res2.program)
+        _assert_same(lib2[name](*args), lib0[name](*args), f"{row}: {name} -O2 vs -O0")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_example_main_at_O2_matches_O0(tmp_path, example):
+    outs = {}
+    for level in (0, 2):
+        res, lib = _build(example, tmp_path / f"{example.stem}_O{level}.so", level)
+        if "main" not in lib:
+            pytest.skip(f"{example.name} has no main")
+        outs[level] = lib.main()
+    _assert_same(outs[2], outs[0], f"{example.stem}: main")
+
+
+# ---- the -O2 pipeline ---------------------------------------------------------------------
+def test_pipeline_text_nests_function_passes():
+    text = toolchain.pipeline_text(["--inline", "--promote-buffers-to-stack=max-alloc-size-in-bytes=64",
+                                    "--canonicalize"])
+    assert text == ("builtin.module(inline,func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=64}),"
+                    "canonicalize)")
+
+
+def test_O2_runs_the_transform_script_and_O0_does_not(tmp_path):
+    o2 = toolchain.passes_for("", 2, tmp_path)
+    assert any(p.startswith("--transform-interpreter") for p in o2)
+    library = tmp_path / "kina_transforms.mlir"
+    assert library.read_text() == toolchain.TRANSFORM_LIBRARY
+    assert not any("transform" in p for p in toolchain.passes_for("", 0))
+    with pytest.raises(toolchain.ToolchainError, match="work_dir"):
+        toolchain.passes_for("", 2)
+
+
+def test_O2_interchanges_matmul_loops(tmp_path):
+    """The matmul becomes a generic whose innermost dim is the parallel j (not the reduction k)."""
+    mlir = ("func.func @kina_f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>, %c: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
+            "  %r = linalg.matmul ins(%a, %b : tensor<2x3xf32>, tensor<3x4xf32>) outs(%c : tensor<2x4xf32>)"
+            " -> tensor<2x4xf32>\n  return %r : tensor<2x4xf32>\n}\n")
+    ir_mod, passmanager, _ = toolchain.engine_module()
+    passes = [p for p in toolchain.passes_for(mlir, 2, tmp_path) if "transform" in p]
+    with ir_mod.Context():
+        module = ir_mod.Module.parse(mlir)
+        passmanager.PassManager.parse(toolchain.pipeline_text(passes)).run(module.operation)
+        text = str(module)
+    assert "linalg.matmul" not in text
+    assert 'iterator_types = ["parallel", "reduction", "parallel"]' in text
+
+
+def test_O2_compile_error_is_a_toolchain_diagnostic(tmp_path):
+    bad = "func.func @kina_f(%a: tensor<2xf32>) -> tensor<2xf32> {\n  return %a : tensor<3xf32>\n}\n"
+    res = toolchain.compile_mlir(bad, tmp_path / "bad.so", opt_level=2)
+    assert not res.ok
+    assert res.diagnostics[0].code == "toolchain" and "mlir-opt" in res.diagnostics[0].message
+
+
+def test_engine_stage_timings(tmp_path, op_libs):
+    timings: dict = {}
+    res = toolchain.compile_mlir(op_libs[2][0].mlir, tmp_path / "t.so", opt_level=2, timings=timings)
+    assert res.ok
+    assert list(timings) == ["passes", "llvm-opt", "codegen", "cc"]
+
+
+# ---- packed entry points and memoised calls ------------------------------------------------
+ADD = "fn plus(a: Tensor[F32, [2, 3]], b: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {\n  a + b\n}\n"
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["O0", "O2"])
+def add_fn(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp("add")
+    (d / "add.kina").write_text(ADD)
+    _, lib = _build(d / "add.kina", d / "add.so", request.param)
+    return lib
+
+
+def test_library_exports_packed_entry_points(add_fn):
+    assert hasattr(add_fn._dll, "_kina_packed_kina_plus")
+
+
+def test_memoised_call_sees_new_contents_and_rechecks_new_arrays(add_fn):
+    f = add_fn.plus
+    f.clear_memo()
+    a, b = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
+    out = np.empty((2, 3), np.float32)
+    assert f(a, b, out=out) is out
+    a[:] = 5.0                                    # same objects, new contents
+    assert f(a, b, out=out) is out and np.all(out == 7.0)
+    assert len(f._memo) == 1
+    with pytest.raises(runtime.KinaArgumentError, match="shape"):
+        f(a, np.ones((3, 2), np.float32), out=out)
+    with pytest.raises(runtime.KinaArgumentError, match="takes 2"):
+        f(a, out=(b,))                            # same ids as no memo entry: still checked
+
+
+def test_memo_is_bounded_and_unmemoised_calls_work(add_fn):
+    f = add_fn.plus
+    f.clear_memo()
+    a = np.ones((2, 3), np.float32)
+    for k in range(f.MEMO_SIZE + 3):
+        out = np.empty((2, 3), np.float32)
+        f(a, np.full((2, 3), float(k), np.float32), out=out)
+        assert np.all(out == 1.0 + k)
+    assert len(f._memo) == f.MEMO_SIZE
+    np.testing.assert_array_equal(f(a.tolist(), a), 2 * a)    # converted input: not memoised
+    assert len(f._memo) == f.MEMO_SIZE
