@@ -110,33 +110,69 @@ class _ArgSet:
     array alive (so its buffer cannot move or be resized while the set exists)."""
     __slots__ = ("block", "packed", "address", "arrays", "result")
 
-    def __init__(self, template: np.ndarray, offsets: np.ndarray):
-        self.block = template.copy()
-        self.packed = (self.block.ctypes.data + offsets).astype(np.uint64)
-        self.address = self.packed.ctypes.data
-        self.arrays: list = [None] * len(offsets)
-        self.result = None
+    def __init__(self, layout: "_Layout", pointers: list[int], arrays: list | None = None, result=None):
+        self.block = layout.template.copy()
+        self.block[layout.pointer_words] = pointers          # allocated
+        self.block[layout.pointer_words + 1] = pointers      # aligned
+        self.packed = (_data_pointer(self.block) + layout.offsets).astype(np.uint64)
+        self.address = _data_pointer(self.packed)
+        self.arrays, self.result = arrays, result
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One descriptor {allocated, aligned, offset, sizes[R], strides[R]} per tensor, as
+    consecutive int64 words: the template, each descriptor's byte offset, and the index
+    of its `allocated` word."""
+    template: np.ndarray
+    offsets: np.ndarray
+    pointer_words: np.ndarray
+
+    @staticmethod
+    def of(specs: list["TensorSpec"]) -> "_Layout":
+        words: list[int] = []
+        offsets, slots = [], []
+        for spec in specs:
+            offsets.append(8 * len(words))
+            slots.append(len(words))
+            words += [0, 0, 0, *spec.shape, *_row_major_strides(spec.shape)]
+        return _Layout(np.array(words, np.int64), np.array(offsets, np.uint64), np.array(slots, np.intp))
 
 
 def _data_pointer(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
 
 
+def _remember(cache: dict, key, value, limit: int) -> None:
+    """cache[key] = value, dropping the oldest entry when full (tolerates a concurrent
+    caller dropping it first: dict operations are atomic, this pair is not)."""
+    while len(cache) >= limit:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (StopIteration, RuntimeError):
+            break
+    cache[key] = value
+
+
 # ---- one function -------------------------------------------------------------------
 class KinaFunction:
     """A callable bound to one exported function; see the module docstring.
 
-    Calls with `out=` buffers are memoised by the identity of their arrays: the
-    first call checks every array and builds its descriptors, later calls with the
-    very same array objects skip straight to the C call (the training loops of the
-    examples alternate between two buffer sets, i.e. two memo entries).  The memo
-    holds references to the arrays of its last `MEMO_SIZE` argument sets; a NumPy
-    array with references cannot be resized, so a memoised data pointer stays valid.
+    Two caches keep repeated calls cheap; both hold references to the arrays they
+    describe, and a NumPy array with references cannot be resized, so a cached data
+    pointer stays valid:
+    - per argument slot, the arrays already checked there and their data pointers
+      (SLOT_CACHE each): a call that reuses most arrays checks only the new ones;
+    - for calls with `out=`, whole argument sets keyed by the identity of every array
+      (MEMO_SIZE of them): a repeated call skips straight to the C call.  A training
+      loop over preloaded batches that alternates two weight buffers has 2 x batches
+      sets.
     An array whose `shape`, `dtype` or `flags.writeable` attribute is reassigned in
-    place after a call is not checked again (its buffer and byte size are
-    unchanged); `clear_memo()` forgets every set."""
+    place after a call is not checked again (its buffer and byte size are unchanged);
+    `clear_memo()` forgets every cached array."""
 
-    MEMO_SIZE = 8
+    MEMO_SIZE = 256
+    SLOT_CACHE = 64
 
     def __init__(self, cfunc, entry: dict, packed=None):
         self.name: str = entry["name"]
@@ -146,25 +182,13 @@ class KinaFunction:
         self.results = [TensorSpec(f"result {i}", r["dtype"], tuple(r["shape"]), numpy_dtype(r["dtype"]))
                         for i, r in enumerate(entry["results"])]
         self._n_params = len(self.params)
-        self._template, self._offsets, self._pointer_slots = self._layout(self.params + self.results)
-        self._call = self._entry_point(cfunc, packed, len(self._offsets))
+        self._layout = _Layout.of(self.params + self.results)
+        self._call = self._entry_point(cfunc, packed, len(self._layout.offsets))
         self._memo: dict[tuple, _ArgSet] = {}
-        # Uncached calls (out=None) share one argument set, so they take turns.
-        self._shared = _ArgSet(self._template, self._offsets)
-        self._lock = threading.Lock()
+        self._slots: list[dict[int, tuple[np.ndarray, int]]] = [{} for _ in self.params + self.results]
+        self._scratch = _ArgSet(self._layout, [0] * len(self._layout.offsets))
+        self._scratch_lock = threading.Lock()
         self.__doc__ = self.signature()
-
-    @staticmethod
-    def _layout(specs: list[TensorSpec]):
-        """One descriptor {allocated, aligned, offset, sizes[R], strides[R]} per tensor, as
-        consecutive int64 words: (template words, byte offset of each, index of its pointer words)."""
-        words: list[int] = []
-        offsets, slots = [], []
-        for spec in specs:
-            offsets.append(8 * len(words))
-            slots.append(len(words))
-            words += [0, 0, 0, *spec.shape, *_row_major_strides(spec.shape)]
-        return np.array(words, np.int64), np.array(offsets, np.uint64), slots
 
     @staticmethod
     def _entry_point(cfunc, packed, n: int):
@@ -210,30 +234,49 @@ class KinaFunction:
         if len(args) != self._n_params:
             raise KinaArgumentError(f"{self.name} takes {self._n_params} argument(s) "
                                     f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
-        inputs = [self._input(arr, spec) for arr, spec in zip(args, self.params)]
         outputs = self._outputs(out)
+        given = list(args) + ([] if out is None else outputs)
+        bound, pointers = [], []
+        for slot, arr in enumerate(given):
+            arr, ptr = self._checked(slot, arr)
+            bound.append(arr)
+            pointers.append(ptr)
+        if out is None:
+            pointers += [_data_pointer(o) for o in outputs]
         result = outputs[0] if len(outputs) == 1 else tuple(outputs)
-        arrays = inputs + outputs
-        if out is not None and all(a is b for a, b in zip(inputs, args)):
-            self._memoise(tuple(args) + tuple(outputs), arrays, result)
+        if out is not None and all(a is b for a, b in zip(bound, given)):
+            memo = _ArgSet(self._layout, pointers, bound, result)
+            _remember(self._memo, tuple(map(id, given)), memo, self.MEMO_SIZE)
+            self._call(memo.address)
         else:
-            with self._lock:
-                self._bind(self._shared, arrays)
-                self._call(self._shared.address)
+            # Not memoised (fresh outputs, converted inputs): one scratch set, taken in turns.
+            with self._scratch_lock:
+                block, words = self._scratch.block, self._layout.pointer_words
+                block[words] = pointers
+                block[words + 1] = pointers
+                self._call(self._scratch.address)
         return result
 
-    def _memoise(self, key_arrays: tuple, arrays: list, result) -> None:
-        memo = _ArgSet(self._template, self._offsets)
-        self._bind(memo, arrays)
-        memo.result = result
-        if len(self._memo) >= self.MEMO_SIZE:
-            self._memo.pop(next(iter(self._memo)))   # the oldest set
-        self._memo[tuple(map(id, key_arrays))] = memo
-        self._call(memo.address)
+    def _checked(self, slot: int, arr) -> tuple[np.ndarray, int]:
+        """(the array to bind, its data pointer): from the slot's cache, or checked now.
+        Inputs may be converted (lists, other dtypes, strided views); out= buffers may not."""
+        hit = self._slots[slot].get(id(arr))
+        if hit is not None and hit[0] is arr:
+            return hit
+        if slot < self._n_params:
+            checked = self._input(arr, self.params[slot])
+        else:
+            checked = self._output(arr, self.results[slot - self._n_params])
+        entry = (checked, _data_pointer(checked))
+        if checked is arr:
+            _remember(self._slots[slot], id(arr), entry, self.SLOT_CACHE)
+        return entry
 
     def clear_memo(self) -> None:
-        """Forget the memoised argument sets (and release their arrays)."""
+        """Forget the memoised argument sets and checked arrays (and release them)."""
         self._memo.clear()
+        for cache in self._slots:
+            cache.clear()
 
     def _input(self, arr, spec: TensorSpec) -> np.ndarray:
         if (type(arr) is not np.ndarray or arr.dtype != spec.np_dtype or arr.shape != spec.shape
@@ -241,30 +284,21 @@ class KinaFunction:
             arr = np.ascontiguousarray(self._coerce(arr, spec, "parameter"))
         return arr
 
-    def _bind(self, args: _ArgSet, arrays: list) -> None:
-        # Fetching a data pointer is the costliest step of binding, so each slot
-        # remembers the array it last saw.  Holding that reference pins the array's
-        # buffer (NumPy refuses to resize an array with other references), so
-        # `arr is last` guarantees the stored pointer is still right.
-        block, last = args.block, args.arrays
-        for slot, arr in enumerate(arrays):
-            if arr is not last[slot]:
-                word = self._pointer_slots[slot]
-                block[word] = block[word + 1] = _data_pointer(arr)
-                last[slot] = arr
+    def _output(self, o, r: TensorSpec) -> np.ndarray:
+        if not isinstance(o, np.ndarray):
+            raise KinaArgumentError(f"{self.name}: out= {r.name} must be a NumPy array, got {type(o).__name__}")
+        self._coerce(o, r, "out=")
+        if not (o.flags.c_contiguous and o.flags.writeable):
+            raise KinaArgumentError(f"{self.name}: out= {r.name} must be a writeable C-contiguous array")
+        return o
 
-    def _outputs(self, out) -> list[np.ndarray]:
+    def _outputs(self, out) -> list:
+        """Fresh result arrays (out=None) or the given out= buffers (checked per slot)."""
         if out is None:
             return [np.empty(r.shape, r.np_dtype) for r in self.results]
         outs = [out] if isinstance(out, np.ndarray) else list(out)
         if len(outs) != len(self.results):
             raise KinaArgumentError(f"{self.name}: out= needs {len(self.results)} array(s), got {len(outs)}")
-        for o, r in zip(outs, self.results):
-            if not isinstance(o, np.ndarray):
-                raise KinaArgumentError(f"{self.name}: out= {r.name} must be a NumPy array, got {type(o).__name__}")
-            self._coerce(o, r, "out=")
-            if not (o.flags.c_contiguous and o.flags.writeable):
-                raise KinaArgumentError(f"{self.name}: out= {r.name} must be a writeable C-contiguous array")
         return outs
 
     def __repr__(self) -> str:
