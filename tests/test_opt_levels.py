@@ -160,3 +160,30 @@ def test_memo_is_bounded_and_unmemoised_calls_work(add_fn):
     assert len(f._memo) == f.MEMO_SIZE
     np.testing.assert_array_equal(f(a.tolist(), a), 2 * a)    # converted input: not memoised
     assert len(f._memo) == f.MEMO_SIZE
+
+
+VECTOR_MM = """
+fn mm(a: Tensor[F32, [16, 24]], b: Tensor[F32, [24, 64]]) -> Tensor[F32, [16, 64]] {
+  a @ b
+}
+fn bmm(a: Tensor[F32, [2, 8, 5]], b: Tensor[F32, [2, 5, 32]]) -> Tensor[F32, [2, 8, 32]] {
+  a @ b
+}
+"""
+
+
+def test_register_tiled_matmuls_match_O0(tmp_path):
+    """Shapes that tile into MATMUL_TILE take the vectorised path at -O2 (FMA: float tolerance)."""
+    path = tmp_path / "vmm.kina"
+    path.write_text(VECTOR_MM)
+    res2, lib2 = _build(path, tmp_path / "vmm_O2.so", 2)
+    _, lib0 = _build(path, tmp_path / "vmm_O0.so", 0)
+    ir_mod, _, _ = toolchain.engine_module()
+    with ir_mod.Context():
+        assert toolchain.tag_vectorizable(ir_mod, ir_mod.Module.parse(res2.mlir)) == 2
+    rng = np.random.default_rng(0)
+    for name in ("mm", "bmm"):
+        args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]
+        got, want = lib2[name](*args), lib0[name](*args)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, np.matmul(*args), rtol=1e-4, atol=1e-4)
