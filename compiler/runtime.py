@@ -10,17 +10,20 @@ descriptors...)` (see build.py): one memref descriptor
 per input, then one per result, all owned by the caller.  The toolchain also
 exports `_kina_packed_kina_<name>(void **descriptors)`, which takes the same
 pointers from one array: a call is then one ctypes call with one argument,
-whatever the number of tensors.  Shapes are static, so the descriptors are
-built once; a call checks the arrays, stores their data pointers and calls, and
-a repeated call with the same `out=` buffers and arrays skips the checks (see
-KinaFunction).  Library functions call no malloc for their results, so repeated
-calls do not grow memory.
+whatever the number of tensors.
+
+The runtime never keeps a user's array alive: it remembers argument sets by
+the identity of their arrays through weak references (see KinaFunction), and
+checks every array on every call.  Library functions call no malloc for their
+results, so repeated calls do not grow memory.
 """
 from __future__ import annotations
 
 import ctypes
 import json
+import operator
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,20 +106,48 @@ def _describe_array(a: np.ndarray) -> str:
     return f"an array of dtype {a.dtype} and shape {list(a.shape)}"
 
 
-# ---- argument sets -------------------------------------------------------------------
-class _ArgSet:
-    """The descriptors of one call, laid out in one int64 block, and the packed array of
-    their addresses that `_kina_packed_kina_f(void **)` reads.  `arrays` keeps every bound
-    array alive (so its buffer cannot move or be resized while the set exists)."""
-    __slots__ = ("block", "packed", "address", "arrays", "result")
+# ---- data pointers ---------------------------------------------------------------------
+def _word_at(address: int) -> int:
+    return ctypes.c_void_p.from_address(address).value or 0
 
-    def __init__(self, layout: "_Layout", pointers: list[int], arrays: list | None = None, result=None):
-        self.block = layout.template.copy()
-        self.block[layout.pointer_words] = pointers          # allocated
-        self.block[layout.pointer_words + 1] = pointers      # aligned
-        self.packed = (_data_pointer(self.block) + layout.offsets).astype(np.uint64)
-        self.address = _data_pointer(self.packed)
-        self.arrays, self.result = arrays, result
+
+def _find_data_offset() -> int | None:
+    """Byte offset of the data pointer inside an ndarray object (NumPy's
+    PyArrayObject_fields.data, right after the object header; part of NumPy's C ABI),
+    found by looking for the known pointers of two probe arrays (one a view at a
+    non-zero offset).  None if not found: then __array_interface__ is used."""
+    probes = (np.empty(3, np.float64), np.arange(16, dtype=np.int32)[5:])
+    for offset in range(8, 64, 8):   # inside the object: an ndarray is > 64 bytes
+        if all(_word_at(id(p) + offset) == p.__array_interface__["data"][0] for p in probes):
+            return offset
+    return None
+
+
+_DATA_OFFSET = _find_data_offset()
+
+
+def _data_pointer(arr: np.ndarray) -> int:
+    """Address of arr's first element: one word read (~0.15 us) where the offset is
+    known, else `__array_interface__` (~1 us: it builds a dict)."""
+    if _DATA_OFFSET is None:
+        return arr.__array_interface__["data"][0]
+    return _word_at(id(arr) + _DATA_OFFSET)
+
+
+def _data_pointers(arrays, _at=ctypes.c_void_p.from_address, _off=_DATA_OFFSET) -> list[int]:
+    """[_data_pointer(a) for a in arrays], inlined: this runs on every call with fresh outputs."""
+    if _off is None:
+        return [a.__array_interface__["data"][0] for a in arrays]
+    return [_at(id(a) + _off).value or 0 for a in arrays]
+
+
+# ---- argument sets -------------------------------------------------------------------
+# The per-call check of an array, one C-level attribute read: its dtype, shape and
+# flags word (C-contiguous, writeable, aligned, owns data).  A remembered set keeps the
+# probes of its arrays taken when they passed the full checks; a call whose arrays
+# probe the same passes them again (C-contiguous with the same shape means the same
+# strides, up to dimensions of size 1, where strides are never used).
+_PROBE = operator.attrgetter("dtype", "shape", "flags.num")
 
 
 @dataclass(frozen=True)
@@ -139,8 +170,25 @@ class _Layout:
         return _Layout(np.array(words, np.int64), np.array(offsets, np.uint64), np.array(slots, np.intp))
 
 
-def _data_pointer(arr: np.ndarray) -> int:
-    return arr.__array_interface__["data"][0]
+class _ArgSet:
+    """The descriptors of one call in one int64 block, and the packed array of their
+    addresses that `_kina_packed_kina_f(void **)` reads.  A remembered set holds weak
+    references to its arrays (`refs`), whose callbacks forget the set when one of them
+    dies: its raw pointers are never used after that, and while the references exist
+    NumPy refuses to resize the arrays, so the pointers stay valid.  `lock` guards the
+    output words of a set reused by calls with fresh outputs; `probes` are the _PROBE
+    values of its arrays when they were checked."""
+    __slots__ = ("block", "packed", "address", "refs", "lock", "probes")
+
+    def __init__(self, layout: _Layout, pointers: list[int]):
+        self.block = layout.template.copy()
+        self.block[layout.pointer_words] = pointers          # allocated
+        self.block[layout.pointer_words + 1] = pointers      # aligned
+        self.packed = (_data_pointer(self.block) + layout.offsets).astype(np.uint64)
+        self.address = _data_pointer(self.packed)
+        self.refs: tuple = ()
+        self.lock = threading.Lock()
+        self.probes: list = []
 
 
 def _remember(cache: dict, key, value, limit: int) -> None:
@@ -154,25 +202,31 @@ def _remember(cache: dict, key, value, limit: int) -> None:
     cache[key] = value
 
 
+def _watch(cache: dict, key, arrays) -> tuple:
+    """Weak references to `arrays` whose callbacks drop cache[key] when one of them dies.
+    A callback runs while its array is being freed, before the array's id can be reused,
+    so a lookup by ids never finds the set of a dead array."""
+    def forget(_ref, cache=cache, key=key):
+        cache.pop(key, None)
+    return tuple(weakref.ref(a, forget) for a in arrays)
+
+
 # ---- one function -------------------------------------------------------------------
 class KinaFunction:
     """A callable bound to one exported function; see the module docstring.
 
-    Two caches keep repeated calls cheap; both hold references to the arrays they
-    describe, and a NumPy array with references cannot be resized, so a cached data
-    pointer stays valid:
-    - per argument slot, the arrays already checked there and their data pointers
-      (SLOT_CACHE each): a call that reuses most arrays checks only the new ones;
-    - for calls with `out=`, whole argument sets keyed by the identity of every array
-      (MEMO_SIZE of them): a repeated call skips straight to the C call.  A training
-      loop over preloaded batches that alternates two weight buffers has 2 x batches
-      sets.
-    An array whose `shape`, `dtype` or `flags.writeable` attribute is reassigned in
-    place after a call is not checked again (its buffer and byte size are unchanged);
-    `clear_memo()` forgets every cached array."""
+    Every call checks every array: dtype, shape and C-contiguity of each, and that
+    out= buffers are writeable (one _PROBE read each when the set is remembered).  What is expensive and depends only on the
+    identity of the arrays, the descriptor block with their data pointers, is
+    remembered per argument set (MEMO_SIZE sets for out= calls, as many input sets for
+    calls with fresh outputs), keyed by the arrays' ids and held by weak references
+    only (see _ArgSet): a training loop that rebinds its weights to new arrays every
+    step leaves nothing behind.  An array is rechecked in full (and rejected with
+    KinaArgumentError) when its shape, strides, dtype or writeable flag was reassigned
+    in place.  Inputs may be converted (lists, strided views); such calls bind the
+    converted copies for that call only."""
 
     MEMO_SIZE = 256
-    SLOT_CACHE = 64
 
     def __init__(self, cfunc, entry: dict, packed=None):
         self.name: str = entry["name"]
@@ -184,10 +238,12 @@ class KinaFunction:
         self._n_params = len(self.params)
         self._layout = _Layout.of(self.params + self.results)
         self._call = self._entry_point(cfunc, packed, len(self._layout.offsets))
-        self._memo: dict[tuple, _ArgSet] = {}
-        self._slots: list[dict[int, tuple[np.ndarray, int]]] = [{} for _ in self.params + self.results]
-        self._scratch = _ArgSet(self._layout, [0] * len(self._layout.offsets))
-        self._scratch_lock = threading.Lock()
+        self._fresh_shapes = [r.shape for r in self.results]
+        self._fresh_dtypes = [r.np_dtype for r in self.results]
+        out_words = self._layout.pointer_words[self._n_params:]
+        self._out_words = np.concatenate([out_words, out_words + 1])   # allocated, then aligned
+        self._memo: dict[tuple, _ArgSet] = {}         # out= calls: ids of inputs and outputs
+        self._input_sets: dict[tuple, _ArgSet] = {}   # fresh outputs: ids of inputs
         self.__doc__ = self.signature()
 
     @staticmethod
@@ -207,6 +263,72 @@ class KinaFunction:
         ret = res[0] if len(res) == 1 else "(" + ", ".join(res) + ")"
         return f"{self.name}({params}) -> {ret}"
 
+    # -- calls: the fast path is a dict lookup, the layout checks and one ctypes call --
+    def __call__(self, *args, out=None):
+        if out is None:
+            return self._call_fresh(args)
+        outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
+        given = args + outs
+        argset = self._memo.get(tuple(map(id, given)))
+        # A set found by ids holds exactly these (live) objects, whose type cannot change;
+        # their dtype, shape, strides and flags can, so they are probed on every call.
+        if argset is None or list(map(_PROBE, given)) != argset.probes:
+            argset, _keep = self._bind(args, outs, self._memo)
+        self._call(argset.address)
+        return outs[0] if len(outs) == 1 else outs
+
+    def _call_fresh(self, args: tuple):
+        """out=None: new result arrays, their pointers written into the input set's block."""
+        argset = self._input_sets.get(tuple(map(id, args)))
+        if argset is None or list(map(_PROBE, args)) != argset.probes:
+            argset, _keep = self._bind(args, None, self._input_sets)
+        outs = list(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
+        pointers = _data_pointers(outs)
+        if argset.lock.acquire(False):
+            try:
+                argset.block[self._out_words] = pointers + pointers
+                self._call(argset.address)
+            finally:
+                argset.lock.release()
+        else:   # another thread is calling with the same inputs: a private copy of the set
+            mine = _ArgSet(self._layout, list(self._pointers(argset)[:self._n_params]) + pointers)
+            self._call(mine.address)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _pointers(self, argset: _ArgSet) -> np.ndarray:
+        return argset.block[self._layout.pointer_words + 1]
+
+    def _bind(self, args: tuple, outs: tuple | None, cache: dict) -> tuple[_ArgSet, list]:
+        """Check every array (converting inputs where allowed) and build their argument
+        set; remember it in `cache` when every array was bound as given.  Returns the set
+        and the bound arrays, which the caller keeps alive until its call returns."""
+        if len(args) != self._n_params:
+            raise KinaArgumentError(f"{self.name} takes {self._n_params} argument(s) "
+                                    f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
+        given = list(args)
+        bound = [self._input(a, spec) for a, spec in zip(args, self.params)]
+        if outs is not None:
+            if len(outs) != len(self.results):
+                raise KinaArgumentError(f"{self.name}: out= needs {len(self.results)} array(s), got {len(outs)}")
+            given += outs
+            bound += [self._output(o, spec) for o, spec in zip(outs, self.results)]
+        remembered = all(map(operator.is_, bound, given))
+        if remembered:   # weak references first: from then on NumPy will not resize them
+            key = tuple(map(id, given))
+            refs = _watch(cache, key, bound)
+        pointers = _data_pointers(bound) + [0] * (len(self._layout.offsets) - len(bound))
+        argset = _ArgSet(self._layout, pointers)
+        if remembered:
+            argset.refs, argset.probes = refs, list(map(_PROBE, given))
+            _remember(cache, key, argset, self.MEMO_SIZE)
+        return argset, bound
+
+    def clear_memo(self) -> None:
+        """Forget every remembered argument set."""
+        self._memo.clear()
+        self._input_sets.clear()
+
+    # -- full checks ---------------------------------------------------------------------
     def _coerce(self, value, spec: TensorSpec, what: str) -> np.ndarray:
         if not isinstance(value, np.ndarray):
             try:
@@ -219,64 +341,6 @@ class KinaFunction:
                                     f"(NumPy dtype {spec.np_dtype}, shape {list(spec.shape)}), "
                                     f"got {_describe_array(value)}")
         return value
-
-    def __call__(self, *args, out=None):
-        if out is not None and len(args) == self._n_params:
-            # Fast path: the same array objects as a checked earlier call.
-            outs = out if type(out) is tuple else (out,) if type(out) is np.ndarray else tuple(out)
-            memo = self._memo.get(tuple(map(id, args + outs)))
-            if memo is not None:
-                self._call(memo.address)
-                return memo.result
-        return self._checked_call(args, out)
-
-    def _checked_call(self, args: tuple, out):
-        if len(args) != self._n_params:
-            raise KinaArgumentError(f"{self.name} takes {self._n_params} argument(s) "
-                                    f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
-        outputs = self._outputs(out)
-        given = list(args) + ([] if out is None else outputs)
-        bound, pointers = [], []
-        for slot, arr in enumerate(given):
-            arr, ptr = self._checked(slot, arr)
-            bound.append(arr)
-            pointers.append(ptr)
-        if out is None:
-            pointers += [_data_pointer(o) for o in outputs]
-        result = outputs[0] if len(outputs) == 1 else tuple(outputs)
-        if out is not None and all(a is b for a, b in zip(bound, given)):
-            memo = _ArgSet(self._layout, pointers, bound, result)
-            _remember(self._memo, tuple(map(id, given)), memo, self.MEMO_SIZE)
-            self._call(memo.address)
-        else:
-            # Not memoised (fresh outputs, converted inputs): one scratch set, taken in turns.
-            with self._scratch_lock:
-                block, words = self._scratch.block, self._layout.pointer_words
-                block[words] = pointers
-                block[words + 1] = pointers
-                self._call(self._scratch.address)
-        return result
-
-    def _checked(self, slot: int, arr) -> tuple[np.ndarray, int]:
-        """(the array to bind, its data pointer): from the slot's cache, or checked now.
-        Inputs may be converted (lists, other dtypes, strided views); out= buffers may not."""
-        hit = self._slots[slot].get(id(arr))
-        if hit is not None and hit[0] is arr:
-            return hit
-        if slot < self._n_params:
-            checked = self._input(arr, self.params[slot])
-        else:
-            checked = self._output(arr, self.results[slot - self._n_params])
-        entry = (checked, _data_pointer(checked))
-        if checked is arr:
-            _remember(self._slots[slot], id(arr), entry, self.SLOT_CACHE)
-        return entry
-
-    def clear_memo(self) -> None:
-        """Forget the memoised argument sets and checked arrays (and release them)."""
-        self._memo.clear()
-        for cache in self._slots:
-            cache.clear()
 
     def _input(self, arr, spec: TensorSpec) -> np.ndarray:
         if (type(arr) is not np.ndarray or arr.dtype != spec.np_dtype or arr.shape != spec.shape
@@ -292,17 +356,15 @@ class KinaFunction:
             raise KinaArgumentError(f"{self.name}: out= {r.name} must be a writeable C-contiguous array")
         return o
 
-    def _outputs(self, out) -> list:
-        """Fresh result arrays (out=None) or the given out= buffers (checked per slot)."""
-        if out is None:
-            return [np.empty(r.shape, r.np_dtype) for r in self.results]
-        outs = [out] if isinstance(out, np.ndarray) else list(out)
-        if len(outs) != len(self.results):
-            raise KinaArgumentError(f"{self.name}: out= needs {len(self.results)} array(s), got {len(outs)}")
-        return outs
-
     def __repr__(self) -> str:
         return f"<KinaFunction {self.signature()}>"
+
+
+def _as_tuple(out) -> tuple:
+    try:
+        return tuple(out)
+    except TypeError:
+        raise KinaArgumentError(f"out= takes an array or a sequence of arrays, got {type(out).__name__}") from None
 
 
 # ---- the library ----------------------------------------------------------------------

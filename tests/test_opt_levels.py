@@ -1,7 +1,7 @@
 """-O2 computes what -O0 computes: every op row of test_ops_compiled (forward and
 backward) and every example's `main`, built at both levels; plus the pieces the
 -O2 pipeline and the fast call path add (pass pipeline text, transform script,
-packed entry points, memoised out= calls).
+packed entry points, remembered argument sets).
 
 To keep CI time modest, all op rows go into ONE module per level (functions
 f_<i> / g_<i>), so this file does two op builds and two builds per example."""
@@ -118,7 +118,7 @@ def test_engine_stage_timings(tmp_path, op_libs):
     assert list(timings) == ["passes", "llvm-opt", "codegen", "cc"]
 
 
-# ---- packed entry points and memoised calls ------------------------------------------------
+# ---- packed entry points and remembered argument sets ------------------------------------------------
 ADD = "fn plus(a: Tensor[F32, [2, 3]], b: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {\n  a + b\n}\n"
 
 
@@ -149,17 +149,21 @@ def test_memoised_call_sees_new_contents_and_rechecks_new_arrays(add_fn):
         f(a, out=(b,))                            # same ids as no memo entry: still checked
 
 
-def test_memo_is_bounded_and_unmemoised_calls_work(add_fn):
+def test_memo_is_bounded_forgets_dead_arrays_and_skips_converted_inputs(add_fn):
     f = add_fn.plus
     f.clear_memo()
     a = np.ones((2, 3), np.float32)
+    alive = []
     for k in range(f.MEMO_SIZE + 3):
         out = np.empty((2, 3), np.float32)
-        f(a, np.full((2, 3), float(k), np.float32), out=out)
+        alive.append((np.full((2, 3), float(k), np.float32), out))
+        f(a, alive[-1][0], out=out)
         assert np.all(out == 1.0 + k)
-    assert len(f._memo) == f.MEMO_SIZE
-    np.testing.assert_array_equal(f(a.tolist(), a), 2 * a)    # converted input: not memoised
-    assert len(f._memo) == f.MEMO_SIZE
+    assert len(f._memo) == f.MEMO_SIZE                         # bounded while its arrays live
+    alive.clear()
+    assert len(f._memo) == 0                                   # forgotten as they die
+    np.testing.assert_array_equal(f(a.tolist(), a), 2 * a)    # converted input: not remembered
+    assert len(f._input_sets) == 0
 
 
 VECTOR_MM = """

@@ -1,5 +1,9 @@
-"""Runtime: argument checks, out= buffers, manifest/header content, flat memory over many calls."""
+"""Runtime: argument checks, out= buffers, manifest/header content, flat memory over many calls,
+no retention of passed arrays, in-place changes caught, concurrent calls."""
 import json
+import warnings
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -131,3 +135,103 @@ def test_100k_calls_keep_memory_flat(lib):
         fn(A, N)
     growth = _rss_bytes() - before
     assert growth < 4 * 2**20, f"RSS grew by {growth / 2**20:.1f} MB over 100,000 calls"
+
+
+# ---- remembered argument sets: no retention, every call checked, thread-safe ----------
+BIG = (512, 256)   # 512 KB of float32
+BIG_SOURCE = f"fn twice(x: Tensor[F32, [{BIG[0]}, {BIG[1]}]]) -> Tensor[F32, [{BIG[0]}, {BIG[1]}]] {{\n  x + x\n}}\n"
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    d = tmp_path_factory.mktemp("big")
+    (d / "big.kina").write_text(BIG_SOURCE)
+    res = build.build_file(d / "big.kina", d / "big.so")
+    assert res.ok
+    return runtime.load(res.so_path).twice
+
+
+def test_rebinding_loop_keeps_rss_flat_and_holds_no_array(big):
+    """A training loop that rebinds its weights to a new array every step (w = w - lr * g)."""
+    w, out = np.ones(BIG, np.float32), np.empty(BIG, np.float32)
+    for _ in range(20):   # warm up allocator pools
+        w = w * np.float32(1.0)
+        big(w, out=out), big(w)
+    first = weakref.ref(w)
+    before = _rss_bytes()
+    for step in range(1000):
+        w = w - np.float32(1e-3) * out     # a new array every step; the old one is dropped
+        big(w, out=out)
+        fresh = big(w)
+    growth = _rss_bytes() - before
+    assert first() is None, "the runtime kept an array it was passed"
+    np.testing.assert_array_equal(fresh, out)
+    assert growth < 8 * 2**20, f"RSS grew by {growth / 2**20:.1f} MB over 1,000 rebinding calls"
+    assert len(big._memo) <= 1 and len(big._input_sets) <= 1   # only the sets of live arrays
+
+
+def test_dropped_arrays_are_dead_right_after_the_call(lib):
+    a, n = A.copy(), N.copy()
+    out = (np.empty(2, np.float32), np.empty(2, np.int64))
+    refs = [weakref.ref(x) for x in (a, n, *out)]
+    lib.rows(a, n, out=out)
+    lib.rows(a, n)
+    del a, n, out
+    assert [r() for r in refs] == [None] * 4
+
+
+def test_shape_dtype_and_flags_reassigned_in_place_are_caught(lib):
+    a, n = A.copy(), N.copy()
+    out = (np.empty(2, np.float32), np.empty(2, np.int64))
+    lib.rows(a, n, out=out), lib.rows(a, n)          # both argument sets remembered
+    a.shape = (3, 2)
+    with pytest.raises(runtime.KinaArgumentError, match=r"parameter `a`.*shape \[3, 2\]"):
+        lib.rows(a, n, out=out)
+    with pytest.raises(runtime.KinaArgumentError, match=r"parameter `a`.*shape \[3, 2\]"):
+        lib.rows(a, n)
+    a.shape = (2, 3)
+    lib.rows(a, n, out=out)
+    n.dtype = np.float64                              # same itemsize, same shape
+    with pytest.raises(runtime.KinaArgumentError, match="parameter `n`.*dtype float64"):
+        lib.rows(a, n, out=out)
+    n.dtype = np.int64
+    out[1].flags.writeable = False
+    with pytest.raises(runtime.KinaArgumentError, match="result 1 must be a writeable"):
+        lib.rows(a, n, out=out)
+
+
+def test_strides_reassigned_in_place_are_honoured(lib):
+    a = np.zeros(6, np.float32)
+    a[:] = np.arange(6)
+    a = a.reshape(2, 3)
+    sums = np.empty(2, np.float32)
+    lib.rows(a, N, out=(sums, np.empty(2, np.int64)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # NumPy 2.4 deprecates setting strides
+        a.strides = (4, 8)                                      # now [[0, 2, 4], [1, 3, 5]]
+    lib.rows(a, N, out=(sums, np.empty(2, np.int64)))
+    np.testing.assert_allclose(sums, [6.0, 9.0])               # read through a C-contiguous copy
+
+
+def test_concurrent_calls_get_their_own_results(lib):
+    def worker(k: int) -> bool:
+        a = np.full((2, 3), float(k), np.float32)
+        n = np.array([k, -k], np.int64)
+        out = (np.empty(2, np.float32), np.empty(2, np.int64))
+        ok = True
+        for _ in range(300):
+            s, c = lib.rows(a, n)
+            lib.rows(a, n, out=out)
+            shared, _ = lib.rows(A, N)                          # same inputs in every thread
+            ok &= bool(np.all(s == 3 * k) and np.all(c == n) and np.all(out[0] == 3 * k)
+                       and np.all(shared == A.sum(axis=1)))
+        return ok
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(worker, range(1, 9)))
+
+
+def test_out_must_be_arrays(lib):
+    with pytest.raises(runtime.KinaArgumentError, match="out= takes an array or a sequence"):
+        lib.rows(A, N, out=3)
+    with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a NumPy array"):
+        lib.rows(A, N, out=([0.0, 0.0], np.empty(2, np.int64)))
