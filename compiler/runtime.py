@@ -69,20 +69,6 @@ def manifest_path(so_path: str | Path) -> Path:
 
 
 # ---- descriptors ---------------------------------------------------------------------
-_DESCRIPTOR_TYPES: dict[int, type] = {}
-
-
-def descriptor_type(rank: int) -> type:
-    """ctypes struct of a rank-R memref descriptor (pointers untyped: the dtype is
-    checked on the NumPy side)."""
-    if rank not in _DESCRIPTOR_TYPES:
-        fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]
-        if rank:
-            fields += [("sizes", ctypes.c_int64 * rank), ("strides", ctypes.c_int64 * rank)]
-        _DESCRIPTOR_TYPES[rank] = type(f"MemRef{rank}D", (ctypes.Structure,), {"_fields_": fields})
-    return _DESCRIPTOR_TYPES[rank]
-
-
 def _row_major_strides(shape) -> list[int]:
     strides, acc = [], 1
     for d in reversed(shape):
@@ -126,16 +112,9 @@ def _find_data_offset() -> int | None:
 _DATA_OFFSET = _find_data_offset()
 
 
-def _data_pointer(arr: np.ndarray) -> int:
-    """Address of arr's first element: one word read (~0.15 us) where the offset is
-    known, else `__array_interface__` (~1 us: it builds a dict)."""
-    if _DATA_OFFSET is None:
-        return arr.__array_interface__["data"][0]
-    return _word_at(id(arr) + _DATA_OFFSET)
-
-
 def _data_pointers(arrays, _at=ctypes.c_void_p.from_address, _off=_DATA_OFFSET) -> list[int]:
-    """[_data_pointer(a) for a in arrays], inlined: this runs on every call with fresh outputs."""
+    """The address of each array's first element: one word read (~0.15 us) where the
+    offset is known, else `__array_interface__` (~1 us: it builds a dict)."""
     if _off is None:
         return [a.__array_interface__["data"][0] for a in arrays]
     return [_at(id(a) + _off).value or 0 for a in arrays]
@@ -184,8 +163,8 @@ class _ArgSet:
         self.block = layout.template.copy()
         self.block[layout.pointer_words] = pointers          # allocated
         self.block[layout.pointer_words + 1] = pointers      # aligned
-        self.packed = (_data_pointer(self.block) + layout.offsets).astype(np.uint64)
-        self.address = _data_pointer(self.packed)
+        self.packed = (_data_pointers([self.block])[0] + layout.offsets).astype(np.uint64)
+        self.address = _data_pointers([self.packed])[0]
         self.refs: tuple = ()
         self.lock = threading.Lock()
         self.probes: list = []
@@ -291,12 +270,10 @@ class KinaFunction:
             finally:
                 argset.lock.release()
         else:   # another thread is calling with the same inputs: a private copy of the set
-            mine = _ArgSet(self._layout, list(self._pointers(argset)[:self._n_params]) + pointers)
+            inputs = argset.block[self._layout.pointer_words[:self._n_params]]
+            mine = _ArgSet(self._layout, inputs.tolist() + pointers)
             self._call(mine.address)
         return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def _pointers(self, argset: _ArgSet) -> np.ndarray:
-        return argset.block[self._layout.pointer_words + 1]
 
     def _bind(self, args: tuple, outs: tuple | None, cache: dict) -> tuple[_ArgSet, list]:
         """Check every array (converting inputs where allowed) and build their argument
@@ -387,6 +364,11 @@ class Library:
                                        f"(function `{entry['name']}` of its manifest); rebuild it") from None
             packed = getattr(self._dll, _packed_symbol(entry["symbol"]), None)
             self.functions[entry["name"]] = KinaFunction(cfunc, entry, packed)
+        # `lib.fn` as a plain attribute (no __getattr__ call per step of a loop), unless
+        # the name is taken by the Library itself (then it is lib["fn"]).
+        for name, fn in self.functions.items():
+            if not name.startswith("_") and name not in self.__dict__ and not hasattr(type(self), name):
+                self.__dict__[name] = fn
 
     def __getitem__(self, name: str) -> KinaFunction:
         try:
@@ -413,7 +395,7 @@ class Library:
 
 def _packed_symbol(symbol: str) -> str:
     """The packed entry point the toolchain adds next to `_mlir_ciface_kina_f`
-    (compiler/toolchain.py: `_kina_packed_kina_f(void **descriptors)`)."""
+    (compiler/pipelines.py: `_kina_packed_kina_f(void **descriptors)`)."""
     prefix = "_mlir_ciface_"
     return "_kina_packed_" + symbol[len(prefix):] if symbol.startswith(prefix) else symbol + "_packed"
 

@@ -235,3 +235,13 @@ def test_out_must_be_arrays(lib):
         lib.rows(A, N, out=3)
     with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a NumPy array"):
         lib.rows(A, N, out=([0.0, 0.0], np.empty(2, np.int64)))
+
+
+def test_fresh_call_while_its_input_set_is_busy(lib):
+    """Another thread holding the shared set: the call binds a private copy instead of waiting."""
+    lib.rows(A, N)
+    argset = lib.rows._input_sets[tuple(map(id, (A, N)))]
+    with argset.lock:
+        s, c = lib.rows(A, N)
+    np.testing.assert_allclose(s, A.sum(axis=1))
+    np.testing.assert_array_equal(c, N)
