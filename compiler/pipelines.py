@@ -1,0 +1,385 @@
+"""Pass pipelines: what happens between the emitted MLIR and an object file.
+
+* The pass pipelines as data, one `Pipeline` per optimisation level (`PIPELINES`):
+  mlir-opt flags in order, with slots ("@low-precision", "@transforms") expanded
+  per module by `passes_for`, and `pipeline_text` for the in-process pass manager.
+* The -O2 transform-dialect script (`TRANSFORM_LIBRARY`) and `tag_vectorizable`,
+  which marks the matmuls it vectorises.
+* The packed entry points `_kina_packed_kina_f(void **)` added to every library.
+* The in-process back end of -O1..-O3 (`engine_object`): the upstream `mlir`
+  Python bindings run the pipeline, MLIR's ExecutionEngine runs LLVM's middle end
+  and code generation for the host CPU, and writes the object file.
+
+compiler/toolchain.py drives these (and the external tools of -O0) and re-exports
+the public names.  This module imports nothing from it: `ToolchainError` and
+`StageFailed`, raised by every stage, are defined here.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ToolchainError(Exception):
+    """A tool is missing or unusable; the message says how to fix it."""
+
+
+class StageFailed(Exception):
+    """A stage failed on its input: `tool` and its message, turned into diagnostics."""
+    def __init__(self, tool: str, stderr: str):
+        super().__init__(stderr)
+        self.tool, self.stderr = tool, stderr
+
+
+# A Kina source location as the emitted MLIR writes it (both back ends map errors through it).
+INLINE_LOC_RE = re.compile(r'loc\("(?P<file>[^"]+)":(?P<line>\d+):(?P<col>\d+)\)')
+
+
+# ---- the pass pipeline (data) ---------------------------------------------------------
+# Each entry is one mlir-opt flag (pass name and options).  Order matters:
+# - inline first, so the private generated functions ("kina_f.rev") disappear;
+# - buffer-results-to-out-params with modify-public-functions makes every result a
+#   caller-provided buffer: the library mallocs nothing per call (no leaks);
+# - low-precision floats: math ops are extended to f32, arith ops emulated in f32;
+#   bf16 conversions are expanded to integer ops; F8 conversions go through the
+#   APFloat runtime (added only when the module mentions an F8 type, see `passes_for`).
+LOW_PRECISION = [
+    "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
+    "--arith-emulate-unsupported-floats=source-types=bf16,f8E4M3FN,f8E5M2 target-type=f32",
+    "--arith-expand=include-bf16=true",
+]
+F8_ONLY = ["--convert-arith-to-apfloat"]
+_LOWER_TO_LLVM = [
+    "--lower-affine",
+    "--convert-scf-to-cf",
+    "@low-precision",
+    "--expand-strided-metadata",
+    "--convert-math-to-llvm",
+    "--finalize-memref-to-llvm",
+    "--convert-arith-to-llvm",
+    "--convert-cf-to-llvm",
+    "--convert-func-to-llvm",
+    "--convert-index-to-llvm",
+    "--reconcile-unrealized-casts",
+]
+_BUFFERIZE = [
+    "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
+    "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
+]
+O0_PASSES = [
+    "--inline",
+    *_BUFFERIZE,
+    "--buffer-deallocation-pipeline",
+    "--convert-bufferization-to-memref",
+    "--convert-linalg-to-loops",
+    *_LOWER_TO_LLVM,
+]
+# Buffers up to this size become stack allocations at -O2 (no malloc/free per call).
+# Small on purpose: every promoted buffer of a function is live in its frame at once.
+STACK_BUFFER_BYTES = 4096
+O2_PASSES = [
+    "--inline",
+    "@transforms",
+    "--canonicalize",
+    "--cse",
+    *_BUFFERIZE,
+    f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
+    "--buffer-deallocation-pipeline",
+    "--convert-bufferization-to-memref",
+    "--convert-vector-to-scf",
+    "--convert-linalg-to-loops",
+    # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
+    "--canonicalize",
+    "--cse",
+    # Tiled loops index subviews dynamically: their strided metadata becomes affine.apply
+    # ops, which the lower-affine of _LOWER_TO_LLVM then lowers.
+    "--expand-strided-metadata",
+    "--convert-vector-to-llvm",
+    "--convert-ub-to-llvm",
+    *_LOWER_TO_LLVM,
+    "--canonicalize",
+    "--cse",
+]
+# Transform-dialect script run at the "@transforms" slot: loop orders and vector code
+# for LLVM (a linalg op's loops nest in the order of its dims).
+# - matmul / batch_matmul tagged `kina.vectorize` (by `tag_vectorizable`: static shapes
+#   whose M and N are multiples of the 8 x 32 tile): tiled to 8 x 32 x 1, vectorised,
+#   lowered to vector.fma outer products; hoisting the C tile out of the k loop keeps
+#   it in registers (16 AVX-512 registers), about 90% of one core's FMA peak at 512.
+#   FMA rounds once where -O0 rounds twice: results agree to float tolerance.
+# - other matmuls: (i, j, k) -> (i, k, j).  The innermost k loop reduced into one C
+#   element and did not vectorise; the innermost j loop reads a row of B and updates a
+#   row of C with unit stride, which LLVM's loop vectoriser turns into FMA vectors.
+# - a rank-3 generic with two inputs and dims (parallel, parallel, reduction), i.e. the
+#   scatter_add / scatter_along_axis lowerings out[v, d] += (idx[n] == v) ? upd[n, d] : 0:
+#   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
+#   Interchange only renests loops: each output element sums the same terms in order.
+MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+TRANSFORM_LIBRARY = """\
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @match_scatter(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
+    transform.match.operation_name %op ["linalg.generic"] : !transform.any_op
+    %m = transform.match.structured failures(propagate) %op : (!transform.any_op) -> !transform.any_op {
+    ^bb0(%s: !transform.any_op):
+      %rank = transform.match.structured.rank %s : (!transform.any_op) -> !transform.param<i64>
+      %c3 = transform.param.constant 3 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %rank, %c3 : !transform.param<i64>
+      transform.match.structured.dim %s[0, 1] {parallel} : !transform.any_op
+      transform.match.structured.dim %s[2] {reduction} : !transform.any_op
+      %n = transform.match.structured.num_inputs %s : (!transform.any_op) -> !transform.param<i64>
+      %c2 = transform.param.constant 2 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %n, %c2 : !transform.param<i64>
+      transform.match.structured.yield %s : !transform.any_op
+    }
+    transform.yield %m : !transform.any_op
+  }
+  transform.named_sequence @interchange_scatter(%op: !transform.any_op {transform.consumed}) {
+    %i = transform.structured.interchange %op iterator_interchange = [0, 2, 1] : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+  transform.named_sequence @kina_o2(%root: !transform.any_op {transform.consumed}) {
+    %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %vm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %t, %l:3 = transform.structured.tile_using_for %op tile_sizes [8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t : !transform.any_op
+    }
+    %vb = transform.structured.match ops{["linalg.batch_matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %vb : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %t, %l:4 = transform.structured.tile_using_for %op tile_sizes [1, 8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t : !transform.any_op
+    }
+    %f = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    %loops = transform.structured.match ops{["scf.for"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %loops : !transform.any_op {
+    ^bb0(%lp: !transform.any_op):
+      transform.loop.hoist_loop_invariant_subsets %lp : !transform.any_op
+    }
+    %mm = transform.structured.match ops{["linalg.matmul"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %mm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g = transform.structured.generalize %op : (!transform.any_op) -> !transform.any_op
+      %i = transform.structured.interchange %g iterator_interchange = [0, 2, 1] : (!transform.any_op) -> !transform.any_op
+    }
+    %bmm = transform.structured.match ops{["linalg.batch_matmul"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %bmm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g = transform.structured.generalize %op : (!transform.any_op) -> !transform.any_op
+      %i = transform.structured.interchange %g iterator_interchange = [0, 1, 3, 2] : (!transform.any_op) -> !transform.any_op
+    }
+    %r = transform.foreach_match in %root @match_scatter -> @interchange_scatter : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}
+"""
+TRANSFORM_ENTRY = "kina_o2"
+
+
+def transform_flags(library: Path) -> list[str]:
+    """The flags of the "@transforms" slot, with TRANSFORM_LIBRARY written at `library`."""
+    return [f"--transform-preload-library=transform-library-paths={library}",
+            f"--transform-interpreter=entry-point={TRANSFORM_ENTRY}"]
+
+
+# Passes that only run on func.func: a textual pipeline (the "engine" back end) must
+# nest them; mlir-opt's command line nests them implicitly.
+FUNC_PASSES = {"linalg-fuse-elementwise-ops", "promote-buffers-to-stack"}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    passes: list[str]   # mlir-opt flags, in order ("@low-precision" is a slot, see passes_for)
+    backend: str        # "tools" (mlir-opt, mlir-translate, llc processes) or "engine" (in-process)
+    llvm_level: int     # llc -O level, or the ExecutionEngine's LLVM optimisation level
+
+
+PIPELINES: dict[int, Pipeline] = {
+    0: Pipeline(O0_PASSES, "tools", 0),
+    1: Pipeline(O2_PASSES, "engine", 1),
+    2: Pipeline(O2_PASSES, "engine", 2),
+    3: Pipeline(O2_PASSES, "engine", 3),
+}
+# mlir-opt options (not passes): on 2-core machines the thread pool costs more than it gains.
+MLIR_OPT_FLAGS = ["--mlir-disable-threading"]
+_F8_RE = re.compile(r"f8E(4M3FN|5M2)\b")
+
+
+def uses_f8(mlir_text: str) -> bool:
+    return bool(_F8_RE.search(mlir_text))
+
+
+def pipeline_for(opt_level: int) -> Pipeline:
+    if opt_level not in PIPELINES:
+        raise ToolchainError(f"unsupported optimisation level -O{opt_level} (known: "
+                             + ", ".join(f"-O{k}" for k in sorted(PIPELINES)) + ")")
+    return PIPELINES[opt_level]
+
+
+def passes_for(mlir_text: str, opt_level: int = 0, work_dir: str | Path | None = None) -> list[str]:
+    """The mlir-opt flags for this module at this level, expanding the slots:
+    @low-precision (by the module's float types) and @transforms (TRANSFORM_LIBRARY,
+    written into `work_dir`, which levels with that slot need)."""
+    pipeline = pipeline_for(opt_level)
+    slots = {"@low-precision": lambda: LOW_PRECISION + (F8_ONLY if uses_f8(mlir_text) else []),
+             "@transforms": lambda: _transform_slot(work_dir)}
+    out: list[str] = []
+    for p in pipeline.passes:
+        out.extend(slots[p]() if p in slots else [p])
+    return out
+
+
+def _transform_slot(work_dir: str | Path | None) -> list[str]:
+    if work_dir is None:
+        raise ToolchainError("this pipeline runs a transform script: passes_for needs a work_dir")
+    library = Path(work_dir) / "kina_transforms.mlir"
+    library.write_text(TRANSFORM_LIBRARY)
+    return transform_flags(library)
+
+
+def pipeline_text(passes: list[str]) -> str:
+    """mlir-opt flags -> a textual pass pipeline: `--name=opts` becomes `name{opts}`,
+    func-only passes are nested in func.func(...)."""
+    items = []
+    for flag in passes:
+        name, _, opts = flag.lstrip("-").partition("=")
+        item = f"{name}{{{opts}}}" if opts else name
+        items.append(f"func.func({item})" if name in FUNC_PASSES else item)
+    return "builtin.module(" + ",".join(items) + ")"
+
+
+# ---- packed entry points ---------------------------------------------------------------
+CIFACE_PREFIX = "_mlir_ciface_"
+PACKED_PREFIX = "_kina_packed_"
+_CIFACE_RE = re.compile(r"llvm\.func @(" + CIFACE_PREFIX + r"kina_[\w.$]*)\(([^)]*)\)")
+
+
+def packed_symbol(ciface_symbol: str) -> str:
+    """`_mlir_ciface_kina_f` -> `_kina_packed_kina_f` (the runtime derives it the same way)."""
+    return PACKED_PREFIX + ciface_symbol[len(CIFACE_PREFIX):]
+
+
+def packed_entry_point(ciface_symbol: str, n_args: int, declare: bool = False) -> str:
+    """LLVM-dialect text of `void packed(void **a) { ciface(a[0], ..., a[n-1]); }`."""
+    ptrs = ", ".join(["!llvm.ptr"] * n_args)
+    lines = [f"llvm.func @{ciface_symbol}({ptrs})"] if declare else []
+    lines.append(f"llvm.func @{packed_symbol(ciface_symbol)}(%args: !llvm.ptr) {{")
+    for i in range(n_args):
+        lines.append(f"  %p{i} = llvm.getelementptr %args[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
+        lines.append(f"  %a{i} = llvm.load %p{i} : !llvm.ptr -> !llvm.ptr")
+    args = ", ".join(f"%a{i}" for i in range(n_args))
+    lines += [f"  llvm.call @{ciface_symbol}({args}) : ({ptrs}) -> ()", "  llvm.return", "}"]
+    return "\n".join(lines)
+
+
+def add_packed_entry_points(llvm_mlir_text: str) -> str:
+    """Append a packed entry point per exported function to a lowered (LLVM dialect) module."""
+    wrappers = [packed_entry_point(m[1], m[2].count("!llvm.ptr"))
+                for m in _CIFACE_RE.finditer(llvm_mlir_text)]
+    body = llvm_mlir_text.rstrip()
+    if not wrappers or not body.endswith("}"):
+        return llvm_mlir_text
+    return body[:-1] + "\n".join(wrappers) + "\n}\n"
+
+
+# ---- the in-process back end -------------------------------------------------------------
+_BINDINGS = "pip install xtc-mlir-python-bindings==22.1.8.4"
+
+
+def engine_module():
+    """The upstream `mlir` Python bindings (imported on first use: ~0.1 s)."""
+    try:
+        from mlir import execution_engine, ir, passmanager
+    except ImportError as e:
+        raise ToolchainError(f"-O1..-O3 compile in-process with the MLIR Python bindings, which are not "
+                             f"importable ({e}); install them with `{_BINDINGS}`") from None
+    return ir, passmanager, execution_engine
+
+
+def mlir_error_text(err) -> str:
+    """An MLIRError as `loc: error: message` lines, the format tool_diagnostics reads."""
+    diags = getattr(err, "error_diagnostics", None) or []
+    lines = []
+    for d in diags:
+        loc = str(d.location)
+        m = INLINE_LOC_RE.search(loc) or re.search(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)', loc)
+        where = f"{m['file']}:{m['line']}:{m['col']}" if m else loc
+        lines.append(f"{where}: error: {d.message}")
+        lines += [f"  note: {n.message}" for n in d.notes][:2]
+    return "\n".join(lines) or str(err)
+
+
+def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
+                  shared: list[str]) -> None:
+    """Pass pipeline, LLVM optimisation and code generation in this process; `shared`
+    lists the libraries the module's external calls resolve to (the F8 runtime)."""
+    ir, passmanager, execution_engine = engine_module()
+    with ir.Context() as ctx:
+        ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
+        t0 = time.perf_counter()
+        try:
+            module = ir.Module.parse(mlir_text)
+            if any(p.startswith("--transform-interpreter") for p in passes):
+                tag_vectorizable(ir, module)
+            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+        except ir.MLIRError as e:
+            raise StageFailed("mlir-opt", mlir_error_text(e)) from None
+        _append_packed(ir, module)
+        timings["passes"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        try:
+            engine = execution_engine.ExecutionEngine(module, opt_level=llvm_level, shared_libs=shared,
+                                                      enable_object_dump=True, enable_pic=True)
+        except RuntimeError as e:
+            raise StageFailed("llvm", str(e)) from None
+        timings["llvm-opt"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        engine.dump_to_object_file(str(obj))   # code generation happens here, lazily
+        timings["codegen"] = time.perf_counter() - t0
+    if not obj.exists():
+        raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
+
+
+def tag_vectorizable(ir, module) -> int:
+    """Mark with `kina.vectorize` every f32 matmul / batch_matmul whose result tiles
+    exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those); returns the count."""
+    tm, tn = MATMUL_TILE
+    tagged = 0
+
+    def visit(op):
+        nonlocal tagged
+        if op.name in ("linalg.matmul", "linalg.batch_matmul") and len(op.results) == 1:
+            t = ir.RankedTensorType(op.results[0].type)
+            if (t.has_static_shape and str(t.element_type) == "f32"
+                    and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
+                op.attributes["kina.vectorize"] = ir.UnitAttr.get()
+                tagged += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return tagged
+
+
+def _append_packed(ir, module) -> None:
+    exported = []
+    for op in module.body.operations:
+        if op.operation.name == "llvm.func":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if name.startswith(CIFACE_PREFIX + "kina_"):
+                exported.append((name, str(op.attributes["function_type"]).count("ptr")))
+    for name, n_args in exported:
+        wrapper = ir.Module.parse(packed_entry_point(name, n_args, declare=True))
+        for op in list(wrapper.body.operations)[1:]:   # skip the declaration
+            module.body.append(op.detach_from_parent())
