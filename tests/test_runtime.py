@@ -1,9 +1,14 @@
 """Runtime: argument checks, out= buffers, manifest/header content, flat memory over many calls,
-no retention of passed arrays, in-place changes caught, concurrent calls."""
+no retention of passed arrays, in-place changes caught, concurrent calls; every call test runs
+through both paths (the C helper compiler._fastcall, and the pure-Python checks + ctypes), which
+must agree; plus the C helper's own contract (mismatch index, nothing called on a mismatch)."""
+import ctypes
 import json
+import sys
 import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +42,9 @@ func.func @kina_rows(%a: tensor<2x3xf32>, %n: tensor<2xi64>) -> (tensor<2xf32>, 
 PROGRAM = ir.Program({"rows": ir.Function("rows", [ir.Param("a", f32(2, 3)), ir.Param("n", i64(2))],
                                            TupleType((f32(2), i64(2))), [], None)})
 
+# Both call paths: the C helper, and the Python checks + ctypes (as without the extension).
+PATHS = [pytest.param(True, id="C"), pytest.param(False, id="python")]
+
 
 @pytest.fixture(scope="module")
 def lib_path(tmp_path_factory):
@@ -46,9 +54,9 @@ def lib_path(tmp_path_factory):
     return so
 
 
-@pytest.fixture(scope="module")
-def lib(lib_path):
-    return runtime.load(lib_path)
+@pytest.fixture(scope="module", params=PATHS)
+def lib(lib_path, request):
+    return runtime.load(lib_path, fastcall=request.param)
 
 
 A = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -73,6 +81,17 @@ def test_header_content(lib_path):
     assert h.count("#ifndef KINA_ROWS_H") == 1
 
 
+def test_the_c_helper_is_built_and_current(lib_path):
+    """`pip install -e .` builds compiler/_fastcall.c; a stale build would run old checks."""
+    assert runtime.FASTCALL_AVAILABLE, "compiler._fastcall is not built: run `pip install -e .`"
+    from compiler import _fastcall
+    source = Path(runtime.__file__).with_name("_fastcall.c")
+    assert Path(_fastcall.__file__).stat().st_mtime >= source.stat().st_mtime, \
+        "compiler/_fastcall.c is newer than its build: run `pip install -e .`"
+    assert runtime.load(lib_path).rows.uses_fastcall
+    assert not runtime.load(lib_path, fastcall=False).rows.uses_fastcall
+
+
 def test_call_returns_fresh_arrays(lib):
     s1, c1 = lib.rows(A, N)
     s2, _ = lib["rows"](A, N)
@@ -86,11 +105,27 @@ def test_out_buffers_are_reused(lib):
     res = lib.rows(A, N, out=out)
     assert res[0] is out[0] and res[1] is out[1]
     np.testing.assert_allclose(out[0], [3.0, 12.0])
+    res = lib.rows(A, N, out=list(out))                       # any sequence of arrays
+    assert res[0] is out[0] and res[1] is out[1]
 
 
-def test_non_contiguous_and_list_inputs_are_accepted(lib):
+def test_new_contents_of_the_same_arrays_are_seen(lib):
+    a, out = A.copy(), (np.empty(2, np.float32), np.empty(2, np.int64))
+    lib.rows(a, N, out=out)
+    a[:] = 5.0
+    lib.rows(a, N, out=out)
+    np.testing.assert_allclose(out[0], [15.0, 15.0])
+
+
+def test_non_contiguous_unaligned_and_list_inputs_are_copied(lib):
     at = np.asfortranarray(A)
     s, _ = lib.rows(at, [1, 2])
+    np.testing.assert_allclose(s, A.sum(axis=1))
+    raw = np.zeros(4 * 6 + 1, np.uint8)
+    unaligned = raw[1:].view(np.float32).reshape(2, 3)        # float32 data at an odd address
+    unaligned[:] = A
+    assert not unaligned.flags.aligned
+    s, _ = lib.rows(unaligned, N)
     np.testing.assert_allclose(s, A.sum(axis=1))
 
 
@@ -98,7 +133,10 @@ def test_non_contiguous_and_list_inputs_are_accepted(lib):
     ((A.astype(np.float64), N), r"rows: parameter `a` expects Tensor\[F32, \[2, 3\]\].*got an array of dtype float64"),
     ((A.reshape(3, 2), N), r"parameter `a`.*shape \[2, 3\].*got an array of dtype float32 and shape \[3, 2\]"),
     ((A, N.astype(np.int32)), r"parameter `n` expects Tensor\[I64, \[2\]\]"),
+    ((A, N.astype(">i8")), r"parameter `n` expects Tensor\[I64, \[2\]\].*dtype >i8"),
     ((A,), r"rows takes 2 argument\(s\) \(a, n\), got 1"),
+    ((A, N, N), r"rows takes 2 argument\(s\) \(a, n\), got 3"),
+    ((A, "seven"), r"parameter `n` expects Tensor\[I64, \[2\]\], got str that does not convert"),
 ])
 def test_argument_errors_name_the_parameter(lib, args, pattern):
     with pytest.raises(runtime.KinaArgumentError, match=pattern):
@@ -110,8 +148,19 @@ def test_bad_out_and_unknown_function(lib):
         lib.rows(A, N, out=np.zeros(2, np.float32))
     with pytest.raises(runtime.KinaArgumentError, match="result 1"):
         lib.rows(A, N, out=(np.zeros(2, np.float32), np.zeros(3, np.int64)))
+    with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a writeable, aligned, C-contiguous"):
+        lib.rows(A, N, out=(np.zeros(4, np.float32)[::2], np.zeros(2, np.int64)))
     with pytest.raises(AttributeError, match="has no function `nope`.*rows"):
         lib.nope
+
+
+def test_out_must_be_arrays(lib):
+    with pytest.raises(runtime.KinaArgumentError, match="out= takes an array or a sequence"):
+        lib.rows(A, N, out=3)
+    with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a NumPy array"):
+        lib.rows(A, N, out=([0.0, 0.0], np.empty(2, np.int64)))
+    with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a NumPy array"):
+        lib.rows(A, N, out=(memoryview(np.zeros(2, np.float32)), np.empty(2, np.int64)))
 
 
 def test_missing_manifest_is_clear(tmp_path, lib_path):
@@ -121,38 +170,77 @@ def test_missing_manifest_is_clear(tmp_path, lib_path):
         runtime.load(so)
 
 
+def test_a_library_without_its_packed_entry_point_is_refused(lib_path):
+    manifest = json.loads(lib_path.with_suffix(".json").read_text())
+    manifest["functions"][0]["symbol"] = "_mlir_ciface_kina_absent"
+    with pytest.raises(runtime.KinaRuntimeError, match="does not export.*_kina_packed_kina_absent.*rebuild"):
+        runtime.load(lib_path, manifest)
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
 
 
-def test_100k_calls_keep_memory_flat(lib):
-    fn = lib.rows
+@pytest.mark.parametrize("fastcall,calls", [pytest.param(True, 100_000, id="C"),
+                                            pytest.param(False, 20_000, id="python")])
+def test_many_calls_keep_memory_flat(lib_path, fastcall, calls):
+    fn = runtime.load(lib_path, fastcall=fastcall).rows
+    out = (np.empty(2, np.float32), np.empty(2, np.int64))
     for _ in range(1000):   # warm up allocator pools
-        fn(A, N)
+        fn(A, N), fn(A, N, out=out)
     before = _rss_bytes()
-    for _ in range(100_000):
+    for _ in range(calls // 2):
         fn(A, N)
+        fn(A, N, out=out)
     growth = _rss_bytes() - before
-    assert growth < 4 * 2**20, f"RSS grew by {growth / 2**20:.1f} MB over 100,000 calls"
+    assert growth < 4 * 2**20, f"RSS grew by {growth / 2**20:.1f} MB over {calls:,} calls"
 
 
-# ---- remembered argument sets: no retention, every call checked, thread-safe ----------
+def test_a_call_keeps_no_reference_to_its_arrays(lib):
+    a, n = A.copy(), N.copy()
+    out = (np.empty(2, np.float32), np.empty(2, np.int64))
+    counts = [sys.getrefcount(x) for x in (a, n, *out)]
+    lib.rows(a, n, out=out)
+    fresh = lib.rows(a, n)
+    assert [sys.getrefcount(x) for x in (a, n, *out)] == counts
+    refs = [weakref.ref(x) for x in (a, n, *out, *fresh)]
+    del a, n, out, fresh
+    assert [r() for r in refs] == [None] * 6
+
+
+# ---- a bigger function (GIL released in C), F16 and BF16 functions -----------------------
 BIG = (512, 256)   # 512 KB of float32
-BIG_SOURCE = f"fn twice(x: Tensor[F32, [{BIG[0]}, {BIG[1]}]]) -> Tensor[F32, [{BIG[0]}, {BIG[1]}]] {{\n  x + x\n}}\n"
+MIXED_SOURCE = f"""
+fn twice(x: Tensor[F32, [{BIG[0]}, {BIG[1]}]]) -> Tensor[F32, [{BIG[0]}, {BIG[1]}]] {{
+  x + x
+}}
+fn half(x: Tensor[F16, [4]]) -> Tensor[F16, [4]] {{
+  x + x
+}}
+fn brain(x: Tensor[BF16, [4]]) -> Tensor[BF16, [4]] {{
+  x + x
+}}
+"""
 
 
 @pytest.fixture(scope="module")
-def big(tmp_path_factory):
-    d = tmp_path_factory.mktemp("big")
-    (d / "big.kina").write_text(BIG_SOURCE)
-    res = build.build_file(d / "big.kina", d / "big.so")
-    assert res.ok
-    return runtime.load(res.so_path).twice
+def mixed_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mixed")
+    (d / "mixed.kina").write_text(MIXED_SOURCE)
+    res = build.build_file(d / "mixed.kina", d / "mixed.so")
+    assert res.ok, "\n".join(res.source.render(g) for g in res.diagnostics)
+    return res.so_path
 
 
-def test_rebinding_loop_keeps_rss_flat_and_holds_no_array(big):
+@pytest.fixture(scope="module", params=PATHS)
+def mixed(mixed_path, request):
+    return runtime.load(mixed_path, fastcall=request.param)
+
+
+def test_rebinding_loop_keeps_rss_flat_and_holds_no_array(mixed):
     """A training loop that rebinds its weights to a new array every step (w = w - lr * g)."""
+    big = mixed.twice
     w, out = np.ones(BIG, np.float32), np.empty(BIG, np.float32)
     for _ in range(20):   # warm up allocator pools
         w = w * np.float32(1.0)
@@ -166,24 +254,26 @@ def test_rebinding_loop_keeps_rss_flat_and_holds_no_array(big):
     growth = _rss_bytes() - before
     assert first() is None, "the runtime kept an array it was passed"
     np.testing.assert_array_equal(fresh, out)
+    np.testing.assert_array_equal(out, 2 * w)
     assert growth < 8 * 2**20, f"RSS grew by {growth / 2**20:.1f} MB over 1,000 rebinding calls"
-    assert len(big._memo) <= 1 and len(big._input_sets) <= 1   # only the sets of live arrays
 
 
-def test_dropped_arrays_are_dead_right_after_the_call(lib):
-    a, n = A.copy(), N.copy()
-    out = (np.empty(2, np.float32), np.empty(2, np.int64))
-    refs = [weakref.ref(x) for x in (a, n, *out)]
-    lib.rows(a, n, out=out)
-    lib.rows(a, n)
-    del a, n, out
-    assert [r() for r in refs] == [None] * 4
+def test_f16_takes_the_fast_path_and_bf16_the_python_path(mixed_path, mixed):
+    x16 = np.array([1.5, -2.0, 0.25, 3.0], np.float16)
+    np.testing.assert_array_equal(mixed.half(x16), 2 * x16)
+    bf16 = runtime.numpy_dtype("BF16")
+    xb = np.array([1.5, -2.0, 0.25, 3.0], bf16)
+    np.testing.assert_array_equal(mixed.brain(xb).astype(np.float32), 2 * xb.astype(np.float32))
+    with pytest.raises(runtime.KinaArgumentError, match=r"parameter `x` expects Tensor\[BF16, \[4\]\]"):
+        mixed.brain(x16)
+    fast = runtime.load(mixed_path)
+    assert fast.half.uses_fastcall and fast.twice.uses_fastcall and not fast.brain.uses_fastcall
 
 
 def test_shape_dtype_and_flags_reassigned_in_place_are_caught(lib):
     a, n = A.copy(), N.copy()
     out = (np.empty(2, np.float32), np.empty(2, np.int64))
-    lib.rows(a, n, out=out), lib.rows(a, n)          # both argument sets remembered
+    lib.rows(a, n, out=out), lib.rows(a, n)
     a.shape = (3, 2)
     with pytest.raises(runtime.KinaArgumentError, match=r"parameter `a`.*shape \[3, 2\]"):
         lib.rows(a, n, out=out)
@@ -213,35 +303,93 @@ def test_strides_reassigned_in_place_are_honoured(lib):
     np.testing.assert_allclose(sums, [6.0, 9.0])               # read through a C-contiguous copy
 
 
-def test_concurrent_calls_get_their_own_results(lib):
+def test_concurrent_calls_get_their_own_results(lib, mixed):
     def worker(k: int) -> bool:
         a = np.full((2, 3), float(k), np.float32)
         n = np.array([k, -k], np.int64)
         out = (np.empty(2, np.float32), np.empty(2, np.int64))
+        x = np.full(BIG, float(k), np.float32)
         ok = True
-        for _ in range(300):
+        for _ in range(100):
             s, c = lib.rows(a, n)
             lib.rows(a, n, out=out)
             shared, _ = lib.rows(A, N)                          # same inputs in every thread
             ok &= bool(np.all(s == 3 * k) and np.all(c == n) and np.all(out[0] == 3 * k)
                        and np.all(shared == A.sum(axis=1)))
+        for _ in range(5):                                      # called without the GIL in C
+            ok &= bool(np.all(mixed.twice(x) == 2 * k))
         return ok
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(worker, range(1, 9)))
 
 
-def test_out_must_be_arrays(lib):
-    with pytest.raises(runtime.KinaArgumentError, match="out= takes an array or a sequence"):
-        lib.rows(A, N, out=3)
-    with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a NumPy array"):
-        lib.rows(A, N, out=([0.0, 0.0], np.empty(2, np.int64)))
+def test_both_paths_give_identical_results(lib_path, mixed_path):
+    rng = np.random.default_rng(7)
+    a, n = rng.standard_normal((2, 3)).astype(np.float32), rng.integers(-9, 9, 2)
+    x = rng.standard_normal(BIG).astype(np.float32)
+    c_lib, py_lib = runtime.load(lib_path), runtime.load(lib_path, fastcall=False)
+    for got, want in zip(c_lib.rows(a, n), py_lib.rows(a, n)):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    c_mixed, py_mixed = runtime.load(mixed_path), runtime.load(mixed_path, fastcall=False)
+    assert c_mixed.twice(x).tobytes() == py_mixed.twice(x).tobytes()
 
 
-def test_fresh_call_while_its_input_set_is_busy(lib):
-    """Another thread holding the shared set: the call binds a private copy instead of waiting."""
-    lib.rows(A, N)
-    argset = lib.rows._input_sets[tuple(map(id, (A, N)))]
-    with argset.lock:
-        s, c = lib.rows(A, N)
-    np.testing.assert_allclose(s, A.sum(axis=1))
-    np.testing.assert_array_equal(c, N)
+# ---- the C helper's contract -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def entry(lib_path):
+    if not runtime.FASTCALL_AVAILABLE:
+        pytest.skip("compiler._fastcall is not built")
+    return runtime.load(lib_path).rows._fast
+
+
+def _sentinel_outs():
+    return (np.full(2, -1.0, np.float32), np.full(2, -1, np.int64))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("bad_index,make", [
+    (0, lambda outs: (A.astype(np.float64), N, *outs)),                 # format 'd'
+    (1, lambda outs: (A, N.astype(np.int32), *outs)),                   # item size 4
+    (0, lambda outs: (np.asfortranarray(A), N, *outs)),                 # not C-contiguous
+    (0, lambda outs: (A.reshape(3, 2), N, *outs)),                      # dims
+    (0, lambda outs: (A.reshape(6), N, *outs)),                         # rank
+    (1, lambda outs: (A, N.tolist(), *outs)),                           # not an ndarray
+    (1, lambda outs: (A, memoryview(N), *outs)),                        # a buffer, not an ndarray
+    (2, lambda outs: (A, N, np.zeros(4, np.float32)[::2], outs[1])),    # strided output
+    (2, lambda outs: (A, N, _read_only(outs[0].copy()), outs[1])),      # read-only output
+    (2, lambda outs: (A, N)),                                           # arity: min(len, slots)
+])
+def test_fastcall_returns_the_first_mismatch_without_calling(entry, bad_index, make):
+    from compiler import _fastcall
+    outs = _sentinel_outs()
+    assert _fastcall.call(entry, make(outs)) == bad_index
+    assert np.all(outs[0] == -1.0) and np.all(outs[1] == -1), "called despite a mismatch"
+
+
+def test_fastcall_calls_when_everything_matches(entry):
+    from compiler import _fastcall
+    outs = _sentinel_outs()
+    assert _fastcall.call(entry, (A, N, *outs)) == -1
+    np.testing.assert_allclose(outs[0], A.sum(axis=1))
+    np.testing.assert_array_equal(outs[1], N)
+
+
+def test_fastcall_entry_rejects_bad_specs():
+    if not runtime.FASTCALL_AVAILABLE:
+        pytest.skip("compiler._fastcall is not built")
+    from compiler import _fastcall
+    fn = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
+    template = bytes(8 * 5)   # one rank-1 descriptor
+    assert "1 tensors" in repr(_fastcall.Entry(fn, template, (("F32", False, (4,), 0),), np.ndarray))
+    with pytest.raises(ValueError, match="BF16 has no buffer format"):
+        _fastcall.Entry(fn, template, (("BF16", False, (4,), 0),), np.ndarray)
+    with pytest.raises(ValueError, match="overruns the template"):
+        _fastcall.Entry(fn, template, (("F32", False, (4, 4), 0),), np.ndarray)
+    with pytest.raises(TypeError, match="slot 0 is not"):
+        _fastcall.Entry(fn, template, (("F32", False),), np.ndarray)
+    with pytest.raises(TypeError, match=r"call\(entry: Entry, arrays: tuple\)"):
+        _fastcall.call(None, ())

@@ -1,0 +1,375 @@
+/* _fastcall: the checked fast path of compiler.runtime.
+ *
+ * A compiled Kina function is called through its packed entry point
+ * `void _kina_packed_kina_f(void **descriptors)` (compiler/pipelines.py), one
+ * memref descriptor per tensor, inputs then caller-owned outputs:
+ *
+ *     { T *allocated; T *aligned; int64 offset; int64 sizes[R]; int64 strides[R] }
+ *
+ * runtime.py prepares an `Entry` once per function: the packed function
+ * pointer, a template of every descriptor (offsets, sizes and strides filled
+ * in, pointers zero) and one slot per tensor (dtype, rank, dims, writability,
+ * where its descriptor starts in the template) and the array type (ndarray).
+ * `call(entry, arrays)` then, for each array of that type, takes a buffer
+ * (PyBUF_C_CONTIGUOUS | PyBUF_FORMAT, plus PyBUF_WRITABLE for outputs),
+ * checks its format, item size, alignment, rank and dims against the slot,
+ * and writes its address into a copy of the
+ * template on the C stack (a per-call block: concurrent calls share nothing).
+ * Only when every array matches is the function called; the buffers are held
+ * until it returns, so no array can be resized under it, and the GIL is
+ * released when the call touches enough data to be worth it.
+ *
+ * It returns -1 after a call, or the index of the first argument that does not
+ * match, WITHOUT calling: runtime.py then runs its Python checks, which convert
+ * what may be converted and name the parameter in a KinaArgumentError.  Only
+ * the Python C API and the buffer protocol are used (no NumPy headers); BF16
+ * and F8 arrays (ml_dtypes) have no buffer format and take the Python path.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Calls reading or writing more than this many bytes release the GIL: below
+ * it the release/reacquire (~0.1 us) costs more than other threads gain. */
+#define RELEASE_GIL_BYTES (64 * 1024)
+
+/* Per-call scratch lives on the C stack up to these sizes (StoryLM-0: 18
+ * tensors, ~150 words); larger functions use the heap. */
+#define STACK_SLOTS 32
+#define STACK_WORDS 512
+
+typedef void (*packed_fn)(void **);
+
+typedef struct {
+    char kind;            /* buffer format letter: 'f' F32, 'e' F16, 'q' I64 */
+    Py_ssize_t itemsize;
+    int writable;         /* an out= buffer */
+    int ndim;
+    Py_ssize_t word;      /* index of the descriptor's `allocated` word */
+    Py_ssize_t *dims;     /* ndim entries, into Entry.dims */
+} Slot;
+
+typedef struct {
+    PyObject_HEAD
+    packed_fn fn;
+    Py_ssize_t n_slots;
+    Py_ssize_t n_words;
+    int64_t *template_words;
+    Slot *slots;
+    Py_ssize_t *dims;
+    PyTypeObject *array_type;  /* numpy.ndarray: other buffers take the Python path */
+} Entry;
+
+static PyTypeObject EntryType;
+
+/* ---- formats ---------------------------------------------------------------------- */
+/* (Kina dtype name, buffer format letter, item size): the dtypes with a standard
+ * struct format.  I64 arrays report 'l' on LP64 platforms and 'q' elsewhere. */
+static const struct { const char *dtype; char kind; Py_ssize_t itemsize; } KINDS[] = {
+    {"F32", 'f', 4},
+    {"F16", 'e', 2},
+    {"I64", 'q', 8},
+};
+
+static int
+is_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* Whether a buffer's format string is `kind`, with at most a native byte-order
+ * prefix ('@', '=', or '<'/'>' matching the host). */
+static int
+format_matches(const char *fmt, char kind)
+{
+    if (fmt == NULL)
+        return 0;                      /* NULL means unsigned bytes */
+    if (*fmt == '@' || *fmt == '=' || *fmt == (is_little_endian() ? '<' : '>'))
+        fmt++;
+    if (fmt[0] == '\0' || fmt[1] != '\0')
+        return 0;
+    if (kind == 'q')
+        return fmt[0] == 'q' || fmt[0] == 'l';
+    return fmt[0] == kind;
+}
+
+static int
+view_matches(const Slot *slot, const Py_buffer *view)
+{
+    if (view->itemsize != slot->itemsize || view->ndim != slot->ndim
+        || !format_matches(view->format, slot->kind))
+        return 0;
+    /* Compiled code assumes naturally aligned elements. */
+    if (((uintptr_t)view->buf & (uintptr_t)(slot->itemsize - 1)) != 0)
+        return 0;
+    for (int d = 0; d < slot->ndim; d++)
+        if (view->shape[d] != slot->dims[d])
+            return 0;
+    return 1;
+}
+
+/* ---- Entry ------------------------------------------------------------------------ */
+static void
+Entry_dealloc(Entry *self)
+{
+    PyMem_Free(self->template_words);
+    PyMem_Free(self->slots);
+    PyMem_Free(self->dims);
+    Py_XDECREF(self->array_type);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* One slot from (dtype: str, writable: bool, shape: tuple[int], word: int). */
+static int
+parse_slot(Entry *self, Py_ssize_t i, PyObject *item, Py_ssize_t *next_dim)
+{
+    const char *dtype;
+    int writable;
+    PyObject *shape;
+    Py_ssize_t word;
+    if (!PyArg_ParseTuple(item, "spO!n;a slot is (dtype, writable, shape, word)",
+                          &dtype, &writable, &PyTuple_Type, &shape, &word))
+        return -1;
+    Slot *slot = &self->slots[i];
+    slot->kind = 0;
+    for (size_t k = 0; k < sizeof KINDS / sizeof KINDS[0]; k++)
+        if (strcmp(dtype, KINDS[k].dtype) == 0) {
+            slot->kind = KINDS[k].kind;
+            slot->itemsize = KINDS[k].itemsize;
+        }
+    if (!slot->kind) {
+        PyErr_Format(PyExc_ValueError, "slot %zd: dtype %s has no buffer format", i, dtype);
+        return -1;
+    }
+    slot->writable = writable;
+    slot->ndim = (int)PyTuple_GET_SIZE(shape);
+    slot->word = word;
+    slot->dims = self->dims + *next_dim;
+    for (int d = 0; d < slot->ndim; d++) {
+        slot->dims[d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        if (slot->dims[d] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    *next_dim += slot->ndim;
+    /* allocated, aligned, offset, sizes[R], strides[R] must lie inside the template */
+    if (word < 0 || word + 3 + 2 * (Py_ssize_t)slot->ndim > self->n_words) {
+        PyErr_Format(PyExc_ValueError, "slot %zd: descriptor at word %zd overruns the template", i, word);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+count_dims(PyObject *slots, Py_ssize_t *total)
+{
+    *total = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        PyObject *item = PyTuple_GET_ITEM(slots, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4
+            || !PyTuple_Check(PyTuple_GET_ITEM(item, 2))) {
+            PyErr_Format(PyExc_TypeError, "slot %zd is not (dtype, writable, shape, word)", i);
+            return -1;
+        }
+        *total += PyTuple_GET_SIZE(PyTuple_GET_ITEM(item, 2));
+    }
+    return 0;
+}
+
+static PyObject *
+Entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"fnptr", "template", "slots", "array_type", NULL};
+    PyObject *fnptr, *slots, *array_type;
+    Py_buffer template_view;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!y*O!O!:Entry", kwlist, &PyLong_Type, &fnptr,
+                                     &template_view, &PyTuple_Type, &slots, &PyType_Type, &array_type))
+        return NULL;
+    Entry *self = (Entry *)type->tp_alloc(type, 0);
+    Py_ssize_t n_dims;
+    if (self == NULL)
+        goto fail;
+    Py_INCREF(array_type);
+    self->array_type = (PyTypeObject *)array_type;
+    self->fn = (packed_fn)(uintptr_t)PyLong_AsVoidPtr(fnptr);
+    if (self->fn == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "null function pointer");
+        goto fail;
+    }
+    if (template_view.len % 8 != 0) {
+        PyErr_SetString(PyExc_ValueError, "the template is not a whole number of int64 words");
+        goto fail;
+    }
+    self->n_words = template_view.len / 8;
+    self->n_slots = PyTuple_GET_SIZE(slots);
+    if (count_dims(slots, &n_dims) < 0)
+        goto fail;
+    self->template_words = PyMem_Malloc(template_view.len ? template_view.len : 1);
+    self->slots = PyMem_Calloc(self->n_slots ? self->n_slots : 1, sizeof(Slot));
+    self->dims = PyMem_Calloc(n_dims ? n_dims : 1, sizeof(Py_ssize_t));
+    if (!self->template_words || !self->slots || !self->dims) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(self->template_words, template_view.buf, template_view.len);
+    Py_ssize_t next_dim = 0;
+    for (Py_ssize_t i = 0; i < self->n_slots; i++)
+        if (parse_slot(self, i, PyTuple_GET_ITEM(slots, i), &next_dim) < 0)
+            goto fail;
+    PyBuffer_Release(&template_view);
+    return (PyObject *)self;
+fail:
+    PyBuffer_Release(&template_view);
+    Py_XDECREF(self);
+    return NULL;
+}
+
+static PyObject *
+Entry_repr(Entry *self)
+{
+    return PyUnicode_FromFormat("<_fastcall.Entry: %zd tensors, %zd descriptor words>",
+                                self->n_slots, self->n_words);
+}
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "compiler._fastcall.Entry",
+    .tp_doc = PyDoc_STR("Entry(fnptr, template, slots, array_type): a packed entry point prepared for call().\n\n"
+                        "fnptr: address of void f(void **descriptors); template: bytes of the\n"
+                        "int64 descriptor words (pointers zero); slots: one (dtype, writable,\n"
+                        "shape, word) per tensor, inputs then outputs, dtype in F32/F16/I64,\n"
+                        "word the index of the descriptor's first word in the template;\n"
+                        "array_type: the type (or base type) every array must have."),
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Entry_new,
+    .tp_dealloc = (destructor)Entry_dealloc,
+    .tp_repr = (reprfunc)Entry_repr,
+};
+
+/* ---- call ------------------------------------------------------------------------- */
+/* Take and check the buffer of every array, writing its address into `block`.
+ * Returns the index of the first mismatch, or -1; *taken says how many views
+ * must be released. */
+static Py_ssize_t
+bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views,
+     Py_ssize_t *taken, Py_ssize_t *total_bytes)
+{
+    for (Py_ssize_t i = 0; i < e->n_slots; i++) {
+        const Slot *slot = &e->slots[i];
+        PyObject *array = PyTuple_GET_ITEM(arrays, i);
+        if (!PyObject_TypeCheck(array, e->array_type))
+            return i;
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (slot->writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(array, &views[i], flags) < 0) {
+            PyErr_Clear();    /* not a buffer, or not contiguous/writable: the Python path says which */
+            return i;
+        }
+        *taken = i + 1;
+        if (!view_matches(slot, &views[i]))
+            return i;
+        block[slot->word] = block[slot->word + 1] = (int64_t)(intptr_t)views[i].buf;
+        packed[i] = &block[slot->word];
+        *total_bytes += views[i].len;
+    }
+    return -1;
+}
+
+PyDoc_STRVAR(call_doc,
+"call(entry, arrays) -> int\n\n"
+"Check every array of the tuple against the entry's slots and, if all match, call\n"
+"the function and return -1; else return the index of the first mismatch (an arity\n"
+"mismatch gives min(len(arrays), number of slots)) without calling.");
+
+static PyObject *
+fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyObject_TypeCheck(args[0], &EntryType) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "call(entry: Entry, arrays: tuple)");
+        return NULL;
+    }
+    Entry *e = (Entry *)args[0];
+    PyObject *arrays = args[1];
+    Py_ssize_t n = PyTuple_GET_SIZE(arrays);
+    if (n != e->n_slots)
+        return PyLong_FromSsize_t(n < e->n_slots ? n : e->n_slots);
+
+    int64_t stack_block[STACK_WORDS];
+    void *stack_packed[STACK_SLOTS];
+    Py_buffer stack_views[STACK_SLOTS];
+    int64_t *block = stack_block;
+    void **packed = stack_packed;
+    Py_buffer *views = stack_views;
+    if (e->n_words > STACK_WORDS)
+        block = PyMem_Malloc(e->n_words * sizeof(int64_t));
+    if (e->n_slots > STACK_SLOTS) {
+        packed = PyMem_Malloc(e->n_slots * sizeof(void *));
+        views = PyMem_Malloc(e->n_slots * sizeof(Py_buffer));
+    }
+    PyObject *result = NULL;
+    if (!block || !packed || !views) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(block, e->template_words, e->n_words * sizeof(int64_t));
+
+    Py_ssize_t taken = 0, total_bytes = 0;
+    Py_ssize_t bad = bind(e, arrays, block, packed, views, &taken, &total_bytes);
+    if (bad < 0) {
+        if (total_bytes > RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            e->fn(packed);
+            Py_END_ALLOW_THREADS
+        } else {
+            e->fn(packed);
+        }
+    }
+    for (Py_ssize_t i = 0; i < taken; i++)
+        PyBuffer_Release(&views[i]);
+    result = PyLong_FromSsize_t(bad);
+done:
+    if (block != stack_block)
+        PyMem_Free(block);
+    if (packed != stack_packed) {
+        PyMem_Free(packed);
+        PyMem_Free(views);
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"call", (PyCFunction)(void (*)(void))fastcall_call, METH_FASTCALL, call_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "compiler._fastcall",
+    .m_doc = PyDoc_STR("Checked calls of packed Kina entry points (see compiler/runtime.py)."),
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastcall(void)
+{
+    if (PyType_Ready(&EntryType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&EntryType);
+    if (PyModule_AddObject(m, "Entry", (PyObject *)&EntryType) < 0) {
+        Py_DECREF(&EntryType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "RELEASE_GIL_BYTES", RELEASE_GIL_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
