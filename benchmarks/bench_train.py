@@ -26,6 +26,7 @@ trained the same model.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -94,6 +95,10 @@ def main(argv=None) -> int:
     for name, (rate, losses) in rates.items():
         print(f"{name:<28}{rate:>10.0f}{1e6 / rate:>10.1f}"
               + "".join(f"{k / rate:>15.1f}x" for _, k in kinas) + f"{losses[common - 1]:>12.4f}")
+    torch_rows = [(name, rate) for name, (rate, _) in rates.items() if name.startswith("torch")]
+    if len(torch_rows) == 2 and torch_rows[1][1] < torch_rows[0][1] / 2:
+        print(f"note: {torch_rows[1][0]} is {torch_rows[0][1] / torch_rows[1][1]:.0f}x slower than 1 thread: "
+              f"the cores are contended (load average {os.getloadavg()[0]:.2f}); compare against the 1-thread row")
     for kname, kina in kinas:
         for name, (rate, _) in rates.items():
             if name.startswith("torch"):
