@@ -370,7 +370,7 @@ class CompiledTrainer:
 
     The weights live in two preallocated buffer sets: step k reads set k % 2 and
     writes set (k + 1) % 2 through the runtime's `out=`, so a step allocates
-    nothing and every argument is an array the runtime has already bound."""
+    nothing (the runtime still checks every argument on every call)."""
 
     def __init__(self, lib, lr: float, weights: dict | None = None):
         self.lib = lib
