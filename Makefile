@@ -13,7 +13,7 @@ TORCH_WHEELS ?= /opt/wheels
 .PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         vscode vscode-e2e goldens bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,demo]'
