@@ -40,11 +40,13 @@ validate-mean-nll: setup
 validate-tp-vocab: setup
 	$(PY) scripts/validate_tp_vocab.py
 
-# The whole test suite: unit, property, LSP end-to-end, compiled-code, StoryLM-0
-# validation, and the VS Code extension (grammar, client logic, packaging, and
+# The whole test suite (at -O0, then again at -O2): unit, property, LSP
+# end-to-end, compiled-code, StoryLM-0 validation, and the VS Code extension (grammar, client logic, packaging, and
 # a real VS Code in headless Chromium).
 test: setup
 	$(PY) -m pytest -q -ra
+	@echo "== the whole suite again with every default build at -O2"
+	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider
 	$(MAKE) validate
 	$(MAKE) vscode-e2e
 

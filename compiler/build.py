@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import ir, toolchain
-from .diagnostics import Diagnostic, SourceText, Span
+from .diagnostics import Diagnostic, SourceText, Span, UsageError
 from .types import TensorType, TupleType
 
 MANIFEST_FORMAT = 1
@@ -164,7 +165,16 @@ def default_output(path: Path) -> Path:
     return path.with_suffix(".so")
 
 
-def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int = 0,
+def default_opt_level() -> int:
+    """The optimisation level used when none is given: $KINA_OPT_LEVEL, else 0.
+    (CI runs the whole suite once more with KINA_OPT_LEVEL=2.)"""
+    value = os.environ.get("KINA_OPT_LEVEL", "0")
+    if value not in ("0", "1", "2", "3"):
+        raise UsageError(f"KINA_OPT_LEVEL must be 0, 1, 2 or 3, not {value!r}")
+    return int(value)
+
+
+def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | None = None,
                  timings: dict | None = None,
                  transform: Callable[[ir.Program], ir.Program] | None = None) -> BuildResult:
     """Build Kina source text into `out_so` (+ manifest and header next to it).
@@ -172,6 +182,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int = 0
     `transform` may rewrite the checked program before handles are lowered (the
     validator adds gradient wrappers this way)."""
     timings = {} if timings is None else timings
+    opt_level = default_opt_level() if opt_level is None else opt_level
     result = BuildResult(False, source=SourceText(text, str(path)), timings=timings)
     mlir = front_end(text, str(path), timings, result, transform)
     if mlir is None:
@@ -194,7 +205,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int = 0
     return result
 
 
-def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int = 0,
+def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
                timings: dict | None = None, transform=None) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
@@ -215,11 +226,16 @@ def print_diagnostics(result: BuildResult, stream=sys.stderr) -> None:
         print(source.render(d), file=stream)
 
 
+def _opt(args) -> int:
+    level = getattr(args, "opt_level", None)
+    return default_opt_level() if level is None else level
+
+
 def _add_opt_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("-O0", dest="opt_level", action="store_const", const=0, help="no optimisation (default)")
+    group.add_argument("-O0", dest="opt_level", action="store_const", const=0, help="no optimisation (the default, unless $KINA_OPT_LEVEL says otherwise)")
     group.add_argument("-O2", dest="opt_level", action="store_const", const=2, help="optimise")
-    parser.set_defaults(opt_level=0)
+    parser.set_defaults(opt_level=None)
 
 
 def add_build_args(parser: argparse.ArgumentParser) -> None:
@@ -238,7 +254,7 @@ def format_timings(timings: dict) -> str:
 
 def cli_build(args) -> int:
     timings: dict = {}
-    result = build_file(args.file, args.output, getattr(args, "opt_level", 0) or 0, timings)
+    result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings)
     print_diagnostics(result)
     if getattr(args, "timings", False):
         print(format_timings(timings))
@@ -271,7 +287,7 @@ def cli_emit(args) -> int:
     out = mlir
     if mlir is not None and getattr(args, "llvm", False):
         try:
-            out, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=getattr(args, "opt_level", 0) or 0,
+            out, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=_opt(args),
                                                    source=result.source)
         except toolchain.ToolchainError as e:
             out, diags = None, [Diagnostic("toolchain", str(e), Span(0, 0))]

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from .analysis import Snapshot, analyze, handles
+from .diagnostics import UsageError
 from .printer import format_function
 
 # subcommand -> (module, names of its argparse registration function (first found wins), entry point)
@@ -29,10 +30,6 @@ DELEGATED = {
 }
 
 BINDING_KINDS = ("fn", "param", "let")
-
-
-class UsageError(Exception):
-    """A command that cannot run: reported as one line, exit 2."""
 
 
 def read_source(path: str) -> str:

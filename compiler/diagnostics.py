@@ -76,6 +76,11 @@ CODES: dict[str, str] = {
 _NEWLINE = re.compile("\n")
 
 
+class UsageError(Exception):
+    """A tool invoked wrongly (arguments, files, environment variables): the CLI
+    reports it as one line and exits 2, never as a traceback."""
+
+
 class SourceText:
     """Maps character offsets to 1-based (line, column) and back."""
 

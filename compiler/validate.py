@@ -262,7 +262,7 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
 
 
 # ---- driver -----------------------------------------------------------------------------
-def validate_file(path: str | Path, *, seed: int = 0, opt_level: int = 0,
+def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   cancel: Callable[[], bool] | None = None, timeout: float = 120.0) -> ValidationReport:
     """Build, run in a child process, compare.  progress(function, done, total) is called as
@@ -358,11 +358,11 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the .kina source file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the child is killed")
-    parser.add_argument("-O2", dest="opt_level", action="store_const", const=2, default=0)
+    parser.add_argument("-O2", dest="opt_level", action="store_const", const=2, default=None)
 
 
 def cli_validate(args) -> int:
-    report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", 0) or 0,
+    report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
                            timeout=args.timeout)
     if report.build is not None:
         build.print_diagnostics(report.build)

@@ -168,3 +168,15 @@ def test_unmapped_tool_error_quotes_generated_location():
     diags = toolchain.tool_diagnostics("mlir-opt", "/tmp/x/in.mlir:4:7: error: 'foo.bar' op unknown\n", None)
     assert len(diags) == 1
     assert "in.mlir:4:7" in diags[0].message and "unknown" in diags[0].message
+
+
+def test_default_opt_level_comes_from_the_environment(monkeypatch):
+    from compiler.build import default_opt_level
+    from compiler.diagnostics import UsageError
+    monkeypatch.delenv("KINA_OPT_LEVEL", raising=False)
+    assert default_opt_level() == 0
+    monkeypatch.setenv("KINA_OPT_LEVEL", "2")
+    assert default_opt_level() == 2
+    monkeypatch.setenv("KINA_OPT_LEVEL", "fast")
+    with pytest.raises(UsageError, match="KINA_OPT_LEVEL must be 0, 1, 2 or 3"):
+        default_opt_level()
