@@ -8,10 +8,15 @@ The pipeline, one module per stage (read them in this order):
              a generated function computing (R, g0, .., gk-1)            [VJP table]
   interp     NumPy reference interpreter of the typed IR (the oracle)    [NumPy table]
   emit_mlir  typed IR -> MLIR text (func/linalg/tensor/arith/math/cf)     [lowering table]
-  toolchain  MLIR text -> .so through mlir-opt / mlir-translate / llc / cc
-  runtime    load a .so + manifest, call functions with NumPy arrays
-  validate   compiled library vs. interpreter vs. finite differences
+  pipelines  the pass pipeline of each -O level (the -O2 transform script, threading)
+  toolchain  MLIR text -> .so through mlir-opt / mlir-translate / llc / cc (or in-process)
+  build      `kinac build`: the stages above, plus the manifest (.json) and C header (.h)
+  runtime    load a .so + manifest, call functions with NumPy arrays (_fastcall.c)
+  validate   compiled library vs. interpreter vs. finite differences, in a child process
 
-analysis.py is the incremental front end (parse + check per function) shared by
-the CLI (cli.py) and the language server (kina_lsp/).
+analysis.py is the incremental front end (parse + check per function, and the
+reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
+language server (kina_lsp/), so all three report the same diagnostics.
+Per-op knowledge lives in one row per op per stage: ops.OPS (shape rule),
+interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (tests/test_tables.py).
 """
