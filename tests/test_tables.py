@@ -1,8 +1,11 @@
 """Every op of the op table has a row in every per-stage table.
 
-Adding an op means: a row in compiler/ops.py (shape rule), compiler/interp.py
-(NumPy reference), compiler/autodiff.py (VJP) and compiler/emit_mlir.py
-(MLIR lowering).  This test names the stage whose row is missing.
+Adding an op means: a row in compiler/ops.py (shape rule and docs),
+compiler/interp.py (NumPy reference), compiler/vjp.py (VJP) and
+compiler/emit_ops.py (MLIR lowering), plus a gradient-check case
+(tests/test_gradcheck.py) and a compiled-vs-interpreter case
+(tests/test_ops_compiled.py), which fail on their own when missing.  This test
+names the stage whose row is missing.
 """
 import importlib
 
@@ -12,8 +15,8 @@ from compiler.ops import OPS
 
 STAGE_TABLES = [
     ("compiler.interp", "NUMPY_OPS"),
-    ("compiler.autodiff", "VJPS"),
-    ("compiler.emit_mlir", "LOWERINGS"),
+    ("compiler.vjp", "VJPS"),
+    ("compiler.emit_ops", "LOWERINGS"),
 ]
 
 
