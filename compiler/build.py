@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import ir, toolchain
-from .diagnostics import Diagnostic, SourceText, Span, UsageError
+from .diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
 from .types import TensorType, TupleType
 
 MANIFEST_FORMAT = 1
@@ -188,6 +188,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     if mlir is None:
         return result
     out_so = Path(out_so)
+    _check_writable(out_so)
     try:
         compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
                                           timings=timings)
@@ -205,16 +206,21 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     return result
 
 
+def _check_writable(out_so: Path) -> None:
+    """An output the user cannot write is a usage error, reported before compiling."""
+    try:
+        out_so.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot write {out_so}: {e.strerror or e}") from None
+    if not os.access(out_so.parent, os.W_OK):
+        raise UsageError(f"cannot write {out_so}: {out_so.parent} is not writable")
+
+
 def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
                timings: dict | None = None, transform=None) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        res = BuildResult(False, source=SourceText("", str(path)))
-        res.diagnostics.append(Diagnostic("toolchain", f"cannot read {path}: {e}", Span(0, 0)))
-        return res
+    text = read_source(path)   # UsageError when unreadable
     return build_source(text, str(path), out_so or default_output(path), opt_level=opt_level,
                         timings=timings, transform=transform)
 
@@ -277,11 +283,7 @@ def add_emit_args(parser: argparse.ArgumentParser) -> None:
 
 def cli_emit(args) -> int:
     path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        print(f"kinac emit: cannot read {path}: {e}", file=sys.stderr)
-        return 1
+    text = read_source(path)
     result = BuildResult(False, source=SourceText(text, str(path)))
     mlir = front_end(text, str(path), {}, result)
     out = mlir

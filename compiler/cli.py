@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from .analysis import Snapshot, analyze, handles
-from .diagnostics import UsageError
+from .diagnostics import UsageError, read_source
 from .printer import format_function
 
 # subcommand -> (module, names of its argparse registration function (first found wins), entry point)
@@ -30,17 +31,6 @@ DELEGATED = {
 }
 
 BINDING_KINDS = ("fn", "param", "let")
-
-
-def read_source(path: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
 
 
 # ---- check ---------------------------------------------------------------------------
@@ -215,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `kinac run ... | head`: the reader went away; exit quietly like other Unix tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

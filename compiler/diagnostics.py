@@ -81,6 +81,18 @@ class UsageError(Exception):
     reports it as one line and exits 2, never as a traceback."""
 
 
+def read_source(path) -> str:
+    """The text of a .kina file, or a UsageError that says why it cannot be read."""
+    try:
+        data = open(path, "rb").read()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
+
+
 class SourceText:
     """Maps character offsets to 1-based (line, column) and back."""
 

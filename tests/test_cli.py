@@ -74,6 +74,10 @@ def test_run_entry_prints_shape():
 
 @pytest.mark.parametrize("args, message", [
     (["check", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
+    (["build", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
+    (["emit", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
+    (["validate", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
+    (["build", "examples/ad_gather.kina", "-o", "/proc/no/such/dir/lib.so"], "cannot write /proc/no/such/dir/lib.so"),
     (["run", "examples/storylm0_forward.kina", "--entry", "nope"], "no function `nope`"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, message):
@@ -123,3 +127,10 @@ def test_run_main_prints_the_logits_of_an_independent_numpy_model(tmp_path):
     printed = r.stdout.split("main result: shape [1, 4, 8] dtype float32\n", 1)[1]
     values = np.array([float(t) for t in printed.replace("[", " ").replace("]", " ").split()])
     np.testing.assert_allclose(values.reshape(1, 4, 8), want, atol=2e-6)
+
+
+def test_output_piped_into_a_closed_reader_is_no_traceback():
+    cmd = f"{sys.executable} -m compiler.cli run examples/storylm0_forward.kina --entry storylm0_forward | head -n 1"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert r.stdout.startswith("input token_ids") and "Traceback" not in r.stderr
