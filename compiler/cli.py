@@ -124,11 +124,14 @@ def cmd_run(args) -> int:
     if fn is None:
         hint = "" if args.entry else " (pass --entry NAME to run another function)"
         raise UsageError(f"no function `{entry}` in {args.file}{hint}")
-    inputs = interp.random_inputs(fn, seed=args.seed, program=snap.program)
     try:
+        inputs = interp.random_inputs(fn, seed=args.seed, program=snap.program)
         result = interp.run_function(snap.program, entry, inputs)
     except interp.KinaRuntimeError as e:
         print(f"kinac run: {entry}: {e}", file=sys.stderr)
+        return 1
+    except MemoryError as e:   # static shapes can ask for more than the machine has
+        print(f"kinac run: {entry}: out of memory: {e}", file=sys.stderr)
         return 1
     for p, value in zip(fn.params, inputs):
         print(_format_result(f"input {p.name}", value))

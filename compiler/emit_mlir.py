@@ -36,11 +36,28 @@ from .types import DType, TensorType, TupleType, Type
 __all__ = ["EmitResult", "LOWERINGS", "emit_program", "emit_function"]
 
 
+# One host tensor may hold at most this many bytes: shapes are static, so a
+# larger one is a typo (or a program for another machine), and MLIR/LLVM would
+# otherwise spend minutes materialising it.
+MAX_TENSOR_BYTES = 1 << 34  # 16 GiB
+
+
+def _check_size(t: TensorType, span: Span) -> None:
+    size = t.volume * _ITEM_BYTES[t.dtype.value]
+    if size > MAX_TENSOR_BYTES:
+        raise EmitError(f"{t} needs {size / 2**30:,.0f} GiB; the host backend limits one tensor "
+                        f"to {MAX_TENSOR_BYTES >> 30} GiB", span)
+
+
+_ITEM_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8E4M3": 1, "F8E5M2": 1, "I64": 8}
+
+
 @dataclass
 class EmitResult:
     """`text` is the MLIR module, or "" when `diagnostics` holds an error."""
     text: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
+
 
 # ---- the walk over a function ------------------------------------------------
 Value = str | list  # an SSA reference, or a list of them for a tuple
@@ -86,6 +103,8 @@ class FunctionLowering:
                     operands = [a.type for a in node.args] + [node.type]
                     if any(isinstance(t, TensorType) and t.placement != "host" for t in operands):
                         raise EmitError(f"{node.op}: checked device lowering is not available", node.span)
+                for t in _flat_types(node.type):
+                    _check_size(t, node.span)
         for p in self.fn.params:
             self._check_type(p.type, p.span, f"parameter `{p.name}`")
         for t in _flat_types(self.fn.ret_type):
@@ -95,6 +114,8 @@ class FunctionLowering:
     def _check_type(t: TensorType, span: Span, what: str) -> None:
         if t.placement != "host":
             raise EmitError(f"{what} has type {t}: checked device lowering is not available", span)
+        _check_size(t, span)
+
 
     def _let(self, b: ir.Binding) -> None:
         self.em.fallback = b.span if b.span != ir.NO_SPAN else self.fn.span

@@ -134,3 +134,14 @@ def test_output_piped_into_a_closed_reader_is_no_traceback():
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert r.stdout.startswith("input token_ids") and "Traceback" not in r.stderr
+
+
+def test_a_tensor_too_large_for_the_machine_is_a_clear_error(tmp_path):
+    src = tmp_path / "huge.kina"
+    src.write_text("fn main() -> Tensor[F32, [99999999, 9999999]] {\n"
+                   "  Tensor[F32, [99999999, 9999999]] {}\n}\n")
+    run = kinac("run", str(src))
+    assert run.returncode == 1 and "out of memory" in run.stderr and "Traceback" not in run.stderr
+    build = kinac("build", str(src), "-o", str(tmp_path / "huge.so"))
+    assert build.returncode == 1 and "error[emit]" in build.stdout + build.stderr
+    assert "the host backend limits one tensor to 16 GiB" in build.stdout + build.stderr
