@@ -30,14 +30,21 @@ BAR_WIDTH = 30
 
 
 def progress(steps: int, every: int):
-    """An on_step callback drawing `[#####.....] step k/N  loss x` on one terminal line."""
+    """An on_step callback drawing `[#####.....] step k/N  loss x` on one terminal line
+    (redrawn in place on a terminal; one line per tenth of the run in a log)."""
+    tty = sys.stdout.isatty()
+    if not tty:
+        every = max(every, steps // 10)
+
     def draw(k: int, loss: float) -> None:
         if (k + 1) % every and k + 1 != steps:
             return
         filled = BAR_WIDTH * (k + 1) // steps
-        end = "\n" if k + 1 == steps else ""
-        print(f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] step {k + 1:>4}/{steps}  loss {loss:.4f}",
-              end=end, flush=True)
+        line = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] step {k + 1:>4}/{steps}  loss {loss:.4f}"
+        if tty:
+            print("\r" + line, end="\n" if k + 1 == steps else "", flush=True)
+        else:
+            print(line, flush=True)
     return draw
 
 
