@@ -45,6 +45,8 @@ class Builder:
 
     def bind(self, value: Expr, name: str | None = None, hint: str = "t") -> Var:
         name = name or self.fresh(hint)
+        if value.span == NO_SPAN:   # e.g. a ScatterAdd built by ir.scatter_add
+            value.span = self.span
         self.lets.append((name, value))
         return Var(name, value.type, value.span)
 

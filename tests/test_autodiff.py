@@ -251,3 +251,22 @@ def test_storylm0_step_sgd_matches_reference_cotangent():
     np.testing.assert_allclose(new_emb, args[1] - args[-1][0, 0] * grads[1], rtol=1e-5, atol=1e-6)
     assert isinstance(grads[1], np.ndarray) and grads[1].dtype == np.float32
     assert all(isinstance(t, TensorType) for t in lowered.functions["probe"].ret_type.items)
+
+
+def test_backward_nodes_carry_the_span_of_the_forward_op_they_differentiate():
+    """So the emitted MLIR's loc(...) (and any toolchain error) names a Kina line."""
+    path = CASES / "ok_storylm0_step.kina"
+    text = path.read_text()
+    program = load(path)
+    target = next(h.fn for f in program.functions.values() for b in f.lets
+                  for h in ir.walk(b.value) if isinstance(h, ir.Handle))
+    rev, diags = transform_ad(program, target)
+    assert not diags
+    forward_spans = {ir_node.span for b in program.functions[target].lets for ir_node in ir.walk(b.value)}
+    backward = rev.lets[len(program.functions[target].lets):]
+    assert any(isinstance(b.value, ir.OpApp) and b.value.op == "scatter_add" for b in backward)
+    for b in backward:
+        span = b.value.span
+        assert span != ir.NO_SPAN and 0 <= span.start < span.end <= len(text), (b.names, span)
+        if isinstance(b.value, ir.OpApp) and b.value.op == "scatter_add":
+            assert span in forward_spans and text[span.start:span.end].startswith("gather(")
