@@ -409,12 +409,18 @@ def _nesting_depth(text: str) -> int:
 
 
 def _tree_depth(node) -> int:
-    """Depth of an AST, iteratively (the point is to reject trees too deep to recurse on)."""
+    """Expression depth of an AST, iteratively (the point is to reject trees too deep to
+    recurse on).  A let's body continues the chain at the let's own depth: every stage
+    walks let chains with loops, so a function may have any number of lets."""
     best = 0
     stack = [(node, 1)]
     while stack:
         node, d = stack.pop()
         best = max(best, d)
+        if isinstance(node, ast.Let):
+            stack.append((node.value, d + 1))
+            stack.append((node.body, d))
+            continue
         for child in children(node):
             stack.append((child, d + 1))
     return best
@@ -506,6 +512,8 @@ def shift(node, delta: int):
 
 
 def _shift(node, delta):
+    if isinstance(node, ast.Let):
+        return _shift_let_chain(node, delta)
     if isinstance(node, Span):
         return Span(node.start + delta, node.end + delta)
     if isinstance(node, list):
@@ -522,3 +530,17 @@ def _shift(node, delta):
     for name in fields:
         object.__setattr__(new, name, _shift(getattr(node, name), delta))
     return new
+
+
+def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:
+    """Shift a let chain with a loop, not recursion: a function may have thousands of lets."""
+    chain = []
+    node = let
+    while isinstance(node, ast.Let):
+        chain.append(node)
+        node = node.body
+    body = _shift(node, delta)
+    for link in reversed(chain):
+        body = ast.Let(_shift(link.names, delta), link.destructure, _shift(link.value, delta), body,
+                       _shift(link.span, delta))
+    return body

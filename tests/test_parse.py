@@ -144,3 +144,19 @@ def test_positional_after_attr_and_deep_nesting_are_diagnostics():
     long_chain = fn(" + ".join(["a"] * (MAX_DEPTH + 10)))
     _, diags = parse_module(long_chain)
     assert len(diags) == 1 and "nested" in diags[0].message
+
+
+def test_a_long_let_chain_is_not_too_deep():
+    """Nesting limits are for expressions; a body may have any number of lets."""
+    lines = ["fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {", "  let a0 = x in"]
+    lines += [f"  let a{i} = a{i - 1} + x in" for i in range(1, 1500)]
+    lines += ["  a1499", "}"]
+    text = "\n\n" + "\n".join(lines)          # a leading gap: spans are shifted
+    module, diags = parse_module(text)
+    assert diags == []
+    (fn,) = module.functions
+    from compiler.check import check_module
+    result = check_module(module)
+    assert result.diagnostics == [] and len(result.program.functions["f"].lets) == 1500
+    last = result.program.functions["f"].lets[-1]
+    assert text[last.span.start:].startswith("let a1499")
