@@ -397,15 +397,17 @@ def _error_diagnostic(err: UnexpectedInput, text: str) -> Diagnostic:
 
 
 # ---- items and modules -----------------------------------------------------------------
-def _nesting_depth(text: str) -> int:
-    depth = best = 0
-    for ch in text:
+def _too_deep_at(text: str) -> int | None:
+    """Offset of the first bracket nested deeper than MAX_DEPTH, or None."""
+    depth = 0
+    for i, ch in enumerate(text):
         if ch in "([{":
             depth += 1
-            best = max(best, depth)
+            if depth > MAX_DEPTH:
+                return i
         elif ch in ")]}":
             depth -= 1
-    return best
+    return None
 
 
 def _tree_depth(node) -> int:
@@ -452,10 +454,10 @@ _PARSE_LOCK = threading.Lock()   # the embedded transformer carries the item off
 
 def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
     """Parse one item whose first character sits at `offset` in the document."""
-    n = len(text)
-    if _nesting_depth(text) > MAX_DEPTH:
-        msg = f"brackets nested more than {MAX_DEPTH} deep"
-        return None, (Diagnostic("syntax", msg, Span(offset, offset + min(n, 2))),)
+    deep = _too_deep_at(text)
+    if deep is not None:
+        msg = f"brackets nested more than {MAX_DEPTH} deep; split the expression with lets"
+        return None, (Diagnostic("syntax", msg, Span(offset + deep, offset + deep + 1)),)
     try:
         with _PARSE_LOCK:
             _TO_AST.offset = offset
