@@ -7,6 +7,12 @@ and the incremental front end (analysis.py) can re-parse only the items whose
 text changed.  Spans are character offsets; `parse_item(text, offset)` returns
 spans already shifted to document offsets.
 
+An item that parses costs one plain LALR parse.  Only an item that fails is
+parsed again in recovery mode (see `_recover`), which resynchronises at the
+let chain's `in`s so that every independent syntax error of a function is
+reported at once (the language server shows them all); a broken item's AST is
+None either way, so the checker never sees a partial tree.
+
 Nothing here raises on bad input: binary junk, unbalanced braces and absurd
 nesting all come back as `syntax` diagnostics whose spans lie inside the text.
 """
@@ -20,6 +26,8 @@ from pathlib import Path
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.parsers.lalr_interactive_parser import InteractiveParser
+from lark.utils import TextSlice
 
 from . import syntax as ast
 from .diagnostics import Diagnostic, Span
@@ -373,14 +381,24 @@ def _found(tok: Token | None) -> str:
     return f"`{text}`"
 
 
-def _error_diagnostic(err: UnexpectedInput, text: str) -> Diagnostic:
-    """One diagnostic for a lark error: what was expected (in words), what was found, where."""
+def _bad_character(text: str, pos: int) -> Diagnostic:
+    """The diagnostic for a character that starts no token (shown escaped if unprintable)."""
+    n = len(text)
+    pos = min(pos, n)
+    ch = text[pos:pos + 1]
+    shown = ch if ch.isprintable() else repr(ch)[1:-1]
+    return Diagnostic("syntax", f"unexpected character `{shown}`", Span(pos, min(pos + 1, n)))
+
+
+_LEX_BEFORE = object()   # _error_diagnostic's default: find the token before the error by lexing
+
+
+def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diagnostic:
+    """One diagnostic for a lark error: what was expected (in words), what was found, where.
+    `last` is the token before the error when the caller already knows it (recovery does)."""
     n = len(text)
     if isinstance(err, UnexpectedCharacters) and not isinstance(err, UnexpectedToken):
-        pos = min(err.pos_in_stream, n)
-        ch = text[pos:pos + 1]
-        shown = ch if ch.isprintable() else repr(ch)[1:-1]
-        return Diagnostic("syntax", f"unexpected character `{shown}`", Span(pos, min(pos + 1, n)))
+        return _bad_character(text, err.pos_in_stream)
     tok = getattr(err, "token", None)
     # `accepts` is what the parser state really accepts; `expected` may be the lexer's wider set.
     expected = set(getattr(err, "accepts", None) or getattr(err, "expected", None) or ())
@@ -389,11 +407,151 @@ def _error_diagnostic(err: UnexpectedInput, text: str) -> Diagnostic:
     else:
         span = Span(min(tok.start_pos, n), min(max(tok.end_pos, tok.start_pos), n))
     wanted = _describe_expected(expected)
-    last = _token_before(text, span.start)
+    if last is _LEX_BEFORE:
+        last = _token_before(text, span.start)
     context = _AFTER.get(last.type) if last is not None and " after " not in wanted else None
     if context:
         wanted = f"{wanted} {context}"
     return Diagnostic("syntax", f"expected {wanted}, found {_found(tok)}", span)
+
+
+# ---- error recovery inside an item ---------------------------------------------------------
+# Runs only on an item whose plain parse failed.  The tokens are fed one by one to lark's
+# interactive parser; after the body's `{` and after every `in` of the let chain the parser
+# state is snapshotted (those are the only points where the parser always expects a fresh
+# chain link).  On an error: report it, skip to the next chain boundary, restore the last
+# snapshot and go on.  A snapshot shares the AST values it holds (no deep copy): the item's
+# AST is thrown away anyway, only the diagnostics are kept.
+MAX_ERRORS_PER_ITEM = 20
+
+_BAD = "BAD_CHARACTER"            # pseudo-token: a character that starts no token
+_OPENERS = frozenset({"LPAR", "LSQB", "LBRACE"})
+_CLOSERS = frozenset({"RPAR", "RSQB", "RBRACE"})
+_BRACKET_STEP = {**{t: 1 for t in _OPENERS}, **{t: -1 for t in _CLOSERS}}
+
+
+def _failure_diagnostic(err: Exception, text: str, offset: int) -> Diagnostic:
+    """The diagnostic of a failed plain parse (document offsets); foreign errors propagate."""
+    if isinstance(err, UnexpectedInput):
+        return _error_diagnostic(err, text).shift(offset)
+    problem = getattr(err, "orig_exc", err)
+    if not isinstance(problem, SyntaxProblem):
+        raise err
+    return Diagnostic("syntax", problem.message, problem.span)
+
+
+# Whether some terminal matches at a position: lark's lexer fails exactly where none does.
+_ANY_TERMINAL = re.compile("|".join(f"(?:{t.pattern.to_regexp()})" for t in _PARSER.terminals
+                                    if t.name not in _PARSER.ignore_tokens))
+_BLANK = re.compile(r"\s+")
+
+
+def _junk_end(text: str, pos: int) -> int:
+    """End of the run of junk starting with the bad character at `pos`: further bad
+    characters and blanks.  Only the first one is worth a diagnostic (recovery skips the
+    rest), and lexing each separately would make a pasted binary blob quadratic-ish slow."""
+    pos += 1
+    while pos < len(text):
+        blank = _BLANK.match(text, pos)
+        if blank:
+            pos = blank.end()
+        elif _ANY_TERMINAL.match(text, pos):
+            break
+        else:
+            pos += 1
+    return pos
+
+
+def _tokens(text: str) -> list[Token]:
+    """Every token of an item, in order.  A run of characters no terminal matches
+    becomes one _BAD token spanning its first character; lexing resumes after the run."""
+    out: list[Token] = []
+    pos = 0
+    while True:
+        try:
+            out.extend(_PARSER.lex(TextSlice(text, pos, len(text))))
+            return out
+        except UnexpectedCharacters as err:
+            bad = err.pos_in_stream
+            out.append(Token(_BAD, text[bad], start_pos=bad, end_pos=bad + 1))
+            pos = _junk_end(text, bad)
+
+
+def _resume_at(tokens: list[Token], i: int, depth: int) -> int | None:
+    """Where to go on after an error at tokens[i], `depth` brackets deep since the last
+    snapshot: just after the next `in` at depth 0, or at the next `let` (a let only ever
+    starts a chain link, so it also ends brackets left open).  None when the item's closing
+    `}` (or its end) comes first: nothing is left to check."""
+    for j in range(i, len(tokens)):
+        kind = tokens[j].type
+        if kind == "LET":
+            return j
+        if kind == "IN" and depth == 0:
+            return j + 1
+        step = _BRACKET_STEP.get(kind, 0)
+        if step < 0 and depth == 0:
+            if kind == "RBRACE":
+                return None       # the body's closing brace
+            continue              # a stray `)` / `]`: part of the junk
+        depth += step
+    return None
+
+
+def _feed_error(parser: InteractiveParser, tok: Token, before: Token | None,
+                text: str, offset: int) -> Diagnostic | None:
+    """Feed one token (`before` is the token preceding it in the text); the diagnostic
+    if the parser rejects it, None if it accepts it."""
+    if tok.type == _BAD:
+        return _bad_character(text, tok.start_pos).shift(offset)
+    try:
+        parser.feed_token(tok)
+    except UnexpectedToken as err:
+        err.interactive_parser = parser        # what the failed state accepts, as in a plain parse
+        last = None if before is None or before.type == _BAD else before
+        return _error_diagnostic(err, text, last).shift(offset)
+    except (SyntaxProblem, VisitError) as err:
+        return _failure_diagnostic(err, text, offset)
+    return None
+
+
+def _recover(text: str, offset: int) -> list[Diagnostic]:
+    """All syntax errors of one item (at most MAX_ERRORS_PER_ITEM), in document offsets.
+    The caller holds _PARSE_LOCK with _TO_AST.offset set: SyntaxProblem spans come from
+    the transformer, which runs while tokens are fed."""
+    tokens = _tokens(text)
+    end = Token("$END", "", start_pos=len(text), end_pos=len(text))
+    parser = _PARSER.parse_interactive(text)
+    snapshot: InteractiveParser | None = None
+    depth = 0                     # bracket depth since the snapshot
+    diags: list[Diagnostic] = []
+    i = 0
+    while len(diags) < MAX_ERRORS_PER_ITEM:
+        tok = tokens[i] if i < len(tokens) else end
+        diag = _feed_error(parser, tok, tokens[i - 1] if i else None, text, offset)
+        if diag is None:
+            if tok is end:
+                break
+            i += 1
+            depth += _BRACKET_STEP.get(tok.type, 0)
+            # `in` is only accepted closing a let value; the first `{` accepted opens the body
+            if tok.type == "IN" or (tok.type == "LBRACE" and snapshot is None):
+                snapshot, depth = parser.copy(deepcopy_values=False), 0
+            continue
+        diags.append(diag)
+        resume = _resume_at(tokens, i, depth) if snapshot is not None else None
+        if resume is None:
+            break                 # an error in the signature, or nothing left after the error
+        parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0
+    return diags
+
+
+def _merge(first: Diagnostic, recovered: list[Diagnostic]) -> tuple[Diagnostic, ...]:
+    """The plain parse's error plus the recovered ones: one per span, in text order, capped."""
+    by_span: dict[tuple[int, int], Diagnostic] = {}
+    for d in [first, *recovered]:
+        by_span.setdefault((d.span.start, d.span.end), d)
+    ordered = sorted(by_span.values(), key=lambda d: (d.span.start, d.span.end))
+    return tuple(ordered[:MAX_ERRORS_PER_ITEM])
 
 
 # ---- items and modules -----------------------------------------------------------------
@@ -453,22 +611,19 @@ _PARSE_LOCK = threading.Lock()   # the embedded transformer carries the item off
 
 
 def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
-    """Parse one item whose first character sits at `offset` in the document."""
+    """Parse one item whose first character sits at `offset` in the document.  The plain
+    parse is the fast path; only a failed item is parsed again in recovery mode."""
     deep = _too_deep_at(text)
     if deep is not None:
         msg = f"brackets nested more than {MAX_DEPTH} deep; split the expression with lets"
         return None, (Diagnostic("syntax", msg, Span(offset + deep, offset + deep + 1)),)
-    try:
-        with _PARSE_LOCK:
-            _TO_AST.offset = offset
+    with _PARSE_LOCK:
+        _TO_AST.offset = offset
+        try:
             fn = _PARSER.parse(text)
-    except UnexpectedInput as err:
-        return None, (_error_diagnostic(err, text).shift(offset),)
-    except (SyntaxProblem, VisitError) as err:
-        problem = getattr(err, "orig_exc", err)
-        if not isinstance(problem, SyntaxProblem):
-            raise
-        return None, (Diagnostic("syntax", problem.message, problem.span),)
+        except (UnexpectedInput, SyntaxProblem, VisitError) as err:
+            first = _failure_diagnostic(err, text, offset)
+            return None, _merge(first, _recover(text, offset))
     depth = _tree_depth(fn)
     if depth > MAX_DEPTH:
         return None, (Diagnostic("syntax", f"expression nested {depth} deep (the limit is {MAX_DEPTH}); "

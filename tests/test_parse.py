@@ -1,7 +1,7 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
 from compiler import syntax as ast
 from compiler.diagnostics import SourceText
-from compiler.parse import MAX_DEPTH, parse_item, parse_module, split_items
+from compiler.parse import MAX_DEPTH, MAX_ERRORS_PER_ITEM, parse_item, parse_module, split_items
 
 T = "Tensor[F32, [1, 4]]"
 
@@ -160,3 +160,75 @@ def test_a_long_let_chain_is_not_too_deep():
     assert result.diagnostics == [] and len(result.program.functions["f"].lets) == 1500
     last = result.program.functions["f"].lets[-1]
     assert text[last.span.start:].startswith("let a1499")
+
+
+# ---- recovery: every independent syntax error of a function ------------------------------
+def errors_at(text: str) -> list[tuple[int, int, str]]:
+    """(line, col, message) of every diagnostic; the broken function yields no AST."""
+    module, diags = parse_module(text)
+    assert module.functions == [] and all(d.code == "syntax" for d in diags)
+    lines = SourceText(text)
+    spans = [(d.span.start, d.span.end) for d in diags]
+    assert len(set(spans)) == len(spans) and spans == sorted(spans)
+    assert all(0 <= d.span.start <= d.span.end <= len(text) for d in diags)
+    return [(*lines.line_col(d.span.start), d.message) for d in diags]
+
+
+def test_two_broken_lets_two_errors():
+    text = fn("let x = a + in\n  let y = x * * b in\n  y")
+    assert errors_at(text) == [(2, 15, "expected an expression, found `in`"),
+                               (3, 15, "expected an expression, found `*`")]
+
+
+def test_error_in_the_last_expression_after_a_broken_let():
+    text = fn("let x = (a + ) in\n  let y = x in\n  y.exp(axis=)")
+    assert errors_at(text) == [(2, 16, "expected an expression, found `)`"),
+                               (4, 14, "expected `-`, `[`, a name, a number or an integer after `=`, found `)`")]
+    # the last expression cut short: the closing brace is what is found
+    text = fn("let x = a $ b in\n  x +")
+    assert errors_at(text) == [(2, 13, "unexpected character `$`"),
+                               (4, 1, "expected an expression, found `}`")]
+
+
+def test_broken_let_with_brackets_and_junk_skips_to_its_in():
+    # the `in` inside the unbalanced brackets is not a chain boundary; the one after them is
+    text = fn("let x = f(a, [1, (2 in ] junk 3) in\n  let y = x + + b in\n  y")
+    assert errors_at(text) == [(2, 20, "expected `-`, `]` or an integer after `,`, found `(`"),
+                               (3, 15, "expected an expression, found `+`")]
+    # a run of junk characters is one diagnostic, the next let still gets checked
+    text = fn("let x = a $$ \x01 $ in\n  let y = x # b in\n  y")
+    assert errors_at(text) == [(2, 13, "unexpected character `$`"), (3, 13, "unexpected character `#`")]
+
+
+def test_missing_in_or_bracket_resyncs_at_the_next_let():
+    # a missing `in` is one error, not a cascade over the lets that follow
+    text = fn("let x = a + b\n  let y = x in\n  let z = y in\n  z")
+    assert errors_at(text) == [(3, 3, "expected `in` after the let value, found `let`")]
+    # a let never sits inside brackets: it ends an unclosed call
+    text = fn("let y = a.exp(\n  let z = y - in\n  z")
+    assert errors_at(text) == [(3, 3, "expected an expression or `)`, found `let`"),
+                               (3, 15, "expected an expression, found `in`")]
+
+
+def test_recovery_keeps_the_transformer_offset_and_other_functions():
+    good = fn("a").replace("fn f", "fn g")
+    broken = fn("let F32 = a in\n  let y = b - in\n  y")
+    text = good + "\n" + broken + "\n" + good.replace("fn g", "fn h")
+    module, diags = parse_module(text)
+    assert [f.name for f in module.functions] == ["g", "h"]
+    assert [text[d.span.start:d.span.end] for d in diags] == ["F32", "in"]
+    assert "reserved word" in diags[0].message and diags[1].message == "expected an expression, found `in`"
+    h = module.functions[1]
+    assert text[h.span.start:h.span.end] == good.replace("fn g", "fn h").strip()
+    # parse_item with an item offset: every recovered span is in document offsets
+    start = text.index("fn f")
+    item = split_items(text)[1]
+    fn_, item_diags = parse_item(text[item.start:item.end], start)
+    assert fn_ is None and item_diags == diags
+
+
+def test_errors_per_item_are_capped():
+    lets = "\n  ".join(f"let x{i} = a + * b in" for i in range(MAX_ERRORS_PER_ITEM + 15))
+    diags = parse_module(fn(lets + "\n  a"))[1]
+    assert len(diags) == MAX_ERRORS_PER_ITEM
+    assert all(d.message == "expected an expression, found `*`" for d in diags)
