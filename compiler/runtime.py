@@ -275,20 +275,20 @@ class Library:
                 self.__dict__[name] = fn
 
     def __getitem__(self, name: str) -> KinaFunction:
-        try:
-            return self.functions[name]
-        except KeyError:
-            raise KeyError(f"{self.path.name} has no function `{name}` "
-                           f"(it has: {', '.join(self.functions) or 'none'})") from None
+        if name not in self.functions:
+            raise KeyError(self._missing(name))
+        return self.functions[name]
 
     def __getattr__(self, name: str) -> KinaFunction:
         if name.startswith("_") or "functions" not in self.__dict__:
             raise AttributeError(name)
-        try:
-            return self.functions[name]
-        except KeyError:
-            raise AttributeError(f"{self.path.name} has no function `{name}` "
-                                 f"(it has: {', '.join(self.functions) or 'none'})") from None
+        if name not in self.functions:
+            raise AttributeError(self._missing(name))
+        return self.functions[name]
+
+    def _missing(self, name: str) -> str:
+        return (f"{self.path.name} has no function `{name}` "
+                f"(it has: {', '.join(self.functions) or 'none'})")
 
     def __contains__(self, name: str) -> bool:
         return name in self.functions

@@ -59,12 +59,8 @@ func.func @kina_f(%a: {t}, %b: {t}) -> {t} attributes {{llvm.emit_c_interface}} 
 
 
 @pytest.fixture(scope="module")
-def step_lib(tmp_path_factory):
-    so = tmp_path_factory.mktemp("step") / "step.so"
-    res = toolchain.compile_mlir(STEP_MLIR, so)
-    assert res.ok, res.diagnostics
-    build.write_artifacts(STEP_PROGRAM, so)
-    return so
+def step_lib(hand_written_lib):
+    return hand_written_lib("step", STEP_MLIR, STEP_PROGRAM)
 
 
 @pytest.mark.parametrize("tool", sorted(toolchain.TOOLS))

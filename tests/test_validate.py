@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, ir, toolchain, validate
+from compiler import ir, validate
 from compiler.types import f32, i64
 
 # `check(idx)` asserts every index is < 4 (the message emitted for ScatterAdd); `ok(a)` copies.
@@ -35,12 +35,8 @@ PROGRAM = ir.Program({
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    so = tmp_path_factory.mktemp("val") / "lib.so"
-    res = toolchain.compile_mlir(MLIR, so)
-    assert res.ok, res.diagnostics
-    build.write_artifacts(PROGRAM, so)
-    return so
+def lib(hand_written_lib):
+    return hand_written_lib("lib", MLIR, PROGRAM)
 
 
 def _run(lib: Path, inputs: dict, order: list[str]) -> dict:

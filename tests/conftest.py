@@ -1,0 +1,17 @@
+"""Shared fixtures for the compiler tests."""
+import pytest
+
+from compiler import build, toolchain
+
+
+@pytest.fixture(scope="module")
+def hand_written_lib(tmp_path_factory):
+    """Compile hand-written MLIR (with the ir.Program describing its functions) into a
+    library with its manifest, as `kinac build` would: hand_written_lib(name, mlir, program)."""
+    def make(name: str, mlir: str, program):
+        so = tmp_path_factory.mktemp(name) / f"{name}.so"
+        res = toolchain.compile_mlir(mlir, so)
+        assert res.ok, res.diagnostics
+        build.write_artifacts(program, so)
+        return so
+    return make
