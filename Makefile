@@ -11,7 +11,7 @@ KINA_TORCH ?= 1
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
-        vscode vscode-e2e goldens bench clean
+        vscode vscode-e2e goldens bench bench-deps bench-scaled bench-build clean
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -59,8 +59,19 @@ vscode-e2e: setup
 goldens: setup
 	$(PY) scripts/regen_goldens.py
 
+# Benchmarks (figures, no assertions; see benchmarks/README.md).  bench-deps installs the
+# optional peers (JAX) that bench_scaled.py compares against; without them their rows skip.
+bench-deps: setup
+	$(PY) -m pip install -q -e '.[bench]'
+
 bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+bench-scaled: bench-deps
+	$(PY) benchmarks/bench_scaled.py
+
+bench-build: setup
+	$(PY) benchmarks/bench_build.py
 
 clean:
 	rm -rf $(VENV) out artifacts .pytest_cache
