@@ -48,7 +48,7 @@ sys.path.insert(0, sys.argv[4])
 from compiler import build
 timings = {}
 t0 = time.perf_counter()
-res = build.build_file(sys.argv[1], sys.argv[2], int(sys.argv[3]), timings)
+res = build.build_file(sys.argv[1], sys.argv[2], int(sys.argv[3]), timings, cache=False)
 wall = time.perf_counter() - t0
 if not res.ok:
     build.print_diagnostics(res)
