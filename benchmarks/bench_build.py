@@ -8,8 +8,9 @@
 The curve: for each N, benchmarks/letgen.py writes a function of N lets over [R, C]
 tensors (seeded: the same text every run), and each level builds it in a child
 process (`kinac build`'s build_file, no build cache) killed after --timeout seconds.
-It prints the wall time, the stages, the child's peak RSS, and the growth exponent
-k of t ~ N^k between consecutive sizes (1 = linear, 2 = quadratic).  The splat row
+It prints the wall time, the CPU time (the child and the tools it runs: on a loaded
+machine the steadier figure), the stages (wall), the peak RSS, and the growth exponent
+k of cpu ~ N^k between consecutive sizes (1 = linear, 2 = quadratic).  The splat row
 builds `x + Tensor[F32, [S, S]]{1.5}` (a constant of S*S equal elements).
 
 --profile builds one program in this process with MLIR's pass timing on (the
@@ -43,17 +44,20 @@ TARGET_4000_S = 60.0
 
 # ---- one build in a child process ---------------------------------------------------------
 CHILD = r"""
-import json, resource, sys, time
+import inspect, json, resource, sys, time
 sys.path.insert(0, sys.argv[4])
 from compiler import build
 timings = {}
+nocache = {"cache": False} if "cache" in inspect.signature(build.build_file).parameters else {}
 t0 = time.perf_counter()
-res = build.build_file(sys.argv[1], sys.argv[2], int(sys.argv[3]), timings, cache=False)
+res = build.build_file(sys.argv[1], sys.argv[2], int(sys.argv[3]), timings, **nocache)
 wall = time.perf_counter() - t0
 if not res.ok:
     build.print_diagnostics(res)
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"ok": res.ok, "wall": wall, "timings": timings, "rss_mb": rss}))
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+rss = max(me.ru_maxrss, kids.ru_maxrss) / 1024
+print(json.dumps({"ok": res.ok, "wall": wall, "cpu": cpu, "timings": timings, "rss_mb": rss}))
 """
 
 
@@ -83,7 +87,7 @@ def _stages(r: dict) -> str:
 
 
 def curve(args, tmp: Path) -> dict:
-    print(f"\n{'lets':>6}{'level':>7}{'wall s':>9}{'k':>7}{'RSS MB':>9}  stages (s)")
+    print(f"\n{'lets':>6}{'level':>7}{'wall s':>9}{'cpu s':>8}{'k':>7}{'RSS MB':>9}  stages (s, wall)")
     results: dict = {}
     for level in args.levels:
         prev = None
@@ -94,10 +98,11 @@ def curve(args, tmp: Path) -> dict:
             results[n, level] = r
             k = ""
             if prev and r["ok"] and prev[1]["ok"]:
-                k = f"{math.log(r['wall'] / prev[1]['wall']) / math.log(n / prev[0]):.2f}"
+                k = f"{math.log(r['cpu'] / prev[1]['cpu']) / math.log(n / prev[0]):.2f}"
             rss = f"{r['rss_mb']:.0f}" if "rss_mb" in r else "-"
+            cpu = f"{r['cpu']:.2f}" if "cpu" in r else "-"
             wall = f"{r['wall']:.2f}" + ("" if r["ok"] else "!")
-            print(f"{n:>6}{'-O' + str(level):>7}{wall:>9}{k:>7}{rss:>9}  {_stages(r)}", flush=True)
+            print(f"{n:>6}{'-O' + str(level):>7}{wall:>9}{cpu:>8}{k:>7}{rss:>9}  {_stages(r)}", flush=True)
             prev = (n, r)
             if not r["ok"] and "timed out" in r.get("error", ""):
                 print(f"{'':>6}{'':>7}  (larger sizes at -O{level} skipped)")
@@ -113,7 +118,8 @@ def splat(args, tmp: Path) -> None:
     print(f"\nsplat literal {t}{{1.5}} + x:")
     for level in args.levels:
         r = build_in_child(src, level, args.timeout)
-        print(f"  -O{level}: {r['wall']:.2f} s{'' if r['ok'] else ' (failed)'}  {_stages(r)}", flush=True)
+        cpu = f", cpu {r['cpu']:.2f} s" if "cpu" in r else ""
+        print(f"  -O{level}: {r['wall']:.2f} s{cpu}{'' if r['ok'] else ' (failed)'}  {_stages(r)}", flush=True)
 
 
 # ---- a profile of one build ---------------------------------------------------------------------
@@ -183,6 +189,9 @@ with ir.Context() as ctx:
     t0 = time.perf_counter()
     engine.dump_to_object_file(str(work / "out.o"))
     print(f"code generation: {time.perf_counter() - t0:.3f} s", flush=True)
+import resource
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(f"CPU time of the whole profile: user {ru.ru_utime:.2f} s, system {ru.ru_stime:.2f} s", flush=True)
 """
 
 

@@ -29,6 +29,7 @@ printed); a Kina result off by more than 2e-3 stops the run.
 from __future__ import annotations
 
 import argparse
+import inspect
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,8 @@ def build_lib(source: str, name: str, opt_level: int, tmp: Path):
     path.write_text(source)
     timings: dict = {}
     t0 = time.perf_counter()
-    res = build.build_file(path, tmp / f"{name}_O{opt_level}.so", opt_level, timings, cache=False)
+    nocache = {"cache": False} if "cache" in inspect.signature(build.build_file).parameters else {}
+    res = build.build_file(path, tmp / f"{name}_O{opt_level}.so", opt_level, timings, **nocache)
     wall = time.perf_counter() - t0
     if not res.ok:
         build.print_diagnostics(res)
