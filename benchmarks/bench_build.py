@@ -13,11 +13,11 @@ machine the steadier figure), the stages (wall), the peak RSS, and the growth ex
 k of cpu ~ N^k between consecutive sizes (1 = linear, 2 = quadratic).  The splat row
 builds `x + Tensor[F32, [S, S]]{1.5}` (a constant of S*S equal elements).
 
---profile builds one program in this process with MLIR's pass timing on (the
--O2 pass pipeline's report, top passes by wall time), then times LLVM's part: the
-ExecutionEngine's optimisation and code generation, and the same LLVM IR through
-`opt -O2 -time-passes` and `llc -O2 -time-passes` of the llvm wheel (their top
-passes), so the stage that dominates is named, not guessed.
+--profile builds one program in a child process with MLIR's pass timing on (the
+-O2 pass pipeline's report, top passes by wall time) and kernel merging
+(compiler/llvm_stage.py), then LLVM's part as the build runs it: `mlir-translate`,
+`opt -O2 -time-passes` and `llc -O2 -time-passes` (their top passes), so the stage
+that dominates is named, not guessed.
 """
 from __future__ import annotations
 
@@ -150,10 +150,10 @@ def _llvm_top(report: str, n: int) -> list[str]:
 
 
 PROFILE_CHILD = r"""
-import sys, time
+import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from compiler import build, pipelines, toolchain
+from compiler import build, llvm_stage, pipelines
 from compiler.diagnostics import SourceText
 path, level, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[4])
 text = Path(path).read_text()
@@ -162,7 +162,7 @@ fe = {}
 mlir = build.front_end(text, path, fe, res)
 print("front end: " + ", ".join(f"{k} {v:.3f} s" for k, v in fe.items()), flush=True)
 passes = pipelines.passes_for(mlir, level, work)
-ir, passmanager, ee = pipelines.engine_module()
+ir, passmanager, _ = pipelines.engine_module()
 with ir.Context() as ctx:
     ctx.enable_multithreading(False)
     module = ir.Module.parse(mlir)
@@ -178,20 +178,15 @@ with ir.Context() as ctx:
     print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)
     del pm
     pipelines._append_packed(ir, module)
-    (work / "lowered.mlir").write_text(str(module))
+    t0 = time.perf_counter()
+    merged = llvm_stage.dedupe_kernels(ir, module)
+    lowered = str(module)
     n_funcs = sum(1 for op in module.body.operations if op.operation.name == "llvm.func")
-    print(f"lowered module: {len(str(module)) / 1e6:.1f} MB of text, {n_funcs} llvm.func", flush=True)
-    if pipelines.calls_async_runtime(ir, module):
-        pipelines._load_globally(toolchain.async_runtime_library())
-    t0 = time.perf_counter()
-    engine = ee.ExecutionEngine(module, opt_level=2, shared_libs=[], enable_object_dump=True, enable_pic=True)
-    print(f"ExecutionEngine (LLVM -O2 middle end): {time.perf_counter() - t0:.3f} s", flush=True)
-    t0 = time.perf_counter()
-    engine.dump_to_object_file(str(work / "out.o"))
-    print(f"code generation: {time.perf_counter() - t0:.3f} s", flush=True)
-import resource
+    print(f"kernel merging: {time.perf_counter() - t0:.3f} s ({merged} merged); lowered module: "
+          f"{len(lowered) / 1e6:.1f} MB of text, {n_funcs} llvm.func", flush=True)
+(work / "lowered.mlir").write_text(lowered)
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(f"CPU time of the whole profile: user {ru.ru_utime:.2f} s, system {ru.ru_stime:.2f} s", flush=True)
+print(f"CPU time of the in-process part: user {ru.ru_utime:.2f} s, system {ru.ru_stime:.2f} s", flush=True)
 """
 
 
@@ -216,12 +211,14 @@ def profile(args, tmp: Path) -> int:
 
 def llvm_profile(tmp: Path, top: int) -> int:
     from compiler import toolchain
+    from compiler.llvm_stage import host_target
     llvm_bin = toolchain.find_tool("llc").parent
     translate = toolchain.find_tool("mlir-translate")
     ll, opt_ll = tmp / "lowered.ll", tmp / "opt.ll"
     steps = [("mlir-translate", [str(translate), "--mlir-to-llvmir", str(tmp / "lowered.mlir"), "-o", str(ll)]),
-             ("opt -O2", [str(llvm_bin / "opt"), "-O2", "-mcpu=native", "-time-passes", "-S", str(ll), "-o", str(opt_ll)]),
-             ("llc -O2", [str(llvm_bin / "llc"), "-O2", "-mcpu=native", "-time-passes", "-filetype=obj",
+             ("opt -O2", [str(llvm_bin / "opt"), "-O2", *host_target(), "-time-passes", "-S", str(ll),
+                          "-o", str(opt_ll)]),
+             ("llc -O2", [str(llvm_bin / "llc"), "-O2", *host_target(), "-time-passes", "-filetype=obj",
                           "-relocation-model=pic", str(opt_ll), "-o", str(tmp / "llc.o")])]
     for name, cmd in steps:
         if not Path(cmd[0]).exists():

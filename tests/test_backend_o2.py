@@ -69,3 +69,31 @@ def test_merged_kernels_compute_each_call_on_its_own_operands(tmp_path):
 def test_llvm_targets_the_host_triple():
     flags = llvm_stage.host_target()
     assert flags[-1] == "-mcpu=native" and flags[0].startswith("-mtriple=")
+
+
+SPLAT = """
+fn big(x: Tensor[F32, [300, 300]]) -> Tensor[F32, [300, 300]] {
+  let c = Tensor[F32, [300, 300]]{1.5} in
+  let z = Tensor[F32, [300, 300]]{} in
+  let y = x + c + z in
+  y
+}
+"""
+
+
+def test_large_splat_literals_are_fills_not_element_lists(tmp_path):
+    """A [10000, 10000] splat used to be written element by element into the object file."""
+    src = tmp_path / "s.kina"
+    src.write_text(SPLAT)
+    res = build.BuildResult(False, source=build.SourceText(SPLAT, str(src)))
+    mlir = build.front_end(SPLAT, str(src), {}, res)
+    assert "tensor<300x300xf32>" in mlir and "dense<1.5> : tensor<300x300xf32>" not in mlir
+    assert mlir.count("linalg.fill") >= 2
+    small = "fn f(x: Tensor[F32, [2, 2]]) -> Tensor[F32, [2, 2]] {\n  x * Tensor[F32, [2, 2]]{2.0}\n}\n"
+    assert "dense<2.0> : tensor<2x2xf32>" in build.front_end(small, "f.kina", {}, build.BuildResult(
+        False, source=build.SourceText(small, "f.kina")))                # small splats stay constants
+    for level in (0, 2):
+        out = build.build_file(src, tmp_path / f"s{level}.so", level)
+        assert out.ok, out.diagnostics
+        x = np.arange(90000, dtype=np.float32).reshape(300, 300)
+        np.testing.assert_array_equal(runtime.load(out.so_path).big(x), x + np.float32(1.5))
