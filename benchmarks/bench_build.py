@@ -171,12 +171,9 @@ with ir.Context() as ctx:
         pipelines.tag_vectorizable(ir, module); pipelines.tag_transposes(ir, module)
         pipelines.rewrite_scatters(ir, module); pipelines.tag_parallel_generics(ir, module)
     print(f"tagging: {time.perf_counter() - t0:.3f} s", flush=True)
-    pm = passmanager.PassManager.parse(pipelines.pipeline_text(passes))
-    pm.enable_timing()
     t0 = time.perf_counter()
-    pm.run(module.operation)
+    pipelines.run_passes(ir, passmanager, module, passes, enable_timing=True)
     print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)
-    del pm
     pipelines._append_packed(ir, module)
     t0 = time.perf_counter()
     merged = llvm_stage.dedupe_kernels(ir, module)

@@ -89,11 +89,18 @@ O0_PASSES = [
 # Buffers up to this size become stack allocations at -O2 (no malloc/free per call).
 # Small on purpose: every promoted buffer of a function is live in its frame at once.
 STACK_BUFFER_BYTES = 4096
+# Not a pass: between the passes before and after it, `unshare_empty_tensors` runs in the
+# "engine" back end (a Python hook; the mlir-opt command line of `kinac emit --llvm` skips it).
+UNSHARE_SLOT = "@unshare-empties"
 O2_PASSES = [
     "--inline",
     "@transforms",
     "--canonicalize",
     "--cse",
+    # CSE merges every `tensor.empty` of one type into one value that thousands of ops then
+    # write into, and one-shot bufferization's conflict analysis of that value's uses is
+    # quadratic (a 4,000-let function: 70 s of an 81 s build): see unshare_empty_tensors.
+    UNSHARE_SLOT,
     *_BUFFERIZE,
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
@@ -404,6 +411,62 @@ def _transform_slot(work_dir: str | Path | None) -> list[str]:
     return transform_flags(library)
 
 
+def hook_segments(passes: list[str]) -> list[list[str]]:
+    """The pass list cut at each UNSHARE_SLOT (unshare_empty_tensors runs between segments)."""
+    out: list[list[str]] = [[]]
+    for p in passes:
+        if p == UNSHARE_SLOT:
+            out.append([])
+        else:
+            out[-1].append(p)
+    return out
+
+
+def run_passes(ir, passmanager, module, passes: list[str], enable_timing: bool = False) -> None:
+    """Run a pass list (passes_for) on a module in this process, hooks included."""
+    for k, part in enumerate(hook_segments(passes)):
+        if k:
+            unshare_empty_tensors(ir, module)
+        pm = passmanager.PassManager.parse(pipeline_text(part))
+        if enable_timing:
+            pm.enable_timing()
+        pm.run(module.operation)
+
+
+def without_hooks(passes: list[str]) -> list[str]:
+    """The pass list for mlir-opt, which cannot run the Python hooks."""
+    return [p for p in passes if p != UNSHARE_SLOT]
+
+
+# Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
+# into one buffer again once its last reader is done (the scaled step ran 31 ms with shared
+# empties, 46 ms with one per use); its analysis costs ~(uses)^2, so groups stay small.
+EMPTY_GROUP = 64
+
+
+def unshare_empty_tensors(ir, module) -> int:
+    """Split the uses of every tensor.empty with more than EMPTY_GROUP uses into groups
+    of EMPTY_GROUP, each with its own clone (static shapes: no operands; the clones sit
+    with the original, which dominates every use); returns how many clones were made."""
+    empties = []
+
+    def visit(op):
+        if op.name == "tensor.empty" and len(op.operands) == 0:
+            empties.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    made = 0
+    for e in empties:
+        uses = [(u.owner, u.operand_number) for u in e.results[0].uses]
+        for start in range(EMPTY_GROUP, len(uses), EMPTY_GROUP):
+            clone = e.clone(ip=ir.InsertionPoint(e))
+            for owner, number in uses[start:start + EMPTY_GROUP]:
+                owner.operands[number] = clone.results[0]
+            made += 1
+    return made
+
+
 def pipeline_text(passes: list[str]) -> str:
     """mlir-opt flags -> a textual pass pipeline: `--name=opts` becomes `name{opts}`,
     func-only passes are nested in func.func(...)."""
@@ -489,7 +552,7 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 tag_transposes(ir, module)
                 rewrite_scatters(ir, module)
                 tag_parallel_generics(ir, module)
-            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+            run_passes(ir, passmanager, module, passes)
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)

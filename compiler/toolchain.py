@@ -49,7 +49,7 @@ from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and 
     CIFACE_PREFIX, F8_ONLY, FUNC_PASSES, INLINE_LOC_RE, LOW_PRECISION, MATMUL_TILE, MLIR_OPT_FLAGS,
     O0_PASSES, O2_PASSES, PACKED_PREFIX, PIPELINES, STACK_BUFFER_BYTES, TRANSFORM_ENTRY, TRANSFORM_LIBRARY,
     Pipeline, StageFailed, ToolchainError, add_packed_entry_points, engine_module, engine_object,
-    packed_entry_point, packed_symbol, passes_for, pipeline_for, pipeline_text, tag_vectorizable,
+    packed_entry_point, packed_symbol, passes_for, pipeline_for, pipeline_text, tag_vectorizable, without_hooks,
     transform_flags, uses_f8)
 
 
@@ -236,7 +236,7 @@ def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path,
     """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
     src, llvm_mlir, ll = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll"))
     src.write_text(mlir_text)
-    _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
+    _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *without_hooks(passes), "-o", str(llvm_mlir)], timings, "mlir-opt")
     llvm_mlir.write_text(add_packed_entry_points(llvm_mlir.read_text()))
     _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
     _run("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
@@ -275,7 +275,7 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | 
         passes = passes_for(mlir_text, opt_level, tmp)
         (tmp / "in.mlir").write_text(mlir_text)
         try:
-            _run("mlir-opt", [str(tmp / "in.mlir"), *MLIR_OPT_FLAGS, *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
+            _run("mlir-opt", [str(tmp / "in.mlir"), *MLIR_OPT_FLAGS, *without_hooks(passes), "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
             (tmp / "o.mlir").write_text(add_packed_entry_points((tmp / "o.mlir").read_text()))
             _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
                  timings, "mlir-translate")
