@@ -107,6 +107,19 @@ class ItemResult:
     mentions: frozenset[str] = frozenset()
     result: check.FunctionResult | None = None
     check_key: tuple | None = None       # what `result` was computed against
+    # document-offset copies: kind ("fn" | "ir") -> (offset, copy).  An item that did not
+    # change and did not move hands out the copy the previous snapshot made.
+    shifted: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def at(self, kind: str, offset: int):
+        """This item's AST ("fn") or IR function ("ir") with spans at `offset`."""
+        hit = self.shifted.get(kind)
+        if hit is not None and hit[0] == offset:
+            return hit[1]
+        local = self.fn if kind == "fn" else (self.result.function if self.result else None)
+        copy = shift(local, offset) if local is not None else None
+        self.shifted[kind] = (offset, copy)
+        return copy
 
 
 @dataclass
@@ -120,6 +133,16 @@ class Item:
     def name(self) -> str:
         return self.res.name
 
+    @property
+    def fn(self) -> ast.FnDef | None:
+        """The item's AST in document spans (cached across snapshots while it stays put)."""
+        return self.res.at("fn", self.offset)
+
+    @property
+    def ir(self) -> ir.Function | None:
+        """The item's typed IR in document spans, if it checked (cached likewise)."""
+        return self.res.at("ir", self.offset)
+
 
 @dataclass
 class LastGood:
@@ -131,7 +154,10 @@ class LastGood:
 # ---- the snapshot ---------------------------------------------------------------------
 class Snapshot:
     """The analysis of one version of the text.  Cheap things are computed eagerly
-    (diagnostics); document-offset copies of ASTs and IR lazily."""
+    (diagnostics); document-offset copies of ASTs and IR lazily, per item, and reused
+    by the next snapshot for every item that neither changed nor moved.  Queries about
+    one place (function_at, ir_function_at, type_at, definition) touch only the item
+    there; the whole-document views (module, program, types) copy every item."""
 
     def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
                  good: set[str], last_good: dict[str, LastGood]):
@@ -149,19 +175,39 @@ class Snapshot:
 
     @cached_property
     def module(self) -> ast.Module:
-        return ast.Module([shift(it.res.fn, it.offset) for it in self.items if it.res.fn is not None],
-                          Span(0, len(self.text)))
+        return ast.Module([it.fn for it in self.items if it.res.fn is not None], Span(0, len(self.text)))
 
     @cached_property
     def program(self) -> ir.Program:
         """The functions that checked cleanly (not recursive, first definitions), document spans."""
-        return ir.Program({it.name: shift(it.res.result.function, it.offset)
-                           for it in self._first_defs().values() if it.name in self._good})
+        return ir.Program({it.name: it.ir for it in self._first_defs().values() if it.name in self._good})
 
     @cached_property
     def functions(self) -> dict[str, "FunctionInfo"]:
-        return {name: FunctionInfo(shift(it.res.fn, it.offset), it.res.signature)
-                for name, it in self._first_defs().items()}
+        return {name: FunctionInfo(it.fn, it.res.signature) for name, it in self._first_defs().items()}
+
+    # ---- one function (document spans), without copying the others
+    def function_at(self, offset: int) -> ast.FnDef | None:
+        """The parsed function whose item contains offset."""
+        it = self.item_at(offset)
+        return it.fn if it is not None and it.res.fn is not None else None
+
+    def function_named(self, name: str) -> ast.FnDef | None:
+        """The first definition of a function that parsed."""
+        it = self._first_defs().get(name)
+        return it.fn if it is not None else None
+
+    def ir_function_at(self, offset: int) -> ir.Function | None:
+        """The typed IR of the function at offset, when it is part of the program."""
+        it = self.item_at(offset)
+        if it is None or it.name not in self._good or self._first_defs().get(it.name) is not it:
+            return None
+        return it.ir
+
+    def local_functions(self):
+        """(item offset, FnDef in item-local spans) of every parsed function, in text order:
+        names, parameters and types without copying any AST."""
+        return [(it.offset, it.res.fn) for it in self.items if it.res.fn is not None]
 
     @cached_property
     def types(self) -> list[check.TypeFact]:
@@ -174,6 +220,10 @@ class Snapshot:
         return dict(self._last_good)
 
     def _first_defs(self) -> dict[str, Item]:
+        return self._first
+
+    @cached_property
+    def _first(self) -> dict[str, Item]:
         out = {}
         for it in self.items:
             if it.res.fn is not None:
@@ -189,13 +239,18 @@ class Snapshot:
 
     def type_at(self, offset: int) -> check.TypeFact | None:
         """The innermost TypeFact whose span contains offset.  When the function does
-        not parse, its last good types are used (their positions may be stale)."""
+        not parse, its last good types are used, but only in front of the first
+        character that changed since: there the text is the same and, types flowing
+        forward through the let chain, so are the types.  Past it, a fact could sit at
+        a shifted position or describe code that is gone, so none is shown."""
         it = self.item_at(offset)
         if it is None:
             return None
         facts = it.res.result.types if it.res.result else []
         if not facts and it.name in self._last_good:
-            facts = self._last_good[it.name].result.types
+            good = self._last_good[it.name]
+            same = _common_prefix(good.text, it.res.text)
+            facts = [f for f in good.result.types if f.span.end < same]
         local = offset - it.offset
         inside = [f for f in facts if f.span.start <= local <= f.span.end]
         if not inside:
@@ -251,10 +306,74 @@ class Snapshot:
         return sorted(out, key=lambda s: (s.start, s.end))
 
 
+    def rename_conflict(self, offset: int, new: str) -> tuple[str, Span | None] | None:
+        """Why renaming the name at offset to `new` would change what the program means,
+        as (message, span of the clashing name or None); None when the rename is safe."""
+        sym = self._symbol_at(offset)
+        if sym is None:
+            return None
+        if sym[0] == "fn":
+            return self._function_rename_conflict(sym[1], new)
+        _, it, target = sym
+        symbols, fn = it.res.symbols, it.res.fn
+        if symbols.defs.get(target) == new:
+            return None
+        params = {p.name_span for p in fn.params}
+        for span, name in symbols.defs.items():
+            if name == new:
+                what = "a parameter" if span in params else "a let"
+                return f"`{new}` is already {what} of `{fn.name}`", span.shift(it.offset)
+        free = _free_names(symbols, fn)
+        if new in free:
+            return (f"`{fn.name}` uses an unbound `{new}`; the renamed binding would capture it",
+                    free[new].shift(it.offset))
+        return None
+
+    def _function_rename_conflict(self, old: str, new: str) -> tuple[str, Span | None] | None:
+        if old == new:
+            return None
+        for it in self.items:
+            if it.name == new:
+                span = it.res.fn.name_span.shift(it.offset) if it.res.fn else Span(it.offset, it.offset)
+                return f"a function named `{new}` already exists", span
+        for it in self.items:
+            for span, callee in (it.res.symbols.calls if it.res.symbols else ()):
+                if callee == new:
+                    return (f"`{it.name}` calls an undefined `{new}`; the renamed function would capture "
+                            "that call", span.shift(it.offset))
+        return None
+
+
+def _free_names(sym: Symbols, fn: ast.FnDef) -> dict[str, Span]:
+    """Names used in fn that no parameter or let binds (first use of each)."""
+    out: dict[str, Span] = {}
+    stack = [fn.body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, ast.Name) and e.span not in sym.uses and e.span not in sym.defs:
+            if e.id not in out or e.span.start < out[e.id].start:
+                out[e.id] = e.span
+        stack.extend(parse.children(e))
+    return out
+
+
 @dataclass
 class FunctionInfo:
     fn: ast.FnDef
     signature: check.Signature | None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of a and b."""
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    while lo < hi:                       # binary search on slice equality: C-speed compares
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _shift_fact(fact, delta: int):
@@ -320,7 +439,9 @@ class Analysis:
         if res.result is not None and res.check_key == _with_names(key, res.result, signatures):
             return res
         result = check.check_function(res.fn, signatures)
-        return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures))
+        kept = {k: v for k, v in res.shifted.items() if k == "fn"}   # same text: same AST
+        return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures),
+                                   shifted=kept)
 
     # ---- module level
     @staticmethod

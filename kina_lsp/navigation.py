@@ -1,14 +1,17 @@
 """Definition, references, rename and document symbols.
 
-Name resolution is the compiler's (Snapshot.definition / references); this
-module only turns spans into LSP locations and edits, and guards rename so
-that it can only produce a program that still names the same things.
+Name resolution is the compiler's (Snapshot.definition / references /
+rename_conflict); this module only turns spans into LSP locations and edits,
+and guards rename so that it can only produce a program that still names the
+same things.  A refused rename is an LSP RequestFailed error (-32803) whose
+message says why; editors show it as it is.
 """
 from __future__ import annotations
 
 import re
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 
 from compiler.diagnostics import Span
 from compiler.ops import OPS
@@ -27,6 +30,11 @@ def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
         if m.start() <= offset <= m.end():
             return m.group(), m.start(), m.end()
     return None
+
+
+class RenameRefused(JsonRpcException):
+    """The rename cannot be done as asked (LSP RequestFailed)."""
+    CODE = -32803
 
 
 def _safe(fn, *args, default=None):
@@ -80,29 +88,41 @@ def prepare_rename(view, offset: int):
     return lsp.PrepareRenamePlaceholder(range=view.index.range(Span(start, end)), placeholder=name)
 
 
+def check_new_name(new_name) -> None:
+    if not isinstance(new_name, str) or not IDENT.fullmatch(new_name):
+        raise RenameRefused(f"`{new_name}` is not a valid Kina name: use letters, digits and `_`, "
+                            "not starting with a digit")
+    if new_name in RESERVED:
+        what = "a keyword" if new_name in KEYWORDS else "a built-in op" if new_name in OPS else "reserved"
+        raise RenameRefused(f"`{new_name}` is {what} in Kina and cannot name a function, parameter or let")
+
+
 def rename(view, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | None:
-    if not IDENT.fullmatch(new_name) or new_name in RESERVED:
-        raise ValueError(f"`{new_name}` is not a name a Kina program can define")
+    check_new_name(new_name)
     if prepare_rename(view, offset) is None:
-        return None
+        raise RenameRefused("there is no function, parameter or let to rename here")
+    conflict = view.snapshot.rename_conflict(offset, new_name)
+    if conflict is not None:
+        message, span = conflict
+        where = f" (line {view.index.position(span.start).line + 1})" if span is not None else ""
+        raise RenameRefused(f"cannot rename to `{new_name}`: {message}{where}")
     edits = [lsp.TextEdit(range=view.index.range(Span(s, e)), new_text=new_name)
              for s, e in _name_spans(view, offset)]
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
 def document_symbols(view) -> list[lsp.DocumentSymbol]:
-    module = view.snapshot.module
     out = []
-    for fn in (module.functions if module else ()):
+    for offset, fn in view.snapshot.local_functions():   # item-local spans: nothing is copied
+        rng = lambda span: view.index.range(span.shift(offset))  # noqa: E731
         kids = [lsp.DocumentSymbol(name=p.name, detail=astutil.type_text(p.type), kind=lsp.SymbolKind.Variable,
-                                   range=view.index.range(p.span), selection_range=view.index.range(p.name_span))
+                                   range=rng(p.span), selection_range=rng(p.name_span))
                 for p in fn.params]
         for let in astutil.lets(fn):
             for n in let.names:
                 kids.append(lsp.DocumentSymbol(name=n.id, kind=lsp.SymbolKind.Variable,
-                                               range=view.index.range(n.span),
-                                               selection_range=view.index.range(n.span)))
+                                               range=rng(n.span), selection_range=rng(n.span)))
         out.append(lsp.DocumentSymbol(
             name=fn.name, detail=astutil.signature(fn), kind=lsp.SymbolKind.Function,
-            range=view.index.range(fn.span), selection_range=view.index.range(fn.name_span), children=kids))
+            range=rng(fn.span), selection_range=rng(fn.name_span), children=kids))
     return out
