@@ -114,13 +114,14 @@ def _run_validation(text: str, path: str, progress, cancel: threading.Event):
     """Worker thread: validate a copy of the buffer (unsaved edits included)."""
     from compiler.validate import ValidationReport, validate_file
     if cancel.is_set():      # cancelled while it waited for a free build worker
-        report = ValidationReport(path)
-        report.cancelled = True
-        return report
-    with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
-        copy = Path(tmp) / Path(path).name
-        copy.write_text(text, encoding="utf-8")
-        return validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+        report = ValidationReport(path, cancelled=True)
+    else:
+        with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
+            copy = Path(tmp) / Path(path).name
+            copy.write_text(text, encoding="utf-8")
+            report = validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+    log.info("build & validate of %s stopped: %s", path, "cancelled" if report.cancelled else "finished")
+    return report
 
 
 async def build_and_validate(server, uri: str) -> dict:

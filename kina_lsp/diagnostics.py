@@ -18,7 +18,10 @@ Two ways to deliver them, chosen from the client's capabilities at initialize:
   that pulls and also receives pushes would show everything twice).
 
 "Build & validate" results (commands.py) are extra diagnostics of the text that
-was validated; they are pushed, or announced with workspace/diagnostic/refresh.
+was validated, until the next edit.  A pushing client gets them with the rest; a
+pulling client that accepts workspace/diagnostic/refresh gets them in its next
+pull (the server asks it to pull); a pulling client without refresh gets them
+pushed on their own (and never in a pull, so nothing is shown twice).
 """
 from __future__ import annotations
 
@@ -75,9 +78,25 @@ class Publisher:
         ws = capabilities.workspace if capabilities else None
         self.refresh = bool(ws and ws.diagnostics and ws.diagnostics.refresh_support)
 
-    def diagnostics(self, uri: str, view) -> list[lsp.Diagnostic]:
+    def diagnostics(self, uri: str, view, extra: bool = True) -> list[lsp.Diagnostic]:
+        out = [to_lsp(d, view.index, uri) for d in view.snapshot.diagnostics]
+        return out + list(self.documents.state(uri).extra) if extra else out
+
+    @property
+    def _extras_pushed(self) -> bool:
+        """Validation results go out as pushes of their own (a pulling client without refresh)."""
+        return self.pull and not self.refresh
+
+    def set_extra(self, uri: str, extra: list[lsp.Diagnostic], view, version) -> None:
+        self.documents.state(uri).extra = extra
+        self.publish(uri, view, version)
+
+    def edited(self, uri: str) -> None:
+        """An edit makes validation results stale: drop them (and un-push them)."""
         st = self.documents.state(uri)
-        return [to_lsp(d, view.index, uri) for d in view.snapshot.diagnostics] + list(st.extra)
+        had, st.extra = st.extra, []
+        if had and self._extras_pushed:
+            self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     # ---- push
     def schedule(self, uri: str, immediate: bool = False) -> None:
@@ -109,15 +128,18 @@ class Publisher:
 
     def publish(self, uri: str, view, version) -> None:
         """Deliver the current diagnostics of uri: a push, or (pull mode) a refresh request."""
+        if self._extras_pushed:
+            self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
+                uri=uri, diagnostics=list(self.documents.state(uri).extra), version=version))
+            return
         if self.pull:
-            if self.refresh:
-                self.server.workspace_diagnostic_refresh(None)
+            self.server.workspace_diagnostic_refresh(None)
             return
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri=uri, diagnostics=self.diagnostics(uri, view), version=version))
 
     def clear(self, uri: str) -> None:
-        if not self.pull:
+        if not self.pull or self._extras_pushed:
             self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     # ---- pull
@@ -131,7 +153,7 @@ class Publisher:
         if view is None or latest is None or latest[1] != cur[1]:
             raise JsonRpcException(code=SERVER_CANCELLED, message="the document changed; ask again",
                                    data={"retriggerRequest": True})
-        items = self.diagnostics(uri, view)
+        items = self.diagnostics(uri, view, extra=not self._extras_pushed)
         rid = _result_id(items)
         if params.previous_result_id == rid:
             return lsp.RelatedUnchangedDocumentDiagnosticReport(result_id=rid)

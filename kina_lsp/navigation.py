@@ -93,7 +93,9 @@ def check_new_name(new_name) -> None:
         raise RenameRefused(f"`{new_name}` is not a valid Kina name: use letters, digits and `_`, "
                             "not starting with a digit")
     if new_name in RESERVED:
-        what = "a keyword" if new_name in KEYWORDS else "a built-in op" if new_name in OPS else "reserved"
+        dtypes = {d.value for d in DType}
+        what = ("a dtype name, a reserved word" if new_name in dtypes else "a keyword" if new_name in KEYWORDS
+                else "a built-in op" if new_name in OPS else "reserved")
         raise RenameRefused(f"`{new_name}` is {what} in Kina and cannot name a function, parameter or let")
 
 

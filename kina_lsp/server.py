@@ -104,8 +104,7 @@ class KinaServer(LanguageServer):
         cur = self.buffer(uri)
         if view is None or cur is None or view.text != text:
             return
-        self.documents.state(uri).extra = commands.validation_diagnostics(view, failing)
-        self.publisher.publish(uri, view, cur[1])
+        self.publisher.set_extra(uri, commands.validation_diagnostics(view, failing), view, cur[1])
 
 
 server = KinaServer()
@@ -205,7 +204,7 @@ def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams):
 @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
 @safe()
 def did_change(ls: KinaServer, params: lsp.DidChangeTextDocumentParams):
-    ls.documents.state(params.text_document.uri).extra = []  # validation results are for the old text
+    ls.publisher.edited(params.text_document.uri)  # validation results are for the old text
     ls.publisher.schedule(params.text_document.uri)
 
 

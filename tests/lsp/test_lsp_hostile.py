@@ -5,10 +5,12 @@ traceback, and the server keeps serving.  (Issue 12, findings F4-F6.)"""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
-from rawlsp import RawServer, frame
+from rawlsp import ROOT, RawServer, frame
 
 URI = "file:///tmp/kina-hostile/a.kina"
 GOOD = """fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {
@@ -188,3 +190,78 @@ def test_a_flood_of_frames_is_answered_in_order(server):
                          for i in ids))
     answered = [server.response(i)["id"] for i in ids]
     assert answered == ids
+
+
+# ---- F7: $/cancelRequest stops a build ------------------------------------------------------------
+def _children(pid: int) -> list[str]:
+    """Command lines of the live descendants of pid (from /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = open(f"/proc/{p}/task/{p}/children").read().split()
+        except OSError:
+            continue
+        for k in kids:
+            try:
+                out.append(open(f"/proc/{k}/cmdline", "rb").read().replace(b"\0", b" ").decode())
+            except OSError:
+                pass
+            todo.append(int(k))
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
+def test_cancel_request_stops_build_and_validate():
+    text = (ROOT / "examples" / "storylm0_train_step.kina").read_text(encoding="utf-8")
+    uri = "file:///tmp/kina-hostile/train_step.kina"
+    with RawServer(args=["--log-level", "INFO"]) as s:
+        s.initialize(capabilities={"window": {"workDoneProgress": True}})
+        s.open(uri, text)
+        s.diagnostics(uri, 1)
+        s.send({"jsonrpc": "2.0", "id": "build-1", "method": "workspace/executeCommand",
+                "params": {"command": "kina.buildAndValidate", "arguments": [uri]}})
+        s.notification("$/progress", where=lambda p: p["value"]["kind"] == "begin")
+        s.notify("$/cancelRequest", {"id": "build-1"})
+        reply = s.response("build-1")
+        assert reply["error"]["code"] == -32800
+        s.notification("$/progress", where=lambda p: p["value"]["kind"] == "end" and "cancelled" in p["value"]["message"])
+        deadline = time.monotonic() + 120          # the worker notices at its next check and stops
+        while b"build & validate of" not in s.stderr:
+            assert time.monotonic() < deadline, s.stderr.decode()[-2000:]
+            time.sleep(0.1)
+        assert b"stopped: cancelled" in s.stderr
+        assert not [c for c in _children(s.proc.pid) if "compiler.validate" in c]
+        hover = s.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}})
+        assert "error" not in hover
+        messages = [m["params"]["message"] for m in s.seen if m.get("method") == "window/showMessage"]
+        assert not [m for m in messages if "passed" in m]
+
+
+# ---- the request budget ---------------------------------------------------------------------------
+def test_a_request_during_a_long_analysis_is_answered_within_its_budget():
+    """A function of 200,000 tokens takes seconds to parse after each edit; a hover in
+    another function meanwhile is answered at once (empty), not after the analysis."""
+    big = "fn big() -> Tensor[F32, [100000]] {\n  Tensor[F32, [100000]] { " + ", ".join(["1.0"] * 100_000) + " }\n}\n"
+    text = GOOD + big
+    uri = "file:///tmp/kina-hostile/big.kina"
+    with RawServer() as s:
+        s.initialize(options={"requests": {"budgetMs": 100}})
+        s.open(uri, text)
+        s.diagnostics(uri, 1, timeout=120)
+        edited = text.replace("1.0, 1.0", "2.0, 1.0", 1)
+        s.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                            "contentChanges": [{"text": edited}]})
+        reply = s.request("textDocument/hover", {"textDocument": {"uri": uri},
+                                                 "position": {"line": 2, "character": 2}})
+        assert reply["result"] is None
+        published = [m for m in s.seen if m.get("method") == "textDocument/publishDiagnostics"
+                     and m["params"].get("version") == 2]
+        assert not published          # the answer came before the analysis it did not wait for
+        s.diagnostics(uri, 2, timeout=120)
+        hover_works_on(s, uri)        # once the analysis is done, requests get it
+
+
+def hover_works_on(s: RawServer, uri: str) -> None:
+    reply = s.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 2, "character": 2}})
+    assert "Tensor[F32, [2, 3], @host]" in reply["result"]["contents"]["value"]
