@@ -32,7 +32,9 @@ import functools
 import inspect
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -397,8 +399,21 @@ def _serve_tcp(args) -> int:
     return server.start_tcp(host, args.port, token, announce)
 
 
+def _neutral_working_directory() -> str:
+    """Move into a fresh private directory.  An editor starts the server in the folder it
+    has open; everything the server starts (the validator's child process runs
+    `python -m compiler.validate`) would otherwise find that folder's own `compiler/`
+    or `numpy.py` first.  Nothing the server does depends on its working directory."""
+    path = tempfile.mkdtemp(prefix="kina-lsp-cwd-")
+    os.chdir(path)
+    return path
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.token_file:
+        args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory
+    cwd = _neutral_working_directory()
     level = logging.getLevelName(args.log_level.upper())
     logging.basicConfig(stream=sys.stderr, level=level if isinstance(level, int) else logging.WARNING,
                         format="kina-lsp %(levelname)s %(name)s: %(message)s")
@@ -413,5 +428,6 @@ def main(argv=None) -> int:
     finally:
         server.documents.shutdown()
         sys.stderr.flush()
+        shutil.rmtree(cwd, ignore_errors=True)
     # worker threads (a running validation) must not keep a server without a client alive
     os._exit(code)
