@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -381,32 +382,52 @@ def _shift_fact(fact, delta: int):
 
 
 # ---- the incremental driver ------------------------------------------------------------
+GONE_ITEMS = 256   # results kept for items no longer in the text
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
     def __init__(self, path: str = "<input>"):
         self.path = path
-        self._items: dict[str, ItemResult] = {}     # item text -> results
+        self._items: dict[str, ItemResult] = {}     # item text -> results, for the current text
+        # results of items that are gone, most recent last: an undo, a revert or a paste of
+        # an older version finds them here instead of re-checking every function
+        self._gone: OrderedDict[str, ItemResult] = OrderedDict()
         self._ad: dict[tuple, list[Diagnostic]] = {}
         self._last_good: dict[str, LastGood] = {}
         self.snapshot: Snapshot | None = None
+        # the signatures of the last update, and the results valid under them: while no
+        # signature changes (the usual edit: inside a body), those need no key comparison
+        self._last_sig_keys: dict | None = None
+        self._valid: dict[int, ItemResult] = {}
 
     def update(self, text: str) -> Snapshot:
         chunks = parse.split_items(text)
         diags = parse.gaps(text, chunks)
         items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name)) for c in chunks]
-        self._items = {it.res.text: it.res for it in items}     # forget items that are gone
+        current = {it.res.text: it.res for it in items}
+        for old_text, res in self._items.items():
+            if old_text not in current:
+                self._gone[old_text] = res
+                self._gone.move_to_end(old_text)
+        while len(self._gone) > GONE_ITEMS:
+            self._gone.popitem(last=False)
+        self._items = current
         first = self._first_definitions(items, diags)
         signatures = {name: it.res.signature for name, it in first.items()}
         sig_keys = {name: it.res.sig_key for name, it in first.items()}
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
+        same_signatures = sig_keys == self._last_sig_keys
+        valid = {}
         for it in items:
-            it.res = self._checked(it.res, signatures, sig_keys)
+            if not (same_signatures and self._valid.get(id(it.res)) is it.res):
+                it.res = self._checked(it.res, signatures, sig_keys)
+            valid[id(it.res)] = it.res
             self._items[it.res.text] = it.res
             diags += _shifted(it.res.parse_diags, it.offset)
             if it.res.result is not None:
                 diags += [d for d in _shifted(it.res.result.diagnostics, it.offset)
                           if not _mentions_unparsed(d, text, unparsed)]
+        self._last_sig_keys, self._valid = sig_keys, valid
         good = self._good_functions(first, diags)
         self._remember_good(items)
         snap = Snapshot(text, self.path, items, [], good, dict(self._last_good))
@@ -418,6 +439,8 @@ class Analysis:
     # ---- per item
     def _item(self, text: str, name: str) -> ItemResult:
         res = self._items.get(text)
+        if res is None:
+            res = self._gone.pop(text, None)
         if res is not None:
             return res
         fn, pdiags = parse.parse_local(text)
@@ -472,7 +495,9 @@ class Analysis:
     def _remember_good(self, items: list[Item]) -> None:
         for it in items:
             if it.res.result is not None and it.res.result.function is not None:
-                self._last_good[it.name] = LastGood(it.res.text, it.res.result)
+                known = self._last_good.get(it.name)
+                if known is None or known.result is not it.res.result:
+                    self._last_good[it.name] = LastGood(it.res.text, it.res.result)
 
     def _ad_diagnostics(self, snap: Snapshot, first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.

@@ -107,3 +107,19 @@ class LineIndex:
 
     def span(self, rng: lsp.Range) -> Span:
         return Span(self.offset(rng.start), self.offset(rng.end))
+
+
+_RECENT: tuple = ()   # (text, encoding, LineIndex) of the last few texts, newest first
+
+
+def index_of(text: str, encoding="utf-16") -> LineIndex:
+    """The LineIndex of text, shared: after an edit the document (to apply the next edit)
+    and the analysis (to convert its spans) need the index of the same text object."""
+    global _RECENT
+    encoding = getattr(encoding, "value", encoding)
+    for t, enc, index in _RECENT:          # a tuple: safe to read while another thread replaces it
+        if t is text and enc == encoding:
+            return index
+    index = LineIndex(text, encoding)
+    _RECENT = ((text, encoding, index),) + _RECENT[:3]
+    return index

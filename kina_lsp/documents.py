@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from compiler.analysis import Analysis
 
-from .convert import LineIndex
+from .convert import LineIndex, index_of
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class DocState:
     view: View | None = None
     debounce: asyncio.Task | None = None
     extra: list = field(default_factory=list)   # LSP diagnostics from "Build & validate"
+    symbols: dict = field(default_factory=dict)  # navigation.document_symbols' per-function cache
 
 
 class Documents:
@@ -79,7 +80,7 @@ class Documents:
             log.exception("analysis failed for %s", st.uri)
             st.analysis = Analysis()  # its incremental state may be inconsistent now
             return None
-        st.view = View(snap, text, LineIndex(text, self._encoding()))
+        st.view = View(snap, text, index_of(text, self._encoding()))
         return st.view
 
     async def current(self, uri: str, budget: float | None = None) -> View | None:

@@ -8,6 +8,7 @@ message says why; editors show it as it is.
 """
 from __future__ import annotations
 
+import json
 import re
 
 from lsprotocol import types as lsp
@@ -18,6 +19,7 @@ from compiler.ops import OPS
 from compiler.types import DType
 
 from . import astutil
+from .convert import LineIndex
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KEYWORDS = frozenset({"fn", "let", "in", "handle", "with", "Tensor"}) | {d.value for d in DType}
@@ -113,18 +115,59 @@ def rename(view, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | No
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def document_symbols(view) -> list[lsp.DocumentSymbol]:
-    out = []
-    for offset, fn in view.snapshot.local_functions():   # item-local spans: nothing is copied
-        rng = lambda span: view.index.range(span.shift(offset))  # noqa: E731
-        kids = [lsp.DocumentSymbol(name=p.name, detail=astutil.type_text(p.type), kind=lsp.SymbolKind.Variable,
-                                   range=rng(p.span), selection_range=rng(p.name_span))
-                for p in fn.params]
-        for let in astutil.lets(fn):
-            for n in let.names:
-                kids.append(lsp.DocumentSymbol(name=n.id, kind=lsp.SymbolKind.Variable,
-                                               range=rng(n.span), selection_range=rng(n.span)))
-        out.append(lsp.DocumentSymbol(
-            name=fn.name, detail=astutil.signature(fn), kind=lsp.SymbolKind.Function,
-            range=rng(fn.span), selection_range=rng(fn.name_span), children=kids))
-    return out
+def _symbols(fn, index) -> list[dict]:
+    """The symbols of one function, JSON-ready (positions from `index`)."""
+    def rng(span):
+        a, b = index.position(span.start), index.position(span.end)
+        return {"start": {"line": a.line, "character": a.character}, "end": {"line": b.line, "character": b.character}}
+
+    kids = [{"name": p.name, "detail": astutil.type_text(p.type), "kind": lsp.SymbolKind.Variable.value,
+             "range": rng(p.span), "selectionRange": rng(p.name_span)} for p in fn.params]
+    for let in astutil.lets(fn):
+        for n in let.names:
+            kids.append({"name": n.id, "kind": lsp.SymbolKind.Variable.value, "range": rng(n.span),
+                         "selectionRange": rng(n.span)})
+    return [{"name": fn.name, "detail": astutil.signature(fn), "kind": lsp.SymbolKind.Function.value,
+             "range": rng(fn.span), "selectionRange": rng(fn.name_span), "children": kids}]
+
+
+class _At:
+    """A LineIndex stand-in: positions of item-local offsets, for an item that starts at (line, col)."""
+
+    def __init__(self, index, line: int, col: int):
+        self.index, self.line, self.col = index, line, col
+
+    def position(self, offset: int) -> lsp.Position:
+        p = self.index.position(offset)
+        return lsp.Position(line=p.line + self.line, character=p.character + self.col if p.line == 0 else p.character)
+
+
+def document_symbols(view, cache: dict | None = None) -> str:
+    """Every function with its parameters and lets, as the JSON text of a DocumentSymbol[].
+
+    A 1,000-line file has a thousand symbols, and clients ask again after every edit:
+    building them as lsprotocol objects and serialising them through cattrs took longer
+    than the whole analysis.  So each function's symbols are kept as a JSON fragment in
+    `cache` (one per document), reused while the function's text and its place (line and
+    column of its first character) stay the same; the server sends the joined fragments
+    as they are (protocol.RawResult)."""
+    cache = {} if cache is None else cache
+    fragments, seen = [], {}
+    encoding = view.index.encoding
+    for it in view.snapshot.items:
+        res = it.res
+        if res.fn is None:
+            continue
+        start = view.index.position(it.offset)
+        key = (start.line, start.character, encoding)
+        hit = cache.get(id(res))
+        if hit is None or hit[0] is not res or hit[1] != key:
+            local = LineIndex(res.text, encoding) if hit is None or hit[0] is not res or hit[1][2] != encoding \
+                else hit[3]
+            text = json.dumps(_symbols(res.fn, _At(local, start.line, start.character)), separators=(",", ":"))
+            hit = (res, key, text[1:-1], local)
+        seen[id(res)] = hit
+        fragments.append(hit[2])
+    cache.clear()
+    cache.update(seen)
+    return "[" + ",".join(fragments) + "]"

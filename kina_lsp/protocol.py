@@ -16,6 +16,8 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import json
 import logging
 from urllib.parse import unquote
 
@@ -25,7 +27,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.workspace import TextDocument, Workspace
 
-from .convert import LineIndex, split_lines
+from .convert import index_of, split_lines
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ class KinaTextDocument(TextDocument):
 
     def _apply_incremental_change(self, change: lsp.TextDocumentContentChangePartial) -> None:
         text = self.source
-        index = LineIndex(text, self.position_codec.encoding)
+        index = index_of(text, self.position_codec.encoding)
         start, end = index.offset(change.range.start), index.offset(change.range.end)
         if end < start:   # a reversed range: take it as the span between the two positions
             start, end = end, start
@@ -68,6 +70,15 @@ class KinaWorkspace(Workspace):
         return cls(ws.root_uri, ws._sync_kind, folders, ws.position_encoding)
 
 
+class RawResult:
+    """A request's result as ready JSON text, sent without going through cattrs (for large
+    answers built from cached fragments: see navigation.document_symbols)."""
+    __slots__ = ("json",)
+
+    def __init__(self, json_text: str):
+        self.json = json_text
+
+
 class KinaProtocol(LanguageServerProtocol):
     def __init__(self, server, converter):
         super().__init__(server, converter)
@@ -91,6 +102,10 @@ class KinaProtocol(LanguageServerProtocol):
     # ---- answers
     def _send_handler_result(self, future, *, msg_id):
         exc = None if future.cancelled() else future.exception()
+        if exc is None and not future.cancelled() and isinstance(future.result(), RawResult):
+            self._request_futures.pop(msg_id, None)
+            self._send_raw_result(msg_id, future.result().json)
+            return
         if exc is None or not isinstance(exc, Exception):
             return super()._send_handler_result(future, msg_id=msg_id)
         self._request_futures.pop(msg_id, None)
@@ -102,6 +117,15 @@ class KinaProtocol(LanguageServerProtocol):
             error = JsonRpcException(code=-32603, message=f"internal error in kina-lsp ({type(exc).__name__}: "
                                                           f"{exc}); the server log has the details").to_response_error()
         self._send_response(msg_id, error=error)
+
+    def _send_raw_result(self, msg_id, result_json: str) -> None:
+        body = ('{"jsonrpc":"2.0","id":' + json.dumps(msg_id) + ',"result":' + result_json + "}").encode("utf-8")
+        if self.writer is None:
+            log.error("no transport to answer request %s", msg_id)
+            return
+        res = self.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        if inspect.isawaitable(res):
+            asyncio.ensure_future(res)
 
     # ---- cancellation
     def track(self, task: asyncio.Task | None = None) -> None:

@@ -47,10 +47,10 @@ from pygls.lsp.server import LanguageServer
 from compiler.diagnostics import UsageError
 
 from . import actions, astutil, commands, completion, diagnostics, hover, inlay, navigation, semantic, tcp, transport
-from .convert import LineIndex
+from .convert import index_of
 from .diagnostics import Publisher
 from .documents import Documents
-from .protocol import KinaProtocol
+from .protocol import KinaProtocol, RawResult
 from .settings import Settings
 
 log = logging.getLogger("kina_lsp")
@@ -280,7 +280,9 @@ async def on_rename(ls: KinaServer, params: lsp.RenameParams):
 @safe(default=list)
 async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams):
     view = await ls.view(params.text_document.uri)
-    return navigation.document_symbols(view) if view else []
+    if view is None:
+        return []
+    return RawResult(navigation.document_symbols(view, ls.documents.state(params.text_document.uri).symbols))
 
 
 @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", "(", ",", "=", "["]))
@@ -291,7 +293,7 @@ def on_completion(ls: KinaServer, params: lsp.CompletionParams):
     if cur is None:   # not open: never read (and list the identifiers of) a file from disk
         return []
     text = cur[0]
-    offset = LineIndex(text, ls.position_encoding()).offset(params.position)
+    offset = index_of(text, ls.position_encoding()).offset(params.position)
     return lsp.CompletionList(is_incomplete=False,
                               items=completion.complete(text, offset, completion.function_names(text)))
 
@@ -414,6 +416,9 @@ def main(argv=None) -> int:
     if args.token_file:
         args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory
     cwd = _neutral_working_directory()
+    # The analysis thread is CPU-bound Python: with the default 5 ms switch interval the
+    # event loop waits up to 5 ms for the GIL at every await, which adds up in one request.
+    sys.setswitchinterval(0.001)
     level = logging.getLevelName(args.log_level.upper())
     logging.basicConfig(stream=sys.stderr, level=level if isinstance(level, int) else logging.WARNING,
                         format="kina-lsp %(levelname)s %(name)s: %(message)s")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 SETTINGS = {
     "diagnostics.debounceMs": ("debounce_ms", int, 150),
     "inlayHints.enabled": ("inlay_hints", bool, True),
-    "requests.budgetMs": ("budget_ms", int, 100),
+    "requests.budgetMs": ("budget_ms", int, 75),
 }
 INT_MAX = {"debounce_ms": 5000, "budget_ms": 600_000}
 
@@ -37,7 +37,7 @@ def _lookup(tree, dotted: str):
 class Settings:
     debounce_ms: int = 150
     inlay_hints: bool = True
-    budget_ms: int = 100
+    budget_ms: int = 75
 
     @property
     def budget(self) -> float:

@@ -7,7 +7,7 @@ from lsprotocol import types as lsp
 
 from kina_lsp.semantic import TOKEN_TYPES
 
-from conftest import MODULE_LOOP, doc_id, open_doc, open_example, pos, published
+from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 
 FORWARD = "storylm0_forward.kina"
 
@@ -107,6 +107,30 @@ async def test_document_symbols(client):
     assert [s.name for s in syms][:2] == ["attn", "storylm0_forward"]
     assert syms[0].detail.startswith("fn attn(q: Tensor[F32, [1, 2, 4, 2], @host]")
     assert {"q", "scores", "probs"} <= {c.name for c in syms[0].children}
+
+
+async def test_document_symbol_ranges_follow_edits(client):
+    """Symbols are cached per function; moved functions (and a function that starts
+    mid-line, after a non-ASCII comment) must still get exact ranges."""
+    text = (EXAMPLES / FORWARD).read_text(encoding="utf-8")
+    uri = open_doc(client, text, "symbols_move.kina")
+
+    async def check(text, version):
+        await published(client, uri, version)
+        syms = await client.text_document_document_symbol_async(lsp.DocumentSymbolParams(text_document=doc_id(uri)))
+        fwd = next(s for s in syms if s.name == "storylm0_forward")
+        assert fwd.selection_range.start == pos(text, "storylm0_forward(token_ids")
+        x = next(c for c in fwd.children if c.name == "x")
+        assert x.range == lsp.Range(start=pos(text, "let x", 4), end=pos(text, "let x", 5))
+
+    await check(text, 1)
+    text = "// é🙂\n\n" + text                  # every function moves down two lines
+    change(client, uri, 2, text)
+    await check(text, 2)
+    assert "}\n\nfn storylm0_forward" in text
+    text = text.replace("}\n\nfn storylm0_forward", "}  fn storylm0_forward", 1)   # now mid-line
+    change(client, uri, 3, text)
+    await check(text, 3)
 
 
 async def complete(client, uri, text, needle, delta):
