@@ -80,6 +80,24 @@ class LineIndex:
         offset = min(offset, self.ends[line])   # inside a \r\n: the end of the line
         return lsp.Position(line=line, character=self._units(start, offset))
 
+    def positions(self, offsets) -> list[lsp.Position]:
+        """position() of many offsets.  Ascending offsets (a token stream) on a UTF-8 line
+        are counted in one walk (each line encoded once, not once per token)."""
+        if not self._utf8:
+            return [self.position(o) for o in offsets]
+        out, n = [], len(self.text)
+        line, at, units = -1, 0, 0              # the line being walked, up to `at` (= units)
+        for offset in offsets:
+            offset = max(0, min(offset, n))
+            if not (line >= 0 and at <= offset <= self.ends[line]):
+                line = bisect.bisect_right(self.starts, offset) - 1
+                at, units = self.starts[line], 0
+                offset = min(offset, self.ends[line])
+            units += self._units(at, offset)
+            at = offset
+            out.append(lsp.Position(line=line, character=units))
+        return out
+
     def offset(self, pos: lsp.Position) -> int:
         """Code-point offset of an LSP position, clamped to the line and the text.  A
         column inside a multi-unit character means the end of that character."""
