@@ -22,6 +22,7 @@ import asyncio
 import logging
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +37,17 @@ log = logging.getLogger(__name__)
 VALIDATE_CODE = "validate"
 CANCELLED = "Kina: build & validate was cancelled"
 _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kina-build")
+_running: set[threading.Event] = set()     # cancel events of the validations in progress
+
+
+def stop_all(timeout: float = 2.0) -> None:
+    """At exit: cancel every validation and give the workers a moment to kill their child
+    processes (the server ends with os._exit, which would leave them running)."""
+    for cancel in list(_running):
+        cancel.set()
+    deadline = time.monotonic() + timeout
+    while _running and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _path_for(uri: str) -> str:
@@ -112,6 +124,13 @@ class _Progress:
 
 def _run_validation(text: str, path: str, progress, cancel: threading.Event):
     """Worker thread: validate a copy of the buffer (unsaved edits included)."""
+    try:
+        return _validate_copy(text, path, progress, cancel)
+    finally:
+        _running.discard(cancel)
+
+
+def _validate_copy(text: str, path: str, progress, cancel: threading.Event):
     from compiler.validate import ValidationReport, validate_file
     if cancel.is_set():      # cancelled while it waited for a free build worker
         report = ValidationReport(path, cancelled=True)
@@ -137,6 +156,7 @@ async def build_and_validate(server, uri: str) -> dict:
                                                     message=Path(_path_for(uri)).name, percentage=0))
     cancel = threading.Event()
     progress.on_cancel(token, cancel.set)
+    _running.add(cancel)
     job = loop.run_in_executor(_pool, _run_validation, text, _path_for(uri), _Progress(progress, token, loop), cancel)
     try:
         report = await asyncio.shield(job)

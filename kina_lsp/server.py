@@ -431,6 +431,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         code = 130
     finally:
+        commands.stop_all()
         server.documents.shutdown()
         sys.stderr.flush()
         shutil.rmtree(cwd, ignore_errors=True)
