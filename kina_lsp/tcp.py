@@ -89,7 +89,7 @@ class _Gate:
             log.warning("refused a TCP client without the right token")
             return ("kina-lsp over TCP needs its token in initializationOptions.token (the token printed "
                     "when the server started, or the one in its --token-file)")
-        if self.session is not None:
+        if self.session is not None and self.session is not dispatcher:
             return "kina-lsp already has a client"
         self.session = dispatcher
         self.protocol.set_writer(writer)   # from now on pygls answers on this connection

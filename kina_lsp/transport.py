@@ -252,8 +252,10 @@ class Dispatcher:
             return
         if not self._lifecycle_allows(data, method, is_request):
             return
-        self._handle(data, data if is_request else None)
-        if is_request and method == "shutdown":
+        handled = self._handle(data, data if is_request else None)
+        if handled and method == "initialize":
+            self.initialized = True         # (an initialize with bad params leaves the server waiting)
+        if handled and method == "shutdown":
             self.shut_down = True
 
     def _lifecycle_allows(self, data: dict, method: str, is_request: bool) -> bool:
@@ -276,7 +278,6 @@ class Dispatcher:
                     self.error(msg_id, INVALID_REQUEST, refusal)
                     self.refused = True
                     return False
-            self.initialized = True
             return True
         if not self.initialized:
             if is_request:
@@ -286,7 +287,8 @@ class Dispatcher:
             return False
         return True
 
-    def _handle(self, data: dict, request: dict | None) -> None:
+    def _handle(self, data: dict, request: dict | None) -> bool:
+        """Structure the message and hand it to pygls; False when its params do not fit."""
         try:
             message = self.protocol.structure_message(data)
         except Exception as exc:  # params that do not fit the method's type
@@ -296,7 +298,7 @@ class Dispatcher:
                            f"Invalid params for `{request['method']}`: {where}")
             else:
                 log.warning("dropping %s: %s", data.get("method", "a response"), where)
-            return
+            return False
         try:
             self.protocol.handle_message(message)
         except Exception:   # pygls answers handler errors itself; this is a bug in the glue
@@ -304,6 +306,7 @@ class Dispatcher:
             if request is not None:
                 self.error(request["id"], -32603, f"Internal error while handling `{request['method']}` "
                                                   "(see the server log)")
+        return True
 
 
 def _valid_id(msg_id) -> bool:

@@ -146,6 +146,9 @@ def test_requests_before_initialize_are_server_not_initialized():
             reply = s.request(method, params)
             assert reply["error"]["code"] == -32002, reply
         s.open(URI, GOOD)                                  # a notification before initialize: dropped
+        bad = s.request("initialize", {"processId": "me", "capabilities": 5})
+        assert bad["error"]["code"] == -32602              # and the server still waits for a good one
+        assert s.request("textDocument/hover", HOVER_Y)["error"]["code"] == -32002
         assert "capabilities" in s.initialize()["result"]
         assert s.request("initialize", {"capabilities": {}})["error"]["code"] == -32600   # only once
         reply = s.request("textDocument/hover", HOVER_Y)
