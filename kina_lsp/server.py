@@ -96,9 +96,12 @@ class KinaServer(LanguageServer):
         except Exception:  # before initialize
             return "utf-16"
 
-    async def view(self, uri: str):
-        """The analysis of the buffer as it is now, within the request budget (else None)."""
-        return await self.documents.current(uri, budget=self.settings.budget)
+    async def view(self, uri: str, wait: bool = False):
+        """The analysis of the buffer as it is now, within the request budget (else None).
+        Requests the editor sends by itself, all the time (hover, inlay hints, symbols,
+        code actions ...), keep to the budget; ones the user asked for and waits on
+        (definition, references, rename) `wait` for the analysis."""
+        return await self.documents.current(uri, budget=None if wait else self.settings.budget)
 
     async def set_validation_diagnostics(self, uri: str, text: str, failing: dict) -> None:
         """Attach `validate` diagnostics for the text that was validated (dropped if it was edited since)."""
@@ -141,8 +144,8 @@ def safe(default=None):
     return wrap
 
 
-async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position):
-    view = await ls.view(uri)
+async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position, wait: bool = False):
+    view = await ls.view(uri, wait)
     return (view, view.index.offset(position)) if view is not None else (None, 0)
 
 
@@ -249,14 +252,14 @@ async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams):
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
 @safe()
 async def on_definition(ls: KinaServer, params: lsp.DefinitionParams):
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.definition(view, params.text_document.uri, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 @safe(default=list)
 async def on_references(ls: KinaServer, params: lsp.ReferenceParams):
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.references(view, params.text_document.uri, offset,
                                  params.context.include_declaration) if view else []
 
@@ -264,7 +267,7 @@ async def on_references(ls: KinaServer, params: lsp.ReferenceParams):
 @server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
 @safe()
 async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams):
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.prepare_rename(view, offset) if view else None
 
 
@@ -272,7 +275,7 @@ async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams):
 @safe()
 async def on_rename(ls: KinaServer, params: lsp.RenameParams):
     navigation.check_new_name(params.new_name)   # a refusal is an error response that says why
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.rename(view, params.text_document.uri, offset, params.new_name) if view else None
 
 
