@@ -14,8 +14,10 @@ figures exclude it), UTF-16 positions, push diagnostics.  Three parts:
              edit -> publishDiagnostics                         target: median <= 20 ms
              every request                                      target: max <= 100 ms
            and every --check edits the server's text (kina/viewFileText) must equal the
-           client's.  The file is restored to the generated one every --restore edits, so
-           the run measures a file being edited, not one ground into junk.
+           client's.  --restore N sends the generated file again every N edits (a revert:
+           every function changed since is checked again, like opening the file).
+  CPU      the server process's user+system CPU time per edit (from /proc): the figure
+           that depends least on what else loads the machine.
 
 Run: .venv/bin/python benchmarks/bench_lsp.py [--edits 60] [--hovers 300] [--random 2000]
 Prints the figures and whether the targets were met (record `uptime` with them: the
@@ -157,6 +159,15 @@ class Bench:
         await self.proc.wait()
         self.reader.cancel()
 
+    def cpu(self) -> float | None:
+        """CPU seconds the server process has used (user + system), from /proc; None elsewhere.
+        Unlike wall-clock latencies this hardly depends on what else loads the machine."""
+        try:
+            fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     async def wait_version(self, v: int) -> float:
         while v not in self.published:
             self.arrived.clear()
@@ -252,15 +263,19 @@ async def run(args) -> dict:
     t0 = time.perf_counter()
     b.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "kina", "version": 1, "text": text}})
     first = await b.wait_version(1) - t0
+    cpu0 = b.cpu()
     part1 = await toggle_and_hover(b, uri, args.edits, args.hovers)
+    cpu1 = b.cpu()
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = set(kinds) - set(KINDS)
     if unknown:
         raise SystemExit(f"unknown --kinds {sorted(unknown)}; choose from {list(KINDS)}")
     part2 = await random_edits(b, uri, text, part1["version"], args.random, args.check, args.restore, kinds) \
         if args.random else None
+    cpu2 = b.cpu()
     await b.stop()
-    return {"open": first, **part1, "random": part2}
+    cpu = None if None in (cpu0, cpu1, cpu2) else (cpu1 - cpu0, cpu2 - cpu1)
+    return {"open": first, **part1, "random": part2, "cpu": cpu}
 
 
 def main(argv=None) -> int:
@@ -269,7 +284,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hovers", type=int, default=300)
     ap.add_argument("--random", type=int, default=2000, help="random edits with line separators (0: skip)")
     ap.add_argument("--check", type=int, default=50, help="compare the server's text every N random edits")
-    ap.add_argument("--restore", type=int, default=200, help="restore the generated file every N edits (0: never)")
+    ap.add_argument("--restore", type=int, default=0,
+                    help="send the generated file again every N edits, a revert (default 0: never)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="request kinds sent after the random edits")
     args = ap.parse_args(argv)
     r = asyncio.run(run(args))
@@ -282,6 +298,8 @@ def main(argv=None) -> int:
           f"p95 {ms(percentile(edit, 0.95))}   (target median <= 20 ms)")
     print(f"hover ({len(hov)}x):                   median {ms(statistics.median(hov))}   "
           f"p95 {ms(percentile(hov, 0.95))}   (target p95 <= 10 ms); typed answers: {r['answered']}/{len(hov)}")
+    if r["cpu"]:
+        print(f"server CPU (user+sys): toggle+hover {ms(r['cpu'][0] / max(1, len(edit)))} per edit incl. hovers")
     ok = statistics.median(edit) <= 0.020 and percentile(hov, 0.95) <= 0.010
     rr = r["random"]
     if rr is not None:
@@ -295,6 +313,8 @@ def main(argv=None) -> int:
                 print(f"  {kind:15s} ({len(ts):4d}x): median {ms(statistics.median(ts))}   "
                       f"p95 {ms(percentile(ts, 0.95))}   max {ms(max(ts))}")
         print(f"  every request ({len(every)}x): max {ms(max(every))}   (target max <= 100 ms)")
+        if r["cpu"]:
+            print(f"  server CPU (user+sys) per edit and its request: {ms(r['cpu'][1] / len(d))}")
         print(f"  server text == client text: {rr['checks'] - rr['mismatches']}/{rr['checks']} checkpoints")
         ok = ok and statistics.median(d) <= 0.020 and max(every) <= 0.100 and rr["mismatches"] == 0
     print("targets met" if ok else "targets NOT met")

@@ -335,6 +335,10 @@ _PARSER = Lark(
     transformer=_TO_AST,
     maybe_placeholders=False,
 )
+# Lark.lex() builds a new lexer on every call unless the Lark object has one (about 1 ms
+# each: recovery lexes every broken item, once per bad character); the lexer holds only
+# compiled patterns, so one serves every call.
+_PARSER.lexer = _PARSER._build_lexer()
 
 
 # ---- syntax errors --------------------------------------------------------------
