@@ -12,7 +12,14 @@ character), keyed by the item's text.  So:
   of function names changed: "did you mean" depends on it);
 - module-level facts (duplicate names, call cycles, reverseMode restrictions of
   handled functions) are recomputed from the per-item results each time; they are
-  cheap.
+  cheap;
+- document-offset copies of an item's AST and IR are made when asked for, per item,
+  and reused by the next snapshot while the item neither changes nor moves, so the
+  first request after an edit copies one function, not the file;
+- results of items that disappeared are kept for a while (an undo or a revert brings
+  them back without re-checking).
+
+Name resolution within a function and rename clashes are compiler/names.py.
 
 A from-scratch `analyze(text)` is the same code with empty caches, which is what
 tests/test_incremental.py compares against.
@@ -25,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import check, ir, parse
+from . import check, ir, names, parse
 from . import syntax as ast
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .parse import shift
@@ -38,64 +45,6 @@ except ImportError:  # pragma: no cover - only while the module is being written
 
 # ---- per-item, position-independent results -------------------------------------------
 @dataclass
-class Symbols:
-    """Name resolution inside one function, in item-local spans.
-    defs: binding span -> name (parameters and lets); uses: reference span ->
-    binding span; calls: (span, function name) for every user-function mention;
-    handled: the functions called under `handle`."""
-    defs: dict[Span, str] = field(default_factory=dict)
-    uses: dict[Span, Span] = field(default_factory=dict)
-    calls: list[tuple[Span, str]] = field(default_factory=list)
-    handled: set[str] = field(default_factory=set)
-
-
-def _resolve(fn: ast.FnDef) -> Symbols:
-    """Bind every Name to its parameter or let (lexical scope: a let's value sees
-    only earlier bindings).  Iterative over the let chain; expressions are at most
-    parse.MAX_DEPTH deep."""
-    sym = Symbols()
-    scope = {}
-    for p in fn.params:
-        sym.defs[p.name_span] = p.name
-        scope.setdefault(p.name, p.name_span)
-    body = fn.body
-    while isinstance(body, ast.Let):
-        _resolve_expr(body.value, scope, sym)
-        for n in body.names:
-            sym.defs[n.span] = n.id
-            scope.setdefault(n.id, n.span)   # a rebinding is a `duplicate` error; keep the first
-        body = body.body
-    _resolve_expr(body, scope, sym)
-    return sym
-
-
-def _resolve_expr(e, scope: dict[str, Span], sym: Symbols) -> None:
-    stack = [e]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.Name):
-            if e.id in scope:
-                sym.uses[e.span] = scope[e.id]
-        elif isinstance(e, ast.Call):
-            sym.calls.append((e.func_span, e.func))
-        elif isinstance(e, ast.Handle):
-            sym.handled.add(e.call.func)
-        stack.extend(parse.children(e))
-
-
-def _mentions(sym: Symbols, fn: ast.FnDef) -> frozenset[str]:
-    """Names whose signatures can change this function's check: calls and free names."""
-    free = set()
-    stack = [fn.body]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.Name) and e.span not in sym.uses:
-            free.add(e.id)
-        stack.extend(parse.children(e))
-    return frozenset(free | {name for _, name in sym.calls})
-
-
-@dataclass
 class ItemResult:
     """Everything about one item that depends only on its text (and its callees)."""
     text: str
@@ -104,7 +53,7 @@ class ItemResult:
     parse_diags: tuple[Diagnostic, ...]
     signature: check.Signature | None = None
     sig_key: tuple | None = None         # hashable form of `signature`
-    symbols: Symbols | None = None
+    symbols: names.Symbols | None = None
     mentions: frozenset[str] = frozenset()
     result: check.FunctionResult | None = None
     check_key: tuple | None = None       # what `result` was computed against
@@ -306,56 +255,18 @@ class Snapshot:
             out += [span.shift(it.offset) for span, callee in it.res.symbols.calls if callee == name]
         return sorted(out, key=lambda s: (s.start, s.end))
 
-
     def rename_conflict(self, offset: int, new: str) -> tuple[str, Span | None] | None:
         """Why renaming the name at offset to `new` would change what the program means,
-        as (message, span of the clashing name or None); None when the rename is safe."""
+        as (message, document span of the clashing name or None); None when it is safe."""
         sym = self._symbol_at(offset)
         if sym is None:
             return None
         if sym[0] == "fn":
-            return self._function_rename_conflict(sym[1], new)
+            return names.function_rename_conflict([(it.offset, it.name, it.res.fn, it.res.symbols)
+                                                   for it in self.items], sym[1], new)
         _, it, target = sym
-        symbols, fn = it.res.symbols, it.res.fn
-        if symbols.defs.get(target) == new:
-            return None
-        params = {p.name_span for p in fn.params}
-        for span, name in symbols.defs.items():
-            if name == new:
-                what = "a parameter" if span in params else "a let"
-                return f"`{new}` is already {what} of `{fn.name}`", span.shift(it.offset)
-        free = _free_names(symbols, fn)
-        if new in free:
-            return (f"`{fn.name}` uses an unbound `{new}`; the renamed binding would capture it",
-                    free[new].shift(it.offset))
-        return None
-
-    def _function_rename_conflict(self, old: str, new: str) -> tuple[str, Span | None] | None:
-        if old == new:
-            return None
-        for it in self.items:
-            if it.name == new:
-                span = it.res.fn.name_span.shift(it.offset) if it.res.fn else Span(it.offset, it.offset)
-                return f"a function named `{new}` already exists", span
-        for it in self.items:
-            for span, callee in (it.res.symbols.calls if it.res.symbols else ()):
-                if callee == new:
-                    return (f"`{it.name}` calls an undefined `{new}`; the renamed function would capture "
-                            "that call", span.shift(it.offset))
-        return None
-
-
-def _free_names(sym: Symbols, fn: ast.FnDef) -> dict[str, Span]:
-    """Names used in fn that no parameter or let binds (first use of each)."""
-    out: dict[str, Span] = {}
-    stack = [fn.body]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.Name) and e.span not in sym.uses and e.span not in sym.defs:
-            if e.id not in out or e.span.start < out[e.id].start:
-                out[e.id] = e.span
-        stack.extend(parse.children(e))
-    return out
+        found = names.local_rename_conflict(it.res.symbols, it.res.fn, target, new)
+        return None if found is None else (found[0], found[1].shift(it.offset))
 
 
 @dataclass
@@ -448,8 +359,8 @@ class Analysis:
         if fn is not None:
             res.signature = check.signature_of(fn)[0]
             res.sig_key = _sig_key(res.signature)
-            res.symbols = _resolve(fn)
-            res.mentions = _mentions(res.symbols, fn)
+            res.symbols = names.resolve(fn)
+            res.mentions = names.mentions(res.symbols, fn)
         return res
 
     @staticmethod
