@@ -2,9 +2,12 @@
 
     parse -> check -> lower_handles -> emit_mlir -> toolchain (mlir-opt, mlir-translate, llc, cc)
 
-Next to `NAME.so` it writes `NAME.json` (the manifest the Python runtime reads)
-and `NAME.h` (for C callers).  Every top-level Kina function `f` is exported
-as `_mlir_ciface_kina_f(inputs..., outputs...)`: pointers to memref
+Next to `NAME.so` it writes `NAME.json` (the manifest the Python runtime reads:
+the SHA-256 of the library's bytes, and per function its parameters, their
+index bounds, and its results) and `NAME.h` (for C callers).
+
+Every top-level Kina function `f` is exported as
+`_mlir_ciface_kina_f(inputs..., outputs...)`: pointers to memref
 descriptors, inputs in parameter order, then one caller-owned output per
 result.  The `kina_` prefix plus `-Wl,-Bsymbolic` keep a Kina function named
 like a libc function (`step`) from clashing.  Generated functions (`f.rev`)
@@ -16,6 +19,7 @@ stage that reports errors stops the build before the next one runs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -26,9 +30,10 @@ from typing import Callable
 
 from . import ir, toolchain
 from .diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
-from .types import TensorType, TupleType
+from .types import DType, TensorType, TupleType
+from .uses import Uses
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2       # compiler/runtime_library.py reads this format
 SYMBOL_PREFIX = "_mlir_ciface_kina_"
 
 
@@ -61,23 +66,33 @@ def _tensor(t: TensorType) -> dict:
     return {"dtype": t.dtype.value, "shape": list(t.shape)}
 
 
-def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None) -> dict:
+def _param(uses: Uses, fn: ir.Function, p: ir.Param) -> dict:
+    """name, dtype, shape, and for an I64 parameter that feeds gather / take_along_axis
+    (through layout ops, calls and handles) `index_bound`: every element must lie in
+    [0, index_bound), which the runtime checks before each call."""
+    bound = uses.index_bound(fn, p.name) if p.type.dtype is DType.I64 else None
+    return {"name": p.name, **_tensor(p.type), **({} if bound is None else {"index_bound": bound})}
+
+
+def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None,
+                 library_sha256: str | None = None) -> dict:
+    uses = Uses(program)
     functions = []
     for fn in exported(program):
         functions.append({
             "name": fn.name,
             "symbol": SYMBOL_PREFIX + fn.name,
-            "params": [{"name": p.name, **_tensor(p.type)} for p in fn.params],
+            "params": [_param(uses, fn, p) for p in fn.params],
             "results": [_tensor(t) for t in result_types(fn)],
         })
-    return {"format": MANIFEST_FORMAT, "library": so_name, "source": source_path,
+    return {"format": MANIFEST_FORMAT, "library": so_name, "library_sha256": library_sha256,
+            "source": source_path,
             "abi": "each function takes pointers to memref descriptors: inputs, then caller-owned outputs",
             "functions": functions}
 
 
-# Storage type of each Kina dtype in C (low-precision floats are raw bits).
-C_TYPES = {"F32": "float", "F16": "uint16_t", "BF16": "uint16_t", "F8E4M3": "uint8_t",
-           "F8E5M2": "uint8_t", "I64": "int64_t"}
+# Storage type of each Kina dtype in C (low-precision floats are raw bits): types.DType.c_type.
+C_TYPES = {d.value: d.c_type for d in DType}
 
 
 def _struct_name(dtype: str, rank: int) -> str:
@@ -111,7 +126,9 @@ def header_for(manifest: dict, guard: str) -> str:
 
 
 def write_artifacts(program: ir.Program, so_path: Path, source_path: str | None = None) -> tuple[Path, Path, dict]:
-    manifest = manifest_for(program, so_path.name, source_path)
+    """The manifest and header of the library just linked at so_path (whose digest it records)."""
+    sha = hashlib.sha256(so_path.read_bytes()).hexdigest()
+    manifest = manifest_for(program, so_path.name, source_path, sha)
     mpath, hpath = so_path.with_suffix(".json"), so_path.with_suffix(".h")
     mpath.write_text(json.dumps(manifest, indent=2) + "\n")
     guard = "KINA_" + "".join(c if c.isalnum() else "_" for c in so_path.stem).upper() + "_H"
@@ -220,8 +237,9 @@ def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: in
                timings: dict | None = None, transform=None) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
+    out_so = Path(out_so) if out_so else default_output(path)
     text = read_source(path)   # UsageError when unreadable
-    return build_source(text, str(path), out_so or default_output(path), opt_level=opt_level,
+    return build_source(text, str(path), out_so, opt_level=opt_level,
                         timings=timings, transform=transform)
 
 
