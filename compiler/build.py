@@ -4,7 +4,8 @@
 
 Next to `NAME.so` it writes `NAME.json` (the manifest the Python runtime reads:
 the SHA-256 of the library's bytes, and per function its parameters, their
-index bounds, and its results) and `NAME.h` (for C callers).
+index bounds, and its results) and `NAME.h` (for C callers).  No output may
+be the source file or another output of the same build (`check_outputs`).
 
 Every top-level Kina function `f` is exported as
 `_mlir_ciface_kina_f(inputs..., outputs...)`: pointers to memref
@@ -200,6 +201,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     validator adds gradient wrappers this way)."""
     timings = {} if timings is None else timings
     opt_level = default_opt_level() if opt_level is None else opt_level
+    check_outputs(Path(path), artifact_paths(Path(out_so)))
     result = BuildResult(False, source=SourceText(text, str(path)), timings=timings)
     mlir = front_end(text, str(path), timings, result, transform)
     if mlir is None:
@@ -231,6 +233,42 @@ def _check_writable(out_so: Path) -> None:
         raise UsageError(f"cannot write {out_so}: {e.strerror or e}") from None
     if not os.access(out_so.parent, os.W_OK):
         raise UsageError(f"cannot write {out_so}: {out_so.parent} is not writable")
+
+
+def artifact_paths(out_so: Path) -> dict[str, Path]:
+    return {"library": out_so, "manifest": out_so.with_suffix(".json"), "header": out_so.with_suffix(".h")}
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same path after resolving symlinks, or the same file (a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:        # one of them does not exist yet
+        return False
+
+
+def check_outputs(source: Path | None, outputs: dict[str, Path]) -> None:
+    """Refuse (UsageError, exit 2) before anything is written: an output that is the source
+    file (also through `./`, a symlink or a hard link), an output named like a Kina source,
+    a directory, or two outputs of one build that are the same file (`-o p.h` would put
+    the header over the library)."""
+    for what, out in outputs.items():
+        if source is not None and _same_file(out, source):
+            raise UsageError(f"refusing to write the {what} {out} over the source file {source}"
+                             + ("" if what in ("library", "output") else
+                                f" (the {what} goes next to the library: pass -o NAME.so)"))
+        if out.suffix == ".kina":
+            raise UsageError(f"refusing to write the {what} to {out}: .kina names Kina source files")
+        if out.is_dir():
+            raise UsageError(f"cannot write the {what} to {out}: it is a directory")
+    items = list(outputs.items())
+    for i, (what, out) in enumerate(items):
+        for other, out2 in items[i + 1:]:
+            if _same_file(out, out2):
+                raise UsageError(f"-o {outputs.get('library', out)}: the {what} and the {other} would both "
+                                 f"be {out2}; give the library a name ending in .so")
 
 
 def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
@@ -301,6 +339,8 @@ def add_emit_args(parser: argparse.ArgumentParser) -> None:
 
 def cli_emit(args) -> int:
     path = Path(args.file)
+    if getattr(args, "output", None):
+        check_outputs(path, {"output": Path(args.output)})
     text = read_source(path)
     result = BuildResult(False, source=SourceText(text, str(path)))
     mlir = front_end(text, str(path), {}, result)
