@@ -175,6 +175,8 @@ class KinaFunction:
         self._fresh_shapes = [r.shape for r in self.results]
         self._fresh_dtypes = [r.np_dtype for r in self.results]
         self._bounded = [(i, p) for i, p in enumerate(self.params) if p.bound is not None]
+        self._slots = [(int(np.prod(s.shape, dtype=np.int64)) * s.np_dtype.itemsize, k)   # (bytes, index)
+                       for k, s in enumerate(self.params + self.results)]
         self.threaded = threaded   # its library runs kernels on MLIR's async thread pool
         packed.argtypes, packed.restype = [ctypes.c_void_p], None
         self._packed = packed
@@ -317,8 +319,7 @@ class KinaFunction:
         Every array is C-contiguous here, so [address, address + nbytes) is exactly its
         memory: one sweep over the spans sorted by start finds every overlap."""
         n_in = len(self.params)
-        spans = sorted((addr, addr + a.nbytes, k) for k, (addr, a) in enumerate(zip(addresses, arrays))
-                       if a.nbytes)
+        spans = sorted([(addr, addr + size, k) for addr, (size, k) in zip(addresses, self._slots) if size])
         for i, (_, hi, k) in enumerate(spans):
             for lo2, _, k2 in spans[i + 1:]:
                 if lo2 >= hi:
