@@ -96,7 +96,10 @@ format_matches(const char *fmt, const char *formats)
         fmt++;
     if (fmt[0] == '\0' || fmt[1] != '\0')
         return 0;
-    return strchr(formats, fmt[0]) != NULL;
+    for (; *formats; formats++)        /* at most MAX_FORMATS letters: cheaper than strchr */
+        if (*formats == fmt[0])
+            return 1;
+    return 0;
 }
 
 static int
@@ -127,20 +130,22 @@ indices_in_bounds(const Slot *slot, const Py_buffer *view)
     return 1;
 }
 
-/* The first output whose bytes overlap another array's, or -1.  The buffers are
- * C-contiguous, so [buf, buf + len) is exactly the memory each one covers. */
+/* The first output whose bytes overlap an earlier array's (every input, and the
+ * outputs before it: runtime.py puts outputs last), or -1.  The buffers are
+ * C-contiguous, so [lo, hi) is exactly the memory each one covers (an empty one is
+ * [UINTPTR_MAX, 0), which overlaps nothing).  The inner loop is branch-free. */
 static Py_ssize_t
-first_aliased_output(const Entry *e, const Py_buffer *views)
+first_aliased_output(const Entry *e, const uintptr_t *lo, const uintptr_t *hi)
 {
     for (Py_ssize_t i = 0; i < e->n_slots; i++) {
-        if (!e->slots[i].writable || views[i].len == 0)
+        if (!e->slots[i].writable)
             continue;
-        const char *lo = views[i].buf, *hi = lo + views[i].len;
-        for (Py_ssize_t k = 0; k < e->n_slots; k++) {
-            const char *lo2 = views[k].buf, *hi2 = lo2 + views[k].len;
-            if (k != i && views[k].len != 0 && lo < hi2 && lo2 < hi)
-                return i;
-        }
+        const uintptr_t a = lo[i], b = hi[i];
+        Py_ssize_t overlaps = 0;
+        for (Py_ssize_t k = 0; k < i; k++)
+            overlaps += (a < hi[k]) & (lo[k] < b);
+        if (overlaps)
+            return i;
     }
     return -1;
 }
@@ -259,9 +264,15 @@ Entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     memcpy(self->template_words, template_view.buf, template_view.len);
     Py_ssize_t next_dim = 0;
-    for (Py_ssize_t i = 0; i < self->n_slots; i++)
+    for (Py_ssize_t i = 0; i < self->n_slots; i++) {
         if (parse_slot(self, i, PyTuple_GET_ITEM(slots, i), &next_dim) < 0)
             goto fail;
+        if (i > 0 && self->slots[i - 1].writable && !self->slots[i].writable) {
+            /* first_aliased_output relies on it */
+            PyErr_Format(PyExc_ValueError, "slot %zd: an input after an output (inputs come first)", i);
+            goto fail;
+        }
+    }
     PyBuffer_Release(&template_view);
     return (PyObject *)self;
 fail:
@@ -301,7 +312,7 @@ static PyTypeObject EntryType = {
  * must be released. */
 static Py_ssize_t
 bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views,
-     Py_ssize_t *taken, Py_ssize_t *total_bytes)
+     uintptr_t *lo, uintptr_t *hi, Py_ssize_t *taken, Py_ssize_t *total_bytes)
 {
     for (Py_ssize_t i = 0; i < e->n_slots; i++) {
         const Slot *slot = &e->slots[i];
@@ -319,8 +330,10 @@ bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views
         block[slot->word] = block[slot->word + 1] = (int64_t)(intptr_t)views[i].buf;
         packed[i] = &block[slot->word];
         *total_bytes += views[i].len;
+        lo[i] = views[i].len ? (uintptr_t)views[i].buf : UINTPTR_MAX;
+        hi[i] = views[i].len ? (uintptr_t)views[i].buf + (uintptr_t)views[i].len : 0;
     }
-    return first_aliased_output(e, views);
+    return first_aliased_output(e, lo, hi);
 }
 
 PyDoc_STRVAR(call_doc,
@@ -347,24 +360,27 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t stack_block[STACK_WORDS];
     void *stack_packed[STACK_SLOTS];
     Py_buffer stack_views[STACK_SLOTS];
+    uintptr_t stack_spans[2 * STACK_SLOTS];   /* [lo..., hi...] of every buffer */
     int64_t *block = stack_block;
     void **packed = stack_packed;
     Py_buffer *views = stack_views;
+    uintptr_t *spans = stack_spans;
     if (e->n_words > STACK_WORDS)
         block = PyMem_Malloc(e->n_words * sizeof(int64_t));
     if (e->n_slots > STACK_SLOTS) {
         packed = PyMem_Malloc(e->n_slots * sizeof(void *));
         views = PyMem_Malloc(e->n_slots * sizeof(Py_buffer));
+        spans = PyMem_Malloc(2 * e->n_slots * sizeof(uintptr_t));
     }
     PyObject *result = NULL;
-    if (!block || !packed || !views) {
+    if (!block || !packed || !views || !spans) {
         PyErr_NoMemory();
         goto done;
     }
     memcpy(block, e->template_words, e->n_words * sizeof(int64_t));
 
     Py_ssize_t taken = 0, total_bytes = 0;
-    Py_ssize_t bad = bind(e, arrays, block, packed, views, &taken, &total_bytes);
+    Py_ssize_t bad = bind(e, arrays, block, packed, views, spans, spans + e->n_slots, &taken, &total_bytes);
     if (bad < 0) {
         if (total_bytes > RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS
@@ -383,6 +399,7 @@ done:
     if (packed != stack_packed) {
         PyMem_Free(packed);
         PyMem_Free(views);
+        PyMem_Free(spans);
     }
     return result;
 }

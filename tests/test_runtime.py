@@ -422,6 +422,9 @@ def test_fastcall_entry_rejects_bad_specs():
         _fastcall.Entry(fn, template, (("f", 4, False, (4,), 0, 8),), np.ndarray)
     with pytest.raises(ValueError, match="overruns the template"):
         _fastcall.Entry(fn, template, (("f", 4, False, (4, 4), 0, -1),), np.ndarray)
+    with pytest.raises(ValueError, match="slot 1: an input after an output"):
+        _fastcall.Entry(fn, bytes(8 * 10), (("f", 4, True, (4,), 0, -1), ("f", 4, False, (4,), 5, -1)),
+                        np.ndarray)
     with pytest.raises(TypeError, match=r"slot 0 is not \(formats, itemsize, writable, shape, word, bound\)"):
         _fastcall.Entry(fn, template, (("f", False),), np.ndarray)
     with pytest.raises(TypeError, match=r"call\(entry: Entry, arrays: tuple\)"):
