@@ -253,7 +253,8 @@ async function restricted() {
     // a user-level interpreter inside the untrusted folder: not used, with a warning; the
     // server starts from PATH instead
     await setPythonPath('${workspaceFolder}/.venv/bin/python');
-    const warning = toast('points into this untrusted workspace');
+    // the warning itself (the start failure that may follow quotes the same sentence)
+    const warning = toast(/Kina: `kina\.server\.pythonPath` \(.*points into this untrusted workspace/);
     await warning.waitFor({ timeout: 60000 });
     log(`warning: ${await oneLine(warning.locator('.notification-list-item-message'), 300)}`);
     // the server then starts from `kina-lsp` on PATH, or, where there is none, the start
