@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,9 @@ def write(path: Path, step: int, arrays: dict[str, np.ndarray], meta: dict) -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)             # mkstemp's 0600 would make the checkpoint private
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays, **{STEP_KEY: np.int64(step), META_KEY: np.array(json.dumps(meta))})
             f.flush()
@@ -80,7 +84,7 @@ def read(path: Path, like: dict[str, np.ndarray]) -> tuple[int, dict, dict[str, 
                 arrays[name] = got
     except FileNotFoundError:
         raise CheckpointError(f"no checkpoint at {path}") from None
-    except (OSError, ValueError, KeyError) as e:   # truncated, not an npz, bad JSON
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:   # truncated, not an npz, bad JSON
         raise CheckpointError(f"cannot read checkpoint {path}: {e}") from None
     return step, meta, arrays
 

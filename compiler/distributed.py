@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -146,7 +147,7 @@ def shard_range(dim: int, world_size: int, rank: int, what: str) -> tuple[int, i
     return rank * size, (rank + 1) * size
 
 
-def pin_single_thread(launch: Launch) -> int:
+def pin_single_thread(local_rank: int = 0) -> int:
     """Run this rank on one CPU, single-threaded; returns the CPU.
 
     At -O2 the big kernels are parallel loops on MLIR's async runtime, whose thread pool
@@ -156,7 +157,7 @@ def pin_single_thread(launch: Launch) -> int:
     block run inline by the caller.  So this must run before the first kernel call.  torch
     (only the transport here) gets one intra-op thread too."""
     cpus = sorted(os.sched_getaffinity(0))
-    cpu = cpus[launch.local_rank % len(cpus)]
+    cpu = cpus[local_rank % len(cpus)]
     os.sched_setaffinity(0, {cpu})
     try:
         import torch
@@ -297,8 +298,12 @@ def fail(err: DistributedError, launch: Launch | None = None) -> None:
 
 
 def _first_line(e: BaseException) -> str:
+    """The gist of a torch/gloo error: its first line, without gloo's source location prefix
+    ("[.../gloo/transport/tcp/pair.cc:537] ") and generic advice."""
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    line = text.splitlines()[0] if text else type(e).__name__
+    line = re.sub(r"^\[[^\]]*\]\s*", "", line)
+    return line.split(". This is typically caused")[0]
 
 
 _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}

@@ -141,6 +141,18 @@ def render(template: str, cfg: Config, b: int, vl: int | None = None) -> str:
     return string.Template(path.read_text()).substitute(cfg.sizes(b, vl))
 
 
+def dp_library(cfg: Config, rows: int, opt_level: int, launch=None, cache_dir=None):
+    """The data-parallel program (grad, sgd, forward) for `rows` windows per rank, built once per host."""
+    return distributed.build_shared(render("lm_data_parallel", cfg, rows), f"{cfg.name}_dp_b{rows}",
+                                    opt_level, launch, cache_dir)
+
+
+def vp_library(cfg: Config, vl: int, opt_level: int, launch=None, cache_dir=None):
+    """The vocabulary-parallel program for shards of vl columns (one window per step)."""
+    return distributed.build_shared(render("lm_vocab_parallel", cfg, 1, vl), f"{cfg.name}_vp{vl}",
+                                    opt_level, launch, cache_dir)
+
+
 def aligned_views(shapes: list[tuple[int, ...]], align: int = 16) -> tuple[np.ndarray, list[np.ndarray]]:
     """One flat F32 buffer and C-contiguous views into it, each starting on a 64-byte boundary,
     so a compiled function writes its results straight into the buffer one collective reduces."""
@@ -187,7 +199,7 @@ class DataParallelTrainer:
         emb, wq, wk, wv, wo, lm = src
         self.lib.grad(self.local_windows(k), emb, self.mask, self.scale, wq, wk, wv, wo, lm,
                       self.share.weight, out=self.outs)
-        self.world.all_reduce(self.flat, what=f"gradient all-reduce of step {k}")
+        self.world.all_reduce(self.flat, what=f"gradient all-reduce of step {k + 1}")
         self.lib.sgd(*src, *self.outs[1:], self.lr, out=dst)
         self.current = 1 - self.current
         return float(self.outs[0][0, 0])
@@ -196,7 +208,7 @@ class DataParallelTrainer:
 # ---- the single-process reference --------------------------------------------------------------
 def single_process_losses(cfg: Config, steps: int, opt_level: int = 2) -> list[float]:
     """Single-process SGD on the whole batch of every step (no torch.distributed)."""
-    if cfg == STORYLM0:      # exactly `make demo`'s trainer
+    if cfg.name == "storylm0" and cfg.batch == 1:      # exactly `make demo`'s trainer
         return C.CompiledTrainer(C.compile_example("storylm0_train_step"), cfg.lr).train(steps)
     lib = distributed.build_shared(render("scaled_lm", cfg, cfg.batch), f"{cfg.name}_single", opt_level)
     w = initial_weights(cfg)

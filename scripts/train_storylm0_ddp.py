@@ -70,10 +70,9 @@ def setup(args, launch):
     share = L.partition(cfg, launch.world_size, launch.rank)
     distributed.require_torch()
     if not args.no_pin:
-        distributed.pin_single_thread(launch)
+        distributed.pin_single_thread(launch.local_rank)
     rows = share.rows[1] - share.rows[0]
-    lib = distributed.build_shared(L.render("lm_data_parallel", cfg, rows), f"{cfg.name}_dp_b{rows}",
-                                   args.opt_level, launch)
+    lib = L.dp_library(cfg, rows, args.opt_level, launch)
     return cfg, share, lib, distributed.connect(launch, args.timeout)
 
 

@@ -179,9 +179,8 @@ def main(argv=None) -> int:
         launch = distributed.Launch.from_env()
         lo, hi = distributed.shard_range(cfg.V, launch.world_size, launch.rank, "vocabulary V")
         distributed.require_torch()
-        distributed.pin_single_thread(launch)
-        lib = distributed.build_shared(L.render("lm_vocab_parallel", cfg, 1, hi - lo),
-                                       f"storylm0_vp{hi - lo}", args.opt_level, launch)
+        distributed.pin_single_thread(launch.local_rank)
+        lib = L.vp_library(cfg, hi - lo, args.opt_level, launch)
         world = distributed.connect(launch, args.timeout)
         weights = C.load_weights()
         lm_shard = np.ascontiguousarray(weights.pop("lm_head")[:, lo:hi])   # the only columns kept
