@@ -58,6 +58,10 @@ def parse(argv):
     args = ap.parse_args(argv)
     if args.resume and not args.checkpoint:
         ap.error("--resume needs --checkpoint PATH")
+    for name in ("steps", "batch", "checkpoint_every", "timeout"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive, not {value}")
     if args.config == "storylm0" and any(getattr(args, n) for n in ("T", "D", "H", "V")):
         ap.error("--T/--D/--H/--V apply to --config scaled only")
     return args
@@ -90,6 +94,8 @@ def restore(args, world, trainer, cfg) -> tuple[int, list[float]]:
     if theirs != cfg.meta():
         diff = ", ".join(f"{k}: {theirs[k]} there, {v} here" for k, v in cfg.meta().items() if theirs[k] != v)
         raise checkpoint.CheckpointError(f"{args.checkpoint} is from another run ({diff})")
+    if step > cfg.steps:
+        raise checkpoint.CheckpointError(f"{args.checkpoint} is at step {step}, beyond --steps {cfg.steps}")
     if world.rank == 0:
         print(f"resuming from {args.checkpoint} at step {step} (saved by {meta['world_size']} process(es))")
     return step, list(meta["losses"])
@@ -113,14 +119,13 @@ def train(args, cfg, world, trainer, start, losses, launch) -> float:
 def report(args, cfg, world, trainer, losses, elapsed, start) -> int:
     n = cfg.steps - start
     per_step = elapsed / max(n, 1)
-    comm = world.seconds / max(world.calls, 1)
     print(f"{world.size} process(es), {cfg.describe()}")
     print(f"{n} steps in {elapsed:.2f} s ({per_step * 1e6:.1f} us/step, {1 / per_step:.1f} steps/s; "
           f"collectives {world.seconds / max(n, 1) * 1e6:.1f} us/step)")
     epoch = max(1, min(len(trainer.windows) // cfg.batch, cfg.steps // 2))
     print(f"initial loss {losses[0]:.4f}; final loss {losses[-1]:.4f} (mean over {epoch} steps: "
           f"first {np.mean(losses[:epoch]):.4f} -> last {np.mean(losses[-epoch:]):.4f})")
-    if cfg.name == "storylm0":
+    if cfg.name == "storylm0" and trainer.share.rows[1] - trainer.share.rows[0] == 1:
         print(f"greedy: {greedy(trainer)}")
     code = 0
     if args.compare:
@@ -135,7 +140,6 @@ def report(args, cfg, world, trainer, losses, elapsed, start) -> int:
         args.losses_out.write_text(json.dumps({
             "config": cfg.meta(), "world_size": world.size, "losses": losses, "first_step": start,
             "seconds": elapsed, "collective_seconds": world.seconds, "collective_calls": world.calls}))
-    del comm
     return code
 
 
