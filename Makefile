@@ -45,12 +45,17 @@ validate-tp-vocab: setup
 # logits and vocab-parallel step, and (slow, minutes) the N = 1, 2, 4 trajectories of both
 # models.  See docs/distributed.md.
 NPROC ?= 2
-TORCHRUN := $(VENV)/bin/torchrun --standalone --nproc-per-node $(NPROC)
+TORCHRUN := $(PY) -m torch.distributed.run --standalone --nproc-per-node $(NPROC)
+NEED_TORCH = @$(PY) -c "import torch" 2>/dev/null || { echo "$@ needs the optional PyTorch: \
+  run make setup on a machine with the CPU wheel in TORCH_WHEELS (see docs/distributed.md)"; exit 2; }
 train-ddp: setup
+	$(NEED_TORCH)
 	$(TORCHRUN) scripts/train_storylm0_ddp.py --compare
 vocab-parallel: setup
+	$(NEED_TORCH)
 	$(TORCHRUN) scripts/vocab_parallel_storylm0.py
 check-ddp: setup
+	$(NEED_TORCH)
 	$(PY) scripts/check_ddp_trajectories.py
 
 # The whole test suite (at -O0, then again at -O2): unit, property, LSP

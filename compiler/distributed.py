@@ -152,10 +152,11 @@ def pin_single_thread(local_rank: int = 0) -> int:
 
     At -O2 the big kernels are parallel loops on MLIR's async runtime, whose thread pool
     (llvm::ThreadPool with the hardware_concurrency strategy) has as many workers as the
-    CPUs in the affinity mask of the thread that first uses it, and async-parallel-for
-    (num-workers=-1) splits each loop into that many blocks: with one CPU, each loop is one
-    block run inline by the caller.  So this must run before the first kernel call.  torch
-    (only the transport here) gets one intra-op thread too."""
+    CPUs in the affinity mask of the thread that first uses it (it has no environment
+    variable); async-parallel-for (num-workers=-1) sizes its blocks from that count.  Pinned
+    before the first kernel call, the pool gets one worker, and that worker, the caller and
+    every later thread inherit the one-CPU mask.  torch (only the transport here) gets one
+    intra-op thread too."""
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[local_rank % len(cpus)]
     os.sched_setaffinity(0, {cpu})
