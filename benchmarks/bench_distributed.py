@@ -15,7 +15,7 @@ scaled StoryLM (benchmarks/templates/, a global batch of B windows of T tokens):
   launched with torchrun, each rank pinned to its own CPU.
 
 Columns: steps/s (median over --repeats timed blocks of --steps steps after --warmup
-steps), the speed-up over the 1-thread single process, the scaling efficiency (speed-up /
+steps, then the median over --rounds runs of every row, taken round-robin), the speed-up over the 1-thread single process, the scaling efficiency (speed-up /
 threads used), the time per step rank 0 spends in the all-reduce (waiting for the slower
 rank included), and the all-reduce alone (the same buffer, back to back after a barrier).
 Each measurement runs in its own process (this one only launches them).  The header
@@ -81,7 +81,7 @@ def worker_single(args) -> dict:
         emb, wq, wk, wv, wo, lm = src
         lib.train_step(L.step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, inv_n, lr,
                        out=[loss, *dst])
-    return {"step_s": timed_blocks(step, args), "threads": os.cpu_count() if not args.pin else 1}
+    return {"step_s": timed_blocks(step, args)}
 
 
 def worker_ddp(args) -> dict | None:
@@ -128,7 +128,8 @@ def main(argv=None) -> int:
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--steps", type=int, default=20, help="steps per timed block")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="timed blocks per run")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of every row, round-robin (median)")
     ap.add_argument("--worker", choices=("single", "single-all", "ddp"), help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -148,23 +149,25 @@ def main(argv=None) -> int:
     env = dict(os.environ)
     me = [sys.executable, str(Path(__file__).resolve())]
     cores, load0 = len(os.sched_getaffinity(0)), os.getloadavg()
-    results = []
+    rows = [("single process", 1, 1, me + ["--worker", "single"]),
+            ("single process", 1, cores, me + ["--worker", "single-all"])]
+    for n in (1, 2):
+        rows.append(("data parallel", n, n, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                             f"--nproc-per-node={n}", *me[1:], "--worker", "ddp"]))
+    rounds: list[list[dict]] = [[] for _ in rows]
     with tempfile.TemporaryDirectory(prefix="kina-bench-dist-") as tmp:
-        for label, worker, threads in (("single process", "single", 1),
-                                       ("single process", "single-all", cores)):
-            out = Path(tmp) / f"{worker}.json"
-            results.append((label, 1, threads, run(me + ["--worker", worker, "--out", str(out)] + sizes_args(args),
-                                                    out, env)))
-        for n in (1, 2):
-            out = Path(tmp) / f"ddp{n}.json"
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-                   *me[1:], "--worker", "ddp", "--out", str(out), *sizes_args(args)]
-            results.append(("data parallel", n, n, run(cmd, out, env)))
+        # Round-robin over the rows, so that a change of the machine's load hits every row alike.
+        for k in range(args.rounds):
+            for i, (_, _, _, cmd) in enumerate(rows):
+                out = Path(tmp) / f"row{i}-{k}.json"
+                rounds[i].append(run(cmd + ["--out", str(out), *sizes_args(args)], out, env))
+    results = [(label, procs, threads, {key: statistics.median(r[key] for r in rs) for key in rs[0]})
+               for (label, procs, threads, _), rs in zip(rows, rounds)]
     load1 = os.getloadavg()
     base = results[0][3]["step_s"]
     print(f"scaled StoryLM training step, global batch B={cfg.batch} T={cfg.T} D={cfg.D} H={cfg.H} "
           f"V={cfg.V} (-O2); {cores} cores usable; load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
-          f"median of {args.repeats} x {args.steps} steps")
+          f"median over {args.rounds} rounds of the median of {args.repeats} x {args.steps} steps")
     print(f"{'run':<16}{'procs':>6}{'threads':>8}{'steps/s':>9}{'ms/step':>9}{'speed-up':>9}{'effic.':>8}"
           f"{'allreduce ms/step':>19}{'alone ms':>10}")
     for label, procs, threads, r in results:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -127,6 +128,8 @@ def report(args, cfg, world, trainer, losses, elapsed, start) -> int:
           f"first {np.mean(losses[:epoch]):.4f} -> last {np.mean(losses[-epoch:]):.4f})")
     if cfg.name == "storylm0" and trainer.share.rows[1] - trainer.share.rows[0] == 1:
         print(f"greedy: {greedy(trainer)}")
+    if args.checkpoint:
+        print(f"checkpoint: {args.checkpoint.resolve()} on host {socket.gethostname()} (step {cfg.steps})")
     code = 0
     if args.compare:
         ref = L.single_process_losses(cfg, cfg.steps, args.opt_level)
