@@ -17,7 +17,11 @@ scaled StoryLM (benchmarks/templates/, a global batch of B windows of T tokens):
 Columns: steps/s (median over --repeats timed blocks of --steps steps after --warmup
 steps, then the median over --rounds runs of every row, taken round-robin), the speed-up over the 1-thread single process, the scaling efficiency (speed-up /
 threads used), the time per step rank 0 spends in the all-reduce (waiting for the slower
-rank included), and the all-reduce alone (the same buffer, back to back after a barrier).
+rank included), the all-reduce alone (the same buffer, back to back after a barrier), and
+the CPU time per step of the (rank-0) process with the speed-up it implies: on a loaded
+machine the wall-clock columns mostly measure the other processes, while a rank's CPU
+time per step is its work, which halves on 2 ranks if the split is even and the
+collective costs little.
 Each measurement runs in its own process (this one only launches them).  The header
 gives the cores and the load average before and after: other processes skew every column.
 """
@@ -46,20 +50,22 @@ def cfg_of(args) -> L.Config:
     return L.config("scaled", batch=args.B, T=args.T, D=args.D, H=args.H, V=args.V)
 
 
-def timed_blocks(step, args) -> float:
-    """Median seconds per step over args.repeats blocks of args.steps steps (after warm-up)."""
+def timed_blocks(step, args) -> dict:
+    """Median wall seconds per step over args.repeats blocks of args.steps steps (after
+    warm-up), and the median CPU seconds per step of this process (every thread)."""
     k = 0
     for _ in range(args.warmup):
         step(k)
         k += 1
-    blocks = []
+    wall, cpu = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(args.steps):
             step(k)
             k += 1
-        blocks.append((time.perf_counter() - t0) / args.steps)
-    return statistics.median(blocks)
+        wall.append((time.perf_counter() - t0) / args.steps)
+        cpu.append((time.process_time() - c0) / args.steps)
+    return {"step_s": statistics.median(wall), "cpu_s": statistics.median(cpu)}
 
 
 # ---- workers (each in its own process) --------------------------------------------------------
@@ -81,7 +87,7 @@ def worker_single(args) -> dict:
         emb, wq, wk, wv, wo, lm = src
         lib.train_step(L.step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, inv_n, lr,
                        out=[loss, *dst])
-    return {"step_s": timed_blocks(step, args)}
+    return timed_blocks(step, args)
 
 
 def worker_ddp(args) -> dict | None:
@@ -95,7 +101,7 @@ def worker_ddp(args) -> dict | None:
     trainer = L.DataParallelTrainer(lib, cfg, world, share, L.initial_weights(cfg))
     world.barrier()
     comm0, calls0 = world.seconds, world.calls
-    step_s = timed_blocks(trainer.step, args)
+    timed = timed_blocks(trainer.step, args)
     n_steps = args.warmup + args.repeats * args.steps
     in_step = (world.seconds - comm0) / (world.calls - calls0) if world.calls > calls0 else 0.0
     world.barrier()
@@ -106,7 +112,7 @@ def worker_ddp(args) -> dict | None:
     world.close()
     if launch.rank:
         return None
-    return {"step_s": step_s, "allreduce_in_step_s": in_step, "allreduce_alone_s": alone,
+    return {**timed, "allreduce_in_step_s": in_step, "allreduce_alone_s": alone,
             "bytes": trainer.flat.nbytes, "steps": n_steps}
 
 
@@ -164,18 +170,20 @@ def main(argv=None) -> int:
     results = [(label, procs, threads, {key: statistics.median(r[key] for r in rs) for key in rs[0]})
                for (label, procs, threads, _), rs in zip(rows, rounds)]
     load1 = os.getloadavg()
-    base = results[0][3]["step_s"]
+    base, base_cpu = results[0][3]["step_s"], results[0][3]["cpu_s"]
     print(f"scaled StoryLM training step, global batch B={cfg.batch} T={cfg.T} D={cfg.D} H={cfg.H} "
           f"V={cfg.V} (-O2); {cores} cores usable; load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
           f"median over {args.rounds} rounds of the median of {args.repeats} x {args.steps} steps")
     print(f"{'run':<16}{'procs':>6}{'threads':>8}{'steps/s':>9}{'ms/step':>9}{'speed-up':>9}{'effic.':>8}"
-          f"{'allreduce ms/step':>19}{'alone ms':>10}")
+          f"{'allreduce ms/step':>19}{'alone ms':>10}{'cpu ms/step':>13}{'cpu speed-up':>14}")
     for label, procs, threads, r in results:
         speed = base / r["step_s"]
         ar = f"{r['allreduce_in_step_s'] * 1e3:>19.2f}{r['allreduce_alone_s'] * 1e3:>10.2f}" if "bytes" in r else \
             f"{'-':>19}{'-':>10}"
+        cpu = f"{r['cpu_s'] * 1e3:>13.2f}{base_cpu / r['cpu_s']:>13.2f}x" if procs > 1 or threads == 1 else \
+            f"{r['cpu_s'] * 1e3:>13.2f}{'-':>14}"
         print(f"{label:<16}{procs:>6}{threads:>8}{1 / r['step_s']:>9.2f}{r['step_s'] * 1e3:>9.2f}{speed:>8.2f}x"
-              f"{speed / threads:>8.0%}{ar}")
+              f"{speed / threads:>8.0%}{ar}{cpu}")
     mb = results[-1][3]["bytes"] / 1e6
     print(f"all-reduce: one {mb:.1f} MB F32 buffer (loss + every gradient) per step, gloo over loopback")
     return 0
