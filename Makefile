@@ -11,7 +11,7 @@ KINA_TORCH ?= 1
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
-        vscode vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
+        vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
