@@ -89,9 +89,10 @@ O0_PASSES = [
 # Buffers up to this size become stack allocations at -O2 (no malloc/free per call).
 # Small on purpose: every promoted buffer of a function is live in its frame at once.
 STACK_BUFFER_BYTES = 4096
-# Not a pass: between the passes before and after it, `unshare_empty_tensors` runs in the
-# "engine" back end (a Python hook; the mlir-opt command line of `kinac emit --llvm` skips it).
+# Not passes: between the passes before and after each, a Python hook runs in the "engine"
+# back end (HOOKS below; the mlir-opt command line of `kinac emit --llvm` skips them).
 UNSHARE_SLOT = "@unshare-empties"
+SCHEDULE_SLOT = "@dynamic-schedule"
 O2_PASSES = [
     "--inline",
     "@transforms",
@@ -113,6 +114,7 @@ O2_PASSES = [
     # share of the blocks or rows), or serial loops without an OpenMP runtime; see
     # compiler/threads.py.  -O0 has no forall loops.
     "@threads",
+    SCHEDULE_SLOT,
     # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
     "--canonicalize",
     "--cse",
@@ -411,31 +413,50 @@ def _transform_slot(work_dir: str | Path | None) -> list[str]:
     return transform_flags(library)
 
 
-def hook_segments(passes: list[str]) -> list[list[str]]:
-    """The pass list cut at each UNSHARE_SLOT (unshare_empty_tensors runs between segments)."""
-    out: list[list[str]] = [[]]
+def hook_segments(passes: list[str]) -> list[tuple[str | None, list[str]]]:
+    """The pass list cut at each hook slot: (the hook slot before the segment, its passes)."""
+    out: list[tuple[str | None, list[str]]] = [(None, [])]
     for p in passes:
-        if p == UNSHARE_SLOT:
-            out.append([])
+        if p in HOOK_SLOTS:
+            out.append((p, []))
         else:
-            out[-1].append(p)
+            out[-1][1].append(p)
     return out
 
 
 def run_passes(ir, passmanager, module, passes: list[str], enable_timing: bool = False) -> None:
     """Run a pass list (passes_for) on a module in this process, hooks included."""
-    for k, part in enumerate(hook_segments(passes)):
-        if k:
-            unshare_empty_tensors(ir, module)
-        pm = passmanager.PassManager.parse(pipeline_text(part))
-        if enable_timing:
-            pm.enable_timing()
-        pm.run(module.operation)
+    for hook, part in hook_segments(passes):
+        if hook is not None:
+            HOOKS[hook](ir, module)
+        if part:
+            pm = passmanager.PassManager.parse(pipeline_text(part))
+            if enable_timing:
+                pm.enable_timing()
+            pm.run(module.operation)
 
 
 def without_hooks(passes: list[str]) -> list[str]:
     """The pass list for mlir-opt, which cannot run the Python hooks."""
-    return [p for p in passes if p != UNSHARE_SLOT]
+    return [p for p in passes if p not in HOOK_SLOTS]
+
+
+def dynamic_schedule(ir, module) -> int:
+    """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
+    a thread takes the next block or row when it is done with one, so a thread the OS
+    deschedules on a shared machine does not hold back a share of its own.  Each block
+    or row is computed as before: results are unchanged.  Returns the count."""
+    found = []
+
+    def visit(op):
+        if op.name == "omp.wsloop":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        op.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
+    return len(found)
 
 
 # Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
@@ -465,6 +486,10 @@ def unshare_empty_tensors(ir, module) -> int:
                 owner.operands[number] = clone.results[0]
             made += 1
     return made
+
+
+HOOKS = {UNSHARE_SLOT: unshare_empty_tensors, SCHEDULE_SLOT: dynamic_schedule}
+HOOK_SLOTS = frozenset(HOOKS)
 
 
 def pipeline_text(passes: list[str]) -> str:

@@ -120,3 +120,21 @@ def test_emit_llvm_at_O2_runs_without_the_python_hooks(tmp_path):
     text, diags = toolchain.mlir_to_llvm_ir(build.front_end(TWICE, "t.kina", {}, build.BuildResult(
         False, source=build.SourceText(TWICE, "t.kina"))), opt_level=2)
     assert not diags and "define" in text
+
+
+def test_parallel_loops_are_dynamically_scheduled(tmp_path):
+    """A descheduled thread must not hold back a static share: every OpenMP loop is
+    schedule(dynamic) (results are per block or row, so unchanged)."""
+    from compiler import threads
+    if threads.openmp_library() is None:
+        import pytest
+        pytest.skip("no OpenMP runtime")
+    text = "fn mm(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 512]]) -> Tensor[F32, [64, 512]] {\n  a @ b\n}\n"
+    src = tmp_path / "mm.kina"
+    src.write_text(text)
+    res = build.build_file(src, tmp_path / "mm.so", 2)
+    assert res.ok, res.diagnostics
+    assert b"__kmpc_dispatch_next" in res.so_path.read_bytes()
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, 512)).astype(np.float32)
+    np.testing.assert_allclose(runtime.load(res.so_path).mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
