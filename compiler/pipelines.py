@@ -93,6 +93,7 @@ STACK_BUFFER_BYTES = 4096
 # back end (HOOKS below; the mlir-opt command line of `kinac emit --llvm` skips them).
 UNSHARE_SLOT = "@unshare-empties"
 SCHEDULE_SLOT = "@dynamic-schedule"
+OUTLINE_TAG_SLOT = "@tag-outline"
 O2_PASSES = [
     "--inline",
     "@transforms",
@@ -108,6 +109,7 @@ O2_PASSES = [
     "--convert-bufferization-to-memref",
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
+    OUTLINE_TAG_SLOT,
     "@outline",
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
     # become OpenMP parallel loops (omp.parallel + omp.wsloop: each thread takes a static
@@ -272,22 +274,18 @@ TRANSFORM_ENTRY = "kina_o2"
 # call per kernel costs nanoseconds.  The loops of an scf.forall's body are outlined too:
 # the OpenMP lowering then outlines a body that only calls its kernel, and kernel merging
 # (compiler/llvm_stage.py) compiles one copy of a matmul block shared by every function
-# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).
+# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).  `tag_outlined_loops` (a
+# hook) picks the loops: every nest of at least OUTLINE_MIN_ITERATIONS iterations, and the
+# small ones too in a function of more than OUTLINE_SMALL_LIMIT small nests.  A small nest
+# left inline costs no call and LLVM may fuse it with its neighbours (StoryLM-0's step:
+# 8.9 us with every nest outlined, 6.9 us without); a function of thousands of them is
+# what made LLVM's time superlinear.
 OUTLINE_ENTRY = "kina_outline"
+OUTLINE_MIN_ITERATIONS = 4096
+OUTLINE_SMALL_LIMIT = 256
 OUTLINE_LIBRARY = """\
-  transform.named_sequence @kina_top_loop(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
-    transform.match.operation_name %op ["scf.for"] : !transform.any_op
-    %p = transform.get_parent_op %op : (!transform.any_op) -> !transform.any_op
-    transform.match.operation_name %p ["func.func", "scf.forall"] : !transform.any_op
-    transform.yield %op : !transform.any_op
-  }
-  transform.named_sequence @kina_tag_outline(%op: !transform.any_op {transform.readonly}) {
-    transform.annotate %op "kina.outline" : !transform.any_op
-    transform.yield
-  }
   transform.named_sequence @kina_outline(%root: !transform.any_op {transform.consumed}) {
-    %r = transform.foreach_match in %root @kina_top_loop -> @kina_tag_outline : (!transform.any_op) -> !transform.any_op
-    %loops = transform.structured.match ops{["scf.for"]} attributes{kina.outline} in %r : (!transform.any_op) -> !transform.any_op
+    %loops = transform.structured.match ops{["scf.for"]} attributes{kina.outline} in %root : (!transform.any_op) -> !transform.any_op
     %fn, %call = transform.loop.outline %loops {func_name = "kina.kernel"} : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     %private = transform.param.constant "private" -> !transform.any_param
     transform.annotate %fn "sym_visibility" = %private : !transform.any_op, !transform.any_param
@@ -488,7 +486,51 @@ def unshare_empty_tensors(ir, module) -> int:
     return made
 
 
-HOOKS = {UNSHARE_SLOT: unshare_empty_tensors, SCHEDULE_SLOT: dynamic_schedule}
+def _trip_count(ir, loop) -> int:
+    """Constant trip count of an scf.for (unknown bounds count as large)."""
+    try:
+        lb, ub, step = (ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
+    except Exception:   # a bound that is not an arith.constant
+        return 1 << 30
+    return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
+
+
+def _iterations(ir, op) -> int:
+    """Innermost iterations of a loop nest: trips x the iterations of the loops in its body."""
+    inner = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                if child.operation.name == "scf.for":
+                    inner += _iterations(ir, child.operation)
+    return _trip_count(ir, op) * max(inner, 1)
+
+
+def tag_outlined_loops(ir, module) -> int:
+    """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
+    that "@outline" moves into kernels (see OUTLINE_MIN_ITERATIONS); returns the count."""
+    tagged = 0
+    bodies = []
+
+    def visit(op):
+        if op.name in ("func.func", "scf.forall") and op.regions and op.regions[0].blocks:
+            bodies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for body in bodies:
+        loops = [o.operation for o in body.regions[0].blocks[0].operations if o.operation.name == "scf.for"]
+        sizes = [_iterations(ir, lp) for lp in loops]
+        small = sum(1 for n in sizes if n < OUTLINE_MIN_ITERATIONS)
+        for lp, n in zip(loops, sizes):
+            if n >= OUTLINE_MIN_ITERATIONS or small > OUTLINE_SMALL_LIMIT:
+                lp.attributes["kina.outline"] = ir.UnitAttr.get()
+                tagged += 1
+    return tagged
+
+
+HOOKS = {UNSHARE_SLOT: unshare_empty_tensors, SCHEDULE_SLOT: dynamic_schedule,
+         OUTLINE_TAG_SLOT: tag_outlined_loops}
 HOOK_SLOTS = frozenset(HOOKS)
 
 

@@ -2,12 +2,14 @@
 identical-kernel merging and the opt/llc stage (compiler/llvm_stage.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from compiler import build, llvm_stage, pipelines, runtime
 
 TWICE = """
-fn f(x: Tensor[F32, [16, 32]], y: Tensor[F32, [16, 32]], w: Tensor[F32, [16, 32]]) -> Tensor[F32, [16, 32]] {
+fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 128]]) -> Tensor[F32, [64, 128]] {
   let a = x + y in
   let b = a.tanh() in
   let c = b + w in
@@ -57,7 +59,7 @@ def test_merged_kernels_compute_each_call_on_its_own_operands(tmp_path):
     res = build.build_file(src, tmp_path / "t.so", 2)
     assert res.ok, res.diagnostics
     rng = np.random.default_rng(0)
-    x, y, w = (rng.standard_normal((16, 32)).astype(np.float32) for _ in range(3))
+    x, y, w = (rng.standard_normal((64, 128)).astype(np.float32) for _ in range(3))
     want = np.tanh(np.tanh(x + y) + w) * x
     np.testing.assert_allclose(runtime.load(res.so_path).f(x, y, w), want, rtol=1e-6, atol=1e-6)
 
@@ -138,3 +140,21 @@ def test_parallel_loops_are_dynamically_scheduled(tmp_path):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, 512)).astype(np.float32)
     np.testing.assert_allclose(runtime.load(res.so_path).mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+SMALL = "fn f(x: Tensor[F32, [4, 8]]) -> Tensor[F32, [4, 8]] {\n  let a = x + x in\n  let b = a.tanh() in\n  b * x\n}\n"
+
+
+def test_small_loop_nests_stay_inline_unless_a_function_has_many(tmp_path):
+    """StoryLM-0-sized kernels: a call each cost 30% of its step, so they stay in their
+    function; a function of more than OUTLINE_SMALL_LIMIT of them is outlined all the same
+    (LLVM's time grew superlinearly with their count)."""
+    ir, passmanager, _ = pipelines.engine_module()
+    with ir.Context():
+        assert _kernels(ir, _lowered(tmp_path, ir, passmanager, SMALL)) == []
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import letgen
+    many = letgen.let_chain(3 * pipelines.OUTLINE_SMALL_LIMIT, rows=4, cols=8)
+    with ir.Context():
+        assert len(_kernels(ir, _lowered(tmp_path, ir, passmanager, many))) > 0
