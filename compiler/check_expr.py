@@ -21,6 +21,7 @@ from .ops import INFIX, OPS, SURFACE_OPS
 from .types import DType, TensorType, TupleType
 
 HANDLERS = ("reverseMode",)
+WILDCARD = "_"   # a let pattern item that binds nothing
 
 
 @dataclass
@@ -80,7 +81,10 @@ class ExprChecker:
         return ir.Var(e.id, t, e.span)
 
     def _unknown_name(self, e: syntax.Name) -> None:
-        if e.id in self.signatures:
+        if e.id == WILDCARD:
+            self.bag.error("unknown-name", "`_` binds nothing, so it cannot be used as a value; "
+                           "give the item a name to use it", e.span)
+        elif e.id in self.signatures:
             self.bag.error("unknown-name", f"`{e.id}` is a function, not a value; call it as `{e.id}(...)`", e.span)
         elif e.id in SURFACE_OPS:
             self.bag.error("unknown-name", f"`{e.id}` is a built-in op, not a value; apply it as "

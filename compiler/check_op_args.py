@@ -12,11 +12,13 @@ from __future__ import annotations
 from . import ir, syntax
 from .check_types import ERROR, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
-from .ops import OpDef, OpError, _float
+from .ops import OpDef, OpError, _float, normalise_axes
 from .types import TensorType
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
-               "float": "a number", "type": "a type (IR-internal)"}
+               "axis": "an integer",
+               "axes": "an integer list of axes like [0, 2, 1]", "float": "a number",
+               "dtype": "a dtype name ({choices})", "type": "a type (IR-internal)"}
 
 
 def is_static_arg(e) -> bool:
@@ -51,6 +53,7 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
         return ir.OpApp(op.name, args, values, ERROR, span)
     try:
         types = [a.type for a in args]
+        values = normalise_axes(op, types, values)
         result = op.infer(types, values)
         _check_float_only(op, types)
     except OpError as err:
@@ -132,9 +135,9 @@ def _positional_attr(bag, op: OpDef, statics):
 
 def _normalise(bag, op: OpDef, spec, value, span: Span):
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
-    if spec.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+    if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if spec.kind == "ints" and isinstance(value, list) and all(isinstance(v, int) for v in value):
+    if spec.kind in ("ints", "axes") and isinstance(value, list) and all(isinstance(v, int) for v in value):
         return tuple(value)
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value

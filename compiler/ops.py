@@ -29,10 +29,14 @@ _MISSING = object()
 @dataclass(frozen=True)
 class AttrSpec:
     name: str
-    kind: str                      # "int" | "ints" | "enum" | "float" | "type"
+    kind: str                      # "int" | "ints" | "axis" | "axes" | "enum" | "float" | "dtype" | "type"
     choices: tuple[str, ...] = ()  # for enums
     default: object = _MISSING
     positional: bool = False       # may be given as the first non-tensor positional arg
+    # "axis" / "axes": the rank they index is operand `of` (an int) or the length of
+    # the list attribute named `of` (iota's shape).  Negative values count from the end
+    # and are normalised by `normalise_axes` before the shape rule runs.
+    of: int | str = 0
 
     @property
     def required(self) -> bool:
@@ -78,6 +82,43 @@ def _axis(axis: int, rank: int, t: TensorType, op: str) -> int:
     if not (0 <= axis < rank):
         raise OpError("attr", f"{op}: axis={axis} is out of range for {t} (rank {rank}: 0..{rank - 1})", "axis")
     return axis
+
+
+def _rank_of(spec: "AttrSpec", args: list[TensorType], attrs: dict) -> tuple[int, str]:
+    """The rank an axis attribute indexes, and what to call it in a message."""
+    if isinstance(spec.of, str):
+        n = len(attrs.get(spec.of, ()))
+        return n, f"`{spec.of}` {_shape(attrs.get(spec.of, ()))}"
+    t = args[spec.of]
+    return t.rank, str(t)
+
+
+def _normal_axis(op: str, spec: "AttrSpec", axis: int, rank: int, what: str, given=None) -> int:
+    if not (-rank <= axis < rank):
+        span = f"axes -{rank}..{rank - 1}" if rank else "no axes"
+        head = f"{spec.name}={axis}" if given is None else f"{spec.name} {_shape(given)} has axis {axis}, which"
+        raise OpError("attr", f"{op}: {head} is out of range for {what} "
+                      f"(rank {rank}: {span}; negative axes count from the end)", spec.name)
+    return axis + rank if axis < 0 else axis
+
+
+def normalise_axes(op: "OpDef", args: list[TensorType], attrs: dict) -> dict:
+    """attrs with every `axis`/`axes` attribute made non-negative (axis=-1 is the last
+    axis, as in NumPy and PyTorch); an out-of-range axis raises OpError.  The IR, the
+    later stages, the diagnostics of the shape rule and hover all see normalised axes."""
+    out = dict(attrs)
+    for spec in op.attrs:
+        if spec.kind not in ("axis", "axes") or spec.name not in out:
+            continue
+        if isinstance(spec.of, int) and spec.of >= len(args):
+            continue  # an arity error is reported instead
+        rank, what = _rank_of(spec, args, out)
+        value = out[spec.name]
+        if spec.kind == "axis":
+            out[spec.name] = _normal_axis(op.name, spec, value, rank, what)
+        else:
+            out[spec.name] = tuple(_normal_axis(op.name, spec, v, rank, what, value) for v in value)
+    return out
 
 
 # ---- shape rules -------------------------------------------------------------
@@ -241,7 +282,7 @@ def _named(fn, op):
 
 
 # ---- the table ---------------------------------------------------------------
-AXIS = AttrSpec("axis", "int")
+AXIS = AttrSpec("axis", "axis")
 DEST = AttrSpec("dest_ty", "type")
 
 _ELEMENTWISE_DOCS = {"add": ("+", "elementwise sum"), "sub": ("-", "elementwise difference"),
@@ -274,7 +315,7 @@ for _n, _doc in _UNARY_DOCS.items():
 _row(OpDef("matmul", infer_matmul, "a @ b : σ++[M,N], with a : σ++[M,K], b : σ++[K,N], rank >= 2",
            "batched matrix product over a shared batch prefix σ", operands=2, infix="@"))
 _row(OpDef("transpose", infer_transpose, "x.transpose(perm) : [x.shape[perm[0]], ...]",
-           "permute the axes of x", attrs=(AttrSpec("perm", "ints", positional=True),), linear=True))
+           "permute the axes of x", attrs=(AttrSpec("perm", "axes", positional=True),), linear=True))
 _row(OpDef("reshape", infer_reshape, "x.reshape(shape) : shape, with vol(shape) = vol(x)",
            "same elements in row-major order, new shape", attrs=(AttrSpec("shape", "ints", positional=True),),
            linear=True, float_only=False))

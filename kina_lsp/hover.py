@@ -64,13 +64,9 @@ def reverse_mode_markdown(view, handle: ast.Handle) -> str | None:
                         "of each floating parameter", _code(result)])
 
 
-def type_of_span(view, span, probe: int | None = None):
-    """The type the checker gave the expression written exactly at span, if any.
-    `probe` is an offset inside span but inside none of its operands (an op's
-    name): there the innermost TypeFact is the expression's own."""
-    fact = _type_at(view, probe) if probe is not None else None
-    if fact is not None and fact.span == span:
-        return fact.type
+def node_at_span(view, span):
+    """The typed IR node of the expression written exactly at span (None when its
+    function does not check cleanly)."""
     program = getattr(view.snapshot, "program", None)
     for fn in (program.functions.values() if program else ()):
         if not fn.span.contains(span.start):
@@ -78,8 +74,19 @@ def type_of_span(view, span, probe: int | None = None):
         roots = [b.value for b in fn.lets] + [fn.result]
         for node in (n for r in roots for n in ir.walk(r)):
             if node.span == span:
-                return node.type
+                return node
     return None
+
+
+def type_of_span(view, span, probe: int | None = None):
+    """The type the checker gave the expression written exactly at span, if any.
+    `probe` is an offset inside span but inside none of its operands (an op's
+    name): there the innermost TypeFact is the expression's own."""
+    fact = _type_at(view, probe) if probe is not None else None
+    if fact is not None and fact.span == span:
+        return fact.type
+    node = node_at_span(view, span)
+    return node.type if node is not None else None
 
 
 def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
@@ -95,13 +102,22 @@ def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
     return None
 
 
-def _attr_hover(view, op_name: str, attr: ast.Attr) -> lsp.Hover | None:
+def _attr_hover(view, op_name: str, attr: ast.Attr, call_span) -> lsp.Hover | None:
     op = SURFACE_OPS.get(op_name)
     spec = op.attr(attr.name) if op else None
     if spec is None:
         return None
     choices = f": one of {', '.join(spec.choices)}" if spec.choices else ""
-    return _hover(view, attr.name_span, f"attribute `{attr.name}` of **{op_name}** ({spec.kind}){choices}")
+    parts = [f"attribute `{attr.name}` of **{op_name}** ({spec.kind}){choices}"]
+    node = node_at_span(view, call_span) if spec.kind in ("axis", "axes") else None
+    if isinstance(node, ir.OpApp) and spec.name in node.attrs:
+        # the checker's normalised value: axis=-1 of a rank-3 operand is axis 2
+        value = node.attrs[spec.name]
+        shown = f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
+        operand = (node.args[spec.of].type if isinstance(spec.of, int) and spec.of < len(node.args)
+                   else None)
+        parts.append(f"here: `{attr.name}={shown}`" + (f" of `{operand}`" if operand is not None else ""))
+    return _hover(view, attr.name_span, *parts)
 
 
 def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
@@ -120,7 +136,7 @@ def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
             op_name = node.method if isinstance(node, ast.MethodCall) else node.func
             attr = next((a for a in node.attrs if a.name_span.contains(offset)), None)
             if attr is not None:
-                return _attr_hover(view, op_name, attr)
+                return _attr_hover(view, op_name, attr, node.span)
     return None
 
 
