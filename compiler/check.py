@@ -93,7 +93,7 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
     while isinstance(body, syntax.Let):
         lets.append(_check_let(ck, body))
         body = body.body
-    result = ck.check(body)
+    result = ck.expect(body, sig.ret, f"as the result of `{fn.name}`")
     if not (is_error(result.type) or is_error(sig.ret)) and result.type != sig.ret:
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))

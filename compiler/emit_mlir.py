@@ -141,6 +141,8 @@ class FunctionLowering:
         em.at(e.span)
         out = em.fresh(hint)
         if isinstance(e, ir.Literal):
+            if e.scalar:   # `x * 0.5`: a fill, not a dense constant the size of x in the .so
+                return em.filled(ty(e.type), e.values[0], out)
             return em.op(literal(e), out)
         if isinstance(e, ir.CallFn):
             return self._call(e, args, out)

@@ -56,6 +56,9 @@ class OpDef:
     linear: bool = False           # linear in its float operands (finite-difference step 1)
     float_only: bool = True        # every float operand must be floating
     index_operands: tuple[int, ...] = ()  # operands that are I64 indices (exempt from float_only)
+    # Operand positions where a bare number (`x * 0.5`, `1e-5 + v`) is accepted: it means a
+    # splat of the type of the first tensor operand among these positions.
+    scalars: tuple[int, ...] = ()
 
     def attr(self, name: str) -> AttrSpec | None:
         return next((a for a in self.attrs if a.name == name), None)
@@ -308,7 +311,7 @@ def _row(op: OpDef) -> None:
 
 for _n, (_sym, _doc) in _ELEMENTWISE_DOCS.items():
     _row(OpDef(_n, _named(infer_elementwise, _n), f"a {_sym} b : T, with a, b : T (same dtype, shape, placement)",
-               _doc, operands=2, infix=_sym, linear=_n in ("add", "sub")))
+               _doc, operands=2, infix=_sym, linear=_n in ("add", "sub"), scalars=(0, 1)))
 for _n, _doc in _UNARY_DOCS.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc,
                infix="-" if _n == "neg" else None, linear=_n == "neg"))

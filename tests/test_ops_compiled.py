@@ -28,6 +28,8 @@ ROWS = {
     "gather": ([("v", "Tensor[F32, [5, 3]]"), ("i", "Tensor[I64, [2, 2]]")], "gather(v, i)",
                "Tensor[F32, [2, 2, 3]]", True),
     "reduce_keep": (UNARY, "a.reduce_keep(op=sum, axis=1)", "Tensor[F32, [2, 1]]", True),
+    # bare numbers as elementwise operands: splats of the other operand's type
+    "mul scalar": (UNARY, "2.0 * a - 0.5 / (1e-5 + a * a) + 1", M, False),
     "reduce_keep mean": (UNARY, "a.reduce_keep(op=mean, axis=0)", "Tensor[F32, [1, 3]]", False),
     "reduce_keep max": (UNARY, "a.reduce_keep(op=max, axis=1)", "Tensor[F32, [2, 1]]", False),
     "softmax": (UNARY, "a.softmax(axis=1)", M, True),
