@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from . import ir, syntax
 from .check_op_args import apply_op, is_static_arg
+from .check_hints import RETURN_MESSAGE, foreign_note
 from .check_scalars import number_message, splat_operands
 from .check_types import ERROR, did_you_mean, is_error, mismatch, resolve_tensor_type
 from .diagnostics import DiagnosticBag, Note, Span
@@ -82,7 +83,9 @@ class ExprChecker:
         return ir.Var(e.id, t, e.span)
 
     def _unknown_name(self, e: syntax.Name) -> None:
-        if e.id == WILDCARD:
+        if e.id == "return":
+            self.bag.error("syntax", RETURN_MESSAGE, e.span)
+        elif e.id == WILDCARD:
             self.bag.error("unknown-name", "`_` binds nothing, so it cannot be used as a value; "
                            "give the item a name to use it", e.span)
         elif e.id in self.signatures:
@@ -171,6 +174,18 @@ class ExprChecker:
             return ir.Var("<error>", ERROR, e.span)
         return apply_op(self.bag, op, operands, statics, e.attrs, e.method_span, e.span, method=True)
 
+    def field(self, e: syntax.Field) -> ir.Expr:
+        """`x.T`, `x.shape`: values have no attributes in Kina."""
+        self.check(e.receiver)
+        notes = foreign_note(e.name)
+        if e.name in SURFACE_OPS:
+            notes = (Note(f"call the op with parentheses: `x.{e.name}(...)`"),)
+        elif e.name in ("shape", "dtype", "ndim", "size"):
+            notes = (Note("shapes and dtypes are static: they are in the type, which hover shows"),)
+        self.bag.error("unknown-name", f"`.{e.name}` is not an op call; Kina values have no attributes", e.name_span,
+                       *notes)
+        return ir.Var("<error>", ERROR, e.span)
+
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
@@ -216,14 +231,16 @@ class ExprChecker:
         if name in OPS:
             self.bag.error("unknown-name", f"unknown op `{name}`", span,
                            Note(f"`{name}` is IR-internal: the autodiff pass builds it; it has no surface form"))
+        elif name == "return":
+            self.bag.error("syntax", RETURN_MESSAGE, span)
         elif method:
-            notes = did_you_mean(name, SURFACE_OPS)
+            notes = foreign_note(name) or did_you_mean(name, SURFACE_OPS)
             if name in self.signatures:
                 notes = (Note(f"`{name}` is a user function; call it as `{name}(x, ...)`"),)
             self.bag.error("unknown-name", f"unknown op `{name}` in method call `.{name}(...)`", span, *notes)
         else:
             self.bag.error("unknown-name", f"unknown function or op `{name}`", span,
-                           *did_you_mean(name, list(self.signatures) + list(SURFACE_OPS)))
+                           *(foreign_note(name) or did_you_mean(name, list(self.signatures) + list(SURFACE_OPS))))
         return None
 
     # ---- user functions and handlers -------------------------------------------
@@ -321,6 +338,7 @@ _RULES = {
     syntax.BinOp: ExprChecker.binop,
     syntax.Neg: ExprChecker.neg,
     syntax.MethodCall: ExprChecker.method_call,
+    syntax.Field: ExprChecker.field,
     syntax.Call: ExprChecker.call,
     syntax.Handle: ExprChecker.handle,
 }

@@ -42,6 +42,13 @@ class AttrSpec:
     def required(self) -> bool:
         return self.default is _MISSING
 
+    @property
+    def shown(self) -> str:
+        """The kind as editors show it (`axis=int`, `perm=ints`, `dtype=F32|F16|..`)."""
+        if self.choices:
+            return "|".join(self.choices)
+        return {"axis": "int", "axes": "ints"}.get(self.kind, self.kind)
+
 
 @dataclass(frozen=True)
 class OpDef:

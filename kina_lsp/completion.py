@@ -117,7 +117,7 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
         given = set(re.findall(r"([A-Za-z_]\w*)\s*=", call.args))
         items += [lsp.CompletionItem(label=a.name, kind=lsp.CompletionItemKind.Property,
                                      insert_text=a.name + "=", sort_text="0" + a.name,
-                                     detail=a.kind + (f": {'|'.join(a.choices)}" if a.choices else ""))
+                                     detail=a.shown)
                   for a in op.attrs if a.name not in given]
     items += [lsp.CompletionItem(label=n, kind=lsp.CompletionItemKind.Variable, detail=what, sort_text="0" + n)
               for n, what in _scope_names(window)]
@@ -140,7 +140,7 @@ def _op_signature(op: OpDef, method: bool) -> tuple[str, list[str]]:
     if op.operands < 0:
         operands.append("...")
     params = operands[1:] if method else operands
-    params += [f"{a.name}={'|'.join(a.choices) if a.choices else a.kind}" for a in op.attrs]
+    params += [f"{a.name}={a.shown}" for a in op.attrs]
     prefix = f"{operands[0]}.{op.name}(" if method else f"{op.name}("
     return prefix + ", ".join(params) + ")", params
 

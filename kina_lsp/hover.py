@@ -37,8 +37,7 @@ def _type_at(view, offset: int):
 
 def op_markdown(name: str) -> str:
     op = SURFACE_OPS[name]
-    attrs = ", ".join(f"{a.name}: {a.kind}" + (f" ({'|'.join(a.choices)})" if a.choices else "")
-                      for a in op.attrs)
+    attrs = ", ".join(f"{a.name}: {a.shown}" for a in op.attrs)
     lines = [f"**{name}** (built-in)", _code(op.rule), op.doc]
     if attrs:
         lines.append(f"attributes: {attrs}")
@@ -108,7 +107,8 @@ def _attr_hover(view, op_name: str, attr: ast.Attr, call_span) -> lsp.Hover | No
     if spec is None:
         return None
     choices = f": one of {', '.join(spec.choices)}" if spec.choices else ""
-    parts = [f"attribute `{attr.name}` of **{op_name}** ({spec.kind}){choices}"]
+    kind = spec.kind if spec.choices else spec.shown
+    parts = [f"attribute `{attr.name}` of **{op_name}** ({kind}){choices}"]
     node = node_at_span(view, call_span) if spec.kind in ("axis", "axes") else None
     if isinstance(node, ir.OpApp) and spec.name in node.attrs:
         # the checker's normalised value: axis=-1 of a rank-3 operand is axis 2

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from compiler import ir, syntax
 from compiler.check import (ERROR, CheckResult, FunctionResult, Signature, TypeFact, check_function,
                             check_module, signature_of)
+from compiler.check_hints import FOREIGN
 from compiler.diagnostics import CODES, SourceText, Span
 from compiler.ops import OPS
 from compiler.parse import parse_module, split_items
@@ -278,6 +279,21 @@ fn g(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 1]] {
     assert "did you mean `mean`?" in notes["reduce_keep"]
     scatter = next(d for d in diags if "scatter_add" in d.message)
     assert scatter.code == "unknown-name" and "IR-internal" in scatter.notes[0].message
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN))
+def test_numpy_and_pytorch_names_get_the_kina_spelling(name):
+    """`x.sum(..)`, `cat(..)`, `x.T`: the note names the Kina op, not a "did you mean" guess."""
+    for body in (f"x.{name}(axis=1)", f"{name}(x, x)", f"x.{name}"):
+        text = f"fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {{\n  {body}\n}}\n"
+        _, diags, _ = analyse(text)
+        assert [d.code for d in diags] == ["unknown-name"], body
+        notes = [n.message for n in diags[0].notes]
+        assert notes == [f"`{name}` is not a Kina op; Kina spells it {FOREIGN[name]}"], (body, notes)
+
+
+def test_foreign_names_are_not_kina_ops():
+    assert not set(FOREIGN) & set(OPS)
 
 
 def test_literals_lower_to_ir_literal_values():
