@@ -123,8 +123,11 @@ def _positional_attr(bag, op: OpDef, statics):
     positional = next((a for a in op.attrs if a.positional), None)
     out, ok = [], True
     for i, s in enumerate(statics):
-        if i == 0 and positional is not None and isinstance(s, syntax.IntList):
+        if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
             out.append((positional.name, list(s.values), s.span, s.span))
+            continue
+        if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
+            out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`
             continue
         kw = ", ".join(f"{a.name}=..." for a in op.attrs if not a.positional and a.kind != "type")
         bag.error("attr", f"{op.name}: this positional argument is not a tensor operand; "
@@ -143,8 +146,10 @@ def _normalise(bag, op: OpDef, spec, value, span: Span):
         return value
     if spec.kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if spec.kind == "dtype" and isinstance(value, str) and value in spec.choices:
+        return value
     want = _KIND_WORDS[spec.kind].format(choices=", ".join(spec.choices))
     shown = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
-    notes = did_you_mean(value, spec.choices) if spec.kind == "enum" and isinstance(value, str) else ()
+    notes = did_you_mean(value, spec.choices) if spec.kind in ("enum", "dtype") and isinstance(value, str) else ()
     bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
     return ERROR

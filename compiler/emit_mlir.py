@@ -87,6 +87,7 @@ class FunctionLowering:
         results = _flat_values(result)
         rtypes = [ty(t).mlir for t in _flat_types(fn.ret_type)]
         em.at(fn.result.span)
+        results = _distinct_results(em, results, rtypes)
         em.stmt(f"return {', '.join(results)} : {', '.join(rtypes)}")
         em.at(fn.span)
         private = "." in fn.name
@@ -166,6 +167,20 @@ class FunctionLowering:
             self.em.op(call, f"{out}:{len(types)}")
             return [f"{out}#{i}" for i in range(len(types))]
         return self.em.op(call, out)
+
+
+def _distinct_results(em: FnEmitter, results: list[str], rtypes: list[str]) -> list[str]:
+    """A value returned twice (`(y, y)`; reverseMode's (R, g, g) for `a + b`) is copied
+    into a fresh allocation for its second slot: buffer-results-to-out-params crashes
+    mlir-opt (and, in-process at -O2, the compiler) on one buffer in two result slots.
+    A linalg.copy into a tensor.empty is not enough: bufferization writes it in place."""
+    seen, out = set(), []
+    for r, t in zip(results, rtypes):
+        if r in seen:
+            r = em.op(f"bufferization.alloc_tensor() copy({r}) : {t}")
+        seen.add(r)
+        out.append(r)
+    return out
 
 
 def _flat_values(v: Value) -> list[str]:

@@ -16,6 +16,7 @@ message the compiled code asserts, never numpy's IndexError.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import ml_dtypes
@@ -94,6 +95,59 @@ def _scatter_along_axis(args, attrs, out):
 
 _REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
 
+_erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def _erf_f(x: np.ndarray) -> np.ndarray:
+    return _erf(x.astype(np.float64)).astype(np.float64)
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf_f(x / math.sqrt(2)))
+
+
+def _gelu_grad(args, attrs, out):
+    g, x = args
+    if attrs["approximate"] == "tanh":
+        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    else:
+        d = 0.5 * (1 + _erf_f(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return g * d
+
+
+def _maximum_grad(args, attrs, out):
+    # the cotangent of x in maximum(x, y): all of g where x wins, half on a tie (PyTorch's rule)
+    g, x, y = args
+    return np.where(x > y, g, np.where(x == y, g / 2, 0))
+
+
+def _in_bounds(x: np.ndarray, attrs) -> np.ndarray:
+    lo, hi = attrs["min"], attrs["max"]
+    keep = np.ones(x.shape, bool)
+    if lo is not None:
+        keep &= x >= lo
+    if hi is not None:
+        keep &= x <= hi
+    return keep
+
+
+def _cast(args, attrs, out):
+    # Integers and booleans convert through float32, as the lowering does (sitofp to f32,
+    # then the store rounds to the target dtype); floats convert directly.
+    x = args[0]
+    return x.astype(np.float32) if x.dtype.kind in "iub" and out.is_float else x
+
+
+def _iota(args, attrs, out):
+    axis = attrs["axis"]
+    shape = [1] * out.rank
+    shape[axis] = out.shape[axis]
+    return np.broadcast_to(np.arange(out.shape[axis], dtype=np.int64).reshape(shape), out.shape).copy()
+
 OpFn = Callable[[list[np.ndarray], dict, TensorType], np.ndarray]
 
 NUMPY_OPS: dict[str, OpFn] = {
@@ -123,6 +177,22 @@ NUMPY_OPS: dict[str, OpFn] = {
     "take_along_axis": _take_along_axis,
     "scatter_add": _scatter_add,
     "scatter_along_axis": _scatter_along_axis,
+    "maximum": lambda a, at, t: np.maximum(a[0], a[1]),
+    "minimum": lambda a, at, t: np.minimum(a[0], a[1]),
+    "abs": lambda a, at, t: np.abs(a[0]),
+    "sign": lambda a, at, t: np.sign(a[0]),
+    "square": lambda a, at, t: np.square(a[0]),
+    "erf": lambda a, at, t: _erf_f(a[0]),
+    "pow": lambda a, at, t: np.power(a[0], at["p"]),
+    "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
+    "gelu": lambda a, at, t: _gelu(a[0], at["approximate"]),
+    "cast": _cast,
+    "iota": _iota,
+    "tril": lambda a, at, t: np.tril(a[0], at["k"]),
+    "argmax": lambda a, at, t: np.argmax(a[0], axis=at["axis"], keepdims=True),
+    "maximum_grad": _maximum_grad,
+    "clamp_grad": lambda a, at, t: np.where(_in_bounds(a[1], at), a[0], 0),
+    "gelu_grad": _gelu_grad,
 }
 
 
@@ -216,6 +286,11 @@ _POSITIVE = {"log", "sqrt", "rsqrt"}
 _DEFAULT_INDEX_BOUND = 4
 
 
+def _fractional_pow(node: OpApp) -> bool:
+    """x.pow(p) with a fractional p is NaN for negative x: it wants positive inputs too."""
+    return node.op == "pow" and not float(node.attrs["p"]).is_integer()
+
+
 class _Uses:
     """Bounds on parameter values found by walking the IR: index ranges and positivity."""
 
@@ -232,7 +307,7 @@ class _Uses:
         if depth > 16:
             return False
         for parent, i in self._uses(fn, name):
-            if isinstance(parent, OpApp) and parent.op in _POSITIVE:
+            if isinstance(parent, OpApp) and (parent.op in _POSITIVE or _fractional_pow(parent)):
                 return True
             if isinstance(parent, ir.Binding) and not parent.destructure and \
                     self.positive(fn, parent.names[0], depth + 1):

@@ -287,6 +287,66 @@ def infer_scatter_along_axis(args, attrs):
     return dest
 
 
+def infer_same(args, attrs, op="elementwise"):
+    """Any number of floating operands of one type (maximum_grad's g, x, y)."""
+    _same_placement(args, op)
+    a = args[0]
+    _float(a, 0, op)
+    for i, t in enumerate(args[1:], 1):
+        if t != a:
+            raise OpError("shape" if t.dtype == a.dtype else "dtype",
+                          f"{op}: operand {i} {t} differs from operand 0 {a}", i)
+    return a
+
+
+def infer_pow(args, attrs):
+    return infer_unary(args, attrs, "pow")
+
+
+def infer_clamp(args, attrs):
+    (a,) = args
+    _float(a, 0, "clamp")
+    lo, hi = attrs.get("min"), attrs.get("max")
+    if lo is None and hi is None:
+        raise OpError("attr", "clamp: give min=, max= or both (x.clamp(min=0.0, max=6.0))", None)
+    if lo is not None and hi is not None and lo > hi:
+        raise OpError("attr", f"clamp: min={lo} is greater than max={hi}", "min")
+    return a
+
+
+def infer_cast(args, attrs):
+    (a,) = args
+    target = DType(attrs["dtype"])
+    if target.is_float or (target is DType.I64 and a.dtype.value == "Bool"):
+        return a.with_dtype(target)
+    raise OpError("dtype", f"cast: {a} cannot be cast to {target}: casts go to a floating dtype "
+                  "(from any dtype), or from Bool to I64; use argmax for indices", "dtype")
+
+
+def infer_iota(args, attrs):
+    shape = tuple(attrs["shape"])
+    if any(d < 0 for d in shape):
+        raise OpError("attr", f"iota: shape {_shape(shape)} has a negative dimension", "shape")
+    if not shape:
+        raise OpError("attr", "iota: shape [] has no axis to count along; give a shape of rank >= 1", "shape")
+    return TensorType(DType.I64, shape)
+
+
+def infer_tril(args, attrs):
+    (a,) = args
+    if a.rank < 2:
+        raise OpError("shape", f"tril: {a} has rank {a.rank}; tril keeps the lower triangle of the last two "
+                      "axes, so it needs rank >= 2", 0)
+    return a
+
+
+def infer_argmax(args, attrs):
+    (a,) = args
+    _float(a, 0, "argmax")
+    axis = _axis(attrs["axis"], a.rank, a, "argmax")
+    return TensorType(DType.I64, a.shape[:axis] + (1,) + a.shape[axis + 1:], a.placement)
+
+
 def _named(fn, op):
     return lambda args, attrs: fn(args, attrs, op)
 
@@ -360,6 +420,52 @@ _row(OpDef("scatter_along_axis", infer_scatter_along_axis,
 
 _row(OpDef("relu_grad", _named(infer_elementwise, "relu_grad"), "ReluGrad(g : T, x : T) : T",
            "IR-internal (VJP of relu): g where x > 0, else 0", operands=2, internal=True))
+
+# ---- elementwise math, casts, index builders and argmax ------------------------------
+_BINARY_MATH = {"maximum": "elementwise max (NaN propagates; a tie splits the cotangent in half, as in PyTorch)",
+                "minimum": "elementwise min (NaN propagates; a tie splits the cotangent in half, as in PyTorch)"}
+for _n, _doc in _BINARY_MATH.items():
+    _row(OpDef(_n, _named(infer_elementwise, _n),
+               f"{_n}(a, b) : T, with a, b : T (a bare number takes the other operand's type)",
+               _doc, operands=2, scalars=(0, 1)))
+_UNARY_MATH = {
+    "abs": "elementwise |x| (cotangent g * sign(x), 0 at 0)",
+    "sign": "elementwise sign: -1, 0 or 1 (NaN stays NaN); its cotangent is 0",
+    "square": "elementwise x * x",
+    "erf": "elementwise Gauss error function",
+}
+for _n, _doc in _UNARY_MATH.items():
+    _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc))
+_row(OpDef("pow", infer_pow, "x.pow(p) : T, with x : T floating and p a static number",
+           "elementwise x^p (an integer p allows negative x; a fractional p gives NaN there)",
+           attrs=(AttrSpec("p", "float", positional=True),)))
+_row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating; either bound may be left out",
+           "elementwise min(max(x, a), b) (the cotangent passes where a <= x <= b)",
+           attrs=(AttrSpec("min", "float", default=None), AttrSpec("max", "float", default=None))))
+_row(OpDef("gelu", _named(infer_unary, "gelu"), "x.gelu(approximate=none|tanh) : T, with x : T floating",
+           "0.5 x (1 + erf(x / sqrt 2)); approximate=tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
+           attrs=(AttrSpec("approximate", "enum", ("none", "tanh"), default="none"),)))
+_row(OpDef("cast", infer_cast, "x.cast(dtype=D) : x with dtype D; D floating (from any dtype), or I64 from Bool",
+           "convert elementwise (round to nearest even; the cotangent is cast back)",
+           attrs=(AttrSpec("dtype", "dtype", tuple(d.value for d in DType)),), float_only=False))
+_row(OpDef("iota", infer_iota, "iota(shape=[..], axis=i) : Tensor[I64, shape]",
+           "positions: element [.., j, ..] holds j, its index along axis i", operands=0,
+           attrs=(AttrSpec("shape", "ints"), AttrSpec("axis", "axis", of="shape")), float_only=False))
+_row(OpDef("tril", infer_tril, "x.tril(k=0) : T, with x : T of rank >= 2 (any dtype)",
+           "keep the lower triangle of the last two axes (j - i <= k), zero the rest: causal masks",
+           attrs=(AttrSpec("k", "int", default=0),), linear=True, float_only=False))
+_row(OpDef("argmax", infer_argmax, "x.argmax(axis=i) : Tensor[I64, x.shape with dim i = 1], x floating",
+           "index of the largest element along axis i (the first on ties; NaN counts as largest); no cotangent",
+           attrs=(AXIS,)))
+_row(OpDef("maximum_grad", _named(infer_same, "maximum_grad"), "MaximumGrad(g : T, x : T, y : T) : T",
+           "IR-internal (VJP of maximum and minimum): g where x > y, g / 2 where x == y, else 0",
+           operands=3, internal=True))
+_row(OpDef("clamp_grad", _named(infer_elementwise, "clamp_grad"), "ClampGrad(g : T, x : T, min, max) : T",
+           "IR-internal (VJP of clamp): g where min <= x <= max, else 0", operands=2, internal=True,
+           attrs=(AttrSpec("min", "float", default=None), AttrSpec("max", "float", default=None))))
+_row(OpDef("gelu_grad", _named(infer_elementwise, "gelu_grad"), "GeluGrad(g : T, x : T, approximate) : T",
+           "IR-internal (VJP of gelu): g * gelu'(x)", operands=2, internal=True,
+           attrs=(AttrSpec("approximate", "enum", ("none", "tanh"), default="none"),)))
 
 INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
 SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}

@@ -36,9 +36,30 @@ ROWS = {
     "log_softmax": (UNARY, "a.log_softmax(axis=1)", M, True),
     "take_along_axis": ([("a", M), ("i", "Tensor[I64, [2, 1]]")], "a.take_along_axis(i, axis=1)",
                         "Tensor[F32, [2, 1]]", True),
+    "maximum": (BINARY, "maximum(a, b)", M, True),
+    "maximum scalar": (UNARY, "a.maximum(0.0)", M, False),
+    "minimum": (BINARY, "a.minimum(b)", M, True),
+    **{op: (UNARY, f"a.{op}()", M, True) for op in ("abs", "sign", "square", "erf")},
+    "pow": (UNARY, "a.pow(p=3)", M, True),
+    "pow fractional": (UNARY, "a.pow(1.5)", M, True),
+    "pow negative": (UNARY, "a.pow(p=-2.0)", M, True),
+    "clamp": (UNARY, "a.clamp(min=-0.5, max=0.75)", M, True),
+    "clamp max": (UNARY, "clamp(a, max=0.25)", M, True),
+    "gelu": (UNARY, "a.gelu()", M, True),
+    "gelu tanh": (UNARY, "a.gelu(approximate=tanh)", M, True),
+    "cast": ([("a", M)], "a.cast(dtype=F16)", "Tensor[F16, [2, 3]]", True),
+    "cast bf16": ([("a", "Tensor[BF16, [2, 3]]")], "a.cast(dtype=F32)", M, True),
+    "cast i64": ([("i", "Tensor[I64, [2, 3]]")], "i.cast(dtype=F32)", M, False),
+    "iota": ([], "iota(shape=[2, 3], axis=-1)", "Tensor[I64, [2, 3]]", False),
+    "tril": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.tril()", "Tensor[F32, [2, 3, 4]]", True),
+    "tril k": ([("a", "Tensor[F32, [3, 3]]")], "a.tril(k=-1)", "Tensor[F32, [3, 3]]", True),
+    "tril i64": ([("i", "Tensor[I64, [3, 4]]")], "i.tril(k=1)", "Tensor[I64, [3, 4]]", False),
+    "argmax": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.argmax(axis=-1)", "Tensor[I64, [2, 3, 1]]", False),
+    "argmax axis0": ([("a", "Tensor[F32, [5, 3]]")], "a.argmax(axis=0)", "Tensor[I64, [1, 3]]", False),
 }
 # IR-internal ops have no surface form: they are exercised by the backward pass of these rows.
-COVERED_BY_BACKWARD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu"}
+COVERED_BY_BACKWARD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu",
+                       "maximum_grad": "maximum", "clamp_grad": "clamp", "gelu_grad": "gelu"}
 
 
 def source(row: str) -> str:
