@@ -90,3 +90,27 @@ def test_quick_fix_name_does_not_capture_an_existing_name():
     fixed = apply(text, fix.edit)
     assert "let c2 = Tensor[F32, [2, 3]] { 1e-5 } in" in fixed and "x * c2" in fixed
     assert analyze(fixed).diagnostics == []
+
+
+def test_new_ops_have_hover_completion_and_signature_help_from_the_table():
+    from compiler.ops import SURFACE_OPS
+    from kina_lsp import completion
+    text = "fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {\n  x.gelu(approximate=tanh).clamp(min=0.0)\n}\n"
+    v = view_of(text)
+    md = hover_md(v, "gelu")
+    assert SURFACE_OPS["gelu"].rule in md and "approximate: none|tanh" in md and "Tensor[F32, [2, 3], @host]" in md
+    methods = {i.label for i in completion.complete(text, text.index("gelu"), [])}
+    assert {"gelu", "clamp", "maximum", "argmax", "cast", "tril", "pow"} <= methods
+    assert "iota" not in methods                        # a builder has no receiver
+    free = {i.label for i in completion.complete(text, text.index("x.gelu"), [])}
+    assert "iota" in free
+    enum = [i.label for i in completion.complete(text, text.index("tanh") + 2, [])]
+    assert enum == ["none", "tanh"]
+    help_ = completion.signature_help(text, text.index("min=") + 2, {})
+    assert help_.signatures[0].label == "x.clamp(min=float, max=float)"
+    iota = "fn f() -> Tensor[I64, [4]] {\n  iota(shape=[4], axis=0)\n}\n"
+    help_ = completion.signature_help(iota, iota.index("axis"), {})
+    assert help_.signatures[0].label == "iota(shape=ints, axis=int)" and help_.active_parameter == 1
+    partial = "fn f(x: Tensor[F32, [2]]) -> Tensor[F16, [2]] {\n  x.cast(dtype="
+    casts = [i.label for i in completion.complete(partial, len(partial), [])]
+    assert "F16" in casts and "BF16" in casts
