@@ -403,6 +403,14 @@ def test_language_reference_examples_check_clean():
         assert result.program.functions
 
 
+def test_pytorch_table_names_every_foreign_name():
+    """docs/language.md §9 lists every NumPy/PyTorch name the checker has a note for."""
+    doc = (ROOT / "docs" / "language.md").read_text()
+    table = doc.split("## 9. From PyTorch to Kina", 1)[1].split("\n## ", 1)[0]
+    missing = [n for n in FOREIGN if not re.search(rf"(?<!\w){re.escape(n)}(?!\w)", table)]
+    assert not missing, f"docs/language.md §9 does not mention: {missing}"
+
+
 def test_emitted_codes_are_registered():
     for path in CASES:
         _, diags, _ = analyse(path.read_text())
