@@ -77,7 +77,7 @@ def manifest_for(program: ir.Program, so_name: str, source_path: str | None = No
 
 # Storage type of each Kina dtype in C (low-precision floats are raw bits).
 C_TYPES = {"F32": "float", "F16": "uint16_t", "BF16": "uint16_t", "F8E4M3": "uint8_t",
-           "F8E5M2": "uint8_t", "I64": "int64_t"}
+           "F8E5M2": "uint8_t", "I64": "int64_t", "Bool": "uint8_t"}
 
 
 def _struct_name(dtype: str, rank: int) -> str:

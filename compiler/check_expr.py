@@ -124,6 +124,13 @@ class ExprChecker:
                                f"integers; got {bad}", e.span)
                 return ir.Var("<error>", ERROR, e.span)
             values = tuple(int(v) for v in e.values)
+        elif not t.is_float:   # Bool: 0 (false) or 1 (true)
+            bad = next((v for v in e.values if v not in (0, 1) or isinstance(v, float)), None)
+            if bad is not None:
+                self.bag.error("literal", f"tensor literal of type {t} holds truth values, so its values must be "
+                               f"0 (false) or 1 (true); got {bad}", e.span)
+                return ir.Var("<error>", ERROR, e.span)
+            values = tuple(int(v) for v in e.values)
         else:
             values = tuple(float(v) for v in e.values)
         return ir.Literal(values, t, e.span)

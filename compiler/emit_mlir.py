@@ -195,7 +195,7 @@ def _flat_types(t: Type) -> list[TensorType]:
 def literal(e: ir.Literal) -> str:
     """arith.constant dense<..>: () zeros, (x,) splat, else a nested row-major payload."""
     t = ty(e.type)
-    is_int = e.type.dtype == DType.I64
+    is_int = not e.type.is_float        # I64, and Bool stored as i8 0 / 1
 
     def fmt(x) -> str:
         return str(int(x)) if is_int else float_literal(float(x), t.elem)

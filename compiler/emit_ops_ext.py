@@ -1,6 +1,7 @@
-"""MLIR lowerings of the elementwise math, cast, mask/position builders and argmax ops
-(maximum, minimum, abs, sign, square, erf, pow, clamp, gelu, cast, iota, tril, argmax
-and the IR-internal maximum_grad, clamp_grad, gelu_grad).  emit_ops.LOWERINGS takes
+"""MLIR lowerings of the elementwise math, comparison, selection, cast, mask/position
+builders and argmax ops (maximum, minimum, abs, sign, square, erf, pow, clamp, gelu,
+lt le gt ge eq ne, where, cast, iota, tril, argmax and the IR-internal maximum_grad,
+clamp_grad, gelu_grad).  emit_ops.LOWERINGS takes
 these rows from EXT_LOWERINGS; the emitter signature is the same,
 `fn(em, node, args, out) -> str`.
 
@@ -16,6 +17,7 @@ from typing import Callable
 
 from . import ir
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
+from .types import DType
 
 _F = COMPUTE
 
@@ -176,22 +178,69 @@ def lower_math(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 # ---- casts -----------------------------------------------------------------------------
 def lower_cast(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """float -> float through f32 (extf / truncf); I64 -> float by sitofp to f32, Bool by
-    uitofp, then the store's rounding; Bool -> I64 by extui."""
+    """float -> float through f32 (extf / truncf); I64 -> float by sitofp to f32, then the
+    store's rounding; Bool -> I64 by extui of its truth bit (-> float through that I64)."""
     src, dst = ty(node.args[0].type), ty(node.type)
+    from_bool = _is_bool(node.args[0])
 
     def body(x):
-        if src.elem == "i1" and dst.elem == "i64":
-            return em.op(f"arith.extui {x} : i1 to i64")
-        if src.elem == "i64":
+        if from_bool:   # 0 / 1 whatever the stored byte (nonzero is true)
+            x = em.op(f"arith.extui {_truth(em, x)} : i1 to i64")
+            if dst.elem == "i64":
+                return x
+        if src.elem == "i64" or from_bool:
             x = em.op(f"arith.sitofp {x} : i64 to {_F}")
-        elif src.elem == "i1":
-            x = em.op(f"arith.uitofp {x} : i1 to {_F}")
         else:
             x = em.load(x, src.elem)
         return em.store(x, dst.elem)
 
     return em.map_elementwise([(args[0], src)], dst, body, out)
+
+
+# ---- comparisons and where ---------------------------------------------------------------
+# Float predicates are ordered (false when either side is NaN) except `ne` (true), as in
+# NumPy; integers compare signed, Bool as unsigned i1.
+_CMPF = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
+_CMPU = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
+
+
+def _is_bool(e) -> bool:
+    return e.type.dtype is DType.Bool
+
+
+def _truth(em: FnEmitter, c: str) -> str:
+    """A stored Bool (i8 0 / 1) as the i1 that select and andi take."""
+    return em.op(f"arith.cmpi ne, {c}, {em.scalar(0, 'i8')} : i8")
+
+
+def lower_compare(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+    """The predicate in i1, stored as a Bool byte (extui to i8)."""
+    src, t = ty(node.args[0].type), ty(node.type)
+
+    def body(a, b):
+        if node.args[0].type.is_float:
+            bit = _cmp(em, _CMPF[node.op], em.load(a, src.elem), em.load(b, src.elem))
+        else:
+            pred = (_CMPU if _is_bool(node.args[0]) else _CMPI)[node.op]
+            bit = em.op(f"arith.cmpi {pred}, {a}, {b} : {src.elem}")
+        return em.op(f"arith.extui {bit} : i1 to {t.elem}")
+
+    return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
+
+
+def lower_where(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+    """arith.select per element; floats select in f32 (narrow storage is converted like
+    every other op), integers and Bool in their own type."""
+    t = ty(node.type)
+
+    def body(c, a, b):
+        c = _truth(em, c)
+        if node.type.is_float:
+            return em.store(_select(em, c, em.load(a, t.elem), em.load(b, t.elem)), t.elem)
+        return em.op(f"arith.select {c}, {a}, {b} : {t.elem}")
+
+    return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
 
 
 # ---- positions and masks ------------------------------------------------------------------
@@ -265,4 +314,6 @@ EXT_LOWERINGS = {
     "iota": lower_iota,
     "tril": lower_tril,
     "argmax": lower_argmax,
+    **{op: lower_compare for op in _CMPF},
+    "where": lower_where,
 }

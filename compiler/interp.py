@@ -187,6 +187,13 @@ NUMPY_OPS: dict[str, OpFn] = {
     "maximum_grad": _maximum_grad,
     "clamp_grad": lambda a, at, t: np.where(_in_bounds(a[1], at), a[0], 0),
     "gelu_grad": _gelu_grad,
+    "lt": lambda a, at, t: np.less(a[0], a[1]),
+    "le": lambda a, at, t: np.less_equal(a[0], a[1]),
+    "gt": lambda a, at, t: np.greater(a[0], a[1]),
+    "ge": lambda a, at, t: np.greater_equal(a[0], a[1]),
+    "eq": lambda a, at, t: np.equal(a[0], a[1]),
+    "ne": lambda a, at, t: np.not_equal(a[0], a[1]),
+    "where": lambda a, at, t: np.where(a[0], a[1], a[2]),
 }
 
 
@@ -205,7 +212,10 @@ class _Interpreter:
         arr = np.asarray(value)
         if arr.shape != t.shape:
             raise KinaRuntimeError(f"{what}: expected {t}, got an array of shape {list(arr.shape)}")
-        if not t.is_float and not np.issubdtype(arr.dtype, np.integer):
+        if t.dtype is DType.Bool:
+            if not (arr.dtype == np.bool_ or (np.issubdtype(arr.dtype, np.integer) and np.isin(arr, (0, 1)).all())):
+                raise KinaRuntimeError(f"{what}: expected truth values (bool, or 0 / 1) for {t}, got {arr.dtype}")
+        elif not t.is_float and not np.issubdtype(arr.dtype, np.integer):
             raise KinaRuntimeError(f"{what}: expected integer indices for {t}, got dtype {arr.dtype}")
         return arr.astype(self.storage(t))
 
@@ -248,7 +258,7 @@ class _Interpreter:
     def op(self, node: OpApp, args: list[np.ndarray]) -> np.ndarray:
         out_dtype = self.storage(node.type)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
-        args = [a if a.dtype.kind == "i" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
+        args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
         result = NUMPY_OPS[node.op](args, node.attrs, node.type)
         return np.asarray(result).astype(out_dtype, copy=False)
 
@@ -271,7 +281,8 @@ _DEFAULT_INDEX_BOUND = 4   # an I64 parameter that indexes nothing
 
 def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[np.ndarray]:
     """Deterministic arguments for fn: floats ~ N(0, 1) (uniform in [0.5, 2) where log/sqrt/rsqrt need
-    positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim)."""
+    positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim);
+    Bool values a fair coin."""
     rng = np.random.default_rng(seed)
     uses = Uses(program)
     out = []
@@ -280,6 +291,8 @@ def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -
         if t.is_float:
             data = rng.uniform(0.5, 2.0, t.shape) if uses.positive(fn, p.name) else rng.standard_normal(t.shape)
             out.append(data.astype(NP_DTYPES[t.dtype]))
+        elif t.dtype is DType.Bool:
+            out.append(rng.integers(0, 2, t.shape).astype(np.bool_))
         else:
             bound = uses.index_bound(fn, p.name) or _DEFAULT_INDEX_BOUND
             out.append(rng.integers(0, bound, t.shape, dtype=np.int64))

@@ -317,7 +317,7 @@ def infer_clamp(args, attrs):
 def infer_cast(args, attrs):
     (a,) = args
     target = DType(attrs["dtype"])
-    if target.is_float or (target is DType.I64 and a.dtype.value == "Bool"):
+    if target.is_float or (target is DType.I64 and a.dtype is DType.Bool):
         return a.with_dtype(target)
     raise OpError("dtype", f"cast: {a} cannot be cast to {target}: casts go to a floating dtype "
                   "(from any dtype), or from Bool to I64; use argmax for indices", "dtype")
@@ -345,6 +345,34 @@ def infer_argmax(args, attrs):
     _float(a, 0, "argmax")
     axis = _axis(attrs["axis"], a.rank, a, "argmax")
     return TensorType(DType.I64, a.shape[:axis] + (1,) + a.shape[axis + 1:], a.placement)
+
+
+def infer_compare(args, attrs, op="compare"):
+    """Two operands of one type (any dtype) -> a Bool tensor of their shape."""
+    a, b = args
+    _same_placement(args, op)
+    if a.dtype != b.dtype:
+        raise OpError("dtype", f"{op}: operand dtypes differ: lhs {a}, rhs {b} (cast one first)", 1)
+    if a.shape != b.shape:
+        raise OpError("shape", f"{op}: operand shapes differ: lhs {a}, rhs {b} "
+                      "(Kina has no implicit broadcasting; use .broadcast)", 1)
+    return a.with_dtype(DType.Bool)
+
+
+def infer_where(args, attrs):
+    cond, a, b = args
+    _same_placement(args, "where")
+    if cond.dtype is not DType.Bool:
+        raise OpError("dtype", f"where: the condition {cond} must be Bool (a comparison such as "
+                      "`gt(x, 0.0)` makes one)", 0)
+    if a != b:
+        what = "dtypes" if a.dtype != b.dtype else "shapes"
+        raise OpError("dtype" if what == "dtypes" else "shape",
+                      f"where: the two values differ in {what}: {a} and {b}", 2)
+    if cond.shape != a.shape:
+        raise OpError("shape", f"where: the condition {cond} and the values {a} differ in shape "
+                      "(Kina has no implicit broadcasting; use .broadcast)", 0)
+    return a
 
 
 def _named(fn, op):
@@ -457,6 +485,15 @@ _row(OpDef("tril", infer_tril, "x.tril(k=0) : T, with x : T of rank >= 2 (any dt
 _row(OpDef("argmax", infer_argmax, "x.argmax(axis=i) : Tensor[I64, x.shape with dim i = 1], x floating",
            "index of the largest element along axis i (the first on ties; NaN counts as largest); no cotangent",
            attrs=(AXIS,)))
+_COMPARISONS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+for _n, _sym in _COMPARISONS.items():
+    _row(OpDef(_n, _named(infer_compare, _n),
+               f"{_n}(a, b) : Tensor[Bool, shape], with a, b : T (any dtype; a bare number takes the other's type)",
+               f"elementwise a {_sym} b " + ("(true where either is NaN)" if _n == "ne" else "(false where either is NaN)"),
+               operands=2, scalars=(0, 1), float_only=False))
+_row(OpDef("where", infer_where, "where(cond : Tensor[Bool, σ], a : T, b : T) : T, with T of shape σ",
+           "elementwise choice: a where cond is true, b where it is false (a bare number takes the other's type)",
+           operands=3, scalars=(1, 2), float_only=False))
 _row(OpDef("maximum_grad", _named(infer_same, "maximum_grad"), "MaximumGrad(g : T, x : T, y : T) : T",
            "IR-internal (VJP of maximum and minimum): g where x > y, g / 2 where x == y, else 0",
            operands=3, internal=True))

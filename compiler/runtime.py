@@ -66,6 +66,7 @@ NUMPY_DTYPES = {
     "F8E4M3": lambda: _ml("float8_e4m3fn"),
     "F8E5M2": lambda: _ml("float8_e5m2"),
     "I64": lambda: np.dtype(np.int64),
+    "Bool": lambda: np.dtype(np.bool_),
 }
 
 # The dtypes whose arrays have a standard buffer format ('f', 'e', 'q'/'l'), the

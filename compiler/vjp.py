@@ -299,6 +299,14 @@ def _cast(b, node, y, g, needs):
     return [b.emit("cast", [g], dtype=x.type.dtype.value) if needs[0] and x.type.is_float else None]
 
 
+def _where(b, node, y, g, needs):
+    # the condition is discrete; each value gets g where it was chosen, zeros elsewhere
+    cond, a, _ = node.args
+    zeros = lambda: b.literal(a.type)  # noqa: E731
+    return [None, _only(needs, 1, lambda: b.emit("where", [cond, g, zeros()])),
+            _only(needs, 2, lambda: b.emit("where", [cond, zeros(), g]))]
+
+
 def _tril(b, node, y, g, needs):
     return [_only(needs, 0, lambda: b.emit("tril", [g], k=node.attrs["k"]))]
 
@@ -347,6 +355,8 @@ VJPS: dict[str, VJP] = {
     "tril": VJP(_tril),
     "iota": VJP(None, "iota " + _DISCRETE.format(dtype="I64")),
     "argmax": VJP(None, "argmax " + _DISCRETE.format(dtype="I64")),
+    **{op: VJP(None, f"{op} " + _DISCRETE.format(dtype="Bool")) for op in ("lt", "le", "gt", "ge", "eq", "ne")},
+    "where": VJP(_where),
     "maximum_grad": VJP(None, f"maximum_grad {_BACKWARD_ONLY}"),
     "clamp_grad": VJP(None, f"clamp_grad {_BACKWARD_ONLY}"),
     "gelu_grad": VJP(None, f"gelu_grad {_BACKWARD_ONLY}"),

@@ -151,90 +151,127 @@ module {
     return %1 : tensor<8x1xi64> loc("examples/mlp_classifier.kina":40:3)
   } loc("examples/mlp_classifier.kina":38:1)
 
+  func.func @kina_accuracy(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
+    %0 = func.call @kina_predict(%x, %w1, %b1, %w2, %b2) {no_inline} : (tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) -> (tensor<8x1xi64>) loc("examples/mlp_classifier.kina":46:17)
+    %2 = tensor.empty() : tensor<8x1xi8> loc("examples/mlp_classifier.kina":46:14)
+    %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%0, %labels : tensor<8x1xi64>, tensor<8x1xi64>) outs(%2 : tensor<8x1xi8>) {
+    ^bb0(%3: i64, %4: i64, %5: i8):
+      %6 = arith.cmpi eq, %3, %4 : i64 loc("examples/mlp_classifier.kina":46:14)
+      %7 = arith.extui %6 : i1 to i8 loc("examples/mlp_classifier.kina":46:14)
+      linalg.yield %7 : i8 loc("examples/mlp_classifier.kina":46:14)
+    } -> tensor<8x1xi8> loc("examples/mlp_classifier.kina":46:14)
+    %8 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":46:14)
+    %hits = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%1 : tensor<8x1xi8>) outs(%8 : tensor<8x1xf32>) {
+    ^bb0(%9: i8, %10: f32):
+      %11 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":46:14)
+      %12 = arith.cmpi ne, %9, %11 : i8 loc("examples/mlp_classifier.kina":46:14)
+      %13 = arith.extui %12 : i1 to i64 loc("examples/mlp_classifier.kina":46:14)
+      %14 = arith.sitofp %13 : i64 to f32 loc("examples/mlp_classifier.kina":46:14)
+      linalg.yield %14 : f32 loc("examples/mlp_classifier.kina":46:14)
+    } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":46:14)
+    %16 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":47:3)
+    %17 = tensor.empty() : tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
+    %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<1xf32>) -> tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
+    %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%hits : tensor<8x1xf32>) outs(%18 : tensor<1xf32>) {
+    ^bb0(%20: f32, %21: f32):
+      %22 = arith.addf %21, %20 : f32 loc("examples/mlp_classifier.kina":47:3)
+      linalg.yield %22 : f32 loc("examples/mlp_classifier.kina":47:3)
+    } -> tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
+    %23 = tensor.empty() : tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
+    %24 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%19 : tensor<1xf32>) outs(%23 : tensor<1xf32>) {
+    ^bb0(%25: f32, %26: f32):
+      %27 = arith.constant 8.0 : f32 loc("examples/mlp_classifier.kina":47:3)
+      %28 = arith.divf %25, %27 : f32 loc("examples/mlp_classifier.kina":47:3)
+      linalg.yield %28 : f32 loc("examples/mlp_classifier.kina":47:3)
+    } -> tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
+    %15 = tensor.expand_shape %24 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/mlp_classifier.kina":47:3)
+    return %15 : tensor<1x1xf32> loc("examples/mlp_classifier.kina":47:3)
+  } loc("examples/mlp_classifier.kina":44:1)
+
   func.func @kina_train_step(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>, %lr: tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) attributes {llvm.emit_c_interface} {
-    %0:6 = func.call @"kina_loss.rev"(%x, %labels, %w1, %b1, %w2, %b2) : (tensor<8x4xf32>, tensor<8x1xi64>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) loc("examples/mlp_classifier.kina":49:43)
-    %2 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":50:22)
+    %0:6 = func.call @"kina_loss.rev"(%x, %labels, %w1, %b1, %w2, %b2) : (tensor<8x4xf32>, tensor<8x1xi64>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) loc("examples/mlp_classifier.kina":56:43)
+    %2 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":57:22)
     %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%2 : tensor<4x16xf32>) {
     ^bb0(%3: f32, %4: f32):
-      linalg.yield %3 : f32 loc("examples/mlp_classifier.kina":50:22)
-    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":50:22)
-    %6 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":50:22)
+      linalg.yield %3 : f32 loc("examples/mlp_classifier.kina":57:22)
+    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":57:22)
+    %6 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":57:22)
     %5 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%1, %0#2 : tensor<4x16xf32>, tensor<4x16xf32>) outs(%6 : tensor<4x16xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
-      %10 = arith.mulf %7, %8 : f32 loc("examples/mlp_classifier.kina":50:22)
-      linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":50:22)
-    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":50:22)
-    %11 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":50:17)
+      %10 = arith.mulf %7, %8 : f32 loc("examples/mlp_classifier.kina":57:22)
+      linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":57:22)
+    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":57:22)
+    %11 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":57:17)
     %w1_next = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%w1, %5 : tensor<4x16xf32>, tensor<4x16xf32>) outs(%11 : tensor<4x16xf32>) {
     ^bb0(%12: f32, %13: f32, %14: f32):
-      %15 = arith.subf %12, %13 : f32 loc("examples/mlp_classifier.kina":50:17)
-      linalg.yield %15 : f32 loc("examples/mlp_classifier.kina":50:17)
-    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":50:17)
-    %17 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":51:22)
+      %15 = arith.subf %12, %13 : f32 loc("examples/mlp_classifier.kina":57:17)
+      linalg.yield %15 : f32 loc("examples/mlp_classifier.kina":57:17)
+    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":57:17)
+    %17 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":58:22)
     %16 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%17 : tensor<1x16xf32>) {
     ^bb0(%18: f32, %19: f32):
-      linalg.yield %18 : f32 loc("examples/mlp_classifier.kina":51:22)
-    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":51:22)
-    %21 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":51:22)
+      linalg.yield %18 : f32 loc("examples/mlp_classifier.kina":58:22)
+    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":58:22)
+    %21 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":58:22)
     %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%16, %0#3 : tensor<1x16xf32>, tensor<1x16xf32>) outs(%21 : tensor<1x16xf32>) {
     ^bb0(%22: f32, %23: f32, %24: f32):
-      %25 = arith.mulf %22, %23 : f32 loc("examples/mlp_classifier.kina":51:22)
-      linalg.yield %25 : f32 loc("examples/mlp_classifier.kina":51:22)
-    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":51:22)
-    %26 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":51:17)
+      %25 = arith.mulf %22, %23 : f32 loc("examples/mlp_classifier.kina":58:22)
+      linalg.yield %25 : f32 loc("examples/mlp_classifier.kina":58:22)
+    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":58:22)
+    %26 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":58:17)
     %b1_next = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1, %20 : tensor<1x16xf32>, tensor<1x16xf32>) outs(%26 : tensor<1x16xf32>) {
     ^bb0(%27: f32, %28: f32, %29: f32):
-      %30 = arith.subf %27, %28 : f32 loc("examples/mlp_classifier.kina":51:17)
-      linalg.yield %30 : f32 loc("examples/mlp_classifier.kina":51:17)
-    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":51:17)
-    %32 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":52:22)
+      %30 = arith.subf %27, %28 : f32 loc("examples/mlp_classifier.kina":58:17)
+      linalg.yield %30 : f32 loc("examples/mlp_classifier.kina":58:17)
+    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":58:17)
+    %32 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":59:22)
     %31 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%32 : tensor<16x3xf32>) {
     ^bb0(%33: f32, %34: f32):
-      linalg.yield %33 : f32 loc("examples/mlp_classifier.kina":52:22)
-    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":52:22)
-    %36 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":52:22)
+      linalg.yield %33 : f32 loc("examples/mlp_classifier.kina":59:22)
+    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":59:22)
+    %36 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":59:22)
     %35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%31, %0#4 : tensor<16x3xf32>, tensor<16x3xf32>) outs(%36 : tensor<16x3xf32>) {
     ^bb0(%37: f32, %38: f32, %39: f32):
-      %40 = arith.mulf %37, %38 : f32 loc("examples/mlp_classifier.kina":52:22)
-      linalg.yield %40 : f32 loc("examples/mlp_classifier.kina":52:22)
-    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":52:22)
-    %41 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":52:17)
+      %40 = arith.mulf %37, %38 : f32 loc("examples/mlp_classifier.kina":59:22)
+      linalg.yield %40 : f32 loc("examples/mlp_classifier.kina":59:22)
+    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":59:22)
+    %41 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":59:17)
     %w2_next = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%w2, %35 : tensor<16x3xf32>, tensor<16x3xf32>) outs(%41 : tensor<16x3xf32>) {
     ^bb0(%42: f32, %43: f32, %44: f32):
-      %45 = arith.subf %42, %43 : f32 loc("examples/mlp_classifier.kina":52:17)
-      linalg.yield %45 : f32 loc("examples/mlp_classifier.kina":52:17)
-    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":52:17)
-    %47 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":53:22)
+      %45 = arith.subf %42, %43 : f32 loc("examples/mlp_classifier.kina":59:17)
+      linalg.yield %45 : f32 loc("examples/mlp_classifier.kina":59:17)
+    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":59:17)
+    %47 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":60:22)
     %46 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%47 : tensor<1x3xf32>) {
     ^bb0(%48: f32, %49: f32):
-      linalg.yield %48 : f32 loc("examples/mlp_classifier.kina":53:22)
-    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":53:22)
-    %51 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":53:22)
+      linalg.yield %48 : f32 loc("examples/mlp_classifier.kina":60:22)
+    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":60:22)
+    %51 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":60:22)
     %50 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%46, %0#5 : tensor<1x3xf32>, tensor<1x3xf32>) outs(%51 : tensor<1x3xf32>) {
     ^bb0(%52: f32, %53: f32, %54: f32):
-      %55 = arith.mulf %52, %53 : f32 loc("examples/mlp_classifier.kina":53:22)
-      linalg.yield %55 : f32 loc("examples/mlp_classifier.kina":53:22)
-    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":53:22)
-    %56 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":53:17)
+      %55 = arith.mulf %52, %53 : f32 loc("examples/mlp_classifier.kina":60:22)
+      linalg.yield %55 : f32 loc("examples/mlp_classifier.kina":60:22)
+    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":60:22)
+    %56 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":60:17)
     %b2_next = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b2, %50 : tensor<1x3xf32>, tensor<1x3xf32>) outs(%56 : tensor<1x3xf32>) {
     ^bb0(%57: f32, %58: f32, %59: f32):
-      %60 = arith.subf %57, %58 : f32 loc("examples/mlp_classifier.kina":53:17)
-      linalg.yield %60 : f32 loc("examples/mlp_classifier.kina":53:17)
-    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":53:17)
-    return %0#0, %w1_next, %b1_next, %w2_next, %b2_next : tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":54:3)
-  } loc("examples/mlp_classifier.kina":45:1)
+      %60 = arith.subf %57, %58 : f32 loc("examples/mlp_classifier.kina":60:17)
+      linalg.yield %60 : f32 loc("examples/mlp_classifier.kina":60:17)
+    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":60:17)
+    return %0#0, %w1_next, %b1_next, %w2_next, %b2_next : tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":61:3)
+  } loc("examples/mlp_classifier.kina":52:1)
 
   func.func @kina_main() -> (tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) attributes {llvm.emit_c_interface} {
-    %x = arith.constant dense<[[-0.37, 0.4, -0.13, 0.16], [0.45, -0.89, -1.76, -2.11], [-0.5, 0.64, 0.97, -0.5], [-0.24, 0.73, -1.21, 0.32], [0.59, -0.8, -1.0, -2.03], [-0.36, 0.38, 0.74, -1.82], [-0.12, -0.96, -1.76, -2.24], [0.66, -0.13, -0.55, 0.6]]> : tensor<8x4xf32> loc("examples/mlp_classifier.kina":60:11)
-    %labels = arith.constant dense<[[0], [1], [2], [0], [1], [2], [1], [0]]> : tensor<8x1xi64> loc("examples/mlp_classifier.kina":65:16)
-    %w1 = arith.constant dense<[[-0.59, 0.44, -0.25, -0.62, 0.5, 0.1, 0.04, -0.35, 0.68, 0.16, -0.23, -0.22, 0.44, -0.32, -0.3, 1.18], [-0.07, 0.02, 0.1, 0.11, -0.21, 0.28, 0.57, 0.08, 0.51, -0.54, -1.05, 0.15, 1.02, -0.14, -0.37, -0.12], [0.76, -0.82, 0.43, -0.17, 0.35, -0.72, -0.13, -0.81, 0.68, -0.08, -0.39, -0.74, -0.06, 0.2, 0.08, 0.8], [0.4, 0.18, -0.04, -0.31, 0.68, 0.02, 0.03, 0.01, 0.29, 0.39, -0.4, -0.67, 0.44, -0.29, -1.04, -1.3]]> : tensor<4x16xf32> loc("examples/mlp_classifier.kina":66:12)
-    %b1 = arith.constant dense<0.0> : tensor<1x16xf32> loc("examples/mlp_classifier.kina":73:12)
-    %w2 = arith.constant dense<[[-0.2, -0.56, -0.27], [0.36, -0.29, 0.14], [-0.02, -0.17, -0.3], [-0.55, -0.48, 0.84], [-0.38, -0.05, -0.33], [-0.25, -0.09, -0.25], [-0.09, 0.28, 0.49], [0.8, 0.7, 0.15], [0.37, 0.09, -1.24], [0.62, -0.34, 0.59], [0.33, -0.1, 0.49], [-0.06, 0.61, -0.59], [0.02, -0.97, -0.16], [-0.29, -0.52, -0.55], [0.19, -0.71, 0.0], [0.62, -0.47, 0.17]]> : tensor<16x3xf32> loc("examples/mlp_classifier.kina":74:12)
-    %b2 = arith.constant dense<0.0> : tensor<1x3xf32> loc("examples/mlp_classifier.kina":80:12)
-    %lr = arith.constant dense<0.5> : tensor<1x1xf32> loc("examples/mlp_classifier.kina":81:12)
-    %0:5 = func.call @kina_train_step(%x, %labels, %w1, %b1, %w2, %b2, %lr) {no_inline} : (tensor<8x4xf32>, tensor<8x1xi64>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>, tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) loc("examples/mlp_classifier.kina":82:3)
-    return %0#0, %0#1, %0#2, %0#3, %0#4 : tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":82:3)
-  } loc("examples/mlp_classifier.kina":58:1)
+    %x = arith.constant dense<[[-0.37, 0.4, -0.13, 0.16], [0.45, -0.89, -1.76, -2.11], [-0.5, 0.64, 0.97, -0.5], [-0.24, 0.73, -1.21, 0.32], [0.59, -0.8, -1.0, -2.03], [-0.36, 0.38, 0.74, -1.82], [-0.12, -0.96, -1.76, -2.24], [0.66, -0.13, -0.55, 0.6]]> : tensor<8x4xf32> loc("examples/mlp_classifier.kina":67:11)
+    %labels = arith.constant dense<[[0], [1], [2], [0], [1], [2], [1], [0]]> : tensor<8x1xi64> loc("examples/mlp_classifier.kina":72:16)
+    %w1 = arith.constant dense<[[-0.59, 0.44, -0.25, -0.62, 0.5, 0.1, 0.04, -0.35, 0.68, 0.16, -0.23, -0.22, 0.44, -0.32, -0.3, 1.18], [-0.07, 0.02, 0.1, 0.11, -0.21, 0.28, 0.57, 0.08, 0.51, -0.54, -1.05, 0.15, 1.02, -0.14, -0.37, -0.12], [0.76, -0.82, 0.43, -0.17, 0.35, -0.72, -0.13, -0.81, 0.68, -0.08, -0.39, -0.74, -0.06, 0.2, 0.08, 0.8], [0.4, 0.18, -0.04, -0.31, 0.68, 0.02, 0.03, 0.01, 0.29, 0.39, -0.4, -0.67, 0.44, -0.29, -1.04, -1.3]]> : tensor<4x16xf32> loc("examples/mlp_classifier.kina":73:12)
+    %b1 = arith.constant dense<0.0> : tensor<1x16xf32> loc("examples/mlp_classifier.kina":80:12)
+    %w2 = arith.constant dense<[[-0.2, -0.56, -0.27], [0.36, -0.29, 0.14], [-0.02, -0.17, -0.3], [-0.55, -0.48, 0.84], [-0.38, -0.05, -0.33], [-0.25, -0.09, -0.25], [-0.09, 0.28, 0.49], [0.8, 0.7, 0.15], [0.37, 0.09, -1.24], [0.62, -0.34, 0.59], [0.33, -0.1, 0.49], [-0.06, 0.61, -0.59], [0.02, -0.97, -0.16], [-0.29, -0.52, -0.55], [0.19, -0.71, 0.0], [0.62, -0.47, 0.17]]> : tensor<16x3xf32> loc("examples/mlp_classifier.kina":81:12)
+    %b2 = arith.constant dense<0.0> : tensor<1x3xf32> loc("examples/mlp_classifier.kina":87:12)
+    %lr = arith.constant dense<0.5> : tensor<1x1xf32> loc("examples/mlp_classifier.kina":88:12)
+    %0:5 = func.call @kina_train_step(%x, %labels, %w1, %b1, %w2, %b2, %lr) {no_inline} : (tensor<8x4xf32>, tensor<8x1xi64>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>, tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) loc("examples/mlp_classifier.kina":89:3)
+    return %0#0, %0#1, %0#2, %0#3, %0#4 : tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":89:3)
+  } loc("examples/mlp_classifier.kina":65:1)
 
   func.func private @"kina_loss.rev"(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) {
     %0 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":14:11)

@@ -7,7 +7,8 @@ autograd + the same SGD update:
 
 - one train_step: the mean cross entropy and every updated weight; main() = that step;
 - a 20-step trajectory (losses and final weights), which must also lower the loss;
-- predict (argmax in Kina) = the argmax of the NumPy logits, before and after training.
+- predict (argmax in Kina) = the argmax of the NumPy logits, before and after training,
+  and accuracy (eq, cast, mean in Kina) = the fraction NumPy counts.
 
 Prints one line per comparison with its max error; exits 1 on any mismatch.
 """
@@ -93,6 +94,10 @@ def check(rep: E.Report, built: E.Built, torch) -> None:
         _, _, logits = numpy_step(p, w)
         rep.check("predict after training = argmax of the NumPy logits",
                   np.array_equal(lib.predict(p["x"], *(w[k] for k in WEIGHTS))[:, 0], logits.argmax(1)))
+        for label, weights, lg in (("before", w0, logits0), ("after", w, logits)):
+            want_acc = float(np.mean(lg.argmax(1) == p["labels"][:, 0]))
+            rep.compare(f"accuracy {label} training (eq + cast + mean in Kina)",
+                        lib.accuracy(p["x"], p["labels"], *(weights[k] for k in WEIGHTS)), [[want_acc]], atol=1e-7)
         if torch:
             rep.compare("loss trajectory vs torch cross_entropy + autograd", losses, torch_losses,
                         atol=1e-5, rtol=1e-4)

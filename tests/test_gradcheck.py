@@ -17,7 +17,7 @@ from compiler import ir
 from compiler.autodiff import VJPS, transform_ad
 from compiler.interp import random_inputs, run_function
 from compiler.ops import OPS
-from compiler.types import f32, i64
+from compiler.types import DType, TensorType, f32, i64
 from compiler.vjp import Builder
 
 CASES = Path(__file__).parent / "ad_cases"
@@ -113,6 +113,13 @@ def build_cases(seed=7):
     # cast there and back: the product with the cotangent direction happens in F16
     cases.append(Case("cast", _vars(x=f32(2, 3)),
                       lambda b, x: b.emit("cast", [b.emit("cast", [x], dtype="F16")], dtype="F32")))
+    cond = TensorType(DType.Bool, (3, 4))
+    cases.append(Case("where", [ir.Var("c", cond), *_vars(a=f32(3, 4), b=f32(3, 4))],
+                      lambda b, c, x, y: b.emit("where", [c, x, y]),
+                      {"c": [[1, 0, 0, 1], [0, 0, 1, 1], [1, 1, 1, 0]]}))
+    # a mask from a comparison of the input itself (ReLU written with where)
+    cases.append(Case("where", _vars(x=f32(2, 5)), lambda b, x: b.emit("where", [
+        b.emit("gt", [x, b.literal(x.type, (0.0,))]), x, b.literal(x.type)]), domain="away_from_zero"))
     for shape, k in (((3, 4), 0), ((2, 3, 3), -1), ((4, 3), 1)):
         cases.append(Case("tril", _vars(x=f32(*shape)), lambda b, x, k=k: b.emit("tril", [x], k=k)))
     return cases
@@ -146,7 +153,7 @@ def inputs(case: Case, fn: ir.Function, seed: int) -> list[np.ndarray]:
     out = []
     for p, a in zip(fn.params, args):
         if p.name in case.index_values:
-            a = np.asarray(case.index_values[p.name], np.int64)
+            a = np.asarray(case.index_values[p.name], np.bool_ if p.type.dtype is DType.Bool else np.int64)
         elif p.type.is_float:
             a = rng.standard_normal(p.type.shape)
             if case.domain == "positive" and p.name != "ct":

@@ -26,8 +26,9 @@ def program_of(text: str) -> ir.Program:
 def run_op(op_name: str, args: list, /, **attrs):
     """Evaluate one op through run_function (so typing and dtype handling are exercised too)."""
     b = Builder("f")
-    params = [ir.Var(f"a{i}", TensorType(DType.I64 if np.asarray(a).dtype.kind == "i" else DType.F32,
-                                          np.shape(a))) for i, a in enumerate(args)]
+    kinds = {"i": DType.I64, "b": DType.Bool}
+    params = [ir.Var(f"a{i}", TensorType(kinds.get(np.asarray(a).dtype.kind, DType.F32), np.shape(a)))
+              for i, a in enumerate(args)]
     y = b.emit(op_name, params, **attrs)
     return run_function(ir.Program({"f": b.function("f", params, y)}), "f", args, dtype=np.float64)
 
@@ -56,6 +57,11 @@ def _lower(shape, k):
 
 # op -> (args, attrs, an independent formulation of the expected result)
 REFERENCE = {
+    **{op: ([X, Y], {}, lambda f=f: np.array([[[f(a, b) for a, b in zip(ra, rb)] for ra, rb in zip(pa, pb)]
+                                               for pa, pb in zip(X, Y)]))
+       for op, f in {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+                     "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}.items()},
+    "where": ([X > Y, X, Y], {}, lambda: np.maximum(X, Y)),
     "maximum": ([X, Y], {}, lambda: np.where(X > Y, X, Y)),
     "minimum": ([X, Y], {}, lambda: np.where(X < Y, X, Y)),
     "abs": ([X], {}, lambda: np.sqrt(X * X)),
