@@ -143,3 +143,25 @@ def test_a_value_returned_twice_builds_and_runs(tmp_path, level):
     np.testing.assert_allclose(ga, a * 3, rtol=1e-6)
     np.testing.assert_array_equal(ga, gb)
     np.testing.assert_allclose(gc, a * 3, rtol=1e-6)
+
+
+# cast between every pair of dtypes it allows: every float target from every dtype, and
+# Bool -> I64; compiled against the interpreter (which rounds with NumPy / ml_dtypes).
+CAST_SOURCES = {"F32": "x", "F16": "x.cast(dtype=F16)", "BF16": "x.cast(dtype=BF16)",
+                "F8E4M3": "x.cast(dtype=F8E4M3)", "F8E5M2": "x.cast(dtype=F8E5M2)",
+                "I64": "ids", "Bool": "gt(x, 0.0)"}
+
+
+def test_cast_between_every_pair_of_dtypes(tmp_path):
+    from compiler.types import FLOAT_DTYPES
+    pairs = [(s, d.value) for s in CAST_SOURCES for d in FLOAT_DTYPES] + [("Bool", "I64")]
+    fns = [f"fn c_{s}_{d}(x: Tensor[F32, [2, 5]], ids: Tensor[I64, [2, 5]]) -> Tensor[{d}, [2, 5]] {{\n"
+           f"  {CAST_SOURCES[s]}.cast(dtype={d})\n}}\n" for s, d in pairs]
+    res, lib = _build(tmp_path, "\n".join(fns), "casts")
+    x = np.array([[-3.7, -1.0, -0.26, 0.0, 0.1], [0.49, 1.5, 2.6, 100.3, 448.0]], np.float32)
+    ids = np.array([[-5, 0, 1, 2, 3], [7, 100, 1000, 2049, -77]], np.int64)
+    for s, d in pairs:
+        got = lib[f"c_{s}_{d}"](x, ids)
+        want = interp.run_function(res.program, f"c_{s}_{d}", [x, ids])
+        assert got.dtype == want.dtype, (s, d)
+        np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64), err_msg=f"{s} -> {d}")
