@@ -17,6 +17,7 @@ The pipeline, one module per stage (read them in this order):
 analysis.py is the incremental front end (parse + check per function, and the
 reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
 language server (kina_lsp/), so all three report the same diagnostics.
-Per-op knowledge lives in one row per op per stage: ops.OPS (shape rule),
-interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (tests/test_tables.py).
+Per-op knowledge lives in one row per op per stage: ops.OPS (its typing rule in
+shape_rules.py), interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (with the rows of
+emit_ops_ext.py) (tests/test_tables.py).
 """
