@@ -136,7 +136,7 @@ fn k(a: Tensor[F
     names = await complete(client, uri, text, "  s\n", 3)
     assert {"w", "ids", "h", "s", "t", "f", "k", "gather", "let"} <= set(names)
     dtypes = await complete(client, uri, text, "Tensor[F\n", 8)
-    assert set(dtypes) == {"F16", "BF16", "F32", "F8E4M3", "F8E5M2", "I64"}
+    assert set(dtypes) == {"F16", "BF16", "F32", "F8E4M3", "F8E5M2", "I64", "Bool"}
 
 
 async def test_signature_help_for_builtins(client):
