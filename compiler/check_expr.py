@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from . import ir, syntax
 from .check_op_args import apply_op, is_static_arg
 from .check_hints import RETURN_MESSAGE, foreign_note
-from .check_scalars import number_message, splat_operands
+from .check_scalars import number_message, splat_operands, value_problem
 from .check_types import ERROR, did_you_mean, is_error, mismatch, resolve_tensor_type
 from .diagnostics import DiagnosticBag, Note, Span
 from .ops import INFIX, OPS, SURFACE_OPS
@@ -116,6 +116,11 @@ class ExprChecker:
         if n not in (0, 1, t.volume):
             self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
                            f"or {t.volume} (the volume, row-major)", e.span)
+            return ir.Var("<error>", ERROR, e.span)
+        too_big = next((v for v in e.values if value_problem(v, t, range_only=True)), None)
+        if too_big is not None:
+            self.bag.error("literal", f"tensor literal of type {t}: the value {too_big} does not fit: "
+                           f"{value_problem(too_big, t, range_only=True)}", e.span)
             return ir.Var("<error>", ERROR, e.span)
         if t.dtype is DType.I64:
             bad = next((v for v in e.values if not isinstance(v, int) or isinstance(v, bool)), None)

@@ -66,17 +66,32 @@ def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t) -> ir.Expr | No
         # a broken or tuple-typed anchor is reported by the op itself
         return ir.Var("<error>", ERROR if is_error(t) else t, num.span)
     value = num.value
+    problem = value_problem(value, t)
+    if problem:
+        bag.error("literal", f"{op.name}: the number {value} cannot be a splat of the other operand's type "
+                  f"{t}: {problem}", num.span)
+        return None
     if not t.is_float:
-        if not float(value).is_integer():
-            bag.error("literal", f"{op.name}: the number {value} would be a splat of the other operand's type "
-                      f"{t}, which holds integers", num.span)
-            return None
-        if _BOOL and t.dtype is _BOOL[0] and value not in (0, 1):
-            bag.error("literal", f"{op.name}: the number {value} would be a splat of the other operand's type "
-                      f"{t}; a Bool tensor holds 0 (false) or 1 (true)", num.span)
-            return None
         return ir.Literal((int(value),), t, num.span, scalar=True)
     return ir.Literal((float(value),), t, num.span, scalar=True)
+
+
+def value_problem(value, t: TensorType, range_only: bool = False) -> str:
+    """Why `value` cannot be an element of a `t` tensor ("" when it can): a fraction for
+    I64 or Bool, anything but 0 / 1 for Bool, an integer outside I64, a number beyond the
+    largest finite value of a float dtype without infinities (F8E4M3: it would become
+    NaN).  range_only: only the range problems (literals report the others themselves)."""
+    if not t.is_float:
+        if not float(value).is_integer():
+            return "" if range_only else f"{t.dtype} holds integers"
+        if _BOOL and t.dtype is _BOOL[0] and value not in (0, 1):
+            return "" if range_only else "a Bool tensor holds 0 (false) or 1 (true)"
+        if not -2 ** 63 <= int(value) < 2 ** 63:
+            return "it is outside the range of I64"
+        return ""
+    if not t.dtype.has_inf and abs(float(value)) > t.dtype.finite_max:
+        return f"the largest finite {t.dtype} is {t.dtype.finite_max:g}, and it would become NaN"
+    return ""
 
 
 def number_message(e, expected=None, where: str = "") -> str:
