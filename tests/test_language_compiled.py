@@ -165,3 +165,16 @@ def test_cast_between_every_pair_of_dtypes(tmp_path):
         want = interp.run_function(res.program, f"c_{s}_{d}", [x, ids])
         assert got.dtype == want.dtype, (s, d)
         np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64), err_msg=f"{s} -> {d}")
+
+
+def test_the_new_ops_together_pass_kinac_validate():
+    """tests/ad_cases/ok_new_ops.kina chains every new differentiable op (and skips the
+    discrete ones) under reverseMode: compiled results vs the interpreter, compiled
+    cotangents vs finite differences, both non-trivial."""
+    from pathlib import Path
+    from compiler import validate
+    path = Path(__file__).parent / "ad_cases" / "ok_new_ops.kina"
+    report = validate.validate_file(path)
+    assert report.ok, validate.format_report(report)
+    grads = [c for f in report.functions for c in f.checks if c.reference == "finite differences"]
+    assert {c.name for c in grads} == {"d/d x", "d/d w"}
