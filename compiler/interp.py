@@ -94,7 +94,8 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
 def _erf_f(x: np.ndarray) -> np.ndarray:
-    return _erf(x.astype(np.float64)).astype(np.float64)
+    # np.asarray: on a rank-0 array frompyfunc returns a Python float, not an array
+    return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)
 
 
 def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:

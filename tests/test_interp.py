@@ -269,3 +269,15 @@ def test_generated_functions_are_lowered_too():
     a = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
     g = run_function(program, "step", [a, np.array([[0, 1]])])
     np.testing.assert_allclose(g, np.exp(a), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op,attrs", [("erf", {}), ("gelu", {"approximate": "none"}),
+                                      ("gelu", {"approximate": "tanh"})])
+def test_erf_and_gelu_of_a_rank0_tensor(op, attrs):
+    """Regression: NumPy's frompyfunc returns a Python float for a rank-0 input, and the erf
+    row called .astype on it (`x.gelu()` of a Tensor[F32, []] failed in the interpreter)."""
+    import math
+    out = run_op(op, [np.array(0.7)], **attrs)
+    assert out.shape == ()
+    want = {"erf": math.erf(0.7), "gelu": 0.35 * (1 + math.erf(0.7 / math.sqrt(2)))}[op]
+    np.testing.assert_allclose(out, want, rtol=1e-3 if attrs.get("approximate") == "tanh" else 1e-12)
