@@ -256,6 +256,8 @@ def infer_argmax(args, attrs):
     (a,) = args
     _float(a, 0, "argmax")
     axis = _axis(attrs["axis"], a.rank, a, "argmax")
+    if a.shape[axis] == 0:
+        raise OpError("shape", f"argmax: axis {axis} of {a} is empty, so it has no largest element", 0)
     return TensorType(DType.I64, a.shape[:axis] + (1,) + a.shape[axis + 1:], a.placement)
 
 
