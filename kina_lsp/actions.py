@@ -108,9 +108,27 @@ def constant_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | N
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
+_WRITE_LITERAL = re.compile(r"write `(Tensor\[[^`]*\] \{ [^`]* \})`")
+
+
+def literal_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
+    """The `literal` diagnostic of a bare number where a tensor is needed names a literal
+    that type-checks there (`write Tensor[F32, [2]] { 0.5 }`): offer to write it."""
+    m = _WRITE_LITERAL.search(diag.message)
+    if m is None:
+        return None
+    edit = lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=diag.range, new_text=m.group(1))]})
+    return lsp.CodeAction(title=f"Write {m.group(1)}", kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
+                          edit=edit, is_preferred=True)
+
+
 def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
     actions = []
     for diag in params.context.diagnostics or []:
+        if diag.code == "literal":
+            fix = literal_fix(view, uri, diag)
+            actions += [fix] if fix else []
+            continue
         if diag.code != SPLIT_CODE:
             continue
         span = view.index.span(diag.range)

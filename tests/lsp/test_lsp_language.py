@@ -114,3 +114,14 @@ def test_new_ops_have_hover_completion_and_signature_help_from_the_table():
     partial = "fn f(x: Tensor[F32, [2]]) -> Tensor[F16, [2]] {\n  x.cast(dtype="
     casts = [i.label for i in completion.complete(partial, len(partial), [])]
     assert "F16" in casts and "BF16" in casts
+
+
+def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():
+    text = ("fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x\n}\n"
+            "fn g(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  f(0.5)\n}\n")
+    diags, fixes = _quick_fixes(text)
+    assert [d.code for d in diags] == ["literal"]
+    (fix,) = fixes
+    assert fix.title == "Write Tensor[F32, [2]] { 0.5 }"
+    fixed = apply(text, fix.edit)
+    assert "f(Tensor[F32, [2]] { 0.5 })" in fixed and analyze(fixed).diagnostics == []
