@@ -78,9 +78,10 @@ def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t) -> ir.Expr | No
 
 def value_problem(value, t: TensorType, range_only: bool = False) -> str:
     """Why `value` cannot be an element of a `t` tensor ("" when it can): a fraction for
-    I64 or Bool, anything but 0 / 1 for Bool, an integer outside I64, a number beyond the
-    largest finite value of a float dtype without infinities (F8E4M3: it would become
-    NaN).  range_only: only the range problems (literals report the others themselves)."""
+    I64 or Bool, anything but 0 / 1 for Bool, an integer outside I64 (MLIR would reject
+    the constant).  range_only: only the range problem (literals report the others
+    themselves).  A float out of a dtype's range is not an error: it rounds as NumPy
+    rounds it (to infinity, or NaN in F8E4M3), as computed values do."""
     if not t.is_float:
         if not float(value).is_integer():
             return "" if range_only else f"{t.dtype} holds integers"
@@ -88,9 +89,6 @@ def value_problem(value, t: TensorType, range_only: bool = False) -> str:
             return "" if range_only else "a Bool tensor holds 0 (false) or 1 (true)"
         if not -2 ** 63 <= int(value) < 2 ** 63:
             return "it is outside the range of I64"
-        return ""
-    if not t.dtype.has_inf and abs(float(value)) > t.dtype.finite_max:
-        return f"the largest finite {t.dtype} is {t.dtype.finite_max:g}, and it would become NaN"
     return ""
 
 

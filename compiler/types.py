@@ -79,8 +79,10 @@ class DType(Enum):
 
     @cached_property
     def finite_max(self) -> float | int:
-        """The largest finite value (448 for F8E4M3)."""
+        """The largest finite value (448 for F8E4M3; 1, true, for Bool)."""
         import numpy as np
+        if self.np_dtype == np.bool_:
+            return 1
         if not self.is_float:
             return int(np.iinfo(self.np_dtype).max)
         import ml_dtypes   # its finfo covers NumPy's floats and its own
