@@ -12,7 +12,7 @@ TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
-        vscode vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
+        vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
