@@ -55,6 +55,27 @@ class LineIndex:
             col = sum(map(self._units, self.text[start:offset]))
         return lsp.Position(line=line, character=col)
 
+    def positions(self, offsets) -> list[lsp.Position]:
+        """position() of many offsets in one pass.  Ascending offsets (token streams) cost
+        O(len(text) + len(offsets)) in total: each line is walked once, from its start to
+        its last offset, where calling position() per offset walks it once per token
+        (quadratic on a long non-ASCII line)."""
+        out, n = [], len(self.text)
+        line, line_end, at, col = -1, -1, 0, 0      # the line being walked, up to `at` (= col units)
+        for offset in offsets:
+            offset = max(0, min(offset, n))
+            if not (line >= 0 and at <= offset and offset < line_end):
+                line = bisect.bisect_right(self.starts, offset) - 1
+                line_end = self.starts[line + 1] if line + 1 < len(self.starts) else n + 1
+                at, col = self.starts[line], 0
+            if self._walk:
+                col += sum(map(self._units, self.text[at:offset]))
+            else:
+                col += offset - at
+            at = offset
+            out.append(lsp.Position(line=line, character=col))
+        return out
+
     def offset(self, pos: lsp.Position) -> int:
         """Code-point offset of an LSP position, clamped to the line and the text."""
         if pos.line < 0:

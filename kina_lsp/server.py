@@ -261,17 +261,6 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
     return completion.signature_help(view.text, offset, sigs)
 
 
-@server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, semantic.LEGEND)
-@safe(default=lambda: lsp.SemanticTokens(data=[]))
-async def on_semantic_tokens(ls: KinaServer, params: lsp.SemanticTokensParams):
-    view = await ls.view(params.text_document.uri)
-    if view is None:
-        return lsp.SemanticTokens(data=[])
-    fns = view.snapshot.module.functions if view.snapshot.module else []
-    params_ = {p.name for f in fns for p in f.params}
-    return semantic.semantic_tokens(view.text, view.index, {f.name for f in fns}, params_)
-
-
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
                 lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Source]))
 @safe(default=list)
@@ -299,6 +288,11 @@ async def mlir_request(ls: KinaServer, params):
     doc = params.get("textDocument") if isinstance(params, dict) else getattr(params, "textDocument", None)
     uri = doc.get("uri") if isinstance(doc, dict) else getattr(doc, "uri", None)
     return await commands.show_mlir(ls, uri)
+
+
+# ---- feature modules that register their own handlers ---------------------------------------
+for _feature in (semantic,):
+    _feature.register(server, safe)
 
 
 # ---- entry point ----------------------------------------------------------------------------
