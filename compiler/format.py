@@ -208,7 +208,7 @@ class _Formatter(Emitter):
     def value(self, v, pos: int, blank_ok: bool = False) -> int:
         """A number (of a list, a literal or an attribute) spelled as in the source at pos."""
         hit = self.number_at(pos)
-        if hit is None or (hit[3] == "-") != _negative(v) or float(hit[2]) != abs(v):
+        if hit is None or float(hit[2]) != abs(v):     # (`-0` is the integer 0: no sign)
             self.tok(_number_text(v))
             return pos
         at, end, digits, _ = hit
@@ -227,6 +227,7 @@ class _Formatter(Emitter):
         if not first:
             self.brk(layout.HARD)
         self.expr(node, 0, blank_ok=True)
+        self.last_end = max(self.last_end, self.outer(node)[1])   # blank lines before the `}` count from here
 
     def let(self, let: ast.Let) -> None:
         self.tok("let", let.span.start, blank_ok=True)
@@ -243,6 +244,7 @@ class _Formatter(Emitter):
         self.expr(let.value, 0)
         self.space()
         self.expect("in", self.outer(let.value)[1])
+        self.last_end = max(self.last_end, self.outer(let.value)[1])
 
     # -- expressions
     def expr(self, e, need: int, blank_ok: bool = False) -> None:
@@ -350,7 +352,6 @@ class _Formatter(Emitter):
         self.space()
         brace = self.find("{", e.type.span.end)
         pos = brace + 1 if brace is not None else e.type.span.end
-        close = e.span.end - 1
         with self.b.group():
             self.tok("{", brace)
             with self.b.indent(INDENT):
@@ -367,7 +368,9 @@ class _Formatter(Emitter):
                             self.skip(comma)
                         if comma is not None:
                             pos = comma + 1
-                self.dangling(close)
+                close = self.find("}", pos)   # (e.span may cover parentheses around the literal)
+                if close is not None:
+                    self.dangling(close)
             if e.values:
                 self.brk(layout.LINE)
             self.tok("}", close)

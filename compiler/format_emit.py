@@ -144,10 +144,12 @@ class Emitter:
                 self.b.text(c.text)
                 self.b.add(layout.HARD)
                 need_break = False
-            else:
+            else:   # its token is not printed (a dropped parenthesis): end of this line
+                if need_break:
+                    self.b.add(layout.HARD)
                 self.b.add(layout.Trail(" " + c.text))
                 need_break = True
-            self.last_end = c.end
+            self.last_end = max(self.last_end, c.end)
         if need_break:
             self.b.add(layout.HARD)
         if blank_ok and self._blank_before(at):

@@ -202,25 +202,42 @@ class _Printer:
         self.prev_empty = True       # the line before this one is empty (or there is none)
         self.suffix: list[str] = []
 
-    def newline(self, ind: int) -> None:
-        if self.suffix:
-            self.out.extend(self.suffix)
-            self.suffix.clear()
+    def _strip(self) -> None:
         while self.out and self.out[-1].endswith(" "):
             self.out[-1] = self.out[-1].rstrip(" ")
             if not self.out[-1]:
                 self.out.pop()
+
+    def newline(self, ind: int) -> None:
+        if self.suffix:
+            if self.content:
+                self._strip()
+            else:   # a trailing comment whose token went away: on its own line, indented
+                self.suffix[0] = self.suffix[0].lstrip()
+                self.content = True
+            self.out.extend(self.suffix)
+            self.suffix.clear()
+        self._strip()
         self.prev_empty = not self.content
         self.out.append("\n" + " " * ind)
         self.pos, self.content = ind, False
 
     def hard(self, doc: _Hard, ind: int) -> None:
-        """HARD and FRESH end the line unless it is still empty (blank lines are only ever
-        asked for with BLANK, so a break after a comment's own newline adds nothing)."""
+        """HARD, FRESH and a broken Line end the line unless it is still empty: blank lines
+        come only from BLANK, so a break right after a comment's own newline adds nothing."""
         if self.content or self.suffix:
             self.newline(ind)
+        else:
+            self._reindent(ind)
         if doc is BLANK and not self.prev_empty:
             self.newline(ind)
+
+    def _reindent(self, ind: int) -> None:
+        """The still-empty current line takes the indentation `ind`."""
+        self._strip()
+        if self.out:
+            self.out[-1] += " " * ind
+            self.pos = ind
 
     def text(self, s: str) -> None:
         self.out.append(s)
@@ -252,7 +269,7 @@ class _Printer:
                 if mode == _FLAT:
                     self.text(doc.flat)
                 else:
-                    self.newline(ind)
+                    self.hard(HARD, ind)
             elif isinstance(doc, _Hard):
                 self.hard(doc, ind)
             elif isinstance(doc, Group):

@@ -330,7 +330,7 @@ def program(draw):
     return "".join(out) + draw(st.sampled_from(["", "\n", " // end\n", "\n// tail"]))
 
 
-GENERATED = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+GENERATED = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @GENERATED
