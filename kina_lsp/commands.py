@@ -108,16 +108,17 @@ class _Progress:
         self.loop.call_soon_threadsafe(self.reporter.report, self.token, value)
 
 
-def _run_validation(text: str, path: str, progress, cancel: threading.Event):
-    """Worker thread: validate a copy of the buffer (unsaved edits included)."""
+def _run_validation(text: str, path: str, progress, cancel: threading.Event, only=None):
+    """Worker thread: validate a copy of the buffer (unsaved edits included); `only`: see
+    validate_file (the code lenses validate one function or one gradient)."""
     from compiler.validate import validate_file
     with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
         copy = Path(tmp) / Path(path).name
         copy.write_text(text, encoding="utf-8")
-        return validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+        return validate_file(str(copy), progress=progress, cancel=cancel.is_set, only=only)
 
 
-async def build_and_validate(server, uri: str) -> dict:
+async def build_and_validate(server, uri: str, only=None) -> dict:
     cur = server.buffer(uri)
     if cur is None:
         return {"ok": False, "message": f"{uri} is not open"}
@@ -132,7 +133,7 @@ async def build_and_validate(server, uri: str) -> dict:
     progress.on_cancel(token, cancel.set)
     try:
         report = await loop.run_in_executor(_pool, _run_validation, text, _path_for(uri),
-                                            _Progress(progress, token, loop), cancel)
+                                            _Progress(progress, token, loop), cancel, only)
         summary = summarize(report)
     except Exception as e:
         log.exception("build & validate failed")

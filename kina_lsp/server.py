@@ -8,7 +8,11 @@ answer; the feature modules only translate between compiler objects and LSP:
   inlay.py        the type of every let binding
   navigation.py   definition, references, rename, document symbols
   completion.py   completion and signature help
-  semantic.py     semantic tokens (ops, functions, dtypes, reverseMode)
+  semantic.py     semantic tokens (ops, functions, dtypes, reverseMode): full, range, delta
+  folding.py      folding ranges          selection.py  selection ranges
+  highlight.py    document highlight      workspace_symbols.py  functions of the workspace
+  call_hierarchy.py  incoming/outgoing calls    formatting.py  formatting (compiler.format)
+  lenses.py       code lenses: Build & validate, Gradient check (kina.validateFunction)
   actions.py      quick fix for reverseMode method chains; source actions
   commands.py     kina.buildAndValidate, kina.showMlir / kina/mlir
   convert.py      Span (code points) <-> Range (UTF-16)
@@ -33,6 +37,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 
 from . import actions, astutil, commands, completion, hover, inlay, navigation, semantic
+from . import call_hierarchy, folding, formatting, highlight, lenses, selection, workspace_symbols
 from .convert import LineIndex
 from .diagnostics import Publisher
 from .documents import Documents
@@ -291,7 +296,7 @@ async def mlir_request(ls: KinaServer, params):
 
 
 # ---- feature modules that register their own handlers ---------------------------------------
-for _feature in (semantic,):
+for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses):
     _feature.register(server, safe)
 
 
