@@ -35,7 +35,7 @@ from . import layout
 from . import syntax as ast
 from .diagnostics import Diagnostic, Span
 from .format_emit import Emitter
-from .parse import children, parse_module
+from .parse import children, gaps, parse_local, shift, split_items
 
 WIDTH = 100
 INDENT = 2
@@ -414,37 +414,56 @@ def ast_shape(node):
     return node
 
 
-def _parse_or_raise(text: str, what: str) -> ast.Module:
-    module, diags = parse_module(text)
+def _parse(text: str) -> tuple[ast.Module, list, list[str]]:
+    """parse_module, through the per-item cache (parse_local): the language server has
+    parsed these items already, and an item that formatting leaves as it is costs nothing
+    the second time.  Also returns each function's item text."""
+    items = split_items(text)
+    diags = gaps(text, items)
+    functions, texts = [], []
+    for it in items:
+        fn, item_diags = parse_local(text[it.start:it.end])
+        diags += [d.shift(it.start) for d in item_diags]
+        if fn is not None:
+            functions.append(shift(fn, it.start))
+            texts.append(text[it.start:it.end])
+    diags.sort(key=lambda d: (d.span.start, d.span.end))
+    return ast.Module(functions, Span(0, len(text))), diags, texts
+
+
+def _parse_or_raise(text: str, what: str) -> tuple[ast.Module, list[str]]:
+    module, diags, texts = _parse(text)
     if diags:
         raise FormatError(f"{what} has syntax errors", diags)
-    return module
+    return module, texts
 
 
 # ---- entry points -----------------------------------------------------------------------------
 def format_source(text: str, width: int = WIDTH) -> str:
     """The formatted text, or FormatError (with the syntax diagnostics) when it does not parse."""
-    module = _parse_or_raise(text, "the input")
     crlf = "\r\n" in text[:text.find("\n") + 1] if "\n" in text else False
     plain = text.replace("\r\n", "\n") if crlf else text
-    if crlf:
-        module = _parse_or_raise(plain, "the input")
+    module, texts = _parse_or_raise(plain, "the input")
     f = _Formatter(plain)
     f.module(module)
     out = layout.render(f.b.root, width).strip("\n")
     out = out + "\n" if out else ""
-    _check(plain, module, out)
+    _check(plain, module, texts, out)
     return out.replace("\n", "\r\n") if crlf else out
 
 
-def _check(before: str, module: ast.Module, after: str) -> None:
-    """The formatted text must mean the same program and keep every comment, in order."""
+def _check(before: str, module: ast.Module, texts: list[str], after: str) -> None:
+    """The formatted text must mean the same program and keep every comment, in order
+    (a function whose text did not change is the same function)."""
     try:
-        formatted = _parse_or_raise(after, "the formatted text")
+        formatted, new_texts = _parse_or_raise(after, "the formatted text")
     except FormatError as e:
         raise FormatError("internal error: the formatted text does not parse "
                           f"({e.diagnostics[0].message if e.diagnostics else e}); the file was left as it is")
-    if ast_shape(formatted.functions) != ast_shape(module.functions):
+    same = len(formatted.functions) == len(module.functions) and all(
+        t == u or ast_shape(f) == ast_shape(g)
+        for t, u, f, g in zip(texts, new_texts, module.functions, formatted.functions))
+    if not same:
         raise FormatError("internal error: formatting would change the program; the file was left as it is")
     if comments_of(after) != comments_of(before):
         raise FormatError("internal error: formatting would lose or merge a comment; the file was left as it is")

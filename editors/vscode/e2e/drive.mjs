@@ -3,7 +3,8 @@
  *
  * Acts like a user in code-server: opens the example with Quick Open, waits for the
  * language server's status-bar item, hovers a `let`, breaks a shape and reads the Problems
- * view, runs Build & Validate and Show MLIR from the Command Palette, and finally sets
+ * view, runs Build & Validate from the Command Palette and from a code lens, folds a
+ * function (features.mjs), runs Show MLIR, and finally sets
  * `kina.server.pythonPath` (in the Settings editor) to a missing interpreter to see the
  * start-failure message.  Each step saves a screenshot; a failing step saves
  * `<step>-failed.png` and exits non-zero.
@@ -15,6 +16,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { lensAndFoldingChecks } from './features.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -170,6 +172,8 @@ try {
     if (await failed.isVisible()) throw new Error(`Build & Validate failed: ${await oneLine(failed)}`);
     log(`notification: ${await oneLine(passed.locator('.notification-list-item-message'))}`);
   });
+
+  await lensAndFoldingChecks({ page, step, log, toast, focusEditor });
 
   await step('05-show-mlir', async () => {
     await focusEditor();
