@@ -43,6 +43,8 @@ INDENT = 2
 _COMMENT = re.compile(r"//[^\n]*")
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "@": 3}
 _NEG, _POSTFIX, _ATOM = 4, 5, 6
+# `x.op(..)`, and `x.name` where the syntax has it (a field access, for its diagnostic)
+_POSTFIX_NODES = tuple(n for n in (ast.MethodCall, getattr(ast, "Field", None)) if n is not None)
 
 
 class FormatError(Exception):
@@ -271,7 +273,7 @@ class _Formatter(Emitter):
         elif kind is ast.Neg:
             self.tok("-", e.span.start, blank_ok=blank_ok)
             self.expr(e.operand, _POSTFIX)
-        elif kind is ast.MethodCall:
+        elif kind in _POSTFIX_NODES:
             self.method_chain(e, blank_ok)
         elif kind is ast.Call:
             self.call(e, blank_ok)
@@ -309,10 +311,11 @@ class _Formatter(Emitter):
                     self.space()
                     self.expr(op.rhs, level + 1)
 
-    def method_chain(self, e: ast.MethodCall, blank_ok: bool) -> None:
-        """`x.a(..).b(..)`: two or more calls that do not fit go one per line."""
+    def method_chain(self, e, blank_ok: bool) -> None:
+        """`x.a(..).b(..)`: two or more calls that do not fit go one per line (a field
+        access `x.T`, which the checker rejects, is a link without arguments)."""
         calls = []
-        while isinstance(e, ast.MethodCall):
+        while isinstance(e, _POSTFIX_NODES):
             calls.append(e)
             e = e.receiver
         calls.reverse()
@@ -324,8 +327,11 @@ class _Formatter(Emitter):
                     if len(calls) > 1:
                         self.brk(layout.SOFT)
                     self.expect(".", self.outer(call.receiver)[1])
-                    self.tok(call.method, call.method_span.start)
-                    self.bracketed([*call.args, *call.attrs], self.argument, call.method_span.end)
+                    if isinstance(call, ast.MethodCall):
+                        self.tok(call.method, call.method_span.start)
+                        self.bracketed([*call.args, *call.attrs], self.argument, call.method_span.end)
+                    else:
+                        self.tok(call.name, call.name_span.start)
 
     def call(self, e: ast.Call, blank_ok: bool = False) -> None:
         self.tok(e.func, e.func_span.start, blank_ok=blank_ok)
@@ -386,7 +392,7 @@ def _prec(e) -> int:
         return _NEG
     if isinstance(e, ast.Number) and _negative(e.value):
         return _NEG
-    if isinstance(e, ast.MethodCall):
+    if isinstance(e, _POSTFIX_NODES):
         return _POSTFIX
     return _ATOM
 

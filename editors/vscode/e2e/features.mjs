@@ -27,32 +27,50 @@ async function visibleLines(page) {
     .map((row) => row.textContent.replace(/\u00a0/g, ' ')));
 }
 
+/** Index of the lens that ends right above the line matching `re`, and the number of lenses. */
+async function lensAbove(page, lens, re) {
+  const fnLine = await lineBox(page, re);
+  if (!fnLine) throw new Error(`no line matching ${re} on screen`);
+  const boxes = await lens.evaluateAll((els) => els.map((e) => {
+    const r = e.getBoundingClientRect();
+    return { top: r.top, bottom: r.bottom };
+  }));
+  const index = boxes.findIndex((b) => b.bottom <= fnLine.top + 2 && fnLine.top - b.bottom < fnLine.height);
+  if (index < 0) throw new Error(`no lens right above ${re} (lenses at ${JSON.stringify(boxes)}, line at ${fnLine.top})`);
+  return { index, count: boxes.length };
+}
+
 export async function lensAndFoldingChecks({ page, step, log, toast, focusEditor }) {
   await step('04b-code-lenses', async () => {
     await focusEditor();
     await page.keyboard.press('Control+Home');
     const lens = page.locator('.editor-instance .codelens-decoration a', { hasText: 'Build & validate' });
     await lens.first().waitFor({ timeout: 60000 });
-    const fnLine = await lineBox(page, /^fn attn\(/);
-    if (!fnLine) throw new Error('the `fn attn(` line is not on screen');
-    // the lens that belongs to attn: the one whose box ends right above that line
-    const boxes = await lens.evaluateAll((els) => els.map((e) => {
-      const r = e.getBoundingClientRect();
-      return { top: r.top, bottom: r.bottom };
-    }));
-    const above = boxes.findIndex((b) => b.bottom <= fnLine.top + 2 && fnLine.top - b.bottom < fnLine.height);
-    if (above < 0) throw new Error(`no lens right above fn attn (lenses at ${JSON.stringify(boxes)}, line at ${fnLine.top})`);
-    log(`${boxes.length} Build & validate lens(es) on screen; one right above fn attn`);
-    await lens.nth(above).click();
+    // lenses are re-fetched after edits; a click on a lens that is being replaced finds its
+    // command disposed ("Actual command not found"), so click once they have settled, and
+    // again if that happened anyway (as a user would)
+    await page.waitForTimeout(2000);
     const passed = toast('build & validate passed (1/1');
-    const failed = toast(/build failed|validation failed|failed:|not found|open a .kina/);
-    try {
-      await Promise.race([passed.waitFor({ timeout: 90000 }), failed.waitFor({ timeout: 90000 })]);
-    } catch (e) {
-      const shown = await page.locator('.notifications-toasts .notification-toast').allTextContents();
-      throw new Error(`no result after clicking the lens; notifications: ${JSON.stringify(shown)}`);
+    const stale = toast('Actual command not found');
+    const failed = toast(/build failed|validation failed|failed:|open a \.kina/);
+    for (let attempt = 1; ; attempt++) {
+      const above = await lensAbove(page, lens, /^fn attn\(/);
+      if (attempt === 1) log(`${above.count} Build & validate lens(es) on screen; one right above fn attn`);
+      await lens.nth(above.index).click();
+      try {
+        await Promise.race([passed.waitFor({ timeout: 90000 }), failed.waitFor({ timeout: 90000 }),
+          stale.waitFor({ timeout: 90000 })]);
+      } catch (e) {
+        const shown = await page.locator('.notifications-toasts .notification-toast').allTextContents();
+        throw new Error(`no result after clicking the lens; notifications: ${JSON.stringify(shown)}`);
+      }
+      if (await failed.isVisible()) throw new Error(`the lens' Build & validate failed: ${await failed.textContent()}`);
+      if (await passed.isVisible()) break;
+      if (attempt >= 3) throw new Error('the lens command was disposed on every click');
+      log('the lens was being refreshed; clicking again');
+      await stale.locator('.codicon-notifications-clear, .codicon-close').first().click().catch(() => {});
+      await page.waitForTimeout(1500);
     }
-    if (await failed.isVisible()) throw new Error(`the lens' Build & validate failed: ${await failed.textContent()}`);
     log(`lens ran: ${(await passed.textContent()).replace(/\s+/g, ' ').slice(0, 160)}`);
   });
 
@@ -60,7 +78,7 @@ export async function lensAndFoldingChecks({ page, step, log, toast, focusEditor
     await focusEditor();
     await page.keyboard.press('Control+Home');
     const before = await visibleLines(page);
-    if (!before.some((l) => l.includes('let scores = q @ k_t'))) throw new Error('attn body not on screen');
+    if (!before.some((l) => l.includes('let scores'))) throw new Error('attn body not on screen');
     const fnLine = await lineBox(page, /^fn attn\(/);
     // folding controls show when the mouse is over the gutter
     await page.mouse.move(40, fnLine.top + fnLine.height / 2);
