@@ -14,6 +14,9 @@ The pipeline, one module per stage (read them in this order):
   runtime    load a .so + manifest, call functions with NumPy arrays (_fastcall.c)
   validate   compiled library vs. interpreter vs. finite differences, in a child process
 
+format.py is `kinac fmt`: AST -> source in the one Kina style, comments woven back in
+by position (format_emit.py) and laid out within 100 columns by layout.py.
+
 analysis.py is the incremental front end (parse + check per function, and the
 reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
 language server (kina_lsp/), so all three report the same diagnostics.
