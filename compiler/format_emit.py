@@ -131,7 +131,7 @@ class Emitter:
     def space(self) -> None:
         self.b.text(" ")
 
-    def lead(self, at: int, blank_ok: bool = False) -> None:
+    def lead(self, at: int, blank_ok: bool = False, token: bool = True) -> None:
         """Emit the comments before offset `at`: own-line ones on their own lines, others
         at the end of the current line, which then ends."""
         need_break = bool(self.pending)
@@ -152,13 +152,13 @@ class Emitter:
             self.last_end = max(self.last_end, c.end)
         if need_break:
             self.b.add(layout.HARD)
-        if blank_ok and self._blank_before(at):
+        if token and blank_ok and self._blank_before(at):   # (no blank line before a closing `}`)
             self.b.add(layout.BLANK)
 
     def dangling(self, before: int, blank_ok: bool = False) -> None:
         """The comments before `before` when no token follows them in this construct."""
         if self.ci < len(self.comments) and self.comments[self.ci].start < before:
-            self.lead(before, blank_ok)
+            self.lead(before, blank_ok, token=False)
 
     def finish(self) -> None:
         """End of the document: the comments after the last function."""
