@@ -440,3 +440,12 @@ def test_fmt_failed_write_leaves_the_file_and_no_temporary(tmp_path, monkeypatch
     assert cli.main(["fmt", str(src)]) == 2
     assert "cannot write" in capsys.readouterr().err
     assert src.read_text() == UGLY and sorted(p.name for p in tmp_path.iterdir()) == ["x.kina"]
+
+
+def test_regression_blank_line_before_closing_brace_after_a_comment():
+    """Found by a long fuzz run: a comment inside `-//\n1.5` ended up before a blank line
+    that the second pass dropped (not idempotent)."""
+    src = "fn f() -> Tensor[F32, []] {\n  let s = 2 in -//\n1.5\n\n}\n"
+    assert assert_formats_well(src) == "fn f() -> Tensor[F32, []] {\n  let s = 2 in\n  -1.5 //\n}\n"
+    src = "fn f() -> Tensor[F32, []] {\n  x\n\n  // end\n\n}\n"
+    assert assert_formats_well(src) == "fn f() -> Tensor[F32, []] {\n  x\n\n  // end\n}\n"
