@@ -96,19 +96,19 @@ def register(server, safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
     @safe()
     async def on_prepare(ls, params: lsp.CallHierarchyPrepareParams):
-        view = await ls.view(params.text_document.uri)
+        view = await ls.view(params.text_document.uri, wait=True)
         return prepare(view, params.text_document.uri, view.index.offset(params.position)) if view else None
 
     @server.feature(lsp.CALL_HIERARCHY_INCOMING_CALLS)
     @safe(default=list)
     async def on_incoming(ls, params: lsp.CallHierarchyIncomingCallsParams):
         target = _target(params.item)
-        view = await ls.view(target[0]) if target else None
+        view = await ls.view(target[0], wait=True) if target else None
         return incoming(view, target[0], target[1]) if view else []
 
     @server.feature(lsp.CALL_HIERARCHY_OUTGOING_CALLS)
     @safe(default=list)
     async def on_outgoing(ls, params: lsp.CallHierarchyOutgoingCallsParams):
         target = _target(params.item)
-        view = await ls.view(target[0]) if target else None
+        view = await ls.view(target[0], wait=True) if target else None
         return outgoing(view, target[0], target[1]) if view else []

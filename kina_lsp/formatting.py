@@ -62,7 +62,7 @@ def to_lsp(view, edits) -> list[lsp.TextEdit]:
 
 
 async def _edits(ls, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
-    view = await ls.view(uri)
+    view = await ls.view(uri, wait=True)      # the user asked for it and waits
     if view is None:
         return []
     span = view.index.span(rng) if rng is not None else None

@@ -59,7 +59,7 @@ async def validate_function(ls, args) -> dict:
     if len(args) != 3 or not all(isinstance(a, str) for a in args) or args[2] not in KINDS:
         return _refusal(f"{CMD_VALIDATE_FUNCTION} takes [uri, function name, \"function\" | \"gradient\"]")
     uri, name, kind = args
-    view = await ls.view(uri)
+    view = await ls.view(uri, wait=True)
     if view is None:
         return _refusal(f"{uri} is not open")
     if name not in view.snapshot.program.functions:

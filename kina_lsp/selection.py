@@ -119,7 +119,7 @@ def register(server, safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
     async def on_selection_range(ls, params: lsp.SelectionRangeParams):
-        view = await ls.view(params.text_document.uri)
+        view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
         if view is None:
             return []
         return [selection_range(view, p) for p in params.positions]

@@ -5,8 +5,9 @@ TextMate grammar cannot.
 
 Token rows are (line, start, length) in the negotiated position encoding,
 delta-encoded as LSP requires.  The pass is linear in the text: offsets become
-positions in one walk (LineIndex.positions), and the look-behind of each word
-("after a `.`", "after `fn`") scans back over blanks only.  It runs on a worker
+positions through LineIndex.positions (no per-token walk of the line), and the
+look-behind of each word ("after a `.`", "after `fn`") scans back over blanks
+only (it used to copy the text before every word: issue 12, F1).  It runs on a worker
 thread, so a huge file never holds up other requests on the event loop.
 
 Deltas (`textDocument/semanticTokens/full/delta`): the last full result of each
@@ -110,8 +111,8 @@ def encode(rows, index) -> list[int]:
 
 
 def names_of(view) -> tuple[set[str], set[str]]:
-    """(function names, parameter names) of the view's module."""
-    fns = view.snapshot.module.functions if view.snapshot.module else []
+    """(function names, parameter names) of the view's module (names only: no AST is copied)."""
+    fns = [fn for _offset, fn in view.snapshot.local_functions()]
     return {f.name for f in fns}, {p.name for f in fns for p in f.params}
 
 
