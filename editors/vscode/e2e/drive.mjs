@@ -23,7 +23,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { lensAndFoldingChecks } from './features.mjs';
+import { lensAndFoldingChecks, noLensesInRestrictedMode } from './features.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -237,6 +237,7 @@ async function restricted() {
   });
 
   await step('r2-hover-in-restricted-mode', hoverLetX);
+  await noLensesInRestrictedMode({ page, step, log });
 
   await step('r3-no-build-and-validate', async () => {
     await page.mouse.move(5, 5);

@@ -102,3 +102,14 @@ export async function lensAndFoldingChecks({ page, step, log, toast, focusEditor
     await page.locator('.editor-instance .view-line', { hasText: 'let scores' }).first().waitFor({ timeout: 10000 });
   });
 }
+
+/** In Restricted Mode no lens is offered: every lens runs a build. */
+export async function noLensesInRestrictedMode({ page, step, log }) {
+  await step('r2b-no-code-lenses', async () => {
+    // the server runs here (r2 got a hover from it); lenses would have arrived by now
+    await page.waitForTimeout(3000);
+    const lenses = await page.locator('.editor-instance .codelens-decoration a').count();
+    if (lenses > 0) throw new Error(`${lenses} code lens(es) shown in Restricted Mode`);
+    log('no code lenses in Restricted Mode');
+  });
+}
