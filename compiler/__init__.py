@@ -14,6 +14,9 @@ The pipeline, one module per stage (read them in this order):
   runtime    load a .so + manifest, call functions with NumPy arrays (_fastcall.c)
   validate   compiled library vs. interpreter vs. finite differences, in a child process
 
+  distributed, checkpoint: the same libraries on N processes (torch.distributed collectives
+  on NumPy buffers, atomic checkpoints); see docs/distributed.md
+
 format.py is `kinac fmt`: AST -> source in the one Kina style, comments woven back in
 by position (format_emit.py) and laid out within 100 columns by layout.py.
 
