@@ -17,9 +17,13 @@ The pipeline, one module per stage (read them in this order):
   distributed, checkpoint: the same libraries on N processes (torch.distributed collectives
   on NumPy buffers, atomic checkpoints); see docs/distributed.md
 
+format.py is `kinac fmt`: AST -> source in the one Kina style, comments woven back in
+by position (format_emit.py) and laid out within 100 columns by layout.py.
+
 analysis.py is the incremental front end (parse + check per function, and the
 reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
 language server (kina_lsp/), so all three report the same diagnostics.
-Per-op knowledge lives in one row per op per stage: ops.OPS (shape rule),
-interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (tests/test_tables.py).
+Per-op knowledge lives in one row per op per stage: ops.OPS (its typing rule in
+shape_rules.py), interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (with the rows of
+emit_ops_ext.py) (tests/test_tables.py).
 """

@@ -132,6 +132,15 @@ def _describe(expr: Expr) -> str:
     return expr.name
 
 
+def _scalar_message(node: OpApp, i: int, lit: Literal) -> str:
+    """The ad-structure message for a bare number operand (`x * 0.5`), with the let that fixes it."""
+    from .check_scalars import literal_text   # the checker's spelling of the same literal
+    value = lit.values[0]
+    return (f"operand {i} of `{node.op}` is the number `{value}` (a splat of {lit.type}), but reverseMode "
+            "differentiates single ops on variables: give the constant its own let, "
+            f"`let c = {literal_text(value, lit.type)} in ...`, then use `c`")
+
+
 def _is_float_tensor(t) -> bool:
     return isinstance(t, TensorType) and t.is_float
 
@@ -201,7 +210,9 @@ class _Checker:
 
     def op(self, node: OpApp, origin) -> None:
         for i, child in enumerate(node.args):
-            if not isinstance(child, Var):
+            if isinstance(child, Literal) and child.scalar:
+                self.error("ad-structure", _scalar_message(node, i, child), child.span, origin)
+            elif not isinstance(child, Var):
                 nested = _describe(child)
                 self.error("ad-structure", f"operand {i} of `{node.op}` is the nested expression `{nested}`, "
                            "but reverseMode differentiates single ops on variables: split it into two lets "

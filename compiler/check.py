@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import ir, syntax
-from .check_expr import ExprChecker, Signature, TypeFact
+from .check_expr import WILDCARD, ExprChecker, Signature, TypeFact
 from .check_types import ERROR, is_error, resolve_type
 from .diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from .ops import OPS
@@ -93,7 +93,7 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
     while isinstance(body, syntax.Let):
         lets.append(_check_let(ck, body))
         body = body.body
-    result = ck.check(body)
+    result = ck.expect(body, sig.ret, f"as the result of `{fn.name}`")
     if not (is_error(result.type) or is_error(sig.ret)) and result.type != sig.ret:
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))
@@ -126,6 +126,9 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
     else:
         types = [value.type]
     for n, t in zip(let.names, types):
+        if n.id == WILDCARD:      # `_` binds nothing (several may appear in one pattern)
+            ck.fact(n.span, t, "let", n.id)
+            continue
         if n.id in ck.env:
             ck.bag.error("duplicate", f"`{n.id}` is already defined in `{ck.fn_name}`; let names cannot be rebound",
                          n.span, Note("first defined here", ck.def_spans[n.id]))

@@ -82,9 +82,9 @@ class FunctionLowering:
             self._let(b)
         em.fallback = fn.span
         result = self.expr(fn.result, None)
-        results = _flat_values(result)
         rtypes = [ty(t).mlir for t in _flat_types(fn.ret_type)]
         em.at(fn.result.span)
+        results = _distinct_results(em, _flat_values(result), rtypes)
         em.stmt(f"return {', '.join(results)} : {', '.join(rtypes)}")
         em.at(fn.span)
         private = "." in fn.name
@@ -139,7 +139,8 @@ class FunctionLowering:
         em.at(e.span)
         out = em.fresh(hint)
         if isinstance(e, ir.Literal):
-            if len(e.values) <= 1 and e.type.volume >= SPLAT_FILL_MIN:
+            if e.scalar or (len(e.values) <= 1 and e.type.volume >= SPLAT_FILL_MIN):
+                # `x * 0.5`, or a big splat: a fill, not a dense constant the size of x in the .so
                 return em.filled(ty(e.type), e.values[0] if e.values else 0, out)
             return em.op(literal(e), out)
         if isinstance(e, ir.CallFn):
@@ -166,6 +167,22 @@ class FunctionLowering:
         return self.em.op(call, out)
 
 
+def _distinct_results(em: FnEmitter, results: list[str], types: list[str]) -> list[str]:
+    """Every result its own tensor: a value returned twice (`(y, y)`, or both cotangents of
+    `x + b`) is copied for its second use.  Each result becomes its own caller-owned
+    buffer, and buffer-results-to-out-params (hoist-static-allocs) crashes when one
+    allocation is returned twice.  alloc_tensor, unlike tensor.empty + linalg.copy, is
+    never folded or CSE'd back into the original value."""
+    seen: set[str] = set()
+    out = []
+    for v, t in zip(results, types):
+        if v in seen:
+            v = em.op(f"bufferization.alloc_tensor() copy({v}) : {t}")
+        seen.add(v)
+        out.append(v)
+    return out
+
+
 def _flat_values(v: Value) -> list[str]:
     """Tuple values (possibly nested) as the flat list of func results."""
     return [x for item in v for x in _flat_values(item)] if isinstance(v, list) else [v]
@@ -187,7 +204,7 @@ SPLAT_FILL_MIN = 4096
 def literal(e: ir.Literal) -> str:
     """arith.constant dense<..>: () zeros, (x,) splat, else a nested row-major payload."""
     t = ty(e.type)
-    is_int = e.type.dtype == DType.I64
+    is_int = not e.type.is_float        # I64, and Bool stored as i8 0 / 1
 
     def fmt(x) -> str:
         return str(int(x)) if is_int else float_literal(float(x), t.elem)

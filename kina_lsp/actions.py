@@ -11,6 +11,8 @@ let placed before the enclosing let:
     let y = y_op1.op2(..) in
 
 Applying it again to the next diagnostic splits a longer chain step by step.
+A bare number operand of a differentiated op (`x * 0.5`) gets its own typed let
+instead (`let c = Tensor[F32, [2, 3]] { 0.5 } in`, the type of the checker's splat).
 """
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ import re
 
 from lsprotocol import types as lsp
 
-from compiler import syntax as ast
+from compiler import ir, syntax as ast
+from compiler.check_scalars import literal_text
 
-from . import astutil
+from . import astutil, hover
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"
@@ -77,16 +80,66 @@ def split_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
+def constant_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None:
+    """The WorkspaceEdit giving the bare number at [start, end) (`x * 0.5` in a function
+    differentiated by reverseMode) its own let, typed like the splat the checker made of it:
+
+        let y = x * 0.5 in
+      becomes
+        let c = Tensor[F32, [2, 3]] { 0.5 } in
+        let y = x * c in
+    """
+    fn = astutil.function_at(view.snapshot.module, start)
+    if fn is None:
+        return None
+    let = astutil.let_of(fn, start)
+    child = _node_with_span(fn, start, end)
+    literal = hover.node_at_span(view, child.span) if isinstance(child, ast.Number) else None
+    if let is None or not isinstance(literal, ir.Literal):
+        return None
+    text = view.text
+    line_start = text.rfind("\n", 0, let.span.start) + 1
+    indent = re.match(r"[ \t]*", text[line_start:let.span.start]).group()
+    name = _fresh("c", text[fn.span.start:fn.span.end])
+    value = literal_text(text[start:end], literal.type)
+    at = view.index.position(let.span.start)
+    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=f"let {name} = {value} in\n{indent}"),
+             lsp.TextEdit(range=view.index.range(child.span), new_text=name)]
+    return lsp.WorkspaceEdit(changes={uri: edits})
+
+
+_WRITE_LITERAL = re.compile(r"write `(Tensor\[[^`]*\] \{ [^`]* \})`")
+
+
+def literal_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
+    """The `literal` diagnostic of a bare number where a tensor is needed names a literal
+    that type-checks there (`write Tensor[F32, [2]] { 0.5 }`): offer to write it."""
+    m = _WRITE_LITERAL.search(diag.message)
+    if m is None:
+        return None
+    edit = lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=diag.range, new_text=m.group(1))]})
+    return lsp.CodeAction(title=f"Write {m.group(1)}", kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
+                          edit=edit, is_preferred=True)
+
+
 def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
     actions = []
     for diag in params.context.diagnostics or []:
-        if diag.code != SPLIT_CODE or "split" not in diag.message:
+        if diag.code == "literal":
+            fix = literal_fix(view, uri, diag)
+            actions += [fix] if fix else []
+            continue
+        if diag.code != SPLIT_CODE:
             continue
         span = view.index.span(diag.range)
-        edit = split_edit(view, uri, span.start, span.end)
+        if "own let" in diag.message:
+            edit, title = constant_edit(view, uri, span.start, span.end), "Give the constant its own let"
+        elif "split" in diag.message:
+            edit, title = split_edit(view, uri, span.start, span.end), "Split the nested expression into its own let"
+        else:
+            continue
         if edit is not None:
-            actions.append(lsp.CodeAction(title="Split the nested expression into its own let",
-                                          kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
+            actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
                                           edit=edit, is_preferred=True))
     for title, cmd in (("Kina: Build & validate", CMD_VALIDATE), ("Kina: Show MLIR", CMD_MLIR)):
         actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Source,

@@ -87,7 +87,8 @@ def test_every_op_has_a_vjp_row(op):
     assert row.rule is not None or row.unsupported, f"VJPS[{op!r}] has neither a rule nor a reason"
 
 
-@pytest.mark.parametrize("op", ["scatter_add", "scatter_along_axis", "relu_grad"])
+@pytest.mark.parametrize("op", ["scatter_add", "scatter_along_axis", "relu_grad", "maximum_grad", "clamp_grad",
+                                "gelu_grad"])
 def test_backward_only_ops_are_rejected(op):
     b = Builder("f")
     g, x = ir.Var("g", f32(2, 3)), ir.Var("x", f32(2, 3))
@@ -97,6 +98,12 @@ def test_backward_only_ops_are_rejected(op):
     elif op == "scatter_along_axis":
         idx = ir.Var("idx", i64(2, 3))
         y = b.expr(ir.scatter_along_axis(g, idx, 1, f32(2, 4)))
+    elif op == "maximum_grad":
+        y = b.emit("maximum_grad", [g, x, x])
+    elif op == "clamp_grad":
+        y = b.emit("clamp_grad", [g, x], min=0.0, max=1.0)
+    elif op == "gelu_grad":
+        y = b.emit("gelu_grad", [g, x], approximate="none")
     else:
         y = b.emit("relu_grad", [g, x])
     fn = b.function("f", [g, idx, x], y)

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 from compiler import ir, syntax
 from compiler.check import (ERROR, CheckResult, FunctionResult, Signature, TypeFact, check_function,
                             check_module, signature_of)
+from compiler.check_hints import FOREIGN
 from compiler.diagnostics import CODES, SourceText, Span
 from compiler.ops import OPS
 from compiler.parse import parse_module, split_items
@@ -280,6 +281,21 @@ fn g(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 1]] {
     assert scatter.code == "unknown-name" and "IR-internal" in scatter.notes[0].message
 
 
+@pytest.mark.parametrize("name", sorted(FOREIGN))
+def test_numpy_and_pytorch_names_get_the_kina_spelling(name):
+    """`x.sum(..)`, `cat(..)`, `x.T`: the note names the Kina op, not a "did you mean" guess."""
+    for body in (f"x.{name}(axis=1)", f"{name}(x, x)", f"x.{name}"):
+        text = f"fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {{\n  {body}\n}}\n"
+        _, diags, _ = analyse(text)
+        assert [d.code for d in diags] == ["unknown-name"], body
+        notes = [n.message for n in diags[0].notes]
+        assert notes == [f"`{name}` is not a Kina op; Kina spells it {FOREIGN[name]}"], (body, notes)
+
+
+def test_foreign_names_are_not_kina_ops():
+    assert not set(FOREIGN) & set(OPS)
+
+
 def test_literals_lower_to_ir_literal_values():
     text = """\
 fn main() -> Tensor[F32, [2, 2]] {
@@ -385,6 +401,14 @@ def test_language_reference_examples_check_clean():
         result, diags, src = analyse(block)
         assert diags == [], "\n".join(src.render(d) for d in diags)
         assert result.program.functions
+
+
+def test_pytorch_table_names_every_foreign_name():
+    """docs/language.md §9 lists every NumPy/PyTorch name the checker has a note for."""
+    doc = (ROOT / "docs" / "language.md").read_text()
+    table = doc.split("## 9. From PyTorch to Kina", 1)[1].split("\n## ", 1)[0]
+    missing = [n for n in FOREIGN if not re.search(rf"(?<!\w){re.escape(n)}(?!\w)", table)]
+    assert not missing, f"docs/language.md §9 does not mention: {missing}"
 
 
 def test_emitted_codes_are_registered():

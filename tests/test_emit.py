@@ -52,6 +52,25 @@ CASES: dict[str, tuple[list[TensorType], dict, str]] = {
     "scatter_add": ([f32(1, 4, 4), i64(1, 4)], {"dest_ty": f32(8, 4)}, '"scatter_add index out of bounds"'),
     "scatter_along_axis": ([f32(2, 1), i64(2, 1)], {"axis": 1, "dest_ty": f32(2, 5)},
                            '"scatter_along_axis index out of bounds"'),
+    "maximum": ([f32(2, 3), f32(2, 3)], {}, "arith.maximumf"),
+    "minimum": ([f32(2, 3), f32(2, 3)], {}, "arith.minimumf"),
+    "abs": ([f32(4)], {}, "math.absf"),
+    "sign": ([f32(4)], {}, "arith.cmpf olt"),
+    "square": ([f32(4)], {}, "arith.mulf"),
+    "erf": ([f32(4)], {}, "arith.divf"),                 # the rational approximation
+    "pow": ([f32(4)], {"p": 3.0}, "math.copysign"),      # odd integer exponent: sign of x
+    "clamp": ([f32(4)], {"min": 0.0, "max": 6.0}, "arith.minimumf"),
+    "gelu": ([f32(4)], {"approximate": "tanh"}, "math.tanh"),
+    "cast": ([f32(4)], {"dtype": "BF16"}, "arith.truncf"),
+    "iota": ([], {"shape": (2, 3), "axis": 1}, "linalg.index 1"),
+    "tril": ([f32(3, 3)], {"k": 0}, "arith.cmpi sle"),
+    "argmax": ([f32(2, 5)], {"axis": 1}, "arith.cmpf uno"),
+    **{op: ([f32(4), f32(4)], {}, f"arith.cmpf {pred}") for op, pred in
+       (("lt", "olt"), ("le", "ole"), ("gt", "ogt"), ("ge", "oge"), ("eq", "oeq"), ("ne", "une"))},
+    "where": ([TensorType(DType.Bool, (4,)), f32(4), f32(4)], {}, "arith.select"),
+    "maximum_grad": ([f32(4), f32(4), f32(4)], {}, "arith.cmpf oeq"),
+    "clamp_grad": ([f32(4), f32(4)], {"min": 0.0, "max": None}, "arith.cmpf oge"),
+    "gelu_grad": ([f32(4), f32(4)], {"approximate": "none"}, "math.exp"),
 }
 
 
@@ -193,8 +212,10 @@ def test_nested_tuple_results_flatten_in_order():
     outer = TupleType((t, inner))
     res = ir.MakeTuple([ir.Var("a", t), ir.MakeTuple([ir.Var("b", u), ir.Var("a", t)], inner)], outer)
     text = emit_ok(program(function("f", [("a", t), ("b", u)], res)))
+    # `a` is returned twice: its second result is a copy, so every result is its own buffer.
     assert ("-> (tensor<2xf32>, tensor<3xf32>, tensor<2xf32>)" in text
-            and "return %a, %b, %a : tensor<2xf32>, tensor<3xf32>, tensor<2xf32>" in text)
+            and "%0 = bufferization.alloc_tensor() copy(%a) : tensor<2xf32>" in text
+            and "return %a, %b, %0 : tensor<2xf32>, tensor<3xf32>, tensor<2xf32>" in text)
     lower_to_llvm(text)
 
 
