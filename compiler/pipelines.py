@@ -93,6 +93,7 @@ STACK_BUFFER_BYTES = 4096
 # back end (HOOKS below; the mlir-opt command line of `kinac emit --llvm` skips them).
 UNSHARE_SLOT = "@unshare-empties"
 SCHEDULE_SLOT = "@dynamic-schedule"
+SCOPE_SLOT = "@inline-alloca-scopes"
 OUTLINE_TAG_SLOT = "@tag-outline"
 O2_PASSES = [
     "--inline",
@@ -117,6 +118,10 @@ O2_PASSES = [
     # compiler/threads.py.  -O0 has no forall loops.
     "@threads",
     SCHEDULE_SLOT,
+    # convert-scf-to-openmp wraps each parallel body in a one-block memref.alloca_scope,
+    # which the loops left in it break into blocks at convert-scf-to-cf: see
+    # inline_alloca_scopes.
+    SCOPE_SLOT,
     # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
     "--canonicalize",
     "--cse",
@@ -529,8 +534,63 @@ def tag_outlined_loops(ir, module) -> int:
     return tagged
 
 
+def _scope_allocates(ir, scope) -> bool:
+    """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
+    found = []
+
+    def visit(op):
+        if op.name == "memref.alloca":
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    for block in scope.regions[0].blocks:
+        for op in block.operations:
+            op.operation.walk(visit)
+    return bool(found)
+
+
+def inline_alloca_scopes(ir, module) -> int:
+    """Replace every memref.alloca_scope by its body (innermost first); returns the count.
+
+    convert-scf-to-openmp puts each parallel loop's body in an alloca_scope, whose region
+    must stay one block.  MLIR's canonicalizer inlines a scope only when nothing in it may
+    allocate, and a func.call (an outlined kernel) counts as maybe allocating, so a body
+    with a kernel call and a loop left inline (the fill of a batch_matmul block, below
+    OUTLINE_MIN_ITERATIONS) kept its scope, and convert-scf-to-cf split the loop into
+    blocks inside it: an invalid module.  A body without memref.alloca is inlined as is
+    (its callees free their own stack frames); one with allocations is bracketed by
+    llvm.intr.stacksave / stackrestore, which is what lowering the scope would emit, so
+    each iteration still frees its stack buffers."""
+    scopes = []
+
+    def visit(op):
+        if op.name == "memref.alloca_scope":
+            scopes.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)   # post-order: inner scopes before the scopes holding them
+    ptr = ir.Type.parse("!llvm.ptr")
+    for scope in scopes:
+        saved = None
+        if _scope_allocates(ir, scope):
+            with ir.InsertionPoint(scope), scope.location:
+                saved = ir.Operation.create("llvm.intr.stacksave", results=[ptr])
+        block = scope.regions[0].blocks[0]
+        *body, ret = list(block.operations)
+        for op in body:
+            op.operation.move_before(scope)
+        if saved is not None:
+            with ir.InsertionPoint(scope), scope.location:
+                ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
+        for result, value in zip(scope.results, ret.operands):
+            result.replace_all_uses_with(value)
+        scope.erase()
+    return len(scopes)
+
+
 HOOKS = {UNSHARE_SLOT: unshare_empty_tensors, SCHEDULE_SLOT: dynamic_schedule,
-         OUTLINE_TAG_SLOT: tag_outlined_loops}
+         SCOPE_SLOT: inline_alloca_scopes, OUTLINE_TAG_SLOT: tag_outlined_loops}
 HOOK_SLOTS = frozenset(HOOKS)
 
 
