@@ -7,8 +7,6 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
-from compiler.check import check_module
-from compiler.parse import parse_module
 from kina_lsp import actions, hover
 from kina_lsp.convert import LineIndex
 from kina_lsp.diagnostics import to_lsp
