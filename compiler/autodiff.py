@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from . import ir
-from .diagnostics import Diagnostic, Note, Span
+from .diagnostics import Diagnostic, Fix, Note, Span
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .ops import OPS
 from .types import TensorType, TupleType
@@ -170,11 +170,11 @@ class _Checker:
         self.fn = fn
         self.diags: list[Diagnostic] = []
 
-    def error(self, code: str, message: str, span: Span, origin=None) -> None:
+    def error(self, code: str, message: str, span: Span, origin=None, fix: Fix | None = None) -> None:
         notes = ()
         if origin is not None:
             notes = (Note(f"inlined from this call of `{origin[0]}` in `{self.fn.name}`", origin[1]),)
-        self.diags.append(Diagnostic(code, message, span, notes))
+        self.diags.append(Diagnostic(code, message, span, notes, fix=fix))
 
     def result(self, result: Expr) -> None:
         fn = self.fn
@@ -211,12 +211,12 @@ class _Checker:
     def op(self, node: OpApp, origin) -> None:
         for i, child in enumerate(node.args):
             if isinstance(child, Literal) and child.scalar:
-                self.error("ad-structure", _scalar_message(node, i, child), child.span, origin)
+                self.error("ad-structure", _scalar_message(node, i, child), child.span, origin, Fix("constant-let"))
             elif not isinstance(child, Var):
                 nested = _describe(child)
                 self.error("ad-structure", f"operand {i} of `{node.op}` is the nested expression `{nested}`, "
                            "but reverseMode differentiates single ops on variables: split it into two lets "
-                           f"(`let t = {nested} in ...`, then use `t`)", child.span, origin)
+                           f"(`let t = {nested} in ...`, then use `t`)", child.span, origin, Fix("split-let"))
         row: VJP = VJPS[node.op]
         if row.rule is None:
             self.error("ad-unsupported", f"{row.unsupported}; it cannot be differentiated", node.span, origin)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from . import ir, syntax
 from .check_op_args import apply_op, is_static_arg
 from .check_hints import RETURN_MESSAGE, foreign_note
-from .check_scalars import number_message, splat_operands, value_problem
+from .check_scalars import literal_text, number_message, splat_operands, value_problem
 from .check_types import ERROR, did_you_mean, is_error, mismatch, resolve_tensor_type
-from .diagnostics import DiagnosticBag, Note, Span
+from .diagnostics import DiagnosticBag, Fix, Note, Span
 from .ops import INFIX, OPS, SURFACE_OPS
 from .types import DType, TensorType, TupleType
 
@@ -99,7 +99,10 @@ class ExprChecker:
     def static(self, e, expected=None, where: str = "") -> ir.Expr:
         """A bare number or integer list where a tensor is needed: an error whose message
         offers a literal that type-checks there (`expected`: the type the context wants)."""
-        self.bag.error("literal", number_message(e, expected, where), e.span)
+        fix = None
+        if isinstance(e, syntax.Number) and isinstance(expected, TensorType):
+            fix = Fix("write", literal_text(e.value, expected))
+        self.bag.error("literal", number_message(e, expected, where), e.span, fix=fix)
         return ir.Var("<error>", ERROR, e.span)
 
     def expect(self, e, expected, where: str) -> ir.Expr:

@@ -1,7 +1,11 @@
-"""Code actions: the reverseMode "split into two lets" quick fix, plus the
+"""Code actions: the quick fixes of diagnostics that carry a Fix, plus the
 "Build & validate" and "Show MLIR" source actions (commands.py runs them).
 
-The quick fix answers the `ad-structure` diagnostic whose span is a nested
+A quick fix is chosen by the diagnostic's Fix kind (compiler.diagnostics.FIXES),
+which the client hands back in the diagnostic's `data` (QUICK_FIXES has one row
+per kind; never a match on the message text).
+
+`split-let` answers the `ad-structure` diagnostic whose span is a nested
 operand of a differentiated op.  It hoists exactly that operand into a fresh
 let placed before the enclosing let:
 
@@ -11,23 +15,27 @@ let placed before the enclosing let:
     let y = y_op1.op2(..) in
 
 Applying it again to the next diagnostic splits a longer chain step by step.
-A bare number operand of a differentiated op (`x * 0.5`) gets its own typed let
-instead (`let c = Tensor[F32, [2, 3]] { 0.5 } in`, the type of the checker's splat).
+`constant-let`: a bare number operand of a differentiated op (`x * 0.5`) gets its
+own typed let instead (`let c = Tensor[F32, [2, 3]] { 0.5 } in`, the type of the
+checker's splat).  `write`: the `literal` diagnostic of a bare number where a
+tensor is needed writes the literal that type-checks there.
 """
 from __future__ import annotations
 
 import re
 
+from typing import Callable
+
 from lsprotocol import types as lsp
 
 from compiler import ir, syntax as ast
 from compiler.check_scalars import literal_text
+from compiler.diagnostics import Span
 
 from . import astutil, hover
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"
-SPLIT_CODE = "ad-structure"
 
 
 def _node_with_span(fn: ast.FnDef, start: int, end: int):
@@ -59,7 +67,7 @@ def _fresh(base: str, text: str) -> str:
     return name
 
 
-def split_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None:
+def split_edit(view, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit hoisting the expression at [start, end) into its own let."""
     fn = view.snapshot.function_at(start)
     if fn is None:
@@ -80,7 +88,7 @@ def split_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def constant_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None:
+def constant_edit(view, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit giving the bare number at [start, end) (`x * 0.5` in a function
     differentiated by reverseMode) its own let, typed like the splat the checker made of it:
 
@@ -108,39 +116,47 @@ def constant_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | N
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-_WRITE_LITERAL = re.compile(r"write `(Tensor\[[^`]*\] \{ [^`]* \})`")
-
-
-def literal_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
-    """The `literal` diagnostic of a bare number where a tensor is needed names a literal
-    that type-checks there (`write Tensor[F32, [2]] { 0.5 }`): offer to write it."""
-    m = _WRITE_LITERAL.search(diag.message)
-    if m is None:
+def write_edit(view, uri: str, start: int, end: int, text: str | None) -> lsp.WorkspaceEdit | None:
+    """The WorkspaceEdit writing `text` (a tensor literal) over [start, end)."""
+    if not text:
         return None
-    edit = lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=diag.range, new_text=m.group(1))]})
-    return lsp.CodeAction(title=f"Write {m.group(1)}", kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
-                          edit=edit, is_preferred=True)
+    return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=view.index.range(Span(start, end)), new_text=text)]})
+
+
+# Fix kind (compiler.diagnostics.FIXES) -> (edit(view, uri, start, end, fix text), the action's title;
+# `{text}` is the fix text).
+QUICK_FIXES: dict[str, tuple[Callable[..., lsp.WorkspaceEdit | None], str]] = {
+    "split-let": (split_edit, "Split the nested expression into its own let"),
+    "constant-let": (constant_edit, "Give the constant its own let"),
+    "write": (write_edit, "Write {text}"),
+}
+
+
+def _fix_of(diag: lsp.Diagnostic) -> tuple[str, str | None] | None:
+    """(kind, text) of the Fix a diagnostic carries in `data` (what to_lsp put there)."""
+    data = diag.data
+    if not isinstance(data, dict) or data.get("fix") not in QUICK_FIXES:
+        return None
+    text = data.get("text")
+    return data["fix"], text if isinstance(text, str) else None
+
+
+def quick_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
+    found = _fix_of(diag)
+    if found is None:
+        return None
+    kind, text = found
+    make, title = QUICK_FIXES[kind]
+    span = view.index.span(diag.range)
+    edit = make(view, uri, span.start, span.end, text)
+    if edit is None:
+        return None
+    return lsp.CodeAction(title=title.format(text=text), kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag], edit=edit,
+                          is_preferred=True)
 
 
 def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-    actions = []
-    for diag in params.context.diagnostics or []:
-        if diag.code == "literal":
-            fix = literal_fix(view, uri, diag)
-            actions += [fix] if fix else []
-            continue
-        if diag.code != SPLIT_CODE:
-            continue
-        span = view.index.span(diag.range)
-        if "own let" in diag.message:
-            edit, title = constant_edit(view, uri, span.start, span.end), "Give the constant its own let"
-        elif "split" in diag.message:
-            edit, title = split_edit(view, uri, span.start, span.end), "Split the nested expression into its own let"
-        else:
-            continue
-        if edit is not None:
-            actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
-                                          edit=edit, is_preferred=True))
+    actions = [fix for diag in params.context.diagnostics or [] if (fix := quick_fix(view, uri, diag))]
     for title, cmd in (("Kina: Build & validate", CMD_VALIDATE), ("Kina: Show MLIR", CMD_MLIR)):
         actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Source,
                                       command=lsp.Command(title=title, command=cmd, arguments=[uri])))

@@ -214,12 +214,10 @@ def test_gather_repeated_indices_accumulate():
 
 # ---- whole programs ---------------------------------------------------------------------------------
 def load(path):
-    from compiler.check import check_module
-    from compiler.parse import parse_module
-    module, diags = parse_module(path.read_text())
-    result = check_module(module)
-    assert not diags and not result.diagnostics
-    return result.program
+    from compiler.analysis import analyze
+    snap = analyze(path.read_text())
+    assert not snap.diagnostics, snap.diagnostics
+    return snap.program
 
 
 def storylm0_inputs(program, fn_name, seed=0):

@@ -7,8 +7,6 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
-from compiler.check import check_module
-from compiler.parse import parse_module
 from kina_lsp import actions, hover
 from kina_lsp.convert import LineIndex
 from kina_lsp.diagnostics import to_lsp
@@ -125,3 +123,24 @@ def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():
     assert fix.title == "Write Tensor[F32, [2]] { 0.5 }"
     fixed = apply(text, fix.edit)
     assert "f(Tensor[F32, [2]] { 0.5 })" in fixed and analyze(fixed).diagnostics == []
+
+
+def test_every_fix_kind_has_a_quick_fix():
+    from compiler.diagnostics import FIXES
+    assert set(actions.QUICK_FIXES) == set(FIXES)
+
+
+def test_quick_fixes_are_chosen_by_the_fix_in_data_not_by_the_message():
+    """The message is for people: rewording it keeps the fix; a diagnostic without the
+    Fix in its data (another tool's, or a client that drops data) gets none."""
+    diags, _ = _quick_fixes(AD)
+    v = view_of(AD)
+    (diag,) = diags
+    reworded = lsp.Diagnostic(range=diag.range, message="reworded", code=diag.code, data=diag.data)
+    plain = lsp.Diagnostic(range=diag.range, message=diag.message, code=diag.code)
+    params = lambda d: lsp.CodeActionParams(text_document=lsp.TextDocumentIdentifier(uri=URI), range=d.range,  # noqa: E731
+                                            context=lsp.CodeActionContext(diagnostics=[d], only=["quickfix"]))
+    (fix,) = actions.code_actions(v, URI, params(reworded))
+    assert fix.title == "Give the constant its own let"
+    assert actions.code_actions(v, URI, params(plain)) == []
+    assert diag.data == {"fix": "constant-let", "text": None}
