@@ -84,9 +84,9 @@ class FunctionLowering:
             self._let(b)
         em.fallback = fn.span
         result = self.expr(fn.result, None)
-        results = _flat_values(result)
         rtypes = [ty(t).mlir for t in _flat_types(fn.ret_type)]
         em.at(fn.result.span)
+        results = _distinct_results(em, _flat_values(result), rtypes)
         em.stmt(f"return {', '.join(results)} : {', '.join(rtypes)}")
         em.at(fn.span)
         private = "." in fn.name
@@ -164,6 +164,22 @@ class FunctionLowering:
             self.em.op(call, f"{out}:{len(types)}")
             return [f"{out}#{i}" for i in range(len(types))]
         return self.em.op(call, out)
+
+
+def _distinct_results(em: FnEmitter, results: list[str], types: list[str]) -> list[str]:
+    """Every result its own tensor: a value returned twice (`(y, y)`, or both cotangents of
+    `x + b`) is copied for its second use.  Each result becomes its own caller-owned
+    buffer, and buffer-results-to-out-params (hoist-static-allocs) crashes when one
+    allocation is returned twice.  alloc_tensor, unlike tensor.empty + linalg.copy, is
+    never folded or CSE'd back into the original value."""
+    seen: set[str] = set()
+    out = []
+    for v, t in zip(results, types):
+        if v in seen:
+            v = em.op(f"bufferization.alloc_tensor() copy({v}) : {t}")
+        seen.add(v)
+        out.append(v)
+    return out
 
 
 def _flat_values(v: Value) -> list[str]:

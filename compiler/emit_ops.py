@@ -164,11 +164,13 @@ def lower_slice(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 def lower_concat(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """Each operand goes into a tensor.empty at its running offset on axis: linalg.copy into
-    the extract_slice of the destination, tensor.insert_slice back (bufferizes in place,
-    with no strided memref.copy)."""
+    """Each operand goes into a fresh destination at its running offset on axis: linalg.copy
+    into the extract_slice of the destination, tensor.insert_slice back (bufferizes in place).
+    The destination is a bufferization.alloc_tensor, not a tensor.empty: -O2's CSE merges
+    equal tensor.empty ops, two concats then wrote into one tensor, and bufferization had to
+    copy one of them aside through strided views."""
     dst, axis = _t(node), node.attrs["axis"]
-    acc, offset = em.empty(dst), 0
+    acc, offset = em.op(f"bufferization.alloc_tensor() : {dst.mlir}"), 0
     for k, (x, e) in enumerate(zip(args, node.args)):
         part = _t(e)
         where = _slice_args(axis, offset, part)

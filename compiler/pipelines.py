@@ -74,11 +74,15 @@ _BUFFERIZE = [
     "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
     "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
 ]
+# Not a pass: between the passes before and after it, `lower_strided_copies` rewrites the
+# memref.copy ops that bufferization left between non-contiguous buffers (see there).
+COPY_SLOT = "@lower-copies"
 O0_PASSES = [
     "--inline",
     *_BUFFERIZE,
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
+    COPY_SLOT,
     "--convert-linalg-to-loops",
     *_LOWER_TO_LLVM,
 ]
@@ -94,6 +98,7 @@ O2_PASSES = [
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
+    COPY_SLOT,
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
@@ -367,6 +372,17 @@ def _transform_slot(work_dir: str | Path | None) -> list[str]:
     return transform_flags(library)
 
 
+def segments(passes: list[str]) -> list[list[str]]:
+    """The pass list cut at each COPY_SLOT: lower_strided_copies runs between segments."""
+    out: list[list[str]] = [[]]
+    for p in passes:
+        if p == COPY_SLOT:
+            out.append([])
+        else:
+            out[-1].append(p)
+    return out
+
+
 def pipeline_text(passes: list[str]) -> str:
     """mlir-opt flags -> a textual pass pipeline: `--name=opts` becomes `name{opts}`,
     func-only passes are nested in func.func(...)."""
@@ -454,7 +470,10 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 tag_transposes(ir, module)
                 rewrite_scatters(ir, module)
                 tag_parallel_generics(ir, module)
-            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
+            for k, part in enumerate(segments(passes)):
+                if k:
+                    lower_strided_copies(ir, module)
+                passmanager.PassManager.parse(pipeline_text(part)).run(module.operation)
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)
@@ -498,6 +517,61 @@ def _load_globally(library: Path | None) -> None:
     ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
 
 
+# ---- strided copies --------------------------------------------------------------------------
+# One-shot bufferization copies a buffer where an in-place write would clobber a value
+# still needed (e.g. after CSE merged the destinations of two concats), and those copies
+# may go between strided subviews.  finalize-memref-to-llvm lowers a memref.copy whose
+# operands are both contiguous to llvm.memcpy, and any other to a call of `memrefCopy`
+# from the MLIR runner library, which a Kina library does not link (the -O2 JIT aborted
+# with "Symbols not found: [ memrefCopy ]").  Those copies become linalg.copy, which
+# convert-linalg-to-loops lowers to plain loops.
+def _contiguous(ir, t) -> bool:
+    """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
+    to each operand (Kina shapes are static; an identity layout passes it)."""
+    t = ir.MemRefType(t)
+    if not t.has_static_shape:
+        return False
+    strides, _ = t.get_strides_and_offset()
+    running, dim = 1, t.rank - 1
+    while dim >= 0 and strides[dim] == running:
+        running *= t.shape[dim]
+        dim -= 1
+    while dim >= 0 and t.shape[dim] == 1:
+        dim -= 1
+    return dim < 0
+
+
+def lower_strided_copies(ir, module) -> int:
+    """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
+    from mlir.dialects import linalg
+    found = []
+
+    def visit(op):
+        if op.name == "memref.copy" and not all(_contiguous(ir, v.type) for v in op.operands):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        src, dst = op.operands
+        with ir.InsertionPoint(op), op.location:
+            linalg.copy(src, outs=[dst])
+        op.erase()
+    return len(found)
+
+
+def lower_strided_copies_text(mlir_text: str) -> str:
+    """lower_strided_copies on MLIR text (the "tools" back end, between mlir-opt runs)."""
+    if "memref.copy" not in mlir_text:
+        return mlir_text
+    ir, _, _ = engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir_text)
+        if not lower_strided_copies(ir, module):
+            return mlir_text
+        return module.operation.get_asm(enable_debug_info=True)
+
+
 def _dim0_extent(ir, op) -> int | None:
     """The trip count of a linalg op's loop d0: the size of an operand dim indexed by d0."""
     for m, v in zip(ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
@@ -520,7 +594,10 @@ def tag_parallel_generics(ir, module) -> int:
         nonlocal tagged
         if op.name != "linalg.generic" or len(op.results) < 1:
             return ir.WalkResult.ADVANCE
-        first = str(ir.ArrayAttr(op.attributes["iterator_types"])[0])
+        iterators = ir.ArrayAttr(op.attributes["iterator_types"])
+        if len(iterators) == 0:          # a rank-0 generic has no loop to split
+            return ir.WalkResult.ADVANCE
+        first = str(iterators[0])
         types = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
                  if isinstance(v.type, ir.RankedTensorType)]
         if "parallel" not in first or not all(t.has_static_shape for t in types):

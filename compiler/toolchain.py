@@ -138,12 +138,51 @@ class CompileResult:
     llvm_ir: str | None = None   # kept when asked for (kinac emit --llvm)
 
 
+# A tool that runs longer than this is stopped and reported (a compiler bug, never a hang).
+TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
+# LLVM tools that crash print a stack trace; symbolising it can take minutes (or never end
+# when the heap is corrupt).  The trace's addresses are enough for a bug report.
+_TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
+
+
 def _run(tool: str, args: list[str], timings: dict, stage: str) -> None:
     t0 = time.perf_counter()
-    proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True)
-    timings[stage] = time.perf_counter() - t0
+    try:
+        proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT, env={**os.environ, **_TOOL_ENV})
+    except subprocess.TimeoutExpired:
+        raise StageFailed(tool, f"{tool} did not finish within {TOOL_TIMEOUT:.0f} s "
+                                "(set KINA_TOOL_TIMEOUT to wait longer)") from None
+    finally:
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
     if proc.returncode != 0:
-        raise StageFailed(tool, proc.stderr or proc.stdout or f"{tool} exited with {proc.returncode}")
+        raise StageFailed(tool, _crash_text(tool, proc) or f"{tool} exited with {proc.returncode}")
+
+
+def _crash_text(tool: str, proc) -> str:
+    """The tool's message; a crash (signal) is said so first, the stack trace kept as notes."""
+    text = proc.stderr or proc.stdout
+    if proc.returncode < 0 or "PLEASE submit a bug report" in text:
+        lines = [l for l in text.splitlines() if l.strip() and "PLEASE submit" not in l]
+        return f"{tool} crashed (a compiler bug, please report it with the program)\n" + "\n".join(lines[:8])
+    return text
+
+
+def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> str:
+    """The pass list through mlir-opt processes: one per segment of the list, with
+    pipelines.lower_strided_copies between them; returns the resulting MLIR text."""
+    from .pipelines import lower_strided_copies_text, segments
+    text = mlir_text
+    for k, part in enumerate(segments(passes)):
+        if k:
+            t0 = time.perf_counter()
+            text = lower_strided_copies_text(text)
+            timings["copies"] = timings.get("copies", 0.0) + time.perf_counter() - t0
+        src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
+        src.write_text(text)
+        _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")
+        text = out.read_text()
+    return text
 
 
 _LOC_RE = re.compile(r'^(?:loc\()?"?(?P<file>[^":\n]+)"?:(?P<line>\d+):(?P<col>\d+)\)?:\s*'
@@ -233,10 +272,8 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
 def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path, obj: Path,
                   timings: dict) -> str:
     """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
-    src, llvm_mlir, ll = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll"))
-    src.write_text(mlir_text)
-    _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
-    llvm_mlir.write_text(add_packed_entry_points(llvm_mlir.read_text()))
+    llvm_mlir, ll = tmp / "out.llvm.mlir", tmp / "out.ll"
+    llvm_mlir.write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
     _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
     _run("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
          timings, "llc")
@@ -295,10 +332,8 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | 
     with tempfile.TemporaryDirectory(prefix="kina-") as tmp:
         tmp = Path(tmp)
         passes = passes_for(mlir_text, opt_level, tmp)
-        (tmp / "in.mlir").write_text(mlir_text)
         try:
-            _run("mlir-opt", [str(tmp / "in.mlir"), *MLIR_OPT_FLAGS, *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
-            (tmp / "o.mlir").write_text(add_packed_entry_points((tmp / "o.mlir").read_text()))
+            (tmp / "o.mlir").write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
             _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
                  timings, "mlir-translate")
         except StageFailed as e:
