@@ -10,13 +10,10 @@ from typing import Callable
 
 from . import ir
 from .diagnostics import SourceText, Span
-from .types import DType, TensorType
+from .types import BY_MLIR, DType, TensorType
 
-# Kina dtype -> MLIR element type (storage).
-ELEM: dict[DType, str] = {
-    DType.F32: "f32", DType.F16: "f16", DType.BF16: "bf16",
-    DType.F8E4M3: "f8E4M3FN", DType.F8E5M2: "f8E5M2", DType.I64: "i64",
-}
+# Kina dtype -> MLIR element type (storage); the facts live in types.DType.
+ELEM: dict[DType, str] = {d: d.mlir for d in DType}
 COMPUTE = "f32"  # scalar type in which every float op computes
 
 
@@ -71,10 +68,7 @@ def identity(n: int) -> list[str]:
 def float_literal(x: float, elem: str) -> str:
     """A float in MLIR syntax (which needs a '.' before any exponent; inf/nan as hex bits)."""
     if x != x or x in (float("inf"), float("-inf")):
-        bits = {"f32": (0x7F800000, 0xFF800000, 0x7FC00000), "f16": (0x7C00, 0xFC00, 0x7E00),
-                "bf16": (0x7F80, 0xFF80, 0x7FC0), "f8E5M2": (0x7C, 0xFC, 0x7E),
-                "f8E4M3FN": (0x7F, 0xFF, 0x7F)}[elem]  # E4M3FN has no inf: NaN, as ml_dtypes does
-        return hex(bits[2] if x != x else bits[0] if x > 0 else bits[1])
+        return hex(BY_MLIR[elem].bits_of(x))   # E4M3FN has no inf: NaN, as in the interpreter
     s = repr(float(x))
     mant, _, exp = s.partition("e")
     if "." not in mant:

@@ -43,13 +43,11 @@ MAX_TENSOR_BYTES = 1 << 34  # 16 GiB
 
 
 def _check_size(t: TensorType, span: Span) -> None:
-    size = t.volume * _ITEM_BYTES[t.dtype.value]
+    size = t.volume * t.dtype.itemsize
     if size > MAX_TENSOR_BYTES:
         raise EmitError(f"{t} needs {size / 2**30:,.0f} GiB; the host backend limits one tensor "
                         f"to {MAX_TENSOR_BYTES >> 30} GiB", span)
 
-
-_ITEM_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F8E4M3": 1, "F8E5M2": 1, "I64": 8}
 
 
 @dataclass

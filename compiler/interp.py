@@ -18,26 +18,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-import ml_dtypes
 import numpy as np
 
 from . import ir
 from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .types import DType, TensorType
+from .uses import Uses
 
 
 class KinaRuntimeError(Exception):
     """A run-time failure of a Kina program (bad argument, out-of-range index)."""
 
 
-NP_DTYPES: dict[DType, np.dtype] = {
-    DType.F32: np.dtype(np.float32),
-    DType.F16: np.dtype(np.float16),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16),
-    DType.F8E4M3: np.dtype(ml_dtypes.float8_e4m3),
-    DType.F8E5M2: np.dtype(ml_dtypes.float8_e5m2),
-    DType.I64: np.dtype(np.int64),
-}
+# Storage of each dtype (types.DType.np_dtype: F8E4M3 is ml_dtypes.float8_e4m3fn, like the library).
+NP_DTYPES: dict[DType, np.dtype] = {d: d.np_dtype for d in DType}
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -202,96 +196,14 @@ def run_function(program: Program, name: str, args: list, dtype=None):
 
 
 # ---- deterministic inputs ---------------------------------------------------------------
-# Ops that consume an I64 operand as an index, with the exclusive bound it must respect.
-_INDEX_BOUNDS: dict[str, Callable[[OpApp], int]] = {
-    "gather": lambda n: n.args[0].type.shape[0],
-    "take_along_axis": lambda n: n.args[0].type.shape[n.attrs["axis"]],
-    "scatter_add": lambda n: n.attrs["dest_ty"].shape[0],
-    "scatter_along_axis": lambda n: n.attrs["dest_ty"].shape[n.attrs["axis"]],
-}
-# Layout ops pass their operand's elements through unchanged: bound(result) applies to the operand.
-_PASS_THROUGH = {"reshape", "transpose", "broadcast", "slice", "concat"}
-# Ops whose float operand must be positive for a finite result.
-_POSITIVE = {"log", "sqrt", "rsqrt"}
-_DEFAULT_INDEX_BOUND = 4
-
-
-class _Uses:
-    """Bounds on parameter values found by walking the IR: index ranges and positivity."""
-
-    def __init__(self, program: Program | None):
-        self.program = program
-
-    def index_bound(self, fn: Function, name: str, depth: int = 0) -> int | None:
-        bounds = [b for b in (self._use_bound(fn, use, depth) for use in self._uses(fn, name)) if b is not None]
-        return min(bounds) if bounds else None
-
-    def positive(self, fn: Function, name: str, depth: int = 0) -> bool:
-        """Does the value of `name` reach log/sqrt/rsqrt directly, through a let alias,
-        or through a call / `handle` of another function?"""
-        if depth > 16:
-            return False
-        for parent, i in self._uses(fn, name):
-            if isinstance(parent, OpApp) and parent.op in _POSITIVE:
-                return True
-            if isinstance(parent, ir.Binding) and not parent.destructure and \
-                    self.positive(fn, parent.names[0], depth + 1):
-                return True
-            if isinstance(parent, (CallFn, Handle)) and self.program and parent.fn in self.program.functions:
-                callee = self.program.functions[parent.fn]
-                if self.positive(callee, callee.params[i].name, depth + 1):
-                    return True
-        return False
-
-    def _uses(self, fn: Function, name: str):
-        """(parent, operand index) for every occurrence of Var `name`; the parent is the enclosing
-        node, or the Binding when the Var is a let's whole value (None for the function result)."""
-        roots = [(b.value, b) for b in fn.lets] + [(fn.result, None)]
-        for root, binding in roots:
-            stack = [(root, None, None)]
-            while stack:
-                node, parent, i = stack.pop()
-                if isinstance(node, Var) and node.name == name:
-                    yield (parent if parent is not None else binding), i
-                stack.extend((c, node, j) for j, c in enumerate(ir.children(node)))
-
-    def _use_bound(self, fn: Function, use, depth: int) -> int | None:
-        parent, i = use
-        if depth > 16:
-            return None
-        if isinstance(parent, OpApp):
-            if parent.op in _INDEX_BOUNDS and i == 1:
-                return _INDEX_BOUNDS[parent.op](parent)
-            if parent.op in _PASS_THROUGH:
-                return self._expr_bound(fn, parent, depth + 1)
-        if isinstance(parent, ir.Binding) and not parent.destructure:
-            return self.index_bound(fn, parent.names[0], depth + 1)
-        if isinstance(parent, (CallFn, Handle)) and self.program and parent.fn in self.program.functions:
-            callee = self.program.functions[parent.fn]
-            return self.index_bound(callee, callee.params[i].name, depth + 1)
-        return None
-
-    def _expr_bound(self, fn: Function, expr: Expr, depth: int) -> int | None:
-        """Bound for the value of a (nested) expression: where does it flow?"""
-        for b in fn.lets:
-            if b.value is expr and not b.destructure:
-                return self.index_bound(fn, b.names[0], depth)
-            for node in ir.walk(b.value):
-                for j, child in enumerate(ir.children(node)):
-                    if child is expr:
-                        return self._use_bound(fn, (node, j), depth)
-        for node in ir.walk(fn.result):
-            for j, child in enumerate(ir.children(node)):
-                if child is expr:
-                    return self._use_bound(fn, (node, j), depth)
-        return None
+_DEFAULT_INDEX_BOUND = 4   # an I64 parameter that indexes nothing
 
 
 def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[np.ndarray]:
     """Deterministic arguments for fn: floats ~ N(0, 1) (uniform in [0.5, 2) where log/sqrt/rsqrt need
     positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim)."""
     rng = np.random.default_rng(seed)
-    uses = _Uses(program)
+    uses = Uses(program)
     out = []
     for p in fn.params:
         t = p.type

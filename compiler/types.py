@@ -2,30 +2,98 @@
 
 Types are immutable values; `str(t)` is the spelling used in every diagnostic
 and hover (`Tensor[F32, [1, 4, 8], @host]`).
+
+`DType` is the one definition of every per-dtype fact: one row per dtype
+below, and the interpreter, the emitter, the build (C header), the runtime,
+the C fast path (its buffer formats come from here at Entry creation) and
+validate derive their tables from it.  tests/test_dtypes.py checks the rows
+against NumPy / ml_dtypes / MLIR and runs every dtype through all of them.
+
+F8E4M3 is the OCP 8-bit float E4M3FN (what MLIR calls f8E4M3FN, PyTorch
+float8_e4m3fn, ml_dtypes float8_e4m3fn): max 448, no infinities, one NaN
+pattern per sign, and a value that overflows (or an infinity) becomes NaN.
+F8E5M2 is IEEE-like (max 57344, has infinities).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 
 
 class DType(Enum):
-    F16 = "F16"
-    BF16 = "BF16"
-    F32 = "F32"
-    F8E4M3 = "F8E4M3"
-    F8E5M2 = "F8E5M2"
-    I64 = "I64"
+    """A Kina element type.  `DType("F32")` / `DType.F32`; `.value` is the Kina name.
+
+    Per-dtype facts (attributes of each member):
+      mlir          MLIR element type of its storage ("f8E4M3FN")
+      itemsize      bytes per element
+      numpy_name    NumPy dtype name (ml_dtypes names for BF16 / F8); `.np_dtype` resolves it
+      c_type        storage type in the generated C header (narrow floats are raw bits)
+      buffer_formats  struct letters its NumPy arrays export through the buffer protocol
+                    ("" when NumPy cannot export it: those arrays take the runtime's Python path)
+      has_inf       whether the format has infinities (E4M3FN has none: overflow is NaN)
+      tolerance     (atol, rtol) of compiled results against the reference interpreter
+      fd_tolerance  (atol, rtol) of compiled cotangents against finite differences (None: I64)
+    Derived: is_float, np_dtype, finite_max, bits_of(x).
+    """
+    #        name      mlir        bytes numpy_name       c_type      buffer has_inf tolerance      fd_tolerance
+    F16 = ("F16", "f16", 2, "float16", "uint16_t", "e", True, (1e-2, 1e-2), (5e-2, 5e-2))
+    BF16 = ("BF16", "bf16", 2, "bfloat16", "uint16_t", "", True, (6e-2, 6e-2), (0.2, 0.2))
+    F32 = ("F32", "f32", 4, "float32", "float", "f", True, (1e-5, 1e-4), (1e-3, 1e-2))
+    F8E4M3 = ("F8E4M3", "f8E4M3FN", 1, "float8_e4m3fn", "uint8_t", "", False, (0.25, 0.25), (1.0, 0.5))
+    F8E5M2 = ("F8E5M2", "f8E5M2", 1, "float8_e5m2", "uint8_t", "", True, (0.5, 0.5), (1.0, 0.5))
+    I64 = ("I64", "i64", 8, "int64", "int64_t", "ql", False, (0, 0), None)
+
+    def __new__(cls, name: str, *facts):
+        member = object.__new__(cls)
+        member._value_ = name
+        return member
+
+    def __init__(self, name: str, mlir: str, itemsize: int, numpy_name: str, c_type: str,
+                 buffer_formats: str, has_inf: bool, tolerance: tuple, fd_tolerance: tuple | None):
+        self.mlir = mlir
+        self.itemsize = itemsize
+        self.numpy_name = numpy_name
+        self.c_type = c_type
+        self.buffer_formats = buffer_formats
+        self.has_inf = has_inf
+        self.tolerance = tolerance
+        self.fd_tolerance = fd_tolerance
 
     @property
     def is_float(self) -> bool:
         return self is not DType.I64
+
+    @cached_property
+    def np_dtype(self):
+        """The NumPy dtype of its arrays (BF16 / F8 through ml_dtypes; imported on first use)."""
+        import numpy as np
+        if hasattr(np, self.numpy_name):
+            return np.dtype(getattr(np, self.numpy_name))
+        import ml_dtypes
+        return np.dtype(getattr(ml_dtypes, self.numpy_name))
+
+    @cached_property
+    def finite_max(self) -> float | int:
+        """The largest finite value (448 for F8E4M3)."""
+        import numpy as np
+        if not self.is_float:
+            return int(np.iinfo(self.np_dtype).max)
+        import ml_dtypes   # its finfo covers NumPy's floats and its own
+        return float(ml_dtypes.finfo(self.np_dtype).max)
+
+    def bits_of(self, x: float) -> int:
+        """The storage bits of `x` rounded to this dtype (how NumPy / ml_dtypes round it:
+        an infinity is NaN in F8E4M3), e.g. for MLIR's hexadecimal float literals."""
+        import numpy as np
+        return int(np.array(x, np.float64).astype(self.np_dtype).view(f"u{self.itemsize}"))
 
     def __str__(self) -> str:
         return self.value
 
 
 FLOAT_DTYPES = tuple(d for d in DType if d.is_float)
+BY_MLIR: dict[str, DType] = {d.mlir: d for d in DType}   # MLIR element type -> DType
 PLACEMENTS = ("host", "device")
 
 

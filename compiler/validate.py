@@ -32,15 +32,14 @@ from typing import Callable
 import numpy as np
 
 from . import build, ir
-from .types import TensorType, TupleType
+from .types import FLOAT_DTYPES, DType, TensorType, TupleType
 
 GRAD_PREFIX = "__validate_grad_"
 
-# Kina dtype -> (atol, rtol) for compiled vs interpreter, and for cotangents vs finite differences.
-TOLERANCES = {"F32": (1e-5, 1e-4), "F16": (1e-2, 1e-2), "BF16": (6e-2, 6e-2),
-              "F8E4M3": (0.25, 0.25), "F8E5M2": (0.5, 0.5), "I64": (0, 0)}
-FD_TOLERANCES = {"F32": (1e-3, 1e-2), "F16": (5e-2, 5e-2), "BF16": (0.2, 0.2),
-                 "F8E4M3": (1.0, 0.5), "F8E5M2": (1.0, 0.5)}
+# Kina dtype -> (atol, rtol) for compiled vs interpreter, and for cotangents vs finite
+# differences: types.DType.tolerance / fd_tolerance.
+TOLERANCES = {d.value: d.tolerance for d in DType}
+FD_TOLERANCES = {d.value: d.fd_tolerance for d in FLOAT_DTYPES}
 FD_STEP = 1e-4            # central differences in float64
 FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deterministic sample
 
