@@ -177,7 +177,7 @@ def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> s
         if k:
             t0 = time.perf_counter()
             text = lower_strided_copies_text(text)
-            timings["copies"] = timings.get("copies", 0.0) + time.perf_counter() - t0
+            timings["mlir-opt"] = timings.get("mlir-opt", 0.0) + time.perf_counter() - t0
         src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
         src.write_text(text)
         _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")

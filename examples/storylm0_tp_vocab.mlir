@@ -189,7 +189,7 @@ module {
 
   func.func @kina_tp_logits(%residual: tensor<1x4x4xf32>, %lm_head: tensor<4x8xf32>) -> (tensor<1x4x8xf32>) attributes {llvm.emit_c_interface} {
     %0:2 = func.call @kina_tp_shards(%residual, %lm_head) {no_inline} : (tensor<1x4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>) loc("examples/storylm0_tp_vocab.kina":42:18)
-    %2 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
+    %2 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %3 = tensor.extract_slice %2[0, 0, 0] [1, 4, 4] [1, 1, 1] : tensor<1x4x8xf32> to tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %4 = linalg.copy ins(%0#0 : tensor<1x4x4xf32>) outs(%3 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %5 = tensor.insert_slice %4 into %2[0, 0, 0] [1, 4, 4] [1, 1, 1] : tensor<1x4x4xf32> into tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
