@@ -112,7 +112,11 @@ def _vol(shape) -> int:
 
 # ---- data movement ---------------------------------------------------------------
 def lower_transpose(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+    """linalg.transpose; the identity permutation (every rank-0 or rank-1 transpose) is the
+    operand itself (MLIR asserts on the empty permutation of a rank-0 linalg.transpose)."""
     t = _t(node)
+    if list(node.attrs["perm"]) == list(range(t.rank)):
+        return args[0]
     perm = ", ".join(str(p) for p in node.attrs["perm"])
     return em.op(f"linalg.transpose ins({args[0]} : {_t(node.args[0]).mlir}) "
                  f"outs({em.empty(t)} : {t.mlir}) permutation = [{perm}]", out)

@@ -141,6 +141,7 @@ O2_PASSES = [
 #   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
 #   Interchange only renests loops: each output element sums the same terms in order.
 MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
 #   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
 #   `tag_vectorizable`), which `async-parallel-for` spreads over the async runtime's
@@ -638,7 +639,10 @@ def tag_vectorizable(ir, module) -> int:
         nonlocal tagged
         if op.name in ("linalg.matmul", "linalg.batch_matmul") and len(op.results) == 1:
             t = ir.RankedTensorType(op.results[0].type)
-            if (t.has_static_shape and str(t.element_type) == "f32"
+            # F8 operands excluded: an F8 matmul accumulates in f32 too, but vectors of F8 do
+            # not lower (the APFloat conversions are scalar), so it stays a loop nest.
+            inputs = {str(ir.RankedTensorType(v.type).element_type) for v in op.operands[:2]}
+            if (t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
                     and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
                 op.attributes["kina.vectorize"] = ir.UnitAttr.get()
                 if _matmul_flops(ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
