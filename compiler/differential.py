@@ -130,9 +130,12 @@ class Oracle:
 
     # ---- references ----------------------------------------------------------------------
     def _references(self, program: Program, named, failures) -> dict[str, _Ref]:
-        lowered, _ = autodiff.lower_handles(program)
+        lowered_all, _ = autodiff.lower_handles(program)
         refs: dict[str, _Ref] = {}
         for name, case in named:
+            # Each case on its own: the interpreter re-lowers the program it is given per call.
+            own = [f for f in lowered_all.functions if f.split(".")[0] in case.functions(name)]
+            lowered = Program({f: lowered_all.functions[f] for f in own})
             try:
                 for fname in case.functions(name):
                     fn = program.functions[fname]

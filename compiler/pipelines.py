@@ -443,6 +443,19 @@ def engine_module():
     return ir, passmanager, execution_engine
 
 
+def require_bindings() -> None:
+    """Raise ToolchainError when the MLIR Python bindings are not installed, without
+    loading them into this process (the back end runs in a worker process)."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("mlir.execution_engine") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ToolchainError(f"-O1..-O3 compile with the MLIR Python bindings, which are not installed; "
+                             f"install them with `{_BINDINGS}`")
+
+
 def mlir_error_text(err) -> str:
     """An MLIRError as `loc: error: message` lines, the format tool_diagnostics reads."""
     diags = getattr(err, "error_diagnostics", None) or []
@@ -456,16 +469,41 @@ def mlir_error_text(err) -> str:
     return "\n".join(lines) or str(err)
 
 
+def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
+                           shared: list[str], async_runtime: Path | None = None) -> None:
+    """engine_object in a worker process (compiler/backend_worker.py): an LLVM or MLIR abort
+    becomes a StageFailed, and the calling process (the language server) lives on."""
+    from . import backend_worker
+    src = obj.with_suffix(".in.mlir")
+    src.write_text(mlir_text)
+    result = backend_worker.run({"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level,
+                                 "obj": str(obj), "shared": shared,
+                                 "async_runtime": str(async_runtime) if async_runtime else None}, obj.parent)
+    timings.update(result["timings"])
+    if not obj.exists():
+        raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
+
+
 def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
-                  shared: list[str], async_runtime: Path | None = None) -> None:
+                  shared: list[str], async_runtime: Path | None = None, on_phase=None) -> None:
     """Pass pipeline, LLVM optimisation and code generation in this process; `shared`
-    lists the libraries the module's external calls resolve to (the F8 runtime)."""
+    lists the libraries the module's external calls resolve to (the F8 runtime).
+    on_phase(phase, ir, module) is called as "mlir-verify", "mlir-opt" and "llvm" start
+    (module: the lowered one, for "llvm").  Builds call this through
+    engine_object_in_child: MLIR and LLVM abort the process on some bugs."""
     ir, passmanager, execution_engine = engine_module()
+    on_phase = on_phase or (lambda phase, ir, module: None)
     with ir.Context() as ctx:
         ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
         t0 = time.perf_counter()
+        on_phase("mlir-verify", ir, None)
         try:
             module = ir.Module.parse(mlir_text)
+        except ir.MLIRError as e:
+            # The emitted module does not verify: a lowering bug, reported at its Kina line.
+            raise StageFailed("mlir-verify", mlir_error_text(e)) from None
+        on_phase("mlir-opt", ir, module)
+        try:
             if any(p.startswith("--transform-interpreter") for p in passes):
                 tag_vectorizable(ir, module)
                 tag_transposes(ir, module)
@@ -478,6 +516,12 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)
+        on_phase("llvm", ir, module)
+        if not _defines_functions(ir, module):
+            # Nothing to compile (an empty file): the ExecutionEngine would assert on a
+            # module without code; an empty object file is the right answer.
+            _empty_object(obj)
+            return
         if calls_async_runtime(ir, module):
             _load_globally(async_runtime)
         timings["passes"] = time.perf_counter() - t0
@@ -493,6 +537,23 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         timings["codegen"] = time.perf_counter() - t0
     if not obj.exists():
         raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
+
+
+def _defines_functions(ir, module) -> bool:
+    return any(op.operation.name == "llvm.func" and len(op.regions[0].blocks) > 0
+               for op in module.body.operations)
+
+
+def _empty_object(obj: Path) -> None:
+    """An object file with no symbols, from the C compiler (an empty translation unit)."""
+    import subprocess
+    from .toolchain import find_tool
+    src = obj.with_suffix(".empty.c")
+    src.write_text("/* a Kina module without functions */\n")
+    proc = subprocess.run([str(find_tool("cc")), "-c", "-fPIC", str(src), "-o", str(obj)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StageFailed("cc", proc.stderr or "cc could not compile an empty file")
 
 
 ASYNC_RUNTIME_PREFIX = "mlirAsyncRuntim"   # sic: mlirAsyncRuntimGetNumWorkerThreads
@@ -561,10 +622,19 @@ def lower_strided_copies(ir, module) -> int:
     return len(found)
 
 
-def lower_strided_copies_text(mlir_text: str) -> str:
-    """lower_strided_copies on MLIR text (the "tools" back end, between mlir-opt runs)."""
+def lower_strided_copies_text(mlir_text: str, work_dir: Path) -> str:
+    """lower_strided_copies on MLIR text (the "tools" back end, between mlir-opt runs), in a
+    worker process (the bindings may abort); only when the text has a memref.copy at all."""
     if "memref.copy" not in mlir_text:
         return mlir_text
+    from . import backend_worker
+    path = Path(work_dir) / "copies.mlir"
+    path.write_text(mlir_text)
+    backend_worker.run({"mode": "copies", "input": str(path)}, Path(work_dir))
+    return path.read_text()
+
+
+def lower_strided_copies_in_process(mlir_text: str) -> str:
     ir, _, _ = engine_module()
     with ir.Context():
         module = ir.Module.parse(mlir_text)

@@ -48,6 +48,7 @@ from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and 
     CIFACE_PREFIX, F8_ONLY, FUNC_PASSES, INLINE_LOC_RE, LOW_PRECISION, MATMUL_TILE, MLIR_OPT_FLAGS,
     O0_PASSES, O2_PASSES, PACKED_PREFIX, PIPELINES, STACK_BUFFER_BYTES, TRANSFORM_ENTRY, TRANSFORM_LIBRARY,
     Pipeline, StageFailed, ToolchainError, add_packed_entry_points, engine_module, engine_object,
+    engine_object_in_child, require_bindings,
     packed_entry_point, packed_symbol, passes_for, pipeline_for, pipeline_text, tag_vectorizable,
     transform_flags, uses_f8)
 
@@ -176,7 +177,7 @@ def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> s
     for k, part in enumerate(segments(passes)):
         if k:
             t0 = time.perf_counter()
-            text = lower_strided_copies_text(text)
+            text = lower_strided_copies_text(text, tmp)
             timings["mlir-opt"] = timings.get("mlir-opt", 0.0) + time.perf_counter() - t0
         src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
         src.write_text(text)
@@ -200,12 +201,22 @@ def _loc_of_generated_line(mlir_text: str | None, line_no: int):
     return INLINE_LOC_RE.search(lines[line_no - 1])
 
 
+def _function_at(program, offset: int) -> str | None:
+    """The user function whose text holds `offset` (a generated `f.rev` counts as `f`)."""
+    if program is None:
+        return None
+    hits = [f for f in program.functions.values() if f.span.start <= offset < max(f.span.end, f.span.start + 1)]
+    hits.sort(key=lambda f: ("." in f.name, f.span.end - f.span.start))
+    return hits[0].name.split(".")[0] if hits else None
+
+
 def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
-                     mlir_text: str | None = None) -> list[Diagnostic]:
+                     mlir_text: str | None = None, program=None) -> list[Diagnostic]:
     """Turn a tool's stderr into diagnostics.  `file:line:col: error: msg` lines whose
     file is the Kina source (or a line of the generated MLIR carrying a Kina loc) get
-    that source span; others point at the start of the file and quote the tool's
-    location (it is then a bug in the emitted MLIR)."""
+    that source span and a note naming the Kina function (`program`: the lowered program);
+    others point at the start of the file and quote the tool's location.  Either way it is
+    a bug in the emitted MLIR, not in the user's program."""
     diags: list[Diagnostic] = []
     src_names = {source.path, os.path.basename(source.path)} if source else set()
     lines = stderr.splitlines()
@@ -219,8 +230,11 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
                         if l.strip() and not _LOC_RE.match(l.strip()))
         if source is not None and (m["file"] in src_names or os.path.basename(m["file"]) in src_names):
             start = source.offset(int(m["line"]), int(m["col"]))
+            fn = _function_at(program, start)
+            owner = (Note(f"in `{fn}`: the compiler emitted wrong MLIR for this line (a compiler bug, "
+                          "please report it)"),) if fn else ()
             diags.append(Diagnostic("toolchain", f"{tool}: {_LOC_RE.match(line.strip())['msg']}",
-                                    Span(start, start + 1), context))
+                                    Span(start, start + 1), owner + context))
         else:
             where = f"{m['file']}:{m['line']}:{m['col']}"
             diags.append(Diagnostic("toolchain", f"{tool}: {m['msg']} (at {where} of the generated code)",
@@ -235,7 +249,8 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
 
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict | None = None,
-                 keep_llvm_ir: bool = False, work_dir: str | Path | None = None) -> CompileResult:
+                 keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
+                 program=None) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
@@ -246,7 +261,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     pipeline = pipeline_for(opt_level)
     f8 = uses_f8(mlir_text)
     if pipeline.backend == "engine" and not keep_llvm_ir:
-        engine_module()  # fail early when the bindings are missing
+        require_bindings()  # fail early when the bindings are missing (without loading them here)
         find_tool("cc")
     else:
         for tool in TOOLS:   # fail early, naming the missing tool
@@ -257,15 +272,16 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings, _engine_shared_libs(f8),
-                              async_runtime_library())
+                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings,
+                                       _engine_shared_libs(f8), async_runtime_library())
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
             _run("cc", _link_args(obj, out_so, f8, uses_async_runtime(obj)), timings, "cc")
         except StageFailed as e:
-            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text), timings)
+            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text, program),
+                                 timings)
         return CompileResult(True, out_so, [], timings, llvm_ir if keep_llvm_ir else None)
 
 

@@ -25,8 +25,16 @@ def available() -> bool:
     return True
 
 
+_CONFIGURED = False
+
+
 def _t():
+    """torch, on one thread: the tensors are small, and the test runs share two cores."""
+    global _CONFIGURED
     import torch
+    if not _CONFIGURED:
+        torch.set_num_threads(1)
+        _CONFIGURED = True
     return torch
 
 
