@@ -93,62 +93,68 @@ class Oracle:
 
     # ---- one batch ---------------------------------------------------------------------
     def run_batch(self, named: list[tuple[str, progen.Case]]) -> list[Failure]:
+        """Check generated cases (each under its own function names) in one library per level."""
+        return self.run_units([Unit(name, case.source(name), case.functions(name),
+                                    [name] if case.ad else [], case) for name, case in named])
+
+    def run_units(self, units: list["Unit"]) -> list[Failure]:
         self._batches += 1
         work = self.work / f"batch{self._batches}"
         work.mkdir(parents=True, exist_ok=True)
         failures: list[Failure] = []
-        named = self._typecheck(named, failures)
-        if not named:
+        units = self._typecheck(units, failures)
+        if not units:
             return failures
-        cases = dict(named)
-        self.stats.cases += len(named)
-        self.stats.ad_cases += sum(c.ad for _, c in named)
+        self.stats.cases += len(units)
+        self.stats.ad_cases += sum(bool(u.handled) for u in units)
         src = work / "batch.kina"
-        src.write_text(progen.module_source(named))
+        src.write_text(_module(units))
         pending = {lv: self._start_build(src, work / f"O{lv}" / "lib.so", lv) for lv in self.levels}
         t0 = time.perf_counter()
         program = analysis.analyze(src.read_text(), str(src)).program
-        refs = self._references(program, named, failures)
+        refs = self._references(program, units, failures)
         self.stats.add_time("references", t0)
         for level, proc in pending.items():
-            for so, part in self._finish_build(proc, src, level, named, work, failures):
+            for so, part in self._finish_build(proc, src, level, units, work, failures):
                 self._run_and_compare(so, part, program, refs, level, failures)
+        by_name = {u.name: u.case for u in units}
         for f in failures:
-            f.case = f.case or cases.get(f.name)
+            f.case = f.case or by_name.get(f.name)
         return failures
 
-    def _typecheck(self, named, failures) -> list:
+    def _typecheck(self, units, failures) -> list:
         ok = []
-        for name, case in named:
-            diags = [d for d in analysis.analyze(case.source(name)).diagnostics if d.severity == "error"]
+        for u in units:
+            diags = [d for d in analysis.analyze(u.source).diagnostics if d.severity == "error"]
             if diags:
-                failures.append(Failure(name, "generator", None, "; ".join(f"[{d.code}] {d.message}" for d in diags),
-                                        case))
+                failures.append(Failure(u.name, "generator", None, "; ".join(f"[{d.code}] {d.message}" for d in diags),
+                                        u.case))
             else:
-                ok.append((name, case))
+                ok.append(u)
         return ok
 
     # ---- references ----------------------------------------------------------------------
-    def _references(self, program: Program, named, failures) -> dict[str, _Ref]:
+    def _references(self, program: Program, units, failures) -> dict[str, _Ref]:
         lowered_all, _ = autodiff.lower_handles(program)
         refs: dict[str, _Ref] = {}
-        for name, case in named:
-            # Each case on its own: the interpreter re-lowers the program it is given per call.
-            own = [f for f in lowered_all.functions if f.split(".")[0] in case.functions(name)]
-            lowered = Program({f: lowered_all.functions[f] for f in own})
+        for u in units:
+            # Each unit on its own: the interpreter re-lowers the program it is given per call.
+            own = set(u.functions) | set(u.handled) | set(u.helpers)
+            lowered = Program({f: fn for f, fn in lowered_all.functions.items() if f.split(".")[0] in own})
             try:
-                for fname in case.functions(name):
+                for fname in u.functions:
                     fn = program.functions[fname]
                     args = interp.random_inputs(fn, 0, program)
                     refs[fname] = _Ref(args, validate.references(lowered, fname, args))
                     self.stats.functions += 1
                     if self.use_torch:
-                        self._torch(program, fname, refs[fname], failures, name)
-                if case.ad and self.fd:
-                    self._finite_differences(lowered, name, refs[name].inputs, failures)
+                        self._torch(program, fname, refs[fname], failures, u.name)
+                for target in u.handled if self.fd else ():
+                    args = interp.random_inputs(program.functions[target], 0, program)
+                    self._finite_differences(lowered, target, args, failures, u.name)
             except Exception as e:   # the interpreter (or torch) failed on a well-typed program
-                failures.append(Failure(name, "reference", None, f"{type(e).__name__}: {e}"))
-                for fname in case.functions(name):
+                failures.append(Failure(u.name, "reference", None, f"{type(e).__name__}: {e}"))
+                for fname in u.functions:
                     refs.pop(fname, None)
         return refs
 
@@ -164,7 +170,7 @@ class Oracle:
             failures.append(Failure(name, "torch", None, f"{fname}: PyTorch (float64) and the interpreter (float64) "
                                     f"differ: " + "; ".join(_describe(c) for c in bad)))
 
-    def _finite_differences(self, lowered: Program, name: str, args: list, failures) -> None:
+    def _finite_differences(self, lowered: Program, name: str, args: list, failures, owner: str) -> None:
         """The float64 backward graph against central differences along a random direction."""
         rng = np.random.default_rng(1)
         fn = lowered.functions[name]
@@ -184,7 +190,7 @@ class Oracle:
             ad = float(np.sum(g * v))
             tol = FD_TOLERANCE * (1 + float(np.sum(np.abs(g * v))))
             if not abs(ad - fd) <= tol:
-                failures.append(Failure(name, "fd", None, f"d/d {fn.params[j].name} along a random direction: "
+                failures.append(Failure(owner, "fd", None, f"{name}: d/d {fn.params[j].name} along a random direction: "
                                         f"reverse mode {ad:.9g}, finite differences {fd:.9g} (tolerance {tol:.1e})"))
         self.stats.fd_checked += 1
 
@@ -213,21 +219,21 @@ class Oracle:
         how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         return False, f"kinac build -O{level} failed ({how}):\n{err.strip()[-4000:]}"
 
-    def _finish_build(self, proc, src: Path, level: int, named, work: Path, failures) -> list:
-        """[(library, cases in it)], bisecting the batch until every failing case is alone."""
+    def _finish_build(self, proc, src: Path, level: int, units, work: Path, failures) -> list:
+        """[(library, units in it)], bisecting the batch until every failing unit is alone."""
         ok, err = self._wait(proc, level)
         if ok:
-            return [(proc.kina_so, named)]
-        if len(named) == 1:
-            failures.append(Failure(named[0][0], "build", level, err))
+            return [(proc.kina_so, units)]
+        if len(units) == 1:
+            failures.append(Failure(units[0].name, "build", level, err))
             return []
-        half = len(named) // 2
+        half = len(units) // 2
         out = []
-        for k, part in enumerate((named[:half], named[half:])):
+        for k, part in enumerate((units[:half], units[half:])):
             sub = work / f"{src.stem}_{k}"
             sub.mkdir(parents=True, exist_ok=True)
             part_src = sub / "part.kina"
-            part_src.write_text(progen.module_source(part))
+            part_src.write_text(_module(part))
             out += self._finish_build(self._start_build(part_src, sub / f"O{level}" / "lib.so", level),
                                       part_src, level, part, sub, failures)
         return out
@@ -237,11 +243,11 @@ class Oracle:
                          failures) -> None:
         t0 = time.perf_counter()
         work = so.parent
-        names = [f for name, case in part for f in case.functions(name) if f in refs]
+        names = [f for u in part for f in u.functions if f in refs]
         for f in names:
             with open(work / f"{f}.in.pkl", "wb") as fh:
                 pickle.dump(refs[f].inputs, fh)
-        owner = {f: name for name, case in part for f in case.functions(name)}
+        owner = {f: u.name for u in part for f in u.functions}
 
         def on_done(fname: str, error: str | None) -> None:
             if error is not None:
@@ -262,6 +268,44 @@ class Oracle:
         self.stats.add_time(f"run -O{level}", t0)
 
 
+@dataclass
+class Unit:
+    """What one batch checks per program: its source (unique function names within the
+    batch), the functions to run, the functions differentiated by a handle in it, and its
+    other functions (helpers)."""
+    name: str
+    source: str
+    functions: list[str]
+    handled: list[str] = field(default_factory=list)
+    case: progen.Case | None = None
+    helpers: list[str] = field(default_factory=list)
+
+
+def unit_of_source(name: str, text: str) -> Unit:
+    """A Unit for any Kina source: every exported function with parameters runs, every
+    `handle`d function gets the finite-difference check."""
+    program = analysis.analyze(text).program
+    if program is None:
+        return Unit(name, text, [])
+    funcs = [f.name for f in program.functions.values() if f.params and "." not in f.name]
+    handled = sorted({h.fn for fn in program.functions.values() for h in validate.handles_in(fn)})
+    return Unit(name, text, funcs, handled, helpers=list(program.functions))
+
+
+def rename_functions(text: str, prefix: str) -> str:
+    """Prefix every function name (definitions, calls, handles) so that several files can
+    share one module (their lets and parameters keep their names)."""
+    import re
+    names = re.findall(r"\bfn\s+([A-Za-z_]\w*)", text)
+    for n in sorted(set(names), key=len, reverse=True):
+        text = re.sub(rf"(?<![.\w]){re.escape(n)}(?=\s*\()", prefix + n, text)
+    return text
+
+
+def _module(units: list[Unit]) -> str:
+    return "\n".join(u.source for u in units)
+
+
 def _describe(c: validate.OutputCheck) -> str:
     return (f"{c.name} vs {c.reference}: max abs error {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref| "
             f"(bound {c.bound:.1e})")
@@ -269,3 +313,47 @@ def _describe(c: validate.OutputCheck) -> str:
 
 def case_names(seeds) -> list[str]:
     return [f"c{s}" for s in seeds]
+
+
+# ---- runs ----------------------------------------------------------------------------------
+MISMATCH_KINDS = ("mismatch", "torch", "fd")          # wrong values
+CRASH_KINDS = ("build", "crash", "reference", "generator")   # no values
+
+
+def run_seeds(oracle: Oracle, seeds, config: progen.GenConfig = progen.DEFAULT, batch: int = 50,
+              on_batch=None) -> list[Failure]:
+    """Generate a case per seed and check them `batch` cases per library."""
+    seeds = list(seeds)
+    failures: list[Failure] = []
+    for k in range(0, len(seeds), batch):
+        named = [(f"c{s}", progen.generate(s, config)) for s in seeds[k:k + batch]]
+        found = oracle.run_batch(named)
+        failures += found
+        if on_batch is not None:
+            on_batch(k + len(named), found)
+    return failures
+
+
+def still_fails(failure: Failure, work_dir: Path, use_torch: bool | None = None):
+    """A predicate for compiler/shrink.py: does a case still fail the way `failure` did?"""
+    levels = (failure.level,) if failure.level is not None else ()
+    oracle = Oracle(work_dir, levels=levels, use_torch=failure.kind == "torch" if use_torch is None else use_torch,
+                    fd=failure.kind == "fd")
+
+    def test(case: progen.Case) -> bool:
+        return any(f.kind == failure.kind and f.level == failure.level
+                   for f in oracle.run_batch([(failure.name, case)]))
+    return test
+
+
+def reproducer(failure: Failure, case: progen.Case, original: progen.Case | None = None) -> str:
+    """A standalone .kina file (functions f, f_g) with what failed and how to re-run it."""
+    level = f" -O{failure.level}" if failure.level is not None else ""
+    seed = f"--seed {original.seed}" if original is not None and original.seed is not None else ""
+    size = (f", shrunk from {len(original.lets)} lets to {len(case.lets)}" if original is not None else "")
+    detail = [f"//   {line}" for line in failure.detail.splitlines()[:8]]
+    how = (f"kinac validate{level} FILE" if failure.kind in ("mismatch", "crash", "build")
+           else "scripts/fuzz_compile.py --replay FILE")
+    return "\n".join([f"// A generated program that fails: {failure.kind}{level} "
+                      f"(scripts/fuzz_compile.py {seed}, case {failure.name}{size}).", *detail,
+                      f"// Reproduce: {how}", ""]) + case.source("f")
