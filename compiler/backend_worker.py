@@ -4,7 +4,7 @@ in the JIT, ...), and the process that calls `kinac build` may be the language s
 
     python -m compiler.backend_worker REQUEST.json
 
-REQUEST.json: {"mode": "engine" | "copies", "input": MLIR file, ...}; the worker writes
+REQUEST.json: {"mode": "engine" | "rewrite", "input": MLIR file, ...}; the worker writes
 REQUEST.result.json: {"ok": true, "timings": {..}} or {"ok": false, "tool", "message"}.
 Before LLVM runs it writes REQUEST.externals.json (each external symbol of the lowered
 module -> the Kina functions calling it), so that when LLVM kills the process the parent
@@ -103,19 +103,19 @@ def _engine(req: dict, req_path: Path) -> dict:
     return {"ok": True, "timings": timings}
 
 
-def _copies(req: dict) -> dict:
-    from .pipelines import lower_strided_copies_in_process
+def _rewrite(req: dict) -> dict:
+    from .rewrites import rewrite_in_process
     t0 = time.perf_counter()
     path = Path(req["input"])
-    path.write_text(lower_strided_copies_in_process(path.read_text()))
-    return {"ok": True, "timings": {"copies": time.perf_counter() - t0}}
+    path.write_text(rewrite_in_process(req["slot"], path.read_text()))
+    return {"ok": True, "timings": {"rewrite": time.perf_counter() - t0}}
 
 
 def main(argv: list[str]) -> int:
     req_path = Path(argv[0])
     req = json.loads(req_path.read_text())
     try:
-        result = _engine(req, req_path) if req["mode"] == "engine" else _copies(req)
+        result = _engine(req, req_path) if req["mode"] == "engine" else _rewrite(req)
     except StageFailed as e:
         result = {"ok": False, "tool": e.tool, "message": e.stderr}
     except Exception as e:   # a bug in the back end's Python code: reported, not a traceback

