@@ -515,7 +515,7 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 rewrite_scatters(ir, module)
                 tag_parallel_generics(ir, module)
             for slot, part in segments(passes):
-                if slot is not None:
+                if slot is not None and rewrites.SLOTS[slot].maybe(mlir_text):
                     rewrites.SLOTS[slot].run(ir, module)
                 if part:
                     passmanager.PassManager.parse(pipeline_text(part)).run(module.operation)

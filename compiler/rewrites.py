@@ -28,8 +28,9 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class Rewrite:
-    run: Callable[..., int]            # run(ir, module) -> number of ops rewritten
-    needed: Callable[[str], bool]      # a cheap test on the module's text
+    run: Callable[..., int]                  # run(ir, module) -> number of ops rewritten
+    needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
+    maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
 
 
 # ---- strided copies ------------------------------------------------------------------------
@@ -114,7 +115,7 @@ def bf16_memory_as_i16(ir, module) -> int:
 
 SLOTS: dict[str, Rewrite] = {
     "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
-    "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text),
+    "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
 }
 
 
