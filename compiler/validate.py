@@ -364,10 +364,15 @@ def check_results(rep: FunctionReport, fn: ir.Function, got: list, want) -> None
         rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt))
 
 
+def load_outputs(work: Path, name: str) -> list:
+    """The results the child process computed for function `name`."""
+    with open(work / f"{name}.out.pkl", "rb") as f:
+        return pickle.load(f)
+
+
 def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
                       args, want, work: Path) -> None:
-    with open(work / f"{fn.name}.out.pkl", "rb") as f:
-        got = pickle.load(f)
+    got = load_outputs(work, fn.name)
     check_results(rep, fn, got, want)
     if fn.name.startswith(GRAD_PREFIX):
         try:
