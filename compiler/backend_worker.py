@@ -26,6 +26,9 @@ from pathlib import Path
 from .pipelines import StageFailed
 
 TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
+# Fault injection for the tests of this containment: KINA_BACKEND_FAULT=<phase> makes the
+# worker abort (as LLVM does) when that phase ("mlir-verify", "mlir-opt", "llvm") starts.
+FAULT_ENV = "KINA_BACKEND_FAULT"
 _MISSING_RE = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
 
 
@@ -94,6 +97,9 @@ def _engine(req: dict, req_path: Path) -> dict:
 
     def on_phase(phase: str, ir, module) -> None:
         req_path.with_suffix(".phase").write_text(phase)
+        if os.environ.get(FAULT_ENV) == phase:
+            print(f"{FAULT_ENV}={phase}: aborting on purpose", file=sys.stderr, flush=True)
+            os.abort()
         if phase == "llvm":
             req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(ir, module)))
 

@@ -1,5 +1,8 @@
 """Validate: a cf.assert trap in the library is reported, not fatal; comparisons; the Kina end-to-end path."""
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -219,3 +222,16 @@ def test_check_output_falls_back_to_the_same_dtype_reference_only_when_ill_condi
     c = validate.check_output("r", np.array([1.0, 2.0, 4.0]), ref64, "BF16", same)
     assert c.ok and c.reference == "interp (BF16)"
     assert not validate.check_output("r", np.array([1.0, 2.0, 5.0]), ref64, "BF16", same).ok
+
+
+def test_validate_reports_a_back_end_abort_and_returns(tmp_path, monkeypatch):
+    """An LLVM abort in the -O2 build (simulated in its worker process) is a build diagnostic."""
+    monkeypatch.setenv("KINA_BACKEND_FAULT", "llvm")
+    path = tmp_path / "f.kina"
+    path.write_text(STEP)
+    report = validate.validate_file(path, opt_level=2)
+    assert not report.ok and not report.build.ok
+    assert any("killed by signal 6" in d.message for d in report.build.diagnostics)
+    proc = subprocess.run([sys.executable, "-m", "compiler.cli", "validate", "-O2", str(path)],
+                          capture_output=True, text=True, env={**os.environ, "KINA_BACKEND_FAULT": "llvm"})
+    assert proc.returncode == 1 and "killed by signal 6" in proc.stderr and "build failed" in proc.stderr
