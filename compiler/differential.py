@@ -253,8 +253,7 @@ class Oracle:
             if error is not None:
                 failures.append(Failure(owner[fname], "crash", level, f"{fname}: the library {error}"))
                 return
-            with open(work / f"{fname}.out.pkl", "rb") as fh:
-                got = pickle.load(fh)
+            got = validate.load_outputs(work, fname)
             rep = validate.FunctionReport(fname)
             validate.check_results(rep, program.functions[fname], got, refs[fname].want)
             self.stats.ill_conditioned += sum(c.reference.startswith("interp (") and "f64" not in c.reference

@@ -9,6 +9,7 @@ candidates of ddmin over a let chain of about 12 lets beat a generic shrinker's 
 Every edit keeps the program well-typed by construction:
 
 - drop the reverseMode wrapper, extra results, the SGD use of the cotangents;
+- make an earlier let the result (what came after it is then dead);
 - remove a set of lets, each use of a removed let becoming a new parameter of its type
   (chunks of halving size, then single lets);
 - bypass a let: its uses take one of its operands of the same type (`relu(x)` -> `x`);
@@ -44,6 +45,11 @@ def shrink(case: Case, still_fails: Predicate, budget_s: float = 300.0, max_test
             cand = edit(best)
             if cand is not None and test(cand):
                 best, progress = cand, True
+        for i in range(len(best.lets) - 1):       # an earlier value as the result
+            cand = _result_at(best, i)
+            if cand is not None and test(cand):
+                best, progress = cand, True
+                break
         chunk = max(1, len(best.lets) // 2)
         while chunk >= 1:
             i = 0
@@ -99,6 +105,16 @@ def _as_f32(case: Case) -> Case | None:
     for l in out.lets:
         l.type = f32(l.type)
     return out
+
+
+def _result_at(case: Case, i: int) -> Case | None:
+    """Let i becomes the only result (what follows it is then dead)."""
+    let = case.lets[i]
+    if let.literal is not None or (case.ad and not let.type.is_float):
+        return None
+    out = copy.deepcopy(case)
+    out.results = [let.name]
+    return _clean(out)
 
 
 def _remove(case: Case, indices) -> Case | None:

@@ -9,6 +9,8 @@ import pytest
 
 from compiler import build, differential, runtime
 
+pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
+
 REGRESSIONS = Path(__file__).parent / "regressions"
 FILES = sorted(p for p in REGRESSIONS.glob("*.kina") if p.read_text().strip())
 

@@ -164,6 +164,7 @@ def _elementwise_rule_fails(report, work_outputs) -> bool:
     return any(not np.all(np.abs(g - w) <= 1e-5 + 1e-4 * np.abs(w)) for g, w in work_outputs)
 
 
+@pytest.mark.both_levels
 @pytest.mark.parametrize("level", [0, 2])
 def test_validate_passes_16x32_attention_and_batched_matmul(tmp_path, level, monkeypatch):
     path = tmp_path / "attention.kina"
