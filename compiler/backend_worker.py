@@ -125,8 +125,10 @@ def main(argv: list[str]) -> int:
     except StageFailed as e:
         result = {"ok": False, "tool": e.tool, "message": e.stderr}
     except Exception as e:   # a bug in the back end's Python code: reported, not a traceback
-        result = {"ok": False, "tool": "kinac", "message": f"internal error in the -O2 back end: "
-                                                           f"{type(e).__name__}: {e}"}
+        # An exception inside an MLIR walk callback arrives wrapped with its traceback:
+        # its last line is the exception itself.
+        text = str(e).strip().splitlines()[-1] if "Traceback" in str(e) else f"{type(e).__name__}: {e}"
+        result = {"ok": False, "tool": "kinac", "message": f"internal error in the -O2 back end: {text}"}
     req_path.with_suffix(".result.json").write_text(json.dumps(result))
     return 0
 

@@ -82,7 +82,7 @@ def _as_i16(ir, t):
     if isinstance(t, ir.BF16Type):
         return i16
     if isinstance(t, ir.VectorType) and isinstance(t.element_type, ir.BF16Type):
-        return ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims)
+        return ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=ir.Location.unknown())
     return None
 
 
