@@ -95,7 +95,7 @@ class Oracle:
     def run_batch(self, named: list[tuple[str, progen.Case]]) -> list[Failure]:
         """Check generated cases (each under its own function names) in one library per level."""
         return self.run_units([Unit(name, case.source(name), case.functions(name),
-                                    [name] if case.ad else [], case) for name, case in named])
+                                    [name] if case.ad else [], case, [f"{name}_h"]) for name, case in named])
 
     def run_units(self, units: list["Unit"]) -> list[Failure]:
         self._batches += 1

@@ -22,7 +22,9 @@ fails when an op of ops.OPS is never generated):
 - chains as models write them (progen_ops.MOTIFS): head split/merge by reshape and
   transpose, attention, transposed weights, fused-QKV slices, concats of shards,
   layer-norm style broadcasts, embedding lookups, NLL by take_along_axis;
-- tuple results, repeated results `(y, y)`, parameters and literals returned directly.
+- tuple results, repeated results `(y, y)`, parameters and literals returned directly;
+- calls: the first lets of some cases form a helper function that the case calls (an
+  exported call at -O0/-O2; inlined by the AD pass under reverseMode).
 
 Values stay O(1): every value carries a magnitude estimate, and a value that may grow
 past MAX_MAG (a matmul's fan-in, a sum) is rescaled by a literal, as attention scales
@@ -137,6 +139,7 @@ class Case:
     ad: bool = False
     wrapper: str = "tuple"          # "tuple" | "destructure" | "sgd"
     picks: list[int] = field(default_factory=list)   # wrapper results: indices into (R, g..)
+    split: int = 0                  # > 0: the first `split` lets form a helper f_h that f calls
     seed: int | None = None
     choices: list[int] = field(default_factory=list)
 
@@ -158,7 +161,8 @@ class Case:
 
     def functions(self, name: str = "f") -> list[str]:
         """The exported functions of `source(name)` that the oracle runs."""
-        return [name, f"{name}_g"] if self.ad else [name]
+        from .progen_render import helper_split
+        return ([f"{name}_h"] if helper_split(self) else []) + ([name, f"{name}_g"] if self.ad else [name])
 
 
 def module_source(named_cases: list[tuple[str, Case]]) -> str:

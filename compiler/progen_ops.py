@@ -377,6 +377,8 @@ def build_case(gen_cls, ch, cfg):
     results = _results(g, ch, ad)
     case = Case(g.params, g.lets, results, dtype, ad)
     _drop_unused_params(case)
+    if len(case.lets) >= 3 and ch.coin(0.15):
+        case.split = ch.between(1, len(case.lets) - 1)
     if ad:
         case.wrapper = ch.pick(("tuple", "destructure", "sgd"))
         n_out = 1 + len(case.float_params())

@@ -57,12 +57,50 @@ def _tuple_type(types) -> str:
     return types[0] if len(types) == 1 else "(" + ", ".join(types) + ")"
 
 
+def helper_split(case):
+    """(helper lets, its parameters, its live-out values) when case.split makes a helper:
+    the live-out values are those of the first lets that later lets or the results use;
+    under reverseMode (no destructuring) only a single live-out value makes a helper."""
+    k = case.split
+    if not (0 < k < len(case.lets)):
+        return None
+    head, tail = case.lets[:k], case.lets[k:]
+    defined = {l.name for l in head}
+    later = {a for l in tail for a in l.args} | set(case.results)
+    live = [l.name for l in head if l.name in later]
+    if not live or (case.ad and len(live) != 1):
+        return None
+    used = {a for l in head for a in l.args}
+    params = [p for p in case.params if p.name in used]
+    return head, params, live, defined
+
+
+def _helper(case, name: str, split, types) -> tuple[list[str], str]:
+    """The helper function's text, and the let of f that calls it."""
+    head, params, live, _ = split
+    ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in params)
+    ret = _tuple_type([type_text(types[v]) for v in live])
+    body = [f"fn {name}_h({ps}) -> {ret} {{", *[f"  let {l.name} = {let_text(l)} in" for l in head],
+            "  " + (live[0] if len(live) == 1 else "(" + ", ".join(live) + ")"), "}"]
+    call = f"{name}_h({', '.join(p.name for p in params)})"
+    bind = live[0] if len(live) == 1 else "(" + ", ".join(live) + ")"
+    return body, f"  let {bind} = {call} in"
+
+
 def render_case(case, name: str) -> str:
     types = case.types()
     params = ", ".join(f"{p.name}: {type_text(p.type)}" for p in case.params)
     ret = _tuple_type([type_text(types[r]) for r in case.results])
-    lines = [f"fn {name}({params}) -> {ret} {{"]
-    lines += [f"  let {l.name} = {let_text(l)} in" for l in case.lets]
+    split = helper_split(case)
+    lines, lets = [], case.lets
+    if split:
+        helper, call = _helper(case, name, split, types)
+        lines += helper + [""]
+        lets = case.lets[case.split:]
+    lines.append(f"fn {name}({params}) -> {ret} {{")
+    if split:
+        lines.append(call)
+    lines += [f"  let {l.name} = {let_text(l)} in" for l in lets]
     lines.append("  " + (case.results[0] if len(case.results) == 1 else "(" + ", ".join(case.results) + ")"))
     lines.append("}")
     if case.ad:

@@ -100,8 +100,10 @@ def test_model_like_chains_appear(generated):
                 motifs["concat"] += 1
         if len(case.results) != len(set(case.results)):
             motifs["repeated result"] += 1
+        if "fn f_h(" in case.source("f"):
+            motifs["helper call"] += 1
     assert all(motifs[k] >= 5 for k in ("transposed operand", "reshape then transpose", "slice of a matmul",
-                                        "concat", "repeated result")), motifs
+                                        "concat", "repeated result", "helper call")), motifs
 
 
 def test_generation_is_deterministic_and_replayable():
