@@ -8,22 +8,29 @@
  *
  * runtime.py prepares an `Entry` once per function: the packed function
  * pointer, a template of every descriptor (offsets, sizes and strides filled
- * in, pointers zero) and one slot per tensor (dtype, rank, dims, writability,
- * where its descriptor starts in the template) and the array type (ndarray).
+ * in, pointers zero) and one slot per tensor (the buffer format letters and
+ * item size of its dtype, from compiler.types.DType, so this file has no dtype
+ * table of its own; writability; dims; where its descriptor starts in the
+ * template; the exclusive bound of an I64 index parameter, or -1) and the
+ * array type (ndarray).
  * `call(entry, arrays)` then, for each array of that type, takes a buffer
  * (PyBUF_C_CONTIGUOUS | PyBUF_FORMAT, plus PyBUF_WRITABLE for outputs),
- * checks its format, item size, alignment, rank and dims against the slot,
+ * checks its format, item size, alignment, rank and dims against the slot
+ * (and every element of a bounded index parameter against 0 <= id < bound),
  * and writes its address into a copy of the
  * template on the C stack (a per-call block: concurrent calls share nothing).
+ * An output whose memory overlaps any other array (out= aliasing an input or
+ * another output) is a mismatch too: the Python path copies or refuses.
  * Only when every array matches is the function called; the buffers are held
  * until it returns, so no array can be resized under it, and the GIL is
  * released when the call touches enough data to be worth it.
  *
  * It returns -1 after a call, or the index of the first argument that does not
  * match, WITHOUT calling: runtime.py then runs its Python checks, which convert
- * what may be converted and name the parameter in a KinaArgumentError.  Only
- * the Python C API and the buffer protocol are used (no NumPy headers); BF16
- * and F8 arrays (ml_dtypes) have no buffer format and take the Python path.
+ * what may be converted and name the parameter (and a bad index value) in a
+ * KinaArgumentError / KinaIndexError.  Only the Python C API and the buffer
+ * protocol are used (no NumPy headers); BF16 and F8 arrays (ml_dtypes) export
+ * no buffer format and take the Python path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,13 +48,16 @@
 
 typedef void (*packed_fn)(void **);
 
+#define MAX_FORMATS 4
+
 typedef struct {
-    char kind;            /* buffer format letter: 'f' F32, 'e' F16, 'q' I64 */
+    char formats[MAX_FORMATS + 1];  /* accepted buffer format letters ("f"; "ql" for I64) */
     Py_ssize_t itemsize;
     int writable;         /* an out= buffer */
     int ndim;
     Py_ssize_t word;      /* index of the descriptor's `allocated` word */
     Py_ssize_t *dims;     /* ndim entries, into Entry.dims */
+    long long bound;      /* an I64 index parameter: every element in [0, bound); else -1 */
 } Slot;
 
 typedef struct {
@@ -63,15 +73,9 @@ typedef struct {
 
 static PyTypeObject EntryType;
 
-/* ---- formats ---------------------------------------------------------------------- */
-/* (Kina dtype name, buffer format letter, item size): the dtypes with a standard
- * struct format.  I64 arrays report 'l' on LP64 platforms and 'q' elsewhere. */
-static const struct { const char *dtype; char kind; Py_ssize_t itemsize; } KINDS[] = {
-    {"F32", 'f', 4},
-    {"F16", 'e', 2},
-    {"I64", 'q', 8},
-};
+#define SLOT_SPEC "(formats, itemsize, writable, shape, word, bound)"
 
+/* ---- formats ---------------------------------------------------------------------- */
 static int
 is_little_endian(void)
 {
@@ -79,10 +83,12 @@ is_little_endian(void)
     return *(const uint8_t *)&one == 1;
 }
 
-/* Whether a buffer's format string is `kind`, with at most a native byte-order
- * prefix ('@', '=', or '<'/'>' matching the host). */
+/* Whether a buffer's format string is one letter of `formats`, with at most a
+ * native byte-order prefix ('@', '=', or '<'/'>' matching the host).  (I64
+ * arrays report 'l' on LP64 platforms and 'q' elsewhere; the item size check
+ * rules out a 4-byte 'l'.) */
 static int
-format_matches(const char *fmt, char kind)
+format_matches(const char *fmt, const char *formats)
 {
     if (fmt == NULL)
         return 0;                      /* NULL means unsigned bytes */
@@ -90,16 +96,17 @@ format_matches(const char *fmt, char kind)
         fmt++;
     if (fmt[0] == '\0' || fmt[1] != '\0')
         return 0;
-    if (kind == 'q')
-        return fmt[0] == 'q' || fmt[0] == 'l';
-    return fmt[0] == kind;
+    for (; *formats; formats++)        /* at most MAX_FORMATS letters: cheaper than strchr */
+        if (*formats == fmt[0])
+            return 1;
+    return 0;
 }
 
 static int
 view_matches(const Slot *slot, const Py_buffer *view)
 {
     if (view->itemsize != slot->itemsize || view->ndim != slot->ndim
-        || !format_matches(view->format, slot->kind))
+        || !format_matches(view->format, slot->formats))
         return 0;
     /* Compiled code assumes naturally aligned elements. */
     if (((uintptr_t)view->buf & (uintptr_t)(slot->itemsize - 1)) != 0)
@@ -108,6 +115,39 @@ view_matches(const Slot *slot, const Py_buffer *view)
         if (view->shape[d] != slot->dims[d])
             return 0;
     return 1;
+}
+
+/* Every element of an index parameter in [0, bound) (one unsigned compare each). */
+static int
+indices_in_bounds(const Slot *slot, const Py_buffer *view)
+{
+    const int64_t *ids = (const int64_t *)view->buf;
+    Py_ssize_t n = view->len / (Py_ssize_t)sizeof(int64_t);
+    uint64_t bound = (uint64_t)slot->bound;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((uint64_t)ids[i] >= bound)
+            return 0;
+    return 1;
+}
+
+/* The first output whose bytes overlap an earlier array's (every input, and the
+ * outputs before it: runtime.py puts outputs last), or -1.  The buffers are
+ * C-contiguous, so [lo, hi) is exactly the memory each one covers (an empty one is
+ * [UINTPTR_MAX, 0), which overlaps nothing).  The inner loop is branch-free. */
+static Py_ssize_t
+first_aliased_output(const Entry *e, const uintptr_t *lo, const uintptr_t *hi)
+{
+    for (Py_ssize_t i = 0; i < e->n_slots; i++) {
+        if (!e->slots[i].writable)
+            continue;
+        const uintptr_t a = lo[i], b = hi[i];
+        Py_ssize_t overlaps = 0;
+        for (Py_ssize_t k = 0; k < i; k++)
+            overlaps += (a < hi[k]) & (lo[k] < b);
+        if (overlaps)
+            return i;
+    }
+    return -1;
 }
 
 /* ---- Entry ------------------------------------------------------------------------ */
@@ -121,28 +161,37 @@ Entry_dealloc(Entry *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* One slot from (dtype: str, writable: bool, shape: tuple[int], word: int). */
+/* One slot from (formats: str, itemsize: int, writable: bool, shape: tuple[int],
+ * word: int, bound: int). */
 static int
 parse_slot(Entry *self, Py_ssize_t i, PyObject *item, Py_ssize_t *next_dim)
 {
-    const char *dtype;
+    const char *formats;
+    Py_ssize_t itemsize, word;
     int writable;
     PyObject *shape;
-    Py_ssize_t word;
-    if (!PyArg_ParseTuple(item, "spO!n;a slot is (dtype, writable, shape, word)",
-                          &dtype, &writable, &PyTuple_Type, &shape, &word))
+    long long bound;
+    if (!PyArg_ParseTuple(item, "snpO!nL;" SLOT_SPEC, &formats, &itemsize, &writable,
+                          &PyTuple_Type, &shape, &word, &bound))
         return -1;
     Slot *slot = &self->slots[i];
-    slot->kind = 0;
-    for (size_t k = 0; k < sizeof KINDS / sizeof KINDS[0]; k++)
-        if (strcmp(dtype, KINDS[k].dtype) == 0) {
-            slot->kind = KINDS[k].kind;
-            slot->itemsize = KINDS[k].itemsize;
-        }
-    if (!slot->kind) {
-        PyErr_Format(PyExc_ValueError, "slot %zd: dtype %s has no buffer format", i, dtype);
+    size_t n_formats = strlen(formats);
+    if (n_formats == 0 || n_formats > MAX_FORMATS) {
+        PyErr_Format(PyExc_ValueError, "slot %zd: no buffer format letters (this dtype takes the "
+                     "Python path)", i);
         return -1;
     }
+    memcpy(slot->formats, formats, n_formats + 1);
+    if (itemsize != 1 && itemsize != 2 && itemsize != 4 && itemsize != 8) {
+        PyErr_Format(PyExc_ValueError, "slot %zd: item size %zd is not 1, 2, 4 or 8", i, itemsize);
+        return -1;
+    }
+    slot->itemsize = itemsize;
+    if (bound >= 0 && (itemsize != 8 || writable)) {
+        PyErr_Format(PyExc_ValueError, "slot %zd: only an 8-byte input may have an index bound", i);
+        return -1;
+    }
+    slot->bound = bound < 0 ? -1 : bound;
     slot->writable = writable;
     slot->ndim = (int)PyTuple_GET_SIZE(shape);
     slot->word = word;
@@ -167,12 +216,12 @@ count_dims(PyObject *slots, Py_ssize_t *total)
     *total = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         PyObject *item = PyTuple_GET_ITEM(slots, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4
-            || !PyTuple_Check(PyTuple_GET_ITEM(item, 2))) {
-            PyErr_Format(PyExc_TypeError, "slot %zd is not (dtype, writable, shape, word)", i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6
+            || !PyTuple_Check(PyTuple_GET_ITEM(item, 3))) {
+            PyErr_Format(PyExc_TypeError, "slot %zd is not " SLOT_SPEC, i);
             return -1;
         }
-        *total += PyTuple_GET_SIZE(PyTuple_GET_ITEM(item, 2));
+        *total += PyTuple_GET_SIZE(PyTuple_GET_ITEM(item, 3));
     }
     return 0;
 }
@@ -215,9 +264,15 @@ Entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     memcpy(self->template_words, template_view.buf, template_view.len);
     Py_ssize_t next_dim = 0;
-    for (Py_ssize_t i = 0; i < self->n_slots; i++)
+    for (Py_ssize_t i = 0; i < self->n_slots; i++) {
         if (parse_slot(self, i, PyTuple_GET_ITEM(slots, i), &next_dim) < 0)
             goto fail;
+        if (i > 0 && self->slots[i - 1].writable && !self->slots[i].writable) {
+            /* first_aliased_output relies on it */
+            PyErr_Format(PyExc_ValueError, "slot %zd: an input after an output (inputs come first)", i);
+            goto fail;
+        }
+    }
     PyBuffer_Release(&template_view);
     return (PyObject *)self;
 fail:
@@ -238,9 +293,11 @@ static PyTypeObject EntryType = {
     .tp_name = "compiler._fastcall.Entry",
     .tp_doc = PyDoc_STR("Entry(fnptr, template, slots, array_type): a packed entry point prepared for call().\n\n"
                         "fnptr: address of void f(void **descriptors); template: bytes of the\n"
-                        "int64 descriptor words (pointers zero); slots: one (dtype, writable,\n"
-                        "shape, word) per tensor, inputs then outputs, dtype in F32/F16/I64,\n"
-                        "word the index of the descriptor's first word in the template;\n"
+                        "int64 descriptor words (pointers zero); slots: one (formats, itemsize,\n"
+                        "writable, shape, word, bound) per tensor, inputs then outputs: formats the\n"
+                        "buffer format letters its dtype's arrays export (types.DType.buffer_formats),\n"
+                        "word the index of the descriptor's first word in the template, bound the\n"
+                        "exclusive upper bound of an I64 index input (-1: none);\n"
                         "array_type: the type (or base type) every array must have."),
     .tp_basicsize = sizeof(Entry),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -255,7 +312,7 @@ static PyTypeObject EntryType = {
  * must be released. */
 static Py_ssize_t
 bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views,
-     Py_ssize_t *taken, Py_ssize_t *total_bytes)
+     uintptr_t *lo, uintptr_t *hi, Py_ssize_t *taken, Py_ssize_t *total_bytes)
 {
     for (Py_ssize_t i = 0; i < e->n_slots; i++) {
         const Slot *slot = &e->slots[i];
@@ -268,20 +325,23 @@ bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views
             return i;
         }
         *taken = i + 1;
-        if (!view_matches(slot, &views[i]))
+        if (!view_matches(slot, &views[i]) || (slot->bound >= 0 && !indices_in_bounds(slot, &views[i])))
             return i;
         block[slot->word] = block[slot->word + 1] = (int64_t)(intptr_t)views[i].buf;
         packed[i] = &block[slot->word];
         *total_bytes += views[i].len;
+        lo[i] = views[i].len ? (uintptr_t)views[i].buf : UINTPTR_MAX;
+        hi[i] = views[i].len ? (uintptr_t)views[i].buf + (uintptr_t)views[i].len : 0;
     }
-    return -1;
+    return first_aliased_output(e, lo, hi);
 }
 
 PyDoc_STRVAR(call_doc,
 "call(entry, arrays) -> int\n\n"
 "Check every array of the tuple against the entry's slots and, if all match, call\n"
 "the function and return -1; else return the index of the first mismatch (an arity\n"
-"mismatch gives min(len(arrays), number of slots)) without calling.");
+"mismatch gives min(len(arrays), number of slots); an index out of its bound, the\n"
+"index of that input; an output overlapping another array, that output) without calling.");
 
 static PyObject *
 fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -300,24 +360,27 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t stack_block[STACK_WORDS];
     void *stack_packed[STACK_SLOTS];
     Py_buffer stack_views[STACK_SLOTS];
+    uintptr_t stack_spans[2 * STACK_SLOTS];   /* [lo..., hi...] of every buffer */
     int64_t *block = stack_block;
     void **packed = stack_packed;
     Py_buffer *views = stack_views;
+    uintptr_t *spans = stack_spans;
     if (e->n_words > STACK_WORDS)
         block = PyMem_Malloc(e->n_words * sizeof(int64_t));
     if (e->n_slots > STACK_SLOTS) {
         packed = PyMem_Malloc(e->n_slots * sizeof(void *));
         views = PyMem_Malloc(e->n_slots * sizeof(Py_buffer));
+        spans = PyMem_Malloc(2 * e->n_slots * sizeof(uintptr_t));
     }
     PyObject *result = NULL;
-    if (!block || !packed || !views) {
+    if (!block || !packed || !views || !spans) {
         PyErr_NoMemory();
         goto done;
     }
     memcpy(block, e->template_words, e->n_words * sizeof(int64_t));
 
     Py_ssize_t taken = 0, total_bytes = 0;
-    Py_ssize_t bad = bind(e, arrays, block, packed, views, &taken, &total_bytes);
+    Py_ssize_t bad = bind(e, arrays, block, packed, views, spans, spans + e->n_slots, &taken, &total_bytes);
     if (bad < 0) {
         if (total_bytes > RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS
@@ -336,6 +399,7 @@ done:
     if (packed != stack_packed) {
         PyMem_Free(packed);
         PyMem_Free(views);
+        PyMem_Free(spans);
     }
     return result;
 }

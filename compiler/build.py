@@ -2,9 +2,13 @@
 
     parse -> check -> lower_handles -> emit_mlir -> toolchain (mlir-opt, mlir-translate, llc, cc)
 
-Next to `NAME.so` it writes `NAME.json` (the manifest the Python runtime reads)
-and `NAME.h` (for C callers).  Every top-level Kina function `f` is exported
-as `_mlir_ciface_kina_f(inputs..., outputs...)`: pointers to memref
+Next to `NAME.so` it writes `NAME.json` (the manifest the Python runtime reads:
+the SHA-256 of the library's bytes, and per function its parameters, their
+index bounds, and its results) and `NAME.h` (for C callers).  No output may
+be the source file or another output of the same build (`check_outputs`).
+
+Every top-level Kina function `f` is exported as
+`_mlir_ciface_kina_f(inputs..., outputs...)`: pointers to memref
 descriptors, inputs in parameter order, then one caller-owned output per
 result.  The `kina_` prefix plus `-Wl,-Bsymbolic` keep a Kina function named
 like a libc function (`step`) from clashing.  Generated functions (`f.rev`)
@@ -16,6 +20,7 @@ stage that reports errors stops the build before the next one runs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -26,9 +31,10 @@ from typing import Callable
 
 from . import ir, toolchain
 from .diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
-from .types import TensorType, TupleType
+from .types import DType, TensorType, TupleType
+from .uses import Uses
 
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2       # compiler/runtime_library.py reads this format
 SYMBOL_PREFIX = "_mlir_ciface_kina_"
 
 
@@ -62,23 +68,33 @@ def _tensor(t: TensorType) -> dict:
     return {"dtype": t.dtype.value, "shape": list(t.shape)}
 
 
-def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None) -> dict:
+def _param(uses: Uses, fn: ir.Function, p: ir.Param) -> dict:
+    """name, dtype, shape, and for an I64 parameter that feeds gather / take_along_axis
+    (through layout ops, calls and handles) `index_bound`: every element must lie in
+    [0, index_bound), which the runtime checks before each call."""
+    bound = uses.index_bound(fn, p.name) if p.type.dtype is DType.I64 else None
+    return {"name": p.name, **_tensor(p.type), **({} if bound is None else {"index_bound": bound})}
+
+
+def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None,
+                 library_sha256: str | None = None) -> dict:
+    uses = Uses(program)
     functions = []
     for fn in exported(program):
         functions.append({
             "name": fn.name,
             "symbol": SYMBOL_PREFIX + fn.name,
-            "params": [{"name": p.name, **_tensor(p.type)} for p in fn.params],
+            "params": [_param(uses, fn, p) for p in fn.params],
             "results": [_tensor(t) for t in result_types(fn)],
         })
-    return {"format": MANIFEST_FORMAT, "library": so_name, "source": source_path,
+    return {"format": MANIFEST_FORMAT, "library": so_name, "library_sha256": library_sha256,
+            "source": source_path,
             "abi": "each function takes pointers to memref descriptors: inputs, then caller-owned outputs",
             "functions": functions}
 
 
-# Storage type of each Kina dtype in C (low-precision floats are raw bits).
-C_TYPES = {"F32": "float", "F16": "uint16_t", "BF16": "uint16_t", "F8E4M3": "uint8_t",
-           "F8E5M2": "uint8_t", "I64": "int64_t"}
+# Storage type of each Kina dtype in C (low-precision floats are raw bits): types.DType.c_type.
+C_TYPES = {d.value: d.c_type for d in DType}
 
 
 def _struct_name(dtype: str, rank: int) -> str:
@@ -112,7 +128,9 @@ def header_for(manifest: dict, guard: str) -> str:
 
 
 def write_artifacts(program: ir.Program, so_path: Path, source_path: str | None = None) -> tuple[Path, Path, dict]:
-    manifest = manifest_for(program, so_path.name, source_path)
+    """The manifest and header of the library just linked at so_path (whose digest it records)."""
+    sha = hashlib.sha256(so_path.read_bytes()).hexdigest()
+    manifest = manifest_for(program, so_path.name, source_path, sha)
     mpath, hpath = so_path.with_suffix(".json"), so_path.with_suffix(".h")
     mpath.write_text(json.dumps(manifest, indent=2) + "\n")
     guard = "KINA_" + "".join(c if c.isalnum() else "_" for c in so_path.stem).upper() + "_H"
@@ -186,6 +204,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     validator adds gradient wrappers this way)."""
     timings = {} if timings is None else timings
     opt_level = default_opt_level() if opt_level is None else opt_level
+    check_outputs(Path(path), artifact_paths(Path(out_so)))
     result = BuildResult(False, source=SourceText(text, str(path)), timings=timings)
     mlir = front_end(text, str(path), timings, result, transform)
     if mlir is None:
@@ -219,12 +238,49 @@ def _check_writable(out_so: Path) -> None:
         raise UsageError(f"cannot write {out_so}: {out_so.parent} is not writable")
 
 
+def artifact_paths(out_so: Path) -> dict[str, Path]:
+    return {"library": out_so, "manifest": out_so.with_suffix(".json"), "header": out_so.with_suffix(".h")}
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same path after resolving symlinks, or the same file (a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:        # one of them does not exist yet
+        return False
+
+
+def check_outputs(source: Path | None, outputs: dict[str, Path]) -> None:
+    """Refuse (UsageError, exit 2) before anything is written: an output that is the source
+    file (also through `./`, a symlink or a hard link), an output named like a Kina source,
+    a directory, or two outputs of one build that are the same file (`-o p.h` would put
+    the header over the library)."""
+    for what, out in outputs.items():
+        if source is not None and _same_file(out, source):
+            raise UsageError(f"refusing to write the {what} {out} over the source file {source}"
+                             + ("" if what in ("library", "output") else
+                                f" (the {what} goes next to the library: pass -o NAME.so)"))
+        if out.suffix == ".kina":
+            raise UsageError(f"refusing to write the {what} to {out}: .kina names Kina source files")
+        if out.is_dir():
+            raise UsageError(f"cannot write the {what} to {out}: it is a directory")
+    items = list(outputs.items())
+    for i, (what, out) in enumerate(items):
+        for other, out2 in items[i + 1:]:
+            if _same_file(out, out2):
+                raise UsageError(f"-o {outputs.get('library', out)}: the {what} and the {other} would both "
+                                 f"be {out2}; give the library a name ending in .so")
+
+
 def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
                timings: dict | None = None, transform=None) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
+    out_so = Path(out_so) if out_so else default_output(path)
     text = read_source(path)   # UsageError when unreadable
-    return build_source(text, str(path), out_so or default_output(path), opt_level=opt_level,
+    return build_source(text, str(path), out_so, opt_level=opt_level,
                         timings=timings, transform=transform)
 
 
@@ -286,6 +342,8 @@ def add_emit_args(parser: argparse.ArgumentParser) -> None:
 
 def cli_emit(args) -> int:
     path = Path(args.file)
+    if getattr(args, "output", None):
+        check_outputs(path, {"output": Path(args.output)})
     text = read_source(path)
     result = BuildResult(False, source=SourceText(text, str(path)))
     mlir = front_end(text, str(path), {}, result)

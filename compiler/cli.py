@@ -140,18 +140,27 @@ def cmd_run(args) -> int:
         label = f"{entry} result" if len(results) == 1 else f"{entry} result {i}"
         print(_format_result(label, value))
     if args.save:
-        _save(args.save, fn, inputs, results)
+        _save(args.save, args.file, fn, inputs, results)
     return 0
 
 
-def _save(path: str, fn, inputs, results) -> None:
-    import numpy as np
-    arrays = {f"input_{p.name}": v for p, v in zip(fn.params, inputs)}
-    arrays.update({f"result_{i}": np.asarray(v) for i, v in enumerate(results)})
+def _save(path: str, source: str, fn, inputs, results) -> None:
+    """OUT.npz with `input_<param>` and `result_<i>`, in the format of compiler/arrays.py
+    (every dtype round-trips: compiler.runtime.load_npz restores BF16 / F8)."""
+    from . import arrays
+    from .types import TupleType
+    target = arrays.npz_path(path)
+    if Path(source).resolve() == target.resolve() or (target.exists() and os.path.samefile(source, target)):
+        raise UsageError(f"refusing to write {target} over the source file {source}")
+    data = {f"input_{p.name}": v for p, v in zip(fn.params, inputs)}
+    dtypes = {f"input_{p.name}": p.type.dtype for p in fn.params}
+    types = fn.ret_type.items if isinstance(fn.ret_type, TupleType) else (fn.ret_type,)
+    for i, (value, t) in enumerate(zip(results, types)):
+        data[f"result_{i}"], dtypes[f"result_{i}"] = value, t.dtype
     try:
-        np.savez(path, **arrays)
+        arrays.save_npz(target, data, dtypes)
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e}")
+        raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
 
 
 # ---- the parser ----------------------------------------------------------------------------
@@ -187,7 +196,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--entry", help="the function to run on deterministic generated inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
-    p.add_argument("--save", metavar="OUT.npz", help="also write the inputs and results to a .npz file")
+    p.add_argument("--save", metavar="OUT.npz", help="also write the inputs and results to a .npz file "
+                   "(BF16/F8 stored as exact float32; compiler.runtime.load_npz restores every dtype)")
     p.set_defaults(func=cmd_run)
     for name in DELEGATED:
         _add_delegated(sub, name, wanted=(name == command))

@@ -20,7 +20,6 @@ from typing import Callable
 
 import numpy as np
 
-from . import ir
 from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .types import DType, TensorType
 from .uses import Uses

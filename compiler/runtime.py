@@ -11,38 +11,48 @@ per input, then one per result, all owned by the caller.  The toolchain also
 exports `_kina_packed_kina_<name>(void **descriptors)` (compiler/pipelines.py),
 which takes the same pointers from one array; the runtime calls that one.
 
+Loading (runtime_library.py) checks that the manifest describes these very bytes
+(its `library_sha256`) and dlopens a private copy, so a library rebuilt at the
+same path and loaded again in the same process runs the new code.
+
 Everything that depends only on the signature is prepared once per function: the
 descriptors with their offsets, sizes and strides (the data pointers are the only
 words written per call) and the packed entry point.  A call then goes one of two
 ways, both checking every array on every call:
 
 - fast: the C helper compiler._fastcall checks each array through the buffer
-  protocol (dtype, shape, C-contiguity, alignment, writeable outputs), writes
-  its data pointer into a per-call copy of the descriptors and calls the entry
-  point; on the first array that does not match it calls nothing and returns;
-- checked: the Python checks below, which convert what may be converted (lists,
-  non-contiguous views are copied) and raise KinaArgumentError naming the
-  parameter otherwise, then a ctypes call.  Used when the fast path declines a
-  call, for BF16/F8 functions (ml_dtypes arrays export no buffer format) and
-  when the extension is not built.
+  protocol (dtype, shape, C-contiguity, alignment, writeable outputs), every
+  element of an I64 index parameter against the bound the manifest records, and
+  that no output overlaps another array; it writes the data pointers into a
+  per-call copy of the descriptors and calls the entry point; on the first array
+  that does not match it calls nothing and returns;
+- checked: the Python checks below, which convert what may be converted (lists
+  of numbers, non-contiguous views are copied; no float -> I64, None or str
+  conversions), raise KinaArgumentError naming the parameter otherwise (and
+  KinaIndexError naming a bad index value), copy an input that an out= array
+  overlaps and refuse two outputs that overlap, then a ctypes call.  Used when
+  the fast path declines a call, for BF16/F8 functions (ml_dtypes arrays export
+  no buffer format) and when the extension is not built.
 
 The runtime keeps no reference to any array after a call and shares no mutable
 state between calls, so calls from several threads are safe.  Library functions
-call no malloc for their results, so repeated calls do not grow memory.
+call no malloc for their results, so repeated calls do not grow memory.  A
+process forked after a multithreaded (-O2) kernel ran refuses to call
+multithreaded functions (the thread pool does not survive fork(); see `_Pool`).
 """
 from __future__ import annotations
 
 import ctypes
-import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-try:  # low-precision NumPy dtypes; only needed for BF16/F8 functions
-    import ml_dtypes
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    ml_dtypes = None
+from .arrays import load_npz, save_npz  # noqa: F401  (re-exported: the runtime's public API)
+from .runtime_library import (  # noqa: F401  (re-exported)
+    KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol)
+from .types import DType
 
 try:  # the C fast path, built by `pip install -e .` (setup.py)
     from compiler import _fastcall
@@ -51,42 +61,54 @@ except ImportError:  # pragma: no cover - exercised by the tests with fastcall=F
 
 FASTCALL_AVAILABLE = _fastcall is not None
 
-
-def _ml(name: str):
-    if ml_dtypes is None:
-        raise KinaRuntimeError(f"this function needs ml_dtypes for {name} arrays: pip install ml_dtypes")
-    return np.dtype(getattr(ml_dtypes, name))
-
-
-# Kina dtype -> NumPy dtype (and the storage C type used in lib.h).
-NUMPY_DTYPES = {
-    "F32": lambda: np.dtype(np.float32),
-    "F16": lambda: np.dtype(np.float16),
-    "BF16": lambda: _ml("bfloat16"),
-    "F8E4M3": lambda: _ml("float8_e4m3fn"),
-    "F8E5M2": lambda: _ml("float8_e5m2"),
-    "I64": lambda: np.dtype(np.int64),
-}
-
-# The dtypes whose arrays have a standard buffer format ('f', 'e', 'q'/'l'), the
-# only ones compiler._fastcall checks.
-FASTCALL_DTYPES = frozenset({"F32", "F16", "I64"})
+# Kina dtype name -> NumPy dtype, and the dtypes whose arrays have a standard buffer
+# format ('f', 'e', 'q'/'l'), the only ones compiler._fastcall checks: types.DType.
+NUMPY_DTYPES = {d.value: d for d in DType}
+FASTCALL_DTYPES = frozenset(d.value for d in DType if d.buffer_formats)
 
 
 def numpy_dtype(kina_dtype: str) -> np.dtype:
-    return NUMPY_DTYPES[kina_dtype]()
-
-
-class KinaRuntimeError(Exception):
-    """A library or manifest that cannot be loaded."""
+    try:
+        return DType(kina_dtype).np_dtype
+    except ValueError:
+        raise KinaRuntimeError(f"unknown Kina dtype {kina_dtype!r} in the manifest") from None
+    except ImportError as e:   # pragma: no cover - ml_dtypes is a dependency
+        raise KinaRuntimeError(f"{kina_dtype} arrays need ml_dtypes ({e}): pip install ml_dtypes") from None
 
 
 class KinaArgumentError(TypeError):
-    """An argument (or out= buffer) of the wrong dtype, shape or count."""
+    """An argument (or out= buffer) of the wrong dtype, shape or count, or aliased outputs."""
 
 
-def manifest_path(so_path: str | Path) -> Path:
-    return Path(so_path).with_suffix(".json")
+class KinaIndexError(KinaArgumentError, IndexError):
+    """An I64 argument holding an index outside the range its uses allow (gather, take_along_axis)."""
+
+
+class _Pool:
+    """MLIR's async runtime (the thread pool of -O2 multithreaded kernels) is process-global
+    and starts its worker threads on the first parallel loop.  fork() copies none of them:
+    in a child forked after that, the next parallel loop queues tasks no thread runs and
+    waits forever.  So a call of a multithreaded library's function marks the pool as
+    started, and a child forked after that refuses such calls with a clear error."""
+    started = False   # a multithreaded library function was called in this process (or its parent)
+    broken = False    # this process was forked after that
+
+    @classmethod
+    def enter(cls, name: str) -> None:
+        if cls.broken:
+            raise KinaRuntimeError(
+                f"{name}: this process was forked after a multithreaded (-O2) Kina kernel ran in its "
+                f"parent; MLIR's async runtime thread pool does not survive fork(), so the call would "
+                f"hang.  Call it in the parent, start workers with multiprocessing's 'spawn' or "
+                f"'forkserver' method, fork before the first multithreaded call, or build with -O0")
+        cls.started = True
+
+    @classmethod
+    def after_fork_in_child(cls) -> None:
+        cls.broken = cls.broken or cls.started
+
+
+os.register_at_fork(after_in_child=_Pool.after_fork_in_child)
 
 
 # ---- descriptors ---------------------------------------------------------------------
@@ -104,6 +126,7 @@ class TensorSpec:
     dtype: str           # Kina dtype name
     shape: tuple[int, ...]
     np_dtype: np.dtype
+    bound: int | None = None   # an I64 index parameter: every element in [0, bound)
 
     def describe(self) -> str:
         return f"Tensor[{self.dtype}, [{', '.join(map(str, self.shape))}]]"
@@ -138,18 +161,23 @@ class KinaFunction:
 
     f(*inputs) returns new result arrays (one array, or a tuple of several);
     f(*inputs, out=buffers) writes into `buffers` (an array or a sequence of arrays,
-    C-contiguous, writeable, of the result types) and returns them."""
+    C-contiguous, writeable, of the result types, overlapping no other output; an input
+    they overlap is read from a copy) and returns them."""
 
-    def __init__(self, packed, entry: dict, fastcall: bool = True):
+    def __init__(self, packed, entry: dict, fastcall: bool = True, threaded: bool = False):
         self.name: str = entry["name"]
         self.symbol: str = entry["symbol"]
-        self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]))
-                       for p in entry["params"]]
+        self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]),
+                                  p.get("index_bound")) for p in entry["params"]]
         self.results = [TensorSpec(f"result {i}", r["dtype"], tuple(r["shape"]), numpy_dtype(r["dtype"]))
                         for i, r in enumerate(entry["results"])]
         self._descriptors = Descriptors.of(self.params + self.results)
         self._fresh_shapes = [r.shape for r in self.results]
         self._fresh_dtypes = [r.np_dtype for r in self.results]
+        self._bounded = [(i, p) for i, p in enumerate(self.params) if p.bound is not None]
+        self._slots = [(int(np.prod(s.shape, dtype=np.int64)) * s.np_dtype.itemsize, k)   # (bytes, index)
+                       for k, s in enumerate(self.params + self.results)]
+        self.threaded = threaded   # its library runs kernels on MLIR's async thread pool
         packed.argtypes, packed.restype = [ctypes.c_void_p], None
         self._packed = packed
         self._fast = self._fast_entry(packed) if fastcall else None
@@ -161,10 +189,13 @@ class KinaFunction:
         specs = self.params + self.results
         if _fastcall is None or any(s.dtype not in FASTCALL_DTYPES for s in specs):
             return None
-        slots = tuple((s.dtype, i >= len(self.params), s.shape, word)
-                      for i, (s, word) in enumerate(zip(specs, self._descriptors.words)))
+        slots = []
+        for i, (s, word) in enumerate(zip(specs, self._descriptors.words)):
+            d = DType(s.dtype)
+            slots.append((d.buffer_formats, d.itemsize, i >= len(self.params), s.shape, word,
+                          -1 if s.bound is None else s.bound))
         address = ctypes.cast(packed, ctypes.c_void_p).value
-        return _fastcall.Entry(address, self._descriptors.template, slots, np.ndarray)
+        return _fastcall.Entry(address, self._descriptors.template, tuple(slots), np.ndarray)
 
     @property
     def uses_fastcall(self) -> bool:
@@ -178,50 +209,80 @@ class KinaFunction:
 
     # -- a call: the C fast path, else the Python checks and a ctypes call -------------
     def __call__(self, *args, out=None):
+        if self.threaded:
+            _Pool.enter(self.name)
         if out is None:
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
         if self._fast is None or _fastcall.call(self._fast, args + outs) >= 0:
-            self._call_checked(args, outs)
+            self._call_checked(args, outs, out is None)
         return outs[0] if len(outs) == 1 else outs
 
-    def _call_checked(self, args: tuple, outs: tuple) -> None:
-        """Check (and convert) every array, then call through ctypes."""
+    def _call_checked(self, args: tuple, outs: tuple, fresh: bool = False) -> None:
+        """Check (and convert) every array, then call through ctypes.  `fresh`: the outputs
+        were allocated by this call (nothing can alias them)."""
         if len(args) != len(self.params):
             raise KinaArgumentError(f"{self.name} takes {len(self.params)} argument(s) "
                                     f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
         if len(outs) != len(self.results):
             raise KinaArgumentError(f"{self.name}: out= needs {len(self.results)} array(s), got {len(outs)}")
-        bound = ([self._input(a, spec) for a, spec in zip(args, self.params)]
-                 + [self._output(o, spec) for o, spec in zip(outs, self.results)])
-        self._call_ctypes(bound)
+        arrays = [self._input(a, spec) for a, spec in zip(args, self.params)]
+        arrays += [self._output(o, spec) for o, spec in zip(outs, self.results)]
+        for i, spec in self._bounded:
+            self._check_indices(arrays[i], spec)
+        addresses = [a.ctypes.data for a in arrays]
+        if not fresh:
+            self._unalias(arrays, addresses)
+        self._call_ctypes(arrays, addresses)
 
-    def _call_ctypes(self, arrays: list[np.ndarray]) -> None:
+    def _call_ctypes(self, arrays: list[np.ndarray], addresses: list[int]) -> None:
         """Fill a private copy of the descriptors with the arrays' data pointers and
         call the packed entry point; `arrays` keeps the arrays alive until it returns."""
         block = (ctypes.c_int64 * (len(self._descriptors.template) // 8)).from_buffer_copy(
             self._descriptors.template)
         base = ctypes.addressof(block)
         packed = (ctypes.c_void_p * len(arrays))()
-        for i, (a, word) in enumerate(zip(arrays, self._descriptors.words)):
-            block[word] = block[word + 1] = a.ctypes.data     # allocated, aligned
+        for i, (address, word) in enumerate(zip(addresses, self._descriptors.words)):
+            block[word] = block[word + 1] = address     # allocated, aligned
             packed[i] = base + 8 * word
         self._packed(packed)
 
     # -- the Python checks: the same as the C helper's, with precise errors ---------------
     def _coerce(self, value, spec: TensorSpec, what: str) -> np.ndarray:
         if not isinstance(value, np.ndarray):
-            try:
-                value = np.asarray(value, dtype=spec.np_dtype)
-            except (TypeError, ValueError) as e:
-                raise KinaArgumentError(f"{self.name}: {what} `{spec.name}` expects {spec.describe()}, "
-                                        f"got {type(value).__name__} that does not convert ({e})") from None
+            value = self._convert(value, spec, what)
         if value.dtype != spec.np_dtype or value.shape != spec.shape:
             raise KinaArgumentError(f"{self.name}: {what} `{spec.name}` expects {spec.describe()} "
                                     f"(NumPy dtype {spec.np_dtype}, shape {list(spec.shape)}), "
                                     f"got {_describe_array(value)}")
         return value
+
+    def _convert(self, value, spec: TensorSpec, what: str) -> np.ndarray:
+        """A non-array argument as an array.  Python numbers and (nested) lists / tuples of
+        them convert to the declared dtype when nothing is lost in kind: integers to I64,
+        integers or floats to a float dtype.  Never a float to I64 (no truncation), None
+        (no NaN) or a str (no parsing); any other object must convert to exactly the dtype."""
+        expects = f"{self.name}: {what} `{spec.name}` expects {spec.describe()}"
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as e:
+            raise KinaArgumentError(f"{expects}, got {_describe_value(value)} that does not convert ({e})") \
+                from None
+        if not isinstance(value, (list, tuple, int, float)) or isinstance(value, bool):
+            if arr.dtype != spec.np_dtype:
+                raise KinaArgumentError(f"{expects}, got {_describe_value(value)}"
+                                        + ("" if arr.dtype.kind in "OUS" else f" (NumPy dtype {arr.dtype})"))
+            return arr
+        wanted = "iu" if spec.dtype == "I64" else "iuf"
+        if arr.dtype.kind not in wanted:
+            why = (" (no conversion of floats to I64 indices)" if spec.dtype == "I64" and arr.dtype.kind == "f"
+                   else "")
+            raise KinaArgumentError(f"{expects}, got {_describe_value(value)} holding "
+                                    f"{_KIND_NAMES.get(arr.dtype.kind, str(arr.dtype))} values{why}")
+        if arr.dtype.kind == "u" and arr.size and spec.dtype == "I64" and arr.max() > np.iinfo(np.int64).max:
+            raise KinaArgumentError(f"{expects}, got integers beyond the I64 range")
+        return arr.astype(spec.np_dtype)
 
     def _input(self, arr, spec: TensorSpec) -> np.ndarray:
         """An input as given, or a C-contiguous aligned copy (lists, strided views)."""
@@ -239,8 +300,54 @@ class KinaFunction:
                                     f"C-contiguous array")
         return o
 
+    def _check_indices(self, ids: np.ndarray, spec: TensorSpec) -> None:
+        """Every element of an I64 index parameter in [0, bound): the library's own bounds
+        check (cf.assert) would abort the whole process."""
+        if not (ids.view(np.uint64) >= spec.bound).any():    # negative ids wrap to huge
+            return
+        bad = (ids < 0) | (ids >= spec.bound)
+        if bad.any():
+            where = np.unravel_index(int(np.flatnonzero(bad)[0]), ids.shape)
+            raise KinaIndexError(f"{self.name}: parameter `{spec.name}` holds index {int(ids[where])} at "
+                                 f"{list(map(int, where))}, outside [0, {spec.bound}) (it indexes a "
+                                 f"gather or take_along_axis; {int(bad.sum())} bad element(s))")
+
+    def _unalias(self, arrays: list[np.ndarray], addresses: list[int]) -> None:
+        """Outputs overlapping each other are refused (both results cannot be kept); an input
+        an output overlaps is replaced by a copy, since the library may write that output
+        before it has read all of the input (`layer(h, w, out=h)` then works as written).
+        Every array is C-contiguous here, so [address, address + nbytes) is exactly its
+        memory: one sweep over the spans sorted by start finds every overlap."""
+        n_in = len(self.params)
+        spans = sorted([(addr, addr + size, k) for addr, (size, k) in zip(addresses, self._slots) if size])
+        for i, (_, hi, k) in enumerate(spans):
+            for lo2, _, k2 in spans[i + 1:]:
+                if lo2 >= hi:
+                    break
+                if k >= n_in and k2 >= n_in:
+                    a, b = sorted((k - n_in, k2 - n_in))
+                    raise KinaArgumentError(f"{self.name}: out= result {a} and result {b} share memory; "
+                                            f"pass separate arrays")
+                if (k < n_in) != (k2 < n_in):
+                    copy = min(k, k2)
+                    arrays[copy] = arrays[copy].copy()
+                    addresses[copy] = arrays[copy].ctypes.data
+
     def __repr__(self) -> str:
         return f"<KinaFunction {self.signature()}>"
+
+
+_KIND_NAMES = {"f": "float", "i": "integer", "u": "unsigned integer", "b": "bool", "O": "Python object",
+               "U": "str", "S": "bytes", "c": "complex", "V": "void", "M": "datetime", "m": "timedelta"}
+
+
+def _describe_value(value) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, (str, bytes)):
+        text = repr(value)
+        return f"{type(value).__name__} {text if len(text) <= 24 else text[:21] + '...'}"
+    return type(value).__name__
 
 
 def _as_tuple(out) -> tuple:
@@ -257,17 +364,15 @@ class Library:
     def __init__(self, so_path: str | Path, manifest: dict, fastcall: bool = True):
         self.path = Path(so_path)
         self.manifest = manifest
-        try:
-            self._dll = ctypes.CDLL(str(self.path.resolve()))
-        except OSError as e:
-            raise KinaRuntimeError(f"cannot load {self.path}: {e}") from None
+        self._dll, self.threaded = open_library(self.path, manifest)
         self.functions: dict[str, KinaFunction] = {}
         for entry in manifest["functions"]:
-            packed = _packed_symbol(entry["symbol"])
+            packed = packed_symbol(entry["symbol"])
             if not all(hasattr(self._dll, s) for s in (entry["symbol"], packed)):
                 raise KinaRuntimeError(f"{self.path} does not export {entry['symbol']} and {packed} "
                                        f"(function `{entry['name']}` of its manifest); rebuild it")
-            self.functions[entry["name"]] = KinaFunction(getattr(self._dll, packed), entry, fastcall)
+            self.functions[entry["name"]] = KinaFunction(getattr(self._dll, packed), entry, fastcall,
+                                                         self.threaded)
         # `lib.fn` as a plain attribute (no __getattr__ call per step of a loop), unless
         # the name is taken by the Library itself (then it is lib["fn"]).
         for name, fn in self.functions.items():
@@ -297,27 +402,8 @@ class Library:
         return f"<Library {self.path.name}: {', '.join(self.functions)}>"
 
 
-def _packed_symbol(symbol: str) -> str:
-    """The packed entry point the toolchain adds next to `_mlir_ciface_kina_f`
-    (compiler/pipelines.py: `_kina_packed_kina_f(void **descriptors)`)."""
-    prefix = "_mlir_ciface_"
-    return "_kina_packed_" + symbol[len(prefix):] if symbol.startswith(prefix) else symbol + "_packed"
-
-
 def load(so_path: str | Path, manifest: str | Path | dict | None = None, *, fastcall: bool = True) -> Library:
     """Load a library built by `kinac build` and its manifest (default: <so>.json).
     fastcall=False calls every function through the Python checks and ctypes only."""
     so_path = Path(so_path)
-    if not so_path.exists():
-        raise KinaRuntimeError(f"no such library: {so_path}")
-    if not isinstance(manifest, dict):
-        mpath = Path(manifest) if manifest else manifest_path(so_path)
-        try:
-            manifest = json.loads(mpath.read_text())
-        except FileNotFoundError:
-            raise KinaRuntimeError(f"{so_path} has no manifest {mpath}; build it with `kinac build`") from None
-        except json.JSONDecodeError as e:
-            raise KinaRuntimeError(f"manifest {mpath} is not valid JSON: {e}") from None
-    if "functions" not in manifest:
-        raise KinaRuntimeError(f"manifest of {so_path} has no 'functions' list")
-    return Library(so_path, manifest, fastcall)
+    return Library(so_path, load_manifest(so_path, manifest), fastcall)

@@ -241,16 +241,28 @@ def _assertion(stderr: str) -> str:
     return (hits or lines or ["the library crashed without a message"])[0]
 
 
+def _child_command(so_path: Path, work: Path, names: list[str]) -> tuple[list[str], dict]:
+    """(argv, Popen keywords) of the child.  It must import this very `compiler` package and
+    nothing from the caller's working directory or workspace (a `./compiler/` or `./numpy.py`
+    there would run): `-P` (and PYTHONSAFEPATH for anything it starts) keeps the working
+    directory off sys.path, the working directory is the private work dir, and the
+    directory holding this package is put first on PYTHONPATH, made absolute."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-P", "-m", "compiler.validate", "--child", str(Path(so_path).resolve()),
+           str(Path(work).resolve()), *names]
+    return cmd, {"env": env, "cwd": str(work)}
+
+
 def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
                  cancel: Callable[[], bool] | None, on_done: Callable[[str, str | None], None]) -> bool:
     """Run `names` in child processes, restarting after a crash.  on_done(name, error|None)
     is called per function.  Returns False when cancelled."""
     pending = list(names)
     while pending:
-        cmd = [sys.executable, "-m", "compiler.validate", "--child", str(so_path), str(work), *pending]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent.parent),
-                                                                        os.environ.get("PYTHONPATH")])))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        cmd, where = _child_command(so_path, work, pending)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **where)
         current, deadline, timed_out = None, time.monotonic() + timeout, False
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)

@@ -312,8 +312,11 @@ def test_filecheck(path):
 
 
 # ---- the bounds check really traps (in a child process: cf.assert aborts its loader) -----
+# The runtime checks ids against the manifest's index_bound before calling (tests/
+# test_runtime_safety.py); the child drops that bound, as a C caller would, to reach the
+# library's own cf.assert, the last line of defence.
 OOB_CHILD = '''
-import sys, numpy as np
+import json, sys, numpy as np
 from compiler import build, runtime
 src = """fn f(emb: Tensor[F32, [8, 4]], ids: Tensor[I64, [3]]) -> Tensor[F32, [3, 4]] {
   let x = gather(emb, ids) in
@@ -322,7 +325,9 @@ src = """fn f(emb: Tensor[F32, [8, 4]], ids: Tensor[I64, [3]]) -> Tensor[F32, [3
 """
 r = build.build_source(src, "oob.kina", sys.argv[1])
 assert r.ok, r.diagnostics
-lib = runtime.load(sys.argv[1])
+manifest = json.loads(runtime.manifest_path(sys.argv[1]).read_text())
+assert manifest["functions"][0]["params"][1].pop("index_bound") == 8
+lib = runtime.load(sys.argv[1], manifest)
 emb = np.arange(32, dtype=np.float32).reshape(8, 4)
 print(lib.f(emb, np.array([7, 0, 7], np.int64)).tolist(), flush=True)
 lib.f(emb, np.array([1, int(sys.argv[2]), 2], np.int64))

@@ -136,11 +136,38 @@ def test_non_contiguous_unaligned_and_list_inputs_are_copied(lib):
     ((A, N.astype(">i8")), r"parameter `n` expects Tensor\[I64, \[2\]\].*dtype >i8"),
     ((A,), r"rows takes 2 argument\(s\) \(a, n\), got 1"),
     ((A, N, N), r"rows takes 2 argument\(s\) \(a, n\), got 3"),
-    ((A, "seven"), r"parameter `n` expects Tensor\[I64, \[2\]\], got str that does not convert"),
+    ((A, "seven"), r"parameter `n` expects Tensor\[I64, \[2\]\], got str 'seven'"),
+    ((A, [1.0, 2.0]), r"parameter `n` expects Tensor\[I64, \[2\]\], got list holding float values "
+                      r"\(no conversion of floats to I64"),
+    ((A, [1.7, 2]), r"parameter `n`.*got list holding float values"),
+    ((A, np.float64(2.0)), r"parameter `n`.*got float64 holding float values"),
+    ((A, np.ones(2, np.float32).tolist()), r"parameter `n`.*got list holding float values"),
+    ((A, memoryview(np.ones(2))), r"parameter `n`.*got memoryview \(NumPy dtype float64\)"),
+    ((A, [True, False]), r"parameter `n`.*got list holding bool values"),
+    (([[0, 1, None], [3, 4, 5]], N), r"parameter `a` expects Tensor\[F32, \[2, 3\]\], got list holding "
+                                    r"Python object values"),
+    ((None, N), r"parameter `a` expects Tensor\[F32, \[2, 3\]\], got None"),
+    (([["0", "1", "2"], ["3", "4", "5"]], N), r"parameter `a`.*got list holding str values"),
+    ((A, ["2", "3"]), r"parameter `n`.*got list holding str values"),
+    ((A, [2**63, 2**63]), r"parameter `n`.*beyond the I64 range"),
+    ((A, [[1, 2], [3]]), r"parameter `n`.*got list that does not convert"),
 ])
 def test_argument_errors_name_the_parameter(lib, args, pattern):
+    """Strict conversions: no float -> I64 truncation, no None -> NaN, no str -> number."""
+    outs = (np.full(2, -1.0, np.float32), np.full(2, -1, np.int64))
     with pytest.raises(runtime.KinaArgumentError, match=pattern):
         lib.rows(*args)
+    with pytest.raises(runtime.KinaArgumentError, match=pattern):
+        lib.rows(*args, out=outs)
+    assert np.all(outs[0] == -1.0) and np.all(outs[1] == -1), "called despite a bad argument"
+
+
+def test_numbers_and_lists_of_numbers_convert_without_loss_of_kind(lib):
+    s, c = lib.rows([[0, 1, 2], [3, 4, 5]], [7, -3])          # ints for F32 and I64
+    np.testing.assert_allclose(s, [3.0, 12.0])
+    np.testing.assert_array_equal(c, N)
+    s, _ = lib.rows([[0.5, 1, 2], [3, 4, 5]], (np.int64(7), 1))  # floats for F32, a tuple
+    np.testing.assert_allclose(s, [3.5, 12.0])
 
 
 def test_bad_out_and_unknown_function(lib):
@@ -150,6 +177,8 @@ def test_bad_out_and_unknown_function(lib):
         lib.rows(A, N, out=(np.zeros(2, np.float32), np.zeros(3, np.int64)))
     with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a writeable, aligned, C-contiguous"):
         lib.rows(A, N, out=(np.zeros(4, np.float32)[::2], np.zeros(2, np.int64)))
+    with pytest.raises(KeyError, match="has no function `nope`.*rows"):
+        lib["nope"]
     with pytest.raises(AttributeError, match="has no function `nope`.*rows"):
         lib.nope
 
@@ -384,12 +413,19 @@ def test_fastcall_entry_rejects_bad_specs():
     from compiler import _fastcall
     fn = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
     template = bytes(8 * 5)   # one rank-1 descriptor
-    assert "1 tensors" in repr(_fastcall.Entry(fn, template, (("F32", False, (4,), 0),), np.ndarray))
-    with pytest.raises(ValueError, match="BF16 has no buffer format"):
-        _fastcall.Entry(fn, template, (("BF16", False, (4,), 0),), np.ndarray)
+    assert "1 tensors" in repr(_fastcall.Entry(fn, template, (("f", 4, False, (4,), 0, -1),), np.ndarray))
+    with pytest.raises(ValueError, match="no buffer format letters"):    # BF16: DType.buffer_formats ""
+        _fastcall.Entry(fn, template, (("", 2, False, (4,), 0, -1),), np.ndarray)
+    with pytest.raises(ValueError, match="item size 3"):
+        _fastcall.Entry(fn, template, (("f", 3, False, (4,), 0, -1),), np.ndarray)
+    with pytest.raises(ValueError, match="only an 8-byte input may have an index bound"):
+        _fastcall.Entry(fn, template, (("f", 4, False, (4,), 0, 8),), np.ndarray)
     with pytest.raises(ValueError, match="overruns the template"):
-        _fastcall.Entry(fn, template, (("F32", False, (4, 4), 0),), np.ndarray)
-    with pytest.raises(TypeError, match="slot 0 is not"):
-        _fastcall.Entry(fn, template, (("F32", False),), np.ndarray)
+        _fastcall.Entry(fn, template, (("f", 4, False, (4, 4), 0, -1),), np.ndarray)
+    with pytest.raises(ValueError, match="slot 1: an input after an output"):
+        _fastcall.Entry(fn, bytes(8 * 10), (("f", 4, True, (4,), 0, -1), ("f", 4, False, (4,), 5, -1)),
+                        np.ndarray)
+    with pytest.raises(TypeError, match=r"slot 0 is not \(formats, itemsize, writable, shape, word, bound\)"):
+        _fastcall.Entry(fn, template, (("f", False),), np.ndarray)
     with pytest.raises(TypeError, match=r"call\(entry: Entry, arrays: tuple\)"):
         _fastcall.call(None, ())
