@@ -92,7 +92,7 @@ def _externals(ir, module) -> dict[str, list[str]]:
 
 
 def _engine(req: dict, req_path: Path) -> dict:
-    from .pipelines import engine_object
+    from .engine import engine_object
     timings: dict = {}
 
     def on_phase(phase: str, ir, module) -> None:

@@ -121,7 +121,7 @@ SLOTS: dict[str, Rewrite] = {
 
 def rewrite_in_process(slot: str, mlir_text: str) -> str:
     """SLOTS[slot] on MLIR text, in this process (the worker's side)."""
-    from .pipelines import engine_module
+    from .engine import engine_module
     ir, _, _ = engine_module()
     with ir.Context():
         module = ir.Module.parse(mlir_text)

@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import Diagnostic, Note, SourceText, Span
+from .engine import engine_module, engine_object, engine_object_in_child, require_bindings  # noqa: F401
 from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and tests use them)
     CIFACE_PREFIX, F8_ONLY, FUNC_PASSES, INLINE_LOC_RE, LOW_PRECISION, MATMUL_TILE, MLIR_OPT_FLAGS,
     O0_PASSES, O2_PASSES, PACKED_PREFIX, PIPELINES, STACK_BUFFER_BYTES, TRANSFORM_ENTRY, TRANSFORM_LIBRARY,
-    Pipeline, StageFailed, ToolchainError, add_packed_entry_points, engine_module, engine_object,
-    engine_object_in_child, require_bindings,
+    Pipeline, StageFailed, ToolchainError, add_packed_entry_points,
     packed_entry_point, packed_symbol, passes_for, pipeline_for, pipeline_text, tag_vectorizable,
     transform_flags, uses_f8)
 
