@@ -211,7 +211,12 @@ def child_main(so_path: str, work: str, names: list[str]) -> int:
         print(f"START {name}", file=proto, flush=True)
         with open(Path(work) / f"{name}.in.pkl", "rb") as f:
             args = pickle.load(f)
-        out = _flat(lib[name](*args))
+        try:
+            out = _flat(lib[name](*args))
+        except Exception as e:   # the runtime refused the call (e.g. an index out of range)
+            message = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"RAISED {name} {message}", file=proto, flush=True)
+            continue
         with open(Path(work) / f"{name}.out.pkl", "wb") as f:
             pickle.dump(out, f)
         print(f"DONE {name}", file=proto, flush=True)
@@ -286,6 +291,11 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
             elif kind == "DONE":
                 pending.remove(name)
                 on_done(name, None)
+                current = None
+            elif kind == "RAISED":
+                name, _, message = name.partition(" ")
+                pending.remove(name)
+                on_done(name, f"call raised {message}")
                 current = None
         sel.close()
         stderr = proc.stderr.read()

@@ -44,18 +44,23 @@ def test_a_wrong_library_result_is_a_mismatch(tmp_path, monkeypatch):
 
 
 def test_a_crashing_library_is_a_crash_and_the_run_goes_on(tmp_path, monkeypatch):
-    """The library's bounds check aborts its (child) process: an index the references are
-    told nothing about (they are stubbed), so only the library sees it."""
-    trap = differential.Unit("t", "fn t(e: Tensor[F32, [4, 2]], i: Tensor[I64, [2]]) -> Tensor[F32, [2, 2]] {\n"
-                                  "  let y = gather(e, i) in\n  y\n}\n", ["t"])
+    """An index the references are told nothing about (they are stubbed): the library's
+    bounds check aborts its child process (a literal index), or the runtime refuses the
+    call (an index argument); the other functions still run."""
+    trap = differential.Unit("t", "fn t(e: Tensor[F32, [4, 2]]) -> Tensor[F32, [2, 2]] {\n"
+                                  "  let i = Tensor[I64, [2]] { 1, 9 } in\n  let y = gather(e, i) in\n  y\n}\n", ["t"])
+    arg = differential.Unit("a", "fn a(e: Tensor[F32, [4, 2]], i: Tensor[I64, [2]]) -> Tensor[F32, [2, 2]] {\n"
+                                 "  let y = gather(e, i) in\n  y\n}\n", ["a"])
     inputs, refs = differential.interp.random_inputs, validate.references
     monkeypatch.setattr(differential.interp, "random_inputs", lambda fn, seed, program: (
-        [np.ones((4, 2), np.float32), np.array([1, 9])] if fn.name == "t" else inputs(fn, seed, program)))
+        [np.ones((4, 2), np.float32), np.array([1, 9])] if fn.name == "a" else inputs(fn, seed, program)))
     monkeypatch.setattr(validate, "references", lambda program, name, args: (
-        ([np.zeros((2, 2))], [np.zeros((2, 2))]) if name == "t" else refs(program, name, args)))
-    failures = differential.Oracle(tmp_path, levels=(0,), use_torch=False).run_units([trap, WRONG])
-    assert [(f.name, f.kind) for f in failures] == [("t", "crash")]
-    assert "gather index out of bounds" in failures[0].detail
+        ([np.zeros((2, 2))], [np.zeros((2, 2))]) if name in ("t", "a") else refs(program, name, args)))
+    failures = differential.Oracle(tmp_path, levels=(0,), use_torch=False).run_units([trap, arg, WRONG])
+    assert sorted((f.name, f.kind) for f in failures) == [("a", "crash"), ("t", "crash")]
+    by = {f.name: f.detail for f in failures}
+    assert "crashed (exit -6): gather index out of bounds" in by["t"]
+    assert "call raised KinaIndexError" in by["a"] and "index 9" in by["a"]
 
 
 def test_a_failing_build_is_isolated_by_bisection(tmp_path):
