@@ -39,12 +39,16 @@ def run(request: dict, work_dir: Path) -> dict:
     req.write_text(json.dumps(request))
     for suffix in (".result.json", ".externals.json", ".phase"):
         req.with_suffix(suffix).unlink(missing_ok=True)
-    env = dict(os.environ, LLVM_DISABLE_SYMBOLIZATION="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent.parent),
+    # Like validate's child, the worker imports this very `compiler` package and nothing from
+    # the caller's working directory (a workspace's ./compiler/ must never run): -P and
+    # PYTHONSAFEPATH keep the cwd off sys.path, and the cwd is the private work dir.
+    env = dict(os.environ, LLVM_DISABLE_SYMBOLIZATION="1", PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                         os.environ.get("PYTHONPATH")])))
     try:
-        proc = subprocess.run([sys.executable, "-m", "compiler.backend_worker", str(req)],
-                              capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        proc = subprocess.run([sys.executable, "-P", "-m", "compiler.backend_worker", str(req.resolve())],
+                              capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                              cwd=str(Path(work_dir).resolve()))
     except subprocess.TimeoutExpired:
         raise StageFailed("llvm", f"the -O2 back end did not finish within {TIMEOUT:.0f} s "
                                   "(set KINA_TOOL_TIMEOUT to wait longer)") from None

@@ -198,10 +198,13 @@ class Oracle:
     def _start_build(self, src: Path, so: Path, level: int) -> subprocess.Popen:
         so.parent.mkdir(parents=True, exist_ok=True)
         self.stats.builds += 1
-        cmd = [sys.executable, "-m", "compiler.cli", "build", str(src), "-o", str(so), f"-O{level}"]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent.parent),
-                                                                        os.environ.get("PYTHONPATH")])))
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        cmd = [sys.executable, "-P", "-m", "compiler.cli", "build", str(src.resolve()), "-o", str(so.resolve()),
+               f"-O{level}"]
+        env = dict(os.environ, PYTHONSAFEPATH="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                            os.environ.get("PYTHONPATH")])))
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=str(so.parent.resolve()))
         proc.kina_so, proc.kina_t0 = so, time.perf_counter()
         return proc
 

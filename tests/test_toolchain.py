@@ -243,3 +243,20 @@ def test_tools_hang_is_a_timeout_diagnostic(tmp_path, monkeypatch):
     monkeypatch.setattr(toolchain, "TOOL_TIMEOUT", 1.0)
     res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
     assert not res.ok and "did not finish within 1 s" in res.diagnostics[0].message
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_the_back_end_worker_runs_nothing_from_the_working_directory(tmp_path, monkeypatch, level):
+    """The worker (the -O2 back end; at -O0 the bf16 rewrite) imports this `compiler`, never a
+    ./compiler/ planted in the directory the build runs from (the language server's workspace)."""
+    from compiler import build
+    work, marker = tmp_path / "workspace", tmp_path / "ran.txt"
+    (work / "compiler").mkdir(parents=True)
+    hostile = f"open({str(marker)!r}, 'a').write(__name__)\nraise SystemExit('hostile code ran')\n"
+    for name in ("__init__.py", "backend_worker.py"):
+        (work / "compiler" / name).write_text(hostile)
+    (work / "f.kina").write_text("fn f(x: Tensor[BF16, [4]]) -> Tensor[BF16, [4]] {\n  let y = x.exp() in\n  y\n}\n")
+    monkeypatch.chdir(work)
+    res = build.build_file("f.kina", tmp_path / "f.so", level)
+    assert res.ok, [d.message for d in res.diagnostics]
+    assert not marker.exists()
