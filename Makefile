@@ -11,7 +11,7 @@ KINA_TORCH ?= 1
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
-        vscode vscode-e2e goldens bench clean
+        vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,24 @@ validate-mean-nll: setup
 	$(PY) scripts/validate_mean_nll.py
 validate-tp-vocab: setup
 	$(PY) scripts/validate_tp_vocab.py
+
+# StoryLM-0 on NPROC processes through torch.distributed (gloo; needs the optional PyTorch):
+# data-parallel training (the demo's losses, compared with one process), the tensor-parallel
+# logits and vocab-parallel step, and (slow, minutes) the N = 1, 2, 4 trajectories of both
+# models.  See docs/distributed.md.
+NPROC ?= 2
+TORCHRUN := $(PY) -m torch.distributed.run --standalone --nproc-per-node $(NPROC)
+NEED_TORCH = @$(PY) -c "import torch" 2>/dev/null || { echo "$@ needs the optional PyTorch: \
+  run make setup on a machine with the CPU wheel in TORCH_WHEELS (see docs/distributed.md)"; exit 2; }
+train-ddp: setup
+	$(NEED_TORCH)
+	$(TORCHRUN) scripts/train_storylm0_ddp.py --compare
+vocab-parallel: setup
+	$(NEED_TORCH)
+	$(TORCHRUN) scripts/vocab_parallel_storylm0.py
+check-ddp: setup
+	$(NEED_TORCH)
+	$(PY) scripts/check_ddp_trajectories.py
 
 # The whole test suite (at -O0, then again at -O2): unit, property, LSP
 # end-to-end, compiled-code, StoryLM-0 validation, and the VS Code extension (grammar, client logic, packaging, and

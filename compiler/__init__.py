@@ -17,6 +17,9 @@ The pipeline, one module per stage (read them in this order):
   runtime    load a .so + manifest, call functions with NumPy arrays (_fastcall.c)
   validate   compiled library vs. interpreter vs. finite differences, in a child process
 
+  distributed, checkpoint: the same libraries on N processes (torch.distributed collectives
+  on NumPy buffers, atomic checkpoints); see docs/distributed.md
+
 Differential testing (scripts/fuzz_compile.py): progen (+ progen_ops, progen_render)
 generates well-typed programs, differential checks them at -O0 and -O2 against the
 interpreter in float64, torch_ref (PyTorch) and finite differences, shrink minimises

@@ -12,7 +12,14 @@ character), keyed by the item's text.  So:
   of function names changed: "did you mean" depends on it);
 - module-level facts (duplicate names, call cycles, reverseMode restrictions of
   handled functions) are recomputed from the per-item results each time; they are
-  cheap.
+  cheap;
+- document-offset copies of an item's AST and IR are made when asked for, per item,
+  and reused by the next snapshot while the item neither changes nor moves, so the
+  first request after an edit copies one function, not the file;
+- results of items that disappeared are kept for a while (an undo or a revert brings
+  them back without re-checking).
+
+Name resolution within a function and rename clashes are compiler/names.py.
 
 A from-scratch `analyze(text)` is the same code with empty caches, which is what
 tests/test_incremental.py compares against.
@@ -21,10 +28,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import check, ir, parse
+from . import check, ir, names, parse
 from . import syntax as ast
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .parse import shift
@@ -37,64 +45,6 @@ except ImportError:  # pragma: no cover - only while the module is being written
 
 # ---- per-item, position-independent results -------------------------------------------
 @dataclass
-class Symbols:
-    """Name resolution inside one function, in item-local spans.
-    defs: binding span -> name (parameters and lets); uses: reference span ->
-    binding span; calls: (span, function name) for every user-function mention;
-    handled: the functions called under `handle`."""
-    defs: dict[Span, str] = field(default_factory=dict)
-    uses: dict[Span, Span] = field(default_factory=dict)
-    calls: list[tuple[Span, str]] = field(default_factory=list)
-    handled: set[str] = field(default_factory=set)
-
-
-def _resolve(fn: ast.FnDef) -> Symbols:
-    """Bind every Name to its parameter or let (lexical scope: a let's value sees
-    only earlier bindings).  Iterative over the let chain; expressions are at most
-    parse.MAX_DEPTH deep."""
-    sym = Symbols()
-    scope = {}
-    for p in fn.params:
-        sym.defs[p.name_span] = p.name
-        scope.setdefault(p.name, p.name_span)
-    body = fn.body
-    while isinstance(body, ast.Let):
-        _resolve_expr(body.value, scope, sym)
-        for n in body.names:
-            sym.defs[n.span] = n.id
-            scope.setdefault(n.id, n.span)   # a rebinding is a `duplicate` error; keep the first
-        body = body.body
-    _resolve_expr(body, scope, sym)
-    return sym
-
-
-def _resolve_expr(e, scope: dict[str, Span], sym: Symbols) -> None:
-    stack = [e]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.Name):
-            if e.id in scope:
-                sym.uses[e.span] = scope[e.id]
-        elif isinstance(e, ast.Call):
-            sym.calls.append((e.func_span, e.func))
-        elif isinstance(e, ast.Handle):
-            sym.handled.add(e.call.func)
-        stack.extend(parse.children(e))
-
-
-def _mentions(sym: Symbols, fn: ast.FnDef) -> frozenset[str]:
-    """Names whose signatures can change this function's check: calls and free names."""
-    free = set()
-    stack = [fn.body]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, ast.Name) and e.span not in sym.uses:
-            free.add(e.id)
-        stack.extend(parse.children(e))
-    return frozenset(free | {name for _, name in sym.calls})
-
-
-@dataclass
 class ItemResult:
     """Everything about one item that depends only on its text (and its callees)."""
     text: str
@@ -103,10 +53,23 @@ class ItemResult:
     parse_diags: tuple[Diagnostic, ...]
     signature: check.Signature | None = None
     sig_key: tuple | None = None         # hashable form of `signature`
-    symbols: Symbols | None = None
+    symbols: names.Symbols | None = None
     mentions: frozenset[str] = frozenset()
     result: check.FunctionResult | None = None
     check_key: tuple | None = None       # what `result` was computed against
+    # document-offset copies: kind ("fn" | "ir") -> (offset, copy).  An item that did not
+    # change and did not move hands out the copy the previous snapshot made.
+    shifted: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def at(self, kind: str, offset: int):
+        """This item's AST ("fn") or IR function ("ir") with spans at `offset`."""
+        hit = self.shifted.get(kind)
+        if hit is not None and hit[0] == offset:
+            return hit[1]
+        local = self.fn if kind == "fn" else (self.result.function if self.result else None)
+        copy = shift(local, offset) if local is not None else None
+        self.shifted[kind] = (offset, copy)
+        return copy
 
 
 @dataclass
@@ -120,6 +83,16 @@ class Item:
     def name(self) -> str:
         return self.res.name
 
+    @property
+    def fn(self) -> ast.FnDef | None:
+        """The item's AST in document spans (cached across snapshots while it stays put)."""
+        return self.res.at("fn", self.offset)
+
+    @property
+    def ir(self) -> ir.Function | None:
+        """The item's typed IR in document spans, if it checked (cached likewise)."""
+        return self.res.at("ir", self.offset)
+
 
 @dataclass
 class LastGood:
@@ -131,7 +104,10 @@ class LastGood:
 # ---- the snapshot ---------------------------------------------------------------------
 class Snapshot:
     """The analysis of one version of the text.  Cheap things are computed eagerly
-    (diagnostics); document-offset copies of ASTs and IR lazily."""
+    (diagnostics); document-offset copies of ASTs and IR lazily, per item, and reused
+    by the next snapshot for every item that neither changed nor moved.  Queries about
+    one place (function_at, ir_function_at, type_at, definition) touch only the item
+    there; the whole-document views (module, program, types) copy every item."""
 
     def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
                  good: set[str], last_good: dict[str, LastGood]):
@@ -149,19 +125,39 @@ class Snapshot:
 
     @cached_property
     def module(self) -> ast.Module:
-        return ast.Module([shift(it.res.fn, it.offset) for it in self.items if it.res.fn is not None],
-                          Span(0, len(self.text)))
+        return ast.Module([it.fn for it in self.items if it.res.fn is not None], Span(0, len(self.text)))
 
     @cached_property
     def program(self) -> ir.Program:
         """The functions that checked cleanly (not recursive, first definitions), document spans."""
-        return ir.Program({it.name: shift(it.res.result.function, it.offset)
-                           for it in self._first_defs().values() if it.name in self._good})
+        return ir.Program({it.name: it.ir for it in self._first_defs().values() if it.name in self._good})
 
     @cached_property
     def functions(self) -> dict[str, "FunctionInfo"]:
-        return {name: FunctionInfo(shift(it.res.fn, it.offset), it.res.signature)
-                for name, it in self._first_defs().items()}
+        return {name: FunctionInfo(it.fn, it.res.signature) for name, it in self._first_defs().items()}
+
+    # ---- one function (document spans), without copying the others
+    def function_at(self, offset: int) -> ast.FnDef | None:
+        """The parsed function whose item contains offset."""
+        it = self.item_at(offset)
+        return it.fn if it is not None and it.res.fn is not None else None
+
+    def function_named(self, name: str) -> ast.FnDef | None:
+        """The first definition of a function that parsed."""
+        it = self._first_defs().get(name)
+        return it.fn if it is not None else None
+
+    def ir_function_at(self, offset: int) -> ir.Function | None:
+        """The typed IR of the function at offset, when it is part of the program."""
+        it = self.item_at(offset)
+        if it is None or it.name not in self._good or self._first_defs().get(it.name) is not it:
+            return None
+        return it.ir
+
+    def local_functions(self):
+        """(item offset, FnDef in item-local spans) of every parsed function, in text order:
+        names, parameters and types without copying any AST."""
+        return [(it.offset, it.res.fn) for it in self.items if it.res.fn is not None]
 
     @cached_property
     def types(self) -> list[check.TypeFact]:
@@ -174,6 +170,10 @@ class Snapshot:
         return dict(self._last_good)
 
     def _first_defs(self) -> dict[str, Item]:
+        return self._first
+
+    @cached_property
+    def _first(self) -> dict[str, Item]:
         out = {}
         for it in self.items:
             if it.res.fn is not None:
@@ -189,13 +189,18 @@ class Snapshot:
 
     def type_at(self, offset: int) -> check.TypeFact | None:
         """The innermost TypeFact whose span contains offset.  When the function does
-        not parse, its last good types are used (their positions may be stale)."""
+        not parse, its last good types are used, but only in front of the first
+        character that changed since: there the text is the same and, types flowing
+        forward through the let chain, so are the types.  Past it, a fact could sit at
+        a shifted position or describe code that is gone, so none is shown."""
         it = self.item_at(offset)
         if it is None:
             return None
         facts = it.res.result.types if it.res.result else []
         if not facts and it.name in self._last_good:
-            facts = self._last_good[it.name].result.types
+            good = self._last_good[it.name]
+            same = _common_prefix(good.text, it.res.text)
+            facts = [f for f in good.result.types if f.span.end < same]
         local = offset - it.offset
         inside = [f for f in facts if f.span.start <= local <= f.span.end]
         if not inside:
@@ -250,6 +255,19 @@ class Snapshot:
             out += [span.shift(it.offset) for span, callee in it.res.symbols.calls if callee == name]
         return sorted(out, key=lambda s: (s.start, s.end))
 
+    def rename_conflict(self, offset: int, new: str) -> tuple[str, Span | None] | None:
+        """Why renaming the name at offset to `new` would change what the program means,
+        as (message, document span of the clashing name or None); None when it is safe."""
+        sym = self._symbol_at(offset)
+        if sym is None:
+            return None
+        if sym[0] == "fn":
+            return names.function_rename_conflict([(it.offset, it.name, it.res.fn, it.res.symbols)
+                                                   for it in self.items], sym[1], new)
+        _, it, target = sym
+        found = names.local_rename_conflict(it.res.symbols, it.res.fn, target, new)
+        return None if found is None else (found[0], found[1].shift(it.offset))
+
 
 @dataclass
 class FunctionInfo:
@@ -257,37 +275,70 @@ class FunctionInfo:
     signature: check.Signature | None
 
 
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of a and b."""
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    while lo < hi:                       # binary search on slice equality: C-speed compares
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _shift_fact(fact, delta: int):
     return fact if delta == 0 else dataclasses.replace(fact, span=fact.span.shift(delta))
 
 
 # ---- the incremental driver ------------------------------------------------------------
+GONE_ITEMS = 256   # results kept for items no longer in the text
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
     def __init__(self, path: str = "<input>"):
         self.path = path
-        self._items: dict[str, ItemResult] = {}     # item text -> results
+        self._items: dict[str, ItemResult] = {}     # item text -> results, for the current text
+        # results of items that are gone, most recent last: an undo, a revert or a paste of
+        # an older version finds them here instead of re-checking every function
+        self._gone: OrderedDict[str, ItemResult] = OrderedDict()
         self._ad: dict[tuple, list[Diagnostic]] = {}
         self._last_good: dict[str, LastGood] = {}
         self.snapshot: Snapshot | None = None
+        # the signatures of the last update, and the results valid under them: while no
+        # signature changes (the usual edit: inside a body), those need no key comparison
+        self._last_sig_keys: dict | None = None
+        self._valid: dict[int, ItemResult] = {}
 
     def update(self, text: str) -> Snapshot:
         chunks = parse.split_items(text)
         diags = parse.gaps(text, chunks)
         items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name)) for c in chunks]
-        self._items = {it.res.text: it.res for it in items}     # forget items that are gone
+        current = {it.res.text: it.res for it in items}
+        for old_text, res in self._items.items():
+            if old_text not in current:
+                self._gone[old_text] = res
+                self._gone.move_to_end(old_text)
+        while len(self._gone) > GONE_ITEMS:
+            self._gone.popitem(last=False)
+        self._items = current
         first = self._first_definitions(items, diags)
         signatures = {name: it.res.signature for name, it in first.items()}
         sig_keys = {name: it.res.sig_key for name, it in first.items()}
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
+        same_signatures = sig_keys == self._last_sig_keys
+        valid = {}
         for it in items:
-            it.res = self._checked(it.res, signatures, sig_keys)
+            if not (same_signatures and self._valid.get(id(it.res)) is it.res):
+                it.res = self._checked(it.res, signatures, sig_keys)
+            valid[id(it.res)] = it.res
             self._items[it.res.text] = it.res
             diags += _shifted(it.res.parse_diags, it.offset)
             if it.res.result is not None:
                 diags += [d for d in _shifted(it.res.result.diagnostics, it.offset)
                           if not _mentions_unparsed(d, text, unparsed)]
+        self._last_sig_keys, self._valid = sig_keys, valid
         good = self._good_functions(first, diags)
         self._remember_good(items)
         snap = Snapshot(text, self.path, items, [], good, dict(self._last_good))
@@ -299,6 +350,8 @@ class Analysis:
     # ---- per item
     def _item(self, text: str, name: str) -> ItemResult:
         res = self._items.get(text)
+        if res is None:
+            res = self._gone.pop(text, None)
         if res is not None:
             return res
         fn, pdiags = parse.parse_local(text)
@@ -306,8 +359,8 @@ class Analysis:
         if fn is not None:
             res.signature = check.signature_of(fn)[0]
             res.sig_key = _sig_key(res.signature)
-            res.symbols = _resolve(fn)
-            res.mentions = _mentions(res.symbols, fn)
+            res.symbols = names.resolve(fn)
+            res.mentions = names.mentions(res.symbols, fn)
         return res
 
     @staticmethod
@@ -320,7 +373,9 @@ class Analysis:
         if res.result is not None and res.check_key == _with_names(key, res.result, signatures):
             return res
         result = check.check_function(res.fn, signatures)
-        return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures))
+        kept = {k: v for k, v in res.shifted.items() if k == "fn"}   # same text: same AST
+        return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures),
+                                   shifted=kept)
 
     # ---- module level
     @staticmethod
@@ -351,7 +406,9 @@ class Analysis:
     def _remember_good(self, items: list[Item]) -> None:
         for it in items:
             if it.res.result is not None and it.res.result.function is not None:
-                self._last_good[it.name] = LastGood(it.res.text, it.res.result)
+                known = self._last_good.get(it.name)
+                if known is None or known.result is not it.res.result:
+                    self._last_good[it.name] = LastGood(it.res.text, it.res.result)
 
     def _ad_diagnostics(self, snap: Snapshot, first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.

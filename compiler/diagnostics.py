@@ -73,7 +73,8 @@ CODES: dict[str, str] = {
 }
 
 
-_NEWLINE = re.compile("\n")
+# Lines end at \n, \r\n or \r: what editors (and the LSP) count, so CLI and server agree.
+_NEWLINE = re.compile("\r\n|\r|\n")
 
 
 class UsageError(Exception):
@@ -113,8 +114,8 @@ class SourceText:
 
     def line_text(self, line: int) -> str:
         start = self._starts[line - 1]
-        end = self.text.find("\n", start)
-        return self.text[start:] if end < 0 else self.text[start:end]
+        m = _NEWLINE.search(self.text, start)
+        return self.text[start:] if m is None else self.text[start:m.start()]
 
     def render(self, diag: Diagnostic) -> str:
         line, col = self.line_col(diag.span.start)

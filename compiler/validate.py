@@ -323,6 +323,9 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers)
         if not report.build.ok:
             return report
+        if cancel is not None and cancel():     # cancelled during the build: run nothing
+            report.cancelled = True
+            return report
         program = report.build.program
         fns = [f for f in build.exported(program) if f.params or f.name == "main"]
         inputs, expected, reports = {}, {}, {}

@@ -58,7 +58,7 @@ def _fresh(base: str, text: str) -> str:
 
 def split_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit hoisting the expression at [start, end) into its own let."""
-    fn = astutil.function_at(view.snapshot.module, start)
+    fn = view.snapshot.function_at(start)
     if fn is None:
         return None
     let = astutil.let_of(fn, start)

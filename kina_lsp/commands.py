@@ -3,8 +3,11 @@
 Build & validate runs compiler.validate.validate_file on a worker thread (the
 validator itself runs the compiled library in a child process, so an
 assertion trap in generated code kills that child, not the server).  Progress
-goes to the client as window/workDoneProgress ($/progress begin/report/end);
-cancelling the progress sets the `cancel` event the validator polls.  The
+goes to the client as window/workDoneProgress ($/progress begin/report/end).
+Cancelling the progress, or the request itself ($/cancelRequest; the server
+tracks the command's task, see protocol.py), sets the `cancel` event the
+validator polls: the build stops at its next check and the child process that
+runs the library is killed; a cancelled run never reports "passed".  The
 result is a window/showMessage plus `validate` diagnostics on the name of
 every failing function, which stay until the document is edited.
 
@@ -19,6 +22,7 @@ import asyncio
 import logging
 import tempfile
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,12 +32,22 @@ from pygls.uris import to_fs_path
 
 from compiler.diagnostics import SourceText
 
-from . import astutil
-
 log = logging.getLogger(__name__)
 
 VALIDATE_CODE = "validate"
+CANCELLED = "Kina: build & validate was cancelled"
 _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kina-build")
+_running: set[threading.Event] = set()     # cancel events of the validations in progress
+
+
+def stop_all(timeout: float = 2.0) -> None:
+    """At exit: cancel every validation and give the workers a moment to kill their child
+    processes (the server ends with os._exit, which would leave them running)."""
+    for cancel in list(_running):
+        cancel.set()
+    deadline = time.monotonic() + timeout
+    while _running and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _path_for(uri: str) -> str:
@@ -110,11 +124,23 @@ class _Progress:
 
 def _run_validation(text: str, path: str, progress, cancel: threading.Event):
     """Worker thread: validate a copy of the buffer (unsaved edits included)."""
-    from compiler.validate import validate_file
-    with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
-        copy = Path(tmp) / Path(path).name
-        copy.write_text(text, encoding="utf-8")
-        return validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+    try:
+        return _validate_copy(text, path, progress, cancel)
+    finally:
+        _running.discard(cancel)
+
+
+def _validate_copy(text: str, path: str, progress, cancel: threading.Event):
+    from compiler.validate import ValidationReport, validate_file
+    if cancel.is_set():      # cancelled while it waited for a free build worker
+        report = ValidationReport(path, cancelled=True)
+    else:
+        with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
+            copy = Path(tmp) / Path(path).name
+            copy.write_text(text, encoding="utf-8")
+            report = validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+    log.info("build & validate of %s stopped: %s", path, "cancelled" if report.cancelled else "finished")
+    return report
 
 
 async def build_and_validate(server, uri: str) -> dict:
@@ -130,13 +156,22 @@ async def build_and_validate(server, uri: str) -> dict:
                                                     message=Path(_path_for(uri)).name, percentage=0))
     cancel = threading.Event()
     progress.on_cancel(token, cancel.set)
+    _running.add(cancel)
+    job = loop.run_in_executor(_pool, _run_validation, text, _path_for(uri), _Progress(progress, token, loop), cancel)
     try:
-        report = await loop.run_in_executor(_pool, _run_validation, text, _path_for(uri),
-                                            _Progress(progress, token, loop), cancel)
+        report = await asyncio.shield(job)
         summary = summarize(report)
+    except asyncio.CancelledError:
+        # $/cancelRequest or shutdown: stop the worker (the validator kills its child
+        # process at the next poll) and report nothing but the cancellation
+        cancel.set()
+        progress.end(token, lsp.WorkDoneProgressEnd(message=CANCELLED))
+        raise
     except Exception as e:
         log.exception("build & validate failed")
         summary = {"ok": False, "message": f"Kina: build & validate failed: {e}", "failing": {}}
+    if cancel.is_set():   # cancelled from the progress UI: the report may still say "passed"
+        summary = {**summary, "ok": False, "cancelled": True, "message": CANCELLED, "failing": {}}
     progress.end(token, lsp.WorkDoneProgressEnd(message=summary["message"]))
     server.window_show_message(lsp.ShowMessageParams(
         type=lsp.MessageType.Info if summary["ok"] else lsp.MessageType.Error, message=summary["message"]))
@@ -155,6 +190,9 @@ def _failure(f) -> str:
 def summarize(report) -> dict:
     """A JSON-able summary of a compiler.validate.ValidationReport:
     ok, message, failing {Kina function: reason}, functions {display name: ok}."""
+    if report.cancelled and (report.build is None or report.build.ok):
+        return {"ok": False, "message": CANCELLED, "failing": {}, "cancelled": True,
+                "functions": {f.name: f.ok for f in report.functions}}
     if report.build is None or not report.build.ok:
         diags = report.build.diagnostics if report.build else []
         why = "; ".join(f"[{d.code}] {d.message}" for d in diags[:3]) or "unknown error"
@@ -166,7 +204,7 @@ def summarize(report) -> dict:
             failing.setdefault(f.name.split(" ")[0], _failure(f))
     n = len(report.functions)
     if report.cancelled:
-        message = "Kina: build & validate was cancelled"
+        message = CANCELLED
     elif failing:
         message = (f"Kina: validation failed ({n - len(failing)}/{n} passed): "
                    + "; ".join(f"{name}: {why}" for name, why in failing.items()))
@@ -179,7 +217,7 @@ def summarize(report) -> dict:
 def validation_diagnostics(view, failing: dict) -> list[lsp.Diagnostic]:
     out = []
     for name, why in failing.items():
-        fn = astutil.find_function(view.snapshot.module, name) if view else None
+        fn = view.snapshot.function_named(name) if view else None
         if fn is None:
             continue
         out.append(lsp.Diagnostic(range=view.index.range(fn.name_span), message=f"validation failed: {why}",

@@ -19,6 +19,7 @@ KEYWORDS = ("fn", "let", "in", "handle", "with", "Tensor", "reverseMode")
 _FN_HEADER = re.compile(r"(?m)^[ \t]*fn[ \t]+([A-Za-z_]\w*)")
 _LET = re.compile(r"\blet\s+(?:\(([^)]*)\)|([A-Za-z_]\w*))")
 _PARAM = re.compile(r"([A-Za-z_]\w*)\s*:")
+_IN = re.compile(r"\bin\b")
 _CALLEE = re.compile(r"(\.)?\s*([A-Za-z_]\w*)\s*$")
 
 
@@ -74,6 +75,10 @@ def _scope_names(window: str) -> list[tuple[str, str]]:
         names += [(m.group(1), "parameter") for m in _PARAM.finditer(header, paren)]
     if header_end >= 0:
         for m in _LET.finditer(window, header_end):
+            # a let binds its names only in its body: after the `in` that ends its value
+            # (`let c = |` must not offer `c`; Kina lets do not nest inside a value)
+            if not _IN.search(window, m.end()):
+                continue
             for n in (m.group(1) or m.group(2)).split(","):
                 if n.strip():
                     names.append((n.strip(), "let"))

@@ -6,74 +6,138 @@ compiler column but two LSP columns), or UTF-8 / UTF-32 when the client offers
 them in `general.positionEncodings` (pygls picks the client's first choice).
 `LineIndex` is built once per text version and answers both directions in
 O(log lines + line length); an all-ASCII text (the common case) skips the
-per-character walk since every encoding agrees there.
+per-character walk since every encoding agrees there.  Lines end only at `\n`,
+`\r\n` and `\r`, as the LSP defines them.
 """
 from __future__ import annotations
 
 import bisect
+import re
 
 from lsprotocol import types as lsp
 
 from compiler.diagnostics import Span
 
 
-def _utf16_units(ch: str) -> int:
-    return 2 if ord(ch) > 0xFFFF else 1
+_ASTRAL = re.compile("[\U00010000-\U0010FFFF]")   # two UTF-16 code units each
 
 
-def _utf8_units(ch: str) -> int:
-    o = ord(ch)
-    return 1 if o < 0x80 else 2 if o < 0x800 else 3 if o < 0x10000 else 4
+# LSP line breaks: exactly these three (not str.splitlines(), which also breaks at
+# U+2028, U+2029, U+0085, VT, FF and FS..RS; LSP clients treat those as characters).
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
-# position encoding (LSP PositionEncodingKind value) -> code units of one character
-UNITS = {"utf-16": _utf16_units, "utf-8": _utf8_units, "utf-32": lambda ch: 1}
+def split_lines(text: str) -> tuple[str, ...]:
+    """The lines of text with their line breaks, as LSP counts them."""
+    out, start = [], 0
+    for m in LINE_BREAK.finditer(text):
+        out.append(text[start:m.end()])
+        start = m.end()
+    if start < len(text):
+        out.append(text[start:])
+    return tuple(out)
 
 
 class LineIndex:
-    """Line starts of one text, for offset <-> Position conversion."""
+    """Line starts and ends of one text, for offset <-> Position conversion.
+
+    Columns are counted without a per-character Python loop (a 400,000-character
+    line stays cheap): UTF-32 columns are code points; UTF-16 columns are code
+    points plus the astral characters before the column (found once, by regex);
+    UTF-8 columns come from encoding the line's prefix."""
 
     def __init__(self, text: str, encoding: str = "utf-16"):
         self.text = text
         encoding = getattr(encoding, "value", encoding)  # PositionEncodingKind or its string
-        self._units = UNITS.get(encoding, _utf16_units)
+        self.encoding = encoding if encoding in ("utf-8", "utf-32") else "utf-16"
         self.starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self.starts.append(i + 1)
-        self._walk = not text.isascii() and encoding != "utf-32"  # columns need a walk
+        self.ends = []            # where each line's content ends (before its line break)
+        for m in LINE_BREAK.finditer(text):
+            self.ends.append(m.start())
+            self.starts.append(m.end())
+        self.ends.append(len(text))
+        ascii_only = text.isascii()
+        self._utf8 = self.encoding == "utf-8" and not ascii_only
+        self._astral = ([m.start() for m in _ASTRAL.finditer(text)]
+                        if self.encoding == "utf-16" and not ascii_only else [])
 
-    def _line_end(self, line: int) -> int:
-        return self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
+    @property
+    def line_count(self) -> int:
+        return len(self.starts)
+
+    def _units(self, start: int, offset: int) -> int:
+        """Code units of text[start:offset] (one line) in the negotiated encoding."""
+        if self._utf8:
+            return len(self.text[start:offset].encode("utf-8", "surrogatepass"))
+        if self._astral:
+            return offset - start + bisect.bisect_left(self._astral, offset) - bisect.bisect_left(self._astral, start)
+        return offset - start
 
     def position(self, offset: int) -> lsp.Position:
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self.starts, offset) - 1
         start = self.starts[line]
-        col = offset - start
-        if self._walk:
-            col = sum(map(self._units, self.text[start:offset]))
-        return lsp.Position(line=line, character=col)
+        offset = min(offset, self.ends[line])   # inside a \r\n: the end of the line
+        return lsp.Position(line=line, character=self._units(start, offset))
+
+    def positions(self, offsets) -> list[lsp.Position]:
+        """position() of many offsets.  Ascending offsets (a token stream) on a UTF-8 line
+        are counted in one walk (each line encoded once, not once per token)."""
+        if not self._utf8:
+            return [self.position(o) for o in offsets]
+        out, n = [], len(self.text)
+        line, at, units = -1, 0, 0              # the line being walked, up to `at` (= units)
+        for offset in offsets:
+            offset = max(0, min(offset, n))
+            if not (line >= 0 and at <= offset <= self.ends[line]):
+                line = bisect.bisect_right(self.starts, offset) - 1
+                at, units = self.starts[line], 0
+                offset = min(offset, self.ends[line])
+            units += self._units(at, offset)
+            at = offset
+            out.append(lsp.Position(line=line, character=units))
+        return out
 
     def offset(self, pos: lsp.Position) -> int:
-        """Code-point offset of an LSP position, clamped to the line and the text."""
+        """Code-point offset of an LSP position, clamped to the line and the text.  A
+        column inside a multi-unit character means the end of that character."""
         if pos.line < 0:
             return 0
         if pos.line >= len(self.starts):
             return len(self.text)
-        start, end = self.starts[pos.line], self._line_end(pos.line)
+        start, end = self.starts[pos.line], self.ends[pos.line]
         want = max(0, pos.character)
-        if not self._walk:
+        if not self._utf8 and not self._astral:
             return min(start + want, end)
-        units = 0
-        for i in range(start, end):
-            if units >= want:
-                return i
-            units += self._units(self.text[i])
-        return end
+        lo, hi = start, end                     # smallest i with units(start, i) >= want
+        if self._units(start, end) <= want:
+            return end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._units(start, mid) >= want:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def range(self, span: Span) -> lsp.Range:
         return lsp.Range(start=self.position(span.start), end=self.position(span.end))
 
     def span(self, rng: lsp.Range) -> Span:
         return Span(self.offset(rng.start), self.offset(rng.end))
+
+
+_RECENT: tuple = ()   # (text, encoding, LineIndex) of the last few texts, newest first
+
+
+def index_of(text: str, encoding="utf-16") -> LineIndex:
+    """The LineIndex of text, shared: after an edit the document (to apply the next edit)
+    and the analysis (to convert its spans) need the index of the same text object."""
+    global _RECENT
+    encoding = getattr(encoding, "value", encoding)
+    for t, enc, index in _RECENT:          # a tuple: safe to read while another thread replaces it
+        if t is text and enc == encoding:
+            return index
+    index = LineIndex(text, encoding)
+    _RECENT = ((text, encoding, index),) + _RECENT[:3]
+    return index

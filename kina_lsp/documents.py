@@ -7,6 +7,14 @@ thread keeps results in edit order), so the event loop stays free to answer
 requests while a big file is being checked.  A snapshot is tagged with the
 exact text it was computed from; feature handlers ask `current()` and get a
 snapshot of the text the client sees right now.
+
+Requests give `current()` a time budget: when the analysis of the newest text
+takes longer (a function with tens of thousands of tokens was just edited),
+the request is answered as if nothing were known (null / empty) instead of
+holding the client up; the analysis goes on and the next request gets it.  A
+queued analysis whose text the client has already edited again is skipped, so
+the worker always works on the newest text and a burst of edits costs one
+analysis, not one per edit.
 """
 from __future__ import annotations
 
@@ -17,7 +25,7 @@ from dataclasses import dataclass, field
 
 from compiler.analysis import Analysis
 
-from .convert import LineIndex
+from .convert import LineIndex, index_of
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,7 @@ class DocState:
     view: View | None = None
     debounce: asyncio.Task | None = None
     extra: list = field(default_factory=list)   # LSP diagnostics from "Build & validate"
+    symbols: dict = field(default_factory=dict)  # navigation.document_symbols' per-function cache
 
 
 class Documents:
@@ -62,17 +71,22 @@ class Documents:
         """Runs on the worker thread.  A crash of the analysis is logged, never raised."""
         if st.view is not None and st.view.text == text:
             return st.view
+        cur = self._text_of(st.uri)
+        if cur is None or cur[0] != text:
+            return None   # obsolete: the client has edited (or closed) it since; its answer is moot
         try:
             snap = st.analysis.update(text)
         except Exception:  # the compiler must not take the server down
             log.exception("analysis failed for %s", st.uri)
             st.analysis = Analysis()  # its incremental state may be inconsistent now
             return None
-        st.view = View(snap, text, LineIndex(text, self._encoding()))
+        st.view = View(snap, text, index_of(text, self._encoding()))
         return st.view
 
-    async def current(self, uri: str) -> View | None:
-        """A view of the buffer as it is now (computing it if an edit is pending)."""
+    async def current(self, uri: str, budget: float | None = None) -> View | None:
+        """A view of the buffer as it is now (computing it if an edit is pending), or None
+        when the document is not open, or its analysis did not finish within `budget`
+        seconds."""
         cur = self._text_of(uri)
         if cur is None:
             return None
@@ -81,7 +95,15 @@ class Documents:
         if st.view is not None and st.view.text == text:
             return st.view
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._analyse, st, text)
+        job = loop.run_in_executor(self._executor, self._analyse, st, text)
+        if budget is None:
+            return await job
+        try:
+            return await asyncio.wait_for(asyncio.shield(job), budget)
+        except asyncio.TimeoutError:
+            log.info("analysis of %s is over the %.0f ms request budget; answering without it",
+                     uri, budget * 1000)
+            return None
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -46,7 +46,7 @@ def op_markdown(name: str) -> str:
 
 
 def reverse_mode_markdown(view, handle: ast.Handle) -> str | None:
-    fn = astutil.find_function(view.snapshot.module, handle.call.func)
+    fn = view.snapshot.function_named(handle.call.func)
     if fn is None:
         return None
     names = ["R"] + [f"g_{p.name}" for p in fn.params if astutil.is_float_param(p)]
@@ -71,19 +71,18 @@ def type_of_span(view, span, probe: int | None = None):
     fact = _type_at(view, probe) if probe is not None else None
     if fact is not None and fact.span == span:
         return fact.type
-    program = getattr(view.snapshot, "program", None)
-    for fn in (program.functions.values() if program else ()):
-        if not fn.span.contains(span.start):
-            continue
-        roots = [b.value for b in fn.lets] + [fn.result]
-        for node in (n for r in roots for n in ir.walk(r)):
-            if node.span == span:
-                return node.type
+    fn = view.snapshot.ir_function_at(span.start)   # only this function's IR, not the program's
+    if fn is None or not fn.span.contains(span.start):
+        return None
+    roots = [b.value for b in fn.lets] + [fn.result]
+    for node in (n for r in roots for n in ir.walk(r)):
+        if node.span == span:
+            return node.type
     return None
 
 
 def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
-    fn = astutil.find_function(view.snapshot.module, name)
+    fn = view.snapshot.function_named(name)
     if fn is not None:
         return _hover(view, span, _code(astutil.signature(fn)))
     if name in SURFACE_OPS:
@@ -125,7 +124,7 @@ def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
 
 
 def hover(view, offset: int) -> lsp.Hover | None:
-    fn = astutil.function_at(view.snapshot.module, offset)
+    fn = view.snapshot.function_at(offset)
     if fn is not None:
         found = _syntactic(view, fn, offset)
         if found is not None:

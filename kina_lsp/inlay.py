@@ -35,10 +35,10 @@ def _binding_type(view, name):
 
 def inlay_hints(view, span) -> list[lsp.InlayHint]:
     hints = []
-    module = view.snapshot.module
-    for fn in (module.functions if module else ()):
-        if fn.span.end < span.start or fn.span.start > span.end:
+    for offset, local in view.snapshot.local_functions():   # only the functions in range are copied
+        if offset + local.span.end < span.start or offset + local.span.start > span.end:
             continue
+        fn = view.snapshot.function_at(offset)
         for let in astutil.lets(fn):
             for name in let.names:
                 if not (span.start <= name.span.end <= span.end):

@@ -1,20 +1,25 @@
 """Definition, references, rename and document symbols.
 
-Name resolution is the compiler's (Snapshot.definition / references); this
-module only turns spans into LSP locations and edits, and guards rename so
-that it can only produce a program that still names the same things.
+Name resolution is the compiler's (Snapshot.definition / references /
+rename_conflict); this module only turns spans into LSP locations and edits,
+and guards rename so that it can only produce a program that still names the
+same things.  A refused rename is an LSP RequestFailed error (-32803) whose
+message says why; editors show it as it is.
 """
 from __future__ import annotations
 
+import json
 import re
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 
 from compiler.diagnostics import Span
 from compiler.ops import OPS
 from compiler.types import DType
 
 from . import astutil
+from .convert import LineIndex
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KEYWORDS = frozenset({"fn", "let", "in", "handle", "with", "Tensor"}) | {d.value for d in DType}
@@ -27,6 +32,11 @@ def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
         if m.start() <= offset <= m.end():
             return m.group(), m.start(), m.end()
     return None
+
+
+class RenameRefused(JsonRpcException):
+    """The rename cannot be done as asked (LSP RequestFailed)."""
+    CODE = -32803
 
 
 def _safe(fn, *args, default=None):
@@ -80,29 +90,84 @@ def prepare_rename(view, offset: int):
     return lsp.PrepareRenamePlaceholder(range=view.index.range(Span(start, end)), placeholder=name)
 
 
+def check_new_name(new_name) -> None:
+    if not isinstance(new_name, str) or not IDENT.fullmatch(new_name):
+        raise RenameRefused(f"`{new_name}` is not a valid Kina name: use letters, digits and `_`, "
+                            "not starting with a digit")
+    if new_name in RESERVED:
+        dtypes = {d.value for d in DType}
+        what = ("a dtype name, a reserved word" if new_name in dtypes else "a keyword" if new_name in KEYWORDS
+                else "a built-in op" if new_name in OPS else "reserved")
+        raise RenameRefused(f"`{new_name}` is {what} in Kina and cannot name a function, parameter or let")
+
+
 def rename(view, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | None:
-    if not IDENT.fullmatch(new_name) or new_name in RESERVED:
-        raise ValueError(f"`{new_name}` is not a name a Kina program can define")
+    check_new_name(new_name)
     if prepare_rename(view, offset) is None:
-        return None
+        raise RenameRefused("there is no function, parameter or let to rename here")
+    conflict = view.snapshot.rename_conflict(offset, new_name)
+    if conflict is not None:
+        message, span = conflict
+        where = f" (line {view.index.position(span.start).line + 1})" if span is not None else ""
+        raise RenameRefused(f"cannot rename to `{new_name}`: {message}{where}")
     edits = [lsp.TextEdit(range=view.index.range(Span(s, e)), new_text=new_name)
              for s, e in _name_spans(view, offset)]
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def document_symbols(view) -> list[lsp.DocumentSymbol]:
-    module = view.snapshot.module
-    out = []
-    for fn in (module.functions if module else ()):
-        kids = [lsp.DocumentSymbol(name=p.name, detail=astutil.type_text(p.type), kind=lsp.SymbolKind.Variable,
-                                   range=view.index.range(p.span), selection_range=view.index.range(p.name_span))
-                for p in fn.params]
-        for let in astutil.lets(fn):
-            for n in let.names:
-                kids.append(lsp.DocumentSymbol(name=n.id, kind=lsp.SymbolKind.Variable,
-                                               range=view.index.range(n.span),
-                                               selection_range=view.index.range(n.span)))
-        out.append(lsp.DocumentSymbol(
-            name=fn.name, detail=astutil.signature(fn), kind=lsp.SymbolKind.Function,
-            range=view.index.range(fn.span), selection_range=view.index.range(fn.name_span), children=kids))
-    return out
+def _symbols(fn, index) -> list[dict]:
+    """The symbols of one function, JSON-ready (positions from `index`)."""
+    def rng(span):
+        a, b = index.position(span.start), index.position(span.end)
+        return {"start": {"line": a.line, "character": a.character}, "end": {"line": b.line, "character": b.character}}
+
+    kids = [{"name": p.name, "detail": astutil.type_text(p.type), "kind": lsp.SymbolKind.Variable.value,
+             "range": rng(p.span), "selectionRange": rng(p.name_span)} for p in fn.params]
+    for let in astutil.lets(fn):
+        for n in let.names:
+            kids.append({"name": n.id, "kind": lsp.SymbolKind.Variable.value, "range": rng(n.span),
+                         "selectionRange": rng(n.span)})
+    return [{"name": fn.name, "detail": astutil.signature(fn), "kind": lsp.SymbolKind.Function.value,
+             "range": rng(fn.span), "selectionRange": rng(fn.name_span), "children": kids}]
+
+
+class _At:
+    """A LineIndex stand-in: positions of item-local offsets, for an item that starts at (line, col)."""
+
+    def __init__(self, index, line: int, col: int):
+        self.index, self.line, self.col = index, line, col
+
+    def position(self, offset: int) -> lsp.Position:
+        p = self.index.position(offset)
+        return lsp.Position(line=p.line + self.line, character=p.character + self.col if p.line == 0 else p.character)
+
+
+def document_symbols(view, cache: dict | None = None) -> str:
+    """Every function with its parameters and lets, as the JSON text of a DocumentSymbol[].
+
+    A 1,000-line file has a thousand symbols, and clients ask again after every edit:
+    building them as lsprotocol objects and serialising them through cattrs took longer
+    than the whole analysis.  So each function's symbols are kept as a JSON fragment in
+    `cache` (one per document), reused while the function's text and its place (line and
+    column of its first character) stay the same; the server sends the joined fragments
+    as they are (protocol.RawResult)."""
+    cache = {} if cache is None else cache
+    fragments, seen = [], {}
+    encoding = view.index.encoding
+    for it in view.snapshot.items:
+        res = it.res
+        if res.fn is None:
+            continue
+        start = view.index.position(it.offset)
+        key = (start.line, start.character, encoding)
+        hit = cache.get(id(res))
+        if hit is None or hit[0] is not res or hit[1] != key:
+            local = LineIndex(res.text, encoding) if hit is None or hit[0] is not res or hit[1][2] != encoding \
+                else hit[3]
+            text = json.dumps(_symbols(res.fn, _At(local, start.line, start.character)), separators=(",", ":"))
+            hit = (res, key, text[1:-1], local)
+        seen[id(res)] = hit
+        fragments.append(hit[2])
+    cache.clear()
+    cache.update(seen)
+    return "[" + ",".join(fragments) + "]"

@@ -3,7 +3,12 @@
 It reuses the compiler's incremental front end (compiler.analysis) for every
 answer; the feature modules only translate between compiler objects and LSP:
 
-  diagnostics.py  publish (debounced, off the event loop, stale results dropped)
+  cli.py          the kina-lsp command (stdio, --tcp), neutral working directory
+  transport.py    frames and JSON-RPC checks: every request gets an answer
+  protocol.py     LSP line breaks in documents; cancellation reaches the work
+  tcp.py          --tcp: loopback only, token required
+  documents.py    per-document analysis on a worker thread, request budget
+  diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
   hover.py        types, op rules, signatures, reverseMode result tuples
   inlay.py        the type of every let binding
   navigation.py   definition, references, rename, document symbols
@@ -15,12 +20,14 @@ answer; the feature modules only translate between compiler objects and LSP:
 
 Every handler is wrapped: an exception is logged and the request still gets an
 answer (an empty one), so junk text or a compiler bug never reaches the client
-as an error.  The server exits on stdin EOF and when the client process named
-in `initialize` (processId) disappears.
+as an error; only deliberate errors (JsonRpcException: a refused rename, bad
+command arguments) do, with a message that says why.  The server exits on
+`exit` (code 0 after `shutdown`, else 1), on end of input, and when the client
+process named in `initialize` (processId) disappears.
 """
 from __future__ import annotations
 
-import argparse
+import asyncio
 import functools
 import inspect
 import logging
@@ -28,32 +35,56 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
-from . import actions, astutil, commands, completion, hover, inlay, navigation, semantic
-from .convert import LineIndex
+from . import actions, astutil, commands, completion, diagnostics, hover, inlay, navigation, semantic, tcp, transport
+from .convert import index_of
 from .diagnostics import Publisher
 from .documents import Documents
+from .protocol import KinaProtocol, RawResult
 from .settings import Settings
 
 log = logging.getLogger("kina_lsp")
 VERSION = "0.1.0"
 MLIR_REQUEST = "kina/mlir"
+VIEW_FILE_TEXT = "kina/viewFileText"
 
 
 class KinaServer(LanguageServer):
     def __init__(self):
-        super().__init__("kina-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
+        super().__init__("kina-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
+                         protocol_cls=KinaProtocol)
         self.settings = Settings()
         self.documents = Documents(self.buffer, self.position_encoding)
         self.publisher = Publisher(self, self.documents, self.settings)
 
     def buffer(self, uri: str):
-        """(text, version) of an open document, or None."""
-        doc = self.workspace.text_documents.get(uri)
+        """(text, version) of an open document, or None (never a file read from disk)."""
+        try:
+            doc = self.workspace.open_document(uri) if isinstance(uri, str) else None
+        except RuntimeError:  # before initialize
+            return None
         return None if doc is None else (doc.source, doc.version)
+
+    # ---- transports (ours: see transport.py for what pygls' reader got wrong)
+    def start_io(self, stdin=None, stdout=None) -> int:
+        writer = StdoutWriter(stdout or sys.stdout.buffer)
+        self.protocol.set_writer(writer)
+        dispatcher = transport.Dispatcher(self.protocol, writer.write)
+        source = transport.ThreadedFileSource((stdin or sys.stdin.buffer).fileno())
+        try:
+            return asyncio.run(transport.serve(source, dispatcher))
+        except BrokenPipeError:
+            log.error("the client closed the connection")
+            return 1
+
+    def start_tcp(self, host: str, port: int, token: str = "", announce=lambda port: None) -> int:
+        return asyncio.run(tcp.serve_tcp(self.protocol, host, port, token, announce))
 
     def position_encoding(self):
         try:
@@ -61,8 +92,12 @@ class KinaServer(LanguageServer):
         except Exception:  # before initialize
             return "utf-16"
 
-    async def view(self, uri: str):
-        return await self.documents.current(uri)
+    async def view(self, uri: str, wait: bool = False):
+        """The analysis of the buffer as it is now, within the request budget (else None).
+        Requests the editor sends by itself, all the time (hover, inlay hints, symbols,
+        code actions ...), keep to the budget; ones the user asked for and waits on
+        (definition, references, rename) `wait` for the analysis."""
+        return await self.documents.current(uri, budget=None if wait else self.settings.budget)
 
     async def set_validation_diagnostics(self, uri: str, text: str, failing: dict) -> None:
         """Attach `validate` diagnostics for the text that was validated (dropped if it was edited since)."""
@@ -70,21 +105,23 @@ class KinaServer(LanguageServer):
         cur = self.buffer(uri)
         if view is None or cur is None or view.text != text:
             return
-        self.documents.state(uri).extra = commands.validation_diagnostics(view, failing)
-        self.publisher.publish(uri, view, cur[1])
+        self.publisher.set_extra(uri, commands.validation_diagnostics(view, failing), view, cur[1])
 
 
 server = KinaServer()
 
 
 def safe(default=None):
-    """Wrap a handler: log any exception and answer `default` instead."""
+    """Wrap a handler: log any exception and answer `default` instead.  A JsonRpcException
+    is a deliberate error answer (with a message for the user) and goes through."""
     def wrap(fn):
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def run_async(*args, **kwargs):
                 try:
                     return await fn(*args, **kwargs)
+                except JsonRpcException:
+                    raise
                 except Exception:
                     log.exception("%s failed", fn.__name__)
                     return default() if callable(default) else default
@@ -94,6 +131,8 @@ def safe(default=None):
         def run(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
+            except JsonRpcException:
+                raise
             except Exception:
                 log.exception("%s failed", fn.__name__)
                 return default() if callable(default) else default
@@ -101,8 +140,8 @@ def safe(default=None):
     return wrap
 
 
-async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position):
-    view = await ls.view(uri)
+async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position, wait: bool = False):
+    view = await ls.view(uri, wait)
     return (view, view.index.offset(position)) if view is not None else (None, 0)
 
 
@@ -111,7 +150,8 @@ async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position):
 @safe()
 def initialize(ls: KinaServer, params: lsp.InitializeParams):
     ls.settings.update(params.initialization_options)
-    if params.process_id:
+    ls.publisher.configure(params.capabilities)
+    if params.process_id and params.process_id > 0:
         _watch_parent(params.process_id)
 
 
@@ -165,7 +205,7 @@ def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams):
 @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
 @safe()
 def did_change(ls: KinaServer, params: lsp.DidChangeTextDocumentParams):
-    ls.documents.state(params.text_document.uri).extra = []  # validation results are for the old text
+    ls.publisher.edited(params.text_document.uri)  # validation results are for the old text
     ls.publisher.schedule(params.text_document.uri)
 
 
@@ -179,8 +219,13 @@ def did_save(ls: KinaServer, params: lsp.DidSaveTextDocumentParams):
 @safe()
 def did_close(ls: KinaServer, params: lsp.DidCloseTextDocumentParams):
     ls.documents.close(params.text_document.uri)
-    ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=params.text_document.uri,
-                                                                      diagnostics=[]))
+    ls.publisher.clear(params.text_document.uri)
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, diagnostics.OPTIONS)
+async def on_diagnostic(ls: KinaServer, params: lsp.DocumentDiagnosticParams):
+    # not @safe: an empty report would wipe the client's diagnostics; a failure is an error
+    return await ls.publisher.report(params)
 
 
 # ---- features -----------------------------------------------------------------------------
@@ -203,14 +248,14 @@ async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams):
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
 @safe()
 async def on_definition(ls: KinaServer, params: lsp.DefinitionParams):
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.definition(view, params.text_document.uri, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 @safe(default=list)
 async def on_references(ls: KinaServer, params: lsp.ReferenceParams):
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.references(view, params.text_document.uri, offset,
                                  params.context.include_declaration) if view else []
 
@@ -218,14 +263,15 @@ async def on_references(ls: KinaServer, params: lsp.ReferenceParams):
 @server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
 @safe()
 async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams):
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.prepare_rename(view, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_RENAME, lsp.RenameOptions(prepare_provider=True))
+@safe()
 async def on_rename(ls: KinaServer, params: lsp.RenameParams):
-    # not @safe: an invalid new name must reach the user as an error response
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
+    navigation.check_new_name(params.new_name)   # a refusal is an error response that says why
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.rename(view, params.text_document.uri, offset, params.new_name) if view else None
 
 
@@ -233,16 +279,20 @@ async def on_rename(ls: KinaServer, params: lsp.RenameParams):
 @safe(default=list)
 async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams):
     view = await ls.view(params.text_document.uri)
-    return navigation.document_symbols(view) if view else []
+    if view is None:
+        return []
+    return RawResult(navigation.document_symbols(view, ls.documents.state(params.text_document.uri).symbols))
 
 
 @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", "(", ",", "=", "["]))
 @safe(default=list)
 def on_completion(ls: KinaServer, params: lsp.CompletionParams):
     # lexical on the live buffer: no analysis needed, so it never waits for one
-    doc = ls.workspace.get_text_document(params.text_document.uri)
-    text = doc.source
-    offset = LineIndex(text, ls.position_encoding()).offset(params.position)
+    cur = ls.buffer(params.text_document.uri)
+    if cur is None:   # not open: never read (and list the identifiers of) a file from disk
+        return []
+    text = cur[0]
+    offset = index_of(text, ls.position_encoding()).offset(params.position)
     return lsp.CompletionList(is_incomplete=False,
                               items=completion.complete(text, offset, completion.function_names(text)))
 
@@ -255,7 +305,7 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
     if view is None:
         return None
     sigs = {}
-    for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
+    for _offset, fn in view.snapshot.local_functions():   # signatures only: no spans needed
         ps = [f"{p.name}: {astutil.type_text(p.type)}" for p in fn.params]
         sigs[fn.name] = (f"{fn.name}({', '.join(ps)}) -> {astutil.type_text(fn.ret)}", ps)
     return completion.signature_help(view.text, offset, sigs)
@@ -267,7 +317,7 @@ async def on_semantic_tokens(ls: KinaServer, params: lsp.SemanticTokensParams):
     view = await ls.view(params.text_document.uri)
     if view is None:
         return lsp.SemanticTokens(data=[])
-    fns = view.snapshot.module.functions if view.snapshot.module else []
+    fns = [fn for _offset, fn in view.snapshot.local_functions()]   # names only: nothing copied
     params_ = {p.name for f in fns for p in f.params}
     return semantic.semantic_tokens(view.text, view.index, {f.name for f in fns}, params_)
 
@@ -282,41 +332,52 @@ async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams):
 
 @server.command(actions.CMD_VALIDATE)
 @safe(default=lambda: {"ok": False, "message": "Kina: build & validate failed (see the server log)"})
-async def cmd_validate(ls: KinaServer, uri: str):
-    return await commands.build_and_validate(ls, uri)
+async def cmd_validate(ls: KinaServer, uri: Any):
+    ls.protocol.track()   # $/cancelRequest (and shutdown) cancel the build, not just the answer
+    return await commands.build_and_validate(ls, _command_uri(uri, actions.CMD_VALIDATE))
 
 
 @server.command(actions.CMD_MLIR)
 @safe(default=lambda: {"language": "text", "content": "internal error (see the server log)", "ok": False})
-async def cmd_show_mlir(ls: KinaServer, uri: str):
-    return await commands.show_mlir(ls, uri)
+async def cmd_show_mlir(ls: KinaServer, uri: Any):
+    return await commands.show_mlir(ls, _command_uri(uri, actions.CMD_MLIR))
+
+
+def _command_uri(uri, command: str) -> str:
+    # typed Any, not str: pygls would turn a number into a string and run the command on it
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f"{command} takes one argument, the URI of an open .kina document")
+    return uri
 
 
 @server.feature(MLIR_REQUEST)
 @safe(default=lambda: {"language": "text", "content": "internal error (see the server log)", "ok": False})
 async def mlir_request(ls: KinaServer, params):
     """Custom request: {"textDocument": {"uri": ...}} -> {"language", "content", "ok", "title"}."""
+    return await commands.show_mlir(ls, _uri_param(params, MLIR_REQUEST))
+
+
+@server.feature(VIEW_FILE_TEXT)
+@safe()
+def view_file_text(ls: KinaServer, params):
+    """Custom request (as rust-analyzer's viewFileText): {"textDocument": {"uri"}} ->
+    {"text", "version"} of the server's copy of an open document, or null.  For finding
+    sync bugs: the client compares it with its own buffer."""
+    uri = _uri_param(params, VIEW_FILE_TEXT)
+    cur = ls.buffer(uri)
+    return None if cur is None else {"text": cur[0], "version": cur[1]}
+
+
+def _uri_param(params, method: str) -> str:
     doc = params.get("textDocument") if isinstance(params, dict) else getattr(params, "textDocument", None)
     uri = doc.get("uri") if isinstance(doc, dict) else getattr(doc, "uri", None)
-    return await commands.show_mlir(ls, uri)
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f'{method} takes {{"textDocument": {{"uri": "<uri of an open document>"}}}}')
+    return uri
 
 
 # ---- entry point ----------------------------------------------------------------------------
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="kina-lsp", description="The Kina language server (stdio by default).")
-    parser.add_argument("--tcp", action="store_true", help="serve over TCP instead of stdio")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=2087)
-    parser.add_argument("--log-level", default="WARNING", help="stderr log level (DEBUG, INFO, ...)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=args.log_level.upper(),
-                        format="kina-lsp %(levelname)s %(name)s: %(message)s")
-    try:
-        if args.tcp:
-            server.start_tcp(args.host, args.port)
-        else:
-            server.start_io()
-    finally:
-        server.documents.shutdown()
-    # worker threads (a running validation) must not keep a server without a client alive
-    os._exit(0)
+    """The `kina-lsp` command (see cli.py)."""
+    from .cli import main as run
+    return run(argv)

@@ -1,4 +1,7 @@
-"""Server settings: `kina.diagnostics.debounceMs`, `kina.inlayHints.enabled`.
+"""Server settings: `kina.diagnostics.debounceMs`, `kina.inlayHints.enabled`,
+`kina.requests.budgetMs` (how long a request waits for the analysis of an edit
+before it is answered without it; not an editor setting, clients may pass it in
+initializationOptions).
 
 Values come from initializationOptions and from workspace/configuration
 (section "kina"); both may be nested (`{"diagnostics": {"debounceMs": 0}}`)
@@ -9,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# setting key -> (attribute, type, default)
+# setting key -> (attribute, type, default); integers are clamped to [0, INT_MAX[attribute]]
 SETTINGS = {
     "diagnostics.debounceMs": ("debounce_ms", int, 150),
     "inlayHints.enabled": ("inlay_hints", bool, True),
+    "requests.budgetMs": ("budget_ms", int, 75),
 }
+INT_MAX = {"debounce_ms": 5000, "budget_ms": 600_000}
 
 
 def _lookup(tree, dotted: str):
@@ -32,6 +37,11 @@ def _lookup(tree, dotted: str):
 class Settings:
     debounce_ms: int = 150
     inlay_hints: bool = True
+    budget_ms: int = 75
+
+    @property
+    def budget(self) -> float:
+        return self.budget_ms / 1000.0
 
     def update(self, raw) -> None:
         """Merge user settings; ill-typed values are ignored, not fatal."""
@@ -47,8 +57,8 @@ class Settings:
                 if typ is bool and not isinstance(value, bool):
                     raise ValueError(value)
                 value = typ(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
             if typ is int:
-                value = max(0, value)
+                value = max(0, min(value, INT_MAX[attr]))
             setattr(self, attr, value)

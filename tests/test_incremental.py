@@ -130,3 +130,53 @@ def test_duplicates_and_recursion_are_module_level():
     snap = a.update(one + two.replace("f(a)", "a") + one)
     assert [d.code for d in snap.diagnostics] == ["duplicate"]
     same_as_scratch(snap, one + two.replace("f(a)", "a") + one)
+
+
+# ---- F10: the first request after an edit copies only what changed --------------------------
+def _layers(n: int) -> str:
+    return "".join(f"fn f{i}(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {{\n  let y = x.exp() in\n  y\n}}\n\n"
+                   for i in range(n))
+
+
+def test_unchanged_functions_keep_their_document_copies_across_edits():
+    text = _layers(5)
+    a = Analysis()
+    s1 = a.update(text)
+    offsets = [it.offset for it in s1.items]
+    before = {o: (s1.function_at(o), s1.ir_function_at(o)) for o in offsets}
+    # same-length edit inside f2: nothing moves; only f2's copies are new
+    at = text.index("x.exp()", offsets[2])
+    s2 = a.update(text[:at] + "x.log()" + text[at + len("x.exp()"):])
+    for i, o in enumerate(offsets):
+        fn, ir = s2.function_at(o), s2.ir_function_at(o)
+        assert (fn is before[o][0]) == (i != 2) and (ir is before[o][1]) == (i != 2)
+    assert s2.ir_function_at(offsets[2]).lets[0].value.op == "log"
+    # a longer edit in f1 moves f2..f4: f0 keeps its copies, the moved ones are re-made
+    # at their new offsets (and are right there)
+    text3 = s2.text.replace("f1(x", "f1(xx", 1).replace("let y = x.exp() in\n  y\n}\n\nfn f2", "let y = xx.exp() in\n  y\n}\n\nfn f2", 1)
+    s3 = a.update(text3)
+    assert s3.function_at(offsets[0]) is before[offsets[0]][0]
+    f3 = s3.function_at(text3.index("fn f3"))
+    assert f3.name == "f3" and text3[f3.name_span.start:f3.name_span.end] == "f3"
+    same_as_scratch(s3, text3)
+
+
+def test_whole_document_views_reuse_the_per_function_copies():
+    text = _layers(4)
+    a = Analysis()
+    s1 = a.update(text)
+    m1, p1 = s1.module, s1.program
+    s2 = a.update(text + "\n// a comment at the end\n")
+    assert all(f2 is f1 for f1, f2 in zip(m1.functions, s2.module.functions))
+    assert all(s2.program.functions[n] is p1.functions[n] for n in p1.functions)
+
+
+def test_a_reverted_text_reuses_the_checked_results_of_its_functions():
+    text = _layers(6)
+    a = Analysis()
+    s1 = a.update(text)
+    results = [it.res.result for it in s1.items]
+    a.update(text.replace("x.exp()", "x.log()"))          # every function changes
+    s3 = a.update(text)                                   # and back (an undo, a revert)
+    assert [it.res.result for it in s3.items] == results
+    assert all(r3 is r1 for r3, r1 in zip((it.res.result for it in s3.items), results))

@@ -38,12 +38,16 @@ def make_client() -> LanguageClient:
     return client
 
 
-def init_params(**options) -> lsp.InitializeParams:
-    opts = {"kina": {"diagnostics": {"debounceMs": 0}}}
+def init_params(pull: bool = False, **options) -> lsp.InitializeParams:
+    # feature tests check answers, not the request budget: a loaded CI machine must not
+    # turn a slow analysis into an empty answer (test_lsp_hostile.py checks the budget)
+    opts = {"kina": {"diagnostics": {"debounceMs": 0}, "requests": {"budgetMs": 30_000}}}
     opts["kina"].update(options)
     caps = client_capabilities("neovim@v0.11.0")
     # neovim prefers UTF-8 positions; VS Code (our main client) speaks UTF-16, the LSP default
     caps.general.position_encodings = [lsp.PositionEncodingKind.Utf16]
+    if not pull:   # a client that can pull gets no pushes; most tests read the pushes
+        caps.text_document.diagnostic = None
     return lsp.InitializeParams(capabilities=caps,
                                 root_uri=ROOT.as_uri(), initialization_options=opts)
 

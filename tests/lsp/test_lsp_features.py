@@ -7,7 +7,7 @@ from lsprotocol import types as lsp
 
 from kina_lsp.semantic import TOKEN_TYPES
 
-from conftest import MODULE_LOOP, doc_id, open_doc, open_example, pos, published
+from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 
 FORWARD = "storylm0_forward.kina"
 
@@ -96,7 +96,7 @@ async def test_rename_let_and_function(client):
         text_document=doc_id(uri), position=pos(text, "attn(q, k_t"), new_name="attention"))
     edits = edit.changes[uri]
     assert len(edits) == 2 and all(e.new_text == "attention" for e in edits)
-    with pytest.raises(Exception, match="not a name a Kina program can define"):
+    with pytest.raises(Exception, match="`softmax` is a built-in op"):
         await client.text_document_rename_async(lsp.RenameParams(
             text_document=doc_id(uri), position=pos(text, "attn(q, k_t"), new_name="softmax"))
 
@@ -107,6 +107,30 @@ async def test_document_symbols(client):
     assert [s.name for s in syms][:2] == ["attn", "storylm0_forward"]
     assert syms[0].detail.startswith("fn attn(q: Tensor[F32, [1, 2, 4, 2], @host]")
     assert {"q", "scores", "probs"} <= {c.name for c in syms[0].children}
+
+
+async def test_document_symbol_ranges_follow_edits(client):
+    """Symbols are cached per function; moved functions (and a function that starts
+    mid-line, after a non-ASCII comment) must still get exact ranges."""
+    text = (EXAMPLES / FORWARD).read_text(encoding="utf-8")
+    uri = open_doc(client, text, "symbols_move.kina")
+
+    async def check(text, version):
+        await published(client, uri, version)
+        syms = await client.text_document_document_symbol_async(lsp.DocumentSymbolParams(text_document=doc_id(uri)))
+        fwd = next(s for s in syms if s.name == "storylm0_forward")
+        assert fwd.selection_range.start == pos(text, "storylm0_forward(token_ids")
+        x = next(c for c in fwd.children if c.name == "x")
+        assert x.range == lsp.Range(start=pos(text, "let x", 4), end=pos(text, "let x", 5))
+
+    await check(text, 1)
+    text = "// é🙂\n\n" + text                  # every function moves down two lines
+    change(client, uri, 2, text)
+    await check(text, 2)
+    assert "}\n\nfn storylm0_forward" in text
+    text = text.replace("}\n\nfn storylm0_forward", "}  fn storylm0_forward", 1)   # now mid-line
+    change(client, uri, 3, text)
+    await check(text, 3)
 
 
 async def complete(client, uri, text, needle, delta):
@@ -134,7 +158,8 @@ fn k(a: Tensor[F
     attrs = await complete(client, uri, text, "op=me, ", 7)
     assert "axis" in attrs and "op" not in attrs and "w" in attrs
     names = await complete(client, uri, text, "  s\n", 3)
-    assert {"w", "ids", "h", "s", "t", "f", "k", "gather", "let"} <= set(names)
+    assert {"w", "ids", "h", "s", "f", "k", "gather", "let"} <= set(names)
+    assert "t" not in names    # the cursor is still in `t`'s value (no `in` yet): t is not bound there
     dtypes = await complete(client, uri, text, "Tensor[F\n", 8)
     assert set(dtypes) == {"F16", "BF16", "F32", "F8E4M3", "F8E5M2", "I64"}
 

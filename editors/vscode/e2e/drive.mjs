@@ -1,14 +1,21 @@
 /**
  * Playwright driver for the Kina extension's end-to-end test (started by run.sh).
  *
- * Acts like a user in code-server: opens the example with Quick Open, waits for the
- * language server's status-bar item, hovers a `let`, breaks a shape and reads the Problems
- * view, runs Build & Validate and Show MLIR from the Command Palette, and finally sets
- * `kina.server.pythonPath` (in the Settings editor) to a missing interpreter to see the
- * start-failure message.  Each step saves a screenshot; a failing step saves
- * `<step>-failed.png` and exits non-zero.
+ * --mode trusted (default) acts like a user in code-server: opens the example with Quick
+ * Open, waits for the language server's status-bar item, hovers a `let`, breaks a shape and
+ * reads the Problems view, runs Build & Validate and Show MLIR from the Command Palette, and
+ * finally sets `kina.server.pythonPath` (in the Settings editor) to a missing interpreter to
+ * see the start-failure message.
  *
- * Usage: node drive.mjs --harness DIR --url URL --file NAME --out DIR
+ * --mode restricted opens a folder that is not trusted (Restricted Mode): the server still
+ * starts from the user's interpreter and answers hovers, Build & Validate is not offered,
+ * and a user-level `kina.server.pythonPath` of `${workspaceFolder}/.venv/bin/python` is
+ * passed over with a warning (the server then starts from PATH).  run.sh plants hostile
+ * Python files in both folders and checks afterwards that none of them ran.
+ *
+ * Each step saves a screenshot; a failing step saves `<step>-failed.png` and exits non-zero.
+ *
+ * Usage: node drive.mjs --harness DIR --url URL --file NAME --out DIR [--mode trusted|restricted]
  */
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
@@ -22,6 +29,7 @@ const { values: opt } = parseArgs({
     url: { type: 'string' },
     file: { type: 'string' },
     out: { type: 'string' },
+    mode: { type: 'string', default: 'trusted' },
   },
 });
 // playwright-core lives in the harness cache, not in the repository.
@@ -92,53 +100,74 @@ async function focusEditor() {
   await editor.click({ position: { x: 300, y: 10 } });
 }
 
-try {
-  await step('01-server-started', async () => {
-    await page.goto(opt.url, { waitUntil: 'domcontentloaded' });
-    await page.locator('.monaco-workbench').waitFor({ timeout: 60000 });
-    await page.locator(`.explorer-folders-view .monaco-list-row[aria-label*="${opt.file}"]`).waitFor({ timeout: 60000 });
-    await page.waitForTimeout(1000); // keybindings are live only once the workbench has restored
-    await quickOpen(opt.file);
-    await page.locator(`.tab.active[aria-label*="${opt.file}"]`).waitFor({ timeout: 30000 });
-    // the TextMate grammar has tokenised the file: several token classes on screen
-    await page.waitForFunction(() => {
-      const spans = document.querySelectorAll('.editor-instance .view-lines span[class^="mtk"]');
-      return new Set([...spans].map((s) => s.className)).size >= 5;
-    }, null, { timeout: 30000 });
-    const mode = await page.locator('.statusbar-item[id="status.editor.mode"]').textContent();
-    if (!mode?.includes('Kina')) throw new Error(`language mode is "${mode}", not Kina`);
-    // the extension's status item turns to a check mark once kina-lsp answered initialize
-    await statusItem('check').waitFor({ timeout: 60000 });
-  });
+/** Opens the workbench and the example file; the server is up once the status item shows a check. */
+async function openExample() {
+  await page.goto(opt.url, { waitUntil: 'domcontentloaded' });
+  await page.locator('.monaco-workbench').waitFor({ timeout: 60000 });
+  await page.locator(`.explorer-folders-view .monaco-list-row[aria-label*="${opt.file}"]`).waitFor({ timeout: 60000 });
+  await page.waitForTimeout(1000); // keybindings are live only once the workbench has restored
+  await quickOpen(opt.file);
+  await page.locator(`.tab.active[aria-label*="${opt.file}"]`).waitFor({ timeout: 30000 });
+  // the TextMate grammar has tokenised the file: several token classes on screen
+  await page.waitForFunction(() => {
+    const spans = document.querySelectorAll('.editor-instance .view-lines span[class^="mtk"]');
+    return new Set([...spans].map((s) => s.className)).size >= 5;
+  }, null, { timeout: 30000 });
+  const mode = await page.locator('.statusbar-item[id="status.editor.mode"]').textContent();
+  if (!mode?.includes('Kina')) throw new Error(`language mode is "${mode}", not Kina`);
+  // the extension's status item turns to a check mark once kina-lsp answered initialize
+  await statusItem('check').waitFor({ timeout: 60000 });
+}
 
-  await step('02-hover-let-type', async () => {
-    const { line } = position('let x = gather');
-    // Monaco renders spaces as U+00A0 and an inlay hint may sit between `let x` and `=`,
-    // so find the token in the DOM; `x` is its own token (variable.other.declaration.kina).
-    const box = await page.evaluate(() => {
-      for (const row of document.querySelectorAll('.editor-instance .view-line')) {
-        if (!/^\s*let x\b.*gather/.test(row.textContent.replace(/\u00a0/g, ' '))) continue;
-        const token = [...row.querySelectorAll('span > span')].find((s) => s.textContent === 'x');
-        const r = token?.getBoundingClientRect();
-        return r ? { x: r.x + r.width / 2, y: r.y + r.height / 2 } : null;
-      }
-      return null;
-    });
-    if (!box) throw new Error(`the \`x\` of line ${line} is not on screen`);
-    const hover = page.locator('.monaco-hover:not(.hidden)', { hasText: EXPECTED_HOVER }).first();
-    for (let attempt = 1; ; attempt++) {
-      await page.mouse.move(box.x, box.y);
-      try {
-        await hover.waitFor({ state: 'visible', timeout: 5000 });
-        break;
-      } catch (e) {
-        // the first hover can race the server's first analysis; move away and come back
-        if (attempt >= 4) throw new Error(`no hover with ${EXPECTED_HOVER} over x on line ${line}`);
-        await page.mouse.move(5, 5);
-      }
+/** Sets kina.server.pythonPath in the Settings editor, as a user would. */
+async function setPythonPath(value) {
+  await runCommand('Preferences: Open User Settings');
+  const search = page.locator('.settings-editor .suggest-input-container .monaco-editor textarea').first();
+  await search.waitFor({ timeout: 30000 });
+  await search.focus(); // the editor's cursor layer would swallow a click
+  await page.keyboard.type('@id:kina.server.pythonPath');
+  // machine-overridable settings of a remote window (code-server is one) live in the Remote tab
+  await page.locator('.settings-editor .settings-tabs-widget .action-label', { hasText: 'Remote' }).first().click();
+  const input = page.locator('.settings-editor .setting-item-contents', { hasText: 'Python Path' }).locator('input').first();
+  await input.waitFor({ timeout: 30000 });
+  await input.fill(value);
+  await input.press('Tab'); // commit the edit
+}
+
+/** Hovers the `x` of `let x = gather(..)` until the server's type shows. */
+async function hoverLetX() {
+  const { line } = position('let x = gather');
+  // Monaco renders spaces as U+00A0 and an inlay hint may sit between `let x` and `=`,
+  // so find the token in the DOM; `x` is its own token (variable.other.declaration.kina).
+  const box = await page.evaluate(() => {
+    for (const row of document.querySelectorAll('.editor-instance .view-line')) {
+      if (!/^\s*let x\b.*gather/.test(row.textContent.replace(/\u00a0/g, ' '))) continue;
+      const token = [...row.querySelectorAll('span > span')].find((s) => s.textContent === 'x');
+      const r = token?.getBoundingClientRect();
+      return r ? { x: r.x + r.width / 2, y: r.y + r.height / 2 } : null;
     }
-    log(`hover: ${await oneLine(hover, 160)}`);
+    return null;
   });
+  if (!box) throw new Error(`the \`x\` of line ${line} is not on screen`);
+  const hover = page.locator('.monaco-hover:not(.hidden)', { hasText: EXPECTED_HOVER }).first();
+  for (let attempt = 1; ; attempt++) {
+    await page.mouse.move(box.x, box.y);
+    try {
+      await hover.waitFor({ state: 'visible', timeout: 5000 });
+      break;
+    } catch (e) {
+      // the first hover can race the server's first analysis; move away and come back
+      if (attempt >= 4) throw new Error(`no hover with ${EXPECTED_HOVER} over x on line ${line}`);
+      await page.mouse.move(5, 5);
+    }
+  }
+  log(`hover: ${await oneLine(hover, 160)}`);
+}
+
+async function trusted() {
+  await step('01-server-started', openExample);
+
+  await step('02-hover-let-type', hoverLetX);
 
   await step('03-broken-shape-in-problems', async () => {
     await page.mouse.move(5, 5);
@@ -181,17 +210,7 @@ try {
   await step('06-missing-interpreter-error', async () => {
     // what a user with a wrong interpreter sees: set kina.server.pythonPath in the Settings
     // editor; the extension restarts the server on the change and reports the failure
-    await runCommand('Preferences: Open User Settings');
-    const search = page.locator('.settings-editor .suggest-input-container .monaco-editor textarea').first();
-    await search.waitFor({ timeout: 30000 });
-    await search.focus(); // the editor's cursor layer would swallow a click
-    await page.keyboard.type('@id:kina.server.pythonPath');
-    // machine-overridable settings of a remote window (code-server is one) live in the Remote tab
-    await page.locator('.settings-editor .settings-tabs-widget .action-label', { hasText: 'Remote' }).first().click();
-    const input = page.locator('.settings-editor .setting-item-contents', { hasText: 'Python Path' }).locator('input').first();
-    await input.waitFor({ timeout: 30000 });
-    await input.fill('/nonexistent/venv/bin/python');
-    await input.press('Tab'); // commit the edit
+    await setPythonPath('/nonexistent/venv/bin/python');
     const error = toast('did not start');
     await error.waitFor({ timeout: 60000 });
     const text = await oneLine(error, 400);
@@ -204,6 +223,61 @@ try {
     if (generic > 0) throw new Error('the generic "couldn\'t create connection" toast is shown as well');
     log(`error: ${text}`);
   });
+}
+
+async function restricted() {
+  await step('r1-restricted-mode-server-started', async () => {
+    await openExample();
+    // the workbench says it is in Restricted Mode (banner or status bar)
+    await page.locator('text=Restricted Mode').first().waitFor({ timeout: 30000 });
+  });
+
+  await step('r2-hover-in-restricted-mode', hoverLetX);
+
+  await step('r3-no-build-and-validate', async () => {
+    await page.mouse.move(5, 5);
+    await page.keyboard.press('Escape');
+    await focusEditor();
+    await page.keyboard.press('F1');
+    const input = page.locator('.quick-input-widget .quick-input-box input');
+    await input.waitFor({ state: 'visible', timeout: 10000 });
+    await input.fill('>Kina: ');
+    const rows = page.locator('.quick-input-list .monaco-list-row');
+    await rows.filter({ hasText: 'Show MLIR' }).first().waitFor({ timeout: 10000 });
+    const offered = await rows.filter({ hasText: 'Build & Validate' }).count();
+    await page.keyboard.press('Escape');
+    if (offered > 0) throw new Error('Build & Validate is offered in Restricted Mode');
+  });
+
+  await step('r4-workspace-folder-interpreter-passed-over', async () => {
+    // a user-level interpreter inside the untrusted folder: not used, with a warning; the
+    // server starts from PATH instead
+    await setPythonPath('${workspaceFolder}/.venv/bin/python');
+    // the warning itself (the start failure that may follow quotes the same sentence)
+    const warning = toast(/Kina: `kina\.server\.pythonPath` \(.*points into this untrusted workspace/);
+    await warning.waitFor({ timeout: 60000 });
+    log(`warning: ${await oneLine(warning.locator('.notification-list-item-message'), 300)}`);
+    // the server then starts from `kina-lsp` on PATH, or, where there is none, the start
+    // failure says why the setting was not used
+    await Promise.race([statusItem('check').waitFor({ timeout: 60000 }), statusItem('error').waitFor({ timeout: 60000 })]);
+    if (await statusItem('error').isVisible()) {
+      const failure = toast('did not start');
+      await failure.waitFor({ timeout: 10000 });
+      const text = await oneLine(failure.locator('.notification-list-item-message'), 600);
+      if (!/points into this untrusted workspace/.test(text)) throw new Error(`start failure does not say why: ${text}`);
+      log(`no kina-lsp on PATH here: ${text}`);
+    } else {
+      log('the server started from PATH');
+    }
+  });
+}
+
+try {
+  if (opt.mode === 'restricted') {
+    await restricted();
+  } else {
+    await trusted();
+  }
 } catch (e) {
   console.error(`[drive] step ${stepName} failed: ${e.stack ?? e}`);
   await page.screenshot({ path: path.join(opt.out, `${stepName}-failed.png`) }).catch(() => {});

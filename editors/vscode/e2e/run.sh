@@ -6,6 +6,12 @@
 # view, Build & Validate succeeds, Show MLIR opens the module, and a wrong interpreter gives
 # a clear error.  Screenshots of each step go to artifacts/e2e/.
 #
+# Both workspaces are hostile: each holds its own kina_lsp/, compiler/, numpy.py,
+# lsprotocol/, pygls/ and runpy.py (and the second a .venv/bin/python and workspace settings
+# pointing at it), every one of which leaves a marker file when it runs.  The first is
+# trusted; the second is opened in Restricted Mode by a second code-server with workspace
+# trust on.  The test fails if any marker appears.
+#
 # Usage: bash editors/vscode/e2e/run.sh [--python PATH] [--keep]
 #   --python PATH   interpreter with Kina installed (default: <repo>/.venv/bin/python)
 #   --keep          keep the temporary profile/workspace for inspection
@@ -47,6 +53,21 @@ WS=$(mktemp -d /tmp/kina-e2e.XXXXXX)
 mkdir -p "$WS/proj" "$WS/data/User" "$WS/xdg" "$ART"
 rm -f "$ART"/*.png
 cp "$REPO/examples/storylm0_forward.kina" "$WS/proj/"
+MARKERS=$WS/markers; mkdir -p "$MARKERS"
+# plant DIR: Python files a workspace could use to run code in the server's process
+plant() {
+  for f in kina_lsp/__init__.py kina_lsp/__main__.py compiler/__init__.py compiler/validate.py numpy.py \
+           lsprotocol/__init__.py pygls/__init__.py runpy.py; do
+    mkdir -p "$1/$(dirname "$f")"
+    printf 'open(%s, "w").write("ran")\nraise SystemExit("hostile module imported")\n' \
+      "'$MARKERS/$(basename "$1")-${f//\//_}'" > "$1/$f"
+  done
+}
+no_markers() {
+  if [ -n "$(ls -A "$MARKERS")" ]; then echo "hostile workspace code ran: $(ls "$MARKERS")" >&2; exit 1; fi
+  lap "no hostile workspace code ran ($1)"
+}
+plant "$WS/proj"
 export XDG_CONFIG_HOME=$WS/xdg/config XDG_DATA_HOME=$WS/xdg/data XDG_CACHE_HOME=$WS/xdg/cache
 cat > "$WS/data/User/settings.json" <<J
 { "workbench.startupEditor": "none", "workbench.tips.enabled": false, "telemetry.telemetryLevel": "off",
@@ -77,4 +98,36 @@ lap "code-server up on port $PORT"
 node "$HERE/drive.mjs" --harness "$HARNESS" \
   --url "http://127.0.0.1:$PORT/?folder=$WS/proj" --file storylm0_forward.kina --out "$ART" || { echo "--- code-server log"; tail -50 "$WS/server.log"; \
   find "$WS/data/logs" -name '*Kina*' -exec sh -c 'echo "--- $1"; tail -40 "$1"' _ {} \; ; exit 1; }
+no_markers "trusted workspace"
+kill -TERM -- -"$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true
+
+# 6. Restricted Mode: a second profile with workspace trust on, and an untrusted hostile folder
+#    whose workspace settings and .venv point at a hostile interpreter.  The venv's bin is put
+#    on PATH for the fallback when a setting is passed over (code-server may re-read PATH from
+#    a login shell; the driver accepts either outcome, both of which run nothing of the folder).
+R=$WS/restricted; mkdir -p "$R/.vscode" "$R/.venv/bin" "$WS/data2/User"
+cp "$REPO/examples/storylm0_forward.kina" "$R/"
+plant "$R"
+printf '#!/bin/sh\necho ran > %s\nexit 3\n' "'$MARKERS/restricted-venv-python'" > "$R/.venv/bin/python"
+chmod +x "$R/.venv/bin/python"
+echo '{ "kina.server.pythonPath": "${workspaceFolder}/.venv/bin/python" }' > "$R/.vscode/settings.json"
+cat > "$WS/data2/User/settings.json" <<J
+{ "workbench.startupEditor": "none", "workbench.tips.enabled": false, "telemetry.telemetryLevel": "off",
+  "update.mode": "none", "extensions.autoCheckUpdates": false, "extensions.autoUpdate": false,
+  "security.workspace.trust.enabled": true, "security.workspace.trust.startupPrompt": "never",
+  "security.workspace.trust.banner": "always", "files.autoSave": "off", "editor.hover.delay": 200,
+  "kina.server.pythonPath": "$PYTHON", "kina.diagnostics.debounceMs": 100 }
+J
+CS2=(node "$HARNESS/node_modules/code-server/out/node/entry.js" --user-data-dir "$WS/data2" --extensions-dir "$WS/exts")
+PATH="$(dirname "$PYTHON"):$PATH" setsid "${CS2[@]}" --bind-addr "127.0.0.1:$PORT" --auth none --disable-telemetry \
+  --disable-update-check --disable-getting-started-override "$R" > "$WS/server2.log" 2>&1 &
+PID=$!
+until curl -sf -o /dev/null "http://127.0.0.1:$PORT/healthz"; do
+  sleep 0.2; kill -0 "$PID" 2>/dev/null || { cat "$WS/server2.log"; exit 1; }
+done
+lap "code-server with workspace trust up on port $PORT"
+node "$HERE/drive.mjs" --harness "$HARNESS" --mode restricted \
+  --url "http://127.0.0.1:$PORT/?folder=$R" --file storylm0_forward.kina --out "$ART" || { echo "--- code-server log"; \
+  tail -50 "$WS/server2.log"; find "$WS/data2/logs" -name '*Kina*' -exec sh -c 'echo "--- $1"; tail -40 "$1"' _ {} \; ; exit 1; }
+no_markers "untrusted workspace"
 lap "passed; screenshots in $ART"

@@ -53,6 +53,8 @@ export interface ServerLaunch {
   command: string;
   args: string[];
   source: ServerSource;
+  /** Set when a configured command was passed over (it points into an untrusted workspace). */
+  warning?: string;
 }
 
 /** The module the Python interpreter runs (`python -m kina_lsp`). */
@@ -83,30 +85,107 @@ export function venvPython(venvDir: string, platform: NodeJS.Platform): string {
   return platform === 'win32' ? path.win32.join(venvDir, 'Scripts', 'python.exe') : path.posix.join(venvDir, 'bin', 'python');
 }
 
+/** The path module of the platform the paths come from. */
+function pathsOf(platform: NodeJS.Platform): path.PlatformPath {
+  return platform === 'win32' ? path.win32 : path.posix;
+}
+
+/**
+ * A program path as spawn should see it: absolute paths and bare names (looked up on PATH)
+ * as they are; a relative path with a directory part (`.venv/bin/python`) against the first
+ * workspace folder, which is what it meant when the server started there.  (The server now
+ * starts in a neutral directory, so spawn must never resolve a relative path itself.)
+ */
+export function resolveProgram(program: string, ctx: Pick<ResolveContext, 'workspaceFolders' | 'platform'>): string {
+  const p = pathsOf(ctx.platform);
+  const hasDir = program.includes('/') || (ctx.platform === 'win32' && program.includes('\\'));
+  if (!hasDir || p.isAbsolute(program) || ctx.workspaceFolders.length === 0) {
+    return program;
+  }
+  return p.resolve(ctx.workspaceFolders[0], program);
+}
+
+/** Whether `file` lies inside one of the workspace folders. */
+export function insideWorkspace(file: string, ctx: Pick<ResolveContext, 'workspaceFolders' | 'platform'>): boolean {
+  const p = pathsOf(ctx.platform);
+  if (!p.isAbsolute(file)) {
+    return false;
+  }
+  return ctx.workspaceFolders.some((folder) => {
+    const rel = p.relative(p.resolve(folder), p.resolve(file));
+    return rel === '' || (!rel.startsWith('..') && !p.isAbsolute(rel));
+  });
+}
+
+/**
+ * Why a configured command must not run in this workspace, or undefined.  In an untrusted
+ * workspace nothing that the workspace supplies may be executed: a `${workspaceFolder}`
+ * anywhere in the command line (an argument can be a script the interpreter runs), or a
+ * program that lies inside a workspace folder (a relative path, or an absolute path there).
+ */
+function untrustedReason(setting: string, raw: readonly string[], program: string, ctx: ResolveContext): string | undefined {
+  if (ctx.workspaceTrusted) {
+    return undefined;
+  }
+  const mentionsFolder = raw.some((part) => /\$\{workspaceFolder(Basename)?\}/.test(part));
+  if (!mentionsFolder && !insideWorkspace(program, ctx)) {
+    return undefined;
+  }
+  return `\`${setting}\` (${formatCommandLine({ command: raw[0] ?? '', args: raw.slice(1) })}) points into this untrusted workspace, so it is not used in Restricted Mode: trust the workspace to use it, or set an interpreter outside the workspace.`;
+}
+
 /**
  * Decides how to start `kina-lsp`.  Order: an explicit `kina.server.command`, then
  * `kina.server.pythonPath -m kina_lsp`, then the `.venv` of a (trusted) workspace folder,
- * then `kina-lsp` on PATH.  Never throws: a missing interpreter shows up when the process
- * fails to start, and `describeStartFailure` then names the source that was used.
+ * then `kina-lsp` on PATH.  In an untrusted workspace a setting that would run something
+ * from the workspace is passed over (and `warning` says so).  Never throws: a missing
+ * interpreter shows up when the process fails to start, and `describeStartFailure` then
+ * names the source that was used.
  */
 export function resolveServerCommand(settings: ServerSettings, ctx: ResolveContext): ServerLaunch {
-  const command = settings.command.map((part) => expandVariables(part, ctx)).filter((part) => part !== '');
+  const warnings: string[] = [];
+  const withWarning = (launch: ServerLaunch): ServerLaunch =>
+    warnings.length > 0 ? { ...launch, warning: warnings.join(' ') } : launch;
+  const rawCommand = settings.command.filter((part) => part.trim() !== '');
+  const command = rawCommand.map((part) => expandVariables(part, ctx));
   if (command.length > 0) {
-    return { command: command[0], args: command.slice(1), source: 'kina.server.command' };
+    const program = resolveProgram(command[0], ctx);
+    const reason = untrustedReason('kina.server.command', rawCommand, program, ctx);
+    if (reason === undefined) {
+      return withWarning({ command: program, args: command.slice(1), source: 'kina.server.command' });
+    }
+    warnings.push(reason);
   }
   const python = expandVariables(settings.pythonPath, ctx);
   if (python !== '') {
-    return { command: python, args: ['-m', SERVER_MODULE], source: 'kina.server.pythonPath' };
+    const program = resolveProgram(python, ctx);
+    const reason = untrustedReason('kina.server.pythonPath', [settings.pythonPath.trim()], program, ctx);
+    if (reason === undefined) {
+      return withWarning({ command: program, args: ['-m', SERVER_MODULE], source: 'kina.server.pythonPath' });
+    }
+    warnings.push(reason);
   }
   if (ctx.workspaceTrusted) {
     for (const folder of ctx.workspaceFolders) {
       const candidate = venvPython(path.join(folder, '.venv'), ctx.platform);
       if (ctx.exists(candidate)) {
-        return { command: candidate, args: ['-m', SERVER_MODULE], source: 'workspace .venv' };
+        return withWarning({ command: candidate, args: ['-m', SERVER_MODULE], source: 'workspace .venv' });
       }
     }
   }
-  return { command: SERVER_SCRIPT, args: [], source: 'PATH' };
+  return withWarning({ command: SERVER_SCRIPT, args: [], source: 'PATH' });
+}
+
+/**
+ * The environment and working directory of the server process.  `python -m` puts the
+ * working directory first on `sys.path`, so a server started in the workspace would import
+ * the workspace's own `kina_lsp/`, `compiler/` or `numpy.py`, trusted or not.  So the server
+ * starts in `neutralDir` (a private, empty directory of the extension) and with
+ * PYTHONSAFEPATH=1 (Python 3.11+ then adds no such directory at all; older versions ignore
+ * it, and the neutral directory covers them).  Both also apply to a `kina.server.command`.
+ */
+export function serverProcess(baseEnv: NodeJS.ProcessEnv, neutralDir: string): { cwd: string; env: NodeJS.ProcessEnv } {
+  return { cwd: neutralDir, env: { ...baseEnv, PYTHONUNBUFFERED: '1', PYTHONSAFEPATH: '1' } };
 }
 
 /** A command line for messages and logs; arguments with spaces are quoted. */
@@ -166,7 +245,7 @@ const NOT_INSTALLED = /No module named '?(kina_lsp|compiler|pygls|lsprotocol|lar
  * the fix differs between "no such program", "interpreter without Kina", and anything else.
  */
 export function describeStartFailure(launch: ServerLaunch, error: unknown, stderr: readonly string[] = []): string {
-  const what = `Kina: the language server did not start (\`${formatCommandLine(launch)}\`, from ${launch.source}).`;
+  const what = `Kina: the language server did not start (\`${formatCommandLine(launch)}\`, from ${launch.source}).${launch.warning ? ` ${launch.warning}` : ''}`;
   const lastLine = [...stderr].reverse().find((l) => l.trim() !== '')?.trim();
   const spawnError = errorText(error);
   const reason = lastLine ?? spawnError;

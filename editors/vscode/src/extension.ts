@@ -10,6 +10,7 @@
  */
 import * as fs from 'node:fs';
 import * as os from 'node:os';
+import * as path from 'node:path';
 import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import {
@@ -33,6 +34,7 @@ import {
   parseBuildReply,
   parseMlirReply,
   resolveServerCommand,
+  serverProcess,
   serverSettingsFrom,
   serverSettingsPayload,
 } from './config';
@@ -66,8 +68,20 @@ let client: LanguageClient | undefined;
 let starting: Promise<void> | undefined;
 let output: vscode.LogOutputChannel;
 let status: vscode.StatusBarItem;
+let storageDir: string;
+
+/**
+ * The server's working directory: private and empty, never the workspace (see serverProcess).
+ * Created with mode 0700 so that no other local user can plant modules in it.
+ */
+function neutralDirectory(): string {
+  const dir = path.join(storageDir, 'server-cwd');
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return dir;
+}
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  storageDir = context.globalStorageUri.fsPath;
   output = vscode.window.createOutputChannel(CLIENT_NAME, { log: true });
   status = vscode.window.createStatusBarItem('kina.server', vscode.StatusBarAlignment.Left, 10);
   status.name = 'Kina Language Server';
@@ -136,15 +150,19 @@ async function startServer(): Promise<void> {
 
 async function doStart(): Promise<void> {
   const launch = readLaunch();
-  const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
-  output.appendLine(`Starting ${formatCommandLine(launch)} (from ${launch.source})`);
+  const proc = serverProcess(process.env, neutralDirectory());
+  output.appendLine(`Starting ${formatCommandLine(launch)} (from ${launch.source}) in ${proc.cwd}`);
+  if (launch.warning) {
+    output.appendLine(launch.warning);
+    void vscode.window.showWarningMessage(`Kina: ${launch.warning}`);
+  }
   setStatus('$(sync~spin) Kina', `Starting ${formatCommandLine(launch)}`);
   // No `transport`: stdio is the default, and TransportKind.stdio would append `--stdio`,
   // which kina-lsp (stdio unless --tcp) rejects.
   const serverOptions: ServerOptions = {
     command: launch.command,
     args: launch.args,
-    options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+    options: proc,
   };
   // The server's stderr goes to the output channel, and its last lines into the start-failure
   // message: "No module named kina_lsp" says more than "connection got disposed".

@@ -13,7 +13,10 @@ import {
   formatCommandLine,
   parseBuildReply,
   parseMlirReply,
+  insideWorkspace,
+  resolveProgram,
   resolveServerCommand,
+  serverProcess,
   serverSettingsFrom,
   serverSettingsPayload,
   venvPython,
@@ -78,6 +81,70 @@ describe('resolveServerCommand', () => {
     const launch = resolveServerCommand({ command: ['${workspaceFolder}/.venv/bin/kina-lsp', '--root=${workspaceFolder}'], pythonPath: '' }, ctx());
     assert.equal(launch.command, '/ws/proj/.venv/bin/kina-lsp');
     assert.deepEqual(launch.args, ['--root=/ws/proj']);
+  });
+});
+
+describe('untrusted workspaces run nothing of the workspace', () => {
+  const untrusted = (existing: string[] = []) => ctx(existing, { workspaceTrusted: false });
+
+  it('does not expand ${workspaceFolder} in a user-level pythonPath: PATH is used, with a warning', () => {
+    const launch = resolveServerCommand({ command: [], pythonPath: '${workspaceFolder}/.venv/bin/python' }, untrusted(['/ws/proj/.venv/bin/python']));
+    assert.equal(launch.source, 'PATH');
+    assert.equal(launch.command, 'kina-lsp');
+    assert.match(launch.warning ?? '', /kina\.server\.pythonPath.*untrusted workspace.*Restricted Mode/);
+  });
+
+  it('passes over a command with ${workspaceFolder} in any argument', () => {
+    const launch = resolveServerCommand({ command: ['/usr/bin/python3', '${workspaceFolder}/serve.py'], pythonPath: '/opt/kina/bin/python' }, untrusted());
+    assert.equal(launch.source, 'kina.server.pythonPath');
+    assert.equal(launch.command, '/opt/kina/bin/python');
+    assert.match(launch.warning ?? '', /kina\.server\.command/);
+  });
+
+  it('passes over an interpreter that lies inside the workspace, absolute or relative', () => {
+    for (const pythonPath of ['/ws/proj/env/bin/python', '.venv/bin/python', './tools/../.venv/bin/python']) {
+      const launch = resolveServerCommand({ command: [], pythonPath }, untrusted());
+      assert.equal(launch.source, 'PATH', pythonPath);
+      assert.ok(launch.warning, pythonPath);
+    }
+  });
+
+  it('still uses an interpreter outside the workspace, and ${userHome}', () => {
+    const launch = resolveServerCommand({ command: [], pythonPath: '${userHome}/kina/.venv/bin/python' }, untrusted());
+    assert.deepEqual(launch, { command: '/home/ada/kina/.venv/bin/python', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' });
+  });
+
+  it('names the passed-over setting when the fallback fails to start too', () => {
+    const launch = resolveServerCommand({ command: [], pythonPath: '${workspaceFolder}/py' }, untrusted());
+    const message = describeStartFailure(launch, Object.assign(new Error('spawn kina-lsp ENOENT'), { code: 'ENOENT' }));
+    assert.match(message, /points into this untrusted workspace/);
+    assert.match(message, /No `kina-lsp` on PATH/);
+  });
+
+  it('a trusted workspace resolves a relative interpreter against its folder', () => {
+    const launch = resolveServerCommand({ command: [], pythonPath: '.venv/bin/python' }, ctx());
+    assert.deepEqual(launch, { command: '/ws/proj/.venv/bin/python', args: ['-m', 'kina_lsp'], source: 'kina.server.pythonPath' });
+  });
+});
+
+describe('resolveProgram, insideWorkspace and serverProcess', () => {
+  const c = { workspaceFolders: ['/ws/proj'], platform: 'linux' as NodeJS.Platform };
+  it('leaves bare names (PATH) and absolute paths alone', () => {
+    assert.equal(resolveProgram('python3', c), 'python3');
+    assert.equal(resolveProgram('/usr/bin/python3', c), '/usr/bin/python3');
+    assert.equal(resolveProgram('bin/python', c), '/ws/proj/bin/python');
+  });
+  it('tells inside from outside, also for a sibling with a common prefix', () => {
+    assert.ok(insideWorkspace('/ws/proj/.venv/bin/python', c));
+    assert.ok(insideWorkspace('/ws/proj', c));
+    assert.ok(!insideWorkspace('/ws/project2/bin/python', c));
+    assert.ok(!insideWorkspace('/ws/proj/../other/python', c));
+    assert.ok(insideWorkspace('C:\\ws\\proj\\py.exe', { workspaceFolders: ['C:\\ws\\proj'], platform: 'win32' }));
+  });
+  it('starts the server in the neutral directory with PYTHONSAFEPATH=1, keeping the environment', () => {
+    const proc = serverProcess({ PATH: '/usr/bin', HOME: '/home/ada' }, '/home/ada/.kina/server-cwd');
+    assert.equal(proc.cwd, '/home/ada/.kina/server-cwd');
+    assert.deepEqual(proc.env, { PATH: '/usr/bin', HOME: '/home/ada', PYTHONUNBUFFERED: '1', PYTHONSAFEPATH: '1' });
   });
 });
 

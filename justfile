@@ -1,0 +1,48 @@
+# Kina's recipes for `just` (installed into .venv by `make setup`: the rust-just wheel).
+# Every recipe runs the Makefile target of the same name, so the commands live in one
+# place (the Makefile) and `make X` and `just X` always do the same thing.
+# tests/test_justfile.py fails when a Makefile target has no recipe here.
+# NPROC is a recipe variable (`just NPROC=4 vocab-parallel`); make's other variables come
+# from the environment (`KINA_TORCH=0 just setup`).
+
+# list the recipes
+default:
+    @just --list --unsorted
+
+# processes of the torch.distributed recipes
+NPROC := env("NPROC", "2")
+
+[private]
+make target:
+    make NPROC={{NPROC}} {{target}}
+
+# set up .venv (MLIR/LLVM wheels, the C call helper, PyTorch from a local CPU wheel)
+setup: (make "setup")
+# the main job: build StoryLM-0, validate it against NumPy, train it
+demo: (make "demo")
+# the whole test suite at -O0 and -O2, the validations and the VS Code end-to-end test (what CI runs)
+test: (make "test")
+# the pytest suite once, at the default level
+pytest: (make "pytest")
+# every validation script
+validate: (make "validate")
+# the decoder AD validation of the spec (isolated VJPs and the SGD step against NumPy and PyTorch)
+validate-decoder-ad: (make "validate-decoder-ad")
+# the mean-NLL step validation
+validate-mean-nll: (make "validate-mean-nll")
+# the 2-way vocabulary-sharded lm_head validation
+validate-tp-vocab: (make "validate-tp-vocab")
+# StoryLM-0 data-parallel training on NPROC processes (torch.distributed)
+train-ddp: (make "train-ddp")
+# tensor-parallel logits and the vocab-parallel step on NPROC processes
+vocab-parallel: (make "vocab-parallel")
+# N = 1, 2, 4 data-parallel trajectories of StoryLM-0 and the scaled model (slow)
+check-ddp: (make "check-ddp")
+# the VS Code extension in code-server + headless Chromium
+vscode-e2e: (make "vscode-e2e")
+# regenerate examples/*.mlir
+goldens: (make "goldens")
+# every benchmark script
+bench: (make "bench")
+# remove .venv and build outputs
+clean: (make "clean")

@@ -1,0 +1,82 @@
+"""The `kina-lsp` command line: stdio by default, `--tcp` for one local client with a token.
+
+Before serving, the server moves into a fresh private working directory (an editor starts
+it in the folder it has open, and everything it starts, such as the validator's child
+process, would find that folder's own Python files first) and lowers the GIL switch
+interval (the analysis thread is CPU-bound; the event loop must not wait 5 ms at every
+await).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+from compiler.diagnostics import UsageError
+
+from . import commands, tcp
+from .server import server
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kina-lsp", description="The Kina language server (stdio by default).")
+    parser.add_argument("--tcp", action="store_true",
+                        help="serve one client over TCP on a loopback address, with a token (see --token-file)")
+    parser.add_argument("--host", default="127.0.0.1", help="loopback address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=2087, help="TCP port (0: any free port; default 2087)")
+    parser.add_argument("--token-file", help="file (mode 0600) holding the token TCP clients must send as "
+                                             "initializationOptions.token; without it a token is printed")
+    parser.add_argument("--log-level", default="WARNING", help="stderr log level (DEBUG, INFO, ...)")
+    return parser
+
+
+def _serve_tcp(args) -> int:
+    host = tcp.check_host(args.host)
+    token = tcp.load_token(args.token_file) if args.token_file else tcp.new_token()
+
+    def announce(port: int) -> None:
+        shown = "from " + args.token_file if args.token_file else token
+        print(f"kina-lsp: listening on {host}:{port}; token: {shown}", file=sys.stderr, flush=True)
+
+    return server.start_tcp(host, args.port, token, announce)
+
+
+def _neutral_working_directory() -> str:
+    """Move into a fresh private directory.  An editor starts the server in the folder it
+    has open; everything the server starts (the validator's child process runs
+    `python -m compiler.validate`) would otherwise find that folder's own `compiler/`
+    or `numpy.py` first.  Nothing the server does depends on its working directory."""
+    path = tempfile.mkdtemp(prefix="kina-lsp-cwd-")
+    os.chdir(path)
+    return path
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.token_file:
+        args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory
+    cwd = _neutral_working_directory()
+    # The analysis thread is CPU-bound Python: with the default 5 ms switch interval the
+    # event loop waits up to 5 ms for the GIL at every await, which adds up in one request.
+    sys.setswitchinterval(0.001)
+    level = logging.getLevelName(args.log_level.upper())
+    logging.basicConfig(stream=sys.stderr, level=level if isinstance(level, int) else logging.WARNING,
+                        format="kina-lsp %(levelname)s %(name)s: %(message)s")
+    code = 1
+    try:
+        code = _serve_tcp(args) if args.tcp else server.start_io()
+    except UsageError as e:
+        print(f"kina-lsp: {e}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        commands.stop_all()
+        server.documents.shutdown()
+        sys.stderr.flush()
+        shutil.rmtree(cwd, ignore_errors=True)
+    # worker threads (a running validation) must not keep a server without a client alive
+    os._exit(code)
