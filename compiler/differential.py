@@ -51,6 +51,7 @@ class Failure:
     level: int | None
     detail: str
     case: progen.Case | None = None
+    source: str | None = None     # the whole module, when only cases together fail
 
     def headline(self) -> str:
         where = f" at -O{self.level}" if self.level is not None else ""
@@ -230,6 +231,15 @@ class Oracle:
         if len(units) == 1:
             failures.append(Failure(units[0].name, "build", level, err))
             return []
+        before = len(failures)
+        out = self._bisect(src, level, units, work, failures)
+        if len(failures) == before:   # every part builds alone: the cases interact (or the build is flaky)
+            failures.append(Failure(f"{units[0].name}..{units[-1].name}", "build", level,
+                                    f"the {len(units)} cases fail to build together, but each part builds "
+                                    f"alone:\n{err}", source=_module(units)))
+        return out
+
+    def _bisect(self, src: Path, level: int, units, work: Path, failures) -> list:
         half = len(units) // 2
         out = []
         for k, part in enumerate((units[:half], units[half:])):

@@ -58,7 +58,13 @@ LOW_PRECISION = [
     "--arith-emulate-unsupported-floats=source-types=bf16,f8E4M3FN,f8E5M2 target-type=f32",
     "--arith-expand=include-bf16=true",
 ]
-F8_ONLY = ["--convert-arith-to-apfloat"]
+# convert-arith-to-apfloat turns EVERY float arith op of the module into a software APFloat
+# call, f32 ones included (and vector ones into vector.to_elements that nothing lowers
+# afterwards: the -O2 build of a module with an F8 function and a vectorised matmul
+# failed).  So the arith ops LLVM can take are converted to the LLVM dialect first; what is
+# left, the F8 <-> f32 conversions, goes to APFloat; the later convert-arith-to-llvm
+# lowers the integer code the APFloat conversion writes around its calls.
+F8_ONLY = ["--convert-arith-to-llvm", "--convert-arith-to-apfloat"]
 _LOWER_TO_LLVM = [
     "--lower-affine",
     "--convert-scf-to-cf",

@@ -81,6 +81,10 @@ def _write(failures, out: Path, work: Path, do_shrink: bool) -> None:
     for name, f in first.items():
         case = small = f.case
         if case is None:
+            if f.source is not None:     # cases that fail only together: the module as it was
+                path = out / f"{f.kind}-O{f.level}-{name.replace('..', '-')}.kina"
+                path.write_text("".join(f"// {l}\n" for l in f.detail.splitlines()[:8]) + f.source)
+                print(f"wrote {path} (the whole batch)", flush=True)
             continue
         if do_shrink and f.kind != "generator":
             small = shrink.shrink(case, differential.still_fails(f, work / name))

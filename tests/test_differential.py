@@ -119,3 +119,22 @@ def test_fuzz_script_runs_and_reports_counts(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "programs 4 (" in proc.stdout and "mismatches 0, crashes 0" in proc.stdout
+
+
+def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
+    """A batch that fails to build while each part builds alone (here: simulated by a build
+    that fails whenever it holds both units) is a failure too, never hidden by bisection."""
+    oracle = differential.Oracle(tmp_path, levels=(0,), use_torch=False, fd=False)
+    start = oracle._start_build
+
+    def start_build(src, so, level):
+        proc = start(src, so, level)
+        if src.read_text().count("fn ") > 1:
+            proc.wait()
+            proc.returncode = 1
+        return proc
+    monkeypatch.setattr(oracle, "_start_build", start_build)
+    units = [differential.unit_of_source(n, WRONG.source.replace("fn w(", f"fn {n}(")) for n in ("u", "v")]
+    (f,) = oracle.run_units(units)
+    assert (f.name, f.kind, f.level) == ("u..v", "build", 0) and "each part builds alone" in f.detail
+    assert "fn u(" in f.source and "fn v(" in f.source

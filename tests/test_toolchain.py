@@ -1,6 +1,7 @@
 """Toolchain: finding the tools, the pass pipeline, MLIR text -> .so, diagnostics.
 
 Uses hand-written MLIR so it does not depend on the emitter."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -260,3 +261,18 @@ def test_the_back_end_worker_runs_nothing_from_the_working_directory(tmp_path, m
     res = build.build_file("f.kina", tmp_path / "f.so", level)
     assert res.ok, [d.message for d in res.diagnostics]
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_only_f8_conversions_call_the_apfloat_runtime(level):
+    """Issue 11 (found by the generator): in a module with an F8 function, every f32 op
+    became a software APFloat call (and -O2 vector code failed to build)."""
+    from compiler import build
+    path = Path(__file__).parent / "regressions" / "f8_module_with_vector_code.kina"
+    result = build.BuildResult(False, source=None)
+    mlir = build.front_end(path.read_text(), str(path), {}, result)
+    ll, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=level)
+    assert not diags, diags
+    calls = sorted(set(re.findall(r"call \w+ @(_mlir_apfloat_\w+)", ll)))
+    assert calls == ["_mlir_apfloat_convert"], calls
+    assert "fadd" in ll and "fmul" in ll     # the f32 arithmetic is LLVM's
