@@ -11,6 +11,7 @@ KINA_TORCH ?= 1
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
+        validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
         vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
@@ -32,13 +33,23 @@ setup: $(STAMP)
 demo: setup validate
 	$(PY) scripts/train_storylm0.py
 
-validate: validate-decoder-ad validate-mean-nll validate-tp-vocab
+validate: validate-decoder-ad validate-mean-nll validate-tp-vocab \
+          validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy
 validate-decoder-ad: setup
 	$(PY) scripts/validate_decoder_ad.py
 validate-mean-nll: setup
 	$(PY) scripts/validate_mean_nll.py
 validate-tp-vocab: setup
 	$(PY) scripts/validate_tp_vocab.py
+# The model examples (each built at -O0 and -O2; PyTorch comparisons skip without torch).
+validate-mlp-classifier: setup
+	$(PY) scripts/validate_mlp_classifier.py
+validate-decoder-block: setup
+	$(PY) scripts/validate_decoder_block.py
+validate-adamw: setup
+	$(PY) scripts/validate_adamw.py
+validate-greedy: setup
+	$(PY) scripts/validate_greedy.py
 
 # StoryLM-0 on NPROC processes through torch.distributed (gloo; needs the optional PyTorch):
 # data-parallel training (the demo's losses, compared with one process), the tensor-parallel

@@ -34,6 +34,14 @@ validate-decoder-ad: (make "validate-decoder-ad")
 validate-mean-nll: (make "validate-mean-nll")
 # the 2-way vocabulary-sharded lm_head validation
 validate-tp-vocab: (make "validate-tp-vocab")
+# the batched MLP classifier's SGD step against NumPy and PyTorch, at -O0 and -O2
+validate-mlp-classifier: (make "validate-mlp-classifier")
+# the pre-norm decoder block (LayerNorm, causal mask, GELU) and its cotangents against torch.nn.functional
+validate-decoder-block: (make "validate-decoder-block")
+# AdamW in Kina: a 50-step trajectory against torch.optim.AdamW
+validate-adamw: (make "validate-adamw")
+# greedy decoding of StoryLM-0 with argmax in Kina against the demo's host loop
+validate-greedy: (make "validate-greedy")
 # StoryLM-0 data-parallel training on NPROC processes (torch.distributed)
 train-ddp: (make "train-ddp")
 # tensor-parallel logits and the vocab-parallel step on NPROC processes

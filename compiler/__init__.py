@@ -25,10 +25,14 @@ generates well-typed programs, differential checks them at -O0 and -O2 against t
 interpreter in float64, torch_ref (PyTorch) and finite differences, shrink minimises
 a failure.
 
+format.py is `kinac fmt`: AST -> source in the one Kina style, comments woven back in
+by position (format_emit.py) and laid out within 100 columns by layout.py.
+
 analysis.py is the incremental front end (parse + check per function, and the
 reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
 language server (kina_lsp/), so all three report the same diagnostics.
-Per-op knowledge lives in one row per op per stage: ops.OPS (shape rule),
-interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS, torch_ref.TORCH_OPS, progen_ops.MAKERS
-(tests/test_tables.py, tests/test_progen.py).
+Per-op knowledge lives in one row per op per stage: ops.OPS (its typing rule in
+shape_rules.py), interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (with the rows of
+emit_ops_ext.py), torch_ref.TORCH_OPS, progen_ops.MAKERS (tests/test_tables.py,
+tests/test_progen.py).
 """

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import check, ir, names, parse
+from . import check, ir, module_rules, names, parse
 from . import syntax as ast
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .parse import shift
@@ -380,26 +380,17 @@ class Analysis:
     # ---- module level
     @staticmethod
     def _first_definitions(items: list[Item], diags: list[Diagnostic]) -> dict[str, Item]:
-        first: dict[str, Item] = {}
-        for it in items:
-            fn = it.res.fn
-            if fn is None:
-                continue
-            if fn.name in first:
-                prev = first[fn.name]
-                diags.append(Diagnostic("duplicate", f"function `{fn.name}` is defined twice",
-                                        fn.name_span.shift(it.offset),
-                                        (Note("first defined here", prev.res.fn.name_span.shift(prev.offset)),)))
-                continue
-            first[fn.name] = it
+        first, dups = module_rules.first_definitions([(it, it.offset, it.res.fn) for it in items
+                                                       if it.res.fn is not None])
+        diags += dups
         return first
 
     @staticmethod
     def _good_functions(first: dict[str, Item], diags: list[Diagnostic]) -> set[str]:
         """Names of the functions that go into the program; adds call-cycle diagnostics."""
         results = {name: _shifted_calls(it.res.result, it.offset) for name, it in first.items()}
-        diags += check.recursion_diagnostics(results)
-        recursive = check.recursive_functions(results)   # the same rule as check_module
+        diags += module_rules.recursion_diagnostics(results)
+        recursive = module_rules.recursive_functions(results)
         return {name for name, it in first.items()
                 if it.res.result.function is not None and name not in recursive}
 

@@ -25,7 +25,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from . import ir
-from .diagnostics import Diagnostic, Note, Span
+from .diagnostics import Diagnostic, Fix, Note, Span
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .ops import OPS
 from .types import TensorType, TupleType
@@ -132,6 +132,15 @@ def _describe(expr: Expr) -> str:
     return expr.name
 
 
+def _scalar_message(node: OpApp, i: int, lit: Literal) -> str:
+    """The ad-structure message for a bare number operand (`x * 0.5`), with the let that fixes it."""
+    from .check_scalars import literal_text   # the checker's spelling of the same literal
+    value = lit.values[0]
+    return (f"operand {i} of `{node.op}` is the number `{value}` (a splat of {lit.type}), but reverseMode "
+            "differentiates single ops on variables: give the constant its own let, "
+            f"`let c = {literal_text(value, lit.type)} in ...`, then use `c`")
+
+
 def _is_float_tensor(t) -> bool:
     return isinstance(t, TensorType) and t.is_float
 
@@ -161,11 +170,11 @@ class _Checker:
         self.fn = fn
         self.diags: list[Diagnostic] = []
 
-    def error(self, code: str, message: str, span: Span, origin=None) -> None:
+    def error(self, code: str, message: str, span: Span, origin=None, fix: Fix | None = None) -> None:
         notes = ()
         if origin is not None:
             notes = (Note(f"inlined from this call of `{origin[0]}` in `{self.fn.name}`", origin[1]),)
-        self.diags.append(Diagnostic(code, message, span, notes))
+        self.diags.append(Diagnostic(code, message, span, notes, fix=fix))
 
     def result(self, result: Expr) -> None:
         fn = self.fn
@@ -201,11 +210,13 @@ class _Checker:
 
     def op(self, node: OpApp, origin) -> None:
         for i, child in enumerate(node.args):
-            if not isinstance(child, Var):
+            if isinstance(child, Literal) and child.scalar:
+                self.error("ad-structure", _scalar_message(node, i, child), child.span, origin, Fix("constant-let"))
+            elif not isinstance(child, Var):
                 nested = _describe(child)
                 self.error("ad-structure", f"operand {i} of `{node.op}` is the nested expression `{nested}`, "
                            "but reverseMode differentiates single ops on variables: split it into two lets "
-                           f"(`let t = {nested} in ...`, then use `t`)", child.span, origin)
+                           f"(`let t = {nested} in ...`, then use `t`)", child.span, origin, Fix("split-let"))
         row: VJP = VJPS[node.op]
         if row.rule is None:
             self.error("ad-unsupported", f"{row.unsupported}; it cannot be differentiated", node.span, origin)

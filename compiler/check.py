@@ -3,36 +3,33 @@
 Per function: resolve the parameter and return types (`signature_of`), walk
 the body's let chain binding names, type every expression with the op table's
 rules (check_expr.py, check_op_args.py) and compare the result with the
-declared return type.  Per module: function signatures first (so calls can be
-checked in any order), duplicate function names, and recursion through the call
-graph.
+declared return type.  The module-level rules (signatures of every function
+first, so calls can be checked in any order; duplicate function names; call
+cycles) are applied by the one front-end driver, compiler/analysis.py, with
+the rules of compiler/module_rules.py.
 
 Diagnostics are collected, never raised: after a broken `let` the name is
 bound to the error type, which silences every later rule that uses it, so each
 mistake is reported once and the rest of the function is still checked.
 Every parameter, let name and sub-expression gets a TypeFact (hover).
 
-The incremental analysis codes against exactly this API:
+The analysis (analysis.py) codes against exactly this API:
   signature_of(fn) -> (Signature | None, diagnostics)
   check_function(fn, signatures) -> FunctionResult
-  check_module(module) -> CheckResult
-  recursion_diagnostics(results) -> diagnostics for call cycles between functions
-  recursive_functions(results) -> the names on those cycles
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from . import ir, syntax
-from .check_expr import ExprChecker, Signature, TypeFact
+from .check_expr import WILDCARD, ExprChecker, Signature, TypeFact
 from .check_types import ERROR, is_error, resolve_type
 from .diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from .ops import OPS
 from .types import TensorType, TupleType
 
-__all__ = ["Signature", "TypeFact", "FunctionResult", "CheckResult", "signature_of", "check_function",
-           "check_module", "recursion_diagnostics", "recursive_functions", "ERROR"]
+__all__ = ["Signature", "TypeFact", "FunctionResult", "signature_of", "check_function",
+           "ERROR"]
 
 
 @dataclass
@@ -47,21 +44,12 @@ class FunctionResult:
     call_spans: dict[str, Span] = field(default_factory=dict)
 
 
-@dataclass
-class CheckResult:
-    """`program` holds every function that checked cleanly; it is complete
-    (runnable, lowerable) only when `diagnostics` is empty."""
-    program: ir.Program
-    diagnostics: list[Diagnostic]
-    types: list[TypeFact]
-
-
 # ---- signatures ----------------------------------------------------------------
 def signature_of(fn: syntax.FnDef) -> tuple[Signature | None, list[Diagnostic]]:
     """The function's type as callers see it.  Broken parts (a bad dtype, a
     tuple-typed parameter) are ERROR in the Signature, and the diagnostics say
     why, so callers still get arity checks without cascades.  check_function
-    reports these same diagnostics again; check_module reports them once."""
+    reports these same diagnostics again; the analysis reports them once."""
     bag = DiagnosticBag()
     if fn.name in OPS:
         bag.error("duplicate", f"function `{fn.name}` has the name of a built-in op; choose another name",
@@ -93,7 +81,7 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
     while isinstance(body, syntax.Let):
         lets.append(_check_let(ck, body))
         body = body.body
-    result = ck.check(body)
+    result = ck.expect(body, sig.ret, f"as the result of `{fn.name}`")
     if not (is_error(result.type) or is_error(sig.ret)) and result.type != sig.ret:
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))
@@ -126,6 +114,9 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
     else:
         types = [value.type]
     for n, t in zip(let.names, types):
+        if n.id == WILDCARD:      # `_` binds nothing (several may appear in one pattern)
+            ck.fact(n.span, t, "let", n.id)
+            continue
         if n.id in ck.env:
             ck.bag.error("duplicate", f"`{n.id}` is already defined in `{ck.fn_name}`; let names cannot be rebound",
                          n.span, Note("first defined here", ck.def_spans[n.id]))
@@ -151,120 +142,3 @@ def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
                      f"with {len(t.items)} items", pattern, *notes)
         return [ERROR] * n
     return [ERROR if is_error(i) else i for i in t.items]
-
-
-# ---- the module ------------------------------------------------------------------
-def check_module(module: syntax.Module, unparsed: Iterable[str] = ()) -> CheckResult:
-    """Signatures first, then every function; duplicates and call cycles last.
-    `unparsed`: names of functions that exist in the text but did not parse
-    (parse.split_items names them); calls of them are not reported again."""
-    bag = DiagnosticBag()
-    signatures: dict[str, Signature] = {name: Signature(name, [], ERROR, opaque=True) for name in unparsed}
-    first: dict[str, syntax.FnDef] = {}
-    for fn in module.functions:
-        if fn.name in first:
-            bag.error("duplicate", f"function `{fn.name}` is defined twice", fn.name_span,
-                      Note("first defined here", first[fn.name].name_span))
-            continue
-        first[fn.name] = fn
-        signatures[fn.name] = signature_of(fn)[0]
-    results: dict[str, FunctionResult] = {}
-    types: list[TypeFact] = []
-    for fn in module.functions:
-        res = check_function(fn, signatures)
-        bag.extend(res.diagnostics)
-        types.extend(res.types)
-        if first[fn.name] is fn:
-            results[fn.name] = res
-    bag.extend(recursion_diagnostics(results))
-    recursive = recursive_functions(results)
-    program = ir.Program({name: r.function for name, r in results.items()
-                          if r.function is not None and name not in recursive})
-    return CheckResult(program, sorted(bag.items, key=lambda d: (d.span.start, d.span.end)), types)
-
-
-def recursion_diagnostics(results: dict[str, FunctionResult]) -> list[Diagnostic]:
-    """`recursion` for every function on a call cycle of two or more functions
-    (direct self-calls are reported by check_function), at its call into the cycle."""
-    graph = {name: sorted(c for c in r.calls if c in results) for name, r in results.items()}
-    diags = []
-    for name, (callee, path) in sorted(_cycles(graph).items()):
-        diags.append(Diagnostic("recursion", f"`{name}` is recursive: {' -> '.join([name] + path)}; "
-                                "Kina functions cannot recurse", results[name].call_spans[callee]))
-    return diags
-
-
-def recursive_functions(results: dict[str, FunctionResult]) -> set[str]:
-    """Names of the functions on a call cycle of two or more functions (they
-    are left out of the program; self-calls already have function=None)."""
-    return set(_cycles({name: sorted(c for c in r.calls if c in results) for name, r in results.items()}))
-
-
-def _cycles(graph: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:
-    """name -> (a callee on its cycle, the call path from that callee back to
-    name), for every function in a strongly connected component of size >= 2."""
-    out = {}
-    for scc in _sccs(graph):
-        members = set(scc)
-        if len(scc) < 2:
-            continue
-        for name in scc:
-            callee = next(c for c in graph[name] if c in members)
-            out[name] = (callee, _path(graph, members, callee, name))
-    return out
-
-
-def _path(graph, members, start, goal) -> list[str]:
-    """Shortest call path start -> ... -> goal inside one strongly connected component (BFS)."""
-    prev, frontier = {start: None}, [start]
-    while goal not in prev:
-        nxt = []
-        for f in frontier:
-            for m in graph[f]:
-                if m in members and m not in prev:
-                    prev[m] = f
-                    nxt.append(m)
-        frontier = nxt
-    path, node = [], goal
-    while node is not None:
-        path.append(node)
-        node = prev[node]
-    return path[::-1]
-
-
-def _sccs(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components (iterative: no recursion limit)."""
-    index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            node, i = work.pop()
-            if i == 0:
-                index[node] = low[node] = counter[0]
-                counter[0] += 1
-                stack.append(node)
-                on_stack.add(node)
-            succ = graph[node]
-            if i < len(succ):
-                work.append((node, i + 1))
-                nxt = succ[i]
-                if nxt not in index:
-                    work.append((nxt, 0))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            if low[node] == index[node]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == node:
-                        break
-                out.append(comp)
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-    return out

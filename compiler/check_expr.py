@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 
 from . import ir, syntax
 from .check_op_args import apply_op, is_static_arg
+from .check_hints import RETURN_MESSAGE, foreign_note
+from .check_scalars import literal_text, number_message, splat_operands, value_problem
 from .check_types import ERROR, did_you_mean, is_error, mismatch, resolve_tensor_type
-from .diagnostics import DiagnosticBag, Note, Span
+from .diagnostics import DiagnosticBag, Fix, Note, Span
 from .ops import INFIX, OPS, SURFACE_OPS
 from .types import DType, TensorType, TupleType
 
 HANDLERS = ("reverseMode",)
+WILDCARD = "_"   # a let pattern item that binds nothing
 
 
 @dataclass
@@ -80,7 +83,12 @@ class ExprChecker:
         return ir.Var(e.id, t, e.span)
 
     def _unknown_name(self, e: syntax.Name) -> None:
-        if e.id in self.signatures:
+        if e.id == "return":
+            self.bag.error("syntax", RETURN_MESSAGE, e.span)
+        elif e.id == WILDCARD:
+            self.bag.error("unknown-name", "`_` binds nothing, so it cannot be used as a value; "
+                           "give the item a name to use it", e.span)
+        elif e.id in self.signatures:
             self.bag.error("unknown-name", f"`{e.id}` is a function, not a value; call it as `{e.id}(...)`", e.span)
         elif e.id in SURFACE_OPS:
             self.bag.error("unknown-name", f"`{e.id}` is a built-in op, not a value; apply it as "
@@ -88,11 +96,20 @@ class ExprChecker:
         else:
             self.bag.error("unknown-name", f"unknown name `{e.id}`", e.span, *did_you_mean(e.id, self.env))
 
-    def static(self, e) -> ir.Expr:
-        what = "an integer list" if isinstance(e, syntax.IntList) else "a bare number"
-        self.bag.error("literal", f"{what} is not a tensor value; only op attributes take plain numbers "
-                       "(write a tensor literal such as `Tensor[F32, [1]] { 2.0 }`)", e.span)
+    def static(self, e, expected=None, where: str = "") -> ir.Expr:
+        """A bare number or integer list where a tensor is needed: an error whose message
+        offers a literal that type-checks there (`expected`: the type the context wants)."""
+        fix = None
+        if isinstance(e, syntax.Number) and isinstance(expected, TensorType):
+            fix = Fix("write", literal_text(e.value, expected))
+        self.bag.error("literal", number_message(e, expected, where), e.span, fix=fix)
         return ir.Var("<error>", ERROR, e.span)
+
+    def expect(self, e, expected, where: str) -> ir.Expr:
+        """check(e), with the fix for a bare number naming the type the context expects."""
+        if isinstance(e, syntax.Number):
+            return self.static(e, expected, where)
+        return self.check(e)
 
     def tensor_lit(self, e: syntax.TensorLit) -> ir.Expr:
         t = resolve_tensor_type(e.type, self.bag)
@@ -103,11 +120,23 @@ class ExprChecker:
             self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
                            f"or {t.volume} (the volume, row-major)", e.span)
             return ir.Var("<error>", ERROR, e.span)
+        too_big = next((v for v in e.values if value_problem(v, t, range_only=True)), None)
+        if too_big is not None:
+            self.bag.error("literal", f"tensor literal of type {t}: the value {too_big} does not fit: "
+                           f"{value_problem(too_big, t, range_only=True)}", e.span)
+            return ir.Var("<error>", ERROR, e.span)
         if t.dtype is DType.I64:
             bad = next((v for v in e.values if not isinstance(v, int) or isinstance(v, bool)), None)
             if bad is not None:
                 self.bag.error("literal", f"tensor literal of type {t} holds indices, so its values must be "
                                f"integers; got {bad}", e.span)
+                return ir.Var("<error>", ERROR, e.span)
+            values = tuple(int(v) for v in e.values)
+        elif not t.is_float:   # Bool: 0 (false) or 1 (true)
+            bad = next((v for v in e.values if v not in (0, 1) or isinstance(v, float)), None)
+            if bad is not None:
+                self.bag.error("literal", f"tensor literal of type {t} holds truth values, so its values must be "
+                               f"0 (false) or 1 (true); got {bad}", e.span)
                 return ir.Var("<error>", ERROR, e.span)
             values = tuple(int(v) for v in e.values)
         else:
@@ -128,7 +157,15 @@ class ExprChecker:
     # ---- built-in ops ---------------------------------------------------------
     def binop(self, e: syntax.BinOp) -> ir.Expr:
         op = OPS[INFIX[e.op]]
-        operands = [(self.check(e.lhs), e.lhs.span), (self.check(e.rhs), e.rhs.span)]
+        items = []
+        for i, x in enumerate((e.lhs, e.rhs)):
+            if isinstance(x, syntax.Number) and i not in op.scalars:
+                items.append((self.static(x, where=f"as operand {i} of `{op.name}`"), x.span))
+            else:
+                items.append((x if isinstance(x, syntax.Number) else self.check(x), x.span))
+        operands = self._splat(op, items)
+        if operands is None:
+            return ir.Var("<error>", ERROR, e.span)
         return apply_op(self.bag, op, operands, [], [], e.op_span, e.span, method=False)
 
     def neg(self, e: syntax.Neg) -> ir.Expr:
@@ -137,33 +174,70 @@ class ExprChecker:
         return apply_op(self.bag, OPS["neg"], [(operand, e.operand.span)], [], [], op_span, e.span, method=False)
 
     def method_call(self, e: syntax.MethodCall) -> ir.Expr:
-        receiver = self.check(e.receiver)
         op = self._builtin(e.method, e.method_span, method=True)
-        operands, statics = self._split_args(e.args)
         if op is None:
+            self.check(e.receiver)
+            self._split_args(e.args, None, 1)
             return ir.Var("<error>", ERROR, e.span)
-        return apply_op(self.bag, op, [(receiver, e.receiver.span)] + operands, statics, e.attrs,
-                        e.method_span, e.span, method=True)
+        if isinstance(e.receiver, syntax.Number) and 0 in op.scalars:
+            receiver = (e.receiver, e.receiver.span)
+        else:
+            receiver = (self.check(e.receiver), e.receiver.span)
+        items, statics = self._split_args(e.args, op, 1)
+        operands = self._splat(op, [receiver] + items)
+        if operands is None:
+            return ir.Var("<error>", ERROR, e.span)
+        return apply_op(self.bag, op, operands, statics, e.attrs, e.method_span, e.span, method=True)
+
+    def field(self, e: syntax.Field) -> ir.Expr:
+        """`x.T`, `x.shape`: values have no attributes in Kina."""
+        self.check(e.receiver)
+        notes = foreign_note(e.name)
+        if e.name in SURFACE_OPS:
+            notes = (Note(f"call the op with parentheses: `x.{e.name}(...)`"),)
+        elif e.name in ("shape", "dtype", "ndim", "size"):
+            notes = (Note("shapes and dtypes are static: they are in the type, which hover shows"),)
+        self.bag.error("unknown-name", f"`.{e.name}` is not an op call; Kina values have no attributes", e.name_span,
+                       *notes)
+        return ir.Var("<error>", ERROR, e.span)
 
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
             return ir.CallFn(sig.name, self._call_args(e, sig), ERROR if sig.opaque else sig.ret, e.span)
         op = self._builtin(e.func, e.func_span, method=False)
-        operands, statics = self._split_args(e.args)
-        if op is None:
+        items, statics = self._split_args(e.args, op, 0)
+        operands = self._splat(op, items) if op is not None else None
+        if operands is None:
             return ir.Var("<error>", ERROR, e.span)
         return apply_op(self.bag, op, operands, statics, e.attrs, e.func_span, e.span, method=False)
 
-    def _split_args(self, args):
-        """Tensor operands are checked; static args (int lists, numbers) go to the attrs."""
-        operands, statics = [], []
+    def _split_args(self, args, op, first: int):
+        """(operands, statics): tensor operands are checked; a bare number at one of the
+        op's `scalars` positions stays a syntax.Number (for `_splat`); a bare number at
+        another operand position is an error; other static args (int lists, numbers) go
+        to the attributes.  `first` is the operand position of args[0]."""
+        items, statics = [], []
         for a in args:
-            if is_static_arg(a):
+            position = first + len(items)
+            if op is not None and isinstance(a, syntax.Number) and position in op.scalars:
+                items.append((a, a.span))
+            elif op is not None and isinstance(a, syntax.Number) and _number_is_operand(op, position):
+                items.append((self.static(a, where=f"as operand {position} of `{op.name}`"), a.span))
+            elif is_static_arg(a):
                 statics.append(a)
             else:
-                operands.append((self.check(a), a.span))
-        return operands, statics
+                items.append((self.check(a), a.span))
+        return items, statics
+
+    def _splat(self, op, items):
+        """Bare-number operands -> splat Literals of the other operand's type (None after
+        a diagnostic); each gets a hover fact, so hovering `0.5` shows the splat's type."""
+        operands = splat_operands(self.bag, op, items)
+        for e, _ in operands or ():
+            if isinstance(e, ir.Literal) and e.scalar:
+                self.fact(e.span, e.type, "expr", None)
+        return operands
 
     def _builtin(self, name: str, span: Span, method: bool):
         op = SURFACE_OPS.get(name)
@@ -172,14 +246,16 @@ class ExprChecker:
         if name in OPS:
             self.bag.error("unknown-name", f"unknown op `{name}`", span,
                            Note(f"`{name}` is IR-internal: the autodiff pass builds it; it has no surface form"))
+        elif name == "return":
+            self.bag.error("syntax", RETURN_MESSAGE, span)
         elif method:
-            notes = did_you_mean(name, SURFACE_OPS)
+            notes = foreign_note(name) or did_you_mean(name, SURFACE_OPS)
             if name in self.signatures:
                 notes = (Note(f"`{name}` is a user function; call it as `{name}(x, ...)`"),)
             self.bag.error("unknown-name", f"unknown op `{name}` in method call `.{name}(...)`", span, *notes)
         else:
             self.bag.error("unknown-name", f"unknown function or op `{name}`", span,
-                           *did_you_mean(name, list(self.signatures) + list(SURFACE_OPS)))
+                           *(foreign_note(name) or did_you_mean(name, list(self.signatures) + list(SURFACE_OPS))))
         return None
 
     # ---- user functions and handlers -------------------------------------------
@@ -191,7 +267,10 @@ class ExprChecker:
         if sig.name == self.fn_name:
             self.bag.error("recursion", f"`{sig.name}` calls itself; Kina functions cannot recurse "
                            "(the graph must be finite to lower and differentiate)", e.func_span)
-        args = [self.check(a) for a in e.args]
+        params = [] if sig.opaque else sig.params
+        args = [self.expect(a, params[i][1] if i < len(params) else None,
+                            f"as argument {i} (`{params[i][0]}`) of `{sig.name}`" if i < len(params) else "")
+                for i, a in enumerate(e.args)]
         if sig.opaque:
             return args
         for a in e.attrs:
@@ -244,6 +323,14 @@ class ExprChecker:
         return TupleType((sig.ret,) + grads) if grads else sig.ret
 
 
+def _number_is_operand(op, position: int) -> bool:
+    """Is a bare number at this argument position meant as a tensor operand (an error)
+    rather than the op's positional attribute?"""
+    if any(a.positional and a.kind == "float" for a in op.attrs):
+        return False
+    return op.operands == -1 or position < op.operands
+
+
 def _fact_name(e, node) -> str | None:
     if isinstance(e, syntax.Name):
         return e.id
@@ -266,6 +353,7 @@ _RULES = {
     syntax.BinOp: ExprChecker.binop,
     syntax.Neg: ExprChecker.neg,
     syntax.MethodCall: ExprChecker.method_call,
+    syntax.Field: ExprChecker.field,
     syntax.Call: ExprChecker.call,
     syntax.Handle: ExprChecker.handle,
 }

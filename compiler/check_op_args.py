@@ -12,11 +12,13 @@ from __future__ import annotations
 from . import ir, syntax
 from .check_types import ERROR, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
-from .ops import OpDef, OpError, _float
+from .ops import OpDef, OpError, _float, normalise_axes
 from .types import TensorType
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
-               "float": "a number", "type": "a type (IR-internal)"}
+               "axis": "an integer",
+               "axes": "an integer list of axes like [0, 2, 1]", "float": "a number",
+               "dtype": "a dtype name ({choices})", "type": "a type (IR-internal)"}
 
 
 def is_static_arg(e) -> bool:
@@ -51,6 +53,7 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
         return ir.OpApp(op.name, args, values, ERROR, span)
     try:
         types = [a.type for a in args]
+        values = normalise_axes(op, types, values)
         result = op.infer(types, values)
         _check_float_only(op, types)
     except OpError as err:
@@ -120,8 +123,11 @@ def _positional_attr(bag, op: OpDef, statics):
     positional = next((a for a in op.attrs if a.positional), None)
     out, ok = [], True
     for i, s in enumerate(statics):
-        if i == 0 and positional is not None and isinstance(s, syntax.IntList):
+        if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
             out.append((positional.name, list(s.values), s.span, s.span))
+            continue
+        if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
+            out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`
             continue
         kw = ", ".join(f"{a.name}=..." for a in op.attrs if not a.positional and a.kind != "type")
         bag.error("attr", f"{op.name}: this positional argument is not a tensor operand; "
@@ -132,16 +138,18 @@ def _positional_attr(bag, op: OpDef, statics):
 
 def _normalise(bag, op: OpDef, spec, value, span: Span):
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
-    if spec.kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+    if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if spec.kind == "ints" and isinstance(value, list) and all(isinstance(v, int) for v in value):
+    if spec.kind in ("ints", "axes") and isinstance(value, list) and all(isinstance(v, int) for v in value):
         return tuple(value)
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value
     if spec.kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
+    if spec.kind == "dtype" and isinstance(value, str) and value in spec.choices:
+        return value
     want = _KIND_WORDS[spec.kind].format(choices=", ".join(spec.choices))
     shown = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
-    notes = did_you_mean(value, spec.choices) if spec.kind == "enum" and isinstance(value, str) else ()
+    notes = did_you_mean(value, spec.choices) if spec.kind in ("enum", "dtype") and isinstance(value, str) else ()
     bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
     return ERROR

@@ -2,6 +2,7 @@
 
   kinac check FILE... [--format text|json] [--emit types|grad] [--fn NAME]
   kinac run FILE [--entry NAME] [--seed N] [--save OUT.npz]
+  kinac fmt [FILE|DIR|-]... [--check] [--diff]
   kinac emit|build|validate ...     (options registered by compiler.build / compiler.validate)
 
 Exit codes: 0 success, 1 the program has errors (diagnostics printed), 2 the
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .analysis import Snapshot, analyze, handles
-from .diagnostics import UsageError, read_source
+from .diagnostics import SourceText, UsageError, read_source
 from .printer import format_function
 
 # subcommand -> (module, names of its argparse registration function (first found wins), entry point)
@@ -163,6 +164,86 @@ def _save(path: str, source: str, fn, inputs, results) -> None:
         raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
 
 
+# ---- fmt -------------------------------------------------------------------------------
+def _fmt_paths(args_files: list[str]) -> list[str]:
+    """FILEs as given; a directory stands for the .kina files under it; none means stdin."""
+    out = []
+    for p in args_files or ["-"]:
+        if p != "-" and os.path.isdir(p):
+            found = sorted(str(f) for f in Path(p).rglob("*.kina") if f.is_file())
+            if not found:
+                raise UsageError(f"no .kina files under {p}")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def _read_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"standard input is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
+
+
+def _write_atomic(path: str, text: str) -> None:
+    """Replace path's content in one step (a temporary file in the same folder, then rename),
+    keeping its permissions; a symlink stays a symlink (its target is rewritten)."""
+    import stat
+    import tempfile
+    target = os.path.realpath(path)
+    tmp = None
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+        fd, tmp = tempfile.mkstemp(prefix=".kinac-fmt-", suffix=".tmp", dir=os.path.dirname(target))
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e} (the file is unchanged)") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def cmd_fmt(args) -> int:
+    import difflib
+
+    from . import format as fmt
+    failed = changed = False
+    for path in _fmt_paths(args.files):
+        name = "<stdin>" if path == "-" else path
+        text = _read_stdin() if path == "-" else read_source(path)
+        try:
+            out = fmt.format_source(text)
+        except fmt.FormatError as e:
+            source = SourceText(text, name)
+            for d in e.diagnostics:
+                print(source.render(d), file=sys.stderr)
+            print(f"kinac fmt: {name}: {e} (not formatted)", file=sys.stderr)
+            failed = True
+            continue
+        if path == "-" and not (args.check or args.diff):
+            sys.stdout.write(out)
+            continue
+        if out == text:
+            continue
+        changed = True
+        if args.diff:
+            sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True), out.splitlines(keepends=True),
+                                                       f"{name} (original)", f"{name} (formatted)"))
+        if args.check:
+            print(f"kinac fmt: {name} would be reformatted", file=sys.stderr)
+        elif not args.diff:
+            _write_atomic(path, out)
+    return 1 if failed or (args.check and changed) else 0
+
+
 # ---- the parser ----------------------------------------------------------------------------
 def _add_delegated(sub, name: str, wanted: bool) -> None:
     """Register emit/build/validate; their module is imported only when that command runs."""
@@ -199,6 +280,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="OUT.npz", help="also write the inputs and results to a .npz file "
                    "(BF16/F8 stored as exact float32; compiler.runtime.load_npz restores every dtype)")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("fmt", help="format files in the Kina style (in place; stdin to stdout)")
+    p.add_argument("files", nargs="*", metavar="FILE", help="files or folders of .kina files; `-` or none: stdin")
+    p.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would be reformatted")
+    p.add_argument("--diff", action="store_true", help="change nothing; print what would change as a diff")
+    p.set_defaults(func=cmd_fmt)
     for name in DELEGATED:
         _add_delegated(sub, name, wanted=(name == command))
     return parser

@@ -1,4 +1,4 @@
-"""Diagnostics: a code, a message, a primary span and optional notes.
+"""Diagnostics: a code, a message, a primary span, optional notes and an optional fix.
 
 Every stage *collects* diagnostics into a list instead of raising, so one run
 reports all the mistakes of a file.  `render` gives the CLI's
@@ -36,16 +36,26 @@ class Note:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """A change that resolves a diagnostic, for editors to offer (kina_lsp/actions.py keys its
+    quick fixes on `kind`, one of FIXES; never on the message text).  `text`: what to write
+    over the diagnostic's span, for the kinds that say so."""
+    kind: str
+    text: str | None = None
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     code: str
     message: str
     span: Span
     notes: tuple[Note, ...] = ()
     severity: str = "error"  # "error" | "warning"
+    fix: Fix | None = None
 
     def shift(self, delta: int) -> "Diagnostic":
         notes = tuple(Note(n.message, n.span.shift(delta) if n.span else None) for n in self.notes)
-        return Diagnostic(self.code, self.message, self.span.shift(delta), notes, self.severity)
+        return Diagnostic(self.code, self.message, self.span.shift(delta), notes, self.severity, self.fix)
 
 
 # Every diagnostic code the compiler can emit, with a one-line description.
@@ -70,6 +80,14 @@ CODES: dict[str, str] = {
     "emit": "the program cannot be lowered to the host (e.g. @device operands)",
     "recursion": "a function that calls itself, directly or not",
     "toolchain": "mlir-opt, mlir-translate, llc or cc rejected the generated code, or a tool is missing",
+}
+
+
+# Every kind of Fix, with what applying it does (the language server offers each as a quick fix).
+FIXES: dict[str, str] = {
+    "split-let": "hoist the nested operand at the span into its own let before the enclosing let",
+    "constant-let": "give the bare number at the span its own typed let (the splat the checker made of it)",
+    "write": "replace the span by `text` (e.g. a tensor literal where a bare number is not a tensor)",
 }
 
 
@@ -152,9 +170,10 @@ class DiagnosticBag:
 
     items: list[Diagnostic] = field(default_factory=list)
 
-    def error(self, code: str, message: str, span: Span, *notes: Note) -> None:
+    def error(self, code: str, message: str, span: Span, *notes: Note, fix: Fix | None = None) -> None:
         assert code in CODES, code
-        self.items.append(Diagnostic(code, message, span, tuple(notes)))
+        assert fix is None or fix.kind in FIXES, fix
+        self.items.append(Diagnostic(code, message, span, tuple(notes), fix=fix))
 
     def extend(self, diags) -> None:
         self.items.extend(diags)

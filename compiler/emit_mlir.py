@@ -139,6 +139,8 @@ class FunctionLowering:
         em.at(e.span)
         out = em.fresh(hint)
         if isinstance(e, ir.Literal):
+            if e.scalar:   # `x * 0.5`: a fill, not a dense constant the size of x in the .so
+                return em.filled(ty(e.type), e.values[0], out)
             return em.op(literal(e), out)
         if isinstance(e, ir.CallFn):
             return self._call(e, args, out)
@@ -194,7 +196,7 @@ def _flat_types(t: Type) -> list[TensorType]:
 def literal(e: ir.Literal) -> str:
     """arith.constant dense<..>: () zeros, (x,) splat, else a nested row-major payload."""
     t = ty(e.type)
-    is_int = e.type.dtype == DType.I64
+    is_int = not e.type.is_float        # I64, and Bool stored as i8 0 / 1
 
     def fmt(x) -> str:
         return str(int(x)) if is_int else float_literal(float(x), t.elem)

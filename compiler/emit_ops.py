@@ -15,6 +15,7 @@ from typing import Callable
 
 from . import ir
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
+from .emit_ops_ext import EXT_LOWERINGS
 from .types import TensorType
 
 Emitter = Callable[[FnEmitter, ir.OpApp, list, str], str]
@@ -411,4 +412,5 @@ LOWERINGS: dict[str, Emitter] = {
     "take_along_axis": lower_take_along_axis,
     "scatter_add": lower_scatter_add,
     "scatter_along_axis": lower_scatter_along_axis,
+    **EXT_LOWERINGS,   # elementwise math, casts, iota / tril, argmax (compiler/emit_ops_ext.py)
 }

@@ -16,6 +16,7 @@ message the compiled code asserts, never numpy's IndexError.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -87,6 +88,60 @@ def _scatter_along_axis(args, attrs, out):
 
 _REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
 
+_erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def _erf_f(x: np.ndarray) -> np.ndarray:
+    # np.asarray: on a rank-0 array frompyfunc returns a Python float, not an array
+    return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf_f(x / math.sqrt(2)))
+
+
+def _gelu_grad(args, attrs, out):
+    g, x = args
+    if attrs["approximate"] == "tanh":
+        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    else:
+        d = 0.5 * (1 + _erf_f(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return g * d
+
+
+def _maximum_grad(args, attrs, out):
+    # the cotangent of x in maximum(x, y): all of g where x wins, half on a tie (PyTorch's rule)
+    g, x, y = args
+    return np.where(x > y, g, np.where(x == y, g / 2, 0))
+
+
+def _in_bounds(x: np.ndarray, attrs) -> np.ndarray:
+    lo, hi = attrs["min"], attrs["max"]
+    keep = np.ones(x.shape, bool)
+    if lo is not None:
+        keep &= x >= lo
+    if hi is not None:
+        keep &= x <= hi
+    return keep
+
+
+def _cast(args, attrs, out):
+    # Integers and booleans convert through float32, as the lowering does (sitofp to f32,
+    # then the store rounds to the target dtype); floats convert directly.
+    x = args[0]
+    return x.astype(np.float32) if x.dtype.kind in "iub" and out.is_float else x
+
+
+def _iota(args, attrs, out):
+    axis = attrs["axis"]
+    shape = [1] * out.rank
+    shape[axis] = out.shape[axis]
+    return np.broadcast_to(np.arange(out.shape[axis], dtype=np.int64).reshape(shape), out.shape).copy()
+
 OpFn = Callable[[list[np.ndarray], dict, TensorType], np.ndarray]
 
 NUMPY_OPS: dict[str, OpFn] = {
@@ -116,6 +171,29 @@ NUMPY_OPS: dict[str, OpFn] = {
     "take_along_axis": _take_along_axis,
     "scatter_add": _scatter_add,
     "scatter_along_axis": _scatter_along_axis,
+    "maximum": lambda a, at, t: np.maximum(a[0], a[1]),
+    "minimum": lambda a, at, t: np.minimum(a[0], a[1]),
+    "abs": lambda a, at, t: np.abs(a[0]),
+    "sign": lambda a, at, t: np.sign(a[0]),
+    "square": lambda a, at, t: np.square(a[0]),
+    "erf": lambda a, at, t: _erf_f(a[0]),
+    "pow": lambda a, at, t: np.power(a[0], at["p"]),
+    "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
+    "gelu": lambda a, at, t: _gelu(a[0], at["approximate"]),
+    "cast": _cast,
+    "iota": _iota,
+    "tril": lambda a, at, t: np.tril(a[0], at["k"]),
+    "argmax": lambda a, at, t: np.argmax(a[0], axis=at["axis"], keepdims=True),
+    "maximum_grad": _maximum_grad,
+    "clamp_grad": lambda a, at, t: np.where(_in_bounds(a[1], at), a[0], 0),
+    "gelu_grad": _gelu_grad,
+    "lt": lambda a, at, t: np.less(a[0], a[1]),
+    "le": lambda a, at, t: np.less_equal(a[0], a[1]),
+    "gt": lambda a, at, t: np.greater(a[0], a[1]),
+    "ge": lambda a, at, t: np.greater_equal(a[0], a[1]),
+    "eq": lambda a, at, t: np.equal(a[0], a[1]),
+    "ne": lambda a, at, t: np.not_equal(a[0], a[1]),
+    "where": lambda a, at, t: np.where(a[0], a[1], a[2]),
 }
 
 
@@ -134,7 +212,10 @@ class _Interpreter:
         arr = np.asarray(value)
         if arr.shape != t.shape:
             raise KinaRuntimeError(f"{what}: expected {t}, got an array of shape {list(arr.shape)}")
-        if not t.is_float and not np.issubdtype(arr.dtype, np.integer):
+        if t.dtype is DType.Bool:
+            if not (arr.dtype == np.bool_ or (np.issubdtype(arr.dtype, np.integer) and np.isin(arr, (0, 1)).all())):
+                raise KinaRuntimeError(f"{what}: expected truth values (bool, or 0 / 1) for {t}, got {arr.dtype}")
+        elif not t.is_float and not np.issubdtype(arr.dtype, np.integer):
             raise KinaRuntimeError(f"{what}: expected integer indices for {t}, got dtype {arr.dtype}")
         return arr.astype(self.storage(t))
 
@@ -177,7 +258,7 @@ class _Interpreter:
     def op(self, node: OpApp, args: list[np.ndarray]) -> np.ndarray:
         out_dtype = self.storage(node.type)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
-        args = [a if a.dtype.kind == "i" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
+        args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
         result = NUMPY_OPS[node.op](args, node.attrs, node.type)
         return np.asarray(result).astype(out_dtype, copy=False)
 
@@ -200,7 +281,8 @@ _DEFAULT_INDEX_BOUND = 4   # an I64 parameter that indexes nothing
 
 def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[np.ndarray]:
     """Deterministic arguments for fn: floats ~ N(0, 1) (uniform in [0.5, 2) where log/sqrt/rsqrt need
-    positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim)."""
+    positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim);
+    Bool values a fair coin."""
     rng = np.random.default_rng(seed)
     uses = Uses(program)
     out = []
@@ -209,6 +291,8 @@ def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -
         if t.is_float:
             data = rng.uniform(0.5, 2.0, t.shape) if uses.positive(fn, p.name) else rng.standard_normal(t.shape)
             out.append(data.astype(NP_DTYPES[t.dtype]))
+        elif t.dtype is DType.Bool:
+            out.append(rng.integers(0, 2, t.shape).astype(np.bool_))
         else:
             bound = uses.index_bound(fn, p.name) or _DEFAULT_INDEX_BOUND
             out.append(rng.integers(0, bound, t.shape, dtype=np.int64))

@@ -57,10 +57,12 @@ class Handle:
 
 @dataclass
 class Literal:
-    """A constant tensor.  values: () = zeros, (x,) = splat, else row-major payload."""
+    """A constant tensor.  values: () = zeros, (x,) = splat, else row-major payload.
+    `scalar`: written as a bare number operand (`x * 0.5`), a splat of the other operand's type."""
     values: tuple[float, ...]
     type: TensorType
     span: Span = NO_SPAN
+    scalar: bool = False
 
 
 @dataclass

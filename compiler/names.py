@@ -36,7 +36,8 @@ def resolve(fn: ast.FnDef) -> Symbols:
         _resolve_expr(body.value, scope, sym)
         for n in body.names:
             sym.defs[n.span] = n.id
-            scope.setdefault(n.id, n.span)   # a rebinding is a `duplicate` error; keep the first
+            if n.id != "_":                  # `_` binds nothing
+                scope.setdefault(n.id, n.span)   # a rebinding is a `duplicate` error; keep the first
         body = body.body
     _resolve_expr(body, scope, sym)
     return sym

@@ -30,6 +30,7 @@ from lark.parsers.lalr_interactive_parser import InteractiveParser
 from lark.utils import TextSlice
 
 from . import syntax as ast
+from .check_hints import RETURN_MESSAGE
 from .diagnostics import Diagnostic, Span
 from .types import DType
 
@@ -265,6 +266,10 @@ class _ToAst(Transformer):
         return self._deep(ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs,
                                          self._span(ch)), receiver, *args.args)
 
+    def field(self, ch):
+        receiver, name = ch[0], ch[2]
+        return ast.Field(receiver, str(name), self._tok(name), self._span(ch))
+
     def name(self, ch):
         return ast.Name(str(ch[0]), self._tok(ch[0]))
 
@@ -439,6 +444,8 @@ def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diag
     wanted = _describe_expected(expected)
     if last is _LEX_BEFORE:
         last = _token_before(text, span.start)
+    if last is not None and last.type == "NAME" and str(last) == "return":
+        return Diagnostic("syntax", RETURN_MESSAGE, Span(last.start_pos, last.end_pos))
     context = _AFTER.get(last.type) if last is not None and " after " not in wanted else None
     if context:
         wanted = f"{wanted} {context}"
@@ -628,6 +635,8 @@ def children(node) -> list:
         return [node.operand]
     if isinstance(node, ast.MethodCall):
         return [node.receiver, *node.args]
+    if isinstance(node, ast.Field):
+        return [node.receiver]
     if isinstance(node, ast.Call):
         return list(node.args)
     if isinstance(node, ast.Handle):

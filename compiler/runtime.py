@@ -261,7 +261,7 @@ class KinaFunction:
     def _convert(self, value, spec: TensorSpec, what: str) -> np.ndarray:
         """A non-array argument as an array.  Python numbers and (nested) lists / tuples of
         them convert to the declared dtype when nothing is lost in kind: integers to I64,
-        integers or floats to a float dtype.  Never a float to I64 (no truncation), None
+        integers or floats to a float dtype, bools to Bool.  Never a float to I64 (no truncation), None
         (no NaN) or a str (no parsing); any other object must convert to exactly the dtype."""
         expects = f"{self.name}: {what} `{spec.name}` expects {spec.describe()}"
         try:
@@ -274,7 +274,7 @@ class KinaFunction:
                 raise KinaArgumentError(f"{expects}, got {_describe_value(value)}"
                                         + ("" if arr.dtype.kind in "OUS" else f" (NumPy dtype {arr.dtype})"))
             return arr
-        wanted = "iu" if spec.dtype == "I64" else "iuf"
+        wanted = {"I64": "iu", "Bool": "b"}.get(spec.dtype, "iuf")   # Bool: lists of True / False
         if arr.dtype.kind not in wanted:
             why = (" (no conversion of floats to I64 indices)" if spec.dtype == "I64" and arr.dtype.kind == "f"
                    else "")

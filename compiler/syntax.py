@@ -73,6 +73,16 @@ class MethodCall:
 
 
 @dataclass
+class Field:
+    """`receiver.name` without parentheses (`x.T`, `x.shape`): Kina has no attributes
+    on values; the checker reports it with the Kina spelling."""
+    receiver: "Expr"
+    name: str
+    name_span: Span
+    span: Span
+
+
+@dataclass
 class Call:
     """`func(args..., attr=value...)`: a built-in op in free form or a user function."""
     func: str
@@ -130,7 +140,7 @@ class Let:
     span: Span
 
 
-Expr = Name | IntList | Number | MethodCall | Call | BinOp | Neg | Handle | TensorLit | TupleExpr | Let
+Expr = Name | IntList | Number | MethodCall | Field | Call | BinOp | Neg | Handle | TensorLit | TupleExpr | Let
 
 
 # ---- items -------------------------------------------------------------------

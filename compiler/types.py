@@ -33,7 +33,7 @@ class DType(Enum):
                     ("" when NumPy cannot export it: those arrays take the runtime's Python path)
       has_inf       whether the format has infinities (E4M3FN has none: overflow is NaN)
       tolerance     (atol, rtol) of compiled results against the reference interpreter
-      fd_tolerance  (atol, rtol) of compiled cotangents against finite differences (None: I64)
+      fd_tolerance  (atol, rtol) of compiled cotangents against finite differences (None: I64, Bool)
     Derived: is_float, np_dtype, finite_max, bits_of(x).
     """
     #        name      mlir        bytes numpy_name       c_type      buffer has_inf tolerance      fd_tolerance
@@ -43,6 +43,9 @@ class DType(Enum):
     F8E4M3 = ("F8E4M3", "f8E4M3FN", 1, "float8_e4m3fn", "uint8_t", "", False, (0.25, 0.25), (1.0, 0.5))
     F8E5M2 = ("F8E5M2", "f8E5M2", 1, "float8_e5m2", "uint8_t", "", True, (0.5, 0.5), (1.0, 0.5))
     I64 = ("I64", "i64", 8, "int64", "int64_t", "ql", False, (0, 0), None)
+    # The result of comparisons and the condition of `where`: one byte holding 0 or 1, like
+    # numpy.bool_ (stored as i8: memrefs of i1 do not lower to LLVM; ops compare in i1).
+    Bool = ("Bool", "i8", 1, "bool_", "uint8_t", "?", False, (0, 0), None)
 
     def __new__(cls, name: str, *facts):
         member = object.__new__(cls)
@@ -62,7 +65,8 @@ class DType(Enum):
 
     @property
     def is_float(self) -> bool:
-        return self is not DType.I64
+        """Floating dtypes receive cotangents; I64 and Bool are discrete."""
+        return self.mlir.startswith(("f", "bf"))
 
     @cached_property
     def np_dtype(self):
@@ -75,8 +79,10 @@ class DType(Enum):
 
     @cached_property
     def finite_max(self) -> float | int:
-        """The largest finite value (448 for F8E4M3)."""
+        """The largest finite value (448 for F8E4M3; 1, true, for Bool)."""
         import numpy as np
+        if self.np_dtype == np.bool_:
+            return 1
         if not self.is_float:
             return int(np.iinfo(self.np_dtype).max)
         import ml_dtypes   # its finfo covers NumPy's floats and its own

@@ -11,7 +11,8 @@ from them:
   ScatterAlongAxis index (the smallest over every use), or None.  The
   interpreter draws its inputs below it; the build records it in the manifest,
   and the runtime checks every call against it before calling the library.
-- `positive(fn, name)`: whether it reaches log / sqrt / rsqrt (inputs must be > 0).
+- `positive(fn, name)`: whether it reaches log / sqrt / rsqrt or a fractional pow
+  (inputs must be > 0).
 
 The bound is for the whole parameter, even where a slice drops some of its
 elements before the index op (the check is conservative, never lax).
@@ -34,6 +35,11 @@ INDEX_BOUNDS: dict[str, Callable[[OpApp], int]] = {
 PASS_THROUGH = frozenset({"reshape", "transpose", "broadcast", "slice", "concat"})
 # Ops whose float operand must be positive for a finite result.
 POSITIVE = frozenset({"log", "sqrt", "rsqrt"})
+
+
+def _fractional_pow(node: OpApp) -> bool:
+    """x.pow(p) with a fractional p is NaN for negative x: it wants positive inputs too."""
+    return node.op == "pow" and not float(node.attrs["p"]).is_integer()
 MAX_DEPTH = 64   # call nesting followed; deeper chains are not analysed
 
 # A value being followed: an expression, the element of its tuple value it stands for
@@ -56,7 +62,7 @@ class Uses:
         return min(bounds) if bounds else None
 
     def positive(self, fn: Function, name: str) -> bool:
-        return any(op.op in POSITIVE for op, _ in self.sinks(fn, name))
+        return any(op.op in POSITIVE or _fractional_pow(op) for op, _ in self.sinks(fn, name))
 
     def sinks(self, fn: Function, name: str) -> list[tuple[OpApp, int]]:
         """(op, operand index) of every op that consumes the parameter's elements."""

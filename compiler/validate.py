@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import numpy as np
 
@@ -313,9 +313,12 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
 # ---- driver -----------------------------------------------------------------------------
 def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
-                  cancel: Callable[[], bool] | None = None, timeout: float = 120.0) -> ValidationReport:
+                  cancel: Callable[[], bool] | None = None, timeout: float = 120.0,
+                  only: Collection[str] | None = None) -> ValidationReport:
     """Build, run in a child process, compare.  progress(function, done, total) is called as
-    functions finish; cancel() returning True stops the run (report.cancelled)."""
+    functions finish; cancel() returning True stops the run (report.cancelled).  `only`:
+    run just these exported functions (a gradient wrapper is GRAD_PREFIX + the handled
+    function's name); the whole file is still built."""
     from . import interp
     report = ValidationReport(str(path))
     with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
@@ -327,7 +330,9 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
             report.cancelled = True
             return report
         program = report.build.program
-        fns = [f for f in build.exported(program) if f.params or f.name == "main"]
+        fns = [f for f in build.exported(program) if f.params or f.name == "main" or (only and f.name in only)]
+        if only is not None:
+            fns = [f for f in fns if f.name in only]
         inputs, expected, reports = {}, {}, {}
         for fn in fns:
             reports[fn.name] = FunctionReport(_display_name(fn.name))

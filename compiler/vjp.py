@@ -13,6 +13,7 @@ reduce_keep(op=mean), rank-changing broadcast).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -257,7 +258,71 @@ def _gather(b, node, y, g, needs):
     return [_only(needs, 0, make), None]
 
 
+# ---- rules: elementwise math, casts, masks -----------------------------------------
+def _maximum(b, node, y, g, needs):
+    x0, x1 = node.args                      # PyTorch's rule: a tie gives each side g / 2
+    return [_only(needs, 0, lambda: b.emit("maximum_grad", [g, x0, x1])),
+            _only(needs, 1, lambda: b.emit("maximum_grad", [g, x1, x0]))]
+
+
+def _minimum(b, node, y, g, needs):
+    x0, x1 = node.args                      # min(a, b) picks a where b > a
+    return [_only(needs, 0, lambda: b.emit("maximum_grad", [g, x1, x0])),
+            _only(needs, 1, lambda: b.emit("maximum_grad", [g, x0, x1]))]
+
+
+_abs = _unary(lambda b, x, y, g: b.emit("mul", [g, b.emit("sign", [x])]))       # sign(0) = 0
+_sign = _unary(lambda b, x, y, g: b.literal(x.type))                           # piecewise constant
+_square = _unary(lambda b, x, y, g: b.emit("mul", [b.emit("mul", [g, x]), _const(b, x.type, 2.0)]))
+_erf = _unary(lambda b, x, y, g: b.emit("mul", [g, b.emit("mul", [             # 2/sqrt(pi) e^(-x^2)
+    b.emit("exp", [b.emit("neg", [b.emit("mul", [x, x])])]), _const(b, x.type, 2 / math.sqrt(math.pi))])]))
+
+
+def _pow(b, node, y, g, needs):
+    p = node.attrs["p"]
+
+    def make():
+        x = node.args[0]
+        if p == 0:
+            return b.literal(x.type)                    # x^0 = 1: no dependence on x (PyTorch: 0)
+        if p == 1:
+            return g
+        lower = b.emit("pow", [x], p=p - 1)             # p x^(p-1)
+        return b.emit("mul", [g, b.emit("mul", [lower, _const(b, x.type, p)])])
+    return [_only(needs, 0, make)]
+
+
+def _clamp(b, node, y, g, needs):
+    bounds = {"min": node.attrs["min"], "max": node.attrs["max"]}
+    return [_only(needs, 0, lambda: b.emit("clamp_grad", [g, node.args[0]], **bounds))]
+
+
+def _gelu(b, node, y, g, needs):
+    return [_only(needs, 0, lambda: b.emit("gelu_grad", [g, node.args[0]],
+                                           approximate=node.attrs["approximate"]))]
+
+
+def _cast(b, node, y, g, needs):
+    # float -> float: cast the cotangent back; from I64 / Bool the operand is discrete
+    x = node.args[0]
+    return [b.emit("cast", [g], dtype=x.type.dtype.value) if needs[0] and x.type.is_float else None]
+
+
+def _where(b, node, y, g, needs):
+    # the condition is discrete; each value gets g where it was chosen, zeros elsewhere
+    cond, a, _ = node.args
+    zeros = lambda: b.literal(a.type)  # noqa: E731
+    return [None, _only(needs, 1, lambda: b.emit("where", [cond, g, zeros()])),
+            _only(needs, 2, lambda: b.emit("where", [cond, zeros(), g]))]
+
+
+def _tril(b, node, y, g, needs):
+    return [_only(needs, 0, lambda: b.emit("tril", [g], k=node.attrs["k"]))]
+
+
 _BACKWARD_ONLY = "is IR-internal: the AD pass inserts it only in backward graphs, and it has no VJP"
+_DISCRETE = ("has a discrete ({dtype}) result, so it never receives a cotangent: its let is skipped by "
+             "reverseMode (cast the result to a float dtype to compute with it)")
 
 VJPS: dict[str, VJP] = {
     "add": VJP(_add),
@@ -286,4 +351,22 @@ VJPS: dict[str, VJP] = {
     "scatter_add": VJP(None, f"scatter_add {_BACKWARD_ONLY} (seed 000 §7.3)"),
     "scatter_along_axis": VJP(None, f"scatter_along_axis {_BACKWARD_ONLY}"),
     "relu_grad": VJP(None, f"relu_grad {_BACKWARD_ONLY}"),
+    "maximum": VJP(_maximum),
+    "minimum": VJP(_minimum),
+    "abs": VJP(_abs),
+    "sign": VJP(_sign),
+    "square": VJP(_square),
+    "erf": VJP(_erf),
+    "pow": VJP(_pow),
+    "clamp": VJP(_clamp),
+    "gelu": VJP(_gelu),
+    "cast": VJP(_cast),
+    "tril": VJP(_tril),
+    "iota": VJP(None, "iota " + _DISCRETE.format(dtype="I64")),
+    "argmax": VJP(None, "argmax " + _DISCRETE.format(dtype="I64")),
+    **{op: VJP(None, f"{op} " + _DISCRETE.format(dtype="Bool")) for op in ("lt", "le", "gt", "ge", "eq", "ne")},
+    "where": VJP(_where),
+    "maximum_grad": VJP(None, f"maximum_grad {_BACKWARD_ONLY}"),
+    "clamp_grad": VJP(None, f"clamp_grad {_BACKWARD_ONLY}"),
+    "gelu_grad": VJP(None, f"gelu_grad {_BACKWARD_ONLY}"),
 }

@@ -1,7 +1,11 @@
-"""Code actions: the reverseMode "split into two lets" quick fix, plus the
+"""Code actions: the quick fixes of diagnostics that carry a Fix, plus the
 "Build & validate" and "Show MLIR" source actions (commands.py runs them).
 
-The quick fix answers the `ad-structure` diagnostic whose span is a nested
+A quick fix is chosen by the diagnostic's Fix kind (compiler.diagnostics.FIXES),
+which the client hands back in the diagnostic's `data` (QUICK_FIXES has one row
+per kind; never a match on the message text).
+
+`split-let` answers the `ad-structure` diagnostic whose span is a nested
 operand of a differentiated op.  It hoists exactly that operand into a fresh
 let placed before the enclosing let:
 
@@ -11,20 +15,27 @@ let placed before the enclosing let:
     let y = y_op1.op2(..) in
 
 Applying it again to the next diagnostic splits a longer chain step by step.
+`constant-let`: a bare number operand of a differentiated op (`x * 0.5`) gets its
+own typed let instead (`let c = Tensor[F32, [2, 3]] { 0.5 } in`, the type of the
+checker's splat).  `write`: the `literal` diagnostic of a bare number where a
+tensor is needed writes the literal that type-checks there.
 """
 from __future__ import annotations
 
 import re
 
+from typing import Callable
+
 from lsprotocol import types as lsp
 
-from compiler import syntax as ast
+from compiler import ir, syntax as ast
+from compiler.check_scalars import literal_text
+from compiler.diagnostics import Span
 
-from . import astutil
+from . import astutil, hover
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"
-SPLIT_CODE = "ad-structure"
 
 
 def _node_with_span(fn: ast.FnDef, start: int, end: int):
@@ -56,7 +67,7 @@ def _fresh(base: str, text: str) -> str:
     return name
 
 
-def split_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None:
+def split_edit(view, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit hoisting the expression at [start, end) into its own let."""
     fn = view.snapshot.function_at(start)
     if fn is None:
@@ -77,17 +88,75 @@ def split_edit(view, uri: str, start: int, end: int) -> lsp.WorkspaceEdit | None
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
+def constant_edit(view, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
+    """The WorkspaceEdit giving the bare number at [start, end) (`x * 0.5` in a function
+    differentiated by reverseMode) its own let, typed like the splat the checker made of it:
+
+        let y = x * 0.5 in
+      becomes
+        let c = Tensor[F32, [2, 3]] { 0.5 } in
+        let y = x * c in
+    """
+    fn = astutil.function_at(view.snapshot.module, start)
+    if fn is None:
+        return None
+    let = astutil.let_of(fn, start)
+    child = _node_with_span(fn, start, end)
+    literal = hover.node_at_span(view, child.span) if isinstance(child, ast.Number) else None
+    if let is None or not isinstance(literal, ir.Literal):
+        return None
+    text = view.text
+    line_start = text.rfind("\n", 0, let.span.start) + 1
+    indent = re.match(r"[ \t]*", text[line_start:let.span.start]).group()
+    name = _fresh("c", text[fn.span.start:fn.span.end])
+    value = literal_text(text[start:end], literal.type)
+    at = view.index.position(let.span.start)
+    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=f"let {name} = {value} in\n{indent}"),
+             lsp.TextEdit(range=view.index.range(child.span), new_text=name)]
+    return lsp.WorkspaceEdit(changes={uri: edits})
+
+
+def write_edit(view, uri: str, start: int, end: int, text: str | None) -> lsp.WorkspaceEdit | None:
+    """The WorkspaceEdit writing `text` (a tensor literal) over [start, end)."""
+    if not text:
+        return None
+    return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=view.index.range(Span(start, end)), new_text=text)]})
+
+
+# Fix kind (compiler.diagnostics.FIXES) -> (edit(view, uri, start, end, fix text), the action's title;
+# `{text}` is the fix text).
+QUICK_FIXES: dict[str, tuple[Callable[..., lsp.WorkspaceEdit | None], str]] = {
+    "split-let": (split_edit, "Split the nested expression into its own let"),
+    "constant-let": (constant_edit, "Give the constant its own let"),
+    "write": (write_edit, "Write {text}"),
+}
+
+
+def _fix_of(diag: lsp.Diagnostic) -> tuple[str, str | None] | None:
+    """(kind, text) of the Fix a diagnostic carries in `data` (what to_lsp put there)."""
+    data = diag.data
+    if not isinstance(data, dict) or data.get("fix") not in QUICK_FIXES:
+        return None
+    text = data.get("text")
+    return data["fix"], text if isinstance(text, str) else None
+
+
+def quick_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
+    found = _fix_of(diag)
+    if found is None:
+        return None
+    kind, text = found
+    make, title = QUICK_FIXES[kind]
+    span = view.index.span(diag.range)
+    edit = make(view, uri, span.start, span.end, text)
+    if edit is None:
+        return None
+    return lsp.CodeAction(title=title.format(text=text), kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag], edit=edit,
+                          is_preferred=True)
+
+
 def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-    actions = []
-    for diag in params.context.diagnostics or []:
-        if diag.code != SPLIT_CODE or "split" not in diag.message:
-            continue
-        span = view.index.span(diag.range)
-        edit = split_edit(view, uri, span.start, span.end)
-        if edit is not None:
-            actions.append(lsp.CodeAction(title="Split the nested expression into its own let",
-                                          kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
-                                          edit=edit, is_preferred=True))
+    actions = [fix for diag in params.context.diagnostics or [] if (fix := quick_fix(view, uri, diag))]
     for title, cmd in (("Kina: Build & validate", CMD_VALIDATE), ("Kina: Show MLIR", CMD_MLIR)):
         actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Source,
                                       command=lsp.Command(title=title, command=cmd, arguments=[uri])))

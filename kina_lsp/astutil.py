@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from compiler import syntax as ast
 
-EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Call, ast.BinOp,
+EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Field, ast.Call, ast.BinOp,
               ast.Neg, ast.Handle, ast.TensorLit, ast.TupleExpr, ast.Let)
 
 
@@ -16,6 +16,8 @@ def children(node) -> list:
     """Direct sub-expressions, in source order."""
     if isinstance(node, ast.MethodCall):
         return [node.receiver, *node.args]
+    if isinstance(node, ast.Field):
+        return [node.receiver]
     if isinstance(node, ast.Call):
         return list(node.args)
     if isinstance(node, ast.BinOp):

@@ -122,15 +122,16 @@ class _Progress:
         self.loop.call_soon_threadsafe(self.reporter.report, self.token, value)
 
 
-def _run_validation(text: str, path: str, progress, cancel: threading.Event):
-    """Worker thread: validate a copy of the buffer (unsaved edits included)."""
+def _run_validation(text: str, path: str, progress, cancel: threading.Event, only=None):
+    """Worker thread: validate a copy of the buffer (unsaved edits included); `only`: see
+    validate_file (the code lenses validate one function or one gradient)."""
     try:
-        return _validate_copy(text, path, progress, cancel)
+        return _validate_copy(text, path, progress, cancel, only)
     finally:
         _running.discard(cancel)
 
 
-def _validate_copy(text: str, path: str, progress, cancel: threading.Event):
+def _validate_copy(text: str, path: str, progress, cancel: threading.Event, only=None):
     from compiler.validate import ValidationReport, validate_file
     if cancel.is_set():      # cancelled while it waited for a free build worker
         report = ValidationReport(path, cancelled=True)
@@ -138,12 +139,12 @@ def _validate_copy(text: str, path: str, progress, cancel: threading.Event):
         with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
             copy = Path(tmp) / Path(path).name
             copy.write_text(text, encoding="utf-8")
-            report = validate_file(str(copy), progress=progress, cancel=cancel.is_set)
+            report = validate_file(str(copy), progress=progress, cancel=cancel.is_set, only=only)
     log.info("build & validate of %s stopped: %s", path, "cancelled" if report.cancelled else "finished")
     return report
 
 
-async def build_and_validate(server, uri: str) -> dict:
+async def build_and_validate(server, uri: str, only=None) -> dict:
     cur = server.buffer(uri)
     if cur is None:
         return {"ok": False, "message": f"{uri} is not open"}
@@ -157,7 +158,8 @@ async def build_and_validate(server, uri: str) -> dict:
     cancel = threading.Event()
     progress.on_cancel(token, cancel.set)
     _running.add(cancel)
-    job = loop.run_in_executor(_pool, _run_validation, text, _path_for(uri), _Progress(progress, token, loop), cancel)
+    job = loop.run_in_executor(_pool, _run_validation, text, _path_for(uri), _Progress(progress, token, loop), cancel,
+                               only)
     try:
         report = await asyncio.shield(job)
         summary = summarize(report)

@@ -96,7 +96,12 @@ def _op_item(op: OpDef, kind) -> lsp.CompletionItem:
 
 
 def _method_ops():
-    # infix ops are written with their operator; every other op has a method form
+    # infix ops are written with their operator; every other op with an operand has a method form
+    return [op for op in SURFACE_OPS.values() if op.infix is None and op.operands != 0]
+
+
+def _free_ops():
+    # free form `op(x, ...)`: every op without an operator, including builders such as iota
     return [op for op in SURFACE_OPS.values() if op.infix is None]
 
 
@@ -122,13 +127,13 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
         given = set(re.findall(r"([A-Za-z_]\w*)\s*=", call.args))
         items += [lsp.CompletionItem(label=a.name, kind=lsp.CompletionItemKind.Property,
                                      insert_text=a.name + "=", sort_text="0" + a.name,
-                                     detail=a.kind + (f": {'|'.join(a.choices)}" if a.choices else ""))
+                                     detail=a.shown)
                   for a in op.attrs if a.name not in given]
     items += [lsp.CompletionItem(label=n, kind=lsp.CompletionItemKind.Variable, detail=what, sort_text="0" + n)
               for n, what in _scope_names(window)]
     items += [lsp.CompletionItem(label=f, kind=lsp.CompletionItemKind.Function, sort_text="2" + f)
               for f in functions]
-    items += [_op_item(op, lsp.CompletionItemKind.Function) for op in _method_ops()]
+    items += [_op_item(op, lsp.CompletionItemKind.Function) for op in _free_ops()]
     items += [lsp.CompletionItem(label=k, kind=lsp.CompletionItemKind.Keyword, sort_text="3" + k)
               for k in KEYWORDS]
     return items
@@ -144,8 +149,9 @@ def _op_signature(op: OpDef, method: bool) -> tuple[str, list[str]]:
     operands = [f"x{i}" if n > 1 else "x" for i in range(n)]
     if op.operands < 0:
         operands.append("...")
+    method = method and bool(operands)        # a builder (iota) has no receiver
     params = operands[1:] if method else operands
-    params += [f"{a.name}={'|'.join(a.choices) if a.choices else a.kind}" for a in op.attrs]
+    params += [f"{a.name}={a.shown}" for a in op.attrs]
     prefix = f"{operands[0]}.{op.name}(" if method else f"{op.name}("
     return prefix + ", ".join(params) + ")", params
 

@@ -4,7 +4,8 @@ The compiler's Diagnostic (code, message, span, notes) becomes an LSP
 Diagnostic with the same code and message, source "kina", its span converted
 to the negotiated position encoding and its notes as relatedInformation (notes
 without a span are appended to the message, as the CLI prints them under the
-caret line).
+caret line).  A diagnostic's Fix travels in `data` ({"fix": kind, "text": ...}),
+which the client sends back with a code-action request (actions.py).
 
 Two ways to deliver them, chosen from the client's capabilities at initialize:
 
@@ -51,10 +52,11 @@ def to_lsp(diag, index: LineIndex, uri: str) -> lsp.Diagnostic:
         else:
             loose.append(note.message)
     message = diag.message + "".join(f"\nnote: {m}" for m in loose)
+    data = None if diag.fix is None else {"fix": diag.fix.kind, "text": diag.fix.text}
     return lsp.Diagnostic(
         range=index.range(diag.span), message=message, code=diag.code, source=SOURCE,
-        severity=_SEVERITY.get(getattr(diag, "severity", "error"), lsp.DiagnosticSeverity.Error),
-        related_information=related or None)
+        severity=_SEVERITY.get(diag.severity, lsp.DiagnosticSeverity.Error),
+        related_information=related or None, data=data)
 
 
 def _result_id(diags: list[lsp.Diagnostic]) -> str:

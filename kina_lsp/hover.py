@@ -37,8 +37,7 @@ def _type_at(view, offset: int):
 
 def op_markdown(name: str) -> str:
     op = SURFACE_OPS[name]
-    attrs = ", ".join(f"{a.name}: {a.kind}" + (f" ({'|'.join(a.choices)})" if a.choices else "")
-                      for a in op.attrs)
+    attrs = ", ".join(f"{a.name}: {a.shown}" for a in op.attrs)
     lines = [f"**{name}** (built-in)", _code(op.rule), op.doc]
     if attrs:
         lines.append(f"attributes: {attrs}")
@@ -64,6 +63,19 @@ def reverse_mode_markdown(view, handle: ast.Handle) -> str | None:
                         "of each floating parameter", _code(result)])
 
 
+def node_at_span(view, span):
+    """The typed IR node of the expression written exactly at span (None when its
+    function does not check cleanly)."""
+    fn = view.snapshot.ir_function_at(span.start)   # only this function's IR, not the program's
+    if fn is None or not fn.span.contains(span.start):
+        return None
+    roots = [b.value for b in fn.lets] + [fn.result]
+    for node in (n for r in roots for n in ir.walk(r)):
+        if node.span == span:
+            return node
+    return None
+
+
 def type_of_span(view, span, probe: int | None = None):
     """The type the checker gave the expression written exactly at span, if any.
     `probe` is an offset inside span but inside none of its operands (an op's
@@ -71,14 +83,8 @@ def type_of_span(view, span, probe: int | None = None):
     fact = _type_at(view, probe) if probe is not None else None
     if fact is not None and fact.span == span:
         return fact.type
-    fn = view.snapshot.ir_function_at(span.start)   # only this function's IR, not the program's
-    if fn is None or not fn.span.contains(span.start):
-        return None
-    roots = [b.value for b in fn.lets] + [fn.result]
-    for node in (n for r in roots for n in ir.walk(r)):
-        if node.span == span:
-            return node.type
-    return None
+    node = node_at_span(view, span)
+    return node.type if node is not None else None
 
 
 def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
@@ -94,13 +100,23 @@ def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
     return None
 
 
-def _attr_hover(view, op_name: str, attr: ast.Attr) -> lsp.Hover | None:
+def _attr_hover(view, op_name: str, attr: ast.Attr, call_span) -> lsp.Hover | None:
     op = SURFACE_OPS.get(op_name)
     spec = op.attr(attr.name) if op else None
     if spec is None:
         return None
     choices = f": one of {', '.join(spec.choices)}" if spec.choices else ""
-    return _hover(view, attr.name_span, f"attribute `{attr.name}` of **{op_name}** ({spec.kind}){choices}")
+    kind = spec.kind if spec.choices else spec.shown
+    parts = [f"attribute `{attr.name}` of **{op_name}** ({kind}){choices}"]
+    node = node_at_span(view, call_span) if spec.kind in ("axis", "axes") else None
+    if isinstance(node, ir.OpApp) and spec.name in node.attrs:
+        # the checker's normalised value: axis=-1 of a rank-3 operand is axis 2
+        value = node.attrs[spec.name]
+        shown = f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
+        operand = (node.args[spec.of].type if isinstance(spec.of, int) and spec.of < len(node.args)
+                   else None)
+        parts.append(f"here: `{attr.name}={shown}`" + (f" of `{operand}`" if operand is not None else ""))
+    return _hover(view, attr.name_span, *parts)
 
 
 def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
@@ -119,7 +135,7 @@ def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
             op_name = node.method if isinstance(node, ast.MethodCall) else node.func
             attr = next((a for a in node.attrs if a.name_span.contains(offset)), None)
             if attr is not None:
-                return _attr_hover(view, op_name, attr)
+                return _attr_hover(view, op_name, attr, node.span)
     return None
 
 

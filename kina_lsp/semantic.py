@@ -1,16 +1,31 @@
-"""Semantic tokens (full document): a lexical pass classified with the op table
-and the module's function names, so built-in ops, user functions, dtypes and
-the reverseMode handler are told apart even where a TextMate grammar cannot.
+"""Semantic tokens (full document, a range, and deltas): a lexical pass classified
+with the op table and the module's function names, so built-in ops, user
+functions, dtypes and the reverseMode handler are told apart even where a
+TextMate grammar cannot.
 
 Token rows are (line, start, length) in the negotiated position encoding,
-delta-encoded as LSP requires.
+delta-encoded as LSP requires.  The pass is linear in the text: offsets become
+positions through LineIndex.positions (no per-token walk of the line), and the
+look-behind of each word ("after a `.`", "after `fn`") scans back over blanks
+only (it used to copy the text before every word: issue 12, F1).  It runs on a worker
+thread, so a huge file never holds up other requests on the event loop.
+
+Deltas (`textDocument/semanticTokens/full/delta`): the last full result of each
+document is kept under a result id; a delta request for that id is answered
+with one edit (the changed middle between the common prefix and suffix of the
+two token arrays), as rust-analyzer does.
 """
 from __future__ import annotations
 
+import asyncio
+import itertools
 import re
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as lsp
 
+from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
 from compiler.types import DType
 
@@ -24,12 +39,20 @@ _TOKEN = re.compile(r"(?P<comment>//[^\n]*)|(?P<number>\d+(?:\.\d+)?(?:[eE][-+]?
 _KEYWORDS = {"fn", "let", "in", "handle", "with", "Tensor"}
 _DTYPES = {d.value for d in DType}
 _ENUMS = {c for op in SURFACE_OPS.values() for a in op.attrs for c in a.choices}
+_TYPE_INDEX = {name: i for i, name in enumerate(TOKEN_TYPES)}
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _before(text: str, pos: int) -> int:
+    """Index just past the last non-blank character before pos (0 if none)."""
+    while pos > 0 and text[pos - 1].isspace():
+        pos -= 1
+    return pos
 
 
 def _classify(m: re.Match, text: str, functions: set[str]) -> tuple[str, int] | None:
     """(token type, modifier bits) of one identifier match."""
     word = m.group("ident")
-    after_dot = text[:m.start()].rstrip().endswith(".")
     if word in _KEYWORDS:
         return "keyword", 0
     if word in _DTYPES:
@@ -38,37 +61,148 @@ def _classify(m: re.Match, text: str, functions: set[str]) -> tuple[str, int] | 
         return "macro", 2
     if m.group("kw"):
         return "property", 0
+    prev = _before(text, m.start())
+    after_dot = prev > 0 and text[prev - 1] == "."
     if word in SURFACE_OPS and (after_dot or m.group("call")):
         return ("method" if after_dot else "function"), 2
     if word in functions and m.group("call"):
-        declares = text[:m.start()].rstrip().endswith("fn")
+        declares = text.startswith("fn", prev - 2) and not (prev > 2 and _WORD_CHAR.match(text[prev - 3]))
         return "function", 1 if declares else 0
-    if word in _ENUMS and text[:m.start()].rstrip().endswith("="):
+    if word in _ENUMS and prev > 0 and text[prev - 1] == "=":
         return "enumMember", 0
     return None  # plain variables are left to the editor's own highlighting
 
 
-def semantic_tokens(text: str, index, functions: set[str], params: set[str]) -> lsp.SemanticTokens:
-    data: list[int] = []
-    prev_line = prev_col = 0
-    for m in _TOKEN.finditer(text):
+def token_rows(text: str, functions: set[str], params: set[str], start: int = 0, end: int | None = None):
+    """(start, end, type index, modifier bits) of every token that starts in [start, end), in order."""
+    end = len(text) if end is None else end
+    # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
+    for m in _TOKEN.finditer(text, start, len(text)):
+        if m.start() >= end:
+            break
         if m.group("comment"):
-            kind, mods, start, end = "comment", 0, m.start(), m.end()
+            yield m.start(), m.end(), _TYPE_INDEX["comment"], 0
         elif m.group("number"):
-            kind, mods, start, end = "number", 0, m.start(), m.end()
+            yield m.start(), m.end(), _TYPE_INDEX["number"], 0
         else:
-            start, end = m.start("ident"), m.end("ident")
             cls = _classify(m, text, functions)
             if cls is None:
                 if m.group("ident") not in params:
                     continue
                 cls = ("parameter", 0)
-            kind, mods = cls
-        a, b = index.position(start), index.position(end)
+            yield m.start("ident"), m.end("ident"), _TYPE_INDEX[cls[0]], cls[1]
+
+
+def encode(rows, index) -> list[int]:
+    """LSP's relative encoding of token rows; a token spanning lines is dropped."""
+    rows = list(rows)
+    ends = index.positions(itertools.chain.from_iterable((s, e) for s, e, _, _ in rows))
+    data: list[int] = []
+    prev_line = prev_col = 0
+    for i, (_, _, kind, mods) in enumerate(rows):
+        a, b = ends[2 * i], ends[2 * i + 1]
         if a.line != b.line:
             continue
         delta_line = a.line - prev_line
         delta_col = a.character - prev_col if delta_line == 0 else a.character
-        data += [delta_line, delta_col, b.character - a.character, TOKEN_TYPES.index(kind), mods]
+        data += [delta_line, delta_col, b.character - a.character, kind, mods]
         prev_line, prev_col = a.line, a.character
-    return lsp.SemanticTokens(data=data)
+    return data
+
+
+def names_of(view) -> tuple[set[str], set[str]]:
+    """(function names, parameter names) of the view's module (names only: no AST is copied)."""
+    fns = [fn for _offset, fn in view.snapshot.local_functions()]
+    return {f.name for f in fns}, {p.name for f in fns for p in f.params}
+
+
+def semantic_tokens(text: str, index, functions: set[str], params: set[str],
+                    span: Span | None = None) -> lsp.SemanticTokens:
+    """Tokens of the whole text, or of those starting inside `span`."""
+    start, end = (span.start, span.end) if span is not None else (0, len(text))
+    return lsp.SemanticTokens(data=encode(token_rows(text, functions, params, start, end), index))
+
+
+def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:
+    """One edit turning `old` into `new` (none if equal), cut at whole tokens."""
+    if old == new:
+        return []
+    n = min(len(old), len(new))
+    prefix = 0
+    while prefix < n and old[prefix] == new[prefix]:
+        prefix += 1
+    prefix -= prefix % 5
+    suffix = 0
+    while suffix < n - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    suffix -= suffix % 5
+    return [lsp.SemanticTokensEdit(start=prefix, delete_count=len(old) - prefix - suffix,
+                                   data=new[prefix:len(new) - suffix])]
+
+
+class ResultCache:
+    """The last full token array of each document, under a fresh result id (bounded)."""
+
+    def __init__(self, limit: int = 64):
+        self._ids = itertools.count(1)
+        self._by_uri: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
+        self._limit = limit
+
+    def put(self, uri: str, data: list[int]) -> str:
+        rid = str(next(self._ids))
+        self._by_uri[uri] = (rid, data)
+        self._by_uri.move_to_end(uri)
+        while len(self._by_uri) > self._limit:
+            self._by_uri.popitem(last=False)
+        return rid
+
+    def get(self, uri: str, rid: str) -> list[int] | None:
+        hit = self._by_uri.get(uri)
+        return hit[1] if hit is not None and hit[0] == rid else None
+
+
+_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-semantic")
+_cache = ResultCache()
+
+
+async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
+    view = await ls.view(uri)
+    if view is None:
+        return None
+    functions, params = names_of(view)
+    span = view.index.span(rng) if rng is not None else None
+    loop = asyncio.get_running_loop()
+    result = await loop.run_in_executor(_pool, semantic_tokens, view.text, view.index, functions, params, span)
+    return result.data
+
+
+def register(server, safe) -> None:
+    """Full, delta and range handlers (one legend: pygls merges them into one capability)."""
+    empty = lambda: lsp.SemanticTokens(data=[])  # noqa: E731
+
+    @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
+    @safe(default=empty)
+    async def on_semantic_tokens(ls, params: lsp.SemanticTokensParams):
+        data = await _tokens_of(ls, params.text_document.uri)
+        if data is None:
+            return empty()
+        return lsp.SemanticTokens(data=data, result_id=_cache.put(params.text_document.uri, data))
+
+    @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA, LEGEND)
+    @safe(default=empty)
+    async def on_semantic_tokens_delta(ls, params: lsp.SemanticTokensDeltaParams):
+        uri = params.text_document.uri
+        data = await _tokens_of(ls, uri)
+        if data is None:
+            return empty()
+        old = _cache.get(uri, params.previous_result_id)
+        rid = _cache.put(uri, data)
+        if old is None:   # unknown or superseded id: the full array (the spec allows either)
+            return lsp.SemanticTokens(data=data, result_id=rid)
+        return lsp.SemanticTokensDelta(edits=delta_edit(old, data), result_id=rid)
+
+    @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
+    @safe(default=empty)
+    async def on_semantic_tokens_range(ls, params: lsp.SemanticTokensRangeParams):
+        data = await _tokens_of(ls, params.text_document.uri, params.range)
+        return lsp.SemanticTokens(data=data or [])

@@ -13,7 +13,11 @@ answer; the feature modules only translate between compiler objects and LSP:
   inlay.py        the type of every let binding
   navigation.py   definition, references, rename, document symbols
   completion.py   completion and signature help
-  semantic.py     semantic tokens (ops, functions, dtypes, reverseMode)
+  semantic.py     semantic tokens (ops, functions, dtypes, reverseMode): full, range, delta
+  folding.py      folding ranges          selection.py  selection ranges
+  highlight.py    document highlight      workspace_symbols.py  functions of the workspace
+  call_hierarchy.py  incoming/outgoing calls    formatting.py  formatting (compiler.format)
+  lenses.py       code lenses: Build & validate, Gradient check (kina.validateFunction)
   actions.py      quick fix for reverseMode method chains; source actions
   commands.py     kina.buildAndValidate, kina.showMlir / kina/mlir
   convert.py      Span (code points) <-> Range (UTF-16)
@@ -44,6 +48,7 @@ from pygls.lsp.server import LanguageServer
 
 from . import actions, astutil, commands, completion, diagnostics, hover, inlay, navigation, semantic, tcp, transport
 from .convert import index_of
+from . import call_hierarchy, folding, formatting, highlight, lenses, selection, workspace_symbols
 from .diagnostics import Publisher
 from .documents import Documents
 from .protocol import KinaProtocol, RawResult
@@ -311,17 +316,6 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
     return completion.signature_help(view.text, offset, sigs)
 
 
-@server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, semantic.LEGEND)
-@safe(default=lambda: lsp.SemanticTokens(data=[]))
-async def on_semantic_tokens(ls: KinaServer, params: lsp.SemanticTokensParams):
-    view = await ls.view(params.text_document.uri)
-    if view is None:
-        return lsp.SemanticTokens(data=[])
-    fns = [fn for _offset, fn in view.snapshot.local_functions()]   # names only: nothing copied
-    params_ = {p.name for f in fns for p in f.params}
-    return semantic.semantic_tokens(view.text, view.index, {f.name for f in fns}, params_)
-
-
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
                 lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Source]))
 @safe(default=list)
@@ -374,6 +368,11 @@ def _uri_param(params, method: str) -> str:
     if not isinstance(uri, str):
         raise JsonRpcInvalidParams(f'{method} takes {{"textDocument": {{"uri": "<uri of an open document>"}}}}')
     return uri
+
+
+# ---- feature modules that register their own handlers ---------------------------------------
+for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses):
+    _feature.register(server, safe)
 
 
 # ---- entry point ----------------------------------------------------------------------------

@@ -93,6 +93,8 @@ MAINS: dict[str, Main] = {
     "storylm0_train_step": Main(
         (("window", "window"),) + tuple((n, n) for n in NLL_ARGS),
         "train_step(window, " + ", ".join(NLL_ARGS) + ")", WEIGHTS_OUT),
+    "storylm0_greedy": Main((("prompt", "token_ids"),) + FWD[1:], "greedy(prompt, " + ", ".join(C.FORWARD_ARGS[1:]) + ")",
+                            "Tensor[I64, [1, 16]]"),
     "ad_reshape": Main((("x", "x"), ("w", "w_heads")),
                        "let g_ones = step(x) in\n  let (g_x, g_w) = step_weighted(x, w) in\n  (g_ones, g_x, g_w)",
                        "(Tensor[F32, [1, 4, 4]], Tensor[F32, [1, 4, 4]], Tensor[F32, [1, 4, 2, 2]])"),

@@ -1,11 +1,11 @@
 """reverseMode (compiler/autodiff.py): structure of the generated functions and the restrictions.
 
 Numerical correctness of every VJP row is tests/test_gradcheck.py.  The
-rejections are inline-expectation files in tests/ad_cases/: a line carrying
-`// E: <substring>` expects a diagnostic whose span starts on that line and
-whose message contains the substring (an optional leading `[code]` must
-match the code); files without `E:` lines must
-be accepted.
+rejections are inline-expectation files in tests/ad_cases/, read by
+tests/expectations.py like the checker's cases (`// E[code]: <whole message>`,
+`// N: <whole note>`) and analysed by the front end `kinac check` and the language
+server run; files without expectations must be accepted, and lowering the handles
+of each file reports the same restrictions (with a note at the `handle`).
 """
 from pathlib import Path
 
@@ -14,21 +14,23 @@ import pytest
 
 from compiler import ir
 from compiler.autodiff import VJPS, check_differentiable, lower_handles, transform_ad
-from compiler.check import check_module
-from compiler.diagnostics import CODES, SourceText
+from compiler.analysis import analyze
+from compiler.diagnostics import CODES
 from compiler.ops import OPS
-from compiler.parse import parse_module
 from compiler.types import TensorType, TupleType, f32, i64
 from compiler.vjp import Builder
 
 CASES = Path(__file__).parent / "ad_cases"
 
 
+import expectations
+
+
 def load(path: Path) -> ir.Program:
-    module, diags = parse_module(path.read_text())
-    result = check_module(module)
-    assert not diags and not result.diagnostics, [d.message for d in diags + result.diagnostics]
-    return result.program
+    """The checked program of a case file (which may break reverseMode's restrictions only)."""
+    snap = analyze(path.read_text(), path.name)
+    assert all(d.code.startswith("ad-") for d in snap.diagnostics), [d.message for d in snap.diagnostics]
+    return snap.program
 
 
 def ops_of(fn: ir.Function) -> list[str]:
@@ -36,28 +38,23 @@ def ops_of(fn: ir.Function) -> list[str]:
 
 
 # ---- inline-expectation cases --------------------------------------------------------------
-def expectations(text: str) -> list[tuple[int, str]]:
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if "// E:" in line:
-            out.append((n, line.split("// E:", 1)[1].strip()))
-    return out
+@pytest.mark.parametrize("path", sorted(CASES.glob("*.kina")), ids=lambda p: p.stem)
+def test_ad_case(path):
+    problems = expectations.check_file(path)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", sorted(CASES.glob("*.kina")), ids=lambda p: p.stem)
-def test_ad_case(path):
-    text = path.read_text()
-    source = SourceText(text, path.name)
-    _, diags = lower_handles(load(path))
-    got = [(source.line_col(d.span.start)[0], d.code, d.message) for d in diags]
-    for d in diags:
-        assert d.code in CODES
-    for line, want in expectations(text):
-        code, _, message = want.partition("] ") if want.startswith("[") else ("[", "", want)
-        hits = [g for g in got if g[0] == line and code[1:] in g[1] and message in g[2]]
-        assert hits, f"{path.name}:{line}: expected a diagnostic containing {want!r}; got {got}"
-        got.remove(hits[0])
-    assert not got, f"{path.name}: unexpected diagnostics {got}"
+def test_lowering_handles_reports_what_the_front_end_reports(path):
+    """lower_handles (what the build and the interpreter run) rejects exactly what the
+    front end's reverseMode check reports, each with a note at its `handle`."""
+    snap = analyze(path.read_text(), path.name)
+    _, diags = lower_handles(snap.program)
+    assert all(d.code in CODES for d in diags)
+    handle_notes = [n for d in diags for n in d.notes if "is differentiated by this" in n.message]
+    assert len(handle_notes) == len(diags)
+    without = sorted((d.code, d.message, d.span, tuple(n for n in d.notes if n not in handle_notes)) for d in diags)
+    assert without == sorted((d.code, d.message, d.span, d.notes) for d in snap.diagnostics)
 
 
 def test_inlined_violation_has_a_note_at_the_call():
@@ -87,7 +84,8 @@ def test_every_op_has_a_vjp_row(op):
     assert row.rule is not None or row.unsupported, f"VJPS[{op!r}] has neither a rule nor a reason"
 
 
-@pytest.mark.parametrize("op", ["scatter_add", "scatter_along_axis", "relu_grad"])
+@pytest.mark.parametrize("op", ["scatter_add", "scatter_along_axis", "relu_grad", "maximum_grad", "clamp_grad",
+                                "gelu_grad"])
 def test_backward_only_ops_are_rejected(op):
     b = Builder("f")
     g, x = ir.Var("g", f32(2, 3)), ir.Var("x", f32(2, 3))
@@ -97,6 +95,12 @@ def test_backward_only_ops_are_rejected(op):
     elif op == "scatter_along_axis":
         idx = ir.Var("idx", i64(2, 3))
         y = b.expr(ir.scatter_along_axis(g, idx, 1, f32(2, 4)))
+    elif op == "maximum_grad":
+        y = b.emit("maximum_grad", [g, x, x])
+    elif op == "clamp_grad":
+        y = b.emit("clamp_grad", [g, x], min=0.0, max=1.0)
+    elif op == "gelu_grad":
+        y = b.emit("gelu_grad", [g, x], approximate="none")
     else:
         y = b.emit("relu_grad", [g, x])
     fn = b.function("f", [g, idx, x], y)

@@ -1,10 +1,12 @@
 """The shape and type checker.
 
-Most cases are inline expectations (mypy style) in tests/check_cases/*.kina:
-a line ending in `// E: <message substring>` or `// E[code]: <substring>`
-must get exactly that diagnostic (parse or check), and every other line must
-be clean.  The unit tests below pin the public API: types of the StoryLM-0
-lets, handle typing, the IR shape, exact line:col, hover facts and speed.
+Most cases are inline expectations (mypy style) in tests/check_cases/*.kina, read by
+tests/expectations.py: `// E[code]: <whole message>` and `// N: <whole note>` on the
+line where the diagnostic or note starts; every other line must be clean.  They run
+through compiler.analysis, the front end `kinac check`, `kinac build` and the
+language server share (test_front_end.py pins that they agree).  The unit tests
+below pin the public API: types of the StoryLM-0 lets, handle typing, the IR shape,
+exact line:col, hover facts and scale.
 """
 from __future__ import annotations
 
@@ -15,84 +17,42 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from compiler import ir, syntax
-from compiler.check import (ERROR, CheckResult, FunctionResult, Signature, TypeFact, check_function,
-                            check_module, signature_of)
-from compiler.diagnostics import CODES, SourceText, Span
+from compiler.analysis import Snapshot, analyze
+from compiler.check import ERROR, FunctionResult, Signature, TypeFact, check_function, signature_of
+from compiler.check_hints import FOREIGN
+from compiler.diagnostics import CODES, Span
 from compiler.ops import OPS
-from compiler.parse import parse_module, split_items
+from compiler.parse import parse_module
 from compiler.types import DType, TensorType, TupleType, f32, i64
+
+import expectations
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "tests" / "check_cases").glob("*.kina"))
-EXPECT = re.compile(r"//\s*E(?:\[([\w-]+)\])?:\s*(.*?)\s*(?=//\s*E(?:\[[\w-]+\])?:|$)")
 
 
 def analyse(text: str):
-    """Parse + check, as the CLI does: (CheckResult, all diagnostics, SourceText)."""
-    module, parse_diags = parse_module(text)
-    unparsed = {it.name for it in split_items(text)} - {fn.name for fn in module.functions}
-    result = check_module(module, unparsed)
-    return result, list(parse_diags) + list(result.diagnostics), SourceText(text)
-
-
-def expectations(text: str) -> list[tuple[int, str | None, str]]:
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        for code, message in EXPECT.findall(line):
-            out.append((lineno, code or None, message))
-    return out
+    """The analysis `kinac check` runs: (Snapshot, its diagnostics, its SourceText)."""
+    snap = analyze(text)
+    return snap, snap.diagnostics, snap.source
 
 
 # ---- inline expectations ----------------------------------------------------------
 @pytest.mark.parametrize("path", CASES, ids=[p.name for p in CASES])
 def test_case_file(path: Path):
-    text = path.read_text()
-    _, diags, src = analyse(text)
-    got = [(src.line_col(d.span.start)[0], d.code, d.message) for d in diags]
-    unmatched = list(got)
-    missing = []
-    for line, code, sub in expectations(text):
-        hit = next((g for g in unmatched if g[0] == line and sub in g[2] and code in (None, g[1])), None)
-        if hit is None:
-            missing.append(f"line {line}: expected [{code or '*'}] {sub!r}")
-        else:
-            unmatched.remove(hit)
-    unexpected = [f"line {line}: unexpected [{code}] {msg!r}" for line, code, msg in unmatched]
-    assert not missing and not unexpected, "\n".join(missing + unexpected)
+    problems = expectations.check_file(path)
+    assert not problems, "\n".join(problems)
 
 
 def test_cases_cover_forty_distinct_mistakes():
-    distinct = {(code, msg) for p in CASES for _, code, msg in expectations(p.read_text())}
+    written = [e for p in CASES for e in expectations.expected(p.read_text())]
+    distinct = {(e.kind, e.message) for e in written if e.kind != "N"}
     assert len(distinct) >= 40, len(distinct)
-    codes = {code for code, _ in distinct}
+    codes = {kind[2:-1] for kind, _ in distinct}
     checker_codes = {"syntax", "unknown-name", "duplicate", "type-annotation", "shape", "dtype", "placement",
                      "attr", "arity", "return-type", "destructure", "literal", "main", "recursion", "ad-result"}
     assert checker_codes <= codes, checker_codes - codes
-
-
-def test_every_surface_op_is_exercised_by_a_case():
-    text = "\n".join(p.read_text() for p in CASES)
-    for name, op in OPS.items():
-        if op.internal:
-            continue  # test_internal_ops_have_no_surface_form
-        if op.infix:
-            assert f" {op.infix} " in text or f"{op.infix}a" in text, name
-        else:
-            assert f"{name}(" in text, name
-
-
-@pytest.mark.parametrize("name", [n for n, op in OPS.items() if op.internal])
-def test_internal_ops_have_no_surface_form(name):
-    text = f"""\
-fn f(a: Tensor[F32, [4, 2]], ids: Tensor[I64, [4]]) -> Tensor[F32, [4, 2]] {{
-  let x = {name}(a, ids) in
-  let y = a.{name}(ids) in
-  a
-}}
-"""
-    _, diags, _ = analyse(text)
-    assert [d.code for d in diags] == ["unknown-name", "unknown-name"]
-    assert all("IR-internal" in d.notes[0].message for d in diags)
+    assert any(e.kind == "N" for e in written)
 
 
 # ---- exact positions --------------------------------------------------------------
@@ -134,7 +94,7 @@ def storylm0():
     return analyse((ROOT / "examples" / "storylm0_forward.kina").read_text())
 
 
-def let_types(result: CheckResult, fn: str) -> dict[str, object]:
+def let_types(result: Snapshot, fn: str) -> dict[str, object]:
     f = result.program.functions[fn]
     return {n: t for b in f.lets for n, t in zip(b.names, b.types)}
 
@@ -192,10 +152,12 @@ def test_hover_facts_cover_params_lets_calls_and_subexpressions():
 HANDLE = """\
 fn loss(ids: Tensor[I64, [4]], emb: Tensor[F32, [8, 2]], w: Tensor[F32, [2, 2]]) -> Tensor[F32, [4, 2]] {
   let x = gather(emb, ids) in
-  x @ w
+  let y = x @ w in
+  y
 }
 fn ids_only(ids: Tensor[I64, [4]]) -> Tensor[F32, [4, 1]] {
-  Tensor[F32, [4, 1]] { 1.0 }
+  let one = Tensor[F32, [4, 1]] { 1.0 } in
+  one
 }
 fn step(ids: Tensor[I64, [4]], emb: Tensor[F32, [8, 2]], w: Tensor[F32, [2, 2]]) -> Tensor[F32, [8, 2]] {
   let r = handle loss(ids, emb, w) with reverseMode in
@@ -254,13 +216,10 @@ fn caller(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {
   broken(x).exp()
 }
 """
-    module, parse_diags = parse_module(text)
-    assert [d.code for d in parse_diags] == ["syntax"]
-    plain = check_module(module)
-    assert [d.code for d in plain.diagnostics] == ["unknown-name"]
-    quiet = check_module(module, unparsed={"broken"})
-    assert quiet.diagnostics == [] and "caller" not in quiet.program.functions
-    assert {f.name for f in quiet.types if f.kind == "param"} == {"x"}
+    snap, diags, _ = analyse(text)
+    assert [d.code for d in diags] == ["syntax"]
+    assert "caller" not in snap.program.functions
+    assert {f.name for f in snap.types if f.kind == "param"} == {"x"}
 
 
 def test_notes_suggest_close_names():
@@ -278,6 +237,21 @@ fn g(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 1]] {
     assert "did you mean `mean`?" in notes["reduce_keep"]
     scatter = next(d for d in diags if "scatter_add" in d.message)
     assert scatter.code == "unknown-name" and "IR-internal" in scatter.notes[0].message
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN))
+def test_numpy_and_pytorch_names_get_the_kina_spelling(name):
+    """`x.sum(..)`, `cat(..)`, `x.T`: the note names the Kina op, not a "did you mean" guess."""
+    for body in (f"x.{name}(axis=1)", f"{name}(x, x)", f"x.{name}"):
+        text = f"fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {{\n  {body}\n}}\n"
+        _, diags, _ = analyse(text)
+        assert [d.code for d in diags] == ["unknown-name"], body
+        notes = [n.message for n in diags[0].notes]
+        assert notes == [f"`{name}` is not a Kina op; Kina spells it {FOREIGN[name]}"], (body, notes)
+
+
+def test_foreign_names_are_not_kina_ops():
+    assert not set(FOREIGN) & set(OPS)
 
 
 def test_literals_lower_to_ir_literal_values():
@@ -362,10 +336,8 @@ fn layer{i}(x: Tensor[F32, [1, 4, 4]], w: Tensor[F32, [4, 4]]) -> Tensor[F32, [1
     head = "fn layer_ok(x: Tensor[F32, [1, 4, 4]]) -> Tensor[F32, [1, 4, 4]] {\n  x\n}\n"
     text = head + "".join(fn.format(i=i) for i in range(111))
     assert text.count("\n") >= 1000
-    module, parse_diags = parse_module(text)
-    assert parse_diags == []
-    result = check_module(module)
-    assert result.diagnostics == [] and len(result.program.functions) == 112
+    snap, diags, _ = analyse(text)
+    assert diags == [] and len(snap.program.functions) == 112
 
 
 # ---- the language reference ----------------------------------------------------------------
@@ -385,6 +357,14 @@ def test_language_reference_examples_check_clean():
         result, diags, src = analyse(block)
         assert diags == [], "\n".join(src.render(d) for d in diags)
         assert result.program.functions
+
+
+def test_pytorch_table_names_every_foreign_name():
+    """docs/language.md §9 lists every NumPy/PyTorch name the checker has a note for."""
+    doc = (ROOT / "docs" / "language.md").read_text()
+    table = doc.split("## 9. From PyTorch to Kina", 1)[1].split("\n## ", 1)[0]
+    missing = [n for n in FOREIGN if not re.search(rf"(?<!\w){re.escape(n)}(?!\w)", table)]
+    assert not missing, f"docs/language.md §9 does not mention: {missing}"
 
 
 def test_emitted_codes_are_registered():

@@ -35,7 +35,7 @@ def test_row_agrees_with_numpy_mlir_and_c(d):
         assert d.finite_max == float(ml_dtypes.finfo(d.np_dtype).max)
         assert len(d.tolerance) == 2 and len(d.fd_tolerance) == 2
     else:
-        assert d.fd_tolerance is None and d.finite_max == 2**63 - 1
+        assert d.fd_tolerance is None and d.finite_max == (1 if d is DType.Bool else 2**63 - 1)
 
 
 def test_mlir_element_types_have_the_item_sizes():
@@ -85,6 +85,9 @@ def _limits_source() -> str:
         fns.append(f"fn lits_{d}() -> Tensor[{d}, [4]] {{ Tensor[{d}, [4]] {{ 1e30, -1e30, 0.0, 448.0 }} }}")
     # I64 at its limits through layout ops (I64 has no arithmetic).
     fns.append("fn ids(i: Tensor[I64, [2, 3]]) -> Tensor[I64, [3, 2]] { i.reshape([3, 2]) }")
+    # Bool through a layout op and a cast (one byte each way, 0 / 1).
+    fns.append("fn bools(b: Tensor[Bool, [2, 3]]) -> (Tensor[Bool, [3, 2]], Tensor[I64, [2, 3]]) "
+               "{ (b.reshape([3, 2]), b.cast(dtype=I64)) }")
     return "\n".join(fns) + "\n"
 
 
@@ -161,3 +164,15 @@ def test_i64_limits_pass_through_every_path(limits_lib):
     for lib in libs.values():
         np.testing.assert_array_equal(lib.ids(i), want)
         np.testing.assert_array_equal(lib.ids(i.tolist()), want)
+
+
+def test_bool_passes_through_every_path(limits_lib):
+    program, libs = limits_lib
+    b = np.array([[True, False, True], [False, False, True]])
+    want = interp.run_function(program, "bools", [b])
+    for fastcall, lib in libs.items():
+        assert lib.bools.uses_fastcall == fastcall
+        for got, w in zip(lib.bools(b), want):
+            assert got.dtype == w.dtype
+            np.testing.assert_array_equal(got, w)
+        np.testing.assert_array_equal(lib.bools(b.tolist())[0], want[0])

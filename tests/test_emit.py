@@ -52,6 +52,25 @@ CASES: dict[str, tuple[list[TensorType], dict, str]] = {
     "scatter_add": ([f32(1, 4, 4), i64(1, 4)], {"dest_ty": f32(8, 4)}, '"scatter_add index out of bounds"'),
     "scatter_along_axis": ([f32(2, 1), i64(2, 1)], {"axis": 1, "dest_ty": f32(2, 5)},
                            '"scatter_along_axis index out of bounds"'),
+    "maximum": ([f32(2, 3), f32(2, 3)], {}, "arith.maximumf"),
+    "minimum": ([f32(2, 3), f32(2, 3)], {}, "arith.minimumf"),
+    "abs": ([f32(4)], {}, "math.absf"),
+    "sign": ([f32(4)], {}, "arith.cmpf olt"),
+    "square": ([f32(4)], {}, "arith.mulf"),
+    "erf": ([f32(4)], {}, "arith.divf"),                 # the rational approximation
+    "pow": ([f32(4)], {"p": 3.0}, "math.copysign"),      # odd integer exponent: sign of x
+    "clamp": ([f32(4)], {"min": 0.0, "max": 6.0}, "arith.minimumf"),
+    "gelu": ([f32(4)], {"approximate": "tanh"}, "math.tanh"),
+    "cast": ([f32(4)], {"dtype": "BF16"}, "arith.truncf"),
+    "iota": ([], {"shape": (2, 3), "axis": 1}, "linalg.index 1"),
+    "tril": ([f32(3, 3)], {"k": 0}, "arith.cmpi sle"),
+    "argmax": ([f32(2, 5)], {"axis": 1}, "arith.cmpf uno"),
+    **{op: ([f32(4), f32(4)], {}, f"arith.cmpf {pred}") for op, pred in
+       (("lt", "olt"), ("le", "ole"), ("gt", "ogt"), ("ge", "oge"), ("eq", "oeq"), ("ne", "une"))},
+    "where": ([TensorType(DType.Bool, (4,)), f32(4), f32(4)], {}, "arith.select"),
+    "maximum_grad": ([f32(4), f32(4), f32(4)], {}, "arith.cmpf oeq"),
+    "clamp_grad": ([f32(4), f32(4)], {"min": 0.0, "max": None}, "arith.cmpf oge"),
+    "gelu_grad": ([f32(4), f32(4)], {"approximate": "none"}, "math.exp"),
 }
 
 

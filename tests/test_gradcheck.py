@@ -17,7 +17,7 @@ from compiler import ir
 from compiler.autodiff import VJPS, transform_ad
 from compiler.interp import random_inputs, run_function
 from compiler.ops import OPS
-from compiler.types import f32, i64
+from compiler.types import DType, TensorType, f32, i64
 from compiler.vjp import Builder
 
 CASES = Path(__file__).parent / "ad_cases"
@@ -92,6 +92,36 @@ def build_cases(seed=7):
                       {"idx": [[4, 4, 0], [1, 2, 1]]}))
     cases.append(Case("take_along_axis", _vars(x=f32(1, 4, 8), idx=i64(1, 4, 1)),
                       lambda b, x, idx: b.emit("take_along_axis", [x, idx], axis=2)))
+    for op in ("maximum", "minimum"):
+        cases.append(binary(op, (3, 4)))
+        # one operand a constant let: only the other gets a cotangent
+        cases.append(Case(op, _vars(x=f32(2, 3)), lambda b, x, op=op: b.emit(op, [x, b.literal(x.type, (0.25,))]),
+                          domain="away_from_quarter"))
+    cases.append(unary("abs", domain="away_from_zero", shape=(3, 4)))
+    cases.append(unary("sign", domain="away_from_zero"))
+    cases.append(unary("square", shape=_rng_shape(rng, 3)))
+    cases.append(unary("erf", shape=(4, 5)))
+    for p, domain in ((3.0, None), (2.0, None), (-2.0, "away_from_zero"), (1.5, "positive"), (0.5, "positive"),
+                      (1.0, None), (0.0, None)):
+        cases.append(Case("pow", _vars(x=f32(2, 3)), lambda b, x, p=p: b.emit("pow", [x], p=p), domain=domain))
+    for lo, hi in ((-0.5, 0.75), (None, 0.25), (-0.1, None)):
+        cases.append(Case("clamp", _vars(x=f32(3, 4)), lambda b, x, lo=lo, hi=hi: b.emit("clamp", [x], min=lo, max=hi),
+                          domain="away_from_bounds"))
+    for approximate in ("none", "tanh"):
+        cases.append(Case("gelu", _vars(x=f32(3, 5)),
+                          lambda b, x, a=approximate: b.emit("gelu", [x], approximate=a)))
+    # cast there and back: the product with the cotangent direction happens in F16
+    cases.append(Case("cast", _vars(x=f32(2, 3)),
+                      lambda b, x: b.emit("cast", [b.emit("cast", [x], dtype="F16")], dtype="F32")))
+    cond = TensorType(DType.Bool, (3, 4))
+    cases.append(Case("where", [ir.Var("c", cond), *_vars(a=f32(3, 4), b=f32(3, 4))],
+                      lambda b, c, x, y: b.emit("where", [c, x, y]),
+                      {"c": [[1, 0, 0, 1], [0, 0, 1, 1], [1, 1, 1, 0]]}))
+    # a mask from a comparison of the input itself (ReLU written with where)
+    cases.append(Case("where", _vars(x=f32(2, 5)), lambda b, x: b.emit("where", [
+        b.emit("gt", [x, b.literal(x.type, (0.0,))]), x, b.literal(x.type)]), domain="away_from_zero"))
+    for shape, k in (((3, 4), 0), ((2, 3, 3), -1), ((4, 3), 1)):
+        cases.append(Case("tril", _vars(x=f32(*shape)), lambda b, x, k=k: b.emit("tril", [x], k=k)))
     return cases
 
 
@@ -99,8 +129,9 @@ CASES_BY_OP: dict[str, list[Case]] = {}
 for _case in build_cases():
     CASES_BY_OP.setdefault(_case.op, []).append(_case)
 
-# Ops that exist only in backward graphs: their VJP row says unsupported (tests/test_autodiff.py
-# checks the rejection), so there is nothing to check numerically.
+# Ops with no VJP rule: backward-only ops (IR-internal) and ops with a discrete result
+# (iota, argmax), whose lets never receive a cotangent.  Their rows say why
+# (tests/test_autodiff.py checks the rejection), so there is nothing to check numerically.
 BACKWARD_ONLY = {op for op, row in VJPS.items() if row.rule is None}
 
 
@@ -122,13 +153,18 @@ def inputs(case: Case, fn: ir.Function, seed: int) -> list[np.ndarray]:
     out = []
     for p, a in zip(fn.params, args):
         if p.name in case.index_values:
-            a = np.asarray(case.index_values[p.name], np.int64)
+            a = np.asarray(case.index_values[p.name], np.bool_ if p.type.dtype is DType.Bool else np.int64)
         elif p.type.is_float:
             a = rng.standard_normal(p.type.shape)
             if case.domain == "positive" and p.name != "ct":
                 a = rng.uniform(0.5, 2.0, p.type.shape)
             elif case.domain == "away_from_zero" and p.name != "ct":
                 a = np.sign(a) * (0.1 + np.abs(a))
+            elif case.domain == "away_from_quarter" and p.name != "ct":
+                a = 0.25 + np.sign(a) * (0.1 + np.abs(a))
+            elif case.domain == "away_from_bounds" and p.name != "ct":
+                a = a + 0.05 * np.sign(a)    # no input within 1e-6 of the bounds -0.5, 0.25, -0.1, 0.75
+                a[np.abs(a - np.round(a * 20) / 20) < 1e-3] += 0.01
         out.append(a)
     return out
 
@@ -178,12 +214,10 @@ def test_gather_repeated_indices_accumulate():
 
 # ---- whole programs ---------------------------------------------------------------------------------
 def load(path):
-    from compiler.check import check_module
-    from compiler.parse import parse_module
-    module, diags = parse_module(path.read_text())
-    result = check_module(module)
-    assert not diags and not result.diagnostics
-    return result.program
+    from compiler.analysis import analyze
+    snap = analyze(path.read_text())
+    assert not snap.diagnostics, snap.diagnostics
+    return snap.program
 
 
 def storylm0_inputs(program, fn_name, seed=0):

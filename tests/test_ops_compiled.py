@@ -28,15 +28,54 @@ ROWS = {
     "gather": ([("v", "Tensor[F32, [5, 3]]"), ("i", "Tensor[I64, [2, 2]]")], "gather(v, i)",
                "Tensor[F32, [2, 2, 3]]", True),
     "reduce_keep": (UNARY, "a.reduce_keep(op=sum, axis=1)", "Tensor[F32, [2, 1]]", True),
+    # bare numbers as elementwise operands: splats of the other operand's type
+    "mul scalar": (UNARY, "2.0 * a - 0.5 / (1e-5 + a * a) + 1", M, False),
     "reduce_keep mean": (UNARY, "a.reduce_keep(op=mean, axis=0)", "Tensor[F32, [1, 3]]", False),
     "reduce_keep max": (UNARY, "a.reduce_keep(op=max, axis=1)", "Tensor[F32, [2, 1]]", False),
     "softmax": (UNARY, "a.softmax(axis=1)", M, True),
     "log_softmax": (UNARY, "a.log_softmax(axis=1)", M, True),
     "take_along_axis": ([("a", M), ("i", "Tensor[I64, [2, 1]]")], "a.take_along_axis(i, axis=1)",
                         "Tensor[F32, [2, 1]]", True),
+    "maximum": (BINARY, "maximum(a, b)", M, True),
+    "maximum scalar": (UNARY, "a.maximum(0.0)", M, False),
+    "minimum": (BINARY, "a.minimum(b)", M, True),
+    **{op: (UNARY, f"a.{op}()", M, True) for op in ("abs", "sign", "square", "erf")},
+    "pow": (UNARY, "a.pow(p=3)", M, True),
+    "pow fractional": (UNARY, "a.pow(1.5)", M, True),
+    "pow negative": (UNARY, "a.pow(p=-2.0)", M, True),
+    "clamp": (UNARY, "a.clamp(min=-0.5, max=0.75)", M, True),
+    "clamp max": (UNARY, "clamp(a, max=0.25)", M, True),
+    "gelu": (UNARY, "a.gelu()", M, True),
+    "gelu tanh": (UNARY, "a.gelu(approximate=tanh)", M, True),
+    "cast": ([("a", M)], "a.cast(dtype=F16)", "Tensor[F16, [2, 3]]", True),
+    "cast bf16": ([("a", "Tensor[BF16, [2, 3]]")], "a.cast(dtype=F32)", M, True),
+    "cast i64": ([("i", "Tensor[I64, [2, 3]]")], "i.cast(dtype=F32)", M, False),
+    "iota": ([], "iota(shape=[2, 3], axis=-1)", "Tensor[I64, [2, 3]]", False),
+    "tril": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.tril()", "Tensor[F32, [2, 3, 4]]", True),
+    "tril k": ([("a", "Tensor[F32, [3, 3]]")], "a.tril(k=-1)", "Tensor[F32, [3, 3]]", True),
+    "tril i64": ([("i", "Tensor[I64, [3, 4]]")], "i.tril(k=1)", "Tensor[I64, [3, 4]]", False),
+    "argmax": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.argmax(axis=-1)", "Tensor[I64, [2, 3, 1]]", False),
+    "argmax axis0": ([("a", "Tensor[F32, [5, 3]]")], "a.argmax(axis=0)", "Tensor[I64, [1, 3]]", False),
+    **{op: (BINARY, f"{op}(a, b)", "Tensor[Bool, [2, 3]]", False) for op in ("lt", "le", "gt", "ge", "eq", "ne")},
+    "lt scalar": (UNARY, "lt(a, 0.25)", "Tensor[Bool, [2, 3]]", False),
+    "eq i64": ([("i", "Tensor[I64, [2, 3]]")], "i.eq(2)", "Tensor[Bool, [2, 3]]", False),
+    "ne bool": ([("p", "Tensor[Bool, [2, 3]]"), ("q", "Tensor[Bool, [2, 3]]")], "ne(p, q)",
+                "Tensor[Bool, [2, 3]]", False),
+    "ge f16": ([("a", "Tensor[F16, [2, 3]]"), ("b", "Tensor[F16, [2, 3]]")], "ge(a, b)",
+               "Tensor[Bool, [2, 3]]", False),
+    "where": ([("c", "Tensor[Bool, [2, 3]]"), ("a", M), ("b", M)], "where(c, a, b)", M, True),
+    "where scalar": ([("a", M)], "where(gt(a, 0.0), a, 0.5)", M, False),
+    "where i64": ([("c", "Tensor[Bool, [2, 3]]"), ("i", "Tensor[I64, [2, 3]]")], "where(c, i, 7)",
+                  "Tensor[I64, [2, 3]]", False),
+    "where bool": ([("c", "Tensor[Bool, [2, 3]]"), ("p", "Tensor[Bool, [2, 3]]")], "c.where(p, 0)",
+                   "Tensor[Bool, [2, 3]]", False),
+    "cast bool": ([("c", "Tensor[Bool, [2, 3]]")], "c.cast(dtype=F32)", M, False),
+    "cast bool i64": ([("c", "Tensor[Bool, [2, 3]]")], "c.cast(dtype=I64)", "Tensor[I64, [2, 3]]", False),
+    "tril bool": ([("c", "Tensor[Bool, [3, 3]]")], "c.tril()", "Tensor[Bool, [3, 3]]", False),
 }
 # IR-internal ops have no surface form: they are exercised by the backward pass of these rows.
-COVERED_BY_BACKWARD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu"}
+COVERED_BY_BACKWARD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu",
+                       "maximum_grad": "maximum", "clamp_grad": "clamp", "gelu_grad": "gelu"}
 
 
 def source(row: str) -> str:
@@ -44,7 +83,7 @@ def source(row: str) -> str:
     plist = ", ".join(f"{n}: {t}" for n, t in params)
     text = f"fn f({plist}) -> {ret} {{\n  let r = {body} in\n  r\n}}\n"
     if differentiable:
-        float_types = [t for _, t in params if "I64" not in t]
+        float_types = [t for _, t in params if "I64" not in t and "Bool" not in t]
         gret = "(" + ", ".join([ret] + float_types) + ")"
         args = ", ".join(n for n, _ in params)
         text += f"\nfn g({plist}) -> {gret} {{\n  handle f({args}) with reverseMode\n}}\n"

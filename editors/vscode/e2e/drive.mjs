@@ -3,7 +3,8 @@
  *
  * --mode trusted (default) acts like a user in code-server: opens the example with Quick
  * Open, waits for the language server's status-bar item, hovers a `let`, breaks a shape and
- * reads the Problems view, runs Build & Validate and Show MLIR from the Command Palette, and
+ * reads the Problems view, runs Build & Validate from the Command Palette and from a code
+ * lens, folds a function (features.mjs), runs Show MLIR, and
  * finally sets `kina.server.pythonPath` (in the Settings editor) to a missing interpreter to
  * see the start-failure message.
  *
@@ -22,6 +23,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { lensAndFoldingChecks, noLensesInRestrictedMode } from './features.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -200,6 +202,8 @@ async function trusted() {
     log(`notification: ${await oneLine(passed.locator('.notification-list-item-message'))}`);
   });
 
+  await lensAndFoldingChecks({ page, step, log, toast, focusEditor });
+
   await step('05-show-mlir', async () => {
     await focusEditor();
     await runCommand('Kina: Show MLIR');
@@ -233,6 +237,7 @@ async function restricted() {
   });
 
   await step('r2-hover-in-restricted-mode', hoverLetX);
+  await noLensesInRestrictedMode({ page, step, log });
 
   await step('r3-no-build-and-validate', async () => {
     await page.mouse.move(5, 5);

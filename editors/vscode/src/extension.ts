@@ -92,6 +92,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('kina.showOutput', () => output.show(true)),
     vscode.commands.registerCommand('kina.restartServer', () => restartServer()),
     vscode.commands.registerCommand('kina.buildAndValidate', (uri?: vscode.Uri) => buildAndValidate(uri)),
+    // The code lenses' command: [uri, function, "function" | "gradient"] (see kina_lsp/lenses.py).
+    vscode.commands.registerCommand('kina.validateFunction', (uri?: string, fn?: string, kind?: string) =>
+      buildAndValidate(uri ? vscode.Uri.parse(uri) : undefined, 'kina.validateFunction', [fn, kind])),
     vscode.commands.registerCommand('kina.showMlir', (uri?: vscode.Uri) => showMlir(uri)),
     // The server command and interpreter are read at start; a change means a restart.
     vscode.workspace.onDidChangeConfiguration((e) => {
@@ -180,6 +183,10 @@ async function doStart(): Promise<void> {
   const clientOptions: LanguageClientOptions = {
     documentSelector: [{ language: 'kina' }],
     initializationOptions: readServerSettings(),
+    // Every lens runs a build (Build & validate, Gradient check): none in Restricted Mode.
+    middleware: {
+      provideCodeLenses: (document, token, next) => (vscode.workspace.isTrusted ? next(document, token) : []),
+    },
     // Sends workspace/didChangeConfiguration with the `kina` section when a setting changes.
     synchronize: { configurationSection: 'kina' },
     outputChannel: output,
@@ -262,7 +269,11 @@ function targetDocument(uri?: vscode.Uri): vscode.TextDocument | undefined {
  * Runs a server command on a document.  Returns `{result}`, or undefined when the server
  * is not running (the user has then been told, with a way to restart it).
  */
-async function executeServerCommand(command: string, doc: vscode.TextDocument): Promise<{ result: unknown } | undefined> {
+async function executeServerCommand(
+  command: string,
+  doc: vscode.TextDocument,
+  extra: unknown[] = [],
+): Promise<{ result: unknown } | undefined> {
   await starting;
   if (!client || !client.isRunning()) {
     const choice = await vscode.window.showErrorMessage(
@@ -277,11 +288,14 @@ async function executeServerCommand(command: string, doc: vscode.TextDocument): 
     }
     return undefined;
   }
-  const result: unknown = await client.sendRequest(ExecuteCommandRequest.type, { command, arguments: [doc.uri.toString()] });
+  const result: unknown = await client.sendRequest(ExecuteCommandRequest.type, {
+    command,
+    arguments: [doc.uri.toString(), ...extra],
+  });
   return { result };
 }
 
-async function buildAndValidate(uri?: vscode.Uri): Promise<void> {
+async function buildAndValidate(uri?: vscode.Uri, command = 'kina.buildAndValidate', extra: unknown[] = []): Promise<void> {
   if (!vscode.workspace.isTrusted) {
     void vscode.window.showWarningMessage('Kina: Build & Validate compiles and runs native code; trust this workspace first.');
     return;
@@ -293,7 +307,7 @@ async function buildAndValidate(uri?: vscode.Uri): Promise<void> {
   try {
     // The server reports progress ($/progress) and the outcome (window/showMessage, plus a
     // diagnostic on each failing function); the client logs it and mirrors it in the status bar.
-    const reply = await executeServerCommand('kina.buildAndValidate', doc);
+    const reply = await executeServerCommand(command, doc, extra);
     if (!reply) {
       return;
     }

@@ -1,0 +1,114 @@
+"""Call hierarchy of user functions: prepare (on a function's name or on a call of
+it), incoming calls (the functions that call it, with each call site) and
+outgoing calls (the user functions it calls).  `handle f(..) with reverseMode`
+is a call of f.  Built-in ops are not user functions and never appear.
+
+A Kina program is one file (no imports), so calls are searched in the document
+of the item; the item's `data` carries the document URI and the function name,
+and the answer is recomputed from the current text, so an item prepared before
+an edit still resolves (to nothing if the function is gone).
+"""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from compiler import parse, syntax as ast
+from compiler.diagnostics import Span
+
+from . import astutil
+
+
+def calls_in(fn: ast.FnDef) -> list[ast.Call]:
+    """Every free-form call in a function body, `handle` calls included, in text order."""
+    out, stack = [], [fn.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            out.append(node)
+        stack.extend(parse.children(node))
+    return sorted(out, key=lambda c: c.func_span.start)
+
+
+def _functions(view) -> dict[str, ast.FnDef]:
+    """First definition of each name (a duplicate is an error; the first one counts)."""
+    out: dict[str, ast.FnDef] = {}
+    for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
+        out.setdefault(fn.name, fn)
+    return out
+
+
+def _range(view, span: Span) -> lsp.Range:
+    a, b = view.index.positions([span.start, span.end])
+    return lsp.Range(start=a, end=b)
+
+
+def item(view, uri: str, fn: ast.FnDef) -> lsp.CallHierarchyItem:
+    return lsp.CallHierarchyItem(name=fn.name, kind=lsp.SymbolKind.Function, uri=uri,
+                                 detail=astutil.signature(fn), range=_range(view, fn.span),
+                                 selection_range=_range(view, fn.name_span),
+                                 data={"uri": uri, "name": fn.name})
+
+
+def prepare(view, uri: str, offset: int) -> list[lsp.CallHierarchyItem] | None:
+    fns = _functions(view)
+    here = astutil.function_at(view.snapshot.module, offset)
+    name = None
+    if here is not None and here.name_span.contains(offset):
+        name = here.name
+    elif here is not None:
+        name = next((c.func for c in calls_in(here) if c.func_span.contains(offset)), None)
+    target = fns.get(name) if name else None
+    return [item(view, uri, target)] if target is not None else None
+
+
+def _target(params_item: lsp.CallHierarchyItem) -> tuple[str, str] | None:
+    data = params_item.data if isinstance(params_item.data, dict) else {}
+    name = data.get("name") or params_item.name
+    uri = data.get("uri") or params_item.uri
+    return (uri, name) if isinstance(name, str) and isinstance(uri, str) else None
+
+
+def incoming(view, uri: str, name: str) -> list[lsp.CallHierarchyIncomingCall]:
+    out = []
+    for fn in _functions(view).values():
+        sites = [c.func_span for c in calls_in(fn) if c.func == name]
+        if sites:
+            out.append(lsp.CallHierarchyIncomingCall(from_=item(view, uri, fn),
+                                                     from_ranges=[_range(view, s) for s in sites]))
+    return out
+
+
+def outgoing(view, uri: str, name: str) -> list[lsp.CallHierarchyOutgoingCall]:
+    fns = _functions(view)
+    caller = fns.get(name)
+    if caller is None:
+        return []
+    by_callee: dict[str, list[Span]] = {}
+    for c in calls_in(caller):
+        if c.func in fns:
+            by_callee.setdefault(c.func, []).append(c.func_span)
+    return [lsp.CallHierarchyOutgoingCall(to=item(view, uri, fns[callee]),
+                                          from_ranges=[_range(view, s) for s in sites])
+            for callee, sites in by_callee.items()]
+
+
+def register(server, safe) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
+    @safe()
+    async def on_prepare(ls, params: lsp.CallHierarchyPrepareParams):
+        view = await ls.view(params.text_document.uri, wait=True)
+        return prepare(view, params.text_document.uri, view.index.offset(params.position)) if view else None
+
+    @server.feature(lsp.CALL_HIERARCHY_INCOMING_CALLS)
+    @safe(default=list)
+    async def on_incoming(ls, params: lsp.CallHierarchyIncomingCallsParams):
+        target = _target(params.item)
+        view = await ls.view(target[0], wait=True) if target else None
+        return incoming(view, target[0], target[1]) if view else []
+
+    @server.feature(lsp.CALL_HIERARCHY_OUTGOING_CALLS)
+    @safe(default=list)
+    async def on_outgoing(ls, params: lsp.CallHierarchyOutgoingCallsParams):
+        target = _target(params.item)
+        view = await ls.view(target[0], wait=True) if target else None
+        return outgoing(view, target[0], target[1]) if view else []

@@ -1,0 +1,44 @@
+"""Document highlight: every occurrence of the name under the cursor, the binding
+occurrence as Write (a parameter, a `let` name, a function's own name) and the
+others as Read (uses of a parameter or let, calls of a function, `handle f(..)`
+included).
+
+Name resolution is the compiler's (Snapshot.definition / references: lexical
+scope, so two functions' `x` never highlight each other).  Anything that is not
+a name the program defines (an op, a keyword, a number) highlights nothing.
+"""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+
+def _safe(fn, *args, default=None):
+    try:
+        return fn(*args)
+    except Exception:   # a half-typed buffer: highlight nothing rather than fail
+        return default
+
+
+def highlights(view, offset: int) -> list[lsp.DocumentHighlight]:
+    snap = view.snapshot
+    definition = _safe(snap.definition, offset)
+    if definition is None:
+        return []
+    spans = {(s.start, s.end) for s in (_safe(snap.references, offset, default=[]) or [])}
+    spans.add((definition.start, definition.end))
+    out = []
+    for start, end in sorted(spans):
+        kind = (lsp.DocumentHighlightKind.Write if (start, end) == (definition.start, definition.end)
+                else lsp.DocumentHighlightKind.Read)
+        a, b = view.index.positions([start, end])
+        rng = lsp.Range(start=a, end=b)
+        out.append(lsp.DocumentHighlight(range=rng, kind=kind))
+    return out
+
+
+def register(server, safe) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
+    @safe(default=list)
+    async def on_document_highlight(ls, params: lsp.DocumentHighlightParams):
+        view = await ls.view(params.text_document.uri)
+        return highlights(view, view.index.offset(params.position)) if view else []

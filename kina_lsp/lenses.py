@@ -1,0 +1,83 @@
+"""Code lenses above each function: "Build & validate" (compile the file, run this
+function's compiled code against the interpreter) and, above every function that
+some function differentiates with `handle f(..) with reverseMode`, "Gradient
+check" (the compiled cotangents of f against finite differences).
+
+Both run the command `kina.validateFunction` [uri, function, "function" |
+"gradient"], which is the Build & validate machinery (commands.py, the
+validator's child process) narrowed to one exported function: f itself, or
+validate's gradient wrapper of f.  A lens only names a command; nothing runs
+until the user clicks it, and the client runs nothing in an untrusted
+workspace (the VS Code extension shows no lenses there and refuses the command;
+the server gets no trust signal of its own).
+"""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from compiler import parse, syntax as ast
+from compiler.validate import GRAD_PREFIX
+
+from . import commands
+
+CMD_VALIDATE_FUNCTION = "kina.validateFunction"
+KINDS = ("function", "gradient")
+
+
+def differentiated(module: ast.Module | None) -> set[str]:
+    """Names of the functions some function handles with reverseMode."""
+    out, stack = set(), list(module.functions if module else ())
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Handle) and node.handler == "reverseMode":
+            out.add(node.call.func)
+        stack.extend(parse.children(node))
+    return out
+
+
+def code_lenses(view, uri: str) -> list[lsp.CodeLens]:
+    module = view.snapshot.module
+    grads = differentiated(module)
+    out = []
+    for fn in (module.functions if module else ()):
+        a, b = view.index.positions([fn.name_span.start, fn.name_span.end])
+        rng = lsp.Range(start=a, end=b)
+        out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+            title="Build & validate", command=CMD_VALIDATE_FUNCTION, arguments=[uri, fn.name, "function"])))
+        if fn.name in grads:
+            out.append(lsp.CodeLens(range=rng, command=lsp.Command(
+                title="Gradient check", command=CMD_VALIDATE_FUNCTION, arguments=[uri, fn.name, "gradient"])))
+    return out
+
+
+def _refusal(message: str) -> dict:
+    return {"ok": False, "message": f"Kina: {message}", "failing": {}, "functions": {}}
+
+
+async def validate_function(ls, args) -> dict:
+    """The command: check its arguments, then Build & validate narrowed to one function."""
+    if len(args) != 3 or not all(isinstance(a, str) for a in args) or args[2] not in KINDS:
+        return _refusal(f"{CMD_VALIDATE_FUNCTION} takes [uri, function name, \"function\" | \"gradient\"]")
+    uri, name, kind = args
+    view = await ls.view(uri, wait=True)
+    if view is None:
+        return _refusal(f"{uri} is not open")
+    if name not in view.snapshot.program.functions:
+        return _refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
+    if kind == "gradient" and name not in differentiated(view.snapshot.module):
+        return _refusal(f"no function differentiates `{name}` with `handle {name}(..) with reverseMode`")
+    only = {GRAD_PREFIX + name} if kind == "gradient" else {name}
+    return await commands.build_and_validate(ls, uri, only=only)
+
+
+def register(server, safe) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS, lsp.CodeLensOptions(resolve_provider=False))
+    @safe(default=list)
+    async def on_code_lens(ls, params: lsp.CodeLensParams):
+        view = await ls.view(params.text_document.uri)
+        return code_lenses(view, params.text_document.uri) if view else []
+
+    @server.command(CMD_VALIDATE_FUNCTION)
+    @safe(default=lambda: _refusal("build & validate failed (see the server log)"))
+    async def cmd_validate_function(ls, *args):
+        return await validate_function(ls, list(args))

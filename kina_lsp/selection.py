@@ -1,0 +1,125 @@
+"""Selection ranges (expand / shrink selection): from the word under the cursor
+out through every enclosing expression, then the `let ... in` link, the let
+chain, the function body and the whole function; in a signature, the name or
+type, the parameter, the parameter list and the function.
+
+Everything comes from the AST (compiler.syntax spans).  Outside any function
+(or in one that does not parse) the answer is the word, then the item the
+cursor is in, so expand selection still does something sensible.
+"""
+from __future__ import annotations
+
+import re
+
+from lsprotocol import types as lsp
+
+from compiler import parse, syntax as ast
+from compiler.diagnostics import Span
+
+from . import astutil
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_IN = re.compile(r"(?:\s+|//[^\n]*)*in\b")
+
+
+def _inside(span: Span, offset: int) -> bool:
+    return span.start <= offset <= span.end
+
+
+def _children(node) -> list:
+    """Sub-nodes with spans, attributes and names included, in source order."""
+    if isinstance(node, ast.Attr):
+        return [Span(node.name_span.start, node.name_span.end), Span(node.value_span.start, node.value_span.end)]
+    kids = list(astutil.children(node))
+    if isinstance(node, (ast.Call, ast.MethodCall)):
+        kids += node.attrs
+    if isinstance(node, ast.TensorLit):
+        kids = [node.type]
+    return kids
+
+
+def _span_of(node) -> Span:
+    return node if isinstance(node, Span) else node.span
+
+
+def _expression_path(node, offset: int) -> list[Span]:
+    out = []
+    while node is not None:
+        out.append(_span_of(node))
+        if isinstance(node, Span):
+            break
+        node = next((c for c in _children(node) if _inside(_span_of(c), offset)), None)
+    return out
+
+
+def _let_link(text: str, let: ast.Let) -> Span:
+    """`let PATTERN = VALUE in` (the let's own span runs to the end of the chain)."""
+    m = _IN.match(text, let.value.span.end)
+    return Span(let.span.start, m.end() if m else let.value.span.end)
+
+
+def _in_signature(fn: ast.FnDef, offset: int) -> list[Span]:
+    for p in fn.params:
+        if _inside(p.span, offset):
+            inner = p.name_span if _inside(p.name_span, offset) else p.type.span
+            params = Span(fn.params[0].span.start, fn.params[-1].span.end)
+            return [params, p.span, inner]
+    if _inside(fn.ret.span, offset):
+        return [fn.ret.span]
+    return [fn.name_span] if _inside(fn.name_span, offset) else []
+
+
+def _in_body(text: str, fn: ast.FnDef, offset: int) -> list[Span]:
+    lets = list(astutil.lets(fn))
+    out = [fn.body.span]
+    for let in lets:
+        link = _let_link(text, let)
+        if _inside(link, offset):
+            chain = Span(lets[0].span.start, _let_link(text, lets[-1]).end)
+            out += [chain, link]
+            for n in let.names:
+                if _inside(n.span, offset):
+                    return out + [n.span]
+            return out + (_expression_path(let.value, offset) if _inside(let.value.span, offset) else [])
+    final = lets[-1].body if lets else fn.body
+    return out + (_expression_path(final, offset) if _inside(final.span, offset) else [])
+
+
+def spans_at(view, offset: int) -> list[Span]:
+    """Enclosing spans, outermost first."""
+    text = view.text
+    fn = astutil.function_at(view.snapshot.module, offset)
+    if fn is not None:
+        inner = _in_body(text, fn, offset) if _inside(fn.body.span, offset) else _in_signature(fn, offset)
+        spans = [fn.span] + inner
+    else:
+        item = next((it for it in parse.split_items(text) if it.start <= offset <= it.end), None)
+        spans = [Span(item.start, item.end)] if item else []
+    word = next((m for m in _WORD.finditer(text, max(0, offset - 64), min(len(text), offset + 64))
+                 if m.start() <= offset <= m.end()), None)
+    if word is not None:
+        spans.append(Span(word.start(), word.end()))
+    out = []
+    for s in spans:   # each strictly inside the previous one
+        if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):
+            out.append(s)
+    return out
+
+
+def selection_range(view, position: lsp.Position) -> lsp.SelectionRange:
+    offset = view.index.offset(position)
+    spans = spans_at(view, offset) or [Span(offset, offset)]
+    node = None
+    for s in spans:
+        node = lsp.SelectionRange(range=view.index.range(s), parent=node)
+    return node
+
+
+def register(server, safe) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
+    @safe(default=list)
+    async def on_selection_range(ls, params: lsp.SelectionRangeParams):
+        view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
+        if view is None:
+            return []
+        return [selection_range(view, p) for p in params.positions]

@@ -1,0 +1,167 @@
+"""Workspace symbols: the functions of every open document and of the `.kina` files
+in the workspace folders, matched against the query as VS Code does (the query's
+characters in order, case-insensitively; prefix and substring matches first).
+
+Only files under the workspace folders are ever read: the walk does not follow
+symbolic links to folders, a linked file counts only if it resolves inside its
+folder, and hidden folders, virtual environments and node_modules are skipped.
+The work is bounded (files visited, bytes per file, results) and runs on a worker
+thread; each file's functions are cached by (size, mtime), so a repeated query
+reads nothing.  An open document's buffer wins over its file on disk.
+
+Function names come from the item split (compiler.parse.split_items), which
+needs no full parse: a file with syntax errors still lists its functions.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from lsprotocol import types as lsp
+from pygls.uris import from_fs_path, to_fs_path
+
+from compiler import parse
+
+from .convert import LineIndex
+
+MAX_FILES = 5000            # files and folders looked at per query
+MAX_FILE_BYTES = 1 << 20    # larger .kina files are not read
+MAX_RESULTS = 500
+SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "dist", "build", "artifacts"}
+
+_FN_NAME = re.compile(r"fn\s+([A-Za-z_][A-Za-z0-9_]*)")
+_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-symbols")
+
+
+def functions_in(text: str) -> list[tuple[str, int, int, int, int]]:
+    """(name, name start, name end, item start, item end) of every function of a text."""
+    out = []
+    for item in parse.split_items(text):
+        m = _FN_NAME.match(text, item.start, item.end)
+        if m:
+            out.append((m.group(1), m.start(1), m.end(1), item.start, item.end))
+    return out
+
+
+def matches(query: str, name: str) -> int | None:
+    """Rank of a match (lower is better) or None: prefix 0, substring 1, subsequence 2."""
+    q, n = query.lower(), name.lower()
+    if not q or n.startswith(q):
+        return 0
+    if q in n:
+        return 1
+    it = iter(n)
+    return 2 if all(ch in it for ch in q) else None
+
+
+def kina_files(roots: list[Path], budget: int = MAX_FILES):
+    """The .kina files under the roots, bounded, never leaving a root."""
+    for root in roots:
+        try:
+            real_root = root.resolve(strict=True)
+        except OSError:
+            continue
+        for folder, dirs, files in os.walk(real_root, followlinks=False):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+            for name in sorted(files):
+                budget -= 1
+                if budget < 0:
+                    return
+                if not name.endswith(".kina"):
+                    continue
+                path = Path(folder, name)
+                try:
+                    real = path.resolve(strict=True)
+                except OSError:
+                    continue
+                if real.is_relative_to(real_root) and real.is_file():
+                    yield path
+            budget -= len(dirs)
+            if budget < 0:
+                return
+
+
+class SymbolIndex:
+    """Functions per file, cached by (size, mtime_ns)."""
+
+    def __init__(self):
+        self._files: dict[str, tuple[tuple[int, int], list]] = {}
+
+    def of_file(self, path: Path) -> tuple[str, list] | None:
+        """(text, functions) of a file on disk, or None if it is unreadable or too big."""
+        try:
+            st = path.stat()
+            if st.st_size > MAX_FILE_BYTES:
+                return None
+            key = (st.st_size, st.st_mtime_ns)
+            hit = self._files.get(str(path))
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        entry = (text, functions_in(text))
+        self._files[str(path)] = (key, entry)
+        return entry
+
+
+def _symbols(uri: str, text: str, fns, query: str, encoding: str, container: str):
+    hits = [(rank, f) for f in fns if (rank := matches(query, f[0])) is not None]
+    if not hits:
+        return []
+    index = LineIndex(text, encoding)
+    out = []
+    for rank, (name, s, e, _, _) in hits:
+        a, b = index.positions([s, e])
+        out.append((rank, lsp.WorkspaceSymbol(name=name, kind=lsp.SymbolKind.Function, container_name=container,
+                                              location=lsp.Location(uri=uri, range=lsp.Range(start=a, end=b)))))
+    return out
+
+
+def search(query: str, open_docs: dict[str, str], roots: list[Path], index: SymbolIndex,
+           encoding: str = "utf-16") -> list[lsp.WorkspaceSymbol]:
+    """Matching functions of open documents (their buffers) and workspace files, best first."""
+    found = []
+    seen_paths = set()
+    for uri, text in open_docs.items():
+        path = to_fs_path(uri) if uri.startswith("file:") else None
+        if path:
+            seen_paths.add(os.path.realpath(path))
+        found += _symbols(uri, text, functions_in(text), query, encoding, Path(path or uri).name)
+    for path in kina_files(roots):
+        if os.path.realpath(path) in seen_paths:
+            continue
+        entry = index.of_file(path)
+        if entry is not None:
+            found += _symbols(from_fs_path(str(path)), entry[0], entry[1], query, encoding, path.name)
+        if len(found) >= 4 * MAX_RESULTS:
+            break
+    found.sort(key=lambda r: (r[0], r[1].name.lower(), r[1].location.uri))
+    return [sym for _, sym in found[:MAX_RESULTS]]
+
+
+def workspace_roots(ls) -> list[Path]:
+    """The workspace folders (or the root) that are local folders."""
+    uris = [f.uri for f in ls.workspace.folders.values()] or ([ls.workspace.root_uri] if ls.workspace.root_uri else [])
+    roots = []
+    for uri in uris:
+        path = to_fs_path(uri) if uri and uri.startswith("file:") else None
+        if path and os.path.isdir(path):
+            roots.append(Path(path))
+    return roots
+
+
+def register(server, safe) -> None:
+    index = SymbolIndex()
+
+    @server.feature(lsp.WORKSPACE_SYMBOL)
+    @safe(default=list)
+    async def on_workspace_symbol(ls, params: lsp.WorkspaceSymbolParams):
+        docs = {uri: doc.source for uri, doc in ls.workspace.text_documents.items()
+                if uri.endswith(".kina") or getattr(doc, "language_id", None) == "kina"}
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_pool, search, params.query or "", docs, workspace_roots(ls), index,
+                                          ls.position_encoding())

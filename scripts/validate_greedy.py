@@ -1,0 +1,77 @@
+"""Validate examples/storylm0_greedy.kina: greedy decoding of StoryLM-0 with argmax in Kina.
+
+Builds the example at -O0 and -O2 and checks that its `greedy` (12 next tokens, each
+the argmax of the last position's logits over the last 4 tokens, all inside one
+library call) gives the same continuation as the demo's host loop
+(scripts/train_storylm0.py: the compiled storylm0_fwd, numpy.argmax on the host, one
+call per token):
+
+- from the committed weights (and main(), whose literals are those weights);
+- from the weights the demo trains (420 SGD steps on the story at lr 0.3, by the
+  compiled examples/storylm0_train_step.kina, as `make demo` does);
+- every chosen token has the largest logit of the NumPy reference decoder (and of the
+  same decoder in torch when torch is importable), up to float rounding.
+
+Prints one line per comparison; exits 1 on any mismatch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import _common as C
+import _examples as E
+
+N_NEW = 12
+DEMO_STEPS = 420
+
+
+def weights_args(w: dict) -> list[np.ndarray]:
+    return [w["emb"], C.causal_mask(), C.attention_scale(), w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"]]
+
+
+def best_logit_gap(torch, toks: np.ndarray, w: dict) -> float:
+    """max over steps of (largest logit - logit of the chosen token), NumPy or torch decoder."""
+    gap = 0.0
+    for i in range(C.T, C.T + N_NEW):
+        p = C.inputs(toks[None, i - C.T:i], w)
+        if torch is None:
+            logits, _ = C.forward(p)
+        else:
+            logits = C.torch_forward(torch, p)[0].detach().numpy()
+        last = logits[0, -1]
+        gap = max(gap, float(last.max() - last[toks[i]]))
+    return gap
+
+
+def check_weights(rep: E.Report, built: E.Built, host, w: dict, label: str, torch) -> None:
+    E.section(f"{label}: Kina greedy vs the demo's host loop")
+    want = host.greedy(C.PROMPT, N_NEW)
+    print(f"  host loop: {C.decode(want[:C.T])} | {C.decode(want[C.T:])}")
+    for level, lib in built.libs.items():
+        got = lib.greedy(C.PROMPT, *weights_args(w))[0]
+        rep.check(f"-O{level} greedy = host loop", np.array_equal(got, want), C.decode(got[C.T:]))
+    rep.check("every token is the NumPy decoder's argmax", best_logit_gap(None, want, w) < 1e-5)
+    if torch:
+        rep.check("every token is the torch decoder's argmax", best_logit_gap(torch, want, w) < 1e-5)
+
+
+def main() -> int:
+    torch = E.torch_banner()
+    rep = E.Report()
+    built = E.build_levels("storylm0_greedy", rep)
+    if built is None:
+        return rep.exit_code()
+    host = C.CompiledTrainer(C.compile_example("storylm0_train_step"), C.DEMO_LR)
+    w0 = C.load_weights()
+    check_weights(rep, built, host, w0, "committed weights", torch)
+    for level, lib in built.libs.items():
+        rep.compare(f"-O{level} main() = greedy from the committed weights", lib.main(),
+                    lib.greedy(C.PROMPT, *weights_args(w0)), atol=0, rtol=0)
+    losses = host.train(DEMO_STEPS)
+    print(f"\n  trained {DEMO_STEPS} steps like the demo: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    check_weights(rep, built, host, host.w, f"after {DEMO_STEPS} demo steps", torch)
+    return rep.exit_code()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

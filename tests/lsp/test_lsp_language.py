@@ -1,0 +1,146 @@
+"""Language-level editor features, driven directly (no server process): hover of
+normalised axes and of scalar constants, the op table's new ops in hover, completion
+and signature help, and the quick fix that gives a constant its own let under
+reverseMode.  The end-to-end server tests (test_lsp_features.py) cover the protocol."""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from compiler.analysis import analyze
+from kina_lsp import actions, hover
+from kina_lsp.convert import LineIndex
+from kina_lsp.diagnostics import to_lsp
+from kina_lsp.documents import View
+
+URI = "file:///t.kina"
+
+
+def view_of(text: str) -> View:
+    return View(analyze(text), text, LineIndex(text))
+
+
+def hover_md(view: View, needle: str, delta: int = 0) -> str:
+    h = hover.hover(view, view.text.index(needle) + delta)
+    return h.contents.value if h else ""
+
+
+def apply(text: str, edit: lsp.WorkspaceEdit) -> str:
+    index = LineIndex(text)
+    spans = sorted(((index.span(e.range), e.new_text) for e in edit.changes[URI]), key=lambda x: -x[0].start)
+    for span, new in spans:
+        text = text[:span.start] + new + text[span.end:]
+    return text
+
+
+def test_hover_shows_the_normalised_axis():
+    text = ("fn f(x: Tensor[F32, [2, 3, 4]]) -> Tensor[F32, [2, 3, 1]] {\n"
+            "  x.softmax(axis=-1).reduce_keep(op=sum, axis=-1)\n}\n")
+    v = view_of(text)
+    md = hover_md(v, "axis=-1")
+    assert "attribute `axis` of **softmax**" in md and "here: `axis=2` of `Tensor[F32, [2, 3, 4], @host]`" in md
+    h = hover.hover(v, text.rindex("axis=-1"))
+    md = h.contents.value
+    assert "**reduce_keep**" in md and "`axis=2`" in md
+
+
+def test_hover_on_a_scalar_constant_shows_its_splat_type():
+    v = view_of("fn f(x: Tensor[F16, [2, 3]]) -> Tensor[F16, [2, 3]] {\n  x * 0.5\n}\n")
+    assert "Tensor[F16, [2, 3], @host]" in hover_md(v, "0.5")
+
+
+AD = """\
+fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {
+  let y = x * 1e-5 in
+  y
+}
+
+fn g(x: Tensor[F32, [2, 3]]) -> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]]) {
+  handle f(x) with reverseMode
+}
+"""
+
+
+def _quick_fixes(text: str):
+    v = view_of(text)
+    diags = [to_lsp(d, v.index, URI) for d in v.snapshot.diagnostics]
+    params = lsp.CodeActionParams(text_document=lsp.TextDocumentIdentifier(uri=URI),
+                                  range=diags[0].range if diags else lsp.Range(lsp.Position(0, 0), lsp.Position(0, 0)),
+                                  context=lsp.CodeActionContext(diagnostics=diags))
+    return diags, [a for a in actions.code_actions(v, URI, params) if a.kind == lsp.CodeActionKind.QuickFix]
+
+
+def test_scalar_under_reverse_mode_gets_a_quick_fix_that_checks_clean():
+    diags, fixes = _quick_fixes(AD)
+    assert [d.code for d in diags] == ["ad-structure"]
+    assert "`let c = Tensor[F32, [2, 3]] { 1e-05 } in ...`" in diags[0].message
+    (fix,) = fixes
+    assert fix.title == "Give the constant its own let"
+    fixed = apply(AD, fix.edit)
+    assert "  let c = Tensor[F32, [2, 3]] { 1e-5 } in\n  let y = x * c in\n" in fixed
+    assert analyze(fixed).diagnostics == []
+
+
+def test_quick_fix_name_does_not_capture_an_existing_name():
+    text = AD.replace("fn f(x:", "fn f(c: Tensor[F32, [2, 3]], x:").replace("handle f(x)", "handle f(x, x)")
+    text = text.replace("-> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]])",
+                        "-> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]], Tensor[F32, [2, 3]])")
+    diags, (fix,) = _quick_fixes(text)
+    fixed = apply(text, fix.edit)
+    assert "let c2 = Tensor[F32, [2, 3]] { 1e-5 } in" in fixed and "x * c2" in fixed
+    assert analyze(fixed).diagnostics == []
+
+
+def test_new_ops_have_hover_completion_and_signature_help_from_the_table():
+    from compiler.ops import SURFACE_OPS
+    from kina_lsp import completion
+    text = "fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {\n  x.gelu(approximate=tanh).clamp(min=0.0)\n}\n"
+    v = view_of(text)
+    md = hover_md(v, "gelu")
+    assert SURFACE_OPS["gelu"].rule in md and "approximate: none|tanh" in md and "Tensor[F32, [2, 3], @host]" in md
+    methods = {i.label for i in completion.complete(text, text.index("gelu"), [])}
+    assert {"gelu", "clamp", "maximum", "argmax", "cast", "tril", "pow"} <= methods
+    assert "iota" not in methods                        # a builder has no receiver
+    free = {i.label for i in completion.complete(text, text.index("x.gelu"), [])}
+    assert "iota" in free
+    enum = [i.label for i in completion.complete(text, text.index("tanh") + 2, [])]
+    assert enum == ["none", "tanh"]
+    help_ = completion.signature_help(text, text.index("min=") + 2, {})
+    assert help_.signatures[0].label == "x.clamp(min=float, max=float)"
+    iota = "fn f() -> Tensor[I64, [4]] {\n  iota(shape=[4], axis=0)\n}\n"
+    help_ = completion.signature_help(iota, iota.index("axis"), {})
+    assert help_.signatures[0].label == "iota(shape=ints, axis=int)" and help_.active_parameter == 1
+    partial = "fn f(x: Tensor[F32, [2]]) -> Tensor[F16, [2]] {\n  x.cast(dtype="
+    casts = [i.label for i in completion.complete(partial, len(partial), [])]
+    assert "F16" in casts and "BF16" in casts
+
+
+def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():
+    text = ("fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x\n}\n"
+            "fn g(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  f(0.5)\n}\n")
+    diags, fixes = _quick_fixes(text)
+    assert [d.code for d in diags] == ["literal"]
+    (fix,) = fixes
+    assert fix.title == "Write Tensor[F32, [2]] { 0.5 }"
+    fixed = apply(text, fix.edit)
+    assert "f(Tensor[F32, [2]] { 0.5 })" in fixed and analyze(fixed).diagnostics == []
+
+
+def test_every_fix_kind_has_a_quick_fix():
+    from compiler.diagnostics import FIXES
+    assert set(actions.QUICK_FIXES) == set(FIXES)
+
+
+def test_quick_fixes_are_chosen_by_the_fix_in_data_not_by_the_message():
+    """The message is for people: rewording it keeps the fix; a diagnostic without the
+    Fix in its data (another tool's, or a client that drops data) gets none."""
+    diags, _ = _quick_fixes(AD)
+    v = view_of(AD)
+    (diag,) = diags
+    reworded = lsp.Diagnostic(range=diag.range, message="reworded", code=diag.code, data=diag.data)
+    plain = lsp.Diagnostic(range=diag.range, message=diag.message, code=diag.code)
+    params = lambda d: lsp.CodeActionParams(text_document=lsp.TextDocumentIdentifier(uri=URI), range=d.range,  # noqa: E731
+                                            context=lsp.CodeActionContext(diagnostics=[d], only=["quickfix"]))
+    (fix,) = actions.code_actions(v, URI, params(reworded))
+    assert fix.title == "Give the constant its own let"
+    assert actions.code_actions(v, URI, params(plain)) == []
+    assert diag.data == {"fix": "constant-let", "text": None}

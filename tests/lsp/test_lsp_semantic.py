@@ -1,0 +1,132 @@
+"""Semantic tokens: full, range and delta through a real server, and the F1 regression
+(a long literal line with non-ASCII text was quadratic and blocked the event loop)."""
+from __future__ import annotations
+
+from lsprotocol import types as lsp
+
+from kina_lsp import semantic
+from kina_lsp.convert import LineIndex
+from kina_lsp.semantic import TOKEN_TYPES
+
+from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
+
+FORWARD = "storylm0_forward.kina"
+
+
+def decode(data: list[int], text: str) -> list[tuple[int, int, str, str]]:
+    """(line, UTF-16 column, token text, type) of every token of an LSP token array."""
+    lines, line, col, out = text.split("\n"), 0, 0, []
+    for i in range(0, len(data), 5):
+        dl, dc, n, kind, _ = data[i:i + 5]
+        line, col = line + dl, (col + dc if dl == 0 else dc)
+        units = lines[line].encode("utf-16-le")
+        out.append((line, col, units[2 * col:2 * (col + n)].decode("utf-16-le"), TOKEN_TYPES[kind]))
+    return out
+
+
+def literal_program(n: int) -> str:
+    values = ", ".join(f"{i % 7}.5" for i in range(n))
+    return (f"// café 🙂\nfn main() -> Tensor[F32, [{n}]] {{ // café\n"
+            f"  let x = Tensor[F32, [{n}]] {{ {values} }} in // café 🙂 é\n  x.exp()\n}}\n")
+
+
+class CountingText(str):
+    """A text that counts the characters its slices and indexing hand out."""
+    handed = 0
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        CountingText.handed += len(out)
+        return out
+
+
+def test_long_non_ascii_line_is_linear():
+    """F1: every word copied the whole text before it (`text[:start].rstrip()`), and every
+    token walked its line from the start (4,000 values: 12 s in the server).  Now the
+    look-behinds read a few characters per word: count what the pass reads."""
+    text = literal_program(4000)
+    counted = CountingText(text)
+    CountingText.handed = 0
+    data = semantic.semantic_tokens(counted, LineIndex(text, "utf-16"), {"main"}, set()).data
+    assert CountingText.handed <= 2 * len(text)
+    toks = decode(data, text)
+    values = [t[2] for t in toks if t[3] == "number" and t[0] == 2]
+    assert values == ["4000"] + [f"{i % 7}.5" for i in range(4000)]
+    # the comment after the emoji is located in UTF-16 units
+    assert [t for t in toks if t[3] == "comment"][-1][2] == "// café 🙂 é"
+    assert any(t[2] == "exp" and t[3] == "method" for t in toks)
+
+
+def test_positions_match_position_on_every_offset():
+    text = "a🙂b\né\r\nxyz🙂\n\n🙂🙂"
+    for enc in ("utf-16", "utf-8", "utf-32"):
+        index = LineIndex(text, enc)
+        offsets = list(range(len(text) + 1))
+        assert index.positions(offsets) == [index.position(o) for o in offsets]
+        assert index.positions(reversed(offsets)) == [index.position(o) for o in reversed(offsets)]
+
+
+def test_delta_edit_reconstructs_the_new_array():
+    old = [0, 1, 2, 3, 0, 1, 0, 2, 3, 0, 0, 4, 1, 6, 0]
+    for new in ([], old, old[:5], old + [1, 0, 3, 2, 0], [9, 9, 9, 9, 9] + old[5:], old[:5] + old[10:]):
+        edits = semantic.delta_edit(old, new)
+        got = list(old)
+        for e in edits:
+            assert e.start % 5 == 0
+            got[e.start:e.start + e.delete_count] = e.data or []
+        assert got == new
+
+
+@MODULE_LOOP
+async def test_f1_server_answers_long_non_ascii_line(client):
+    text = literal_program(4000)
+    uri = open_doc(client, text, "f1_long_line.kina")
+    await published(client, uri, 1)
+    res = await client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(text_document=doc_id(uri)))
+    toks = decode(res.data, text)
+    assert toks[0] == (0, 0, "// café 🙂", "comment")
+    assert [t for t in toks if t[3] == "comment"][-1][2] == "// café 🙂 é"
+    # and the server still answers other requests on that document
+    hover = await client.text_document_hover_async(lsp.HoverParams(text_document=doc_id(uri),
+                                                                   position=pos(text, "x.exp")))
+    assert hover is not None and "Tensor[F32, [4000], @host]" in hover.contents.value
+
+
+@MODULE_LOOP
+async def test_range_tokens_are_the_full_tokens_inside_the_range(client):
+    uri, text = open_example(client, FORWARD)
+    full = decode((await client.text_document_semantic_tokens_full_async(
+        lsp.SemanticTokensParams(text_document=doc_id(uri)))).data, text)
+    start, end = pos(text, "fn storylm0_forward"), pos(text, "let heads")
+    res = await client.text_document_semantic_tokens_range_async(lsp.SemanticTokensRangeParams(
+        text_document=doc_id(uri), range=lsp.Range(start=start, end=end)))
+    part = decode(res.data, text)
+    inside = [t for t in full if (start.line, start.character) <= (t[0], t[1]) < (end.line, end.character)]
+    assert part == inside and len(part) > 20
+    assert part[0][2] == "fn" and ("gather" in {t[2] for t in part})
+
+
+@MODULE_LOOP
+async def test_delta_after_an_edit_gives_the_new_full_tokens(client):
+    text = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  let y = x.exp() in\n  y\n}\n"
+    uri = open_doc(client, text, "delta.kina")
+    await published(client, uri, 1)
+    first = await client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(text_document=doc_id(uri)))
+    assert first.result_id
+    new_text = text.replace("x.exp()", "x.exp().tanh() + x")
+    change(client, uri, 2, new_text)
+    await published(client, uri, 2)
+    delta = await client.text_document_semantic_tokens_full_delta_async(lsp.SemanticTokensDeltaParams(
+        text_document=doc_id(uri), previous_result_id=first.result_id))
+    assert isinstance(delta, lsp.SemanticTokensDelta) and delta.result_id != first.result_id
+    assert len(delta.edits) == 1
+    data = list(first.data)
+    for e in delta.edits:
+        data[e.start:e.start + e.delete_count] = e.data or []
+    again = await client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(text_document=doc_id(uri)))
+    assert data == list(again.data)
+    assert [t[2] for t in decode(data, new_text) if t[3] == "method"] == ["exp", "tanh"]
+    # an unknown previous id is answered with the full array
+    full = await client.text_document_semantic_tokens_full_delta_async(lsp.SemanticTokensDeltaParams(
+        text_document=doc_id(uri), previous_result_id="no-such-id"))
+    assert isinstance(full, lsp.SemanticTokens) and list(full.data) == list(again.data)
