@@ -182,7 +182,13 @@ class Gen:
         self.lets: list[Let] = []
         self.pool: list[Value] = []          # float values
         self.index_pool: list[Value] = []    # I64 values
+        self.bool_pool: list[Value] = []     # Bool values (comparisons)
         self._count = 0
+
+    def pool_of(self, t: TensorType) -> list[Value]:
+        if t.is_float:
+            return self.pool
+        return self.bool_pool if t.dtype is DType.Bool else self.index_pool
 
     # ---- shapes --------------------------------------------------------------------
     def dim(self, limit: int | None = None) -> int:
@@ -216,16 +222,17 @@ class Gen:
         v = Value(self.fresh("p" if t.is_float else "i"), t, 1.0, 0.5 if positive else None)
         self.params.append(v)
         if not positive:
-            (self.pool if t.is_float else self.index_pool).append(v)
+            self.pool_of(t).append(v)
         return v
 
     def emit(self, op_name: str, args: list[Value], mag: float = 1.0, pos_lo: float | None = None,
-             **attrs) -> Value:
-        """Bind `op_name(args, attrs)`; its type comes from the op's own typing rule."""
+             index_hi: int | None = None, **attrs) -> Value:
+        """Bind `op_name(args, attrs)`; its type comes from the op's own typing rule.
+        `index_hi`: an I64 result's largest value (argmax, iota), so it may serve as an index."""
         t = OPS[op_name].infer([a.type for a in args], attrs)
-        v = Value(self.fresh("v"), t, mag, pos_lo)
+        v = Value(self.fresh("v"), t, mag, pos_lo, index_hi)
         self.lets.append(Let(v.name, op_name, [a.name for a in args], dict(attrs), t))
-        (self.pool if t.is_float else self.index_pool).append(v)
+        self.pool_of(t).append(v)
         return v
 
     def literal(self, t: TensorType, values: tuple, pool: bool = False) -> Value:
@@ -234,14 +241,14 @@ class Gen:
                   max(values) if values and not t.is_float else None)
         self.lets.append(Let(v.name, None, [], {}, t, tuple(values)))
         if pool:
-            (self.pool if t.is_float else self.index_pool).append(v)
+            self.pool_of(t).append(v)
         return v
 
     def alias(self, v: Value) -> Value:
         """`let a = v in ..`: a let whose value is a variable."""
         a = Value(self.fresh("a"), v.type, v.mag, v.pos_lo, v.index_hi)
         self.lets.append(Let(a.name, None, [v.name], {}, v.type))
-        (self.pool if v.type.is_float else self.index_pool).append(a)
+        self.pool_of(v.type).append(a)
         return a
 
     def operand(self, want=None, fresh: float = 0.15) -> Value | None:
@@ -263,7 +270,7 @@ class Gen:
 
     def like(self, t: TensorType, reuse: float = 0.5) -> Value:
         """A value of exactly type t: an existing one, or a new parameter."""
-        cands = [v for v in (self.pool if t.is_float else self.index_pool) if v.type == t]
+        cands = [v for v in self.pool_of(t) if v.type == t]
         if cands and self.ch.coin(reuse):
             return self.ch.pick(cands)
         return self.param(t)

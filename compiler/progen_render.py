@@ -37,6 +37,17 @@ SURFACE = {
     "softmax": _method("softmax", "axis"),
     "log_softmax": _method("log_softmax", "axis"),
     "take_along_axis": lambda a, at: f"{a[0]}.take_along_axis({a[1]}, axis={at['axis']})",
+    **{op: (lambda op: lambda a, at: f"{op}({', '.join(a)})")(op)
+       for op in ("maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "where")},
+    **{op: _method(op) for op in ("abs", "sign", "square", "erf")},
+    "pow": lambda a, at: f"{a[0]}.pow(p={float(at['p'])!r})",
+    "clamp": lambda a, at: f"{a[0]}.clamp(" + ", ".join(f"{k}={float(at[k])!r}" for k in ("min", "max")
+                                                        if at.get(k) is not None) + ")",
+    "gelu": _method("gelu", "approximate"),
+    "cast": _method("cast", "dtype"),
+    "iota": lambda a, at: f"iota(shape={_ints(at['shape'])}, axis={at['axis']})",
+    "tril": _method("tril", "k"),
+    "argmax": _method("argmax", "axis"),
 }
 
 

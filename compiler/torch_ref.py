@@ -61,6 +61,51 @@ def _reduce(a, at, t):
     return torch.amax(x, dim=axis, keepdim=True)
 
 
+def _maximum_grad(a, at, t):
+    g, x, y = a
+    torch = _t()
+    return torch.where(x > y, g, torch.where(x == y, g / 2, torch.zeros_like(g)))
+
+
+def _clamp_grad(a, at, t):
+    g, x = a
+    keep = _t().ones_like(x, dtype=_t().bool)
+    if at.get("min") is not None:
+        keep &= x >= at["min"]
+    if at.get("max") is not None:
+        keep &= x <= at["max"]
+    return _t().where(keep, g, _t().zeros_like(g))
+
+
+def _gelu_grad(a, at, t):
+    g, x = a
+    x = x.detach().requires_grad_(True)
+    with _t().enable_grad():
+        y = _t().nn.functional.gelu(x, approximate=at["approximate"])
+        (d,) = _t().autograd.grad(y, x, g)
+    return d
+
+
+def _cast(a, at, t):
+    # float64 evaluation: a float result stays float64 (the reference does not round)
+    return a[0].to(_dtype_of(t))
+
+
+def _iota(a, at, t):
+    torch = _t()
+    axis, shape = at["axis"], list(t.shape)
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return torch.arange(shape[axis], dtype=torch.int64).reshape(view).expand(shape).clone()
+
+
+def _dtype_of(t: TensorType):
+    torch = _t()
+    if t.is_float:
+        return torch.float64
+    return torch.bool if t.dtype.value == "Bool" else torch.int64
+
+
 OpFn = Callable[[list, dict, TensorType], object]
 
 TORCH_OPS: dict[str, OpFn] = {
@@ -90,6 +135,29 @@ TORCH_OPS: dict[str, OpFn] = {
     "take_along_axis": lambda a, at, t: _t().take_along_dim(a[0], a[1], dim=at["axis"]),
     "scatter_add": _scatter_add,
     "scatter_along_axis": _scatter_along_axis,
+    "maximum": lambda a, at, t: _t().maximum(a[0], a[1]),
+    "minimum": lambda a, at, t: _t().minimum(a[0], a[1]),
+    "abs": lambda a, at, t: _t().abs(a[0]),
+    "sign": lambda a, at, t: _t().sign(a[0]),
+    "square": lambda a, at, t: _t().square(a[0]),
+    "erf": lambda a, at, t: _t().erf(a[0]),
+    "pow": lambda a, at, t: _t().pow(a[0], at["p"]),
+    "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
+    "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=at["approximate"]),
+    "cast": _cast,
+    "iota": _iota,
+    "tril": lambda a, at, t: _t().tril(a[0], at["k"]),
+    "argmax": lambda a, at, t: _t().argmax(a[0], dim=at["axis"], keepdim=True),
+    "lt": lambda a, at, t: a[0] < a[1],
+    "le": lambda a, at, t: a[0] <= a[1],
+    "gt": lambda a, at, t: a[0] > a[1],
+    "ge": lambda a, at, t: a[0] >= a[1],
+    "eq": lambda a, at, t: a[0] == a[1],
+    "ne": lambda a, at, t: a[0] != a[1],
+    "where": lambda a, at, t: _t().where(a[0], a[1], a[2]),
+    "maximum_grad": _maximum_grad,
+    "clamp_grad": _clamp_grad,
+    "gelu_grad": _gelu_grad,
 }
 
 
@@ -102,7 +170,7 @@ class _Evaluator:
         arr = np.asarray(value)
         if t.is_float:
             return torch.from_numpy(arr.astype(np.float64))
-        return torch.from_numpy(arr.astype(np.int64))
+        return torch.from_numpy(arr.astype(np.bool_ if t.dtype.value == "Bool" else np.int64))
 
     def call(self, fn: ir.Function, args: list):
         env = dict(zip((p.name for p in fn.params), args))
@@ -119,7 +187,7 @@ class _Evaluator:
         if isinstance(e, ir.Var):
             return env[e.name]
         if isinstance(e, ir.Literal):
-            dtype = torch.float64 if e.type.is_float else torch.int64
+            dtype = _dtype_of(e.type)
             if not e.values:
                 return torch.zeros(e.type.shape, dtype=dtype)
             if len(e.values) == 1:
