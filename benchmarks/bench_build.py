@@ -153,7 +153,7 @@ PROFILE_CHILD = r"""
 import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from compiler import build, llvm_stage, pipelines
+from compiler import build, engine, llvm_stage, pipelines
 from compiler.diagnostics import SourceText
 path, level, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[4])
 text = Path(path).read_text()
@@ -162,7 +162,7 @@ fe = {}
 mlir = build.front_end(text, path, fe, res)
 print("front end: " + ", ".join(f"{k} {v:.3f} s" for k, v in fe.items()), flush=True)
 passes = pipelines.passes_for(mlir, level, work)
-ir, passmanager, _ = pipelines.engine_module()
+ir, passmanager, _ = engine.engine_module()
 with ir.Context() as ctx:
     ctx.enable_multithreading(False)
     module = ir.Module.parse(mlir)
@@ -172,9 +172,9 @@ with ir.Context() as ctx:
         pipelines.rewrite_scatters(ir, module); pipelines.tag_parallel_generics(ir, module)
     print(f"tagging: {time.perf_counter() - t0:.3f} s", flush=True)
     t0 = time.perf_counter()
-    pipelines.run_passes(ir, passmanager, module, passes, enable_timing=True)
+    engine.run_pipeline(ir, passmanager, module, passes, mlir, enable_timing=True)
     print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)
-    pipelines._append_packed(ir, module)
+    engine._append_packed(ir, module)
     t0 = time.perf_counter()
     merged = llvm_stage.dedupe_kernels(ir, module)
     lowered = str(module)

@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from compiler import build, interp, pipelines, runtime, toolchain  # noqa: E402
+from compiler import build, engine, interp, pipelines, runtime, toolchain  # noqa: E402
 from compiler.diagnostics import SourceText  # noqa: E402
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
@@ -87,7 +87,7 @@ def _kind(ir, op) -> str:
 
 def instrument(mlir: str) -> tuple[str, list[dict]]:
     """The module with a tick before each op; returns (text, one record per tick id)."""
-    ir, _, _ = pipelines.engine_module()
+    ir, _, _ = engine.engine_module()
     records: list[dict] = []
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.parse(mlir)

@@ -8,8 +8,8 @@
 * `llvm_object`: `mlir-translate --mlir-to-llvmir`, `opt -O<n>` and `llc -O<n>` for the
   host CPU (-mcpu=native), as processes.  MLIR's ExecutionEngine did the same work in
   this process, but took 2.7x the CPU time of opt + llc on the same module (7.7-8.6 s
-  against 2.7-3.1 s for the scaled StoryLM step), and a process that LLVM aborts does
-  not take the caller with it.
+  against 2.7-3.1 s for the scaled StoryLM step), and a tool that LLVM aborts does not
+  take the caller with it (it is reported as a crash of that tool).
 """
 from __future__ import annotations
 
@@ -59,13 +59,6 @@ def dedupe_kernels(ir, module) -> int:
     return len(replace)
 
 
-def _run(tool: str, args: list[str]) -> None:
-    from .toolchain import find_tool
-    proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise StageFailed(tool, proc.stderr or proc.stdout or f"{tool} exited with {proc.returncode}")
-
-
 @functools.lru_cache(maxsize=1)
 def host_target() -> list[str]:
     """-mtriple/-mcpu flags for the host: mlir-translate writes no target triple, and
@@ -81,13 +74,10 @@ def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict) -> None
     work = obj.parent
     src, ll, bc = work / "lowered.mlir", work / "lowered.ll", work / "optimised.bc"
     src.write_text(lowered)
-    t0 = time.perf_counter()
-    _run("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)])
-    _run("opt", [f"-O{llvm_level}", *host_target(), str(ll), "-o", str(bc)])
-    timings["llvm-opt"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    from .toolchain import _run   # with its timeout and crash report
+    _run("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)], timings, "llvm-opt")
+    _run("opt", [f"-O{llvm_level}", *host_target(), str(ll), "-o", str(bc)], timings, "llvm-opt")
     _run("llc", [f"-O{llvm_level}", *host_target(), "-relocation-model=pic", "-filetype=obj", str(bc),
-                 "-o", str(obj)])
-    timings["codegen"] = time.perf_counter() - t0
+                 "-o", str(obj)], timings, "codegen")
     if not obj.exists():
         raise StageFailed("llc", "llc wrote no object file")

@@ -12,19 +12,17 @@
   OpenMP loops on LLVM's libomp (compiler/threads.py).
 * Kernel outlining ("@outline", `OUTLINE_LIBRARY`): each loop nest becomes a function.
 * The packed entry points `_kina_packed_kina_f(void **)` added to every library.
-* The back end of -O1..-O3 (`engine_object`): the upstream `mlir` Python bindings run
-  the pipeline in this process, then compiler/llvm_stage.py merges identical kernels
-  and runs mlir-translate, `opt` and `llc` for the host CPU.
 
-compiler/toolchain.py drives these (and the external tools of -O0) and re-exports
-the public names.  This module imports nothing from it: `ToolchainError` and
-`StageFailed`, raised by every stage, are defined here.
+compiler/engine.py is the back end of -O1..-O3 that runs these through the MLIR Python
+bindings (in a worker process), then LLVM's opt and llc (compiler/llvm_stage.py);
+compiler/rewrites.py holds the Python IR rewrites of the slots.  compiler/toolchain.py drives them (and the external tools of
+-O0) and re-exports the public names.  This module imports nothing from them:
+`ToolchainError` and `StageFailed`, raised by every stage, are defined here.
 """
 from __future__ import annotations
 
 import math
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +52,22 @@ INLINE_LOC_RE = re.compile(r'loc\("(?P<file>[^"]+)":(?P<line>\d+):(?P<col>\d+)\)
 # - low-precision floats: math ops are extended to f32, arith ops emulated in f32;
 #   bf16 conversions are expanded to integer ops; F8 conversions go through the
 #   APFloat runtime (added only when the module mentions an F8 type, see `passes_for`).
+# Not passes: rewrites of compiler/rewrites.py (IR rewrites no upstream pass does) run at
+# these points of the list, between the passes before and after them.
+COPY_SLOT = "@lower-copies"      # strided memref.copy -> loops (no runner-library call)
+BF16_SLOT = "@bf16-as-i16"       # bf16 loads and stores as i16 (no bf16 values in LLVM IR)
 LOW_PRECISION = [
     "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
     "--arith-emulate-unsupported-floats=source-types=bf16,f8E4M3FN,f8E5M2 target-type=f32",
     "--arith-expand=include-bf16=true",
 ]
-F8_ONLY = ["--convert-arith-to-apfloat"]
+# convert-arith-to-apfloat turns EVERY float arith op of the module into a software APFloat
+# call, f32 ones included (and vector ones into vector.to_elements that nothing lowers
+# afterwards: the -O2 build of a module with an F8 function and a vectorised matmul
+# failed).  So the arith ops LLVM can take are converted to the LLVM dialect first; what is
+# left, the F8 <-> f32 conversions, goes to APFloat; the later convert-arith-to-llvm
+# lowers the integer code the APFloat conversion writes around its calls.
+F8_ONLY = ["--convert-arith-to-llvm", "--convert-arith-to-apfloat"]
 _LOWER_TO_LLVM = [
     "--lower-affine",
     "--convert-scf-to-cf",
@@ -73,6 +81,8 @@ _LOWER_TO_LLVM = [
     "--convert-index-to-llvm",
     "@openmp-to-llvm",
     "--reconcile-unrealized-casts",
+    BF16_SLOT,
+    "--canonicalize",
 ]
 _BUFFERIZE = [
     "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
@@ -83,18 +93,18 @@ O0_PASSES = [
     *_BUFFERIZE,
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
+    COPY_SLOT,
     "--convert-linalg-to-loops",
     *_LOWER_TO_LLVM,
 ]
 # Buffers up to this size become stack allocations at -O2 (no malloc/free per call).
 # Small on purpose: every promoted buffer of a function is live in its frame at once.
 STACK_BUFFER_BYTES = 4096
-# Not passes: between the passes before and after each, a Python hook runs in the "engine"
-# back end (HOOKS below; the mlir-opt command line of `kinac emit --llvm` skips them).
-UNSHARE_SLOT = "@unshare-empties"
-SCHEDULE_SLOT = "@dynamic-schedule"
-SCOPE_SLOT = "@inline-alloca-scopes"
-OUTLINE_TAG_SLOT = "@tag-outline"
+# More rewrite slots (compiler/rewrites.py), -O2 only:
+UNSHARE_SLOT = "@unshare-empties"       # a tensor.empty of thousands of uses -> groups of clones
+OUTLINE_TAG_SLOT = "@tag-outline"       # picks the loop nests "@outline" makes kernels
+SCHEDULE_SLOT = "@dynamic-schedule"     # OpenMP loops schedule(dynamic)
+SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
 O2_PASSES = [
     "--inline",
     "@transforms",
@@ -102,12 +112,13 @@ O2_PASSES = [
     "--cse",
     # CSE merges every `tensor.empty` of one type into one value that thousands of ops then
     # write into, and one-shot bufferization's conflict analysis of that value's uses is
-    # quadratic (a 4,000-let function: 70 s of an 81 s build): see unshare_empty_tensors.
+    # quadratic (a 4,000-let function: 70 s of an 81 s build): see rewrites.unshare_empty_tensors.
     UNSHARE_SLOT,
     *_BUFFERIZE,
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
+    COPY_SLOT,
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
     OUTLINE_TAG_SLOT,
@@ -120,7 +131,7 @@ O2_PASSES = [
     SCHEDULE_SLOT,
     # convert-scf-to-openmp wraps each parallel body in a one-block memref.alloca_scope,
     # which the loops left in it break into blocks at convert-scf-to-cf: see
-    # inline_alloca_scopes.
+    # rewrites.inline_alloca_scopes.
     SCOPE_SLOT,
     # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
     "--canonicalize",
@@ -149,6 +160,7 @@ O2_PASSES = [
 #   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
 #   Interchange only renests loops: each output element sums the same terms in order.
 MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
 #   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
 #   `tag_vectorizable`), which the OpenMP loop shares among the threads.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
@@ -279,7 +291,7 @@ TRANSFORM_ENTRY = "kina_o2"
 # call per kernel costs nanoseconds.  The loops of an scf.forall's body are outlined too:
 # the OpenMP lowering then outlines a body that only calls its kernel, and kernel merging
 # (compiler/llvm_stage.py) compiles one copy of a matmul block shared by every function
-# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).  `tag_outlined_loops` (a
+# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).  `rewrites.tag_outlined_loops` (a
 # hook) picks the loops: every nest of at least OUTLINE_MIN_ITERATIONS iterations, and the
 # small ones too in a function of more than OUTLINE_SMALL_LIMIT small nests.  A small nest
 # left inline costs no call and LLVM may fuse it with its neighbours (StoryLM-0's step:
@@ -366,7 +378,7 @@ FUNC_PASSES = {"linalg-fuse-elementwise-ops", "promote-buffers-to-stack"}
 class Pipeline:
     passes: list[str]   # mlir-opt flags, in order ("@low-precision" is a slot, see passes_for)
     backend: str        # "tools" (mlir-opt, mlir-translate, llc processes) or "engine" (in-process)
-    llvm_level: int     # llc -O level, or the ExecutionEngine's LLVM optimisation level
+    llvm_level: int     # the -O level of LLVM's opt and llc
 
 
 PIPELINES: dict[int, Pipeline] = {
@@ -416,182 +428,16 @@ def _transform_slot(work_dir: str | Path | None) -> list[str]:
     return transform_flags(library)
 
 
-def hook_segments(passes: list[str]) -> list[tuple[str | None, list[str]]]:
-    """The pass list cut at each hook slot: (the hook slot before the segment, its passes)."""
+def segments(passes: list[str]) -> list[tuple[str | None, list[str]]]:
+    """The pass list cut at each rewrite slot: [(slot run before the passes, passes)]."""
+    from .rewrites import SLOTS
     out: list[tuple[str | None, list[str]]] = [(None, [])]
     for p in passes:
-        if p in HOOK_SLOTS:
+        if p in SLOTS:
             out.append((p, []))
         else:
             out[-1][1].append(p)
     return out
-
-
-def run_passes(ir, passmanager, module, passes: list[str], enable_timing: bool = False) -> None:
-    """Run a pass list (passes_for) on a module in this process, hooks included."""
-    for hook, part in hook_segments(passes):
-        if hook is not None:
-            HOOKS[hook](ir, module)
-        if part:
-            pm = passmanager.PassManager.parse(pipeline_text(part))
-            if enable_timing:
-                pm.enable_timing()
-            pm.run(module.operation)
-
-
-def without_hooks(passes: list[str]) -> list[str]:
-    """The pass list for mlir-opt, which cannot run the Python hooks."""
-    return [p for p in passes if p not in HOOK_SLOTS]
-
-
-def dynamic_schedule(ir, module) -> int:
-    """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
-    a thread takes the next block or row when it is done with one, so a thread the OS
-    deschedules on a shared machine does not hold back a share of its own.  Each block
-    or row is computed as before: results are unchanged.  Returns the count."""
-    found = []
-
-    def visit(op):
-        if op.name == "omp.wsloop":
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for op in found:
-        op.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
-    return len(found)
-
-
-# Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
-# into one buffer again once its last reader is done (the scaled step ran 31 ms with shared
-# empties, 46 ms with one per use); its analysis costs ~(uses)^2, so groups stay small.
-EMPTY_GROUP = 64
-
-
-def unshare_empty_tensors(ir, module) -> int:
-    """Split the uses of every tensor.empty with more than EMPTY_GROUP uses into groups
-    of EMPTY_GROUP, each with its own clone (static shapes: no operands; the clones sit
-    with the original, which dominates every use); returns how many clones were made."""
-    empties = []
-
-    def visit(op):
-        if op.name == "tensor.empty" and len(op.operands) == 0:
-            empties.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    made = 0
-    for e in empties:
-        uses = [(u.owner, u.operand_number) for u in e.results[0].uses]
-        for start in range(EMPTY_GROUP, len(uses), EMPTY_GROUP):
-            clone = e.clone(ip=ir.InsertionPoint(e))
-            for owner, number in uses[start:start + EMPTY_GROUP]:
-                owner.operands[number] = clone.results[0]
-            made += 1
-    return made
-
-
-def _trip_count(ir, loop) -> int:
-    """Constant trip count of an scf.for (unknown bounds count as large)."""
-    try:
-        lb, ub, step = (ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
-    except Exception:   # a bound that is not an arith.constant
-        return 1 << 30
-    return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
-
-
-def _iterations(ir, op) -> int:
-    """Innermost iterations of a loop nest: trips x the iterations of the loops in its body."""
-    inner = 0
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                if child.operation.name == "scf.for":
-                    inner += _iterations(ir, child.operation)
-    return _trip_count(ir, op) * max(inner, 1)
-
-
-def tag_outlined_loops(ir, module) -> int:
-    """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
-    that "@outline" moves into kernels (see OUTLINE_MIN_ITERATIONS); returns the count."""
-    tagged = 0
-    bodies = []
-
-    def visit(op):
-        if op.name in ("func.func", "scf.forall") and op.regions and op.regions[0].blocks:
-            bodies.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    for body in bodies:
-        loops = [o.operation for o in body.regions[0].blocks[0].operations if o.operation.name == "scf.for"]
-        sizes = [_iterations(ir, lp) for lp in loops]
-        small = sum(1 for n in sizes if n < OUTLINE_MIN_ITERATIONS)
-        for lp, n in zip(loops, sizes):
-            if n >= OUTLINE_MIN_ITERATIONS or small > OUTLINE_SMALL_LIMIT:
-                lp.attributes["kina.outline"] = ir.UnitAttr.get()
-                tagged += 1
-    return tagged
-
-
-def _scope_allocates(ir, scope) -> bool:
-    """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
-    found = []
-
-    def visit(op):
-        if op.name == "memref.alloca":
-            found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    for block in scope.regions[0].blocks:
-        for op in block.operations:
-            op.operation.walk(visit)
-    return bool(found)
-
-
-def inline_alloca_scopes(ir, module) -> int:
-    """Replace every memref.alloca_scope by its body (innermost first); returns the count.
-
-    convert-scf-to-openmp puts each parallel loop's body in an alloca_scope, whose region
-    must stay one block.  MLIR's canonicalizer inlines a scope only when nothing in it may
-    allocate, and a func.call (an outlined kernel) counts as maybe allocating, so a body
-    with a kernel call and a loop left inline (the fill of a batch_matmul block, below
-    OUTLINE_MIN_ITERATIONS) kept its scope, and convert-scf-to-cf split the loop into
-    blocks inside it: an invalid module.  A body without memref.alloca is inlined as is
-    (its callees free their own stack frames); one with allocations is bracketed by
-    llvm.intr.stacksave / stackrestore, which is what lowering the scope would emit, so
-    each iteration still frees its stack buffers."""
-    scopes = []
-
-    def visit(op):
-        if op.name == "memref.alloca_scope":
-            scopes.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)   # post-order: inner scopes before the scopes holding them
-    ptr = ir.Type.parse("!llvm.ptr")
-    for scope in scopes:
-        saved = None
-        if _scope_allocates(ir, scope):
-            with ir.InsertionPoint(scope), scope.location:
-                saved = ir.Operation.create("llvm.intr.stacksave", results=[ptr])
-        block = scope.regions[0].blocks[0]
-        *body, ret = list(block.operations)
-        for op in body:
-            op.operation.move_before(scope)
-        if saved is not None:
-            with ir.InsertionPoint(scope), scope.location:
-                ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
-        for result, value in zip(scope.results, ret.operands):
-            result.replace_all_uses_with(value)
-        scope.erase()
-    return len(scopes)
-
-
-HOOKS = {UNSHARE_SLOT: unshare_empty_tensors, SCHEDULE_SLOT: dynamic_schedule,
-         SCOPE_SLOT: inline_alloca_scopes, OUTLINE_TAG_SLOT: tag_outlined_loops}
-HOOK_SLOTS = frozenset(HOOKS)
 
 
 def pipeline_text(passes: list[str]) -> str:
@@ -639,57 +485,6 @@ def add_packed_entry_points(llvm_mlir_text: str) -> str:
     return body[:-1] + "\n".join(wrappers) + "\n}\n"
 
 
-# ---- the in-process back end -------------------------------------------------------------
-_BINDINGS = "pip install xtc-mlir-python-bindings==22.1.8.4"
-
-
-def engine_module():
-    """The upstream `mlir` Python bindings (imported on first use: ~0.1 s)."""
-    try:
-        from mlir import execution_engine, ir, passmanager
-    except ImportError as e:
-        raise ToolchainError(f"-O1..-O3 compile in-process with the MLIR Python bindings, which are not "
-                             f"importable ({e}); install them with `{_BINDINGS}`") from None
-    return ir, passmanager, execution_engine
-
-
-def mlir_error_text(err) -> str:
-    """An MLIRError as `loc: error: message` lines, the format tool_diagnostics reads."""
-    diags = getattr(err, "error_diagnostics", None) or []
-    lines = []
-    for d in diags:
-        loc = str(d.location)
-        m = INLINE_LOC_RE.search(loc) or re.search(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)', loc)
-        where = f"{m['file']}:{m['line']}:{m['col']}" if m else loc
-        lines.append(f"{where}: error: {d.message}")
-        lines += [f"  note: {n.message}" for n in d.notes][:2]
-    return "\n".join(lines) or str(err)
-
-
-def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict) -> None:
-    """The pass pipeline in this process, then LLVM (compiler/llvm_stage.py) into `obj`."""
-    ir, passmanager, _ = engine_module()
-    with ir.Context() as ctx:
-        ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
-        t0 = time.perf_counter()
-        try:
-            module = ir.Module.parse(mlir_text)
-            if any(p.startswith("--transform-interpreter") for p in passes):
-                tag_vectorizable(ir, module)
-                tag_transposes(ir, module)
-                rewrite_scatters(ir, module)
-                tag_parallel_generics(ir, module)
-            run_passes(ir, passmanager, module, passes)
-        except ir.MLIRError as e:
-            raise StageFailed("mlir-opt", mlir_error_text(e)) from None
-        _append_packed(ir, module)
-        from .llvm_stage import dedupe_kernels, llvm_object
-        dedupe_kernels(ir, module)
-        lowered = str(module)
-        timings["passes"] = time.perf_counter() - t0
-    llvm_object(lowered, obj, llvm_level, timings)
-
-
 def _dim0_extent(ir, op) -> int | None:
     """The trip count of a linalg op's loop d0: the size of an operand dim indexed by d0."""
     for m, v in zip(ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
@@ -712,7 +507,10 @@ def tag_parallel_generics(ir, module) -> int:
         nonlocal tagged
         if op.name != "linalg.generic" or len(op.results) < 1:
             return ir.WalkResult.ADVANCE
-        first = str(ir.ArrayAttr(op.attributes["iterator_types"])[0])
+        iterators = ir.ArrayAttr(op.attributes["iterator_types"])
+        if len(iterators) == 0:          # a rank-0 generic has no loop to split
+            return ir.WalkResult.ADVANCE
+        first = str(iterators[0])
         types = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
                  if isinstance(v.type, ir.RankedTensorType)]
         if "parallel" not in first or not all(t.has_static_shape for t in types):
@@ -753,7 +551,10 @@ def tag_vectorizable(ir, module) -> int:
         nonlocal tagged
         if op.name in ("linalg.matmul", "linalg.batch_matmul") and len(op.results) == 1:
             t = ir.RankedTensorType(op.results[0].type)
-            if (t.has_static_shape and str(t.element_type) == "f32"
+            # F8 operands excluded: an F8 matmul accumulates in f32 too, but vectors of F8 do
+            # not lower (the APFloat conversions are scalar), so it stays a loop nest.
+            inputs = {str(ir.RankedTensorType(v.type).element_type) for v in op.operands[:2]}
+            if (t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
                     and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
                 op.attributes["kina.vectorize"] = ir.UnitAttr.get()
                 if _matmul_flops(ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
@@ -849,16 +650,3 @@ def tag_transposes(ir, module) -> int:
 
     module.operation.walk(visit)
     return tagged
-
-
-def _append_packed(ir, module) -> None:
-    exported = []
-    for op in module.body.operations:
-        if op.operation.name == "llvm.func":
-            name = ir.StringAttr(op.attributes["sym_name"]).value
-            if name.startswith(CIFACE_PREFIX + "kina_"):
-                exported.append((name, str(op.attributes["function_type"]).count("ptr")))
-    for name, n_args in exported:
-        wrapper = ir.Module.parse(packed_entry_point(name, n_args, declare=True))
-        for op in list(wrapper.body.operations)[1:]:   # skip the declaration
-            module.body.append(op.detach_from_parent())

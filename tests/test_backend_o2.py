@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler import build, llvm_stage, pipelines, runtime
+from compiler import build, engine, llvm_stage, pipelines, rewrites, runtime
 
 TWICE = """
 fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 128]]) -> Tensor[F32, [64, 128]] {
@@ -27,7 +27,7 @@ def _lowered(tmp_path, ir, passmanager, text: str):
     res = build.BuildResult(False, source=build.SourceText(text, str(src)))
     mlir = build.front_end(text, str(src), {}, res)
     module = ir.Module.parse(mlir)
-    pipelines.run_passes(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path))
+    engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
     return module
 
 
@@ -38,7 +38,7 @@ def _kernels(ir, module) -> list[str]:
 
 
 def test_each_loop_nest_is_a_private_noinline_kernel_and_twins_merge(tmp_path):
-    ir, passmanager, _ = pipelines.engine_module()
+    ir, passmanager, _ = engine.engine_module()
     with ir.Context():
         module = _lowered(tmp_path, ir, passmanager, TWICE)
         kernels = _kernels(ir, module)
@@ -101,23 +101,23 @@ def test_shared_empty_tensors_are_split_into_groups():
     """CSE leaves one tensor.empty for every same-typed output; bufferization's analysis of
     its uses is quadratic, so uses beyond EMPTY_GROUP get clones (a 4,000-let function built
     in 81 s, 70 of them in one-shot-bufferize)."""
-    n = 2 * pipelines.EMPTY_GROUP + 5
+    n = 2 * rewrites.EMPTY_GROUP + 5
     body = "\n".join(f"  %r{i} = linalg.copy ins(%a : tensor<4xf32>) outs(%e : tensor<4xf32>) -> tensor<4xf32>"
                      for i in range(n))
     text = (f"func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {{\n  %e = tensor.empty() : tensor<4xf32>\n"
             f"{body}\n  return %r0 : tensor<4xf32>\n}}\n")
-    ir, _, _ = pipelines.engine_module()
+    ir, _, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(text)
-        assert pipelines.unshare_empty_tensors(ir, module) == 2
+        assert rewrites.unshare_empty_tensors(ir, module) == 2
         assert module.operation.verify()
         uses = [len(list(op.results[0].uses)) for op in module.body.operations[0].regions[0].blocks[0].operations
                 if op.operation.name == "tensor.empty"]
-        assert sorted(uses) == [5, pipelines.EMPTY_GROUP, pipelines.EMPTY_GROUP]
-        assert pipelines.unshare_empty_tensors(ir, module) == 0
+        assert sorted(uses) == [5, rewrites.EMPTY_GROUP, rewrites.EMPTY_GROUP]
+        assert rewrites.unshare_empty_tensors(ir, module) == 0
 
 
-def test_emit_llvm_at_O2_runs_without_the_python_hooks(tmp_path):
+def test_emit_llvm_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path):
     from compiler import toolchain
     text, diags = toolchain.mlir_to_llvm_ir(build.front_end(TWICE, "t.kina", {}, build.BuildResult(
         False, source=build.SourceText(TWICE, "t.kina"))), opt_level=2)
@@ -149,7 +149,7 @@ def test_small_loop_nests_stay_inline_unless_a_function_has_many(tmp_path):
     """StoryLM-0-sized kernels: a call each cost 30% of its step, so they stay in their
     function; a function of more than OUTLINE_SMALL_LIMIT of them is outlined all the same
     (LLVM's time grew superlinearly with their count)."""
-    ir, passmanager, _ = pipelines.engine_module()
+    ir, passmanager, _ = engine.engine_module()
     with ir.Context():
         assert _kernels(ir, _lowered(tmp_path, ir, passmanager, SMALL)) == []
     import sys
@@ -173,7 +173,7 @@ fn f(p: Tensor[F32, [16, 64, 64]], v: Tensor[F32, [16, 64, 32]]) -> Tensor[F32, 
 def test_parallel_body_with_a_kernel_call_and_an_inline_loop_builds(tmp_path):
     """Regression: "'memref.alloca_scope' op expects region #0 to have 0 or 1 blocks" at
     -O2 (convert-scf-to-openmp's scope kept by the canonicalizer because of the call, then
-    split by convert-scf-to-cf); pipelines.inline_alloca_scopes removes the scopes."""
+    split by convert-scf-to-cf); rewrites.inline_alloca_scopes removes the scopes."""
     src = tmp_path / "bmm.kina"
     src.write_text(PARALLEL_BMM)
     res = build.build_file(src, tmp_path / "bmm.so", 2)
@@ -208,10 +208,10 @@ func.func @f(%n: index, %m: memref<8xf32>) {
 def test_alloca_scopes_are_inlined_and_stack_buffers_still_freed():
     """A scope without stack buffers becomes its body; one with them keeps freeing them at
     its end through stacksave / stackrestore, and the module then lowers to LLVM."""
-    ir, passmanager, _ = pipelines.engine_module()
+    ir, passmanager, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(SCOPES)
-        assert pipelines.inline_alloca_scopes(ir, module) == 2
+        assert rewrites.inline_alloca_scopes(ir, module) == 2
         assert module.operation.verify()
         text = str(module)
         assert "alloca_scope" not in text

@@ -1,0 +1,155 @@
+"""The back end of -O1..-O3: the upstream `mlir` Python bindings parse and verify the
+emitted module, tag it for the -O2 transform script (compiler/pipelines.py), run the pass
+pipeline with the rewrites of compiler/rewrites.py at their slots, merge identical
+kernels, and LLVM's `opt` and `llc` (compiler/llvm_stage.py, as processes) optimise and
+compile the lowered module for the host CPU into the object file.
+
+Builds call `engine_object_in_child`, which runs `engine_object` in a worker process
+(compiler/backend_worker.py): MLIR's verifiers abort the process on some bugs (and opt
+or llc, being processes of their own, cannot take the worker down).
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from .pipelines import (CIFACE_PREFIX, INLINE_LOC_RE, StageFailed, ToolchainError, packed_entry_point,
+                        pipeline_text, rewrite_scatters, segments, tag_parallel_generics, tag_transposes,
+                        tag_vectorizable)
+
+
+_BINDINGS = "pip install xtc-mlir-python-bindings==22.1.8.4"
+
+
+def engine_module():
+    """The upstream `mlir` Python bindings (imported on first use: ~0.1 s)."""
+    try:
+        from mlir import execution_engine, ir, passmanager
+    except ImportError as e:
+        raise ToolchainError(f"-O1..-O3 compile in-process with the MLIR Python bindings, which are not "
+                             f"importable ({e}); install them with `{_BINDINGS}`") from None
+    return ir, passmanager, execution_engine
+
+
+def require_bindings() -> None:
+    """Raise ToolchainError when the MLIR Python bindings are not installed, without
+    loading them into this process (the back end runs in a worker process)."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("mlir.execution_engine") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ToolchainError(f"-O1..-O3 compile with the MLIR Python bindings, which are not installed; "
+                             f"install them with `{_BINDINGS}`")
+
+
+def mlir_error_text(err) -> str:
+    """An MLIRError as `loc: error: message` lines, the format tool_diagnostics reads."""
+    diags = getattr(err, "error_diagnostics", None) or []
+    lines = []
+    for d in diags:
+        loc = str(d.location)
+        m = INLINE_LOC_RE.search(loc) or re.search(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)', loc)
+        where = f"{m['file']}:{m['line']}:{m['col']}" if m else loc
+        lines.append(f"{where}: error: {d.message}")
+        lines += [f"  note: {n.message}" for n in d.notes][:2]
+    return "\n".join(lines) or str(err)
+
+
+def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict) -> None:
+    """engine_object in a worker process (compiler/backend_worker.py): an LLVM or MLIR abort
+    becomes a StageFailed, and the calling process (the language server) lives on."""
+    from . import backend_worker
+    src = obj.with_suffix(".in.mlir")
+    src.write_text(mlir_text)
+    result = backend_worker.run({"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level,
+                                 "obj": str(obj)}, obj.parent)
+    timings.update(result["timings"])
+    if not obj.exists():
+        raise StageFailed("llvm", "the -O2 back end wrote no object file")
+
+
+def run_pipeline(ir, passmanager, module, passes: list[str], emitted: str, enable_timing: bool = False) -> None:
+    """The pass list on a module in this process, with the rewrite of each slot
+    (compiler/rewrites.py) between its segments; `emitted`: the module's emitted text."""
+    from . import rewrites
+    for slot, part in segments(passes):
+        if slot is not None and rewrites.SLOTS[slot].maybe(emitted):
+            rewrites.SLOTS[slot].run(ir, module)
+        if part:
+            pm = passmanager.PassManager.parse(pipeline_text(part))
+            if enable_timing:
+                pm.enable_timing()
+            pm.run(module.operation)
+
+
+def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
+                  on_phase=None) -> None:
+    """Pass pipeline in this process, then LLVM's opt and llc processes
+    (compiler/llvm_stage.py) write `obj`.  on_phase(phase, ir, module) is called as
+    "mlir-verify", "mlir-opt" and "llvm" start (module: the lowered one, for "llvm").
+    Builds call this through engine_object_in_child: MLIR aborts the process on some bugs."""
+    from .llvm_stage import dedupe_kernels, llvm_object
+    ir, passmanager, _ = engine_module()
+    on_phase = on_phase or (lambda phase, ir, module: None)
+    with ir.Context() as ctx:
+        ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
+        t0 = time.perf_counter()
+        on_phase("mlir-verify", ir, None)
+        try:
+            module = ir.Module.parse(mlir_text)
+        except ir.MLIRError as e:
+            # The emitted module does not verify: a lowering bug, reported at its Kina line.
+            raise StageFailed("mlir-verify", mlir_error_text(e)) from None
+        on_phase("mlir-opt", ir, module)
+        try:
+            if any(p.startswith("--transform-interpreter") for p in passes):
+                tag_vectorizable(ir, module)
+                tag_transposes(ir, module)
+                rewrite_scatters(ir, module)
+                tag_parallel_generics(ir, module)
+            run_pipeline(ir, passmanager, module, passes, mlir_text)
+        except ir.MLIRError as e:
+            raise StageFailed("mlir-opt", mlir_error_text(e)) from None
+        _append_packed(ir, module)
+        dedupe_kernels(ir, module)
+        on_phase("llvm", ir, module)
+        if not _defines_functions(ir, module):
+            # Nothing to compile (an empty file): an empty object file is the right answer.
+            _empty_object(obj)
+            return
+        lowered = str(module)
+        timings["passes"] = time.perf_counter() - t0
+    llvm_object(lowered, obj, llvm_level, timings)
+
+
+def _defines_functions(ir, module) -> bool:
+    return any(op.operation.name == "llvm.func" and len(op.regions[0].blocks) > 0
+               for op in module.body.operations)
+
+
+def _empty_object(obj: Path) -> None:
+    """An object file with no symbols, from the C compiler (an empty translation unit)."""
+    import subprocess
+    from .toolchain import find_tool
+    src = obj.with_suffix(".empty.c")
+    src.write_text("/* a Kina module without functions */\n")
+    proc = subprocess.run([str(find_tool("cc")), "-c", "-fPIC", str(src), "-o", str(obj)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StageFailed("cc", proc.stderr or "cc could not compile an empty file")
+
+
+def _append_packed(ir, module) -> None:
+    exported = []
+    for op in module.body.operations:
+        if op.operation.name == "llvm.func":
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            if name.startswith(CIFACE_PREFIX + "kina_"):
+                exported.append((name, str(op.attributes["function_type"]).count("ptr")))
+    for name, n_args in exported:
+        wrapper = ir.Module.parse(packed_entry_point(name, n_args, declare=True))
+        for op in list(wrapper.body.operations)[1:]:   # skip the declaration
+            module.body.append(op.detach_from_parent())

@@ -1,0 +1,298 @@
+"""IR rewrites inside the pass pipelines that no upstream pass does, one row per slot of
+compiler/pipelines.py (`SLOTS`).  Each runs on a module through the MLIR Python bindings:
+in the -O2 worker process between its passes, and between two mlir-opt processes in the
+"tools" back end (in a worker process too: the bindings may abort), only when a cheap
+look at the text says the module needs it.
+
+- "@lower-copies" (after bufferization): one-shot bufferization copies a buffer where an
+  in-place write would clobber a value still needed, and those copies may go between
+  strided subviews.  finalize-memref-to-llvm lowers a memref.copy whose operands are both
+  contiguous to llvm.memcpy, and any other to a call of `memrefCopy` from the MLIR runner
+  library, which a Kina library does not link (the -O2 JIT aborted on "Symbols not found:
+  [ memrefCopy ]").  Those copies become linalg.copy, which convert-linalg-to-loops
+  lowers to plain loops.
+- "@bf16-as-i16" (in the LLVM dialect): bf16 values are only ever loaded, stored and
+  bit-cast (arith-expand turns bf16 conversions into integer code), but LLVM's instcombine
+  rewrites `store (bitcast (select i1, i16 a, i16 b))` into a select of bfloat values, and
+  its vectorisers then make vectors of them.  The x86 back end of the bindings' LLVM cannot
+  legalise those (an assertion in SelectionDAG, killing the -O2 build of a BF16 matmul
+  against a transposed operand), and one without native bf16 instructions promotes them
+  through a `__truncsfbf2` call the JIT cannot resolve.  Loads and stores of bf16 become
+  i16 loads and stores, the bit-casts cancel (canonicalize), and no bf16 value is left.
+- -O2's build-time and threading rewrites: "@unshare-empties" (bufferization's analysis
+  was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
+  kernels), "@dynamic-schedule" (OpenMP loops schedule(dynamic)) and
+  "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .pipelines import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    run: Callable[..., int]                  # run(ir, module) -> number of ops rewritten
+    needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
+    maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
+
+
+# ---- strided copies ------------------------------------------------------------------------
+def _contiguous(ir, t) -> bool:
+    """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
+    to each operand (Kina shapes are static; an identity layout passes it)."""
+    t = ir.MemRefType(t)
+    if not t.has_static_shape:
+        return False
+    strides, _ = t.get_strides_and_offset()
+    running, dim = 1, t.rank - 1
+    while dim >= 0 and strides[dim] == running:
+        running *= t.shape[dim]
+        dim -= 1
+    while dim >= 0 and t.shape[dim] == 1:
+        dim -= 1
+    return dim < 0
+
+
+def _walk(ir, module, pick) -> list:
+    found = []
+
+    def visit(op):
+        if pick(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def lower_strided_copies(ir, module) -> int:
+    """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
+    from mlir.dialects import linalg
+    found = _walk(ir, module, lambda op: op.name == "memref.copy"
+                  and not all(_contiguous(ir, v.type) for v in op.operands))
+    for op in found:
+        src, dst = op.operands
+        with ir.InsertionPoint(op), op.location:
+            linalg.copy(src, outs=[dst])
+        op.erase()
+    return len(found)
+
+
+# ---- bf16 memory as i16 -----------------------------------------------------------------------
+def _as_i16(ir, t):
+    """bf16 -> i16, vector<.. x bf16> -> vector<.. x i16>; None for any other type."""
+    i16 = ir.IntegerType.get_signless(16)
+    if isinstance(t, ir.BF16Type):
+        return i16
+    if isinstance(t, ir.VectorType) and isinstance(t.element_type, ir.BF16Type):
+        return ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=ir.Location.unknown())
+    return None
+
+
+def _attrs(op) -> dict:
+    named = (op.attributes[i] for i in range(len(op.attributes)))   # by index: NamedAttribute
+    return {a.name: a.attr for a in named}
+
+
+def bf16_memory_as_i16(ir, module) -> int:
+    """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
+    llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
+    loads = _walk(ir, module, lambda op: op.name == "llvm.load" and _as_i16(ir, op.results[0].type) is not None)
+    stores = _walk(ir, module, lambda op: op.name == "llvm.store" and _as_i16(ir, op.operands[0].type) is not None)
+    for op in loads:
+        old = op.results[0]
+        with ir.InsertionPoint(op), op.location:
+            new = ir.Operation.create("llvm.load", results=[_as_i16(ir, old.type)], operands=list(op.operands),
+                                      attributes=_attrs(op))
+            cast = ir.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
+        old.replace_all_uses_with(cast.results[0])
+        op.erase()
+    for op in stores:
+        value, ptr = op.operands[0], op.operands[1]
+        with ir.InsertionPoint(op), op.location:
+            cast = ir.Operation.create("llvm.bitcast", results=[_as_i16(ir, value.type)], operands=[value])
+            ir.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
+        op.erase()
+    return len(loads) + len(stores)
+
+
+# ---- the -O2 build's own rewrites (compiler/pipelines.py says where each runs) ------------
+def dynamic_schedule(ir, module) -> int:
+    """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
+    a thread takes the next block or row when it is done with one, so a thread the OS
+    deschedules on a shared machine does not hold back a share of its own.  Each block
+    or row is computed as before: results are unchanged.  Returns the count."""
+    found = []
+
+    def visit(op):
+        if op.name == "omp.wsloop":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        op.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
+    return len(found)
+
+
+# Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
+# into one buffer again once its last reader is done (the scaled step ran 31 ms with shared
+# empties, 46 ms with one per use); its analysis costs ~(uses)^2, so groups stay small.
+EMPTY_GROUP = 64
+
+
+def unshare_empty_tensors(ir, module) -> int:
+    """Split the uses of every tensor.empty with more than EMPTY_GROUP uses into groups
+    of EMPTY_GROUP, each with its own clone (static shapes: no operands; the clones sit
+    with the original, which dominates every use); returns how many clones were made."""
+    empties = []
+
+    def visit(op):
+        if op.name == "tensor.empty" and len(op.operands) == 0:
+            empties.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    made = 0
+    for e in empties:
+        uses = [(u.owner, u.operand_number) for u in e.results[0].uses]
+        for start in range(EMPTY_GROUP, len(uses), EMPTY_GROUP):
+            clone = e.clone(ip=ir.InsertionPoint(e))
+            for owner, number in uses[start:start + EMPTY_GROUP]:
+                owner.operands[number] = clone.results[0]
+            made += 1
+    return made
+
+
+def _trip_count(ir, loop) -> int:
+    """Constant trip count of an scf.for (unknown bounds count as large)."""
+    try:
+        lb, ub, step = (ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
+    except Exception:   # a bound that is not an arith.constant
+        return 1 << 30
+    return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
+
+
+def _iterations(ir, op) -> int:
+    """Innermost iterations of a loop nest: trips x the iterations of the loops in its body."""
+    inner = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                if child.operation.name == "scf.for":
+                    inner += _iterations(ir, child.operation)
+    return _trip_count(ir, op) * max(inner, 1)
+
+
+def tag_outlined_loops(ir, module) -> int:
+    """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
+    that "@outline" moves into kernels (see pipelines.OUTLINE_MIN_ITERATIONS); returns the count."""
+    tagged = 0
+    bodies = []
+
+    def visit(op):
+        if op.name in ("func.func", "scf.forall") and op.regions and op.regions[0].blocks:
+            bodies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for body in bodies:
+        loops = [o.operation for o in body.regions[0].blocks[0].operations if o.operation.name == "scf.for"]
+        sizes = [_iterations(ir, lp) for lp in loops]
+        small = sum(1 for n in sizes if n < OUTLINE_MIN_ITERATIONS)
+        for lp, n in zip(loops, sizes):
+            if n >= OUTLINE_MIN_ITERATIONS or small > OUTLINE_SMALL_LIMIT:
+                lp.attributes["kina.outline"] = ir.UnitAttr.get()
+                tagged += 1
+    return tagged
+
+
+def _scope_allocates(ir, scope) -> bool:
+    """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
+    found = []
+
+    def visit(op):
+        if op.name == "memref.alloca":
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    for block in scope.regions[0].blocks:
+        for op in block.operations:
+            op.operation.walk(visit)
+    return bool(found)
+
+
+def inline_alloca_scopes(ir, module) -> int:
+    """Replace every memref.alloca_scope by its body (innermost first); returns the count.
+
+    convert-scf-to-openmp puts each parallel loop's body in an alloca_scope, whose region
+    must stay one block.  MLIR's canonicalizer inlines a scope only when nothing in it may
+    allocate, and a func.call (an outlined kernel) counts as maybe allocating, so a body
+    with a kernel call and a loop left inline (the fill of a batch_matmul block, below
+    OUTLINE_MIN_ITERATIONS) kept its scope, and convert-scf-to-cf split the loop into
+    blocks inside it: an invalid module.  A body without memref.alloca is inlined as is
+    (its callees free their own stack frames); one with allocations is bracketed by
+    llvm.intr.stacksave / stackrestore, which is what lowering the scope would emit, so
+    each iteration still frees its stack buffers."""
+    scopes = []
+
+    def visit(op):
+        if op.name == "memref.alloca_scope":
+            scopes.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)   # post-order: inner scopes before the scopes holding them
+    ptr = ir.Type.parse("!llvm.ptr")
+    for scope in scopes:
+        saved = None
+        if _scope_allocates(ir, scope):
+            with ir.InsertionPoint(scope), scope.location:
+                saved = ir.Operation.create("llvm.intr.stacksave", results=[ptr])
+        block = scope.regions[0].blocks[0]
+        *body, ret = list(block.operations)
+        for op in body:
+            op.operation.move_before(scope)
+        if saved is not None:
+            with ir.InsertionPoint(scope), scope.location:
+                ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
+        for result, value in zip(scope.results, ret.operands):
+            result.replace_all_uses_with(value)
+        scope.erase()
+    return len(scopes)
+
+
+SLOTS: dict[str, Rewrite] = {
+    "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
+    "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
+    "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
+    "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
+    "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
+    "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
+}
+
+
+def rewrite_in_process(slot: str, mlir_text: str) -> str:
+    """SLOTS[slot] on MLIR text, in this process (the worker's side)."""
+    from .engine import engine_module
+    ir, _, _ = engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir_text)
+        if not SLOTS[slot].run(ir, module):
+            return mlir_text
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def rewrite_text(slot: str, mlir_text: str, work_dir) -> str:
+    """SLOTS[slot] on MLIR text in a worker process, when the text says it may be needed."""
+    from pathlib import Path
+    if not SLOTS[slot].needed(mlir_text):
+        return mlir_text
+    from . import backend_worker
+    path = Path(work_dir) / "rewrite.mlir"
+    path.write_text(mlir_text)
+    backend_worker.run({"mode": "rewrite", "slot": slot, "input": str(path)}, Path(work_dir))
+    return path.read_text()
