@@ -6,13 +6,13 @@
 How: the emitted MLIR (tensor level, before any pass) gets a call
 `kina_prof_tick(id)` before every op of every function body and `kina_prof_tick(-1)`
 before each return; the library is then built as usual (the -O2 pipeline, tiling,
-threading and all), and a small C library loaded with RTLD_GLOBAL (so the JIT and the
-library resolve the symbol) adds the CLOCK_MONOTONIC time between one tick and the
-next to the op that started it.  So a row's time is the wall time of one emitted op:
-a linalg.matmul with its fill, a softmax's four generics as four rows, a parallel
-loop as the wall time of the whole loop.  Rows are named by their MLIR op, result
-type and Kina source line (AD-built ops carry the span of the forward op they
-differentiate; the function name tells forward from backward).
+threading and all) and linked against a small C library that defines the tick and
+adds the CLOCK_MONOTONIC time between one tick and the next to the op that started
+it.  So a row's time is the wall time of one emitted op: a linalg.matmul with its
+fill, a softmax's four generics as four rows, a parallel loop as the wall time of
+the whole loop.  Rows are named by their MLIR op, result type and Kina source line
+(AD-built ops carry the span of the forward op they differentiate; the function name
+tells forward from backward).
 
 The instrumented step is compared with the same step built without ticks: the
 overhead (a few microseconds for ~200 ticks) is printed.  Pure ops could in
@@ -71,7 +71,7 @@ def tick_library(tmp: Path):
     src, so = tmp / "kina_prof.c", tmp / "libkina_prof.so"
     src.write_text(TICK_C)
     subprocess.run([toolchain.find_tool("cc"), "-O2", "-shared", "-fPIC", str(src), "-o", str(so)], check=True)
-    return ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL)
+    return ctypes.CDLL(str(so), mode=ctypes.RTLD_GLOBAL), so
 
 
 def _kind(ir, op) -> str:
@@ -135,8 +135,8 @@ def front(path: Path) -> tuple[str, build.BuildResult]:
     return mlir, res
 
 
-def load_compiled(mlir: str, res: build.BuildResult, so: Path, level: int):
-    compiled = toolchain.compile_mlir(mlir, so, opt_level=level, source=res.source)
+def load_compiled(mlir: str, res: build.BuildResult, so: Path, level: int, link_with: tuple = ()):
+    compiled = toolchain.compile_mlir(mlir, so, opt_level=level, source=res.source, link_with=link_with)
     if not compiled.ok:
         for d in compiled.diagnostics:
             print(res.source.render(d))
@@ -179,10 +179,10 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         path = Path(args.file) if args.file else scaled_source(tmp)
         mlir, res = front(path)
-        prof = tick_library(tmp)
+        prof, prof_so = tick_library(tmp)
         plain = load_compiled(mlir, res, tmp / "plain.so", args.level)
         text, records = instrument(mlir)
-        lib = load_compiled(text, res, tmp / "ticked.so", args.level)
+        lib = load_compiled(text, res, tmp / "ticked.so", args.level, (prof_so,))
         xs = inputs_for(res, args.fn, path)
         f_plain, f_ticked = plain[args.fn], lib[args.fn]
         np.testing.assert_allclose(_first(f_ticked(*xs)), _first(f_plain(*xs)), rtol=1e-5, atol=1e-6)

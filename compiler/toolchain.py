@@ -265,11 +265,13 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict | None = None,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
-                 program=None) -> CompileResult:
+                 program=None, link_with: tuple[Path, ...] = ()) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
     with the "tools" back end; passes, llvm-opt, codegen, cc with the "engine" one.
+    `link_with`: shared libraries that provide symbols the module declares (a profiler's
+    tick function, benchmarks/profile_kernels.py).
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
@@ -290,7 +292,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
-            _link(obj, out_so, f8, timings)
+            _link(obj, out_so, f8, timings, link_with)
         except StageFailed as e:
             return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text, program),
                                  timings)
@@ -311,10 +313,11 @@ def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path,
 _UNDEFINED_RE = re.compile(r"undefined reference to [`'\"]([^'`\"]+)['`\"]")
 
 
-def _link(obj: Path, out_so: Path, f8: bool, timings: dict) -> None:
+def _link(obj: Path, out_so: Path, f8: bool, timings: dict, link_with: tuple[Path, ...] = ()) -> None:
     """cc the object into the library; an undefined symbol names the functions calling it."""
+    extra = [a for lib in link_with for a in (str(Path(lib).resolve()), f"-Wl,-rpath,{Path(lib).resolve().parent}")]
     try:
-        _run("cc", _link_args(obj, out_so, f8, threads.uses_openmp(obj)), timings, "cc")
+        _run("cc", _link_args(obj, out_so, f8, threads.uses_openmp(obj)) + extra, timings, "cc")
     except StageFailed as e:
         missing = _UNDEFINED_RE.findall(e.stderr)
         if not missing:
