@@ -135,10 +135,17 @@ def normalized_mlir(mlir_text: str) -> str:
     return _LOC_FILE_RE.sub('loc("":', body)
 
 
+def build_settings() -> str:
+    """The environment's choices that change the code of a library: the OpenMP runtime
+    (KINA_OPENMP: threaded or serial kernels) and vector math (KINA_VECTOR_MATH)."""
+    from . import llvm_stage, threads
+    return f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()}"
+
+
 def key_for(mlir_text: str, opt_level: int) -> str:
     h = hashlib.sha256()
     for part in (f"kina-build-cache {FORMAT}", f"-O{opt_level}", compiler_fingerprint(),
-                 toolchain_fingerprint(), host_fingerprint(), normalized_mlir(mlir_text)):
+                 toolchain_fingerprint(), host_fingerprint(), build_settings(), normalized_mlir(mlir_text)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 

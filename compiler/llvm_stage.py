@@ -5,8 +5,8 @@
   op on the same shapes: the four [D, D] SGD updates, a layer's kernels repeated in the
   next layer, a forward kernel the exported forward and the train step both contain)
   are merged into one, so LLVM optimises and compiles each distinct kernel once.
-* `llvm_object`: `mlir-translate --mlir-to-llvmir`, `opt -O<n>` and `llc -O<n>` for the
-  host CPU (-mcpu=native), as processes.  MLIR's ExecutionEngine did the same work in
+* `llvm_object`: `mlir-translate --mlir-to-llvmir`, `opt -O<n>` (vector math from glibc's
+  libmvec, `vector_math`) and `llc -O<n>` for the host CPU (-mcpu=native), as processes.  MLIR's ExecutionEngine did the same work in
   this process, but took 2.7x the CPU time of opt + llc on the same module (7.7-8.6 s
   against 2.7-3.1 s for the scaled StoryLM step), and a tool that LLVM aborts does not
   take the caller with it (it is reported as a crash of that tool).
@@ -69,6 +69,39 @@ def host_target() -> list[str]:
     return ([f"-mtriple={m[1]}"] if m else []) + ["-mcpu=native"]
 
 
+# Vector math: with glibc's libmvec as opt's vector library, the loop vectoriser turns the
+# per-element expf / logf / tanhf calls of exp, log, softmax and their VJPs into calls of
+# 4- or 8-wide vector variants (_ZGVbN4v_expf, _ZGVdN8v_expf, ...); without one, a vector
+# of exp was 16 scalar expf calls.  libmvec's functions are accurate to a few ULP (glibc's
+# figures), within every dtype's tolerance of the differential tests.  KINA_VECTOR_MATH=0
+# keeps the scalar calls; without libmvec (a non-glibc host) so does every build.
+VECTOR_MATH_LIBRARY = "libmvec.so.1"
+VECTOR_MATH_SYMBOL = b"_ZGV"
+
+
+@functools.lru_cache(maxsize=4)
+def _libmvec(setting: str) -> bool:
+    if setting in ("0", "off", "false", "no"):
+        return False
+    import ctypes
+    try:
+        ctypes.CDLL(VECTOR_MATH_LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
+def vector_math() -> bool:
+    """Whether opt may call libmvec's vector math functions."""
+    import os
+    return _libmvec(os.environ.get("KINA_VECTOR_MATH", "").strip())
+
+
+def uses_vector_math(obj: Path) -> bool:
+    """Whether the object calls libmvec (the link then names it: -l:libmvec.so.1)."""
+    return VECTOR_MATH_SYMBOL in obj.read_bytes()
+
+
 def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict) -> None:
     """Translate, optimise and compile the lowered module text into `obj`."""
     work = obj.parent
@@ -76,7 +109,8 @@ def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict) -> None
     src.write_text(lowered)
     from .toolchain import _run   # with its timeout and crash report
     _run("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)], timings, "llvm-opt")
-    _run("opt", [f"-O{llvm_level}", *host_target(), str(ll), "-o", str(bc)], timings, "llvm-opt")
+    vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
+    _run("opt", [f"-O{llvm_level}", *host_target(), *vector_lib, str(ll), "-o", str(bc)], timings, "llvm-opt")
     _run("llc", [f"-O{llvm_level}", *host_target(), "-relocation-model=pic", "-filetype=obj", str(bc),
                  "-o", str(obj)], timings, "codegen")
     if not obj.exists():

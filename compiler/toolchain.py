@@ -340,6 +340,9 @@ def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> lis
             args += threads.link_args()
         except FileNotFoundError as e:
             raise StageFailed("cc", str(e)) from None
+    from .llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
+    if uses_vector_math(obj):   # -O2 kernels calling libmvec (llvm_stage.vector_math)
+        args.append(f"-l:{VECTOR_MATH_LIBRARY}")
     return args
 
 

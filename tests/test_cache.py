@@ -64,10 +64,20 @@ def test_the_key_changes_with_compiler_toolchain_and_host(monkeypatch):
     mlir = "module {}"
     base = cache.key_for(mlir, 0)
     assert cache.key_for(mlir, 0) == base
-    for fn in ("compiler_fingerprint", "toolchain_fingerprint", "host_fingerprint"):
+    for fn in ("compiler_fingerprint", "toolchain_fingerprint", "host_fingerprint", "build_settings"):
         with monkeypatch.context() as m:
             m.setattr(cache, fn, lambda: "something else")
             assert cache.key_for(mlir, 0) != base, fn
+
+
+@pytest.mark.parametrize("var,value", [("KINA_OPENMP", "0"), ("KINA_VECTOR_MATH", "0")])
+def test_serial_or_scalar_kernels_are_a_different_key(monkeypatch, var, value):
+    from compiler import llvm_stage, threads
+    if (threads.openmp_library() is None if var == "KINA_OPENMP" else not llvm_stage.vector_math()):
+        pytest.skip(f"{var} changes nothing on this machine")
+    base = cache.key_for("module {}", 2)
+    monkeypatch.setenv(var, value)
+    assert cache.key_for("module {}", 2) != base
 
 
 def test_a_different_cc_is_a_different_key(tmp_path, monkeypatch):
