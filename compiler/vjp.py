@@ -245,8 +245,17 @@ def _take_along_axis(b, node, y, g, needs):
 
 def _gather(b, node, y, g, needs):
     # Seed 000 §6: g_values[v, d] = sum over indices[i] = v of g[i ++ [d]]  (ScatterAdd, duplicates add).
+    # ScatterAdd's rule wants indices of rank >= 1: a rank-0 index (one row) is scattered as
+    # indices [1] and updates [1, D].
     values, idx = node.args
-    return [_only(needs, 0, lambda: b.expr(scatter_add(g, idx, values.type), hint="scatter_add")), None]
+
+    def make():
+        i, upd = idx, g
+        if idx.type.rank == 0:
+            i = b.emit("reshape", [idx], shape=(1,))
+            upd = b.emit("reshape", [g], shape=(1,) + g.type.shape)
+        return b.expr(scatter_add(upd, i, values.type), hint="scatter_add")
+    return [_only(needs, 0, make), None]
 
 
 # ---- rules: elementwise math, casts, masks -----------------------------------------
