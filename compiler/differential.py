@@ -175,8 +175,8 @@ class Oracle:
         """The float64 backward graph against central differences along a random direction."""
         rng = np.random.default_rng(1)
         fn = lowered.functions[name]
-        x = [a if a.dtype == np.int64 else a.astype(np.float64) + FD_JITTER * rng.standard_normal(a.shape)
-             for a in args]
+        x = [a.astype(np.float64) + FD_JITTER * rng.standard_normal(a.shape) if p.type.is_float else a
+             for a, p in zip(args, fn.params)]      # I64 and Bool stay as they are
         grads = validate._flat(interp.run_function(lowered, f"{name}.rev", x, dtype=np.float64))[1:]
 
         def total(xs) -> float:

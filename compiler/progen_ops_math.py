@@ -99,6 +99,8 @@ def _mask(g, shape) -> object:
     cands = [v for v in g.bool_pool if v.type.shape == tuple(shape)]
     if cands and g.ch.coin(0.5):
         return g.ch.pick(cands)
+    if g.ch.coin(0.3):               # a mask from the host (a padding mask): a Bool parameter
+        return g.param(TensorType(DType.Bool, tuple(shape)))
     return _compare_params(g, g.ch.pick(COMPARISONS), tuple(shape))
 
 

@@ -162,8 +162,8 @@ def finite_differences(program: ir.Program, target: str, args: list[np.ndarray])
     """d(sum of target's result)/d(each float parameter) by central differences in float64;
     None for I64 parameters.  Sampled elements elsewhere are NaN (not compared)."""
     from . import interp
-    x64 = [a if a.dtype == np.int64 else a.astype(np.float64) for a in args]
     fn = program.functions[target]
+    x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
     grads: list[np.ndarray | None] = []
 
     def total(xs) -> float:
