@@ -122,6 +122,8 @@ def test_emit_llvm_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path):
     text, diags = toolchain.mlir_to_llvm_ir(build.front_end(TWICE, "t.kina", {}, build.BuildResult(
         False, source=build.SourceText(TWICE, "t.kina"))), opt_level=2)
     assert not diags and "define" in text
+    # @tag-outline ran between the mlir-opt processes, and "@outline" found its script again
+    assert text.count("define internal void @kina.kernel") == 5
 
 
 def test_parallel_loops_are_dynamically_scheduled(tmp_path):
