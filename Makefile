@@ -12,7 +12,7 @@ TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
-        vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
+        vscode-e2e goldens bench bench-deps bench-scaled bench-build clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -98,8 +98,19 @@ vscode-e2e: setup
 goldens: setup
 	$(PY) scripts/regen_goldens.py
 
+# Benchmarks (figures, no assertions; see benchmarks/README.md).  bench-deps installs the
+# optional peers (JAX) that bench_scaled.py compares against; without them their rows skip.
+bench-deps: setup
+	$(PY) -m pip install -q -e '.[bench]'
+
 bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+bench-scaled: bench-deps
+	$(PY) benchmarks/bench_scaled.py
+
+bench-build: setup
+	$(PY) benchmarks/bench_build.py
 
 clean:
 	rm -rf $(VENV) out artifacts .pytest_cache

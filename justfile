@@ -54,5 +54,11 @@ vscode-e2e: (make "vscode-e2e")
 goldens: (make "goldens")
 # every benchmark script
 bench: (make "bench")
+# the optional benchmark peers (JAX) that bench-scaled compares against
+bench-deps: (make "bench-deps")
+# the scaled StoryLM against NumPy, PyTorch eager, torch.compile and jax.jit (installs bench-deps)
+bench-scaled: (make "bench-scaled")
+# build time against function length, a large splat literal
+bench-build: (make "bench-build")
 # remove .venv and build outputs
 clean: (make "clean")

@@ -30,7 +30,7 @@ def bench_level(path: str, level: int, runs: int, tmp: Path) -> int:
     samples: dict[str, list[float]] = {}
     for _ in range(runs):
         timings: dict = {}
-        res = build.build_file(path, tmp / f"lib_O{level}.so", level, timings)
+        res = build.build_file(path, tmp / f"lib_O{level}.so", level, timings, cache=False)
         if not res.ok:
             build.print_diagnostics(res)
             return 1

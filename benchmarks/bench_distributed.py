@@ -6,10 +6,10 @@ Prints ONE table; every figure comes from this run.  The workload is one SGD ste
 scaled StoryLM (benchmarks/templates/, a global batch of B windows of T tokens):
 
 - single process, 1 thread: the template's compiled `train_step` (-O2), the process pinned
-  to one CPU, so MLIR's async runtime has one worker and every parallel loop runs inline
-  (see compiler.distributed.pin_single_thread);
+  to one CPU with OMP_NUM_THREADS=1, so every OpenMP parallel loop runs on the calling
+  thread (see compiler.distributed.pin_single_thread);
 - single process, every core: the same step, unpinned (the -O2 kernels spread their
-  parallel loops over the async runtime's thread pool);
+  parallel loops over the OpenMP runtime's threads);
 - N = 1 and 2 processes, 1 thread each: scripts/train_storylm0_ddp.py's data-parallel step
   (compiled `grad` on B/N windows, one all-reduce of the loss and gradients, compiled `sgd`),
   launched with torchrun, each rank pinned to its own CPU.

@@ -1,32 +1,35 @@
-"""Compiled Kina at scale: a scaled StoryLM and f32 matmul, -O0 vs -O2 vs NumPy vs PyTorch eager.
+"""Compiled Kina at scale: the scaled StoryLM and f32 matmul against NumPy, PyTorch eager, torch.compile and jax.jit.
 
-    .venv/bin/python benchmarks/bench_scaled.py [--B 4 --T 64 --D 256 --H 8 --V 2048] [--repeats 5]
+    .venv/bin/python benchmarks/bench_scaled.py [--configs scaled large] [--rounds 7] [--skip-matmul] [--O0]
+    .venv/bin/python benchmarks/bench_scaled.py --B 4 --T 64 --D 256 --H 8 --V 2048   # one custom size
 
-Prints ONE table; every figure comes from this run:
+Every figure comes from this run:
 
-- the scaled StoryLM of benchmarks/templates/scaled_lm.kina.in (StoryLM-0's
-  decoder with the sizes substituted): `forward` (logits) and `train_step` (mean
-  NLL, backward, SGD on every weight), as compiled Kina at -O0 and -O2 (called
+- per configuration (benchmarks/scaled_model.py CONFIGS; `scaled` is B=4 T=64 D=256
+  H=8 V=2048, `large` B=4 T=128 D=512 H=8 V=8192): the scaled StoryLM of
+  benchmarks/templates/scaled_lm.kina.in, `forward` (logits) and `train step` (mean
+  NLL, backward, SGD on every weight), as compiled Kina -O2 (-O0 with --O0; called
   through compiler.runtime with out= buffers), a hand-written float32 NumPy
-  implementation, and PyTorch eager (autograd; skipped when torch is not
-  importable).  Time is the median over --repeats runs of a few calls each; the
-  ratio column is time / PyTorch's time (target for the -O2 training step: <= 1.5);
-- f32 matmul (benchmarks/templates/matmul.kina.in) at 256, 512 and 1024:
-  GFLOP/s of Kina -O2 and of NumPy (its BLAS uses every core it may), and the
-  machine's peak: a register-only FMA kernel compiled by `cc -O3 -march=native`,
-  on one core and times the cores this process may use.
+  implementation, PyTorch eager, torch.compile (inductor) and jax.jit (value_and_grad
+  + SGD in one jitted program).  A peer that is not installed is listed as skipped
+  (JAX is optional: `make bench-deps`).  Times are medians over --rounds interleaved
+  rounds (benchmarks/timing.py: a burst of load hits every implementation of a round);
+  `x fastest` is time / the fastest peer's time for that workload; GFLOP/s counts
+  matmul FLOPs (scaled_model.flops); `% peak` is of the FMA peak times the usable cores;
+  `build` is Kina's cold -O2 build (no build cache) and the peers' compile time;
+- f32 matmul (benchmarks/templates/matmul.kina.in) at 256, 512 and 1024: Kina -O2
+  and NumPy (its BLAS uses every core it may);
+- the machine's peak: a register-only FMA kernel compiled by `cc -O3 -march=native`;
+- the targets of issue 15, met or not, and a scaling summary (build time and step
+  time against model size) when more than one configuration ran.
 
-Before timing, the compiled results are checked against NumPy (max |error| is
-printed).  The header reports the cores (os.sched_getaffinity) and the load
-average before and after: other processes on the machine skew every column.
+Before timing, every result is checked against NumPy (max |err| / (|ref| + 1) is
+printed); a Kina result off by more than 2e-3 stops the run.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
-import os
-import statistics
-import string
+import inspect
 import subprocess
 import sys
 import tempfile
@@ -35,281 +38,232 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
 
 from compiler import build, runtime  # noqa: E402
+import peers  # noqa: E402
+import scaled_model as M  # noqa: E402
+import timing  # noqa: E402
 
-TEMPLATES = ROOT / "benchmarks" / "templates"
-WEIGHTS = ("emb", "wq", "wk", "wv", "wo", "lm_head")
-LR = 0.1
-
-
-# ---- sizes, inputs, building -------------------------------------------------------
-def sizes(args) -> dict[str, int]:
-    if args.D % args.H:
-        raise SystemExit(f"D={args.D} must be a multiple of H={args.H}")
-    return {"B": args.B, "T": args.T, "D": args.D, "H": args.H, "DH": args.D // args.H, "V": args.V,
-            "BT": args.B * args.T, "T1": args.T + 1}
+WORKLOADS = ("forward", "train step")
+TOLERANCE = 2e-3
+# Issue 15's targets.
+TARGET_VS_JAX = 1.0
+TARGET_BUILD_S = 3.0
+TARGET_MATMUL_512 = 0.80
 
 
-def render(template: str, subs: dict) -> str:
-    return string.Template((TEMPLATES / template).read_text()).substitute(subs)
-
-
+# ---- Kina ------------------------------------------------------------------------------
 def build_lib(source: str, name: str, opt_level: int, tmp: Path):
+    """(library, seconds of the build, its stage timings): a cold build, no cache."""
     path = tmp / f"{name}.kina"
     path.write_text(source)
     timings: dict = {}
-    res = build.build_file(path, tmp / f"{name}_O{opt_level}.so", opt_level, timings)
+    t0 = time.perf_counter()
+    nocache = {"cache": False} if "cache" in inspect.signature(build.build_file).parameters else {}
+    res = build.build_file(path, tmp / f"{name}_O{opt_level}.so", opt_level, timings, **nocache)
+    wall = time.perf_counter() - t0
     if not res.ok:
         build.print_diagnostics(res)
         raise SystemExit(f"building {name} at -O{opt_level} failed")
-    return runtime.load(res.so_path), sum(timings.values())
-
-
-def make_inputs(s: dict, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    D, V, T = s["D"], s["V"], s["T"]
-    w = {"emb": rng.normal(0, 0.5, (V, D)), "lm_head": rng.normal(0, D ** -0.5, (D, V))}
-    for n in ("wq", "wk", "wv", "wo"):
-        w[n] = rng.normal(0, D ** -0.5, (D, D))
-    w = {k: v.astype(np.float32) for k, v in w.items()}
-    w["window"] = rng.integers(0, V, (s["B"], T + 1)).astype(np.int64)
-    w["mask"] = np.triu(np.full((T, T), -1.0e4, np.float32), 1).reshape(1, 1, T, T)
-    w["scale"] = np.full((1, 1, 1, 1), s["DH"] ** -0.5, np.float32)
-    w["inv_n"] = np.full((1, 1), 1.0 / (s["B"] * T), np.float32)
-    w["lr"] = np.full((1, 1), LR, np.float32)
-    return w
+    return runtime.load(res.so_path), wall, timings
 
 
 def kina_args(w: dict, s: dict, train: bool) -> tuple:
-    ids = w["window"] if train else np.ascontiguousarray(w["window"][:, :s["T"]])
+    ids = w["window"] if train else M.token_ids(w, s)
     tail = (w["inv_n"], w["lr"]) if train else ()
     return (ids, w["emb"], w["mask"], w["scale"], w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"], *tail)
 
 
-# ---- NumPy (float32, backward written by hand) ------------------------------------------
-def _softmax(z):
-    e = np.exp(z - z.max(-1, keepdims=True))
-    return e / e.sum(-1, keepdims=True)
+def kina_impl(w: dict, s: dict, level: int, tmp: Path) -> peers.Impl:
+    # One file name per size: a process that dlopens a path twice gets the first library back.
+    name = "scaled_lm_" + "_".join(str(s[k]) for k in ("B", "T", "D", "H", "V"))
+    lib, wall, stages = build_lib(M.render("scaled_lm.kina.in", s), name, level, tmp)
+    fwd_out = np.empty((s["B"], s["T"], s["V"]), np.float32)
+    step_out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
+    fargs, sargs = kina_args(w, s, False), kina_args(w, s, True)
+    fwd = lambda: lib.forward(*fargs, out=fwd_out)  # noqa: E731
+    step = lambda: lib.train_step(*sargs, out=step_out)  # noqa: E731
+    fwd(), step()
+    results = {"forward": fwd_out.copy(), "train step": tuple(a.copy() for a in step_out)}
+    stage_text = ", ".join(f"{k} {v:.2f}" for k, v in stages.items() if v >= 0.05)
+    return peers.Impl(f"kina -O{level}", {"forward": fwd, "train step": step}, results, wall,
+                      f"build stages (s): {stage_text}")
 
 
-def np_forward(w: dict, s: dict, ids: np.ndarray):
-    B, T, H, DH, D = s["B"], s["T"], s["H"], s["DH"], s["D"]
-    heads = lambda a: a.reshape(B, T, H, DH).transpose(0, 2, 1, 3)  # noqa: E731
-    x = w["emb"][ids].reshape(B * T, D)
-    q, k, v = heads(x @ w["wq"]), heads(x @ w["wk"]), heads(x @ w["wv"])
-    probs = _softmax((q @ k.swapaxes(-1, -2)) * w["scale"] + w["mask"])
-    merged = (probs @ v).transpose(0, 2, 1, 3).reshape(B * T, D)
-    residual = x + merged @ w["wo"]
-    logits = residual @ w["lm_head"]
-    return logits.reshape(B, T, -1), dict(x=x, q=q, k=k, v=v, probs=probs, merged=merged, residual=residual)
+# ---- one configuration ------------------------------------------------------------------
+def run_config(s: dict, args, tmp: Path) -> dict:
+    """Build, check and time every implementation at sizes s; returns the config's figures."""
+    w = M.make_inputs(s)
+    ref = {"forward": M.np_forward(w, s, M.token_ids(w, s))[0], "train step": M.np_train_step(w, s)}
+    impls: list[peers.Impl] = []
+    skipped: list[peers.Skipped] = []
+    for level in ([0, 2] if args.O0 else [2]):
+        impls.append(kina_impl(w, s, level, tmp))
+    for make in peers.PEERS:
+        if make.__name__.split("_impl")[0] in args.skip:
+            continue
+        impl = make(w, s)
+        (skipped if isinstance(impl, peers.Skipped) else impls).append(impl)
+    errors = {}
+    for impl in impls:
+        for what in WORKLOADS:
+            err = M.max_error(impl.results[what], ref[what])
+            errors[impl.name, what] = err
+            if impl.name.startswith("kina") and err > TOLERANCE:
+                raise SystemExit(f"{impl.name} {what}: result differs from NumPy (max relative error {err:.2e})")
+    times = {}
+    for what in WORKLOADS:
+        fns = {impl.name: impl.fns[what] for impl in impls}
+        for name, t in timing.interleaved(fns, args.rounds, args.budget).items():
+            times[name, what] = t
+    return {"s": s, "impls": impls, "skipped": skipped, "errors": errors, "times": times,
+            "flops": M.flops(s)}
 
 
-def np_train_step(w: dict, s: dict):
-    B, T, H, DH, D = s["B"], s["T"], s["H"], s["DH"], s["D"]
-    heads = lambda a: a.reshape(B, T, H, DH).transpose(0, 2, 1, 3)  # noqa: E731
-    unheads = lambda a: a.transpose(0, 2, 1, 3).reshape(B * T, D)  # noqa: E731
-    ids, targets = w["window"][:, :T], w["window"][:, 1:].reshape(-1)
-    logits, c = np_forward(w, s, ids)
-    logits = logits.reshape(B * T, -1)
-    inv_n = w["inv_n"][0, 0]
-    p = _softmax(logits)
-    rows = np.arange(B * T)
-    loss = -np.log(p[rows, targets]).sum() * inv_n
-    g_logits = p
-    g_logits[rows, targets] -= 1.0
-    g_logits *= inv_n
-    g = {"lm_head": c["residual"].T @ g_logits}
-    g_res = g_logits @ w["lm_head"].T
-    g["wo"] = c["merged"].T @ g_res
-    g_heads = heads(g_res @ w["wo"].T)
-    g_probs = g_heads @ c["v"].swapaxes(-1, -2)
-    g_v = c["probs"].swapaxes(-1, -2) @ g_heads
-    g_s = c["probs"] * (g_probs - (g_probs * c["probs"]).sum(-1, keepdims=True)) * w["scale"]
-    g_q, g_k = g_s @ c["k"], g_s.swapaxes(-1, -2) @ c["q"]
-    g_x = g_res
-    for name, gh in (("wq", g_q), ("wk", g_k), ("wv", g_v)):
-        flat = unheads(gh)
-        g[name] = c["x"].T @ flat
-        g_x = g_x + flat @ w[name].T
-    g["emb"] = np.zeros_like(w["emb"])
-    np.add.at(g["emb"], ids.reshape(-1), g_x)
-    lr = w["lr"][0, 0]
-    return (np.float32(loss), *(w[n] - lr * g[n] for n in WEIGHTS))
+def print_config(cfg: dict, peak_all: float | None) -> None:
+    s, impls, times, errors, flops = cfg["s"], cfg["impls"], cfg["times"], cfg["errors"], cfg["flops"]
+    print(f"\n== {cfg['name']}: scaled StoryLM {M.describe(s)}; {M.params(s) / 1e6:.2f} M weights; "
+          f"matmul GFLOP per call: forward {flops['forward'] / 1e9:.3f}, train step {flops['train step'] / 1e9:.3f}")
+    print(f"{'implementation':<16}{'workload':<12}{'ms':>10}{'x fastest':>11}{'GFLOP/s':>9}{'% peak':>8}"
+          f"{'build s':>9}  check (max rel err vs NumPy)")
+    for what in WORKLOADS:
+        peer_times = [times[i.name, what] for i in impls if not i.name.startswith("kina")]
+        fastest = min(peer_times) if peer_times else None
+        for impl in impls:
+            t = times[impl.name, what]
+            ratio = f"{t / fastest:.2f}" if fastest else "-"
+            gflops = flops[what] / t / 1e9
+            pct = f"{gflops / peak_all:.0%}" if peak_all else "-"
+            build_s = f"{impl.build_s:.2f}" if impl.build_s is not None and what == WORKLOADS[0] else ""
+            err = errors[impl.name, what]
+            flag = "" if err <= TOLERANCE else "  MISMATCH"
+            print(f"{impl.name:<16}{what:<12}{t * 1e3:>10.3f}{ratio:>11}{gflops:>9.1f}{pct:>8}{build_s:>9}  "
+                  f"{err:.1e}{flag}")
+    for impl in impls:
+        print(f"  {impl.name}: {impl.note}")
+    for sk in cfg["skipped"]:
+        print(f"  {sk.name}: skipped ({sk.reason})")
 
 
-# ---- PyTorch eager -------------------------------------------------------------------
-def torch_or_none():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
-
-
-def torch_fns(torch, w: dict, s: dict):
-    """(forward, train_step) closures over torch tensors of the same inputs."""
-    B, T, H, DH, D = s["B"], s["T"], s["H"], s["DH"], s["D"]
-    t = {k: torch.from_numpy(v.copy()) for k, v in w.items()}
-    params = {n: t[n].clone().requires_grad_(True) for n in WEIGHTS}
-    ids, targets = t["window"][:, :T], t["window"][:, 1:].reshape(-1)
-    heads = lambda a: a.reshape(B, T, H, DH).permute(0, 2, 1, 3)  # noqa: E731
-
-    def forward(p):
-        x = p["emb"][ids].reshape(B * T, D)
-        q, k, v = (heads(x @ p[n]) for n in ("wq", "wk", "wv"))
-        probs = torch.softmax((q @ k.transpose(-1, -2)) * t["scale"] + t["mask"], dim=-1)
-        merged = (probs @ v).permute(0, 2, 1, 3).reshape(B * T, D)
-        return (x + merged @ p["wo"]) @ p["lm_head"]
-
-    def fwd():
-        with torch.no_grad():
-            return forward(params)
-
-    def step():
-        logits = forward(params)
-        loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum") * t["inv_n"][0, 0]
-        grads = torch.autograd.grad(loss, [params[n] for n in WEIGHTS])
-        with torch.no_grad():
-            return (loss, *(params[n] - t["lr"][0, 0] * g for n, g in zip(WEIGHTS, grads)))
-
-    return fwd, step
-
-
-# ---- timing ------------------------------------------------------------------------
-def median_time(fn, repeats: int, budget: float = 0.2) -> float:
-    """Median seconds per call over `repeats` runs of n calls (n sized to ~budget/repeats s)."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    n = max(1, int(budget / repeats / once))
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        samples.append((time.perf_counter() - t0) / n)
-    return statistics.median(samples)
-
-
-PEAK_C = r"""
-typedef float v8 __attribute__((vector_size(32)));
-/* 12 independent FMA chains on 8-float vectors: bound by FMA throughput, not latency. */
-float kina_peak(long iters) {
-  v8 a[12], b = {1.000001f, 1.000001f, 1.000001f, 1.000001f, 1.000001f, 1.000001f, 1.000001f, 1.000001f};
-  v8 c = {1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f, 1e-7f};
-  for (int i = 0; i < 12; i++) a[i] = c * (float)i;
-  for (long n = 0; n < iters; n++)
-    for (int i = 0; i < 12; i++) a[i] = a[i] * b + c;
-  v8 s = a[0];
-  for (int i = 1; i < 12; i++) s += a[i];
-  float r = 0; for (int i = 0; i < 8; i++) r += s[i];
-  return r;
-}
-"""
-
-
-def peak_gflops(tmp: Path, repeats: int) -> float | None:
-    """Single-core f32 peak of an FMA kernel built with cc -O3 -march=native (None without cc)."""
-    src, so = tmp / "peak.c", tmp / "peak.so"
-    src.write_text(PEAK_C)
-    cc = os.environ.get("KINA_CC", "cc")
-    if subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", str(src), "-o", str(so)]).returncode:
-        return None
-    fn = ctypes.CDLL(str(so)).kina_peak
-    fn.argtypes, fn.restype = [ctypes.c_long], ctypes.c_float
-    iters = 2_000_000
-    sec = median_time(lambda: fn(iters), repeats, budget=0.5)
-    return iters * 12 * 8 * 2 / sec / 1e9
-
-
-# ---- the table ---------------------------------------------------------------------
-def check(name: str, got, want, rtol: float = 2e-3) -> str:
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    err = float(np.max(np.abs(got - want) / (np.abs(want) + 1.0)))
-    if err > rtol:
-        raise SystemExit(f"{name}: compiled result differs from NumPy (max relative error {err:.2e})")
-    return f"{err:.1e}"
-
-
-def model_rows(s: dict, args, tmp: Path) -> list[tuple]:
-    w = make_inputs(s)
-    source = render("scaled_lm.kina.in", s)
-    torch = torch_or_none()
-    rows = []
-    t_fwd, t_step = (torch_fns(torch, w, s) if torch else (None, None))
-    ref_fwd = np_forward(w, s, w["window"][:, :s["T"]])[0]
-    ref_step = np_train_step(w, s)
-    for level in (0, 2):
-        lib, compile_s = build_lib(source, "scaled_lm", level, tmp)
-        fwd_out = np.empty((s["B"], s["T"], s["V"]), np.float32)
-        step_out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in WEIGHTS]
-        fargs, sargs = kina_args(w, s, False), kina_args(w, s, True)
-        lib.forward(*fargs, out=fwd_out)
-        lib.train_step(*sargs, out=step_out)
-        err_f = check(f"forward -O{level}", fwd_out, ref_fwd)
-        err_s = max(check(f"train_step -O{level} {n}", g, r) for n, g, r in zip(("loss",) + WEIGHTS, step_out, ref_step))
-        rows.append((f"kina -O{level}", "forward", median_time(lambda: lib.forward(*fargs, out=fwd_out), args.repeats),
-                     f"err {err_f}, build {compile_s:.2f} s"))
-        rows.append((f"kina -O{level}", "train step",
-                     median_time(lambda: lib.train_step(*sargs, out=step_out), args.repeats), f"err {err_s}"))
-    rows.append(("numpy", "forward", median_time(lambda: np_forward(w, s, w["window"][:, :s["T"]]), args.repeats), ""))
-    rows.append(("numpy", "train step", median_time(lambda: np_train_step(w, s), args.repeats), ""))
-    if torch:
-        rows.append((f"torch eager ({torch.get_num_threads()} thr)", "forward", median_time(t_fwd, args.repeats),
-                     f"torch {torch.__version__}"))
-        rows.append((f"torch eager ({torch.get_num_threads()} thr)", "train step", median_time(t_step, args.repeats), ""))
-    return rows
-
-
+# ---- matmul -----------------------------------------------------------------------------
 def matmul_rows(args, tmp: Path) -> list[tuple]:
     rows = []
     rng = np.random.default_rng(1)
     for n in (256, 512, 1024):
-        lib, _ = build_lib(render("matmul.kina.in", {"N": n}), f"mm{n}", 2, tmp)
+        lib, _, _ = build_lib(M.render("matmul.kina.in", {"N": n}), f"mm{n}", 2, tmp)
         a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)
         out, ref = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
         lib.mm(a, b, out=out)
-        err = check(f"matmul {n}", out, a @ b, rtol=1e-4)
+        err = M.max_error(out, a @ b)
+        if err > 1e-4:
+            raise SystemExit(f"matmul {n}: result differs from NumPy (max relative error {err:.2e})")
+        t = timing.interleaved({"kina": lambda: lib.mm(a, b, out=out),
+                                "numpy": lambda: np.matmul(a, b, out=ref)}, args.rounds, args.budget)
         flops = 2.0 * n ** 3
-        kina = flops / median_time(lambda: lib.mm(a, b, out=out), args.repeats, budget=1.0) / 1e9
-        nump = flops / median_time(lambda: np.matmul(a, b, out=ref), args.repeats, budget=1.0) / 1e9
-        rows.append((n, kina, nump, err))
+        rows.append((n, flops / t["kina"] / 1e9, flops / t["numpy"] / 1e9, err))
     return rows
+
+
+def print_matmul(rows, peak_all):
+    print(f"\n{'f32 matmul':<16}{'kina -O2':>10}{'numpy':>10}{'kina/numpy':>12}{'kina % peak':>13}   GFLOP/s")
+    for n, kina, nump, err in rows:
+        pct = f"{kina / peak_all:.0%}" if peak_all else "-"
+        print(f"{f'{n}x{n}x{n}':<16}{kina:>10.1f}{nump:>10.1f}{kina / nump:>11.0%}{pct:>13}   err {err:.1e}")
+
+
+# ---- targets and scaling ---------------------------------------------------------------------
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def print_targets(configs: list[dict], mm: list[tuple]) -> None:
+    print("\ntargets (issue 15)")
+    for cfg in configs:
+        t, impls = cfg["times"], {i.name: i for i in cfg["impls"]}
+        if "kina -O2" not in impls:
+            continue
+        if "jax.jit" in impls:
+            r = t["kina -O2", "train step"] / t["jax.jit", "train step"]
+            print(f"  {cfg['name']}: kina -O2 train step <= {TARGET_VS_JAX:.1f}x jax.jit: {r:.2f}x "
+                  f"({_verdict(r <= TARGET_VS_JAX)})")
+        else:
+            print(f"  {cfg['name']}: kina -O2 train step vs jax.jit: not measured (jax skipped)")
+        b = impls["kina -O2"].build_s
+        if cfg["name"] == "scaled":
+            print(f"  {cfg['name']}: kina -O2 build <= {TARGET_BUILD_S:.0f} s: {b:.2f} s ({_verdict(b <= TARGET_BUILD_S)})")
+    for n, kina, nump, _ in mm:
+        if n == 512:
+            r = kina / nump
+            print(f"  f32 matmul 512 >= {TARGET_MATMUL_512:.0%} of NumPy: {r:.0%} ({_verdict(r >= TARGET_MATMUL_512)})")
+    print("  (4,000-let build: benchmarks/bench_build.py; StoryLM-0 >= 100x PyTorch eager: benchmarks/bench_train.py)")
+
+
+def print_scaling(configs: list[dict]) -> None:
+    if len(configs) < 2:
+        return
+    print(f"\nscaling (train step){'':<3}{'M weights':>10}{'GFLOP':>8}{'kina build s':>14}{'kina ms':>10}"
+          f"{'jax ms':>9}{'kina/jax':>10}{'jax compile s':>15}")
+    for cfg in configs:
+        impls, t = {i.name: i for i in cfg["impls"]}, cfg["times"]
+        k = t.get(("kina -O2", "train step"))
+        j = t.get(("jax.jit", "train step"))
+        jb = impls["jax.jit"].build_s if "jax.jit" in impls else None
+        fmt = lambda x, f: format(x, f) if x is not None else "-"  # noqa: E731
+        print(f"{cfg['name']:<23}{M.params(cfg['s']) / 1e6:>10.2f}{cfg['flops']['train step'] / 1e9:>8.2f}"
+              f"{fmt(impls['kina -O2'].build_s, '.2f'):>14}{fmt(k and k * 1e3, '.2f'):>10}"
+              f"{fmt(j and j * 1e3, '.2f'):>9}{fmt(k and j and k / j, '.2f'):>10}{fmt(jb, '.2f'):>15}")
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return f"load average {timing.load():.2f}"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in (("B", 4), ("T", 64), ("D", 256), ("H", 8), ("V", 2048)):
-        ap.add_argument(f"--{name}", type=int, default=default)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--configs", nargs="+", default=["scaled", "large"], choices=sorted(M.CONFIGS))
+    for name in ("B", "T", "D", "H", "V"):
+        ap.add_argument(f"--{name}", type=int, help="custom size (replaces --configs with one custom config)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
+    ap.add_argument("--budget", type=float, default=0.3, help="seconds per implementation per round")
     ap.add_argument("--skip-matmul", action="store_true")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["numpy", "torch_eager", "torch_compile", "jax"],
+                    help="peers to leave out")
+    ap.add_argument("--O0", action="store_true", help="also time -O0 (slow: seconds per train step)")
     args = ap.parse_args(argv)
-    s = sizes(args)
-    cores = len(os.sched_getaffinity(0))
-    load0 = os.getloadavg()
+    sys.stdout.reconfigure(line_buffering=True)   # progress shows in a log
+    custom = [getattr(args, k) for k in ("B", "T", "D", "H", "V")]
+    if any(v is not None for v in custom):
+        base = M.CONFIGS["scaled"]
+        plan = [("custom", M.sizes(*[v if v is not None else d for v, d in zip(custom, base)]))]
+    else:
+        plan = [(name, M.sizes(*M.CONFIGS[name])) for name in args.configs]
+    print(f"machine: {timing.machine_line()}")
+    print(f"start: {_uptime()}")
     with tempfile.TemporaryDirectory(prefix="kina-bench-") as tmp:
         tmp = Path(tmp)
-        rows = model_rows(s, args, tmp)
+        peak = timing.peak_gflops(tmp, 5)
+        peak_all = peak * timing.cores() if peak else None
+        configs = []
+        for name, s in plan:
+            cfg = run_config(s, args, tmp)
+            cfg["name"] = name
+            configs.append(cfg)
+            print_config(cfg, peak_all)
         mm = [] if args.skip_matmul else matmul_rows(args, tmp)
-        peak = None if args.skip_matmul else peak_gflops(tmp, args.repeats)
-    load1 = os.getloadavg()
-    print(f"scaled StoryLM B={s['B']} T={s['T']} D={s['D']} H={s['H']} V={s['V']}; {cores} cores usable; "
-          f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; median of {args.repeats}")
-    torch_time = {what: t for name, what, t, _ in rows if name.startswith("torch")}
-    print(f"{'implementation':<24}{'workload':<12}{'ms':>10}{'x torch':>9}  notes")
-    for name, what, t, note in rows:
-        ratio = f"{t / torch_time[what]:.2f}" if what in torch_time else "-"
-        print(f"{name:<24}{what:<12}{t * 1e3:>10.3f}{ratio:>9}  {note}")
     if mm:
-        print(f"{'f32 matmul':<24}{'kina -O2':>12}{'numpy':>10}{'kina/numpy':>12}   GFLOP/s")
-        for n, kina, nump, err in mm:
-            print(f"{f'{n}x{n}x{n}':<24}{kina:>12.1f}{nump:>10.1f}{kina / nump:>11.0%}   err {err}")
+        print_matmul(mm, peak_all)
     if peak:
-        print(f"{'peak (FMA kernel)':<24}{peak:>12.1f} GFLOP/s on 1 core, {peak * cores:.1f} on {cores}")
+        print(f"\npeak (FMA kernel, cc -O3 -march=native): {peak:.1f} GFLOP/s on 1 core, "
+              f"{peak_all:.1f} on {timing.cores()} (the % peak columns use the latter)")
+    print_targets(configs, mm)
+    print_scaling(configs)
+    print(f"end: {_uptime()}; medians of {args.rounds} interleaved rounds")
     return 0
 
 

@@ -1,14 +1,15 @@
-"""The in-process back end, run in a child process: MLIR's verifiers and LLVM abort the
-process on some inputs (an assertion on a rank-0 linalg.transpose, "Symbols not found"
-in the JIT, ...), and the process that calls `kinac build` may be the language server.
+"""The in-process back end, run in a child process: MLIR's verifiers and passes abort the
+process on some inputs (an assertion on a rank-0 linalg.transpose, ...), and the process
+that calls `kinac build` may be the language server.
 
     python -m compiler.backend_worker REQUEST.json
 
 REQUEST.json: {"mode": "engine" | "rewrite", "input": MLIR file, ...}; the worker writes
 REQUEST.result.json: {"ok": true, "timings": {..}} or {"ok": false, "tool", "message"}.
 Before LLVM runs it writes REQUEST.externals.json (each external symbol of the lowered
-module -> the Kina functions calling it), so that when LLVM kills the process the parent
-can say which function needed a missing symbol.
+module -> the Kina functions calling it), so that when the link finds a symbol nothing
+provides (compiler/toolchain.py links with --no-undefined) the parent can say which
+function needed it (`missing_symbols`).
 
 The parent side is `run(request, work_dir)` (used by compiler/pipelines.py); a worker
 that dies by a signal or exits without a result becomes a StageFailed naming the stage.
@@ -29,7 +30,6 @@ TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 # Fault injection for the tests of this containment: KINA_BACKEND_FAULT=<phase> makes the
 # worker abort (as LLVM does) when that phase ("mlir-verify", "mlir-opt", "llvm") starts.
 FAULT_ENV = "KINA_BACKEND_FAULT"
-_MISSING_RE = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
 
 
 # ---- the parent side -------------------------------------------------------------------------
@@ -60,22 +60,30 @@ def run(request: dict, work_dir: Path) -> dict:
         return result
     phase = req.with_suffix(".phase")
     stage = phase.read_text() if phase.exists() else "kinac"
-    raise StageFailed(stage, _death(proc, req.with_suffix(".externals.json")))
+    raise StageFailed(stage, _death(proc))
 
 
-def _death(proc, externals: Path) -> str:
-    """What to say when the worker died: the signal, LLVM's message, and the functions
-    that call a symbol the JIT could not find."""
+def _death(proc) -> str:
+    """What to say when the worker died: the signal and the message it printed."""
     how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
     lines = [l for l in (proc.stderr or "").splitlines() if l.strip() and not l.startswith(("Stack dump", " #", "#"))]
     msg = f"the -O2 back end {how}: a compiler bug, please report it with the program"
-    missing = _MISSING_RE.search(proc.stderr or "")
-    if missing and externals.exists():
-        callers = json.loads(externals.read_text())
-        for sym in missing[1].split(", "):
-            who = ", ".join(f"`{f}`" for f in callers.get(sym.strip(), [])) or "the module"
-            msg += f"\n{who} calls `{sym.strip()}`, which the library does not provide"
     return "\n".join([msg, *lines[:6]])
+
+
+def missing_symbols(symbols: list[str], externals: Path) -> list[str]:
+    """One line per symbol nothing provides, naming the Kina functions that call it (from
+    the worker's REQUEST.externals.json, when there is one)."""
+    callers = json.loads(externals.read_text()) if externals.exists() else {}
+    out = []
+    for sym in dict.fromkeys(s.strip() for s in symbols):
+        who = ", ".join(f"`{f}`" for f in callers.get(sym, [])) or "the module"
+        out.append(f"{who} calls `{sym}`, which the library does not provide")
+    return out
+
+
+def externals_path(work_dir: Path) -> Path:
+    return (Path(work_dir) / "backend_request.json").with_suffix(".externals.json")
 
 
 # ---- the worker side ---------------------------------------------------------------------------
@@ -108,8 +116,7 @@ def _engine(req: dict, req_path: Path) -> dict:
             req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(ir, module)))
 
     engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
-                  timings, req["shared"], Path(req["async_runtime"]) if req.get("async_runtime") else None,
-                  on_phase=on_phase)
+                  timings, on_phase=on_phase)
     return {"ok": True, "timings": timings}
 
 

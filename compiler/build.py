@@ -1,6 +1,6 @@
 """Build driver: `.kina` file -> host shared library + manifest + C header.
 
-    parse -> check -> lower_handles -> emit_mlir -> toolchain (mlir-opt, mlir-translate, llc, cc)
+    parse -> check -> lower_handles -> emit_mlir -> [build cache] -> toolchain (mlir-opt, mlir-translate, llc, cc)
 
 Next to `NAME.so` it writes `NAME.json` (the manifest the Python runtime reads:
 the SHA-256 of the library's bytes, and per function its parameters, their
@@ -13,6 +13,10 @@ descriptors, inputs in parameter order, then one caller-owned output per
 result.  The `kina_` prefix plus `-Wl,-Bsymbolic` keep a Kina function named
 like a libc function (`step`) from clashing.  Generated functions (`f.rev`)
 are private and inlined.
+
+The toolchain stage is skipped when compiler/cache.py holds a library built from the
+same emitted MLIR with the same options, compiler and toolchain (KINA_CACHE=0 or
+`--no-cache` builds anyway).
 
 Diagnostics of every stage are collected and printed like `kinac check`; a
 stage that reports errors stops the build before the next one runs.
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import cache as build_cache
 from . import ir, toolchain
 from .diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
 from .types import DType, TensorType, TupleType
@@ -51,6 +56,7 @@ class BuildResult:
     lowered: ir.Program | None = None      # after lower_handles (what was emitted)
     mlir: str | None = None
     manifest: dict | None = None
+    cached: bool = False                   # the library came from the build cache
 
 
 # ---- manifest and header --------------------------------------------------------------
@@ -197,11 +203,13 @@ def default_opt_level() -> int:
 
 def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | None = None,
                  timings: dict | None = None,
-                 transform: Callable[[ir.Program], ir.Program] | None = None) -> BuildResult:
+                 transform: Callable[[ir.Program], ir.Program] | None = None,
+                 cache: bool | None = None) -> BuildResult:
     """Build Kina source text into `out_so` (+ manifest and header next to it).
 
     `transform` may rewrite the checked program before handles are lowered (the
-    validator adds gradient wrappers this way)."""
+    validator adds gradient wrappers this way).  `cache`: use the build cache
+    (default: unless KINA_CACHE=0)."""
     timings = {} if timings is None else timings
     opt_level = default_opt_level() if opt_level is None else opt_level
     check_outputs(Path(path), artifact_paths(Path(out_so)))
@@ -211,21 +219,37 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
         return result
     out_so = Path(out_so)
     _check_writable(out_so)
-    try:
-        compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
-                                          timings=timings, program=result.lowered)
-    except toolchain.ToolchainError as e:
-        result.diagnostics.append(Diagnostic("toolchain", str(e), Span(0, 0)))
-        return result
-    result.diagnostics += compiled.diagnostics
-    if not compiled.ok:
-        return result
+    key = _timed(timings, "cache", _cache_key, mlir, opt_level, cache)
+    result.cached = key is not None and _timed(timings, "cache", build_cache.fetch, key, out_so)
+    if not result.cached:
+        try:
+            compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
+                                              timings=timings, program=result.lowered)
+        except toolchain.ToolchainError as e:
+            result.diagnostics.append(Diagnostic("toolchain", str(e), Span(0, 0)))
+            return result
+        result.diagnostics += compiled.diagnostics
+        if not compiled.ok:
+            return result
+        if key is not None:
+            _timed(timings, "cache", build_cache.store, key, out_so,
+                   {"source": Path(path).name, "opt_level": opt_level})
     t0 = time.perf_counter()
     result.manifest_path, result.header_path, result.manifest = write_artifacts(
         result.program, out_so, str(path))
     timings["manifest"] = time.perf_counter() - t0
     result.so_path, result.ok = out_so, True
     return result
+
+
+def _cache_key(mlir: str, opt_level: int, use: bool | None) -> str | None:
+    """The build-cache key of this build, or None when the cache is off or unusable."""
+    if not build_cache.enabled(use):
+        return None
+    try:
+        return build_cache.key_for(mlir, opt_level)
+    except (OSError, toolchain.ToolchainError):   # no tools: the build reports it itself
+        return None
 
 
 def _check_writable(out_so: Path) -> None:
@@ -275,13 +299,13 @@ def check_outputs(source: Path | None, outputs: dict[str, Path]) -> None:
 
 
 def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
-               timings: dict | None = None, transform=None) -> BuildResult:
+               timings: dict | None = None, transform=None, cache: bool | None = None) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
     out_so = Path(out_so) if out_so else default_output(path)
     text = read_source(path)   # UsageError when unreadable
     return build_source(text, str(path), out_so, opt_level=opt_level,
-                        timings=timings, transform=transform)
+                        timings=timings, transform=transform, cache=cache)
 
 
 # ---- CLI hooks (compiler/cli.py calls these) --------------------------------------------
@@ -307,6 +331,8 @@ def add_build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the .kina source file")
     parser.add_argument("-o", "--output", help="the shared library to write (default: FILE.so)")
     parser.add_argument("--timings", action="store_true", help="print the time of each stage")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="build even when the build cache holds this library (also: KINA_CACHE=0)")
     _add_opt_args(parser)
 
 
@@ -319,14 +345,16 @@ def format_timings(timings: dict) -> str:
 
 def cli_build(args) -> int:
     timings: dict = {}
-    result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings)
+    result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings,
+                        cache=False if getattr(args, "no_cache", False) else None)
     print_diagnostics(result)
     if getattr(args, "timings", False):
         print(format_timings(timings))
     if not result.ok:
         print(f"kinac build: {args.file}: build failed", file=sys.stderr)
         return 1
-    print(f"wrote {result.so_path} ({len(result.manifest['functions'])} functions), "
+    print(f"wrote {result.so_path} ({len(result.manifest['functions'])} functions"
+          f"{', from the build cache' if result.cached else ''}), "
           f"{result.manifest_path.name}, {result.header_path.name}")
     return 0
 

@@ -150,16 +150,15 @@ def shard_range(dim: int, world_size: int, rank: int, what: str) -> tuple[int, i
 def pin_single_thread(local_rank: int = 0) -> int:
     """Run this rank on one CPU, single-threaded; returns the CPU.
 
-    At -O2 the big kernels are parallel loops on MLIR's async runtime, whose thread pool
-    (llvm::ThreadPool with the hardware_concurrency strategy) has as many workers as the
-    CPUs in the affinity mask of the thread that first uses it (it has no environment
-    variable); async-parallel-for (num-workers=-1) sizes its blocks from that count.  Pinned
-    before the first kernel call, the pool gets one worker, and that worker, the caller and
-    every later thread inherit the one-CPU mask.  torch (only the transport here) gets one
-    intra-op thread too."""
+    At -O2 the big kernels are OpenMP parallel loops (compiler/threads.py): LLVM's libomp
+    starts as many threads as the CPUs in the process's affinity mask when its first
+    parallel loop runs, unless OMP_NUM_THREADS says otherwise.  Pinned (and OMP_NUM_THREADS=1)
+    before the first kernel call, every parallel loop runs on the calling thread alone.
+    torch (only the transport here) gets one intra-op thread too."""
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[local_rank % len(cpus)]
     os.sched_setaffinity(0, {cpu})
+    os.environ["OMP_NUM_THREADS"] = "1"
     try:
         import torch
         torch.set_num_threads(1)

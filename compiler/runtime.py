@@ -36,14 +36,13 @@ ways, both checking every array on every call:
 
 The runtime keeps no reference to any array after a call and shares no mutable
 state between calls, so calls from several threads are safe.  Library functions
-call no malloc for their results, so repeated calls do not grow memory.  A
-process forked after a multithreaded (-O2) kernel ran refuses to call
-multithreaded functions (the thread pool does not survive fork(); see `_Pool`).
+call no malloc for their results, so repeated calls do not grow memory.
+Multithreaded (-O2) kernels run on LLVM's OpenMP runtime, which re-creates its
+threads in a child after fork(): a forked child calls them like its parent.
 """
 from __future__ import annotations
 
 import ctypes
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,31 +83,6 @@ class KinaIndexError(KinaArgumentError, IndexError):
     """An I64 argument holding an index outside the range its uses allow (gather, take_along_axis)."""
 
 
-class _Pool:
-    """MLIR's async runtime (the thread pool of -O2 multithreaded kernels) is process-global
-    and starts its worker threads on the first parallel loop.  fork() copies none of them:
-    in a child forked after that, the next parallel loop queues tasks no thread runs and
-    waits forever.  So a call of a multithreaded library's function marks the pool as
-    started, and a child forked after that refuses such calls with a clear error."""
-    started = False   # a multithreaded library function was called in this process (or its parent)
-    broken = False    # this process was forked after that
-
-    @classmethod
-    def enter(cls, name: str) -> None:
-        if cls.broken:
-            raise KinaRuntimeError(
-                f"{name}: this process was forked after a multithreaded (-O2) Kina kernel ran in its "
-                f"parent; MLIR's async runtime thread pool does not survive fork(), so the call would "
-                f"hang.  Call it in the parent, start workers with multiprocessing's 'spawn' or "
-                f"'forkserver' method, fork before the first multithreaded call, or build with -O0")
-        cls.started = True
-
-    @classmethod
-    def after_fork_in_child(cls) -> None:
-        cls.broken = cls.broken or cls.started
-
-
-os.register_at_fork(after_in_child=_Pool.after_fork_in_child)
 
 
 # ---- descriptors ---------------------------------------------------------------------
@@ -177,7 +151,7 @@ class KinaFunction:
         self._bounded = [(i, p) for i, p in enumerate(self.params) if p.bound is not None]
         self._slots = [(int(np.prod(s.shape, dtype=np.int64)) * s.np_dtype.itemsize, k)   # (bytes, index)
                        for k, s in enumerate(self.params + self.results)]
-        self.threaded = threaded   # its library runs kernels on MLIR's async thread pool
+        self.threaded = threaded   # its library runs kernels on the OpenMP runtime's threads
         packed.argtypes, packed.restype = [ctypes.c_void_p], None
         self._packed = packed
         self._fast = self._fast_entry(packed) if fastcall else None
@@ -209,8 +183,6 @@ class KinaFunction:
 
     # -- a call: the C fast path, else the Python checks and a ctypes call -------------
     def __call__(self, *args, out=None):
-        if self.threaded:
-            _Pool.enter(self.name)
         if out is None:
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:

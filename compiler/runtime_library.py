@@ -21,10 +21,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import threads
+
 MANIFEST_FORMAT = 2      # 2: library_sha256 and per-parameter index_bound
-# Symbols of MLIR's async runtime (its thread pool): a library that calls them runs
-# multithreaded kernels (compiler/engine.py, ASYNC_RUNTIME_PREFIX; sic "Runtim").
-THREAD_POOL_SYMBOL = b"mlirAsyncRuntim"
+# A library that calls the OpenMP runtime runs multithreaded kernels (compiler/threads.py).
+THREAD_POOL_SYMBOL = threads.FORK_SYMBOL
 
 
 class KinaRuntimeError(Exception):
@@ -68,7 +69,10 @@ def open_library(path: Path, manifest: dict) -> tuple[ctypes.CDLL, bool]:
                                f"with SHA-256 {str(manifest['library_sha256'])[:16]}..., this one is "
                                f"{digest[:16]}... (rebuilt or replaced without its manifest); rebuild "
                                f"with `kinac build` and keep {path.name} and its .json together")
-    return _dlopen_copy(path, data), THREAD_POOL_SYMBOL in data
+    threaded = THREAD_POOL_SYMBOL in data
+    if threaded:
+        threads.prepare_process()
+    return _dlopen_copy(path, data), threaded
 
 
 def _dlopen_copy(path: Path, data: bytes) -> ctypes.CDLL:

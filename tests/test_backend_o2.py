@@ -1,0 +1,246 @@
+"""The -O2 back end's build-time machinery: kernel outlining (pipelines.OUTLINE_LIBRARY),
+identical-kernel merging and the opt/llc stage (compiler/llvm_stage.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from compiler import build, engine, llvm_stage, pipelines, rewrites, runtime
+
+TWICE = """
+fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 128]]) -> Tensor[F32, [64, 128]] {
+  let a = x + y in
+  let b = a.tanh() in
+  let c = b + w in
+  let d = c.tanh() in
+  let e = d * x in
+  e
+}
+"""
+
+
+def _lowered(tmp_path, ir, passmanager, text: str):
+    """The module after the -O2 pass pipeline, before LLVM (inside an ir.Context)."""
+    src = tmp_path / "k.kina"
+    src.write_text(text)
+    res = build.BuildResult(False, source=build.SourceText(text, str(src)))
+    mlir = build.front_end(text, str(src), {}, res)
+    module = ir.Module.parse(mlir)
+    engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
+    return module
+
+
+def _kernels(ir, module) -> list[str]:
+    return [ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+            if op.operation.name == "llvm.func" and
+            ir.StringAttr(op.attributes["sym_name"]).value.startswith(llvm_stage.KERNEL_PREFIX)]
+
+
+def test_each_loop_nest_is_a_private_noinline_kernel_and_twins_merge(tmp_path):
+    ir, passmanager, _ = engine.engine_module()
+    with ir.Context():
+        module = _lowered(tmp_path, ir, passmanager, TWICE)
+        kernels = _kernels(ir, module)
+        assert len(kernels) == 5                       # one per elementwise op
+        text = str(module)
+        assert 'passthrough = ["noinline"]' in text and "llvm.func internal @kina.kernel" in text
+        merged = llvm_stage.dedupe_kernels(ir, module)      # x + y and b + w are twins (at least)
+        assert merged >= 1 and len(_kernels(ir, module)) == 5 - merged
+        assert llvm_stage.dedupe_kernels(ir, module) == 0   # nothing left to merge
+        assert module.operation.verify()
+        calls = [c for c in str(module).split("llvm.call @")[1:] if c.startswith("kina.kernel")]
+        assert {c.split("(")[0] for c in calls} <= set(_kernels(ir, module))
+
+
+def test_merged_kernels_compute_each_call_on_its_own_operands(tmp_path):
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    res = build.build_file(src, tmp_path / "t.so", 2)
+    assert res.ok, res.diagnostics
+    rng = np.random.default_rng(0)
+    x, y, w = (rng.standard_normal((64, 128)).astype(np.float32) for _ in range(3))
+    want = np.tanh(np.tanh(x + y) + w) * x
+    np.testing.assert_allclose(runtime.load(res.so_path).f(x, y, w), want, rtol=1e-6, atol=1e-6)
+
+
+def test_llvm_targets_the_host_triple():
+    flags = llvm_stage.host_target()
+    assert flags[-1] == "-mcpu=native" and flags[0].startswith("-mtriple=")
+
+
+SPLAT = """
+fn big(x: Tensor[F32, [300, 300]]) -> Tensor[F32, [300, 300]] {
+  let c = Tensor[F32, [300, 300]]{1.5} in
+  let z = Tensor[F32, [300, 300]]{} in
+  let y = x + c + z in
+  y
+}
+"""
+
+
+def test_large_splat_literals_are_fills_not_element_lists(tmp_path):
+    """A [10000, 10000] splat used to be written element by element into the object file."""
+    src = tmp_path / "s.kina"
+    src.write_text(SPLAT)
+    res = build.BuildResult(False, source=build.SourceText(SPLAT, str(src)))
+    mlir = build.front_end(SPLAT, str(src), {}, res)
+    assert "tensor<300x300xf32>" in mlir and "dense<1.5> : tensor<300x300xf32>" not in mlir
+    assert mlir.count("linalg.fill") >= 2
+    small = "fn f(x: Tensor[F32, [2, 2]]) -> Tensor[F32, [2, 2]] {\n  x * Tensor[F32, [2, 2]]{2.0}\n}\n"
+    assert "dense<2.0> : tensor<2x2xf32>" in build.front_end(small, "f.kina", {}, build.BuildResult(
+        False, source=build.SourceText(small, "f.kina")))                # small splats stay constants
+    for level in (0, 2):
+        out = build.build_file(src, tmp_path / f"s{level}.so", level)
+        assert out.ok, out.diagnostics
+        x = np.arange(90000, dtype=np.float32).reshape(300, 300)
+        np.testing.assert_array_equal(runtime.load(out.so_path).big(x), x + np.float32(1.5))
+
+
+def test_shared_empty_tensors_are_split_into_groups():
+    """CSE leaves one tensor.empty for every same-typed output; bufferization's analysis of
+    its uses is quadratic, so uses beyond EMPTY_GROUP get clones (a 4,000-let function built
+    in 81 s, 70 of them in one-shot-bufferize)."""
+    n = 2 * rewrites.EMPTY_GROUP + 5
+    body = "\n".join(f"  %r{i} = linalg.copy ins(%a : tensor<4xf32>) outs(%e : tensor<4xf32>) -> tensor<4xf32>"
+                     for i in range(n))
+    text = (f"func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {{\n  %e = tensor.empty() : tensor<4xf32>\n"
+            f"{body}\n  return %r0 : tensor<4xf32>\n}}\n")
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(text)
+        assert rewrites.unshare_empty_tensors(ir, module) == 2
+        assert module.operation.verify()
+        uses = [len(list(op.results[0].uses)) for op in module.body.operations[0].regions[0].blocks[0].operations
+                if op.operation.name == "tensor.empty"]
+        assert sorted(uses) == [5, rewrites.EMPTY_GROUP, rewrites.EMPTY_GROUP]
+        assert rewrites.unshare_empty_tensors(ir, module) == 0
+
+
+def test_emit_llvm_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path):
+    from compiler import toolchain
+    text, diags = toolchain.mlir_to_llvm_ir(build.front_end(TWICE, "t.kina", {}, build.BuildResult(
+        False, source=build.SourceText(TWICE, "t.kina"))), opt_level=2)
+    assert not diags and "define" in text
+    # @tag-outline ran between the mlir-opt processes, and "@outline" found its script again
+    assert text.count("define internal void @kina.kernel") == 5
+
+
+def test_parallel_loops_are_dynamically_scheduled(tmp_path):
+    """A descheduled thread must not hold back a static share: every OpenMP loop is
+    schedule(dynamic) (results are per block or row, so unchanged)."""
+    from compiler import threads
+    if threads.openmp_library() is None:
+        import pytest
+        pytest.skip("no OpenMP runtime")
+    text = "fn mm(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 512]]) -> Tensor[F32, [64, 512]] {\n  a @ b\n}\n"
+    src = tmp_path / "mm.kina"
+    src.write_text(text)
+    res = build.build_file(src, tmp_path / "mm.so", 2)
+    assert res.ok, res.diagnostics
+    assert b"__kmpc_dispatch_next" in res.so_path.read_bytes()
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, 512)).astype(np.float32)
+    np.testing.assert_allclose(runtime.load(res.so_path).mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+SMALL = "fn f(x: Tensor[F32, [4, 8]]) -> Tensor[F32, [4, 8]] {\n  let a = x + x in\n  let b = a.tanh() in\n  b * x\n}\n"
+
+
+def test_small_loop_nests_stay_inline_unless_a_function_has_many(tmp_path):
+    """StoryLM-0-sized kernels: a call each cost 30% of its step, so they stay in their
+    function; a function of more than OUTLINE_SMALL_LIMIT of them is outlined all the same
+    (LLVM's time grew superlinearly with their count)."""
+    ir, passmanager, _ = engine.engine_module()
+    with ir.Context():
+        assert _kernels(ir, _lowered(tmp_path, ir, passmanager, SMALL)) == []
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import letgen
+    many = letgen.let_chain(3 * pipelines.OUTLINE_SMALL_LIMIT, rows=4, cols=8)
+    with ir.Context():
+        assert len(_kernels(ir, _lowered(tmp_path, ir, passmanager, many))) > 0
+
+
+# The scaled StoryLM's `probs @ v` (B * H = 32 heads there): a parallel batch_matmul
+# whose forall body is a kernel call next to its 64 x 32 fill loop, too small to outline.
+PARALLEL_BMM = """
+fn f(p: Tensor[F32, [16, 64, 64]], v: Tensor[F32, [16, 64, 32]]) -> Tensor[F32, [16, 64, 32]] {
+  let out = p @ v in
+  out
+}
+"""
+
+
+def test_parallel_body_with_a_kernel_call_and_an_inline_loop_builds(tmp_path):
+    """Regression: "'memref.alloca_scope' op expects region #0 to have 0 or 1 blocks" at
+    -O2 (convert-scf-to-openmp's scope kept by the canonicalizer because of the call, then
+    split by convert-scf-to-cf); rewrites.inline_alloca_scopes removes the scopes."""
+    src = tmp_path / "bmm.kina"
+    src.write_text(PARALLEL_BMM)
+    res = build.build_file(src, tmp_path / "bmm.so", 2)
+    assert res.ok, [d.message for d in res.diagnostics]
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal((16, 64, 64)).astype(np.float32)
+    v = rng.standard_normal((16, 64, 32)).astype(np.float32)
+    np.testing.assert_allclose(runtime.load(res.so_path).f(p, v), p @ v, rtol=1e-4, atol=1e-4)
+
+
+SCOPES = """
+func.func @f(%n: index, %m: memref<8xf32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %x = arith.constant 1.0 : f32
+  memref.alloca_scope {
+    scf.for %i = %c0 to %n step %c1 {
+      memref.store %x, %m[%c0] : memref<8xf32>
+    }
+  }
+  memref.alloca_scope {
+    %a = memref.alloca() : memref<4xf32>
+    scf.for %i = %c0 to %n step %c1 {
+      memref.store %x, %a[%c0] : memref<4xf32>
+    }
+  }
+  return
+}
+"""
+
+
+def test_alloca_scopes_are_inlined_and_stack_buffers_still_freed():
+    """A scope without stack buffers becomes its body; one with them keeps freeing them at
+    its end through stacksave / stackrestore, and the module then lowers to LLVM."""
+    ir, passmanager, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(SCOPES)
+        assert rewrites.inline_alloca_scopes(ir, module) == 2
+        assert module.operation.verify()
+        text = str(module)
+        assert "alloca_scope" not in text
+        assert text.count("llvm.intr.stacksave") == 1 and text.count("llvm.intr.stackrestore") == 1
+        assert text.index("stacksave") < text.index("memref.alloca()") < text.index("stackrestore")
+        passmanager.PassManager.parse(pipelines.pipeline_text(pipelines._LOWER_TO_LLVM[:2] + [
+            "--finalize-memref-to-llvm", "--convert-arith-to-llvm", "--convert-cf-to-llvm",
+            "--convert-func-to-llvm", "--reconcile-unrealized-casts"])).run(module.operation)
+        assert module.operation.verify() and "llvm.intr.stackrestore" in str(module)
+
+
+LOG_SOFTMAX = "fn f(x: Tensor[F32, [64, 512]]) -> Tensor[F32, [64, 512]] {\n  let y = x.log_softmax(axis=1) in\n  y\n}\n"
+
+
+def test_exp_and_log_call_vector_math_and_match_numpy(tmp_path, monkeypatch):
+    """With libmvec as opt's vector library, the exp / log of a log_softmax are vector
+    calls (1.7x faster at [256, 2048]); KINA_VECTOR_MATH=0 keeps scalar calls."""
+    import pytest
+    if not llvm_stage.vector_math():
+        pytest.skip("no libmvec on this machine")
+    src = tmp_path / "ls.kina"
+    src.write_text(LOG_SOFTMAX)
+    x = np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32) * 4
+    ref = x.astype(np.float64) - np.log(np.exp(x.astype(np.float64)).sum(axis=1, keepdims=True))
+    for setting, vector in (("1", True), ("0", False)):
+        monkeypatch.setenv("KINA_VECTOR_MATH", setting)
+        res = build.build_file(src, tmp_path / f"ls{setting}.so", 2, cache=False)
+        assert res.ok, res.diagnostics
+        assert llvm_stage.uses_vector_math(res.so_path) == vector
+        np.testing.assert_allclose(runtime.load(res.so_path).f(x), ref, rtol=1e-5, atol=1e-5)

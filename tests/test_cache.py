@@ -1,0 +1,165 @@
+"""The build cache (compiler/cache.py): a rebuild of the same program with the same options
+reuses the library; anything that changes the library changes the key; entries are
+checked, bounded and written atomically; the cache never fails a build."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler import build, cache, runtime
+
+SRC = "fn f(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x * x in\n  y\n}\n"
+OTHER = "fn f(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x + x in\n  y\n}\n"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("KINA_CACHE", "1")
+    monkeypatch.setenv("KINA_CACHE_DIR", str(d))
+    return d
+
+
+def _build(tmp_path: Path, text: str, name: str = "a", level: int = 0, **kw) -> build.BuildResult:
+    src = tmp_path / f"{name}.kina"
+    src.write_text(text)
+    timings: dict = {}
+    res = build.build_file(src, tmp_path / "out" / f"{name}.so", level, timings, **kw)
+    assert res.ok, res.diagnostics
+    res.timings = timings
+    return res
+
+
+def _entries(root: Path) -> list[Path]:
+    return [d for d in root.iterdir() if not d.name.startswith(".")] if root.exists() else []
+
+
+def test_second_build_is_a_hit_and_the_library_works(tmp_path, root):
+    first = _build(tmp_path, SRC)
+    assert not first.cached and "mlir-opt" in first.timings and len(_entries(root)) == 1
+    (tmp_path / "out" / "a.so").unlink()
+    second = _build(tmp_path, SRC)
+    assert second.cached and "mlir-opt" not in second.timings
+    assert json.loads(second.manifest_path.read_text())["functions"][0]["name"] == "f"
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(runtime.load(second.so_path).f(x), x * x)
+
+
+def test_the_key_follows_program_and_options_not_the_file_name(tmp_path, root):
+    _build(tmp_path, SRC, "a")
+    assert _build(tmp_path, SRC, "renamed").cached          # same program, another file
+    assert not _build(tmp_path, OTHER, "b").cached          # another program
+    assert not _build(tmp_path, SRC, "a", level=2).cached   # another level
+    assert len(_entries(root)) == 3
+
+
+def test_the_key_changes_with_compiler_toolchain_and_host(monkeypatch):
+    mlir = "module {}"
+    base = cache.key_for(mlir, 0)
+    assert cache.key_for(mlir, 0) == base
+    for fn in ("compiler_fingerprint", "toolchain_fingerprint", "host_fingerprint", "build_settings"):
+        with monkeypatch.context() as m:
+            m.setattr(cache, fn, lambda: "something else")
+            assert cache.key_for(mlir, 0) != base, fn
+
+
+@pytest.mark.parametrize("var,value", [("KINA_OPENMP", "0"), ("KINA_VECTOR_MATH", "0")])
+def test_serial_or_scalar_kernels_are_a_different_key(monkeypatch, var, value):
+    from compiler import llvm_stage, threads
+    if (threads.openmp_library() is None if var == "KINA_OPENMP" else not llvm_stage.vector_math()):
+        pytest.skip(f"{var} changes nothing on this machine")
+    base = cache.key_for("module {}", 2)
+    monkeypatch.setenv(var, value)
+    assert cache.key_for("module {}", 2) != base
+
+
+def test_a_different_cc_is_a_different_key(tmp_path, monkeypatch):
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\nexec cc \"$@\"\n")
+    cc.chmod(0o755)
+    base = cache.key_for("module {}", 0)
+    monkeypatch.setenv("KINA_CC", str(cc))
+    assert cache.key_for("module {}", 0) != base
+
+
+def test_disabled_by_env_and_by_flag(tmp_path, root, monkeypatch, capsys):
+    monkeypatch.setenv("KINA_CACHE", "0")
+    _build(tmp_path, SRC)
+    assert _entries(root) == []
+    monkeypatch.setenv("KINA_CACHE", "1")
+    _build(tmp_path, SRC, cache=False)
+    assert _entries(root) == []
+    _build(tmp_path, SRC)
+    from compiler import cli
+    src = tmp_path / "a.kina"
+    assert cli.main(["build", str(src), "-O0", "-o", str(tmp_path / "c.so")]) == 0
+    assert "from the build cache" in capsys.readouterr().out
+    assert cli.main(["build", str(src), "-O0", "--no-cache", "-o", str(tmp_path / "c.so")]) == 0
+    assert "from the build cache" not in capsys.readouterr().out
+
+
+def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path, root):
+    _build(tmp_path, SRC)
+    [entry] = _entries(root)
+    (entry / "lib.so").write_bytes(b"not a library")
+    again = _build(tmp_path, SRC)
+    assert not again.cached
+    assert _build(tmp_path, SRC).cached
+
+
+def test_unusable_cache_dir_never_fails_a_build(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("KINA_CACHE", "1")
+    monkeypatch.setenv("KINA_CACHE_DIR", str(blocker / "sub"))   # cannot be created
+    assert not _build(tmp_path, SRC).cached
+    assert not _build(tmp_path, SRC).cached
+
+
+def test_eviction_keeps_the_most_recently_used(tmp_path, root, monkeypatch):
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"x" * 1000)
+    for i, key in enumerate(("k1", "k2", "k3")):
+        assert cache.store(key, lib, root=root) is not None
+        os.utime(root / key / "meta.json", (1000 + i, 1000 + i))
+    assert cache.lookup("k1", root) is not None        # a hit refreshes k1
+    assert cache.evict(root, 2500) == 1                 # k2 is now the least recently used
+    assert sorted(d.name for d in _entries(root)) == ["k1", "k3"]
+
+
+def test_store_twice_keeps_one_entry(tmp_path, root):
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"abc")
+    first = cache.store("k", lib, root=root)
+    second = cache.store("k", lib, root=root)
+    assert first and second and second.meta["sha256"] == first.meta["sha256"]
+    assert [d.name for d in root.iterdir()] == ["k"]
+
+
+CONCURRENT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from compiler import build
+res = build.build_file(sys.argv[2], sys.argv[3], 0)
+print("ok" if res.ok else "failed")
+"""
+
+
+def test_concurrent_builds_of_one_program(tmp_path, root):
+    src = tmp_path / "a.kina"
+    src.write_text(SRC)
+    env = dict(os.environ)
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(ROOT), str(src), str(tmp_path / f"o{i}.so")],
+                              stdout=subprocess.PIPE, text=True, env=env) for i in range(3)]
+    assert [p.communicate(timeout=300)[0].strip() for p in procs] == ["ok"] * 3
+    assert len(_entries(root)) == 1
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    for i in range(3):
+        np.testing.assert_array_equal(runtime.load(tmp_path / f"o{i}.so").f(x), x * x)
