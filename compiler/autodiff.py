@@ -31,7 +31,7 @@ from .ops import OPS
 from .types import TensorType, TupleType
 from .vjp import VJPS, VJP, Builder  # noqa: F401  (VJPS is this stage's table)
 
-HANDLERS = ("reverseMode",)
+HANDLERS = ("reverseMode",)   # the effect handlers this stage implements (the checker accepts these)
 _MAX_INLINE_DEPTH = 32
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import ir, syntax
+from .autodiff import HANDLERS
 from .check_op_args import apply_op, is_static_arg
 from .check_hints import RETURN_MESSAGE, foreign_note
 from .check_scalars import literal_text, number_message, splat_operands, value_problem
@@ -22,7 +23,6 @@ from .diagnostics import DiagnosticBag, Fix, Note, Span
 from .ops import INFIX, OPS, SURFACE_OPS
 from .types import DType, TensorType, TupleType
 
-HANDLERS = ("reverseMode",)
 WILDCARD = "_"   # a let pattern item that binds nothing
 
 

@@ -22,14 +22,12 @@ import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.parsers.lalr_interactive_parser import InteractiveParser
-from lark.utils import TextSlice
 
-from . import syntax as ast
+from . import lex, syntax as ast
 from .check_hints import RETURN_MESSAGE
 from .diagnostics import Diagnostic, Span
 from .types import DType
@@ -333,17 +331,13 @@ class _ToAst(Transformer):
 
 _TO_AST = _ToAst()
 _PARSER = Lark(
-    (Path(__file__).with_name("grammar.lark")).read_text(encoding="utf-8"),
+    lex.GRAMMAR,
     parser="lalr",
     lexer="basic",
     keep_all_tokens=True,
     transformer=_TO_AST,
     maybe_placeholders=False,
 )
-# Lark.lex() builds a new lexer on every call unless the Lark object has one (about 1 ms
-# each: recovery lexes every broken item, once per bad character); the lexer holds only
-# compiled patterns, so one serves every call.
-_PARSER.lexer = _PARSER._build_lexer()
 
 
 # ---- syntax errors --------------------------------------------------------------
@@ -363,13 +357,10 @@ _AFTER = {"IN": "after `in`", "EQUAL": "after `=`", "LET": "after `let`", "COLON
 def _terminal_name(name: str) -> str:
     if name in _TERMINAL_NAMES:
         return _TERMINAL_NAMES[name]
-    term = _TERMINALS.get(name)
+    term = lex.TERMINALS.get(name)
     if term is not None and term.pattern.type == "str":
         return f"`{term.pattern.value}`"
     return name.lower()
-
-
-_TERMINALS = {t.name: t for t in _PARSER.terminals}
 
 
 def _describe_expected(expected: set[str]) -> str:
@@ -398,13 +389,8 @@ def _describe_expected(expected: set[str]) -> str:
 
 def _token_before(text: str, pos: int) -> Token | None:
     """The last token before `pos` (for "after `in`"); only computed on an error."""
-    last = None
-    try:
-        for last in _PARSER.lex(text[:pos]):
-            pass
-    except UnexpectedInput:
-        return None
-    return last
+    before = lex.tokens(text, 0, pos)
+    return before[-1] if before and before[-1].type != lex.BAD else None
 
 
 def _found(tok: Token | None) -> str:
@@ -461,7 +447,6 @@ def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diag
 # AST is thrown away anyway, only the diagnostics are kept.
 MAX_ERRORS_PER_ITEM = 20
 
-_BAD = "BAD_CHARACTER"            # pseudo-token: a character that starts no token
 _OPENERS = frozenset({"LPAR", "LSQB", "LBRACE"})
 _CLOSERS = frozenset({"RPAR", "RSQB", "RBRACE"})
 _BRACKET_STEP = {**{t: 1 for t in _OPENERS}, **{t: -1 for t in _CLOSERS}}
@@ -475,43 +460,6 @@ def _failure_diagnostic(err: Exception, text: str, offset: int) -> Diagnostic:
     if not isinstance(problem, SyntaxProblem):
         raise err
     return Diagnostic("syntax", problem.message, problem.span)
-
-
-# Whether some terminal matches at a position: lark's lexer fails exactly where none does.
-_ANY_TERMINAL = re.compile("|".join(f"(?:{t.pattern.to_regexp()})" for t in _PARSER.terminals
-                                    if t.name not in _PARSER.ignore_tokens))
-_BLANK = re.compile(r"\s+")
-
-
-def _junk_end(text: str, pos: int) -> int:
-    """End of the run of junk starting with the bad character at `pos`: further bad
-    characters and blanks.  Only the first one is worth a diagnostic (recovery skips the
-    rest), and lexing each separately would make a pasted binary blob quadratic-ish slow."""
-    pos += 1
-    while pos < len(text):
-        blank = _BLANK.match(text, pos)
-        if blank:
-            pos = blank.end()
-        elif _ANY_TERMINAL.match(text, pos):
-            break
-        else:
-            pos += 1
-    return pos
-
-
-def _tokens(text: str) -> list[Token]:
-    """Every token of an item, in order.  A run of characters no terminal matches
-    becomes one _BAD token spanning its first character; lexing resumes after the run."""
-    out: list[Token] = []
-    pos = 0
-    while True:
-        try:
-            out.extend(_PARSER.lex(TextSlice(text, pos, len(text))))
-            return out
-        except UnexpectedCharacters as err:
-            bad = err.pos_in_stream
-            out.append(Token(_BAD, text[bad], start_pos=bad, end_pos=bad + 1))
-            pos = _junk_end(text, bad)
 
 
 def _resume_at(tokens: list[Token], i: int, depth: int) -> int | None:
@@ -538,13 +486,13 @@ def _feed_error(parser: InteractiveParser, tok: Token, before: Token | None,
                 text: str, offset: int) -> Diagnostic | None:
     """Feed one token (`before` is the token preceding it in the text); the diagnostic
     if the parser rejects it, None if it accepts it."""
-    if tok.type == _BAD:
+    if tok.type == lex.BAD:
         return _bad_character(text, tok.start_pos).shift(offset)
     try:
         parser.feed_token(tok)
     except UnexpectedToken as err:
         err.interactive_parser = parser        # what the failed state accepts, as in a plain parse
-        last = None if before is None or before.type == _BAD else before
+        last = None if before is None or before.type == lex.BAD else before
         return _error_diagnostic(err, text, last).shift(offset)
     except (SyntaxProblem, VisitError) as err:
         return _failure_diagnostic(err, text, offset)
@@ -555,7 +503,7 @@ def _recover(text: str, offset: int) -> list[Diagnostic]:
     """All syntax errors of one item (at most MAX_ERRORS_PER_ITEM), in document offsets.
     The caller holds _PARSE_LOCK with _TO_AST.offset set: SyntaxProblem spans come from
     the transformer, which runs while tokens are fed."""
-    tokens = _tokens(text)
+    tokens = lex.tokens(text)
     end = Token("$END", "", start_pos=len(text), end_pos=len(text))
     parser = _PARSER.parse_interactive(text)
     snapshot: InteractiveParser | None = None

@@ -28,7 +28,7 @@ from typing import Callable
 
 from lsprotocol import types as lsp
 
-from compiler import ir, syntax as ast
+from compiler import ir, lex, syntax as ast
 from compiler.check_scalars import literal_text
 from compiler.diagnostics import Span
 
@@ -59,7 +59,7 @@ def _label(node) -> str:
 
 
 def _fresh(base: str, text: str) -> str:
-    taken = set(re.findall(r"[A-Za-z_]\w*", text))
+    taken = {str(t) for t in lex.tokens(text) if t.type in lex.WORDS}
     name, n = base, 1
     while name in taken:
         n += 1

@@ -9,17 +9,13 @@ cursor is in, so expand selection still does something sensible.
 """
 from __future__ import annotations
 
-import re
-
 from lsprotocol import types as lsp
 
-from compiler import parse, syntax as ast
+from compiler import lex, parse, syntax as ast
 from compiler.diagnostics import Span
 
 from . import astutil
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_IN = re.compile(r"(?:\s+|//[^\n]*)*in\b")
 
 
 def _inside(span: Span, offset: int) -> bool:
@@ -54,8 +50,9 @@ def _expression_path(node, offset: int) -> list[Span]:
 
 def _let_link(text: str, let: ast.Let) -> Span:
     """`let PATTERN = VALUE in` (the let's own span runs to the end of the chain)."""
-    m = _IN.match(text, let.value.span.end)
-    return Span(let.span.start, m.end() if m else let.value.span.end)
+    after = lex.tokens(text, let.value.span.end, let.span.end)
+    in_ = after[0] if after and after[0].type == "IN" else None
+    return Span(let.span.start, in_.end_pos if in_ is not None else let.value.span.end)
 
 
 def _in_signature(fn: ast.FnDef, offset: int) -> list[Span]:
@@ -95,10 +92,9 @@ def spans_at(view, offset: int) -> list[Span]:
     else:
         item = next((it for it in parse.split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
-    word = next((m for m in _WORD.finditer(text, max(0, offset - 64), min(len(text), offset + 64))
-                 if m.start() <= offset <= m.end()), None)
+    word = lex.word_at(text, offset, numbers=True)
     if word is not None:
-        spans.append(Span(word.start(), word.end()))
+        spans.append(Span(word.start_pos, word.end_pos))
     out = []
     for s in spans:   # each strictly inside the previous one
         if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):

@@ -3,12 +3,13 @@ with the op table and the module's function names, so built-in ops, user
 functions, dtypes and the reverseMode handler are told apart even where a
 TextMate grammar cannot.
 
-Token rows are (line, start, length) in the negotiated position encoding,
-delta-encoded as LSP requires.  The pass is linear in the text: offsets become
-positions through LineIndex.positions (no per-token walk of the line), and the
-look-behind of each word ("after a `.`", "after `fn`") scans back over blanks
-only (it used to copy the text before every word: issue 12, F1).  It runs on a worker
-thread, so a huge file never holds up other requests on the event loop.
+The tokens are compiler.lex's (the grammar's own terminals, comments kept); a
+word is classified by the code tokens on either side ("after a `.`", "before
+a `(`", "after `fn`").  Token rows are (line, start, length) in the negotiated
+position encoding, delta-encoded as LSP requires.  The pass is linear in the
+text: offsets become positions through LineIndex.positions (no per-token walk
+of the line; a per-word copy of the text before it was once quadratic).  It runs on a
+worker thread, so a huge file never holds up other requests on the event loop.
 
 Deltas (`textDocument/semanticTokens/full/delta`): the last full result of each
 document is kept under a result id; a delta request for that id is answered
@@ -19,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as lsp
 
+from lark import Token
+
+from compiler import lex
+from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
 from compiler.types import DType
@@ -34,63 +38,61 @@ TOKEN_TYPES = ["keyword", "type", "function", "method", "parameter", "variable",
 TOKEN_MODIFIERS = ["declaration", "defaultLibrary"]
 LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
 
-_TOKEN = re.compile(r"(?P<comment>//[^\n]*)|(?P<number>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-                    r"|(?P<ident>[A-Za-z_]\w*)(?P<call>\s*\()?(?P<kw>\s*=(?!=))?")
-_KEYWORDS = {"fn", "let", "in", "handle", "with", "Tensor"}
 _DTYPES = {d.value for d in DType}
 _ENUMS = {c for op in SURFACE_OPS.values() for a in op.attrs for c in a.choices}
 _TYPE_INDEX = {name: i for i, name in enumerate(TOKEN_TYPES)}
-_WORD_CHAR = re.compile(r"\w")
+_NONE = Token("$NONE", "")       # stands for "no token" before the first and after the last
 
 
-def _before(text: str, pos: int) -> int:
-    """Index just past the last non-blank character before pos (0 if none)."""
-    while pos > 0 and text[pos - 1].isspace():
-        pos -= 1
-    return pos
-
-
-def _classify(m: re.Match, text: str, functions: set[str]) -> tuple[str, int] | None:
-    """(token type, modifier bits) of one identifier match."""
-    word = m.group("ident")
-    if word in _KEYWORDS:
+def _classify(tok: Token, prev: Token, nxt: Token, functions: set[str], params: set[str]) -> tuple[str, int] | None:
+    """(token type, modifier bits) of one token, from its neighbours (comments skipped)."""
+    if tok.type == lex.COMMENT:
+        return "comment", 0
+    if tok.type in lex.NUMBERS:
+        return "number", 0
+    if tok.type in lex.KEYWORD_TERMINALS:
         return "keyword", 0
+    if tok.type != "NAME":
+        return None
+    return _classify_name(str(tok), prev.type, nxt.type, functions, params)
+
+
+def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: set[str]) -> tuple[str, int] | None:
     if word in _DTYPES:
         return "type", 0
-    if word == "reverseMode":
+    if word in HANDLERS:
         return "macro", 2
-    if m.group("kw"):
+    if nxt == "EQUAL":
         return "property", 0
-    prev = _before(text, m.start())
-    after_dot = prev > 0 and text[prev - 1] == "."
-    if word in SURFACE_OPS and (after_dot or m.group("call")):
+    call, after_dot = nxt == "LPAR", prev == "DOT"
+    if word in SURFACE_OPS and (after_dot or call):
         return ("method" if after_dot else "function"), 2
-    if word in functions and m.group("call"):
-        declares = text.startswith("fn", prev - 2) and not (prev > 2 and _WORD_CHAR.match(text[prev - 3]))
-        return "function", 1 if declares else 0
-    if word in _ENUMS and prev > 0 and text[prev - 1] == "=":
+    if word in functions and call:
+        return "function", 1 if prev == "FN" else 0
+    if word in _ENUMS and prev == "EQUAL":
         return "enumMember", 0
+    if word in params:
+        return "parameter", 0
     return None  # plain variables are left to the editor's own highlighting
 
 
 def token_rows(text: str, functions: set[str], params: set[str], start: int = 0, end: int | None = None):
     """(start, end, type index, modifier bits) of every token that starts in [start, end), in order."""
     end = len(text) if end is None else end
-    # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
-    for m in _TOKEN.finditer(text, start, len(text)):
-        if m.start() >= end:
+    toks = lex.tokens(text, comments=True)
+    n, prev = len(toks), _NONE
+    for i, tok in enumerate(toks):
+        if tok.start_pos >= end:
             break
-        if m.group("comment"):
-            yield m.start(), m.end(), _TYPE_INDEX["comment"], 0
-        elif m.group("number"):
-            yield m.start(), m.end(), _TYPE_INDEX["number"], 0
-        else:
-            cls = _classify(m, text, functions)
-            if cls is None:
-                if m.group("ident") not in params:
-                    continue
-                cls = ("parameter", 0)
-            yield m.start("ident"), m.end("ident"), _TYPE_INDEX[cls[0]], cls[1]
+        j = i + 1
+        while j < n and toks[j].type == lex.COMMENT:      # neighbours skip comments
+            j += 1
+        cls = _classify(tok, prev, toks[j] if j < n else _NONE, functions, params)
+        if tok.type != lex.COMMENT:
+            prev = tok
+        # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
+        if cls is not None and tok.start_pos >= start:
+            yield tok.start_pos, tok.end_pos, _TYPE_INDEX[cls[0]], cls[1]
 
 
 def encode(rows, index) -> list[int]:

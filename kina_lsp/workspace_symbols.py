@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
-from compiler import parse
+from compiler import lex, parse
 
 from .convert import LineIndex
 
@@ -32,7 +31,6 @@ MAX_FILE_BYTES = 1 << 20    # larger .kina files are not read
 MAX_RESULTS = 500
 SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "dist", "build", "artifacts"}
 
-_FN_NAME = re.compile(r"fn\s+([A-Za-z_][A-Za-z0-9_]*)")
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-symbols")
 
 
@@ -40,9 +38,9 @@ def functions_in(text: str) -> list[tuple[str, int, int, int, int]]:
     """(name, name start, name end, item start, item end) of every function of a text."""
     out = []
     for item in parse.split_items(text):
-        m = _FN_NAME.match(text, item.start, item.end)
-        if m:
-            out.append((m.group(1), m.start(1), m.end(1), item.start, item.end))
+        head = lex.tokens(text, item.start, min(item.end, item.start + 256))[:2]   # `fn NAME`
+        if len(head) == 2 and head[1].type == "NAME":
+            out.append((str(head[1]), head[1].start_pos, head[1].end_pos, item.start, item.end))
     return out
 
 

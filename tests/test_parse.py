@@ -1,5 +1,5 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
-from compiler import syntax as ast
+from compiler import lex, syntax as ast
 from compiler.diagnostics import SourceText
 from compiler.parse import MAX_DEPTH, MAX_ERRORS_PER_ITEM, parse_item, parse_module, split_items
 
@@ -232,3 +232,29 @@ def test_errors_per_item_are_capped():
     diags = parse_module(fn(lets + "\n  a"))[1]
     assert len(diags) == MAX_ERRORS_PER_ITEM
     assert all(d.message == "expected an expression, found `*`" for d in diags)
+
+
+# ---- the lexer (compiler.lex: shared by the parser's recovery and the language server) ----
+def test_lexer_keywords_are_the_grammars_word_terminals():
+    assert lex.KEYWORDS == {"fn", "let", "in", "handle", "with", "Tensor"}
+    assert [t.type for t in lex.tokens("fn let in handle with Tensor fnx")] == [
+        "FN", "LET", "IN", "HANDLE", "WITH", "TENSOR", "NAME"]
+
+
+def test_lexer_never_fails_and_keeps_document_offsets():
+    text = "x = 1.5e3 \x00\x01\x02 // note\n  y.exp(2)"
+    toks = lex.tokens(text, comments=True)
+    assert [(t.type, str(t)) for t in toks] == [
+        ("NAME", "x"), ("EQUAL", "="), ("FLOAT", "1.5e3"), (lex.BAD, "\x00"), ("COMMENT", "// note"),
+        ("NAME", "y"), ("DOT", "."), ("NAME", "exp"), ("LPAR", "("), ("INT", "2"), ("RPAR", ")")]
+    assert all(text[t.start_pos:t.end_pos] == str(t) for t in toks)
+    assert [str(t) for t in lex.tokens(text, text.index("y"), text.index("("))] == ["y", ".", "exp"]
+    assert "COMMENT" not in {t.type for t in lex.tokens(text)}
+
+
+def test_word_at_reads_one_line():
+    text = "let ab = 12\nin cd"
+    assert str(lex.word_at(text, 5)) == "ab" and str(lex.word_at(text, 6)) == "ab"
+    assert lex.word_at(text, 10) is None and str(lex.word_at(text, 10, numbers=True)) == "12"
+    assert str(lex.word_at(text, len(text))) == "cd"
+    assert lex.is_word("abc_1") and not lex.is_word("1abc") and not lex.is_word("a b") and not lex.is_word("")
