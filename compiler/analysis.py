@@ -125,7 +125,7 @@ class Snapshot:
 
     @cached_property
     def module(self) -> ast.Module:
-        return ast.Module([it.fn for it in self.items if it.res.fn is not None], Span(0, len(self.text)))
+        return ast.Module(tuple(it.fn for it in self.items if it.res.fn is not None), Span(0, len(self.text)))
 
     @cached_property
     def program(self) -> ir.Program:

@@ -124,7 +124,7 @@ def _positional_attr(bag, op: OpDef, statics):
     out, ok = [], True
     for i, s in enumerate(statics):
         if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
-            out.append((positional.name, list(s.values), s.span, s.span))
+            out.append((positional.name, tuple(s.values), s.span, s.span))
             continue
         if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
             out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`
@@ -140,7 +140,7 @@ def _normalise(bag, op: OpDef, spec, value, span: Span):
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
     if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if spec.kind in ("ints", "axes") and isinstance(value, list) and all(isinstance(v, int) for v in value):
+    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, int) for v in value):
         return tuple(value)
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value
@@ -149,7 +149,7 @@ def _normalise(bag, op: OpDef, spec, value, span: Span):
     if spec.kind == "dtype" and isinstance(value, str) and value in spec.choices:
         return value
     want = _KIND_WORDS[spec.kind].format(choices=", ".join(spec.choices))
-    shown = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
+    shown = f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
     notes = did_you_mean(value, spec.choices) if spec.kind in ("enum", "dtype") and isinstance(value, str) else ()
     bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
     return ERROR

@@ -343,7 +343,7 @@ class _Formatter(Emitter):
             return
         self.tok(a.name, a.name_span.start)
         pos = self.expect("=", a.name_span.end)
-        if isinstance(a.value, list):
+        if isinstance(a.value, tuple):
             self.int_list(a.value, pos)
         elif isinstance(a.value, str):
             self.tok(a.value, a.value_span.start)
@@ -410,7 +410,7 @@ def ast_shape(node):
             links.append(("let", ast_shape(node.names), node.destructure, ast_shape(node.value)))
             node = node.body
         return ("chain", tuple(links), ast_shape(node))
-    if isinstance(node, list):
+    if isinstance(node, (list, tuple)):
         return tuple(ast_shape(x) for x in node)
     if isinstance(node, float):
         return ("float", node, math.copysign(1.0, node))
@@ -434,7 +434,7 @@ def _parse(text: str) -> tuple[ast.Module, list, list[str]]:
             functions.append(shift(fn, it.start))
             texts.append(text[it.start:it.end])
     diags.sort(key=lambda d: (d.span.start, d.span.end))
-    return ast.Module(functions, Span(0, len(text))), diags, texts
+    return ast.Module(tuple(functions), Span(0, len(text))), diags, texts
 
 
 def _parse_or_raise(text: str, what: str) -> tuple[ast.Module, list[str]]:

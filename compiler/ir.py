@@ -18,14 +18,14 @@ from .types import TensorType, TupleType, Type
 NO_SPAN = Span(0, 0)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Var:
     name: str
     type: Type
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpApp:
     op: str                         # key of ops.OPS
     args: list["Expr"]              # tensor operands
@@ -34,7 +34,7 @@ class OpApp:
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallFn:
     """A call of a user function (by name)."""
     fn: str
@@ -43,7 +43,7 @@ class CallFn:
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Handle:
     """`handle fn(args) with reverseMode`; type is (R, g0, .., gk-1) or R when k = 0.
 
@@ -55,7 +55,7 @@ class Handle:
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Literal:
     """A constant tensor.  values: () = zeros, (x,) = splat, else row-major payload.
     `scalar`: written as a bare number operand (`x * 0.5`), a splat of the other operand's type."""
@@ -65,7 +65,7 @@ class Literal:
     scalar: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class MakeTuple:
     items: list["Expr"]
     type: TupleType
@@ -75,7 +75,7 @@ class MakeTuple:
 Expr = Var | OpApp | CallFn | Handle | Literal | MakeTuple
 
 
-@dataclass
+@dataclass(frozen=True)
 class Binding:
     """One `let`: a single name, or a destructuring of a tuple value."""
     names: list[str]
@@ -92,14 +92,14 @@ class Binding:
         return [self.value.type]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Param:
     name: str
     type: TensorType
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Function:
     name: str
     params: list[Param]
@@ -110,7 +110,7 @@ class Function:
     name_span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Program:
     functions: dict[str, Function] = field(default_factory=dict)
 

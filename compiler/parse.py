@@ -18,6 +18,7 @@ nesting all come back as `syntax` diagnostics whose spans lie inside the text.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from dataclasses import dataclass
@@ -195,7 +196,7 @@ class _ToAst(Transformer):
     def fn_def(self, ch):
         name = self._binding(ch[1])
         nodes = _nodes(ch)
-        params = [c for c in nodes if isinstance(c, ast.Param)]
+        params = tuple(c for c in nodes if isinstance(c, ast.Param))
         return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch))
 
     def param(self, ch):
@@ -209,19 +210,22 @@ class _ToAst(Transformer):
         return ast.TensorTypeExpr(str(names[0]), shape.values, placement, self._span(ch))
 
     def tuple_type(self, ch):
-        return ast.TupleTypeExpr(_nodes(ch), self._span(ch))
+        return ast.TupleTypeExpr(tuple(_nodes(ch)), self._span(ch))
 
     def paren(self, ch):
         inner = ch[1]
         if isinstance(inner, ast.Name):     # a name keeps its own span (definitions, references)
             return inner
-        inner.span = self._span(ch)         # a parenthesised expression covers its parentheses
-        return inner
+        # a parenthesised expression covers its parentheses (the depth mark goes along)
+        wider = dataclasses.replace(inner, span=self._span(ch))
+        if hasattr(inner, "_depth"):
+            object.__setattr__(wider, "_depth", inner._depth)
+        return wider
 
     # ---- the let chain
     def let_expr(self, ch):
         pattern, value, body = _nodes(ch)
-        let = ast.Let(pattern.names, pattern.destructure, value, body, self._span(ch))
+        let = ast.Let(tuple(pattern.names), pattern.destructure, value, body, self._span(ch))
         # the value is one level down; the body continues the chain at the let's own level
         depth = max(getattr(value, "_depth", 1) + 1, getattr(body, "_depth", 1))
         if depth >= MAX_DEPTH:
@@ -260,7 +264,7 @@ class _ToAst(Transformer):
     def method_call(self, ch):
         receiver, method = ch[0], ch[2]
         found = [c for c in ch[3:] if isinstance(c, _Args)]
-        args = found[0] if found else _Args([], [], None)
+        args = found[0] if found else _Args((), (), None)
         return self._deep(ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs,
                                          self._span(ch)), receiver, *args.args)
 
@@ -277,7 +281,7 @@ class _ToAst(Transformer):
     def call(self, ch):
         func = ch[0]
         found = [c for c in ch[1:] if isinstance(c, _Args)]
-        args = found[0] if found else _Args([], [], None)
+        args = found[0] if found else _Args((), (), None)
         return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch)), *args.args)
 
     def handle(self, ch):
@@ -286,16 +290,16 @@ class _ToAst(Transformer):
 
     def tensor_lit(self, ch):
         nodes = _nodes(ch)
-        return ast.TensorLit(nodes[0], [v.value for v in nodes[1:]], self._span(ch))
+        return ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
 
     def tuple(self, ch):
         items = _nodes(ch)
-        return self._deep(ast.TupleExpr(items, self._span(ch)), *items)
+        return self._deep(ast.TupleExpr(tuple(items), self._span(ch)), *items)
 
     def args(self, ch):
         items = _nodes(ch)
-        args = [c for c in items if not isinstance(c, ast.Attr)]
-        attrs = [c for c in items if isinstance(c, ast.Attr)]
+        args = tuple(c for c in items if not isinstance(c, ast.Attr))
+        attrs = tuple(c for c in items if isinstance(c, ast.Attr))
         seen_attr = False
         for c in items:
             if isinstance(c, ast.Attr):
@@ -323,7 +327,7 @@ class _ToAst(Transformer):
         return _Value(str(ch[0]), self._tok(ch[0]))
 
     def int_list(self, ch):
-        return ast.IntList([v.value for v in _nodes(ch)], self._span(ch))
+        return ast.IntList(tuple(v.value for v in _nodes(ch)), self._span(ch))
 
     def literal_value(self, ch):
         return self._signed(ch)
@@ -646,7 +650,7 @@ def parse_module(text: str) -> tuple[ast.Module, list[Diagnostic]]:
         if fn is not None:
             functions.append(fn)
     diags.sort(key=lambda d: (d.span.start, d.span.end))
-    return ast.Module(functions, Span(0, len(text))), diags
+    return ast.Module(tuple(functions), Span(0, len(text))), diags
 
 
 # ---- span shifting (shared with analysis.py) ----------------------------------------------
@@ -674,7 +678,7 @@ def _shift(node, delta):
     cls = type(node)
     new = object.__new__(cls)
     for name in fields:
-        object.__setattr__(new, name, _shift(getattr(node, name), delta))
+        object.__setattr__(new, name, _shift(getattr(node, name), delta))   # frozen: bypass __setattr__
     return new
 
 

@@ -13,6 +13,8 @@ reduce_keep(op=mean), rank-changing broadcast).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -47,7 +49,7 @@ class Builder:
     def bind(self, value: Expr, name: str | None = None, hint: str = "t") -> Var:
         name = name or self.fresh(hint)
         if value.span == NO_SPAN:   # e.g. a ScatterAdd built by ir.scatter_add
-            value.span = self.span
+            value = dataclasses.replace(value, span=self.span)
         self.lets.append((name, value))
         return Var(name, value.type, value.span)
 

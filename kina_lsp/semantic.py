@@ -12,7 +12,7 @@ of the line; a per-word copy of the text before it was once quadratic).  It runs
 worker thread, so a huge file never holds up other requests on the event loop.
 
 Deltas (`textDocument/semanticTokens/full/delta`): the last full result of each
-document is kept under a result id; a delta request for that id is answered
+open document is kept under a result id (in its DocState, documents.py); a delta request for that id is answered
 with one edit (the changed middle between the common prefix and suffix of the
 two token arrays), as rust-analyzer does.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 from lsprotocol import types as lsp
@@ -142,29 +141,7 @@ def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:
                                    data=new[prefix:len(new) - suffix])]
 
 
-class ResultCache:
-    """The last full token array of each document, under a fresh result id (bounded)."""
-
-    def __init__(self, limit: int = 64):
-        self._ids = itertools.count(1)
-        self._by_uri: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
-        self._limit = limit
-
-    def put(self, uri: str, data: list[int]) -> str:
-        rid = str(next(self._ids))
-        self._by_uri[uri] = (rid, data)
-        self._by_uri.move_to_end(uri)
-        while len(self._by_uri) > self._limit:
-            self._by_uri.popitem(last=False)
-        return rid
-
-    def get(self, uri: str, rid: str) -> list[int] | None:
-        hit = self._by_uri.get(uri)
-        return hit[1] if hit is not None and hit[0] == rid else None
-
-
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-semantic")
-_cache = ResultCache()
 
 
 async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
@@ -188,7 +165,7 @@ def register(server, safe) -> None:
         data = await _tokens_of(ls, params.text_document.uri)
         if data is None:
             return empty()
-        return lsp.SemanticTokens(data=data, result_id=_cache.put(params.text_document.uri, data))
+        return lsp.SemanticTokens(data=data, result_id=ls.documents.put_tokens(params.text_document.uri, data))
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA, LEGEND)
     @safe(default=empty)
@@ -197,8 +174,8 @@ def register(server, safe) -> None:
         data = await _tokens_of(ls, uri)
         if data is None:
             return empty()
-        old = _cache.get(uri, params.previous_result_id)
-        rid = _cache.put(uri, data)
+        old = ls.documents.tokens(uri, params.previous_result_id)
+        rid = ls.documents.put_tokens(uri, data)
         if old is None:   # unknown or superseded id: the full array (the spec allows either)
             return lsp.SemanticTokens(data=data, result_id=rid)
         return lsp.SemanticTokensDelta(edits=delta_edit(old, data), result_id=rid)

@@ -7,7 +7,7 @@ answer; the feature modules only translate between compiler objects and LSP:
   transport.py    frames and JSON-RPC checks: every request gets an answer
   protocol.py     LSP line breaks in documents; cancellation reaches the work
   tcp.py          --tcp: loopback only, token required
-  documents.py    per-document analysis on a worker thread, request budget
+  documents.py    the server's state and its lifecycle: per-document analysis, request budget
   diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
   hover.py        types, op rules, signatures, reverseMode result tuples
   inlay.py        the type of every let binding
