@@ -3,7 +3,8 @@
 `handle f(args) with reverseMode` is replaced by a call of a generated
 function `f.rev` that returns (R, g0, ..., gk-1): the primal result and one
 cotangent per floating parameter (I64 parameters are discrete and omitted;
-with k = 0 the result is R).  The pass (seed 000 §3, seed 003):
+with k = 0 the result is R).  The pass, as the language's reverseMode contract
+specifies it (docs/language.md, "Reverse mode"):
 
   1. inline   calls of user functions in f's body, with fresh dotted names
               (no Kina identifier contains a dot, so nothing is captured);

@@ -311,7 +311,7 @@ class ExprChecker:
         return ir.Handle(sig.name, args, e.handler, t, e.span)
 
     def _handle_type(self, sig: Signature, e: syntax.Handle):
-        """Seed 000 §3: (R, g0, .., gk-1), one cotangent per floating parameter
+        """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter
         in parameter order (I64 parameters are omitted); k = 0 gives R."""
         if sig.opaque or is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
             return ERROR

@@ -117,7 +117,8 @@ class Program:
 
 # ---- helpers used by passes and tests ----------------------------------------
 def scatter_add(updates: Expr, indices: Expr, dest_ty: TensorType, span: Span = NO_SPAN) -> OpApp:
-    """Seed 000 §7: ScatterAdd(updates, indices, dest_ty) : dest_ty."""
+    """ScatterAdd(updates, indices, dest_ty) : dest_ty, the IR-internal VJP of gather
+    (zeros of dest_ty with each updates row added at its index; duplicates add)."""
     return OpApp("scatter_add", [updates, indices], {"dest_ty": dest_ty}, dest_ty, span)
 
 

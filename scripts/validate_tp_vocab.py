@@ -1,4 +1,4 @@
-"""Validate StoryLM-0 with the 2-way column-parallel vocabulary (seed 002 §7).
+"""Validate StoryLM-0 with the 2-way column-parallel vocabulary (two lm_head shards, logits concatenated).
 
 Compiles examples/storylm0_tp_vocab.kina (and the unsharded
 examples/storylm0_forward.kina) to .so files, injects the deterministic weights
