@@ -12,7 +12,7 @@ TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
-        vscode-e2e goldens bench clean train-ddp vocab-parallel check-ddp
+        vscode-e2e goldens docs bench clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,11 @@ vscode-e2e: setup
 
 goldens: setup
 	$(PY) scripts/regen_goldens.py
+
+# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
+# (tests/test_docs.py fails while they are stale)
+docs: setup
+	$(PY) scripts/gen_op_docs.py
 
 bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -50,6 +50,8 @@ check-ddp: (make "check-ddp")
 vscode-e2e: (make "vscode-e2e")
 # regenerate examples/*.mlir
 goldens: (make "goldens")
+# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
+docs: (make "docs")
 # every benchmark script
 bench: (make "bench")
 # remove .venv and build outputs

@@ -147,7 +147,13 @@ class FunctionLowering:
         if isinstance(e, ir.OpApp):
             if e.op not in LOWERINGS:
                 raise EmitError(f"{e.op}: no host lowering", e.span)
-            return LOWERINGS[e.op](em, e, args, out)
+            try:
+                return LOWERINGS[e.op](em, e, args, out)
+            except EmitError:
+                raise
+            except Exception as err:   # a bug in a lowering row: a located diagnostic, not a traceback
+                raise EmitError(f"{e.op}: internal error in its lowering ({type(err).__name__}: {err}); "
+                                "this is a compiler bug, please report it", e.span) from err
         raise EmitError(f"cannot emit {type(e).__name__}", getattr(e, "span", ir.NO_SPAN))
 
     def _call(self, e: ir.CallFn, args: list[str], out: str) -> Value:
@@ -230,6 +236,10 @@ def emit_program(program: ir.Program, source: SourceText | None = None) -> EmitR
             chunks.append("\n".join(emit_function(fn, source)))
         except EmitError as err:
             diagnostics.append(Diagnostic("emit", err.message, err.span))
+        except Exception as err:   # outside any op's lowering (a compiler bug): still a diagnostic
+            diagnostics.append(Diagnostic("emit", f"internal error while lowering `{fn.name}` "
+                                                  f"({type(err).__name__}: {err}); this is a compiler bug, "
+                                                  "please report it", fn.span))
     if diagnostics:
         return EmitResult("", diagnostics)
     origin = f" from {source.path}" if source is not None else ""

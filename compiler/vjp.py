@@ -89,7 +89,7 @@ def _const(b: Builder, like: Type, value: float) -> Var:
 
 
 def _transpose_last_two(b: Builder, x: Var) -> Var:
-    """Seed 000 §5: identity on the batch prefix, swap the last two axes."""
+    """The transpose a batched matmul's VJP needs: identity on the batch prefix, swap the last two axes."""
     r = x.type.rank
     return b.emit("transpose", [x], perm=tuple(range(r - 2)) + (r - 1, r - 2))
 
@@ -149,7 +149,7 @@ _relu = _unary(lambda b, x, y, g: b.emit("relu_grad", [g, x]))                # 
 
 # ---- rules: contractions and layout ---------------------------------------------
 def _matmul(b, node, y, g, needs):
-    a, c = node.args                       # y = a @ c, seed 000 §5
+    a, c = node.args                       # y = a @ c: g_a = g @ c^T, g_c = a^T @ g (batch prefix kept)
     return [_only(needs, 0, lambda: b.emit("matmul", [g, _transpose_last_two(b, c)])),
             _only(needs, 1, lambda: b.emit("matmul", [_transpose_last_two(b, a), g]))]
 
@@ -204,20 +204,23 @@ def _concat(b, node, y, g, needs):
 
 
 def _reduce_keep(b, node, y, g, needs):
-    # Seed 003 §3: y = reduce_keep(op=sum, axis=i) x  =>  g_x = broadcast(shape(x), g).
+    # y = reduce_keep(op=sum, axis=i) x  =>  g_x = broadcast(shape(x), g).
     return [_only(needs, 0, lambda: b.emit("broadcast", [g], shape=node.args[0].type.shape))]
 
 
+# reduce_keep's op: None where _reduce_keep is its VJP, else why reverseMode rejects it.
+_REDUCE_KEEP_REJECT: dict[str, str | None] = {
+    "sum": None,
+    "mean": ("reduce_keep(op=mean) cannot be differentiated under reverseMode (there is no reduce_mean "
+             "VJP); use reduce_keep(op=sum) and multiply by a host 1/n tensor parameter"),
+    "max": ("reduce_keep(op=max) cannot be differentiated under reverseMode (its VJP is not specified); "
+            "compute the max outside the differentiated function, or use softmax/log_softmax, which "
+            "subtract the max internally"),
+}
+
+
 def _reject_reduce_keep(node: OpApp) -> str | None:
-    op = node.attrs["op"]
-    if op == "mean":
-        return ("reduce_keep(op=mean) cannot be differentiated under reverseMode (there is no reduce_mean "
-                "VJP); use reduce_keep(op=sum) and multiply by a host 1/n tensor parameter")
-    if op == "max":
-        return ("reduce_keep(op=max) cannot be differentiated under reverseMode (its VJP is not specified); "
-                "compute the max outside the differentiated function, or use softmax/log_softmax, which "
-                "subtract the max internally")
-    return None
+    return _REDUCE_KEEP_REJECT[node.attrs["op"]]
 
 
 # ---- rules: normalisations and indexing ------------------------------------------
@@ -246,7 +249,7 @@ def _take_along_axis(b, node, y, g, needs):
 
 
 def _gather(b, node, y, g, needs):
-    # Seed 000 §6: g_values[v, d] = sum over indices[i] = v of g[i ++ [d]]  (ScatterAdd, duplicates add).
+    # g_values[v, d] = sum over indices[i] = v of g[i ++ [d]]  (ScatterAdd, duplicates add).
     values, idx = node.args
     return [_only(needs, 0, lambda: b.expr(scatter_add(g, idx, values.type), hint="scatter_add")), None]
 
@@ -292,7 +295,11 @@ def _clamp(b, node, y, g, needs):
 
 def _gelu(b, node, y, g, needs):
     return [_only(needs, 0, lambda: b.emit("gelu_grad", [g, node.args[0]],
-                                           approximate=node.attrs["approximate"]))]
+                                           approximate=_GELU_GRAD_APPROXIMATE[node.attrs["approximate"]]))]
+
+
+# gelu's `approximate` -> the gelu_grad that differentiates it
+_GELU_GRAD_APPROXIMATE = {"none": "none", "tanh": "tanh"}
 
 
 def _cast(b, node, y, g, needs):
@@ -316,6 +323,12 @@ def _tril(b, node, y, g, needs):
 _BACKWARD_ONLY = "is IR-internal: the AD pass inserts it only in backward graphs, and it has no VJP"
 _DISCRETE = ("has a discrete ({dtype}) result, so it never receives a cotangent: its let is skipped by "
              "reverseMode (cast the result to a float dtype to compute with it)")
+
+# The rows of each enum attribute's choices that a VJP reads (tests/test_tables.py).
+ATTR_CHOICES: dict[tuple[str, str], dict] = {
+    ("reduce_keep", "op"): _REDUCE_KEEP_REJECT,
+    ("gelu", "approximate"): _GELU_GRAD_APPROXIMATE,
+}
 
 VJPS: dict[str, VJP] = {
     "add": VJP(_add),
@@ -341,7 +354,7 @@ VJPS: dict[str, VJP] = {
     "softmax": VJP(_softmax),
     "log_softmax": VJP(_log_softmax),
     "take_along_axis": VJP(_take_along_axis),
-    "scatter_add": VJP(None, f"scatter_add {_BACKWARD_ONLY} (seed 000 §7.3)"),
+    "scatter_add": VJP(None, f"scatter_add {_BACKWARD_ONLY}"),
     "scatter_along_axis": VJP(None, f"scatter_along_axis {_BACKWARD_ONLY}"),
     "relu_grad": VJP(None, f"relu_grad {_BACKWARD_ONLY}"),
     "maximum": VJP(_maximum),

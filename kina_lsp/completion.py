@@ -182,25 +182,13 @@ def function_names(text: str) -> list[str]:
 
 
 # ---- signature help -------------------------------------------------------------
-def _op_signature(op: OpDef, method: bool) -> tuple[str, list[str]]:
-    n = op.operands if op.operands >= 0 else 2
-    operands = [f"x{i}" if n > 1 else "x" for i in range(n)]
-    if op.operands < 0:
-        operands.append("...")
-    method = method and bool(operands)        # a builder (iota) has no receiver
-    params = operands[1:] if method else operands
-    params += [f"{a.name}={a.shown}" for a in op.attrs]
-    prefix = f"{operands[0]}.{op.name}(" if method else f"{op.name}("
-    return prefix + ", ".join(params) + ")", params
-
-
 def signature_help(text: str, offset: int, user_signatures: dict[str, tuple[str, list[str]]]):
     call = call_context(lex.tokens(function_window(text, offset)))
     if call is None:
         return None
     if call.name in SURFACE_OPS:
         op = SURFACE_OPS[call.name]
-        label, params = _op_signature(op, call.method)
+        label, params = op.signature(call.method)
         doc = f"{op.rule}\n\n{op.doc}"
     elif call.name in user_signatures:
         label, params = user_signatures[call.name]

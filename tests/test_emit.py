@@ -316,6 +316,23 @@ def test_one_bad_function_reports_and_others_still_checked():
     assert [d.message.split(":")[0] for d in res.diagnostics] == ["exp", "neg"]
 
 
+def test_a_failing_lowering_is_a_located_diagnostic(monkeypatch):
+    """A bug in a lowering row (here: reduce_keep meeting a choice REDUCERS has no row for,
+    as when `min` was added to its op) is an `emit` diagnostic at the op, not a traceback."""
+    t = f32(2, 3)
+    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "min", "axis": 1}, f32(2, 1), Span(4, 9))
+    res = emit_program(program(function("g", [("x", t)], node)))
+    [d] = res.diagnostics
+    assert res.text == "" and d.code == "emit" and d.span == Span(4, 9)
+    assert d.message.startswith("reduce_keep: internal error in its lowering (KeyError: 'min')")
+
+    def broken(*_args):
+        raise RuntimeError("boom")
+    monkeypatch.setattr("compiler.emit_mlir._flat_types", broken)   # outside any op's lowering
+    [d] = emit_program(program(function("h", [("x", t)], ir.Var("x", t)))).diagnostics
+    assert d.code == "emit" and "internal error while lowering `h` (RuntimeError: boom)" in d.message
+
+
 # ---- (b) FileCheck: .kina sources with CHECK lines in comments --------------------------
 FILECHECK_DIR = Path(__file__).parent / "filecheck"
 
