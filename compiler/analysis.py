@@ -32,15 +32,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import check, ir, module_rules, names, parse
+from . import autodiff, check, ir, module_rules, names, parse
 from . import syntax as ast
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .parse import shift
 
-try:  # reverseMode restrictions; analysis still works without the AD stage
-    from . import autodiff as _autodiff
-except ImportError:  # pragma: no cover - only while the module is being written
-    _autodiff = None
 
 
 # ---- per-item, position-independent results -------------------------------------------
@@ -404,8 +400,6 @@ class Analysis:
     def _ad_diagnostics(self, snap: Snapshot, first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
         Cached by the texts and offsets of the handled function and its callees."""
-        if _autodiff is None:
-            return []
         targets = sorted({t for name in snap._good for t in first[name].res.symbols.handled})
         out, cache = [], {}
         for target in targets:
@@ -418,7 +412,7 @@ class Analysis:
             diags = self._ad.get(key)
             if diags is None:   # only the handled function and its callees (calls are inlined)
                 program = ir.Program({n: shift(first[n].res.result.function, first[n].offset) for n in closure})
-                diags = _autodiff.check_differentiable(program, target)
+                diags = autodiff.check_differentiable(program, target)
             cache[key] = diags
             out += diags
         self._ad = cache

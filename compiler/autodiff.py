@@ -30,7 +30,7 @@ from .diagnostics import Diagnostic, Fix, Note, Span
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .ops import OPS
 from .types import TensorType, TupleType
-from .vjp import VJPS, VJP, Builder  # noqa: F401  (VJPS is this stage's table)
+from .vjp import VJPS, VJP, Builder
 
 HANDLERS = ("reverseMode",)   # the effect handlers this stage implements (the checker accepts these)
 _MAX_INLINE_DEPTH = 32

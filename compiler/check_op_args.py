@@ -12,7 +12,8 @@ from __future__ import annotations
 from . import ir, syntax
 from .check_types import ERROR, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
-from .ops import OpDef, OpError, _float, normalise_axes
+from .ops import OpDef, normalise_axes
+from .shape_rules import OpError, _float
 from .types import TensorType
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",

@@ -33,7 +33,7 @@ from .emit_builder import EmitError, FnEmitter, float_literal, symbol, ty
 from .emit_ops import LOWERINGS
 from .types import DType, TensorType, TupleType, Type
 
-__all__ = ["EmitResult", "LOWERINGS", "emit_program", "emit_function"]
+__all__ = ["EmitResult", "emit_program", "emit_function"]
 
 
 # One host tensor may hold at most this many bytes: shapes are static, so a

@@ -22,12 +22,13 @@ from typing import Callable
 import numpy as np
 
 from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
+from .runtime_library import KinaRuntimeError
 from .types import DType, TensorType
 from .uses import Uses
 
 
-class KinaRuntimeError(Exception):
-    """A run-time failure of a Kina program (bad argument, out-of-range index)."""
+# A run-time failure of a Kina program (bad argument, out-of-range index) is the same error
+# as the compiled library's: one class, defined with the library loader.
 
 
 # Storage of each dtype (types.DType.np_dtype: F8E4M3 is ml_dtypes.float8_e4m3fn, like the library).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .shape_rules import (OpError, _axis, _float, _named, _same_placement, _shape,  # noqa: F401 (re-exported)
+from .shape_rules import (OpError, _named, _shape,
                           infer_argmax, infer_broadcast, infer_cast, infer_clamp, infer_compare,
                           infer_concat, infer_elementwise, infer_gather, infer_iota, infer_matmul,
                           infer_pow, infer_reduce_keep, infer_reshape, infer_same,

@@ -32,6 +32,7 @@ from typing import Callable, Collection
 import numpy as np
 
 from . import build, ir
+from .runtime_library import KinaRuntimeError
 from .types import FLOAT_DTYPES, DType, TensorType, TupleType
 
 GRAD_PREFIX = "__validate_grad_"
@@ -305,7 +306,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
                 continue
             try:
                 expected[fn.name] = _flat(interp.run_function(program, fn.name, inputs[fn.name]))
-            except interp.KinaRuntimeError as e:
+            except KinaRuntimeError as e:
                 # The reference rejects these inputs (e.g. an index out of range): the library
                 # must then stop at its own bounds check, which the child run reports.
                 expected[fn.name] = None

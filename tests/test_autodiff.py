@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from compiler import ir
-from compiler.autodiff import VJPS, check_differentiable, lower_handles, transform_ad
+from compiler.autodiff import check_differentiable, lower_handles, transform_ad
+from compiler.vjp import VJPS
 from compiler.analysis import analyze
 from compiler.diagnostics import CODES
 from compiler.ops import OPS

@@ -18,7 +18,8 @@ import pytest
 from compiler import ir, ops
 from compiler.diagnostics import SourceText, Span
 from compiler.emit_builder import float_literal
-from compiler.emit_mlir import LOWERINGS, emit_program
+from compiler.emit_mlir import emit_program
+from compiler.emit_ops import LOWERINGS
 from compiler.types import FLOAT_DTYPES, DType, TensorType, TupleType, f32, i64
 
 from emit_support import FILECHECK, emit_kina, function, lower_to_llvm, program, run, verify, MLIR_OPT
