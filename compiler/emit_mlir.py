@@ -7,7 +7,7 @@ names contain a dot (`f.rev`), become `func.func private @"kina_f.rev"`.
 Tuple results are multiple func results, in order.
 
 The body is tensor-level MLIR (func, linalg, tensor, arith, math, cf) that
-`one-shot-bufferize` and the pass list in docs/toolchain turn into LLVM.
+`one-shot-bufferize` and the pass lists of compiler/pipelines.py (docs/compiling.md) turn into LLVM.
 Each op's lowering lives in compiler/emit_ops.py (LOWERINGS, one row per op);
 this module owns the per-function emitter (SSA names, `linalg.generic`
 builder, source locations) and the walk over let chains.

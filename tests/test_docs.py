@@ -53,3 +53,21 @@ def test_a_changed_row_is_caught(monkeypatch, tmp_path):
 def test_check_mode_exits_clean():
     r = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "up to date" in r.stdout, r.stderr
+
+
+def test_internals_names_only_what_exists():
+    """docs/internals.md (the module contracts and "Adding an op") names real files, and
+    the tables it says a module holds are there."""
+    import importlib
+    import re
+    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+    paths = set(re.findall(r"`?((?:compiler|tests|editors|kina_lsp|scripts|docs)/[\w./-]+\.(?:py|md|json|lark))", text))
+    assert paths and not sorted(p for p in paths if not (ROOT / p).exists())
+    contracts = re.findall(r"^(\w+)\.py\b", text, re.M)
+    assert not sorted(m for m in contracts if not (ROOT / "compiler" / f"{m}.py").exists())
+    for module, names in {"vjp": ["VJPS", "Builder", "ATTR_CHOICES"], "interp": ["NUMPY_OPS", "ATTR_CHOICES"],
+                          "emit_ops": ["LOWERINGS", "ATTR_CHOICES", "elementwise"], "autodiff": ["HANDLERS"],
+                          "lex": ["KEYWORDS", "tokens", "word_at"]}.items():
+        mod = importlib.import_module(f"compiler.{module}")
+        assert all(hasattr(mod, n) for n in names), (module, names)
+        assert f"{module}.py" in text
