@@ -106,7 +106,7 @@ class Snapshot:
     there; the whole-document views (module, program, types) copy every item."""
 
     def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
-                 good: set[str], last_good: dict[str, LastGood]):
+                 good: set[str], last_good: dict[str, LastGood]) -> None:
         self.text, self.path = text, path
         self.items = items
         self.diagnostics = diagnostics
@@ -293,7 +293,7 @@ GONE_ITEMS = 256   # results kept for items no longer in the text
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
-    def __init__(self, path: str = "<input>"):
+    def __init__(self, path: str = "<input>") -> None:
         self.path = path
         self._items: dict[str, ItemResult] = {}     # item text -> results, for the current text
         # results of items that are gone, most recent last: an undo, a revert or a paste of

@@ -47,5 +47,5 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     """The arrays of a file written by save_npz, each in its Kina dtype."""
     with np.load(path, allow_pickle=False) as f:
         table = json.loads(str(f[DTYPES_KEY])) if DTYPES_KEY in f.files else {}
-        return {name: f[name].astype(DType(table[name]).np_dtype) if name in table else f[name]
+        return {name: f[name].astype(DType.named(table[name]).np_dtype) if name in table else f[name]
                 for name in f.files if name != DTYPES_KEY}

@@ -56,7 +56,7 @@ def _rename(expr: Expr, env: dict[str, Expr]) -> Expr:
 
 
 class _Inliner:
-    def __init__(self, program: Program):
+    def __init__(self, program: Program) -> None:
         self.program = program
         self.count = 0
         self.diags: list[Diagnostic] = []
@@ -167,7 +167,7 @@ def _needed(lets: list[_Let], result: Expr, active: set[str]) -> set[str]:
 
 
 class _Checker:
-    def __init__(self, fn: Function):
+    def __init__(self, fn: Function) -> None:
         self.fn = fn
         self.diags: list[Diagnostic] = []
 
@@ -253,7 +253,7 @@ def check_differentiable(program: Program, fn_name: str, span: Span = ir.NO_SPAN
 class _Adjoints:
     """name -> cotangent Var; a second contribution is summed with an `add` let."""
 
-    def __init__(self, builder: Builder):
+    def __init__(self, builder: Builder) -> None:
         self.b = builder
         self.table: dict[str, Var] = {}
 

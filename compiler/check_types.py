@@ -79,7 +79,7 @@ def resolve_tensor_type(texpr: syntax.TensorTypeExpr, bag: DiagnosticBag) -> Ten
         ok = False
     if not ok:
         return ERROR
-    return TensorType(DType(texpr.dtype), tuple(texpr.shape), placement)
+    return TensorType(DType.named(texpr.dtype), tuple(texpr.shape), placement)
 
 
 def mismatch(expected: Type, got: Type) -> tuple[str, str]:

@@ -115,7 +115,7 @@ def read_source(path) -> str:
 class SourceText:
     """Maps character offsets to 1-based (line, column) and back."""
 
-    def __init__(self, text: str, path: str = "<input>"):
+    def __init__(self, text: str, path: str = "<input>") -> None:
         self.text = text
         self.path = path
         self._starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]

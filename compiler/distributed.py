@@ -257,7 +257,7 @@ def _wait_for(so: Path, failed: Path, timeout: float, launch: Launch) -> None:
 class _Watchdog:
     """Ends the process if one collective lasts longer than its deadline."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str) -> None:
         self.label = label
         self.deadline: float | None = None
         self.what = ""
@@ -313,7 +313,7 @@ _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 class World:
     """The connected ranks.  Collectives work in place on NumPy arrays (C-contiguous)."""
 
-    def __init__(self, launch: Launch, timeout: float, torch, watchdog: _Watchdog):
+    def __init__(self, launch: Launch, timeout: float, torch, watchdog: _Watchdog) -> None:
         self.launch, self.rank, self.size = launch, launch.rank, launch.world_size
         self.timeout = timeout
         self._torch, self._dist, self._watchdog = torch, torch.distributed, watchdog

@@ -64,7 +64,7 @@ Value = str | list  # an SSA reference, or a list of them for a tuple
 class FunctionLowering:
     """Lowers one ir.Function: parameters, let chain, result."""
 
-    def __init__(self, fn: ir.Function, source: SourceText | None):
+    def __init__(self, fn: ir.Function, source: SourceText | None) -> None:
         self.fn = fn
         self.em = FnEmitter(source)
         self.env: dict[str, Value] = {}
@@ -142,8 +142,8 @@ class FunctionLowering:
             if e.scalar:   # `x * 0.5`: a fill, not a dense constant the size of x in the .so
                 return em.filled(ty(e.type), e.values[0], out)
             return em.op(literal(e), out)
-        if isinstance(e, ir.CallFn):
-            return self._call(e, args, out)
+        if isinstance(e, ir.CallFn):   # parameters are tensors: each argument one SSA value
+            return self._call(e, [a for a in args if isinstance(a, str)], out)
         if isinstance(e, ir.OpApp):
             if e.op not in LOWERINGS:
                 raise EmitError(f"{e.op}: no host lowering", e.span)

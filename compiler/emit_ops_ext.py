@@ -16,6 +16,7 @@ import math
 from typing import Callable
 
 from . import ir
+from .ir import as_tensor
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
 from .types import DType
 
@@ -156,6 +157,7 @@ def _clamp_grad(em, node, g, x):
         if bound is not None:
             c = _cmp(em, pred, x, _c(em, bound))
             keep = c if keep is None else em.op(f"arith.andi {keep}, {c} : i1")
+    assert keep is not None   # clamp has at least one bound (infer_clamp), and so its VJP
     return _select(em, keep, g, _c(em, 0.0))
 
 
@@ -214,7 +216,7 @@ def compare(floats: str, ints: str, bools: str) -> Callable:
         src, t = ty(node.args[0].type), ty(node.type)
 
         def body(a, b):
-            if node.args[0].type.is_float:
+            if as_tensor(node.args[0].type).is_float:
                 bit = _cmp(em, floats, em.load(a, src.elem), em.load(b, src.elem))
             else:
                 pred = bools if _is_bool(node.args[0]) else ints
@@ -232,7 +234,7 @@ def lower_where(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
     def body(c, a, b):
         c = _truth(em, c)
-        if node.type.is_float:
+        if as_tensor(node.type).is_float:
             return em.store(_select(em, c, em.load(a, t.elem), em.load(b, t.elem)), t.elem)
         return em.op(f"arith.select {c}, {a}, {b} : {t.elem}")
 
@@ -256,7 +258,7 @@ def lower_tril(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     """x where j - i <= k on the last two axes (i, j), zero (false) elsewhere."""
     t = ty(node.type)
     r, k = t.rank, node.attrs["k"]
-    is_float = node.type.is_float
+    is_float = as_tensor(node.type).is_float
 
     def body(x, _o):
         i = em.op(f"linalg.index {r - 2} : index")

@@ -50,7 +50,7 @@ _POSTFIX_NODES = tuple(n for n in (ast.MethodCall, getattr(ast, "Field", None)) 
 class FormatError(Exception):
     """The text cannot be formatted: its syntax errors (or an internal check failed)."""
 
-    def __init__(self, message: str, diagnostics: list[Diagnostic] | None = None):
+    def __init__(self, message: str, diagnostics: list[Diagnostic] | None = None) -> None:
         super().__init__(message)
         self.diagnostics = diagnostics or []
 
@@ -176,10 +176,9 @@ class _Formatter(Emitter):
                 stack += [*node.args, *(c for c in children(node) if c not in node.args)]
             else:
                 stack += children(node)
-        opens.discard(None)
-        return opens
+        return {o for o in opens if o is not None}
 
-    def int_list(self, values: list[int], pos: int) -> int:
+    def int_list(self, values: tuple[int, ...], pos: int) -> int:
         """`[1, 2]` (a group: one value per line if it ever gets that long)."""
         at = self.find("[", pos)
         pos = at + 1 if at is not None else pos
@@ -298,12 +297,13 @@ class _Formatter(Emitter):
         """A left-associative run of one precedence level: `a + b - c` breaks before each operator."""
         level = _PREC[e.op]
         rest = []
-        while isinstance(e, ast.BinOp) and _PREC[e.op] == level:
-            rest.append(e)
-            e = e.lhs
+        node: ast.Expr = e
+        while isinstance(node, ast.BinOp) and _PREC[node.op] == level:
+            rest.append(node)
+            node = node.lhs
         rest.reverse()
         with self.b.group():
-            self.expr(e, level, blank_ok)
+            self.expr(node, level, blank_ok)
             with self.b.indent(INDENT):
                 for op in rest:
                     self.brk(layout.LINE)

@@ -208,7 +208,7 @@ ATTR_CHOICES: dict[tuple[str, str], dict] = {
 
 # ---- evaluation -----------------------------------------------------------------------
 class _Interpreter:
-    def __init__(self, program: Program, float_dtype=None):
+    def __init__(self, program: Program, float_dtype=None) -> None:
         self.program = program
         self.float_dtype = None if float_dtype is None else np.dtype(float_dtype)
 

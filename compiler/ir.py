@@ -18,11 +18,23 @@ from .types import TensorType, TupleType, Type
 NO_SPAN = Span(0, 0)
 
 
+def as_tensor(t: Type) -> TensorType:
+    """t, known to be a tensor type where the caller stands (a TypeError if it is a tuple)."""
+    if not isinstance(t, TensorType):
+        raise TypeError(f"expected a tensor type, got {t}")
+    return t
+
+
 @dataclass(frozen=True)
 class Var:
     name: str
     type: Type
     span: Span = NO_SPAN
+
+    @property
+    def tensor_type(self) -> TensorType:
+        """The type of a Var that holds a tensor (every Var a backward graph binds)."""
+        return as_tensor(self.type)
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,21 @@ def tokens(text: str, start: int = 0, end: int | None = None, comments: bool = F
             return out
         except UnexpectedCharacters as err:
             bad = err.pos_in_stream
+            assert bad is not None    # lark sets it for a lexing error
             out.append(Token(BAD, text[bad], start_pos=bad, end_pos=bad + 1))
             pos = _junk_end(text, bad, end)
+
+
+def start(tok: Token) -> int:
+    """A token's first offset (lark types it Optional: every token lexed from text has one)."""
+    assert tok.start_pos is not None, tok
+    return tok.start_pos
+
+
+def end(tok: Token) -> int:
+    """A token's end offset (exclusive)."""
+    assert tok.end_pos is not None, tok
+    return tok.end_pos
 
 
 def is_word(text: str) -> bool:
@@ -94,6 +107,6 @@ def word_at(text: str, offset: int, numbers: bool = False) -> Token | None:
     lo = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
     hi = min((i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0), default=len(text))
     for tok in tokens(text, lo, hi):
-        if (tok.type in WORDS or numbers and tok.type in NUMBERS) and tok.start_pos <= offset <= tok.end_pos:
+        if (tok.type in WORDS or numbers and tok.type in NUMBERS) and start(tok) <= offset <= end(tok):
             return tok
     return None

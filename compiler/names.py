@@ -27,7 +27,7 @@ def resolve(fn: ast.FnDef) -> Symbols:
     only earlier bindings).  Iterative over the let chain; expressions are at most
     parse.MAX_DEPTH deep."""
     sym = Symbols()
-    scope = {}
+    scope: dict[str, Span] = {}
     for p in fn.params:
         sym.defs[p.name_span] = p.name
         scope.setdefault(p.name, p.name_span)

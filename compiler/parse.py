@@ -23,6 +23,7 @@ import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
@@ -119,28 +120,28 @@ class _Value:
     """A parsed attribute or literal value with its span (not an AST node)."""
     __slots__ = ("value", "span")
 
-    def __init__(self, value, span: Span):
+    def __init__(self, value, span: Span) -> None:
         self.value, self.span = value, span
 
 
 class _Pattern:
     __slots__ = ("names", "destructure", "span")
 
-    def __init__(self, names, destructure, span):
+    def __init__(self, names, destructure, span) -> None:
         self.names, self.destructure, self.span = names, destructure, span
 
 
 class _Args:
     __slots__ = ("args", "attrs", "span")
 
-    def __init__(self, args, attrs, span):
+    def __init__(self, args, attrs, span) -> None:
         self.args, self.attrs, self.span = args, attrs, span
 
 
 class SyntaxProblem(Exception):
     """A grammatical but invalid construct found while building the AST (e.g. a reserved word as a name)."""
 
-    def __init__(self, message: str, span: Span):
+    def __init__(self, message: str, span: Span) -> None:
         super().__init__(message)
         self.message, self.span = message, span
 
@@ -172,12 +173,12 @@ class _ToAst(Transformer):
 
     def _span(self, ch) -> Span:
         first, last = ch[0], ch[-1]
-        start = first.start_pos + self.offset if isinstance(first, Token) else first.span.start
-        end = last.end_pos + self.offset if isinstance(last, Token) else last.span.end
+        start = lex.start(first) + self.offset if isinstance(first, Token) else first.span.start
+        end = lex.end(last) + self.offset if isinstance(last, Token) else last.span.end
         return Span(start, end)
 
     def _tok(self, tok: Token) -> Span:
-        return Span(tok.start_pos + self.offset, tok.end_pos + self.offset)
+        return Span(lex.start(tok) + self.offset, lex.end(tok) + self.offset)
 
     def _binding(self, tok: Token) -> ast.Name:
         if str(tok) in RESERVED_WORDS:
@@ -423,7 +424,7 @@ def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diag
     `last` is the token before the error when the caller already knows it (recovery does)."""
     n = len(text)
     if isinstance(err, UnexpectedCharacters) and not isinstance(err, UnexpectedToken):
-        return _bad_character(text, err.pos_in_stream)
+        return _bad_character(text, err.pos_in_stream or 0)
     tok = getattr(err, "token", None)
     # `accepts` is what the parser state really accepts; `expected` may be the lexer's wider set.
     expected = set(getattr(err, "accepts", None) or getattr(err, "expected", None) or ())
@@ -491,7 +492,7 @@ def _feed_error(parser: InteractiveParser, tok: Token, before: Token | None,
     """Feed one token (`before` is the token preceding it in the text); the diagnostic
     if the parser rejects it, None if it accepts it."""
     if tok.type == lex.BAD:
-        return _bad_character(text, tok.start_pos).shift(offset)
+        return _bad_character(text, lex.start(tok)).shift(offset)
     try:
         parser.feed_token(tok)
     except UnexpectedToken as err:
@@ -528,7 +529,7 @@ def _recover(text: str, offset: int) -> list[Diagnostic]:
             continue
         diags.append(diag)
         resume = _resume_at(tokens, i, depth) if snapshot is not None else None
-        if resume is None:
+        if snapshot is None or resume is None:
             break                 # an error in the signature, or nothing left after the error
         parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0
     return diags
@@ -611,7 +612,8 @@ def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnosti
     with _PARSE_LOCK:
         _TO_AST.offset = offset
         try:
-            fn = _PARSER.parse(text)
+            # the embedded transformer builds the AST while parsing: an FnDef, not a Tree
+            fn = cast(ast.FnDef, _PARSER.parse(text))
         except (UnexpectedInput, SyntaxProblem, VisitError) as err:
             first = _failure_diagnostic(err, text, offset)
             if isinstance(getattr(err, "orig_exc", err), TooDeep):
@@ -685,11 +687,11 @@ def _shift(node, delta):
 def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:
     """Shift a let chain with a loop, not recursion: a function may have thousands of lets."""
     chain = []
-    node = let
+    node: ast.Expr = let
     while isinstance(node, ast.Let):
         chain.append(node)
         node = node.body
-    body = _shift(node, delta)
+    body: ast.Let = _shift(node, delta)
     for link in reversed(chain):
         body = ast.Let(_shift(link.names, delta), link.destructure, _shift(link.value, delta), body,
                        _shift(link.span, delta))

@@ -69,7 +69,7 @@ FASTCALL_DTYPES = frozenset(d.value for d in DType if d.buffer_formats)
 
 def numpy_dtype(kina_dtype: str) -> np.dtype:
     try:
-        return DType(kina_dtype).np_dtype
+        return DType.named(kina_dtype).np_dtype
     except ValueError:
         raise KinaRuntimeError(f"unknown Kina dtype {kina_dtype!r} in the manifest") from None
     except ImportError as e:   # pragma: no cover - ml_dtypes is a dependency
@@ -164,7 +164,7 @@ class KinaFunction:
     C-contiguous, writeable, of the result types, overlapping no other output; an input
     they overlap is read from a copy) and returns them."""
 
-    def __init__(self, packed, entry: dict, fastcall: bool = True, threaded: bool = False):
+    def __init__(self, packed, entry: dict, fastcall: bool = True, threaded: bool = False) -> None:
         self.name: str = entry["name"]
         self.symbol: str = entry["symbol"]
         self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]),
@@ -191,7 +191,7 @@ class KinaFunction:
             return None
         slots = []
         for i, (s, word) in enumerate(zip(specs, self._descriptors.words)):
-            d = DType(s.dtype)
+            d = DType.named(s.dtype)
             slots.append((d.buffer_formats, d.itemsize, i >= len(self.params), s.shape, word,
                           -1 if s.bound is None else s.bound))
         address = ctypes.cast(packed, ctypes.c_void_p).value
@@ -361,7 +361,7 @@ def _as_tuple(out) -> tuple:
 class Library:
     """A loaded Kina library: `lib.fn(...)`, `lib["fn"](...)`, `lib.functions`."""
 
-    def __init__(self, so_path: str | Path, manifest: dict, fastcall: bool = True):
+    def __init__(self, so_path: str | Path, manifest: dict, fastcall: bool = True) -> None:
         self.path = Path(so_path)
         self.manifest = manifest
         self._dll, self.threaded = open_library(self.path, manifest)

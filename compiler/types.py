@@ -22,7 +22,7 @@ from functools import cached_property
 
 
 class DType(Enum):
-    """A Kina element type.  `DType("F32")` / `DType.F32`; `.value` is the Kina name.
+    """A Kina element type.  `DType.named("F32")` / `DType.F32`; `.value` is the Kina name.
 
     Per-dtype facts (attributes of each member):
       mlir          MLIR element type of its storage ("f8E4M3FN")
@@ -53,7 +53,7 @@ class DType(Enum):
         return member
 
     def __init__(self, name: str, mlir: str, itemsize: int, numpy_name: str, c_type: str,
-                 buffer_formats: str, has_inf: bool, tolerance: tuple, fd_tolerance: tuple | None):
+                 buffer_formats: str, has_inf: bool, tolerance: tuple, fd_tolerance: tuple | None) -> None:
         self.mlir = mlir
         self.itemsize = itemsize
         self.numpy_name = numpy_name
@@ -62,6 +62,14 @@ class DType(Enum):
         self.has_inf = has_inf
         self.tolerance = tolerance
         self.fd_tolerance = fd_tolerance
+
+    @classmethod
+    def named(cls, name: str) -> DType:
+        """The dtype whose Kina name is `name` (ValueError if there is none), as `DType(name)`."""
+        for d in cls:
+            if d.value == name:
+                return d
+        raise ValueError(f"{name!r} is not a Kina dtype")
 
     @property
     def is_float(self) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from . import ir
 from .ir import CallFn, Expr, Function, Handle, MakeTuple, OpApp, Program, Var
 from .ops import OPS
+from .types import TupleType
 
 MAX_DEPTH = 64   # call nesting followed; deeper chains are not analysed
 
@@ -35,13 +36,13 @@ class Uses:
     """Value flow of parameters over one program (`program` may be None: calls are then
     not followed)."""
 
-    def __init__(self, program: Program | None):
+    def __init__(self, program: Program | None) -> None:
         self.program = program
         self._parents: dict[int, tuple[Function, dict[int, tuple]]] = {}   # id(fn) -> (fn, table)
 
     # ---- the answers ----------------------------------------------------------------
     def index_bound(self, fn: Function, name: str) -> int | None:
-        bounds = [bound([a.type for a in op.args], op.attrs) for op, i in self.sinks(fn, name)
+        bounds = [bound([ir.as_tensor(a.type) for a in op.args], op.attrs) for op, i in self.sinks(fn, name)
                   if (bound := OPS[op.op].index_bound) is not None and i == 1]
         return min(bounds) if bounds else None
 
@@ -89,7 +90,7 @@ class Uses:
             caller, call = stack[-1]
             if isinstance(call, Handle):    # (R, cotangents...): R is element 0, or the whole value
                 if pos is None:
-                    self._follow(caller, call, 0 if isinstance(call.type, ir.TupleType) else None,
+                    self._follow(caller, call, 0 if isinstance(call.type, TupleType) else None,
                                  stack[:-1], out, seen)
             else:
                 self._follow(caller, call, pos, stack[:-1], out, seen)

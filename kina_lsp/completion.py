@@ -125,24 +125,24 @@ def _free_ops():
 
 
 def _word_at_end(tokens: list[Token], end: int) -> bool:
-    return bool(tokens) and tokens[-1].type in lex.WORDS and tokens[-1].end_pos == end
+    return bool(tokens) and tokens[-1].type in lex.WORDS and lex.end(tokens[-1]) == end
 
 
 def _after_dot(tokens: list[Token], window: str) -> bool:
     """`receiver.` on the cursor's line (a method is wanted), not the `1.` of a number being typed."""
-    if not tokens or tokens[-1].type != "DOT" or "\n" in window[tokens[-1].end_pos:]:
+    if not tokens or tokens[-1].type != "DOT" or "\n" in window[lex.end(tokens[-1]):]:
         return False
     if len(tokens) == 1:
         return True
     prev = tokens[-2]
-    return prev.type in _RECEIVER_END or ("\n" in window[prev.end_pos:tokens[-1].start_pos]
+    return prev.type in _RECEIVER_END or ("\n" in window[lex.end(prev):lex.start(tokens[-1])]
                                           and prev.type not in lex.NUMBERS)
 
 
 def complete(text: str, offset: int, functions: list[str]) -> list[lsp.CompletionItem]:
     window = function_window(text, offset)
     all_tokens = lex.tokens(window, comments=True)
-    if all_tokens and all_tokens[-1].type == lex.COMMENT and all_tokens[-1].end_pos == len(window):
+    if all_tokens and all_tokens[-1].type == lex.COMMENT and lex.end(all_tokens[-1]) == len(window):
         return []                                  # the cursor is in a comment
     tokens = [t for t in all_tokens if t.type != lex.COMMENT]
     before = tokens[:-1] if _word_at_end(tokens, len(window)) else tokens     # without the word being typed
@@ -159,9 +159,10 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
         attr = _keyword_attr(call.segment)
         if attr is not None and (len(call.segment) == 2 or (len(call.segment) == 3 and _word_at_end(call.segment, len(window)))):
             spec = op.attr(attr)
+            if spec is None:
+                return []
             return [lsp.CompletionItem(label=c, kind=lsp.CompletionItemKind.EnumMember,
-                                       detail=f"{op.name}.{spec.name}")
-                    for c in (spec.choices if spec else ())]
+                                       detail=f"{op.name}.{spec.name}") for c in spec.choices]
         given = {str(t) for t, nxt in zip(call.args, call.args[1:]) if t.type == "NAME" and nxt.type == "EQUAL"}
         items += [lsp.CompletionItem(label=a.name, kind=lsp.CompletionItemKind.Property,
                                      insert_text=a.name + "=", sort_text="0" + a.name,

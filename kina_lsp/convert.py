@@ -18,7 +18,6 @@ from lsprotocol import types as lsp
 
 from compiler.diagnostics import Span
 
-
 _ASTRAL = re.compile("[\U00010000-\U0010FFFF]")   # two UTF-16 code units each
 
 
@@ -46,7 +45,7 @@ class LineIndex:
     points plus the astral characters before the column (found once, by regex);
     UTF-8 columns come from encoding the line's prefix."""
 
-    def __init__(self, text: str, encoding: str = "utf-16"):
+    def __init__(self, text: str, encoding: str = "utf-16") -> None:
         self.text = text
         encoding = getattr(encoding, "value", encoding)  # PositionEncodingKind or its string
         self.encoding = encoding if encoding in ("utf-8", "utf-32") else "utf-16"
@@ -130,7 +129,7 @@ class LineIndex:
 _RECENT: tuple = ()   # (text, encoding, LineIndex) of the last few texts, newest first
 
 
-def index_of(text: str, encoding="utf-16") -> LineIndex:
+def index_of(text: str, encoding: str="utf-16") -> LineIndex:
     """The LineIndex of text, shared: after an edit the document (to apply the next edit)
     and the analysis (to convert its spans) need the index of the same text object."""
     global _RECENT

@@ -73,7 +73,7 @@ class DocState:
 
 
 class Documents:
-    def __init__(self, text_of, encoding=lambda: "utf-16"):
+    def __init__(self, text_of, encoding=lambda: "utf-16") -> None:
         """text_of(uri) -> (text, version) of the client's current buffer, or None;
         encoding() -> the negotiated LSP position encoding."""
         self._text_of = text_of

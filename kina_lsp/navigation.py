@@ -28,7 +28,7 @@ RESERVED = lex.KEYWORDS | {d.value for d in DType} | set(OPS) | set(HANDLERS) | 
 def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
     """The identifier touching offset (cursor just after it counts)."""
     tok = lex.word_at(text, offset)
-    return (str(tok), tok.start_pos, tok.end_pos) if tok is not None else None
+    return (str(tok), lex.start(tok), lex.end(tok)) if tok is not None else None
 
 
 class RenameRefused(JsonRpcException):
@@ -62,7 +62,7 @@ def _name_spans(view, offset: int) -> list:
     for s in spans:
         first = next((t for t in lex.tokens(view.text, s.start, s.end) if str(t) == name), None)
         if first is not None:
-            out.add((first.start_pos, first.end_pos))
+            out.add((lex.start(first), lex.end(first)))
     return sorted(out)
 
 
@@ -130,7 +130,7 @@ def _symbols(fn, index) -> list[dict]:
 class _At:
     """A LineIndex stand-in: positions of item-local offsets, for an item that starts at (line, col)."""
 
-    def __init__(self, index, line: int, col: int):
+    def __init__(self, index, line: int, col: int) -> None:
         self.index, self.line, self.col = index, line, col
 
     def position(self, offset: int) -> lsp.Position:

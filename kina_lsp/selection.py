@@ -9,12 +9,18 @@ cursor is in, so expand selection still does something sensible.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types as lsp
 
-from compiler import lex, parse, syntax as ast
+from compiler import lex, parse
+from compiler import syntax as ast
 from compiler.diagnostics import Span
 
 from . import astutil
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 
 
@@ -52,7 +58,7 @@ def _let_link(text: str, let: ast.Let) -> Span:
     """`let PATTERN = VALUE in` (the let's own span runs to the end of the chain)."""
     after = lex.tokens(text, let.value.span.end, let.span.end)
     in_ = after[0] if after and after[0].type == "IN" else None
-    return Span(let.span.start, in_.end_pos if in_ is not None else let.value.span.end)
+    return Span(let.span.start, lex.end(in_) if in_ is not None else let.value.span.end)
 
 
 def _in_signature(fn: ast.FnDef, offset: int) -> list[Span]:
@@ -94,8 +100,8 @@ def spans_at(view, offset: int) -> list[Span]:
         spans = [Span(item.start, item.end)] if item else []
     word = lex.word_at(text, offset, numbers=True)
     if word is not None:
-        spans.append(Span(word.start_pos, word.end_pos))
-    out = []
+        spans.append(Span(lex.start(word), lex.end(word)))
+    out: list[Span] = []
     for s in spans:   # each strictly inside the previous one
         if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):
             out.append(s)
@@ -105,13 +111,13 @@ def spans_at(view, offset: int) -> list[Span]:
 def selection_range(view, position: lsp.Position) -> lsp.SelectionRange:
     offset = view.index.offset(position)
     spans = spans_at(view, offset) or [Span(offset, offset)]
-    node = None
-    for s in spans:
+    node = lsp.SelectionRange(range=view.index.range(spans[0]))
+    for s in spans[1:]:
         node = lsp.SelectionRange(range=view.index.range(s), parent=node)
     return node
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
     async def on_selection_range(ls, params: lsp.SelectionRangeParams):

@@ -21,16 +21,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 from concurrent.futures import ThreadPoolExecutor
-
-from lsprotocol import types as lsp
+from typing import TYPE_CHECKING
 
 from lark import Token
+from lsprotocol import types as lsp
 
 from compiler import lex
 from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
 from compiler.types import DType
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 TOKEN_TYPES = ["keyword", "type", "function", "method", "parameter", "variable", "number", "comment", "macro",
                "property", "enumMember"]
@@ -81,7 +84,7 @@ def token_rows(text: str, functions: set[str], params: set[str], start: int = 0,
     toks = lex.tokens(text, comments=True)
     n, prev = len(toks), _NONE
     for i, tok in enumerate(toks):
-        if tok.start_pos >= end:
+        if lex.start(tok) >= end:
             break
         j = i + 1
         while j < n and toks[j].type == lex.COMMENT:      # neighbours skip comments
@@ -90,8 +93,8 @@ def token_rows(text: str, functions: set[str], params: set[str], start: int = 0,
         if tok.type != lex.COMMENT:
             prev = tok
         # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
-        if cls is not None and tok.start_pos >= start:
-            yield tok.start_pos, tok.end_pos, _TYPE_INDEX[cls[0]], cls[1]
+        if cls is not None and lex.start(tok) >= start:
+            yield lex.start(tok), lex.end(tok), _TYPE_INDEX[cls[0]], cls[1]
 
 
 def encode(rows, index) -> list[int]:
@@ -152,10 +155,10 @@ async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | 
     span = view.index.span(rng) if rng is not None else None
     loop = asyncio.get_running_loop()
     result = await loop.run_in_executor(_pool, semantic_tokens, view.text, view.index, functions, params, span)
-    return result.data
+    return list(result.data)
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     """Full, delta and range handlers (one legend: pygls merges them into one capability)."""
     empty = lambda: lsp.SemanticTokens(data=[])  # noqa: E731
 
