@@ -12,6 +12,8 @@ raw `|V2` / `|V1` void records that np.load cannot turn back into numbers).  So:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import json
 from pathlib import Path
 
@@ -39,7 +41,8 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray], dtypes: dict[str, 
     stored = {name: _stored(np.asarray(a, dtypes[name].np_dtype), dtypes[name]) for name, a in arrays.items()}
     table = json.dumps({name: dtypes[name].value for name in arrays})
     target = npz_path(path)
-    np.savez(target, **stored, **{DTYPES_KEY: np.array(table)})
+    members: dict[str, Any] = {**stored, DTYPES_KEY: np.array(table)}   # (numpy's stub types **kwds oddly)
+    np.savez(target, **members)
     return target
 
 

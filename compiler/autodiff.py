@@ -172,7 +172,7 @@ class _Checker:
         self.diags: list[Diagnostic] = []
 
     def error(self, code: str, message: str, span: Span, origin=None, fix: Fix | None = None) -> None:
-        notes = ()
+        notes: tuple[Note, ...] = ()
         if origin is not None:
             notes = (Note(f"inlined from this call of `{origin[0]}` in `{self.fn.name}`", origin[1]),)
         self.diags.append(Diagnostic(code, message, span, notes, fix=fix))
@@ -267,7 +267,7 @@ def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], nee
     adj = _Adjoints(b)
     b.span = result.span
     if result.name in active:
-        adj.add(result.name, b.literal(result.type, (1.0,), name=b.fresh("seed")))
+        adj.add(result.name, b.literal(result.tensor_type, (1.0,), name=b.fresh("seed")))
     for let in reversed(lets):
         (name,) = let.binding.names
         g = adj.table.get(name)
@@ -280,8 +280,11 @@ def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], nee
         elif isinstance(value, OpApp):
             b.span = value.span
             y = Var(name, value.type, value.span)
-            wants = [isinstance(a, Var) and a.name in active for a in value.args]
-            for arg, ct in zip(value.args, VJPS[value.op].rule(b, value, y, g, wants)):
+            args = [a for a in value.args if isinstance(a, Var)]   # single ops on Vars (checked)
+            rule = VJPS[value.op].rule
+            assert rule is not None and len(args) == len(value.args), value.op   # checked by _analyse
+            wants = [a.name in active for a in args]
+            for arg, ct in zip(args, rule(b, value, y, g, wants)):
                 if ct is not None:
                     assert ct.type == arg.type, (value.op, ct.type, arg.type)
                     adj.add(arg.name, ct)

@@ -8,6 +8,8 @@ cascade through the rest of the function.
 """
 from __future__ import annotations
 
+from typing import cast
+
 import difflib
 
 from . import syntax
@@ -32,6 +34,9 @@ class ErrorType:
 
 
 ERROR = ErrorType()
+# ERROR where an IR node wants a Type: the placeholder type of the IR the checker builds for
+# a broken expression.  That IR never leaves the checker (a broken function has no IR).
+ERROR_TYPE = cast(Type, ERROR)
 DTYPE_NAMES = tuple(d.value for d in DType)
 
 
@@ -56,8 +61,9 @@ def resolve_type(texpr, bag: DiagnosticBag) -> Type | ErrorType:
     if texpr is None:
         return ERROR
     if isinstance(texpr, syntax.TupleTypeExpr):
-        items = tuple(resolve_type(i, bag) for i in texpr.items)
-        return ERROR if any(i is ERROR for i in items) else TupleType(items)
+        items = [resolve_type(i, bag) for i in texpr.items]
+        types = [i for i in items if not isinstance(i, ErrorType)]
+        return TupleType(tuple(types)) if len(types) == len(items) else ERROR
     return resolve_tensor_type(texpr, bag)
 
 

@@ -176,8 +176,8 @@ def inject_fault(launch: Launch, step: int) -> None:
     if not spec:
         return
     try:
-        kind, rank, at = spec.split(":")
-        rank, at = int(rank), int(at)
+        kind, rank_text, at_text = spec.split(":")
+        rank, at = int(rank_text), int(at_text)
         sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}[kind]
     except (ValueError, KeyError):
         raise LaunchError(f"KINA_DIST_FAULT={spec!r} is not KIND:RANK:STEP with KIND kill or stop") from None

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
+from .ir import as_tensor, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .runtime_library import KinaRuntimeError
 from .types import DType, TensorType
 from .uses import Uses
@@ -87,7 +87,7 @@ def _scatter_along_axis(args, attrs, out):
     return dest
 
 
-_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}     # reduce_keep's op
+_REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "mean": np.mean, "max": np.max}  # reduce_keep's op
 
 _erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -265,11 +265,12 @@ class _Interpreter:
         return np.asarray(lit.values, dtype).reshape(t.shape)
 
     def op(self, node: OpApp, args: list[np.ndarray]) -> np.ndarray:
-        out_dtype = self.storage(node.type)
+        out_type = as_tensor(node.type)      # ops make tensors
+        out_dtype = self.storage(out_type)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
         args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
         try:
-            result = NUMPY_OPS[node.op](args, node.attrs, node.type)
+            result = NUMPY_OPS[node.op](args, node.attrs, out_type)
         except (KinaRuntimeError, MemoryError):
             raise
         except Exception as err:   # a bug in a NumPy row: a Kina error naming the op, not a traceback

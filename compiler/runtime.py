@@ -57,7 +57,7 @@ from .types import DType
 try:  # the C fast path, built by `pip install -e .` (setup.py)
     from compiler import _fastcall
 except ImportError:  # pragma: no cover - exercised by the tests with fastcall=False
-    _fastcall = None
+    _fastcall = None  # type: ignore[assignment]  # (the slow path then runs every call)
 
 FASTCALL_AVAILABLE = _fastcall is not None
 
@@ -288,7 +288,7 @@ class KinaFunction:
         """An input as given, or a C-contiguous aligned copy (lists, strided views)."""
         arr = self._coerce(arr, spec, "parameter")
         if not (arr.flags.c_contiguous and arr.flags.aligned):
-            arr = np.require(arr, requirements="CA")
+            arr = np.require(arr, requirements=["C", "A"])
         return arr
 
     def _output(self, o, r: TensorSpec) -> np.ndarray:
@@ -303,6 +303,7 @@ class KinaFunction:
     def _check_indices(self, ids: np.ndarray, spec: TensorSpec) -> None:
         """Every element of an I64 index parameter in [0, bound): the library's own bounds
         check (cf.assert) would abort the whole process."""
+        assert spec.bound is not None    # only bounded parameters are checked
         if not (ids.view(np.uint64) >= spec.bound).any():    # negative ids wrap to huge
             return
         bad = (ids < 0) | (ids >= spec.bound)
