@@ -52,6 +52,8 @@ vscode-e2e: (make "vscode-e2e")
 goldens: (make "goldens")
 # regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
 docs: (make "docs")
+# mypy --strict on compiler/ and kina_lsp/, ruff on every Python file
+lint: (make "lint")
 # every benchmark script
 bench: (make "bench")
 # remove .venv and build outputs

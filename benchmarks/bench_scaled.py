@@ -252,10 +252,12 @@ def model_rows(s: dict, args, tmp: Path) -> list[tuple]:
         lib.train_step(*sargs, out=step_out)
         err_f = check(f"forward -O{level}", fwd_out, ref_fwd)
         err_s = max(check(f"train_step -O{level} {n}", g, r) for n, g, r in zip(("loss",) + WEIGHTS, step_out, ref_step))
-        rows.append((f"kina -O{level}", "forward", median_time(lambda: lib.forward(*fargs, out=fwd_out), args.repeats),
+        rows.append((f"kina -O{level}", "forward", median_time(lambda lib=lib, fargs=fargs, fwd_out=fwd_out: lib.forward(*fargs, out=fwd_out),
+                                                            args.repeats),
                      f"err {err_f}, build {compile_s:.2f} s"))
         rows.append((f"kina -O{level}", "train step",
-                     median_time(lambda: lib.train_step(*sargs, out=step_out), args.repeats), f"err {err_s}"))
+                     median_time(lambda lib=lib, sargs=sargs, step_out=step_out: lib.train_step(*sargs, out=step_out),
+                                 args.repeats), f"err {err_s}"))
     rows.append(("numpy", "forward", median_time(lambda: np_forward(w, s, w["window"][:, :s["T"]]), args.repeats), ""))
     rows.append(("numpy", "train step", median_time(lambda: np_train_step(w, s), args.repeats), ""))
     if torch:
@@ -275,8 +277,8 @@ def matmul_rows(args, tmp: Path) -> list[tuple]:
         lib.mm(a, b, out=out)
         err = check(f"matmul {n}", out, a @ b, rtol=1e-4)
         flops = 2.0 * n ** 3
-        kina = flops / median_time(lambda: lib.mm(a, b, out=out), args.repeats, budget=1.0) / 1e9
-        nump = flops / median_time(lambda: np.matmul(a, b, out=ref), args.repeats, budget=1.0) / 1e9
+        kina = flops / median_time(lambda lib=lib, a=a, b=b, out=out: lib.mm(a, b, out=out), args.repeats, budget=1.0) / 1e9
+        nump = flops / median_time(lambda a=a, b=b, ref=ref: np.matmul(a, b, out=ref), args.repeats, budget=1.0) / 1e9
         rows.append((n, kina, nump, err))
     return rows
 

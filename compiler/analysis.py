@@ -34,9 +34,8 @@ from functools import cached_property
 
 from . import autodiff, check, ir, module_rules, names, parse
 from . import syntax as ast
-from .diagnostics import Diagnostic, Note, SourceText, Span
+from .diagnostics import Diagnostic, SourceText, Span
 from .parse import shift
-
 
 
 # ---- per-item, position-independent results -------------------------------------------
@@ -143,7 +142,7 @@ class Snapshot:
                            if it.name in self._good and (f := it.ir) is not None})
 
     @cached_property
-    def functions(self) -> dict[str, "FunctionInfo"]:
+    def functions(self) -> dict[str, FunctionInfo]:
         return {name: FunctionInfo(fn, it.res.signature) for name, it in self._first_defs().items()
                 if (fn := it.fn) is not None}
 

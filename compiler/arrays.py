@@ -12,10 +12,9 @@ raw `|V2` / `|V1` void records that np.load cannot turn back into numbers).  So:
 """
 from __future__ import annotations
 
-from typing import Any
-
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

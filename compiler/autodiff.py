@@ -30,7 +30,7 @@ from .diagnostics import Diagnostic, Fix, Note, Span
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .ops import OPS
 from .types import TensorType, TupleType
-from .vjp import VJPS, VJP, Builder
+from .vjp import VJP, VJPS, Builder
 
 HANDLERS = ("reverseMode",)   # the effect handlers this stage implements (the checker accepts these)
 _MAX_INLINE_DEPTH = 32
@@ -135,7 +135,7 @@ def _describe(expr: Expr) -> str:
 
 def _scalar_message(node: OpApp, i: int, lit: Literal) -> str:
     """The ad-structure message for a bare number operand (`x * 0.5`), with the let that fixes it."""
-    from .check_scalars import literal_text   # the checker's spelling of the same literal
+    from .check_scalars import literal_text  # the checker's spelling of the same literal
     value = lit.values[0]
     return (f"operand {i} of `{node.op}` is the number `{value}` (a splat of {lit.type}), but reverseMode "
             "differentiates single ops on variables: give the constant its own let, "

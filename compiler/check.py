@@ -27,7 +27,7 @@ from .check_expr import WILDCARD, ExprChecker, Signature, TypeFact
 from .check_types import ERROR, ErrorType, is_error, resolve_type
 from .diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from .ops import OPS
-from .types import TensorType, TupleType
+from .types import TensorType, TupleType, Type
 
 __all__ = ["Signature", "TypeFact", "FunctionResult", "signature_of", "check_function",
            "ERROR"]
@@ -128,7 +128,7 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
     return ir.Binding(names, value, let.destructure, let.span, [n.span for n in let.names])
 
 
-def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
+def _destructure(ck: ExprChecker, let: syntax.Let, t: Type | ErrorType) -> list[Type | ErrorType]:
     n = len(let.names)
     if t is ERROR:
         return [ERROR] * n

@@ -11,14 +11,14 @@ stay trees in the IR (reverseMode's restrictions are about that structure).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from . import ir, syntax
 from .autodiff import HANDLERS
-from .check_op_args import apply_op, is_static_arg
 from .check_hints import RETURN_MESSAGE, foreign_note
+from .check_op_args import apply_op, is_static_arg
 from .check_scalars import literal_text, number_message, splat_operands, value_problem
 from .check_types import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error, mismatch, resolve_tensor_type
 from .diagnostics import DiagnosticBag, Fix, Note, Span

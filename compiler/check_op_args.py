@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import ir, syntax
-from .ir import as_tensor
 from .check_types import ERROR, ERROR_TYPE, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
+from .ir import as_tensor
 from .ops import OpDef, normalise_axes
 from .shape_rules import OpError, _float
 from .types import TensorType

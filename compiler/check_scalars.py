@@ -14,11 +14,10 @@ that type-checks there (the expected type when the context knows it).
 from __future__ import annotations
 
 from . import ir, syntax
-from .check_types import ERROR, ERROR_TYPE, is_error
+from .check_types import ERROR_TYPE, is_error
 from .diagnostics import DiagnosticBag, Span
 from .ops import OpDef
 from .types import DType, TensorType
-
 
 _BOOL = tuple(d for d in DType if d.value == "Bool")   # the boolean dtype, once it exists
 

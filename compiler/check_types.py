@@ -8,13 +8,12 @@ cascade through the rest of the function.
 """
 from __future__ import annotations
 
-from typing import cast
-
 import difflib
+from typing import cast
 
 from . import syntax
 from .diagnostics import DiagnosticBag, Note
-from .types import DType, PLACEMENTS, TensorType, TupleType, Type
+from .types import PLACEMENTS, DType, TensorType, TupleType, Type
 
 
 class ErrorType:

@@ -13,13 +13,12 @@ mismatched checkpoint raises CheckpointError on every rank, not just on rank 0.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

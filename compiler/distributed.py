@@ -113,7 +113,7 @@ class Launch:
     REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
     @staticmethod
-    def from_env(env=None) -> "Launch":
+    def from_env(env=None) -> Launch:
         env = os.environ if env is None else env
         missing = [k for k in Launch.REQUIRED if not env.get(k)]
         if missing:

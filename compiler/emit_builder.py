@@ -5,13 +5,13 @@ f32 compute domain, index bounds checks).  It knows nothing about Kina ops.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import ir
 from .diagnostics import SourceText, Span
 from .ir import as_tensor
-from .types import BY_MLIR, DType, TensorType, Type
+from .types import BY_MLIR, DType, Type
 
 # Kina dtype -> MLIR element type (storage); the facts live in types.DType.
 ELEM: dict[DType, str] = {d: d.mlir for d in DType}
@@ -40,10 +40,10 @@ class Ty:
     def mlir(self) -> str:
         return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.elem + ">"
 
-    def with_elem(self, elem: str) -> "Ty":
+    def with_elem(self, elem: str) -> Ty:
         return Ty(elem, self.shape)
 
-    def with_shape(self, shape) -> "Ty":
+    def with_shape(self, shape) -> Ty:
         return Ty(self.elem, tuple(shape))
 
 

@@ -31,7 +31,7 @@ from . import ir
 from .diagnostics import Diagnostic, SourceText, Span
 from .emit_builder import EmitError, FnEmitter, float_literal, symbol, ty
 from .emit_ops import LOWERINGS
-from .types import DType, TensorType, TupleType, Type
+from .types import TensorType, TupleType, Type
 
 __all__ = ["EmitResult", "emit_program", "emit_function"]
 
@@ -58,7 +58,7 @@ class EmitResult:
 
 
 # ---- the walk over a function ------------------------------------------------
-Value = str | list  # an SSA reference, or a list of them for a tuple
+Value = str | list["Value"]  # an SSA reference, or a list of them for a tuple
 
 
 class FunctionLowering:
@@ -204,7 +204,7 @@ def literal(e: ir.Literal) -> str:
     t = ty(e.type)
     is_int = not e.type.is_float        # I64, and Bool stored as i8 0 / 1
 
-    def fmt(x) -> str:
+    def fmt(x: float) -> str:
         return str(int(x)) if is_int else float_literal(float(x), t.elem)
 
     if len(e.values) <= 1:

@@ -11,7 +11,7 @@ cf.assert (em.bounds_check) before they are used by `tensor.extract`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from . import ir
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty

@@ -13,11 +13,11 @@ and XLA's float erf, accurate to a few ulp in f32.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from . import ir
-from .ir import as_tensor
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
+from .ir import as_tensor
 from .types import DType
 
 _F = COMPUTE
@@ -278,7 +278,7 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     i64), then expand_shape to keep the axis.  An element wins when it is greater than
     the max so far, or NaN when the max so far is not (numpy.argmax: the first NaN, else
     the first maximum)."""
-    from .emit_ops import _keep_axis   # emit_ops imports this module for its table
+    from .emit_ops import _keep_axis  # emit_ops imports this module for its table
 
     src = ty(node.args[0].type)
     axis, r = node.attrs["axis"], src.rank

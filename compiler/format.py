@@ -465,7 +465,7 @@ def _check(before: str, module: ast.Module, texts: list[str], after: str) -> Non
         formatted, new_texts = _parse_or_raise(after, "the formatted text")
     except FormatError as e:
         raise FormatError("internal error: the formatted text does not parse "
-                          f"({e.diagnostics[0].message if e.diagnostics else e}); the file was left as it is")
+                          f"({e.diagnostics[0].message if e.diagnostics else e}); the file was left as it is") from e
     same = len(formatted.functions) == len(module.functions) and all(
         t == u or ast_shape(f) == ast_shape(g)
         for t, u, f, g in zip(texts, new_texts, module.functions, formatted.functions))

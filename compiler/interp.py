@@ -17,15 +17,14 @@ message the compiled code asserts, never numpy's IndexError.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from .ir import as_tensor, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
+from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
 from .runtime_library import KinaRuntimeError
 from .types import DType, TensorType
 from .uses import Uses
-
 
 # A run-time failure of a Kina program (bad argument, out-of-range index) is the same error
 # as the compiled library's: one class, defined with the library loader.

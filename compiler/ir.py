@@ -10,7 +10,9 @@ strings, or a TensorType for `dest_ty`).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from .diagnostics import Span
 from .types import TensorType, TupleType, Type
@@ -40,8 +42,8 @@ class Var:
 @dataclass(frozen=True)
 class OpApp:
     op: str                         # key of ops.OPS
-    args: list["Expr"]              # tensor operands
-    attrs: dict                     # static attributes, normalised by the checker
+    args: list[Expr]              # tensor operands
+    attrs: dict[str, Any]           # static attributes, normalised by the checker
     type: Type
     span: Span = NO_SPAN
 
@@ -50,7 +52,7 @@ class OpApp:
 class CallFn:
     """A call of a user function (by name)."""
     fn: str
-    args: list["Expr"]
+    args: list[Expr]
     type: Type
     span: Span = NO_SPAN
 
@@ -61,7 +63,7 @@ class Handle:
 
     The autodiff stage replaces it by a CallFn of a generated function."""
     fn: str
-    args: list["Expr"]
+    args: list[Expr]
     handler: str
     type: Type
     span: Span = NO_SPAN
@@ -79,7 +81,7 @@ class Literal:
 
 @dataclass(frozen=True)
 class MakeTuple:
-    items: list["Expr"]
+    items: list[Expr]
     type: TupleType
     span: Span = NO_SPAN
 
@@ -140,7 +142,7 @@ def scatter_along_axis(updates: Expr, indices: Expr, axis: int, dest_ty: TensorT
     return OpApp("scatter_along_axis", [updates, indices], {"axis": axis, "dest_ty": dest_ty}, dest_ty, span)
 
 
-def walk(expr: Expr):
+def walk(expr: Expr) -> Iterator[Expr]:
     """Pre-order iteration over an expression tree."""
     yield expr
     for child in children(expr):

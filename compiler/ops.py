@@ -10,18 +10,38 @@ whole type and the failing dimension.  Axis attributes are normalised here
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from .shape_rules import (OpError, _named, _shape,
-                          infer_argmax, infer_broadcast, infer_cast, infer_clamp, infer_compare,
-                          infer_concat, infer_elementwise, infer_gather, infer_iota, infer_matmul,
-                          infer_pow, infer_reduce_keep, infer_reshape, infer_same,
-                          infer_scatter_add, infer_scatter_along_axis, infer_slice, infer_softmax,
-                          infer_take_along_axis, infer_transpose, infer_tril, infer_unary,
-                          infer_where)
+from .shape_rules import (
+    OpError,
+    _named,
+    _shape,
+    infer_argmax,
+    infer_broadcast,
+    infer_cast,
+    infer_clamp,
+    infer_compare,
+    infer_concat,
+    infer_elementwise,
+    infer_gather,
+    infer_iota,
+    infer_matmul,
+    infer_pow,
+    infer_reduce_keep,
+    infer_reshape,
+    infer_same,
+    infer_scatter_add,
+    infer_scatter_along_axis,
+    infer_slice,
+    infer_softmax,
+    infer_take_along_axis,
+    infer_transpose,
+    infer_tril,
+    infer_unary,
+    infer_where,
+)
 from .types import DType, TensorType
-
 
 _MISSING = object()
 
@@ -102,7 +122,7 @@ class OpDef:
         return list(dict.fromkeys(forms))
 
 
-def _rank_of(spec: "AttrSpec", args: list[TensorType], attrs: dict) -> tuple[int, str]:
+def _rank_of(spec: AttrSpec, args: list[TensorType], attrs: dict) -> tuple[int, str]:
     """The rank an axis attribute indexes, and what to call it in a message."""
     if isinstance(spec.of, str):
         n = len(attrs.get(spec.of, ()))
@@ -111,7 +131,7 @@ def _rank_of(spec: "AttrSpec", args: list[TensorType], attrs: dict) -> tuple[int
     return t.rank, str(t)
 
 
-def _normal_axis(op: str, spec: "AttrSpec", axis: int, rank: int, what: str, given=None) -> int:
+def _normal_axis(op: str, spec: AttrSpec, axis: int, rank: int, what: str, given=None) -> int:
     if not (-rank <= axis < rank):
         span = f"axes -{rank}..{rank - 1}" if rank else "no axes"
         head = f"{spec.name}={axis}" if given is None else f"{spec.name} {_shape(given)} has axis {axis}, which"
@@ -120,7 +140,7 @@ def _normal_axis(op: str, spec: "AttrSpec", axis: int, rank: int, what: str, giv
     return axis + rank if axis < 0 else axis
 
 
-def normalise_axes(op: "OpDef", args: list[TensorType], attrs: dict) -> dict:
+def normalise_axes(op: OpDef, args: list[TensorType], attrs: dict) -> dict:
     """attrs with every `axis`/`axes` attribute made non-negative (axis=-1 is the last
     axis, as in NumPy and PyTorch); an out-of-range axis raises OpError.  The IR, the
     later stages, the diagnostics of the shape rule and hover all see normalised axes."""

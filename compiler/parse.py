@@ -29,7 +29,8 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.parsers.lalr_interactive_parser import InteractiveParser
 
-from . import lex, syntax as ast
+from . import lex
+from . import syntax as ast
 from .check_hints import RETURN_MESSAGE
 from .diagnostics import Diagnostic, Span
 from .types import DType

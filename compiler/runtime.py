@@ -50,8 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from .arrays import load_npz, save_npz  # noqa: F401  (re-exported: the runtime's public API)
-from .runtime_library import (  # noqa: F401  (re-exported)
-    KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol)
+from .runtime_library import KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol  # noqa: F401  (re-exported)
 from .types import DType
 
 try:  # the C fast path, built by `pip install -e .` (setup.py)
@@ -146,7 +145,7 @@ class Descriptors:
     words: tuple[int, ...]
 
     @staticmethod
-    def of(specs: list[TensorSpec]) -> "Descriptors":
+    def of(specs: list[TensorSpec]) -> Descriptors:
         block: list[int] = []
         words = []
         for spec in specs:

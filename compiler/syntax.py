@@ -27,7 +27,7 @@ class TensorTypeExpr:
 
 @dataclass(frozen=True)
 class TupleTypeExpr:
-    items: tuple["TypeExpr", ...]
+    items: tuple[TypeExpr, ...]
     span: Span
 
 
@@ -69,10 +69,10 @@ class Attr:
 @dataclass(frozen=True)
 class MethodCall:
     """`receiver.method(args..., attr=value...)`."""
-    receiver: "Expr"
+    receiver: Expr
     method: str
     method_span: Span
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
     attrs: tuple[Attr, ...]
     span: Span
 
@@ -81,7 +81,7 @@ class MethodCall:
 class Field:
     """`receiver.name` without parentheses (`x.T`, `x.shape`): Kina has no attributes
     on values; the checker reports it with the Kina spelling."""
-    receiver: "Expr"
+    receiver: Expr
     name: str
     name_span: Span
     span: Span
@@ -92,7 +92,7 @@ class Call:
     """`func(args..., attr=value...)`: a built-in op in free form or a user function."""
     func: str
     func_span: Span
-    args: tuple["Expr", ...]
+    args: tuple[Expr, ...]
     attrs: tuple[Attr, ...]
     span: Span
 
@@ -100,15 +100,15 @@ class Call:
 @dataclass(frozen=True)
 class BinOp:
     op: str                     # one of + - * / @
-    lhs: "Expr"
-    rhs: "Expr"
+    lhs: Expr
+    rhs: Expr
     op_span: Span
     span: Span
 
 
 @dataclass(frozen=True)
 class Neg:
-    operand: "Expr"
+    operand: Expr
     span: Span
 
 
@@ -131,7 +131,7 @@ class TensorLit:
 
 @dataclass(frozen=True)
 class TupleExpr:
-    items: tuple["Expr", ...]
+    items: tuple[Expr, ...]
     span: Span
 
 
@@ -140,8 +140,8 @@ class Let:
     """`let x = value in body` or `let (a, b) = value in body`."""
     names: tuple[Name, ...]           # binding occurrences (with their spans)
     destructure: bool           # True for the `(a, b)` form, even with one name
-    value: "Expr"
-    body: "Expr"
+    value: Expr
+    body: Expr
     span: Span
 
 

@@ -93,7 +93,7 @@ class DType(Enum):
             return 1
         if not self.is_float:
             return int(np.iinfo(self.np_dtype).max)
-        import ml_dtypes   # its finfo covers NumPy's floats and its own
+        import ml_dtypes  # its finfo covers NumPy's floats and its own
         return float(ml_dtypes.finfo(self.np_dtype).max)
 
     def bits_of(self, x: float) -> int:
@@ -132,10 +132,10 @@ class TensorType:
     def is_float(self) -> bool:
         return self.dtype.is_float
 
-    def with_shape(self, shape) -> "TensorType":
+    def with_shape(self, shape) -> TensorType:
         return TensorType(self.dtype, tuple(shape), self.placement)
 
-    def with_dtype(self, dtype: DType) -> "TensorType":
+    def with_dtype(self, dtype: DType) -> TensorType:
         return TensorType(dtype, self.shape, self.placement)
 
     def __str__(self) -> str:
@@ -145,7 +145,7 @@ class TensorType:
 
 @dataclass(frozen=True)
 class TupleType:
-    items: tuple["Type", ...]
+    items: tuple[Type, ...]
 
     def __str__(self) -> str:
         return "(" + ", ".join(str(t) for t in self.items) + ")"

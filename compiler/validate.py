@@ -25,15 +25,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection
 
 import numpy as np
 
 from . import build, ir
 from .runtime_library import KinaRuntimeError
-from .types import FLOAT_DTYPES, DType, TensorType, TupleType
+from .types import FLOAT_DTYPES, DType
 
 GRAD_PREFIX = "__validate_grad_"
 
@@ -211,8 +211,8 @@ def _route_c_stdout_to_stderr():
 
 
 def _assertion(stderr: str) -> str:
-    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
-    hits = [l for l in lines if "out of bounds" in l or "assert" in l.lower()]
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    hits = [line for line in lines if "out of bounds" in line or "assert" in line.lower()]
     return (hits or lines or ["the library crashed without a message"])[0]
 
 

@@ -14,16 +14,14 @@ reduce_keep(op=mean), rank-changing broadcast).
 from __future__ import annotations
 
 import dataclasses
-
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from .ir import (NO_SPAN, as_tensor, Binding, Expr, Function, Literal, OpApp, Param, Var, scatter_add,
-                 scatter_along_axis)
-from .ops import OPS
 from .diagnostics import Span
-from .types import TensorType, Type
+from .ir import NO_SPAN, Binding, Expr, Function, Literal, OpApp, Param, Var, as_tensor, scatter_add, scatter_along_axis
+from .ops import OPS
+from .types import TensorType
 
 
 class Builder:

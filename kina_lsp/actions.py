@@ -22,8 +22,7 @@ tensor is needed writes the literal that type-checks there.
 """
 from __future__ import annotations
 
-import re
-from typing import Callable
+from collections.abc import Callable
 
 from lsprotocol import types as lsp
 

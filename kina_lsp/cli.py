@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve_tcp(args) -> int:
+def _serve_tcp(args: argparse.Namespace) -> int:
     host = tcp.check_host(args.host)
     token = tcp.load_token(args.token_file) if args.token_file else tcp.new_token()
 
@@ -54,7 +54,7 @@ def _neutral_working_directory() -> str:
     return path
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.token_file:
         args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 
 from lsprotocol import types as lsp
 
@@ -79,7 +80,7 @@ class LineIndex:
         offset = min(offset, self.ends[line])   # inside a \r\n: the end of the line
         return lsp.Position(line=line, character=self._units(start, offset))
 
-    def positions(self, offsets) -> list[lsp.Position]:
+    def positions(self, offsets: Iterable[int]) -> list[lsp.Position]:
         """position() of many offsets.  Ascending offsets (a token stream) on a UTF-8 line
         are counted in one walk (each line encoded once, not once per token)."""
         if not self._utf8:
@@ -126,7 +127,7 @@ class LineIndex:
         return Span(self.offset(rng.start), self.offset(rng.end))
 
 
-_RECENT: tuple = ()   # (text, encoding, LineIndex) of the last few texts, newest first
+_RECENT: tuple[tuple[str, str, LineIndex], ...] = ()   # (text, encoding, LineIndex) of the last few texts, newest first
 
 
 def index_of(text: str, encoding: str="utf-16") -> LineIndex:

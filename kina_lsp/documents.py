@@ -137,7 +137,7 @@ class Documents:
             return await job
         try:
             return await asyncio.wait_for(asyncio.shield(job), budget)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.info("analysis of %s is over the %.0f ms request budget; answering without it",
                      uri, budget * 1000)
             return None

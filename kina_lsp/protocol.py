@@ -65,7 +65,7 @@ class KinaWorkspace(Workspace):
         super().update_text_document(text_doc, change)
 
     @classmethod
-    def like(cls, ws: Workspace) -> "KinaWorkspace":
+    def like(cls, ws: Workspace) -> KinaWorkspace:
         folders = list(ws.folders.values())
         return cls(ws.root_uri, ws._sync_kind, folders, ws.position_encoding)
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 REPEATED = np.array([[1, 4, 1, 4]], dtype=np.int64)
 LR = 0.1

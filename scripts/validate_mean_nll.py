@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 STEP_ARGS = ("token_ids", "targets", "emb", "mask", "scale", "wq", "wk", "wv", "wo", "lm_head", "inv_n", "lr")
 UPDATED = ("emb", "wq", "wk", "wv", "wo", "lm_head")     # the order of emb', wq', ... in the result

@@ -14,8 +14,10 @@ import dataclasses
 import re
 from pathlib import Path
 
+import expectations
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler import ir, syntax
 from compiler.analysis import Snapshot, analyze
@@ -24,9 +26,7 @@ from compiler.check_hints import FOREIGN
 from compiler.diagnostics import CODES, Span
 from compiler.ops import OPS
 from compiler.parse import parse_module
-from compiler.types import DType, TensorType, TupleType, f32, i64
-
-import expectations
+from compiler.types import TensorType, TupleType, f32, i64
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "tests" / "check_cases").glob("*.kina"))

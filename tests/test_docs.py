@@ -40,8 +40,9 @@ def test_every_op_is_in_the_docs():
 def test_a_changed_row_is_caught(monkeypatch, tmp_path):
     """The check sees a doc line of an op change (here: reduce_keep's), and names the file."""
     gen = _gen()
-    from compiler import ops
     import dataclasses
+
+    from compiler import ops
     (tmp_path / "docs").mkdir()
     for doc in ("language.md", "compiling.md"):
         (tmp_path / "docs" / doc).write_text((ROOT / "docs" / doc).read_text(encoding="utf-8"), encoding="utf-8")

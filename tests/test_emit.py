@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from emit_support import FILECHECK, MLIR_OPT, emit_kina, function, lower_to_llvm, program, run, verify
 
 from compiler import ir, ops
 from compiler.diagnostics import SourceText, Span
@@ -21,8 +22,6 @@ from compiler.emit_builder import float_literal
 from compiler.emit_mlir import emit_program
 from compiler.emit_ops import LOWERINGS
 from compiler.types import FLOAT_DTYPES, DType, TensorType, TupleType, f32, i64
-
-from emit_support import FILECHECK, emit_kina, function, lower_to_llvm, program, run, verify, MLIR_OPT
 
 # One tiny instance per op: operand types, attributes, and a construct its lowering must use.
 CASES: dict[str, tuple[list[TensorType], dict, str]] = {

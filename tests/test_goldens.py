@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from emit_support import MLIR_OPT, regen, run
 
 EXAMPLES = regen.examples()

@@ -8,8 +8,8 @@ import pytest
 from compiler import ir
 from compiler.analysis import analyze
 from compiler.interp import NUMPY_OPS, random_inputs, run_function
-from compiler.runtime import KinaRuntimeError
 from compiler.ops import OPS
+from compiler.runtime import KinaRuntimeError
 from compiler.types import DType, TensorType, f32
 from compiler.vjp import Builder
 
@@ -286,6 +286,7 @@ def test_a_failing_numpy_row_is_a_kina_error_naming_the_op():
     """reduce_keep meeting a choice its NumPy row lacks (as when `min` was added to its op)
     is a KinaRuntimeError that `kinac run` prints, not a KeyError traceback."""
     import pytest
+
     from compiler import interp, ir
     from compiler.types import f32
     t = f32(2, 3)

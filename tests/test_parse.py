@@ -1,5 +1,6 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
-from compiler import lex, syntax as ast
+from compiler import lex
+from compiler import syntax as ast
 from compiler.diagnostics import SourceText, Span
 from compiler.parse import MAX_DEPTH, MAX_ERRORS_PER_ITEM, parse_item, parse_module, split_items
 
@@ -264,7 +265,9 @@ def test_ast_nodes_are_frozen_so_the_shared_parse_cache_is_safe():
     """parse_local caches one AST per item text for the whole process (every analysis and
     every server snapshot shares it): a node cannot be changed in place."""
     import dataclasses
+
     import pytest
+
     from compiler.parse import parse_local
     text = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { let y = x.exp() in y.reshape([2]) }"
     fn, _ = parse_local(text)

@@ -128,9 +128,10 @@ def test_every_attribute_choice_is_compiled(op, attr, choice):
 def test_every_attribute_choice_has_a_vjp_or_a_reason(op, attr, choice):
     """Each enum choice of a differentiable op is gradient-checked (tests/test_gradcheck.py)
     or rejected under reverseMode with a message (VJPS[op].reject)."""
+    from test_gradcheck import CASES_BY_OP, checked_program
+
     from compiler.ir import OpApp, Var
     from compiler.vjp import VJPS
-    from test_gradcheck import CASES_BY_OP, checked_program
     row = VJPS[op]
     if row.rule is None:
         assert row.unsupported

@@ -1,7 +1,6 @@
 """Toolchain: finding the tools, the pass pipeline, MLIR text -> .so, diagnostics.
 
 Uses hand-written MLIR so it does not depend on the emitter."""
-from pathlib import Path
 
 import numpy as np
 import pytest
