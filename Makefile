@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 KINA_TORCH ?= 1
 TORCH_WHEELS ?= /opt/wheels
 
-.PHONY: setup demo test pytest validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
+.PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
         vscode-e2e goldens docs lint bench clean train-ddp vocab-parallel check-ddp
 
@@ -74,10 +74,20 @@ check-ddp: setup
 # a real VS Code in headless Chromium).
 test: setup lint
 	$(PY) -m pytest -q -ra
-	@echo "== the whole suite again with every default build at -O2"
-	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider
+	@echo "== the whole suite again with every default build at -O2 (tests that build at both levels ran once)"
+	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider -m "not both_levels"
+	@echo "== differential testing: generated programs at -O0 and -O2 against the interpreter, PyTorch, finite differences"
+	$(PY) scripts/fuzz_compile.py --n $(FUZZ_TEST_N) --seed 1 --out artifacts/fuzz
 	$(MAKE) validate
 	$(MAKE) vscode-e2e
+
+# `make fuzz FUZZ_N=3000 FUZZ_SEED=0`: any number of generated programs; failures are
+# shrunk and written to artifacts/fuzz/*.kina (scripts/fuzz_compile.py).
+FUZZ_N ?= 3000
+FUZZ_SEED ?= 0
+FUZZ_TEST_N ?= 300
+fuzz: setup
+	$(PY) scripts/fuzz_compile.py --n $(FUZZ_N) --seed $(FUZZ_SEED) --out artifacts/fuzz
 
 pytest: setup
 	$(PY) -m pytest -q -ra

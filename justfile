@@ -24,6 +24,8 @@ demo: (make "demo")
 test: (make "test")
 # the pytest suite once, at the default level
 pytest: (make "pytest")
+# generated programs at -O0 and -O2 against the interpreter, PyTorch, finite differences (FUZZ_N=3000)
+fuzz: (make "fuzz")
 # every validation script
 validate: (make "validate")
 # the decoder AD validation of the spec (isolated VJPs and the SGD step against NumPy and PyTorch)

@@ -8,16 +8,24 @@ The pipeline, one module per stage (read them in this order):
   check      AST -> typed IR (ir.py); shape/type rules from ops.py       [diagnostics]
   autodiff   typed IR -> typed IR: `handle f(..) with reverseMode` replaced by a call of
              a generated function computing (R, g0, .., gk-1)            [VJP table]
+  ir_verify  `ir.verify`: every node re-typed by its rule after the AD pass
   interp     NumPy reference interpreter of the typed IR (the oracle)    [NumPy table]
   emit_mlir  typed IR -> MLIR text (func/linalg/tensor/arith/math/cf)     [lowering table]
   pipelines  the pass pipeline of each -O level (the -O2 transform script, threading)
-  toolchain  MLIR text -> .so through mlir-opt / mlir-translate / llc / cc (or in-process)
+  rewrites   the pipelines' Python IR rewrites (strided copies, bf16 memory as i16)
+  toolchain  MLIR text -> .so through mlir-opt / mlir-translate / llc / cc, or the -O2
+             back end in a worker process (backend_worker: an LLVM abort is a diagnostic)
   build      `kinac build`: the stages above, plus the manifest (.json) and C header (.h)
   runtime    load a .so + manifest, call functions with NumPy arrays (_fastcall.c)
   validate   compiled library vs. interpreter vs. finite differences, in a child process
 
   distributed, checkpoint: the same libraries on N processes (torch.distributed collectives
   on NumPy buffers, atomic checkpoints); see docs/distributed.md
+
+Differential testing (scripts/fuzz_compile.py): progen (+ progen_ops, progen_render)
+generates well-typed programs, differential checks them at -O0 and -O2 against the
+interpreter in float64, torch_ref (PyTorch) and finite differences, shrink minimises
+a failure.
 
 format.py is `kinac fmt`: AST -> source in the one Kina style, comments woven back in
 by position (format_emit.py) and laid out within 100 columns by layout.py.
@@ -27,6 +35,7 @@ reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
 language server (kina_lsp/), so all three report the same diagnostics.
 Per-op knowledge lives in one row per op per stage: ops.OPS (its typing rule in
 shape_rules.py), interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (with the rows of
-emit_ops_ext.py), and each stage's ATTR_CHOICES for enum attributes
-(tests/test_tables.py); docs/internals.md says how to add an op.
+emit_ops_ext.py), torch_ref.TORCH_OPS, progen_ops.MAKERS, and each stage's ATTR_CHOICES for
+enum attributes (tests/test_tables.py, tests/test_progen.py); docs/internals.md says how
+to add an op.
 """

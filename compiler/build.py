@@ -48,6 +48,7 @@ class BuildResult:
     timings: dict[str, float] = field(default_factory=dict)
     source: SourceText | None = None
     program: ir.Program | None = None      # checked program, before lower_handles
+    lowered: ir.Program | None = None      # after lower_handles (what was emitted)
     mlir: str | None = None
     manifest: dict | None = None
 
@@ -166,6 +167,8 @@ def front_end(text: str, path: str, timings: dict, result: BuildResult,
         program = transform(program)
     result.program = program
     lowered, diags = _timed(timings, "autodiff", autodiff.lower_handles, program)
+    # The AD pass builds IR no user wrote: it must obey the rules user code obeys.
+    diags = diags or _timed(timings, "autodiff", ir.verify, lowered, "reverseMode")
     result.diagnostics += diags
     if _errors(diags):
         return None
@@ -174,7 +177,7 @@ def front_end(text: str, path: str, timings: dict, result: BuildResult,
     result.diagnostics += diags
     if _errors(diags) or not mlir:
         return None
-    result.mlir = mlir
+    result.mlir, result.lowered = mlir, lowered
     return mlir
 
 
@@ -210,7 +213,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     _check_writable(out_so)
     try:
         compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
-                                          timings=timings)
+                                          timings=timings, program=result.lowered)
     except toolchain.ToolchainError as e:
         result.diagnostics.append(Diagnostic("toolchain", str(e), Span(0, 0)))
         return result

@@ -144,9 +144,12 @@ class FnEmitter:
         return self.op(f"arith.constant {float_literal(value, elem)} : {elem}")
 
     def filled(self, t: Ty, value, out: str | None = None) -> str:
-        """A tensor of type t holding `value` everywhere (tensor.empty + linalg.fill)."""
+        """A tensor of type t holding `value` everywhere: linalg.fill of a
+        bufferization.alloc_tensor.  It is an accumulator that its op updates in place; a
+        tensor.empty would let CSE merge the accumulators of two matmuls into one tensor,
+        which bufferization must then copy (issue 11's first program is that pattern)."""
         c = self.scalar(value, t.elem)
-        e = self.empty(t)
+        e = self.op(f"bufferization.alloc_tensor() : {t.mlir}")
         return self.op(f"linalg.fill ins({c} : {t.elem}) outs({e} : {t.mlir}) -> {t.mlir}", out)
 
     def generic(self, ins: list[tuple[str, Ty, list]], init: tuple[str, Ty, list], iterators: list[str],

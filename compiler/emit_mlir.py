@@ -250,3 +250,4 @@ def emit_program(program: ir.Program, source: SourceText | None = None) -> EmitR
 
 def _indent(chunk: str) -> str:
     return "\n".join("  " + line if line else line for line in chunk.split("\n"))
+

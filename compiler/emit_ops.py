@@ -107,8 +107,11 @@ def _vol(shape) -> int:
 
 # ---- data movement ---------------------------------------------------------------
 def lower_transpose(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """linalg.transpose into a fresh tensor (perm as its permutation)."""
+    """linalg.transpose; the identity permutation (every rank-0 or rank-1 transpose) is the
+    operand itself (MLIR asserts on the empty permutation of a rank-0 linalg.transpose)."""
     t = _t(node)
+    if list(node.attrs["perm"]) == list(range(t.rank)):
+        return args[0]
     perm = ", ".join(str(p) for p in node.attrs["perm"])
     return em.op(f"linalg.transpose ins({args[0]} : {_t(node.args[0]).mlir}) "
                  f"outs({em.empty(t)} : {t.mlir}) permutation = [{perm}]", out)
@@ -160,11 +163,13 @@ def lower_slice(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 def lower_concat(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """Each operand goes into a tensor.empty at its running offset on axis: linalg.copy into
-    the extract_slice of the destination, tensor.insert_slice back (bufferizes in place,
-    with no strided memref.copy)."""
+    """Each operand goes into a fresh destination at its running offset on axis: linalg.copy
+    into the extract_slice of the destination, tensor.insert_slice back (bufferizes in place).
+    The destination is a bufferization.alloc_tensor, not a tensor.empty: -O2's CSE merges
+    equal tensor.empty ops, two concats then wrote into one tensor, and bufferization had to
+    copy one of them aside through strided views."""
     dst, axis = _t(node), node.attrs["axis"]
-    acc, offset = em.empty(dst), 0
+    acc, offset = em.op(f"bufferization.alloc_tensor() : {dst.mlir}"), 0
     for k, (x, e) in enumerate(zip(args, node.args)):
         part = _t(e)
         where = _slice_args(axis, offset, part)

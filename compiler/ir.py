@@ -155,3 +155,9 @@ def children(expr: Expr) -> list[Expr]:
     if isinstance(expr, MakeTuple):
         return list(expr.items)
     return []
+
+
+def verify(program: Program, stage: str = "") -> list:
+    """Re-run the typing rules on every node (compiler/ir_verify.py): [] or diagnostics."""
+    from .ir_verify import verify as _verify
+    return _verify(program, stage)

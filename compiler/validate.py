@@ -49,9 +49,10 @@ FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deter
 class OutputCheck:
     name: str            # "result 0", "d/d emb", ...
     reference: str       # "interp" | "finite differences"
-    max_abs: float
-    max_rel: float
+    max_abs: float       # max |got - ref|
+    max_rel: float       # max_abs / max |ref|
     ok: bool
+    bound: float = 0.0   # atol + rtol * max |ref|
 
 
 @dataclass
@@ -83,22 +84,49 @@ class ValidationReport:
         return [f.name for f in self.functions if not f.ok]
 
 
-# ---- comparing ---------------------------------------------------------------------
-def compare(name: str, got, want, dtype: str, reference: str, tol=TOLERANCES) -> OutputCheck:
+# ---- the comparison rule ---------------------------------------------------------------
+# One rule for `kinac validate` and the differential tests (compiler/differential.py),
+# output by output: every element must satisfy
+#     |got - ref| <= atol + rtol * max|ref|
+# where ref is the interpreter in float64 and (atol, rtol) come from the output's dtype.
+# Float rounding errs in proportion to the magnitudes a value was computed from, not to
+# the value itself (a sum of +-1e3 terms that lands near 0 is off by ~1e-4 in f32), so the
+# bound scales with the output's largest reference value; element-by-element relative
+# errors cry wolf at 16x32 attention sizes.  When the interpreter run in the declared
+# dtype (which rounds after every op, as the library does) is itself further from the
+# float64 value than the bound, the program is ill-conditioned at that dtype, and the
+# library is held to that same-dtype reference instead (`reference` says which was used).
+def _error(got, ref) -> tuple[float, float, np.ndarray]:
+    """(max |got - ref|, max |ref|, elementwise errors); NaN where ref is NaN, and the same
+    infinity, count as agreement."""
     g = np.asarray(got).astype(np.float64)
-    w = np.asarray(want).astype(np.float64)
-    if g.shape != w.shape:
-        return OutputCheck(name, reference, float("inf"), float("inf"), False)
-    atol, rtol = tol[dtype]
-    # NaN where the reference has NaN, and the same infinity, count as agreement.
+    w = np.asarray(ref).astype(np.float64)
     matched = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
     with np.errstate(invalid="ignore"):
         diff = np.where(matched, 0.0, np.nan_to_num(np.abs(g - w), nan=np.inf))
-    scale = np.where(np.isfinite(w), np.abs(w), 0.0)
-    max_abs = float(diff.max()) if diff.size else 0.0
-    max_rel = float((diff / np.maximum(scale, 1e-12)).max()) if diff.size else 0.0
-    ok = bool((diff <= atol + rtol * scale).all())
-    return OutputCheck(name, reference, max_abs, max_rel, ok)
+    finite = np.abs(w[np.isfinite(w)])
+    return (float(diff.max()) if diff.size else 0.0, float(finite.max()) if finite.size else 0.0, diff)
+
+
+def compare(name: str, got, want, dtype: str, reference: str, tol=TOLERANCES) -> OutputCheck:
+    """The rule for one output: max |got - want| <= atol + rtol * max |want|."""
+    if np.shape(got) != np.shape(want):
+        return OutputCheck(name, reference, float("inf"), float("inf"), False)
+    atol, rtol = tol[dtype]
+    max_abs, scale, _ = _error(got, want)
+    bound = atol + rtol * scale
+    return OutputCheck(name, reference, max_abs, max_abs / max(scale, 1e-30), max_abs <= bound, bound)
+
+
+def check_output(name: str, got, ref64, dtype: str, same_dtype=None) -> OutputCheck:
+    """`got` against the float64 reference; against the same-dtype reference when the
+    program is ill-conditioned at its dtype (see the rule above)."""
+    check = compare(name, got, ref64, dtype, "interp (f64)")
+    if check.ok or same_dtype is None or dtype in ("I64", "Bool"):   # discrete: exact
+        return check
+    if compare(name, same_dtype, ref64, dtype, "").ok:
+        return check          # the dtype allows the bound: the library misses it
+    return compare(name, got, same_dtype, dtype, f"interp ({dtype})")
 
 
 def _flat(value) -> list[np.ndarray]:
@@ -135,8 +163,8 @@ def finite_differences(program: ir.Program, target: str, args: list[np.ndarray])
     """d(sum of target's result)/d(each float parameter) by central differences in float64;
     None for I64 parameters.  Sampled elements elsewhere are NaN (not compared)."""
     from . import interp
-    x64 = [a if a.dtype == np.int64 else a.astype(np.float64) for a in args]
     fn = program.functions[target]
+    x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
     grads: list[np.ndarray | None] = []
 
     def total(xs) -> float:
@@ -186,7 +214,12 @@ def child_main(so_path: str, work: str, names: list[str]) -> int:
         print(f"START {name}", file=proto, flush=True)
         with open(Path(work) / f"{name}.in.pkl", "rb") as f:
             args = pickle.load(f)
-        out = _flat(lib[name](*args))
+        try:
+            out = _flat(lib[name](*args))
+        except Exception as e:   # the runtime refused the call (e.g. an index out of range)
+            message = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"RAISED {name} {message}", file=proto, flush=True)
+            continue
         with open(Path(work) / f"{name}.out.pkl", "wb") as f:
             pickle.dump(out, f)
         print(f"DONE {name}", file=proto, flush=True)
@@ -263,6 +296,11 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
                 pending.remove(name)
                 on_done(name, None)
                 current = None
+            elif kind == "RAISED":
+                name, _, message = name.partition(" ")
+                pending.remove(name)
+                on_done(name, f"call raised {message}")
+                current = None
         sel.close()
         stderr = proc.stderr.read()
         proc.wait()
@@ -311,7 +349,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
                 reports[fn.name].error = f"could not make inputs: {type(e).__name__}: {e}"
                 continue
             try:
-                expected[fn.name] = _flat(interp.run_function(program, fn.name, inputs[fn.name]))
+                expected[fn.name] = references(program, fn.name, inputs[fn.name])
             except KinaRuntimeError as e:
                 # The reference rejects these inputs (e.g. an index out of range): the library
                 # must then stop at its own bounds check, which the child run reports.
@@ -350,12 +388,30 @@ def _display_name(name: str) -> str:
     return f"{name[len(GRAD_PREFIX):]} (reverseMode)" if name.startswith(GRAD_PREFIX) else name
 
 
+def references(program: ir.Program, name: str, args) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The interpreter's results in float64 (the reference) and in the declared dtypes."""
+    from . import interp
+    return (_flat(interp.run_function(program, name, args, dtype=np.float64)),
+            _flat(interp.run_function(program, name, args)))
+
+
+def check_results(rep: FunctionReport, fn: ir.Function, got: list, want) -> None:
+    """Append one check per result of fn (the rule above) to rep."""
+    ref64, same = want
+    for i, (g, w, w_dt, dt) in enumerate(zip(got, ref64, same, _result_dtypes(fn))):
+        rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt))
+
+
+def load_outputs(work: Path, name: str) -> list:
+    """The results the child process computed for function `name`."""
+    with open(work / f"{name}.out.pkl", "rb") as f:
+        return pickle.load(f)
+
+
 def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
-                      args, want: list[np.ndarray], work: Path) -> None:
-    with open(work / f"{fn.name}.out.pkl", "rb") as f:
-        got = pickle.load(f)
-    for i, (g, w, dt) in enumerate(zip(got, want, _result_dtypes(fn))):
-        rep.checks.append(compare(f"result {i}", g, w, dt, "interp"))
+                      args, want, work: Path) -> None:
+    got = load_outputs(work, fn.name)
+    check_results(rep, fn, got, want)
     if fn.name.startswith(GRAD_PREFIX):
         try:
             compare_gradients(rep, program, fn, args, got)
@@ -373,7 +429,7 @@ def format_report(report: ValidationReport) -> str:
         lines.append(f"{'PASS' if f.ok else 'FAIL'} {f.name}")
         for c in f.checks:
             lines.append(f"  {'ok  ' if c.ok else 'BAD '} {c.name:<14} vs {c.reference:<18} "
-                         f"max abs {c.max_abs:.3e}  max rel {c.max_rel:.3e}")
+                         f"max abs {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref|  (bound {c.bound:.1e})")
     if report.cancelled:
         lines.append("cancelled")
     n_bad = len(report.failing)
@@ -385,7 +441,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the .kina source file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the child is killed")
-    parser.add_argument("-O2", dest="opt_level", action="store_const", const=2, default=None)
+    build._add_opt_args(parser)
 
 
 def cli_validate(args) -> int:

@@ -257,8 +257,17 @@ def _take_along_axis(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool])
 
 def _gather(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
     # g_values[v, d] = sum over indices[i] = v of g[i ++ [d]]  (ScatterAdd, duplicates add).
+    # ScatterAdd's rule wants indices of rank >= 1: a rank-0 index (one row) is scattered as
+    # indices [1] and updates [1, D].
     values, idx = _args(node)
-    return [_only(needs, 0, lambda: b.expr(scatter_add(g, idx, values.tensor_type), hint="scatter_add")), None]
+
+    def make() -> Var:
+        i, upd = idx, g
+        if idx.tensor_type.rank == 0:
+            i = b.emit("reshape", [idx], shape=(1,))
+            upd = b.emit("reshape", [g], shape=(1,) + g.tensor_type.shape)
+        return b.expr(scatter_add(upd, i, values.tensor_type), hint="scatter_add")
+    return [_only(needs, 0, make), None]
 
 
 # ---- rules: elementwise math, casts, masks -----------------------------------------

@@ -3,7 +3,7 @@
 module {
   func.func @kina_embed(%emb: tensor<8x4xf32>, %token_ids: tensor<1x4xi64>) -> (tensor<1x4x4xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0 : i64 loc("examples/ad_gather.kina":7:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/ad_gather.kina":7:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/ad_gather.kina":7:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/ad_gather.kina":7:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -38,7 +38,7 @@ module {
 
   func.func @kina_embed_weighted(%emb: tensor<8x4xf32>, %token_ids: tensor<1x4xi64>, %w: tensor<1x4x4xf32>) -> (tensor<1x4x4xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0 : i64 loc("examples/ad_gather.kina":21:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/ad_gather.kina":21:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/ad_gather.kina":21:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/ad_gather.kina":21:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -88,7 +88,7 @@ module {
 
   func.func private @"kina_embed.rev"(%emb: tensor<8x4xf32>, %token_ids: tensor<1x4xi64>) -> (tensor<1x4x4xf32>, tensor<8x4xf32>) {
     %0 = arith.constant 0 : i64 loc("examples/ad_gather.kina":7:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/ad_gather.kina":7:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/ad_gather.kina":7:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/ad_gather.kina":7:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -115,7 +115,7 @@ module {
     } -> tensor<1x4x4xf32> loc("examples/ad_gather.kina":7:11)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x4x4xf32> loc("examples/ad_gather.kina":8:3)
     %22 = arith.constant 0 : i64 loc("examples/ad_gather.kina":7:11)
-    %23 = tensor.empty() : tensor<i64> loc("examples/ad_gather.kina":7:11)
+    %23 = bufferization.alloc_tensor() : tensor<i64> loc("examples/ad_gather.kina":7:11)
     %24 = linalg.fill ins(%22 : i64) outs(%23 : tensor<i64>) -> tensor<i64> loc("examples/ad_gather.kina":7:11)
     %25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%24 : tensor<i64>) {
     ^bb0(%26: i64, %27: i64):
@@ -135,7 +135,7 @@ module {
     %38 = tensor.collapse_shape %token_ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/ad_gather.kina":7:11)
     %39 = tensor.collapse_shape %ct.1.seed [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/ad_gather.kina":7:11)
     %40 = arith.constant 0.0 : f32 loc("examples/ad_gather.kina":7:11)
-    %41 = tensor.empty() : tensor<8x4xf32> loc("examples/ad_gather.kina":7:11)
+    %41 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/ad_gather.kina":7:11)
     %42 = linalg.fill ins(%40 : f32) outs(%41 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/ad_gather.kina":7:11)
     %ct.2.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%38, %39 : tensor<4xi64>, tensor<4x4xf32>) outs(%42 : tensor<8x4xf32>) {
     ^bb0(%43: i64, %44: f32, %45: f32):
@@ -152,7 +152,7 @@ module {
 
   func.func private @"kina_embed_weighted.rev"(%emb: tensor<8x4xf32>, %token_ids: tensor<1x4xi64>, %w: tensor<1x4x4xf32>) -> (tensor<1x4x4xf32>, tensor<8x4xf32>, tensor<1x4x4xf32>) {
     %0 = arith.constant 0 : i64 loc("examples/ad_gather.kina":21:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/ad_gather.kina":21:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/ad_gather.kina":21:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/ad_gather.kina":21:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -197,7 +197,7 @@ module {
       linalg.yield %36 : f32 loc("examples/ad_gather.kina":22:11)
     } -> tensor<1x4x4xf32> loc("examples/ad_gather.kina":22:11)
     %37 = arith.constant 0 : i64 loc("examples/ad_gather.kina":21:11)
-    %38 = tensor.empty() : tensor<i64> loc("examples/ad_gather.kina":21:11)
+    %38 = bufferization.alloc_tensor() : tensor<i64> loc("examples/ad_gather.kina":21:11)
     %39 = linalg.fill ins(%37 : i64) outs(%38 : tensor<i64>) -> tensor<i64> loc("examples/ad_gather.kina":21:11)
     %40 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%39 : tensor<i64>) {
     ^bb0(%41: i64, %42: i64):
@@ -217,7 +217,7 @@ module {
     %53 = tensor.collapse_shape %token_ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/ad_gather.kina":21:11)
     %54 = tensor.collapse_shape %ct.2.mul [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/ad_gather.kina":21:11)
     %55 = arith.constant 0.0 : f32 loc("examples/ad_gather.kina":21:11)
-    %56 = tensor.empty() : tensor<8x4xf32> loc("examples/ad_gather.kina":21:11)
+    %56 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/ad_gather.kina":21:11)
     %57 = linalg.fill ins(%55 : f32) outs(%56 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/ad_gather.kina":21:11)
     %ct.4.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%53, %54 : tensor<4xi64>, tensor<4x4xf32>) outs(%57 : tensor<8x4xf32>) {
     ^bb0(%58: i64, %59: f32, %60: f32):

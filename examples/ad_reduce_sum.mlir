@@ -3,7 +3,7 @@
 module {
   func.func @kina_row_sums(%x: tensor<2x3xf32>) -> (tensor<2x1xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0.0 : f32 loc("examples/ad_reduce_sum.kina":5:11)
-    %1 = tensor.empty() : tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
+    %1 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2xf32>) -> tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<2x3xf32>) outs(%2 : tensor<2xf32>) {
     ^bb0(%4: f32, %5: f32):
@@ -27,7 +27,7 @@ module {
 
   func.func private @"kina_row_sums.rev"(%x: tensor<2x3xf32>) -> (tensor<2x1xf32>, tensor<2x3xf32>) {
     %0 = arith.constant 0.0 : f32 loc("examples/ad_reduce_sum.kina":5:11)
-    %1 = tensor.empty() : tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
+    %1 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2xf32>) -> tensor<2xf32> loc("examples/ad_reduce_sum.kina":5:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<2x3xf32>) outs(%2 : tensor<2xf32>) {
     ^bb0(%4: f32, %5: f32):

@@ -3,7 +3,7 @@
 module {
   func.func @kina_mse(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %1 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
+    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
     %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
     %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":18:17)
@@ -24,7 +24,7 @@ module {
       linalg.yield %14 : f32 loc("examples/adamw_step.kina":20:11)
     } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
     %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %16 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
+    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
     %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
     %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
     %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
@@ -40,7 +40,7 @@ module {
       linalg.yield %26 : f32 loc("examples/adamw_step.kina":23:12)
     } -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
     %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":24:15)
-    %28 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":24:15)
+    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":24:15)
     %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":24:15)
     %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%sq : tensor<16x1xf32>) outs(%29 : tensor<1xf32>) {
     ^bb0(%31: f32, %32: f32):
@@ -62,7 +62,7 @@ module {
     %0 = tensor.collapse_shape %w1 [[0, 1]] : tensor<3x8xf32> into tensor<24xf32> loc("examples/adamw_step.kina":31:10)
     %1 = tensor.collapse_shape %b1 [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/adamw_step.kina":31:28)
     %2 = tensor.collapse_shape %w2 [[0, 1]] : tensor<8x1xf32> into tensor<8xf32> loc("examples/adamw_step.kina":31:45)
-    %4 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":31:3)
+    %4 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":31:3)
     %5 = tensor.extract_slice %4[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":31:3)
     %6 = linalg.copy ins(%0 : tensor<24xf32>) outs(%5 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":31:3)
     %7 = tensor.insert_slice %6 into %4[0] [24] [1] : tensor<24xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
@@ -77,7 +77,7 @@ module {
 
   func.func @kina_adamw(%w: tensor<40xf32>, %g: tensor<40xf32>, %m: tensor<40xf32>, %v: tensor<40xf32>, %t: tensor<1xf32>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) attributes {llvm.emit_c_interface} {
     %1 = arith.constant 0.9999 : f32 loc("examples/adamw_step.kina":38:21)
-    %2 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":38:21)
+    %2 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":38:21)
     %0 = linalg.fill ins(%1 : f32) outs(%2 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":38:21)
     %3 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":38:17)
     %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %0 : tensor<40xf32>, tensor<40xf32>) outs(%3 : tensor<40xf32>) {
@@ -92,7 +92,7 @@ module {
       linalg.yield %13 : f32 loc("examples/adamw_step.kina":39:20)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":39:20)
     %15 = arith.constant 0.1 : f32 loc("examples/adamw_step.kina":39:30)
-    %16 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":39:30)
+    %16 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":39:30)
     %14 = linalg.fill ins(%15 : f32) outs(%16 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":39:30)
     %18 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":39:20)
     %17 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%8, %14 : tensor<40xf32>, tensor<40xf32>) outs(%18 : tensor<40xf32>) {
@@ -107,7 +107,7 @@ module {
       linalg.yield %27 : f32 loc("examples/adamw_step.kina":39:16)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":39:16)
     %29 = arith.constant 0.999 : f32 loc("examples/adamw_step.kina":40:20)
-    %30 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:20)
+    %30 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":40:20)
     %28 = linalg.fill ins(%29 : f32) outs(%30 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":40:20)
     %32 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:16)
     %31 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %28 : tensor<40xf32>, tensor<40xf32>) outs(%32 : tensor<40xf32>) {
@@ -116,7 +116,7 @@ module {
       linalg.yield %36 : f32 loc("examples/adamw_step.kina":40:16)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":40:16)
     %38 = arith.constant 0.001 : f32 loc("examples/adamw_step.kina":40:28)
-    %39 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:28)
+    %39 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":40:28)
     %37 = linalg.fill ins(%38 : f32) outs(%39 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":40:28)
     %41 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:28)
     %40 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%37, %g : tensor<40xf32>, tensor<40xf32>) outs(%41 : tensor<40xf32>) {
@@ -137,10 +137,10 @@ module {
       linalg.yield %56 : f32 loc("examples/adamw_step.kina":40:16)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":40:16)
     %58 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":41:13)
-    %59 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":41:13)
+    %59 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":41:13)
     %57 = linalg.fill ins(%58 : f32) outs(%59 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":41:13)
     %61 = arith.constant -0.10536051565782628 : f32 loc("examples/adamw_step.kina":41:24)
-    %62 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":41:24)
+    %62 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":41:24)
     %60 = linalg.fill ins(%61 : f32) outs(%62 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":41:24)
     %64 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":41:19)
     %63 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %60 : tensor<1xf32>, tensor<1xf32>) outs(%64 : tensor<1xf32>) {
@@ -161,10 +161,10 @@ module {
       linalg.yield %78 : f32 loc("examples/adamw_step.kina":41:13)
     } -> tensor<1xf32> loc("examples/adamw_step.kina":41:13)
     %80 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":42:19)
-    %81 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:19)
+    %81 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":42:19)
     %79 = linalg.fill ins(%80 : f32) outs(%81 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":42:19)
     %83 = arith.constant -0.0010005003335835344 : f32 loc("examples/adamw_step.kina":42:30)
-    %84 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:30)
+    %84 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":42:30)
     %82 = linalg.fill ins(%83 : f32) outs(%84 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":42:30)
     %86 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:25)
     %85 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %82 : tensor<1xf32>, tensor<1xf32>) outs(%86 : tensor<1xf32>) {
@@ -191,7 +191,7 @@ module {
       linalg.yield %105 : f32 loc("examples/adamw_step.kina":42:18)
     } -> tensor<1xf32> loc("examples/adamw_step.kina":42:18)
     %107 = arith.constant 0.01 : f32 loc("examples/adamw_step.kina":43:20)
-    %108 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":43:20)
+    %108 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":43:20)
     %106 = linalg.fill ins(%107 : f32) outs(%108 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":43:20)
     %110 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":43:19)
     %109 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%106, %bc1 : tensor<1xf32>, tensor<1xf32>) outs(%110 : tensor<1xf32>) {
@@ -222,7 +222,7 @@ module {
       linalg.yield %132 : f32 loc("examples/adamw_step.kina":44:15)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":44:15)
     %134 = arith.constant 1.0e-08 : f32 loc("examples/adamw_step.kina":44:58)
-    %135 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":44:58)
+    %135 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":44:58)
     %133 = linalg.fill ins(%134 : f32) outs(%135 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":44:58)
     %136 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":44:15)
     %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%127, %133 : tensor<40xf32>, tensor<40xf32>) outs(%136 : tensor<40xf32>) {
@@ -269,7 +269,7 @@ module {
     %10 = linalg.copy ins(%11 : tensor<8xf32>) outs(%12 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":57:17)
     %w2_next = tensor.expand_shape %10 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/adamw_step.kina":57:17)
     %14 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":58:57)
-    %15 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":58:57)
+    %15 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":58:57)
     %13 = linalg.fill ins(%14 : f32) outs(%15 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":58:57)
     %17 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":58:53)
     %16 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %13 : tensor<1xf32>, tensor<1xf32>) outs(%17 : tensor<1xf32>) {
@@ -295,7 +295,7 @@ module {
 
   func.func private @"kina_mse.rev"(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) {
     %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %1 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
+    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
     %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
     %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":18:17)
@@ -316,7 +316,7 @@ module {
       linalg.yield %14 : f32 loc("examples/adamw_step.kina":20:11)
     } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
     %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %16 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
+    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
     %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
     %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
     %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
@@ -332,7 +332,7 @@ module {
       linalg.yield %26 : f32 loc("examples/adamw_step.kina":23:12)
     } -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
     %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":24:15)
-    %28 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":24:15)
+    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":24:15)
     %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":24:15)
     %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%sq : tensor<16x1xf32>) outs(%29 : tensor<1xf32>) {
     ^bb0(%31: f32, %32: f32):
@@ -381,13 +381,13 @@ module {
     %61 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":21:15)
     %ct.8.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%61 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:15)
     %62 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %63 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
+    %63 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
     %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
     %ct.9.matmul = linalg.matmul ins(%ct.6.mul, %ct.8.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%64 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
     %65 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":21:15)
     %ct.10.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%65 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:15)
     %66 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %67 = tensor.empty() : tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
+    %67 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
     %68 = linalg.fill ins(%66 : f32) outs(%67 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
     %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.6.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%68 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
     %ct.12.const = arith.constant dense<1.0> : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
@@ -410,7 +410,7 @@ module {
       linalg.yield %83 : f32 loc("examples/adamw_step.kina":20:11)
     } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
     %84 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":18:17)
-    %85 = tensor.empty() : tensor<8xf32> loc("examples/adamw_step.kina":18:17)
+    %85 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":18:17)
     %86 = linalg.fill ins(%84 : f32) outs(%85 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":18:17)
     %87 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.15.mul : tensor<16x8xf32>) outs(%86 : tensor<8xf32>) {
     ^bb0(%88: f32, %89: f32):
@@ -421,13 +421,13 @@ module {
     %91 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":17:11)
     %ct.17.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%91 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":17:11)
     %92 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %93 = tensor.empty() : tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
+    %93 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
     %94 = linalg.fill ins(%92 : f32) outs(%93 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
     %ct.18.matmul = linalg.matmul ins(%ct.15.mul, %ct.17.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%94 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
     %95 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":17:11)
     %ct.19.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%95 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":17:11)
     %96 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %97 = tensor.empty() : tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
+    %97 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
     %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
     %ct.20.matmul = linalg.matmul ins(%ct.19.transpose, %ct.15.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%98 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
     return %mean, %ct.18.matmul, %ct.7.neg, %ct.20.matmul, %ct.16.reduce_keep, %ct.11.matmul : tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32> loc("examples/adamw_step.kina":15:1)

@@ -4,7 +4,7 @@ module {
   func.func @kina_layer_norm(%x: tensor<2x4x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<2x4x8xf32>) attributes {llvm.emit_c_interface} {
     %inv_d = arith.constant dense<0.125> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":15:15)
     %0 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":16:11)
-    %1 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
+    %1 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x : tensor<2x4x8xf32>) outs(%2 : tensor<2x4xf32>) {
     ^bb0(%4: f32, %5: f32):
@@ -36,7 +36,7 @@ module {
       linalg.yield %23 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
     %24 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:12)
-    %25 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
+    %25 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
     %26 = linalg.fill ins(%24 : f32) outs(%25 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
     %27 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%sq : tensor<2x4x8xf32>) outs(%26 : tensor<2x4xf32>) {
     ^bb0(%28: f32, %29: f32):
@@ -105,7 +105,7 @@ module {
     %0 = tensor.collapse_shape %x [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
     %rows = tensor.expand_shape %0 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
     %1 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %2 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %2 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %3 = linalg.fill ins(%1 : f32) outs(%2 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %y = linalg.matmul ins(%rows, %w : tensor<8x8xf32>, tensor<8x8xf32>) outs(%3 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %4 = tensor.collapse_shape %y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
@@ -165,7 +165,7 @@ module {
     %1 = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %2 = tensor.collapse_shape %k_t [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %3 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
-    %4 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %4 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %5 = linalg.fill ins(%3 : f32) outs(%4 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %6 = linalg.batch_matmul ins(%1, %2 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%5 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %scores = tensor.expand_shape %6 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
@@ -187,7 +187,7 @@ module {
       linalg.yield %19 : f32 loc("examples/decoder_block.kina":72:16)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
     %20 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":73:15)
-    %21 = tensor.empty() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %21 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %22 = linalg.fill ins(%20 : f32) outs(%21 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %23 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<2x2x4x4xf32>) outs(%22 : tensor<2x2x4xf32>) {
     ^bb0(%24: f32, %25: f32):
@@ -202,7 +202,7 @@ module {
       linalg.yield %33 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
     %34 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
-    %35 = tensor.empty() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %35 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %36 = linalg.fill ins(%34 : f32) outs(%35 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %37 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%28 : tensor<2x2x4x4xf32>) outs(%36 : tensor<2x2x4xf32>) {
     ^bb0(%38: f32, %39: f32):
@@ -218,7 +218,7 @@ module {
     %46 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %47 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %48 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %49 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %49 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %50 = linalg.fill ins(%48 : f32) outs(%49 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %51 = linalg.batch_matmul ins(%46, %47 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%50 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %ctx = tensor.expand_shape %51 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
@@ -234,7 +234,7 @@ module {
     %0 = tensor.collapse_shape %x [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
     %rows = tensor.expand_shape %0 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":82:14)
     %1 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %2 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %2 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %3 = linalg.fill ins(%1 : f32) outs(%2 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %up = linalg.matmul ins(%rows, %w_up : tensor<8x8xf32>, tensor<8x16xf32>) outs(%3 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %4 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
@@ -289,7 +289,7 @@ module {
       linalg.yield %52 : f32 loc("examples/decoder_block.kina":84:13)
     } -> tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
     %53 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %54 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
+    %54 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
     %55 = linalg.fill ins(%53 : f32) outs(%54 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
     %down = linalg.matmul ins(%act, %w_down : tensor<8x16xf32>, tensor<16x8xf32>) outs(%55 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
     %56 = tensor.collapse_shape %down [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":86:13)
@@ -341,7 +341,7 @@ module {
   func.func private @"kina_block.rev"(%x: tensor<2x4x8xf32>, %ln1_g: tensor<8xf32>, %ln1_b: tensor<8xf32>, %wq: tensor<8x8xf32>, %wk: tensor<8x8xf32>, %wv: tensor<8x8xf32>, %wo: tensor<8x8xf32>, %ln2_g: tensor<8xf32>, %ln2_b: tensor<8xf32>, %w_up: tensor<8x16xf32>, %w_down: tensor<16x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) {
     %layer_norm.1.inv_d = arith.constant dense<0.125> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":15:15)
     %0 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":16:11)
-    %1 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
+    %1 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x : tensor<2x4x8xf32>) outs(%2 : tensor<2x4xf32>) {
     ^bb0(%4: f32, %5: f32):
@@ -373,7 +373,7 @@ module {
       linalg.yield %23 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
     %24 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:12)
-    %25 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
+    %25 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
     %26 = linalg.fill ins(%24 : f32) outs(%25 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
     %27 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%layer_norm.6.sq : tensor<2x4x8xf32>) outs(%26 : tensor<2x4xf32>) {
     ^bb0(%28: f32, %29: f32):
@@ -438,7 +438,7 @@ module {
     %69 = tensor.collapse_shape %layer_norm.19.out [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
     %project.21.rows = tensor.expand_shape %69 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
     %70 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %71 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %71 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %72 = linalg.fill ins(%70 : f32) outs(%71 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %project.22.y = linalg.matmul ins(%project.21.rows, %wq : tensor<8x8xf32>, tensor<8x8xf32>) outs(%72 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %73 = tensor.collapse_shape %project.22.y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
@@ -446,7 +446,7 @@ module {
     %74 = tensor.collapse_shape %layer_norm.19.out [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
     %project.25.rows = tensor.expand_shape %74 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
     %75 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %76 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %76 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %77 = linalg.fill ins(%75 : f32) outs(%76 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %project.26.y = linalg.matmul ins(%project.25.rows, %wk : tensor<8x8xf32>, tensor<8x8xf32>) outs(%77 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %78 = tensor.collapse_shape %project.26.y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
@@ -454,7 +454,7 @@ module {
     %79 = tensor.collapse_shape %layer_norm.19.out [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
     %project.29.rows = tensor.expand_shape %79 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
     %80 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %81 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %81 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %82 = linalg.fill ins(%80 : f32) outs(%81 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %project.30.y = linalg.matmul ins(%project.29.rows, %wv : tensor<8x8xf32>, tensor<8x8xf32>) outs(%82 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %83 = tensor.collapse_shape %project.30.y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
@@ -476,7 +476,7 @@ module {
     %91 = tensor.collapse_shape %heads.34.h [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %92 = tensor.collapse_shape %attention.41.k_t [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %93 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
-    %94 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %94 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %95 = linalg.fill ins(%93 : f32) outs(%94 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %96 = linalg.batch_matmul ins(%91, %92 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%95 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %attention.42.scores = tensor.expand_shape %96 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
@@ -525,7 +525,7 @@ module {
       linalg.yield %129 : f32 loc("examples/decoder_block.kina":72:16)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
     %130 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":73:15)
-    %131 = tensor.empty() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %131 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %132 = linalg.fill ins(%130 : f32) outs(%131 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %133 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%attention.49.masked : tensor<2x2x4x4xf32>) outs(%132 : tensor<2x2x4xf32>) {
     ^bb0(%134: f32, %135: f32):
@@ -540,7 +540,7 @@ module {
       linalg.yield %143 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
     %144 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
-    %145 = tensor.empty() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %145 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %146 = linalg.fill ins(%144 : f32) outs(%145 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %147 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%138 : tensor<2x2x4x4xf32>) outs(%146 : tensor<2x2x4xf32>) {
     ^bb0(%148: f32, %149: f32):
@@ -556,7 +556,7 @@ module {
     %156 = tensor.collapse_shape %attention.50.probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %157 = tensor.collapse_shape %heads.40.h [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %158 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %159 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %159 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %160 = linalg.fill ins(%158 : f32) outs(%159 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %161 = linalg.batch_matmul ins(%156, %157 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%160 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %attention.51.ctx = tensor.expand_shape %161 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
@@ -567,7 +567,7 @@ module {
     %164 = tensor.collapse_shape %attention.53.merged [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
     %project.55.rows = tensor.expand_shape %164 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
     %165 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %166 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %166 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %167 = linalg.fill ins(%165 : f32) outs(%166 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %project.56.y = linalg.matmul ins(%project.55.rows, %wo : tensor<8x8xf32>, tensor<8x8xf32>) outs(%167 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %168 = tensor.collapse_shape %project.56.y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
@@ -580,7 +580,7 @@ module {
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":95:11)
     %layer_norm.58.inv_d = arith.constant dense<0.125> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":15:15)
     %174 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":16:11)
-    %175 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
+    %175 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
     %176 = linalg.fill ins(%174 : f32) outs(%175 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
     %177 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%h : tensor<2x4x8xf32>) outs(%176 : tensor<2x4xf32>) {
     ^bb0(%178: f32, %179: f32):
@@ -612,7 +612,7 @@ module {
       linalg.yield %197 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
     %198 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:12)
-    %199 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
+    %199 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
     %200 = linalg.fill ins(%198 : f32) outs(%199 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
     %201 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%layer_norm.63.sq : tensor<2x4x8xf32>) outs(%200 : tensor<2x4xf32>) {
     ^bb0(%202: f32, %203: f32):
@@ -677,7 +677,7 @@ module {
     %243 = tensor.collapse_shape %layer_norm.76.out [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
     %mlp.77.rows = tensor.expand_shape %243 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":82:14)
     %244 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %245 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %245 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %246 = linalg.fill ins(%244 : f32) outs(%245 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %mlp.78.up = linalg.matmul ins(%mlp.77.rows, %w_up : tensor<8x8xf32>, tensor<8x16xf32>) outs(%246 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %247 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
@@ -732,7 +732,7 @@ module {
       linalg.yield %295 : f32 loc("examples/decoder_block.kina":84:13)
     } -> tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
     %296 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %297 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
+    %297 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
     %298 = linalg.fill ins(%296 : f32) outs(%297 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
     %mlp.80.down = linalg.matmul ins(%mlp.79.act, %w_down : tensor<8x16xf32>, tensor<16x8xf32>) outs(%298 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
     %299 = tensor.collapse_shape %mlp.80.down [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":86:13)
@@ -749,13 +749,13 @@ module {
     %306 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
     %ct.3.transpose = linalg.transpose ins(%w_down : tensor<16x8xf32>) outs(%306 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":85:14)
     %307 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %308 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
+    %308 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
     %309 = linalg.fill ins(%307 : f32) outs(%308 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
     %ct.4.matmul = linalg.matmul ins(%ct.2.reshape, %ct.3.transpose : tensor<8x8xf32>, tensor<8x16xf32>) outs(%309 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
     %310 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
     %ct.5.transpose = linalg.transpose ins(%mlp.79.act : tensor<8x16xf32>) outs(%310 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":85:14)
     %311 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %312 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
+    %312 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
     %313 = linalg.fill ins(%311 : f32) outs(%312 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
     %ct.6.matmul = linalg.matmul ins(%ct.5.transpose, %ct.2.reshape : tensor<16x8xf32>, tensor<8x8xf32>) outs(%313 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
     %314 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
@@ -820,19 +820,19 @@ module {
     %372 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":83:12)
     %ct.8.transpose = linalg.transpose ins(%w_up : tensor<8x16xf32>) outs(%372 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":83:12)
     %373 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %374 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
+    %374 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
     %375 = linalg.fill ins(%373 : f32) outs(%374 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
     %ct.9.matmul = linalg.matmul ins(%ct.7.gelu_grad, %ct.8.transpose : tensor<8x16xf32>, tensor<16x8xf32>) outs(%375 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
     %376 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
     %ct.10.transpose = linalg.transpose ins(%mlp.77.rows : tensor<8x8xf32>) outs(%376 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":83:12)
     %377 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %378 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %378 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %379 = linalg.fill ins(%377 : f32) outs(%378 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.7.gelu_grad : tensor<8x8xf32>, tensor<8x16xf32>) outs(%379 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
     %380 = tensor.collapse_shape %ct.9.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
     %ct.12.reshape = tensor.expand_shape %380 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":82:14)
     %381 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %382 = tensor.empty() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %382 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
     %383 = linalg.fill ins(%381 : f32) outs(%382 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
     %384 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.12.reshape : tensor<2x4x8xf32>) outs(%383 : tensor<4x8xf32>) {
     ^bb0(%385: f32, %386: f32):
@@ -841,7 +841,7 @@ module {
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
     %ct.13.reduce_keep = tensor.expand_shape %384 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":32:13)
     %388 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %389 = tensor.empty() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %389 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
     %390 = linalg.fill ins(%388 : f32) outs(%389 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
     %391 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.13.reduce_keep : tensor<1x4x8xf32>) outs(%390 : tensor<1x8xf32>) {
     ^bb0(%392: f32, %393: f32):
@@ -863,7 +863,7 @@ module {
       linalg.yield %404 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
     %405 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %406 = tensor.empty() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %406 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
     %407 = linalg.fill ins(%405 : f32) outs(%406 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
     %408 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.17.mul : tensor<2x4x8xf32>) outs(%407 : tensor<4x8xf32>) {
     ^bb0(%409: f32, %410: f32):
@@ -872,7 +872,7 @@ module {
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
     %ct.18.reduce_keep = tensor.expand_shape %408 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":29:13)
     %412 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %413 = tensor.empty() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %413 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
     %414 = linalg.fill ins(%412 : f32) outs(%413 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
     %415 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.18.reduce_keep : tensor<1x4x8xf32>) outs(%414 : tensor<1x8xf32>) {
     ^bb0(%416: f32, %417: f32):
@@ -894,7 +894,7 @@ module {
       linalg.yield %428 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
     %429 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:19)
-    %430 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
+    %430 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
     %431 = linalg.fill ins(%429 : f32) outs(%430 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
     %432 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.22.mul : tensor<2x4x8xf32>) outs(%431 : tensor<2x4xf32>) {
     ^bb0(%433: f32, %434: f32):
@@ -970,7 +970,7 @@ module {
       linalg.yield %487 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
     %488 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":18:14)
-    %489 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
+    %489 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
     %490 = linalg.fill ins(%488 : f32) outs(%489 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
     %491 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.35.neg : tensor<2x4x8xf32>) outs(%490 : tensor<2x4xf32>) {
     ^bb0(%492: f32, %493: f32):
@@ -1000,13 +1000,13 @@ module {
     %509 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.42.transpose = linalg.transpose ins(%wo : tensor<8x8xf32>) outs(%509 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %510 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %511 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %511 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %512 = linalg.fill ins(%510 : f32) outs(%511 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.43.matmul = linalg.matmul ins(%ct.41.reshape, %ct.42.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%512 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %513 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.44.transpose = linalg.transpose ins(%project.55.rows : tensor<8x8xf32>) outs(%513 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %514 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %515 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %515 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %516 = linalg.fill ins(%514 : f32) outs(%515 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.45.matmul = linalg.matmul ins(%ct.44.transpose, %ct.41.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%516 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %517 = tensor.collapse_shape %ct.43.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
@@ -1020,7 +1020,7 @@ module {
     %521 = tensor.collapse_shape %ct.48.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %522 = tensor.collapse_shape %ct.49.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %523 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %524 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %524 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %525 = linalg.fill ins(%523 : f32) outs(%524 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %526 = linalg.batch_matmul ins(%521, %522 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%525 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %ct.50.matmul = tensor.expand_shape %526 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
@@ -1029,7 +1029,7 @@ module {
     %528 = tensor.collapse_shape %ct.51.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %529 = tensor.collapse_shape %ct.48.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %530 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %531 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %531 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %532 = linalg.fill ins(%530 : f32) outs(%531 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %533 = linalg.batch_matmul ins(%528, %529 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%532 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
     %ct.52.matmul = tensor.expand_shape %533 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
@@ -1040,7 +1040,7 @@ module {
       linalg.yield %538 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
     %539 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
-    %540 = tensor.empty() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %540 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %541 = linalg.fill ins(%539 : f32) outs(%540 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
     %542 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.53.mul : tensor<2x2x4x4xf32>) outs(%541 : tensor<2x2x4xf32>) {
     ^bb0(%543: f32, %544: f32):
@@ -1085,7 +1085,7 @@ module {
     %573 = tensor.collapse_shape %ct.60.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %574 = tensor.collapse_shape %ct.61.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %575 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
-    %576 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %576 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %577 = linalg.fill ins(%575 : f32) outs(%576 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %578 = linalg.batch_matmul ins(%573, %574 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%577 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %ct.62.matmul = tensor.expand_shape %578 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
@@ -1094,7 +1094,7 @@ module {
     %580 = tensor.collapse_shape %ct.63.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %581 = tensor.collapse_shape %ct.60.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %582 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
-    %583 = tensor.empty() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %583 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %584 = linalg.fill ins(%582 : f32) outs(%583 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %585 = linalg.batch_matmul ins(%580, %581 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%584 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
     %ct.64.matmul = tensor.expand_shape %585 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
@@ -1117,13 +1117,13 @@ module {
     %594 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.73.transpose = linalg.transpose ins(%wv : tensor<8x8xf32>) outs(%594 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %595 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %596 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %596 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %597 = linalg.fill ins(%595 : f32) outs(%596 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.74.matmul = linalg.matmul ins(%ct.72.reshape, %ct.73.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%597 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %598 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.75.transpose = linalg.transpose ins(%project.29.rows : tensor<8x8xf32>) outs(%598 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %599 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %600 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %600 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %601 = linalg.fill ins(%599 : f32) outs(%600 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.76.matmul = linalg.matmul ins(%ct.75.transpose, %ct.72.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%601 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %602 = tensor.collapse_shape %ct.74.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
@@ -1133,13 +1133,13 @@ module {
     %604 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.79.transpose = linalg.transpose ins(%wk : tensor<8x8xf32>) outs(%604 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %605 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %606 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %606 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %607 = linalg.fill ins(%605 : f32) outs(%606 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.80.matmul = linalg.matmul ins(%ct.78.reshape, %ct.79.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%607 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %608 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.81.transpose = linalg.transpose ins(%project.25.rows : tensor<8x8xf32>) outs(%608 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %609 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %610 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %610 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %611 = linalg.fill ins(%609 : f32) outs(%610 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.82.matmul = linalg.matmul ins(%ct.81.transpose, %ct.78.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%611 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %612 = tensor.collapse_shape %ct.80.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
@@ -1155,13 +1155,13 @@ module {
     %619 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.86.transpose = linalg.transpose ins(%wq : tensor<8x8xf32>) outs(%619 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %620 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %621 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %621 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %622 = linalg.fill ins(%620 : f32) outs(%621 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.87.matmul = linalg.matmul ins(%ct.85.reshape, %ct.86.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%622 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %623 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.88.transpose = linalg.transpose ins(%project.21.rows : tensor<8x8xf32>) outs(%623 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
     %624 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %625 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %625 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %626 = linalg.fill ins(%624 : f32) outs(%625 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %ct.89.matmul = linalg.matmul ins(%ct.88.transpose, %ct.85.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%626 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
     %627 = tensor.collapse_shape %ct.87.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
@@ -1173,7 +1173,7 @@ module {
       linalg.yield %632 : f32 loc("examples/decoder_block.kina":39:14)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
     %633 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %634 = tensor.empty() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %634 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
     %635 = linalg.fill ins(%633 : f32) outs(%634 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
     %636 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.91.add : tensor<2x4x8xf32>) outs(%635 : tensor<4x8xf32>) {
     ^bb0(%637: f32, %638: f32):
@@ -1182,7 +1182,7 @@ module {
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
     %ct.92.reduce_keep = tensor.expand_shape %636 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":32:13)
     %640 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %641 = tensor.empty() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %641 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
     %642 = linalg.fill ins(%640 : f32) outs(%641 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
     %643 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.92.reduce_keep : tensor<1x4x8xf32>) outs(%642 : tensor<1x8xf32>) {
     ^bb0(%644: f32, %645: f32):
@@ -1204,7 +1204,7 @@ module {
       linalg.yield %656 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
     %657 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %658 = tensor.empty() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %658 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
     %659 = linalg.fill ins(%657 : f32) outs(%658 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
     %660 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.96.mul : tensor<2x4x8xf32>) outs(%659 : tensor<4x8xf32>) {
     ^bb0(%661: f32, %662: f32):
@@ -1213,7 +1213,7 @@ module {
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
     %ct.97.reduce_keep = tensor.expand_shape %660 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":29:13)
     %664 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %665 = tensor.empty() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %665 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
     %666 = linalg.fill ins(%664 : f32) outs(%665 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
     %667 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.97.reduce_keep : tensor<1x4x8xf32>) outs(%666 : tensor<1x8xf32>) {
     ^bb0(%668: f32, %669: f32):
@@ -1235,7 +1235,7 @@ module {
       linalg.yield %680 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
     %681 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:19)
-    %682 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
+    %682 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
     %683 = linalg.fill ins(%681 : f32) outs(%682 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
     %684 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.101.mul : tensor<2x4x8xf32>) outs(%683 : tensor<2x4xf32>) {
     ^bb0(%685: f32, %686: f32):
@@ -1311,7 +1311,7 @@ module {
       linalg.yield %739 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
     %740 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":18:14)
-    %741 = tensor.empty() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
+    %741 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
     %742 = linalg.fill ins(%740 : f32) outs(%741 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
     %743 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.114.neg : tensor<2x4x8xf32>) outs(%742 : tensor<2x4xf32>) {
     ^bb0(%744: f32, %745: f32):

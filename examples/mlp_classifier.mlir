@@ -3,7 +3,7 @@
 module {
   func.func @kina_mlp(%x: tensor<8x4xf32>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>) -> (tensor<8x3xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":14:11)
-    %1 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
+    %1 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %h = linalg.matmul ins(%x, %w1 : tensor<8x4xf32>, tensor<4x16xf32>) outs(%2 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %3 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":15:17)
@@ -25,7 +25,7 @@ module {
       linalg.yield %15 : f32 loc("examples/mlp_classifier.kina":17:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":17:11)
     %16 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":18:11)
-    %17 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
+    %17 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %o = linalg.matmul ins(%a, %w2 : tensor<8x16xf32>, tensor<16x3xf32>) outs(%18 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %19 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":19:17)
@@ -45,7 +45,7 @@ module {
   func.func @kina_loss(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
     %logits = func.call @kina_mlp(%x, %w1, %b1, %w2, %b2) {no_inline} : (tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) -> (tensor<8x3xf32>) loc("examples/mlp_classifier.kina":27:16)
     %0 = arith.constant 0xff800000 : f32 loc("examples/mlp_classifier.kina":28:14)
-    %1 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
+    %1 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%logits : tensor<8x3xf32>) outs(%2 : tensor<8xf32>) {
     ^bb0(%4: f32, %5: f32):
@@ -60,7 +60,7 @@ module {
       linalg.yield %13 : f32 loc("examples/mlp_classifier.kina":28:14)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":28:14)
     %14 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":28:14)
-    %15 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
+    %15 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %16 = linalg.fill ins(%14 : f32) outs(%15 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %17 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%8 : tensor<8x3xf32>) outs(%16 : tensor<8xf32>) {
     ^bb0(%18: f32, %19: f32):
@@ -76,7 +76,7 @@ module {
       linalg.yield %28 : f32 loc("examples/mlp_classifier.kina":28:14)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":28:14)
     %29 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":29:16)
-    %30 = tensor.empty() : tensor<i64> loc("examples/mlp_classifier.kina":29:16)
+    %30 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":29:16)
     %31 = linalg.fill ins(%29 : i64) outs(%30 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":29:16)
     %32 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%31 : tensor<i64>) {
     ^bb0(%33: i64, %34: i64):
@@ -108,7 +108,7 @@ module {
       linalg.yield %54 : f32 loc("examples/mlp_classifier.kina":30:13)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":30:13)
     %55 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":31:15)
-    %56 = tensor.empty() : tensor<1xf32> loc("examples/mlp_classifier.kina":31:15)
+    %56 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/mlp_classifier.kina":31:15)
     %57 = linalg.fill ins(%55 : f32) outs(%56 : tensor<1xf32>) -> tensor<1xf32> loc("examples/mlp_classifier.kina":31:15)
     %58 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%nll : tensor<8x1xf32>) outs(%57 : tensor<1xf32>) {
     ^bb0(%59: f32, %60: f32):
@@ -129,10 +129,10 @@ module {
   func.func @kina_predict(%x: tensor<8x4xf32>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>) -> (tensor<8x1xi64>) attributes {llvm.emit_c_interface} {
     %0 = func.call @kina_mlp(%x, %w1, %b1, %w2, %b2) {no_inline} : (tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) -> (tensor<8x3xf32>) loc("examples/mlp_classifier.kina":40:3)
     %2 = arith.constant 0xff800000 : f32 loc("examples/mlp_classifier.kina":40:3)
-    %3 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":40:3)
+    %3 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":40:3)
     %4 = linalg.fill ins(%2 : f32) outs(%3 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":40:3)
     %5 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":40:3)
-    %6 = tensor.empty() : tensor<8xi64> loc("examples/mlp_classifier.kina":40:3)
+    %6 = bufferization.alloc_tensor() : tensor<8xi64> loc("examples/mlp_classifier.kina":40:3)
     %7 = linalg.fill ins(%5 : i64) outs(%6 : tensor<8xi64>) -> tensor<8xi64> loc("examples/mlp_classifier.kina":40:3)
     %8:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%0 : tensor<8x3xf32>) outs(%4, %7 : tensor<8xf32>, tensor<8xi64>) {
     ^bb0(%9: f32, %10: f32, %11: i64):
@@ -170,7 +170,7 @@ module {
       linalg.yield %14 : f32 loc("examples/mlp_classifier.kina":46:14)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":46:14)
     %16 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":47:3)
-    %17 = tensor.empty() : tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
+    %17 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
     %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<1xf32>) -> tensor<1xf32> loc("examples/mlp_classifier.kina":47:3)
     %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%hits : tensor<8x1xf32>) outs(%18 : tensor<1xf32>) {
     ^bb0(%20: f32, %21: f32):
@@ -275,7 +275,7 @@ module {
 
   func.func private @"kina_loss.rev"(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) {
     %0 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":14:11)
-    %1 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
+    %1 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %mlp.1.h = linalg.matmul ins(%x, %w1 : tensor<8x4xf32>, tensor<4x16xf32>) outs(%2 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %3 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":15:17)
@@ -297,7 +297,7 @@ module {
       linalg.yield %15 : f32 loc("examples/mlp_classifier.kina":17:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":17:11)
     %16 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":18:11)
-    %17 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
+    %17 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %mlp.5.o = linalg.matmul ins(%mlp.4.a, %w2 : tensor<8x16xf32>, tensor<16x3xf32>) outs(%18 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %19 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":19:17)
@@ -312,7 +312,7 @@ module {
       linalg.yield %26 : f32 loc("examples/mlp_classifier.kina":20:16)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:16)
     %27 = arith.constant 0xff800000 : f32 loc("examples/mlp_classifier.kina":28:14)
-    %28 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
+    %28 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%mlp.7.logits : tensor<8x3xf32>) outs(%29 : tensor<8xf32>) {
     ^bb0(%31: f32, %32: f32):
@@ -327,7 +327,7 @@ module {
       linalg.yield %40 : f32 loc("examples/mlp_classifier.kina":28:14)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":28:14)
     %41 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":28:14)
-    %42 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
+    %42 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %43 = linalg.fill ins(%41 : f32) outs(%42 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %44 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%35 : tensor<8x3xf32>) outs(%43 : tensor<8xf32>) {
     ^bb0(%45: f32, %46: f32):
@@ -343,7 +343,7 @@ module {
       linalg.yield %55 : f32 loc("examples/mlp_classifier.kina":28:14)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":28:14)
     %56 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":29:16)
-    %57 = tensor.empty() : tensor<i64> loc("examples/mlp_classifier.kina":29:16)
+    %57 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":29:16)
     %58 = linalg.fill ins(%56 : i64) outs(%57 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":29:16)
     %59 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%58 : tensor<i64>) {
     ^bb0(%60: i64, %61: i64):
@@ -375,7 +375,7 @@ module {
       linalg.yield %81 : f32 loc("examples/mlp_classifier.kina":30:13)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":30:13)
     %82 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":31:15)
-    %83 = tensor.empty() : tensor<1xf32> loc("examples/mlp_classifier.kina":31:15)
+    %83 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/mlp_classifier.kina":31:15)
     %84 = linalg.fill ins(%82 : f32) outs(%83 : tensor<1xf32>) -> tensor<1xf32> loc("examples/mlp_classifier.kina":31:15)
     %85 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%nll : tensor<8x1xf32>) outs(%84 : tensor<1xf32>) {
     ^bb0(%86: f32, %87: f32):
@@ -409,7 +409,7 @@ module {
       linalg.yield %105 : f32 loc("examples/mlp_classifier.kina":30:13)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":30:13)
     %106 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":29:16)
-    %107 = tensor.empty() : tensor<i64> loc("examples/mlp_classifier.kina":29:16)
+    %107 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":29:16)
     %108 = linalg.fill ins(%106 : i64) outs(%107 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":29:16)
     %109 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%108 : tensor<i64>) {
     ^bb0(%110: i64, %111: i64):
@@ -427,7 +427,7 @@ module {
     %121 = arith.cmpi eq, %119, %120 : i64 loc("examples/mlp_classifier.kina":29:16)
     cf.assert %121, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":29:16)
     %122 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:16)
-    %123 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:16)
+    %123 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:16)
     %124 = linalg.fill ins(%122 : f32) outs(%123 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:16)
     %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%124 : tensor<8x3xf32>) {
     ^bb0(%125: i64, %126: f32, %127: f32):
@@ -440,7 +440,7 @@ module {
       linalg.yield %133 : f32 loc("examples/mlp_classifier.kina":29:16)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:16)
     %134 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":28:14)
-    %135 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
+    %135 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %136 = linalg.fill ins(%134 : f32) outs(%135 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":28:14)
     %137 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%136 : tensor<8xf32>) {
     ^bb0(%138: f32, %139: f32):
@@ -472,7 +472,7 @@ module {
       linalg.yield %157 : f32 loc("examples/mlp_classifier.kina":28:14)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":28:14)
     %158 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":19:17)
-    %159 = tensor.empty() : tensor<3xf32> loc("examples/mlp_classifier.kina":19:17)
+    %159 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":19:17)
     %160 = linalg.fill ins(%158 : f32) outs(%159 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":19:17)
     %161 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%160 : tensor<3xf32>) {
     ^bb0(%162: f32, %163: f32):
@@ -483,13 +483,13 @@ module {
     %165 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":18:11)
     %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%165 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":18:11)
     %166 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":18:11)
-    %167 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":18:11)
+    %167 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":18:11)
     %168 = linalg.fill ins(%166 : f32) outs(%167 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":18:11)
     %ct.13.matmul = linalg.matmul ins(%ct.10.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%168 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":18:11)
     %169 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":18:11)
     %ct.14.transpose = linalg.transpose ins(%mlp.4.a : tensor<8x16xf32>) outs(%169 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":18:11)
     %170 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":18:11)
-    %171 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":18:11)
+    %171 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %172 = linalg.fill ins(%170 : f32) outs(%171 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%172 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":18:11)
     %173 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":17:11)
@@ -501,7 +501,7 @@ module {
       linalg.yield %179 : f32 loc("examples/mlp_classifier.kina":17:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":17:11)
     %180 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":15:17)
-    %181 = tensor.empty() : tensor<16xf32> loc("examples/mlp_classifier.kina":15:17)
+    %181 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":15:17)
     %182 = linalg.fill ins(%180 : f32) outs(%181 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":15:17)
     %183 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.relu_grad : tensor<8x16xf32>) outs(%182 : tensor<16xf32>) {
     ^bb0(%184: f32, %185: f32):
@@ -512,13 +512,13 @@ module {
     %187 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":14:11)
     %ct.18.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%187 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":14:11)
     %188 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":14:11)
-    %189 = tensor.empty() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":14:11)
+    %189 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":14:11)
     %190 = linalg.fill ins(%188 : f32) outs(%189 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":14:11)
     %ct.19.matmul = linalg.matmul ins(%ct.16.relu_grad, %ct.18.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%190 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":14:11)
     %191 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":14:11)
     %ct.20.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%191 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":14:11)
     %192 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":14:11)
-    %193 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":14:11)
+    %193 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %194 = linalg.fill ins(%192 : f32) outs(%193 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":14:11)
     %ct.21.matmul = linalg.matmul ins(%ct.20.transpose, %ct.16.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%194 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":14:11)
     return %mean, %ct.19.matmul, %ct.21.matmul, %ct.17.reduce_keep, %ct.15.matmul, %ct.11.reduce_keep : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":25:1)

@@ -5,7 +5,7 @@ module {
     %0 = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_forward.kina":8:16)
     %1 = tensor.collapse_shape %k_t [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/storylm0_forward.kina":8:16)
     %2 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":8:16)
-    %3 = tensor.empty() : tensor<2x4x4xf32> loc("examples/storylm0_forward.kina":8:16)
+    %3 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/storylm0_forward.kina":8:16)
     %4 = linalg.fill ins(%2 : f32) outs(%3 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_forward.kina":8:16)
     %5 = linalg.batch_matmul ins(%0, %1 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%4 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_forward.kina":8:16)
     %scores = tensor.expand_shape %5 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/storylm0_forward.kina":8:16)
@@ -32,7 +32,7 @@ module {
       linalg.yield %23 : f32 loc("examples/storylm0_forward.kina":10:16)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_forward.kina":10:16)
     %24 = arith.constant 0xff800000 : f32 loc("examples/storylm0_forward.kina":11:15)
-    %25 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_forward.kina":11:15)
+    %25 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_forward.kina":11:15)
     %26 = linalg.fill ins(%24 : f32) outs(%25 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_forward.kina":11:15)
     %27 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x4x4xf32>) outs(%26 : tensor<1x2x4xf32>) {
     ^bb0(%28: f32, %29: f32):
@@ -47,7 +47,7 @@ module {
       linalg.yield %37 : f32 loc("examples/storylm0_forward.kina":11:15)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_forward.kina":11:15)
     %38 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":11:15)
-    %39 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_forward.kina":11:15)
+    %39 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_forward.kina":11:15)
     %40 = linalg.fill ins(%38 : f32) outs(%39 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_forward.kina":11:15)
     %41 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%32 : tensor<1x2x4x4xf32>) outs(%40 : tensor<1x2x4xf32>) {
     ^bb0(%42: f32, %43: f32):
@@ -63,7 +63,7 @@ module {
     %51 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_forward.kina":12:3)
     %52 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_forward.kina":12:3)
     %53 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":12:3)
-    %54 = tensor.empty() : tensor<2x4x2xf32> loc("examples/storylm0_forward.kina":12:3)
+    %54 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/storylm0_forward.kina":12:3)
     %55 = linalg.fill ins(%53 : f32) outs(%54 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_forward.kina":12:3)
     %56 = linalg.batch_matmul ins(%51, %52 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%55 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_forward.kina":12:3)
     %50 = tensor.expand_shape %56 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/storylm0_forward.kina":12:3)
@@ -72,7 +72,7 @@ module {
 
   func.func @kina_storylm0_forward(%token_ids: tensor<1x4xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>, %lm_head: tensor<4x8xf32>) -> (tensor<1x4x8xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0 : i64 loc("examples/storylm0_forward.kina":19:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/storylm0_forward.kina":19:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_forward.kina":19:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_forward.kina":19:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -100,7 +100,7 @@ module {
     %23 = tensor.collapse_shape %wq [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":20:16)
     %22 = tensor.expand_shape %23 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":20:16)
     %25 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":20:11)
-    %26 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":20:11)
+    %26 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":20:11)
     %27 = linalg.fill ins(%25 : f32) outs(%26 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":20:11)
     %24 = linalg.batch_matmul ins(%x, %22 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%27 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":20:11)
     %29 = tensor.collapse_shape %24 [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":20:11)
@@ -110,7 +110,7 @@ module {
     %32 = tensor.collapse_shape %wk [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":21:18)
     %31 = tensor.expand_shape %32 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":21:18)
     %34 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":21:13)
-    %35 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":21:13)
+    %35 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":21:13)
     %36 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":21:13)
     %33 = linalg.batch_matmul ins(%x, %31 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%36 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":21:13)
     %38 = tensor.collapse_shape %33 [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":21:13)
@@ -120,7 +120,7 @@ module {
     %41 = tensor.collapse_shape %wv [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":22:16)
     %40 = tensor.expand_shape %41 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":22:16)
     %43 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":22:11)
-    %44 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":22:11)
+    %44 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":22:11)
     %45 = linalg.fill ins(%43 : f32) outs(%44 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":22:11)
     %42 = linalg.batch_matmul ins(%x, %40 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%45 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":22:11)
     %47 = tensor.collapse_shape %42 [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":22:11)
@@ -135,7 +135,7 @@ module {
     %53 = tensor.collapse_shape %wo [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_forward.kina":25:31)
     %52 = tensor.expand_shape %53 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":25:31)
     %55 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":25:22)
-    %56 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":25:22)
+    %56 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":25:22)
     %57 = linalg.fill ins(%55 : f32) outs(%56 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":25:22)
     %54 = linalg.batch_matmul ins(%merged, %52 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%57 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":25:22)
     %58 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_forward.kina":25:18)
@@ -147,7 +147,7 @@ module {
     %64 = tensor.collapse_shape %lm_head [[0, 1]] : tensor<4x8xf32> into tensor<32xf32> loc("examples/storylm0_forward.kina":26:14)
     %63 = tensor.expand_shape %64 [[0, 1, 2]] output_shape [1, 4, 8] : tensor<32xf32> into tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":26:14)
     %66 = arith.constant 0.0 : f32 loc("examples/storylm0_forward.kina":26:3)
-    %67 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":26:3)
+    %67 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":26:3)
     %68 = linalg.fill ins(%66 : f32) outs(%67 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":26:3)
     %65 = linalg.batch_matmul ins(%residual, %63 : tensor<1x4x4xf32>, tensor<1x4x8xf32>) outs(%68 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":26:3)
     return %65 : tensor<1x4x8xf32> loc("examples/storylm0_forward.kina":26:3)

@@ -5,7 +5,7 @@ module {
     %0 = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %1 = tensor.collapse_shape %k_t [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %2 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":11:16)
-    %3 = tensor.empty() : tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
+    %3 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %4 = linalg.fill ins(%2 : f32) outs(%3 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %5 = linalg.batch_matmul ins(%0, %1 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%4 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %scores = tensor.expand_shape %5 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
@@ -32,7 +32,7 @@ module {
       linalg.yield %21 : f32 loc("examples/storylm0_mean_nll_step.kina":15:16)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":15:16)
     %22 = arith.constant 0xff800000 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
-    %23 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
+    %23 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %24 = linalg.fill ins(%22 : f32) outs(%23 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %25 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x4x4xf32>) outs(%24 : tensor<1x2x4xf32>) {
     ^bb0(%26: f32, %27: f32):
@@ -47,7 +47,7 @@ module {
       linalg.yield %35 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %36 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
-    %37 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
+    %37 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %38 = linalg.fill ins(%36 : f32) outs(%37 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %39 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%30 : tensor<1x2x4x4xf32>) outs(%38 : tensor<1x2x4xf32>) {
     ^bb0(%40: f32, %41: f32):
@@ -63,7 +63,7 @@ module {
     %48 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %49 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %50 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":17:13)
-    %51 = tensor.empty() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
+    %51 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %52 = linalg.fill ins(%50 : f32) outs(%51 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %53 = linalg.batch_matmul ins(%48, %49 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%52 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %out = tensor.expand_shape %53 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
@@ -72,7 +72,7 @@ module {
 
   func.func @kina_storylm0_fwd(%token_ids: tensor<1x4xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>, %lm_head: tensor<4x8xf32>) -> (tensor<1x4x8xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0 : i64 loc("examples/storylm0_mean_nll_step.kina":27:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -100,7 +100,7 @@ module {
     %22 = tensor.collapse_shape %wq [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":28:13)
     %wq3 = tensor.expand_shape %22 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":28:13)
     %23 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":29:12)
-    %24 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
+    %24 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %25 = linalg.fill ins(%23 : f32) outs(%24 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %xq = linalg.batch_matmul ins(%x, %wq3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%25 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %26 = tensor.collapse_shape %xq [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":30:17)
@@ -110,7 +110,7 @@ module {
     %28 = tensor.collapse_shape %wk [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":32:13)
     %wk3 = tensor.expand_shape %28 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":32:13)
     %29 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":33:12)
-    %30 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
+    %30 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %31 = linalg.fill ins(%29 : f32) outs(%30 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %xk = linalg.batch_matmul ins(%x, %wk3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%31 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %32 = tensor.collapse_shape %xk [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":34:17)
@@ -120,7 +120,7 @@ module {
     %34 = tensor.collapse_shape %wv [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":36:13)
     %wv3 = tensor.expand_shape %34 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":36:13)
     %35 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":37:12)
-    %36 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
+    %36 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %37 = linalg.fill ins(%35 : f32) outs(%36 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %xv = linalg.batch_matmul ins(%x, %wv3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%37 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %38 = tensor.collapse_shape %xv [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":38:17)
@@ -135,7 +135,7 @@ module {
     %42 = tensor.collapse_shape %wo [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":43:13)
     %wo3 = tensor.expand_shape %42 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":43:13)
     %43 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":44:14)
-    %44 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
+    %44 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %45 = linalg.fill ins(%43 : f32) outs(%44 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %proj = linalg.batch_matmul ins(%merged, %wo3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%45 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %46 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":45:18)
@@ -147,7 +147,7 @@ module {
     %51 = tensor.collapse_shape %lm_head [[0, 1]] : tensor<4x8xf32> into tensor<32xf32> loc("examples/storylm0_mean_nll_step.kina":46:13)
     %lm3 = tensor.expand_shape %51 [[0, 1, 2]] output_shape [1, 4, 8] : tensor<32xf32> into tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":46:13)
     %52 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":47:16)
-    %53 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
+    %53 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %54 = linalg.fill ins(%52 : f32) outs(%53 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %logits = linalg.batch_matmul ins(%residual, %lm3 : tensor<1x4x4xf32>, tensor<1x4x8xf32>) outs(%54 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     return %logits : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":48:3)
@@ -156,7 +156,7 @@ module {
   func.func @kina_storylm0_mean_nll(%token_ids: tensor<1x4xi64>, %targets: tensor<1x4x1xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>, %lm_head: tensor<4x8xf32>, %inv_n: tensor<1x1xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
     %logits = func.call @kina_storylm0_fwd(%token_ids, %emb, %mask, %scale, %wq, %wk, %wv, %wo, %lm_head) {no_inline} : (tensor<1x4xi64>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x8xf32>) loc("examples/storylm0_mean_nll_step.kina":61:16)
     %0 = arith.constant 0xff800000 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
-    %1 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
+    %1 = bufferization.alloc_tensor() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<1x4xf32>) -> tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%logits : tensor<1x4x8xf32>) outs(%2 : tensor<1x4xf32>) {
     ^bb0(%4: f32, %5: f32):
@@ -171,7 +171,7 @@ module {
       linalg.yield %13 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
     } -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %14 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
-    %15 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
+    %15 = bufferization.alloc_tensor() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %16 = linalg.fill ins(%14 : f32) outs(%15 : tensor<1x4xf32>) -> tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %17 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%8 : tensor<1x4x8xf32>) outs(%16 : tensor<1x4xf32>) {
     ^bb0(%18: f32, %19: f32):
@@ -187,7 +187,7 @@ module {
       linalg.yield %28 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
     } -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %29 = arith.constant 0 : i64 loc("examples/storylm0_mean_nll_step.kina":63:16)
-    %30 = tensor.empty() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
+    %30 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %31 = linalg.fill ins(%29 : i64) outs(%30 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %32 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%targets : tensor<1x4x1xi64>) outs(%31 : tensor<i64>) {
     ^bb0(%33: i64, %34: i64):
@@ -222,7 +222,7 @@ module {
     %56 = tensor.collapse_shape %nll3 [[0, 1, 2]] : tensor<1x4x1xf32> into tensor<4xf32> loc("examples/storylm0_mean_nll_step.kina":65:13)
     %nll = tensor.expand_shape %56 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":65:13)
     %57 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":66:16)
-    %58 = tensor.empty() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
+    %58 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %59 = linalg.fill ins(%57 : f32) outs(%58 : tensor<1xf32>) -> tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %60 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nll : tensor<1x4xf32>) outs(%59 : tensor<1xf32>) {
     ^bb0(%61: f32, %62: f32):
@@ -231,7 +231,7 @@ module {
     } -> tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %over_t = tensor.expand_shape %60 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %64 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":67:17)
-    %65 = tensor.empty() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":67:17)
+    %65 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":67:17)
     %66 = linalg.fill ins(%64 : f32) outs(%65 : tensor<1xf32>) -> tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":67:17)
     %67 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%over_t : tensor<1x1xf32>) outs(%66 : tensor<1xf32>) {
     ^bb0(%68: f32, %69: f32):
@@ -374,7 +374,7 @@ module {
 
   func.func private @"kina_storylm0_mean_nll.rev"(%token_ids: tensor<1x4xi64>, %targets: tensor<1x4x1xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>, %lm_head: tensor<4x8xf32>, %inv_n: tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<1x1x4x4xf32>, tensor<1x1x1x1xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x8xf32>, tensor<1x1xf32>) {
     %0 = arith.constant 0 : i64 loc("examples/storylm0_mean_nll_step.kina":27:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -402,7 +402,7 @@ module {
     %22 = tensor.collapse_shape %wq [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":28:13)
     %storylm0_fwd.2.wq3 = tensor.expand_shape %22 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":28:13)
     %23 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":29:12)
-    %24 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
+    %24 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %25 = linalg.fill ins(%23 : f32) outs(%24 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %storylm0_fwd.3.xq = linalg.batch_matmul ins(%storylm0_fwd.1.x, %storylm0_fwd.2.wq3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%25 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %26 = tensor.collapse_shape %storylm0_fwd.3.xq [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":30:17)
@@ -412,7 +412,7 @@ module {
     %28 = tensor.collapse_shape %wk [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":32:13)
     %storylm0_fwd.6.wk3 = tensor.expand_shape %28 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":32:13)
     %29 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":33:12)
-    %30 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
+    %30 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %31 = linalg.fill ins(%29 : f32) outs(%30 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %storylm0_fwd.7.xk = linalg.batch_matmul ins(%storylm0_fwd.1.x, %storylm0_fwd.6.wk3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%31 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %32 = tensor.collapse_shape %storylm0_fwd.7.xk [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":34:17)
@@ -422,7 +422,7 @@ module {
     %34 = tensor.collapse_shape %wv [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":36:13)
     %storylm0_fwd.10.wv3 = tensor.expand_shape %34 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":36:13)
     %35 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":37:12)
-    %36 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
+    %36 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %37 = linalg.fill ins(%35 : f32) outs(%36 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %storylm0_fwd.11.xv = linalg.batch_matmul ins(%storylm0_fwd.1.x, %storylm0_fwd.10.wv3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%37 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %38 = tensor.collapse_shape %storylm0_fwd.11.xv [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":38:17)
@@ -432,7 +432,7 @@ module {
     %40 = tensor.collapse_shape %storylm0_fwd.5.q [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %41 = tensor.collapse_shape %storylm0_fwd.9.k_t [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %42 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":11:16)
-    %43 = tensor.empty() : tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
+    %43 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %44 = linalg.fill ins(%42 : f32) outs(%43 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %45 = linalg.batch_matmul ins(%40, %41 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%44 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %attn.15.scores = tensor.expand_shape %45 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
@@ -459,7 +459,7 @@ module {
       linalg.yield %61 : f32 loc("examples/storylm0_mean_nll_step.kina":15:16)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":15:16)
     %62 = arith.constant 0xff800000 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
-    %63 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
+    %63 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%attn.19.masked : tensor<1x2x4x4xf32>) outs(%64 : tensor<1x2x4xf32>) {
     ^bb0(%66: f32, %67: f32):
@@ -474,7 +474,7 @@ module {
       linalg.yield %75 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %76 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
-    %77 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
+    %77 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %79 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%70 : tensor<1x2x4x4xf32>) outs(%78 : tensor<1x2x4xf32>) {
     ^bb0(%80: f32, %81: f32):
@@ -490,7 +490,7 @@ module {
     %88 = tensor.collapse_shape %attn.20.probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %89 = tensor.collapse_shape %storylm0_fwd.13.v [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %90 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":17:13)
-    %91 = tensor.empty() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
+    %91 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %92 = linalg.fill ins(%90 : f32) outs(%91 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %93 = linalg.batch_matmul ins(%88, %89 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%92 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %attn.21.out = tensor.expand_shape %93 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
@@ -501,7 +501,7 @@ module {
     %96 = tensor.collapse_shape %wo [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":43:13)
     %storylm0_fwd.24.wo3 = tensor.expand_shape %96 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":43:13)
     %97 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":44:14)
-    %98 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
+    %98 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %99 = linalg.fill ins(%97 : f32) outs(%98 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %storylm0_fwd.25.proj = linalg.batch_matmul ins(%storylm0_fwd.23.merged, %storylm0_fwd.24.wo3 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%99 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %100 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":45:18)
@@ -513,11 +513,11 @@ module {
     %105 = tensor.collapse_shape %lm_head [[0, 1]] : tensor<4x8xf32> into tensor<32xf32> loc("examples/storylm0_mean_nll_step.kina":46:13)
     %storylm0_fwd.27.lm3 = tensor.expand_shape %105 [[0, 1, 2]] output_shape [1, 4, 8] : tensor<32xf32> into tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":46:13)
     %106 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":47:16)
-    %107 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
+    %107 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %108 = linalg.fill ins(%106 : f32) outs(%107 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %storylm0_fwd.28.logits = linalg.batch_matmul ins(%storylm0_fwd.26.residual, %storylm0_fwd.27.lm3 : tensor<1x4x4xf32>, tensor<1x4x8xf32>) outs(%108 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %109 = arith.constant 0xff800000 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
-    %110 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
+    %110 = bufferization.alloc_tensor() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %111 = linalg.fill ins(%109 : f32) outs(%110 : tensor<1x4xf32>) -> tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %112 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%storylm0_fwd.28.logits : tensor<1x4x8xf32>) outs(%111 : tensor<1x4xf32>) {
     ^bb0(%113: f32, %114: f32):
@@ -532,7 +532,7 @@ module {
       linalg.yield %122 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
     } -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %123 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
-    %124 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
+    %124 = bufferization.alloc_tensor() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %125 = linalg.fill ins(%123 : f32) outs(%124 : tensor<1x4xf32>) -> tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %126 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%117 : tensor<1x4x8xf32>) outs(%125 : tensor<1x4xf32>) {
     ^bb0(%127: f32, %128: f32):
@@ -548,7 +548,7 @@ module {
       linalg.yield %137 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
     } -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %138 = arith.constant 0 : i64 loc("examples/storylm0_mean_nll_step.kina":63:16)
-    %139 = tensor.empty() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
+    %139 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %140 = linalg.fill ins(%138 : i64) outs(%139 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %141 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%targets : tensor<1x4x1xi64>) outs(%140 : tensor<i64>) {
     ^bb0(%142: i64, %143: i64):
@@ -583,7 +583,7 @@ module {
     %165 = tensor.collapse_shape %nll3 [[0, 1, 2]] : tensor<1x4x1xf32> into tensor<4xf32> loc("examples/storylm0_mean_nll_step.kina":65:13)
     %nll = tensor.expand_shape %165 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":65:13)
     %166 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":66:16)
-    %167 = tensor.empty() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
+    %167 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %168 = linalg.fill ins(%166 : f32) outs(%167 : tensor<1xf32>) -> tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %169 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nll : tensor<1x4xf32>) outs(%168 : tensor<1xf32>) {
     ^bb0(%170: f32, %171: f32):
@@ -592,7 +592,7 @@ module {
     } -> tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %over_t = tensor.expand_shape %169 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/storylm0_mean_nll_step.kina":66:16)
     %173 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":67:17)
-    %174 = tensor.empty() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":67:17)
+    %174 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":67:17)
     %175 = linalg.fill ins(%173 : f32) outs(%174 : tensor<1xf32>) -> tensor<1xf32> loc("examples/storylm0_mean_nll_step.kina":67:17)
     %176 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%over_t : tensor<1x1xf32>) outs(%175 : tensor<1xf32>) {
     ^bb0(%177: f32, %178: f32):
@@ -638,7 +638,7 @@ module {
       linalg.yield %205 : f32 loc("examples/storylm0_mean_nll_step.kina":64:14)
     } -> tensor<1x4x1xf32> loc("examples/storylm0_mean_nll_step.kina":64:14)
     %206 = arith.constant 0 : i64 loc("examples/storylm0_mean_nll_step.kina":63:16)
-    %207 = tensor.empty() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
+    %207 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %208 = linalg.fill ins(%206 : i64) outs(%207 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %209 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> ()>], iterator_types = ["reduction", "reduction", "reduction"]} ins(%targets : tensor<1x4x1xi64>) outs(%208 : tensor<i64>) {
     ^bb0(%210: i64, %211: i64):
@@ -656,7 +656,7 @@ module {
     %221 = arith.cmpi eq, %219, %220 : i64 loc("examples/storylm0_mean_nll_step.kina":63:16)
     cf.assert %221, "scatter_along_axis index out of bounds" loc("examples/storylm0_mean_nll_step.kina":63:16)
     %222 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":63:16)
-    %223 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":63:16)
+    %223 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %224 = linalg.fill ins(%222 : f32) outs(%223 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %ct.8.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%targets, %ct.7.neg : tensor<1x4x1xi64>, tensor<1x4x1xf32>) outs(%224 : tensor<1x4x8xf32>) {
     ^bb0(%225: i64, %226: f32, %227: f32):
@@ -669,7 +669,7 @@ module {
       linalg.yield %233 : f32 loc("examples/storylm0_mean_nll_step.kina":63:16)
     } -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":63:16)
     %234 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":62:14)
-    %235 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
+    %235 = bufferization.alloc_tensor() : tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %236 = linalg.fill ins(%234 : f32) outs(%235 : tensor<1x4xf32>) -> tensor<1x4xf32> loc("examples/storylm0_mean_nll_step.kina":62:14)
     %237 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.8.scatter : tensor<1x4x8xf32>) outs(%236 : tensor<1x4xf32>) {
     ^bb0(%238: f32, %239: f32):
@@ -703,13 +703,13 @@ module {
     %258 = tensor.empty() : tensor<1x8x4xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %ct.14.transpose = linalg.transpose ins(%storylm0_fwd.27.lm3 : tensor<1x4x8xf32>) outs(%258 : tensor<1x8x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":47:16)
     %259 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":47:16)
-    %260 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
+    %260 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %261 = linalg.fill ins(%259 : f32) outs(%260 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %ct.15.matmul = linalg.batch_matmul ins(%ct.13.sub, %ct.14.transpose : tensor<1x4x8xf32>, tensor<1x8x4xf32>) outs(%261 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %262 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %ct.16.transpose = linalg.transpose ins(%storylm0_fwd.26.residual : tensor<1x4x4xf32>) outs(%262 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":47:16)
     %263 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":47:16)
-    %264 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
+    %264 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %265 = linalg.fill ins(%263 : f32) outs(%264 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %ct.17.matmul = linalg.batch_matmul ins(%ct.16.transpose, %ct.13.sub : tensor<1x4x4xf32>, tensor<1x4x8xf32>) outs(%265 : tensor<1x4x8xf32>) -> tensor<1x4x8xf32> loc("examples/storylm0_mean_nll_step.kina":47:16)
     %266 = tensor.collapse_shape %ct.17.matmul [[0, 1, 2]] : tensor<1x4x8xf32> into tensor<32xf32> loc("examples/storylm0_mean_nll_step.kina":46:13)
@@ -717,13 +717,13 @@ module {
     %267 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %ct.19.transpose = linalg.transpose ins(%storylm0_fwd.24.wo3 : tensor<1x4x4xf32>) outs(%267 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":44:14)
     %268 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":44:14)
-    %269 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
+    %269 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %270 = linalg.fill ins(%268 : f32) outs(%269 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %ct.20.matmul = linalg.batch_matmul ins(%ct.15.matmul, %ct.19.transpose : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%270 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %271 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %ct.21.transpose = linalg.transpose ins(%storylm0_fwd.23.merged : tensor<1x4x4xf32>) outs(%271 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":44:14)
     %272 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":44:14)
-    %273 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
+    %273 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %274 = linalg.fill ins(%272 : f32) outs(%273 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %ct.22.matmul = linalg.batch_matmul ins(%ct.21.transpose, %ct.15.matmul : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%274 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":44:14)
     %275 = tensor.collapse_shape %ct.22.matmul [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":43:13)
@@ -737,7 +737,7 @@ module {
     %279 = tensor.collapse_shape %ct.25.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %280 = tensor.collapse_shape %ct.26.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %281 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":17:13)
-    %282 = tensor.empty() : tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
+    %282 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %283 = linalg.fill ins(%281 : f32) outs(%282 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %284 = linalg.batch_matmul ins(%279, %280 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%283 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %ct.27.matmul = tensor.expand_shape %284 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
@@ -746,7 +746,7 @@ module {
     %286 = tensor.collapse_shape %ct.28.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %287 = tensor.collapse_shape %ct.25.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %288 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":17:13)
-    %289 = tensor.empty() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
+    %289 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %290 = linalg.fill ins(%288 : f32) outs(%289 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %291 = linalg.batch_matmul ins(%286, %287 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%290 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
     %ct.29.matmul = tensor.expand_shape %291 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":17:13)
@@ -757,7 +757,7 @@ module {
       linalg.yield %296 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %297 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
-    %298 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
+    %298 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %299 = linalg.fill ins(%297 : f32) outs(%298 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %300 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.30.mul : tensor<1x2x4x4xf32>) outs(%299 : tensor<1x2x4xf32>) {
     ^bb0(%301: f32, %302: f32):
@@ -783,7 +783,7 @@ module {
       linalg.yield %316 : f32 loc("examples/storylm0_mean_nll_step.kina":16:15)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":16:15)
     %317 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":14:16)
-    %318 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":14:16)
+    %318 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":14:16)
     %319 = linalg.fill ins(%317 : f32) outs(%318 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":14:16)
     %320 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>], iterator_types = ["parallel", "reduction", "parallel", "parallel"]} ins(%ct.34.mul : tensor<1x2x4x4xf32>) outs(%319 : tensor<1x4x4xf32>) {
     ^bb0(%321: f32, %322: f32):
@@ -804,7 +804,7 @@ module {
       linalg.yield %333 : f32 loc("examples/storylm0_mean_nll_step.kina":13:16)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":13:16)
     %334 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":12:17)
-    %335 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
+    %335 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %336 = linalg.fill ins(%334 : f32) outs(%335 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %337 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>], iterator_types = ["parallel", "reduction", "parallel", "parallel"]} ins(%ct.37.mul : tensor<1x2x4x4xf32>) outs(%336 : tensor<1x4x4xf32>) {
     ^bb0(%338: f32, %339: f32):
@@ -813,7 +813,7 @@ module {
     } -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %ct.38.reduce_keep = tensor.expand_shape %337 [[0, 1], [2], [3]] output_shape [1, 1, 4, 4] : tensor<1x4x4xf32> into tensor<1x1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %341 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":12:17)
-    %342 = tensor.empty() : tensor<1x1x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
+    %342 = bufferization.alloc_tensor() : tensor<1x1x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %343 = linalg.fill ins(%341 : f32) outs(%342 : tensor<1x1x4xf32>) -> tensor<1x1x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %344 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%ct.38.reduce_keep : tensor<1x1x4x4xf32>) outs(%343 : tensor<1x1x4xf32>) {
     ^bb0(%345: f32, %346: f32):
@@ -822,7 +822,7 @@ module {
     } -> tensor<1x1x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %ct.39.reduce_keep = tensor.expand_shape %344 [[0], [1, 2], [3]] output_shape [1, 1, 1, 4] : tensor<1x1x4xf32> into tensor<1x1x1x4xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %348 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":12:17)
-    %349 = tensor.empty() : tensor<1x1x1xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
+    %349 = bufferization.alloc_tensor() : tensor<1x1x1xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %350 = linalg.fill ins(%348 : f32) outs(%349 : tensor<1x1x1xf32>) -> tensor<1x1x1xf32> loc("examples/storylm0_mean_nll_step.kina":12:17)
     %351 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.39.reduce_keep : tensor<1x1x1x4xf32>) outs(%350 : tensor<1x1x1xf32>) {
     ^bb0(%352: f32, %353: f32):
@@ -835,7 +835,7 @@ module {
     %356 = tensor.collapse_shape %ct.36.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %357 = tensor.collapse_shape %ct.41.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %358 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":11:16)
-    %359 = tensor.empty() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
+    %359 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %360 = linalg.fill ins(%358 : f32) outs(%359 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %361 = linalg.batch_matmul ins(%356, %357 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%360 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %ct.42.matmul = tensor.expand_shape %361 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
@@ -844,7 +844,7 @@ module {
     %363 = tensor.collapse_shape %ct.43.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %364 = tensor.collapse_shape %ct.36.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %365 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":11:16)
-    %366 = tensor.empty() : tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
+    %366 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %367 = linalg.fill ins(%365 : f32) outs(%366 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %368 = linalg.batch_matmul ins(%363, %364 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%367 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
     %ct.44.matmul = tensor.expand_shape %368 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/storylm0_mean_nll_step.kina":11:16)
@@ -855,13 +855,13 @@ module {
     %371 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %ct.47.transpose = linalg.transpose ins(%storylm0_fwd.10.wv3 : tensor<1x4x4xf32>) outs(%371 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":37:12)
     %372 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":37:12)
-    %373 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
+    %373 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %374 = linalg.fill ins(%372 : f32) outs(%373 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %ct.48.matmul = linalg.batch_matmul ins(%ct.46.reshape, %ct.47.transpose : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%374 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %375 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %ct.49.transpose = linalg.transpose ins(%storylm0_fwd.1.x : tensor<1x4x4xf32>) outs(%375 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":37:12)
     %376 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":37:12)
-    %377 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
+    %377 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %378 = linalg.fill ins(%376 : f32) outs(%377 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %ct.50.matmul = linalg.batch_matmul ins(%ct.49.transpose, %ct.46.reshape : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%378 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
     %379 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":37:12)
@@ -879,13 +879,13 @@ module {
     %387 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %ct.55.transpose = linalg.transpose ins(%storylm0_fwd.6.wk3 : tensor<1x4x4xf32>) outs(%387 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":33:12)
     %388 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":33:12)
-    %389 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
+    %389 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %390 = linalg.fill ins(%388 : f32) outs(%389 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %ct.56.matmul = linalg.batch_matmul ins(%ct.54.reshape, %ct.55.transpose : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%390 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %391 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %ct.57.transpose = linalg.transpose ins(%storylm0_fwd.1.x : tensor<1x4x4xf32>) outs(%391 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":33:12)
     %392 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":33:12)
-    %393 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
+    %393 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %394 = linalg.fill ins(%392 : f32) outs(%393 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %ct.58.matmul = linalg.batch_matmul ins(%ct.57.transpose, %ct.54.reshape : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%394 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
     %395 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":33:12)
@@ -903,13 +903,13 @@ module {
     %403 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %ct.63.transpose = linalg.transpose ins(%storylm0_fwd.2.wq3 : tensor<1x4x4xf32>) outs(%403 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":29:12)
     %404 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":29:12)
-    %405 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
+    %405 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %406 = linalg.fill ins(%404 : f32) outs(%405 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %ct.64.matmul = linalg.batch_matmul ins(%ct.62.reshape, %ct.63.transpose : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%406 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %407 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %ct.65.transpose = linalg.transpose ins(%storylm0_fwd.1.x : tensor<1x4x4xf32>) outs(%407 : tensor<1x4x4xf32>) permutation = [0, 2, 1] loc("examples/storylm0_mean_nll_step.kina":29:12)
     %408 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":29:12)
-    %409 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
+    %409 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %410 = linalg.fill ins(%408 : f32) outs(%409 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %ct.66.matmul = linalg.batch_matmul ins(%ct.65.transpose, %ct.62.reshape : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%410 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
     %411 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_mean_nll_step.kina":29:12)
@@ -921,7 +921,7 @@ module {
     %416 = tensor.collapse_shape %ct.66.matmul [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_mean_nll_step.kina":28:13)
     %ct.68.reshape = tensor.expand_shape %416 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/storylm0_mean_nll_step.kina":28:13)
     %417 = arith.constant 0 : i64 loc("examples/storylm0_mean_nll_step.kina":27:11)
-    %418 = tensor.empty() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
+    %418 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %419 = linalg.fill ins(%417 : i64) outs(%418 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %420 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%419 : tensor<i64>) {
     ^bb0(%421: i64, %422: i64):
@@ -941,7 +941,7 @@ module {
     %433 = tensor.collapse_shape %token_ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %434 = tensor.collapse_shape %ct.67.add [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %435 = arith.constant 0.0 : f32 loc("examples/storylm0_mean_nll_step.kina":27:11)
-    %436 = tensor.empty() : tensor<8x4xf32> loc("examples/storylm0_mean_nll_step.kina":27:11)
+    %436 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %437 = linalg.fill ins(%435 : f32) outs(%436 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/storylm0_mean_nll_step.kina":27:11)
     %ct.69.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%433, %434 : tensor<4xi64>, tensor<4x4xf32>) outs(%437 : tensor<8x4xf32>) {
     ^bb0(%438: i64, %439: f32, %440: f32):

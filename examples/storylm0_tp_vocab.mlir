@@ -5,7 +5,7 @@ module {
     %0 = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
     %1 = tensor.collapse_shape %k_t [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
     %2 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":9:16)
-    %3 = tensor.empty() : tensor<2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
+    %3 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
     %4 = linalg.fill ins(%2 : f32) outs(%3 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
     %5 = linalg.batch_matmul ins(%0, %1 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%4 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
     %scores = tensor.expand_shape %5 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":9:16)
@@ -32,7 +32,7 @@ module {
       linalg.yield %23 : f32 loc("examples/storylm0_tp_vocab.kina":11:16)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":11:16)
     %24 = arith.constant 0xff800000 : f32 loc("examples/storylm0_tp_vocab.kina":12:15)
-    %25 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
+    %25 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
     %26 = linalg.fill ins(%24 : f32) outs(%25 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
     %27 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x4x4xf32>) outs(%26 : tensor<1x2x4xf32>) {
     ^bb0(%28: f32, %29: f32):
@@ -47,7 +47,7 @@ module {
       linalg.yield %37 : f32 loc("examples/storylm0_tp_vocab.kina":12:15)
     } -> tensor<1x2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
     %38 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":12:15)
-    %39 = tensor.empty() : tensor<1x2x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
+    %39 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
     %40 = linalg.fill ins(%38 : f32) outs(%39 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/storylm0_tp_vocab.kina":12:15)
     %41 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%32 : tensor<1x2x4x4xf32>) outs(%40 : tensor<1x2x4xf32>) {
     ^bb0(%42: f32, %43: f32):
@@ -63,7 +63,7 @@ module {
     %51 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
     %52 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
     %53 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":13:3)
-    %54 = tensor.empty() : tensor<2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
+    %54 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
     %55 = linalg.fill ins(%53 : f32) outs(%54 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
     %56 = linalg.batch_matmul ins(%51, %52 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%55 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
     %50 = tensor.expand_shape %56 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/storylm0_tp_vocab.kina":13:3)
@@ -72,7 +72,7 @@ module {
 
   func.func @kina_storylm0_residual(%token_ids: tensor<1x4xi64>, %emb: tensor<8x4xf32>, %mask: tensor<1x1x4x4xf32>, %scale: tensor<1x1x1x1xf32>, %wq: tensor<4x4xf32>, %wk: tensor<4x4xf32>, %wv: tensor<4x4xf32>, %wo: tensor<4x4xf32>) -> (tensor<1x4x4xf32>) attributes {llvm.emit_c_interface} {
     %0 = arith.constant 0 : i64 loc("examples/storylm0_tp_vocab.kina":21:11)
-    %1 = tensor.empty() : tensor<i64> loc("examples/storylm0_tp_vocab.kina":21:11)
+    %1 = bufferization.alloc_tensor() : tensor<i64> loc("examples/storylm0_tp_vocab.kina":21:11)
     %2 = linalg.fill ins(%0 : i64) outs(%1 : tensor<i64>) -> tensor<i64> loc("examples/storylm0_tp_vocab.kina":21:11)
     %3 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%token_ids : tensor<1x4xi64>) outs(%2 : tensor<i64>) {
     ^bb0(%4: i64, %5: i64):
@@ -103,7 +103,7 @@ module {
       linalg.yield %24 : f32 loc("examples/storylm0_tp_vocab.kina":22:16)
     } -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":22:16)
     %27 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":22:11)
-    %28 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":22:11)
+    %28 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":22:11)
     %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":22:11)
     %26 = linalg.batch_matmul ins(%x, %22 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%29 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":22:11)
     %31 = tensor.collapse_shape %26 [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_tp_vocab.kina":22:11)
@@ -116,7 +116,7 @@ module {
       linalg.yield %35 : f32 loc("examples/storylm0_tp_vocab.kina":23:18)
     } -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":23:18)
     %38 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":23:13)
-    %39 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":23:13)
+    %39 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":23:13)
     %40 = linalg.fill ins(%38 : f32) outs(%39 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":23:13)
     %37 = linalg.batch_matmul ins(%x, %33 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%40 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":23:13)
     %42 = tensor.collapse_shape %37 [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_tp_vocab.kina":23:13)
@@ -129,7 +129,7 @@ module {
       linalg.yield %46 : f32 loc("examples/storylm0_tp_vocab.kina":24:16)
     } -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":24:16)
     %49 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":24:11)
-    %50 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
+    %50 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
     %51 = linalg.fill ins(%49 : f32) outs(%50 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
     %48 = linalg.batch_matmul ins(%x, %44 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%51 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
     %53 = tensor.collapse_shape %48 [[0, 1, 2]] : tensor<1x4x4xf32> into tensor<16xf32> loc("examples/storylm0_tp_vocab.kina":24:11)
@@ -147,7 +147,7 @@ module {
       linalg.yield %60 : f32 loc("examples/storylm0_tp_vocab.kina":27:16)
     } -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":27:16)
     %63 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":27:7)
-    %64 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":27:7)
+    %64 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":27:7)
     %65 = linalg.fill ins(%63 : f32) outs(%64 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":27:7)
     %62 = linalg.batch_matmul ins(%merged, %58 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%65 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":27:7)
     %67 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":27:3)
@@ -172,7 +172,7 @@ module {
       linalg.yield %6 : f32 loc("examples/storylm0_tp_vocab.kina":35:23)
     } -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":35:23)
     %8 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":35:12)
-    %9 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":35:12)
+    %9 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":35:12)
     %10 = linalg.fill ins(%8 : f32) outs(%9 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":35:12)
     %z0 = linalg.batch_matmul ins(%residual, %4 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%10 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":35:12)
     %12 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":36:23)
@@ -181,7 +181,7 @@ module {
       linalg.yield %13 : f32 loc("examples/storylm0_tp_vocab.kina":36:23)
     } -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":36:23)
     %15 = arith.constant 0.0 : f32 loc("examples/storylm0_tp_vocab.kina":36:12)
-    %16 = tensor.empty() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":36:12)
+    %16 = bufferization.alloc_tensor() : tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":36:12)
     %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":36:12)
     %z1 = linalg.batch_matmul ins(%residual, %11 : tensor<1x4x4xf32>, tensor<1x4x4xf32>) outs(%17 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":36:12)
     return %z0, %z1 : tensor<1x4x4xf32>, tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":37:3)
@@ -189,7 +189,7 @@ module {
 
   func.func @kina_tp_logits(%residual: tensor<1x4x4xf32>, %lm_head: tensor<4x8xf32>) -> (tensor<1x4x8xf32>) attributes {llvm.emit_c_interface} {
     %0:2 = func.call @kina_tp_shards(%residual, %lm_head) {no_inline} : (tensor<1x4x4xf32>, tensor<4x8xf32>) -> (tensor<1x4x4xf32>, tensor<1x4x4xf32>) loc("examples/storylm0_tp_vocab.kina":42:18)
-    %2 = tensor.empty() : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
+    %2 = bufferization.alloc_tensor() : tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %3 = tensor.extract_slice %2[0, 0, 0] [1, 4, 4] [1, 1, 1] : tensor<1x4x8xf32> to tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %4 = linalg.copy ins(%0#0 : tensor<1x4x4xf32>) outs(%3 : tensor<1x4x4xf32>) -> tensor<1x4x4xf32> loc("examples/storylm0_tp_vocab.kina":43:3)
     %5 = tensor.insert_slice %4 into %2[0, 0, 0] [1, 4, 4] [1, 1, 1] : tensor<1x4x4xf32> into tensor<1x4x8xf32> loc("examples/storylm0_tp_vocab.kina":43:3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+import tempfile
 from pathlib import Path
 
 from compiler import ir, toolchain
@@ -29,9 +30,12 @@ def verify(text: str) -> None:
 def lower_to_llvm(text: str) -> str:
     """The build's pass list (compiler.toolchain) to the LLVM dialect, then LLVM IR (so no
     non-LLVM op survives), with no call into the MLIR runner library (a Kina .so links only libm)."""
-    r = run([MLIR_OPT, *toolchain.passes_for(text), "-"], text)
-    assert r.returncode == 0, r.stderr[:4000] + "\n" + text
-    t = run([MLIR_TRANSLATE, "--mlir-to-llvmir", "-"], r.stdout)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            lowered = toolchain.run_passes(text, toolchain.passes_for(text), Path(tmp), {})
+        except toolchain.StageFailed as e:
+            raise AssertionError(e.stderr[:4000] + "\n" + text) from None
+    t = run([MLIR_TRANSLATE, "--mlir-to-llvmir", "-"], lowered)
     assert t.returncode == 0, t.stderr
     assert "memrefCopy" not in t.stdout, "strided memref.copy needs the MLIR runner library"
     return t.stdout

@@ -298,5 +298,5 @@ def test_a_child_forked_after_a_parallel_kernel_raises_instead_of_hanging(tmp_pa
 
 def test_serial_libraries_are_not_marked_threaded(alias_path):
     assert not runtime.load(alias_path).threaded
-    from compiler import pipelines
-    assert THREAD_POOL_SYMBOL.decode() == pipelines.ASYNC_RUNTIME_PREFIX
+    from compiler import engine
+    assert THREAD_POOL_SYMBOL.decode() == engine.ASYNC_RUNTIME_PREFIX

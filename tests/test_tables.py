@@ -2,7 +2,8 @@
 
 Adding an op means: a row in compiler/ops.py (shape rule and docs),
 compiler/interp.py (NumPy reference), compiler/vjp.py (VJP) and
-compiler/emit_ops.py (MLIR lowering), plus a gradient-check case
+compiler/emit_ops.py (MLIR lowering), compiler/torch_ref.py (PyTorch reference),
+compiler/progen_ops.py (the program generator), plus a gradient-check case
 (tests/test_gradcheck.py) and a compiled-vs-interpreter case
 (tests/test_ops_compiled.py), which fail on their own when missing.  This test
 names the stage whose row is missing, and checks that every choice of an enum
@@ -24,7 +25,10 @@ STAGE_TABLES = [
     ("compiler.interp", "NUMPY_OPS"),
     ("compiler.vjp", "VJPS"),
     ("compiler.emit_ops", "LOWERINGS"),
+    ("compiler.torch_ref", "TORCH_OPS"),   # the differential tests' PyTorch reference
 ]
+# The program generator has a row per surface op (and names the VJP emitting each
+# internal op): tests/test_progen.py checks it, and that every op is generated.
 
 
 @pytest.mark.parametrize("module,table", STAGE_TABLES)

@@ -1,6 +1,10 @@
 """Toolchain: finding the tools, the pass pipeline, MLIR text -> .so, diagnostics.
 
 Uses hand-written MLIR so it does not depend on the emitter."""
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,3 +179,100 @@ def test_default_opt_level_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("KINA_OPT_LEVEL", "fast")
     with pytest.raises(UsageError, match="KINA_OPT_LEVEL must be 0, 1, 2 or 3"):
         default_opt_level()
+
+
+# ---- no abort escapes (issue 11): the -O2 back end runs in a worker process ---------------
+MISSING_SYMBOL_MLIR = """module {
+  func.func private @kina_no_such_symbol(f32) -> f32
+  func.func @kina_f(%a: tensor<4xf32>) -> tensor<4xf32> attributes {llvm.emit_c_interface} {
+    %e = tensor.empty() : tensor<4xf32>
+    %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                         iterator_types = ["parallel"]} ins(%a : tensor<4xf32>) outs(%e : tensor<4xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %y = func.call @kina_no_such_symbol(%x) : (f32) -> f32
+      linalg.yield %y : f32
+    } -> tensor<4xf32>
+    return %r : tensor<4xf32>
+  }
+}
+"""
+# MLIR's own verifier asserts on the empty permutation of a rank-0 linalg.transpose.
+ASSERTING_MLIR = """func.func @kina_f(%a: tensor<f32>) -> tensor<f32> attributes {llvm.emit_c_interface} {
+  %e = tensor.empty() : tensor<f32>
+  %t = linalg.transpose ins(%a : tensor<f32>) outs(%e : tensor<f32>) permutation = []
+  return %t : tensor<f32>
+}
+"""
+
+
+def test_a_jit_abort_is_a_diagnostic_naming_the_function(tmp_path):
+    res = toolchain.compile_mlir(MISSING_SYMBOL_MLIR, tmp_path / "m.so", opt_level=2)
+    assert not res.ok
+    (d,) = res.diagnostics
+    assert d.code == "toolchain" and "killed by signal 6" in d.message
+    notes = [n.message for n in d.notes]
+    assert "`f` calls `kina_no_such_symbol`, which the library does not provide" in notes
+    assert any("Symbols not found: [ kina_no_such_symbol ]" in n for n in notes)
+
+
+def test_a_verifier_assertion_is_a_diagnostic(tmp_path):
+    res = toolchain.compile_mlir(ASSERTING_MLIR, tmp_path / "t.so", opt_level=2)
+    assert not res.ok and "mlir-verify" in res.diagnostics[0].message
+    assert "killed by signal 6" in res.diagnostics[0].message
+    assert any("permutation" in n.message for n in res.diagnostics[0].notes)
+
+
+@pytest.mark.parametrize("phase", ["mlir-verify", "mlir-opt", "llvm"])
+def test_kinac_build_reports_a_back_end_abort(tmp_path, monkeypatch, phase):
+    from compiler import build
+    monkeypatch.setenv("KINA_BACKEND_FAULT", phase)
+    src = tmp_path / "f.kina"
+    src.write_text("fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  let y = x.exp() in\n  y\n}\n")
+    res = build.build_file(src, tmp_path / "f.so", 2)
+    assert not res.ok
+    assert any(phase in d.message and "killed by signal 6" in d.message for d in res.diagnostics)
+    proc = subprocess.run([sys.executable, "-m", "compiler.cli", "build", str(src), "-O2", "-o",
+                           str(tmp_path / "g.so")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "killed by signal 6" in proc.stderr and "build failed" in proc.stderr
+
+
+def test_tools_hang_is_a_timeout_diagnostic(tmp_path, monkeypatch):
+    fake = tmp_path / "mlir-opt"
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("KINA_MLIR_OPT", str(fake))
+    monkeypatch.setattr(toolchain, "TOOL_TIMEOUT", 1.0)
+    res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
+    assert not res.ok and "did not finish within 1 s" in res.diagnostics[0].message
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_the_back_end_worker_runs_nothing_from_the_working_directory(tmp_path, monkeypatch, level):
+    """The worker (the -O2 back end; at -O0 the bf16 rewrite) imports this `compiler`, never a
+    ./compiler/ planted in the directory the build runs from (the language server's workspace)."""
+    from compiler import build
+    work, marker = tmp_path / "workspace", tmp_path / "ran.txt"
+    (work / "compiler").mkdir(parents=True)
+    hostile = f"open({str(marker)!r}, 'a').write(__name__)\nraise SystemExit('hostile code ran')\n"
+    for name in ("__init__.py", "backend_worker.py"):
+        (work / "compiler" / name).write_text(hostile)
+    (work / "f.kina").write_text("fn f(x: Tensor[BF16, [4]]) -> Tensor[BF16, [4]] {\n  let y = x.exp() in\n  y\n}\n")
+    monkeypatch.chdir(work)
+    res = build.build_file("f.kina", tmp_path / "f.so", level)
+    assert res.ok, [d.message for d in res.diagnostics]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_only_f8_conversions_call_the_apfloat_runtime(level):
+    """Issue 11 (found by the generator): in a module with an F8 function, every f32 op
+    became a software APFloat call (and -O2 vector code failed to build)."""
+    from compiler import build
+    path = Path(__file__).parent / "regressions" / "f8_module_with_vector_code.kina"
+    result = build.BuildResult(False, source=None)
+    mlir = build.front_end(path.read_text(), str(path), {}, result)
+    ll, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=level)
+    assert not diags, diags
+    calls = sorted(set(re.findall(r"call \w+ @(_mlir_apfloat_\w+)", ll)))
+    assert calls == ["_mlir_apfloat_convert"], calls
+    assert "fadd" in ll and "fmul" in ll     # the f32 arithmetic is LLVM's

@@ -1,5 +1,8 @@
 """Validate: a cf.assert trap in the library is reported, not fatal; comparisons; the Kina end-to-end path."""
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -126,3 +129,110 @@ fn main() -> Tensor[F32, [1, 4, 4]] {
     assert "library crashed" in main.error and "gather index out of bounds" in main.error
     (embed,) = [f for f in report.functions if f.name == "embed"]
     assert embed.ok
+
+
+# ---- the comparison rule (issue 11): |got - ref| <= atol + rtol * max|ref| per output ------
+ATTENTION = """
+fn attention(q: Tensor[F32, [16, 32]], k: Tensor[F32, [16, 32]], v: Tensor[F32, [16, 32]],
+             wo: Tensor[F32, [32, 32]]) -> Tensor[F32, [16, 32]] {
+  let kt = k.transpose([1, 0]) in
+  let s = q @ kt in
+  let p = s.softmax(axis=1) in
+  let o = p @ v in
+  let y = o @ wo in
+  let z = y @ wo in
+  z
+}
+fn attention_grads(q: Tensor[F32, [16, 32]], k: Tensor[F32, [16, 32]], v: Tensor[F32, [16, 32]],
+                   wo: Tensor[F32, [32, 32]])
+    -> (Tensor[F32, [16, 32]], Tensor[F32, [16, 32]], Tensor[F32, [16, 32]], Tensor[F32, [16, 32]], Tensor[F32, [32, 32]]) {
+  let r = handle attention(q, k, v, wo) with reverseMode in
+  r
+}
+fn bmm(a: Tensor[F32, [4, 16, 32]], b: Tensor[F32, [4, 32, 32]], c: Tensor[F32, [4, 32, 32]]) -> Tensor[F32, [4, 16, 32]] {
+  let x = a @ b in
+  let y = x @ c in
+  let z = y @ c in
+  z
+}
+"""
+
+
+def _elementwise_rule_fails(report, work_outputs) -> bool:
+    """Whether the old element-by-element rule (atol 1e-5, rtol 1e-4 of each element) rejects
+    one of these outputs (it did: f32 rounding of sums of +-1e3 terms)."""
+    return any(not np.all(np.abs(g - w) <= 1e-5 + 1e-4 * np.abs(w)) for g, w in work_outputs)
+
+
+@pytest.mark.both_levels
+@pytest.mark.parametrize("level", [0, 2])
+def test_validate_passes_16x32_attention_and_batched_matmul(tmp_path, level, monkeypatch):
+    path = tmp_path / "attention.kina"
+    path.write_text(ATTENTION)
+    seen = []
+    load = validate.load_outputs
+
+    def spy(work, name):
+        got = load(work, name)
+        seen.append((name, got))
+        return got
+    monkeypatch.setattr(validate, "load_outputs", spy)
+    report = validate.validate_file(path, opt_level=level)
+    assert report.ok, validate.format_report(report)
+    assert {f.name for f in report.functions} == {"attention", "attention_grads", "bmm", "attention (reverseMode)"}
+    # The outputs are large (the point of the test) and the old rule would have failed them.
+    from compiler import interp
+    program = report.build.program
+    pairs = []
+    for name, got in seen:
+        if name == "bmm":
+            args = interp.random_inputs(program.functions[name], 0, program)
+            want = interp.run_function(program, name, args, dtype=np.float64)
+            pairs.append((np.float64(got[0]), want))
+    assert pairs and np.abs(pairs[0][1]).max() > 300
+    assert _elementwise_rule_fails(report, pairs)
+
+
+@pytest.mark.parametrize("rel,ok", [(1e-3, False), (1e-5, True)])
+def test_a_relative_error_of_1e_3_in_one_output_fails_validate(tmp_path, monkeypatch, rel, ok):
+    """Errors are injected where the library's results come back from the child process."""
+    path = tmp_path / "attention.kina"
+    path.write_text(ATTENTION)
+    load = validate.load_outputs
+
+    def perturbed(work, name):
+        got = load(work, name)
+        if name == "bmm":
+            got[0] = (got[0].astype(np.float64) * (1 + rel)).astype(got[0].dtype)
+        return got
+    monkeypatch.setattr(validate, "load_outputs", perturbed)
+    report = validate.validate_file(path)
+    assert report.failing == ([] if ok else ["bmm"]), validate.format_report(report)
+    bad = [c for f in report.functions for c in f.checks if not c.ok]
+    if not ok:
+        assert bad and bad[0].max_rel == pytest.approx(rel, rel=0.2)
+        assert "result 0" in validate.format_report(report)
+
+
+def test_check_output_falls_back_to_the_same_dtype_reference_only_when_ill_conditioned():
+    ref64 = np.array([1.0, 2.0, 3.0])
+    # BF16 rounding of the reference itself is within the bound: held to float64.
+    assert not validate.check_output("r", np.array([1.0, 2.0, 3.3]), ref64, "BF16", ref64).ok
+    # A program whose own dtype cannot meet the bound: compared with the same-dtype run.
+    same = np.array([1.0, 2.0, 4.0])
+    c = validate.check_output("r", np.array([1.0, 2.0, 4.0]), ref64, "BF16", same)
+    assert c.ok and c.reference == "interp (BF16)"
+    assert not validate.check_output("r", np.array([1.0, 2.0, 5.0]), ref64, "BF16", same).ok
+
+
+def test_validate_reports_a_back_end_abort_and_returns(tmp_path, monkeypatch):
+    """An LLVM abort in the -O2 build (simulated in its worker process) is a build diagnostic."""
+    monkeypatch.setenv("KINA_BACKEND_FAULT", "llvm")
+    path = tmp_path / "f.kina"
+    path.write_text(STEP)
+    report = validate.validate_file(path, opt_level=2)
+    assert not report.ok and not report.build.ok
+    assert any("killed by signal 6" in d.message for d in report.build.diagnostics)
+    proc = subprocess.run([sys.executable, "-m", "compiler.cli", "validate", "-O2", str(path)],
+                          capture_output=True, text=True, env={**os.environ, "KINA_BACKEND_FAULT": "llvm"})
+    assert proc.returncode == 1 and "killed by signal 6" in proc.stderr and "build failed" in proc.stderr

@@ -1,0 +1,141 @@
+"""The in-process back end, run in a child process: MLIR's verifiers and LLVM abort the
+process on some inputs (an assertion on a rank-0 linalg.transpose, "Symbols not found"
+in the JIT, ...), and the process that calls `kinac build` may be the language server.
+
+    python -m compiler.backend_worker REQUEST.json
+
+REQUEST.json: {"mode": "engine" | "rewrite", "input": MLIR file, ...}; the worker writes
+REQUEST.result.json: {"ok": true, "timings": {..}} or {"ok": false, "tool", "message"}.
+Before LLVM runs it writes REQUEST.externals.json (each external symbol of the lowered
+module -> the Kina functions calling it), so that when LLVM kills the process the parent
+can say which function needed a missing symbol.
+
+The parent side is `run(request, work_dir)` (used by compiler/pipelines.py); a worker
+that dies by a signal or exits without a result becomes a StageFailed naming the stage.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .pipelines import StageFailed
+
+TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
+# Fault injection for the tests of this containment: KINA_BACKEND_FAULT=<phase> makes the
+# worker abort (as LLVM does) when that phase ("mlir-verify", "mlir-opt", "llvm") starts.
+FAULT_ENV = "KINA_BACKEND_FAULT"
+_MISSING_RE = re.compile(r"Symbols not found: \[ ([^\]]*) \]")
+
+
+# ---- the parent side -------------------------------------------------------------------------
+def run(request: dict, work_dir: Path) -> dict:
+    """Run one request in a worker process; returns its result (raises StageFailed)."""
+    req = Path(work_dir) / "backend_request.json"
+    req.write_text(json.dumps(request))
+    for suffix in (".result.json", ".externals.json", ".phase"):
+        req.with_suffix(suffix).unlink(missing_ok=True)
+    # Like validate's child, the worker imports this very `compiler` package and nothing from
+    # the caller's working directory (a workspace's ./compiler/ must never run): -P and
+    # PYTHONSAFEPATH keep the cwd off sys.path, and the cwd is the private work dir.
+    env = dict(os.environ, LLVM_DISABLE_SYMBOLIZATION="1", PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH")])))
+    try:
+        proc = subprocess.run([sys.executable, "-P", "-m", "compiler.backend_worker", str(req.resolve())],
+                              capture_output=True, text=True, timeout=TIMEOUT, env=env,
+                              cwd=str(Path(work_dir).resolve()))
+    except subprocess.TimeoutExpired:
+        raise StageFailed("llvm", f"the -O2 back end did not finish within {TIMEOUT:.0f} s "
+                                  "(set KINA_TOOL_TIMEOUT to wait longer)") from None
+    result_path = req.with_suffix(".result.json")
+    if proc.returncode == 0 and result_path.exists():
+        result = json.loads(result_path.read_text())
+        if not result["ok"]:
+            raise StageFailed(result["tool"], result["message"])
+        return result
+    phase = req.with_suffix(".phase")
+    stage = phase.read_text() if phase.exists() else "kinac"
+    raise StageFailed(stage, _death(proc, req.with_suffix(".externals.json")))
+
+
+def _death(proc, externals: Path) -> str:
+    """What to say when the worker died: the signal, LLVM's message, and the functions
+    that call a symbol the JIT could not find."""
+    how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
+    lines = [l for l in (proc.stderr or "").splitlines() if l.strip() and not l.startswith(("Stack dump", " #", "#"))]
+    msg = f"the -O2 back end {how}: a compiler bug, please report it with the program"
+    missing = _MISSING_RE.search(proc.stderr or "")
+    if missing and externals.exists():
+        callers = json.loads(externals.read_text())
+        for sym in missing[1].split(", "):
+            who = ", ".join(f"`{f}`" for f in callers.get(sym.strip(), [])) or "the module"
+            msg += f"\n{who} calls `{sym.strip()}`, which the library does not provide"
+    return "\n".join([msg, *lines[:6]])
+
+
+# ---- the worker side ---------------------------------------------------------------------------
+def _externals(ir, module) -> dict[str, list[str]]:
+    """External symbol -> the Kina functions (kina_f -> f) whose lowered body calls it."""
+    declared = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+                if op.operation.name == "llvm.func" and len(op.regions[0].blocks) == 0}
+    out: dict[str, list[str]] = {}
+    for op in module.body.operations:
+        if op.operation.name != "llvm.func" or len(op.regions[0].blocks) == 0:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        kina = name.split("kina_", 1)[1].split(".")[0] if "kina_" in name else name
+        for callee in re.findall(r"llvm\.call @([\w.$]+)", str(op)):
+            if callee in declared and kina not in out.setdefault(callee, []):
+                out[callee].append(kina)
+    return out
+
+
+def _engine(req: dict, req_path: Path) -> dict:
+    from .engine import engine_object
+    timings: dict = {}
+
+    def on_phase(phase: str, ir, module) -> None:
+        req_path.with_suffix(".phase").write_text(phase)
+        if os.environ.get(FAULT_ENV) == phase:
+            print(f"{FAULT_ENV}={phase}: aborting on purpose", file=sys.stderr, flush=True)
+            os.abort()
+        if phase == "llvm":
+            req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(ir, module)))
+
+    engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
+                  timings, req["shared"], Path(req["async_runtime"]) if req.get("async_runtime") else None,
+                  on_phase=on_phase)
+    return {"ok": True, "timings": timings}
+
+
+def _rewrite(req: dict) -> dict:
+    from .rewrites import rewrite_in_process
+    t0 = time.perf_counter()
+    path = Path(req["input"])
+    path.write_text(rewrite_in_process(req["slot"], path.read_text()))
+    return {"ok": True, "timings": {"rewrite": time.perf_counter() - t0}}
+
+
+def main(argv: list[str]) -> int:
+    req_path = Path(argv[0])
+    req = json.loads(req_path.read_text())
+    try:
+        result = _engine(req, req_path) if req["mode"] == "engine" else _rewrite(req)
+    except StageFailed as e:
+        result = {"ok": False, "tool": e.tool, "message": e.stderr}
+    except Exception as e:   # a bug in the back end's Python code: reported, not a traceback
+        # An exception inside an MLIR walk callback arrives wrapped with its traceback:
+        # its last line is the exception itself.
+        text = str(e).strip().splitlines()[-1] if "Traceback" in str(e) else f"{type(e).__name__}: {e}"
+        result = {"ok": False, "tool": "kinac", "message": f"internal error in the -O2 back end: {text}"}
+    req_path.with_suffix(".result.json").write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

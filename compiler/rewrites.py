@@ -1,0 +1,142 @@
+"""IR rewrites inside the pass pipelines that no upstream pass does, one row per slot of
+compiler/pipelines.py (`SLOTS`).  Each runs on a module through the MLIR Python bindings:
+in the -O2 worker process between its passes, and between two mlir-opt processes in the
+"tools" back end (in a worker process too: the bindings may abort), only when a cheap
+look at the text says the module needs it.
+
+- "@lower-copies" (after bufferization): one-shot bufferization copies a buffer where an
+  in-place write would clobber a value still needed, and those copies may go between
+  strided subviews.  finalize-memref-to-llvm lowers a memref.copy whose operands are both
+  contiguous to llvm.memcpy, and any other to a call of `memrefCopy` from the MLIR runner
+  library, which a Kina library does not link (the -O2 JIT aborted on "Symbols not found:
+  [ memrefCopy ]").  Those copies become linalg.copy, which convert-linalg-to-loops
+  lowers to plain loops.
+- "@bf16-as-i16" (in the LLVM dialect): bf16 values are only ever loaded, stored and
+  bit-cast (arith-expand turns bf16 conversions into integer code), but LLVM's instcombine
+  rewrites `store (bitcast (select i1, i16 a, i16 b))` into a select of bfloat values, and
+  its vectorisers then make vectors of them.  The x86 back end of the bindings' LLVM cannot
+  legalise those (an assertion in SelectionDAG, killing the -O2 build of a BF16 matmul
+  against a transposed operand), and one without native bf16 instructions promotes them
+  through a `__truncsfbf2` call the JIT cannot resolve.  Loads and stores of bf16 become
+  i16 loads and stores, the bit-casts cancel (canonicalize), and no bf16 value is left.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    run: Callable[..., int]                  # run(ir, module) -> number of ops rewritten
+    needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
+    maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
+
+
+# ---- strided copies ------------------------------------------------------------------------
+def _contiguous(ir, t) -> bool:
+    """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
+    to each operand (Kina shapes are static; an identity layout passes it)."""
+    t = ir.MemRefType(t)
+    if not t.has_static_shape:
+        return False
+    strides, _ = t.get_strides_and_offset()
+    running, dim = 1, t.rank - 1
+    while dim >= 0 and strides[dim] == running:
+        running *= t.shape[dim]
+        dim -= 1
+    while dim >= 0 and t.shape[dim] == 1:
+        dim -= 1
+    return dim < 0
+
+
+def _walk(ir, module, pick) -> list:
+    found = []
+
+    def visit(op):
+        if pick(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
+
+def lower_strided_copies(ir, module) -> int:
+    """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
+    from mlir.dialects import linalg
+    found = _walk(ir, module, lambda op: op.name == "memref.copy"
+                  and not all(_contiguous(ir, v.type) for v in op.operands))
+    for op in found:
+        src, dst = op.operands
+        with ir.InsertionPoint(op), op.location:
+            linalg.copy(src, outs=[dst])
+        op.erase()
+    return len(found)
+
+
+# ---- bf16 memory as i16 -----------------------------------------------------------------------
+def _as_i16(ir, t):
+    """bf16 -> i16, vector<.. x bf16> -> vector<.. x i16>; None for any other type."""
+    i16 = ir.IntegerType.get_signless(16)
+    if isinstance(t, ir.BF16Type):
+        return i16
+    if isinstance(t, ir.VectorType) and isinstance(t.element_type, ir.BF16Type):
+        return ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=ir.Location.unknown())
+    return None
+
+
+def _attrs(op) -> dict:
+    named = (op.attributes[i] for i in range(len(op.attributes)))   # by index: NamedAttribute
+    return {a.name: a.attr for a in named}
+
+
+def bf16_memory_as_i16(ir, module) -> int:
+    """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
+    llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
+    loads = _walk(ir, module, lambda op: op.name == "llvm.load" and _as_i16(ir, op.results[0].type) is not None)
+    stores = _walk(ir, module, lambda op: op.name == "llvm.store" and _as_i16(ir, op.operands[0].type) is not None)
+    for op in loads:
+        old = op.results[0]
+        with ir.InsertionPoint(op), op.location:
+            new = ir.Operation.create("llvm.load", results=[_as_i16(ir, old.type)], operands=list(op.operands),
+                                      attributes=_attrs(op))
+            cast = ir.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
+        old.replace_all_uses_with(cast.results[0])
+        op.erase()
+    for op in stores:
+        value, ptr = op.operands[0], op.operands[1]
+        with ir.InsertionPoint(op), op.location:
+            cast = ir.Operation.create("llvm.bitcast", results=[_as_i16(ir, value.type)], operands=[value])
+            ir.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
+        op.erase()
+    return len(loads) + len(stores)
+
+
+SLOTS: dict[str, Rewrite] = {
+    "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
+    "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
+}
+
+
+def rewrite_in_process(slot: str, mlir_text: str) -> str:
+    """SLOTS[slot] on MLIR text, in this process (the worker's side)."""
+    from .engine import engine_module
+    ir, _, _ = engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir_text)
+        if not SLOTS[slot].run(ir, module):
+            return mlir_text
+        return module.operation.get_asm(enable_debug_info=True)
+
+
+def rewrite_text(slot: str, mlir_text: str, work_dir) -> str:
+    """SLOTS[slot] on MLIR text in a worker process, when the text says it may be needed."""
+    from pathlib import Path
+    if not SLOTS[slot].needed(mlir_text):
+        return mlir_text
+    from . import backend_worker
+    path = Path(work_dir) / "rewrite.mlir"
+    path.write_text(mlir_text)
+    backend_worker.run({"mode": "rewrite", "slot": slot, "input": str(path)}, Path(work_dir))
+    return path.read_text()

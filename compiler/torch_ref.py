@@ -1,0 +1,228 @@
+"""A PyTorch evaluator of the typed IR: a second, independent reference for the
+differential tests (compiler/differential.py), used when torch is importable.
+
+`run_function(program, name, args)` evaluates the *checked* program (handles not
+lowered) in float64, one torch call per op (`TORCH_OPS`, one row per op of ops.OPS).
+`handle f(..) with reverseMode` is evaluated by torch.autograd (the gradient of the sum
+of f's result, i.e. the seed of ones), so the comparison checks the VJP table and the
+AD pass against autograd, and the NumPy interpreter against a second implementation.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from . import ir
+from .types import TensorType
+
+
+def available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except Exception:   # ImportError, or a broken install: the comparison is skipped
+        return False
+    return True
+
+
+_CONFIGURED = False
+
+
+def _t():
+    """torch, on one thread: the tensors are small, and the test runs share two cores."""
+    global _CONFIGURED
+    import torch
+    if not _CONFIGURED:
+        torch.set_num_threads(1)
+        _CONFIGURED = True
+    return torch
+
+
+def _scatter_add(a, at, t):
+    torch = _t()
+    upd, idx = a
+    out = torch.zeros(t.shape, dtype=upd.dtype)
+    return out.index_add(0, idx.reshape(-1), upd.reshape(-1, t.shape[1]))
+
+
+def _scatter_along_axis(a, at, t):
+    torch = _t()
+    upd, idx = a
+    return torch.zeros(t.shape, dtype=upd.dtype).scatter_add(at["axis"], idx, upd)
+
+
+def _reduce(a, at, t):
+    torch = _t()
+    x, axis = a[0], at["axis"]
+    if at["op"] == "sum":
+        return x.sum(dim=axis, keepdim=True)
+    if at["op"] == "mean":
+        return x.mean(dim=axis, keepdim=True)
+    return torch.amax(x, dim=axis, keepdim=True)
+
+
+def _maximum_grad(a, at, t):
+    g, x, y = a
+    torch = _t()
+    return torch.where(x > y, g, torch.where(x == y, g / 2, torch.zeros_like(g)))
+
+
+def _clamp_grad(a, at, t):
+    g, x = a
+    keep = _t().ones_like(x, dtype=_t().bool)
+    if at.get("min") is not None:
+        keep &= x >= at["min"]
+    if at.get("max") is not None:
+        keep &= x <= at["max"]
+    return _t().where(keep, g, _t().zeros_like(g))
+
+
+def _gelu_grad(a, at, t):
+    g, x = a
+    x = x.detach().requires_grad_(True)
+    with _t().enable_grad():
+        y = _t().nn.functional.gelu(x, approximate=at["approximate"])
+        (d,) = _t().autograd.grad(y, x, g)
+    return d
+
+
+def _cast(a, at, t):
+    # float64 evaluation: a float result stays float64 (the reference does not round)
+    return a[0].to(_dtype_of(t))
+
+
+def _iota(a, at, t):
+    torch = _t()
+    axis, shape = at["axis"], list(t.shape)
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return torch.arange(shape[axis], dtype=torch.int64).reshape(view).expand(shape).clone()
+
+
+def _dtype_of(t: TensorType):
+    torch = _t()
+    if t.is_float:
+        return torch.float64
+    return torch.bool if t.dtype.value == "Bool" else torch.int64
+
+
+OpFn = Callable[[list, dict, TensorType], object]
+
+TORCH_OPS: dict[str, OpFn] = {
+    "add": lambda a, at, t: a[0] + a[1],
+    "sub": lambda a, at, t: a[0] - a[1],
+    "mul": lambda a, at, t: a[0] * a[1],
+    "div": lambda a, at, t: a[0] / a[1],
+    "neg": lambda a, at, t: -a[0],
+    "exp": lambda a, at, t: _t().exp(a[0]),
+    "log": lambda a, at, t: _t().log(a[0]),
+    "tanh": lambda a, at, t: _t().tanh(a[0]),
+    "sqrt": lambda a, at, t: _t().sqrt(a[0]),
+    "rsqrt": lambda a, at, t: _t().rsqrt(a[0]),
+    "sigmoid": lambda a, at, t: _t().sigmoid(a[0]),
+    "relu": lambda a, at, t: _t().relu(a[0]),
+    "relu_grad": lambda a, at, t: _t().where(a[1] > 0, a[0], _t().zeros_like(a[0])),
+    "matmul": lambda a, at, t: _t().matmul(a[0], a[1]),
+    "transpose": lambda a, at, t: a[0].permute(*at["perm"]) if at["perm"] else a[0],
+    "reshape": lambda a, at, t: a[0].reshape(t.shape),
+    "broadcast": lambda a, at, t: _t().broadcast_to(a[0], t.shape),
+    "slice": lambda a, at, t: a[0].narrow(at["axis"], at["start"], at["stop"] - at["start"]),
+    "concat": lambda a, at, t: _t().cat(a, dim=at["axis"]),
+    "gather": lambda a, at, t: a[0][a[1]],
+    "reduce_keep": _reduce,
+    "softmax": lambda a, at, t: _t().softmax(a[0], dim=at["axis"]),
+    "log_softmax": lambda a, at, t: _t().log_softmax(a[0], dim=at["axis"]),
+    "take_along_axis": lambda a, at, t: _t().take_along_dim(a[0], a[1], dim=at["axis"]),
+    "scatter_add": _scatter_add,
+    "scatter_along_axis": _scatter_along_axis,
+    "maximum": lambda a, at, t: _t().maximum(a[0], a[1]),
+    "minimum": lambda a, at, t: _t().minimum(a[0], a[1]),
+    "abs": lambda a, at, t: _t().abs(a[0]),
+    "sign": lambda a, at, t: _t().sign(a[0]),
+    "square": lambda a, at, t: _t().square(a[0]),
+    "erf": lambda a, at, t: _t().erf(a[0]),
+    "pow": lambda a, at, t: _t().pow(a[0], at["p"]),
+    "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
+    "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=at["approximate"]),
+    "cast": _cast,
+    "iota": _iota,
+    "tril": lambda a, at, t: _t().tril(a[0], at["k"]),
+    "argmax": lambda a, at, t: _t().argmax(a[0], dim=at["axis"], keepdim=True),
+    "lt": lambda a, at, t: a[0] < a[1],
+    "le": lambda a, at, t: a[0] <= a[1],
+    "gt": lambda a, at, t: a[0] > a[1],
+    "ge": lambda a, at, t: a[0] >= a[1],
+    "eq": lambda a, at, t: a[0] == a[1],
+    "ne": lambda a, at, t: a[0] != a[1],
+    "where": lambda a, at, t: _t().where(a[0], a[1], a[2]),
+    "maximum_grad": _maximum_grad,
+    "clamp_grad": _clamp_grad,
+    "gelu_grad": _gelu_grad,
+}
+
+
+class _Evaluator:
+    def __init__(self, program: ir.Program):
+        self.program = program
+
+    def tensor(self, value, t: TensorType):
+        torch = _t()
+        arr = np.asarray(value)
+        if t.is_float:
+            return torch.from_numpy(arr.astype(np.float64))
+        return torch.from_numpy(arr.astype(np.bool_ if t.dtype.value == "Bool" else np.int64))
+
+    def call(self, fn: ir.Function, args: list):
+        env = dict(zip((p.name for p in fn.params), args))
+        for b in fn.lets:
+            value = self.eval(b.value, env)
+            if b.destructure:
+                env.update(zip(b.names, value))
+            else:
+                env[b.names[0]] = value
+        return self.eval(fn.result, env)
+
+    def eval(self, e: ir.Expr, env: dict):
+        torch = _t()
+        if isinstance(e, ir.Var):
+            return env[e.name]
+        if isinstance(e, ir.Literal):
+            dtype = _dtype_of(e.type)
+            if not e.values:
+                return torch.zeros(e.type.shape, dtype=dtype)
+            if len(e.values) == 1:
+                return torch.full(e.type.shape, e.values[0], dtype=dtype)
+            return torch.tensor(e.values, dtype=dtype).reshape(e.type.shape)
+        if isinstance(e, ir.OpApp):
+            return TORCH_OPS[e.op]([self.eval(a, env) for a in e.args], e.attrs, e.type)
+        if isinstance(e, ir.CallFn):
+            return self.call(self.program.functions[e.fn], [self.eval(a, env) for a in e.args])
+        if isinstance(e, ir.MakeTuple):
+            return tuple(self.eval(x, env) for x in e.items)
+        if isinstance(e, ir.Handle):
+            return self.handle(e, [self.eval(a, env) for a in e.args])
+        raise TypeError(f"unknown IR node {type(e).__name__}")
+
+    def handle(self, h: ir.Handle, args: list):
+        """(R, g0, ..): the primal and d(sum R)/d(each float argument), by autograd."""
+        torch = _t()
+        fn = self.program.functions[h.fn]
+        leaves = [a.detach().clone().requires_grad_(True) if p.type.is_float else a
+                  for a, p in zip(args, fn.params)]
+        with torch.enable_grad():
+            y = self.call(fn, leaves)
+            wrt = [x for x, p in zip(leaves, fn.params) if p.type.is_float]
+            grads = torch.autograd.grad(y.sum(), wrt, allow_unused=True) if wrt and y.requires_grad else \
+                [None] * len(wrt)
+        grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, wrt)]
+        return (y.detach(), *[g.detach() for g in grads]) if wrt else y.detach()
+
+
+def run_function(program: ir.Program, name: str, args: list):
+    """Evaluate `name` in float64 with PyTorch; an ndarray or a tuple of them."""
+    ev = _Evaluator(program)
+    fn = program.functions[name]
+    out = ev.call(fn, [ev.tensor(a, p.type) for a, p in zip(args, fn.params)])
+    if isinstance(out, tuple):
+        return tuple(o.detach().numpy() for o in out)
+    return out.detach().numpy()

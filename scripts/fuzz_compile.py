@@ -1,0 +1,114 @@
+"""Differential testing of the compiler on generated programs (compiler/progen.py):
+the interpreter in float64, -O0, -O2, PyTorch and finite differences must agree
+(compiler/differential.py), or each failure is shrunk and written as a .kina file.
+
+    python scripts/fuzz_compile.py --n 3000 --seed 0            # 3,000 programs, both levels
+    python scripts/fuzz_compile.py --n 300 --seed 1 --out DIR   # make test's share
+    python scripts/fuzz_compile.py --replay tests/regressions/*.kina
+
+Prints one line per failure as it is found, then the counts (programs, programs under
+reverseMode, functions, builds, mismatches, crashes), the time per phase and the machine
+load; exits 1 when anything failed.  Failing programs go to --out (default
+artifacts/fuzz) as <kind>-O<level>-c<seed>.kina, shrunk (unless --no-shrink), each with
+the command that reproduces it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from compiler import differential, progen, shrink  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=300, help="number of generated programs")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the first program (seeds S .. S+N-1)")
+    ap.add_argument("--batch", type=int, default=50, help="programs per library (one build per -O level)")
+    ap.add_argument("--levels", default="0,2", help="optimisation levels to compile at (default 0,2)")
+    ap.add_argument("--out", default=str(ROOT / "artifacts" / "fuzz"), help="where failing programs are written")
+    ap.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference")
+    ap.add_argument("--replay", nargs="*", metavar="FILE", help="check these .kina files instead of generating")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    levels = tuple(int(x) for x in args.levels.split(",") if x.strip())
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kina-fuzz-") as tmp:
+        oracle = differential.Oracle(tmp, levels=levels, use_torch=False if args.no_torch else None)
+        if args.replay:
+            units = [differential.unit_of_source(f"r{i}", differential.rename_functions(Path(p).read_text(), f"r{i}_"))
+                     for i, p in enumerate(args.replay)]
+            failures = oracle.run_units(units)
+            _print(failures)
+        else:
+            failures = differential.run_seeds(oracle, range(args.seed, args.seed + args.n), batch=args.batch,
+                                              on_batch=lambda done, found: _progress(done, args.n, found, t0))
+            if failures:
+                _write(failures, out, Path(tmp) / "shrink", not args.no_shrink)
+        _summary(oracle, failures, time.perf_counter() - t0, levels, torch=oracle.use_torch)
+    return 1 if failures else 0
+
+
+def _print(failures) -> None:
+    for f in failures:
+        print(f"FAIL {f.headline()}", flush=True)
+
+
+def _progress(done: int, total: int, found, t0: float) -> None:
+    _print(found)
+    print(f"  {done}/{total} programs checked, {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def _write(failures, out: Path, work: Path, do_shrink: bool) -> None:
+    """One file per failing case (its first failure), shrunk to a minimal reproducer."""
+    out.mkdir(parents=True, exist_ok=True)
+    first: dict[str, differential.Failure] = {}
+    for f in failures:
+        first.setdefault(f.name, f)
+    for name, f in first.items():
+        case = small = f.case
+        if case is None:
+            if f.source is not None:     # cases that fail only together: the module as it was
+                path = out / f"{f.kind}-O{f.level}-{name.replace('..', '-')}.kina"
+                path.write_text("".join(f"// {l}\n" for l in f.detail.splitlines()[:8]) + f.source)
+                print(f"wrote {path} (the whole batch)", flush=True)
+            continue
+        if do_shrink and f.kind != "generator":
+            small = shrink.shrink(case, differential.still_fails(f, work / name))
+        level = f"-O{f.level}" if f.level is not None else ""
+        path = out / f"{f.kind}{level}-{name}.kina"
+        path.write_text(differential.reproducer(f, small, case))
+        print(f"wrote {path} ({len(small.lets)} lets)", flush=True)
+
+
+def _summary(oracle, failures, seconds: float, levels, torch: bool) -> None:
+    s = oracle.stats
+    kinds = Counter(f.kind for f in failures)
+    mismatches = sum(kinds[k] for k in differential.MISMATCH_KINDS)
+    crashes = sum(kinds[k] for k in differential.CRASH_KINDS)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"programs {s.cases} ({s.ad_cases} under reverseMode), functions {s.functions}, "
+          f"builds {s.builds} at {', '.join(f'-O{lv}' for lv in levels) or 'no level'}; "
+          f"PyTorch checks {s.torch_checked}{'' if torch else ' (PyTorch not importable)'}, "
+          f"finite-difference checks {s.fd_checked}; outputs held to the same-dtype reference {s.ill_conditioned}")
+    print(f"mismatches {mismatches}, crashes {crashes}" +
+          (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if kinds else ""))
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s.seconds.items()))
+    print(f"time {seconds:.0f} s wall ({phases}; load average {load:.1f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

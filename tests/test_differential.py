@@ -1,0 +1,140 @@
+"""The differential oracle (compiler/differential.py) and the shrinker (compiler/shrink.py):
+generated programs agree at -O0 and -O2; each kind of disagreement is found and reported
+as its kind (a wrong library result, a crashing library, a failed build isolated by
+bisection, PyTorch disagreeing with the interpreter, a wrong VJP against finite
+differences); shrinking keeps a failure and removes the rest.  The 300-program run of
+`make test` is scripts/fuzz_compile.py (see the Makefile)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler import analysis, differential, progen, shrink, torch_ref, validate, vjp
+
+pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = progen.GenConfig(max_lets=6)
+
+
+def _cases(seeds, config=SMALL):
+    return [(f"c{s}", progen.generate(s, config)) for s in seeds]
+
+
+def test_generated_programs_agree_at_both_levels(tmp_path):
+    oracle = differential.Oracle(tmp_path, levels=(0, 2))
+    failures = oracle.run_batch(_cases(range(900, 916)))
+    assert failures == [], "\n".join(f.headline() + "\n" + f.detail for f in failures)
+    s = oracle.stats
+    assert s.cases == 16 and s.builds == 2 and s.functions >= 16
+    assert s.fd_checked == sum(c.ad for _, c in _cases(range(900, 916)))
+
+
+WRONG = differential.Unit("w", "fn w(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x.exp() in\n  y\n}\n", ["w"])
+
+
+def test_a_wrong_library_result_is_a_mismatch(tmp_path, monkeypatch):
+    load = validate.load_outputs
+    monkeypatch.setattr(validate, "load_outputs", lambda work, name: [load(work, name)[0] * np.float32(1.001)])
+    (f,) = differential.Oracle(tmp_path, levels=(0,), use_torch=False).run_units([WRONG])
+    assert (f.kind, f.level, f.name) == ("mismatch", 0, "w")
+    assert "result 0 vs interp (f64)" in f.detail and "1.0e-03 x max|ref|" in f.detail
+
+
+def test_a_crashing_library_is_a_crash_and_the_run_goes_on(tmp_path, monkeypatch):
+    """An index the references are told nothing about (they are stubbed): the library's
+    bounds check aborts its child process (a literal index), or the runtime refuses the
+    call (an index argument); the other functions still run."""
+    trap = differential.Unit("t", "fn t(e: Tensor[F32, [4, 2]]) -> Tensor[F32, [2, 2]] {\n"
+                                  "  let i = Tensor[I64, [2]] { 1, 9 } in\n  let y = gather(e, i) in\n  y\n}\n", ["t"])
+    arg = differential.Unit("a", "fn a(e: Tensor[F32, [4, 2]], i: Tensor[I64, [2]]) -> Tensor[F32, [2, 2]] {\n"
+                                 "  let y = gather(e, i) in\n  y\n}\n", ["a"])
+    inputs, refs = differential.interp.random_inputs, validate.references
+    monkeypatch.setattr(differential.interp, "random_inputs", lambda fn, seed, program: (
+        [np.ones((4, 2), np.float32), np.array([1, 9])] if fn.name == "a" else inputs(fn, seed, program)))
+    monkeypatch.setattr(validate, "references", lambda program, name, args: (
+        ([np.zeros((2, 2))], [np.zeros((2, 2))]) if name in ("t", "a") else refs(program, name, args)))
+    failures = differential.Oracle(tmp_path, levels=(0,), use_torch=False).run_units([trap, arg, WRONG])
+    assert sorted((f.name, f.kind) for f in failures) == [("a", "crash"), ("t", "crash")]
+    by = {f.name: f.detail for f in failures}
+    assert "crashed (exit -6): gather index out of bounds" in by["t"]
+    assert "call raised KinaIndexError" in by["a"] and "index 9" in by["a"]
+
+
+def test_a_failing_build_is_isolated_by_bisection(tmp_path):
+    huge = differential.Unit("h", "fn h(x: Tensor[F32, [65536, 65536, 2]]) -> Tensor[F32, [65536, 65536, 2]] {\n"
+                                  "  let y = x.exp() in\n  y\n}\n", [])
+    units = [differential.Unit(n, c.source(n), c.functions(n), [n] if c.ad else [], c) for n, c in _cases(range(4))]
+    oracle = differential.Oracle(tmp_path, levels=(0,), use_torch=False, fd=False)
+    failures = oracle.run_units(units[:2] + [huge] + units[2:])
+    assert [(f.name, f.kind, f.level) for f in failures] == [("h", "build", 0)]
+    assert "16 GiB" in failures[0].detail
+    assert oracle.stats.builds > 1   # the batch, then its halves
+
+
+@pytest.mark.skipif(not torch_ref.available(), reason="PyTorch is optional (its comparison is skipped)")
+def test_pytorch_disagreeing_with_the_interpreter_is_reported(tmp_path, monkeypatch):
+    monkeypatch.setitem(torch_ref.TORCH_OPS, "exp", lambda a, at, t: a[0] * 2)
+    (f,) = differential.Oracle(tmp_path, levels=()).run_units([WRONG])
+    assert f.kind == "torch" and "PyTorch (float64) and the interpreter (float64) differ" in f.detail
+
+
+def test_a_wrong_vjp_fails_the_finite_differences(tmp_path, monkeypatch):
+    case = differential.unit_of_source("d", "fn d(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x.exp() in\n  y\n}\n"
+                                            "fn d_g(x: Tensor[F32, [3]]) -> (Tensor[F32, [3]], Tensor[F32, [3]]) {\n"
+                                            "  let r = handle d(x) with reverseMode in\n  r\n}\n")
+    assert case.handled == ["d"]
+    monkeypatch.setitem(vjp.VJPS, "exp", vjp.VJP(vjp._unary(lambda b, x, y, g: b.emit("mul", [g, x]))))
+    failures = differential.Oracle(tmp_path, levels=(), use_torch=False).run_units([case])
+    assert [f.kind for f in failures] == ["fd"] and "d/d x" in failures[0].detail
+
+
+def test_shrink_keeps_the_failure_and_drops_the_rest():
+    """A stand-in predicate (no compile): 'fails' while the program takes a log."""
+    case = next(c for c in (progen.generate(s) for s in range(200))
+                if any(l.op == "log" for l in c.lets) and len(c.lets) >= 6)
+    tested = []
+
+    def has_log(c):
+        tested.append(c)
+        assert not [d for d in analysis.analyze(c.source("f")).diagnostics if d.severity == "error"], c.source("f")
+        return any(l.op == "log" for l in c.lets)
+    small = shrink.shrink(case, has_log)
+    assert [l.op for l in small.lets] == ["log"] and not small.ad and len(small.results) == 1
+    assert len(tested) < 60
+
+
+def test_reproducer_is_a_valid_program_with_its_command():
+    case = progen.generate(3)
+    text = differential.reproducer(differential.Failure("c3", "mismatch", 2, "c3: result 0 ..."), case, case)
+    assert "// Reproduce: kinac validate -O2 FILE" in text and "--seed 3" in text
+    assert not [d for d in analysis.analyze(text).diagnostics if d.severity == "error"]
+
+
+def test_fuzz_script_runs_and_reports_counts(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_compile.py"), "--n", "4", "--seed", "40",
+                           "--batch", "4", "--levels", "0", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "programs 4 (" in proc.stdout and "mismatches 0, crashes 0" in proc.stdout
+
+
+def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
+    """A batch that fails to build while each part builds alone (here: simulated by a build
+    that fails whenever it holds both units) is a failure too, never hidden by bisection."""
+    oracle = differential.Oracle(tmp_path, levels=(0,), use_torch=False, fd=False)
+    start = oracle._start_build
+
+    def start_build(src, so, level):
+        proc = start(src, so, level)
+        if src.read_text().count("fn ") > 1:
+            proc.wait()
+            proc.returncode = 1
+        return proc
+    monkeypatch.setattr(oracle, "_start_build", start_build)
+    units = [differential.unit_of_source(n, WRONG.source.replace("fn w(", f"fn {n}(")) for n in ("u", "v")]
+    (f,) = oracle.run_units(units)
+    assert (f.name, f.kind, f.level) == ("u..v", "build", 0) and "each part builds alone" in f.detail
+    assert "fn u(" in f.source and "fn v(" in f.source
