@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .diagnostics import Span
+from .diagnostics import Diagnostic, Span
 from .types import TensorType, TupleType, Type
 
 NO_SPAN = Span(0, 0)
@@ -157,7 +157,7 @@ def children(expr: Expr) -> list[Expr]:
     return []
 
 
-def verify(program: Program, stage: str = "") -> list:
+def verify(program: Program, stage: str = "") -> list[Diagnostic]:
     """Re-run the typing rules on every node (compiler/ir_verify.py): [] or diagnostics."""
     from .ir_verify import verify as _verify
     return _verify(program, stage)

@@ -339,7 +339,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         if only is not None:
             fns = [f for f in fns if f.name in only]
         inputs: dict[str, list[np.ndarray]] = {}
-        expected: dict[str, list[np.ndarray] | None] = {}
+        expected: dict[str, tuple[list[np.ndarray], list[np.ndarray]] | None] = {}
         reports: dict[str, FunctionReport] = {}
         for fn in fns:
             reports[fn.name] = FunctionReport(_display_name(fn.name))
