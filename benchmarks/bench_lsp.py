@@ -228,6 +228,7 @@ async def random_edits(b: Bench, uri: str, text: str, version: int, n: int, chec
     model = ClientText(text)
     diag_times, req_times = [], {k: [] for k in kinds}
     checks = mismatches = 0
+    slowest: list[tuple] = []       # (seconds, edit number, request kind, inserted text)
     for i in range(n):
         version += 1
         if restore and i % restore == restore - 1:
@@ -245,12 +246,16 @@ async def random_edits(b: Bench, uri: str, text: str, version: int, n: int, chec
         t0 = time.perf_counter()
         await b.request(KINDS[kind], _params(kind, uri, p))
         req_times[kind].append(time.perf_counter() - t0)
+        slowest.append((req_times[kind][-1], i, kind, repr(changes[0]["text"])[:40]))
+        slowest.sort(reverse=True)
+        del slowest[5:]
         diag_times.append(await b.wait_version(version) - sent)
         if i % check == check - 1 or i == n - 1:
             reply = await b.request("kina/viewFileText", {"textDocument": {"uri": uri}})
             checks += 1
             mismatches += reply["text"] != model.text
-    return {"diag": diag_times, "requests": req_times, "checks": checks, "mismatches": mismatches}
+    return {"diag": diag_times, "requests": req_times, "checks": checks, "mismatches": mismatches,
+            "slowest": slowest}
 
 
 async def run(args) -> dict:
@@ -317,6 +322,8 @@ def main(argv=None) -> int:
         if r["cpu"]:
             print(f"  server CPU (user+sys) per edit and its request: {ms(r['cpu'][1] / len(d))}")
         print(f"  server text == client text: {rr['checks'] - rr['mismatches']}/{rr['checks']} checkpoints")
+        print("  slowest requests: " + "; ".join(f"{1000 * t:.0f} ms {kind} after edit {i} ({text})"
+                                                 for t, i, kind, text in rr["slowest"]))
         ok = ok and statistics.median(d) <= 0.020 and max(every) <= 0.100 and rr["mismatches"] == 0
     print("targets met" if ok else "targets NOT met")
     return 0

@@ -81,21 +81,35 @@ class LineIndex:
         return lsp.Position(line=line, character=self._units(start, offset))
 
     def positions(self, offsets: Iterable[int]) -> list[lsp.Position]:
-        """position() of many offsets.  Ascending offsets (a token stream) on a UTF-8 line
-        are counted in one walk (each line encoded once, not once per token)."""
+        """position() of many offsets (see line_columns)."""
+        return [lsp.Position(line=line, character=col) for line, col in self.line_columns(offsets)]
+
+    def line_columns(self, offsets: Iterable[int]) -> list[tuple[int, int]]:
+        """(line, column) of many offsets as plain ints: a token stream of a 1,000-line file
+        has ~10,000 offsets, and building an lsp.Position for each cost more than the
+        lexing (semantic tokens).  Ascending offsets on a UTF-8 line are counted in one
+        walk (each line encoded once, not once per token)."""
+        n, starts, ends = len(self.text), self.starts, self.ends
+        out: list[tuple[int, int]] = []
         if not self._utf8:
-            return [self.position(o) for o in offsets]
-        out, n = [], len(self.text)
+            plain = not self._astral
+            for offset in offsets:
+                offset = max(0, min(offset, n))
+                line = bisect.bisect_right(starts, offset) - 1
+                start = starts[line]
+                offset = min(offset, ends[line])     # inside a \r\n: the end of the line
+                out.append((line, offset - start if plain else self._units(start, offset)))
+            return out
         line, at, units = -1, 0, 0              # the line being walked, up to `at` (= units)
         for offset in offsets:
             offset = max(0, min(offset, n))
-            if not (line >= 0 and at <= offset <= self.ends[line]):
-                line = bisect.bisect_right(self.starts, offset) - 1
-                at, units = self.starts[line], 0
-                offset = min(offset, self.ends[line])
+            if not (line >= 0 and at <= offset <= ends[line]):
+                line = bisect.bisect_right(starts, offset) - 1
+                at, units = starts[line], 0
+                offset = min(offset, ends[line])
             units += self._units(at, offset)
             at = offset
-            out.append(lsp.Position(line=line, character=units))
+            out.append((line, units))
         return out
 
     def offset(self, pos: lsp.Position) -> int:
@@ -130,7 +144,7 @@ class LineIndex:
 _RECENT: tuple[tuple[str, str, LineIndex], ...] = ()   # (text, encoding, LineIndex) of the last few texts, newest first
 
 
-def index_of(text: str, encoding: str="utf-16") -> LineIndex:
+def index_of(text: str, encoding: str = "utf-16") -> LineIndex:
     """The LineIndex of text, shared: after an edit the document (to apply the next edit)
     and the analysis (to convert its spans) need the index of the same text object."""
     global _RECENT

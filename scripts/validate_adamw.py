@@ -61,7 +61,7 @@ def torch_trajectory(torch, p: dict, steps: int):
         loss = ((torch.tanh(x @ w["w1"] + w["b1"]) @ w["w2"] - y) ** 2).mean()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     state = [opt.state[w[k]] for k in WEIGHTS]
     flat = lambda key: np.concatenate([s[key].numpy().reshape(-1) for s in state])  # noqa: E731
     return losses, {k: t.detach().numpy() for k, t in w.items()}, flat("exp_avg"), flat("exp_avg_sq")

@@ -52,7 +52,7 @@ def torch_trajectory(torch, p: dict, steps: int):
         with torch.no_grad():
             for k, g in zip(WEIGHTS, grads):
                 w[k] -= lr * g
-        losses.append(float(loss))
+        losses.append(loss.item())
     return losses, {k: v.detach().numpy() for k, v in w.items()}
 
 

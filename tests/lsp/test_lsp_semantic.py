@@ -129,3 +129,45 @@ async def test_delta_after_an_edit_gives_the_new_full_tokens(client):
     full = await client.text_document_semantic_tokens_full_delta_async(lsp.SemanticTokensDeltaParams(
         text_document=doc_id(uri), previous_result_id="no-such-id"))
     assert isinstance(full, lsp.SemanticTokens) and list(full.data) == list(again.data)
+
+
+def _names(text: str) -> tuple[set[str], set[str]]:
+    import re
+    return set(re.findall(r"fn (\w+)", text)), set(re.findall(r"(\w+):", text))
+
+
+def test_chunked_tokens_equal_one_pass_over_mutated_texts():
+    """The per-function chunk cache gives exactly the one-pass token array, in every
+    encoding, on texts mutated with line breaks (\\n, \\r\\n, \\r), `fn` at line starts,
+    non-ASCII and astral characters."""
+    import glob
+    import random
+    rng = random.Random(7)
+    bits = ["fn", "\n", "\r\n", "\r", "é", "🙂", " ", "(", ".", "=", "x", "fn f(", "\nfn ", "// c\n"]
+    texts = []
+    for path in sorted(glob.glob("examples/*.kina"))[:6]:
+        t = open(path, encoding="utf-8").read()
+        for _ in range(60):
+            i = rng.randrange(len(t) + 1)
+            t = t[:i] + rng.choice(bits) + t[i:]
+            texts.append(t)
+    for t in texts:
+        fns, params = _names(t)
+        for enc in ("utf-16", "utf-8", "utf-32"):
+            idx = LineIndex(t, enc)
+            want = semantic.encode(semantic.token_rows(t, fns, params), idx)
+            assert semantic.semantic_tokens(t, idx, fns, params).data == want
+
+
+def test_an_edit_re_encodes_only_its_chunk(monkeypatch):
+    text = "".join(f"fn f{i}(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {{\n  let y = x.exp() in\n  y\n}}\n"
+                   for i in range(20))
+    fns, params = _names(text)
+    semantic.semantic_tokens(text, LineIndex(text), fns, params)
+    calls = []
+    real = semantic.token_rows
+    monkeypatch.setattr(semantic, "token_rows", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    edited = text.replace("x.exp()", "x.tanh()", 1)
+    got = semantic.semantic_tokens(edited, LineIndex(edited), fns, params).data
+    assert len(calls) == 1 and calls[0].startswith("fn f0(")
+    assert got == semantic.encode(real(edited, fns, params), LineIndex(edited))
