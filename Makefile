@@ -12,7 +12,7 @@ TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
-        vscode-e2e goldens bench bench-deps bench-scaled bench-build clean train-ddp vocab-parallel check-ddp
+        vscode-e2e goldens docs lint bench bench-deps bench-scaled bench-build clean train-ddp vocab-parallel check-ddp
 
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,10 +69,10 @@ check-ddp: setup
 	$(NEED_TORCH)
 	$(PY) scripts/check_ddp_trajectories.py
 
-# The whole test suite (at -O0, then again at -O2): unit, property, LSP
+# The static checks (lint), then the whole test suite (at -O0, then again at -O2): unit, property, LSP
 # end-to-end, compiled-code, StoryLM-0 validation, and the VS Code extension (grammar, client logic, packaging, and
 # a real VS Code in headless Chromium).
-test: setup
+test: setup lint
 	$(PY) -m pytest -q -ra
 	@echo "== the whole suite again with every default build at -O2 (tests that build at both levels ran once)"
 	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider -m "not both_levels"
@@ -97,6 +97,17 @@ vscode-e2e: setup
 
 goldens: setup
 	$(PY) scripts/regen_goldens.py
+
+# Static checks: mypy --strict on compiler/ and kina_lsp/, ruff on every Python file
+# (configuration in pyproject.toml).
+lint: setup
+	$(PY) -m mypy
+	$(PY) -m ruff check compiler kina_lsp tests scripts benchmarks
+
+# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
+# (tests/test_docs.py fails while they are stale)
+docs: setup
+	$(PY) scripts/gen_op_docs.py
 
 # Benchmarks (figures, no assertions; see benchmarks/README.md).  bench-deps installs the
 # optional peers (JAX) that bench_scaled.py compares against; without them their rows skip.

@@ -52,6 +52,10 @@ check-ddp: (make "check-ddp")
 vscode-e2e: (make "vscode-e2e")
 # regenerate examples/*.mlir
 goldens: (make "goldens")
+# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
+docs: (make "docs")
+# mypy --strict on compiler/ and kina_lsp/, ruff on every Python file
+lint: (make "lint")
 # every benchmark script
 bench: (make "bench")
 # the optional benchmark peers (JAX) that bench-scaled compares against

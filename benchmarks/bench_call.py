@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import _common as C  # noqa: E402
+
 from compiler import build, runtime  # noqa: E402
 
 SOURCE = """

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import _dist_lm as L  # noqa: E402
+
 from compiler import distributed  # noqa: E402
 
 

@@ -36,7 +36,6 @@ import statistics
 import sys
 import time
 
-
 FUNCTIONS = 100
 SEPARATORS = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
 PIECES = ["(", ")", "{", "}", ".", ",", "let ", " in", "=", "\n", "\r", "\r\n", "é", "🙂", "x", "1", " ",

@@ -2,6 +2,8 @@
 
 The pipeline, one module per stage (read them in this order):
 
+  lex        text -> tokens: the terminals of grammar.lark (the parser's recovery and
+             the editor features read Kina through it)
   parse      text -> AST (syntax.py) with character-offset spans        [grammar.lark]
   check      AST -> typed IR (ir.py); shape/type rules from ops.py       [diagnostics]
   autodiff   typed IR -> typed IR: `handle f(..) with reverseMode` replaced by a call of
@@ -33,6 +35,7 @@ reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
 language server (kina_lsp/), so all three report the same diagnostics.
 Per-op knowledge lives in one row per op per stage: ops.OPS (its typing rule in
 shape_rules.py), interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (with the rows of
-emit_ops_ext.py), torch_ref.TORCH_OPS, progen_ops.MAKERS (tests/test_tables.py,
-tests/test_progen.py).
+emit_ops_ext.py), torch_ref.TORCH_OPS, progen_ops.MAKERS, and each stage's ATTR_CHOICES for
+enum attributes (tests/test_tables.py, tests/test_progen.py); docs/internals.md says how
+to add an op.
 """

@@ -32,15 +32,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from . import check, ir, module_rules, names, parse
+from . import autodiff, check, ir, module_rules, names, parse
 from . import syntax as ast
-from .diagnostics import Diagnostic, Note, SourceText, Span
+from .diagnostics import Diagnostic, SourceText, Span
 from .parse import shift
-
-try:  # reverseMode restrictions; analysis still works without the AD stage
-    from . import autodiff as _autodiff
-except ImportError:  # pragma: no cover - only while the module is being written
-    _autodiff = None
 
 
 # ---- per-item, position-independent results -------------------------------------------
@@ -60,6 +55,18 @@ class ItemResult:
     # document-offset copies: kind ("fn" | "ir") -> (offset, copy).  An item that did not
     # change and did not move hands out the copy the previous snapshot made.
     shifted: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def syms(self) -> names.Symbols:
+        """The name resolution of an item that parsed (set with `fn`)."""
+        assert self.symbols is not None, self.name
+        return self.symbols
+
+    @property
+    def checked(self) -> check.FunctionResult:
+        """The check result of an item whose function was checked."""
+        assert self.result is not None, self.name
+        return self.result
 
     def at(self, kind: str, offset: int):
         """This item's AST ("fn") or IR function ("ir") with spans at `offset`."""
@@ -110,7 +117,7 @@ class Snapshot:
     there; the whole-document views (module, program, types) copy every item."""
 
     def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
-                 good: set[str], last_good: dict[str, LastGood]):
+                 good: set[str], last_good: dict[str, LastGood]) -> None:
         self.text, self.path = text, path
         self.items = items
         self.diagnostics = diagnostics
@@ -125,16 +132,19 @@ class Snapshot:
 
     @cached_property
     def module(self) -> ast.Module:
-        return ast.Module([it.fn for it in self.items if it.res.fn is not None], Span(0, len(self.text)))
+        return ast.Module(tuple(fn for it in self.items if it.res.fn is not None and (fn := it.fn) is not None),
+                          Span(0, len(self.text)))
 
     @cached_property
     def program(self) -> ir.Program:
         """The functions that checked cleanly (not recursive, first definitions), document spans."""
-        return ir.Program({it.name: it.ir for it in self._first_defs().values() if it.name in self._good})
+        return ir.Program({it.name: f for it in self._first_defs().values()
+                           if it.name in self._good and (f := it.ir) is not None})
 
     @cached_property
-    def functions(self) -> dict[str, "FunctionInfo"]:
-        return {name: FunctionInfo(it.fn, it.res.signature) for name, it in self._first_defs().items()}
+    def functions(self) -> dict[str, FunctionInfo]:
+        return {name: FunctionInfo(fn, it.res.signature) for name, it in self._first_defs().items()
+                if (fn := it.fn) is not None}
 
     # ---- one function (document spans), without copying the others
     def function_at(self, offset: int) -> ast.FnDef | None:
@@ -174,7 +184,7 @@ class Snapshot:
 
     @cached_property
     def _first(self) -> dict[str, Item]:
-        out = {}
+        out: dict[str, Item] = {}
         for it in self.items:
             if it.res.fn is not None:
                 out.setdefault(it.name, it)
@@ -213,7 +223,7 @@ class Snapshot:
         it = self.item_at(offset)
         if it is None or it.res.fn is None:
             return None
-        local, sym, fn = offset - it.offset, it.res.symbols, it.res.fn
+        local, sym, fn = offset - it.offset, it.res.syms, it.res.fn
         if fn.name_span.contains(local):
             return ("fn", fn.name)
         for span, name in sym.calls:
@@ -235,7 +245,8 @@ class Snapshot:
         if sym[0] == "local":
             return sym[2].shift(sym[1].offset)
         target = self._first_defs().get(sym[1])
-        return target.res.fn.name_span.shift(target.offset) if target else None
+        fn = target.res.fn if target else None
+        return fn.name_span.shift(target.offset) if target and fn else None
 
     def references(self, offset: int) -> list[Span]:
         """Every occurrence (definition included) of the name at offset, in text order."""
@@ -244,7 +255,7 @@ class Snapshot:
             return []
         if sym[0] == "local":
             _, it, target = sym
-            spans = [target] + [use for use, d in it.res.symbols.uses.items() if d == target]
+            spans = [target] + [use for use, d in it.res.syms.uses.items() if d == target]
             return sorted((s.shift(it.offset) for s in spans), key=lambda s: (s.start, s.end))
         name, out = sym[1], []
         for it in self.items:
@@ -252,7 +263,7 @@ class Snapshot:
                 continue
             if it.res.fn.name == name:
                 out.append(it.res.fn.name_span.shift(it.offset))
-            out += [span.shift(it.offset) for span, callee in it.res.symbols.calls if callee == name]
+            out += [span.shift(it.offset) for span, callee in it.res.syms.calls if callee == name]
         return sorted(out, key=lambda s: (s.start, s.end))
 
     def rename_conflict(self, offset: int, new: str) -> tuple[str, Span | None] | None:
@@ -297,7 +308,7 @@ GONE_ITEMS = 256   # results kept for items no longer in the text
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
-    def __init__(self, path: str = "<input>"):
+    def __init__(self, path: str = "<input>") -> None:
         self.path = path
         self._items: dict[str, ItemResult] = {}     # item text -> results, for the current text
         # results of items that are gone, most recent last: an undo, a revert or a paste of
@@ -388,11 +399,11 @@ class Analysis:
     @staticmethod
     def _good_functions(first: dict[str, Item], diags: list[Diagnostic]) -> set[str]:
         """Names of the functions that go into the program; adds call-cycle diagnostics."""
-        results = {name: _shifted_calls(it.res.result, it.offset) for name, it in first.items()}
+        results = {name: _shifted_calls(it.res.checked, it.offset) for name, it in first.items()}
         diags += module_rules.recursion_diagnostics(results)
         recursive = module_rules.recursive_functions(results)
         return {name for name, it in first.items()
-                if it.res.result.function is not None and name not in recursive}
+                if it.res.checked.function is not None and name not in recursive}
 
     def _remember_good(self, items: list[Item]) -> None:
         for it in items:
@@ -404,9 +415,7 @@ class Analysis:
     def _ad_diagnostics(self, snap: Snapshot, first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
         Cached by the texts and offsets of the handled function and its callees."""
-        if _autodiff is None:
-            return []
-        targets = sorted({t for name in snap._good for t in first[name].res.symbols.handled})
+        targets = sorted({t for name in snap._good for t in first[name].res.syms.handled})
         out, cache = [], {}
         for target in targets:
             if target not in snap._good:
@@ -417,8 +426,8 @@ class Analysis:
             key = (target,) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
             diags = self._ad.get(key)
             if diags is None:   # only the handled function and its callees (calls are inlined)
-                program = ir.Program({n: shift(first[n].res.result.function, first[n].offset) for n in closure})
-                diags = _autodiff.check_differentiable(program, target)
+                program = ir.Program({n: shift(first[n].res.checked.function, first[n].offset) for n in closure})
+                diags = autodiff.check_differentiable(program, target)
             cache[key] = diags
             out += diags
         self._ad = cache
@@ -479,7 +488,7 @@ def _callees(name: str, first: dict[str, Item]) -> set[str]:
         if n in seen or n not in first or first[n].res.result is None:
             continue
         seen.add(n)
-        stack.extend(first[n].res.result.calls)
+        stack.extend(first[n].res.checked.calls)
     return seen
 
 

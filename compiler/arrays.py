@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,8 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray], dtypes: dict[str, 
     stored = {name: _stored(np.asarray(a, dtypes[name].np_dtype), dtypes[name]) for name, a in arrays.items()}
     table = json.dumps({name: dtypes[name].value for name in arrays})
     target = npz_path(path)
-    np.savez(target, **stored, **{DTYPES_KEY: np.array(table)})
+    members: dict[str, Any] = {**stored, DTYPES_KEY: np.array(table)}   # (numpy's stub types **kwds oddly)
+    np.savez(target, **members)
     return target
 
 
@@ -47,5 +49,5 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
     """The arrays of a file written by save_npz, each in its Kina dtype."""
     with np.load(path, allow_pickle=False) as f:
         table = json.loads(str(f[DTYPES_KEY])) if DTYPES_KEY in f.files else {}
-        return {name: f[name].astype(DType(table[name]).np_dtype) if name in table else f[name]
+        return {name: f[name].astype(DType.named(table[name]).np_dtype) if name in table else f[name]
                 for name in f.files if name != DTYPES_KEY}

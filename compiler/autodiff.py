@@ -3,7 +3,8 @@
 `handle f(args) with reverseMode` is replaced by a call of a generated
 function `f.rev` that returns (R, g0, ..., gk-1): the primal result and one
 cotangent per floating parameter (I64 parameters are discrete and omitted;
-with k = 0 the result is R).  The pass (seed 000 §3, seed 003):
+with k = 0 the result is R).  The pass, as the language's reverseMode contract
+specifies it (docs/language.md, "Reverse mode"):
 
   1. inline   calls of user functions in f's body, with fresh dotted names
               (no Kina identifier contains a dot, so nothing is captured);
@@ -29,9 +30,9 @@ from .diagnostics import Diagnostic, Fix, Note, Span
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .ops import OPS
 from .types import TensorType, TupleType
-from .vjp import VJPS, VJP, Builder  # noqa: F401  (VJPS is this stage's table)
+from .vjp import VJP, VJPS, Builder
 
-HANDLERS = ("reverseMode",)
+HANDLERS = ("reverseMode",)   # the effect handlers this stage implements (the checker accepts these)
 _MAX_INLINE_DEPTH = 32
 
 
@@ -55,7 +56,7 @@ def _rename(expr: Expr, env: dict[str, Expr]) -> Expr:
 
 
 class _Inliner:
-    def __init__(self, program: Program):
+    def __init__(self, program: Program) -> None:
         self.program = program
         self.count = 0
         self.diags: list[Diagnostic] = []
@@ -134,7 +135,7 @@ def _describe(expr: Expr) -> str:
 
 def _scalar_message(node: OpApp, i: int, lit: Literal) -> str:
     """The ad-structure message for a bare number operand (`x * 0.5`), with the let that fixes it."""
-    from .check_scalars import literal_text   # the checker's spelling of the same literal
+    from .check_scalars import literal_text  # the checker's spelling of the same literal
     value = lit.values[0]
     return (f"operand {i} of `{node.op}` is the number `{value}` (a splat of {lit.type}), but reverseMode "
             "differentiates single ops on variables: give the constant its own let, "
@@ -166,12 +167,12 @@ def _needed(lets: list[_Let], result: Expr, active: set[str]) -> set[str]:
 
 
 class _Checker:
-    def __init__(self, fn: Function):
+    def __init__(self, fn: Function) -> None:
         self.fn = fn
         self.diags: list[Diagnostic] = []
 
     def error(self, code: str, message: str, span: Span, origin=None, fix: Fix | None = None) -> None:
-        notes = ()
+        notes: tuple[Note, ...] = ()
         if origin is not None:
             notes = (Note(f"inlined from this call of `{origin[0]}` in `{self.fn.name}`", origin[1]),)
         self.diags.append(Diagnostic(code, message, span, notes, fix=fix))
@@ -252,7 +253,7 @@ def check_differentiable(program: Program, fn_name: str, span: Span = ir.NO_SPAN
 class _Adjoints:
     """name -> cotangent Var; a second contribution is summed with an `add` let."""
 
-    def __init__(self, builder: Builder):
+    def __init__(self, builder: Builder) -> None:
         self.b = builder
         self.table: dict[str, Var] = {}
 
@@ -266,7 +267,7 @@ def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], nee
     adj = _Adjoints(b)
     b.span = result.span
     if result.name in active:
-        adj.add(result.name, b.literal(result.type, (1.0,), name=b.fresh("seed")))
+        adj.add(result.name, b.literal(result.tensor_type, (1.0,), name=b.fresh("seed")))
     for let in reversed(lets):
         (name,) = let.binding.names
         g = adj.table.get(name)
@@ -279,8 +280,11 @@ def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], nee
         elif isinstance(value, OpApp):
             b.span = value.span
             y = Var(name, value.type, value.span)
-            wants = [isinstance(a, Var) and a.name in active for a in value.args]
-            for arg, ct in zip(value.args, VJPS[value.op].rule(b, value, y, g, wants)):
+            args = [a for a in value.args if isinstance(a, Var)]   # single ops on Vars (checked)
+            rule = VJPS[value.op].rule
+            assert rule is not None and len(args) == len(value.args), value.op   # checked by _analyse
+            wants = [a.name in active for a in args]
+            for arg, ct in zip(args, rule(b, value, y, g, wants)):
                 if ct is not None:
                     assert ct.type == arg.type, (value.op, ct.type, arg.type)
                     adj.add(arg.name, ct)

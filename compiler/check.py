@@ -20,13 +20,14 @@ The analysis (analysis.py) codes against exactly this API:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from . import ir, syntax
 from .check_expr import WILDCARD, ExprChecker, Signature, TypeFact
-from .check_types import ERROR, is_error, resolve_type
+from .check_types import ERROR, ErrorType, is_error, resolve_type
 from .diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from .ops import OPS
-from .types import TensorType, TupleType
+from .types import TensorType, TupleType, Type
 
 __all__ = ["Signature", "TypeFact", "FunctionResult", "signature_of", "check_function",
            "ERROR"]
@@ -45,7 +46,7 @@ class FunctionResult:
 
 
 # ---- signatures ----------------------------------------------------------------
-def signature_of(fn: syntax.FnDef) -> tuple[Signature | None, list[Diagnostic]]:
+def signature_of(fn: syntax.FnDef) -> tuple[Signature, list[Diagnostic]]:
     """The function's type as callers see it.  Broken parts (a bad dtype, a
     tuple-typed parameter) are ERROR in the Signature, and the diagnostics say
     why, so callers still get arity checks without cascades.  check_function
@@ -54,10 +55,11 @@ def signature_of(fn: syntax.FnDef) -> tuple[Signature | None, list[Diagnostic]]:
     if fn.name in OPS:
         bag.error("duplicate", f"function `{fn.name}` has the name of a built-in op; choose another name",
                   fn.name_span)
-    params, seen = [], {}
+    params: list[tuple[str, TensorType | ErrorType]] = []
+    seen: dict[str, Span] = {}
     for p in fn.params:
         t = resolve_type(p.type, bag)
-        if t is not ERROR and not isinstance(t, TensorType):
+        if isinstance(t, TupleType):
             bag.error("type-annotation", f"parameter `{p.name}` has tuple type {t}; parameters are tensors",
                       p.type.span)
             t = ERROR
@@ -86,7 +88,7 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))
     function = None
-    if not (ck.bag.items or ck.broken or is_error(sig.ret)):
+    if not (ck.bag.items or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
         function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
     return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans)
 
@@ -101,7 +103,7 @@ def _bind_params(ck: ExprChecker, fn: syntax.FnDef, sig: Signature) -> list[ir.P
         if p.name not in ck.env:
             ck.env[p.name], ck.def_spans[p.name] = t, p.name_span
         ck.fact(p.name_span, t, "param", p.name)
-        params.append(ir.Param(p.name, t, p.name_span))
+        params.append(ir.Param(p.name, cast(TensorType, t), p.name_span))   # ERROR: no IR is kept
     return params
 
 
@@ -126,7 +128,7 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
     return ir.Binding(names, value, let.destructure, let.span, [n.span for n in let.names])
 
 
-def _destructure(ck: ExprChecker, let: syntax.Let, t) -> list:
+def _destructure(ck: ExprChecker, let: syntax.Let, t: Type | ErrorType) -> list[Type | ErrorType]:
     n = len(let.names)
     if t is ERROR:
         return [ERROR] * n

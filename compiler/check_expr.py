@@ -11,19 +11,23 @@ stay trees in the IR (reverseMode's restrictions are about that structure).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from . import ir, syntax
-from .check_op_args import apply_op, is_static_arg
+from .autodiff import HANDLERS
 from .check_hints import RETURN_MESSAGE, foreign_note
+from .check_op_args import apply_op, is_static_arg
 from .check_scalars import literal_text, number_message, splat_operands, value_problem
-from .check_types import ERROR, did_you_mean, is_error, mismatch, resolve_tensor_type
+from .check_types import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error, mismatch, resolve_tensor_type
 from .diagnostics import DiagnosticBag, Fix, Note, Span
 from .ops import INFIX, OPS, SURFACE_OPS
-from .types import DType, TensorType, TupleType
+from .types import DType, TensorType, TupleType, Type
 
-HANDLERS = ("reverseMode",)
 WILDCARD = "_"   # a let pattern item that binds nothing
+# An operand as written: checked, or a bare number kept for the op's scalar splat (_splat).
+Operand = tuple[ir.Expr | syntax.Number, Span]
 
 
 @dataclass
@@ -43,8 +47,8 @@ class Signature:
     `opaque`: the function exists but did not parse, so calls of it are not
     checked against it and have the error type (no cascade of `unknown-name`)."""
     name: str
-    params: list  # list[tuple[str, TensorType]]
-    ret: object   # Type
+    params: list[tuple[str, TensorType | ErrorType]]   # a tuple-typed parameter is an error
+    ret: Type | ErrorType
     opaque: bool = False
 
 
@@ -64,7 +68,7 @@ class ExprChecker:
 
     # ---- entry point ----------------------------------------------------------
     def check(self, e) -> ir.Expr:
-        node = _RULES[type(e)](self, e)
+        node: ir.Expr = _RULES[type(e)](self, e)
         self.broken = self.broken or is_error(node.type)
         if not is_error(node.type) and not isinstance(e, syntax.Let):
             self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"), _fact_name(e, node))
@@ -79,7 +83,7 @@ class ExprChecker:
         t = self.env.get(e.id)
         if t is None:
             self._unknown_name(e)
-            t = ERROR
+            t = ERROR_TYPE
         return ir.Var(e.id, t, e.span)
 
     def _unknown_name(self, e: syntax.Name) -> None:
@@ -103,7 +107,7 @@ class ExprChecker:
         if isinstance(e, syntax.Number) and isinstance(expected, TensorType):
             fix = Fix("write", literal_text(e.value, expected))
         self.bag.error("literal", number_message(e, expected, where), e.span, fix=fix)
-        return ir.Var("<error>", ERROR, e.span)
+        return ir.Var("<error>", ERROR_TYPE, e.span)
 
     def expect(self, e, expected, where: str) -> ir.Expr:
         """check(e), with the fix for a bare number naming the type the context expects."""
@@ -113,31 +117,31 @@ class ExprChecker:
 
     def tensor_lit(self, e: syntax.TensorLit) -> ir.Expr:
         t = resolve_tensor_type(e.type, self.bag)
-        if t is ERROR:
-            return ir.Var("<error>", ERROR, e.span)
+        if isinstance(t, ErrorType):
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         n = len(e.values)
         if n not in (0, 1, t.volume):
             self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
                            f"or {t.volume} (the volume, row-major)", e.span)
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         too_big = next((v for v in e.values if value_problem(v, t, range_only=True)), None)
         if too_big is not None:
             self.bag.error("literal", f"tensor literal of type {t}: the value {too_big} does not fit: "
                            f"{value_problem(too_big, t, range_only=True)}", e.span)
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         if t.dtype is DType.I64:
             bad = next((v for v in e.values if not isinstance(v, int) or isinstance(v, bool)), None)
             if bad is not None:
                 self.bag.error("literal", f"tensor literal of type {t} holds indices, so its values must be "
                                f"integers; got {bad}", e.span)
-                return ir.Var("<error>", ERROR, e.span)
-            values = tuple(int(v) for v in e.values)
+                return ir.Var("<error>", ERROR_TYPE, e.span)
+            values: tuple[float, ...] = tuple(int(v) for v in e.values)
         elif not t.is_float:   # Bool: 0 (false) or 1 (true)
             bad = next((v for v in e.values if v not in (0, 1) or isinstance(v, float)), None)
             if bad is not None:
                 self.bag.error("literal", f"tensor literal of type {t} holds truth values, so its values must be "
                                f"0 (false) or 1 (true); got {bad}", e.span)
-                return ir.Var("<error>", ERROR, e.span)
+                return ir.Var("<error>", ERROR_TYPE, e.span)
             values = tuple(int(v) for v in e.values)
         else:
             values = tuple(float(v) for v in e.values)
@@ -146,18 +150,18 @@ class ExprChecker:
     def tuple_expr(self, e: syntax.TupleExpr) -> ir.Expr:
         items = [self.check(i) for i in e.items]
         if any(is_error(i.type) for i in items):
-            return ir.MakeTuple(items, ERROR, e.span)
+            return ir.MakeTuple(items, cast(TupleType, ERROR), e.span)
         return ir.MakeTuple(items, TupleType(tuple(i.type for i in items)), e.span)
 
     def nested_let(self, e: syntax.Let) -> ir.Expr:
         self.bag.error("syntax", "`let` may only start a step of a function body's chain, "
                        "not appear inside an expression", e.span)
-        return ir.Var("<error>", ERROR, e.span)
+        return ir.Var("<error>", ERROR_TYPE, e.span)
 
     # ---- built-in ops ---------------------------------------------------------
     def binop(self, e: syntax.BinOp) -> ir.Expr:
         op = OPS[INFIX[e.op]]
-        items = []
+        items: list[Operand] = []
         for i, x in enumerate((e.lhs, e.rhs)):
             if isinstance(x, syntax.Number) and i not in op.scalars:
                 items.append((self.static(x, where=f"as operand {i} of `{op.name}`"), x.span))
@@ -165,7 +169,7 @@ class ExprChecker:
                 items.append((x if isinstance(x, syntax.Number) else self.check(x), x.span))
         operands = self._splat(op, items)
         if operands is None:
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         return apply_op(self.bag, op, operands, [], [], e.op_span, e.span, method=False)
 
     def neg(self, e: syntax.Neg) -> ir.Expr:
@@ -178,7 +182,8 @@ class ExprChecker:
         if op is None:
             self.check(e.receiver)
             self._split_args(e.args, None, 1)
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
+        receiver: Operand
         if isinstance(e.receiver, syntax.Number) and 0 in op.scalars:
             receiver = (e.receiver, e.receiver.span)
         else:
@@ -186,7 +191,7 @@ class ExprChecker:
         items, statics = self._split_args(e.args, op, 1)
         operands = self._splat(op, [receiver] + items)
         if operands is None:
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         return apply_op(self.bag, op, operands, statics, e.attrs, e.method_span, e.span, method=True)
 
     def field(self, e: syntax.Field) -> ir.Expr:
@@ -199,17 +204,17 @@ class ExprChecker:
             notes = (Note("shapes and dtypes are static: they are in the type, which hover shows"),)
         self.bag.error("unknown-name", f"`.{e.name}` is not an op call; Kina values have no attributes", e.name_span,
                        *notes)
-        return ir.Var("<error>", ERROR, e.span)
+        return ir.Var("<error>", ERROR_TYPE, e.span)
 
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
-            return ir.CallFn(sig.name, self._call_args(e, sig), ERROR if sig.opaque else sig.ret, e.span)
+            return ir.CallFn(sig.name, self._call_args(e, sig), ERROR_TYPE if sig.opaque else sig.ret, e.span)
         op = self._builtin(e.func, e.func_span, method=False)
         items, statics = self._split_args(e.args, op, 0)
         operands = self._splat(op, items) if op is not None else None
         if operands is None:
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         return apply_op(self.bag, op, operands, statics, e.attrs, e.func_span, e.span, method=False)
 
     def _split_args(self, args, op, first: int):
@@ -217,7 +222,8 @@ class ExprChecker:
         op's `scalars` positions stays a syntax.Number (for `_splat`); a bare number at
         another operand position is an error; other static args (int lists, numbers) go
         to the attributes.  `first` is the operand position of args[0]."""
-        items, statics = [], []
+        items: list[Operand] = []
+        statics: list[syntax.Expr] = []
         for a in args:
             position = first + len(items)
             if op is not None and isinstance(a, syntax.Number) and position in op.scalars:
@@ -281,7 +287,7 @@ class ExprChecker:
             self.bag.error("arity", f"`{sig.name}` takes {len(sig.params)} argument(s) ({names}), "
                            f"got {len(args)}", e.func_span)
         for i, (arg, (pname, ptype)) in enumerate(zip(args, sig.params)):
-            if is_error(arg.type) or is_error(ptype) or arg.type == ptype:
+            if is_error(arg.type) or isinstance(ptype, ErrorType) or arg.type == ptype:
                 continue
             code, detail = mismatch(ptype, arg.type)
             self.bag.error(code, f"argument {i} (`{pname}`) of `{sig.name}` expects {ptype}, "
@@ -305,13 +311,13 @@ class ExprChecker:
                                *did_you_mean(e.call.func, self.signatures))
             for a in e.call.args:
                 self.check(a)
-            return ir.Var("<error>", ERROR, e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         args = self._call_args(e.call, sig)
-        t = self._handle_type(sig, e) if ok else ERROR
+        t = self._handle_type(sig, e) if ok else ERROR_TYPE
         return ir.Handle(sig.name, args, e.handler, t, e.span)
 
     def _handle_type(self, sig: Signature, e: syntax.Handle):
-        """Seed 000 §3: (R, g0, .., gk-1), one cotangent per floating parameter
+        """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter
         in parameter order (I64 parameters are omitted); k = 0 gives R."""
         if sig.opaque or is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
             return ERROR
@@ -319,7 +325,7 @@ class ExprChecker:
             self.bag.error("ad-result", f"reverseMode seeds ones of a tensor result, but `{sig.name}` returns "
                            f"{sig.ret}", e.call.func_span)
             return ERROR
-        grads = tuple(t for _, t in sig.params if t.is_float)
+        grads = tuple(t for _, t in sig.params if isinstance(t, TensorType) and t.is_float)
         return TupleType((sig.ret,) + grads) if grads else sig.ret
 
 
@@ -343,7 +349,7 @@ def _fact_name(e, node) -> str | None:
 
 _FACT_KIND = {ir.CallFn: "call", ir.Handle: "handle"}
 
-_RULES = {
+_RULES: dict[type, Callable[[ExprChecker, Any], ir.Expr]] = {
     syntax.Name: ExprChecker.name,
     syntax.IntList: ExprChecker.static,
     syntax.Number: ExprChecker.static,

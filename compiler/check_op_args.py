@@ -9,10 +9,14 @@ from the row's `infer` becomes a Diagnostic whose span is the operand
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from . import ir, syntax
-from .check_types import ERROR, did_you_mean, is_error
+from .check_types import ERROR, ERROR_TYPE, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
-from .ops import OpDef, OpError, _float, normalise_axes
+from .ir import as_tensor
+from .ops import OpDef, normalise_axes
+from .shape_rules import OpError, _float
 from .types import TensorType
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
@@ -38,21 +42,21 @@ def usage(op: OpDef) -> Note:
 
 
 def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]], statics: list,
-             attrs: list[syntax.Attr], op_span: Span, span: Span, method: bool) -> ir.Expr:
+             attrs: Sequence[syntax.Attr], op_span: Span, span: Span, method: bool) -> ir.Expr:
     """Type one application of `op`; returns an OpApp (typed ERROR if it is wrong)."""
     args = [a for a, _ in operands]
     ok = _check_arity(bag, op, len(operands), op_span, method)
     values, value_spans, attrs_ok = _collect_attrs(bag, op, statics, attrs, op_span)
     if not (ok and attrs_ok) or any(is_error(a.type) for a in args):
-        return ir.OpApp(op.name, args, values, ERROR, span)
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
     tuples = [i for i, a in enumerate(args) if not isinstance(a.type, TensorType)]
     if tuples:  # a tuple where a tensor is needed
         i = tuples[0]
         bag.error("shape", f"{op.name}: operand {i} has tuple type {args[i].type}; ops take tensors "
                   "(destructure the tuple with `let (a, b) = ...` first)", operands[i][1])
-        return ir.OpApp(op.name, args, values, ERROR, span)
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
     try:
-        types = [a.type for a in args]
+        types = [as_tensor(a.type) for a in args]    # no tuple operand (reported above)
         values = normalise_axes(op, types, values)
         result = op.infer(types, values)
         _check_float_only(op, types)
@@ -61,7 +65,7 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
         at = (operands[where][1] if isinstance(where, int) and where < len(operands)
               else value_spans.get(where, op_span) if isinstance(where, str) else op_span)
         bag.error(err.code, err.message, at, usage(op))
-        return ir.OpApp(op.name, args, values, ERROR, span)
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
     return ir.OpApp(op.name, args, values, result, span)
 
 
@@ -88,7 +92,9 @@ def _check_arity(bag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
 
 def _collect_attrs(bag, op: OpDef, statics, attrs, op_span):
     """-> (values normalised for the IR, span of each given value, ok)."""
-    values, spans, ok = {}, {}, True
+    values: dict[str, object] = {}
+    spans: dict[str, Span] = {}
+    ok = True
     given = _positional_attr(bag, op, statics)
     if given is False:  # already reported: a misplaced value is not also "missing"
         return values, spans, False
@@ -121,10 +127,11 @@ def _positional_attr(bag, op: OpDef, statics):
     """The static positional arguments as [(attr name, value, spans)], or False
     after reporting them (only the op's positional attribute may be positional)."""
     positional = next((a for a in op.attrs if a.positional), None)
-    out, ok = [], True
+    out: list[tuple[str, object, Span, Span]] = []
+    ok = True
     for i, s in enumerate(statics):
         if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
-            out.append((positional.name, list(s.values), s.span, s.span))
+            out.append((positional.name, tuple(s.values), s.span, s.span))
             continue
         if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
             out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`
@@ -140,7 +147,7 @@ def _normalise(bag, op: OpDef, spec, value, span: Span):
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
     if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if spec.kind in ("ints", "axes") and isinstance(value, list) and all(isinstance(v, int) for v in value):
+    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, int) for v in value):
         return tuple(value)
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value
@@ -149,7 +156,7 @@ def _normalise(bag, op: OpDef, spec, value, span: Span):
     if spec.kind == "dtype" and isinstance(value, str) and value in spec.choices:
         return value
     want = _KIND_WORDS[spec.kind].format(choices=", ".join(spec.choices))
-    shown = f"[{', '.join(map(str, value))}]" if isinstance(value, list) else str(value)
+    shown = f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
     notes = did_you_mean(value, spec.choices) if spec.kind in ("enum", "dtype") and isinstance(value, str) else ()
     bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
     return ERROR

@@ -14,11 +14,10 @@ that type-checks there (the expected type when the context knows it).
 from __future__ import annotations
 
 from . import ir, syntax
-from .check_types import ERROR, is_error
+from .check_types import ERROR_TYPE, is_error
 from .diagnostics import DiagnosticBag, Span
 from .ops import OpDef
 from .types import DType, TensorType
-
 
 _BOOL = tuple(d for d in DType if d.value == "Bool")   # the boolean dtype, once it exists
 
@@ -32,7 +31,7 @@ def literal_text(value, t: TensorType | None) -> str:
     if isinstance(value, str):   # the number as written in the source
         shown = value
     else:
-        shown = int(value) if t.dtype in (DType.I64,) + _BOOL and float(value).is_integer() else value
+        shown = str(int(value)) if t.dtype in (DType.I64,) + _BOOL and float(value).is_integer() else str(value)
     return f"Tensor[{t.dtype}, [{dims}]{where}] {{ {shown} }}"
 
 
@@ -64,7 +63,7 @@ def splat_operands(bag: DiagnosticBag, op: OpDef, items: list) -> list[tuple[ir.
 def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t) -> ir.Expr | None:
     if is_error(t) or not isinstance(t, TensorType):
         # a broken or tuple-typed anchor is reported by the op itself
-        return ir.Var("<error>", ERROR if is_error(t) else t, num.span)
+        return ir.Var("<error>", ERROR_TYPE if is_error(t) else t, num.span)
     value = num.value
     problem = value_problem(value, t)
     if problem:

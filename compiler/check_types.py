@@ -9,10 +9,11 @@ cascade through the rest of the function.
 from __future__ import annotations
 
 import difflib
+from typing import cast
 
 from . import syntax
 from .diagnostics import DiagnosticBag, Note
-from .types import DType, PLACEMENTS, TensorType, TupleType, Type
+from .types import PLACEMENTS, DType, TensorType, TupleType, Type
 
 
 class ErrorType:
@@ -32,6 +33,9 @@ class ErrorType:
 
 
 ERROR = ErrorType()
+# ERROR where an IR node wants a Type: the placeholder type of the IR the checker builds for
+# a broken expression.  That IR never leaves the checker (a broken function has no IR).
+ERROR_TYPE = cast(Type, ERROR)
 DTYPE_NAMES = tuple(d.value for d in DType)
 
 
@@ -56,8 +60,9 @@ def resolve_type(texpr, bag: DiagnosticBag) -> Type | ErrorType:
     if texpr is None:
         return ERROR
     if isinstance(texpr, syntax.TupleTypeExpr):
-        items = tuple(resolve_type(i, bag) for i in texpr.items)
-        return ERROR if any(i is ERROR for i in items) else TupleType(items)
+        items = [resolve_type(i, bag) for i in texpr.items]
+        types = [i for i in items if not isinstance(i, ErrorType)]
+        return TupleType(tuple(types)) if len(types) == len(items) else ERROR
     return resolve_tensor_type(texpr, bag)
 
 
@@ -79,7 +84,7 @@ def resolve_tensor_type(texpr: syntax.TensorTypeExpr, bag: DiagnosticBag) -> Ten
         ok = False
     if not ok:
         return ERROR
-    return TensorType(DType(texpr.dtype), tuple(texpr.shape), placement)
+    return TensorType(DType.named(texpr.dtype), tuple(texpr.shape), placement)
 
 
 def mismatch(expected: Type, got: Type) -> tuple[str, str]:

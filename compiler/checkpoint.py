@@ -18,6 +18,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,8 @@ def write(path: Path, step: int, arrays: dict[str, np.ndarray], meta: dict) -> N
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)             # mkstemp's 0600 would make the checkpoint private
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays, **{STEP_KEY: np.int64(step), META_KEY: np.array(json.dumps(meta))})
+            members: dict[str, Any] = {**arrays, STEP_KEY: np.int64(step), META_KEY: np.array(json.dumps(meta))}
+            np.savez(f, **members)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -22,12 +22,14 @@ from pathlib import Path
 from .analysis import Snapshot, analyze, handles
 from .diagnostics import SourceText, UsageError, read_source
 from .printer import format_function
+from .runtime_library import KinaRuntimeError
 
-# subcommand -> (module, names of its argparse registration function (first found wins), entry point)
+# subcommand -> (module, its argparse registration function, its entry point, help); the
+# module is imported only when that command runs (the MLIR bindings load slowly).
 DELEGATED = {
-    "emit": ("compiler.build", ("add_emit_args",), "cli_emit", "print the MLIR (or LLVM IR) of a file"),
-    "build": ("compiler.build", ("add_build_args",), "cli_build", "compile a file to a host shared library"),
-    "validate": ("compiler.validate", ("add_args", "add_validate_args"), "cli_validate",
+    "emit": ("compiler.build", "add_emit_args", "cli_emit", "print the MLIR (or LLVM IR) of a file"),
+    "build": ("compiler.build", "add_build_args", "cli_build", "compile a file to a host shared library"),
+    "validate": ("compiler.validate", "add_validate_args", "cli_validate",
                  "compare the compiled library with the interpreter and finite differences"),
 }
 
@@ -128,7 +130,7 @@ def cmd_run(args) -> int:
     try:
         inputs = interp.random_inputs(fn, seed=args.seed, program=snap.program)
         result = interp.run_function(snap.program, entry, inputs)
-    except interp.KinaRuntimeError as e:
+    except KinaRuntimeError as e:
         print(f"kinac run: {entry}: {e}", file=sys.stderr)
         return 1
     except MemoryError as e:   # static shapes can ask for more than the machine has
@@ -247,19 +249,13 @@ def cmd_fmt(args) -> int:
 # ---- the parser ----------------------------------------------------------------------------
 def _add_delegated(sub, name: str, wanted: bool) -> None:
     """Register emit/build/validate; their module is imported only when that command runs."""
-    module_name, adders, entry, help_text = DELEGATED[name]
+    module_name, adder, entry, help_text = DELEGATED[name]
     p = sub.add_parser(name, help=help_text)
     if not wanted:
         p.add_argument("rest", nargs=argparse.REMAINDER)
         return
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UsageError(f"`kinac {name}` is not available: {e}") from None
-    adder = next((getattr(module, a) for a in adders if hasattr(module, a)), None)
-    if adder is None or not hasattr(module, entry):
-        raise UsageError(f"`kinac {name}` is not available: {module_name} lacks {adders[0]} / {entry}")
-    adder(p)
+    module = importlib.import_module(module_name)
+    getattr(module, adder)(p)
     p.set_defaults(func=getattr(module, entry))
 
 

@@ -8,7 +8,9 @@ the language server converts the same objects to LSP diagnostics.
 from __future__ import annotations
 
 import bisect
+import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -22,10 +24,10 @@ class Span:
     def contains(self, offset: int) -> bool:
         return self.start <= offset <= self.end
 
-    def cover(self, other: "Span") -> "Span":
+    def cover(self, other: Span) -> Span:
         return Span(min(self.start, other.start), max(self.end, other.end))
 
-    def shift(self, delta: int) -> "Span":
+    def shift(self, delta: int) -> Span:
         return Span(self.start + delta, self.end + delta)
 
 
@@ -53,7 +55,7 @@ class Diagnostic:
     severity: str = "error"  # "error" | "warning"
     fix: Fix | None = None
 
-    def shift(self, delta: int) -> "Diagnostic":
+    def shift(self, delta: int) -> Diagnostic:
         notes = tuple(Note(n.message, n.span.shift(delta) if n.span else None) for n in self.notes)
         return Diagnostic(self.code, self.message, self.span.shift(delta), notes, self.severity, self.fix)
 
@@ -100,7 +102,7 @@ class UsageError(Exception):
     reports it as one line and exits 2, never as a traceback."""
 
 
-def read_source(path) -> str:
+def read_source(path: str | os.PathLike[str]) -> str:
     """The text of a .kina file, or a UsageError that says why it cannot be read."""
     try:
         data = open(path, "rb").read()
@@ -115,7 +117,7 @@ def read_source(path) -> str:
 class SourceText:
     """Maps character offsets to 1-based (line, column) and back."""
 
-    def __init__(self, text: str, path: str = "<input>"):
+    def __init__(self, text: str, path: str = "<input>") -> None:
         self.text = text
         self.path = path
         self._starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
@@ -151,7 +153,7 @@ class SourceText:
                 out.append(f"  note: {note.message}")
         return "\n".join(out)
 
-    def to_json(self, diag: Diagnostic) -> dict:
+    def to_json(self, diag: Diagnostic) -> dict[str, object]:
         line, col = self.line_col(diag.span.start)
         end_line, end_col = self.line_col(diag.span.end)
         return {
@@ -175,7 +177,7 @@ class DiagnosticBag:
         assert fix is None or fix.kind in FIXES, fix
         self.items.append(Diagnostic(code, message, span, tuple(notes), fix=fix))
 
-    def extend(self, diags) -> None:
+    def extend(self, diags: Iterable[Diagnostic]) -> None:
         self.items.extend(diags)
 
     def __bool__(self) -> bool:

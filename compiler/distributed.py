@@ -113,7 +113,7 @@ class Launch:
     REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
     @staticmethod
-    def from_env(env=None) -> "Launch":
+    def from_env(env=None) -> Launch:
         env = os.environ if env is None else env
         missing = [k for k in Launch.REQUIRED if not env.get(k)]
         if missing:
@@ -175,8 +175,8 @@ def inject_fault(launch: Launch, step: int) -> None:
     if not spec:
         return
     try:
-        kind, rank, at = spec.split(":")
-        rank, at = int(rank), int(at)
+        kind, rank_text, at_text = spec.split(":")
+        rank, at = int(rank_text), int(at_text)
         sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}[kind]
     except (ValueError, KeyError):
         raise LaunchError(f"KINA_DIST_FAULT={spec!r} is not KIND:RANK:STEP with KIND kill or stop") from None
@@ -256,7 +256,7 @@ def _wait_for(so: Path, failed: Path, timeout: float, launch: Launch) -> None:
 class _Watchdog:
     """Ends the process if one collective lasts longer than its deadline."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str) -> None:
         self.label = label
         self.deadline: float | None = None
         self.what = ""
@@ -312,7 +312,7 @@ _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 class World:
     """The connected ranks.  Collectives work in place on NumPy arrays (C-contiguous)."""
 
-    def __init__(self, launch: Launch, timeout: float, torch, watchdog: _Watchdog):
+    def __init__(self, launch: Launch, timeout: float, torch, watchdog: _Watchdog) -> None:
         self.launch, self.rank, self.size = launch, launch.rank, launch.world_size
         self.timeout = timeout
         self._torch, self._dist, self._watchdog = torch, torch.distributed, watchdog

@@ -5,12 +5,13 @@ f32 compute domain, index bounds checks).  It knows nothing about Kina ops.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import ir
 from .diagnostics import SourceText, Span
-from .types import BY_MLIR, DType, TensorType
+from .ir import as_tensor
+from .types import BY_MLIR, DType, Type
 
 # Kina dtype -> MLIR element type (storage); the facts live in types.DType.
 ELEM: dict[DType, str] = {d: d.mlir for d in DType}
@@ -20,7 +21,7 @@ COMPUTE = "f32"  # scalar type in which every float op computes
 class EmitError(Exception):
     """A construct with no host lowering; becomes an `emit` diagnostic at `span`."""
 
-    def __init__(self, message: str, span: Span):
+    def __init__(self, message: str, span: Span) -> None:
         super().__init__(message)
         self.message, self.span = message, span
 
@@ -39,14 +40,16 @@ class Ty:
     def mlir(self) -> str:
         return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.elem + ">"
 
-    def with_elem(self, elem: str) -> "Ty":
+    def with_elem(self, elem: str) -> Ty:
         return Ty(elem, self.shape)
 
-    def with_shape(self, shape) -> "Ty":
+    def with_shape(self, shape) -> Ty:
         return Ty(self.elem, tuple(shape))
 
 
-def ty(t: TensorType) -> Ty:
+def ty(t: Type) -> Ty:
+    """The MLIR tensor type of a Kina tensor type (a tuple has none: a TypeError)."""
+    t = as_tensor(t)
     return Ty(ELEM[t.dtype], t.shape)
 
 
@@ -79,7 +82,7 @@ def float_literal(x: float, elem: str) -> str:
 class FnEmitter:
     """Emits one func.func: fresh SSA names, op lines with locations, linalg.generic."""
 
-    def __init__(self, source: SourceText | None):
+    def __init__(self, source: SourceText | None) -> None:
         self.source = source
         self.lines: list[str] = []
         self.indent = 2

@@ -7,7 +7,7 @@ names contain a dot (`f.rev`), become `func.func private @"kina_f.rev"`.
 Tuple results are multiple func results, in order.
 
 The body is tensor-level MLIR (func, linalg, tensor, arith, math, cf) that
-`one-shot-bufferize` and the pass list in docs/toolchain turn into LLVM.
+`one-shot-bufferize` and the pass lists of compiler/pipelines.py (docs/compiling.md) turn into LLVM.
 Each op's lowering lives in compiler/emit_ops.py (LOWERINGS, one row per op);
 this module owns the per-function emitter (SSA names, `linalg.generic`
 builder, source locations) and the walk over let chains.
@@ -31,9 +31,9 @@ from . import ir
 from .diagnostics import Diagnostic, SourceText, Span
 from .emit_builder import EmitError, FnEmitter, float_literal, symbol, ty
 from .emit_ops import LOWERINGS
-from .types import DType, TensorType, TupleType, Type
+from .types import TensorType, TupleType, Type
 
-__all__ = ["EmitResult", "LOWERINGS", "emit_program", "emit_function"]
+__all__ = ["EmitResult", "emit_program", "emit_function"]
 
 
 # One host tensor may hold at most this many bytes: shapes are static, so a
@@ -58,13 +58,13 @@ class EmitResult:
 
 
 # ---- the walk over a function ------------------------------------------------
-Value = str | list  # an SSA reference, or a list of them for a tuple
+Value = str | list["Value"]  # an SSA reference, or a list of them for a tuple
 
 
 class FunctionLowering:
     """Lowers one ir.Function: parameters, let chain, result."""
 
-    def __init__(self, fn: ir.Function, source: SourceText | None):
+    def __init__(self, fn: ir.Function, source: SourceText | None) -> None:
         self.fn = fn
         self.em = FnEmitter(source)
         self.env: dict[str, Value] = {}
@@ -143,12 +143,18 @@ class FunctionLowering:
                 # `x * 0.5`, or a big splat: a fill, not a dense constant the size of x in the .so
                 return em.filled(ty(e.type), e.values[0] if e.values else 0, out)
             return em.op(literal(e), out)
-        if isinstance(e, ir.CallFn):
-            return self._call(e, args, out)
+        if isinstance(e, ir.CallFn):   # parameters are tensors: each argument one SSA value
+            return self._call(e, [a for a in args if isinstance(a, str)], out)
         if isinstance(e, ir.OpApp):
             if e.op not in LOWERINGS:
                 raise EmitError(f"{e.op}: no host lowering", e.span)
-            return LOWERINGS[e.op](em, e, args, out)
+            try:
+                return LOWERINGS[e.op](em, e, args, out)
+            except EmitError:
+                raise
+            except Exception as err:   # a bug in a lowering row: a located diagnostic, not a traceback
+                raise EmitError(f"{e.op}: internal error in its lowering ({type(err).__name__}: {err}); "
+                                "this is a compiler bug, please report it", e.span) from err
         raise EmitError(f"cannot emit {type(e).__name__}", getattr(e, "span", ir.NO_SPAN))
 
     def _call(self, e: ir.CallFn, args: list[str], out: str) -> Value:
@@ -206,7 +212,7 @@ def literal(e: ir.Literal) -> str:
     t = ty(e.type)
     is_int = not e.type.is_float        # I64, and Bool stored as i8 0 / 1
 
-    def fmt(x) -> str:
+    def fmt(x: float) -> str:
         return str(int(x)) if is_int else float_literal(float(x), t.elem)
 
     if len(e.values) <= 1:
@@ -238,6 +244,10 @@ def emit_program(program: ir.Program, source: SourceText | None = None) -> EmitR
             chunks.append("\n".join(emit_function(fn, source)))
         except EmitError as err:
             diagnostics.append(Diagnostic("emit", err.message, err.span))
+        except Exception as err:   # outside any op's lowering (a compiler bug): still a diagnostic
+            diagnostics.append(Diagnostic("emit", f"internal error while lowering `{fn.name}` "
+                                                  f"({type(err).__name__}: {err}); this is a compiler bug, "
+                                                  "please report it", fn.span))
     if diagnostics:
         return EmitResult("", diagnostics)
     origin = f" from {source.path}" if source is not None else ""

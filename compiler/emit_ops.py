@@ -11,11 +11,11 @@ cf.assert (em.bounds_check) before they are used by `tensor.extract`.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from . import ir
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
-from .emit_ops_ext import EXT_LOWERINGS
+from .emit_ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
 from .types import TensorType
 
 Emitter = Callable[[FnEmitter, ir.OpApp, list, str], str]
@@ -57,30 +57,24 @@ def _relu_grad(em: FnEmitter, g: str, x: str) -> str:
     return em.op(f"arith.select {em.op(f'arith.cmpf ogt, {x}, {zero} : f32')}, {g}, {zero} : f32")
 
 
-SCALAR: dict[str, Callable] = {
-    "add": _f("addf"), "sub": _f("subf"), "mul": _f("mulf"), "div": _f("divf"),
-    "neg": lambda em, x: em.op(f"arith.negf {x} : f32"),
-    "exp": _math("exp"), "log": _math("log"), "tanh": _math("tanh"),
-    "sqrt": _math("sqrt"), "rsqrt": _math("rsqrt"),
-    "sigmoid": _sigmoid, "relu": _relu, "relu_grad": _relu_grad,
-}
+def elementwise(scalar: Callable) -> Emitter:
+    """The lowering of an elementwise op whose f32 scalar body is `scalar(em, *operands)`."""
+    def lower_elementwise(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+        """`linalg.generic` with an `arith` / `math` body: operands loaded to f32, the result stored in its dtype."""
+        t = _t(node)
 
+        def body(*xs):
+            return em.store(scalar(em, *[em.load(x, t.elem) for x in xs]), t.elem)
 
-def lower_elementwise(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """One linalg.generic: load operands to f32, apply SCALAR[op], store."""
-    t = _t(node)
-    scalar = SCALAR[node.op]
-
-    def body(*xs):
-        return em.store(scalar(em, *[em.load(x, t.elem) for x in xs]), t.elem)
-
-    return em.map_elementwise([(a, _t(e)) for a, e in zip(args, node.args)], t, body, out)
+        return em.map_elementwise([(a, _t(e)) for a, e in zip(args, node.args)], t, body, out)
+    return lower_elementwise
 
 
 # ---- matmul --------------------------------------------------------------------
 def lower_matmul(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     """Rank 2: linalg.matmul; rank 3: linalg.batch_matmul; rank >= 4: collapse the batch
-    prefix σ, batch_matmul, expand back (seed 000 §5).  Accumulates in f32."""
+    prefix σ (batch dimensions must match: no broadcasting), batch_matmul, expand back.
+    Accumulates in f32."""
     (a, b), (ta, tb), t = args, [_t(e) for e in node.args], _t(node)
     r = t.rank
     if r >= 4:
@@ -217,7 +211,7 @@ def lower_take_along_axis(em: FnEmitter, node: ir.OpApp, args: list, out: str) -
 
 
 def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """Seed 000 §7.3: bounds generic + cf.assert; flatten σ (rank >= 2) with collapse_shape;
+    """ScatterAdd, the VJP of gather: a bounds generic + cf.assert; flatten σ (rank >= 2) with collapse_shape;
     zero-filled dest; generic over (v, d, n) = (parallel, parallel, reduction) with
     out[v, d] += (indices_flat[n] == v) ? updates_flat[n, d] : 0.  Duplicates accumulate
     because n is a reduction iterator (no atomics)."""
@@ -306,15 +300,17 @@ def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list, out: str
 
 
 # ---- reductions and softmax ------------------------------------------------------
-# Combiner and identity of each reduction, over f32 accumulators.
-REDUCERS: dict[str, tuple[str, float]] = {
-    "sum": ("arith.addf", 0.0), "mean": ("arith.addf", 0.0), "max": ("arith.maximumf", float("-inf")),
+# reduce_keep's op: combiner and identity over f32 accumulators, and whether the result
+# is divided by the axis length.
+REDUCERS: dict[str, tuple[str, float, bool]] = {
+    "sum": ("arith.addf", 0.0, False), "mean": ("arith.addf", 0.0, True),
+    "max": ("arith.maximumf", float("-inf"), False),
 }
 
 
 def _reduce(em: FnEmitter, x: str, t: Ty, axis: int, kind: str) -> tuple[str, Ty]:
     """Reduce `axis` of x into an f32 tensor without that axis."""
-    combine, init = REDUCERS[kind]
+    combine, init, _mean = REDUCERS[kind]
     kept = [d for d in range(t.rank) if d != axis]
     acc = Ty(COMPUTE, tuple(t.shape[d] for d in kept))
     its = ["reduction" if d == axis else "parallel" for d in range(t.rank)]
@@ -348,7 +344,7 @@ def lower_reduce_keep(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> st
     src, t = _t(node.args[0]), _t(node)
     kind, axis = node.attrs["op"], node.attrs["axis"]
     res, acc = _reduce(em, args[0], src, axis, kind)
-    if kind == "mean":
+    if REDUCERS[kind][2]:   # a mean
         n = src.shape[axis]
         res = em.map_elementwise([(res, acc)], acc,
                                  lambda s: em.op(f"arith.divf {s}, {em.scalar(float(n), COMPUTE)} : f32"))
@@ -398,7 +394,12 @@ def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> st
 
 # ---- the table -------------------------------------------------------------------
 LOWERINGS: dict[str, Emitter] = {
-    **{op: lower_elementwise for op in SCALAR},
+    "add": elementwise(_f("addf")), "sub": elementwise(_f("subf")),
+    "mul": elementwise(_f("mulf")), "div": elementwise(_f("divf")),
+    "neg": elementwise(lambda em, x: em.op(f"arith.negf {x} : f32")),
+    "exp": elementwise(_math("exp")), "log": elementwise(_math("log")), "tanh": elementwise(_math("tanh")),
+    "sqrt": elementwise(_math("sqrt")), "rsqrt": elementwise(_math("rsqrt")),
+    "sigmoid": elementwise(_sigmoid), "relu": elementwise(_relu), "relu_grad": elementwise(_relu_grad),
     "matmul": lower_matmul,
     "transpose": lower_transpose,
     "reshape": lower_reshape,
@@ -413,4 +414,11 @@ LOWERINGS: dict[str, Emitter] = {
     "scatter_add": lower_scatter_add,
     "scatter_along_axis": lower_scatter_along_axis,
     **EXT_LOWERINGS,   # elementwise math, casts, iota / tril, argmax (compiler/emit_ops_ext.py)
+}
+
+# The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
+ATTR_CHOICES: dict[tuple[str, str], dict] = {
+    ("reduce_keep", "op"): REDUCERS,
+    ("gelu", "approximate"): GELU,
+    ("gelu_grad", "approximate"): GELU_GRAD,
 }

@@ -13,10 +13,11 @@ and XLA's float erf, accurate to a few ulp in f32.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from . import ir
 from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
+from .ir import as_tensor
 from .types import DType
 
 _F = COMPUTE
@@ -104,32 +105,43 @@ def _phi_cdf(em, x):
     return _bin(em, "mulf", _c(em, 0.5), _bin(em, "addf", _c(em, 1.0), e))
 
 
+def _gelu_tanh(em, x):
+    u, _ = _tanh_inner(em, x)
+    t = em.op(f"math.tanh {u} : {_F}")
+    return _bin(em, "mulf", _bin(em, "mulf", _c(em, 0.5), x), _bin(em, "addf", _c(em, 1.0), t))
+
+
+def _gelu_tanh_grad(em, x):
+    # 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u)
+    u, x2 = _tanh_inner(em, x)
+    t = em.op(f"math.tanh {u} : {_F}")
+    one = _c(em, 1.0)
+    left = _bin(em, "mulf", _c(em, 0.5), _bin(em, "addf", one, t))
+    du = _bin(em, "mulf", _c(em, _SQRT_2_OVER_PI),
+              _bin(em, "addf", one, _bin(em, "mulf", _c(em, 3 * 0.044715), x2)))
+    right = _bin(em, "mulf", _bin(em, "mulf", _c(em, 0.5), x),
+                 _bin(em, "mulf", _bin(em, "subf", one, _bin(em, "mulf", t, t)), du))
+    return _bin(em, "addf", left, right)
+
+
+def _gelu_erf_grad(em, x):
+    # Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi)
+    pdf = _bin(em, "mulf", em.op(f"math.exp {_bin(em, 'mulf', _c(em, -0.5), _bin(em, 'mulf', x, x))} : {_F}"),
+               _c(em, 1 / math.sqrt(2 * math.pi)))
+    return _bin(em, "addf", _phi_cdf(em, x), _bin(em, "mulf", x, pdf))
+
+
+# gelu's and gelu_grad's `approximate`: the scalar body of gelu(x), and of gelu'(x)
+GELU: dict[str, Callable] = {"none": lambda em, x: _bin(em, "mulf", x, _phi_cdf(em, x)), "tanh": _gelu_tanh}
+GELU_GRAD: dict[str, Callable] = {"none": _gelu_erf_grad, "tanh": _gelu_tanh_grad}
+
+
 def _gelu(em, node, x):
-    if node.attrs["approximate"] == "tanh":
-        u, _ = _tanh_inner(em, x)
-        t = em.op(f"math.tanh {u} : {_F}")
-        return _bin(em, "mulf", _bin(em, "mulf", _c(em, 0.5), x), _bin(em, "addf", _c(em, 1.0), t))
-    return _bin(em, "mulf", x, _phi_cdf(em, x))
+    return GELU[node.attrs["approximate"]](em, x)
 
 
 def _gelu_grad(em, node, g, x):
-    if node.attrs["approximate"] == "tanh":
-        # 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u)
-        u, x2 = _tanh_inner(em, x)
-        t = em.op(f"math.tanh {u} : {_F}")
-        one = _c(em, 1.0)
-        left = _bin(em, "mulf", _c(em, 0.5), _bin(em, "addf", one, t))
-        du = _bin(em, "mulf", _c(em, _SQRT_2_OVER_PI),
-                  _bin(em, "addf", one, _bin(em, "mulf", _c(em, 3 * 0.044715), x2)))
-        right = _bin(em, "mulf", _bin(em, "mulf", _c(em, 0.5), x),
-                     _bin(em, "mulf", _bin(em, "subf", one, _bin(em, "mulf", t, t)), du))
-        d = _bin(em, "addf", left, right)
-    else:
-        # Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi)
-        pdf = _bin(em, "mulf", em.op(f"math.exp {_bin(em, 'mulf', _c(em, -0.5), _bin(em, 'mulf', x, x))} : {_F}"),
-                   _c(em, 1 / math.sqrt(2 * math.pi)))
-        d = _bin(em, "addf", _phi_cdf(em, x), _bin(em, "mulf", x, pdf))
-    return _bin(em, "mulf", g, d)
+    return _bin(em, "mulf", g, GELU_GRAD[node.attrs["approximate"]](em, x))
 
 
 def _maximum_grad(em, node, g, x, y):
@@ -145,35 +157,22 @@ def _clamp_grad(em, node, g, x):
         if bound is not None:
             c = _cmp(em, pred, x, _c(em, bound))
             keep = c if keep is None else em.op(f"arith.andi {keep}, {c} : i1")
+    assert keep is not None   # clamp has at least one bound (infer_clamp), and so its VJP
     return _select(em, keep, g, _c(em, 0.0))
 
 
-SCALAR_EXT: dict[str, Callable] = {
-    "maximum": lambda em, node, a, b: _bin(em, "maximumf", a, b),
-    "minimum": lambda em, node, a, b: _bin(em, "minimumf", a, b),
-    "abs": lambda em, node, x: em.op(f"math.absf {x} : {_F}"),
-    "sign": _sign,
-    "square": lambda em, node, x: _bin(em, "mulf", x, x),
-    "erf": lambda em, node, x: erf(em, x),
-    "pow": _pow,
-    "clamp": _clamp,
-    "gelu": _gelu,
-    "maximum_grad": _maximum_grad,
-    "clamp_grad": _clamp_grad,
-    "gelu_grad": _gelu_grad,
-}
+def math_op(scalar: Callable) -> Callable:
+    """The lowering of an elementwise op whose f32 scalar body `scalar(em, node, *operands)`
+    reads the node's attributes."""
+    def lower_math(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+        """`linalg.generic` with an `arith` / `math` body that reads the op's attributes: operands loaded to f32, the result stored in its dtype."""
+        t = ty(node.type)
 
+        def body(*xs):
+            return em.store(scalar(em, node, *[em.load(x, t.elem) for x in xs]), t.elem)
 
-def lower_math(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """One linalg.generic: load operands to f32, apply SCALAR_EXT[op] (which sees the
-    node's attributes), store in the result's dtype."""
-    t = ty(node.type)
-    scalar = SCALAR_EXT[node.op]
-
-    def body(*xs):
-        return em.store(scalar(em, node, *[em.load(x, t.elem) for x in xs]), t.elem)
-
-    return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
+        return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
+    return lower_math
 
 
 # ---- casts -----------------------------------------------------------------------------
@@ -198,11 +197,6 @@ def lower_cast(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 # ---- comparisons and where ---------------------------------------------------------------
-# Float predicates are ordered (false when either side is NaN) except `ne` (true), as in
-# NumPy; integers compare signed, Bool as unsigned i1.
-_CMPF = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
-_CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
-_CMPU = {"lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge", "eq": "eq", "ne": "ne"}
 
 
 def _is_bool(e) -> bool:
@@ -214,19 +208,23 @@ def _truth(em: FnEmitter, c: str) -> str:
     return em.op(f"arith.cmpi ne, {c}, {em.scalar(0, 'i8')} : i8")
 
 
-def lower_compare(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
-    """The predicate in i1, stored as a Bool byte (extui to i8)."""
-    src, t = ty(node.args[0].type), ty(node.type)
+def compare(floats: str, ints: str, bools: str) -> Callable:
+    """The lowering of a comparison with these `arith.cmpf` / `arith.cmpi` predicates for
+    float, I64 and Bool operands."""
+    def lower_compare(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+        """`linalg.generic` computing the predicate in i1 (`arith.cmpf`, ordered but for `ne`; `arith.cmpi`, signed for I64, unsigned for Bool), stored as a Bool byte."""
+        src, t = ty(node.args[0].type), ty(node.type)
 
-    def body(a, b):
-        if node.args[0].type.is_float:
-            bit = _cmp(em, _CMPF[node.op], em.load(a, src.elem), em.load(b, src.elem))
-        else:
-            pred = (_CMPU if _is_bool(node.args[0]) else _CMPI)[node.op]
-            bit = em.op(f"arith.cmpi {pred}, {a}, {b} : {src.elem}")
-        return em.op(f"arith.extui {bit} : i1 to {t.elem}")
+        def body(a, b):
+            if as_tensor(node.args[0].type).is_float:
+                bit = _cmp(em, floats, em.load(a, src.elem), em.load(b, src.elem))
+            else:
+                pred = bools if _is_bool(node.args[0]) else ints
+                bit = em.op(f"arith.cmpi {pred}, {a}, {b} : {src.elem}")
+            return em.op(f"arith.extui {bit} : i1 to {t.elem}")
 
-    return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
+        return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
+    return lower_compare
 
 
 def lower_where(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
@@ -236,7 +234,7 @@ def lower_where(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
     def body(c, a, b):
         c = _truth(em, c)
-        if node.type.is_float:
+        if as_tensor(node.type).is_float:
             return em.store(_select(em, c, em.load(a, t.elem), em.load(b, t.elem)), t.elem)
         return em.op(f"arith.select {c}, {a}, {b} : {t.elem}")
 
@@ -260,7 +258,7 @@ def lower_tril(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     """x where j - i <= k on the last two axes (i, j), zero (false) elsewhere."""
     t = ty(node.type)
     r, k = t.rank, node.attrs["k"]
-    is_float = node.type.is_float
+    is_float = as_tensor(node.type).is_float
 
     def body(x, _o):
         i = em.op(f"linalg.index {r - 2} : index")
@@ -280,7 +278,7 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     i64), then expand_shape to keep the axis.  An element wins when it is greater than
     the max so far, or NaN when the max so far is not (numpy.argmax: the first NaN, else
     the first maximum)."""
-    from .emit_ops import _keep_axis   # emit_ops imports this module for its table
+    from .emit_ops import _keep_axis  # emit_ops imports this module for its table
 
     src = ty(node.args[0].type)
     axis, r = node.attrs["axis"], src.rank
@@ -309,11 +307,26 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 EXT_LOWERINGS = {
-    **{op: lower_math for op in SCALAR_EXT},
+    "maximum": math_op(lambda em, node, a, b: _bin(em, "maximumf", a, b)),
+    "minimum": math_op(lambda em, node, a, b: _bin(em, "minimumf", a, b)),
+    "abs": math_op(lambda em, node, x: em.op(f"math.absf {x} : {_F}")),
+    "sign": math_op(_sign),
+    "square": math_op(lambda em, node, x: _bin(em, "mulf", x, x)),
+    "erf": math_op(lambda em, node, x: erf(em, x)),
+    "pow": math_op(_pow),
+    "clamp": math_op(_clamp),
+    "gelu": math_op(_gelu),
+    "maximum_grad": math_op(_maximum_grad),
+    "clamp_grad": math_op(_clamp_grad),
+    "gelu_grad": math_op(_gelu_grad),
     "cast": lower_cast,
     "iota": lower_iota,
     "tril": lower_tril,
     "argmax": lower_argmax,
-    **{op: lower_compare for op in _CMPF},
+    # Float predicates are ordered (false when either side is NaN) except `ne` (true), as
+    # in NumPy; integers compare signed, Bool as unsigned i1.
+    "lt": compare("olt", "slt", "ult"), "le": compare("ole", "sle", "ule"),
+    "gt": compare("ogt", "sgt", "ugt"), "ge": compare("oge", "sge", "uge"),
+    "eq": compare("oeq", "eq", "eq"), "ne": compare("une", "ne", "ne"),
     "where": lower_where,
 }

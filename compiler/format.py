@@ -50,7 +50,7 @@ _POSTFIX_NODES = tuple(n for n in (ast.MethodCall, getattr(ast, "Field", None)) 
 class FormatError(Exception):
     """The text cannot be formatted: its syntax errors (or an internal check failed)."""
 
-    def __init__(self, message: str, diagnostics: list[Diagnostic] | None = None):
+    def __init__(self, message: str, diagnostics: list[Diagnostic] | None = None) -> None:
         super().__init__(message)
         self.diagnostics = diagnostics or []
 
@@ -176,10 +176,9 @@ class _Formatter(Emitter):
                 stack += [*node.args, *(c for c in children(node) if c not in node.args)]
             else:
                 stack += children(node)
-        opens.discard(None)
-        return opens
+        return {o for o in opens if o is not None}
 
-    def int_list(self, values: list[int], pos: int) -> int:
+    def int_list(self, values: tuple[int, ...], pos: int) -> int:
         """`[1, 2]` (a group: one value per line if it ever gets that long)."""
         at = self.find("[", pos)
         pos = at + 1 if at is not None else pos
@@ -298,12 +297,13 @@ class _Formatter(Emitter):
         """A left-associative run of one precedence level: `a + b - c` breaks before each operator."""
         level = _PREC[e.op]
         rest = []
-        while isinstance(e, ast.BinOp) and _PREC[e.op] == level:
-            rest.append(e)
-            e = e.lhs
+        node: ast.Expr = e
+        while isinstance(node, ast.BinOp) and _PREC[node.op] == level:
+            rest.append(node)
+            node = node.lhs
         rest.reverse()
         with self.b.group():
-            self.expr(e, level, blank_ok)
+            self.expr(node, level, blank_ok)
             with self.b.indent(INDENT):
                 for op in rest:
                     self.brk(layout.LINE)
@@ -343,7 +343,7 @@ class _Formatter(Emitter):
             return
         self.tok(a.name, a.name_span.start)
         pos = self.expect("=", a.name_span.end)
-        if isinstance(a.value, list):
+        if isinstance(a.value, tuple):
             self.int_list(a.value, pos)
         elif isinstance(a.value, str):
             self.tok(a.value, a.value_span.start)
@@ -410,7 +410,7 @@ def ast_shape(node):
             links.append(("let", ast_shape(node.names), node.destructure, ast_shape(node.value)))
             node = node.body
         return ("chain", tuple(links), ast_shape(node))
-    if isinstance(node, list):
+    if isinstance(node, (list, tuple)):
         return tuple(ast_shape(x) for x in node)
     if isinstance(node, float):
         return ("float", node, math.copysign(1.0, node))
@@ -434,7 +434,7 @@ def _parse(text: str) -> tuple[ast.Module, list, list[str]]:
             functions.append(shift(fn, it.start))
             texts.append(text[it.start:it.end])
     diags.sort(key=lambda d: (d.span.start, d.span.end))
-    return ast.Module(functions, Span(0, len(text))), diags, texts
+    return ast.Module(tuple(functions), Span(0, len(text))), diags, texts
 
 
 def _parse_or_raise(text: str, what: str) -> tuple[ast.Module, list[str]]:
@@ -465,7 +465,7 @@ def _check(before: str, module: ast.Module, texts: list[str], after: str) -> Non
         formatted, new_texts = _parse_or_raise(after, "the formatted text")
     except FormatError as e:
         raise FormatError("internal error: the formatted text does not parse "
-                          f"({e.diagnostics[0].message if e.diagnostics else e}); the file was left as it is")
+                          f"({e.diagnostics[0].message if e.diagnostics else e}); the file was left as it is") from e
     same = len(formatted.functions) == len(module.functions) and all(
         t == u or ast_shape(f) == ast_shape(g)
         for t, u, f, g in zip(texts, new_texts, module.functions, formatted.functions))

@@ -29,7 +29,7 @@ _PAREN = re.compile(r"//[^\n]*|[()]")
 class _Comment:
     __slots__ = ("start", "end", "text", "own_line")
 
-    def __init__(self, text: str, m: re.Match):
+    def __init__(self, text: str, m: re.Match) -> None:
         self.start, self.end = m.start(), m.end()
         self.text = m.group().rstrip()
         line_start = text.rfind("\n", 0, m.start()) + 1
@@ -42,7 +42,7 @@ class Emitter:
     `at` is a token's offset in the source (None for a token the source does not have:
     then its comments are kept by the next token that has one)."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
         self.b = layout.Builder()
         self.comments = [_Comment(text, m) for m in _COMMENT.finditer(text)]
@@ -63,7 +63,8 @@ class Emitter:
     # -- source positions
     def next_at(self, pos: int) -> int:
         """Offset of the first token at or after pos."""
-        return _SKIP.match(self.text, pos).end()
+        m = _SKIP.match(self.text, pos)
+        return m.end() if m else pos      # _SKIP matches the empty string: always a match
 
     def find(self, word: str, pos: int) -> int | None:
         """Offset of `word` if it is the next token after pos (else None: the source has none)."""

@@ -17,17 +17,17 @@ message the compiled code asserts, never numpy's IndexError.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
+from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
+from .runtime_library import KinaRuntimeError
 from .types import DType, TensorType
 from .uses import Uses
 
-
-class KinaRuntimeError(Exception):
-    """A run-time failure of a Kina program (bad argument, out-of-range index)."""
+# A run-time failure of a Kina program (bad argument, out-of-range index) is the same error
+# as the compiled library's: one class, defined with the library loader.
 
 
 # Storage of each dtype (types.DType.np_dtype: F8E4M3 is ml_dtypes.float8_e4m3fn, like the library).
@@ -66,7 +66,7 @@ def _take_along_axis(args, attrs, out):
 
 
 def _scatter_add(args, attrs, out):
-    # Seed 000 §7.2: out[v, d] = sum over indices[i] = v of updates[i ++ [d]]; duplicates add.
+    # ScatterAdd: out[v, d] = sum over indices[i] = v of updates[i ++ [d]]; duplicates add.
     updates, idx = args
     dest = np.zeros(out.shape, dtype=updates.dtype)
     _check_indices(idx, out.shape[0], "scatter_add")
@@ -86,7 +86,7 @@ def _scatter_along_axis(args, attrs, out):
     return dest
 
 
-_REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max}
+_REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "mean": np.mean, "max": np.max}  # reduce_keep's op
 
 _erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -97,20 +97,20 @@ def _erf_f(x: np.ndarray) -> np.ndarray:
     return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)
 
 
-def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
-    if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
-    return 0.5 * x * (1 + _erf_f(x / math.sqrt(2)))
+def _gelu_tanh_grad(x: np.ndarray) -> np.ndarray:
+    t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
 
 
-def _gelu_grad(args, attrs, out):
-    g, x = args
-    if attrs["approximate"] == "tanh":
-        t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
-        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
-    else:
-        d = 0.5 * (1 + _erf_f(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-    return g * d
+# gelu's and gelu_grad's `approximate`: gelu(x), and its derivative gelu'(x)
+_GELU: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "none": lambda x: 0.5 * x * (1 + _erf_f(x / math.sqrt(2))),
+    "tanh": lambda x: 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))),
+}
+_GELU_GRAD: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "none": lambda x: 0.5 * (1 + _erf_f(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
+    "tanh": _gelu_tanh_grad,
+}
 
 
 def _maximum_grad(args, attrs, out):
@@ -179,14 +179,14 @@ NUMPY_OPS: dict[str, OpFn] = {
     "erf": lambda a, at, t: _erf_f(a[0]),
     "pow": lambda a, at, t: np.power(a[0], at["p"]),
     "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
-    "gelu": lambda a, at, t: _gelu(a[0], at["approximate"]),
+    "gelu": lambda a, at, t: _GELU[at["approximate"]](a[0]),
     "cast": _cast,
     "iota": _iota,
     "tril": lambda a, at, t: np.tril(a[0], at["k"]),
     "argmax": lambda a, at, t: np.argmax(a[0], axis=at["axis"], keepdims=True),
     "maximum_grad": _maximum_grad,
     "clamp_grad": lambda a, at, t: np.where(_in_bounds(a[1], at), a[0], 0),
-    "gelu_grad": _gelu_grad,
+    "gelu_grad": lambda a, at, t: a[0] * _GELU_GRAD[at["approximate"]](a[1]),
     "lt": lambda a, at, t: np.less(a[0], a[1]),
     "le": lambda a, at, t: np.less_equal(a[0], a[1]),
     "gt": lambda a, at, t: np.greater(a[0], a[1]),
@@ -197,9 +197,17 @@ NUMPY_OPS: dict[str, OpFn] = {
 }
 
 
+# The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
+ATTR_CHOICES: dict[tuple[str, str], dict] = {
+    ("reduce_keep", "op"): _REDUCE,
+    ("gelu", "approximate"): _GELU,
+    ("gelu_grad", "approximate"): _GELU_GRAD,
+}
+
+
 # ---- evaluation -----------------------------------------------------------------------
 class _Interpreter:
-    def __init__(self, program: Program, float_dtype=None):
+    def __init__(self, program: Program, float_dtype=None) -> None:
         self.program = program
         self.float_dtype = None if float_dtype is None else np.dtype(float_dtype)
 
@@ -256,10 +264,17 @@ class _Interpreter:
         return np.asarray(lit.values, dtype).reshape(t.shape)
 
     def op(self, node: OpApp, args: list[np.ndarray]) -> np.ndarray:
-        out_dtype = self.storage(node.type)
+        out_type = as_tensor(node.type)      # ops make tensors
+        out_dtype = self.storage(out_type)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
         args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
-        result = NUMPY_OPS[node.op](args, node.attrs, node.type)
+        try:
+            result = NUMPY_OPS[node.op](args, node.attrs, out_type)
+        except (KinaRuntimeError, MemoryError):
+            raise
+        except Exception as err:   # a bug in a NumPy row: a Kina error naming the op, not a traceback
+            raise KinaRuntimeError(f"{node.op}: internal error in its NumPy reference ({type(err).__name__}: "
+                                   f"{err}); this is a compiler bug, please report it") from err
         return np.asarray(result).astype(out_dtype, copy=False)
 
 

@@ -10,52 +10,66 @@ strings, or a TensorType for `dest_ty`).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from .diagnostics import Span
+from .diagnostics import Diagnostic, Span
 from .types import TensorType, TupleType, Type
 
 NO_SPAN = Span(0, 0)
 
 
-@dataclass
+def as_tensor(t: Type) -> TensorType:
+    """t, known to be a tensor type where the caller stands (a TypeError if it is a tuple)."""
+    if not isinstance(t, TensorType):
+        raise TypeError(f"expected a tensor type, got {t}")
+    return t
+
+
+@dataclass(frozen=True)
 class Var:
     name: str
     type: Type
     span: Span = NO_SPAN
 
+    @property
+    def tensor_type(self) -> TensorType:
+        """The type of a Var that holds a tensor (every Var a backward graph binds)."""
+        return as_tensor(self.type)
 
-@dataclass
+
+@dataclass(frozen=True)
 class OpApp:
     op: str                         # key of ops.OPS
-    args: list["Expr"]              # tensor operands
-    attrs: dict                     # static attributes, normalised by the checker
+    args: list[Expr]              # tensor operands
+    attrs: dict[str, Any]           # static attributes, normalised by the checker
     type: Type
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallFn:
     """A call of a user function (by name)."""
     fn: str
-    args: list["Expr"]
+    args: list[Expr]
     type: Type
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Handle:
     """`handle fn(args) with reverseMode`; type is (R, g0, .., gk-1) or R when k = 0.
 
     The autodiff stage replaces it by a CallFn of a generated function."""
     fn: str
-    args: list["Expr"]
+    args: list[Expr]
     handler: str
     type: Type
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Literal:
     """A constant tensor.  values: () = zeros, (x,) = splat, else row-major payload.
     `scalar`: written as a bare number operand (`x * 0.5`), a splat of the other operand's type."""
@@ -65,9 +79,9 @@ class Literal:
     scalar: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class MakeTuple:
-    items: list["Expr"]
+    items: list[Expr]
     type: TupleType
     span: Span = NO_SPAN
 
@@ -75,7 +89,7 @@ class MakeTuple:
 Expr = Var | OpApp | CallFn | Handle | Literal | MakeTuple
 
 
-@dataclass
+@dataclass(frozen=True)
 class Binding:
     """One `let`: a single name, or a destructuring of a tuple value."""
     names: list[str]
@@ -92,14 +106,14 @@ class Binding:
         return [self.value.type]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Param:
     name: str
     type: TensorType
     span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Function:
     name: str
     params: list[Param]
@@ -110,14 +124,15 @@ class Function:
     name_span: Span = NO_SPAN
 
 
-@dataclass
+@dataclass(frozen=True)
 class Program:
     functions: dict[str, Function] = field(default_factory=dict)
 
 
 # ---- helpers used by passes and tests ----------------------------------------
 def scatter_add(updates: Expr, indices: Expr, dest_ty: TensorType, span: Span = NO_SPAN) -> OpApp:
-    """Seed 000 §7: ScatterAdd(updates, indices, dest_ty) : dest_ty."""
+    """ScatterAdd(updates, indices, dest_ty) : dest_ty, the IR-internal VJP of gather
+    (zeros of dest_ty with each updates row added at its index; duplicates add)."""
     return OpApp("scatter_add", [updates, indices], {"dest_ty": dest_ty}, dest_ty, span)
 
 
@@ -127,7 +142,7 @@ def scatter_along_axis(updates: Expr, indices: Expr, axis: int, dest_ty: TensorT
     return OpApp("scatter_along_axis", [updates, indices], {"axis": axis, "dest_ty": dest_ty}, dest_ty, span)
 
 
-def walk(expr: Expr):
+def walk(expr: Expr) -> Iterator[Expr]:
     """Pre-order iteration over an expression tree."""
     yield expr
     for child in children(expr):
@@ -142,7 +157,7 @@ def children(expr: Expr) -> list[Expr]:
     return []
 
 
-def verify(program: Program, stage: str = "") -> list:
+def verify(program: Program, stage: str = "") -> list[Diagnostic]:
     """Re-run the typing rules on every node (compiler/ir_verify.py): [] or diagnostics."""
     from .ir_verify import verify as _verify
     return _verify(program, stage)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from . import ir
 from .diagnostics import Diagnostic, Note
-from .ops import OPS, OpError
-from .types import TensorType, TupleType
+from .ops import OPS
+from .shape_rules import OpError
+from .types import TensorType, TupleType, Type
 
 
 class _Bad(Exception):
-    def __init__(self, message: str, node):
+    def __init__(self, message: str, node: object) -> None:
         super().__init__(message)
         self.message, self.node = message, node
 
@@ -39,7 +40,7 @@ def verify(program: ir.Program, stage: str = "") -> list[Diagnostic]:
 
 
 def _function(program: ir.Program, fn: ir.Function) -> None:
-    env = {p.name: p.type for p in fn.params}
+    env: dict[str, Type] = {p.name: p.type for p in fn.params}
     for b in fn.lets:
         t = _expr(program, b.value, env)
         if b.destructure:
@@ -53,7 +54,7 @@ def _function(program: ir.Program, fn: ir.Function) -> None:
         raise _Bad(f"the result has type {t}, but `{fn.name}` is declared to return {fn.ret_type}", fn.result)
 
 
-def _expr(program: ir.Program, e: ir.Expr, env: dict):
+def _expr(program: ir.Program, e: ir.Expr, env: dict[str, Type]) -> Type:
     if isinstance(e, ir.Var):
         if e.name not in env:
             raise _Bad(f"`{e.name}` is not bound here", e)
@@ -63,6 +64,7 @@ def _expr(program: ir.Program, e: ir.Expr, env: dict):
     if isinstance(e, ir.Literal):
         return _literal(e)
     args = [_expr(program, a, env) for a in ir.children(e)]
+    want: Type
     if isinstance(e, ir.OpApp):
         want = _op(e, args)
     elif isinstance(e, ir.MakeTuple):
@@ -76,28 +78,29 @@ def _expr(program: ir.Program, e: ir.Expr, env: dict):
     return e.type
 
 
-def _op(e: ir.OpApp, args: list) -> TensorType:
-    from .check_op_args import _check_float_only   # lazy: check_op_args imports ir
+def _op(e: ir.OpApp, args: list[Type]) -> TensorType:
+    from .check_op_args import _check_float_only  # lazy: check_op_args imports ir
     row = OPS.get(e.op)
     if row is None:
         raise _Bad(f"unknown op `{e.op}`", e)
     if (row.operands >= 0 and len(args) != row.operands) or (row.operands < 0 and len(args) < 2):
         raise _Bad(f"{e.op} takes {row.operands if row.operands >= 0 else 'at least 2'} operands, "
                    f"this node has {len(args)}", e)
-    if not all(isinstance(a, TensorType) for a in args):
+    tensors = [a for a in args if isinstance(a, TensorType)]
+    if len(tensors) != len(args):
         raise _Bad(f"{e.op}: an operand is a tuple ({', '.join(map(str, args))})", e)
     missing = [a.name for a in row.attrs if a.required and a.name not in e.attrs]
     if missing:
         raise _Bad(f"{e.op}: attribute {missing[0]} is missing", e)
     try:
-        out = row.infer(list(args), e.attrs)
-        _check_float_only(row, list(args))
+        out = row.infer(tensors, e.attrs)
+        _check_float_only(row, tensors)
     except OpError as err:
         raise _Bad(err.message, e) from None
     return out
 
 
-def _call(program: ir.Program, e, args: list):
+def _call(program: ir.Program, e: ir.CallFn | ir.Handle, args: list[Type]) -> Type:
     callee = program.functions.get(e.fn)
     if callee is None:
         raise _Bad(f"no function `{e.fn}`", e)
@@ -119,7 +122,7 @@ def _literal(e: ir.Literal) -> TensorType:
     return e.type
 
 
-def _what(e) -> str:
+def _what(e: ir.Expr) -> str:
     if isinstance(e, ir.OpApp):
         return e.op
     if isinstance(e, (ir.CallFn, ir.Handle)):

@@ -30,14 +30,14 @@ class Line:
     """A break: `flat` when its group is flat, a newline when broken."""
     __slots__ = ("flat",)
 
-    def __init__(self, flat: str):
+    def __init__(self, flat: str) -> None:
         self.flat = flat
 
 
 class _Hard:
     __slots__ = ("name",)
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self.name = name
 
     def __repr__(self) -> str:
@@ -51,21 +51,21 @@ HARD, FRESH, BLANK = _Hard("HARD"), _Hard("FRESH"), _Hard("BLANK")
 class Trail:
     __slots__ = ("text",)
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
 
 
 class IfBreak:
     __slots__ = ("text",)
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
 
 
 class Group:
     __slots__ = ("parts", "hard")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: list = []
         self.hard = False       # contains a hard break or a Trail: never flat
 
@@ -73,7 +73,7 @@ class Group:
 class Indent:
     __slots__ = ("parts", "n")
 
-    def __init__(self, n: int):
+    def __init__(self, n: int) -> None:
         self.parts: list = []
         self.n = n
 
@@ -83,14 +83,14 @@ class Fill:
     next item does not fit (or a Trail is waiting for the end of the line)."""
     __slots__ = ("parts",)
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: list = []
 
 
 class Builder:
     """Appends documents in print order; groups, indents and fills are `with` blocks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.root: list = []
         self._stack = [self.root]
         self._groups: list[Group] = []
@@ -136,12 +136,13 @@ class _FillStep:
     """Stack entry: print item i of a fill (after deciding the separator before it)."""
     __slots__ = ("items", "seps", "i")
 
-    def __init__(self, items, seps, i):
+    def __init__(self, items, seps, i) -> None:
         self.items, self.seps, self.i = items, seps, i
 
 
 def _split_fill(fill: Fill) -> tuple[list[list], list[Line]]:
-    items, seps = [[]], []
+    items: list[list] = [[]]
+    seps: list[Line] = []
     for part in fill.parts:
         if isinstance(part, Line):
             seps.append(part)
@@ -194,7 +195,7 @@ def _fits(first: list, rest: list, width: int) -> bool:
 
 
 class _Printer:
-    def __init__(self, width: int):
+    def __init__(self, width: int) -> None:
         self.width = width
         self.out: list[str] = []
         self.pos = 0                 # column

@@ -10,7 +10,8 @@ the text (they are cheap: names and call sets only).
 """
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 
 from . import syntax
 from .check import FunctionResult
@@ -66,9 +67,10 @@ def _cycles(graph: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
-def _path(graph, members, start, goal) -> list[str]:
+def _path(graph: dict[str, list[str]], members: set[str], start: str, goal: str) -> list[str]:
     """Shortest call path start -> ... -> goal inside one strongly connected component (BFS)."""
-    prev, frontier = {start: None}, [start]
+    prev: dict[str, str | None] = {start: None}
+    frontier = [start]
     while goal not in prev:
         nxt = []
         for f in frontier:
@@ -77,7 +79,8 @@ def _path(graph, members, start, goal) -> list[str]:
                     prev[m] = f
                     nxt.append(m)
         frontier = nxt
-    path, node = [], goal
+    path: list[str] = []
+    node: str | None = goal
     while node is not None:
         path.append(node)
         node = prev[node]

@@ -27,7 +27,7 @@ def resolve(fn: ast.FnDef) -> Symbols:
     only earlier bindings).  Iterative over the let chain; expressions are at most
     parse.MAX_DEPTH deep."""
     sym = Symbols()
-    scope = {}
+    scope: dict[str, Span] = {}
     for p in fn.params:
         sym.defs[p.name_span] = p.name
         scope.setdefault(p.name, p.name_span)
@@ -43,7 +43,7 @@ def resolve(fn: ast.FnDef) -> Symbols:
     return sym
 
 
-def _resolve_expr(e, scope: dict[str, Span], sym: Symbols) -> None:
+def _resolve_expr(e: ast.Expr, scope: dict[str, Span], sym: Symbols) -> None:
     stack = [e]
     while stack:
         e = stack.pop()
@@ -99,7 +99,8 @@ def local_rename_conflict(sym: Symbols, fn: ast.FnDef, target: Span, new: str) -
     return None
 
 
-def function_rename_conflict(items, old: str, new: str) -> tuple[str, Span] | None:
+def function_rename_conflict(items: list[tuple[int, str, ast.FnDef | None, Symbols | None]], old: str,
+                             new: str) -> tuple[str, Span] | None:
     """Why renaming function `old` to `new` would change the program.  items: (offset,
     name, FnDef or None, Symbols or None) of every top-level item; spans come back in
     document offsets."""

@@ -10,18 +10,38 @@ whole type and the failing dimension.  Axis attributes are normalised here
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from .shape_rules import (OpError, _axis, _float, _named, _same_placement, _shape,  # noqa: F401 (re-exported)
-                          infer_argmax, infer_broadcast, infer_cast, infer_clamp, infer_compare,
-                          infer_concat, infer_elementwise, infer_gather, infer_iota, infer_matmul,
-                          infer_pow, infer_reduce_keep, infer_reshape, infer_same,
-                          infer_scatter_add, infer_scatter_along_axis, infer_slice, infer_softmax,
-                          infer_take_along_axis, infer_transpose, infer_tril, infer_unary,
-                          infer_where)
+from .shape_rules import (
+    OpError,
+    _named,
+    _shape,
+    infer_argmax,
+    infer_broadcast,
+    infer_cast,
+    infer_clamp,
+    infer_compare,
+    infer_concat,
+    infer_elementwise,
+    infer_gather,
+    infer_iota,
+    infer_matmul,
+    infer_pow,
+    infer_reduce_keep,
+    infer_reshape,
+    infer_same,
+    infer_scatter_add,
+    infer_scatter_along_axis,
+    infer_slice,
+    infer_softmax,
+    infer_take_along_axis,
+    infer_transpose,
+    infer_tril,
+    infer_unary,
+    infer_where,
+)
 from .types import DType, TensorType
-
 
 _MISSING = object()
 
@@ -66,12 +86,43 @@ class OpDef:
     # Operand positions where a bare number (`x * 0.5`, `1e-5 + v`) is accepted: it means a
     # splat of the type of the first tensor operand among these positions.
     scalars: tuple[int, ...] = ()
+    # Value-flow facts (compiler/uses.py): a layout op passes its operands' elements through
+    # unchanged; `index_bound(operand types, attrs)` is the exclusive bound its I64 index
+    # operand (operand 1) must respect; `positive(attrs)` says its float operand must be > 0
+    # for a finite result (the interpreter then draws positive inputs).
+    layout: bool = False
+    index_bound: Callable[[list[TensorType], dict], int] | None = None
+    positive: Callable[[dict], bool] | None = None
 
     def attr(self, name: str) -> AttrSpec | None:
         return next((a for a in self.attrs if a.name == name), None)
 
+    def signature(self, method: bool) -> tuple[str, list[str]]:
+        """(label, parameters) of the call as editors and the docs show it:
+        `x.reduce_keep(op=sum|mean|max, axis=int)` or `reduce_keep(x, ...)`."""
+        n = self.operands if self.operands >= 0 else 2
+        operands = [f"x{i}" if n > 1 else "x" for i in range(n)]
+        if self.operands < 0:
+            operands.append("...")
+        method = method and bool(operands)        # a builder (iota) has no receiver
+        params = operands[1:] if method else operands
+        params += [f"{a.name}={a.shown}" for a in self.attrs]
+        prefix = f"{operands[0]}.{self.name}(" if method else f"{self.name}("
+        return prefix + ", ".join(params) + ")", params
 
-def _rank_of(spec: "AttrSpec", args: list[TensorType], attrs: dict) -> tuple[int, str]:
+    def forms(self) -> list[str]:
+        """Every way the op is written in source (none for an IR-internal op)."""
+        if self.internal:
+            return []
+        if self.infix == "-" and self.operands == 1:
+            return ["-x", self.signature(True)[0]]
+        if self.infix is not None:
+            return [f"a {self.infix} b"]
+        forms = [self.signature(True)[0], self.signature(False)[0]]
+        return list(dict.fromkeys(forms))
+
+
+def _rank_of(spec: AttrSpec, args: list[TensorType], attrs: dict) -> tuple[int, str]:
     """The rank an axis attribute indexes, and what to call it in a message."""
     if isinstance(spec.of, str):
         n = len(attrs.get(spec.of, ()))
@@ -80,7 +131,7 @@ def _rank_of(spec: "AttrSpec", args: list[TensorType], attrs: dict) -> tuple[int
     return t.rank, str(t)
 
 
-def _normal_axis(op: str, spec: "AttrSpec", axis: int, rank: int, what: str, given=None) -> int:
+def _normal_axis(op: str, spec: AttrSpec, axis: int, rank: int, what: str, given=None) -> int:
     if not (-rank <= axis < rank):
         span = f"axes -{rank}..{rank - 1}" if rank else "no axes"
         head = f"{spec.name}={axis}" if given is None else f"{spec.name} {_shape(given)} has axis {axis}, which"
@@ -89,7 +140,7 @@ def _normal_axis(op: str, spec: "AttrSpec", axis: int, rank: int, what: str, giv
     return axis + rank if axis < 0 else axis
 
 
-def normalise_axes(op: "OpDef", args: list[TensorType], attrs: dict) -> dict:
+def normalise_axes(op: OpDef, args: list[TensorType], attrs: dict) -> dict:
     """attrs with every `axis`/`axes` attribute made non-negative (axis=-1 is the last
     axis, as in NumPy and PyTorch); an out-of-range axis raises OpError.  The IR, the
     later stages, the diagnostics of the shape rule and hover all see normalised axes."""
@@ -128,6 +179,10 @@ _UNARY_DOCS = {
 OPS: dict[str, OpDef] = {}
 
 
+def _ALWAYS(attrs: dict) -> bool:
+    return True
+
+
 def _row(op: OpDef) -> None:
     assert op.name not in OPS, op.name
     OPS[op.name] = op
@@ -138,24 +193,26 @@ for _n, (_sym, _doc) in _ELEMENTWISE_DOCS.items():
                _doc, operands=2, infix=_sym, linear=_n in ("add", "sub"), scalars=(0, 1)))
 for _n, _doc in _UNARY_DOCS.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc,
-               infix="-" if _n == "neg" else None, linear=_n == "neg"))
+               infix="-" if _n == "neg" else None, linear=_n == "neg",
+               positive=_ALWAYS if _n in ("log", "sqrt", "rsqrt") else None))
 _row(OpDef("matmul", infer_matmul, "a @ b : σ++[M,N], with a : σ++[M,K], b : σ++[K,N], rank >= 2",
            "batched matrix product over a shared batch prefix σ", operands=2, infix="@"))
 _row(OpDef("transpose", infer_transpose, "x.transpose(perm) : [x.shape[perm[0]], ...]",
-           "permute the axes of x", attrs=(AttrSpec("perm", "axes", positional=True),), linear=True))
+           "permute the axes of x", attrs=(AttrSpec("perm", "axes", positional=True),), linear=True, layout=True))
 _row(OpDef("reshape", infer_reshape, "x.reshape(shape) : shape, with vol(shape) = vol(x)",
            "same elements in row-major order, new shape", attrs=(AttrSpec("shape", "ints", positional=True),),
-           linear=True, float_only=False))
+           linear=True, float_only=False, layout=True))
 _row(OpDef("broadcast", infer_broadcast, "x.broadcast(shape) : shape; each axis of x equal or 1 (axes may be prepended)",
            "expand unit axes (and prepend new ones)", attrs=(AttrSpec("shape", "ints", positional=True),),
-           linear=True, float_only=False))
+           linear=True, float_only=False, layout=True))
 _row(OpDef("slice", infer_slice, "x.slice(axis=i, start=s, stop=e) : x with dim i = e - s, 0 <= s < e <= dim",
            "a contiguous range along one axis",
-           attrs=(AXIS, AttrSpec("start", "int"), AttrSpec("stop", "int")), linear=True, float_only=False))
+           attrs=(AXIS, AttrSpec("start", "int"), AttrSpec("stop", "int")), linear=True, float_only=False, layout=True))
 _row(OpDef("concat", infer_concat, "concat(a, b, ..., axis=i) : shapes equal except on axis i, which adds up",
-           "join tensors along an axis", operands=-1, attrs=(AXIS,), linear=True, float_only=False))
+           "join tensors along an axis", operands=-1, attrs=(AXIS,), linear=True, float_only=False, layout=True))
 _row(OpDef("gather", infer_gather, "gather(values : [V, D], indices : I64 σ) : σ++[D]",
-           "embedding lookup: rows of values picked by indices", operands=2, linear=True, index_operands=(1,)))
+           "embedding lookup: rows of values picked by indices", operands=2, linear=True, index_operands=(1,),
+           index_bound=lambda args, attrs: args[0].shape[0]))
 _row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max, axis=i) : x with dim i = 1",
            "reduce one axis, keeping it with size 1",
            attrs=(AttrSpec("op", "enum", ("sum", "mean", "max")), AXIS)))
@@ -166,14 +223,17 @@ _row(OpDef("log_softmax", _named(infer_softmax, "log_softmax"), "x.log_softmax(a
 _row(OpDef("take_along_axis", infer_take_along_axis,
            "x.take_along_axis(idx : I64, axis=i) : idx.shape; idx has x's rank and equal dims outside i",
            "pick one element per position along axis i (like numpy.take_along_axis)",
-           operands=2, attrs=(AXIS,), linear=True, index_operands=(1,)))
+           operands=2, attrs=(AXIS,), linear=True, index_operands=(1,),
+           index_bound=lambda args, attrs: args[0].shape[attrs["axis"]]))
 _row(OpDef("scatter_add", infer_scatter_add, "ScatterAdd(updates : σ++[D], indices : I64 σ, dest_ty : [V, D]) : dest_ty",
            "IR-internal (VJP of gather): out[v, d] = sum of updates[i, d] over indices[i] = v",
-           operands=2, attrs=(DEST,), internal=True, linear=True, index_operands=(1,)))
+           operands=2, attrs=(DEST,), internal=True, linear=True, index_operands=(1,),
+           index_bound=lambda args, attrs: attrs["dest_ty"].shape[0]))
 _row(OpDef("scatter_along_axis", infer_scatter_along_axis,
            "ScatterAlongAxis(updates : idx.shape, idx : I64, axis=i, dest_ty) : dest_ty",
            "IR-internal (VJP of take_along_axis): zeros with updates added at idx along axis i",
-           operands=2, attrs=(AXIS, DEST), internal=True, linear=True, index_operands=(1,)))
+           operands=2, attrs=(AXIS, DEST), internal=True, linear=True, index_operands=(1,),
+           index_bound=lambda args, attrs: attrs["dest_ty"].shape[attrs["axis"]]))
 
 _row(OpDef("relu_grad", _named(infer_elementwise, "relu_grad"), "ReluGrad(g : T, x : T) : T",
            "IR-internal (VJP of relu): g where x > 0, else 0", operands=2, internal=True))
@@ -195,7 +255,8 @@ for _n, _doc in _UNARY_MATH.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc))
 _row(OpDef("pow", infer_pow, "x.pow(p) : T, with x : T floating and p a static number",
            "elementwise x^p (an integer p allows negative x; a fractional p gives NaN there)",
-           attrs=(AttrSpec("p", "float", positional=True),)))
+           attrs=(AttrSpec("p", "float", positional=True),),
+           positive=lambda attrs: not float(attrs["p"]).is_integer()))   # x^p is NaN for x < 0
 _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating; either bound may be left out",
            "elementwise min(max(x, a), b) (the cotangent passes where a <= x <= b)",
            attrs=(AttrSpec("min", "float", default=None), AttrSpec("max", "float", default=None))))

@@ -18,17 +18,18 @@ nesting all come back as `syntax` diagnostics whose spans lie inside the text.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
+from typing import cast
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.parsers.lalr_interactive_parser import InteractiveParser
-from lark.utils import TextSlice
 
+from . import lex
 from . import syntax as ast
 from .check_hints import RETURN_MESSAGE
 from .diagnostics import Diagnostic, Span
@@ -120,28 +121,28 @@ class _Value:
     """A parsed attribute or literal value with its span (not an AST node)."""
     __slots__ = ("value", "span")
 
-    def __init__(self, value, span: Span):
+    def __init__(self, value, span: Span) -> None:
         self.value, self.span = value, span
 
 
 class _Pattern:
     __slots__ = ("names", "destructure", "span")
 
-    def __init__(self, names, destructure, span):
+    def __init__(self, names, destructure, span) -> None:
         self.names, self.destructure, self.span = names, destructure, span
 
 
 class _Args:
     __slots__ = ("args", "attrs", "span")
 
-    def __init__(self, args, attrs, span):
+    def __init__(self, args, attrs, span) -> None:
         self.args, self.attrs, self.span = args, attrs, span
 
 
 class SyntaxProblem(Exception):
     """A grammatical but invalid construct found while building the AST (e.g. a reserved word as a name)."""
 
-    def __init__(self, message: str, span: Span):
+    def __init__(self, message: str, span: Span) -> None:
         super().__init__(message)
         self.message, self.span = message, span
 
@@ -173,12 +174,12 @@ class _ToAst(Transformer):
 
     def _span(self, ch) -> Span:
         first, last = ch[0], ch[-1]
-        start = first.start_pos + self.offset if isinstance(first, Token) else first.span.start
-        end = last.end_pos + self.offset if isinstance(last, Token) else last.span.end
+        start = lex.start(first) + self.offset if isinstance(first, Token) else first.span.start
+        end = lex.end(last) + self.offset if isinstance(last, Token) else last.span.end
         return Span(start, end)
 
     def _tok(self, tok: Token) -> Span:
-        return Span(tok.start_pos + self.offset, tok.end_pos + self.offset)
+        return Span(lex.start(tok) + self.offset, lex.end(tok) + self.offset)
 
     def _binding(self, tok: Token) -> ast.Name:
         if str(tok) in RESERVED_WORDS:
@@ -197,7 +198,7 @@ class _ToAst(Transformer):
     def fn_def(self, ch):
         name = self._binding(ch[1])
         nodes = _nodes(ch)
-        params = [c for c in nodes if isinstance(c, ast.Param)]
+        params = tuple(c for c in nodes if isinstance(c, ast.Param))
         return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch))
 
     def param(self, ch):
@@ -211,19 +212,22 @@ class _ToAst(Transformer):
         return ast.TensorTypeExpr(str(names[0]), shape.values, placement, self._span(ch))
 
     def tuple_type(self, ch):
-        return ast.TupleTypeExpr(_nodes(ch), self._span(ch))
+        return ast.TupleTypeExpr(tuple(_nodes(ch)), self._span(ch))
 
     def paren(self, ch):
         inner = ch[1]
         if isinstance(inner, ast.Name):     # a name keeps its own span (definitions, references)
             return inner
-        inner.span = self._span(ch)         # a parenthesised expression covers its parentheses
-        return inner
+        # a parenthesised expression covers its parentheses (the depth mark goes along)
+        wider = dataclasses.replace(inner, span=self._span(ch))
+        if hasattr(inner, "_depth"):
+            object.__setattr__(wider, "_depth", inner._depth)
+        return wider
 
     # ---- the let chain
     def let_expr(self, ch):
         pattern, value, body = _nodes(ch)
-        let = ast.Let(pattern.names, pattern.destructure, value, body, self._span(ch))
+        let = ast.Let(tuple(pattern.names), pattern.destructure, value, body, self._span(ch))
         # the value is one level down; the body continues the chain at the let's own level
         depth = max(getattr(value, "_depth", 1) + 1, getattr(body, "_depth", 1))
         if depth >= MAX_DEPTH:
@@ -262,7 +266,7 @@ class _ToAst(Transformer):
     def method_call(self, ch):
         receiver, method = ch[0], ch[2]
         found = [c for c in ch[3:] if isinstance(c, _Args)]
-        args = found[0] if found else _Args([], [], None)
+        args = found[0] if found else _Args((), (), None)
         return self._deep(ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs,
                                          self._span(ch)), receiver, *args.args)
 
@@ -279,7 +283,7 @@ class _ToAst(Transformer):
     def call(self, ch):
         func = ch[0]
         found = [c for c in ch[1:] if isinstance(c, _Args)]
-        args = found[0] if found else _Args([], [], None)
+        args = found[0] if found else _Args((), (), None)
         return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch)), *args.args)
 
     def handle(self, ch):
@@ -288,16 +292,16 @@ class _ToAst(Transformer):
 
     def tensor_lit(self, ch):
         nodes = _nodes(ch)
-        return ast.TensorLit(nodes[0], [v.value for v in nodes[1:]], self._span(ch))
+        return ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
 
     def tuple(self, ch):
         items = _nodes(ch)
-        return self._deep(ast.TupleExpr(items, self._span(ch)), *items)
+        return self._deep(ast.TupleExpr(tuple(items), self._span(ch)), *items)
 
     def args(self, ch):
         items = _nodes(ch)
-        args = [c for c in items if not isinstance(c, ast.Attr)]
-        attrs = [c for c in items if isinstance(c, ast.Attr)]
+        args = tuple(c for c in items if not isinstance(c, ast.Attr))
+        attrs = tuple(c for c in items if isinstance(c, ast.Attr))
         seen_attr = False
         for c in items:
             if isinstance(c, ast.Attr):
@@ -325,7 +329,7 @@ class _ToAst(Transformer):
         return _Value(str(ch[0]), self._tok(ch[0]))
 
     def int_list(self, ch):
-        return ast.IntList([v.value for v in _nodes(ch)], self._span(ch))
+        return ast.IntList(tuple(v.value for v in _nodes(ch)), self._span(ch))
 
     def literal_value(self, ch):
         return self._signed(ch)
@@ -333,17 +337,13 @@ class _ToAst(Transformer):
 
 _TO_AST = _ToAst()
 _PARSER = Lark(
-    (Path(__file__).with_name("grammar.lark")).read_text(encoding="utf-8"),
+    lex.GRAMMAR,
     parser="lalr",
     lexer="basic",
     keep_all_tokens=True,
     transformer=_TO_AST,
     maybe_placeholders=False,
 )
-# Lark.lex() builds a new lexer on every call unless the Lark object has one (about 1 ms
-# each: recovery lexes every broken item, once per bad character); the lexer holds only
-# compiled patterns, so one serves every call.
-_PARSER.lexer = _PARSER._build_lexer()
 
 
 # ---- syntax errors --------------------------------------------------------------
@@ -363,13 +363,10 @@ _AFTER = {"IN": "after `in`", "EQUAL": "after `=`", "LET": "after `let`", "COLON
 def _terminal_name(name: str) -> str:
     if name in _TERMINAL_NAMES:
         return _TERMINAL_NAMES[name]
-    term = _TERMINALS.get(name)
+    term = lex.TERMINALS.get(name)
     if term is not None and term.pattern.type == "str":
         return f"`{term.pattern.value}`"
     return name.lower()
-
-
-_TERMINALS = {t.name: t for t in _PARSER.terminals}
 
 
 def _describe_expected(expected: set[str]) -> str:
@@ -398,13 +395,8 @@ def _describe_expected(expected: set[str]) -> str:
 
 def _token_before(text: str, pos: int) -> Token | None:
     """The last token before `pos` (for "after `in`"); only computed on an error."""
-    last = None
-    try:
-        for last in _PARSER.lex(text[:pos]):
-            pass
-    except UnexpectedInput:
-        return None
-    return last
+    before = lex.tokens(text, 0, pos)
+    return before[-1] if before and before[-1].type != lex.BAD else None
 
 
 def _found(tok: Token | None) -> str:
@@ -433,7 +425,7 @@ def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diag
     `last` is the token before the error when the caller already knows it (recovery does)."""
     n = len(text)
     if isinstance(err, UnexpectedCharacters) and not isinstance(err, UnexpectedToken):
-        return _bad_character(text, err.pos_in_stream)
+        return _bad_character(text, err.pos_in_stream or 0)
     tok = getattr(err, "token", None)
     # `accepts` is what the parser state really accepts; `expected` may be the lexer's wider set.
     expected = set(getattr(err, "accepts", None) or getattr(err, "expected", None) or ())
@@ -461,7 +453,6 @@ def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diag
 # AST is thrown away anyway, only the diagnostics are kept.
 MAX_ERRORS_PER_ITEM = 20
 
-_BAD = "BAD_CHARACTER"            # pseudo-token: a character that starts no token
 _OPENERS = frozenset({"LPAR", "LSQB", "LBRACE"})
 _CLOSERS = frozenset({"RPAR", "RSQB", "RBRACE"})
 _BRACKET_STEP = {**{t: 1 for t in _OPENERS}, **{t: -1 for t in _CLOSERS}}
@@ -475,43 +466,6 @@ def _failure_diagnostic(err: Exception, text: str, offset: int) -> Diagnostic:
     if not isinstance(problem, SyntaxProblem):
         raise err
     return Diagnostic("syntax", problem.message, problem.span)
-
-
-# Whether some terminal matches at a position: lark's lexer fails exactly where none does.
-_ANY_TERMINAL = re.compile("|".join(f"(?:{t.pattern.to_regexp()})" for t in _PARSER.terminals
-                                    if t.name not in _PARSER.ignore_tokens))
-_BLANK = re.compile(r"\s+")
-
-
-def _junk_end(text: str, pos: int) -> int:
-    """End of the run of junk starting with the bad character at `pos`: further bad
-    characters and blanks.  Only the first one is worth a diagnostic (recovery skips the
-    rest), and lexing each separately would make a pasted binary blob quadratic-ish slow."""
-    pos += 1
-    while pos < len(text):
-        blank = _BLANK.match(text, pos)
-        if blank:
-            pos = blank.end()
-        elif _ANY_TERMINAL.match(text, pos):
-            break
-        else:
-            pos += 1
-    return pos
-
-
-def _tokens(text: str) -> list[Token]:
-    """Every token of an item, in order.  A run of characters no terminal matches
-    becomes one _BAD token spanning its first character; lexing resumes after the run."""
-    out: list[Token] = []
-    pos = 0
-    while True:
-        try:
-            out.extend(_PARSER.lex(TextSlice(text, pos, len(text))))
-            return out
-        except UnexpectedCharacters as err:
-            bad = err.pos_in_stream
-            out.append(Token(_BAD, text[bad], start_pos=bad, end_pos=bad + 1))
-            pos = _junk_end(text, bad)
 
 
 def _resume_at(tokens: list[Token], i: int, depth: int) -> int | None:
@@ -538,13 +492,13 @@ def _feed_error(parser: InteractiveParser, tok: Token, before: Token | None,
                 text: str, offset: int) -> Diagnostic | None:
     """Feed one token (`before` is the token preceding it in the text); the diagnostic
     if the parser rejects it, None if it accepts it."""
-    if tok.type == _BAD:
-        return _bad_character(text, tok.start_pos).shift(offset)
+    if tok.type == lex.BAD:
+        return _bad_character(text, lex.start(tok)).shift(offset)
     try:
         parser.feed_token(tok)
     except UnexpectedToken as err:
         err.interactive_parser = parser        # what the failed state accepts, as in a plain parse
-        last = None if before is None or before.type == _BAD else before
+        last = None if before is None or before.type == lex.BAD else before
         return _error_diagnostic(err, text, last).shift(offset)
     except (SyntaxProblem, VisitError) as err:
         return _failure_diagnostic(err, text, offset)
@@ -555,7 +509,7 @@ def _recover(text: str, offset: int) -> list[Diagnostic]:
     """All syntax errors of one item (at most MAX_ERRORS_PER_ITEM), in document offsets.
     The caller holds _PARSE_LOCK with _TO_AST.offset set: SyntaxProblem spans come from
     the transformer, which runs while tokens are fed."""
-    tokens = _tokens(text)
+    tokens = lex.tokens(text)
     end = Token("$END", "", start_pos=len(text), end_pos=len(text))
     parser = _PARSER.parse_interactive(text)
     snapshot: InteractiveParser | None = None
@@ -576,7 +530,7 @@ def _recover(text: str, offset: int) -> list[Diagnostic]:
             continue
         diags.append(diag)
         resume = _resume_at(tokens, i, depth) if snapshot is not None else None
-        if resume is None:
+        if snapshot is None or resume is None:
             break                 # an error in the signature, or nothing left after the error
         parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0
     return diags
@@ -659,7 +613,8 @@ def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnosti
     with _PARSE_LOCK:
         _TO_AST.offset = offset
         try:
-            fn = _PARSER.parse(text)
+            # the embedded transformer builds the AST while parsing: an FnDef, not a Tree
+            fn = cast(ast.FnDef, _PARSER.parse(text))
         except (UnexpectedInput, SyntaxProblem, VisitError) as err:
             first = _failure_diagnostic(err, text, offset)
             if isinstance(getattr(err, "orig_exc", err), TooDeep):
@@ -698,7 +653,7 @@ def parse_module(text: str) -> tuple[ast.Module, list[Diagnostic]]:
         if fn is not None:
             functions.append(fn)
     diags.sort(key=lambda d: (d.span.start, d.span.end))
-    return ast.Module(functions, Span(0, len(text))), diags
+    return ast.Module(tuple(functions), Span(0, len(text))), diags
 
 
 # ---- span shifting (shared with analysis.py) ----------------------------------------------
@@ -726,18 +681,18 @@ def _shift(node, delta):
     cls = type(node)
     new = object.__new__(cls)
     for name in fields:
-        object.__setattr__(new, name, _shift(getattr(node, name), delta))
+        object.__setattr__(new, name, _shift(getattr(node, name), delta))   # frozen: bypass __setattr__
     return new
 
 
 def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:
     """Shift a let chain with a loop, not recursion: a function may have thousands of lets."""
     chain = []
-    node = let
+    node: ast.Expr = let
     while isinstance(node, ast.Let):
         chain.append(node)
         node = node.body
-    body = _shift(node, delta)
+    body: ast.Let = _shift(node, delta)
     for link in reversed(chain):
         body = ast.Let(_shift(link.names, delta), link.destructure, _shift(link.value, delta), body,
                        _shift(link.span, delta))

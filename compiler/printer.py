@@ -18,7 +18,7 @@ from . import ir
 MAX_LITERAL_VALUES = 8
 
 
-def format_attr(value) -> str:
+def format_attr(value: object) -> str:
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)

@@ -26,24 +26,29 @@ look at the text says the module needs it.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
+
+# The MLIR Python bindings' `ir` module (engine.engine_module()); they ship no types.
+Bindings = Any
 
 from .pipelines import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 
 @dataclass(frozen=True)
 class Rewrite:
-    run: Callable[..., int]                  # run(ir, module) -> number of ops rewritten
+    run: Callable[..., int]                  # run(bindings, module) -> number of ops rewritten
     needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
     maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
 
 
 # ---- strided copies ------------------------------------------------------------------------
-def _contiguous(ir, t) -> bool:
+def _contiguous(bindings: Bindings, t: Any) -> bool:
     """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
     to each operand (Kina shapes are static; an identity layout passes it)."""
-    t = ir.MemRefType(t)
+    t = bindings.MemRefType(t)
     if not t.has_static_shape:
         return False
     strides, _ = t.get_strides_and_offset()
@@ -53,68 +58,68 @@ def _contiguous(ir, t) -> bool:
         dim -= 1
     while dim >= 0 and t.shape[dim] == 1:
         dim -= 1
-    return dim < 0
+    return bool(dim < 0)
 
 
-def _walk(ir, module, pick) -> list:
-    found = []
+def _walk(bindings: Bindings, module: Any, pick: Callable[[Any], bool]) -> list[Any]:
+    found: list[Any] = []
 
-    def visit(op):
+    def visit(op: Any) -> Any:
         if pick(op):
             found.append(op)
-        return ir.WalkResult.ADVANCE
+        return bindings.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     return found
 
 
-def lower_strided_copies(ir, module) -> int:
+def lower_strided_copies(bindings: Bindings, module: Any) -> int:
     """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
     from mlir.dialects import linalg
-    found = _walk(ir, module, lambda op: op.name == "memref.copy"
-                  and not all(_contiguous(ir, v.type) for v in op.operands))
+    found = _walk(bindings, module, lambda op: op.name == "memref.copy"
+                  and not all(_contiguous(bindings, v.type) for v in op.operands))
     for op in found:
         src, dst = op.operands
-        with ir.InsertionPoint(op), op.location:
+        with bindings.InsertionPoint(op), op.location:
             linalg.copy(src, outs=[dst])
         op.erase()
     return len(found)
 
 
 # ---- bf16 memory as i16 -----------------------------------------------------------------------
-def _as_i16(ir, t):
+def _as_i16(bindings: Bindings, t: Any) -> Any:
     """bf16 -> i16, vector<.. x bf16> -> vector<.. x i16>; None for any other type."""
-    i16 = ir.IntegerType.get_signless(16)
-    if isinstance(t, ir.BF16Type):
+    i16 = bindings.IntegerType.get_signless(16)
+    if isinstance(t, bindings.BF16Type):
         return i16
-    if isinstance(t, ir.VectorType) and isinstance(t.element_type, ir.BF16Type):
-        return ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=ir.Location.unknown())
+    if isinstance(t, bindings.VectorType) and isinstance(t.element_type, bindings.BF16Type):
+        return bindings.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=bindings.Location.unknown())
     return None
 
 
-def _attrs(op) -> dict:
+def _attrs(op: Any) -> dict[str, Any]:
     named = (op.attributes[i] for i in range(len(op.attributes)))   # by index: NamedAttribute
     return {a.name: a.attr for a in named}
 
 
-def bf16_memory_as_i16(ir, module) -> int:
+def bf16_memory_as_i16(bindings: Bindings, module: Any) -> int:
     """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
     llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
-    loads = _walk(ir, module, lambda op: op.name == "llvm.load" and _as_i16(ir, op.results[0].type) is not None)
-    stores = _walk(ir, module, lambda op: op.name == "llvm.store" and _as_i16(ir, op.operands[0].type) is not None)
+    loads = _walk(bindings, module, lambda op: op.name == "llvm.load" and _as_i16(bindings, op.results[0].type) is not None)
+    stores = _walk(bindings, module, lambda op: op.name == "llvm.store" and _as_i16(bindings, op.operands[0].type) is not None)
     for op in loads:
         old = op.results[0]
-        with ir.InsertionPoint(op), op.location:
-            new = ir.Operation.create("llvm.load", results=[_as_i16(ir, old.type)], operands=list(op.operands),
+        with bindings.InsertionPoint(op), op.location:
+            new = bindings.Operation.create("llvm.load", results=[_as_i16(bindings, old.type)], operands=list(op.operands),
                                       attributes=_attrs(op))
-            cast = ir.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
+            cast = bindings.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
         old.replace_all_uses_with(cast.results[0])
         op.erase()
     for op in stores:
         value, ptr = op.operands[0], op.operands[1]
-        with ir.InsertionPoint(op), op.location:
-            cast = ir.Operation.create("llvm.bitcast", results=[_as_i16(ir, value.type)], operands=[value])
-            ir.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
+        with bindings.InsertionPoint(op), op.location:
+            cast = bindings.Operation.create("llvm.bitcast", results=[_as_i16(bindings, value.type)], operands=[value])
+            bindings.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
         op.erase()
     return len(loads) + len(stores)
 
@@ -278,15 +283,15 @@ SLOTS: dict[str, Rewrite] = {
 def rewrite_in_process(slot: str, mlir_text: str) -> str:
     """SLOTS[slot] on MLIR text, in this process (the worker's side)."""
     from .engine import engine_module
-    ir, _, _ = engine_module()
-    with ir.Context():
-        module = ir.Module.parse(mlir_text)
-        if not SLOTS[slot].run(ir, module):
+    bindings, _, _ = engine_module()   # type: ignore[no-untyped-call]
+    with bindings.Context():
+        module = bindings.Module.parse(mlir_text)
+        if not SLOTS[slot].run(bindings, module):
             return mlir_text
-        return module.operation.get_asm(enable_debug_info=True)
+        return str(module.operation.get_asm(enable_debug_info=True))
 
 
-def rewrite_text(slot: str, mlir_text: str, work_dir) -> str:
+def rewrite_text(slot: str, mlir_text: str, work_dir: str | os.PathLike[str]) -> str:
     """SLOTS[slot] on MLIR text in a worker process, when the text says it may be needed."""
     from pathlib import Path
     if not SLOTS[slot].needed(mlir_text):

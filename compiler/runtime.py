@@ -49,14 +49,13 @@ from pathlib import Path
 import numpy as np
 
 from .arrays import load_npz, save_npz  # noqa: F401  (re-exported: the runtime's public API)
-from .runtime_library import (  # noqa: F401  (re-exported)
-    KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol)
+from .runtime_library import KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol  # noqa: F401  (re-exported)
 from .types import DType
 
 try:  # the C fast path, built by `pip install -e .` (setup.py)
     from compiler import _fastcall
 except ImportError:  # pragma: no cover - exercised by the tests with fastcall=False
-    _fastcall = None
+    _fastcall = None  # type: ignore[assignment]  # (the slow path then runs every call)
 
 FASTCALL_AVAILABLE = _fastcall is not None
 
@@ -68,7 +67,7 @@ FASTCALL_DTYPES = frozenset(d.value for d in DType if d.buffer_formats)
 
 def numpy_dtype(kina_dtype: str) -> np.dtype:
     try:
-        return DType(kina_dtype).np_dtype
+        return DType.named(kina_dtype).np_dtype
     except ValueError:
         raise KinaRuntimeError(f"unknown Kina dtype {kina_dtype!r} in the manifest") from None
     except ImportError as e:   # pragma: no cover - ml_dtypes is a dependency
@@ -120,7 +119,7 @@ class Descriptors:
     words: tuple[int, ...]
 
     @staticmethod
-    def of(specs: list[TensorSpec]) -> "Descriptors":
+    def of(specs: list[TensorSpec]) -> Descriptors:
         block: list[int] = []
         words = []
         for spec in specs:
@@ -138,7 +137,7 @@ class KinaFunction:
     C-contiguous, writeable, of the result types, overlapping no other output; an input
     they overlap is read from a copy) and returns them."""
 
-    def __init__(self, packed, entry: dict, fastcall: bool = True, threaded: bool = False):
+    def __init__(self, packed, entry: dict, fastcall: bool = True, threaded: bool = False) -> None:
         self.name: str = entry["name"]
         self.symbol: str = entry["symbol"]
         self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]),
@@ -165,7 +164,7 @@ class KinaFunction:
             return None
         slots = []
         for i, (s, word) in enumerate(zip(specs, self._descriptors.words)):
-            d = DType(s.dtype)
+            d = DType.named(s.dtype)
             slots.append((d.buffer_formats, d.itemsize, i >= len(self.params), s.shape, word,
                           -1 if s.bound is None else s.bound))
         address = ctypes.cast(packed, ctypes.c_void_p).value
@@ -260,7 +259,7 @@ class KinaFunction:
         """An input as given, or a C-contiguous aligned copy (lists, strided views)."""
         arr = self._coerce(arr, spec, "parameter")
         if not (arr.flags.c_contiguous and arr.flags.aligned):
-            arr = np.require(arr, requirements="CA")
+            arr = np.require(arr, requirements=["C", "A"])
         return arr
 
     def _output(self, o, r: TensorSpec) -> np.ndarray:
@@ -275,6 +274,7 @@ class KinaFunction:
     def _check_indices(self, ids: np.ndarray, spec: TensorSpec) -> None:
         """Every element of an I64 index parameter in [0, bound): the library's own bounds
         check (cf.assert) would abort the whole process."""
+        assert spec.bound is not None    # only bounded parameters are checked
         if not (ids.view(np.uint64) >= spec.bound).any():    # negative ids wrap to huge
             return
         bad = (ids < 0) | (ids >= spec.bound)
@@ -333,7 +333,7 @@ def _as_tuple(out) -> tuple:
 class Library:
     """A loaded Kina library: `lib.fn(...)`, `lib["fn"](...)`, `lib.functions`."""
 
-    def __init__(self, so_path: str | Path, manifest: dict, fastcall: bool = True):
+    def __init__(self, so_path: str | Path, manifest: dict, fastcall: bool = True) -> None:
         self.path = Path(so_path)
         self.manifest = manifest
         self._dll, self.threaded = open_library(self.path, manifest)

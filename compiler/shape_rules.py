@@ -15,7 +15,7 @@ class OpError(Exception):
     """A violated typing rule.  `where` says what to point at: an operand index
     (int), an attribute name (str), or None (the whole op)."""
 
-    def __init__(self, code: str, message: str, where: int | str | None = None):
+    def __init__(self, code: str, message: str, where: int | str | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.where = code, message, where
 
@@ -44,7 +44,7 @@ def _axis(axis: int, rank: int, t: TensorType, op: str) -> int:
 
 
 # ---- shape rules -------------------------------------------------------------
-def infer_elementwise(args, attrs, op="elementwise"):
+def infer_elementwise(args, attrs, op: str="elementwise"):
     a, b = args
     _same_placement(args, op)
     if a.dtype != b.dtype:
@@ -59,7 +59,7 @@ def infer_elementwise(args, attrs, op="elementwise"):
     return a
 
 
-def infer_unary(args, attrs, op="unary"):
+def infer_unary(args, attrs, op: str="unary"):
     (a,) = args
     _float(a, 0, op)
     return a
@@ -160,7 +160,7 @@ def infer_reduce_keep(args, attrs):
     return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
 
 
-def infer_softmax(args, attrs, op="softmax"):
+def infer_softmax(args, attrs, op: str="softmax"):
     (a,) = args
     _float(a, 0, op)
     _axis(attrs["axis"], a.rank, a, op)
@@ -199,7 +199,7 @@ def infer_scatter_along_axis(args, attrs):
     return dest
 
 
-def infer_same(args, attrs, op="elementwise"):
+def infer_same(args, attrs, op: str="elementwise"):
     """Any number of floating operands of one type (maximum_grad's g, x, y)."""
     _same_placement(args, op)
     a = args[0]
@@ -228,7 +228,7 @@ def infer_clamp(args, attrs):
 
 def infer_cast(args, attrs):
     (a,) = args
-    target = DType(attrs["dtype"])
+    target = DType.named(attrs["dtype"])
     if target.is_float or (target is DType.I64 and a.dtype is DType.Bool):
         return a.with_dtype(target)
     raise OpError("dtype", f"cast: {a} cannot be cast to {target}: casts go to a floating dtype "
@@ -261,7 +261,7 @@ def infer_argmax(args, attrs):
     return TensorType(DType.I64, a.shape[:axis] + (1,) + a.shape[axis + 1:], a.placement)
 
 
-def infer_compare(args, attrs, op="compare"):
+def infer_compare(args, attrs, op: str="compare"):
     """Two operands of one type (any dtype) -> a Bool tensor of their shape."""
     a, b = args
     _same_placement(args, op)

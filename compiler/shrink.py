@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable
+from collections.abc import Callable, Iterable
 
 from .progen import Case, Value
 from .types import DType, TensorType
@@ -117,7 +117,7 @@ def _result_at(case: Case, i: int) -> Case | None:
     return _clean(out)
 
 
-def _remove(case: Case, indices) -> Case | None:
+def _remove(case: Case, indices: Iterable[int]) -> Case | None:
     """Drop these lets; their uses read new parameters of the same types instead."""
     idx = set(indices)
     if not idx:

@@ -22,7 +22,7 @@ from functools import cached_property
 
 
 class DType(Enum):
-    """A Kina element type.  `DType("F32")` / `DType.F32`; `.value` is the Kina name.
+    """A Kina element type.  `DType.named("F32")` / `DType.F32`; `.value` is the Kina name.
 
     Per-dtype facts (attributes of each member):
       mlir          MLIR element type of its storage ("f8E4M3FN")
@@ -53,7 +53,7 @@ class DType(Enum):
         return member
 
     def __init__(self, name: str, mlir: str, itemsize: int, numpy_name: str, c_type: str,
-                 buffer_formats: str, has_inf: bool, tolerance: tuple, fd_tolerance: tuple | None):
+                 buffer_formats: str, has_inf: bool, tolerance: tuple, fd_tolerance: tuple | None) -> None:
         self.mlir = mlir
         self.itemsize = itemsize
         self.numpy_name = numpy_name
@@ -62,6 +62,14 @@ class DType(Enum):
         self.has_inf = has_inf
         self.tolerance = tolerance
         self.fd_tolerance = fd_tolerance
+
+    @classmethod
+    def named(cls, name: str) -> DType:
+        """The dtype whose Kina name is `name` (ValueError if there is none), as `DType(name)`."""
+        for d in cls:
+            if d.value == name:
+                return d
+        raise ValueError(f"{name!r} is not a Kina dtype")
 
     @property
     def is_float(self) -> bool:
@@ -85,7 +93,7 @@ class DType(Enum):
             return 1
         if not self.is_float:
             return int(np.iinfo(self.np_dtype).max)
-        import ml_dtypes   # its finfo covers NumPy's floats and its own
+        import ml_dtypes  # its finfo covers NumPy's floats and its own
         return float(ml_dtypes.finfo(self.np_dtype).max)
 
     def bits_of(self, x: float) -> int:
@@ -124,10 +132,10 @@ class TensorType:
     def is_float(self) -> bool:
         return self.dtype.is_float
 
-    def with_shape(self, shape) -> "TensorType":
+    def with_shape(self, shape) -> TensorType:
         return TensorType(self.dtype, tuple(shape), self.placement)
 
-    def with_dtype(self, dtype: DType) -> "TensorType":
+    def with_dtype(self, dtype: DType) -> TensorType:
         return TensorType(dtype, self.shape, self.placement)
 
     def __str__(self) -> str:
@@ -137,7 +145,7 @@ class TensorType:
 
 @dataclass(frozen=True)
 class TupleType:
-    items: tuple["Type", ...]
+    items: tuple[Type, ...]
 
     def __str__(self) -> str:
         return "(" + ", ".join(str(t) for t in self.items) + ")"

@@ -1,45 +1,30 @@
 """Uses: where the values of a function parameter go, found by walking the typed IR.
 
-A parameter's elements may move through layout ops (reshape, transpose,
-broadcast, slice, concat), lets (plain and destructuring), tuples, calls and
+A parameter's elements may move through layout ops (OpDef.layout: reshape,
+transpose, broadcast, slice, concat), lets (plain and destructuring), tuples, calls and
 `handle`s (into the callee's parameter, and back out through its result)
 before an op consumes them.  `Uses.sinks(fn, name)` lists those consuming ops;
 from them:
 
 - `index_bound(fn, name)`: the exclusive upper bound an I64 parameter must
-  respect because it feeds a gather / take_along_axis / ScatterAdd /
-  ScatterAlongAxis index (the smallest over every use), or None.  The
+  respect because it feeds the index operand of an op with an `index_bound`
+  (ops.OPS: gather, take_along_axis, ScatterAdd, ScatterAlongAxis; the smallest
+  over every use), or None.  The
   interpreter draws its inputs below it; the build records it in the manifest,
   and the runtime checks every call against it before calling the library.
-- `positive(fn, name)`: whether it reaches log / sqrt / rsqrt or a fractional pow
-  (inputs must be > 0).
+- `positive(fn, name)`: whether it reaches an op whose `positive` rule holds
+  (ops.OPS: log, sqrt, rsqrt, a fractional pow; inputs must be > 0).
 
 The bound is for the whole parameter, even where a slice drops some of its
 elements before the index op (the check is conservative, never lax).
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from . import ir
 from .ir import CallFn, Expr, Function, Handle, MakeTuple, OpApp, Program, Var
+from .ops import OPS
+from .types import TupleType
 
-# Ops that consume an I64 operand (operand 1) as an index, with the exclusive bound it must respect.
-INDEX_BOUNDS: dict[str, Callable[[OpApp], int]] = {
-    "gather": lambda n: n.args[0].type.shape[0],
-    "take_along_axis": lambda n: n.args[0].type.shape[n.attrs["axis"]],
-    "scatter_add": lambda n: n.attrs["dest_ty"].shape[0],
-    "scatter_along_axis": lambda n: n.attrs["dest_ty"].shape[n.attrs["axis"]],
-}
-# Layout ops pass their operands' elements through unchanged.
-PASS_THROUGH = frozenset({"reshape", "transpose", "broadcast", "slice", "concat"})
-# Ops whose float operand must be positive for a finite result.
-POSITIVE = frozenset({"log", "sqrt", "rsqrt"})
-
-
-def _fractional_pow(node: OpApp) -> bool:
-    """x.pow(p) with a fractional p is NaN for negative x: it wants positive inputs too."""
-    return node.op == "pow" and not float(node.attrs["p"]).is_integer()
 MAX_DEPTH = 64   # call nesting followed; deeper chains are not analysed
 
 # A value being followed: an expression, the element of its tuple value it stands for
@@ -51,18 +36,18 @@ class Uses:
     """Value flow of parameters over one program (`program` may be None: calls are then
     not followed)."""
 
-    def __init__(self, program: Program | None):
+    def __init__(self, program: Program | None) -> None:
         self.program = program
         self._parents: dict[int, tuple[Function, dict[int, tuple]]] = {}   # id(fn) -> (fn, table)
 
     # ---- the answers ----------------------------------------------------------------
     def index_bound(self, fn: Function, name: str) -> int | None:
-        bounds = [INDEX_BOUNDS[op.op](op) for op, i in self.sinks(fn, name)
-                  if op.op in INDEX_BOUNDS and i == 1]
+        bounds = [bound([ir.as_tensor(a.type) for a in op.args], op.attrs) for op, i in self.sinks(fn, name)
+                  if (bound := OPS[op.op].index_bound) is not None and i == 1]
         return min(bounds) if bounds else None
 
     def positive(self, fn: Function, name: str) -> bool:
-        return any(op.op in POSITIVE or _fractional_pow(op) for op, _ in self.sinks(fn, name))
+        return any((rule := OPS[op.op].positive) is not None and rule(op.attrs) for op, _ in self.sinks(fn, name))
 
     def sinks(self, fn: Function, name: str) -> list[tuple[OpApp, int]]:
         """(op, operand index) of every op that consumes the parameter's elements."""
@@ -84,7 +69,7 @@ class Uses:
         seen.add(key)
         parent, i = self._parent(fn, expr)
         if isinstance(parent, OpApp):
-            if pos is None and parent.op in PASS_THROUGH:
+            if pos is None and OPS[parent.op].layout:
                 self._follow(fn, parent, None, stack, out, seen)
             elif pos is None:
                 out.append((parent, i))
@@ -105,7 +90,7 @@ class Uses:
             caller, call = stack[-1]
             if isinstance(call, Handle):    # (R, cotangents...): R is element 0, or the whole value
                 if pos is None:
-                    self._follow(caller, call, 0 if isinstance(call.type, ir.TupleType) else None,
+                    self._follow(caller, call, 0 if isinstance(call.type, TupleType) else None,
                                  stack[:-1], out, seen)
             else:
                 self._follow(caller, call, pos, stack[:-1], out, seen)

@@ -25,14 +25,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Collection
 
 import numpy as np
 
 from . import build, ir
-from .types import FLOAT_DTYPES, DType, TensorType, TupleType
+from .runtime_library import KinaRuntimeError
+from .types import FLOAT_DTYPES, DType
 
 GRAD_PREFIX = "__validate_grad_"
 
@@ -191,7 +192,9 @@ def finite_differences(program: ir.Program, target: str, args: list[np.ndarray])
 
 def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: ir.Function,
                       args: list[np.ndarray], got: list[np.ndarray]) -> None:
-    target = wrapper.result.fn
+    call = wrapper.result
+    assert isinstance(call, ir.Handle), wrapper.name       # add_gradient_wrappers makes a handle
+    target = call.fn
     fd = finite_differences(program, target, args)
     cotangents = got[1:]
     float_params = [(p, g) for p, g in zip(program.functions[target].params, fd) if g is not None]
@@ -241,8 +244,8 @@ def _route_c_stdout_to_stderr():
 
 
 def _assertion(stderr: str) -> str:
-    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
-    hits = [l for l in lines if "out of bounds" in l or "assert" in l.lower()]
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    hits = [line for line in lines if "out of bounds" in line or "assert" in line.lower()]
     return (hits or lines or ["the library crashed without a message"])[0]
 
 
@@ -268,6 +271,7 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
     while pending:
         cmd, where = _child_command(so_path, work, pending)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **where)
+        assert proc.stdout is not None and proc.stderr is not None     # both are pipes
         current, deadline, timed_out = None, time.monotonic() + timeout, False
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
@@ -329,11 +333,14 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         if cancel is not None and cancel():     # cancelled during the build: run nothing
             report.cancelled = True
             return report
-        program = report.build.program
+        program, so_path = report.build.program, report.build.so_path
+        assert program is not None and so_path is not None     # a build that is ok has both
         fns = [f for f in build.exported(program) if f.params or f.name == "main" or (only and f.name in only)]
         if only is not None:
             fns = [f for f in fns if f.name in only]
-        inputs, expected, reports = {}, {}, {}
+        inputs: dict[str, list[np.ndarray]] = {}
+        expected: dict[str, tuple[list[np.ndarray], list[np.ndarray]] | None] = {}
+        reports: dict[str, FunctionReport] = {}
         for fn in fns:
             reports[fn.name] = FunctionReport(_display_name(fn.name))
             try:
@@ -343,7 +350,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
                 continue
             try:
                 expected[fn.name] = references(program, fn.name, inputs[fn.name])
-            except interp.KinaRuntimeError as e:
+            except KinaRuntimeError as e:
                 # The reference rejects these inputs (e.g. an index out of range): the library
                 # must then stop at its own bounds check, which the child run reports.
                 expected[fn.name] = None
@@ -358,18 +365,19 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
 
         def on_done(name: str, error: str | None) -> None:
             rep, fn = reports[name], program.functions[name]
-            if expected[name] is None:      # the reference trapped: so must the library
+            want = expected[name]
+            if want is None:      # the reference trapped: so must the library
                 rep.error = (f"library {error}; {rep.error}" if error is not None else
                              f"library returned although the {rep.error}")
             elif error is not None:
                 rep.error = error
             else:
-                _compare_function(rep, program, fn, inputs[name], expected[name], work)
+                _compare_function(rep, program, fn, inputs[name], want, work)
             done[0] += 1
             if progress is not None:
                 progress(rep.name, done[0], len(runnable))
 
-        finished = run_in_child(report.build.so_path, work, runnable, timeout=timeout, cancel=cancel,
+        finished = run_in_child(so_path, work, runnable, timeout=timeout, cancel=cancel,
                                 on_done=on_done)
         report.cancelled = not finished
         report.functions = [reports[f.name] for f in fns]

@@ -22,13 +22,12 @@ tensor is needed writes the literal that type-checks there.
 """
 from __future__ import annotations
 
-import re
-
-from typing import Callable
+from collections.abc import Callable
 
 from lsprotocol import types as lsp
 
-from compiler import ir, syntax as ast
+from compiler import ir, lex
+from compiler import syntax as ast
 from compiler.check_scalars import literal_text
 from compiler.diagnostics import Span
 
@@ -58,8 +57,13 @@ def _label(node) -> str:
     return "t"
 
 
+def _indent(line: str) -> str:
+    """The leading blanks of a line."""
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
 def _fresh(base: str, text: str) -> str:
-    taken = set(re.findall(r"[A-Za-z_]\w*", text))
+    taken = {str(t) for t in lex.tokens(text) if t.type in lex.WORDS}
     name, n = base, 1
     while name in taken:
         n += 1
@@ -78,7 +82,7 @@ def split_edit(view, uri: str, start: int, end: int, _text: str | None = None) -
         return None
     text = view.text
     line_start = text.rfind("\n", 0, let.span.start) + 1
-    indent = re.match(r"[ \t]*", text[line_start:let.span.start]).group()
+    indent = _indent(text[line_start:let.span.start])
     base = let.names[0].id if let.names else "t"
     name = _fresh(f"{base}_{_label(child)}", text[fn.span.start:fn.span.end])
     hoisted = f"let {name} = {text[start:end]} in\n{indent}"
@@ -107,7 +111,7 @@ def constant_edit(view, uri: str, start: int, end: int, _text: str | None = None
         return None
     text = view.text
     line_start = text.rfind("\n", 0, let.span.start) + 1
-    indent = re.match(r"[ \t]*", text[line_start:let.span.start]).group()
+    indent = _indent(text[line_start:let.span.start])
     name = _fresh("c", text[fn.span.start:fn.span.end])
     value = literal_text(text[start:end], literal.type)
     at = view.index.position(let.span.start)

@@ -41,7 +41,8 @@ def function_at(module: ast.Module | None, offset: int) -> ast.FnDef | None:
 
 def path_at(fn: ast.FnDef, offset: int) -> list:
     """Nodes from the function body down to the innermost expression containing offset."""
-    path, node = [], fn.body
+    path: list = []
+    node: ast.Expr | None = fn.body
     while node is not None and node.span.contains(offset):
         path.append(node)
         node = next((c for c in children(node) if c.span.contains(offset)), None)

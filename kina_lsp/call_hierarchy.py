@@ -10,12 +10,18 @@ an edit still resolves (to nothing if the function is gone).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types as lsp
 
-from compiler import parse, syntax as ast
+from compiler import parse
+from compiler import syntax as ast
 from compiler.diagnostics import Span
 
 from . import astutil
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 
 def calls_in(fn: ast.FnDef) -> list[ast.Call]:
@@ -92,7 +98,7 @@ def outgoing(view, uri: str, name: str) -> list[lsp.CallHierarchyOutgoingCall]:
             for callee, sites in by_callee.items()]
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
     @safe()
     async def on_prepare(ls, params: lsp.CallHierarchyPrepareParams):
@@ -103,12 +109,16 @@ def register(server, safe) -> None:
     @safe(default=list)
     async def on_incoming(ls, params: lsp.CallHierarchyIncomingCallsParams):
         target = _target(params.item)
-        view = await ls.view(target[0], wait=True) if target else None
+        if target is None:
+            return []
+        view = await ls.view(target[0], wait=True)
         return incoming(view, target[0], target[1]) if view else []
 
     @server.feature(lsp.CALL_HIERARCHY_OUTGOING_CALLS)
     @safe(default=list)
     async def on_outgoing(ls, params: lsp.CallHierarchyOutgoingCallsParams):
         target = _target(params.item)
-        view = await ls.view(target[0], wait=True) if target else None
+        if target is None:
+            return []
+        view = await ls.view(target[0], wait=True)
         return outgoing(view, target[0], target[1]) if view else []

@@ -9,8 +9,8 @@ await).
 from __future__ import annotations
 
 import argparse
-import logging
 import gc
+import logging
 import os
 import shutil
 import sys
@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve_tcp(args) -> int:
+def _serve_tcp(args: argparse.Namespace) -> int:
     host = tcp.check_host(args.host)
     token = tcp.load_token(args.token_file) if args.token_file else tcp.new_token()
 
@@ -55,7 +55,7 @@ def _neutral_working_directory() -> str:
     return path
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.token_file:
         args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory

@@ -65,7 +65,9 @@ def emit_mlir_text(text: str, path: str) -> dict:
         log.exception("emit failed")
         return {"language": "text", "content": f"// internal error while emitting MLIR: {e}", "ok": False}
     if mlir is None:
-        rendered = "\n".join(result.source.render(d) for d in result.diagnostics) or "no MLIR was produced"
+        source = result.source
+        rendered = "\n".join(source.render(d) for d in result.diagnostics) if source else ""
+        rendered = rendered or "no MLIR was produced"
         return {"language": "text", "content": rendered, "ok": False}
     return {"language": "mlir", "content": mlir, "ok": True,
             "title": Path(path).with_suffix(".mlir").name}
@@ -83,7 +85,7 @@ async def show_mlir(server, uri: str) -> dict:
 class _Reporter:
     """window/workDoneProgress when the client supports it, silence otherwise."""
 
-    def __init__(self, server):
+    def __init__(self, server) -> None:
         window = server.client_capabilities.window
         self.enabled = bool(window and window.work_done_progress)
         self.progress = server.work_done_progress
@@ -113,7 +115,7 @@ class _Reporter:
 class _Progress:
     """Thread-safe bridge from validate_file's progress(function, done, total) to $/progress."""
 
-    def __init__(self, reporter, token, loop):
+    def __init__(self, reporter, token, loop) -> None:
         self.reporter, self.token, self.loop = reporter, token, loop
 
     def __call__(self, function: str, done: int, total: int) -> None:
@@ -199,7 +201,7 @@ def summarize(report) -> dict:
         diags = report.build.diagnostics if report.build else []
         why = "; ".join(f"[{d.code}] {d.message}" for d in diags[:3]) or "unknown error"
         return {"ok": False, "message": f"Kina: build failed: {why}", "failing": {}, "functions": {}}
-    failing = {}
+    failing: dict[str, str] = {}
     for f in report.functions:
         if not f.ok:
             # a gradient wrapper "g (reverseMode)" is reported on the handled function g

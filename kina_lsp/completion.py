@@ -1,26 +1,27 @@
 """Completion and signature help, from the text before the cursor.
 
 Completion must work on half-typed text that does not parse, so the context
-is read lexically from the enclosing function's text (which call's parens the
-cursor is in, what precedes it), and the candidates come from the op table
-(compiler.ops), the dtypes, and the names the function binds before the cursor.
+is read from the tokens (compiler.lex, the grammar's own lexer) of the
+enclosing function up to the cursor: which call's parens the cursor is in,
+what precedes it.  The candidates come from the op table (compiler.ops), the
+dtypes, the grammar's keywords, and the names the function binds before the cursor.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from lark import Token
 from lsprotocol import types as lsp
 
+from compiler import lex, parse
+from compiler.autodiff import HANDLERS
 from compiler.ops import SURFACE_OPS, OpDef
 from compiler.types import DType
 
-KEYWORDS = ("fn", "let", "in", "handle", "with", "Tensor", "reverseMode")
-_FN_HEADER = re.compile(r"(?m)^[ \t]*fn[ \t]+([A-Za-z_]\w*)")
-_LET = re.compile(r"\blet\s+(?:\(([^)]*)\)|([A-Za-z_]\w*))")
-_PARAM = re.compile(r"([A-Za-z_]\w*)\s*:")
-_IN = re.compile(r"\bin\b")
-_CALLEE = re.compile(r"(\.)?\s*([A-Za-z_]\w*)\s*$")
+# The words offered as keywords: the grammar's, and the effect handlers (`with reverseMode`).
+KEYWORDS = tuple(sorted(lex.KEYWORDS)) + HANDLERS
+_CLOSERS, _OPENERS = {"RPAR", "RSQB", "RBRACE"}, {"LSQB", "LBRACE"}
+_RECEIVER_END = {"NAME", "RPAR", "RSQB", "RBRACE"}      # what `.method` can follow
 
 
 @dataclass
@@ -28,65 +29,83 @@ class CallContext:
     name: str               # the op or function being called
     method: bool            # `x.name(` (receiver is operand 0) vs `name(`
     arg_index: int          # which comma-separated argument the cursor is in
-    segment: str            # text of that argument up to the cursor
-    args: str               # text of every argument up to the cursor
+    segment: list[Token]    # tokens of that argument up to the cursor
+    args: list[Token]       # tokens of every argument up to the cursor
 
 
 def function_window(text: str, offset: int) -> str:
-    """Text from the start of the enclosing `fn` to the cursor."""
-    starts = [m.start() for m in _FN_HEADER.finditer(text, 0, offset)]
+    """Text from the start of the enclosing top-level item (parse.split_items) to the cursor."""
+    starts = [it.start for it in parse.split_items(text) if it.start < offset]
     return text[starts[-1] if starts else 0:offset]
 
 
-def call_context(before: str) -> CallContext | None:
-    """The innermost call whose `(` is still open before the cursor."""
-    depth, commas = 0, 0
-    for i in range(len(before) - 1, -1, -1):
-        ch = before[i]
-        if ch in ")]}":
+def call_context(tokens: list[Token]) -> CallContext | None:
+    """The innermost call whose `(` is still open at the end of `tokens`."""
+    depth, commas, segment_start = 0, 0, None
+    for i in range(len(tokens) - 1, -1, -1):
+        kind = tokens[i].type
+        if kind in _CLOSERS:
             depth += 1
-        elif ch in "[{":
+        elif kind in _OPENERS:
             if depth == 0:
                 return None  # inside a list or literal, not directly in a call
             depth -= 1
-        elif ch == "(":
+        elif kind == "LPAR":
             if depth > 0:
                 depth -= 1
                 continue
-            m = _CALLEE.search(before, 0, i)
-            if m is None:
+            if i == 0 or tokens[i - 1].type != "NAME":
                 return None
-            seg_start = max(before.rfind(",", i), i) + 1
-            return CallContext(m.group(2), bool(m.group(1)), commas, before[seg_start:], before[i + 1:])
-        elif ch == "," and depth == 0:
+            method = i >= 2 and tokens[i - 2].type == "DOT"
+            first = i + 1 if segment_start is None else segment_start
+            return CallContext(str(tokens[i - 1]), method, commas, tokens[first:], tokens[i + 1:])
+        elif kind == "COMMA" and depth == 0:
             commas += 1
-        elif ch == "{" or ch == ";":
-            return None
+            segment_start = i + 1 if segment_start is None else segment_start
     return None
 
 
-def _scope_names(window: str) -> list[tuple[str, str]]:
+def _keyword_attr(segment: list[Token]) -> str | None:
+    """The attribute name of a segment that starts `name =`."""
+    return str(segment[0]) if len(segment) >= 2 and segment[0].type == "NAME" and segment[1].type == "EQUAL" else None
+
+
+def _scope_names(tokens: list[Token]) -> list[tuple[str, str]]:
     """(name, what) for parameters and lets bound before the cursor."""
     names = []
-    header_end = window.find("{")
-    header = window[:header_end] if header_end >= 0 else window
-    paren = header.find("(")
-    if paren >= 0:  # in a header only parameters are written `name:`
-        names += [(m.group(1), "parameter") for m in _PARAM.finditer(header, paren)]
-    if header_end >= 0:
-        for m in _LET.finditer(window, header_end):
-            # a let binds its names only in its body: after the `in` that ends its value
-            # (`let c = |` must not offer `c`; Kina lets do not nest inside a value)
-            if not _IN.search(window, m.end()):
-                continue
-            for n in (m.group(1) or m.group(2)).split(","):
-                if n.strip():
-                    names.append((n.strip(), "let"))
+    body = next((i for i, t in enumerate(tokens) if t.type == "LBRACE"), len(tokens))
+    paren = next((i for i, t in enumerate(tokens[:body]) if t.type == "LPAR"), body)
+    names += [(str(t), "parameter") for t, nxt in zip(tokens[paren:body], tokens[paren + 1:body])
+              if t.type == "NAME" and nxt.type == "COLON"]    # in a header only parameters are written `name:`
+    ins = [i for i, t in enumerate(tokens) if t.type == "IN"]
+    for i in range(body, len(tokens)):
+        if tokens[i].type != "LET":
+            continue
+        bound = _pattern_names(tokens, i + 1)
+        # a let binds its names only in its body: after the `in` that ends its value
+        # (`let c = |` must not offer `c`; Kina lets do not nest inside a value)
+        if ins and ins[-1] > i:
+            names += [(n, "let") for n in bound]
     seen, out = set(), []
     for n, what in names:
         if n not in seen and n not in DType.__members__:
             seen.add(n)
             out.append((n, what))
+    return out
+
+
+def _pattern_names(tokens: list[Token], i: int) -> list[str]:
+    """The names of the let pattern starting at tokens[i]: `x` or `(a, b)`."""
+    if i < len(tokens) and tokens[i].type == "NAME":
+        return [str(tokens[i])]
+    if i >= len(tokens) or tokens[i].type != "LPAR":
+        return []
+    out = []
+    for t in tokens[i + 1:]:
+        if t.type not in ("NAME", "COMMA"):
+            break
+        if t.type == "NAME":
+            out.append(str(t))
     return out
 
 
@@ -105,32 +124,52 @@ def _free_ops():
     return [op for op in SURFACE_OPS.values() if op.infix is None]
 
 
+def _word_at_end(tokens: list[Token], end: int) -> bool:
+    return bool(tokens) and tokens[-1].type in lex.WORDS and lex.end(tokens[-1]) == end
+
+
+def _after_dot(tokens: list[Token], window: str) -> bool:
+    """`receiver.` on the cursor's line (a method is wanted), not the `1.` of a number being typed."""
+    if not tokens or tokens[-1].type != "DOT" or "\n" in window[lex.end(tokens[-1]):]:
+        return False
+    if len(tokens) == 1:
+        return True
+    prev = tokens[-2]
+    return prev.type in _RECEIVER_END or ("\n" in window[lex.end(prev):lex.start(tokens[-1])]
+                                          and prev.type not in lex.NUMBERS)
+
+
 def complete(text: str, offset: int, functions: list[str]) -> list[lsp.CompletionItem]:
     window = function_window(text, offset)
-    line = window[window.rfind("\n") + 1:]
-    if re.search(r"Tensor\s*\[\s*\w*$", line):
+    all_tokens = lex.tokens(window, comments=True)
+    if all_tokens and all_tokens[-1].type == lex.COMMENT and lex.end(all_tokens[-1]) == len(window):
+        return []                                  # the cursor is in a comment
+    tokens = [t for t in all_tokens if t.type != lex.COMMENT]
+    before = tokens[:-1] if _word_at_end(tokens, len(window)) else tokens     # without the word being typed
+    if [t.type for t in before[-2:]] == ["TENSOR", "LSQB"]:
         return [lsp.CompletionItem(label=d.value, kind=lsp.CompletionItemKind.TypeParameter,
                                    detail="floating" if d.is_float else "discrete (no cotangent)")
                 for d in DType]
-    if re.search(r"(?:[\w)\]]|^)\s*\.\s*\w*$", line) and not re.search(r"\d\.\w*$", line):
+    if _after_dot(before, window):
         return [_op_item(op, lsp.CompletionItemKind.Method) for op in _method_ops()]
-    call = call_context(window)
+    call = call_context(tokens)
     items: list[lsp.CompletionItem] = []
     if call is not None and call.name in SURFACE_OPS:
         op = SURFACE_OPS[call.name]
-        m = re.match(r"\s*([A-Za-z_]\w*)\s*=\s*(\w*)$", call.segment)
-        if m:
-            spec = op.attr(m.group(1))
+        attr = _keyword_attr(call.segment)
+        if attr is not None and (len(call.segment) == 2 or (len(call.segment) == 3 and _word_at_end(call.segment, len(window)))):
+            spec = op.attr(attr)
+            if spec is None:
+                return []
             return [lsp.CompletionItem(label=c, kind=lsp.CompletionItemKind.EnumMember,
-                                       detail=f"{op.name}.{spec.name}")
-                    for c in (spec.choices if spec else ())]
-        given = set(re.findall(r"([A-Za-z_]\w*)\s*=", call.args))
+                                       detail=f"{op.name}.{spec.name}") for c in spec.choices]
+        given = {str(t) for t, nxt in zip(call.args, call.args[1:]) if t.type == "NAME" and nxt.type == "EQUAL"}
         items += [lsp.CompletionItem(label=a.name, kind=lsp.CompletionItemKind.Property,
                                      insert_text=a.name + "=", sort_text="0" + a.name,
                                      detail=a.shown)
                   for a in op.attrs if a.name not in given]
     items += [lsp.CompletionItem(label=n, kind=lsp.CompletionItemKind.Variable, detail=what, sort_text="0" + n)
-              for n, what in _scope_names(window)]
+              for n, what in _scope_names(tokens)]
     items += [lsp.CompletionItem(label=f, kind=lsp.CompletionItemKind.Function, sort_text="2" + f)
               for f in functions]
     items += [_op_item(op, lsp.CompletionItemKind.Function) for op in _free_ops()]
@@ -140,29 +179,17 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
 
 
 def function_names(text: str) -> list[str]:
-    return list(dict.fromkeys(_FN_HEADER.findall(text)))
+    return list(dict.fromkeys(it.name for it in parse.split_items(text) if it.name))
 
 
 # ---- signature help -------------------------------------------------------------
-def _op_signature(op: OpDef, method: bool) -> tuple[str, list[str]]:
-    n = op.operands if op.operands >= 0 else 2
-    operands = [f"x{i}" if n > 1 else "x" for i in range(n)]
-    if op.operands < 0:
-        operands.append("...")
-    method = method and bool(operands)        # a builder (iota) has no receiver
-    params = operands[1:] if method else operands
-    params += [f"{a.name}={a.shown}" for a in op.attrs]
-    prefix = f"{operands[0]}.{op.name}(" if method else f"{op.name}("
-    return prefix + ", ".join(params) + ")", params
-
-
 def signature_help(text: str, offset: int, user_signatures: dict[str, tuple[str, list[str]]]):
-    call = call_context(function_window(text, offset))
+    call = call_context(lex.tokens(function_window(text, offset)))
     if call is None:
         return None
     if call.name in SURFACE_OPS:
         op = SURFACE_OPS[call.name]
-        label, params = _op_signature(op, call.method)
+        label, params = op.signature(call.method)
         doc = f"{op.rule}\n\n{op.doc}"
     elif call.name in user_signatures:
         label, params = user_signatures[call.name]
@@ -170,9 +197,9 @@ def signature_help(text: str, offset: int, user_signatures: dict[str, tuple[str,
     else:
         return None
     active = min(call.arg_index, max(0, len(params) - 1))
-    m = re.match(r"\s*([A-Za-z_]\w*)\s*=", call.segment)
-    if m:  # a keyword argument selects its attribute, wherever it is written
-        active = next((i for i, p in enumerate(params) if p.startswith(m.group(1) + "=")), active)
+    attr = _keyword_attr(call.segment)
+    if attr is not None:  # a keyword argument selects its attribute, wherever it is written
+        active = next((i for i, p in enumerate(params) if p.startswith(attr + "=")), active)
     info = lsp.SignatureInformation(
         label=label, documentation=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=doc) if doc else None,
         parameters=[lsp.ParameterInformation(label=p) for p in params])

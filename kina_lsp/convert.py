@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Iterable
 
 from lsprotocol import types as lsp
 
 from compiler.diagnostics import Span
-
 
 _ASTRAL = re.compile("[\U00010000-\U0010FFFF]")   # two UTF-16 code units each
 
@@ -46,7 +46,7 @@ class LineIndex:
     points plus the astral characters before the column (found once, by regex);
     UTF-8 columns come from encoding the line's prefix."""
 
-    def __init__(self, text: str, encoding: str = "utf-16"):
+    def __init__(self, text: str, encoding: str = "utf-16") -> None:
         self.text = text
         encoding = getattr(encoding, "value", encoding)  # PositionEncodingKind or its string
         self.encoding = encoding if encoding in ("utf-8", "utf-32") else "utf-16"
@@ -80,11 +80,11 @@ class LineIndex:
         offset = min(offset, self.ends[line])   # inside a \r\n: the end of the line
         return lsp.Position(line=line, character=self._units(start, offset))
 
-    def positions(self, offsets) -> list[lsp.Position]:
+    def positions(self, offsets: Iterable[int]) -> list[lsp.Position]:
         """position() of many offsets (see line_columns)."""
         return [lsp.Position(line=line, character=col) for line, col in self.line_columns(offsets)]
 
-    def line_columns(self, offsets) -> list[tuple[int, int]]:
+    def line_columns(self, offsets: Iterable[int]) -> list[tuple[int, int]]:
         """(line, column) of many offsets as plain ints: a token stream of a 1,000-line file
         has ~10,000 offsets, and building an lsp.Position for each cost more than the
         lexing (semantic tokens).  Ascending offsets on a UTF-8 line are counted in one
@@ -141,10 +141,10 @@ class LineIndex:
         return Span(self.offset(rng.start), self.offset(rng.end))
 
 
-_RECENT: tuple = ()   # (text, encoding, LineIndex) of the last few texts, newest first
+_RECENT: tuple[tuple[str, str, LineIndex], ...] = ()   # (text, encoding, LineIndex) of the last few texts, newest first
 
 
-def index_of(text: str, encoding="utf-16") -> LineIndex:
+def index_of(text: str, encoding: str = "utf-16") -> LineIndex:
     """The LineIndex of text, shared: after an edit the document (to apply the next edit)
     and the analysis (to convert its spans) need the index of the same text object."""
     global _RECENT

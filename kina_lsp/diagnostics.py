@@ -69,7 +69,7 @@ def _result_id(diags: list[lsp.Diagnostic]) -> str:
 class Publisher:
     """Diagnostics of every open document: debounced pushes, or answers to pulls."""
 
-    def __init__(self, server, documents, settings):
+    def __init__(self, server, documents, settings) -> None:
         self.server, self.documents, self.settings = server, documents, settings
         self.pull = False             # set at initialize: the client pulls (textDocument/diagnostic)
         self.refresh = False          # ... and accepts workspace/diagnostic/refresh

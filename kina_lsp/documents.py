@@ -1,29 +1,52 @@
-"""Per-document analysis state, kept off the event loop.
+"""The server's state, in one place: what it knows about each open document and when
+that knowledge is thrown away.
 
-Each open document owns one incremental `compiler.analysis.Analysis`; its
-`update(text)` re-checks only the functions whose text changed.  All updates
-run on one worker thread (the Analysis objects are not thread-safe, and one
-thread keeps results in edit order), so the event loop stays free to answer
-requests while a big file is being checked.  A snapshot is tagged with the
-exact text it was computed from; feature handlers ask `current()` and get a
-snapshot of the text the client sees right now.
+State, and who owns it:
 
-Requests give `current()` a time budget: when the analysis of the newest text
-takes longer (a function with tens of thousands of tokens was just edited),
-the request is answered as if nothing were known (null / empty) instead of
-holding the client up; the analysis goes on and the next request gets it.  A
-queued analysis whose text the client has already edited again is skipped, so
-the worker always works on the newest text and a burst of edits costs one
-analysis, not one per edit.
+- the text: pygls' workspace holds the client's buffers (didOpen / didChange /
+  didClose keep it in sync); the server never reads an open document from disk;
+- per open document, one `DocState` here: the incremental `Analysis` (its
+  per-item caches), the last `View` (a Snapshot with the exact text it was
+  computed from and its position index), the pending diagnostics push, the
+  "Build & validate" diagnostics, the document-symbol fragments and the last
+  semantic-token array (for deltas);
+- process-wide and immutable: the parse cache (compiler.parse.parse_local: one
+  frozen AST per item text, shared by every document); the worker pools hold no
+  document state.
+
+Lifecycle of a document:
+
+- didOpen: a push of its diagnostics is scheduled (at once); its DocState is made
+  on first use;
+- didChange: the new text is in the workspace at once; the validation
+  diagnostics are dropped (they describe the old text) and a debounced push is
+  scheduled.  Nothing is recomputed eagerly: the View stays as it is and becomes
+  stale, because every request compares the View's text with the buffer;
+- a request: `current()` returns the View of the buffer *as it is now*: the kept
+  View if its text is the buffer's, else one the worker computes from it
+  (`Analysis.update` re-parses only items whose text changed and re-checks only
+  functions whose text or callees' signatures changed).  Within the request
+  budget, else None (the request answers as if nothing were known and the
+  analysis goes on for the next one).  A request therefore never sees a
+  snapshot of a text the client no longer has;
+- didClose: the DocState goes, with everything in it (a pending push is cancelled).
+
+All analysis runs on one worker thread (Analysis objects are not thread-safe,
+and one thread keeps results in edit order), so the event loop stays free to
+answer requests while a big file is being checked.  A queued analysis whose
+text the client has already edited again is skipped, so a burst of edits costs
+one analysis, not one per edit.  A crash of the analysis is logged, and the
+document starts again from an empty Analysis.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from compiler.analysis import Analysis
+from compiler.analysis import Analysis, Snapshot
 
 from .convert import LineIndex, index_of
 
@@ -33,7 +56,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class View:
     """A snapshot together with the text it describes and its position index."""
-    snapshot: object
+    snapshot: Snapshot
     text: str
     index: LineIndex
 
@@ -46,21 +69,35 @@ class DocState:
     debounce: asyncio.Task | None = None
     extra: list = field(default_factory=list)   # LSP diagnostics from "Build & validate"
     symbols: dict = field(default_factory=dict)  # navigation.document_symbols' per-function cache
+    tokens: tuple[str, list[int]] | None = None  # (result id, data) of the last full semantic tokens
 
 
 class Documents:
-    def __init__(self, text_of, encoding=lambda: "utf-16"):
+    def __init__(self, text_of, encoding=lambda: "utf-16") -> None:
         """text_of(uri) -> (text, version) of the client's current buffer, or None;
         encoding() -> the negotiated LSP position encoding."""
         self._text_of = text_of
         self._encoding = encoding
         self._docs: dict[str, DocState] = {}
+        self._result_ids = itertools.count(1)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-analysis")
 
     def state(self, uri: str) -> DocState:
         if uri not in self._docs:
             self._docs[uri] = DocState(uri)
         return self._docs[uri]
+
+    def put_tokens(self, uri: str, data: list[int]) -> str:
+        """Keep a document's newest full semantic-token array; its fresh result id."""
+        rid = str(next(self._result_ids))
+        self.state(uri).tokens = (rid, data)
+        return rid
+
+    def tokens(self, uri: str, rid: str) -> list[int] | None:
+        """The array sent under result id `rid`, if it is the document's newest."""
+        st = self._docs.get(uri)
+        hit = st.tokens if st is not None else None
+        return hit[1] if hit is not None and hit[0] == rid else None
 
     def close(self, uri: str) -> None:
         st = self._docs.pop(uri, None)
@@ -100,7 +137,7 @@ class Documents:
             return await job
         try:
             return await asyncio.wait_for(asyncio.shield(job), budget)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.info("analysis of %s is over the %.0f ms request budget; answering without it",
                      uri, budget * 1000)
             return None

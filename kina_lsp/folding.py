@@ -10,21 +10,22 @@ is honoured (the outermost ranges are kept).
 """
 from __future__ import annotations
 
-import re
+from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import parse, syntax as ast
+from compiler import lex, parse
+from compiler import syntax as ast
 
 from . import astutil
 
-_OWN_LINE_COMMENT = re.compile(r"^[ \t]*//", re.M)
-
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 class _Lines:
     """Line numbers of offsets, computed in one sorted pass through the view's index."""
 
-    def __init__(self, view):
+    def __init__(self, view) -> None:
         self.view = view
         self.spans: list[tuple[int, int, str | None]] = []
 
@@ -55,15 +56,18 @@ def _comment_runs(text: str, lines: _Lines) -> None:
     """Two or more consecutive lines holding only a comment."""
     run_start = run_end = None
     prev_line_end = -2
-    for m in _OWN_LINE_COMMENT.finditer(text):
-        line_end = text.find("\n", m.end())
+    for tok in lex.tokens(text, comments=True):
+        if tok.type != lex.COMMENT or not _starts_line(text, lex.start(tok)):
+            continue
+        line_start = text.rfind("\n", 0, lex.start(tok)) + 1
+        line_end = text.find("\n", lex.end(tok))
         line_end = len(text) if line_end < 0 else line_end
-        if run_start is not None and m.start() == prev_line_end + 1:
+        if run_start is not None and line_start == prev_line_end + 1:
             run_end = line_end
         else:
             if run_start is not None and run_end is not None:
                 lines.add(run_start, run_end, lsp.FoldingRangeKind.Comment)
-            run_start, run_end = m.start(), None
+            run_start, run_end = line_start, None
         prev_line_end = line_end
     if run_start is not None and run_end is not None:
         lines.add(run_start, run_end, lsp.FoldingRangeKind.Comment)
@@ -105,7 +109,7 @@ def folding_ranges(view, limit: int | None = None) -> list[lsp.FoldingRange]:
     return out
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FOLDING_RANGE)
     @safe(default=list)
     async def on_folding_range(ls, params: lsp.FoldingRangeParams):

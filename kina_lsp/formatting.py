@@ -16,12 +16,16 @@ import asyncio
 import difflib
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
 from compiler import parse
 from compiler.diagnostics import Span
 from compiler.format import FormatError, format_source
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 log = logging.getLogger(__name__)
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-format")
@@ -80,7 +84,7 @@ async def _edits(ls, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
     return to_lsp(view, edits)
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
     @safe(default=list)
     async def on_formatting(ls, params: lsp.DocumentFormattingParams):

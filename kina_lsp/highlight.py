@@ -9,7 +9,12 @@ a name the program defines (an op, a keyword, a number) highlights nothing.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types as lsp
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 
 def _safe(fn, *args, default=None):
@@ -36,7 +41,7 @@ def highlights(view, offset: int) -> list[lsp.DocumentHighlight]:
     return out
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
     @safe(default=list)
     async def on_document_highlight(ls, params: lsp.DocumentHighlightParams):

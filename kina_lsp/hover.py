@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from compiler import ir, syntax as ast
+from compiler import ir
+from compiler import syntax as ast
 from compiler.ops import SURFACE_OPS
 from compiler.types import TupleType
 

@@ -13,12 +13,18 @@ the server gets no trust signal of its own).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lsprotocol import types as lsp
 
-from compiler import parse, syntax as ast
+from compiler import parse
+from compiler import syntax as ast
 from compiler.validate import GRAD_PREFIX
 
 from . import commands
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 CMD_VALIDATE_FUNCTION = "kina.validateFunction"
 KINDS = ("function", "gradient")
@@ -70,7 +76,7 @@ async def validate_function(ls, args) -> dict:
     return await commands.build_and_validate(ls, uri, only=only)
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS, lsp.CodeLensOptions(resolve_provider=False))
     @safe(default=list)
     async def on_code_lens(ls, params: lsp.CodeLensParams):

@@ -9,11 +9,12 @@ message says why; editors show it as it is.
 from __future__ import annotations
 
 import json
-import re
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
+from compiler import lex
+from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import OPS
 from compiler.types import DType
@@ -21,17 +22,13 @@ from compiler.types import DType
 from . import astutil
 from .convert import LineIndex
 
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-KEYWORDS = frozenset({"fn", "let", "in", "handle", "with", "Tensor"}) | {d.value for d in DType}
-RESERVED = KEYWORDS | set(OPS) | {"reverseMode", "main"}
+RESERVED = lex.KEYWORDS | {d.value for d in DType} | set(OPS) | set(HANDLERS) | {"main"}
 
 
 def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
     """The identifier touching offset (cursor just after it counts)."""
-    for m in IDENT.finditer(text, max(0, offset - 64), min(len(text), offset + 64)):
-        if m.start() <= offset <= m.end():
-            return m.group(), m.start(), m.end()
-    return None
+    tok = lex.word_at(text, offset)
+    return (str(tok), lex.start(tok), lex.end(tok)) if tok is not None else None
 
 
 class RenameRefused(JsonRpcException):
@@ -63,10 +60,9 @@ def _name_spans(view, offset: int) -> list:
         spans.append(d)
     out = set()
     for s in spans:
-        for m in IDENT.finditer(view.text, s.start, s.end):
-            if m.group() == name:
-                out.add((m.start(), m.end()))
-                break
+        first = next((t for t in lex.tokens(view.text, s.start, s.end) if str(t) == name), None)
+        if first is not None:
+            out.add((lex.start(first), lex.end(first)))
     return sorted(out)
 
 
@@ -91,12 +87,12 @@ def prepare_rename(view, offset: int):
 
 
 def check_new_name(new_name) -> None:
-    if not isinstance(new_name, str) or not IDENT.fullmatch(new_name):
+    if not isinstance(new_name, str) or not lex.is_word(new_name):
         raise RenameRefused(f"`{new_name}` is not a valid Kina name: use letters, digits and `_`, "
                             "not starting with a digit")
     if new_name in RESERVED:
         dtypes = {d.value for d in DType}
-        what = ("a dtype name, a reserved word" if new_name in dtypes else "a keyword" if new_name in KEYWORDS
+        what = ("a dtype name, a reserved word" if new_name in dtypes else "a keyword" if new_name in lex.KEYWORDS
                 else "a built-in op" if new_name in OPS else "reserved")
         raise RenameRefused(f"`{new_name}` is {what} in Kina and cannot name a function, parameter or let")
 
@@ -134,7 +130,7 @@ def _symbols(fn, index) -> list[dict]:
 class _At:
     """A LineIndex stand-in: positions of item-local offsets, for an item that starts at (line, col)."""
 
-    def __init__(self, index, line: int, col: int):
+    def __init__(self, index, line: int, col: int) -> None:
         self.index, self.line, self.col = index, line, col
 
     def position(self, offset: int) -> lsp.Position:

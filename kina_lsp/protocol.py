@@ -41,7 +41,7 @@ class KinaTextDocument(TextDocument):
 
     def _apply_incremental_change(self, change: lsp.TextDocumentContentChangePartial) -> None:
         text = self.source
-        index = index_of(text, self.position_codec.encoding)
+        index = index_of(text, str(self.position_codec.encoding or "utf-16"))
         start, end = index.offset(change.range.start), index.offset(change.range.end)
         if end < start:   # a reversed range: take it as the span between the two positions
             start, end = end, start
@@ -65,7 +65,7 @@ class KinaWorkspace(Workspace):
         super().update_text_document(text_doc, change)
 
     @classmethod
-    def like(cls, ws: Workspace) -> "KinaWorkspace":
+    def like(cls, ws: Workspace) -> KinaWorkspace:
         folders = list(ws.folders.values())
         return cls(ws.root_uri, ws._sync_kind, folders, ws.position_encoding)
 
@@ -75,12 +75,12 @@ class RawResult:
     answers built from cached fragments: see navigation.document_symbols)."""
     __slots__ = ("json",)
 
-    def __init__(self, json_text: str):
+    def __init__(self, json_text: str) -> None:
         self.json = json_text
 
 
 class KinaProtocol(LanguageServerProtocol):
-    def __init__(self, server, converter):
+    def __init__(self, server, converter) -> None:
         super().__init__(server, converter)
         self._tracked: dict = {}          # request id -> asyncio tasks doing its work
 
@@ -91,6 +91,7 @@ class KinaProtocol(LanguageServerProtocol):
             step = next(inner)            # pygls has made its workspace and now calls our handler
         except StopIteration as stop:
             return stop.value
+        assert self._workspace is not None
         self._workspace = KinaWorkspace.like(self._workspace)
         while True:
             value = yield step
@@ -144,7 +145,7 @@ class KinaProtocol(LanguageServerProtocol):
             if not tasks:
                 self._tracked.pop(msg_id, None)
 
-    def _handle_cancel_notification(self, msg_id):
+    def _handle_cancel_notification(self, msg_id) -> None:
         for task in list(self._tracked.pop(msg_id, ())):
             task.cancel()
         super()._handle_cancel_notification(msg_id)

@@ -9,17 +9,19 @@ cursor is in, so expand selection still does something sensible.
 """
 from __future__ import annotations
 
-import re
+from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import parse, syntax as ast
+from compiler import lex, parse
+from compiler import syntax as ast
 from compiler.diagnostics import Span
 
 from . import astutil
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_IN = re.compile(r"(?:\s+|//[^\n]*)*in\b")
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
+
 
 
 def _inside(span: Span, offset: int) -> bool:
@@ -54,8 +56,9 @@ def _expression_path(node, offset: int) -> list[Span]:
 
 def _let_link(text: str, let: ast.Let) -> Span:
     """`let PATTERN = VALUE in` (the let's own span runs to the end of the chain)."""
-    m = _IN.match(text, let.value.span.end)
-    return Span(let.span.start, m.end() if m else let.value.span.end)
+    after = lex.tokens(text, let.value.span.end, let.span.end)
+    in_ = after[0] if after and after[0].type == "IN" else None
+    return Span(let.span.start, lex.end(in_) if in_ is not None else let.value.span.end)
 
 
 def _in_signature(fn: ast.FnDef, offset: int) -> list[Span]:
@@ -95,11 +98,10 @@ def spans_at(view, offset: int) -> list[Span]:
     else:
         item = next((it for it in parse.split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
-    word = next((m for m in _WORD.finditer(text, max(0, offset - 64), min(len(text), offset + 64))
-                 if m.start() <= offset <= m.end()), None)
+    word = lex.word_at(text, offset, numbers=True)
     if word is not None:
-        spans.append(Span(word.start(), word.end()))
-    out = []
+        spans.append(Span(lex.start(word), lex.end(word)))
+    out: list[Span] = []
     for s in spans:   # each strictly inside the previous one
         if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):
             out.append(s)
@@ -109,13 +111,13 @@ def spans_at(view, offset: int) -> list[Span]:
 def selection_range(view, position: lsp.Position) -> lsp.SelectionRange:
     offset = view.index.offset(position)
     spans = spans_at(view, offset) or [Span(offset, offset)]
-    node = None
-    for s in spans:
+    node = lsp.SelectionRange(range=view.index.range(spans[0]))
+    for s in spans[1:]:
         node = lsp.SelectionRange(range=view.index.range(s), parent=node)
     return node
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
     async def on_selection_range(ls, params: lsp.SelectionRangeParams):

@@ -3,18 +3,19 @@ with the op table and the module's function names, so built-in ops, user
 functions, dtypes and the reverseMode handler are told apart even where a
 TextMate grammar cannot.
 
-Token rows are (line, start, length) in the negotiated position encoding,
-delta-encoded as LSP requires.  The pass is linear in the text: offsets become
-positions through LineIndex.positions (no per-token walk of the line), and the
-look-behind of each word ("after a `.`", "after `fn`") scans back over blanks
-only (it used to copy the text before every word: issue 12, F1).  It runs on a worker
-thread, so a huge file never holds up other requests on the event loop.
+The tokens are compiler.lex's (the grammar's own terminals, comments kept); a
+word is classified by the code tokens on either side ("after a `.`", "before
+a `(`", "after `fn`").  Token rows are (line, start, length) in the negotiated
+position encoding, delta-encoded as LSP requires.  The pass is linear in the
+text: offsets become positions through LineIndex.positions (no per-token walk
+of the line; a per-word copy of the text before it was once quadratic).  It runs on a
+worker thread, so a huge file never holds up other requests on the event loop.
 
 Full results are assembled from per-function chunks, each lexed and encoded once
 (ChunkCache): an edit re-encodes only the function it touches.
 
 Deltas (`textDocument/semanticTokens/full/delta`): the last full result of each
-document is kept under a result id; a delta request for that id is answered
+open document is kept under a result id (in its DocState, documents.py); a delta request for that id is answered
 with one edit (the changed middle between the common prefix and suffix of the
 two token arrays), as rust-analyzer does.
 """
@@ -22,80 +23,84 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
+from lark import Token
 from lsprotocol import types as lsp
 
+from compiler import lex, parse
+from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
 from compiler.types import DType
 
 from .convert import LineIndex
 
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
+
 TOKEN_TYPES = ["keyword", "type", "function", "method", "parameter", "variable", "number", "comment", "macro",
                "property", "enumMember"]
 TOKEN_MODIFIERS = ["declaration", "defaultLibrary"]
 LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
 
-_TOKEN = re.compile(r"(?P<comment>//[^\n]*)|(?P<number>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
-                    r"|(?P<ident>[A-Za-z_]\w*)(?P<call>\s*\()?(?P<kw>\s*=(?!=))?")
-_KEYWORDS = {"fn", "let", "in", "handle", "with", "Tensor"}
 _DTYPES = {d.value for d in DType}
 _ENUMS = {c for op in SURFACE_OPS.values() for a in op.attrs for c in a.choices}
 _TYPE_INDEX = {name: i for i, name in enumerate(TOKEN_TYPES)}
-_WORD_CHAR = re.compile(r"\w")
+_NONE = Token("$NONE", "")       # stands for "no token" before the first and after the last
 
 
-def _before(text: str, pos: int) -> int:
-    """Index just past the last non-blank character before pos (0 if none)."""
-    while pos > 0 and text[pos - 1].isspace():
-        pos -= 1
-    return pos
-
-
-def _classify(m: re.Match, text: str, functions: set[str]) -> tuple[str, int] | None:
-    """(token type, modifier bits) of one identifier match."""
-    word = m.group("ident")
-    if word in _KEYWORDS:
+def _classify(tok: Token, prev: Token, nxt: Token, functions: set[str], params: set[str]) -> tuple[str, int] | None:
+    """(token type, modifier bits) of one token, from its neighbours (comments skipped)."""
+    if tok.type == lex.COMMENT:
+        return "comment", 0
+    if tok.type in lex.NUMBERS:
+        return "number", 0
+    if tok.type in lex.KEYWORD_TERMINALS:
         return "keyword", 0
+    if tok.type != "NAME":
+        return None
+    return _classify_name(str(tok), prev.type, nxt.type, functions, params)
+
+
+def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: set[str]) -> tuple[str, int] | None:
     if word in _DTYPES:
         return "type", 0
-    if word == "reverseMode":
+    if word in HANDLERS:
         return "macro", 2
-    if m.group("kw"):
+    if nxt == "EQUAL":
         return "property", 0
-    prev = _before(text, m.start())
-    after_dot = prev > 0 and text[prev - 1] == "."
-    if word in SURFACE_OPS and (after_dot or m.group("call")):
+    call, after_dot = nxt == "LPAR", prev == "DOT"
+    if word in SURFACE_OPS and (after_dot or call):
         return ("method" if after_dot else "function"), 2
-    if word in functions and m.group("call"):
-        declares = text.startswith("fn", prev - 2) and not (prev > 2 and _WORD_CHAR.match(text[prev - 3]))
-        return "function", 1 if declares else 0
-    if word in _ENUMS and prev > 0 and text[prev - 1] == "=":
+    if word in functions and call:
+        return "function", 1 if prev == "FN" else 0
+    if word in _ENUMS and prev == "EQUAL":
         return "enumMember", 0
+    if word in params:
+        return "parameter", 0
     return None  # plain variables are left to the editor's own highlighting
 
 
 def token_rows(text: str, functions: set[str], params: set[str], start: int = 0, end: int | None = None):
     """(start, end, type index, modifier bits) of every token that starts in [start, end), in order."""
     end = len(text) if end is None else end
-    # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
-    for m in _TOKEN.finditer(text, start, len(text)):
-        if m.start() >= end:
+    toks = lex.tokens(text, comments=True)
+    n, prev = len(toks), _NONE
+    for i, tok in enumerate(toks):
+        if lex.start(tok) >= end:
             break
-        if m.group("comment"):
-            yield m.start(), m.end(), _TYPE_INDEX["comment"], 0
-        elif m.group("number"):
-            yield m.start(), m.end(), _TYPE_INDEX["number"], 0
-        else:
-            cls = _classify(m, text, functions)
-            if cls is None:
-                if m.group("ident") not in params:
-                    continue
-                cls = ("parameter", 0)
-            yield m.start("ident"), m.end("ident"), _TYPE_INDEX[cls[0]], cls[1]
+        j = i + 1
+        while j < n and toks[j].type == lex.COMMENT:      # neighbours skip comments
+            j += 1
+        cls = _classify(tok, prev, toks[j] if j < n else _NONE, functions, params)
+        if tok.type != lex.COMMENT:
+            prev = tok
+        # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
+        if cls is not None and lex.start(tok) >= start:
+            yield lex.start(tok), lex.end(tok), _TYPE_INDEX[cls[0]], cls[1]
 
 
 def encode(rows, index) -> list[int]:
@@ -128,28 +133,29 @@ def semantic_tokens(text: str, index, functions: set[str], params: set[str],
     return lsp.SemanticTokens(data=encode(token_rows(text, functions, params, span.start, span.end), index))
 
 
-_FN_LINE = re.compile(r"(?<=\n)fn\b")
-
-
 class ChunkCache:
     """Full-document tokens assembled from per-function chunks, each encoded once.
 
     An edit changes one function; re-lexing and re-encoding the other 99 of a
     1,000-line file on every keystroke made semantic tokens the slowest request.
-    The text is cut where a line starts with `fn`: no token, look-behind or
-    `name (` match crosses such a cut, so a chunk's tokens depend only on its text
-    and the module's function and parameter names.  A chunk's data is LSP's
-    relative encoding with lines counted from the chunk's first line; assembling
-    shifts each chunk's first delta line (its first token is on a later line than
-    every token before it, so its delta column is its column)."""
+    The text is cut where a top-level item (parse.split_items) starts a line: a
+    classification reads only the code tokens next to a word, and none of those
+    crosses such a cut in a way that matters (the token after a function's last
+    `}` is the next `fn`), so a chunk's tokens depend only on its text and the
+    module's function and parameter names.  A chunk's data is LSP's relative
+    encoding with lines counted from the chunk's first line; assembling shifts
+    each chunk's first delta line (its first token is on a later line than every
+    token before it, so its delta column is its column)."""
 
-    def __init__(self, limit: int = 4096):
-        self._data: OrderedDict[tuple, tuple[list[int], int]] = OrderedDict()
+    def __init__(self, limit: int = 4096) -> None:
+        self._data: OrderedDict[tuple[str, tuple[frozenset[str], frozenset[str], str]], tuple[list[int], int]] = \
+            OrderedDict()
         self._limit = limit
 
-    def tokens(self, text: str, index, functions: set[str], params: set[str]) -> list[int]:
+    def tokens(self, text: str, index: LineIndex, functions: set[str], params: set[str]) -> list[int]:
         names = (frozenset(functions), frozenset(params), index.encoding)
-        cuts = [0] + [m.start() for m in _FN_LINE.finditer(text)] + [len(text)]
+        starts = [it.start for it in parse.split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
+        cuts = [0] + starts + [len(text)]
         lines = [line for line, _ in index.line_columns(cuts[:-1])]
         data: list[int] = []
         prev_line = 0
@@ -162,7 +168,8 @@ class ChunkCache:
             prev_line = line + last
         return data
 
-    def _chunk(self, text: str, names: tuple, functions, params) -> tuple[list[int], int]:
+    def _chunk(self, text: str, names: tuple[frozenset[str], frozenset[str], str],
+               functions: set[str], params: set[str]) -> tuple[list[int], int]:
         """(encoded tokens of one chunk, the line of its last token), from the cache."""
         key = (text, names)
         hit = self._data.get(key)
@@ -197,29 +204,7 @@ def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:
                                    data=new[prefix:len(new) - suffix])]
 
 
-class ResultCache:
-    """The last full token array of each document, under a fresh result id (bounded)."""
-
-    def __init__(self, limit: int = 64):
-        self._ids = itertools.count(1)
-        self._by_uri: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
-        self._limit = limit
-
-    def put(self, uri: str, data: list[int]) -> str:
-        rid = str(next(self._ids))
-        self._by_uri[uri] = (rid, data)
-        self._by_uri.move_to_end(uri)
-        while len(self._by_uri) > self._limit:
-            self._by_uri.popitem(last=False)
-        return rid
-
-    def get(self, uri: str, rid: str) -> list[int] | None:
-        hit = self._by_uri.get(uri)
-        return hit[1] if hit is not None and hit[0] == rid else None
-
-
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-semantic")
-_cache = ResultCache()
 
 
 async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
@@ -230,10 +215,10 @@ async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | 
     span = view.index.span(rng) if rng is not None else None
     loop = asyncio.get_running_loop()
     result = await loop.run_in_executor(_pool, semantic_tokens, view.text, view.index, functions, params, span)
-    return result.data
+    return list(result.data)
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     """Full, delta and range handlers (one legend: pygls merges them into one capability)."""
     empty = lambda: lsp.SemanticTokens(data=[])  # noqa: E731
 
@@ -243,7 +228,7 @@ def register(server, safe) -> None:
         data = await _tokens_of(ls, params.text_document.uri)
         if data is None:
             return empty()
-        return lsp.SemanticTokens(data=data, result_id=_cache.put(params.text_document.uri, data))
+        return lsp.SemanticTokens(data=data, result_id=ls.documents.put_tokens(params.text_document.uri, data))
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA, LEGEND)
     @safe(default=empty)
@@ -252,8 +237,8 @@ def register(server, safe) -> None:
         data = await _tokens_of(ls, uri)
         if data is None:
             return empty()
-        old = _cache.get(uri, params.previous_result_id)
-        rid = _cache.put(uri, data)
+        old = ls.documents.tokens(uri, params.previous_result_id)
+        rid = ls.documents.put_tokens(uri, data)
         if old is None:   # unknown or superseded id: the full array (the spec allows either)
             return lsp.SemanticTokens(data=data, result_id=rid)
         return lsp.SemanticTokensDelta(edits=delta_edit(old, data), result_id=rid)

@@ -7,7 +7,7 @@ answer; the feature modules only translate between compiler objects and LSP:
   transport.py    frames and JSON-RPC checks: every request gets an answer
   protocol.py     LSP line breaks in documents; cancellation reaches the work
   tcp.py          --tcp: loopback only, token required
-  documents.py    per-document analysis on a worker thread, request budget
+  documents.py    the server's state and its lifecycle: per-document analysis, request budget
   diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
   hover.py        types, op rules, signatures, reverseMode result tuples
   inlay.py        the type of every let binding
@@ -39,19 +39,38 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
-from . import actions, astutil, commands, completion, diagnostics, hover, inlay, navigation, semantic, tcp, transport
+from . import (
+    actions,
+    astutil,
+    call_hierarchy,
+    commands,
+    completion,
+    diagnostics,
+    folding,
+    formatting,
+    highlight,
+    hover,
+    inlay,
+    lenses,
+    navigation,
+    selection,
+    semantic,
+    tcp,
+    transport,
+    workspace_symbols,
+)
 from .convert import index_of
-from . import call_hierarchy, folding, formatting, highlight, lenses, selection, workspace_symbols
 from .diagnostics import Publisher
 from .documents import Documents
-from .protocol import KinaProtocol, RawResult
+from .protocol import KinaProtocol, KinaWorkspace, RawResult
 from .settings import Settings
 
 log = logging.getLogger("kina_lsp")
@@ -61,17 +80,25 @@ VIEW_FILE_TEXT = "kina/viewFileText"
 
 
 class KinaServer(LanguageServer):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("kina-lsp", VERSION, text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
                          protocol_cls=KinaProtocol)
         self.settings = Settings()
         self.documents = Documents(self.buffer, self.position_encoding)
         self.publisher = Publisher(self, self.documents, self.settings)
 
+    @property
+    def kina_protocol(self) -> KinaProtocol:
+        return cast(KinaProtocol, self.protocol)          # protocol_cls=KinaProtocol
+
+    @property
+    def kina_workspace(self) -> KinaWorkspace:
+        return cast(KinaWorkspace, self.workspace)        # KinaProtocol.lsp_initialize makes it
+
     def buffer(self, uri: str):
         """(text, version) of an open document, or None (never a file read from disk)."""
         try:
-            doc = self.workspace.open_document(uri) if isinstance(uri, str) else None
+            doc = self.kina_workspace.open_document(uri) if isinstance(uri, str) else None
         except RuntimeError:  # before initialize
             return None
         return None if doc is None else (doc.source, doc.version)
@@ -88,7 +115,9 @@ class KinaServer(LanguageServer):
             log.error("the client closed the connection")
             return 1
 
-    def start_tcp(self, host: str, port: int, token: str = "", announce=lambda port: None) -> int:
+    # (an exit code, and the connection token: not pygls' signature, which this replaces)
+    def start_tcp(self, host: str, port: int, token: str = "",  # type: ignore[override]
+                  announce: Callable[[int], None] = lambda port: None) -> int:
         return asyncio.run(tcp.serve_tcp(self.protocol, host, port, token, announce))
 
     def position_encoding(self):
@@ -116,32 +145,39 @@ class KinaServer(LanguageServer):
 server = KinaServer()
 
 
-def safe(default=None):
+F = TypeVar("F", bound=Callable[..., Any])
+Safe = Callable[..., Callable[[F], F]]     # the type of `safe` (feature modules' register())
+
+
+def safe(default: object = None) -> Callable[[F], F]:
     """Wrap a handler: log any exception and answer `default` instead.  A JsonRpcException
     is a deliberate error answer (with a message for the user) and goes through."""
-    def wrap(fn):
+    def answer() -> object:
+        return default() if callable(default) else default
+
+    def wrap(fn: F) -> F:
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
-            async def run_async(*args, **kwargs):
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
                 try:
                     return await fn(*args, **kwargs)
                 except JsonRpcException:
                     raise
                 except Exception:
                     log.exception("%s failed", fn.__name__)
-                    return default() if callable(default) else default
-            return run_async
+                    return answer()
+            return cast(F, run_async)
 
         @functools.wraps(fn)
-        def run(*args, **kwargs):
+        def run(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
             except JsonRpcException:
                 raise
             except Exception:
                 log.exception("%s failed", fn.__name__)
-                return default() if callable(default) else default
-        return run
+                return answer()
+        return cast(F, run)
     return wrap
 
 
@@ -153,7 +189,7 @@ async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position, wait: b
 # ---- lifecycle and settings ---------------------------------------------------------------
 @server.feature(lsp.INITIALIZE)
 @safe()
-def initialize(ls: KinaServer, params: lsp.InitializeParams):
+def initialize(ls: KinaServer, params: lsp.InitializeParams) -> None:
     ls.settings.update(params.initialization_options)
     ls.publisher.configure(params.capabilities)
     if params.process_id and params.process_id > 0:
@@ -162,7 +198,7 @@ def initialize(ls: KinaServer, params: lsp.InitializeParams):
 
 @server.feature(lsp.INITIALIZED)
 @safe()
-async def initialized(ls: KinaServer, params: lsp.InitializedParams):
+async def initialized(ls: KinaServer, params: lsp.InitializedParams) -> None:
     await _pull_configuration(ls)
 
 
@@ -178,7 +214,7 @@ async def _pull_configuration(ls: KinaServer) -> None:
 
 @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
 @safe()
-async def did_change_configuration(ls: KinaServer, params: lsp.DidChangeConfigurationParams):
+async def did_change_configuration(ls: KinaServer, params: lsp.DidChangeConfigurationParams) -> None:
     ls.settings.update(params.settings)
     await _pull_configuration(ls)
     for uri in list(ls.workspace.text_documents):
@@ -187,7 +223,7 @@ async def did_change_configuration(ls: KinaServer, params: lsp.DidChangeConfigur
 
 def _watch_parent(pid: int) -> None:
     """Exit when the editor dies without closing our stdin (LSP processId)."""
-    def watch():
+    def watch() -> None:
         while True:
             time.sleep(3)
             try:
@@ -203,26 +239,26 @@ def _watch_parent(pid: int) -> None:
 # ---- document sync -> diagnostics -----------------------------------------------------------
 @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
 @safe()
-def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams):
+def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams) -> None:
     ls.publisher.schedule(params.text_document.uri, immediate=True)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
 @safe()
-def did_change(ls: KinaServer, params: lsp.DidChangeTextDocumentParams):
+def did_change(ls: KinaServer, params: lsp.DidChangeTextDocumentParams) -> None:
     ls.publisher.edited(params.text_document.uri)  # validation results are for the old text
     ls.publisher.schedule(params.text_document.uri)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
 @safe()
-def did_save(ls: KinaServer, params: lsp.DidSaveTextDocumentParams):
+def did_save(ls: KinaServer, params: lsp.DidSaveTextDocumentParams) -> None:
     ls.publisher.schedule(params.text_document.uri, immediate=True)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
 @safe()
-def did_close(ls: KinaServer, params: lsp.DidCloseTextDocumentParams):
+def did_close(ls: KinaServer, params: lsp.DidCloseTextDocumentParams) -> None:
     ls.documents.close(params.text_document.uri)
     ls.publisher.clear(params.text_document.uri)
 
@@ -327,7 +363,7 @@ async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams):
 @server.command(actions.CMD_VALIDATE)
 @safe(default=lambda: {"ok": False, "message": "Kina: build & validate failed (see the server log)"})
 async def cmd_validate(ls: KinaServer, uri: Any):
-    ls.protocol.track()   # $/cancelRequest (and shutdown) cancel the build, not just the answer
+    ls.kina_protocol.track()   # $/cancelRequest (and shutdown) cancel the build, not just the answer
     return await commands.build_and_validate(ls, _command_uri(uri, actions.CMD_VALIDATE))
 
 

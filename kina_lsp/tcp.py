@@ -78,7 +78,7 @@ def new_token() -> str:
 class _Gate:
     """Authenticates initialize requests and hands the protocol to the first client that passes."""
 
-    def __init__(self, protocol, token: str):
+    def __init__(self, protocol, token: str) -> None:
         self.protocol, self.token = protocol, token.encode("utf-8")
         self.session: Dispatcher | None = None
 

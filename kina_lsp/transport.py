@@ -55,7 +55,7 @@ class ThreadedFileSource:
     holds the event loop and no handler's thread pool can starve the reader.  The
     queue is bounded: a client that floods the server is slowed down, not buffered."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int) -> None:
         self.fd = fd
         self._queue: asyncio.Queue | None = None
 
@@ -66,6 +66,7 @@ class ThreadedFileSource:
             except OSError:
                 data = b""
             try:
+                assert self._queue is not None   # made by the loop before the pump starts
                 asyncio.run_coroutine_threadsafe(self._queue.put(data), loop).result()
             except Exception:   # the loop is gone: the server is exiting
                 return
@@ -83,7 +84,7 @@ class ThreadedFileSource:
 class StreamSource:
     """An asyncio StreamReader (a TCP connection)."""
 
-    def __init__(self, reader: asyncio.StreamReader):
+    def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
 
     async def read(self, n: int) -> bytes:
@@ -105,7 +106,7 @@ class FrameReader:
 
     CHUNK = 64 * 1024
 
-    def __init__(self, source):
+    def __init__(self, source) -> None:
         self.source = source
         self.buf = bytearray()
         self.eof = False
@@ -204,7 +205,7 @@ class Dispatcher:
     `authenticate(params) -> str | None` (TCP mode) vets the initialize request: a message
     means refusal, and the connection is closed after the answer."""
 
-    def __init__(self, protocol, write, authenticate=None):
+    def __init__(self, protocol, write, authenticate=None) -> None:
         self.protocol = protocol
         self.write = write                  # bytes -> None
         self.authenticate = authenticate

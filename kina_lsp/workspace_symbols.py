@@ -16,33 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
-from compiler import parse
+from compiler import lex, parse
 
 from .convert import LineIndex
+
+if TYPE_CHECKING:
+    from .server import KinaServer, Safe
 
 MAX_FILES = 5000            # files and folders looked at per query
 MAX_FILE_BYTES = 1 << 20    # larger .kina files are not read
 MAX_RESULTS = 500
 SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "dist", "build", "artifacts"}
 
-_FN_NAME = re.compile(r"fn\s+([A-Za-z_][A-Za-z0-9_]*)")
+# (name, name start, name end, item start, item end) of one function
+Symbol = tuple[str, int, int, int, int]
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-symbols")
 
 
-def functions_in(text: str) -> list[tuple[str, int, int, int, int]]:
+def functions_in(text: str) -> list[Symbol]:
     """(name, name start, name end, item start, item end) of every function of a text."""
     out = []
     for item in parse.split_items(text):
-        m = _FN_NAME.match(text, item.start, item.end)
-        if m:
-            out.append((m.group(1), m.start(1), m.end(1), item.start, item.end))
+        head = lex.tokens(text, item.start, min(item.end, item.start + 256))[:2]   # `fn NAME`
+        if len(head) == 2 and head[1].type == "NAME":
+            out.append((str(head[1]), lex.start(head[1]), lex.end(head[1]), item.start, item.end))
     return out
 
 
@@ -87,10 +91,10 @@ def kina_files(roots: list[Path], budget: int = MAX_FILES):
 class SymbolIndex:
     """Functions per file, cached by (size, mtime_ns)."""
 
-    def __init__(self):
-        self._files: dict[str, tuple[tuple[int, int], list]] = {}
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[tuple[int, int], tuple[str, list[Symbol]]]] = {}
 
-    def of_file(self, path: Path) -> tuple[str, list] | None:
+    def of_file(self, path: Path) -> tuple[str, list[Symbol]] | None:
         """(text, functions) of a file on disk, or None if it is unreadable or too big."""
         try:
             st = path.stat()
@@ -154,7 +158,7 @@ def workspace_roots(ls) -> list[Path]:
     return roots
 
 
-def register(server, safe) -> None:
+def register(server: KinaServer, safe: Safe) -> None:
     index = SymbolIndex()
 
     @server.feature(lsp.WORKSPACE_SYMBOL)

@@ -102,7 +102,7 @@ def _softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def _swap(a: np.ndarray) -> np.ndarray:
-    """transpose_last_two (seed 000 §5)."""
+    """Swap the last two axes, keeping the batch prefix (the matmul VJP's transpose)."""
     return np.swapaxes(a, -1, -2)
 
 
@@ -160,7 +160,7 @@ def backward(p: dict, cache: dict, g_logits: np.ndarray) -> dict[str, np.ndarray
 
 
 def mean_nll(logits: np.ndarray, targets: np.ndarray, inv_n: float) -> tuple[float, np.ndarray, float]:
-    """Seed 003 §4: (mean NLL, its logits cotangent, d mean / d inv_n)."""
+    """(mean NLL, its logits cotangent, d mean / d inv_n)."""
     z = logits - logits.max(-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
     nll = -np.take_along_axis(logp, targets, axis=-1)   # [B, T, 1]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, replace
 
+import _common as C
 import numpy as np
 
-import _common as C
 from compiler import distributed
 
 TEMPLATES = C.EXAMPLES / "distributed"

@@ -14,9 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 import _common as C
+import numpy as np
 from _common import Report, section, torch_banner  # noqa: F401  (re-exported for the scripts)
 
 LEVELS = (0, 2)

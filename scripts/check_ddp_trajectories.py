@@ -29,9 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _dist_lm as L
+import numpy as np
 
 TRAINER = Path(__file__).resolve().parent / "train_storylm0_ddp.py"
 VOCAB = Path(__file__).resolve().parent / "vocab_parallel_storylm0.py"

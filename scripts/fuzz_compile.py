@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler import differential, progen, shrink  # noqa: E402
+from compiler import differential, shrink  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -22,9 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 BAR_WIDTH = 30
 

@@ -30,10 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 import _common as C
 import _dist_lm as L
+import numpy as np
+
 from compiler import checkpoint, distributed
 from compiler.distributed import DistributedError
 

@@ -13,9 +13,8 @@ Also main() = the first step.  Prints one line per comparison; exits 1 on any mi
 """
 from __future__ import annotations
 
-import numpy as np
-
 import _examples as E
+import numpy as np
 
 STEPS = 50
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.999), 1e-8, 1e-2

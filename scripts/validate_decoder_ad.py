@@ -1,4 +1,4 @@
-"""Validate the StoryLM-0 decoder VJPs (seed 000 §4-8) on compiled host libraries.
+"""Validate the StoryLM-0 decoder VJPs (reshape, transpose, matmul, gather, the SGD step) on compiled host libraries.
 
 Compiles examples/ad_reshape.kina, ad_matmul4.kina, ad_gather.kina and
 storylm0_ad_step.kina to .so files (compiler.build), calls them through
@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 REPEATED = np.array([[1, 4, 1, 4]], dtype=np.int64)
 LR = 0.1

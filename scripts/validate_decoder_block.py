@@ -16,9 +16,8 @@ Prints one line per comparison; exits 1 on any mismatch.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import _examples as E
+import numpy as np
 
 B, T, D, H, DH = 2, 4, 8, 2, 4
 ARGS = ("x", "ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w_up", "w_down")

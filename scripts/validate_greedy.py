@@ -16,10 +16,9 @@ Prints one line per comparison; exits 1 on any mismatch.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import _common as C
 import _examples as E
+import numpy as np
 
 N_NEW = 12
 DEMO_STEPS = 420

@@ -1,4 +1,4 @@
-"""Validate the StoryLM-0 mean NLL (seed 003 §3-4) on compiled host libraries.
+"""Validate the StoryLM-0 mean NLL (keepdims sums times a host 1/(B*T)) on compiled host libraries.
 
 Compiles examples/ad_reduce_sum.kina and storylm0_mean_nll_step.kina to .so files
 and checks, against the NumPy reference of scripts/_common.py (and torch.autograd
@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 STEP_ARGS = ("token_ids", "targets", "emb", "mask", "scale", "wq", "wk", "wv", "wo", "lm_head", "inv_n", "lr")
 UPDATED = ("emb", "wq", "wk", "wv", "wo", "lm_head")     # the order of emb', wq', ... in the result

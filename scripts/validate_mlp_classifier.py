@@ -14,9 +14,8 @@ Prints one line per comparison with its max error; exits 1 on any mismatch.
 """
 from __future__ import annotations
 
-import numpy as np
-
 import _examples as E
+import numpy as np
 
 STEPS = 20
 WEIGHTS = ("w1", "b1", "w2", "b2")

@@ -1,4 +1,4 @@
-"""Validate StoryLM-0 with the 2-way column-parallel vocabulary (seed 002 §7).
+"""Validate StoryLM-0 with the 2-way column-parallel vocabulary (two lm_head shards, logits concatenated).
 
 Compiles examples/storylm0_tp_vocab.kina (and the unsharded
 examples/storylm0_forward.kina) to .so files, injects the deterministic weights
@@ -19,9 +19,8 @@ from __future__ import annotations
 import sys
 import tempfile
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 RESIDUAL_ARGS = C.FORWARD_ARGS[:-1]      # storylm0_residual takes everything but lm_head
 CHANGED_LAST = np.array([[1, 4, 2, 3]], dtype=np.int64)

@@ -27,10 +27,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
-
 import _common as C
 import _dist_lm as L
+import numpy as np
+
 from compiler import distributed
 from compiler.distributed import DistributedError
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from compiler import ir, toolchain
 from compiler.types import TensorType
 
-
 ROOT = Path(__file__).resolve().parent.parent
 MLIR_OPT = str(toolchain.find_tool("mlir-opt"))
 MLIR_TRANSLATE = str(toolchain.find_tool("mlir-translate"))

@@ -9,21 +9,19 @@ of each file reports the same restrictions (with a note at the `handle`).
 """
 from pathlib import Path
 
+import expectations
 import numpy as np
 import pytest
 
 from compiler import ir
-from compiler.autodiff import VJPS, check_differentiable, lower_handles, transform_ad
 from compiler.analysis import analyze
+from compiler.autodiff import check_differentiable, lower_handles, transform_ad
 from compiler.diagnostics import CODES
 from compiler.ops import OPS
 from compiler.types import TensorType, TupleType, f32, i64
-from compiler.vjp import Builder
+from compiler.vjp import VJPS, Builder
 
 CASES = Path(__file__).parent / "ad_cases"
-
-
-import expectations
 
 
 def load(path: Path) -> ir.Program:

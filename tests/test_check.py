@@ -10,11 +10,14 @@ exact line:col, hover facts and scale.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
+import expectations
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler import ir, syntax
 from compiler.analysis import Snapshot, analyze
@@ -23,9 +26,7 @@ from compiler.check_hints import FOREIGN
 from compiler.diagnostics import CODES, Span
 from compiler.ops import OPS
 from compiler.parse import parse_module
-from compiler.types import DType, TensorType, TupleType, f32, i64
-
-import expectations
+from compiler.types import TensorType, TupleType, f32, i64
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "tests" / "check_cases").glob("*.kina"))
@@ -273,28 +274,28 @@ fn main() -> Tensor[F32, [2, 2]] {
 def test_hand_built_ast_without_the_parser():
     """The checker depends only on syntax.py: a hand-built AST checks too."""
     sp = Span(0, 1)
-    ty = syntax.TensorTypeExpr("F32", [2, 3], None, sp)
+    ty = syntax.TensorTypeExpr("F32", (2, 3), None, sp)
     x = syntax.Name("x", Span(10, 11))
-    body = syntax.MethodCall(x, "transpose", sp, [syntax.IntList([1, 0], Span(20, 26))], [], Span(10, 27))
-    fn = syntax.FnDef("t", sp, [syntax.Param("x", sp, ty, sp)], syntax.TensorTypeExpr("F32", [3, 2], "host", sp),
+    body = syntax.MethodCall(x, "transpose", sp, (syntax.IntList((1, 0), Span(20, 26)),), (), Span(10, 27))
+    fn = syntax.FnDef("t", sp, (syntax.Param("x", sp, ty, sp),), syntax.TensorTypeExpr("F32", (3, 2), "host", sp),
                       body, Span(0, 30))
     res = check_function(fn, {"t": signature_of(fn)[0]})
     assert res.diagnostics == [] and res.function.result.type == f32(3, 2)
-    bad = syntax.MethodCall(x, "transpose", sp, [syntax.IntList([0, 0], Span(20, 26))], [], Span(10, 27))
-    fn.body = bad
+    bad = syntax.MethodCall(x, "transpose", sp, (syntax.IntList((0, 0), Span(20, 26)),), (), Span(10, 27))
+    fn = dataclasses.replace(fn, body=bad)
     [d] = check_function(fn, {"t": signature_of(fn)[0]}).diagnostics
     assert (d.code, d.span) == ("attr", Span(20, 26))
 
 
 # ---- robustness: any op application gives a type or a diagnostic, never a traceback ---------
 SP = Span(0, 1)
-dims = st.lists(st.integers(0, 4), max_size=4)
+dims = st.lists(st.integers(0, 4), max_size=4).map(tuple)
 tensor_types = st.builds(syntax.TensorTypeExpr, st.sampled_from(["F32", "I64", "F16"]), dims,
                          st.sampled_from([None, "host", "device"]), st.just(SP))
-attr_values = st.one_of(st.integers(-2, 5), dims, st.lists(st.integers(-1, 4), max_size=4),
+attr_values = st.one_of(st.integers(-2, 5), dims, st.lists(st.integers(-1, 4), max_size=4).map(tuple),
                         st.sampled_from(["sum", "mean", "max", "avg"]), st.floats(-2, 2))
 attrs = st.lists(st.builds(syntax.Attr, st.sampled_from(["axis", "start", "stop", "perm", "shape", "op", "k"]),
-                           st.just(SP), attr_values, st.just(SP), st.just(SP)), max_size=3)
+                           st.just(SP), attr_values, st.just(SP), st.just(SP)), max_size=3).map(tuple)
 surface = sorted(n for n, op in OPS.items() if not op.internal)
 
 
@@ -307,11 +308,11 @@ def test_any_op_application_types_or_reports(op, types, attrs, positional, metho
     if positional is not None:
         args.append(syntax.IntList(positional, SP))
     if method and args and isinstance(args[0], syntax.Name):
-        body = syntax.MethodCall(args[0], op, SP, args[1:], attrs, SP)
+        body = syntax.MethodCall(args[0], op, SP, tuple(args[1:]), attrs, SP)
     else:
-        body = syntax.Call(op, SP, args, attrs, SP)
-    ret = syntax.TensorTypeExpr("F32", [1], None, SP)
-    fn = syntax.FnDef("f", SP, params, ret, body, SP)
+        body = syntax.Call(op, SP, tuple(args), attrs, SP)
+    ret = syntax.TensorTypeExpr("F32", (1,), None, SP)
+    fn = syntax.FnDef("f", SP, tuple(params), ret, body, SP)
     res = check_function(fn, {"f": signature_of(fn)[0]})
     assert all(d.code in CODES for d in res.diagnostics)
     if res.function is None:

@@ -38,7 +38,7 @@ def test_check_reports_errors_with_location_and_caret(broken):
     lines = r.stdout.splitlines()
     assert lines[0] == f"{broken}:3:1: error[syntax]: expected `in` after the let value, found `}}`"
     assert lines[1] == "  }" and lines[2] == "  ^"
-    assert any(l.startswith(f"{broken}:5:3: error[return-type]:") for l in lines)
+    assert any(line.startswith(f"{broken}:5:3: error[return-type]:") for line in lines)
     assert "Traceback" not in r.stderr
 
 
@@ -55,7 +55,7 @@ def test_check_clean_file_and_emit_types():
     r = kinac("check", "--emit=types", "examples/storylm0_forward.kina")
     assert r.returncode == 0
     src = open("examples/storylm0_forward.kina", encoding="utf-8").read().splitlines()
-    line = next(i for i, l in enumerate(src, 1) if l.startswith("  let probs"))
+    line = next(i for i, text in enumerate(src, 1) if text.startswith("  let probs"))
     want = f"examples/storylm0_forward.kina:{line}:7: let probs : Tensor[F32, [1, 2, 4, 4], @host]"
     assert want in r.stdout.splitlines()
 

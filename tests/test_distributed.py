@@ -26,6 +26,7 @@ SCRIPTS = ROOT / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import _dist_lm as L  # noqa: E402
+
 from compiler import build, checkpoint, distributed  # noqa: E402
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import _common as C  # noqa: E402
 import _dist_lm as L  # noqa: E402
+
 from compiler import build, checkpoint, distributed  # noqa: E402
 
 OPT = build.default_opt_level()
@@ -121,7 +122,7 @@ class ThreadWorld:
     def __init__(self, size: int):
         self.size, self.slots, self.barrier = size, [None] * size, threading.Barrier(size)
 
-    def rank_view(self, rank: int) -> "ThreadWorld":
+    def rank_view(self, rank: int) -> ThreadWorld:
         view = object.__new__(ThreadWorld)
         view.__dict__.update(self.__dict__, rank=rank, seconds=0.0, calls=0)
         return view

@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from emit_support import FILECHECK, MLIR_OPT, emit_kina, function, lower_to_llvm, program, run, verify
 
 from compiler import ir, ops
 from compiler.diagnostics import SourceText, Span
 from compiler.emit_builder import float_literal
-from compiler.emit_mlir import LOWERINGS, emit_program
+from compiler.emit_mlir import emit_program
+from compiler.emit_ops import LOWERINGS
 from compiler.types import FLOAT_DTYPES, DType, TensorType, TupleType, f32, i64
-
-from emit_support import FILECHECK, emit_kina, function, lower_to_llvm, program, run, verify, MLIR_OPT
 
 # One tiny instance per op: operand types, attributes, and a construct its lowering must use.
 CASES: dict[str, tuple[list[TensorType], dict, str]] = {
@@ -314,6 +314,23 @@ def test_one_bad_function_reports_and_others_still_checked():
     also_bad = op_program("neg", [dev], {}, name="worse").functions["worse"]
     res = emit_program(program(bad, also_bad))
     assert [d.message.split(":")[0] for d in res.diagnostics] == ["exp", "neg"]
+
+
+def test_a_failing_lowering_is_a_located_diagnostic(monkeypatch):
+    """A bug in a lowering row (here: reduce_keep meeting a choice REDUCERS has no row for,
+    as when `min` was added to its op) is an `emit` diagnostic at the op, not a traceback."""
+    t = f32(2, 3)
+    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "min", "axis": 1}, f32(2, 1), Span(4, 9))
+    res = emit_program(program(function("g", [("x", t)], node)))
+    [d] = res.diagnostics
+    assert res.text == "" and d.code == "emit" and d.span == Span(4, 9)
+    assert d.message.startswith("reduce_keep: internal error in its lowering (KeyError: 'min')")
+
+    def broken(*_args):
+        raise RuntimeError("boom")
+    monkeypatch.setattr("compiler.emit_mlir._flat_types", broken)   # outside any op's lowering
+    [d] = emit_program(program(function("h", [("x", t)], ir.Var("x", t)))).diagnostics
+    assert d.code == "emit" and "internal error while lowering `h` (RuntimeError: boom)" in d.message
 
 
 # ---- (b) FileCheck: .kina sources with CHECK lines in comments --------------------------

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from compiler.format import FormatError, ast_shape, comments_of, format_source
 from compiler import syntax
+from compiler.format import FormatError, ast_shape, comments_of, format_source
 from compiler.parse import parse_module
 
 ROOT = Path(__file__).resolve().parents[1]

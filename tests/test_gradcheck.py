@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from compiler import ir
-from compiler.autodiff import VJPS, transform_ad
+from compiler.autodiff import transform_ad
 from compiler.interp import random_inputs, run_function
 from compiler.ops import OPS
 from compiler.types import DType, TensorType, f32, i64
-from compiler.vjp import Builder
+from compiler.vjp import VJPS, Builder
 
 CASES = Path(__file__).parent / "ad_cases"
 

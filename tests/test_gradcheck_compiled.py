@@ -14,11 +14,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from test_gradcheck import BACKWARD_ONLY, CASES_BY_OP, Case, inputs
 
 from compiler import build, emit_mlir, interp, ir, runtime, toolchain, validate
 from compiler.autodiff import transform_ad
 from compiler.ops import OPS
-from test_gradcheck import BACKWARD_ONLY, CASES_BY_OP, Case, inputs
 
 CASES = [(op, n, case) for op in sorted(CASES_BY_OP) for n, case in enumerate(CASES_BY_OP[op])]
 

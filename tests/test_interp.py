@@ -7,8 +7,9 @@ import pytest
 
 from compiler import ir
 from compiler.analysis import analyze
-from compiler.interp import NUMPY_OPS, KinaRuntimeError, random_inputs, run_function
+from compiler.interp import NUMPY_OPS, random_inputs, run_function
 from compiler.ops import OPS
+from compiler.runtime import KinaRuntimeError
 from compiler.types import DType, TensorType, f32
 from compiler.vjp import Builder
 
@@ -279,3 +280,17 @@ def test_erf_and_gelu_of_a_rank0_tensor(op, attrs):
     assert out.shape == ()
     want = {"erf": math.erf(0.7), "gelu": 0.35 * (1 + math.erf(0.7 / math.sqrt(2)))}[op]
     np.testing.assert_allclose(out, want, rtol=1e-3 if attrs.get("approximate") == "tanh" else 1e-12)
+
+
+def test_a_failing_numpy_row_is_a_kina_error_naming_the_op():
+    """reduce_keep meeting a choice its NumPy row lacks (as when `min` was added to its op)
+    is a KinaRuntimeError that `kinac run` prints, not a KeyError traceback."""
+    import pytest
+
+    from compiler import interp, ir
+    from compiler.types import f32
+    t = f32(2, 3)
+    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "min", "axis": 1}, f32(2, 1))
+    fn = ir.Function("g", [ir.Param("x", t)], node.type, [], node)
+    with pytest.raises(KinaRuntimeError, match=r"reduce_keep: internal error in its NumPy reference \(KeyError"):
+        interp.run_function(ir.Program({"g": fn}), "g", [np.zeros((2, 3), np.float32)])

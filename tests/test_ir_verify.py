@@ -26,7 +26,10 @@ def test_checked_and_lowered_programs_verify(path):
     assert ir.verify(lowered, "reverseMode") == []
 
 
-def _fn(lets, result, params=(("x", f32(2, 3)),)) -> Program:
+X23 = f32(2, 3)
+
+
+def _fn(lets, result, params=(("x", X23),)) -> Program:
     fn = Function("f", [ir.Param(n, t) for n, t in params], result.type,
                   [Binding([n], v, span=v.span) for n, v in lets], result)
     return Program({"f": fn})

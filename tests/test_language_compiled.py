@@ -172,6 +172,7 @@ def test_the_new_ops_together_pass_kinac_validate():
     discrete ones) under reverseMode: compiled results vs the interpreter, compiled
     cotangents vs finite differences, both non-trivial."""
     from pathlib import Path
+
     from compiler import validate
     path = Path(__file__).parent / "ad_cases" / "ok_new_ops.kina"
     report = validate.validate_file(path)

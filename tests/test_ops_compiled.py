@@ -2,7 +2,6 @@
 
 One small program per op row (a one-op function `f` and, when the op is
 differentiable, `g` = `handle f(..) with reverseMode`), built once per row."""
-import numpy as np
 import pytest
 
 from compiler import build, interp, ops, runtime, validate

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_ops_compiled import ROWS, _check, source
 
 from compiler import build, interp, pipelines, runtime, threads, toolchain, validate
-from test_ops_compiled import ROWS, _check, source
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.kina") if not p.name.startswith("invalid_"))

@@ -1,6 +1,7 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
+from compiler import lex
 from compiler import syntax as ast
-from compiler.diagnostics import SourceText
+from compiler.diagnostics import SourceText, Span
 from compiler.parse import MAX_DEPTH, MAX_ERRORS_PER_ITEM, parse_item, parse_module, split_items
 
 T = "Tensor[F32, [1, 4]]"
@@ -56,7 +57,7 @@ def test_method_calls_attrs_and_free_calls():
     red, resh = cat.args
     assert [(a.name, a.value) for a in red.attrs] == [("op", "sum"), ("axis", -1)]
     assert text[red.attrs[1].value_span.start:red.attrs[1].value_span.end] == "-1"
-    assert isinstance(resh.args[0], ast.IntList) and resh.args[0].values == [1, 4]
+    assert isinstance(resh.args[0], ast.IntList) and resh.args[0].values == (1, 4)
     assert src(text, cat).startswith("concat(") and src(text, cat).endswith("axis=2)")
 
 
@@ -70,9 +71,9 @@ def test_lets_destructuring_handle_tuples_literals():
     assert isinstance(h, ast.Handle) and h.call.func == "f" and h.handler == "reverseMode"
     assert text[h.handler_span.start:h.handler_span.end] == "reverseMode"
     lit = e.body.value
-    assert lit.values == [1.0, -2, 300.0, 4.5] and lit.type.shape == [2, 2] and lit.type.placement is None
+    assert lit.values == (1.0, -2, 300.0, 4.5) and lit.type.shape == (2, 2) and lit.type.placement is None
     empty = e.body.body.value
-    assert empty.values == [] and empty.type.dtype == "I64" and empty.type.placement == "device"
+    assert empty.values == () and empty.type.dtype == "I64" and empty.type.placement == "device"
     tup = e.body.body.body
     assert isinstance(tup, ast.TupleExpr) and [x.id for x in tup.items] == ["g", "z", "da"]
     assert src(text, e).startswith("let (g, da)") and src(text, e).endswith("(g, (z), da)")
@@ -166,7 +167,7 @@ def test_a_long_let_chain_is_not_too_deep():
 def errors_at(text: str) -> list[tuple[int, int, str]]:
     """(line, col, message) of every diagnostic; the broken function yields no AST."""
     module, diags = parse_module(text)
-    assert module.functions == [] and all(d.code == "syntax" for d in diags)
+    assert module.functions == () and all(d.code == "syntax" for d in diags)
     lines = SourceText(text)
     spans = [(d.span.start, d.span.end) for d in diags]
     assert len(set(spans)) == len(spans) and spans == sorted(spans)
@@ -232,3 +233,55 @@ def test_errors_per_item_are_capped():
     diags = parse_module(fn(lets + "\n  a"))[1]
     assert len(diags) == MAX_ERRORS_PER_ITEM
     assert all(d.message == "expected an expression, found `*`" for d in diags)
+
+
+# ---- the lexer (compiler.lex: shared by the parser's recovery and the language server) ----
+def test_lexer_keywords_are_the_grammars_word_terminals():
+    assert lex.KEYWORDS == {"fn", "let", "in", "handle", "with", "Tensor"}
+    assert [t.type for t in lex.tokens("fn let in handle with Tensor fnx")] == [
+        "FN", "LET", "IN", "HANDLE", "WITH", "TENSOR", "NAME"]
+
+
+def test_lexer_never_fails_and_keeps_document_offsets():
+    text = "x = 1.5e3 \x00\x01\x02 // note\n  y.exp(2)"
+    toks = lex.tokens(text, comments=True)
+    assert [(t.type, str(t)) for t in toks] == [
+        ("NAME", "x"), ("EQUAL", "="), ("FLOAT", "1.5e3"), (lex.BAD, "\x00"), ("COMMENT", "// note"),
+        ("NAME", "y"), ("DOT", "."), ("NAME", "exp"), ("LPAR", "("), ("INT", "2"), ("RPAR", ")")]
+    assert all(text[t.start_pos:t.end_pos] == str(t) for t in toks)
+    assert [str(t) for t in lex.tokens(text, text.index("y"), text.index("("))] == ["y", ".", "exp"]
+    assert "COMMENT" not in {t.type for t in lex.tokens(text)}
+
+
+def test_word_at_reads_one_line():
+    text = "let ab = 12\nin cd"
+    assert str(lex.word_at(text, 5)) == "ab" and str(lex.word_at(text, 6)) == "ab"
+    assert lex.word_at(text, 10) is None and str(lex.word_at(text, 10, numbers=True)) == "12"
+    assert str(lex.word_at(text, len(text))) == "cd"
+    assert lex.is_word("abc_1") and not lex.is_word("1abc") and not lex.is_word("a b") and not lex.is_word("")
+
+
+def test_ast_nodes_are_frozen_so_the_shared_parse_cache_is_safe():
+    """parse_local caches one AST per item text for the whole process (every analysis and
+    every server snapshot shares it): a node cannot be changed in place."""
+    import dataclasses
+
+    import pytest
+
+    from compiler.parse import parse_local
+    text = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { let y = x.exp() in y.reshape([2]) }"
+    fn, _ = parse_local(text)
+    assert parse_local(text)[0] is fn
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fn.body = fn.body   # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fn.params[0].type.span = Span(0, 0)   # type: ignore[misc]
+    # every sequence in the tree is a tuple: no list to append to either
+    def sequences(node):
+        for f in dataclasses.fields(node):
+            v = getattr(node, f.name)
+            assert not isinstance(v, (list, dict, set)), (type(node).__name__, f.name)
+            for x in v if isinstance(v, tuple) else (v,):
+                if dataclasses.is_dataclass(x):
+                    sequences(x)
+    sequences(fn)

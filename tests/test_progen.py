@@ -62,7 +62,7 @@ def test_programs_verify_after_lowering(generated):
 
 def test_shapes_dtypes_and_reverse_mode_share(generated):
     dims, ranks, dtypes = Counter(), Counter(), Counter()
-    for case, program, _ in generated:
+    for case, _program, _ in generated:
         dtypes[case.dtype] += 1
         for t in case.types().values():
             ranks[t.rank] += 1

@@ -178,9 +178,9 @@ def test_bad_out_and_unknown_function(lib):
     with pytest.raises(runtime.KinaArgumentError, match="result 0 must be a writeable, aligned, C-contiguous"):
         lib.rows(A, N, out=(np.zeros(4, np.float32)[::2], np.zeros(2, np.int64)))
     with pytest.raises(KeyError, match="has no function `nope`.*rows"):
-        lib["nope"]
+        _ = lib["nope"]
     with pytest.raises(AttributeError, match="has no function `nope`.*rows"):
-        lib.nope
+        _ = lib.nope
 
 
 def test_out_must_be_arrays(lib):
@@ -276,7 +276,7 @@ def test_rebinding_loop_keeps_rss_flat_and_holds_no_array(mixed):
         big(w, out=out), big(w)
     first = weakref.ref(w)
     before = _rss_bytes()
-    for step in range(1000):
+    for _step in range(1000):
         w = w - np.float32(1e-3) * out     # a new array every step; the old one is dropped
         big(w, out=out)
         fresh = big(w)

@@ -7,10 +7,13 @@ compiler/progen_ops.py (the program generator), plus a gradient-check case
 (tests/test_gradcheck.py) and a compiled-vs-interpreter case
 (tests/test_ops_compiled.py), which fail on their own when missing.  This test
 names the stage whose row is missing, and checks that every choice of an enum
-attribute (reduce_keep's op, gelu's approximate) is compiled and either
-gradient-checked or rejected under reverseMode with a reason.  (cast's dtype
-choices: tests/test_language_compiled.py casts between every pair.)
+attribute (reduce_keep's op, gelu's approximate) has its row in each stage's
+ATTR_CHOICES table (the interpreter and the emitter always, the VJPs where a
+rule reads the attribute), is compiled, and is either gradient-checked or
+rejected under reverseMode with a reason.  (cast's dtype choices:
+tests/test_dtypes.py and tests/test_language_compiled.py.)
 """
+import dataclasses
 import importlib
 
 import pytest
@@ -43,6 +46,69 @@ def test_op_rows_are_documented():
 
 
 # ---- attribute choices ------------------------------------------------------------------------
+# Stages whose ATTR_CHOICES must cover every enum attribute (they compute values), and the
+# VJP stage, which must cover the enum attributes of every op with a VJP rule.
+VALUE_STAGES = ["compiler.interp", "compiler.emit_ops"]
+
+
+def missing_choice_rows(ops) -> list[str]:
+    """What is missing for the enum attributes of `ops` in the stages' ATTR_CHOICES, in words."""
+    from compiler.vjp import VJPS
+    problems = []
+    stages = {m: importlib.import_module(m).ATTR_CHOICES for m in VALUE_STAGES + ["compiler.vjp"]}
+    for name, op in ops.items():
+        for a in op.attrs:
+            if a.kind != "enum":
+                continue
+            for module, tables in stages.items():
+                needed = module in VALUE_STAGES or (name in VJPS and VJPS[name].rule is not None)
+                table = tables.get((name, a.name))
+                if table is None:
+                    if needed:
+                        problems.append(f"{module}.ATTR_CHOICES has no table for {name}'s `{a.name}`")
+                    continue
+                missing = [c for c in a.choices if c not in table]
+                extra = sorted(set(table) - set(a.choices))
+                if missing:
+                    problems.append(f"{module}.ATTR_CHOICES[{(name, a.name)!r}] has no row for: {', '.join(missing)}")
+                if extra:
+                    problems.append(f"{module}.ATTR_CHOICES[{(name, a.name)!r}] has rows for unknown choices: "
+                                    f"{', '.join(extra)}")
+    for module, tables in stages.items():
+        for (name, attr) in tables:
+            spec = ops[name].attr(attr) if name in ops else None
+            if spec is None or spec.kind != "enum":
+                problems.append(f"{module}.ATTR_CHOICES has a table for {name}'s `{attr}`, not an enum attribute")
+    return problems
+
+
+def test_every_attribute_choice_has_its_stage_rows():
+    problems = missing_choice_rows(OPS)
+    assert not problems, "\n".join(problems)
+
+
+def test_a_new_choice_without_its_rows_is_named():
+    """Adding `min` to reduce_keep's op (which once passed every coverage test and crashed
+    `run` and `emit` with a KeyError) is reported, row by row."""
+    op = OPS["reduce_keep"]
+    spec = op.attr("op")
+    widened = dataclasses.replace(spec, choices=spec.choices + ("min",))
+    ops = {**OPS, "reduce_keep": dataclasses.replace(op, attrs=tuple(widened if a is spec else a for a in op.attrs))}
+    assert missing_choice_rows(ops) == [
+        f"{m}.ATTR_CHOICES[('reduce_keep', 'op')] has no row for: min"
+        for m in ("compiler.interp", "compiler.emit_ops", "compiler.vjp")]
+
+
+def test_value_flow_facts_are_op_fields():
+    """uses.py reads the op rows: layout ops, index bounds and positive domains."""
+    from compiler.types import i64
+    assert {n for n, op in OPS.items() if op.layout} == {"reshape", "transpose", "broadcast", "slice", "concat"}
+    assert {n for n, op in OPS.items() if op.index_bound} == set(
+        n for n, op in OPS.items() if op.index_operands)
+    assert OPS["gather"].index_bound([f32(7, 2), i64(3)], {}) == 7
+    assert OPS["log"].positive({}) and not OPS["pow"].positive({"p": 2.0}) and OPS["pow"].positive({"p": 0.5})
+
+
 def _enum_choices():
     """(op, attribute, choice) for every enum attribute of every surface op."""
     return [(name, a.name, c) for name, op in OPS.items() if not op.internal
@@ -66,9 +132,10 @@ def test_every_attribute_choice_is_compiled(op, attr, choice):
 def test_every_attribute_choice_has_a_vjp_or_a_reason(op, attr, choice):
     """Each enum choice of a differentiable op is gradient-checked (tests/test_gradcheck.py)
     or rejected under reverseMode with a message (VJPS[op].reject)."""
+    from test_gradcheck import CASES_BY_OP, checked_program
+
     from compiler.ir import OpApp, Var
     from compiler.vjp import VJPS
-    from test_gradcheck import CASES_BY_OP, checked_program
     row = VJPS[op]
     if row.rule is None:
         assert row.unsupported

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler import lex
 from compiler.ops import SURFACE_OPS
 from compiler.types import DType
 
@@ -89,3 +90,23 @@ def test_grammar_highlights_every_surface_op_and_dtype() -> None:
     free_ops = _alternation(repo["function-call"]["patterns"][0]["match"])
     assert method_ops == set(SURFACE_OPS) == free_ops
     assert _alternation(repo["dtype"]["match"]) == {d.value for d in DType}
+
+
+def _grammar_regexes(node) -> list[str]:
+    """Every match/begin regex of the TextMate grammar."""
+    if isinstance(node, dict):
+        own = [node[k] for k in ("match", "begin") if isinstance(node.get(k), str)]
+        return own + [r for v in node.values() for r in _grammar_regexes(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _grammar_regexes(v)]
+    return []
+
+
+def test_grammar_keywords_are_the_lexers_keywords() -> None:
+    """The TextMate grammar highlights exactly the keywords of the compiler's lexer (the
+    word-shaped terminals of grammar.lark): a keyword added to the language grammar must
+    be added here too, and a word the language does not reserve must not look reserved."""
+    words = set()
+    for rx in _grammar_regexes(json.loads(GRAMMAR.read_text())):
+        words |= set(re.findall(r"\\b\(?([A-Za-z]+)\)?\\[bs]", rx))
+    assert words == set(lex.KEYWORDS)

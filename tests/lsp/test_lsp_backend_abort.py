@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 
 import pytest_lsp
+from conftest import MODULE_LOOP, SERVER, doc_id, init_params, make_client, open_doc, pos, published
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from conftest import MODULE_LOOP, SERVER, doc_id, init_params, make_client, open_doc, pos, published
 
 SOURCE = """fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
   let y = x.exp() in

@@ -3,11 +3,10 @@ diagnostics, converted exactly; updated after incremental edits; stale versions
 never published last."""
 from __future__ import annotations
 
+from conftest import MODULE_LOOP, change, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
-
-from conftest import MODULE_LOOP, change, open_doc, open_example, pos, published
 
 BROKEN = """fn f(a: Tensor[F32, [2, 3]], b: Tensor[F32, [3, 2]]) -> Tensor[F32, [2, 3]] {
   let c = a + b in

@@ -3,11 +3,10 @@ code actions, through a real server process."""
 from __future__ import annotations
 
 import pytest
+from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
 from kina_lsp.semantic import TOKEN_TYPES
-
-from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 
 FORWARD = "storylm0_forward.kina"
 
@@ -201,7 +200,7 @@ def apply(text: str, edits: list[lsp.TextEdit]) -> str:
     lines = text.splitlines(keepends=True)
 
     def off(p):
-        return sum(len(l) for l in lines[:p.line]) + p.character   # ASCII test text
+        return sum(len(line) for line in lines[:p.line]) + p.character   # ASCII test text
     for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
         text = text[:off(e.range.start)] + e.new_text + text[off(e.range.end):]
     return text

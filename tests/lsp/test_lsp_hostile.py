@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-
 from rawlsp import ROOT, RawServer, frame
 
 URI = "file:///tmp/kina-hostile/a.kina"

@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest_lsp
+from conftest import MODULE_LOOP, SERVER, change, doc_id, init_params, make_client, open_doc
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from compiler.analysis import analyze
-
-from conftest import MODULE_LOOP, SERVER, change, doc_id, init_params, make_client, open_doc
 
 pytestmark = MODULE_LOOP
 

@@ -5,11 +5,10 @@ C1 (rename), C2 (stale hover), C3 (completion of the let being defined), F9 (a
 from __future__ import annotations
 
 import pytest
+from conftest import MODULE_LOOP, change, doc_id, open_doc, pos, published
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
-
-from conftest import MODULE_LOOP, change, doc_id, open_doc, pos, published
 
 pytestmark = MODULE_LOOP
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import random
 
+from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, pos, published
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
-
-from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, pos, published
 
 pytestmark = MODULE_LOOP
 

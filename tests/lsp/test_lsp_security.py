@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from rawlsp import ROOT, RawServer
 
 HOSTILE = ["kina_lsp/__init__.py", "kina_lsp/__main__.py", "compiler/__init__.py", "compiler/validate.py",

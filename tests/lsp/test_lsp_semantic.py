@@ -2,13 +2,12 @@
 (a long literal line with non-ASCII text was quadratic and blocked the event loop)."""
 from __future__ import annotations
 
+from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
 from kina_lsp import semantic
 from kina_lsp.convert import LineIndex
 from kina_lsp.semantic import TOKEN_TYPES
-
-from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 
 FORWARD = "storylm0_forward.kina"
 

@@ -2,9 +2,8 @@
 real server."""
 from __future__ import annotations
 
-from lsprotocol import types as lsp
-
 from conftest import MODULE_LOOP, doc_id, open_doc, pos, published
+from lsprotocol import types as lsp
 
 pytestmark = MODULE_LOOP
 

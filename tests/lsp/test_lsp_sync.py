@@ -10,12 +10,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, published
 from lsprotocol import types as lsp
+from rawlsp import lsp_position
 
 from compiler.analysis import analyze
-
-from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, published
-from rawlsp import lsp_position
 
 pytestmark = MODULE_LOOP
 

@@ -3,9 +3,8 @@ window/showMessage and as `validate` diagnostics; a failing (trapping) program
 does not take the server down."""
 from __future__ import annotations
 
-from lsprotocol import types as lsp
-
 from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
+from lsprotocol import types as lsp
 
 TRAP = """fn embed(emb: Tensor[F32, [4, 2]], ids: Tensor[I64, [2]]) -> Tensor[F32, [2, 2]] {
   gather(emb, ids)

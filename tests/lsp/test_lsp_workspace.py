@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from conftest import MODULE_LOOP, SERVER, doc_id, init_params, make_client, published
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
-
-from conftest import MODULE_LOOP, SERVER, doc_id, init_params, make_client, published
 
 pytestmark = MODULE_LOOP
 

@@ -1,0 +1,112 @@
+"""Lexing: Kina text -> tokens, with the terminals of grammar.lark and nothing else.
+
+The one lexer of the project: the parser's error recovery, the language
+server's completion context, semantic tokens, word-under-cursor and workspace
+symbols, and the grammar tests all read Kina through `tokens()`, so a new
+keyword or a change to how numbers are written is made once, in the grammar.
+
+`tokens()` never fails: a run of characters that starts no token becomes one
+BAD token spanning its first character, and lexing resumes after the run.
+Comments are dropped unless asked for; blanks always are.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+from lark import Lark, Token
+from lark.exceptions import UnexpectedCharacters
+from lark.lexer import BasicLexer, LexerThread
+from lark.utils import TextSlice
+
+GRAMMAR = Path(__file__).with_name("grammar.lark").read_text(encoding="utf-8")
+
+# A lexer-only Lark (no parser tables: about 25 ms to build); the parser in parse.py is
+# built from the same grammar text, so terminal names agree and its recovery can feed
+# these tokens to it.
+_LARK = Lark(GRAMMAR, parser=None, lexer="basic")
+TERMINALS = {t.name: t for t in _LARK.terminals}
+_CODE_LEXER: BasicLexer = _LARK._build_lexer()                       # blanks and comments dropped
+_COMMENTS_CONF = copy.copy(_LARK.lexer_conf)
+_COMMENTS_CONF.ignore = ("WS",)
+_COMMENTS_LEXER = BasicLexer(_COMMENTS_CONF)                          # blanks dropped, comments kept
+
+BAD = "BAD_CHARACTER"      # pseudo-terminal: a character that starts no token
+COMMENT = "COMMENT"
+NUMBERS = frozenset({"INT", "FLOAT"})
+
+# The grammar's word-shaped string terminals: fn, let, in, handle, with, Tensor.
+KEYWORD_TERMINALS = {name: str(t.pattern.value) for name, t in TERMINALS.items()
+                     if t.pattern.type == "str" and str(t.pattern.value).isidentifier()}
+KEYWORDS = frozenset(KEYWORD_TERMINALS.values())
+WORDS = frozenset({"NAME"} | set(KEYWORD_TERMINALS))    # terminals an identifier-like word lexes to
+
+# Whether some terminal matches at a position: the lexer fails exactly where none does.
+_ANY_TERMINAL = re.compile("|".join(f"(?:{t.pattern.to_regexp()})" for t in _LARK.terminals
+                                    if t.name not in _LARK.ignore_tokens))
+_BLANKS = re.compile(r"\s+")
+
+
+def _junk_end(text: str, pos: int, end: int) -> int:
+    """End of the run of junk starting with the bad character at `pos`: further bad
+    characters and blanks.  Only the first is worth a diagnostic (recovery skips the
+    rest), and lexing each separately would make a pasted binary blob slow."""
+    pos += 1
+    while pos < end:
+        blank = _BLANKS.match(text, pos, end)
+        if blank:
+            pos = blank.end()
+        elif _ANY_TERMINAL.match(text, pos, end):
+            break
+        else:
+            pos += 1
+    return pos
+
+
+def tokens(text: str, start: int = 0, end: int | None = None, comments: bool = False) -> list[Token]:
+    """Every token of text[start:end] in order, positions in `text`'s offsets."""
+    end = len(text) if end is None else end
+    lexer = _COMMENTS_LEXER if comments else _CODE_LEXER
+    out: list[Token] = []
+    pos = start
+    while True:
+        try:
+            thread = LexerThread.from_text(lexer, TextSlice(text, pos, end))
+            out.extend(thread.lex(None))
+            return out
+        except UnexpectedCharacters as err:
+            bad = err.pos_in_stream
+            assert bad is not None    # lark sets it for a lexing error
+            out.append(Token(BAD, text[bad], start_pos=bad, end_pos=bad + 1))
+            pos = _junk_end(text, bad, end)
+
+
+def start(tok: Token) -> int:
+    """A token's first offset (lark types it Optional: every token lexed from text has one)."""
+    assert tok.start_pos is not None, tok
+    return tok.start_pos
+
+
+def end(tok: Token) -> int:
+    """A token's end offset (exclusive)."""
+    assert tok.end_pos is not None, tok
+    return tok.end_pos
+
+
+def is_word(text: str) -> bool:
+    """Whether the whole text is one identifier-like token."""
+    toks = tokens(text, comments=True)
+    return len(toks) == 1 and toks[0].type in WORDS and len(toks[0]) == len(text)
+
+
+def word_at(text: str, offset: int, numbers: bool = False) -> Token | None:
+    """The identifier-like token (a name or a keyword; a number too if asked) touching
+    `offset` (just after it counts), read from the offset's line only (no token spans a
+    line break)."""
+    lo = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    hi = min((i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0), default=len(text))
+    for tok in tokens(text, lo, hi):
+        if (tok.type in WORDS or numbers and tok.type in NUMBERS) and start(tok) <= offset <= end(tok):
+            return tok
+    return None
