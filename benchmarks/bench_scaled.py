@@ -42,10 +42,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from compiler import build, runtime  # noqa: E402
 import peers  # noqa: E402
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
+
+from compiler import build, runtime  # noqa: E402
 
 WORKLOADS = ("forward", "train step")
 TOLERANCE = 2e-3
@@ -160,8 +161,9 @@ def matmul_rows(args, tmp: Path) -> list[tuple]:
         err = M.max_error(out, a @ b)
         if err > 1e-4:
             raise SystemExit(f"matmul {n}: result differs from NumPy (max relative error {err:.2e})")
-        t = timing.interleaved({"kina": lambda: lib.mm(a, b, out=out),
-                                "numpy": lambda: np.matmul(a, b, out=ref)}, args.rounds, args.budget)
+        t = timing.interleaved({"kina": lambda lib=lib, a=a, b=b, out=out: lib.mm(a, b, out=out),
+                                "numpy": lambda a=a, b=b, ref=ref: np.matmul(a, b, out=ref)},
+                               args.rounds, args.budget)
         flops = 2.0 * n ** 3
         rows.append((n, flops / t["kina"] / 1e9, flops / t["numpy"] / 1e9, err))
     return rows

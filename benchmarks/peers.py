@@ -13,11 +13,10 @@ function arguments everywhere (never closure constants a compiler could fold).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
-
 from scaled_model import WEIGHTS, targets, token_ids
 
 

@@ -35,16 +35,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-from compiler import build, engine, interp, pipelines, runtime, toolchain  # noqa: E402
-from compiler.diagnostics import SourceText  # noqa: E402
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
+
+from compiler import build, engine, interp, pipelines, runtime, toolchain  # noqa: E402
+from compiler.diagnostics import SourceText  # noqa: E402
 
 MAX_TICKS = 1 << 16
 TICK_C = r"""
 #include <stdint.h>
 #include <time.h>
-#define N %d
+#define N {n}
 uint64_t kina_prof_ns[N], kina_prof_calls[N];
 static int64_t last_id = -1;
 static uint64_t last;
@@ -62,7 +63,7 @@ void kina_prof_reset(void) {
   for (int i = 0; i < N; i++) kina_prof_ns[i] = kina_prof_calls[i] = 0;
   last_id = -1;
 }
-""" % MAX_TICKS
+""".replace("{n}", str(MAX_TICKS))
 SKIP = {"arith.constant", "tensor.empty", "func.return", "tensor.expand_shape", "tensor.collapse_shape",
         "tensor.cast", "tensor.extract_slice"}   # no work of their own (views, constants)
 

@@ -15,8 +15,8 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def calls_for(fn: Callable[[], object], budget: float) -> int:

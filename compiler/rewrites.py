@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .pipelines import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
+
 # The MLIR Python bindings' `ir` module (engine.engine_module()); they ship no types.
 Bindings = Any
-
-from .pipelines import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ SLOTS: dict[str, Rewrite] = {
 def rewrite_in_process(slot: str, mlir_text: str) -> str:
     """SLOTS[slot] on MLIR text, in this process (the worker's side)."""
     from .engine import engine_module
-    bindings, _, _ = engine_module()   # type: ignore[no-untyped-call]
+    bindings, _, _ = engine_module()
     with bindings.Context():
         module = bindings.Module.parse(mlir_text)
         if not SLOTS[slot].run(bindings, module):
