@@ -165,9 +165,25 @@ def test_an_edit_re_encodes_only_its_chunk(monkeypatch):
     fns, params = _names(text)
     semantic.semantic_tokens(text, LineIndex(text), fns, params)
     calls = []
-    real = semantic.token_rows
-    monkeypatch.setattr(semantic, "token_rows", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    real = semantic.lex.tokens
+    monkeypatch.setattr(semantic.lex, "tokens", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
     edited = text.replace("x.exp()", "x.tanh()", 1)
     got = semantic.semantic_tokens(edited, LineIndex(edited), fns, params).data
     assert len(calls) == 1 and calls[0].startswith("fn f0(")
-    assert got == semantic.encode(real(edited, fns, params), LineIndex(edited))
+    assert got == semantic.encode(semantic.token_rows(edited, fns, params), LineIndex(edited))
+
+
+def test_new_names_reclassify_without_relexing(monkeypatch):
+    """Typing a parameter's name changes the module's names: every chunk is classified
+    again (a word may now be a parameter) but none is lexed again."""
+    text = "".join(f"fn f{i}(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {{\n  let y = x.exp() in\n  y\n}}\n"
+                   for i in range(20))
+    fns, params = _names(text)
+    semantic.semantic_tokens(text, LineIndex(text), fns, params)
+    calls = []
+    real = semantic.lex.tokens
+    monkeypatch.setattr(semantic.lex, "tokens", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    got = semantic.semantic_tokens(text, LineIndex(text), fns, params | {"y"}).data
+    assert calls == []
+    assert got == semantic.encode(semantic.token_rows(text, fns, params | {"y"}), LineIndex(text))
+    assert got != semantic.semantic_tokens(text, LineIndex(text), fns, params).data
