@@ -150,11 +150,14 @@ class ChunkCache:
     each chunk's first delta line (its first token is on a later line than every
     token before it, so its delta column is its column)."""
 
-    def __init__(self, limit: int = 4096) -> None:
+    def __init__(self, limit: int = 1024, token_limit: int = 256) -> None:
         self._data: OrderedDict[tuple[str, tuple[frozenset[str], frozenset[str], str]], tuple[list[int], int]] = \
             OrderedDict()
         self._tokens: OrderedDict[str, list[Token]] = OrderedDict()
         self._limit = limit
+        # Token objects are GC-tracked: a few versions of each function, not thousands
+        # (4,096 chunks of tokens made every full collection a 100 ms pause).
+        self._token_limit = token_limit
 
     def tokens(self, text: str, index: LineIndex, functions: set[str], params: set[str]) -> list[int]:
         names = (frozenset(functions), frozenset(params), index.encoding)
@@ -194,7 +197,7 @@ class ChunkCache:
         toks = self._tokens.get(text)
         if toks is None:
             toks = self._tokens[text] = lex.tokens(text, comments=True)
-            while len(self._tokens) > self._limit:
+            while len(self._tokens) > self._token_limit:
                 self._tokens.popitem(last=False)
         else:
             self._tokens.move_to_end(text)
