@@ -237,10 +237,15 @@ def _watch_parent(pid: int) -> None:
 
 
 # ---- document sync -> diagnostics -----------------------------------------------------------
+_background: set[asyncio.Future[None]] = set()    # running cache fills (a task needs a reference)
+
+
 @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
 @safe()
 def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams) -> None:
     ls.publisher.schedule(params.text_document.uri, immediate=True)
+    _background.add(task := asyncio.ensure_future(semantic.warm(ls, params.text_document.uri)))
+    task.add_done_callback(_background.discard)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
