@@ -159,14 +159,24 @@ def test_chunked_tokens_equal_one_pass_over_mutated_texts():
             assert semantic.semantic_tokens(t, idx, fns, params).data == want
 
 
-def test_an_edit_re_encodes_only_its_chunk(monkeypatch):
-    text = "".join(f"fn f{i}(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {{\n  let y = x.exp() in\n  y\n}}\n"
+def _twenty_functions() -> str:
+    return "".join(f"fn f{i}(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {{\n  let y = x.exp() in\n  y\n}}\n"
                    for i in range(20))
-    fns, params = _names(text)
-    semantic.semantic_tokens(text, LineIndex(text), fns, params)
-    calls = []
+
+
+def _record_lexing(monkeypatch) -> list[str]:
+    """The texts semantic tokens lexes from now on."""
+    calls: list[str] = []
     real = semantic.lex.tokens
     monkeypatch.setattr(semantic.lex, "tokens", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    return calls
+
+
+def test_an_edit_re_encodes_only_its_chunk(monkeypatch):
+    text = _twenty_functions()
+    fns, params = _names(text)
+    semantic.semantic_tokens(text, LineIndex(text), fns, params)
+    calls = _record_lexing(monkeypatch)
     edited = text.replace("x.exp()", "x.tanh()", 1)
     got = semantic.semantic_tokens(edited, LineIndex(edited), fns, params).data
     assert len(calls) == 1 and calls[0].startswith("fn f0(")
@@ -176,13 +186,10 @@ def test_an_edit_re_encodes_only_its_chunk(monkeypatch):
 def test_new_names_reclassify_without_relexing(monkeypatch):
     """Typing a parameter's name changes the module's names: every chunk is classified
     again (a word may now be a parameter) but none is lexed again."""
-    text = "".join(f"fn f{i}(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {{\n  let y = x.exp() in\n  y\n}}\n"
-                   for i in range(20))
+    text = _twenty_functions()
     fns, params = _names(text)
     semantic.semantic_tokens(text, LineIndex(text), fns, params)
-    calls = []
-    real = semantic.lex.tokens
-    monkeypatch.setattr(semantic.lex, "tokens", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    calls = _record_lexing(monkeypatch)
     got = semantic.semantic_tokens(text, LineIndex(text), fns, params | {"y"}).data
     assert calls == []
     assert got == semantic.encode(semantic.token_rows(text, fns, params | {"y"}), LineIndex(text))
