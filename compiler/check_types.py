@@ -40,6 +40,11 @@ ERROR_TYPE = cast(Type, ERROR)
 DTYPE_NAMES = tuple(d.value for d in DType)
 
 
+def ir_type(t: Type | ErrorType) -> Type:
+    """t where an IR node wants a Type: ERROR becomes ERROR_TYPE (the same object)."""
+    return ERROR_TYPE if isinstance(t, ErrorType) else t
+
+
 def is_error(t: Type | ErrorType) -> bool:
     """True for ERROR and for a tuple that contains it anywhere."""
     if t is ERROR:
