@@ -139,9 +139,9 @@ def cmd_run(args) -> int:
     for p, value in zip(fn.params, inputs):
         print(_format_result(f"input {p.name}", value))
     results = result if isinstance(result, tuple) else (result,)
-    for i, value in enumerate(results):
+    for i, out in enumerate(results):
         label = f"{entry} result" if len(results) == 1 else f"{entry} result {i}"
-        print(_format_result(label, value))
+        print(_format_result(label, out))
     if args.save:
         _save(args.save, args.file, fn, inputs, results)
     return 0
