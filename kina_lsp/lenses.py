@@ -32,7 +32,8 @@ KINDS = ("function", "gradient")
 
 def differentiated(module: ast.Module | None) -> set[str]:
     """Names of the functions some function handles with reverseMode."""
-    out, stack = set(), list(module.functions if module else ())
+    out: set[str] = set()
+    stack: list[ast.Expr | ast.FnDef] = list(module.functions if module else ())
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Handle) and node.handler == "reverseMode":
