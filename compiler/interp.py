@@ -21,15 +21,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from numpy.typing import DTypeLike, NDArray
+from numpy.typing import DTypeLike
 
+from .arrays import Array
 from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
 from .runtime_library import KinaRuntimeError
 from .types import Attrs, DType, TensorType
 from .uses import Uses
 
-# An array of any dtype (one per tensor), and what a Kina expression evaluates to.
-Array = NDArray[Any]
+# What a Kina expression evaluates to: a tensor's array, or a tuple.
 Value = Array | tuple["Value", ...]
 
 # A run-time failure of a Kina program (bad argument, out-of-range index) is the same error

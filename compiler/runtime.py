@@ -49,9 +49,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-from numpy.typing import NDArray
 
-from .arrays import load_npz, save_npz  # noqa: F401  (re-exported: the runtime's public API)
+from .arrays import Array, load_npz, save_npz  # noqa: F401  (load/save_npz re-exported: the runtime's public API)
 from .runtime_library import KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol  # noqa: F401  (re-exported)
 from .types import DType
 
@@ -65,7 +64,6 @@ FASTCALL_AVAILABLE = _fastcall is not None
 if TYPE_CHECKING:
     from ctypes import _NamedFuncPointer  # what a CDLL attribute is (typeshed's name)
 
-Array = NDArray[Any]
 # A parsed JSON object: the manifest (compiler/build.py writes it) and its function entries.
 JSONObject = dict[str, Any]
 
