@@ -538,13 +538,14 @@ def _recover(text: str, offset: int) -> list[Diagnostic]:
             depth += _BRACKET_STEP.get(tok.type, 0)
             # `in` is only accepted closing a let value; the first `{` accepted opens the body
             if tok.type == "IN" or (tok.type == "LBRACE" and snapshot is None):
-                snapshot, depth = parser.copy(deepcopy_values=False), 0
+                # (lark leaves InteractiveParser.copy unannotated)
+                snapshot, depth = parser.copy(deepcopy_values=False), 0  # type: ignore[no-untyped-call]
             continue
         diags.append(diag)
         resume = _resume_at(tokens, i, depth) if snapshot is not None else None
         if snapshot is None or resume is None:
             break                 # an error in the signature, or nothing left after the error
-        parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0
+        parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0  # type: ignore[no-untyped-call]
     return diags
 
 
