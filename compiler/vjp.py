@@ -54,7 +54,8 @@ class Builder:
 
     def emit(self, op_name: str, args: list[Var], name: str | None = None,
              span: Span = NO_SPAN, **attrs: Any) -> Var:
-        """Bind `op_name(args, attrs)`; the result type comes from the op's shape rule."""
+        """Bind `op_name(args, attrs)`; the result type comes from the op's shape rule.
+        `attrs` are the op's attribute values (types.Attrs: what each holds is the op's row)."""
         ty = OPS[op_name].infer([a.tensor_type for a in args], attrs)
         return self.bind(OpApp(op_name, list(args), attrs, ty, span if span != NO_SPAN else self.span),
                          name, op_name)
