@@ -164,7 +164,7 @@ class Snapshot:
             return None
         return it.ir
 
-    def local_functions(self):
+    def local_functions(self) -> list[tuple[int, ast.FnDef]]:
         """(item offset, FnDef in item-local spans) of every parsed function, in text order:
         names, parameters and types without copying any AST."""
         return [(it.offset, it.res.fn) for it in self.items if it.res.fn is not None]
