@@ -93,7 +93,7 @@ class RawResult:
 class KinaProtocol(LanguageServerProtocol):
     def __init__(self, server: LanguageServer, converter: Converter) -> None:
         super().__init__(server, converter)
-        self._tracked: dict[MsgId, set[asyncio.Task[Any]]] = {}          # request id -> asyncio tasks doing its work
+        self._tracked: dict[MsgId, set[asyncio.Task[object]]] = {}          # request id -> asyncio tasks doing its work
 
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: lsp.InitializeParams) -> Generator[Any, Any, lsp.InitializeResult]:
@@ -143,7 +143,7 @@ class KinaProtocol(LanguageServerProtocol):
             asyncio.ensure_future(res)
 
     # ---- cancellation
-    def track(self, task: asyncio.Task[Any] | None = None) -> None:
+    def track(self, task: asyncio.Task[object] | None = None) -> None:
         """Make the current request's cancellation cancel `task` (default: the running task)."""
         msg_id = self.msg_id
         task = task or asyncio.current_task()
@@ -152,7 +152,7 @@ class KinaProtocol(LanguageServerProtocol):
         self._tracked.setdefault(msg_id, set()).add(task)
         task.add_done_callback(lambda t: self._untrack(msg_id, t))
 
-    def _untrack(self, msg_id: MsgId, task: asyncio.Task[Any]) -> None:
+    def _untrack(self, msg_id: MsgId, task: asyncio.Task[object]) -> None:
         tasks = self._tracked.get(msg_id)
         if tasks is not None:
             tasks.discard(task)
