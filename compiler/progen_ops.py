@@ -10,11 +10,11 @@ IR-internal ops have no surface form: VIA_AD names the op whose VJP emits each o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .progen_base import Maker, Row, _axis, _lower_bound, _positive_operand, _ranked
-from .progen_ops_math import MATH_MAKERS, MATH_VIA_AD
+from .progen_ops_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
 from .types import TensorType
 
 if TYPE_CHECKING:
@@ -182,12 +182,17 @@ def _gather(g: Gen) -> Value | None:
     return g.emit("gather", [values, idx], values.mag, values.pos_lo)
 
 
+# Each reduce_keep choice the generator draws, with the magnitude of its result
+# (x's magnitude, the reduced length n).
+_REDUCE_MAG = {"sum": lambda mag, n: mag * math.sqrt(n), "mean": lambda mag, n: mag, "max": lambda mag, n: 2 * mag}
+
+
 def _reduce(g: Gen, x: Value | None = None, op: str | None = None) -> Value:
     x = x or g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
-    op = op or g.ch.pick(("sum", "mean", "max"))
+    op = op or g.ch.pick(tuple(_REDUCE_MAG))
     axis = g.ch.below(x.type.rank)
     n = x.type.shape[axis]
-    mag = {"sum": x.mag * math.sqrt(n), "mean": x.mag, "max": 2 * x.mag}[op]
+    mag = _REDUCE_MAG[op](x.mag, n)
     lo = x.pos_lo * (n if op == "sum" else 1) if x.pos_lo else None
     return g.rescale(g.emit("reduce_keep", [x], mag, lo, op=op, axis=axis))
 
@@ -229,6 +234,8 @@ MAKERS: dict[str, Row] = {
 VIA_AD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu"}
 
 MAKERS.update(MATH_MAKERS)     # the math, comparison, mask, cast and index ops
+# The choices of each enum attribute the generator draws (tests/test_tables.py: one row per choice).
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES}
 VIA_AD.update(MATH_VIA_AD)
 
 

@@ -10,7 +10,7 @@ AD pass against autograd, and the NumPy interpreter against a second implementat
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
@@ -66,14 +66,17 @@ def _scatter_along_axis(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     return torch.zeros(t.shape, dtype=upd.dtype).scatter_add(at["axis"], idx, upd)
 
 
+_REDUCERS: dict[str, Callable[[Tensor, int], Tensor]] = {
+    "sum": lambda x, axis: x.sum(dim=axis, keepdim=True),
+    "mean": lambda x, axis: x.mean(dim=axis, keepdim=True),
+    "max": lambda x, axis: _t().amax(x, dim=axis, keepdim=True),
+}
+# Kina's gelu `approximate` choice -> torch.nn.functional.gelu's `approximate` argument.
+_GELU_APPROXIMATE = {"none": "none", "tanh": "tanh"}
+
+
 def _reduce(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
-    import torch
-    x, axis = a[0], at["axis"]
-    if at["op"] == "sum":
-        return x.sum(dim=axis, keepdim=True)
-    if at["op"] == "mean":
-        return x.mean(dim=axis, keepdim=True)
-    return torch.amax(x, dim=axis, keepdim=True)
+    return _REDUCERS[at["op"]](a[0], at["axis"])
 
 
 def _maximum_grad(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
@@ -98,7 +101,7 @@ def _gelu_grad(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     import torch
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
-        y = torch.nn.functional.gelu(x, approximate=at["approximate"])
+        y = torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATE[at["approximate"]])
         (d,) = torch.autograd.grad(y, x, g)
     return d
 
@@ -160,7 +163,7 @@ TORCH_OPS: dict[str, OpFn] = {
     "erf": lambda a, at, t: _t().erf(a[0]),
     "pow": lambda a, at, t: _t().pow(a[0], at["p"]),
     "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
-    "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=at["approximate"]),
+    "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=_GELU_APPROXIMATE[at["approximate"]]),
     "cast": _cast,
     "iota": _iota,
     "tril": lambda a, at, t: _t().tril(a[0], at["k"]),
@@ -175,6 +178,13 @@ TORCH_OPS: dict[str, OpFn] = {
     "maximum_grad": _maximum_grad,
     "clamp_grad": _clamp_grad,
     "gelu_grad": _gelu_grad,
+}
+
+# The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
+    ("reduce_keep", "op"): _REDUCERS,
+    ("gelu", "approximate"): _GELU_APPROXIMATE,
+    ("gelu_grad", "approximate"): _GELU_APPROXIMATE,
 }
 
 
