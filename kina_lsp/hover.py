@@ -17,7 +17,7 @@ from compiler import syntax as ast
 from compiler.check_expr import TypeFact
 from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
-from compiler.types import TupleType
+from compiler.types import TupleType, Type
 
 from . import astutil
 from .documents import View
@@ -80,7 +80,7 @@ def node_at_span(view: View, span: Span) -> ir.Expr | None:
     return None
 
 
-def type_of_span(view: View, span: Span, probe: int | None = None) -> object:
+def type_of_span(view: View, span: Span, probe: int | None = None) -> Type | None:
     """The type the checker gave the expression written exactly at span, if any.
     `probe` is an offset inside span but inside none of its operands (an op's
     name): there the innermost TypeFact is the expression's own."""

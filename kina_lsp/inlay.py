@@ -10,14 +10,13 @@ from lsprotocol import types as lsp
 
 from compiler import syntax as ast
 from compiler.diagnostics import Span
-from compiler.types import TensorType, TupleType
+from compiler.types import TensorType, TupleType, Type
 
 from . import astutil
 from .documents import View
 
 
-def compact(t: object) -> str:
-    """A checker type (check_expr.TypeFact.type, typed object there), compactly."""
+def compact(t: Type) -> str:
     if isinstance(t, TensorType):
         dims = ", ".join(str(d) for d in t.shape)
         where = "" if t.placement == "host" else f" @{t.placement}"
@@ -27,7 +26,7 @@ def compact(t: object) -> str:
     return str(t)
 
 
-def _binding_type(view: View, name: ast.Name) -> object:
+def _binding_type(view: View, name: ast.Name) -> Type | None:
     """The checker's type of a binding occurrence, or None."""
     try:
         fact = view.snapshot.type_at(name.span.start)
