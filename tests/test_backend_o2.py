@@ -244,3 +244,31 @@ def test_exp_and_log_call_vector_math_and_match_numpy(tmp_path, monkeypatch):
         assert res.ok, res.diagnostics
         assert llvm_stage.uses_vector_math(res.so_path) == vector
         np.testing.assert_allclose(runtime.load(res.so_path).f(x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_large_module_is_optimised_and_compiled_in_parts_with_the_same_results(tmp_path, monkeypatch):
+    """llvm_stage.llvm_object splits a module of at least SPLIT_MIN_BYTES of LLVM IR into
+    LLVM_PARTS (opt and llc run on each at once) and joins the objects: here every module
+    is split (KINA_LLVM_SPLIT_BYTES=0); the kernels, now calls between parts, still compute
+    each call on its own operands, and none of them is exported by the library."""
+    from compiler import toolchain
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
+    mlir = build.front_end(TWICE, str(src), {}, res)
+    monkeypatch.setenv("KINA_LLVM_SPLIT_BYTES", "0")
+    obj, timings = tmp_path / "out.o", {}
+    engine.engine_object(mlir, pipelines.passes_for(mlir, 2, tmp_path), 2, obj, timings)
+    assert all((tmp_path / f"part{k}.o").exists() for k in range(llvm_stage.LLVM_PARTS))
+    assert {"llvm-opt", "codegen"} <= set(timings)
+    lib = build.build_file(src, tmp_path / "t.so", 2, cache=False)   # the worker sees the setting too
+    assert lib.ok, lib.diagnostics
+    rng = np.random.default_rng(1)
+    x, y, w = (rng.standard_normal((64, 128)).astype(np.float32) for _ in range(3))
+    want = np.tanh(np.tanh(x + y) + w) * x
+    np.testing.assert_allclose(runtime.load(lib.so_path).f(x, y, w), want, rtol=1e-6, atol=1e-6)
+    import subprocess
+    nm = toolchain.find_tool("llc").parent / "llvm-nm"
+    exported = subprocess.run([str(nm), "-D", "--defined-only", str(lib.so_path)],
+                              capture_output=True, text=True, check=True).stdout
+    assert "_kina_packed_kina_f" in exported and llvm_stage.KERNEL_PREFIX not in exported
