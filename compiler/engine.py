@@ -60,14 +60,16 @@ def mlir_error_text(err) -> str:
     return "\n".join(lines) or str(err)
 
 
-def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict) -> None:
-    """engine_object in a worker process (compiler/backend_worker.py): an LLVM or MLIR abort
-    becomes a StageFailed, and the calling process (the language server) lives on."""
+def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict,
+                           worker=None) -> None:
+    """engine_object in a worker process (compiler/backend_worker.py; `worker`: one started
+    ahead): an LLVM or MLIR abort becomes a StageFailed, and the calling process (the
+    language server) lives on."""
     from . import backend_worker
     src = obj.with_suffix(".in.mlir")
     src.write_text(mlir_text)
     result = backend_worker.run({"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level,
-                                 "obj": str(obj)}, obj.parent)
+                                 "obj": str(obj)}, obj.parent, worker)
     timings.update(result["timings"])
     if not obj.exists():
         raise StageFailed("llvm", "the -O2 back end wrote no object file")

