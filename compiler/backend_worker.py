@@ -28,8 +28,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .toolchain_errors import StageFailed
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module
 
 TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 # Fault injection for the tests of this containment: KINA_BACKEND_FAULT=<phase> makes the
@@ -56,7 +62,7 @@ class Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=env, cwd=self.cwd)
 
-    def run(self, request: dict, work_dir: Path) -> dict:
+    def run(self, request: dict[str, Any], work_dir: Path) -> dict[str, Any]:
         """Run one request in the worker; returns its result (raises StageFailed)."""
         req = Path(work_dir) / "backend_request.json"
         req.write_text(json.dumps(request))
@@ -72,7 +78,7 @@ class Worker:
             self.close()
         result_path = req.with_suffix(".result.json")
         if self.proc.returncode == 0 and result_path.exists():
-            result: dict = json.loads(result_path.read_text())
+            result: dict[str, Any] = json.loads(result_path.read_text())
             if not result["ok"]:
                 raise StageFailed(result["tool"], result["message"])
             return result
@@ -91,7 +97,7 @@ class Worker:
         shutil.rmtree(self.cwd, ignore_errors=True)
 
 
-def run(request: dict, work_dir: Path, worker: Worker | None = None) -> dict:
+def run(request: dict[str, Any], work_dir: Path, worker: Worker | None = None) -> dict[str, Any]:
     """Run one request in a worker process (`worker`, when one was started ahead)."""
     return (worker or Worker()).run(request, work_dir)
 
@@ -120,15 +126,15 @@ def externals_path(work_dir: Path) -> Path:
 
 
 # ---- the worker side ---------------------------------------------------------------------------
-def _externals(ir, module) -> dict[str, list[str]]:
+def _externals(mlir_ir: ModuleType, module: Module) -> dict[str, list[str]]:
     """External symbol -> the Kina functions (kina_f -> f) whose lowered body calls it."""
-    declared = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+    declared = {mlir_ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
                 if op.operation.name == "llvm.func" and len(op.regions[0].blocks) == 0}
     out: dict[str, list[str]] = {}
     for op in module.body.operations:
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) == 0:
             continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
+        name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
         kina = name.split("kina_", 1)[1].split(".")[0] if "kina_" in name else name
         # use_local_scope: str(op) prints with the whole module's state (it walks the
         # module per function: 0.4 s of the scaled StoryLM's build); this prints the op alone.
@@ -139,24 +145,24 @@ def _externals(ir, module) -> dict[str, list[str]]:
     return out
 
 
-def _engine(req: dict, req_path: Path) -> dict:
+def _engine(req: dict[str, Any], req_path: Path) -> dict[str, Any]:
     from .engine import engine_object
-    timings: dict = {}
+    timings: dict[str, float] = {}
 
-    def on_phase(phase: str, ir, module) -> None:
+    def on_phase(phase: str, mlir_ir: ModuleType, module: Module | None) -> None:
         req_path.with_suffix(".phase").write_text(phase)
         if os.environ.get(FAULT_ENV) == phase:
             print(f"{FAULT_ENV}={phase}: aborting on purpose", file=sys.stderr, flush=True)
             os.abort()
-        if phase == "llvm":
-            req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(ir, module)))
+        if phase == "llvm" and module is not None:
+            req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(mlir_ir, module)))
 
     engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
                   timings, on_phase=on_phase)
     return {"ok": True, "timings": timings}
 
 
-def _rewrite(req: dict) -> dict:
+def _rewrite(req: dict[str, Any]) -> dict[str, Any]:
     from .rewrites import rewrite_in_process
     t0 = time.perf_counter()
     path = Path(req["input"])

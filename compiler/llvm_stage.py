@@ -19,19 +19,25 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .toolchain_errors import StageFailed
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module, OpView, WalkResult
 
 KERNEL_PREFIX = "kina.kernel"
 
 
-def dedupe_kernels(ir, module) -> int:
+def dedupe_kernels(mlir_ir: ModuleType, module: Module) -> int:
     """Merge outlined kernels with identical bodies (LLVM dialect); returns how many went."""
-    kernels = {}
+    kernels: dict[str, OpView] = {}
     for op in module.body.operations:
         if op.operation.name != "llvm.func":
             continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
+        name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
         if name.startswith(KERNEL_PREFIX) and len(op.regions[0].blocks):
             kernels[name] = op
     first: dict[str, str] = {}
@@ -47,12 +53,12 @@ def dedupe_kernels(ir, module) -> int:
     if not replace:
         return 0
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         if op.name == "llvm.call" and "callee" in op.attributes:
-            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            callee = mlir_ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee in replace:
-                op.attributes["callee"] = ir.FlatSymbolRefAttr.get(replace[callee])
-        return ir.WalkResult.ADVANCE
+                op.attributes["callee"] = mlir_ir.FlatSymbolRefAttr.get(replace[callee])
+        return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     for name in replace:
@@ -128,7 +134,7 @@ def _split_min_bytes() -> int:
     return int(setting) if setting.isdigit() else SPLIT_MIN_BYTES
 
 
-def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict) -> None:
+def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
     """Translate, optimise and compile the lowered module text into `obj`."""
     work = obj.parent
     src, ll = work / "lowered.mlir", work / "lowered.ll"
@@ -146,22 +152,25 @@ def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict) -> None
         raise StageFailed("llc", "llc wrote no object file")
 
 
-def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings: dict) -> None:
-    """opt (input -> bitcode) for every part at once, then llc (bitcode -> object) likewise;
-    timings get each phase's wall time."""
-    from .toolchain import _run
+def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings: dict[str, float]) -> None:
+    """opt (input -> bitcode) for every (input, bitcode, object) part at once, then llc
+    (bitcode -> object) likewise; timings get each phase's wall time."""
     vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
-    phases = [("llvm-opt", lambda i, bc, o: ("opt", [f"-O{llvm_level}", *host_target(), *vector_lib, str(i),
-                                                      "-o", str(bc)])),
-              ("codegen", lambda i, bc, o: ("llc", [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic",
-                                                    "-filetype=obj", str(bc), "-o", str(o)]))]
-    for stage, command in phases:
-        t0 = time.perf_counter()
-        jobs = [command(*part) for part in parts]
-        if len(jobs) == 1:
-            _run(*jobs[0], {}, stage)
-        else:
-            with ThreadPoolExecutor(len(jobs)) as pool:   # the tools run as processes: no GIL held
-                for f in [pool.submit(_run, tool, args, {}, stage) for tool, args in jobs]:
-                    f.result()   # the first failure is raised (a StageFailed of its tool)
-        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+    opt = [("opt", [f"-O{llvm_level}", *host_target(), *vector_lib, str(i), "-o", str(bc)]) for i, bc, _ in parts]
+    llc = [("llc", [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic", "-filetype=obj",
+                    str(bc), "-o", str(o)]) for _, bc, o in parts]
+    _at_once("llvm-opt", opt, timings)
+    _at_once("codegen", llc, timings)
+
+
+def _at_once(stage: str, jobs: list[tuple[str, list[str]]], timings: dict[str, float]) -> None:
+    """Run the tool processes side by side; the first failure is raised (a StageFailed)."""
+    from .toolchain import _run
+    t0 = time.perf_counter()
+    if len(jobs) == 1:
+        _run(*jobs[0], {}, stage)
+    else:
+        with ThreadPoolExecutor(len(jobs)) as pool:   # the tools run as processes: no GIL held
+            for f in [pool.submit(_run, tool, args, {}, stage) for tool, args in jobs]:
+                f.result()
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0

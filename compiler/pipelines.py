@@ -25,7 +25,6 @@ from . import threads
 from .toolchain_errors import ToolchainError
 from .transform_library import OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
 
-
 # ---- the pass pipeline (data) ---------------------------------------------------------
 # Each entry is one mlir-opt flag (pass name and options).  Order matters:
 # - inline first, so the private generated functions ("kina_f.rev") disappear;
