@@ -152,7 +152,11 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
             # Nothing to compile (an empty file): an empty object file is the right answer.
             _empty_object(obj)
             return
-        lowered = str(module)
+        # MLIR bytecode, not text: written in 0.03 instead of printed in 0.13 s, and read
+        # faster by mlir-translate (the scaled StoryLM's lowered module).
+        lowered = obj.parent / "lowered.mlirbc"
+        with open(lowered, "wb") as f:
+            module.operation.write_bytecode(f)
         timings["passes"] = time.perf_counter() - t0
     llvm_object(lowered, obj, llvm_level, timings)
 

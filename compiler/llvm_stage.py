@@ -134,11 +134,11 @@ def _split_min_bytes() -> int:
     return int(setting) if setting.isdigit() else SPLIT_MIN_BYTES
 
 
-def llvm_object(lowered: str, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
-    """Translate, optimise and compile the lowered module text into `obj`."""
+def llvm_object(lowered: Path, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
+    """Translate, optimise and compile the lowered module (an MLIR file, text or bytecode,
+    in the LLVM dialect) into `obj`."""
     work = obj.parent
-    src, ll = work / "lowered.mlir", work / "lowered.ll"
-    src.write_text(lowered)
+    src, ll = lowered, work / "lowered.ll"
     from .toolchain import _run  # with its timeout and crash report
     _run("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)], timings, "llvm-opt")
     if ll.stat().st_size < _split_min_bytes():
