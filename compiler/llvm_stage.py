@@ -129,9 +129,13 @@ LLC_FLAGS = ["-disable-lsr"]
 
 
 def _split_min_bytes() -> int:
+    """SPLIT_MIN_BYTES, or KINA_LLVM_SPLIT_BYTES; no split on a one-core machine (the
+    halves would run one after the other) unless the variable asks for it."""
     import os
     setting = os.environ.get("KINA_LLVM_SPLIT_BYTES", "").strip()
-    return int(setting) if setting.isdigit() else SPLIT_MIN_BYTES
+    if setting.isdigit():
+        return int(setting)
+    return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= LLVM_PARTS else 1 << 62
 
 
 def llvm_object(lowered: Path, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
