@@ -297,3 +297,26 @@ def test_the_worker_started_before_the_front_end_runs_the_build_or_is_ended(tmp_
     assert started[0].proc.returncode == 0                 # it ran the request and exited
     assert all(w.proc.returncode is not None and not Path(w.cwd).exists() for w in started)
     assert len(build.build_file(src, tmp_path / "bad0.so", 0, cache=False).diagnostics) and len(started) == 2
+
+
+def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_path, monkeypatch):
+    """The pass manager no longer verifies after every pass (engine.VERIFY_EACH_ENV), so
+    run_pipeline verifies after each of our Python rewrites: a broken module is an
+    MLIRError there (a `mlir-opt` diagnostic in a build), not input to the next pass."""
+    import pytest
+    ir, passmanager, _ = engine.engine_module()
+
+    def drop_a_terminator(mlir_ir, module) -> int:
+        fn = next(op for op in module.body.operations if op.operation.name == "func.func")
+        list(fn.regions[0].blocks[0].operations)[-1].erase()
+        return 1
+
+    monkeypatch.setitem(rewrites.SLOTS, "@unshare-empties", rewrites.Rewrite(drop_a_terminator, lambda text: True))
+    src = tmp_path / "k.kina"
+    src.write_text(TWICE)
+    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
+    mlir = build.front_end(TWICE, str(src), {}, res)
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        with pytest.raises(ir.MLIRError, match="terminator"):
+            engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
