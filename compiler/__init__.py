@@ -20,6 +20,8 @@ The pipeline, one module per stage (read them in this order):
   toolchain_errors  ToolchainError / StageFailed, raised by every back-end stage
   toolchain  MLIR text -> .so through mlir-opt / mlir-translate / llc / cc, or the -O2
              back end in a worker process (backend_worker: an LLVM abort is a diagnostic)
+  engine     -O1..-O3: the pipeline through the MLIR bindings (in that worker process)
+  llvm_stage LLVM's part: mlir-translate, opt, llc (a large module in halves, one per core)
   build      `kinac build`: the stages above, plus the manifest (.json) and C header (.h)
   runtime    load a .so + manifest, call functions with NumPy arrays (_fastcall.c)
   validate   compiled library vs. interpreter vs. finite differences, in a child process

@@ -3,6 +3,7 @@ process on some inputs (an assertion on a rank-0 linalg.transpose, ...), and the
 that calls `kinac build` may be the language server.
 
     python -m compiler.backend_worker REQUEST.json
+    python -m compiler.backend_worker --serve      (REQUEST.json's path on stdin: `Worker`)
 
 REQUEST.json: {"mode": "engine" | "rewrite", "input": MLIR file, ...}; the worker writes
 REQUEST.result.json: {"ok": true, "timings": {..}} or {"ok": false, "tool", "message"}.
@@ -11,62 +12,100 @@ module -> the Kina functions calling it), so that when the link finds a symbol n
 provides (compiler/toolchain.py links with --no-undefined) the parent can say which
 function needed it (`missing_symbols`).
 
-The parent side is `run(request, work_dir)` (used by compiler/engine.py); a worker
-that dies by a signal or exits without a result becomes a StageFailed naming the stage.
+The parent side is `run(request, work_dir)` (used by compiler/engine.py), or a `Worker`
+started ahead of its request (compiler/build.py starts one before the front end, so the
+worker's import of the MLIR bindings overlaps the parse, check and emit); a worker that
+dies by a signal or exits without a result becomes a StageFailed naming the stage.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .toolchain_errors import StageFailed
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module
 
 TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 # Fault injection for the tests of this containment: KINA_BACKEND_FAULT=<phase> makes the
 # worker abort (as LLVM does) when that phase ("mlir-verify", "mlir-opt", "llvm") starts.
 FAULT_ENV = "KINA_BACKEND_FAULT"
+SERVE = "--serve"   # the worker reads its request's path from stdin (see Worker)
 
 
 # ---- the parent side -------------------------------------------------------------------------
-def run(request: dict, work_dir: Path) -> dict:
-    """Run one request in a worker process; returns its result (raises StageFailed)."""
-    req = Path(work_dir) / "backend_request.json"
-    req.write_text(json.dumps(request))
-    for suffix in (".result.json", ".externals.json", ".phase"):
-        req.with_suffix(suffix).unlink(missing_ok=True)
-    # Like validate's child, the worker imports this very `compiler` package and nothing from
-    # the caller's working directory (a workspace's ./compiler/ must never run): -P and
-    # PYTHONSAFEPATH keep the cwd off sys.path, and the cwd is the private work dir.
-    env = dict(os.environ, LLVM_DISABLE_SYMBOLIZATION="1", PYTHONSAFEPATH="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
-                                                        os.environ.get("PYTHONPATH")])))
-    try:
-        proc = subprocess.run([sys.executable, "-P", "-m", "compiler.backend_worker", str(req.resolve())],
-                              capture_output=True, text=True, timeout=TIMEOUT, env=env,
-                              cwd=str(Path(work_dir).resolve()))
-    except subprocess.TimeoutExpired:
-        raise StageFailed("llvm", f"the -O2 back end did not finish within {TIMEOUT:.0f} s "
-                                  "(set KINA_TOOL_TIMEOUT to wait longer)") from None
-    result_path = req.with_suffix(".result.json")
-    if proc.returncode == 0 and result_path.exists():
-        result = json.loads(result_path.read_text())
-        if not result["ok"]:
-            raise StageFailed(result["tool"], result["message"])
-        return result
-    phase = req.with_suffix(".phase")
-    stage = phase.read_text() if phase.exists() else "kinac"
-    raise StageFailed(stage, _death(proc))
+class Worker:
+    """A worker process that starts before its request is known: it loads the MLIR bindings
+    (0.25 s) while the caller runs the front end, then runs the one request it is given.
+    `close()` ends it if it was never used (a front-end error, a cache hit)."""
+
+    def __init__(self) -> None:
+        # Like validate's child, the worker imports this very `compiler` package and nothing
+        # from the caller's working directory (a workspace's ./compiler/ must never run): -P
+        # and PYTHONSAFEPATH keep the cwd off sys.path, and the cwd is a private directory.
+        self.cwd = tempfile.mkdtemp(prefix="kina-worker-")
+        env = dict(os.environ, LLVM_DISABLE_SYMBOLIZATION="1", PYTHONSAFEPATH="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+                                                            os.environ.get("PYTHONPATH")])))
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", "compiler.backend_worker", SERVE],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env, cwd=self.cwd)
+
+    def run(self, request: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+        """Run one request in the worker; returns its result (raises StageFailed)."""
+        req = Path(work_dir) / "backend_request.json"
+        req.write_text(json.dumps(request))
+        for suffix in (".result.json", ".externals.json", ".phase"):
+            req.with_suffix(suffix).unlink(missing_ok=True)
+        try:
+            _, stderr = self.proc.communicate(str(req.resolve()) + "\n", timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise StageFailed("llvm", f"the -O2 back end did not finish within {TIMEOUT:.0f} s "
+                                      "(set KINA_TOOL_TIMEOUT to wait longer)") from None
+        finally:
+            self.close()
+        result_path = req.with_suffix(".result.json")
+        if self.proc.returncode == 0 and result_path.exists():
+            result: dict[str, Any] = json.loads(result_path.read_text())
+            if not result["ok"]:
+                raise StageFailed(result["tool"], result["message"])
+            return result
+        phase = req.with_suffix(".phase")
+        stage = phase.read_text() if phase.exists() else "kinac"
+        raise StageFailed(stage, _death(self.proc.returncode, stderr))
+
+    def close(self) -> None:
+        """End the process (if it still runs) and remove its directory."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        shutil.rmtree(self.cwd, ignore_errors=True)
 
 
-def _death(proc) -> str:
+def run(request: dict[str, Any], work_dir: Path, worker: Worker | None = None) -> dict[str, Any]:
+    """Run one request in a worker process (`worker`, when one was started ahead)."""
+    return (worker or Worker()).run(request, work_dir)
+
+
+def _death(returncode: int, stderr: str | None) -> str:
     """What to say when the worker died: the signal and the message it printed."""
-    how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with {proc.returncode}"
-    lines = [l for l in (proc.stderr or "").splitlines() if l.strip() and not l.startswith(("Stack dump", " #", "#"))]
+    how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
+    lines = [l for l in (stderr or "").splitlines() if l.strip() and not l.startswith(("Stack dump", " #", "#"))]
     msg = f"the -O2 back end {how}: a compiler bug, please report it with the program"
     return "\n".join([msg, *lines[:6]])
 
@@ -87,40 +126,43 @@ def externals_path(work_dir: Path) -> Path:
 
 
 # ---- the worker side ---------------------------------------------------------------------------
-def _externals(ir, module) -> dict[str, list[str]]:
+def _externals(mlir_ir: ModuleType, module: Module) -> dict[str, list[str]]:
     """External symbol -> the Kina functions (kina_f -> f) whose lowered body calls it."""
-    declared = {ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
+    declared = {mlir_ir.StringAttr(op.attributes["sym_name"]).value for op in module.body.operations
                 if op.operation.name == "llvm.func" and len(op.regions[0].blocks) == 0}
     out: dict[str, list[str]] = {}
     for op in module.body.operations:
         if op.operation.name != "llvm.func" or len(op.regions[0].blocks) == 0:
             continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
+        name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
         kina = name.split("kina_", 1)[1].split(".")[0] if "kina_" in name else name
-        for callee in re.findall(r"llvm\.call @([\w.$]+)", str(op)):
+        # use_local_scope: str(op) prints with the whole module's state (it walks the
+        # module per function: 0.4 s of the scaled StoryLM's build); this prints the op alone.
+        text = op.operation.get_asm(use_local_scope=True, assume_verified=True)
+        for callee in re.findall(r"llvm\.call @([\w.$]+)", text):
             if callee in declared and kina not in out.setdefault(callee, []):
                 out[callee].append(kina)
     return out
 
 
-def _engine(req: dict, req_path: Path) -> dict:
+def _engine(req: dict[str, Any], req_path: Path) -> dict[str, Any]:
     from .engine import engine_object
-    timings: dict = {}
+    timings: dict[str, float] = {}
 
-    def on_phase(phase: str, ir, module) -> None:
+    def on_phase(phase: str, mlir_ir: ModuleType, module: Module | None) -> None:
         req_path.with_suffix(".phase").write_text(phase)
         if os.environ.get(FAULT_ENV) == phase:
             print(f"{FAULT_ENV}={phase}: aborting on purpose", file=sys.stderr, flush=True)
             os.abort()
-        if phase == "llvm":
-            req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(ir, module)))
+        if phase == "llvm" and module is not None:
+            req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(mlir_ir, module)))
 
     engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
                   timings, on_phase=on_phase)
     return {"ok": True, "timings": timings}
 
 
-def _rewrite(req: dict) -> dict:
+def _rewrite(req: dict[str, Any]) -> dict[str, Any]:
     from .rewrites import rewrite_in_process
     t0 = time.perf_counter()
     path = Path(req["input"])
@@ -128,7 +170,22 @@ def _rewrite(req: dict) -> dict:
     return {"ok": True, "timings": {"rewrite": time.perf_counter() - t0}}
 
 
+def _serve() -> str:
+    """The worker started ahead: load the bindings, then wait for the request's path
+    (an empty line or a closed stdin: nothing to do)."""
+    try:
+        from .engine import engine_module
+        engine_module()
+    except Exception:   # missing bindings: the request reports it (ToolchainError in the parent first)
+        pass
+    return sys.stdin.readline().strip()
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == SERVE:
+        argv = [_serve()]
+        if not argv[0]:
+            return 0
     req_path = Path(argv[0])
     req = json.loads(req_path.read_text())
     try:

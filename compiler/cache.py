@@ -38,6 +38,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 FORMAT = 1                      # bump when the entry layout or the key's recipe changes
 DEFAULT_MAX_MB = 256
@@ -155,7 +156,7 @@ def key_for(mlir_text: str, opt_level: int) -> str:
 @dataclass
 class Entry:
     path: Path
-    meta: dict
+    meta: dict[str, Any]
 
     @property
     def library(self) -> Path:
@@ -213,7 +214,7 @@ def fetch(key: str, out_so: Path, root: Path | None = None) -> bool:
     return entry is not None and install(entry, out_so)
 
 
-def store(key: str, built_so: Path, info: dict | None = None, root: Path | None = None) -> Entry | None:
+def store(key: str, built_so: Path, info: dict[str, Any] | None = None, root: Path | None = None) -> Entry | None:
     """Add a freshly built library under `key` (atomically), then evict down to the size bound."""
     root = root or cache_root()
     try:

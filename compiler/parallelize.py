@@ -8,8 +8,14 @@ the script makes become OpenMP loops in compiler/threads.py.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .transform_library import MATMUL_TILE, TRANSPOSE_BLOCK, TRANSPOSE_MAX_RANK, transpose_tiles
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module, OpView, WalkResult
 
 # - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
 #   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`).
@@ -40,7 +46,7 @@ def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
 PARALLEL_MIN_ELEMENTS = 65536
 
 
-def _dim0_extent(mlir_ir, op) -> int | None:
+def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:
     """The trip count of a linalg op's loop d0: the size of an operand dim indexed by d0."""
     for m, v in zip(mlir_ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
         t = v.type
@@ -48,17 +54,18 @@ def _dim0_extent(mlir_ir, op) -> int | None:
             continue
         for k, e in enumerate(mlir_ir.AffineMapAttr(m).value.results):
             if isinstance(e, mlir_ir.AffineDimExpr) and e.position == 0:
-                return mlir_ir.RankedTensorType(t).shape[k]
+                extent: int = mlir_ir.RankedTensorType(t).shape[k]
+                return extent
     return None
 
 
-def tag_parallel_generics(mlir_ir, module) -> int:
+def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.parallel_rows` every static linalg.generic whose loop d0 is parallel,
     runs at least twice, and whose largest operand has PARALLEL_MIN_ELEMENTS elements
     (TRANSFORM_LIBRARY makes those scf.forall loops); returns the count."""
     tagged = 0
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         nonlocal tagged
         if op.name != "linalg.generic" or len(op.results) < 1:
             return mlir_ir.WalkResult.ADVANCE
@@ -81,28 +88,29 @@ def tag_parallel_generics(mlir_ir, module) -> int:
     return tagged
 
 
-def _filled(op) -> bool:
+def _filled(op: OpView) -> bool:
     """Whether the matmul's accumulator is a linalg.fill (the script fuses it into the forall)."""
     owner = op.operands[2].owner
     return getattr(owner, "name", None) == "linalg.fill"
 
 
-def _matmul_flops(mlir_ir, op) -> int:
+def _matmul_flops(mlir_ir: ModuleType, op: OpView) -> int:
     a = mlir_ir.RankedTensorType(op.operands[0].type).shape
     c = mlir_ir.RankedTensorType(op.results[0].type).shape
     n = 1
     for d in c:
         n *= d
-    return 2 * n * a[-1]
+    flops: int = 2 * n * a[-1]
+    return flops
 
 
-def tag_vectorizable(mlir_ir, module) -> int:
+def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.vectorize` every f32 matmul / batch_matmul whose result tiles
     exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those); returns the count."""
     tm, tn = MATMUL_TILE
     tagged = 0
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         nonlocal tagged
         if op.name in ("linalg.matmul", "linalg.batch_matmul") and len(op.results) == 1:
             t = mlir_ir.RankedTensorType(op.results[0].type)
@@ -122,13 +130,13 @@ def tag_vectorizable(mlir_ir, module) -> int:
     return tagged
 
 
-def tag_transposes(mlir_ir, module) -> int:
+def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
     """Tag with `kina.transpose_tile` every static transpose that moves the input's
     innermost dim onto output dim j < rank - 1 and whose dims j and rank - 1 are multiples
     of TRANSPOSE_BLOCK (TRANSFORM_LIBRARY tiles those); returns the count."""
     tagged = 0
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         nonlocal tagged
         if op.name == "linalg.transpose":
             perm = list(mlir_ir.DenseI64ArrayAttr(op.attributes["permutation"]))

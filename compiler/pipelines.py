@@ -25,7 +25,6 @@ from . import threads
 from .toolchain_errors import ToolchainError
 from .transform_library import OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
 
-
 # ---- the pass pipeline (data) ---------------------------------------------------------
 # Each entry is one mlir-opt flag (pass name and options).  Order matters:
 # - inline first, so the private generated functions ("kina_f.rev") disappear;
@@ -123,8 +122,7 @@ O2_PASSES = [
     "--expand-strided-metadata",
     "--convert-vector-to-llvm",
     "--convert-ub-to-llvm",
-    *_LOWER_TO_LLVM,
-    "--canonicalize",
+    *_LOWER_TO_LLVM,   # (ends with --canonicalize: a second one changed nothing and cost 0.1 s)
     "--cse",
 ]
 

@@ -32,26 +32,32 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
-# The MLIR Python bindings' `ir` module (engine.engine_module()); they ship no types.
-Bindings = Any
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module, Operation, OpView, Type, WalkResult
+
+# `mlir_ir` (a ModuleType) is the MLIR Python bindings' `ir` module (engine.engine_module());
+# the bindings' classes below (Module, OpView, Type, ...) are names mypy cannot look into: the
+# wheel's `mlir` package has no py.typed marker.
 
 
 @dataclass(frozen=True)
 class Rewrite:
-    run: Callable[..., int]                  # run(bindings, module) -> number of ops rewritten
+    run: Callable[..., int]                  # run(mlir_ir, module) -> number of ops rewritten
     needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
     maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
 
 
 # ---- strided copies ------------------------------------------------------------------------
-def _contiguous(bindings: Bindings, t: Any) -> bool:
+def _contiguous(mlir_ir: ModuleType, t: Type) -> bool:
     """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
     to each operand (Kina shapes are static; an identity layout passes it)."""
-    t = bindings.MemRefType(t)
+    t = mlir_ir.MemRefType(t)
     if not t.has_static_shape:
         return False
     strides, _ = t.get_strides_and_offset()
@@ -64,85 +70,85 @@ def _contiguous(bindings: Bindings, t: Any) -> bool:
     return bool(dim < 0)
 
 
-def _walk(bindings: Bindings, module: Any, pick: Callable[[Any], bool]) -> list[Any]:
+def _walk(mlir_ir: ModuleType, module: Module, pick: Callable[[OpView], bool]) -> list[OpView]:
     found: list[Any] = []
 
-    def visit(op: Any) -> Any:
+    def visit(op: OpView) -> WalkResult:
         if pick(op):
             found.append(op)
-        return bindings.WalkResult.ADVANCE
+        return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     return found
 
 
-def lower_strided_copies(bindings: Bindings, module: Any) -> int:
+def lower_strided_copies(mlir_ir: ModuleType, module: Module) -> int:
     """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
     from mlir.dialects import linalg
-    found = _walk(bindings, module, lambda op: op.name == "memref.copy"
-                  and not all(_contiguous(bindings, v.type) for v in op.operands))
+    found = _walk(mlir_ir, module, lambda op: op.name == "memref.copy"
+                  and not all(_contiguous(mlir_ir, v.type) for v in op.operands))
     for op in found:
         src, dst = op.operands
-        with bindings.InsertionPoint(op), op.location:
+        with mlir_ir.InsertionPoint(op), op.location:
             linalg.copy(src, outs=[dst])
         op.erase()
     return len(found)
 
 
 # ---- bf16 memory as i16 -----------------------------------------------------------------------
-def _as_i16(bindings: Bindings, t: Any) -> Any:
+def _as_i16(mlir_ir: ModuleType, t: Type) -> Type | None:
     """bf16 -> i16, vector<.. x bf16> -> vector<.. x i16>; None for any other type."""
-    i16 = bindings.IntegerType.get_signless(16)
-    if isinstance(t, bindings.BF16Type):
+    i16 = mlir_ir.IntegerType.get_signless(16)
+    if isinstance(t, mlir_ir.BF16Type):
         return i16
-    if isinstance(t, bindings.VectorType) and isinstance(t.element_type, bindings.BF16Type):
-        return bindings.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=bindings.Location.unknown())
+    if isinstance(t, mlir_ir.VectorType) and isinstance(t.element_type, mlir_ir.BF16Type):
+        return mlir_ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=mlir_ir.Location.unknown())
     return None
 
 
-def _attrs(op: Any) -> dict[str, Any]:
+def _attrs(op: OpView) -> dict[str, Any]:
     named = (op.attributes[i] for i in range(len(op.attributes)))   # by index: NamedAttribute
     return {a.name: a.attr for a in named}
 
 
-def bf16_memory_as_i16(bindings: Bindings, module: Any) -> int:
+def bf16_memory_as_i16(mlir_ir: ModuleType, module: Module) -> int:
     """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
     llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
-    loads = _walk(bindings, module, lambda op: op.name == "llvm.load" and _as_i16(bindings, op.results[0].type) is not None)
-    stores = _walk(bindings, module, lambda op: op.name == "llvm.store" and _as_i16(bindings, op.operands[0].type) is not None)
+    loads = _walk(mlir_ir, module, lambda op: op.name == "llvm.load" and _as_i16(mlir_ir, op.results[0].type) is not None)
+    stores = _walk(mlir_ir, module, lambda op: op.name == "llvm.store" and _as_i16(mlir_ir, op.operands[0].type) is not None)
     for op in loads:
         old = op.results[0]
-        with bindings.InsertionPoint(op), op.location:
-            new = bindings.Operation.create("llvm.load", results=[_as_i16(bindings, old.type)], operands=list(op.operands),
+        with mlir_ir.InsertionPoint(op), op.location:
+            new = mlir_ir.Operation.create("llvm.load", results=[_as_i16(mlir_ir, old.type)], operands=list(op.operands),
                                       attributes=_attrs(op))
-            cast = bindings.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
+            cast = mlir_ir.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
         old.replace_all_uses_with(cast.results[0])
         op.erase()
     for op in stores:
         value, ptr = op.operands[0], op.operands[1]
-        with bindings.InsertionPoint(op), op.location:
-            cast = bindings.Operation.create("llvm.bitcast", results=[_as_i16(bindings, value.type)], operands=[value])
-            bindings.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
+        with mlir_ir.InsertionPoint(op), op.location:
+            cast = mlir_ir.Operation.create("llvm.bitcast", results=[_as_i16(mlir_ir, value.type)], operands=[value])
+            mlir_ir.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
         op.erase()
     return len(loads) + len(stores)
 
 
 # ---- the -O2 build's own rewrites (compiler/pipelines.py says where each runs) ------------
-def dynamic_schedule(ir, module) -> int:
+def dynamic_schedule(mlir_ir: ModuleType, module: Module) -> int:
     """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
     a thread takes the next block or row when it is done with one, so a thread the OS
     deschedules on a shared machine does not hold back a share of its own.  Each block
     or row is computed as before: results are unchanged.  Returns the count."""
     found = []
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         if op.name == "omp.wsloop":
             found.append(op)
-        return ir.WalkResult.ADVANCE
+        return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     for op in found:
-        op.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
+        op.attributes["schedule_kind"] = mlir_ir.Attribute.parse("#omp<schedulekind dynamic>")
     return len(found)
 
 
@@ -152,81 +158,81 @@ def dynamic_schedule(ir, module) -> int:
 EMPTY_GROUP = 64
 
 
-def unshare_empty_tensors(ir, module) -> int:
+def unshare_empty_tensors(mlir_ir: ModuleType, module: Module) -> int:
     """Split the uses of every tensor.empty with more than EMPTY_GROUP uses into groups
     of EMPTY_GROUP, each with its own clone (static shapes: no operands; the clones sit
     with the original, which dominates every use); returns how many clones were made."""
     empties = []
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         if op.name == "tensor.empty" and len(op.operands) == 0:
             empties.append(op)
-        return ir.WalkResult.ADVANCE
+        return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     made = 0
     for e in empties:
         uses = [(u.owner, u.operand_number) for u in e.results[0].uses]
         for start in range(EMPTY_GROUP, len(uses), EMPTY_GROUP):
-            clone = e.clone(ip=ir.InsertionPoint(e))
+            clone = e.clone(ip=mlir_ir.InsertionPoint(e))
             for owner, number in uses[start:start + EMPTY_GROUP]:
                 owner.operands[number] = clone.results[0]
             made += 1
     return made
 
 
-def _trip_count(ir, loop) -> int:
+def _trip_count(mlir_ir: ModuleType, loop: Operation) -> int:
     """Constant trip count of an scf.for (unknown bounds count as large)."""
     try:
-        lb, ub, step = (ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
+        lb, ub, step = (mlir_ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
     except Exception:   # a bound that is not an arith.constant
         return 1 << 30
     return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
 
 
-def _iterations(ir, op) -> int:
+def _iterations(mlir_ir: ModuleType, op: Operation) -> int:
     """Innermost iterations of a loop nest: trips x the iterations of the loops in its body."""
     inner = 0
     for region in op.regions:
         for block in region.blocks:
             for child in block.operations:
                 if child.operation.name == "scf.for":
-                    inner += _iterations(ir, child.operation)
-    return _trip_count(ir, op) * max(inner, 1)
+                    inner += _iterations(mlir_ir, child.operation)
+    return _trip_count(mlir_ir, op) * max(inner, 1)
 
 
-def tag_outlined_loops(ir, module) -> int:
+def tag_outlined_loops(mlir_ir: ModuleType, module: Module) -> int:
     """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
     that "@outline" moves into kernels (see transform_library.OUTLINE_MIN_ITERATIONS); returns the count."""
     tagged = 0
     bodies = []
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         if op.name in ("func.func", "scf.forall") and op.regions and op.regions[0].blocks:
             bodies.append(op)
-        return ir.WalkResult.ADVANCE
+        return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     for body in bodies:
         loops = [o.operation for o in body.regions[0].blocks[0].operations if o.operation.name == "scf.for"]
-        sizes = [_iterations(ir, lp) for lp in loops]
+        sizes = [_iterations(mlir_ir, lp) for lp in loops]
         small = sum(1 for n in sizes if n < OUTLINE_MIN_ITERATIONS)
         for lp, n in zip(loops, sizes):
             if n >= OUTLINE_MIN_ITERATIONS or small > OUTLINE_SMALL_LIMIT:
-                lp.attributes["kina.outline"] = ir.UnitAttr.get()
+                lp.attributes["kina.outline"] = mlir_ir.UnitAttr.get()
                 tagged += 1
     return tagged
 
 
-def _scope_allocates(ir, scope) -> bool:
+def _scope_allocates(mlir_ir: ModuleType, scope: OpView) -> bool:
     """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
     found = []
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         if op.name == "memref.alloca":
             found.append(op)
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
+            return mlir_ir.WalkResult.INTERRUPT
+        return mlir_ir.WalkResult.ADVANCE
 
     for block in scope.regions[0].blocks:
         for op in block.operations:
@@ -234,7 +240,7 @@ def _scope_allocates(ir, scope) -> bool:
     return bool(found)
 
 
-def inline_alloca_scopes(ir, module) -> int:
+def inline_alloca_scopes(mlir_ir: ModuleType, module: Module) -> int:
     """Replace every memref.alloca_scope by its body (innermost first); returns the count.
 
     convert-scf-to-openmp puts each parallel loop's body in an alloca_scope, whose region
@@ -248,25 +254,25 @@ def inline_alloca_scopes(ir, module) -> int:
     each iteration still frees its stack buffers."""
     scopes = []
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         if op.name == "memref.alloca_scope":
             scopes.append(op)
-        return ir.WalkResult.ADVANCE
+        return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)   # post-order: inner scopes before the scopes holding them
-    ptr = ir.Type.parse("!llvm.ptr")
+    ptr = mlir_ir.Type.parse("!llvm.ptr")
     for scope in scopes:
         saved = None
-        if _scope_allocates(ir, scope):
-            with ir.InsertionPoint(scope), scope.location:
-                saved = ir.Operation.create("llvm.intr.stacksave", results=[ptr])
+        if _scope_allocates(mlir_ir, scope):
+            with mlir_ir.InsertionPoint(scope), scope.location:
+                saved = mlir_ir.Operation.create("llvm.intr.stacksave", results=[ptr])
         block = scope.regions[0].blocks[0]
         *body, ret = list(block.operations)
         for op in body:
             op.operation.move_before(scope)
         if saved is not None:
-            with ir.InsertionPoint(scope), scope.location:
-                ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
+            with mlir_ir.InsertionPoint(scope), scope.location:
+                mlir_ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
         for result, value in zip(scope.results, ret.operands):
             result.replace_all_uses_with(value)
         scope.erase()
@@ -280,11 +286,12 @@ def inline_alloca_scopes(ir, module) -> int:
 SCATTER_MAPS = ["affine_map<(d0, d1, d2) -> (d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
                 "affine_map<(d0, d1, d2) -> (d0, d1)>"]
 SCATTER_ITERATORS = ["parallel", "parallel", "reduction"]
+ScatterShape = tuple[int, int, int, str, str]   # n, d, v, updates' and accumulator's element types
 SCATTER_BODY = ["arith.index_cast", "linalg.index", "arith.cmpi", "arith.extf", "arith.constant",
                 "arith.select", "arith.addf", "linalg.yield"]
 
 
-def _scatter_shape(mlir_ir, op):
+def _scatter_shape(mlir_ir: ModuleType, op: OpView) -> ScatterShape | None:
     """(n, d, v, updates' element type, accumulator element type) if `op` is the §7.3
     scatter generic, else None."""
     if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 1:
@@ -305,14 +312,14 @@ def _scatter_shape(mlir_ir, op):
     return ti.shape[0], tu.shape[1], to.shape[0], str(tu.element_type), str(to.element_type)
 
 
-def rewrite_scatters(mlir_ir, module) -> int:
+def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
     """Replace every §7.3 scatter generic by a call to its O(N * D) row-update form
     (emit_ops.scatter_rows_function, a private function that --inline then inlines);
     returns the count.  -O0 keeps the generic: its FileCheck tests pin that form."""
     from .emit_ops import scatter_rows_function
     found = []
 
-    def visit(op):
+    def visit(op: OpView) -> WalkResult:
         shape = _scatter_shape(mlir_ir, op)
         if shape is not None:
             found.append((op, shape))
@@ -348,10 +355,10 @@ SLOTS: dict[str, Rewrite] = {
 def rewrite_in_process(slot: str, mlir_text: str) -> str:
     """SLOTS[slot] on MLIR text, in this process (the worker's side)."""
     from .engine import engine_module
-    bindings, _, _ = engine_module()
-    with bindings.Context():
-        module = bindings.Module.parse(mlir_text)
-        if not SLOTS[slot].run(bindings, module):
+    mlir_ir, _, _ = engine_module()
+    with mlir_ir.Context():
+        module = mlir_ir.Module.parse(mlir_text)
+        if not SLOTS[slot].run(mlir_ir, module):
             return mlir_text
         return str(module.operation.get_asm(enable_debug_info=True))
 

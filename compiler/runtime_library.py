@@ -20,6 +20,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from . import threads
 
@@ -36,7 +37,7 @@ def manifest_path(so_path: str | Path) -> Path:
     return Path(so_path).with_suffix(".json")
 
 
-def load_manifest(so_path: Path, manifest: str | Path | dict | None) -> dict:
+def load_manifest(so_path: Path, manifest: str | Path | dict[str, Any] | None) -> dict[str, Any]:
     """The manifest dict: given, or read from `manifest` / <so>.json."""
     if not so_path.exists():
         raise KinaRuntimeError(f"no such library: {so_path}")
@@ -56,7 +57,7 @@ def load_manifest(so_path: Path, manifest: str | Path | dict | None) -> dict:
     return manifest
 
 
-def open_library(path: Path, manifest: dict) -> tuple[ctypes.CDLL, bool]:
+def open_library(path: Path, manifest: dict[str, Any]) -> tuple[ctypes.CDLL, bool]:
     """(the loaded private copy, whether it runs multithreaded kernels), after checking
     that the manifest was written for these bytes."""
     try:

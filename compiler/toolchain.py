@@ -48,6 +48,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import threads
 from .diagnostics import Diagnostic, Note, SourceText, Span
@@ -55,6 +56,10 @@ from .engine import engine_object_in_child, require_bindings
 from .entry_points import add_packed_entry_points
 from .pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
 from .toolchain_errors import INLINE_LOC_RE, StageFailed, ToolchainError
+
+if TYPE_CHECKING:
+    from .backend_worker import Worker
+    from .ir import Program
 
 
 # ---- finding the tools ------------------------------------------------------------
@@ -72,6 +77,7 @@ TOOLS: dict[str, ToolSpec] = {
     "mlir-translate": ToolSpec("mlir-translate", "KINA_MLIR_TRANSLATE", "mlir", _MLIR_WHEELS),
     "llc": ToolSpec("llc", "KINA_LLC", "llvm", _MLIR_WHEELS),
     "opt": ToolSpec("opt", "KINA_OPT", "llvm", _MLIR_WHEELS),
+    "llvm-split": ToolSpec("llvm-split", "KINA_LLVM_SPLIT", "llvm", _MLIR_WHEELS),
     "cc": ToolSpec("cc", "KINA_CC", None, "apt-get install gcc (or set KINA_CC to a C compiler)"),
 }
 # Debian's versioned LLVM packages (apt install mlir-22-tools llvm-22) as a last resort.
@@ -151,7 +157,7 @@ TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 _TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
 
 
-def _run(tool: str, args: list[str], timings: dict, stage: str) -> None:
+def _run(tool: str, args: list[str], timings: dict[str, float], stage: str) -> None:
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True,
@@ -165,16 +171,16 @@ def _run(tool: str, args: list[str], timings: dict, stage: str) -> None:
         raise StageFailed(tool, _crash_text(tool, proc) or f"{tool} exited with {proc.returncode}")
 
 
-def _crash_text(tool: str, proc) -> str:
+def _crash_text(tool: str, proc: subprocess.CompletedProcess[str]) -> str:
     """The tool's message; a crash (signal) is said so first, the stack trace kept as notes."""
-    text = proc.stderr or proc.stdout
+    text: str = proc.stderr or proc.stdout
     if proc.returncode < 0 or "PLEASE submit a bug report" in text:
         lines = [l for l in text.splitlines() if l.strip() and "PLEASE submit" not in l]
         return f"{tool} crashed (a compiler bug, please report it with the program)\n" + "\n".join(lines[:8])
     return text
 
 
-def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> str:
+def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict[str, float]) -> str:
     """The pass list through mlir-opt processes: one per segment of the list, with the
     rewrite of each slot (compiler/rewrites.py) between them; returns the MLIR text."""
     from .rewrites import rewrite_text
@@ -198,12 +204,18 @@ def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> s
     return text
 
 
+def _message(line: str) -> str:
+    """The message of a `file:line:col: error: msg` line (one _LOC_RE matched)."""
+    m = _LOC_RE.match(line.strip())
+    return m["msg"] if m else line.strip()
+
+
 _LOC_RE = re.compile(r'^(?:loc\()?"?(?P<file>[^":\n]+)"?:(?P<line>\d+):(?P<col>\d+)\)?:\s*'
                      r'(?P<sev>error|warning|note|remark):\s*(?P<msg>.*)$')
 
 
 
-def _loc_of_generated_line(mlir_text: str | None, line_no: int):
+def _loc_of_generated_line(mlir_text: str | None, line_no: int) -> re.Match[str] | None:
     """The Kina loc("file":line:col) written on a line of the generated MLIR, if any."""
     if not mlir_text:
         return None
@@ -213,7 +225,7 @@ def _loc_of_generated_line(mlir_text: str | None, line_no: int):
     return INLINE_LOC_RE.search(lines[line_no - 1])
 
 
-def _function_at(program, offset: int) -> str | None:
+def _function_at(program: Program | None, offset: int) -> str | None:
     """The user function whose text holds `offset` (a generated `f.rev` counts as `f`)."""
     if program is None:
         return None
@@ -223,7 +235,7 @@ def _function_at(program, offset: int) -> str | None:
 
 
 def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
-                     mlir_text: str | None = None, program=None) -> list[Diagnostic]:
+                     mlir_text: str | None = None, program: Program | None = None) -> list[Diagnostic]:
     """Turn a tool's stderr into diagnostics.  `file:line:col: error: msg` lines whose
     file is the Kina source (or a line of the generated MLIR carrying a Kina loc) get
     that source span and a note naming the Kina function (`program`: the lowered program);
@@ -245,7 +257,7 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
             fn = _function_at(program, start)
             owner = (Note(f"in `{fn}`: the compiler emitted wrong MLIR for this line (a compiler bug, "
                           "please report it)"),) if fn else ()
-            diags.append(Diagnostic("toolchain", f"{tool}: {_LOC_RE.match(line.strip())['msg']}",
+            diags.append(Diagnostic("toolchain", f"{tool}: {_message(line)}",
                                     Span(start, start + 1), owner + context))
         else:
             where = f"{m['file']}:{m['line']}:{m['col']}"
@@ -260,15 +272,17 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
 
 
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
-                 source: SourceText | None = None, timings: dict | None = None,
+                 source: SourceText | None = None, timings: dict[str, float] | None = None,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
-                 program=None, link_with: tuple[Path, ...] = ()) -> CompileResult:
+                 program: Program | None = None, link_with: tuple[Path, ...] = (),
+                 worker: Worker | None = None) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
     with the "tools" back end; passes, llvm-opt, codegen, cc with the "engine" one.
     `link_with`: shared libraries that provide symbols the module declares (a profiler's
-    tick function, benchmarks/profile_kernels.py).
+    tick function, benchmarks/profile_kernels.py).  `worker`: a backend_worker.Worker started
+    ahead for the "engine" back end (the caller closes it).
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
@@ -278,13 +292,13 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         require_bindings()  # fail early when the bindings are missing (without loading them here)
     for tool in TOOLS:   # fail early, naming the missing tool (both back ends run mlir-translate, llc, cc)
         find_tool(tool)
-    with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp_name:
+        tmp = Path(tmp_name)
         obj = tmp / "out.o"
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             if pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings)
+                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
                 llvm_ir = None
             else:
                 llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
@@ -297,7 +311,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
 
 
 def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path, obj: Path,
-                  timings: dict) -> str:
+                  timings: dict[str, float]) -> str:
     """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
     llvm_mlir, ll = tmp / "out.llvm.mlir", tmp / "out.ll"
     llvm_mlir.write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
@@ -310,7 +324,7 @@ def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path,
 _UNDEFINED_RE = re.compile(r"undefined reference to [`'\"]([^'`\"]+)['`\"]")
 
 
-def _link(obj: Path, out_so: Path, f8: bool, timings: dict, link_with: tuple[Path, ...] = ()) -> None:
+def _link(obj: Path, out_so: Path, f8: bool, timings: dict[str, float], link_with: tuple[Path, ...] = ()) -> None:
     """cc the object into the library; an undefined symbol names the functions calling it."""
     extra = [a for lib in link_with for a in (str(Path(lib).resolve()), f"-Wl,-rpath,{Path(lib).resolve().parent}")]
     try:
@@ -352,11 +366,12 @@ def _wheel_runtime(directory: Path | None, lib: str, what: str) -> list[str]:
     return [f"-L{directory}", f"-l{lib}", f"-Wl,-rpath,{directory}"]
 
 
-def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0, source: SourceText | None = None):
+def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0,
+                    source: SourceText | None = None) -> tuple[str | None, list[Diagnostic]]:
     """Lower MLIR text to LLVM IR text (for `kinac emit --llvm`): (text | None, diagnostics)."""
-    timings: dict = {}
-    with tempfile.TemporaryDirectory(prefix="kina-") as tmp:
-        tmp = Path(tmp)
+    timings: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="kina-") as tmp_name:
+        tmp = Path(tmp_name)
         passes = passes_for(mlir_text, opt_level, tmp)
         try:
             (tmp / "o.mlir").write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))

@@ -244,3 +244,79 @@ def test_exp_and_log_call_vector_math_and_match_numpy(tmp_path, monkeypatch):
         assert res.ok, res.diagnostics
         assert llvm_stage.uses_vector_math(res.so_path) == vector
         np.testing.assert_allclose(runtime.load(res.so_path).f(x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_large_module_is_optimised_and_compiled_in_parts_with_the_same_results(tmp_path, monkeypatch):
+    """llvm_stage.llvm_object splits a module of at least SPLIT_MIN_BYTES of LLVM IR into
+    LLVM_PARTS (opt and llc run on each at once) and joins the objects: here every module
+    is split (KINA_LLVM_SPLIT_BYTES=0); the kernels, now calls between parts, still compute
+    each call on its own operands, and none of them is exported by the library."""
+    from compiler import toolchain
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
+    mlir = build.front_end(TWICE, str(src), {}, res)
+    monkeypatch.setenv("KINA_LLVM_SPLIT_BYTES", "0")
+    obj, timings = tmp_path / "out.o", {}
+    engine.engine_object(mlir, pipelines.passes_for(mlir, 2, tmp_path), 2, obj, timings)
+    assert all((tmp_path / f"part{k}.o").exists() for k in range(llvm_stage.LLVM_PARTS))
+    assert {"llvm-opt", "codegen"} <= set(timings)
+    lib = build.build_file(src, tmp_path / "t.so", 2, cache=False)   # the worker sees the setting too
+    assert lib.ok, lib.diagnostics
+    rng = np.random.default_rng(1)
+    x, y, w = (rng.standard_normal((64, 128)).astype(np.float32) for _ in range(3))
+    want = np.tanh(np.tanh(x + y) + w) * x
+    np.testing.assert_allclose(runtime.load(lib.so_path).f(x, y, w), want, rtol=1e-6, atol=1e-6)
+    import subprocess
+    nm = toolchain.find_tool("llc").parent / "llvm-nm"
+    exported = subprocess.run([str(nm), "-D", "--defined-only", str(lib.so_path)],
+                              capture_output=True, text=True, check=True).stdout
+    assert "_kina_packed_kina_f" in exported and llvm_stage.KERNEL_PREFIX not in exported
+
+
+def test_the_worker_started_before_the_front_end_runs_the_build_or_is_ended(tmp_path, monkeypatch):
+    """build_source starts the -O2 worker before the front end (its MLIR import overlaps
+    the parse, check and emit); it runs the build, and a build that stops in the front end
+    ends it: no process or directory is left behind."""
+    from compiler import backend_worker
+    started = []
+
+    class Recording(backend_worker.Worker):
+        def __init__(self) -> None:
+            super().__init__()
+            started.append(self)
+
+    monkeypatch.setattr(backend_worker, "Worker", Recording)
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    assert build.build_file(src, tmp_path / "t.so", 2, cache=False).ok
+    src.write_text(TWICE.replace("let e = d * x in", "let e = d @ x in"))   # [64,128] @ [64,128]: a shape error
+    bad = build.build_file(src, tmp_path / "bad.so", 2, cache=False)
+    assert not bad.ok and bad.diagnostics
+    assert len(started) == 2
+    assert started[0].proc.returncode == 0                 # it ran the request and exited
+    assert all(w.proc.returncode is not None and not Path(w.cwd).exists() for w in started)
+    assert len(build.build_file(src, tmp_path / "bad0.so", 0, cache=False).diagnostics) and len(started) == 2
+
+
+def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_path, monkeypatch):
+    """The pass manager no longer verifies after every pass (engine.VERIFY_EACH_ENV), so
+    run_pipeline verifies after each of our Python rewrites: a broken module is an
+    MLIRError there (a `mlir-opt` diagnostic in a build), not input to the next pass."""
+    import pytest
+    ir, passmanager, _ = engine.engine_module()
+
+    def drop_a_terminator(mlir_ir, module) -> int:
+        fn = next(op for op in module.body.operations if op.operation.name == "func.func")
+        list(fn.regions[0].blocks[0].operations)[-1].erase()
+        return 1
+
+    monkeypatch.setitem(rewrites.SLOTS, "@unshare-empties", rewrites.Rewrite(drop_a_terminator, lambda text: True))
+    src = tmp_path / "k.kina"
+    src.write_text(TWICE)
+    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
+    mlir = build.front_end(TWICE, str(src), {}, res)
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        with pytest.raises(ir.MLIRError, match="terminator"):
+            engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
