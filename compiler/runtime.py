@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .arrays import Array, load_npz, save_npz  # noqa: F401  (load/save_npz re-exported: the runtime's public API)
-from .runtime_library import KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol  # noqa: F401  (re-exported)
+from .arrays import Array, load_npz, save_npz
+from .entry_points import packed_symbol
+from .runtime_library import KinaRuntimeError, load_manifest, manifest_path, open_library
 from .types import DType
 
 try:  # the C fast path, built by `pip install -e .` (setup.py)
@@ -71,6 +72,12 @@ JSONObject = dict[str, Any]
 # format ('f', 'e', 'q'/'l'), the only ones compiler._fastcall checks: types.DType.
 NUMPY_DTYPES = {d.value: d for d in DType}
 FASTCALL_DTYPES = frozenset(d.value for d in DType if d.buffer_formats)
+
+
+# The runtime's public API (what user code imports from compiler.runtime); the errors,
+# the manifest helpers and load_npz / save_npz are defined in the modules that need them.
+__all__ = ["load", "Library", "KinaFunction", "KinaArgumentError", "KinaIndexError", "KinaRuntimeError",
+           "numpy_dtype", "manifest_path", "load_manifest", "load_npz", "save_npz"]
 
 
 def numpy_dtype(kina_dtype: str) -> np.dtype[Any]:

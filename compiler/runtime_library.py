@@ -98,10 +98,3 @@ def _dlopen_copy(path: Path, data: bytes) -> ctypes.CDLL:
             except OSError:
                 pass
     raise KinaRuntimeError(f"cannot load {path}: {errors[0]}")
-
-
-def packed_symbol(symbol: str) -> str:
-    """The packed entry point the toolchain adds next to `_mlir_ciface_kina_f`
-    (compiler/entry_points.py: `_kina_packed_kina_f(void **descriptors)`)."""
-    prefix = "_mlir_ciface_"
-    return "_kina_packed_" + symbol[len(prefix):] if symbol.startswith(prefix) else symbol + "_packed"
