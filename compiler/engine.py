@@ -14,6 +14,8 @@ import re
 import time
 from pathlib import Path
 
+from .fusion import enabled as fusion_enabled
+from .fusion import fuse_elementwise
 from .pipelines import (CIFACE_PREFIX, INLINE_LOC_RE, StageFailed, ToolchainError, packed_entry_point,
                         pipeline_text, rewrite_scatters, segments, tag_parallel_generics, tag_transposes,
                         tag_vectorizable)
@@ -106,9 +108,11 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         on_phase("mlir-opt", ir, module)
         try:
             if any(p.startswith("--transform-interpreter") for p in passes):
+                rewrite_scatters(ir, module)
+                if fusion_enabled():
+                    fuse_elementwise(ir, module)
                 tag_vectorizable(ir, module)
                 tag_transposes(ir, module)
-                rewrite_scatters(ir, module)
                 tag_parallel_generics(ir, module)
             run_pipeline(ir, passmanager, module, passes, mlir_text)
         except ir.MLIRError as e:
