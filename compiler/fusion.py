@@ -18,7 +18,10 @@ work is repeated:
 A producer with a math op (exp, log, ...) is not fused into a reduction: LLVM vectorises
 no float reduction loop (that would reassociate its adds), so the producer's libmvec vector
 calls would become a scalar call per element (a [256, 2048] log_softmax: 1.6 -> 2.6 ms).
-Each element is computed by the same scalar operations in the same order as before, so
+Nor into a consumer that has math ops of its own: with an exp and a log in one loop,
+LLVM vectorised the threaded and the serial build of a kernel differently (libmvec's
+vector logf and libm's scalar logf differ in the last bit), and those two builds must
+agree bit for bit.  Each element is computed by the same scalar operations in the same order as before, so
 results are bit-identical (no new fused multiply-adds: the ops stay separate arith ops).
 Producers with a body that has regions, or an index op the new loop order would change,
 stay as they are.  It runs on the emitted tensor IR before the -O2 tagging (fused ops are
@@ -112,8 +115,11 @@ def _producer(ir: Bindings, consumer: Any, index: int) -> Any | None:
     ops = list(body.operations)
     if any(len(o.regions) for o in ops):
         return None
-    if not _all_parallel(ir, consumer) and any(o.name.startswith("math.") for o in ops):
-        return None   # a reduction loop stays scalar: its exp / log would lose their vector calls
+    if any(o.name.startswith("math.") for o in ops):
+        if not _all_parallel(ir, consumer):
+            return None   # a reduction loop stays scalar: its exp / log would lose their vector calls
+        if any(o.name.startswith("math.") for o in _body(consumer).operations):
+            return None   # one loop, one source of math calls (see the module docstring)
     if _is_copy(ir, producer):
         return producer
     if not cmap.is_permutation:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import threads
+from . import alloc_cache, threads
 
 
 class ToolchainError(Exception):
@@ -141,7 +141,8 @@ O2_PASSES = [
     "--expand-strided-metadata",
     "--convert-vector-to-llvm",
     "--convert-ub-to-llvm",
-    *_LOWER_TO_LLVM,
+    # Heap buffers from the library's cache of freed blocks (compiler/alloc_cache.py).
+    *[alloc_cache.FINALIZE_FLAG if p == "--finalize-memref-to-llvm" else p for p in _LOWER_TO_LLVM],
     "--canonicalize",
     "--cse",
 ]

@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import threads
+from . import alloc_cache, threads
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .engine import engine_module, engine_object, engine_object_in_child, require_bindings  # noqa: F401
 from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and tests use them)
@@ -343,7 +343,7 @@ def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> lis
     from .llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
     if uses_vector_math(obj):   # -O2 kernels calling libmvec (llvm_stage.vector_math)
         args.append(f"-l:{VECTOR_MATH_LIBRARY}")
-    return args
+    return args + alloc_cache.link_sources(obj)   # -O2 heap buffers (compiler/alloc_cache.py)
 
 
 def _wheel_runtime(directory: Path | None, lib: str, what: str) -> list[str]:
