@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler import build, toolchain  # noqa: E402
+from compiler import build, engine, pipelines  # noqa: E402
 
 DEFAULT = ROOT / "examples" / "storylm0_mean_nll_step.kina"
 TARGET_MS = 1000
@@ -52,9 +52,9 @@ def main() -> int:
     args = ap.parse_args()
     print(f"{Path(args.file).name}; {len(os.sched_getaffinity(0))} cores usable; "
           f"load average {os.getloadavg()[0]:.2f}")
-    if any(toolchain.pipeline_for(level).backend == "engine" for level in args.levels):
+    if any(pipelines.pipeline_for(level).backend == "engine" for level in args.levels):
         t0 = time.perf_counter()
-        toolchain.engine_module()
+        engine.engine_module()
         print(f"one-time import of the MLIR Python bindings: {(time.perf_counter() - t0) * 1000:.0f} ms")
     with tempfile.TemporaryDirectory() as tmp:
         for level in args.levels:

@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
 
-from compiler import build, engine, interp, pipelines, runtime, toolchain  # noqa: E402
+from compiler import build, engine, interp, rewrites, runtime, toolchain, toolchain_errors  # noqa: E402
 from compiler.diagnostics import SourceText  # noqa: E402
 
 MAX_TICKS = 1 << 16
@@ -79,7 +79,7 @@ def _kind(ir, op) -> str:
     name = op.name
     if name == "linalg.generic":
         its = [str(i).rsplit("<", 1)[-1].rstrip(">") for i in ir.ArrayAttr(op.attributes["iterator_types"])]
-        if pipelines._scatter_shape(ir, op) is not None:
+        if rewrites._scatter_shape(ir, op) is not None:
             return "scatter (generic)"
         return "reduction" if "reduction" in its else "elementwise"
     return {"linalg.matmul": "matmul", "linalg.batch_matmul": "matmul", "linalg.transpose": "transpose",
@@ -118,7 +118,7 @@ def instrument(mlir: str) -> tuple[str, list[dict]]:
 
 
 def _source_line(source: SourceText, loc: str) -> str:
-    m = pipelines.INLINE_LOC_RE.search(loc)
+    m = toolchain_errors.INLINE_LOC_RE.search(loc)
     if not m:
         return "?"
     line = int(m["line"])

@@ -11,8 +11,13 @@ The pipeline, one module per stage (read them in this order):
   ir_verify  `ir.verify`: every node re-typed by its rule after the AD pass
   interp     NumPy reference interpreter of the typed IR (the oracle)    [NumPy table]
   emit_mlir  typed IR -> MLIR text (func/linalg/tensor/arith/math/cf)     [lowering table]
-  pipelines  the pass pipeline of each -O level (the -O2 transform script, threading)
-  rewrites   the pipelines' Python IR rewrites (strided copies, bf16 memory as i16)
+  pipelines  the pass pipeline of each -O level, as data (slots expanded per module)
+  transform_library  the -O2 transform-dialect script (tiles, vectors, foralls, outlining)
+  parallelize  which ops the -O2 script vectorises, tiles and makes parallel (tags)
+  threads    the script's parallel loops as OpenMP loops on libomp
+  rewrites   the pipelines' Python IR rewrites (strided copies, bf16 memory as i16, scatters)
+  entry_points  the packed entry points `_kina_packed_kina_f(void **)` of every library
+  toolchain_errors  ToolchainError / StageFailed, raised by every back-end stage
   toolchain  MLIR text -> .so through mlir-opt / mlir-translate / llc / cc, or the -O2
              back end in a worker process (backend_worker: an LLVM abort is a diagnostic)
   build      `kinac build`: the stages above, plus the manifest (.json) and C header (.h)

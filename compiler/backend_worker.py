@@ -11,7 +11,7 @@ module -> the Kina functions calling it), so that when the link finds a symbol n
 provides (compiler/toolchain.py links with --no-undefined) the parent can say which
 function needed it (`missing_symbols`).
 
-The parent side is `run(request, work_dir)` (used by compiler/pipelines.py); a worker
+The parent side is `run(request, work_dir)` (used by compiler/engine.py); a worker
 that dies by a signal or exits without a result becomes a StageFailed naming the stage.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from .pipelines import StageFailed
+from .toolchain_errors import StageFailed
 
 TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 # Fault injection for the tests of this containment: KINA_BACKEND_FAULT=<phase> makes the

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import cache as build_cache
-from . import ir, toolchain
+from . import ir, toolchain, toolchain_errors
 from .diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
 from .types import DType, TensorType, TupleType
 from .uses import Uses
@@ -225,7 +225,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
         try:
             compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
                                               timings=timings, program=result.lowered)
-        except toolchain.ToolchainError as e:
+        except toolchain_errors.ToolchainError as e:
             result.diagnostics.append(Diagnostic("toolchain", str(e), Span(0, 0)))
             return result
         result.diagnostics += compiled.diagnostics
@@ -248,7 +248,7 @@ def _cache_key(mlir: str, opt_level: int, use: bool | None) -> str | None:
         return None
     try:
         return build_cache.key_for(mlir, opt_level)
-    except (OSError, toolchain.ToolchainError):   # no tools: the build reports it itself
+    except (OSError, toolchain_errors.ToolchainError):   # no tools: the build reports it itself
         return None
 
 
@@ -380,7 +380,7 @@ def cli_emit(args) -> int:
         try:
             out, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=_opt(args),
                                                    source=result.source)
-        except toolchain.ToolchainError as e:
+        except toolchain_errors.ToolchainError as e:
             out, diags = None, [Diagnostic("toolchain", str(e), Span(0, 0))]
         result.diagnostics += diags
     print_diagnostics(result)

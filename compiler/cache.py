@@ -104,7 +104,7 @@ def toolchain_fingerprint() -> str:
     """Versions of the MLIR/LLVM wheels and the identity of each tool binary a build would run
     (looked up on every build: an override such as KINA_CC may change between builds)."""
     from . import toolchain
-    from .pipelines import ToolchainError
+    from .toolchain_errors import ToolchainError
     parts = [_wheel_versions()]
     for tool in toolchain.TOOLS:
         try:

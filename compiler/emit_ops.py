@@ -238,7 +238,7 @@ def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> st
     return em.convert(res, acc, t.elem, out) if acc != t else res
 
 
-# The -O2 form of the scatter generic above (compiler/pipelines.py `rewrite_scatters` swaps
+# The -O2 form of the scatter generic above (compiler/rewrites.py `rewrite_scatters` swaps
 # it in).  The (v, d, n) generic compares every index against every row: O(V * D * N).
 # This one walks the N updates once and adds each row of updates into out[idx[n], :]:
 # O(N * D).  Rows are added in increasing n, as the reduction iterator n adds them, and

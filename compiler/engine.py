@@ -1,6 +1,6 @@
 """The back end of -O1..-O3: the upstream `mlir` Python bindings parse and verify the
-emitted module, tag it for the -O2 transform script (compiler/pipelines.py), run the pass
-pipeline with the rewrites of compiler/rewrites.py at their slots, merge identical
+emitted module, tag it for the -O2 transform script (compiler/parallelize.py), run the pass
+pipeline (compiler/pipelines.py) with the rewrites of compiler/rewrites.py at their slots, merge identical
 kernels, and LLVM's `opt` and `llc` (compiler/llvm_stage.py, as processes) optimise and
 compile the lowered module for the host CPU into the object file.
 
@@ -14,11 +14,13 @@ import re
 import time
 from pathlib import Path
 
+from .entry_points import CIFACE_PREFIX, packed_entry_point
 from .fusion import enabled as fusion_enabled
 from .fusion import fuse_elementwise
-from .pipelines import (CIFACE_PREFIX, INLINE_LOC_RE, StageFailed, ToolchainError, packed_entry_point,
-                        pipeline_text, rewrite_scatters, segments, tag_parallel_generics, tag_transposes,
-                        tag_vectorizable)
+from .parallelize import tag_parallel_generics, tag_transposes, tag_vectorizable
+from .pipelines import pipeline_text, segments
+from .rewrites import rewrite_scatters
+from .toolchain_errors import INLINE_LOC_RE, StageFailed, ToolchainError
 
 
 _BINDINGS = "pip install xtc-mlir-python-bindings==22.1.8.4"

@@ -1,7 +1,7 @@
 """LLVM's part of -O1..-O3: the lowered module (LLVM dialect) -> an object file for the host CPU.
 
 * `dedupe_kernels`: the -O2 pipeline outlines every loop nest into a private function
-  (`kina.kernel*`, see pipelines.OUTLINE_LIBRARY); kernels with the same body (the same
+  (`kina.kernel*`, see transform_library.OUTLINE_LIBRARY); kernels with the same body (the same
   op on the same shapes: the four [D, D] SGD updates, a layer's kernels repeated in the
   next layer, a forward kernel the exported forward and the train step both contain)
   are merged into one, so LLVM optimises and compiles each distinct kernel once.
@@ -18,7 +18,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from .pipelines import StageFailed
+from .toolchain_errors import StageFailed
 
 KERNEL_PREFIX = "kina.kernel"
 

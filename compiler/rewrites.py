@@ -23,6 +23,9 @@ look at the text says the module needs it.
   was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
   kernels), "@dynamic-schedule" (OpenMP loops schedule(dynamic)) and
   "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke).
+- not a slot: `rewrite_scatters`, which compiler/engine.py runs on the emitted -O2 module
+  before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
+  update rows (emit_ops.scatter_rows_function).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .pipelines import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
+from .transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 # The MLIR Python bindings' `ir` module (engine.engine_module()); they ship no types.
 Bindings = Any
@@ -194,7 +197,7 @@ def _iterations(ir, op) -> int:
 
 def tag_outlined_loops(ir, module) -> int:
     """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
-    that "@outline" moves into kernels (see pipelines.OUTLINE_MIN_ITERATIONS); returns the count."""
+    that "@outline" moves into kernels (see transform_library.OUTLINE_MIN_ITERATIONS); returns the count."""
     tagged = 0
     bodies = []
 
@@ -268,6 +271,68 @@ def inline_alloca_scopes(ir, module) -> int:
             result.replace_all_uses_with(value)
         scope.erase()
     return len(scopes)
+
+
+# ---- -O2 rewrite of the scatter generic ------------------------------------------------------
+# The scatter_add lowering of seed 000 §7.3 (compiler/emit_ops.py `lower_scatter_add`), as
+# the emitter writes it at every level: maps and iterators of the (v, d, n) generic, and
+# the ops of its body in order (arith.extf only for F16/BF16/F8 updates).
+SCATTER_MAPS = ["affine_map<(d0, d1, d2) -> (d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
+                "affine_map<(d0, d1, d2) -> (d0, d1)>"]
+SCATTER_ITERATORS = ["parallel", "parallel", "reduction"]
+SCATTER_BODY = ["arith.index_cast", "linalg.index", "arith.cmpi", "arith.extf", "arith.constant",
+                "arith.select", "arith.addf", "linalg.yield"]
+
+
+def _scatter_shape(mlir_ir, op):
+    """(n, d, v, updates' element type, accumulator element type) if `op` is the §7.3
+    scatter generic, else None."""
+    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 1:
+        return None
+    maps = [str(m) for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
+    its = [str(i).rsplit("<", 1)[-1].rstrip(">") for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"])]
+    if maps != SCATTER_MAPS or its != SCATTER_ITERATORS:
+        return None
+    body = [o.name for o in op.regions[0].blocks[0].operations]
+    if [b for b in SCATTER_BODY if b in body] != body or "arith.addf" not in body:
+        return None
+    index = next(o for o in op.regions[0].blocks[0].operations if o.name == "linalg.index")
+    if mlir_ir.IntegerAttr(index.attributes["dim"]).value != 0:   # the hit compares idx[n] with v
+        return None
+    ti, tu, to = (mlir_ir.RankedTensorType(v.type) for v in op.operands)
+    if str(ti.element_type) != "i64" or not all(t.has_static_shape for t in (ti, tu, to)):
+        return None
+    return ti.shape[0], tu.shape[1], to.shape[0], str(tu.element_type), str(to.element_type)
+
+
+def rewrite_scatters(mlir_ir, module) -> int:
+    """Replace every §7.3 scatter generic by a call to its O(N * D) row-update form
+    (emit_ops.scatter_rows_function, a private function that --inline then inlines);
+    returns the count.  -O0 keeps the generic: its FileCheck tests pin that form."""
+    from .emit_ops import scatter_rows_function
+    found = []
+
+    def visit(op):
+        shape = _scatter_shape(mlir_ir, op)
+        if shape is not None:
+            found.append((op, shape))
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    helpers: set[str] = set()
+    for op, shape in found:
+        name = "kina.scatter_rows." + "_".join(str(x) for x in shape)
+        if name not in helpers:
+            text = scatter_rows_function(f'"{name}"', *shape)
+            parsed = mlir_ir.Module.parse(text)   # must outlive the detach: it owns the op until then
+            module.body.append(parsed.body.operations[0].detach_from_parent())
+            helpers.add(name)
+        with mlir_ir.InsertionPoint(op), op.location:
+            call = mlir_ir.Operation.create("func.call", results=[op.results[0].type], operands=list(op.operands),
+                                            attributes={"callee": mlir_ir.FlatSymbolRefAttr.get(name)})
+        op.results[0].replace_all_uses_with(call.results[0])
+        op.erase()
+    return len(found)
 
 
 SLOTS: dict[str, Rewrite] = {

@@ -8,7 +8,7 @@ Every exported function `_mlir_ciface_kina_<name>(in descriptors..., out
 descriptors...)` (see build.py) takes one memref descriptor
 `{T* allocated; T* aligned; int64 offset; int64 sizes[R]; int64 strides[R]}`
 per input, then one per result, all owned by the caller.  The toolchain also
-exports `_kina_packed_kina_<name>(void **descriptors)` (compiler/pipelines.py),
+exports `_kina_packed_kina_<name>(void **descriptors)` (compiler/entry_points.py),
 which takes the same pointers from one array; the runtime calls that one.
 
 Loading (runtime_library.py) checks that the manifest describes these very bytes

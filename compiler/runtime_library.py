@@ -101,6 +101,6 @@ def _dlopen_copy(path: Path, data: bytes) -> ctypes.CDLL:
 
 def packed_symbol(symbol: str) -> str:
     """The packed entry point the toolchain adds next to `_mlir_ciface_kina_f`
-    (compiler/pipelines.py: `_kina_packed_kina_f(void **descriptors)`)."""
+    (compiler/entry_points.py: `_kina_packed_kina_f(void **descriptors)`)."""
     prefix = "_mlir_ciface_"
     return "_kina_packed_" + symbol[len(prefix):] if symbol.startswith(prefix) else symbol + "_packed"

@@ -1,9 +1,10 @@
 """Toolchain: MLIR text -> host shared library (.so).
 
 This module finds the tools, runs the stages, links, and maps tool errors back to
-the Kina source; the pass pipelines, the -O2 transform script, the packed entry
-points are in compiler/pipelines.py, the -O1..-O3 back end in compiler/engine.py (their
-public names are re-exported here).  Two back ends, chosen per optimisation level (`PIPELINES`):
+the Kina source; the pass pipelines are in compiler/pipelines.py (the -O2 transform script
+in compiler/transform_library.py, its tagging in compiler/parallelize.py), the packed entry
+points in compiler/entry_points.py, the -O1..-O3 back end in compiler/engine.py, the
+errors every stage raises in compiler/toolchain_errors.py.  Two back ends, chosen per optimisation level (`PIPELINES`):
 
 * "tools" (-O0, the reference lowering): four external programs, each a process:
     mlir-opt        the pass pipeline (tensors -> buffers -> loops -> LLVM dialect)
@@ -50,13 +51,10 @@ from pathlib import Path
 
 from . import alloc_cache, threads
 from .diagnostics import Diagnostic, Note, SourceText, Span
-from .engine import engine_module, engine_object, engine_object_in_child, require_bindings  # noqa: F401
-from .pipelines import (  # noqa: F401  (re-exported: build.py, validate.py and tests use them)
-    CIFACE_PREFIX, F8_ONLY, FUNC_PASSES, INLINE_LOC_RE, LOW_PRECISION, MATMUL_TILE, MLIR_OPT_FLAGS,
-    O0_PASSES, O2_PASSES, PACKED_PREFIX, PIPELINES, STACK_BUFFER_BYTES, TRANSFORM_ENTRY, TRANSFORM_LIBRARY,
-    Pipeline, StageFailed, ToolchainError, add_packed_entry_points,
-    packed_entry_point, packed_symbol, passes_for, pipeline_for, pipeline_text, tag_vectorizable,
-    transform_flags, uses_f8)
+from .engine import engine_object_in_child, require_bindings
+from .entry_points import add_packed_entry_points
+from .pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
+from .toolchain_errors import INLINE_LOC_RE, StageFailed, ToolchainError
 
 
 # ---- finding the tools ------------------------------------------------------------
@@ -179,7 +177,6 @@ def _crash_text(tool: str, proc) -> str:
 def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict) -> str:
     """The pass list through mlir-opt processes: one per segment of the list, with the
     rewrite of each slot (compiler/rewrites.py) between them; returns the MLIR text."""
-    from .pipelines import segments
     from .rewrites import rewrite_text
     text = mlir_text
     # A transform script preloaded once stays in the context of one process; each

@@ -1,7 +1,7 @@
 """Semantic tokens (full document, a range, and deltas): a lexical pass classified
-with the op table and the module's function names, so built-in ops, user
-functions, dtypes and the reverseMode handler are told apart even where a
-TextMate grammar cannot.
+with the op table and the function and parameter names the text declares, so
+built-in ops, user functions, dtypes and the reverseMode handler are told apart
+even where a TextMate grammar cannot.  Nothing here waits for the analysis.
 
 The tokens are compiler.lex's (the grammar's own terminals, comments kept); a
 word is classified by the code tokens on either side ("after a `.`", "before
@@ -25,7 +25,7 @@ import asyncio
 import itertools
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from lark import Token
 from lsprotocol import types as lsp
@@ -36,7 +36,7 @@ from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
 from compiler.types import DType
 
-from .convert import LineIndex
+from .convert import LineIndex, index_of
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
@@ -122,18 +122,43 @@ def encode(rows, index) -> list[int]:
     return data
 
 
-def names_of(view) -> tuple[set[str], set[str]]:
-    """(function names, parameter names) of the view's module (names only: no AST is copied)."""
-    fns = [fn for _offset, fn in view.snapshot.local_functions()]
-    return {f.name for f in fns}, {p.name for f in fns for p in f.params}
+def declared(toks: list[Token]) -> tuple[frozenset[str], frozenset[str]]:
+    """(function names, parameter names) a lexed text declares: the NAME after `fn`, and
+    every NAME before a `:` in a header (between `fn` and its body's `{`; types hold no
+    `:`).  Lexical, so it needs no parse or check: semantic tokens never wait for the
+    analysis of an edit, and a function with a syntax error still declares its names."""
+    fns: set[str] = set()
+    params: set[str] = set()
+    in_header = False
+    for i, tok in enumerate(toks):
+        kind = tok.type
+        if kind == "FN":
+            in_header = True
+            if i + 1 < len(toks) and toks[i + 1].type == "NAME":
+                fns.add(str(toks[i + 1]))
+        elif kind == "LBRACE":
+            in_header = False
+        elif in_header and kind == "NAME" and i + 1 < len(toks) and toks[i + 1].type == "COLON":
+            params.add(str(tok))
+    return frozenset(fns), frozenset(params)
 
 
-def semantic_tokens(text: str, index, functions: set[str], params: set[str],
+def semantic_tokens(text: str, index: LineIndex, functions: set[str] | None = None, params: set[str] | None = None,
                     span: Span | None = None) -> lsp.SemanticTokens:
-    """Tokens of the whole text, or of those starting inside `span`."""
+    """Tokens of the whole text, or of those starting inside `span`; names default to the
+    ones the text declares (`declared`)."""
     if span is None:
         return lsp.SemanticTokens(data=_chunks.tokens(text, index, functions, params))
+    if functions is None or params is None:
+        functions, params = _chunks.names(text)
     return lsp.SemanticTokens(data=encode(token_rows(text, functions, params, span.start, span.end), index))
+
+
+class _Chunk(NamedTuple):
+    """What the cache knows about one chunk's text apart from its tokens."""
+    words: frozenset[str]        # every NAME in it: the names its classification can depend on
+    functions: frozenset[str]    # the names it declares (`declared`)
+    params: frozenset[str]
 
 
 class ChunkCache:
@@ -144,30 +169,49 @@ class ChunkCache:
     The text is cut where a top-level item (parse.split_items) starts a line: a
     classification reads only the code tokens next to a word, and none of those
     crosses such a cut in a way that matters (the token after a function's last
-    `}` is the next `fn`), so a chunk's tokens depend only on its text and the
-    module's function and parameter names.  A chunk's data is LSP's relative
-    encoding with lines counted from the chunk's first line; assembling shifts
-    each chunk's first delta line (its first token is on a later line than every
-    token before it, so its delta column is its column)."""
+    `}` is the next `fn`), so a chunk's tokens depend only on its text and on
+    which of its own words are function or parameter names (a new parameter name
+    elsewhere re-encodes only the chunks that use that word).  A chunk's data is
+    LSP's relative encoding with lines counted from the chunk's first line;
+    assembling shifts each chunk's first delta line (its first token is on a
+    later line than every token before it, so its delta column is its column)."""
 
     def __init__(self, limit: int = 1024, token_limit: int = 256) -> None:
-        self._data: OrderedDict[tuple[str, tuple[frozenset[str], frozenset[str], str]], tuple[list[int], int]] = \
+        self._data: OrderedDict[tuple[str, frozenset[str], frozenset[str], str], tuple[list[int], int]] = \
             OrderedDict()
+        self._info: OrderedDict[str, _Chunk] = OrderedDict()
         self._tokens: OrderedDict[str, list[Token]] = OrderedDict()
         self._limit = limit
         # Token objects are GC-tracked: a few versions of each function, not thousands
         # (4,096 chunks of tokens made every full collection a 100 ms pause).
         self._token_limit = token_limit
 
-    def tokens(self, text: str, index: LineIndex, functions: set[str], params: set[str]) -> list[int]:
-        names = (frozenset(functions), frozenset(params), index.encoding)
+    @staticmethod
+    def _cuts(text: str) -> list[tuple[int, int]]:
         starts = [it.start for it in parse.split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
         cuts = [0] + starts + [len(text)]
-        lines = [line for line, _ in index.line_columns(cuts[:-1])]
+        return list(zip(cuts, cuts[1:]))
+
+    def names(self, text: str) -> tuple[set[str], set[str]]:
+        """(function names, parameter names) the whole text declares."""
+        return self._names([text[a:b] for a, b in self._cuts(text)])
+
+    def _names(self, chunks: list[str]) -> tuple[set[str], set[str]]:
+        infos = [self._chunk_info(c) for c in chunks]
+        return {f for c in infos for f in c.functions}, {p for c in infos for p in c.params}
+
+    def tokens(self, text: str, index: LineIndex, functions: set[str] | None = None,
+               params: set[str] | None = None) -> list[int]:
+        """The whole text's tokens; names default to the ones it declares."""
+        cuts = self._cuts(text)
+        chunks = [text[a:b] for a, b in cuts]
+        if functions is None or params is None:
+            functions, params = self._names(chunks)
+        lines = [line for line, _ in index.line_columns([a for a, _ in cuts])]
         data: list[int] = []
         prev_line = 0
-        for (a, b), line in zip(zip(cuts, cuts[1:]), lines):
-            chunk, last = self._chunk(text[a:b], names, functions, params)
+        for chunk_text, line in zip(chunks, lines):
+            chunk, last = self._chunk(chunk_text, index.encoding, functions, params)
             if not chunk:
                 continue
             data.append(line + chunk[0] - prev_line)
@@ -175,13 +219,13 @@ class ChunkCache:
             prev_line = line + last
         return data
 
-    def _chunk(self, text: str, names: tuple[frozenset[str], frozenset[str], str],
-               functions: set[str], params: set[str]) -> tuple[list[int], int]:
+    def _chunk(self, text: str, encoding: str, functions: set[str], params: set[str]) -> tuple[list[int], int]:
         """(encoded tokens of one chunk, the line of its last token), from the cache."""
-        key = (text, names)
+        words = self._chunk_info(text).words
+        key = (text, words & functions, words & params, encoding)
         hit = self._data.get(key)
         if hit is None:
-            data = encode(rows_of(self._lexed(text), functions, params, 0, len(text)), LineIndex(text, names[2]))
+            data = encode(rows_of(self._lexed(text), functions, params, 0, len(text)), LineIndex(text, encoding))
             hit = (data, sum(data[0::5]))
             self._data[key] = hit
             while len(self._data) > self._limit:
@@ -189,6 +233,17 @@ class ChunkCache:
         else:
             self._data.move_to_end(key)
         return hit
+
+    def _chunk_info(self, text: str) -> _Chunk:
+        info = self._info.get(text)
+        if info is None:
+            toks = self._lexed(text)
+            info = self._info[text] = _Chunk(frozenset(str(t) for t in toks if t.type == "NAME"), *declared(toks))
+            while len(self._info) > self._limit:
+                self._info.popitem(last=False)
+        else:
+            self._info.move_to_end(text)
+        return info
 
     def _lexed(self, text: str) -> list[Token]:
         """The chunk's tokens, kept apart from the names: typing inside a parameter's name
@@ -237,13 +292,18 @@ async def warm(ls, uri: str) -> None:
 
 
 async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
-    view = await ls.view(uri)
-    if view is None:
+    """The tokens of the buffer as it is now.  Lexical only (names from `declared`), so
+    unlike hover this never waits for the analysis of the edit just made: the editor
+    asks for tokens after every keystroke, and waiting behind a check of several
+    functions put it over 100 ms."""
+    cur = ls.buffer(uri)
+    if cur is None:
         return None
-    functions, params = names_of(view)
-    span = view.index.span(rng) if rng is not None else None
+    text = cur[0]
+    index = index_of(text, ls.position_encoding())
+    span = index.span(rng) if rng is not None else None
     loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(_pool, semantic_tokens, view.text, view.index, functions, params, span)
+    result = await loop.run_in_executor(_pool, semantic_tokens, text, index, None, None, span)
     return list(result.data)
 
 

@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from compiler import ir, toolchain
+from compiler import ir, pipelines, toolchain, toolchain_errors
 from compiler.types import TensorType
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +32,8 @@ def lower_to_llvm(text: str) -> str:
     non-LLVM op survives), with no call into the MLIR runner library (a Kina .so links only libm)."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            lowered = toolchain.run_passes(text, toolchain.passes_for(text), Path(tmp), {})
-        except toolchain.StageFailed as e:
+            lowered = toolchain.run_passes(text, pipelines.passes_for(text), Path(tmp), {})
+        except toolchain_errors.StageFailed as e:
             raise AssertionError(e.stderr[:4000] + "\n" + text) from None
     t = run([MLIR_TRANSLATE, "--mlir-to-llvmir", "-"], lowered)
     assert t.returncode == 0, t.stderr

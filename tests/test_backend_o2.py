@@ -1,4 +1,4 @@
-"""The -O2 back end's build-time machinery: kernel outlining (pipelines.OUTLINE_LIBRARY),
+"""The -O2 back end's build-time machinery: kernel outlining (transform_library.OUTLINE_LIBRARY),
 identical-kernel merging and the opt/llc stage (compiler/llvm_stage.py)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler import build, engine, llvm_stage, pipelines, rewrites, runtime
+from compiler import build, engine, llvm_stage, pipelines, rewrites, runtime, transform_library
 
 TWICE = """
 fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 128]]) -> Tensor[F32, [64, 128]] {
@@ -157,7 +157,7 @@ def test_small_loop_nests_stay_inline_unless_a_function_has_many(tmp_path):
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     import letgen
-    many = letgen.let_chain(3 * pipelines.OUTLINE_SMALL_LIMIT, rows=4, cols=8)
+    many = letgen.let_chain(3 * transform_library.OUTLINE_SMALL_LIMIT, rows=4, cols=8)
     with ir.Context():
         assert len(_kernels(ir, _lowered(tmp_path, ir, passmanager, many))) > 0
 

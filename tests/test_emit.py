@@ -1,5 +1,5 @@
 """MLIR emission: every op lowers to MLIR that mlir-opt verifies and that the host
-pipeline (compiler.toolchain.passes_for) takes to LLVM IR; symbols, calls, tuple
+pipeline (compiler.pipelines.passes_for) takes to LLVM IR; symbols, calls, tuple
 results, locations, literals, dtypes and the `emit` diagnostics.
 
 Programs are built by hand as typed IR (tests/emit_support.py), so each test

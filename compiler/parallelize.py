@@ -1,0 +1,145 @@
+"""Tagging for the -O2 transform script (compiler/transform_library.py): which matmuls it
+vectorises (`kina.vectorize`) and splits into parallel blocks (`kina.parallel`), which
+generics run row-parallel (`kina.parallel_rows`), which transposes it tiles
+(`kina.transpose_tile`).  The tags are attributes set through the MLIR Python bindings
+(`mlir_ir`, the bindings' `ir` module) before the pass pipeline runs; the parallel loops
+the script makes become OpenMP loops in compiler/threads.py.
+"""
+from __future__ import annotations
+
+import math
+
+from .transform_library import MATMUL_TILE, TRANSPOSE_BLOCK, TRANSPOSE_MAX_RANK, transpose_tiles
+
+# - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
+#   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`).
+VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
+# - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
+#   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
+#   `tag_vectorizable`), which the OpenMP loop shares among the threads.  Blocks of up to 32 x 128 (one per batch item for batch_matmul): a block's
+#   rows of A and columns of B stay in one core's L2 while it runs, where splitting M
+#   alone made both cores stream all of B through L3 (K = 2048: 142 -> 216 GFLOP/s on
+#   2 cores).  Smaller matmuls stay serial: a parallel loop costs a few microseconds.
+PARALLEL_MIN_FLOPS = 4_000_000
+PARALLEL_BLOCK = (32, 128)
+
+
+def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
+    """The forall block of an (m x n) result that tiles into MATMUL_TILE: the largest
+    divisors of m and n up to PARALLEL_BLOCK that are multiples of the register tile."""
+    if batch:
+        return (1, 0, 0)   # one batch item per iteration (0: the dim is not tiled)
+    return tuple(math.gcd(x, limit) for x, limit in zip((m, n), PARALLEL_BLOCK))
+
+
+# - a linalg.generic whose dim 0 is parallel and that touches at least PARALLEL_MIN_ELEMENTS
+#   elements (its largest operand) becomes an scf.forall over dim 0 (tagged
+#   `kina.parallel_rows` by `tag_parallel_generics`): elementwise ops, row-wise softmax /
+#   log-softmax pieces and their VJPs over [B * T, V] run on every core.  Each row does
+#   the same operations in the same order: results are bit-identical.
+PARALLEL_MIN_ELEMENTS = 65536
+
+
+def _dim0_extent(mlir_ir, op) -> int | None:
+    """The trip count of a linalg op's loop d0: the size of an operand dim indexed by d0."""
+    for m, v in zip(mlir_ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
+        t = v.type
+        if not isinstance(t, mlir_ir.RankedTensorType):
+            continue
+        for k, e in enumerate(mlir_ir.AffineMapAttr(m).value.results):
+            if isinstance(e, mlir_ir.AffineDimExpr) and e.position == 0:
+                return mlir_ir.RankedTensorType(t).shape[k]
+    return None
+
+
+def tag_parallel_generics(mlir_ir, module) -> int:
+    """Mark with `kina.parallel_rows` every static linalg.generic whose loop d0 is parallel,
+    runs at least twice, and whose largest operand has PARALLEL_MIN_ELEMENTS elements
+    (TRANSFORM_LIBRARY makes those scf.forall loops); returns the count."""
+    tagged = 0
+
+    def visit(op):
+        nonlocal tagged
+        if op.name != "linalg.generic" or len(op.results) < 1:
+            return mlir_ir.WalkResult.ADVANCE
+        iterators = mlir_ir.ArrayAttr(op.attributes["iterator_types"])
+        if len(iterators) == 0:          # a rank-0 generic has no loop to split
+            return mlir_ir.WalkResult.ADVANCE
+        first = str(iterators[0])
+        types = [mlir_ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
+                 if isinstance(v.type, mlir_ir.RankedTensorType)]
+        if "parallel" not in first or not all(t.has_static_shape for t in types):
+            return mlir_ir.WalkResult.ADVANCE
+        size = max(math.prod(t.shape) for t in types)
+        extent = _dim0_extent(mlir_ir, op)
+        if size >= PARALLEL_MIN_ELEMENTS and extent is not None and extent >= 2:
+            op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
+            tagged += 1
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return tagged
+
+
+def _filled(op) -> bool:
+    """Whether the matmul's accumulator is a linalg.fill (the script fuses it into the forall)."""
+    owner = op.operands[2].owner
+    return getattr(owner, "name", None) == "linalg.fill"
+
+
+def _matmul_flops(mlir_ir, op) -> int:
+    a = mlir_ir.RankedTensorType(op.operands[0].type).shape
+    c = mlir_ir.RankedTensorType(op.results[0].type).shape
+    n = 1
+    for d in c:
+        n *= d
+    return 2 * n * a[-1]
+
+
+def tag_vectorizable(mlir_ir, module) -> int:
+    """Mark with `kina.vectorize` every f32 matmul / batch_matmul whose result tiles
+    exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those); returns the count."""
+    tm, tn = MATMUL_TILE
+    tagged = 0
+
+    def visit(op):
+        nonlocal tagged
+        if op.name in ("linalg.matmul", "linalg.batch_matmul") and len(op.results) == 1:
+            t = mlir_ir.RankedTensorType(op.results[0].type)
+            # F8 operands excluded: an F8 matmul accumulates in f32 too, but vectors of F8 do
+            # not lower (the APFloat conversions are scalar), so it stays a loop nest.
+            inputs = {str(mlir_ir.RankedTensorType(v.type).element_type) for v in op.operands[:2]}
+            if (t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
+                    and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
+                op.attributes["kina.vectorize"] = mlir_ir.UnitAttr.get()
+                if _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
+                    blocks = parallel_blocks(op.name == "linalg.batch_matmul", *t.shape[-2:])
+                    op.attributes["kina.parallel"] = mlir_ir.DenseI64ArrayAttr.get(list(blocks))
+                tagged += 1
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return tagged
+
+
+def tag_transposes(mlir_ir, module) -> int:
+    """Tag with `kina.transpose_tile` every static transpose that moves the input's
+    innermost dim onto output dim j < rank - 1 and whose dims j and rank - 1 are multiples
+    of TRANSPOSE_BLOCK (TRANSFORM_LIBRARY tiles those); returns the count."""
+    tagged = 0
+
+    def visit(op):
+        nonlocal tagged
+        if op.name == "linalg.transpose":
+            perm = list(mlir_ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+            shape = mlir_ir.RankedTensorType(op.results[0].type).shape if len(op.results) == 1 else None
+            r = len(perm)
+            j = perm.index(r - 1) if perm else 0
+            if (shape and 2 <= r <= TRANSPOSE_MAX_RANK and j != r - 1
+                    and shape[j] % TRANSPOSE_BLOCK == 0 and shape[-1] % TRANSPOSE_BLOCK == 0):
+                op.attributes["kina.transpose_tile"] = mlir_ir.DenseI64ArrayAttr.get(list(transpose_tiles(r, j)))
+                tagged += 1
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return tagged

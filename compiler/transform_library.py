@@ -1,0 +1,208 @@
+"""The -O2 transform-dialect script (`TRANSFORM_LIBRARY`): loop orders, register tiles,
+vector code and parallel loops for the ops compiler/parallelize.py tags, run at the
+"@transforms" slot of compiler/pipelines.py (entry `TRANSFORM_ENTRY`), and the kernel
+outlining of the "@outline" slot (`OUTLINE_LIBRARY`, entry `OUTLINE_ENTRY`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+# Transform-dialect script run at the "@transforms" slot: loop orders and vector code
+# for LLVM (a linalg op's loops nest in the order of its dims).
+# - matmul / batch_matmul tagged `kina.vectorize` (by `tag_vectorizable`: static shapes
+#   whose M and N are multiples of the 8 x 32 tile): tiled to 8 x 32 x 1, vectorised,
+#   lowered to vector.fma outer products; hoisting the C tile out of the k loop keeps
+#   it in registers (16 AVX-512 registers), about 90% of one core's FMA peak at 512.
+#   FMA rounds once where -O0 rounds twice: results agree to float tolerance.
+# - other matmuls: (i, j, k) -> (i, k, j).  The innermost k loop reduced into one C
+#   element and did not vectorise; the innermost j loop reads a row of B and updates a
+#   row of C with unit stride, which LLVM's loop vectoriser turns into FMA vectors.
+# - a rank-3 generic with two inputs and dims (parallel, parallel, reduction), i.e. the
+#   scatter_along_axis lowering (and scatter_add where rewrite_scatters does not apply) out[v, d] += (idx[n] == v) ? upd[n, d] : 0:
+#   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
+#   Interchange only renests loops: each output element sums the same terms in order.
+MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+# - the parallel matmuls (compiler/parallelize.py tags them with their blocks): one
+#   script part per block shape `parallelize.parallel_blocks` can choose.
+PARALLEL_MATMUL_BLOCKS = ([("linalg.matmul", (bm, bn)) for bm in (8, 16, 32) for bn in (32, 64, 128)]
+                          + [("linalg.batch_matmul", (1, 0, 0))])
+# - a transpose that moves the input's innermost dim (it lands on output dim j < rank - 1)
+#   read the input with a stride of a whole row per element: a [256, 2048] transpose took
+#   1.5 ms, a cache (and TLB) miss per element.  `tag_transposes` tags those whose dims
+#   j and rank - 1 are multiples of TRANSPOSE_BLOCK with their tile sizes (TRANSPOSE_BLOCK at
+#   j and rank - 1, 1 elsewhere); the script tiles them, so each tile moves a block that
+#   stays in L1, then vectorises the tile: a vector.transpose, lowered to AVX-512 shuffles
+#   (`shuffle_16x16`), 1.5 ms -> 0.24 ms at [256, 2048].  Transposes only move values:
+#   results are bit-identical.  One tiling per (rank, j) for ranks 2..TRANSPOSE_MAX_RANK.
+TRANSPOSE_BLOCK = 16
+TRANSPOSE_MAX_RANK = 6
+
+
+def transpose_tiles(rank: int, j: int) -> tuple[int, ...]:
+    return tuple(TRANSPOSE_BLOCK if d in (j, rank - 1) else 1 for d in range(rank))
+
+
+TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
+TRANSFORM_LIBRARY = """\
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @match_scatter(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
+    transform.match.operation_name %op ["linalg.generic"] : !transform.any_op
+    %m = transform.match.structured failures(propagate) %op : (!transform.any_op) -> !transform.any_op {
+    ^bb0(%s: !transform.any_op):
+      %rank = transform.match.structured.rank %s : (!transform.any_op) -> !transform.param<i64>
+      %c3 = transform.param.constant 3 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %rank, %c3 : !transform.param<i64>
+      transform.match.structured.dim %s[0, 1] {parallel} : !transform.any_op
+      transform.match.structured.dim %s[2] {reduction} : !transform.any_op
+      %n = transform.match.structured.num_inputs %s : (!transform.any_op) -> !transform.param<i64>
+      %c2 = transform.param.constant 2 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %n, %c2 : !transform.param<i64>
+      transform.match.structured.yield %s : !transform.any_op
+    }
+    transform.yield %m : !transform.any_op
+  }
+  transform.named_sequence @interchange_scatter(%op: !transform.any_op {transform.consumed}) {
+    %i = transform.structured.interchange %op iterator_interchange = [0, 2, 1] : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+  transform.named_sequence @kina_o2(%root: !transform.any_op {transform.consumed}) {
+@TRANSPOSES@
+@PARALLEL_MATMULS@
+    %prow = transform.structured.match ops{["linalg.generic"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %prow : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %vm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %t, %l:3 = transform.structured.tile_using_for %op tile_sizes [8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t : !transform.any_op
+    }
+    %vb = transform.structured.match ops{["linalg.batch_matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %vb : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %t, %l:4 = transform.structured.tile_using_for %op tile_sizes [1, 8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t : !transform.any_op
+    }
+    %f = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_16x16"
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    %loops = transform.structured.match ops{["scf.for"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %loops : !transform.any_op {
+    ^bb0(%lp: !transform.any_op):
+      transform.loop.hoist_loop_invariant_subsets %lp : !transform.any_op
+    }
+    %mm = transform.structured.match ops{["linalg.matmul"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %mm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g = transform.structured.generalize %op : (!transform.any_op) -> !transform.any_op
+      %i = transform.structured.interchange %g iterator_interchange = [0, 2, 1] : (!transform.any_op) -> !transform.any_op
+    }
+    %bmm = transform.structured.match ops{["linalg.batch_matmul"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %bmm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g = transform.structured.generalize %op : (!transform.any_op) -> !transform.any_op
+      %i = transform.structured.interchange %g iterator_interchange = [0, 1, 3, 2] : (!transform.any_op) -> !transform.any_op
+    }
+    %r = transform.foreach_match in %root @match_scatter -> @interchange_scatter : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}
+"""
+TRANSFORM_ENTRY = "kina_o2"
+# Kernel outlining (the "@outline" slot, once the loops exist): every loop nest at the top
+# level of a function body moves into an internal, never-inlined function of its own
+# (`transform.loop.outline`; constants are cloned into it; "passthrough" and
+# "llvm.linkage" are the attributes the LLVM lowering keeps).  LLVM's -O2 cost more than
+# linear time in the size of one function (IndVarSimplify alone took 81% of `opt -O2` on
+# the scaled train step: its scalar-evolution work grows with every loop of the function),
+# so N kernels in one function took ~N^1.8 to optimise; N small functions take ~N.  The
+# call per kernel costs nanoseconds.  The loops of an scf.forall's body are outlined too:
+# the OpenMP lowering then outlines a body that only calls its kernel, and kernel merging
+# (compiler/llvm_stage.py) compiles one copy of a matmul block shared by every function
+# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).  `rewrites.tag_outlined_loops` (a
+# hook) picks the loops: every nest of at least OUTLINE_MIN_ITERATIONS iterations, and the
+# small ones too in a function of more than OUTLINE_SMALL_LIMIT small nests.  A small nest
+# left inline costs no call and LLVM may fuse it with its neighbours (StoryLM-0's step:
+# 8.9 us with every nest outlined, 6.9 us without); a function of thousands of them is
+# what made LLVM's time superlinear.
+OUTLINE_ENTRY = "kina_outline"
+OUTLINE_MIN_ITERATIONS = 4096
+OUTLINE_SMALL_LIMIT = 256
+OUTLINE_LIBRARY = """\
+  transform.named_sequence @kina_outline(%root: !transform.any_op {transform.consumed}) {
+    %loops = transform.structured.match ops{["scf.for"]} attributes{kina.outline} in %root : (!transform.any_op) -> !transform.any_op
+    %fn, %call = transform.loop.outline %loops {func_name = "kina.kernel"} : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %private = transform.param.constant "private" -> !transform.any_param
+    transform.annotate %fn "sym_visibility" = %private : !transform.any_op, !transform.any_param
+    %internal = transform.param.constant #llvm.linkage<internal> -> !transform.any_param
+    transform.annotate %fn "llvm.linkage" = %internal : !transform.any_op, !transform.any_param
+    %noinline = transform.param.constant ["noinline"] -> !transform.any_param
+    transform.annotate %fn "passthrough" = %noinline : !transform.any_op, !transform.any_param
+    transform.yield
+  }
+"""
+
+
+def _transpose_tiling(tiles: tuple[int, ...]) -> str:
+    """Script lines tiling the transposes tagged `kina.transpose_tile = tiles`."""
+    name = "%tt_" + "_".join(map(str, tiles))
+    sizes = ", ".join(map(str, tiles))
+    attr = f"array<i64: {sizes}>"
+    n = len(tiles)
+    loops = ", ".join(["!transform.any_op"] * (n + 1))
+    return (f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
+            f"attributes{{kina.transpose_tile = {attr}}} in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %t, %l:{n} = transform.structured.tile_using_for %op tile_sizes [{sizes}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      transform.structured.vectorize %t : !transform.any_op\n"
+            f"    }}")
+
+
+def _parallel_matmul(op: str, blocks: tuple[int, ...]) -> str:
+    """Script lines for the `op`s tagged `kina.parallel = blocks`: an scf.forall over
+    blocks of the result (its fill fused in), each block register-tiled and vectorised
+    like a serial matmul."""
+    name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
+    forall = ", ".join(map(str, blocks)) + ", 0"
+    tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*MATMUL_TILE, 1]))
+    n = len(blocks) + 1
+    loops = ", ".join(["!transform.any_op"] * (n + 1))
+    return (f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
+            f"attributes{{kina.parallel = array<i64: {', '.join(map(str, blocks))}>}} in %root : "
+            f"(!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %fill = transform.get_producer_of_operand %op[2] : (!transform.any_op) -> !transform.any_op\n"
+            f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
+            f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            f"      %ff, %fa = transform.structured.fuse_into_containing_op %fill into %all : "
+            f"(!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            f"      %t, %l:{n} = transform.structured.tile_using_for %b tile_sizes [{tiles}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      transform.structured.vectorize %t : !transform.any_op\n"
+            f"    }}")
+
+
+TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
+    "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
+    "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
+    "@PARALLEL_MATMULS@", "\n".join(_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS))
+
+
+def transform_flags(library: Path) -> list[str]:
+    """The flags of the "@transforms" slot, with TRANSFORM_LIBRARY written at `library`."""
+    return [f"--transform-preload-library=transform-library-paths={library}",
+            f"--transform-interpreter=entry-point={TRANSFORM_ENTRY}"]
