@@ -9,7 +9,9 @@ The other -O2 stages: compiler/transform_library.py (the transform-dialect scrip
 "@transforms" and "@outline" slots), compiler/parallelize.py (which ops the script
 vectorises, tiles and makes parallel), compiler/threads.py (the OpenMP lowering of the
 parallel loops), compiler/rewrites.py (the Python IR rewrites of the slots, the scatter
-rewrite), compiler/entry_points.py (the packed entry points of every library).
+rewrite), compiler/entry_points.py (the packed entry points of every library),
+compiler/fusion.py (elementwise fusion, before the tagging) and compiler/alloc_cache.py
+(the heap buffers of -O2 libraries).
 compiler/engine.py is the back end of -O1..-O3 that runs these through the MLIR Python
 bindings (in a worker process), then LLVM's opt and llc (compiler/llvm_stage.py);
 compiler/toolchain.py drives them (and the external tools of -O0); the errors every
