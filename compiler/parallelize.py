@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .transform_library import MATMUL_TILE, TRANSPOSE_BLOCK, TRANSPOSE_MAX_RANK, transpose_tiles
+from .transform_library import K_BLOCK_MIN, MATMUL_TILE, TRANSPOSE_BLOCK, TRANSPOSE_MAX_RANK, transpose_tiles
 
 # - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
 #   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`).
@@ -115,6 +115,9 @@ def tag_vectorizable(mlir_ir, module) -> int:
                 if _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
                     blocks = parallel_blocks(op.name == "linalg.batch_matmul", *t.shape[-2:])
                     op.attributes["kina.parallel"] = mlir_ir.DenseI64ArrayAttr.get(list(blocks))
+                    k = mlir_ir.RankedTensorType(op.operands[0].type).shape[-1]
+                    if op.name == "linalg.matmul" and k >= K_BLOCK_MIN:
+                        op.attributes["kina.k_block"] = mlir_ir.UnitAttr.get()
                 tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 
