@@ -11,8 +11,8 @@ step's speed depended on what the host process had done before.
 
 How: `finalize-memref-to-llvm=use-generic-functions` makes the lowered code call
 `_mlir_memref_to_llvm_alloc` / `_mlir_memref_to_llvm_free` instead of malloc / free;
-RUNTIME_C defines them, and the library links it (`link_sources`) when its object calls
-them.  A block of at least MIN_CACHED bytes goes back into the cache when freed (up to
+RUNTIME_C defines them, and the library links its object (`link_sources`, compiled once
+per C compiler: `runtime_object`) when the library's object calls them.  A block of at least MIN_CACHED bytes goes back into the cache when freed (up to
 SLOTS blocks and KINA_ALLOC_CACHE_MB megabytes, default 1024, 0: no cache), and an
 allocation of the same size takes the most recently freed one; everything else is plain
 malloc / free.  A mutex makes it safe for calls from several threads and the OpenMP
@@ -112,10 +112,40 @@ def uses_cache(obj: Path) -> bool:
 
 
 def link_sources(obj: Path) -> list[str]:
-    """cc arguments that compile RUNTIME_C into the library (empty when the object does
-    not call it): the source is written next to the object."""
+    """cc arguments that link RUNTIME_C's object into the library (empty when the object
+    does not call it)."""
     if not uses_cache(obj):
         return []
-    src = obj.parent / "kina_alloc_cache.c"
+    return [str(runtime_object(obj.parent)), "-lpthread"]
+
+
+def runtime_object(work_dir: Path) -> Path:
+    """RUNTIME_C compiled once per C compiler and kept beside the build cache
+    (`<cache root>/.runtime/`, which eviction leaves alone): compiling it took 30-300 ms
+    of every -O2 build.  Compiled into `work_dir` when that directory is not writable."""
+    import hashlib
+    import os
+    import shutil
+    import subprocess
+
+    from .cache import cache_root
+    from .toolchain import find_tool
+    from .toolchain_errors import StageFailed
+    cc = str(find_tool("cc"))
+    key = hashlib.sha256(f"{RUNTIME_C}\0{cc}".encode()).hexdigest()[:16]
+    target = cache_root() / ".runtime" / f"kina_alloc_cache-{key}.o"
+    if target.is_file():
+        return target
+    src, built = work_dir / "kina_alloc_cache.c", work_dir / "kina_alloc_cache.o"
     src.write_text(RUNTIME_C)
-    return ["-O2", "-fPIC", str(src), "-lpthread"]
+    proc = subprocess.run([cc, "-O2", "-fPIC", "-c", str(src), "-o", str(built)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StageFailed("cc", proc.stderr or "cc could not compile the -O2 buffer cache")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        shutil.copyfile(built, partial)
+        os.replace(partial, target)    # atomic: a concurrent build sees all of it or nothing
+        return target
+    except OSError:
+        return built

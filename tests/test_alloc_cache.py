@@ -92,3 +92,13 @@ def test_the_cache_is_bounded_and_a_zero_limit_turns_it_off(tmp_path):
 def _rss_kib() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def test_the_runtime_object_is_compiled_once_and_kept_beside_the_build_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KINA_CACHE_DIR", str(tmp_path / "builds"))
+    first = alloc_cache.runtime_object(tmp_path)
+    assert first.parent == tmp_path / "builds" / ".runtime" and first.is_file()
+    stamp = first.stat().st_mtime_ns
+    assert alloc_cache.runtime_object(tmp_path) == first and first.stat().st_mtime_ns == stamp
+    from compiler import cache
+    assert cache.evict(tmp_path / "builds", 0) == 0 and first.is_file()   # eviction leaves it alone
