@@ -29,16 +29,32 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple, TypeVar
 
 from . import autodiff, check, ir, module_rules, names, parse
 from . import syntax as ast
 from .diagnostics import Diagnostic, SourceText, Span
 from .parse import shift
 
-
 # ---- per-item, position-independent results -------------------------------------------
+# A hashable stand-in for a Signature: ((parameter, type), ...), result type.
+SigKey = tuple[tuple[tuple[str, str], ...], str]
+# What an item's check result was computed against: (mentioned name, its SigKey) pairs,
+# and the set of function names when it has an unknown name.
+CheckKey = tuple[object, ...]
+_T = TypeVar("_T")
+
+
+def _moved(local: _T | None, offset: int, hit: tuple[int, _T | None] | None) -> tuple[int, _T | None]:
+    """(offset, `local` with its spans at offset): `hit` when it is that copy already."""
+    if hit is not None and hit[0] == offset:
+        return hit
+    return offset, (shift(local, offset) if local is not None else None)
+
+
 @dataclass
 class ItemResult:
     """Everything about one item that depends only on its text (and its callees)."""
@@ -47,14 +63,15 @@ class ItemResult:
     fn: ast.FnDef | None
     parse_diags: tuple[Diagnostic, ...]
     signature: check.Signature | None = None
-    sig_key: tuple | None = None         # hashable form of `signature`
+    sig_key: SigKey | None = None        # hashable form of `signature`
     symbols: names.Symbols | None = None
     mentions: frozenset[str] = frozenset()
     result: check.FunctionResult | None = None
-    check_key: tuple | None = None       # what `result` was computed against
-    # document-offset copies: kind ("fn" | "ir") -> (offset, copy).  An item that did not
+    check_key: CheckKey | None = None    # what `result` was computed against
+    # document-offset copies of the AST and the IR: (offset, copy).  An item that did not
     # change and did not move hands out the copy the previous snapshot made.
-    shifted: dict = field(default_factory=dict, repr=False, compare=False)
+    fn_copy: tuple[int, ast.FnDef | None] | None = field(default=None, repr=False, compare=False)
+    ir_copy: tuple[int, ir.Function | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def syms(self) -> names.Symbols:
@@ -68,15 +85,15 @@ class ItemResult:
         assert self.result is not None, self.name
         return self.result
 
-    def at(self, kind: str, offset: int):
-        """This item's AST ("fn") or IR function ("ir") with spans at `offset`."""
-        hit = self.shifted.get(kind)
-        if hit is not None and hit[0] == offset:
-            return hit[1]
-        local = self.fn if kind == "fn" else (self.result.function if self.result else None)
-        copy = shift(local, offset) if local is not None else None
-        self.shifted[kind] = (offset, copy)
-        return copy
+    def fn_at(self, offset: int) -> ast.FnDef | None:
+        """This item's AST with spans at `offset`."""
+        self.fn_copy = _moved(self.fn, offset, self.fn_copy)
+        return self.fn_copy[1]
+
+    def ir_at(self, offset: int) -> ir.Function | None:
+        """This item's IR function (if it checked) with spans at `offset`."""
+        self.ir_copy = _moved(self.result.function if self.result else None, offset, self.ir_copy)
+        return self.ir_copy[1]
 
 
 @dataclass
@@ -93,12 +110,12 @@ class Item:
     @property
     def fn(self) -> ast.FnDef | None:
         """The item's AST in document spans (cached across snapshots while it stays put)."""
-        return self.res.at("fn", self.offset)
+        return self.res.fn_at(self.offset)
 
     @property
     def ir(self) -> ir.Function | None:
         """The item's typed IR in document spans, if it checked (cached likewise)."""
-        return self.res.at("ir", self.offset)
+        return self.res.ir_at(self.offset)
 
 
 @dataclass
@@ -164,10 +181,10 @@ class Snapshot:
             return None
         return it.ir
 
-    def local_functions(self):
+    def local_functions(self) -> list[tuple[int, ast.FnDef]]:
         """(item offset, FnDef in item-local spans) of every parsed function, in text order:
         names, parameters and types without copying any AST."""
-        return [(it.offset, it.res.fn) for it in self.items if it.res.fn is not None]
+        return [(it.offset, fn) for it in self.items if (fn := it.res.fn) is not None]
 
     @cached_property
     def types(self) -> list[check.TypeFact]:
@@ -218,23 +235,24 @@ class Snapshot:
         best = min(inside, key=lambda f: (f.span.end - f.span.start, -f.span.start))
         return _shift_fact(best, it.offset)
 
-    def _symbol_at(self, offset: int):
-        """("local", item, binding span) | ("fn", name) | None, in item-local spans."""
+    def _symbol_at(self, offset: int) -> _LocalSym | _FnSym | None:
+        """The name at offset: a local (its item, its binding's span) or a function, in
+        item-local spans; None elsewhere."""
         it = self.item_at(offset)
         if it is None or it.res.fn is None:
             return None
         local, sym, fn = offset - it.offset, it.res.syms, it.res.fn
         if fn.name_span.contains(local):
-            return ("fn", fn.name)
+            return _FnSym(fn.name)
         for span, name in sym.calls:
             if span.contains(local):
-                return ("fn", name)
+                return _FnSym(name)
         for span, target in sym.uses.items():
             if span.contains(local):
-                return ("local", it, target)
+                return _LocalSym(it, target)
         for span in sym.defs:
             if span.contains(local):
-                return ("local", it, span)
+                return _LocalSym(it, span)
         return None
 
     def definition(self, offset: int) -> Span | None:
@@ -242,9 +260,9 @@ class Snapshot:
         sym = self._symbol_at(offset)
         if sym is None:
             return None
-        if sym[0] == "local":
-            return sym[2].shift(sym[1].offset)
-        target = self._first_defs().get(sym[1])
+        if isinstance(sym, _LocalSym):
+            return sym.binding.shift(sym.item.offset)
+        target = self._first_defs().get(sym.name)
         fn = target.res.fn if target else None
         return fn.name_span.shift(target.offset) if target and fn else None
 
@@ -253,11 +271,11 @@ class Snapshot:
         sym = self._symbol_at(offset)
         if sym is None:
             return []
-        if sym[0] == "local":
-            _, it, target = sym
+        if isinstance(sym, _LocalSym):
+            it, target = sym
             spans = [target] + [use for use, d in it.res.syms.uses.items() if d == target]
             return sorted((s.shift(it.offset) for s in spans), key=lambda s: (s.start, s.end))
-        name, out = sym[1], []
+        name, out = sym.name, []
         for it in self.items:
             if it.res.fn is None:
                 continue
@@ -272,12 +290,24 @@ class Snapshot:
         sym = self._symbol_at(offset)
         if sym is None:
             return None
-        if sym[0] == "fn":
+        if isinstance(sym, _FnSym):
             return names.function_rename_conflict([(it.offset, it.name, it.res.fn, it.res.symbols)
-                                                   for it in self.items], sym[1], new)
-        _, it, target = sym
-        found = names.local_rename_conflict(it.res.symbols, it.res.fn, target, new)
+                                                   for it in self.items], sym.name, new)
+        it, target = sym
+        assert it.res.fn is not None    # a local's item parsed (_symbol_at)
+        found = names.local_rename_conflict(it.res.syms, it.res.fn, target, new)
         return None if found is None else (found[0], found[1].shift(it.offset))
+
+
+class _LocalSym(NamedTuple):
+    """A parameter or let at a position: its item and its binding's span (item-local)."""
+    item: Item
+    binding: Span
+
+
+class _FnSym(NamedTuple):
+    """A function name at a position (its definition or a call)."""
+    name: str
 
 
 @dataclass
@@ -299,7 +329,7 @@ def _common_prefix(a: str, b: str) -> int:
     return lo
 
 
-def _shift_fact(fact, delta: int):
+def _shift_fact(fact: check.TypeFact, delta: int) -> check.TypeFact:
     return fact if delta == 0 else dataclasses.replace(fact, span=fact.span.shift(delta))
 
 
@@ -314,12 +344,12 @@ class Analysis:
         # results of items that are gone, most recent last: an undo, a revert or a paste of
         # an older version finds them here instead of re-checking every function
         self._gone: OrderedDict[str, ItemResult] = OrderedDict()
-        self._ad: dict[tuple, list[Diagnostic]] = {}
+        self._ad: dict[tuple[object, ...], list[Diagnostic]] = {}
         self._last_good: dict[str, LastGood] = {}
         self.snapshot: Snapshot | None = None
         # the signatures of the last update, and the results valid under them: while no
         # signature changes (the usual edit: inside a body), those need no key comparison
-        self._last_sig_keys: dict | None = None
+        self._last_sig_keys: dict[str, SigKey | None] | None = None
         self._valid: dict[int, ItemResult] = {}
 
     def update(self, text: str) -> Snapshot:
@@ -335,11 +365,12 @@ class Analysis:
             self._gone.popitem(last=False)
         self._items = current
         first = self._first_definitions(items, diags)
-        signatures = {name: it.res.signature for name, it in first.items()}
+        # (every first definition parsed, so it has a signature)
+        signatures = {name: sig for name, it in first.items() if (sig := it.res.signature) is not None}
         sig_keys = {name: it.res.sig_key for name, it in first.items()}
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
         same_signatures = sig_keys == self._last_sig_keys
-        valid = {}
+        valid: dict[int, ItemResult] = {}
         for it in items:
             if not (same_signatures and self._valid.get(id(it.res)) is it.res):
                 it.res = self._checked(it.res, signatures, sig_keys)
@@ -375,7 +406,8 @@ class Analysis:
         return res
 
     @staticmethod
-    def _checked(res: ItemResult, signatures: dict, sig_keys: dict) -> ItemResult:
+    def _checked(res: ItemResult, signatures: dict[str, check.Signature],
+                 sig_keys: dict[str, SigKey | None]) -> ItemResult:
         """res, or a copy re-checked when a signature it depends on changed.  (A copy, so
         that older snapshots keep the results they were built with.)"""
         if res.fn is None:
@@ -384,9 +416,9 @@ class Analysis:
         if res.result is not None and res.check_key == _with_names(key, res.result, signatures):
             return res
         result = check.check_function(res.fn, signatures)
-        kept = {k: v for k, v in res.shifted.items() if k == "fn"}   # same text: same AST
+        # same text: the same AST (its copy stays valid), a new IR
         return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures),
-                                   shifted=kept)
+                                   ir_copy=None)
 
     # ---- module level
     @staticmethod
@@ -416,7 +448,8 @@ class Analysis:
         """reverseMode restrictions of every function that some good function handles.
         Cached by the texts and offsets of the handled function and its callees."""
         targets = sorted({t for name in snap._good for t in first[name].res.syms.handled})
-        out, cache = [], {}
+        out: list[Diagnostic] = []
+        cache: dict[tuple[object, ...], list[Diagnostic]] = {}
         for target in targets:
             if target not in snap._good:
                 continue          # its own diagnostics (or unknown-name at the handle) say why
@@ -426,7 +459,8 @@ class Analysis:
             key = (target,) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
             diags = self._ad.get(key)
             if diags is None:   # only the handled function and its callees (calls are inlined)
-                program = ir.Program({n: shift(first[n].res.checked.function, first[n].offset) for n in closure})
+                # every function of the closure is good, so it has its IR (in document spans)
+                program = ir.Program({n: f for n in closure if (f := first[n].ir) is not None})
                 diags = autodiff.check_differentiable(program, target)
             cache[key] = diags
             out += diags
@@ -434,7 +468,7 @@ class Analysis:
         return out
 
 
-def _with_names(key: tuple, result: check.FunctionResult, signatures: dict) -> tuple:
+def _with_names(key: CheckKey, result: check.FunctionResult, signatures: Mapping[str, object]) -> CheckKey:
     """A function with an unknown name also depends on every function name ("did you mean")."""
     if any(d.code == "unknown-name" for d in result.diagnostics):
         return key + (frozenset(signatures),)
@@ -447,14 +481,14 @@ def _mentions_unparsed(d: Diagnostic, text: str, unparsed: set[str]) -> bool:
     return d.code == "unknown-name" and text[d.span.start:d.span.end] in unparsed
 
 
-def _sig_key(sig):
+def _sig_key(sig: check.Signature | None) -> SigKey | None:
     """A hashable stand-in for a Signature (dataclasses with lists are not hashable)."""
     if sig is None:
         return None
     return (tuple((n, repr(t)) for n, t in sig.params), repr(sig.ret))
 
 
-def _shifted(diags, delta: int) -> list[Diagnostic]:
+def _shifted(diags: Iterable[Diagnostic], delta: int) -> list[Diagnostic]:
     return [d.shift(delta) for d in diags] if delta else list(diags)
 
 
@@ -464,7 +498,8 @@ def _shifted_calls(result: check.FunctionResult, delta: int) -> check.FunctionRe
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
-    seen, out = set(), []
+    seen: set[tuple[str, str, Span]] = set()
+    out: list[Diagnostic] = []
     for d in diags:
         key = (d.code, d.message, d.span)
         if key not in seen:
@@ -473,7 +508,7 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
     return sorted(out, key=lambda d: (d.span.start, d.span.end, d.code))
 
 
-def handles(fn: ir.Function):
+def handles(fn: ir.Function) -> Iterator[ir.Handle]:
     for e in [b.value for b in fn.lets] + [fn.result]:
         for node in ir.walk(e):
             if isinstance(node, ir.Handle):
@@ -482,7 +517,8 @@ def handles(fn: ir.Function):
 
 def _callees(name: str, first: dict[str, Item]) -> set[str]:
     """name and every function it calls, transitively."""
-    seen, stack = set(), [name]
+    seen: set[str] = set()
+    stack = [name]
     while stack:
         n = stack.pop()
         if n in seen or n not in first or first[n].res.result is None:

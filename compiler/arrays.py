@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from .types import DType
 
+# The NumPy array of one Kina tensor (its dtype is the tensor's: any NumPy or ml_dtypes dtype).
+Array = NDArray[Any]
 DTYPES_KEY = "kina_dtypes"
 
 

@@ -29,7 +29,7 @@ from . import ir
 from .diagnostics import Diagnostic, Fix, Note, Span
 from .ir import Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from .ops import OPS
-from .types import TensorType, TupleType
+from .types import TensorType, TupleType, Type
 from .vjp import VJP, VJPS, Builder
 
 HANDLERS = ("reverseMode",)   # the effect handlers this stage implements (the checker accepts these)
@@ -37,11 +37,15 @@ _MAX_INLINE_DEPTH = 32
 
 
 # ---- 1. inlining -------------------------------------------------------------------
+# The call a let was inlined from (callee, span of the call), None for f's own lets.
+_Origin = tuple[str, Span] | None
+
+
 @dataclass
 class _Let:
     """A let of the inlined body; `origin` is the call it was inlined from (for notes)."""
     binding: Binding
-    origin: tuple[str, Span] | None = None
+    origin: _Origin = None
 
 
 def _rename(expr: Expr, env: dict[str, Expr]) -> Expr:
@@ -65,7 +69,7 @@ class _Inliner:
         self.count += 1
         return f"{fn}.{self.count}.{name}"
 
-    def body(self, fn: Function, env: dict[str, Expr], origin, depth: int, out: list[_Let]) -> Expr:
+    def body(self, fn: Function, env: dict[str, Expr], origin: _Origin, depth: int, out: list[_Let]) -> Expr:
         """Append fn's lets (renamed by env, calls inlined) to out; return its renamed result."""
         for b in fn.lets:
             value = _rename(b.value, env)
@@ -79,7 +83,7 @@ class _Inliner:
             out.append(_Let(dataclasses.replace(b, names=names, value=value), origin))
         return _rename(fn.result, env)
 
-    def call(self, call: CallFn, origin, depth: int, out: list[_Let]) -> Expr:
+    def call(self, call: CallFn, origin: _Origin, depth: int, out: list[_Let]) -> Expr:
         callee = self.program.functions[call.fn]
         if depth > _MAX_INLINE_DEPTH:
             self.diags.append(Diagnostic("recursion", f"cannot inline `{call.fn}` under reverseMode: calls nest "
@@ -142,7 +146,7 @@ def _scalar_message(node: OpApp, i: int, lit: Literal) -> str:
             f"`let c = {literal_text(value, lit.type)} in ...`, then use `c`")
 
 
-def _is_float_tensor(t) -> bool:
+def _is_float_tensor(t: Type) -> bool:
     return isinstance(t, TensorType) and t.is_float
 
 
@@ -171,7 +175,7 @@ class _Checker:
         self.fn = fn
         self.diags: list[Diagnostic] = []
 
-    def error(self, code: str, message: str, span: Span, origin=None, fix: Fix | None = None) -> None:
+    def error(self, code: str, message: str, span: Span, origin: _Origin = None, fix: Fix | None = None) -> None:
         notes: tuple[Note, ...] = ()
         if origin is not None:
             notes = (Note(f"inlined from this call of `{origin[0]}` in `{self.fn.name}`", origin[1]),)
@@ -209,7 +213,7 @@ class _Checker:
         elif isinstance(value, OpApp):
             self.op(value, let.origin)
 
-    def op(self, node: OpApp, origin) -> None:
+    def op(self, node: OpApp, origin: _Origin) -> None:
         for i, child in enumerate(node.args):
             if isinstance(child, Literal) and child.scalar:
                 self.error("ad-structure", _scalar_message(node, i, child), child.span, origin, Fix("constant-let"))
@@ -225,7 +229,8 @@ class _Checker:
             self.error("ad-unsupported", message, node.span, origin)
 
 
-def _analyse(program: Program, fn_name: str):
+def _analyse(program: Program, fn_name: str) -> tuple[Function, list[_Let], Expr, set[str], set[str],
+                                                      list[Diagnostic]]:
     """Inline and check; returns (fn, lets, result, active, needed, diagnostics)."""
     fn = program.functions[fn_name]
     lets, result, diags = _inline(program, fn)
@@ -302,8 +307,10 @@ def transform_ad(program: Program, fn_name: str) -> tuple[Function | None, list[
     fn, lets, result, active, needed, diags = _analyse(program, fn_name)
     if diags:
         return None, diags
+    assert isinstance(result, Var), result   # no diagnostic: the body ends with a variable
     b, grads = _backward(fn, lets, result, active, needed)
     backward = [Binding([n], v, span=v.span) for n, v in b.lets]
+    ret: Type
     if grads:
         ret = TupleType((result.type, *(g.type for g in grads)))
         out: Expr = MakeTuple([result, *grads], ret, fn.span)

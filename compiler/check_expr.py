@@ -11,18 +11,27 @@ stay trees in the IR (reverseMode's restrictions are about that structure).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from . import ir, syntax
 from .autodiff import HANDLERS
 from .check_hints import RETURN_MESSAGE, foreign_note
-from .check_op_args import apply_op, is_static_arg
+from .check_op_args import Static, apply_op, is_static_arg
 from .check_scalars import literal_text, number_message, splat_operands, value_problem
-from .check_types import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error, mismatch, resolve_tensor_type
+from .check_types import (
+    ERROR,
+    ERROR_TYPE,
+    ErrorType,
+    did_you_mean,
+    ir_type,
+    is_error,
+    mismatch,
+    resolve_tensor_type,
+)
 from .diagnostics import DiagnosticBag, Fix, Note, Span
-from .ops import INFIX, OPS, SURFACE_OPS
+from .ops import INFIX, OPS, SURFACE_OPS, OpDef
 from .types import DType, TensorType, TupleType, Type
 
 WILDCARD = "_"   # a let pattern item that binds nothing
@@ -36,7 +45,7 @@ class TypeFact:
     kind: "param" | "let" | "expr" | "call" | "handle" | "fn"; name: the bound
     name, the op, or the callee (None for literals and tuples)."""
     span: Span
-    type: object
+    type: Type
     kind: str
     name: str | None
 
@@ -57,25 +66,25 @@ class ExprChecker:
     """Per-function checking state: the environment of bound names and what
     was found (diagnostics, hover facts, callees)."""
     fn_name: str
-    signatures: dict
+    signatures: dict[str, Signature]
     bag: DiagnosticBag
-    env: dict = field(default_factory=dict)        # name -> Type | ERROR
-    def_spans: dict = field(default_factory=dict)  # name -> Span of its binding
-    facts: list = field(default_factory=list)
-    calls: set = field(default_factory=set)
-    call_spans: dict = field(default_factory=dict)  # callee -> Span of its first call
+    env: dict[str, Type | ErrorType] = field(default_factory=dict)
+    def_spans: dict[str, Span] = field(default_factory=dict)  # name -> Span of its binding
+    facts: list[TypeFact] = field(default_factory=list)
+    calls: set[str] = field(default_factory=set)
+    call_spans: dict[str, Span] = field(default_factory=dict)  # callee -> Span of its first call
     broken: bool = False  # some node got the error type (the IR must not be built)
 
     # ---- entry point ----------------------------------------------------------
-    def check(self, e) -> ir.Expr:
+    def check(self, e: syntax.Expr) -> ir.Expr:
         node: ir.Expr = _RULES[type(e)](self, e)
         self.broken = self.broken or is_error(node.type)
         if not is_error(node.type) and not isinstance(e, syntax.Let):
             self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"), _fact_name(e, node))
         return node
 
-    def fact(self, span, t, kind, name) -> None:
-        if not is_error(t):
+    def fact(self, span: Span, t: Type | ErrorType, kind: str, name: str | None) -> None:
+        if not (isinstance(t, ErrorType) or is_error(t)):
             self.facts.append(TypeFact(span, t, kind, name))
 
     # ---- leaves ---------------------------------------------------------------
@@ -83,8 +92,8 @@ class ExprChecker:
         t = self.env.get(e.id)
         if t is None:
             self._unknown_name(e)
-            t = ERROR_TYPE
-        return ir.Var(e.id, t, e.span)
+            t = ERROR
+        return ir.Var(e.id, ir_type(t), e.span)
 
     def _unknown_name(self, e: syntax.Name) -> None:
         if e.id == "return":
@@ -100,7 +109,8 @@ class ExprChecker:
         else:
             self.bag.error("unknown-name", f"unknown name `{e.id}`", e.span, *did_you_mean(e.id, self.env))
 
-    def static(self, e, expected=None, where: str = "") -> ir.Expr:
+    def static(self, e: syntax.Number | syntax.IntList, expected: Type | ErrorType | None = None,
+               where: str = "") -> ir.Expr:
         """A bare number or integer list where a tensor is needed: an error whose message
         offers a literal that type-checks there (`expected`: the type the context wants)."""
         fix = None
@@ -109,7 +119,7 @@ class ExprChecker:
         self.bag.error("literal", number_message(e, expected, where), e.span, fix=fix)
         return ir.Var("<error>", ERROR_TYPE, e.span)
 
-    def expect(self, e, expected, where: str) -> ir.Expr:
+    def expect(self, e: syntax.Expr, expected: Type | ErrorType | None, where: str) -> ir.Expr:
         """check(e), with the fix for a bare number naming the type the context expects."""
         if isinstance(e, syntax.Number):
             return self.static(e, expected, where)
@@ -209,21 +219,22 @@ class ExprChecker:
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
-            return ir.CallFn(sig.name, self._call_args(e, sig), ERROR_TYPE if sig.opaque else sig.ret, e.span)
+            return ir.CallFn(sig.name, self._call_args(e, sig), ERROR_TYPE if sig.opaque else ir_type(sig.ret), e.span)
         op = self._builtin(e.func, e.func_span, method=False)
         items, statics = self._split_args(e.args, op, 0)
         operands = self._splat(op, items) if op is not None else None
-        if operands is None:
+        if op is None or operands is None:
             return ir.Var("<error>", ERROR_TYPE, e.span)
         return apply_op(self.bag, op, operands, statics, e.attrs, e.func_span, e.span, method=False)
 
-    def _split_args(self, args, op, first: int):
+    def _split_args(self, args: Sequence[syntax.Expr], op: OpDef | None,
+                    first: int) -> tuple[list[Operand], list[Static]]:
         """(operands, statics): tensor operands are checked; a bare number at one of the
         op's `scalars` positions stays a syntax.Number (for `_splat`); a bare number at
         another operand position is an error; other static args (int lists, numbers) go
         to the attributes.  `first` is the operand position of args[0]."""
         items: list[Operand] = []
-        statics: list[syntax.Expr] = []
+        statics: list[Static] = []
         for a in args:
             position = first + len(items)
             if op is not None and isinstance(a, syntax.Number) and position in op.scalars:
@@ -236,7 +247,7 @@ class ExprChecker:
                 items.append((self.check(a), a.span))
         return items, statics
 
-    def _splat(self, op, items):
+    def _splat(self, op: OpDef, items: list[Operand]) -> list[tuple[ir.Expr, Span]] | None:
         """Bare-number operands -> splat Literals of the other operand's type (None after
         a diagnostic); each gets a hover fact, so hovering `0.5` shows the splat's type."""
         operands = splat_operands(self.bag, op, items)
@@ -245,7 +256,7 @@ class ExprChecker:
                 self.fact(e.span, e.type, "expr", None)
         return operands
 
-    def _builtin(self, name: str, span: Span, method: bool):
+    def _builtin(self, name: str, span: Span, method: bool) -> OpDef | None:
         op = SURFACE_OPS.get(name)
         if op is not None:
             return op
@@ -316,20 +327,20 @@ class ExprChecker:
         t = self._handle_type(sig, e) if ok else ERROR_TYPE
         return ir.Handle(sig.name, args, e.handler, t, e.span)
 
-    def _handle_type(self, sig: Signature, e: syntax.Handle):
+    def _handle_type(self, sig: Signature, e: syntax.Handle) -> Type:
         """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter
         in parameter order (I64 parameters are omitted); k = 0 gives R."""
         if sig.opaque or is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
-            return ERROR
+            return ERROR_TYPE
         if not isinstance(sig.ret, TensorType):
             self.bag.error("ad-result", f"reverseMode seeds ones of a tensor result, but `{sig.name}` returns "
                            f"{sig.ret}", e.call.func_span)
-            return ERROR
+            return ERROR_TYPE
         grads = tuple(t for _, t in sig.params if isinstance(t, TensorType) and t.is_float)
         return TupleType((sig.ret,) + grads) if grads else sig.ret
 
 
-def _number_is_operand(op, position: int) -> bool:
+def _number_is_operand(op: OpDef, position: int) -> bool:
     """Is a bare number at this argument position meant as a tensor operand (an error)
     rather than the op's positional attribute?"""
     if any(a.positional and a.kind == "float" for a in op.attrs):
@@ -337,7 +348,7 @@ def _number_is_operand(op, position: int) -> bool:
     return op.operands == -1 or position < op.operands
 
 
-def _fact_name(e, node) -> str | None:
+def _fact_name(e: syntax.Expr, node: ir.Expr) -> str | None:
     if isinstance(e, syntax.Name):
         return e.id
     if isinstance(node, ir.OpApp):
@@ -349,6 +360,8 @@ def _fact_name(e, node) -> str | None:
 
 _FACT_KIND = {ir.CallFn: "call", ir.Handle: "handle"}
 
+# Each rule takes the node class of its key; a dict cannot tie a key's type to its value's
+# parameter type, hence Any for the node (check() dispatches on type(e), so they match).
 _RULES: dict[type, Callable[[ExprChecker, Any], ir.Expr]] = {
     syntax.Name: ExprChecker.name,
     syntax.IntList: ExprChecker.static,

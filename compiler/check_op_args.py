@@ -10,14 +10,20 @@ from the row's `infer` becomes a Diagnostic whose span is the operand
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeGuard
 
 from . import ir, syntax
-from .check_types import ERROR, ERROR_TYPE, did_you_mean, is_error
+from .check_types import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
 from .diagnostics import DiagnosticBag, Note, Span
 from .ir import as_tensor
-from .ops import OpDef, normalise_axes
+from .ops import AttrSpec, OpDef, normalise_axes
 from .shape_rules import OpError, _float
-from .types import TensorType
+from .types import Attrs, TensorType
+
+# A positional argument that is an attribute value (`x.reshape([1, 4])`, `x.pow(2)`).
+Static = syntax.IntList | syntax.Number
+# An attribute value as written (syntax.Attr.value) and as the IR holds it once normalised.
+AttrValue = int | float | tuple[int, ...] | str
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
                "axis": "an integer",
@@ -25,7 +31,7 @@ _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum
                "dtype": "a dtype name ({choices})", "type": "a type (IR-internal)"}
 
 
-def is_static_arg(e) -> bool:
+def is_static_arg(e: syntax.Expr) -> TypeGuard[Static]:
     """A positional argument that is an attribute value, not a tensor operand."""
     return isinstance(e, (syntax.IntList, syntax.Number))
 
@@ -41,7 +47,7 @@ def usage(op: OpDef) -> Note:
     return Note(f"usage: {rule}")
 
 
-def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]], statics: list,
+def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]], statics: Sequence[Static],
              attrs: Sequence[syntax.Attr], op_span: Span, span: Span, method: bool) -> ir.Expr:
     """Type one application of `op`; returns an OpApp (typed ERROR if it is wrong)."""
     args = [a for a, _ in operands]
@@ -69,7 +75,7 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
     return ir.OpApp(op.name, args, values, result, span)
 
 
-def _check_float_only(op: OpDef, types) -> None:
+def _check_float_only(op: OpDef, types: list[TensorType]) -> None:
     """Rows with float_only=True take floating tensors except at their I64
     index operands (most rules check this themselves; this catches the rest,
     e.g. transpose and reduce_keep of an I64 tensor)."""
@@ -80,7 +86,7 @@ def _check_float_only(op: OpDef, types) -> None:
             _float(t, i, op.name)
 
 
-def _check_arity(bag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
+def _check_arity(bag: DiagnosticBag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
     want = op.operands
     if (want == -1 and got >= 2) or got == want:
         return True
@@ -90,13 +96,14 @@ def _check_arity(bag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
     return False
 
 
-def _collect_attrs(bag, op: OpDef, statics, attrs, op_span):
+def _collect_attrs(bag: DiagnosticBag, op: OpDef, statics: Sequence[Static], attrs: Sequence[syntax.Attr],
+                   op_span: Span) -> tuple[Attrs, dict[str, Span], bool]:
     """-> (values normalised for the IR, span of each given value, ok)."""
-    values: dict[str, object] = {}
+    values: Attrs = {}
     spans: dict[str, Span] = {}
     ok = True
     given = _positional_attr(bag, op, statics)
-    if given is False:  # already reported: a misplaced value is not also "missing"
+    if given is None:  # already reported: a misplaced value is not also "missing"
         return values, spans, False
     for name, value, name_span, value_span in given + [(a.name, a.value, a.name_span, a.value_span) for a in attrs]:
         spec = op.attr(name)
@@ -123,11 +130,12 @@ def _collect_attrs(bag, op: OpDef, statics, attrs, op_span):
     return values, spans, ok
 
 
-def _positional_attr(bag, op: OpDef, statics):
-    """The static positional arguments as [(attr name, value, spans)], or False
+def _positional_attr(bag: DiagnosticBag, op: OpDef,
+                     statics: Sequence[Static]) -> list[tuple[str, AttrValue, Span, Span]] | None:
+    """The static positional arguments as [(attr name, value, spans)], or None
     after reporting them (only the op's positional attribute may be positional)."""
     positional = next((a for a in op.attrs if a.positional), None)
-    out: list[tuple[str, object, Span, Span]] = []
+    out: list[tuple[str, AttrValue, Span, Span]] = []
     ok = True
     for i, s in enumerate(statics):
         if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
@@ -140,10 +148,10 @@ def _positional_attr(bag, op: OpDef, statics):
         bag.error("attr", f"{op.name}: this positional argument is not a tensor operand; "
                   f"attributes are given by keyword" + (f" ({kw})" if kw else ""), s.span, usage(op))
         ok = False
-    return out if ok else False
+    return out if ok else None
 
 
-def _normalise(bag, op: OpDef, spec, value, span: Span):
+def _normalise(bag: DiagnosticBag, op: OpDef, spec: AttrSpec, value: AttrValue, span: Span) -> AttrValue | ErrorType:
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
     if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
         return value

@@ -14,15 +14,15 @@ that type-checks there (the expected type when the context knows it).
 from __future__ import annotations
 
 from . import ir, syntax
-from .check_types import ERROR_TYPE, is_error
+from .check_types import ERROR_TYPE, ErrorType, is_error
 from .diagnostics import DiagnosticBag, Span
 from .ops import OpDef
-from .types import DType, TensorType
+from .types import DType, TensorType, Type
 
 _BOOL = tuple(d for d in DType if d.value == "Bool")   # the boolean dtype, once it exists
 
 
-def literal_text(value, t: TensorType | None) -> str:
+def literal_text(value: int | float | str, t: TensorType | None) -> str:
     """`Tensor[F32, [2, 3]] { 0.5 }` (placement shown only when it is not the default)."""
     if t is None:
         t = TensorType(DType.F32, ())
@@ -35,32 +35,34 @@ def literal_text(value, t: TensorType | None) -> str:
     return f"Tensor[{t.dtype}, [{dims}]{where}] {{ {shown} }}"
 
 
-def splat_operands(bag: DiagnosticBag, op: OpDef, items: list) -> list[tuple[ir.Expr, Span]] | None:
+def splat_operands(bag: DiagnosticBag, op: OpDef,
+                   items: list[tuple[ir.Expr | syntax.Number, Span]]) -> list[tuple[ir.Expr, Span]] | None:
     """items: (checked ir.Expr or syntax.Number, span) per operand, numbers only at
     `op.scalars` positions.  Numbers become splat Literals of the anchor's type; None
     after a diagnostic (both operands numbers, a fraction for an integer tensor)."""
-    numbers = [i for i, (e, _) in enumerate(items) if isinstance(e, syntax.Number)]
+    numbers = [(e, span) for e, span in items if isinstance(e, syntax.Number)]
     if not numbers:
-        return items
+        return [(e, span) for e, span in items if not isinstance(e, syntax.Number)]   # all of them
     anchor = next((e for i, (e, _) in enumerate(items)
                    if i in op.scalars and not isinstance(e, syntax.Number)), None)
     if anchor is None:
-        first = items[numbers[0]][1]
+        (first, first_span), last_span = numbers[0], numbers[-1][1]
         bag.error("literal", f"{op.name}: every operand is a bare number, so none has a type for the others "
-                  f"to take; make one a tensor literal, e.g. `{literal_text(items[numbers[0]][0].value, None)}`",
-                  first.cover(items[numbers[-1]][1]))
+                  f"to take; make one a tensor literal, e.g. `{literal_text(first.value, None)}`",
+                  first_span.cover(last_span))
         return None
-    out = []
+    out: list[tuple[ir.Expr, Span]] = []
     for e, span in items:
         if isinstance(e, syntax.Number):
-            e = _splat(bag, op, e, anchor.type)
-            if e is None:
+            splat = _splat(bag, op, e, anchor.type)
+            if splat is None:
                 return None
+            e = splat
         out.append((e, span))
     return out
 
 
-def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t) -> ir.Expr | None:
+def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t: Type) -> ir.Expr | None:
     if is_error(t) or not isinstance(t, TensorType):
         # a broken or tuple-typed anchor is reported by the op itself
         return ir.Var("<error>", ERROR_TYPE if is_error(t) else t, num.span)
@@ -75,7 +77,7 @@ def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t) -> ir.Expr | No
     return ir.Literal((float(value),), t, num.span, scalar=True)
 
 
-def value_problem(value, t: TensorType, range_only: bool = False) -> str:
+def value_problem(value: int | float, t: TensorType, range_only: bool = False) -> str:
     """Why `value` cannot be an element of a `t` tensor ("" when it can): a fraction for
     I64 or Bool, anything but 0 / 1 for Bool, an integer outside I64 (MLIR would reject
     the constant).  range_only: only the range problem (literals report the others
@@ -91,7 +93,8 @@ def value_problem(value, t: TensorType, range_only: bool = False) -> str:
     return ""
 
 
-def number_message(e, expected=None, where: str = "") -> str:
+def number_message(e: syntax.Number | syntax.IntList, expected: Type | ErrorType | None = None,
+                   where: str = "") -> str:
     """The message for a bare number (or an integer list) that cannot be a tensor here."""
     if isinstance(e, syntax.IntList):
         return ("an integer list is not a tensor value; only op attributes take plain lists "

@@ -9,7 +9,8 @@ cascade through the rest of the function.
 from __future__ import annotations
 
 import difflib
-from typing import cast
+from collections.abc import Iterable
+from typing import ClassVar, cast
 
 from . import syntax
 from .diagnostics import DiagnosticBag, Note
@@ -19,9 +20,9 @@ from .types import PLACEMENTS, DType, TensorType, TupleType, Type
 class ErrorType:
     """The type of something already reported as wrong (never reaches the IR)."""
 
-    _instance = None
+    _instance: ClassVar[ErrorType | None] = None
 
-    def __new__(cls):
+    def __new__(cls) -> ErrorType:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -39,14 +40,19 @@ ERROR_TYPE = cast(Type, ERROR)
 DTYPE_NAMES = tuple(d.value for d in DType)
 
 
-def is_error(t) -> bool:
+def ir_type(t: Type | ErrorType) -> Type:
+    """t where an IR node wants a Type: ERROR becomes ERROR_TYPE (the same object)."""
+    return ERROR_TYPE if isinstance(t, ErrorType) else t
+
+
+def is_error(t: Type | ErrorType) -> bool:
     """True for ERROR and for a tuple that contains it anywhere."""
     if t is ERROR:
         return True
     return isinstance(t, TupleType) and any(is_error(i) for i in t.items)
 
 
-def did_you_mean(word: str, candidates, what: str = "") -> tuple[Note, ...]:
+def did_you_mean(word: str, candidates: Iterable[str], what: str = "") -> tuple[Note, ...]:
     """A "did you mean `x`?" note (empty when nothing is close).  Only called on
     the error path, so difflib's cost never touches a clean check."""
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
@@ -55,7 +61,7 @@ def did_you_mean(word: str, candidates, what: str = "") -> tuple[Note, ...]:
     return (Note(f"did you mean {what}`{close[0]}`?"),)
 
 
-def resolve_type(texpr, bag: DiagnosticBag) -> Type | ErrorType:
+def resolve_type(texpr: syntax.TypeExpr | None, bag: DiagnosticBag) -> Type | ErrorType:
     """A written type -> a Type, or ERROR after reporting `type-annotation`."""
     if texpr is None:
         return ERROR

@@ -22,9 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from compiler.arrays import Array
 from compiler.distributed import DistributedError, World
 
 STEP_KEY, META_KEY = "__step__", "__meta__"
+# A run's metadata: a JSON object (stored as one JSON string in the .npz).
+Meta = dict[str, Any]
 
 
 class CheckpointError(DistributedError):
@@ -38,13 +41,13 @@ def exists(world: World, path: str | Path) -> bool:
     return bool(flag[0])
 
 
-def save(world: World, path: str | Path, step: int, arrays: dict[str, np.ndarray], meta: dict) -> None:
+def save(world: World, path: str | Path, step: int, arrays: dict[str, Array], meta: Meta) -> None:
     if world.rank == 0:
         write(Path(path), step, arrays, meta)
     world.barrier("checkpoint barrier")     # when save returns on any rank, the file is durable
 
 
-def write(path: Path, step: int, arrays: dict[str, np.ndarray], meta: dict) -> None:
+def write(path: Path, step: int, arrays: dict[str, Array], meta: Meta) -> None:
     """The atomic single-process write (rank 0's part of save)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -68,14 +71,14 @@ def write(path: Path, step: int, arrays: dict[str, np.ndarray], meta: dict) -> N
         os.close(dirfd)
 
 
-def read(path: Path, like: dict[str, np.ndarray]) -> tuple[int, dict, dict[str, np.ndarray]]:
+def read(path: Path, like: dict[str, Array]) -> tuple[int, Meta, dict[str, Array]]:
     """(step, meta, arrays) of a checkpoint whose arrays match `like` in name, dtype and shape."""
     try:
         with np.load(path, allow_pickle=False) as z:
             if STEP_KEY not in z.files or META_KEY not in z.files:
                 raise CheckpointError(f"{path} is not a Kina checkpoint (no {STEP_KEY}/{META_KEY})")
             step, meta = int(z[STEP_KEY]), json.loads(str(z[META_KEY]))
-            arrays = {}
+            arrays: dict[str, Array] = {}
             for name, a in like.items():
                 if name not in z.files:
                     raise CheckpointError(f"{path} has no array {name!r} (it has {', '.join(z.files)})")
@@ -91,7 +94,7 @@ def read(path: Path, like: dict[str, np.ndarray]) -> tuple[int, dict, dict[str, 
     return step, meta, arrays
 
 
-def load(world: World, path: str | Path, like: dict[str, np.ndarray]) -> tuple[int, dict]:
+def load(world: World, path: str | Path, like: dict[str, Array]) -> tuple[int, Meta]:
     """Fill `like` in place from the checkpoint rank 0 reads; returns (step, meta)."""
     header = np.zeros(3, np.int64)              # status (0 ok), step, length of the JSON that follows
     payload = b""

@@ -17,12 +17,19 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .analysis import Snapshot, analyze, handles
-from .diagnostics import SourceText, UsageError, read_source
+from .diagnostics import Diagnostic, SourceText, UsageError, read_source
 from .printer import format_function
 from .runtime_library import KinaRuntimeError
+
+if TYPE_CHECKING:
+    from . import ir
+    from .arrays import Array
+    from .interp import Value
 
 # subcommand -> (module, its argparse registration function, its entry point, help); the
 # module is imported only when that command runs (the MLIR bindings load slowly).
@@ -43,7 +50,7 @@ def _has_errors(snap: Snapshot) -> bool:
 
 def _binding_lines(snap: Snapshot) -> list[str]:
     """`path:line:col: kind name : Type` for every function, parameter and let."""
-    out = []
+    out: list[str] = []
     for fact in snap.types:
         if fact.kind in BINDING_KINDS:
             line, col = snap.source.line_col(fact.span.start)
@@ -54,7 +61,7 @@ def _binding_lines(snap: Snapshot) -> list[str]:
 def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
     if only:
         return [only]
-    seen = []   # the handled functions, in program order
+    seen: list[str] = []   # the handled functions, in program order
     for fn in snap.program.functions.values():
         for h in handles(fn):
             if h.fn not in seen:
@@ -62,9 +69,10 @@ def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
     return seen
 
 
-def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list]:
+def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Diagnostic]]:
     from .autodiff import transform_ad
-    lines, diags = [], []
+    lines: list[str] = []
+    diags: list[Diagnostic] = []
     targets = _grad_targets(snap, only)
     if not targets:
         lines.append(f"// {snap.source.path}: no `handle ... with reverseMode`; use --fn NAME to differentiate one")
@@ -78,13 +86,13 @@ def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list]:
     return lines, diags
 
 
-def cmd_check(args) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     failed = False
-    reports = []
+    reports: list[dict[str, object]] = []
     for path in args.files:
         snap = analyze(read_source(path), path)
         diags = list(snap.diagnostics)
-        listing = []
+        listing: list[str] = []
         if args.emit == "types":
             listing = _binding_lines(snap)
         elif args.emit == "grad" and not _has_errors(snap):
@@ -108,14 +116,14 @@ def cmd_check(args) -> int:
 
 
 # ---- run -------------------------------------------------------------------------------
-def _format_result(name: str, value) -> str:
+def _format_result(name: str, value: object) -> str:
     import numpy as np
     arr = np.asarray(value)
     shape = "[" + ", ".join(str(d) for d in arr.shape) + "]"
     return f"{name}: shape {shape} dtype {arr.dtype}\n{np.array2string(arr, precision=6, suppress_small=True)}"
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     from . import interp
     snap = analyze(read_source(args.file), args.file)
     if _has_errors(snap):
@@ -139,27 +147,30 @@ def cmd_run(args) -> int:
     for p, value in zip(fn.params, inputs):
         print(_format_result(f"input {p.name}", value))
     results = result if isinstance(result, tuple) else (result,)
-    for i, value in enumerate(results):
+    for i, out in enumerate(results):
         label = f"{entry} result" if len(results) == 1 else f"{entry} result {i}"
-        print(_format_result(label, value))
+        print(_format_result(label, out))
     if args.save:
         _save(args.save, args.file, fn, inputs, results)
     return 0
 
 
-def _save(path: str, source: str, fn, inputs, results) -> None:
+def _save(path: str, source: str, fn: ir.Function, inputs: Sequence[Array], results: Sequence[Value]) -> None:
     """OUT.npz with `input_<param>` and `result_<i>`, in the format of compiler/arrays.py
     (every dtype round-trips: compiler.runtime.load_npz restores BF16 / F8)."""
+    import numpy as np
+
     from . import arrays
+    from .ir import as_tensor
     from .types import TupleType
     target = arrays.npz_path(path)
     if Path(source).resolve() == target.resolve() or (target.exists() and os.path.samefile(source, target)):
         raise UsageError(f"refusing to write {target} over the source file {source}")
-    data = {f"input_{p.name}": v for p, v in zip(fn.params, inputs)}
+    data: dict[str, Array] = {f"input_{p.name}": v for p, v in zip(fn.params, inputs)}
     dtypes = {f"input_{p.name}": p.type.dtype for p in fn.params}
     types = fn.ret_type.items if isinstance(fn.ret_type, TupleType) else (fn.ret_type,)
     for i, (value, t) in enumerate(zip(results, types)):
-        data[f"result_{i}"], dtypes[f"result_{i}"] = value, t.dtype
+        data[f"result_{i}"], dtypes[f"result_{i}"] = np.asarray(value), as_tensor(t).dtype
     try:
         arrays.save_npz(target, data, dtypes)
     except OSError as e:
@@ -169,7 +180,7 @@ def _save(path: str, source: str, fn, inputs, results) -> None:
 # ---- fmt -------------------------------------------------------------------------------
 def _fmt_paths(args_files: list[str]) -> list[str]:
     """FILEs as given; a directory stands for the .kina files under it; none means stdin."""
-    out = []
+    out: list[str] = []
     for p in args_files or ["-"]:
         if p != "-" and os.path.isdir(p):
             found = sorted(str(f) for f in Path(p).rglob("*.kina") if f.is_file())
@@ -213,7 +224,7 @@ def _write_atomic(path: str, text: str) -> None:
             os.unlink(tmp)
 
 
-def cmd_fmt(args) -> int:
+def cmd_fmt(args: argparse.Namespace) -> int:
     import difflib
 
     from . import format as fmt
@@ -247,7 +258,7 @@ def cmd_fmt(args) -> int:
 
 
 # ---- the parser ----------------------------------------------------------------------------
-def _add_delegated(sub, name: str, wanted: bool) -> None:
+def _add_delegated(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, wanted: bool) -> None:
     """Register emit/build/validate; their module is imported only when that command runs."""
     module_name, adder, entry, help_text = DELEGATED[name]
     p = sub.add_parser(name, help=help_text)
@@ -291,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv else None
     try:
         args = build_parser(command).parse_args(argv)
-        return args.func(args)
+        func: Callable[[argparse.Namespace], int] = args.func   # each subcommand's set_defaults
+        return func(args)
     except UsageError as e:
         print(f"kinac: error: {e}", file=sys.stderr)
         return 2

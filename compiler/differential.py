@@ -30,6 +30,7 @@ import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,7 +69,7 @@ class Stats:
     ill_conditioned: int = 0      # outputs held to the same-dtype reference
     torch_checked: int = 0
     fd_checked: int = 0
-    seconds: dict = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def add_time(self, phase: str, t0: float) -> None:
         self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
@@ -76,13 +77,21 @@ class Stats:
 
 @dataclass
 class _Ref:
-    inputs: list
-    want: tuple                    # (float64 results, declared-dtype results)
+    inputs: list[np.ndarray]
+    want: tuple[list[np.ndarray], list[np.ndarray]]    # (float64 results, declared-dtype results)
+
+
+@dataclass
+class _Build:
+    """A `kinac build` child process, the library it writes and when it started."""
+    proc: subprocess.Popen[str]
+    so: Path
+    t0: float
 
 
 class Oracle:
-    def __init__(self, work_dir: str | Path, levels=(0, 2), use_torch: bool | None = None,
-                 fd: bool = True, build_timeout: float = 900, run_timeout: float = 600):
+    def __init__(self, work_dir: str | Path, levels: Sequence[int] = (0, 2), use_torch: bool | None = None,
+                 fd: bool = True, build_timeout: float = 900, run_timeout: float = 600) -> None:
         from . import torch_ref
         self.work = Path(work_dir)
         self.work.mkdir(parents=True, exist_ok=True)
@@ -99,7 +108,7 @@ class Oracle:
         return self.run_units([Unit(name, case.source(name), case.functions(name),
                                     [name] if case.ad else [], case, [f"{name}_h"]) for name, case in named])
 
-    def run_units(self, units: list["Unit"]) -> list[Failure]:
+    def run_units(self, units: list[Unit]) -> list[Failure]:
         self._batches += 1
         work = self.work / f"batch{self._batches}"
         work.mkdir(parents=True, exist_ok=True)
@@ -124,8 +133,8 @@ class Oracle:
             f.case = f.case or by_name.get(f.name)
         return failures
 
-    def _typecheck(self, units, failures) -> list:
-        ok = []
+    def _typecheck(self, units: list[Unit], failures: list[Failure]) -> list[Unit]:
+        ok: list[Unit] = []
         for u in units:
             diags = [d for d in analysis.analyze(u.source).diagnostics if d.severity == "error"]
             if diags:
@@ -136,7 +145,7 @@ class Oracle:
         return ok
 
     # ---- references ----------------------------------------------------------------------
-    def _references(self, program: Program, units, failures) -> dict[str, _Ref]:
+    def _references(self, program: Program, units: list[Unit], failures: list[Failure]) -> dict[str, _Ref]:
         lowered_all, _ = autodiff.lower_handles(program)
         refs: dict[str, _Ref] = {}
         for u in units:
@@ -160,7 +169,7 @@ class Oracle:
                     refs.pop(fname, None)
         return refs
 
-    def _torch(self, program: Program, fname: str, ref: _Ref, failures, name: str) -> None:
+    def _torch(self, program: Program, fname: str, ref: _Ref, failures: list[Failure], name: str) -> None:
         from . import torch_ref
         got = validate._flat(torch_ref.run_function(program, fname, ref.inputs))
         tol = {dt: TORCH_TOLERANCE for dt in validate.TOLERANCES}
@@ -172,7 +181,8 @@ class Oracle:
             failures.append(Failure(name, "torch", None, f"{fname}: PyTorch (float64) and the interpreter (float64) "
                                     f"differ: " + "; ".join(_describe(c) for c in bad)))
 
-    def _finite_differences(self, lowered: Program, name: str, args: list, failures, owner: str) -> None:
+    def _finite_differences(self, lowered: Program, name: str, args: list[np.ndarray], failures: list[Failure],
+                            owner: str) -> None:
         """The float64 backward graph against central differences along a random direction,
         at a jittered point; a disagreement is reported only when a second jittered point
         disagrees too.  Low-precision parameters tie often (F8 has 256 values), and the 1e-3
@@ -187,16 +197,17 @@ class Oracle:
         failures.extend(found)
         self.stats.fd_checked += 1
 
-    def _fd_at(self, lowered: Program, name: str, args: list, owner: str, rng) -> list[Failure]:
+    def _fd_at(self, lowered: Program, name: str, args: list[np.ndarray], owner: str,
+               rng: np.random.Generator) -> list[Failure]:
         fn = lowered.functions[name]
         x = [a.astype(np.float64) + FD_JITTER * rng.standard_normal(a.shape) if p.type.is_float else a
              for a, p in zip(args, fn.params)]      # I64 and Bool stay as they are
         grads = validate._flat(interp.run_function(lowered, f"{name}.rev", x, dtype=np.float64))[1:]
 
-        def total(xs) -> float:
+        def total(xs: list[np.ndarray]) -> float:
             return float(np.sum(interp.run_function(lowered, name, xs, dtype=np.float64)))
 
-        out = []
+        out: list[Failure] = []
         floats = [j for j, p in enumerate(fn.params) if p.type.is_float]
         for j, g in zip(floats, grads):
             v = rng.standard_normal(x[j].shape)
@@ -211,7 +222,7 @@ class Oracle:
         return out
 
     # ---- building --------------------------------------------------------------------------
-    def _start_build(self, src: Path, so: Path, level: int) -> subprocess.Popen:
+    def _start_build(self, src: Path, so: Path, level: int) -> _Build:
         so.parent.mkdir(parents=True, exist_ok=True)
         self.stats.builds += 1
         cmd = [sys.executable, "-P", "-m", "compiler.cli", "build", str(src.resolve()), "-o", str(so.resolve()),
@@ -221,10 +232,10 @@ class Oracle:
                                                             os.environ.get("PYTHONPATH")])))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 cwd=str(so.parent.resolve()))
-        proc.kina_so, proc.kina_t0 = so, time.perf_counter()
-        return proc
+        return _Build(proc, so, time.perf_counter())
 
-    def _wait(self, proc: subprocess.Popen, level: int) -> tuple[bool, str]:
+    def _wait(self, build: _Build, level: int) -> tuple[bool, str]:
+        proc = build.proc
         try:
             _, err = proc.communicate(timeout=self.build_timeout)
         except subprocess.TimeoutExpired:
@@ -232,17 +243,18 @@ class Oracle:
             _, err = proc.communicate()
             return False, f"the build timed out after {self.build_timeout:.0f} s"
         finally:
-            self.stats.add_time(f"build -O{level}", proc.kina_t0)
+            self.stats.add_time(f"build -O{level}", build.t0)
         if proc.returncode == 0:
             return True, ""
         how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         return False, f"kinac build -O{level} failed ({how}):\n{err.strip()[-4000:]}"
 
-    def _finish_build(self, proc, src: Path, level: int, units, work: Path, failures) -> list:
+    def _finish_build(self, build: _Build, src: Path, level: int, units: list[Unit], work: Path,
+                      failures: list[Failure]) -> list[tuple[Path, list[Unit]]]:
         """[(library, units in it)], bisecting the batch until every failing unit is alone."""
-        ok, err = self._wait(proc, level)
+        ok, err = self._wait(build, level)
         if ok:
-            return [(proc.kina_so, units)]
+            return [(build.so, units)]
         if len(units) == 1:
             failures.append(Failure(units[0].name, "build", level, err))
             return []
@@ -254,9 +266,10 @@ class Oracle:
                                     f"alone:\n{err}", source=_module(units)))
         return out
 
-    def _bisect(self, src: Path, level: int, units, work: Path, failures) -> list:
+    def _bisect(self, src: Path, level: int, units: list[Unit], work: Path,
+                failures: list[Failure]) -> list[tuple[Path, list[Unit]]]:
         half = len(units) // 2
-        out = []
+        out: list[tuple[Path, list[Unit]]] = []
         for k, part in enumerate((units[:half], units[half:])):
             sub = work / f"{src.stem}_{k}"
             sub.mkdir(parents=True, exist_ok=True)
@@ -267,8 +280,8 @@ class Oracle:
         return out
 
     # ---- running and comparing -----------------------------------------------------------
-    def _run_and_compare(self, so: Path, part, program: Program, refs: dict[str, _Ref], level: int,
-                         failures) -> None:
+    def _run_and_compare(self, so: Path, part: list[Unit], program: Program, refs: dict[str, _Ref], level: int,
+                         failures: list[Failure]) -> None:
         t0 = time.perf_counter()
         work = so.parent
         names = [f for u in part for f in u.functions if f in refs]
@@ -338,7 +351,7 @@ def _describe(c: validate.OutputCheck) -> str:
             f"(bound {c.bound:.1e})")
 
 
-def case_names(seeds) -> list[str]:
+def case_names(seeds: Iterable[int]) -> list[str]:
     return [f"c{s}" for s in seeds]
 
 
@@ -347,8 +360,8 @@ MISMATCH_KINDS = ("mismatch", "torch", "fd")          # wrong values
 CRASH_KINDS = ("build", "crash", "reference", "generator")   # no values
 
 
-def run_seeds(oracle: Oracle, seeds, config: progen.GenConfig = progen.DEFAULT, batch: int = 50,
-              on_batch=None) -> list[Failure]:
+def run_seeds(oracle: Oracle, seeds: Iterable[int], config: progen.GenConfig = progen.DEFAULT, batch: int = 50,
+              on_batch: Callable[[int, list[Failure]], None] | None = None) -> list[Failure]:
     """Generate a case per seed and check them `batch` cases per library."""
     seeds = list(seeds)
     failures: list[Failure] = []
@@ -361,7 +374,7 @@ def run_seeds(oracle: Oracle, seeds, config: progen.GenConfig = progen.DEFAULT, 
     return failures
 
 
-def still_fails(failure: Failure, work_dir: Path, use_torch: bool | None = None):
+def still_fails(failure: Failure, work_dir: Path, use_torch: bool | None = None) -> Callable[[progen.Case], bool]:
     """A predicate for compiler/shrink.py: does a case still fail the way `failure` did?"""
     levels = (failure.level,) if failure.level is not None else ()
     oracle = Oracle(work_dir, levels=levels, use_torch=failure.kind == "torch" if use_torch is None else use_torch,

@@ -40,10 +40,20 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+
+from .arrays import Array
+
+if TYPE_CHECKING:
+    from .runtime import Library
+
+_T = TypeVar("_T")
 
 EXIT_PEER_LOST = 3       # a peer died or stopped answering
 EXIT_USAGE = 2           # torch missing, bad launch environment, bad sharding
@@ -86,7 +96,7 @@ PEER_FAILURES = ("closed", "timed out", "timeout", "connection", "broken pipe", 
                  "unreachable", "refused")
 
 
-def require_torch():
+def require_torch() -> ModuleType:
     """torch and torch.distributed with the gloo backend, or TorchUnavailable."""
     try:
         import torch
@@ -113,16 +123,17 @@ class Launch:
     REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
     @staticmethod
-    def from_env(env=None) -> Launch:
+    def from_env(env: Mapping[str, str] | None = None) -> Launch:
         env = os.environ if env is None else env
         missing = [k for k in Launch.REQUIRED if not env.get(k)]
         if missing:
             raise LaunchError(f"not started by a distributed launcher ({', '.join(missing)} unset): run "
                               f"`torchrun --nproc-per-node N {Path(sys.argv[0]).name} ...` "
                               f"(see docs/distributed.md)")
-        values = {}
+        values: dict[str, int] = {}
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
-            raw = env.get(k, env["WORLD_SIZE"] if k == "LOCAL_WORLD_SIZE" else None)
+            # LOCAL_WORLD_SIZE defaults to WORLD_SIZE; every other one is set (checked above)
+            raw = env.get(k, env["WORLD_SIZE"])
             try:
                 values[k] = int(raw)
             except ValueError:
@@ -203,7 +214,7 @@ def _compiler_fingerprint() -> str:
 
 
 def build_shared(source: str, name: str, opt_level: int, launch: Launch | None = None,
-                 cache_dir: Path | None = None, wait_timeout: float = 900.0):
+                 cache_dir: Path | None = None, wait_timeout: float = 900.0) -> Library:
     """Load the library compiled from `source`, building it once per host.
 
     The library lives in cache_dir/<name>-<hash>/ (hash of the source, the level and the
@@ -223,7 +234,7 @@ def build_shared(source: str, name: str, opt_level: int, launch: Launch | None =
     return runtime.load(so)
 
 
-def _build_into(source: str, name: str, opt_level: int, final: Path, failed: Path, build) -> None:
+def _build_into(source: str, name: str, opt_level: int, final: Path, failed: Path, build: ModuleType) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     failed.unlink(missing_ok=True)
     tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
@@ -312,14 +323,14 @@ _OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 class World:
     """The connected ranks.  Collectives work in place on NumPy arrays (C-contiguous)."""
 
-    def __init__(self, launch: Launch, timeout: float, torch, watchdog: _Watchdog) -> None:
+    def __init__(self, launch: Launch, timeout: float, torch: ModuleType, watchdog: _Watchdog) -> None:
         self.launch, self.rank, self.size = launch, launch.rank, launch.world_size
         self.timeout = timeout
         self._torch, self._dist, self._watchdog = torch, torch.distributed, watchdog
         self.seconds = 0.0          # time spent in collectives (for the benchmarks)
         self.calls = 0
 
-    def _run(self, what: str, fn):
+    def _run(self, what: str, fn: Callable[[], _T]) -> _T:
         self._watchdog.arm(what, self.timeout + WATCHDOG_GRACE)
         t0 = time.perf_counter()
         try:
@@ -335,19 +346,20 @@ class World:
             self.seconds += time.perf_counter() - t0
             self.calls += 1
 
-    def _tensor(self, a: np.ndarray, what: str):
+    def _tensor(self, a: Array, what: str) -> Any:
+        """A torch tensor sharing a's memory (torch is optional and typed here as Any)."""
         if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable):
             raise TypeError(f"{what} needs a writeable C-contiguous NumPy array")
         return self._torch.from_numpy(a)      # shares a's memory: no copy
 
-    def all_reduce(self, a: np.ndarray, op: str = "sum", what: str = "all_reduce") -> np.ndarray:
+    def all_reduce(self, a: Array, op: str = "sum", what: str = "all_reduce") -> Array:
         """Replace `a` on every rank by the elementwise op (sum, max, min) over the ranks."""
         t = self._tensor(a, what)
         reduce_op = getattr(self._dist.ReduceOp, _OPS[op])
         self._run(f"{what} ({op}, {a.nbytes} bytes)", lambda: self._dist.all_reduce(t, op=reduce_op))
         return a
 
-    def all_gather(self, a: np.ndarray, out: np.ndarray | None = None, what: str = "all_gather") -> np.ndarray:
+    def all_gather(self, a: Array, out: Array | None = None, what: str = "all_gather") -> Array:
         """[world, *a.shape]: every rank's `a`, in rank order (into `out` when given)."""
         out = np.empty((self.size,) + a.shape, a.dtype) if out is None else out
         if out.shape != (self.size,) + a.shape or out.dtype != a.dtype:
@@ -358,7 +370,7 @@ class World:
         self._run(f"{what} ({a.nbytes} bytes per rank)", lambda: gather(dst, src))
         return out
 
-    def broadcast(self, a: np.ndarray, src: int = 0, what: str = "broadcast") -> np.ndarray:
+    def broadcast(self, a: Array, src: int = 0, what: str = "broadcast") -> Array:
         t = self._tensor(a, what)
         self._run(f"{what} ({a.nbytes} bytes from rank {src})", lambda: self._dist.broadcast(t, src=src))
         return a

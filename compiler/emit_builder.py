@@ -5,7 +5,7 @@ f32 compute domain, index bounds checks).  It knows nothing about Kina ops.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from . import ir
@@ -16,6 +16,11 @@ from .types import BY_MLIR, DType, Type
 # Kina dtype -> MLIR element type (storage); the facts live in types.DType.
 ELEM: dict[DType, str] = {d: d.mlir for d in DType}
 COMPUTE = "f32"  # scalar type in which every float op computes
+# The results of an indexing map over d0..dn-1: a loop dimension ("d2") or a constant (0).
+MapResults = Sequence[int | str]
+# A linalg body: the block arguments' SSA names in (one per operand, so the arity varies
+# with the op) -> the name of the value to yield.
+Body = Callable[..., str]
 
 
 class EmitError(Exception):
@@ -43,7 +48,7 @@ class Ty:
     def with_elem(self, elem: str) -> Ty:
         return Ty(elem, self.shape)
 
-    def with_shape(self, shape) -> Ty:
+    def with_shape(self, shape: Iterable[int]) -> Ty:
         return Ty(self.elem, tuple(shape))
 
 
@@ -59,7 +64,7 @@ def symbol(fn: str) -> str:
     return f'@"{name}"' if not name.replace("_", "a").isalnum() else "@" + name
 
 
-def affine(n: int, results) -> str:
+def affine(n: int, results: MapResults) -> str:
     dims = ", ".join(f"d{i}" for i in range(n))
     return f"affine_map<({dims}) -> ({', '.join(str(r) for r in results)})>"
 
@@ -134,7 +139,7 @@ class FnEmitter:
     def empty(self, t: Ty) -> str:
         return self.op(f"tensor.empty() : {t.mlir}")
 
-    def scalar(self, value, elem: str) -> str:
+    def scalar(self, value: float, elem: str) -> str:
         if elem in ("i1",):
             return self.op(f"arith.constant {'true' if value else 'false'}")
         if elem.startswith("i"):
@@ -143,7 +148,7 @@ class FnEmitter:
             return self.op(f"arith.constant {int(value)} : index")
         return self.op(f"arith.constant {float_literal(value, elem)} : {elem}")
 
-    def filled(self, t: Ty, value, out: str | None = None) -> str:
+    def filled(self, t: Ty, value: float, out: str | None = None) -> str:
         """A tensor of type t holding `value` everywhere: linalg.fill of a
         bufferization.alloc_tensor.  It is an accumulator that its op updates in place; a
         tensor.empty would let CSE merge the accumulators of two matmuls into one tensor,
@@ -152,8 +157,8 @@ class FnEmitter:
         e = self.op(f"bufferization.alloc_tensor() : {t.mlir}")
         return self.op(f"linalg.fill ins({c} : {t.elem}) outs({e} : {t.mlir}) -> {t.mlir}", out)
 
-    def generic(self, ins: list[tuple[str, Ty, list]], init: tuple[str, Ty, list], iterators: list[str],
-                body: Callable[..., str], out: str | None = None) -> str:
+    def generic(self, ins: list[tuple[str, Ty, MapResults]], init: tuple[str, Ty, MapResults],
+                iterators: list[str], body: Body, out: str | None = None) -> str:
         """linalg.generic with one output.  ins/init: (value, type, map results over d0..dn-1).
         `body(*block_args)` emits the scalar code and returns the value to yield."""
         n = len(iterators)
@@ -175,7 +180,7 @@ class FnEmitter:
         self.line(f"}} -> {t0.mlir}{self.loc}")
         return out
 
-    def map_elementwise(self, ins: list[tuple[str, Ty]], out_t: Ty, fn: Callable[..., str],
+    def map_elementwise(self, ins: list[tuple[str, Ty]], out_t: Ty, fn: Body,
                         out: str | None = None) -> str:
         """out[i] = fn(ins[i]...) over identically shaped tensors (fn sees block args)."""
         n = out_t.rank
@@ -206,7 +211,7 @@ class FnEmitter:
         new = t.with_shape(_prod(t.shape[i] for i in g) for g in groups)
         return self.op(f"tensor.collapse_shape {x} {_groups(groups)} : {t.mlir} into {new.mlir}", out)
 
-    def expand(self, x: str, t: Ty, groups: list[list[int]], shape, out: str | None = None) -> str:
+    def expand(self, x: str, t: Ty, groups: list[list[int]], shape: Sequence[int], out: str | None = None) -> str:
         new = t.with_shape(shape)
         dims = ", ".join(str(d) for d in shape)
         return self.op(f"tensor.expand_shape {x} {_groups(groups)} output_shape [{dims}] : "
@@ -219,7 +224,7 @@ class FnEmitter:
         n = t.rank
         count = Ty("i64", ())
 
-        def body(i, acc):
+        def body(i: str, acc: str) -> str:
             lo = self.op(f"arith.cmpi slt, {i}, {self.scalar(0, 'i64')} : i64")
             hi = self.op(f"arith.cmpi sge, {i}, {self.scalar(limit, 'i64')} : i64")
             bad = self.op(f"arith.ori {lo}, {hi} : i1")
@@ -231,7 +236,12 @@ class FnEmitter:
         self.stmt(f'cf.assert {ok}, "{message}"')
 
 
-def _prod(xs) -> int:
+# A lowering (a row of emit_ops.LOWERINGS): the function's emitter, the op, its operands'
+# SSA names and the name its result must get -> the name of the result.
+Emitter = Callable[[FnEmitter, ir.OpApp, list[str], str], str]
+
+
+def _prod(xs: Iterable[int]) -> int:
     n = 1
     for x in xs:
         n *= x

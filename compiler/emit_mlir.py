@@ -148,8 +148,9 @@ class FunctionLowering:
         if isinstance(e, ir.OpApp):
             if e.op not in LOWERINGS:
                 raise EmitError(f"{e.op}: no host lowering", e.span)
+            operands = [a for a in args if isinstance(a, str)]   # op operands are tensors (checked)
             try:
-                return LOWERINGS[e.op](em, e, args, out)
+                return LOWERINGS[e.op](em, e, operands, out)
             except EmitError:
                 raise
             except Exception as err:   # a bug in a lowering row: a located diagnostic, not a traceback

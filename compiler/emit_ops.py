@@ -11,17 +11,15 @@ cf.assert (em.bounds_check) before they are used by `tensor.extract`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from . import ir
-from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
+from .emit_builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, ty
 from .emit_ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
 from .types import TensorType
 
-Emitter = Callable[[FnEmitter, ir.OpApp, list, str], str]
 
-
-def _t(e) -> Ty:
+def _t(e: ir.Expr) -> Ty:
     return ty(e.type)
 
 
@@ -32,11 +30,11 @@ def _acc(t: Ty) -> Ty:
 
 # ---- elementwise -------------------------------------------------------------
 # Scalar bodies over f32 values: fn(em, operands) -> result.
-def _f(name: str) -> Callable:
+def _f(name: str) -> Callable[[FnEmitter, str, str], str]:
     return lambda em, a, b: em.op(f"arith.{name} {a}, {b} : f32")
 
 
-def _math(name: str) -> Callable:
+def _math(name: str) -> Callable[[FnEmitter, str], str]:
     return lambda em, x: em.op(f"math.{name} {x} : f32")
 
 
@@ -57,13 +55,13 @@ def _relu_grad(em: FnEmitter, g: str, x: str) -> str:
     return em.op(f"arith.select {em.op(f'arith.cmpf ogt, {x}, {zero} : f32')}, {g}, {zero} : f32")
 
 
-def elementwise(scalar: Callable) -> Emitter:
+def elementwise(scalar: Body) -> Emitter:
     """The lowering of an elementwise op whose f32 scalar body is `scalar(em, *operands)`."""
-    def lower_elementwise(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+    def lower_elementwise(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
         """`linalg.generic` with an `arith` / `math` body: operands loaded to f32, the result stored in its dtype."""
         t = _t(node)
 
-        def body(*xs):
+        def body(*xs: str) -> str:
             return em.store(scalar(em, *[em.load(x, t.elem) for x in xs]), t.elem)
 
         return em.map_elementwise([(a, _t(e)) for a, e in zip(args, node.args)], t, body, out)
@@ -71,7 +69,7 @@ def elementwise(scalar: Callable) -> Emitter:
 
 
 # ---- matmul --------------------------------------------------------------------
-def lower_matmul(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_matmul(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """Rank 2: linalg.matmul; rank 3: linalg.batch_matmul; rank >= 4: collapse the batch
     prefix σ (batch dimensions must match: no broadcasting), batch_matmul, expand back.
     Accumulates in f32."""
@@ -89,7 +87,7 @@ def lower_matmul(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     return _matmul_core(em, a, b, ta, tb, t, out)
 
 
-def _matmul_core(em, a, b, ta, tb, t: Ty, out):
+def _matmul_core(em: FnEmitter, a: str, b: str, ta: Ty, tb: Ty, t: Ty, out: str | None) -> str:
     acc = _acc(t)
     zero = em.filled(acc, 0)
     name = "linalg.matmul" if t.rank == 2 else "linalg.batch_matmul"
@@ -98,7 +96,7 @@ def _matmul_core(em, a, b, ta, tb, t: Ty, out):
     return em.convert(res, acc, t.elem, out) if acc != t else res
 
 
-def _vol(shape) -> int:
+def _vol(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
         n *= d
@@ -106,7 +104,7 @@ def _vol(shape) -> int:
 
 
 # ---- data movement ---------------------------------------------------------------
-def lower_transpose(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_transpose(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """linalg.transpose; the identity permutation (every rank-0 or rank-1 transpose) is the
     operand itself (MLIR asserts on the empty permutation of a rank-0 linalg.transpose)."""
     t = _t(node)
@@ -117,7 +115,7 @@ def lower_transpose(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
                  f"outs({em.empty(t)} : {t.mlir}) permutation = [{perm}]", out)
 
 
-def lower_reshape(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_reshape(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """Row-major reshape as collapse-to-1-D then expand: both are views after bufferization.
     Rank 0 on either side (volume 1) uses the empty reassociation."""
     src, dst = _t(node.args[0]), _t(node)
@@ -136,7 +134,7 @@ def lower_reshape(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     return em.expand(x, src, [list(range(dst.rank))], dst.shape, out)
 
 
-def lower_broadcast(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_broadcast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """Unit-axis expansion and prepended axes in one linalg.generic: the input map reads
     index 0 on expanded unit axes and ignores prepended ones."""
     src, dst = _t(node.args[0]), _t(node)
@@ -152,7 +150,7 @@ def _slice_args(axis: int, start: int, part: Ty) -> str:
     return f"[{offsets}] [{sizes}] [{', '.join('1' for _ in part.shape)}]"
 
 
-def lower_slice(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_slice(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """tensor.extract_slice, then linalg.copy into a fresh tensor: the slice is a strided
     view after bufferization, and copying it with memref.copy would call `memrefCopy`
     from the MLIR runner library, which a Kina .so does not link."""
@@ -162,7 +160,7 @@ def lower_slice(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     return em.op(f"linalg.copy ins({view} : {dst.mlir}) outs({em.empty(dst)} : {dst.mlir}) -> {dst.mlir}", out)
 
 
-def lower_concat(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_concat(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """Each operand goes into a fresh destination at its running offset on axis: linalg.copy
     into the extract_slice of the destination, tensor.insert_slice back (bufferizes in place).
     The destination is a bufferization.alloc_tensor, not a tensor.empty: -O2's CSE merges
@@ -182,13 +180,13 @@ def lower_concat(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 # ---- indexing ------------------------------------------------------------------
-def lower_gather(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_gather(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """y[i ++ [d]] = values[indices[i], d], after checking 0 <= indices < V."""
     (values, idx), (tv, ti), t = args, [_t(e) for e in node.args], _t(node)
     em.bounds_check(idx, ti, tv.shape[0], "gather index out of bounds")
     k = ti.rank
 
-    def body(i, _o):
+    def body(i: str, _o: str) -> str:
         row = em.to_index(i)
         col = em.op(f"linalg.index {k} : index")
         return em.op(f"tensor.extract {values}[{row}, {col}] : {tv.mlir}")
@@ -197,20 +195,20 @@ def lower_gather(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
                       ["parallel"] * t.rank, body, out)
 
 
-def lower_take_along_axis(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_take_along_axis(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """y[i] = x[i with axis -> idx[i]], after checking 0 <= idx < x.shape[axis]."""
     (x, idx), (tx, ti), t = args, [_t(e) for e in node.args], _t(node)
     axis, r = node.attrs["axis"], t.rank
     em.bounds_check(idx, ti, tx.shape[axis], "take_along_axis index out of bounds")
 
-    def body(i, _o):
+    def body(i: str, _o: str) -> str:
         at = [em.to_index(i) if d == axis else em.op(f"linalg.index {d} : index") for d in range(r)]
         return em.op(f"tensor.extract {x}[{', '.join(at)}] : {tx.mlir}")
 
     return em.generic([(idx, ti, identity(r))], (em.empty(t), t, identity(r)), ["parallel"] * r, body, out)
 
 
-def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """ScatterAdd, the VJP of gather: a bounds generic + cf.assert; flatten σ (rank >= 2) with collapse_shape;
     zero-filled dest; generic over (v, d, n) = (parallel, parallel, reduction) with
     out[v, d] += (indices_flat[n] == v) ? updates_flat[n, d] : 0.  Duplicates accumulate
@@ -228,7 +226,7 @@ def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> st
     acc = _acc(t)
     zero = em.filled(acc, 0)
 
-    def body(i, u, o):
+    def body(i: str, u: str, o: str) -> str:
         hit = em.op(f"arith.cmpi eq, {em.to_index(i)}, {em.op('linalg.index 0 : index')} : index")
         term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, COMPUTE)} : f32")
         return em.op(f"arith.addf {o}, {term} : f32")
@@ -277,7 +275,7 @@ def scatter_rows_function(name: str, n: int, d: int, v: int, upd_elem: str, acc_
         f"}}\n")
 
 
-def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """zeros(dest) with updates added at idx along axis: a generic over dest's dims plus a
     reduction iterator k over idx.shape[axis]:
     out[i] += (idx[i with axis -> k] == i[axis]) ? updates[i with axis -> k] : 0."""
@@ -289,7 +287,7 @@ def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list, out: str
     zero = em.filled(acc, 0)
     along = [f"d{r}" if d == axis else f"d{d}" for d in range(r)]
 
-    def body(i, u, o):
+    def body(i: str, u: str, o: str) -> str:
         hit = em.op(f"arith.cmpi eq, {em.to_index(i)}, {em.op(f'linalg.index {axis} : index')} : index")
         term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, COMPUTE)} : f32")
         return em.op(f"arith.addf {o}, {term} : f32")
@@ -315,7 +313,7 @@ def _reduce(em: FnEmitter, x: str, t: Ty, axis: int, kind: str) -> tuple[str, Ty
     acc = Ty(COMPUTE, tuple(t.shape[d] for d in kept))
     its = ["reduction" if d == axis else "parallel" for d in range(t.rank)]
 
-    def body(v, o):
+    def body(v: str, o: str) -> str:
         v = em.load(v, t.elem)
         return em.op(f"{combine} {o}, {v} : f32")
 
@@ -338,7 +336,7 @@ def _keep_axis(em: FnEmitter, x: str, acc: Ty, axis: int, out: str | None) -> st
     return em.expand(x, acc, groups, shape, out)
 
 
-def lower_reduce_keep(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_reduce_keep(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """A reduction linalg.generic (f32 accumulator) then expand_shape for keepdims;
     mean divides the sum by the axis length."""
     src, t = _t(node.args[0]), _t(node)
@@ -353,14 +351,14 @@ def lower_reduce_keep(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> st
     return em.convert(kept, t.with_elem(COMPUTE), t.elem, out)
 
 
-def _softmax_parts(em: FnEmitter, x: str, t: Ty, axis: int):
+def _softmax_parts(em: FnEmitter, x: str, t: Ty, axis: int) -> tuple[str, str, str, Ty, list[str]]:
     """m = max over axis, e = exp(x - m) (f32), s = sum of e over axis.
     Returns (m, s, e, reduced f32 type, map reading the reduced tensor from the full loop)."""
     kept = [f"d{d}" for d in range(t.rank) if d != axis]
     m, acc = _reduce(em, x, t, axis, "max")
     full = t.with_elem(COMPUTE)
 
-    def shifted_exp(v, mx, _o):
+    def shifted_exp(v: str, mx: str, _o: str) -> str:
         return em.op(f"math.exp {em.op(f'arith.subf {em.load(v, t.elem)}, {mx} : f32')} : f32")
 
     e = em.generic([(x, t, identity(t.rank)), (m, acc, kept)], (em.empty(full), full, identity(t.rank)),
@@ -369,7 +367,7 @@ def _softmax_parts(em: FnEmitter, x: str, t: Ty, axis: int):
     return m, s, e, acc, kept
 
 
-def lower_softmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """exp(x - max) / sum(exp(x - max)) along axis."""
     t, axis = _t(node), node.attrs["axis"]
     _m, s, e, acc, kept = _softmax_parts(em, args[0], t, axis)
@@ -379,12 +377,12 @@ def lower_softmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
                       lambda v, sm, _o: em.store(em.op(f"arith.divf {v}, {sm} : f32"), t.elem), out)
 
 
-def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """x - max - log(sum(exp(x - max))) along axis."""
     t, axis = _t(node), node.attrs["axis"]
     m, s, _e, acc, kept = _softmax_parts(em, args[0], t, axis)
 
-    def body(v, mx, sm, _o):
+    def body(v: str, mx: str, sm: str, _o: str) -> str:
         shifted = em.op(f"arith.subf {em.load(v, t.elem)}, {mx} : f32")
         return em.store(em.op(f"arith.subf {shifted}, {em.op(f'math.log {sm} : f32')} : f32"), t.elem)
 
@@ -417,7 +415,7 @@ LOWERINGS: dict[str, Emitter] = {
 }
 
 # The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
-ATTR_CHOICES: dict[tuple[str, str], dict] = {
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): REDUCERS,
     ("gelu", "approximate"): GELU,
     ("gelu_grad", "approximate"): GELU_GRAD,

@@ -13,10 +13,10 @@ and XLA's float erf, accurate to a few ulp in f32.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from . import ir
-from .emit_builder import COMPUTE, FnEmitter, Ty, identity, ty
+from .emit_builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, ty
 from .ir import as_tensor
 from .types import DType
 
@@ -46,7 +46,7 @@ _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
           -1.42647390514189e-02)
 
 
-def _horner(em: FnEmitter, x2: str, coeffs) -> str:
+def _horner(em: FnEmitter, x2: str, coeffs: Sequence[float]) -> str:
     acc = _c(em, coeffs[0])
     for c in coeffs[1:]:
         acc = _bin(em, "addf", _bin(em, "mulf", acc, x2), _c(em, c))
@@ -60,14 +60,14 @@ def erf(em: FnEmitter, x: str) -> str:
     return _bin(em, "divf", _bin(em, "mulf", x, _horner(em, x2, _ERF_P)), _horner(em, x2, _ERF_Q))
 
 
-def _sign(em, node, x):
+def _sign(em: FnEmitter, node: ir.OpApp, x: str) -> str:
     # 1 for x > 0, -1 for x < 0, x itself for +-0 and NaN (numpy.sign)
     zero = _c(em, 0.0)
     neg = _select(em, _cmp(em, "olt", x, zero), _c(em, -1.0), x)
     return _select(em, _cmp(em, "ogt", x, zero), _c(em, 1.0), neg)
 
 
-def _pow(em, node, x):
+def _pow(em: FnEmitter, node: ir.OpApp, x: str) -> str:
     p = node.attrs["p"]
     if not float(p).is_integer():
         return em.op(f"math.powf {x}, {_c(em, p)} : {_F}")
@@ -79,7 +79,7 @@ def _pow(em, node, x):
     return em.op(f"math.copysign {mag}, {x} : {_F}")
 
 
-def _clamp(em, node, x):
+def _clamp(em: FnEmitter, node: ir.OpApp, x: str) -> str:
     lo, hi = node.attrs["min"], node.attrs["max"]
     if lo is not None:
         x = _bin(em, "maximumf", x, _c(em, lo))
@@ -91,7 +91,7 @@ def _clamp(em, node, x):
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
-def _tanh_inner(em, x):
+def _tanh_inner(em: FnEmitter, x: str) -> tuple[str, str]:
     """sqrt(2/pi) (x + 0.044715 x^3) and x^2."""
     x2 = _bin(em, "mulf", x, x)
     cube = _bin(em, "mulf", x2, x)
@@ -99,19 +99,19 @@ def _tanh_inner(em, x):
     return u, x2
 
 
-def _phi_cdf(em, x):
+def _phi_cdf(em: FnEmitter, x: str) -> str:
     """0.5 (1 + erf(x / sqrt 2))."""
     e = erf(em, _bin(em, "mulf", x, _c(em, 1 / math.sqrt(2))))
     return _bin(em, "mulf", _c(em, 0.5), _bin(em, "addf", _c(em, 1.0), e))
 
 
-def _gelu_tanh(em, x):
+def _gelu_tanh(em: FnEmitter, x: str) -> str:
     u, _ = _tanh_inner(em, x)
     t = em.op(f"math.tanh {u} : {_F}")
     return _bin(em, "mulf", _bin(em, "mulf", _c(em, 0.5), x), _bin(em, "addf", _c(em, 1.0), t))
 
 
-def _gelu_tanh_grad(em, x):
+def _gelu_tanh_grad(em: FnEmitter, x: str) -> str:
     # 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u)
     u, x2 = _tanh_inner(em, x)
     t = em.op(f"math.tanh {u} : {_F}")
@@ -124,7 +124,7 @@ def _gelu_tanh_grad(em, x):
     return _bin(em, "addf", left, right)
 
 
-def _gelu_erf_grad(em, x):
+def _gelu_erf_grad(em: FnEmitter, x: str) -> str:
     # Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi)
     pdf = _bin(em, "mulf", em.op(f"math.exp {_bin(em, 'mulf', _c(em, -0.5), _bin(em, 'mulf', x, x))} : {_F}"),
                _c(em, 1 / math.sqrt(2 * math.pi)))
@@ -132,25 +132,26 @@ def _gelu_erf_grad(em, x):
 
 
 # gelu's and gelu_grad's `approximate`: the scalar body of gelu(x), and of gelu'(x)
-GELU: dict[str, Callable] = {"none": lambda em, x: _bin(em, "mulf", x, _phi_cdf(em, x)), "tanh": _gelu_tanh}
-GELU_GRAD: dict[str, Callable] = {"none": _gelu_erf_grad, "tanh": _gelu_tanh_grad}
+# (em, x) -> the f32 result
+GELU: dict[str, Callable[[FnEmitter, str], str]] = {"none": lambda em, x: _bin(em, "mulf", x, _phi_cdf(em, x)), "tanh": _gelu_tanh}
+GELU_GRAD: dict[str, Callable[[FnEmitter, str], str]] = {"none": _gelu_erf_grad, "tanh": _gelu_tanh_grad}
 
 
-def _gelu(em, node, x):
+def _gelu(em: FnEmitter, node: ir.OpApp, x: str) -> str:
     return GELU[node.attrs["approximate"]](em, x)
 
 
-def _gelu_grad(em, node, g, x):
+def _gelu_grad(em: FnEmitter, node: ir.OpApp, g: str, x: str) -> str:
     return _bin(em, "mulf", g, GELU_GRAD[node.attrs["approximate"]](em, x))
 
 
-def _maximum_grad(em, node, g, x, y):
+def _maximum_grad(em: FnEmitter, node: ir.OpApp, g: str, x: str, y: str) -> str:
     # ordered compares: a NaN operand gives 0, like numpy.where(x > y, ...)
     half = _select(em, _cmp(em, "oeq", x, y), _bin(em, "mulf", g, _c(em, 0.5)), _c(em, 0.0))
     return _select(em, _cmp(em, "ogt", x, y), g, half)
 
 
-def _clamp_grad(em, node, g, x):
+def _clamp_grad(em: FnEmitter, node: ir.OpApp, g: str, x: str) -> str:
     lo, hi = node.attrs["min"], node.attrs["max"]
     keep = None
     for pred, bound in (("oge", lo), ("ole", hi)):
@@ -161,14 +162,14 @@ def _clamp_grad(em, node, g, x):
     return _select(em, keep, g, _c(em, 0.0))
 
 
-def math_op(scalar: Callable) -> Callable:
+def math_op(scalar: Body) -> Emitter:
     """The lowering of an elementwise op whose f32 scalar body `scalar(em, node, *operands)`
     reads the node's attributes."""
-    def lower_math(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+    def lower_math(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
         """`linalg.generic` with an `arith` / `math` body that reads the op's attributes: operands loaded to f32, the result stored in its dtype."""
         t = ty(node.type)
 
-        def body(*xs):
+        def body(*xs: str) -> str:
             return em.store(scalar(em, node, *[em.load(x, t.elem) for x in xs]), t.elem)
 
         return em.map_elementwise([(a, ty(e.type)) for a, e in zip(args, node.args)], t, body, out)
@@ -176,13 +177,13 @@ def math_op(scalar: Callable) -> Callable:
 
 
 # ---- casts -----------------------------------------------------------------------------
-def lower_cast(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_cast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """float -> float through f32 (extf / truncf); I64 -> float by sitofp to f32, then the
     store's rounding; Bool -> I64 by extui of its truth bit (-> float through that I64)."""
     src, dst = ty(node.args[0].type), ty(node.type)
     from_bool = _is_bool(node.args[0])
 
-    def body(x):
+    def body(x: str) -> str:
         if from_bool:   # 0 / 1 whatever the stored byte (nonzero is true)
             x = em.op(f"arith.extui {_truth(em, x)} : i1 to i64")
             if dst.elem == "i64":
@@ -199,8 +200,8 @@ def lower_cast(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 # ---- comparisons and where ---------------------------------------------------------------
 
 
-def _is_bool(e) -> bool:
-    return e.type.dtype is DType.Bool
+def _is_bool(e: ir.Expr) -> bool:
+    return as_tensor(e.type).dtype is DType.Bool
 
 
 def _truth(em: FnEmitter, c: str) -> str:
@@ -208,14 +209,14 @@ def _truth(em: FnEmitter, c: str) -> str:
     return em.op(f"arith.cmpi ne, {c}, {em.scalar(0, 'i8')} : i8")
 
 
-def compare(floats: str, ints: str, bools: str) -> Callable:
+def compare(floats: str, ints: str, bools: str) -> Emitter:
     """The lowering of a comparison with these `arith.cmpf` / `arith.cmpi` predicates for
     float, I64 and Bool operands."""
-    def lower_compare(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+    def lower_compare(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
         """`linalg.generic` computing the predicate in i1 (`arith.cmpf`, ordered but for `ne`; `arith.cmpi`, signed for I64, unsigned for Bool), stored as a Bool byte."""
         src, t = ty(node.args[0].type), ty(node.type)
 
-        def body(a, b):
+        def body(a: str, b: str) -> str:
             if as_tensor(node.args[0].type).is_float:
                 bit = _cmp(em, floats, em.load(a, src.elem), em.load(b, src.elem))
             else:
@@ -227,12 +228,12 @@ def compare(floats: str, ints: str, bools: str) -> Callable:
     return lower_compare
 
 
-def lower_where(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_where(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """arith.select per element; floats select in f32 (narrow storage is converted like
     every other op), integers and Bool in their own type."""
     t = ty(node.type)
 
-    def body(c, a, b):
+    def body(c: str, a: str, b: str) -> str:
         c = _truth(em, c)
         if as_tensor(node.type).is_float:
             return em.store(_select(em, c, em.load(a, t.elem), em.load(b, t.elem)), t.elem)
@@ -242,25 +243,25 @@ def lower_where(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 # ---- positions and masks ------------------------------------------------------------------
-def lower_iota(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_iota(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """A generic with no inputs: each element is its index along `axis`."""
     t = ty(node.type)
 
     axis = node.attrs["axis"]
 
-    def body(_o):
+    def body(_o: str) -> str:
         return em.op(f"arith.index_cast {em.op(f'linalg.index {axis} : index')} : index to i64")
 
     return em.generic([], (em.empty(t), t, identity(t.rank)), ["parallel"] * t.rank, body, out)
 
 
-def lower_tril(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_tril(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """x where j - i <= k on the last two axes (i, j), zero (false) elsewhere."""
     t = ty(node.type)
     r, k = t.rank, node.attrs["k"]
     is_float = as_tensor(node.type).is_float
 
-    def body(x, _o):
+    def body(x: str, _o: str) -> str:
         i = em.op(f"linalg.index {r - 2} : index")
         j = em.op(f"linalg.index {r - 1} : index")
         keep = em.op(f"arith.cmpi sle, {em.op(f'arith.subi {j}, {i} : index')}, {em.scalar(k, 'index')} : index")
@@ -273,7 +274,7 @@ def lower_tril(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
 
 
 # ---- argmax -------------------------------------------------------------------------------
-def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
+def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """One reduction linalg.generic with two outputs (the running max in f32, its index in
     i64), then expand_shape to keep the axis.  An element wins when it is greater than
     the max so far, or NaN when the max so far is not (numpy.argmax: the first NaN, else
@@ -306,7 +307,7 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list, out: str) -> str:
     return _keep_axis(em, f"{res}#1", idx_t, axis, out)
 
 
-EXT_LOWERINGS = {
+EXT_LOWERINGS: dict[str, Emitter] = {
     "maximum": math_op(lambda em, node, a, b: _bin(em, "maximumf", a, b)),
     "minimum": math_op(lambda em, node, a, b: _bin(em, "minimumf", a, b)),
     "abs": math_op(lambda em, node, x: em.op(f"math.absf {x} : {_F}")),

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
+from typing import TypeVar
 
 from . import layout
 from . import syntax as ast
 from .diagnostics import Diagnostic, Span
-from .format_emit import Emitter
+from .format_emit import Emitter, Spanned
 from .parse import children, gaps, parse_local, shift, split_items
 
 WIDTH = 100
@@ -43,8 +45,9 @@ INDENT = 2
 _COMMENT = re.compile(r"//[^\n]*")
 _PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "@": 3}
 _NEG, _POSTFIX, _ATOM = 4, 5, 6
-# `x.op(..)`, and `x.name` where the syntax has it (a field access, for its diagnostic)
-_POSTFIX_NODES = tuple(n for n in (ast.MethodCall, getattr(ast, "Field", None)) if n is not None)
+# `x.op(..)`, and `x.name` (a field access, printed for its diagnostic)
+_POSTFIX_NODES = (ast.MethodCall, ast.Field)
+_Item = TypeVar("_Item", bound=Spanned)
 
 
 class FormatError(Exception):
@@ -99,7 +102,7 @@ class _Formatter(Emitter):
         self.space()
         self.type_expr(p.type)
 
-    def type_expr(self, t) -> None:
+    def type_expr(self, t: ast.TypeExpr) -> None:
         if isinstance(t, ast.TupleTypeExpr):
             self.bracketed(t.items, self.type_expr, t.span.start, one_comma=len(t.items) == 1)
             return
@@ -116,10 +119,11 @@ class _Formatter(Emitter):
             pos = self.expect(t.placement, pos)
         self.expect("]", pos)
 
-    def bracketed(self, items, each, after: int, one_comma: bool = False, end_of=None) -> int:
+    def bracketed(self, items: Sequence[_Item], each: Callable[[_Item], None], after: int, one_comma: bool = False,
+                  end_of: Callable[[_Item], int] | None = None) -> int:
         """`(items)` in a group: flat, or one item per line with a trailing comma.  `after`:
         where the opening bracket is looked for.  Returns the offset after the closer."""
-        end_of = end_of or self.end_of
+        end = end_of or self.end_of
         at = self.find("(", after)
         pos = at + 1 if at is not None else after
         with self.b.group():
@@ -129,7 +133,7 @@ class _Formatter(Emitter):
                     self.brk(layout.SOFT)
                 for i, item in enumerate(items):
                     each(item)
-                    pos = max(pos, end_of(item))
+                    pos = max(pos, end(item))
                     comma = self.find(",", pos)
                     if i + 1 < len(items):
                         self.tok(",", comma)
@@ -149,15 +153,15 @@ class _Formatter(Emitter):
             self.tok(")", closing)
         return closing + 1 if closing is not None else pos
 
-    def end_of(self, node) -> int:
+    def end_of(self, node: Spanned) -> int:
         if isinstance(node, (ast.Param, ast.Attr, ast.TensorTypeExpr, ast.TupleTypeExpr)):
             return node.span.end
         return self.outer(node)[1]
 
     def _structural_opens(self, module: ast.Module) -> set[int]:
         """Offsets of the `(` that are not grouping parentheses (see Emitter.outer)."""
-        opens = set()
-        stack: list = list(module.functions)
+        opens: set[int | None] = set()
+        stack: list[ast.Expr | ast.FnDef | ast.TypeExpr] = list(module.functions)
         while stack:
             node = stack.pop()
             if isinstance(node, ast.FnDef):
@@ -206,7 +210,7 @@ class _Formatter(Emitter):
             self.tok("]", closing)
         return closing + 1 if closing is not None else pos
 
-    def value(self, v, pos: int, blank_ok: bool = False) -> int:
+    def value(self, v: int | float, pos: int, blank_ok: bool = False) -> int:
         """A number (of a list, a literal or an attribute) spelled as in the source at pos."""
         hit = self.number_at(pos)
         if hit is None or float(hit[2]) != abs(v):     # (`-0` is the integer 0: no sign)
@@ -217,7 +221,7 @@ class _Formatter(Emitter):
         return end
 
     # -- the body
-    def chain(self, node) -> None:
+    def chain(self, node: ast.Expr) -> None:
         first = True
         while isinstance(node, ast.Let):
             if not first:
@@ -248,7 +252,7 @@ class _Formatter(Emitter):
         self.last_end = max(self.last_end, self.outer(let.value)[1])
 
     # -- expressions
-    def expr(self, e, need: int, blank_ok: bool = False) -> None:
+    def expr(self, e: ast.Expr, need: int, blank_ok: bool = False) -> None:
         """Print e; in parentheses when its precedence is below `need`."""
         if _prec(e) < need:
             op, cl = self.parens_of(e)
@@ -258,25 +262,24 @@ class _Formatter(Emitter):
             self.expr(e, 0)
             self.tok(")", cl)
             return
-        kind = type(e)
-        if kind is ast.Name:
+        if isinstance(e, ast.Name):
             self.tok(e.id, e.span.start, blank_ok=blank_ok)
-        elif kind is ast.Number:
+        elif isinstance(e, ast.Number):
             self.value(e.value, e.span.start, blank_ok)
-        elif kind is ast.IntList:
+        elif isinstance(e, ast.IntList):
             if blank_ok:
                 self.lead(e.span.start, blank_ok=True)
             self.int_list(e.values, e.span.start)
-        elif kind is ast.BinOp:
+        elif isinstance(e, ast.BinOp):
             self.binop(e, blank_ok)
-        elif kind is ast.Neg:
+        elif isinstance(e, ast.Neg):
             self.tok("-", e.span.start, blank_ok=blank_ok)
             self.expr(e.operand, _POSTFIX)
-        elif kind in _POSTFIX_NODES:
+        elif isinstance(e, _POSTFIX_NODES):
             self.method_chain(e, blank_ok)
-        elif kind is ast.Call:
+        elif isinstance(e, ast.Call):
             self.call(e, blank_ok)
-        elif kind is ast.Handle:
+        elif isinstance(e, ast.Handle):
             self.tok("handle", e.span.start, blank_ok=blank_ok)
             self.space()
             self.call(e.call)
@@ -284,19 +287,19 @@ class _Formatter(Emitter):
             self.expect("with", e.call.span.end)
             self.space()
             self.tok(e.handler, e.handler_span.start)
-        elif kind is ast.TensorLit:
+        elif isinstance(e, ast.TensorLit):
             self.tensor_lit(e, blank_ok)
-        elif kind is ast.TupleExpr:
+        elif isinstance(e, ast.TupleExpr):
             if blank_ok:
                 self.lead(e.span.start, blank_ok=True)
             self.bracketed(e.items, lambda x: self.expr(x, 0), e.span.start, one_comma=len(e.items) == 1)
         else:
-            raise FormatError(f"internal error: no layout for {kind.__name__}")
+            raise FormatError(f"internal error: no layout for {type(e).__name__}")
 
     def binop(self, e: ast.BinOp, blank_ok: bool) -> None:
         """A left-associative run of one precedence level: `a + b - c` breaks before each operator."""
         level = _PREC[e.op]
-        rest = []
+        rest: list[ast.BinOp] = []
         node: ast.Expr = e
         while isinstance(node, ast.BinOp) and _PREC[node.op] == level:
             rest.append(node)
@@ -311,17 +314,18 @@ class _Formatter(Emitter):
                     self.space()
                     self.expr(op.rhs, level + 1)
 
-    def method_chain(self, e, blank_ok: bool) -> None:
+    def method_chain(self, e: ast.MethodCall | ast.Field, blank_ok: bool) -> None:
         """`x.a(..).b(..)`: two or more calls that do not fit go one per line (a field
         access `x.T`, which the checker rejects, is a link without arguments)."""
-        calls = []
-        while isinstance(e, _POSTFIX_NODES):
-            calls.append(e)
-            e = e.receiver
+        calls: list[ast.MethodCall | ast.Field] = []
+        receiver: ast.Expr = e
+        while isinstance(receiver, _POSTFIX_NODES):
+            calls.append(receiver)
+            receiver = receiver.receiver
         calls.reverse()
         with self.b.group():
             # a `handle` receiver is parenthesised: `(handle f(x) with reverseMode).m()` reads right
-            self.expr(e, _ATOM if isinstance(e, ast.Handle) else _POSTFIX, blank_ok)
+            self.expr(receiver, _ATOM if isinstance(receiver, ast.Handle) else _POSTFIX, blank_ok)
             with self.b.indent(INDENT):
                 for call in calls:
                     if len(calls) > 1:
@@ -337,7 +341,7 @@ class _Formatter(Emitter):
         self.tok(e.func, e.func_span.start, blank_ok=blank_ok)
         self.bracketed([*e.args, *e.attrs], self.argument, e.func_span.end)
 
-    def argument(self, a) -> None:
+    def argument(self, a: ast.Expr | ast.Attr) -> None:
         if not isinstance(a, ast.Attr):
             self.expr(a, 0)
             return
@@ -381,11 +385,11 @@ class _Formatter(Emitter):
                 self.brk(layout.LINE)
             self.tok("}", close)
 
-def _negative(v) -> bool:
+def _negative(v: int | float) -> bool:
     return math.copysign(1.0, v) < 0 if isinstance(v, float) else v < 0
 
 
-def _prec(e) -> int:
+def _prec(e: ast.Expr) -> int:
     if isinstance(e, ast.BinOp):
         return _PREC[e.op]
     if isinstance(e, (ast.Neg, ast.Handle)):
@@ -397,19 +401,20 @@ def _prec(e) -> int:
     return _ATOM
 
 
-def _number_text(v) -> str:
+def _number_text(v: int | float) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
 # ---- checks ---------------------------------------------------------------------------------
-def ast_shape(node):
+def ast_shape(node: object) -> object:
     """An AST without its spans, as nested tuples (let chains walked with a loop)."""
     if isinstance(node, ast.Let):
-        links = []
-        while isinstance(node, ast.Let):
-            links.append(("let", ast_shape(node.names), node.destructure, ast_shape(node.value)))
-            node = node.body
-        return ("chain", tuple(links), ast_shape(node))
+        links: list[object] = []
+        body: ast.Expr = node
+        while isinstance(body, ast.Let):
+            links.append(("let", ast_shape(body.names), body.destructure, ast_shape(body.value)))
+            body = body.body
+        return ("chain", tuple(links), ast_shape(body))
     if isinstance(node, (list, tuple)):
         return tuple(ast_shape(x) for x in node)
     if isinstance(node, float):
@@ -420,13 +425,14 @@ def ast_shape(node):
     return node
 
 
-def _parse(text: str) -> tuple[ast.Module, list, list[str]]:
+def _parse(text: str) -> tuple[ast.Module, list[Diagnostic], list[str]]:
     """parse_module, through the per-item cache (parse_local): the language server has
     parsed these items already, and an item that formatting leaves as it is costs nothing
     the second time.  Also returns each function's item text."""
     items = split_items(text)
     diags = gaps(text, items)
-    functions, texts = [], []
+    functions: list[ast.FnDef] = []
+    texts: list[str] = []
     for it in items:
         fn, item_diags = parse_local(text[it.start:it.end])
         diags += [d.shift(it.start) for d in item_diags]

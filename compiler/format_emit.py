@@ -17,8 +17,16 @@ once up front because a parenthesised name keeps only its own span in the AST.
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 from . import layout
+from .diagnostics import Span
+
+
+class Spanned(Protocol):
+    """A node printed by the formatter: anything of the AST with a span."""
+    @property
+    def span(self) -> Span: ...
 
 _COMMENT = re.compile(r"//[^\n]*")
 _SKIP = re.compile(r"(?:\s+|//[^\n]*)*")          # blanks and comments between tokens
@@ -29,7 +37,7 @@ _PAREN = re.compile(r"//[^\n]*|[()]")
 class _Comment:
     __slots__ = ("start", "end", "text", "own_line")
 
-    def __init__(self, text: str, m: re.Match) -> None:
+    def __init__(self, text: str, m: re.Match[str]) -> None:
         self.start, self.end = m.start(), m.end()
         self.text = m.group().rstrip()
         line_start = text.rfind("\n", 0, m.start()) + 1
@@ -52,7 +60,7 @@ class Emitter:
         self.close_of: dict[int, int] = {}  # "(" offset -> its ")" (comments skipped)
         self.open_of: dict[int, int] = {}
         self.structural: set[int] = set()   # "(" of calls, parameter lists, tuples, patterns
-        stack = []
+        stack: list[int] = []
         for m in _PAREN.finditer(text):
             if m.group() == "(":
                 stack.append(m.start())
@@ -71,8 +79,8 @@ class Emitter:
         at = self.next_at(pos)
         return at if self.text.startswith(word, at) else None
 
-    def number_at(self, pos: int):
-        """(offset, end, spelling) of a (possibly signed) number that is the next token, or None."""
+    def number_at(self, pos: int) -> tuple[int, int, str, str] | None:
+        """(offset, end, digits, sign) of a (possibly signed) number that is the next token, or None."""
         at = self.next_at(pos)
         sign = ""
         digits_at = at
@@ -81,7 +89,7 @@ class Emitter:
         m = _NUMBER.match(self.text, digits_at)
         return (at, m.end(), m.group(), sign) if m else None
 
-    def outer(self, node) -> tuple[int, int]:
+    def outer(self, node: Spanned) -> tuple[int, int]:
         """The source extent of an expression with its parentheses.  The AST's span already
         covers them except for a name (the parser keeps a name's own span), so for a name the
         pairs right around it that are not a call's, a tuple's or a list's are added."""
@@ -95,7 +103,7 @@ class Emitter:
                 return s, e
             s, e = p, q + 1
 
-    def parens_of(self, node) -> tuple[int | None, int | None]:
+    def parens_of(self, node: Spanned) -> tuple[int | None, int | None]:
         """The offsets of the source's grouping parentheses right around node, if any."""
         s, e = self.outer(node)
         if s not in self.structural and self.close_of.get(s) == e - 1:
@@ -124,7 +132,7 @@ class Emitter:
             self.lead(at)
             self._trailing(end if end is not None else at + 1)
 
-    def brk(self, doc) -> None:
+    def brk(self, doc: layout.Doc) -> None:
         """A break (layout.LINE/SOFT/HARD): trailing comments go just before it."""
         self._flush_pending(hard=False)
         self.b.add(doc)

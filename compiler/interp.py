@@ -17,55 +17,63 @@ message the compiled code asserts, never numpy's IndexError.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
+from .arrays import Array
 from .ir import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
 from .runtime_library import KinaRuntimeError
-from .types import DType, TensorType
+from .types import Attrs, DType, TensorType
 from .uses import Uses
+
+# What a Kina expression evaluates to: a tensor's array, or a tuple.
+Value = Array | tuple["Value", ...]
 
 # A run-time failure of a Kina program (bad argument, out-of-range index) is the same error
 # as the compiled library's: one class, defined with the library loader.
 
 
 # Storage of each dtype (types.DType.np_dtype: F8E4M3 is ml_dtypes.float8_e4m3fn, like the library).
-NP_DTYPES: dict[DType, np.dtype] = {d: d.np_dtype for d in DType}
+NP_DTYPES: dict[DType, np.dtype[Any]] = {d: d.np_dtype for d in DType}
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # ---- per-op NumPy implementations --------------------------------------------------
-def _check_indices(idx: np.ndarray, bound: int, what: str) -> None:
+def _check_indices(idx: Array, bound: int, what: str) -> None:
     if idx.size and (idx.min() < 0 or idx.max() >= bound):
         bad = idx[(idx < 0) | (idx >= bound)].flat[0]
         raise KinaRuntimeError(f"{what} index out of bounds: index {int(bad)} is not in [0, {bound})")
 
 
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+def _softmax(x: Array, axis: int) -> Array:
     e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    out: Array = e / e.sum(axis=axis, keepdims=True)
+    return out
 
 
-def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+def _log_softmax(x: Array, axis: int) -> Array:
     shifted = x - x.max(axis=axis, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    out: Array = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return out
 
 
-def _gather(args, attrs, out):
+def _gather(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     values, idx = args
     _check_indices(idx, values.shape[0], "gather")
     return values[idx]
 
 
-def _take_along_axis(args, attrs, out):
+def _take_along_axis(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     x, idx = args
     axis = attrs["axis"]
     _check_indices(idx, x.shape[axis], "take_along_axis")
     return np.take_along_axis(x, idx, axis=axis)
 
 
-def _scatter_add(args, attrs, out):
+def _scatter_add(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     # ScatterAdd: out[v, d] = sum over indices[i] = v of updates[i ++ [d]]; duplicates add.
     updates, idx = args
     dest = np.zeros(out.shape, dtype=updates.dtype)
@@ -74,52 +82,53 @@ def _scatter_add(args, attrs, out):
     return dest
 
 
-def _scatter_along_axis(args, attrs, out):
+def _scatter_along_axis(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     # zeros(dest) with updates added at idx along axis: the adjoint of take_along_axis.
     updates, idx = args
     axis = attrs["axis"]
     dest = np.zeros(out.shape, dtype=updates.dtype)
     _check_indices(idx, out.shape[axis], "scatter_along_axis")
-    where = list(np.indices(idx.shape, sparse=True))
+    where: list[Array] = list(np.indices(idx.shape, sparse=True))
     where[axis] = idx
     np.add.at(dest, tuple(where), updates)
     return dest
 
 
-_REDUCE: dict[str, Callable[..., np.ndarray]] = {"sum": np.sum, "mean": np.mean, "max": np.max}  # reduce_keep's op
+_REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "mean": np.mean, "max": np.max}  # reduce_keep's op
 
 _erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
-def _erf_f(x: np.ndarray) -> np.ndarray:
+def _erf_f(x: Array) -> Array:
     # np.asarray: on a rank-0 array frompyfunc returns a Python float, not an array
     return np.asarray(_erf(np.asarray(x, np.float64)), np.float64)
 
 
-def _gelu_tanh_grad(x: np.ndarray) -> np.ndarray:
+def _gelu_tanh_grad(x: Array) -> Array:
     t = np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))
-    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    out: Array = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+    return out
 
 
 # gelu's and gelu_grad's `approximate`: gelu(x), and its derivative gelu'(x)
-_GELU: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+_GELU: dict[str, Callable[[Array], Array]] = {
     "none": lambda x: 0.5 * x * (1 + _erf_f(x / math.sqrt(2))),
     "tanh": lambda x: 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3))),
 }
-_GELU_GRAD: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+_GELU_GRAD: dict[str, Callable[[Array], Array]] = {
     "none": lambda x: 0.5 * (1 + _erf_f(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
     "tanh": _gelu_tanh_grad,
 }
 
 
-def _maximum_grad(args, attrs, out):
+def _maximum_grad(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     # the cotangent of x in maximum(x, y): all of g where x wins, half on a tie (PyTorch's rule)
     g, x, y = args
     return np.where(x > y, g, np.where(x == y, g / 2, 0))
 
 
-def _in_bounds(x: np.ndarray, attrs) -> np.ndarray:
+def _in_bounds(x: Array, attrs: Attrs) -> Array:
     lo, hi = attrs["min"], attrs["max"]
     keep = np.ones(x.shape, bool)
     if lo is not None:
@@ -129,20 +138,21 @@ def _in_bounds(x: np.ndarray, attrs) -> np.ndarray:
     return keep
 
 
-def _cast(args, attrs, out):
+def _cast(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     # Integers and booleans convert through float32, as the lowering does (sitofp to f32,
     # then the store rounds to the target dtype); floats convert directly.
     x = args[0]
     return x.astype(np.float32) if x.dtype.kind in "iub" and out.is_float else x
 
 
-def _iota(args, attrs, out):
+def _iota(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     axis = attrs["axis"]
     shape = [1] * out.rank
     shape[axis] = out.shape[axis]
     return np.broadcast_to(np.arange(out.shape[axis], dtype=np.int64).reshape(shape), out.shape).copy()
 
-OpFn = Callable[[list[np.ndarray], dict, TensorType], np.ndarray]
+# A NumPy row: operand arrays, the op's attributes and its result type -> the result.
+OpFn = Callable[[list[Array], Attrs, TensorType], Array]
 
 NUMPY_OPS: dict[str, OpFn] = {
     "add": lambda a, at, t: a[0] + a[1],
@@ -198,7 +208,7 @@ NUMPY_OPS: dict[str, OpFn] = {
 
 
 # The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
-ATTR_CHOICES: dict[tuple[str, str], dict] = {
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCE,
     ("gelu", "approximate"): _GELU,
     ("gelu_grad", "approximate"): _GELU_GRAD,
@@ -207,16 +217,16 @@ ATTR_CHOICES: dict[tuple[str, str], dict] = {
 
 # ---- evaluation -----------------------------------------------------------------------
 class _Interpreter:
-    def __init__(self, program: Program, float_dtype=None) -> None:
+    def __init__(self, program: Program, float_dtype: DTypeLike | None = None) -> None:
         self.program = program
         self.float_dtype = None if float_dtype is None else np.dtype(float_dtype)
 
-    def storage(self, t: TensorType) -> np.dtype:
+    def storage(self, t: TensorType) -> np.dtype[Any]:
         if t.is_float and self.float_dtype is not None:
             return self.float_dtype
         return NP_DTYPES[t.dtype]
 
-    def coerce(self, value, t: TensorType, what: str) -> np.ndarray:
+    def coerce(self, value: object, t: TensorType, what: str) -> Array:
         arr = np.asarray(value)
         if arr.shape != t.shape:
             raise KinaRuntimeError(f"{what}: expected {t}, got an array of shape {list(arr.shape)}")
@@ -227,26 +237,27 @@ class _Interpreter:
             raise KinaRuntimeError(f"{what}: expected integer indices for {t}, got dtype {arr.dtype}")
         return arr.astype(self.storage(t))
 
-    def call(self, fn: Function, args: list) -> np.ndarray | tuple:
+    def call(self, fn: Function, args: list[object]) -> Value:
         if len(args) != len(fn.params):
             raise KinaRuntimeError(f"`{fn.name}` takes {len(fn.params)} arguments, got {len(args)}")
-        env = {p.name: self.coerce(a, p.type, f"argument `{p.name}` of `{fn.name}`")
-               for p, a in zip(fn.params, args)}
+        env: dict[str, Value] = {p.name: self.coerce(a, p.type, f"argument `{p.name}` of `{fn.name}`")
+                                 for p, a in zip(fn.params, args)}
         for b in fn.lets:
             value = self.eval(b.value, env)
             if b.destructure:
+                assert isinstance(value, tuple), b.names   # the checker typed it a tuple
                 env.update(zip(b.names, value))
             else:
                 env[b.names[0]] = value
         return self.eval(fn.result, env)
 
-    def eval(self, expr: Expr, env: dict):
+    def eval(self, expr: Expr, env: dict[str, Value]) -> Value:
         if isinstance(expr, Var):
             return env[expr.name]
         if isinstance(expr, Literal):
             return self.literal(expr)
         if isinstance(expr, OpApp):
-            return self.op(expr, [self.eval(a, env) for a in expr.args])
+            return self.op(expr, [self.tensor(a, env) for a in expr.args])
         if isinstance(expr, CallFn):
             return self.call(self.program.functions[expr.fn], [self.eval(a, env) for a in expr.args])
         if isinstance(expr, MakeTuple):
@@ -255,7 +266,13 @@ class _Interpreter:
             raise KinaRuntimeError(f"internal: handle {expr.fn} was not lowered")
         raise TypeError(f"unknown IR node {type(expr).__name__}")
 
-    def literal(self, lit: Literal) -> np.ndarray:
+    def tensor(self, expr: Expr, env: dict[str, Value]) -> Array:
+        """An op's operand: a tensor (the checker typed it so)."""
+        value = self.eval(expr, env)
+        assert isinstance(value, np.ndarray), expr
+        return value
+
+    def literal(self, lit: Literal) -> Array:
         t, dtype = lit.type, self.storage(lit.type)
         if not lit.values:
             return np.zeros(t.shape, dtype)
@@ -263,7 +280,7 @@ class _Interpreter:
             return np.full(t.shape, lit.values[0], dtype)
         return np.asarray(lit.values, dtype).reshape(t.shape)
 
-    def op(self, node: OpApp, args: list[np.ndarray]) -> np.ndarray:
+    def op(self, node: OpApp, args: list[Array]) -> Array:
         out_type = as_tensor(node.type)      # ops make tensors
         out_dtype = self.storage(out_type)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
@@ -278,7 +295,7 @@ class _Interpreter:
         return np.asarray(result).astype(out_dtype, copy=False)
 
 
-def run_function(program: Program, name: str, args: list, dtype=None):
+def run_function(program: Program, name: str, args: Iterable[object], dtype: DTypeLike | None = None) -> Value:
     """Evaluate function `name` on args (arrays or nested lists); returns an ndarray or a tuple of them."""
     from .autodiff import lower_handles  # autodiff imports nothing from here; avoid a cycle at load time
 
@@ -294,7 +311,7 @@ def run_function(program: Program, name: str, args: list, dtype=None):
 _DEFAULT_INDEX_BOUND = 4   # an I64 parameter that indexes nothing
 
 
-def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[np.ndarray]:
+def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[Array]:
     """Deterministic arguments for fn: floats ~ N(0, 1) (uniform in [0.5, 2) where log/sqrt/rsqrt need
     positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim);
     Bool values a fair coin."""

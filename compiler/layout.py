@@ -23,7 +23,9 @@ and strips trailing blanks from every line.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TypeVar
 
 
 class Line:
@@ -66,7 +68,7 @@ class Group:
     __slots__ = ("parts", "hard")
 
     def __init__(self) -> None:
-        self.parts: list = []
+        self.parts: list[Doc] = []
         self.hard = False       # contains a hard break or a Trail: never flat
 
 
@@ -74,7 +76,7 @@ class Indent:
     __slots__ = ("parts", "n")
 
     def __init__(self, n: int) -> None:
-        self.parts: list = []
+        self.parts: list[Doc] = []
         self.n = n
 
 
@@ -84,14 +86,19 @@ class Fill:
     __slots__ = ("parts",)
 
     def __init__(self) -> None:
-        self.parts: list = []
+        self.parts: list[Doc] = []
+
+
+# A document: text, a break, or a node holding documents.
+Doc = str | Line | _Hard | Trail | IfBreak | Group | Indent | Fill
+_Node = TypeVar("_Node", Group, Indent, Fill)
 
 
 class Builder:
     """Appends documents in print order; groups, indents and fills are `with` blocks."""
 
     def __init__(self) -> None:
-        self.root: list = []
+        self.root: list[Doc] = []
         self._stack = [self.root]
         self._groups: list[Group] = []
 
@@ -99,32 +106,32 @@ class Builder:
         if s:
             self._stack[-1].append(s)
 
-    def add(self, doc) -> None:
+    def add(self, doc: Doc) -> None:
         if isinstance(doc, (_Hard, Trail)):
             for g in self._groups:
                 g.hard = True
         self._stack[-1].append(doc)
 
     @contextmanager
-    def _open(self, node, group: bool = False):
+    def _open(self, node: _Node) -> Iterator[_Node]:
         self._stack[-1].append(node)
         self._stack.append(node.parts)
-        if group:
-            self._groups.append(node)
+        if isinstance(node, Group):
+            self._groups.append(node)   # a hard break inside marks it (see add)
         try:
             yield node
         finally:
             self._stack.pop()
-            if group:
+            if isinstance(node, Group):
                 self._groups.pop()
 
-    def group(self):
-        return self._open(Group(), group=True)
+    def group(self) -> AbstractContextManager[Group]:
+        return self._open(Group())
 
-    def indent(self, n: int = 2):
+    def indent(self, n: int = 2) -> AbstractContextManager[Indent]:
         return self._open(Indent(n))
 
-    def fill(self):
+    def fill(self) -> AbstractContextManager[Fill]:
         return self._open(Fill())
 
 
@@ -136,12 +143,16 @@ class _FillStep:
     """Stack entry: print item i of a fill (after deciding the separator before it)."""
     __slots__ = ("items", "seps", "i")
 
-    def __init__(self, items, seps, i) -> None:
+    def __init__(self, items: list[list[Doc]], seps: list[Line], i: int) -> None:
         self.items, self.seps, self.i = items, seps, i
 
 
-def _split_fill(fill: Fill) -> tuple[list[list], list[Line]]:
-    items: list[list] = [[]]
+# A print-stack entry: (indentation, _FLAT or _BREAK, what to print).
+_Entry = tuple[int, int, Doc | _FillStep]
+
+
+def _split_fill(fill: Fill) -> tuple[list[list[Doc]], list[Line]]:
+    items: list[list[Doc]] = [[]]
     seps: list[Line] = []
     for part in fill.parts:
         if isinstance(part, Line):
@@ -152,17 +163,17 @@ def _split_fill(fill: Fill) -> tuple[list[list], list[Line]]:
     return items, seps
 
 
-def _push_children(stack, ind, mode, parts) -> None:
+def _push_children(stack: list[_Entry], ind: int, mode: int, parts: list[Doc]) -> None:
     for part in reversed(parts):
         stack.append((ind, mode, part))
 
 
-def _flat(ind: int, docs: list) -> list:
+def _flat(ind: int, docs: list[Doc]) -> list[_Entry]:
     """Stack entries printing docs flat (top of the stack = first doc)."""
     return [(ind, _FLAT, d) for d in reversed(docs)]
 
 
-def _fits(first: list, rest: list, width: int) -> bool:
+def _fits(first: list[_Entry], rest: list[_Entry], width: int) -> bool:
     """Whether `first` (then the rest of the print stack, up to its first newline) fits
     in `width` columns.  Walks at most a line's worth of documents."""
     stack = list(first)
@@ -246,7 +257,7 @@ class _Printer:
         if not self.content and s.strip():
             self.content = True
 
-    def fill_step(self, stack, ind: int, step: _FillStep) -> None:
+    def fill_step(self, stack: list[_Entry], ind: int, step: _FillStep) -> None:
         item = step.items[step.i]
         if step.i > 0:   # the separator before this item: flat if the item fits after it
             sep = step.seps[step.i - 1]
@@ -259,8 +270,8 @@ class _Printer:
         fits = _fits(_flat(ind, item), [], self.width - self.pos)
         _push_children(stack, ind, _FLAT if fits else _BREAK, item)
 
-    def run(self, root: list) -> str:
-        stack: list = []
+    def run(self, root: list[Doc]) -> str:
+        stack: list[_Entry] = []
         _push_children(stack, 0, _BREAK, root)
         while stack:
             ind, mode, doc = stack.pop()
@@ -299,6 +310,6 @@ class _Printer:
         return "".join(self.out)
 
 
-def render(root: list, width: int) -> str:
+def render(root: list[Doc], width: int) -> str:
     """The text of a document (every line stripped of trailing blanks, ending in a newline)."""
     return _Printer(width).run(root)

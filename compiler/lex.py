@@ -73,7 +73,7 @@ def tokens(text: str, start: int = 0, end: int | None = None, comments: bool = F
     while True:
         try:
             thread = LexerThread.from_text(lexer, TextSlice(text, pos, end))
-            out.extend(thread.lex(None))
+            out.extend(thread.lex(None))  # type: ignore[no-untyped-call]  # lark leaves LexerThread.lex unannotated
             return out
         except UnexpectedCharacters as err:
             bad = err.pos_in_stream

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .shape_rules import (
+    Infer,
     OpError,
     _named,
     _shape,
@@ -41,7 +42,7 @@ from .shape_rules import (
     infer_unary,
     infer_where,
 )
-from .types import DType, TensorType
+from .types import Attrs, DType, TensorType
 
 _MISSING = object()
 
@@ -73,7 +74,7 @@ class AttrSpec:
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    infer: Callable[[list[TensorType], dict], TensorType]
+    infer: Infer
     rule: str                      # the typing rule, as shown in hover and docs
     doc: str                       # one line of documentation
     operands: int = 1              # number of tensor operands; -1 = variadic (>= 2)
@@ -91,8 +92,8 @@ class OpDef:
     # operand (operand 1) must respect; `positive(attrs)` says its float operand must be > 0
     # for a finite result (the interpreter then draws positive inputs).
     layout: bool = False
-    index_bound: Callable[[list[TensorType], dict], int] | None = None
-    positive: Callable[[dict], bool] | None = None
+    index_bound: Callable[[list[TensorType], Attrs], int] | None = None
+    positive: Callable[[Attrs], bool] | None = None
 
     def attr(self, name: str) -> AttrSpec | None:
         return next((a for a in self.attrs if a.name == name), None)
@@ -122,7 +123,7 @@ class OpDef:
         return list(dict.fromkeys(forms))
 
 
-def _rank_of(spec: AttrSpec, args: list[TensorType], attrs: dict) -> tuple[int, str]:
+def _rank_of(spec: AttrSpec, args: list[TensorType], attrs: Attrs) -> tuple[int, str]:
     """The rank an axis attribute indexes, and what to call it in a message."""
     if isinstance(spec.of, str):
         n = len(attrs.get(spec.of, ()))
@@ -131,7 +132,8 @@ def _rank_of(spec: AttrSpec, args: list[TensorType], attrs: dict) -> tuple[int, 
     return t.rank, str(t)
 
 
-def _normal_axis(op: str, spec: AttrSpec, axis: int, rank: int, what: str, given=None) -> int:
+def _normal_axis(op: str, spec: AttrSpec, axis: int, rank: int, what: str,
+                 given: tuple[int, ...] | None = None) -> int:
     if not (-rank <= axis < rank):
         span = f"axes -{rank}..{rank - 1}" if rank else "no axes"
         head = f"{spec.name}={axis}" if given is None else f"{spec.name} {_shape(given)} has axis {axis}, which"
@@ -140,7 +142,7 @@ def _normal_axis(op: str, spec: AttrSpec, axis: int, rank: int, what: str, given
     return axis + rank if axis < 0 else axis
 
 
-def normalise_axes(op: OpDef, args: list[TensorType], attrs: dict) -> dict:
+def normalise_axes(op: OpDef, args: list[TensorType], attrs: Attrs) -> Attrs:
     """attrs with every `axis`/`axes` attribute made non-negative (axis=-1 is the last
     axis, as in NumPy and PyTorch); an out-of-range axis raises OpError.  The IR, the
     later stages, the diagnostics of the shape rule and hover all see normalised axes."""
@@ -179,7 +181,7 @@ _UNARY_DOCS = {
 OPS: dict[str, OpDef] = {}
 
 
-def _ALWAYS(attrs: dict) -> bool:
+def _ALWAYS(attrs: Attrs) -> bool:
     return True
 
 

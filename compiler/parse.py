@@ -22,8 +22,9 @@ import dataclasses
 import re
 import threading
 from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
-from typing import cast
+from typing import Any, Literal, TypeVar, cast
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
@@ -121,22 +122,30 @@ class _Value:
     """A parsed attribute or literal value with its span (not an AST node)."""
     __slots__ = ("value", "span")
 
-    def __init__(self, value, span: Span) -> None:
+    def __init__(self, value: int | float | str | tuple[int, ...], span: Span) -> None:
         self.value, self.span = value, span
 
 
 class _Pattern:
     __slots__ = ("names", "destructure", "span")
 
-    def __init__(self, names, destructure, span) -> None:
+    def __init__(self, names: list[ast.Name], destructure: bool, span: Span) -> None:
         self.names, self.destructure, self.span = names, destructure, span
 
 
 class _Args:
     __slots__ = ("args", "attrs", "span")
 
-    def __init__(self, args, attrs, span) -> None:
+    def __init__(self, args: tuple[ast.Expr, ...], attrs: tuple[ast.Attr, ...], span: Span | None) -> None:
         self.args, self.attrs, self.span = args, attrs, span
+
+
+# A rule's children as the transformer gets them: its tokens, and what its sub-rules
+# returned (AST nodes, _Value, _Pattern, _Args).  grammar.lark fixes which child is what
+# at each position, so the element type is Any here: each rule below reads its children
+# by position and returns a precisely typed node (tests/test_parse.py covers every rule).
+Children = list[Any]
+_Node = TypeVar("_Node", bound=ast.Expr)
 
 
 class SyntaxProblem(Exception):
@@ -157,22 +166,22 @@ def _num(tok: Token) -> int | float:
     return int(tok) if tok.type == "INT" else float(tok)
 
 
-def _nodes(ch) -> list:
+def _nodes(ch: Children) -> Children:
     """The children that are not tokens (punctuation and keywords are kept only for spans)."""
     return [c for c in ch if not isinstance(c, Token)]
 
 
-def _names(ch) -> list[Token]:
+def _names(ch: Children) -> list[Token]:
     return [c for c in ch if isinstance(c, Token) and c.type == "NAME"]
 
 
-class _ToAst(Transformer):
+class _ToAst(Transformer[Token, ast.FnDef]):
     """Builds syntax.py nodes while parsing; spans are shifted by `offset` (the item's
     position in the document), which parse_item sets before each parse."""
 
     offset = 0
 
-    def _span(self, ch) -> Span:
+    def _span(self, ch: Children) -> Span:
         first, last = ch[0], ch[-1]
         start = lex.start(first) + self.offset if isinstance(first, Token) else first.span.start
         end = lex.end(last) + self.offset if isinstance(last, Token) else last.span.end
@@ -186,36 +195,37 @@ class _ToAst(Transformer):
             raise SyntaxProblem(f"`{tok}` is a dtype name, a reserved word; choose another name", self._tok(tok))
         return ast.Name(str(tok), self._tok(tok))
 
-    def _signed(self, ch) -> _Value:
+    def _signed(self, ch: Children) -> _Value:
         """`MINUS? number`."""
         sign = -1 if ch[0].type == "MINUS" else 1
         return _Value(sign * _num(ch[-1]), self._span(ch))
 
     # ---- items and types
-    def start(self, ch):
-        return ch[0]
+    def start(self, ch: Children) -> ast.FnDef:
+        fn: ast.FnDef = ch[0]
+        return fn
 
-    def fn_def(self, ch):
+    def fn_def(self, ch: Children) -> ast.FnDef:
         name = self._binding(ch[1])
         nodes = _nodes(ch)
         params = tuple(c for c in nodes if isinstance(c, ast.Param))
         return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch))
 
-    def param(self, ch):
+    def param(self, ch: Children) -> ast.Param:
         name = self._binding(ch[0])
         return ast.Param(name.id, name.span, ch[2], self._span(ch))
 
-    def tensor_type(self, ch):
+    def tensor_type(self, ch: Children) -> ast.TensorTypeExpr:
         names = _names(ch)
         shape = _nodes(ch)[0]
         placement = str(names[1]) if len(names) > 1 else None
         return ast.TensorTypeExpr(str(names[0]), shape.values, placement, self._span(ch))
 
-    def tuple_type(self, ch):
+    def tuple_type(self, ch: Children) -> ast.TupleTypeExpr:
         return ast.TupleTypeExpr(tuple(_nodes(ch)), self._span(ch))
 
-    def paren(self, ch):
-        inner = ch[1]
+    def paren(self, ch: Children) -> ast.Expr:
+        inner: ast.Expr = ch[1]
         if isinstance(inner, ast.Name):     # a name keeps its own span (definitions, references)
             return inner
         # a parenthesised expression covers its parentheses (the depth mark goes along)
@@ -225,7 +235,7 @@ class _ToAst(Transformer):
         return wider
 
     # ---- the let chain
-    def let_expr(self, ch):
+    def let_expr(self, ch: Children) -> ast.Let:
         pattern, value, body = _nodes(ch)
         let = ast.Let(tuple(pattern.names), pattern.destructure, value, body, self._span(ch))
         # the value is one level down; the body continues the chain at the let's own level
@@ -235,15 +245,15 @@ class _ToAst(Transformer):
         object.__setattr__(let, "_depth", depth)
         return let
 
-    def pat_name(self, ch):
+    def pat_name(self, ch: Children) -> _Pattern:
         return _Pattern([self._binding(ch[0])], False, self._span(ch))
 
-    def pat_tuple(self, ch):
+    def pat_tuple(self, ch: Children) -> _Pattern:
         return _Pattern([self._binding(t) for t in _names(ch)], True, self._span(ch))
 
     # ---- expressions
     @staticmethod
-    def _deep(node, *kids):
+    def _deep(node: _Node, *kids: ast.Expr) -> _Node:
         """Record node's expression depth (as _tree_depth counts it: a leaf is 1) and stop
         the parse as soon as the function's depth must exceed MAX_DEPTH."""
         depth = 1 + max((getattr(k, "_depth", 1) for k in kids), default=0)
@@ -253,52 +263,52 @@ class _ToAst(Transformer):
             object.__setattr__(node, "_depth", depth)
         return node
 
-    def binop(self, ch):
+    def binop(self, ch: Children) -> ast.BinOp:
         lhs, op, rhs = ch
         return self._deep(ast.BinOp(str(op), lhs, rhs, self._tok(op), self._span(ch)), lhs, rhs)
 
-    def neg(self, ch):
+    def neg(self, ch: Children) -> ast.Number | ast.Neg:
         operand = ch[1]
         if isinstance(operand, ast.Number):   # `-1` is a number, not neg(1)
             return ast.Number(-operand.value, self._span(ch))
         return self._deep(ast.Neg(operand, self._span(ch)), operand)
 
-    def method_call(self, ch):
+    def method_call(self, ch: Children) -> ast.MethodCall:
         receiver, method = ch[0], ch[2]
         found = [c for c in ch[3:] if isinstance(c, _Args)]
         args = found[0] if found else _Args((), (), None)
         return self._deep(ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs,
                                          self._span(ch)), receiver, *args.args)
 
-    def field(self, ch):
+    def field(self, ch: Children) -> ast.Field:
         receiver, name = ch[0], ch[2]
         return ast.Field(receiver, str(name), self._tok(name), self._span(ch))
 
-    def name(self, ch):
+    def name(self, ch: Children) -> ast.Name:
         return ast.Name(str(ch[0]), self._tok(ch[0]))
 
-    def number(self, ch):
+    def number(self, ch: Children) -> ast.Number:
         return ast.Number(_num(ch[0]), self._tok(ch[0]))
 
-    def call(self, ch):
+    def call(self, ch: Children) -> ast.Call:
         func = ch[0]
         found = [c for c in ch[1:] if isinstance(c, _Args)]
         args = found[0] if found else _Args((), (), None)
         return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch)), *args.args)
 
-    def handle(self, ch):
+    def handle(self, ch: Children) -> ast.Handle:
         handler = ch[3]
         return self._deep(ast.Handle(ch[1], str(handler), self._tok(handler), self._span(ch)), ch[1])
 
-    def tensor_lit(self, ch):
+    def tensor_lit(self, ch: Children) -> ast.TensorLit:
         nodes = _nodes(ch)
         return ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
 
-    def tuple(self, ch):
+    def tuple(self, ch: Children) -> ast.TupleExpr:
         items = _nodes(ch)
         return self._deep(ast.TupleExpr(tuple(items), self._span(ch)), *items)
 
-    def args(self, ch):
+    def args(self, ch: Children) -> _Args:
         items = _nodes(ch)
         args = tuple(c for c in items if not isinstance(c, ast.Attr))
         attrs = tuple(c for c in items if isinstance(c, ast.Attr))
@@ -311,7 +321,7 @@ class _ToAst(Transformer):
                                     "put tensor operands first, then `name=value` attributes", c.span)
         return _Args(args, attrs, self._span(ch))
 
-    def attr(self, ch):
+    def attr(self, ch: Children) -> ast.Attr:
         name, value = ch[0], ch[2]
         if isinstance(value, ast.IntList):   # `perm=[0, 2, 1]`: Attr.value is the plain list
             value = _Value(value.values, value.span)
@@ -319,19 +329,19 @@ class _ToAst(Transformer):
             value = _Value(str(value), self._tok(value))
         return ast.Attr(str(name), self._tok(name), value.value, value.span, self._span(ch))
 
-    def signed_int(self, ch):
+    def signed_int(self, ch: Children) -> _Value:
         return self._signed(ch)
 
-    def attr_float(self, ch):
+    def attr_float(self, ch: Children) -> _Value:
         return self._signed(ch)
 
-    def attr_word(self, ch):
+    def attr_word(self, ch: Children) -> _Value:
         return _Value(str(ch[0]), self._tok(ch[0]))
 
-    def int_list(self, ch):
+    def int_list(self, ch: Children) -> ast.IntList:
         return ast.IntList(tuple(v.value for v in _nodes(ch)), self._span(ch))
 
-    def literal_value(self, ch):
+    def literal_value(self, ch: Children) -> _Value:
         return self._signed(ch)
 
 
@@ -417,10 +427,12 @@ def _bad_character(text: str, pos: int) -> Diagnostic:
     return Diagnostic("syntax", f"unexpected character `{shown}`", Span(pos, min(pos + 1, n)))
 
 
-_LEX_BEFORE = object()   # _error_diagnostic's default: find the token before the error by lexing
+class _Lex(Enum):
+    BEFORE = "before"   # _error_diagnostic's default: find the token before the error by lexing
 
 
-def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diagnostic:
+def _error_diagnostic(err: UnexpectedInput, text: str,
+                      last: Token | None | Literal[_Lex.BEFORE] = _Lex.BEFORE) -> Diagnostic:
     """One diagnostic for a lark error: what was expected (in words), what was found, where.
     `last` is the token before the error when the caller already knows it (recovery does)."""
     n = len(text)
@@ -434,10 +446,10 @@ def _error_diagnostic(err: UnexpectedInput, text: str, last=_LEX_BEFORE) -> Diag
     else:
         span = Span(min(tok.start_pos, n), min(max(tok.end_pos, tok.start_pos), n))
     wanted = _describe_expected(expected)
-    if last is _LEX_BEFORE:
+    if last is _Lex.BEFORE:
         last = _token_before(text, span.start)
     if last is not None and last.type == "NAME" and str(last) == "return":
-        return Diagnostic("syntax", RETURN_MESSAGE, Span(last.start_pos, last.end_pos))
+        return Diagnostic("syntax", RETURN_MESSAGE, Span(lex.start(last), lex.end(last)))
     context = _AFTER.get(last.type) if last is not None and " after " not in wanted else None
     if context:
         wanted = f"{wanted} {context}"
@@ -526,13 +538,14 @@ def _recover(text: str, offset: int) -> list[Diagnostic]:
             depth += _BRACKET_STEP.get(tok.type, 0)
             # `in` is only accepted closing a let value; the first `{` accepted opens the body
             if tok.type == "IN" or (tok.type == "LBRACE" and snapshot is None):
-                snapshot, depth = parser.copy(deepcopy_values=False), 0
+                # (lark leaves InteractiveParser.copy unannotated)
+                snapshot, depth = parser.copy(deepcopy_values=False), 0  # type: ignore[no-untyped-call]
             continue
         diags.append(diag)
         resume = _resume_at(tokens, i, depth) if snapshot is not None else None
         if snapshot is None or resume is None:
             break                 # an error in the signature, or nothing left after the error
-        parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0
+        parser, i, depth = snapshot.copy(deepcopy_values=False), resume, 0  # type: ignore[no-untyped-call]
     return diags
 
 
@@ -559,25 +572,25 @@ def _too_deep_at(text: str) -> int | None:
     return None
 
 
-def _tree_depth(node) -> int:
+def _tree_depth(node: ast.FnDef) -> int:
     """Expression depth of an AST, iteratively (the point is to reject trees too deep to
     recurse on).  A let's body continues the chain at the let's own depth: every stage
     walks let chains with loops, so a function may have any number of lets."""
     best = 0
-    stack = [(node, 1)]
+    stack: list[tuple[ast.Expr | ast.FnDef, int]] = [(node, 1)]
     while stack:
-        node, d = stack.pop()
+        here, d = stack.pop()
         best = max(best, d)
-        if isinstance(node, ast.Let):
-            stack.append((node.value, d + 1))
-            stack.append((node.body, d))
+        if isinstance(here, ast.Let):
+            stack.append((here.value, d + 1))
+            stack.append((here.body, d))
             continue
-        for child in children(node):
+        for child in children(here):
             stack.append((child, d + 1))
     return best
 
 
-def children(node) -> list:
+def children(node: ast.Expr | ast.FnDef | ast.TypeExpr) -> list[ast.Expr]:
     """The sub-expressions of an AST node (the let chain included), for iterative walks."""
     if isinstance(node, ast.FnDef):
         return [node.body]
@@ -657,14 +670,18 @@ def parse_module(text: str) -> tuple[ast.Module, list[Diagnostic]]:
 
 
 # ---- span shifting (shared with analysis.py) ----------------------------------------------
-def shift(node, delta: int):
+_T = TypeVar("_T")
+
+
+def shift(node: _T, delta: int) -> _T:
     """A copy of an AST / IR / diagnostic structure with every Span moved by `delta`."""
     if delta == 0:
         return node
-    return _shift(node, delta)
+    # _shift rebuilds each node as its own class (a list as a list, a dataclass as itself)
+    return cast(_T, _shift(node, delta))
 
 
-def _shift(node, delta):
+def _shift(node: object, delta: int) -> object:
     if isinstance(node, ast.Let):
         return _shift_let_chain(node, delta)
     if isinstance(node, Span):
@@ -692,8 +709,9 @@ def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:
     while isinstance(node, ast.Let):
         chain.append(node)
         node = node.body
-    body: ast.Let = _shift(node, delta)
+    body: ast.Expr = shift(node, delta)
     for link in reversed(chain):
-        body = ast.Let(_shift(link.names, delta), link.destructure, _shift(link.value, delta), body,
-                       _shift(link.span, delta))
+        body = ast.Let(shift(link.names, delta), link.destructure, shift(link.value, delta), body,
+                       shift(link.span, delta))
+    assert isinstance(body, ast.Let)   # the chain starts with `let` itself
     return body

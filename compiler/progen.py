@@ -43,10 +43,17 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .ops import OPS
 from .types import DType, TensorType
+
+T = TypeVar("T")
+# An op attribute as the generator writes it: an axis or count, a float (pow's p, clamp's
+# bounds), an enum word, a shape or permutation, or None (clamp without that bound).
+AttrValue = int | float | str | tuple[int, ...] | None
 
 DIMS = (1, 2, 3, 4, 7, 8, 16, 17, 32, 33)   # sorted: a smaller choice is a smaller dim
 BIG_DIMS = (64, 128, 256, 512)                # -O2's parallel loops start at 262144 elements
@@ -76,7 +83,7 @@ class Choices:
     list instead (clamped into range; 0 once it runs out), so an edited record of a failing
     case regenerates a smaller, still well-typed program."""
 
-    def __init__(self, seed: int | None = None, replay: list[int] | None = None):
+    def __init__(self, seed: int | None = None, replay: list[int] | None = None) -> None:
         self.rng = random.Random(seed)
         self.replay = replay
         self.record: list[int] = []
@@ -96,10 +103,10 @@ class Choices:
     def between(self, lo: int, hi: int) -> int:
         return lo + self.below(hi - lo + 1)
 
-    def pick(self, seq):
+    def pick(self, seq: Sequence[T]) -> T:
         return seq[self.below(len(seq))]
 
-    def weighted(self, items, weights):
+    def weighted(self, items: Sequence[T], weights: Sequence[int]) -> T:
         k = self.below(sum(weights))
         for item, w in zip(items, weights):
             if k < w:
@@ -127,9 +134,9 @@ class Let:
     name: str
     op: str | None                  # a row of ops.OPS, or None for a literal / an alias
     args: list[str]
-    attrs: dict
+    attrs: dict[str, AttrValue]
     type: TensorType
-    literal: tuple | None = None    # (x,) a splat, or the payload of an I64 literal
+    literal: tuple[float, ...] | None = None    # (x,) a splat, or the payload of an I64 literal
 
 
 @dataclass
@@ -178,7 +185,7 @@ class Gen:
     """State of one generation: parameters, lets, and the pools of usable values.
     progen_ops' makers call the helpers below; every op goes through `emit`."""
 
-    def __init__(self, ch: Choices, cfg: GenConfig, ad: bool, dtype: DType, max_elements: int):
+    def __init__(self, ch: Choices, cfg: GenConfig, ad: bool, dtype: DType, max_elements: int) -> None:
         self.ch, self.cfg, self.ad, self.dtype = ch, cfg, ad, dtype
         self.max_elements = max_elements
         self.params: list[Value] = []
@@ -203,7 +210,7 @@ class Gen:
         if rank is None:
             rank = self.ch.weighted(list(range(min_rank, self.cfg.max_rank + 1)),
                                     [1, 3, 6, 5, 3, 2][min_rank:self.cfg.max_rank + 1])
-        dims = []
+        dims: list[int] = []
         budget = self.max_elements
         for _ in range(rank):
             d = self.dim(max(1, budget // max(1, 2 ** (rank - len(dims) - 1))))
@@ -211,7 +218,7 @@ class Gen:
             budget = max(1, budget // d)
         return tuple(dims)
 
-    def fits(self, shape) -> bool:
+    def fits(self, shape: Sequence[int]) -> bool:
         return math.prod(shape) <= self.max_elements
 
     # ---- values --------------------------------------------------------------------
@@ -229,7 +236,7 @@ class Gen:
         return v
 
     def emit(self, op_name: str, args: list[Value], mag: float = 1.0, pos_lo: float | None = None,
-             index_hi: int | None = None, **attrs) -> Value:
+             index_hi: int | None = None, **attrs: AttrValue) -> Value:
         """Bind `op_name(args, attrs)`; its type comes from the op's own typing rule.
         `index_hi`: an I64 result's largest value (argmax, iota), so it may serve as an index."""
         t = OPS[op_name].infer([a.type for a in args], attrs)
@@ -238,10 +245,10 @@ class Gen:
         self.pool_of(t).append(v)
         return v
 
-    def literal(self, t: TensorType, values: tuple, pool: bool = False) -> Value:
+    def literal(self, t: TensorType, values: tuple[float, ...], pool: bool = False) -> Value:
         v = Value(self.fresh("c"), t, abs(values[0]) if values and t.is_float else 1.0,
                   values[0] if values and t.is_float and len(values) == 1 and values[0] > 0 else None,
-                  max(values) if values and not t.is_float else None)
+                  int(max(values)) if values and not t.is_float else None)   # I64 literals hold ints
         self.lets.append(Let(v.name, None, [], {}, t, tuple(values)))
         if pool:
             self.pool_of(t).append(v)
@@ -254,7 +261,7 @@ class Gen:
         self.pool_of(v.type).append(a)
         return a
 
-    def operand(self, want=None, fresh: float = 0.15) -> Value | None:
+    def operand(self, want: Callable[[TensorType], bool] | None = None, fresh: float = 0.15) -> Value | None:
         """A float value for an op: mostly the newest one, so the lets form one connected
         chain as a model's do; else an older one (recent first); None (a new parameter)
         with probability `fresh`, or when no value satisfies `want(type)`."""
@@ -265,7 +272,8 @@ class Gen:
             return cands[-1]
         return self.ch.weighted(cands, [1 + i for i in range(len(cands))])
 
-    def float_operand(self, want=None, shape_fn=None) -> Value:
+    def float_operand(self, want: Callable[[TensorType], bool] | None = None,
+                      shape_fn: Callable[[], tuple[int, ...]] | None = None) -> Value:
         v = self.operand(want)
         if v is None:
             v = self.param(TensorType(self.dtype, shape_fn() if shape_fn else self.shape()))

@@ -2,12 +2,18 @@
 small operand helpers."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from .types import TensorType
 
-Maker = Callable[..., object]
+if TYPE_CHECKING:
+    from .progen import Gen, Value
+
+# A row's maker: adds one op (and the lets its operands need) to the generator and returns
+# the new value, or None when the op does not apply to what the generator drew.
+Maker = Callable[["Gen"], "Value | None"]
 
 
 @dataclass(frozen=True)
@@ -17,16 +23,22 @@ class Row:
     ad_make: Maker | None = None  # the variant used there (default: make)
 
 
-def _axis(g, t: TensorType, want=lambda d: True) -> int | None:
+def _axis(g: Gen, t: TensorType, want: Callable[[int], bool] = lambda d: True) -> int | None:
     axes = [i for i, d in enumerate(t.shape) if want(d)]
     return g.ch.pick(axes) if axes else None
 
 
-def _ranked(min_rank: int):
+def _ranked(min_rank: int) -> Callable[[TensorType], bool]:
     return lambda t: t.rank >= min_rank
 
 
-def _positive_operand(g, lo: float):
+def _lower_bound(v: Value) -> float:
+    """The bound of a value that is positive by construction (Gen.positive, _positive_operand)."""
+    assert v.pos_lo is not None, v.name
+    return v.pos_lo
+
+
+def _positive_operand(g: Gen, lo: float) -> Value:
     """log/sqrt/rsqrt's operand: a parameter used directly (drawn in [0.5, 2)) or a
     positive-by-construction value."""
     if g.ch.coin(0.5):

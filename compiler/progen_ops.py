@@ -10,14 +10,19 @@ IR-internal ops have no surface form: VIA_AD names the op whose VJP emits each o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from .progen_base import Maker, Row, _axis, _positive_operand, _ranked
-from .progen_ops_math import MATH_MAKERS, MATH_VIA_AD
-from .types import DType, TensorType
+from .progen_base import Maker, Row, _axis, _lower_bound, _positive_operand, _ranked
+from .progen_ops_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
+from .types import TensorType
+
+if TYPE_CHECKING:
+    from .progen import Case, Choices, Gen, GenConfig, Value
 
 
 # ---- helpers ----------------------------------------------------------------------------
-def _perm(g, rank: int) -> tuple[int, ...]:
+def _perm(g: Gen, rank: int) -> tuple[int, ...]:
     """A random permutation (choice 0 everywhere: swap the last two axes)."""
     perm = list(range(rank))
     for i in range(rank - 1, 0, -1):
@@ -29,7 +34,8 @@ def _perm(g, rank: int) -> tuple[int, ...]:
 
 
 def _factor(n: int) -> list[int]:
-    out, p = [], 2
+    out: list[int] = []
+    p = 2
     while n > 1 and p * p <= n:
         while n % p == 0:
             out.append(p)
@@ -38,7 +44,7 @@ def _factor(n: int) -> list[int]:
     return out + ([n] if n > 1 else [])
 
 
-def _regroup(g, shape: tuple[int, ...]) -> tuple[int, ...]:
+def _regroup(g: Gen, shape: tuple[int, ...]) -> tuple[int, ...]:
     """Another shape of the same volume: the prime factors dealt out to 0..max_rank dims."""
     factors = _factor(math.prod(shape))
     rank = g.ch.between(0 if not factors else 1, g.cfg.max_rank)
@@ -50,7 +56,7 @@ def _regroup(g, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 # ---- elementwise ----------------------------------------------------------------------
 def _binary(op: str) -> Maker:
-    def make(g):
+    def make(g: Gen) -> Value | None:
         a = g.float_operand()
         b = g.like(a.type)
         mag = a.mag * b.mag if op == "mul" else a.mag + b.mag
@@ -60,17 +66,17 @@ def _binary(op: str) -> Maker:
     return make
 
 
-def _div(g):
+def _div(g: Gen) -> Value | None:
     a = g.float_operand()
     d = g.positive(a.type)
-    return g.rescale(g.emit("div", [a, d], a.mag / d.pos_lo))
+    return g.rescale(g.emit("div", [a, d], a.mag / _lower_bound(d)))
 
 
 def _unary(op: str) -> Maker:
-    def make(g):
+    def make(g: Gen) -> Value | None:
         if op in ("log", "sqrt", "rsqrt"):
             x = _positive_operand(g, 0.3)
-            lo = x.pos_lo
+            lo = _lower_bound(x)
             mag, pos = {"log": (max(1.0, abs(math.log(lo))), None), "sqrt": (math.sqrt(x.mag), math.sqrt(lo)),
                         "rsqrt": (1 / math.sqrt(lo), 1 / math.sqrt(max(x.mag, lo) * 4))}[op]
             return g.emit(op, [x], mag, pos)
@@ -86,7 +92,7 @@ def _unary(op: str) -> Maker:
 
 
 # ---- contractions and layout -----------------------------------------------------------
-def _matmul(g, a=None, b=None):
+def _matmul(g: Gen, a: Value | None = None, b: Value | None = None) -> Value:
     a = a or g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
     *batch, m, k = a.type.shape
     if b is None:
@@ -96,17 +102,17 @@ def _matmul(g, a=None, b=None):
     return g.rescale(y)
 
 
-def _transpose(g):
+def _transpose(g: Gen) -> Value | None:
     x = g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
     return g.emit("transpose", [x], x.mag, x.pos_lo, perm=_perm(g, x.type.rank))
 
 
-def _reshape(g):
+def _reshape(g: Gen) -> Value | None:
     x = g.ch.pick(g.index_pool) if g.index_pool and g.ch.coin(0.15) else g.float_operand()
     return g.emit("reshape", [x], x.mag, x.pos_lo, x.index_hi, shape=_regroup(g, x.type.shape))
 
 
-def _with_unit_dims(g):
+def _with_unit_dims(g: Gen) -> Value:
     """A value with at least one axis of size 1: an existing one, or a keepdims sum, or a parameter."""
     cands = [v for v in g.pool if 1 in v.type.shape]
     if cands and g.ch.coin(0.5):
@@ -119,7 +125,7 @@ def _with_unit_dims(g):
     return g.param(TensorType(g.dtype, tuple(shape)))
 
 
-def _broadcast(g, same_rank: bool = False):
+def _broadcast(g: Gen, same_rank: bool = False) -> Value:
     x = _with_unit_dims(g)
     shape = list(x.type.shape)
     units = [i for i, d in enumerate(shape) if d == 1]
@@ -131,7 +137,7 @@ def _broadcast(g, same_rank: bool = False):
     return g.emit("broadcast", [x], x.mag, x.pos_lo, shape=tuple(shape))
 
 
-def _slice(g):
+def _slice(g: Gen) -> Value | None:
     pool = g.index_pool if g.index_pool and g.ch.coin(0.15) else None
     x = g.ch.pick([v for v in pool if max(v.type.shape, default=1) > 1] or pool) if pool else \
         g.float_operand(lambda t: any(d > 1 for d in t.shape), lambda: g.shape(min_rank=1))
@@ -144,7 +150,7 @@ def _slice(g):
     return g.emit("slice", [x], x.mag, x.pos_lo, x.index_hi, axis=axis, start=start, stop=stop)
 
 
-def _concat(g):
+def _concat(g: Gen) -> Value | None:
     x = g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
     axis = g.ch.below(x.type.rank)
     parts = [x]
@@ -160,13 +166,13 @@ def _concat(g):
     return g.emit("concat", parts, max(p.mag for p in parts), None, axis=axis)
 
 
-def _concat_shape(parts, axis):
+def _concat_shape(parts: Sequence[Value], axis: int) -> list[int]:
     s = list(parts[0].type.shape)
     s[axis] = sum(p.type.shape[axis] for p in parts)
     return s
 
 
-def _gather(g):
+def _gather(g: Gen) -> Value | None:
     values = g.float_operand(lambda t: t.rank == 2, lambda: g.shape(rank=2))
     v, d = values.type.shape
     sigma = g.shape(rank=g.ch.weighted([0, 1, 2, 3], [2, 4, 3, 1]))
@@ -176,18 +182,23 @@ def _gather(g):
     return g.emit("gather", [values, idx], values.mag, values.pos_lo)
 
 
-def _reduce(g, x=None, op=None):
+# Each reduce_keep choice the generator draws, with the magnitude of its result
+# (x's magnitude, the reduced length n).
+_REDUCE_MAG = {"sum": lambda mag, n: mag * math.sqrt(n), "mean": lambda mag, n: mag, "max": lambda mag, n: 2 * mag}
+
+
+def _reduce(g: Gen, x: Value | None = None, op: str | None = None) -> Value:
     x = x or g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
-    op = op or g.ch.pick(("sum", "mean", "max"))
+    op = op or g.ch.pick(tuple(_REDUCE_MAG))
     axis = g.ch.below(x.type.rank)
     n = x.type.shape[axis]
-    mag = {"sum": x.mag * math.sqrt(n), "mean": x.mag, "max": 2 * x.mag}[op]
+    mag = _REDUCE_MAG[op](x.mag, n)
     lo = x.pos_lo * (n if op == "sum" else 1) if x.pos_lo else None
     return g.rescale(g.emit("reduce_keep", [x], mag, lo, op=op, axis=axis))
 
 
 def _softmax(op: str) -> Maker:
-    def make(g):
+    def make(g: Gen) -> Value | None:
         x = g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
         axis = g.ch.below(x.type.rank)
         mag = 1.0 if op == "softmax" else x.mag + math.log(x.type.shape[axis] + 1)
@@ -195,7 +206,7 @@ def _softmax(op: str) -> Maker:
     return make
 
 
-def _take_along_axis(g):
+def _take_along_axis(g: Gen) -> Value | None:
     x = g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
     axis = g.ch.below(x.type.rank)
     shape = list(x.type.shape)
@@ -223,11 +234,13 @@ MAKERS: dict[str, Row] = {
 VIA_AD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu"}
 
 MAKERS.update(MATH_MAKERS)     # the math, comparison, mask, cast and index ops
+# The choices of each enum attribute the generator draws (tests/test_tables.py: one row per choice).
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES}
 VIA_AD.update(MATH_VIA_AD)
 
 
 # ---- model-like chains ---------------------------------------------------------------------
-def _heads(g):
+def _heads(g: Gen) -> Value | None:
     """[B, T, H * Dh] -> reshape [B, T, H, Dh] -> transpose [B, H, T, Dh] -> attention -> merge."""
     b, t, h, dh = (g.ch.pick((1, 2)), g.dim(17), g.ch.pick((1, 2, 4)), g.dim(16))
     if not g.fits((b, h, t, t)) or not g.fits((b, t, h * dh)):
@@ -240,7 +253,7 @@ def _heads(g):
     return g.emit("reshape", [yt], y.mag, shape=(b, t, h * dh))
 
 
-def _attention(g, q=None, k=None):
+def _attention(g: Gen, q: Value | None = None, k: Value | None = None) -> Value:
     """softmax((q @ k^T) * scale) @ v over the last two axes."""
     q = q or g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
     k = k or g.like(q.type)
@@ -252,7 +265,7 @@ def _attention(g, q=None, k=None):
     return _matmul(g, p, v)
 
 
-def _transposed_weight(g):
+def _transposed_weight(g: Gen) -> Value | None:
     """y = x @ w^T + s @ v (issue 11's first program: a matmul against a transposed weight)."""
     x = g.float_operand(lambda t: t.rank == 2, lambda: g.shape(rank=2))
     m, k = x.type.shape
@@ -263,13 +276,13 @@ def _transposed_weight(g):
     return _matmul(g, y) if g.ch.coin(0.5) else y
 
 
-def _mlp(g):
+def _mlp(g: Gen) -> Value | None:
     h = _matmul(g)
     a = g.emit(g.ch.pick(("relu", "tanh", "sigmoid")), [h], h.mag)
     return _matmul(g, a)
 
 
-def _qkv(g):
+def _qkv(g: Gen) -> Value | None:
     """One matmul to [.., 3E], sliced into three along the last axis, recombined."""
     x = g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
     *batch, m, k = x.type.shape
@@ -284,7 +297,7 @@ def _qkv(g):
     return g.rescale(g.emit("add", [s, parts[2]], y.mag ** 2 + y.mag))
 
 
-def _norm(g):
+def _norm(g: Gen) -> Value | None:
     """x - sum(x) / n (broadcast back): the centring of a layer norm, without mean (AD-safe)."""
     x = g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
     axis = g.ch.below(x.type.rank)
@@ -295,7 +308,7 @@ def _norm(g):
     return g.emit("sub", [x, mb], 2 * x.mag)
 
 
-def _nll(g):
+def _nll(g: Gen) -> Value | None:
     """-take_along_axis(log_softmax(logits), targets), summed (StoryLM-0's loss)."""
     x = g.float_operand(lambda t: t.rank == 2, lambda: g.shape(rank=2))
     ls = g.emit("log_softmax", [x], x.mag + 2, axis=1)
@@ -305,13 +318,13 @@ def _nll(g):
     return g.rescale(g.emit("reduce_keep", [neg], neg.mag * math.sqrt(x.type.shape[0]), op="sum", axis=0))
 
 
-def _embed(g):
+def _embed(g: Gen) -> Value | None:
     """gather rows of an embedding, then a projection."""
     y = _gather(g)
     return _matmul(g, y) if y is not None and y.type.rank >= 2 else y
 
 
-def _shards(g):
+def _shards(g: Gen) -> Value | None:
     """concat(x @ w_a, x @ w_b) along the last axis (a column-parallel linear layer)."""
     x = g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
     ya, yb = _matmul(g, x), _matmul(g, x)
@@ -320,7 +333,7 @@ def _shards(g):
     return g.emit("concat", [ya, yb], max(ya.mag, yb.mag), axis=ya.type.rank - 1)
 
 
-def _residual(g):
+def _residual(g: Gen) -> Value | None:
     x = g.float_operand()
     f = g.emit(g.ch.pick(("tanh", "relu", "sigmoid", "neg")), [x], x.mag)
     return g.emit("add", [x, f], 2 * x.mag)
@@ -333,7 +346,7 @@ MOTIFS: dict[str, Maker] = {
 
 
 # ---- the driver ---------------------------------------------------------------------------
-def build_case(gen_cls, ch, cfg):
+def build_case(gen_cls: type[Gen], ch: Choices, cfg: GenConfig) -> Case:
     from .progen import Case
     ad = ch.coin(cfg.ad_fraction)
     dtype = ch.weighted([d for d, _ in cfg.dtypes], [w for _, w in cfg.dtypes])
@@ -363,7 +376,7 @@ def build_case(gen_cls, ch, cfg):
     return case
 
 
-def _results(g, ch, ad: bool) -> list[str]:
+def _results(g: Gen, ch: Choices, ad: bool) -> list[str]:
     if not g.pool:
         g.param(TensorType(g.dtype, g.shape()))
     floats = [v for v in g.pool]
@@ -376,7 +389,7 @@ def _results(g, ch, ad: bool) -> list[str]:
     return [last, *extra]
 
 
-def _drop_unused_params(case) -> None:
+def _drop_unused_params(case: Case) -> None:
     """Parameters no let or result mentions are dropped (the programs stay readable);
     under reverseMode one unused float parameter is kept: its cotangent is zeros."""
     used = {a for l in case.lets for a in l.args} | set(case.results)

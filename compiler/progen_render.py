@@ -3,28 +3,52 @@ row per op (`SURFACE`), so every generated program goes through the parser and c
 exactly as a user's program does."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
 from .types import DType, TensorType
+
+if TYPE_CHECKING:
+    from .progen import AttrValue, Case, Let, Value
+
+# how one op is written: (operand names, attributes) -> text
+Surface = Callable[[list[str], dict[str, "AttrValue"]], str]
+# what helper_split finds: (helper lets, its parameters, its live-out values, the names it defines)
+Split = tuple[list["Let"], list["Value"], list[str], set[str]]
 
 
 def type_text(t: TensorType) -> str:
     return f"Tensor[{t.dtype}, [{', '.join(map(str, t.shape))}]]"
 
 
-def _ints(xs) -> str:
+def _ints(xs: AttrValue) -> str:
+    assert isinstance(xs, tuple), xs   # a shape or permutation
     return "[" + ", ".join(str(x) for x in xs) + "]"
 
 
-def _method(op: str, *keys: str):
-    def fmt(args, attrs):
+def _float(x: AttrValue) -> str:
+    assert isinstance(x, (int, float)), x   # pow's p, clamp's bounds
+    return repr(float(x))
+
+
+def _method(op: str, *keys: str) -> Surface:
+    def fmt(args: list[str], attrs: dict[str, AttrValue]) -> str:
         kw = ", ".join(f"{k}={attrs[k]}" for k in keys)
         return f"{args[0]}.{op}({kw})"
     return fmt
 
 
+def _infix(sym: str) -> Surface:
+    return lambda a, at: f"{a[0]} {sym} {a[1]}"
+
+
+def _call(op: str) -> Surface:
+    return lambda a, at: f"{op}({', '.join(a)})"
+
+
 # op -> text of `op(args, attrs)` with operands already spelled (names).
-SURFACE = {
-    **{op: (lambda sym: lambda a, at: f"{a[0]} {sym} {a[1]}")(sym)
-       for op, sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"), ("matmul", "@"))},
+SURFACE: dict[str, Surface] = {
+    **{op: _infix(sym) for op, sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"), ("matmul", "@"))},
     "neg": lambda a, at: f"-{a[0]}",
     **{op: _method(op) for op in ("exp", "log", "tanh", "sqrt", "rsqrt", "sigmoid", "relu")},
     "transpose": lambda a, at: f"{a[0]}.transpose({_ints(at['perm'])})",
@@ -37,11 +61,10 @@ SURFACE = {
     "softmax": _method("softmax", "axis"),
     "log_softmax": _method("log_softmax", "axis"),
     "take_along_axis": lambda a, at: f"{a[0]}.take_along_axis({a[1]}, axis={at['axis']})",
-    **{op: (lambda op: lambda a, at: f"{op}({', '.join(a)})")(op)
-       for op in ("maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "where")},
+    **{op: _call(op) for op in ("maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne", "where")},
     **{op: _method(op) for op in ("abs", "sign", "square", "erf")},
-    "pow": lambda a, at: f"{a[0]}.pow(p={float(at['p'])!r})",
-    "clamp": lambda a, at: f"{a[0]}.clamp(" + ", ".join(f"{k}={float(at[k])!r}" for k in ("min", "max")
+    "pow": lambda a, at: f"{a[0]}.pow(p={_float(at['p'])})",
+    "clamp": lambda a, at: f"{a[0]}.clamp(" + ", ".join(f"{k}={_float(at[k])}" for k in ("min", "max")
                                                         if at.get(k) is not None) + ")",
     "gelu": _method("gelu", "approximate"),
     "cast": _method("cast", "dtype"),
@@ -51,11 +74,11 @@ SURFACE = {
 }
 
 
-def _number(x, dtype: DType) -> str:
+def _number(x: float, dtype: DType) -> str:
     return str(int(x)) if dtype == DType.I64 else repr(float(x))
 
 
-def let_text(let) -> str:
+def let_text(let: Let) -> str:
     if let.literal is not None:
         vals = ", ".join(_number(v, let.type.dtype) for v in let.literal)
         return f"{type_text(let.type)} {{ {vals} }}"
@@ -64,11 +87,11 @@ def let_text(let) -> str:
     return SURFACE[let.op](let.args, let.attrs)
 
 
-def _tuple_type(types) -> str:
+def _tuple_type(types: Sequence[str]) -> str:
     return types[0] if len(types) == 1 else "(" + ", ".join(types) + ")"
 
 
-def helper_split(case):
+def helper_split(case: Case) -> Split | None:
     """(helper lets, its parameters, its live-out values) when case.split makes a helper:
     the live-out values are those of the first lets that later lets or the results use;
     under reverseMode (no destructuring) only a single live-out value makes a helper."""
@@ -86,7 +109,7 @@ def helper_split(case):
     return head, params, live, defined
 
 
-def _helper(case, name: str, split, types) -> tuple[list[str], str]:
+def _helper(case: Case, name: str, split: Split, types: dict[str, TensorType]) -> tuple[list[str], str]:
     """The helper function's text, and the let of f that calls it."""
     head, params, live, _ = split
     ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in params)
@@ -98,12 +121,13 @@ def _helper(case, name: str, split, types) -> tuple[list[str], str]:
     return body, f"  let {bind} = {call} in"
 
 
-def render_case(case, name: str) -> str:
+def render_case(case: Case, name: str) -> str:
     types = case.types()
     params = ", ".join(f"{p.name}: {type_text(p.type)}" for p in case.params)
     ret = _tuple_type([type_text(types[r]) for r in case.results])
     split = helper_split(case)
-    lines, lets = [], case.lets
+    lines: list[str] = []
+    lets = case.lets
     if split:
         helper, call = _helper(case, name, split, types)
         lines += helper + [""]
@@ -119,7 +143,7 @@ def render_case(case, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _wrapper(case, name: str, params: str, types) -> list[str]:
+def _wrapper(case: Case, name: str, params: str, types: dict[str, TensorType]) -> list[str]:
     """`fn name_g(..)`: handle name(..) with reverseMode, then the cotangents used."""
     (r,) = case.results
     floats = case.float_params()

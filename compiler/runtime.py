@@ -43,12 +43,14 @@ threads in a child after fork(): a forked child calls them like its parent.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .arrays import load_npz, save_npz  # noqa: F401  (re-exported: the runtime's public API)
+from .arrays import Array, load_npz, save_npz  # noqa: F401  (load/save_npz re-exported: the runtime's public API)
 from .runtime_library import KinaRuntimeError, load_manifest, manifest_path, open_library, packed_symbol  # noqa: F401  (re-exported)
 from .types import DType
 
@@ -59,13 +61,19 @@ except ImportError:  # pragma: no cover - exercised by the tests with fastcall=F
 
 FASTCALL_AVAILABLE = _fastcall is not None
 
+if TYPE_CHECKING:
+    from ctypes import _NamedFuncPointer  # what a CDLL attribute is (typeshed's name)
+
+# A parsed JSON object: the manifest (compiler/build.py writes it) and its function entries.
+JSONObject = dict[str, Any]
+
 # Kina dtype name -> NumPy dtype, and the dtypes whose arrays have a standard buffer
 # format ('f', 'e', 'q'/'l'), the only ones compiler._fastcall checks: types.DType.
 NUMPY_DTYPES = {d.value: d for d in DType}
 FASTCALL_DTYPES = frozenset(d.value for d in DType if d.buffer_formats)
 
 
-def numpy_dtype(kina_dtype: str) -> np.dtype:
+def numpy_dtype(kina_dtype: str) -> np.dtype[Any]:
     try:
         return DType.named(kina_dtype).np_dtype
     except ValueError:
@@ -85,8 +93,9 @@ class KinaIndexError(KinaArgumentError, IndexError):
 
 
 # ---- descriptors ---------------------------------------------------------------------
-def _row_major_strides(shape) -> list[int]:
-    strides, acc = [], 1
+def _row_major_strides(shape: Sequence[int]) -> list[int]:
+    strides: list[int] = []
+    acc = 1
     for d in reversed(shape):
         strides.append(acc)
         acc *= d
@@ -98,14 +107,14 @@ class TensorSpec:
     name: str            # parameter name, or "result i"
     dtype: str           # Kina dtype name
     shape: tuple[int, ...]
-    np_dtype: np.dtype
+    np_dtype: np.dtype[Any]
     bound: int | None = None   # an I64 index parameter: every element in [0, bound)
 
     def describe(self) -> str:
         return f"Tensor[{self.dtype}, [{', '.join(map(str, self.shape))}]]"
 
 
-def _describe_array(a: np.ndarray) -> str:
+def _describe_array(a: Array) -> str:
     return f"an array of dtype {a.dtype} and shape {list(a.shape)}"
 
 
@@ -137,7 +146,8 @@ class KinaFunction:
     C-contiguous, writeable, of the result types, overlapping no other output; an input
     they overlap is read from a copy) and returns them."""
 
-    def __init__(self, packed, entry: dict, fastcall: bool = True, threaded: bool = False) -> None:
+    def __init__(self, packed: _NamedFuncPointer, entry: JSONObject, fastcall: bool = True,
+                 threaded: bool = False) -> None:
         self.name: str = entry["name"]
         self.symbol: str = entry["symbol"]
         self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]),
@@ -156,7 +166,7 @@ class KinaFunction:
         self._fast = self._fast_entry(packed) if fastcall else None
         self.__doc__ = self.signature()
 
-    def _fast_entry(self, packed):
+    def _fast_entry(self, packed: _NamedFuncPointer) -> _fastcall.Entry | None:
         """The compiler._fastcall.Entry of this function, or None where the fast path
         does not apply (extension not built, a dtype without a buffer format)."""
         specs = self.params + self.results
@@ -181,16 +191,19 @@ class KinaFunction:
         return f"{self.name}({params}) -> {ret}"
 
     # -- a call: the C fast path, else the Python checks and a ctypes call -------------
-    def __call__(self, *args, out=None):
+    def __call__(self, *args: object, out: object = None) -> Array | tuple[Array, ...]:
+        outs: tuple[object, ...]
         if out is None:
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
         if self._fast is None or _fastcall.call(self._fast, args + outs) >= 0:
             self._call_checked(args, outs, out is None)
-        return outs[0] if len(outs) == 1 else outs
+        # every output is an array of its result's type now (checked by either path)
+        results = cast(tuple[Array, ...], outs)
+        return results[0] if len(results) == 1 else results
 
-    def _call_checked(self, args: tuple, outs: tuple, fresh: bool = False) -> None:
+    def _call_checked(self, args: tuple[object, ...], outs: tuple[object, ...], fresh: bool = False) -> None:
         """Check (and convert) every array, then call through ctypes.  `fresh`: the outputs
         were allocated by this call (nothing can alias them)."""
         if len(args) != len(self.params):
@@ -207,7 +220,7 @@ class KinaFunction:
             self._unalias(arrays, addresses)
         self._call_ctypes(arrays, addresses)
 
-    def _call_ctypes(self, arrays: list[np.ndarray], addresses: list[int]) -> None:
+    def _call_ctypes(self, arrays: list[Array], addresses: list[int]) -> None:
         """Fill a private copy of the descriptors with the arrays' data pointers and
         call the packed entry point; `arrays` keeps the arrays alive until it returns."""
         block = (ctypes.c_int64 * (len(self._descriptors.template) // 8)).from_buffer_copy(
@@ -220,7 +233,7 @@ class KinaFunction:
         self._packed(packed)
 
     # -- the Python checks: the same as the C helper's, with precise errors ---------------
-    def _coerce(self, value, spec: TensorSpec, what: str) -> np.ndarray:
+    def _coerce(self, value: object, spec: TensorSpec, what: str) -> Array:
         if not isinstance(value, np.ndarray):
             value = self._convert(value, spec, what)
         if value.dtype != spec.np_dtype or value.shape != spec.shape:
@@ -229,7 +242,7 @@ class KinaFunction:
                                     f"got {_describe_array(value)}")
         return value
 
-    def _convert(self, value, spec: TensorSpec, what: str) -> np.ndarray:
+    def _convert(self, value: object, spec: TensorSpec, what: str) -> Array:
         """A non-array argument as an array.  Python numbers and (nested) lists / tuples of
         them convert to the declared dtype when nothing is lost in kind: integers to I64,
         integers or floats to a float dtype, bools to Bool.  Never a float to I64 (no truncation), None
@@ -255,14 +268,14 @@ class KinaFunction:
             raise KinaArgumentError(f"{expects}, got integers beyond the I64 range")
         return arr.astype(spec.np_dtype)
 
-    def _input(self, arr, spec: TensorSpec) -> np.ndarray:
+    def _input(self, value: object, spec: TensorSpec) -> Array:
         """An input as given, or a C-contiguous aligned copy (lists, strided views)."""
-        arr = self._coerce(arr, spec, "parameter")
+        arr = self._coerce(value, spec, "parameter")
         if not (arr.flags.c_contiguous and arr.flags.aligned):
             arr = np.require(arr, requirements=["C", "A"])
         return arr
 
-    def _output(self, o, r: TensorSpec) -> np.ndarray:
+    def _output(self, o: object, r: TensorSpec) -> Array:
         if not isinstance(o, np.ndarray):
             raise KinaArgumentError(f"{self.name}: out= {r.name} must be a NumPy array, got {type(o).__name__}")
         self._coerce(o, r, "out=")
@@ -271,7 +284,7 @@ class KinaFunction:
                                     f"C-contiguous array")
         return o
 
-    def _check_indices(self, ids: np.ndarray, spec: TensorSpec) -> None:
+    def _check_indices(self, ids: Array, spec: TensorSpec) -> None:
         """Every element of an I64 index parameter in [0, bound): the library's own bounds
         check (cf.assert) would abort the whole process."""
         assert spec.bound is not None    # only bounded parameters are checked
@@ -284,7 +297,7 @@ class KinaFunction:
                                  f"{list(map(int, where))}, outside [0, {spec.bound}) (it indexes a "
                                  f"gather or take_along_axis; {int(bad.sum())} bad element(s))")
 
-    def _unalias(self, arrays: list[np.ndarray], addresses: list[int]) -> None:
+    def _unalias(self, arrays: list[Array], addresses: list[int]) -> None:
         """Outputs overlapping each other are refused (both results cannot be kept); an input
         an output overlaps is replaced by a copy, since the library may write that output
         before it has read all of the input (`layer(h, w, out=h)` then works as written).
@@ -313,7 +326,7 @@ _KIND_NAMES = {"f": "float", "i": "integer", "u": "unsigned integer", "b": "bool
                "U": "str", "S": "bytes", "c": "complex", "V": "void", "M": "datetime", "m": "timedelta"}
 
 
-def _describe_value(value) -> str:
+def _describe_value(value: object) -> str:
     if value is None:
         return "None"
     if isinstance(value, (str, bytes)):
@@ -322,9 +335,9 @@ def _describe_value(value) -> str:
     return type(value).__name__
 
 
-def _as_tuple(out) -> tuple:
+def _as_tuple(out: object) -> tuple[object, ...]:
     try:
-        return tuple(out)
+        return tuple(out)  # type: ignore[arg-type]  # any iterable; anything else is the TypeError below
     except TypeError:
         raise KinaArgumentError(f"out= takes an array or a sequence of arrays, got {type(out).__name__}") from None
 
@@ -333,7 +346,7 @@ def _as_tuple(out) -> tuple:
 class Library:
     """A loaded Kina library: `lib.fn(...)`, `lib["fn"](...)`, `lib.functions`."""
 
-    def __init__(self, so_path: str | Path, manifest: dict, fastcall: bool = True) -> None:
+    def __init__(self, so_path: str | Path, manifest: JSONObject, fastcall: bool = True) -> None:
         self.path = Path(so_path)
         self.manifest = manifest
         self._dll, self.threaded = open_library(self.path, manifest)
@@ -374,7 +387,7 @@ class Library:
         return f"<Library {self.path.name}: {', '.join(self.functions)}>"
 
 
-def load(so_path: str | Path, manifest: str | Path | dict | None = None, *, fastcall: bool = True) -> Library:
+def load(so_path: str | Path, manifest: str | Path | JSONObject | None = None, *, fastcall: bool = True) -> Library:
     """Load a library built by `kinac build` and its manifest (default: <so>.json).
     fastcall=False calls every function through the Python checks and ctypes only."""
     so_path = Path(so_path)

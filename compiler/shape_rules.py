@@ -8,7 +8,12 @@ Rules see attributes already normalised by ops.normalise_axes (no negative axes)
 """
 from __future__ import annotations
 
-from .types import DType, TensorType
+from collections.abc import Callable, Iterable
+
+from .types import Attrs, DType, TensorType
+
+# A typing rule: operand types and (normalised) attributes in, the result type out.
+Infer = Callable[[list[TensorType], Attrs], TensorType]
 
 
 class OpError(Exception):
@@ -21,7 +26,7 @@ class OpError(Exception):
 
 
 # ---- helpers ---------------------------------------------------------------
-def _shape(s) -> str:
+def _shape(s: Iterable[int]) -> str:
     return "[" + ", ".join(str(d) for d in s) + "]"
 
 
@@ -44,28 +49,30 @@ def _axis(axis: int, rank: int, t: TensorType, op: str) -> int:
 
 
 # ---- shape rules -------------------------------------------------------------
-def infer_elementwise(args, attrs, op: str="elementwise"):
+def infer_elementwise(args: list[TensorType], attrs: Attrs, op: str = "elementwise") -> TensorType:
     a, b = args
     _same_placement(args, op)
     if a.dtype != b.dtype:
         raise OpError("dtype", f"{op}: operand dtypes differ: lhs {a}, rhs {b}", 1)
     _float(a, 0, op, "lhs")
     if a.shape != b.shape:
-        diff = next((i for i in range(min(a.rank, b.rank)) if a.shape[i] != b.shape[i]), None)
-        where = (f"ranks differ ({a.rank} vs {b.rank})" if a.rank != b.rank
-                 else f"dimension {diff} is {a.shape[diff]} vs {b.shape[diff]}")
+        if a.rank != b.rank:
+            where = f"ranks differ ({a.rank} vs {b.rank})"
+        else:   # same rank, different shapes: some dimension differs
+            diff = next(i for i in range(a.rank) if a.shape[i] != b.shape[i])
+            where = f"dimension {diff} is {a.shape[diff]} vs {b.shape[diff]}"
         raise OpError("shape", f"{op}: operand shapes differ: lhs {a}, rhs {b}: {where} "
                       "(Kina has no implicit broadcasting; use .broadcast)", 1)
     return a
 
 
-def infer_unary(args, attrs, op: str="unary"):
+def infer_unary(args: list[TensorType], attrs: Attrs, op: str = "unary") -> TensorType:
     (a,) = args
     _float(a, 0, op)
     return a
 
 
-def infer_matmul(args, attrs):
+def infer_matmul(args: list[TensorType], attrs: Attrs) -> TensorType:
     a, b = args
     _same_placement(args, "matmul")
     if a.dtype != b.dtype:
@@ -83,7 +90,7 @@ def infer_matmul(args, attrs):
     return a.with_shape(a.shape[:-1] + (b.shape[-1],))
 
 
-def infer_transpose(args, attrs):
+def infer_transpose(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     perm = attrs["perm"]
     if sorted(perm) != list(range(a.rank)):
@@ -91,7 +98,7 @@ def infer_transpose(args, attrs):
     return a.with_shape(tuple(a.shape[p] for p in perm))
 
 
-def infer_reshape(args, attrs):
+def infer_reshape(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     shape = tuple(attrs["shape"])
     new = a.with_shape(shape)
@@ -103,7 +110,7 @@ def infer_reshape(args, attrs):
     return new
 
 
-def infer_broadcast(args, attrs):
+def infer_broadcast(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     shape = tuple(attrs["shape"])
     if any(d < 0 for d in shape):
@@ -118,7 +125,7 @@ def infer_broadcast(args, attrs):
     return a.with_shape(shape)
 
 
-def infer_slice(args, attrs):
+def infer_slice(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     axis = _axis(attrs["axis"], a.rank, a, "slice")
     start, stop = attrs["start"], attrs["stop"]
@@ -128,7 +135,7 @@ def infer_slice(args, attrs):
     return a.with_shape(a.shape[:axis] + (stop - start,) + a.shape[axis + 1:])
 
 
-def infer_concat(args, attrs):
+def infer_concat(args: list[TensorType], attrs: Attrs) -> TensorType:
     _same_placement(args, "concat")
     a = args[0]
     axis = _axis(attrs["axis"], a.rank, a, "concat")
@@ -143,7 +150,7 @@ def infer_concat(args, attrs):
     return a.with_shape(a.shape[:axis] + (total,) + a.shape[axis + 1:])
 
 
-def infer_gather(args, attrs):
+def infer_gather(args: list[TensorType], attrs: Attrs) -> TensorType:
     values, indices = args
     _same_placement(args, "gather")
     _float(values, 0, "gather", "values")
@@ -154,20 +161,20 @@ def infer_gather(args, attrs):
     return values.with_shape(indices.shape + (values.shape[1],))
 
 
-def infer_reduce_keep(args, attrs):
+def infer_reduce_keep(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     axis = _axis(attrs["axis"], a.rank, a, "reduce_keep")
     return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
 
 
-def infer_softmax(args, attrs, op: str="softmax"):
+def infer_softmax(args: list[TensorType], attrs: Attrs, op: str = "softmax") -> TensorType:
     (a,) = args
     _float(a, 0, op)
     _axis(attrs["axis"], a.rank, a, op)
     return a
 
 
-def infer_take_along_axis(args, attrs):
+def infer_take_along_axis(args: list[TensorType], attrs: Attrs) -> TensorType:
     a, idx = args
     _same_placement(args, "take_along_axis")
     _float(a, 0, "take_along_axis")
@@ -180,7 +187,7 @@ def infer_take_along_axis(args, attrs):
     return a.with_shape(idx.shape)
 
 
-def infer_scatter_add(args, attrs):
+def infer_scatter_add(args: list[TensorType], attrs: Attrs) -> TensorType:
     updates, indices = args
     dest: TensorType = attrs["dest_ty"]
     _same_placement([updates, indices, dest], "scatter_add")
@@ -191,7 +198,7 @@ def infer_scatter_add(args, attrs):
     return dest
 
 
-def infer_scatter_along_axis(args, attrs):
+def infer_scatter_along_axis(args: list[TensorType], attrs: Attrs) -> TensorType:
     updates, indices = args
     dest: TensorType = attrs["dest_ty"]
     if updates.shape != indices.shape or indices.dtype != DType.I64:
@@ -199,7 +206,7 @@ def infer_scatter_along_axis(args, attrs):
     return dest
 
 
-def infer_same(args, attrs, op: str="elementwise"):
+def infer_same(args: list[TensorType], attrs: Attrs, op: str = "elementwise") -> TensorType:
     """Any number of floating operands of one type (maximum_grad's g, x, y)."""
     _same_placement(args, op)
     a = args[0]
@@ -211,11 +218,11 @@ def infer_same(args, attrs, op: str="elementwise"):
     return a
 
 
-def infer_pow(args, attrs):
+def infer_pow(args: list[TensorType], attrs: Attrs) -> TensorType:
     return infer_unary(args, attrs, "pow")
 
 
-def infer_clamp(args, attrs):
+def infer_clamp(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     _float(a, 0, "clamp")
     lo, hi = attrs.get("min"), attrs.get("max")
@@ -226,7 +233,7 @@ def infer_clamp(args, attrs):
     return a
 
 
-def infer_cast(args, attrs):
+def infer_cast(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     target = DType.named(attrs["dtype"])
     if target.is_float or (target is DType.I64 and a.dtype is DType.Bool):
@@ -235,7 +242,7 @@ def infer_cast(args, attrs):
                   "(from any dtype), or from Bool to I64; use argmax for indices", "dtype")
 
 
-def infer_iota(args, attrs):
+def infer_iota(args: list[TensorType], attrs: Attrs) -> TensorType:
     shape = tuple(attrs["shape"])
     if any(d < 0 for d in shape):
         raise OpError("attr", f"iota: shape {_shape(shape)} has a negative dimension", "shape")
@@ -244,7 +251,7 @@ def infer_iota(args, attrs):
     return TensorType(DType.I64, shape)
 
 
-def infer_tril(args, attrs):
+def infer_tril(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     if a.rank < 2:
         raise OpError("shape", f"tril: {a} has rank {a.rank}; tril keeps the lower triangle of the last two "
@@ -252,7 +259,7 @@ def infer_tril(args, attrs):
     return a
 
 
-def infer_argmax(args, attrs):
+def infer_argmax(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     _float(a, 0, "argmax")
     axis = _axis(attrs["axis"], a.rank, a, "argmax")
@@ -261,7 +268,7 @@ def infer_argmax(args, attrs):
     return TensorType(DType.I64, a.shape[:axis] + (1,) + a.shape[axis + 1:], a.placement)
 
 
-def infer_compare(args, attrs, op: str="compare"):
+def infer_compare(args: list[TensorType], attrs: Attrs, op: str = "compare") -> TensorType:
     """Two operands of one type (any dtype) -> a Bool tensor of their shape."""
     a, b = args
     _same_placement(args, op)
@@ -273,7 +280,7 @@ def infer_compare(args, attrs, op: str="compare"):
     return a.with_dtype(DType.Bool)
 
 
-def infer_where(args, attrs):
+def infer_where(args: list[TensorType], attrs: Attrs) -> TensorType:
     cond, a, b = args
     _same_placement(args, "where")
     if cond.dtype is not DType.Bool:
@@ -289,7 +296,8 @@ def infer_where(args, attrs):
     return a
 
 
-def _named(fn, op):
+def _named(fn: Callable[[list[TensorType], Attrs, str], TensorType], op: str) -> Infer:
+    """The rule `fn` specialised to the op it names in its messages."""
     return lambda args, attrs: fn(args, attrs, op)
 
 

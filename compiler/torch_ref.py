@@ -9,12 +9,25 @@ AD pass against autograd, and the NumPy interpreter against a second implementat
 """
 from __future__ import annotations
 
-from typing import Callable
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from . import ir
 from .types import TensorType
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch import dtype as torch_dtype
+
+# An op's attributes, as the checker normalised them (ir.OpApp.attrs).
+Attrs = dict[str, Any]
+# What an IR expression evaluates to: a tensor, or a tuple of them (MakeTuple, handle).
+Value = Union["Tensor", tuple["Tensor", ...]]
+
 
 
 def available() -> bool:
@@ -28,85 +41,92 @@ def available() -> bool:
 _CONFIGURED = False
 
 
-def _t():
-    """torch, on one thread: the tensors are small, and the test runs share two cores."""
+def _t() -> ModuleType:
+    """torch, on one thread: the tensors are small, and the test runs share two cores.
+    (The table's rows call it; the typed helpers below `import torch` themselves, after
+    _Evaluator has called this once.)"""
     global _CONFIGURED
-    import torch
+    torch = importlib.import_module("torch")   # a ModuleType whether or not mypy can see torch
     if not _CONFIGURED:
         torch.set_num_threads(1)
         _CONFIGURED = True
     return torch
 
 
-def _scatter_add(a, at, t):
-    torch = _t()
+def _scatter_add(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    import torch
     upd, idx = a
     out = torch.zeros(t.shape, dtype=upd.dtype)
     return out.index_add(0, idx.reshape(-1), upd.reshape(-1, t.shape[1]))
 
 
-def _scatter_along_axis(a, at, t):
-    torch = _t()
+def _scatter_along_axis(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    import torch
     upd, idx = a
     return torch.zeros(t.shape, dtype=upd.dtype).scatter_add(at["axis"], idx, upd)
 
 
-def _reduce(a, at, t):
-    torch = _t()
-    x, axis = a[0], at["axis"]
-    if at["op"] == "sum":
-        return x.sum(dim=axis, keepdim=True)
-    if at["op"] == "mean":
-        return x.mean(dim=axis, keepdim=True)
-    return torch.amax(x, dim=axis, keepdim=True)
+_REDUCERS: dict[str, Callable[[Tensor, int], Tensor]] = {
+    "sum": lambda x, axis: x.sum(dim=axis, keepdim=True),
+    "mean": lambda x, axis: x.mean(dim=axis, keepdim=True),
+    "max": lambda x, axis: _t().amax(x, dim=axis, keepdim=True),
+}
+# Kina's gelu `approximate` choice -> torch.nn.functional.gelu's `approximate` argument.
+_GELU_APPROXIMATE = {"none": "none", "tanh": "tanh"}
 
 
-def _maximum_grad(a, at, t):
+def _reduce(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    return _REDUCERS[at["op"]](a[0], at["axis"])
+
+
+def _maximum_grad(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     g, x, y = a
-    torch = _t()
+    import torch
     return torch.where(x > y, g, torch.where(x == y, g / 2, torch.zeros_like(g)))
 
 
-def _clamp_grad(a, at, t):
+def _clamp_grad(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     g, x = a
-    keep = _t().ones_like(x, dtype=_t().bool)
+    import torch
+    keep = torch.ones_like(x, dtype=torch.bool)
     if at.get("min") is not None:
         keep &= x >= at["min"]
     if at.get("max") is not None:
         keep &= x <= at["max"]
-    return _t().where(keep, g, _t().zeros_like(g))
+    return torch.where(keep, g, torch.zeros_like(g))
 
 
-def _gelu_grad(a, at, t):
+def _gelu_grad(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     g, x = a
+    import torch
     x = x.detach().requires_grad_(True)
-    with _t().enable_grad():
-        y = _t().nn.functional.gelu(x, approximate=at["approximate"])
-        (d,) = _t().autograd.grad(y, x, g)
+    with torch.enable_grad():
+        y = torch.nn.functional.gelu(x, approximate=_GELU_APPROXIMATE[at["approximate"]])
+        (d,) = torch.autograd.grad(y, x, g)
     return d
 
 
-def _cast(a, at, t):
+def _cast(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     # float64 evaluation: a float result stays float64 (the reference does not round)
     return a[0].to(_dtype_of(t))
 
 
-def _iota(a, at, t):
-    torch = _t()
+def _iota(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    import torch
     axis, shape = at["axis"], list(t.shape)
     view = [1] * len(shape)
     view[axis] = shape[axis]
     return torch.arange(shape[axis], dtype=torch.int64).reshape(view).expand(shape).clone()
 
 
-def _dtype_of(t: TensorType):
-    torch = _t()
+def _dtype_of(t: TensorType) -> torch_dtype:
+    import torch
     if t.is_float:
         return torch.float64
     return torch.bool if t.dtype.value == "Bool" else torch.int64
 
 
-OpFn = Callable[[list, dict, TensorType], object]
+OpFn = Callable[[list["Tensor"], Attrs, TensorType], "Tensor"]
 
 TORCH_OPS: dict[str, OpFn] = {
     "add": lambda a, at, t: a[0] + a[1],
@@ -143,7 +163,7 @@ TORCH_OPS: dict[str, OpFn] = {
     "erf": lambda a, at, t: _t().erf(a[0]),
     "pow": lambda a, at, t: _t().pow(a[0], at["p"]),
     "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
-    "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=at["approximate"]),
+    "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=_GELU_APPROXIMATE[at["approximate"]]),
     "cast": _cast,
     "iota": _iota,
     "tril": lambda a, at, t: _t().tril(a[0], at["k"]),
@@ -160,30 +180,39 @@ TORCH_OPS: dict[str, OpFn] = {
     "gelu_grad": _gelu_grad,
 }
 
+# The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
+    ("reduce_keep", "op"): _REDUCERS,
+    ("gelu", "approximate"): _GELU_APPROXIMATE,
+    ("gelu_grad", "approximate"): _GELU_APPROXIMATE,
+}
+
 
 class _Evaluator:
-    def __init__(self, program: ir.Program):
+    def __init__(self, program: ir.Program) -> None:
+        _t()   # torch imported and configured
         self.program = program
 
-    def tensor(self, value, t: TensorType):
-        torch = _t()
+    def from_numpy(self, value: np.ndarray, t: TensorType) -> Tensor:
+        import torch
         arr = np.asarray(value)
         if t.is_float:
             return torch.from_numpy(arr.astype(np.float64))
         return torch.from_numpy(arr.astype(np.bool_ if t.dtype.value == "Bool" else np.int64))
 
-    def call(self, fn: ir.Function, args: list):
-        env = dict(zip((p.name for p in fn.params), args))
+    def call(self, fn: ir.Function, args: list[Tensor]) -> Value:
+        env: dict[str, Value] = dict(zip((p.name for p in fn.params), args))
         for b in fn.lets:
             value = self.eval(b.value, env)
             if b.destructure:
+                assert isinstance(value, tuple), b.names   # the checker typed the value a tuple
                 env.update(zip(b.names, value))
             else:
                 env[b.names[0]] = value
         return self.eval(fn.result, env)
 
-    def eval(self, e: ir.Expr, env: dict):
-        torch = _t()
+    def eval(self, e: ir.Expr, env: dict[str, Value]) -> Value:
+        import torch
         if isinstance(e, ir.Var):
             return env[e.name]
         if isinstance(e, ir.Literal):
@@ -194,35 +223,44 @@ class _Evaluator:
                 return torch.full(e.type.shape, e.values[0], dtype=dtype)
             return torch.tensor(e.values, dtype=dtype).reshape(e.type.shape)
         if isinstance(e, ir.OpApp):
-            return TORCH_OPS[e.op]([self.eval(a, env) for a in e.args], e.attrs, e.type)
+            assert isinstance(e.type, TensorType), e.op   # every op yields one tensor
+            return TORCH_OPS[e.op]([self.tensor(e, a, env) for a in e.args], e.attrs, e.type)
         if isinstance(e, ir.CallFn):
-            return self.call(self.program.functions[e.fn], [self.eval(a, env) for a in e.args])
+            return self.call(self.program.functions[e.fn], [self.tensor(e, a, env) for a in e.args])
         if isinstance(e, ir.MakeTuple):
-            return tuple(self.eval(x, env) for x in e.items)
+            return tuple(self.tensor(e, x, env) for x in e.items)
         if isinstance(e, ir.Handle):
-            return self.handle(e, [self.eval(a, env) for a in e.args])
+            return self.handle(e, [self.tensor(e, a, env) for a in e.args])
         raise TypeError(f"unknown IR node {type(e).__name__}")
 
-    def handle(self, h: ir.Handle, args: list):
+    def tensor(self, parent: ir.Expr, e: ir.Expr, env: dict[str, Value]) -> Tensor:
+        """The value of an operand, argument or tuple item: always one tensor (parameters and
+        op operands are tensors, and a tuple's items are tensors)."""
+        value = self.eval(e, env)
+        assert not isinstance(value, tuple), type(parent).__name__
+        return value
+
+    def handle(self, h: ir.Handle, args: list[Tensor]) -> Value:
         """(R, g0, ..): the primal and d(sum R)/d(each float argument), by autograd."""
-        torch = _t()
+        import torch
         fn = self.program.functions[h.fn]
         leaves = [a.detach().clone().requires_grad_(True) if p.type.is_float else a
                   for a, p in zip(args, fn.params)]
         with torch.enable_grad():
             y = self.call(fn, leaves)
+            assert not isinstance(y, tuple), h.fn     # reverseMode differentiates a tensor result
             wrt = [x for x, p in zip(leaves, fn.params) if p.type.is_float]
-            grads = torch.autograd.grad(y.sum(), wrt, allow_unused=True) if wrt and y.requires_grad else \
-                [None] * len(wrt)
-        grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(grads, wrt)]
+            found: Sequence[Tensor | None] = torch.autograd.grad(y.sum(), wrt, allow_unused=True) \
+                if wrt and y.requires_grad else [None] * len(wrt)
+        grads = [g if g is not None else torch.zeros_like(x) for g, x in zip(found, wrt)]
         return (y.detach(), *[g.detach() for g in grads]) if wrt else y.detach()
 
 
-def run_function(program: ir.Program, name: str, args: list):
+def run_function(program: ir.Program, name: str, args: list[np.ndarray]) -> np.ndarray | tuple[np.ndarray, ...]:
     """Evaluate `name` in float64 with PyTorch; an ndarray or a tuple of them."""
     ev = _Evaluator(program)
     fn = program.functions[name]
-    out = ev.call(fn, [ev.tensor(a, p.type) for a, p in zip(args, fn.params)])
+    out = ev.call(fn, [ev.from_numpy(a, p.type) for a, p in zip(args, fn.params)])
     if isinstance(out, tuple):
-        return tuple(o.detach().numpy() for o in out)
-    return out.detach().numpy()
+        return tuple(np.asarray(o.detach().numpy()) for o in out)
+    return np.asarray(out.detach().numpy())

@@ -16,9 +16,14 @@ F8E5M2 is IEEE-like (max 57344, has infinities).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class DType(Enum):
@@ -47,13 +52,16 @@ class DType(Enum):
     # numpy.bool_ (stored as i8: memrefs of i1 do not lower to LLVM; ops compare in i1).
     Bool = ("Bool", "i8", 1, "bool_", "uint8_t", "?", False, (0, 0), None)
 
-    def __new__(cls, name: str, *facts):
+    _value_: str   # the Kina name (the other columns become attributes in __init__)
+
+    def __new__(cls, name: str, *facts: object) -> DType:
         member = object.__new__(cls)
         member._value_ = name
         return member
 
     def __init__(self, name: str, mlir: str, itemsize: int, numpy_name: str, c_type: str,
-                 buffer_formats: str, has_inf: bool, tolerance: tuple, fd_tolerance: tuple | None) -> None:
+                 buffer_formats: str, has_inf: bool, tolerance: tuple[float, float],
+                 fd_tolerance: tuple[float, float] | None) -> None:
         self.mlir = mlir
         self.itemsize = itemsize
         self.numpy_name = numpy_name
@@ -77,13 +85,15 @@ class DType(Enum):
         return self.mlir.startswith(("f", "bf"))
 
     @cached_property
-    def np_dtype(self):
+    def np_dtype(self) -> np.dtype[Any]:
         """The NumPy dtype of its arrays (BF16 / F8 through ml_dtypes; imported on first use)."""
         import numpy as np
         if hasattr(np, self.numpy_name):
-            return np.dtype(getattr(np, self.numpy_name))
+            dtype: np.dtype[Any] = np.dtype(getattr(np, self.numpy_name))
+            return dtype
         import ml_dtypes
-        return np.dtype(getattr(ml_dtypes, self.numpy_name))
+        dtype = np.dtype(getattr(ml_dtypes, self.numpy_name))
+        return dtype
 
     @cached_property
     def finite_max(self) -> float | int:
@@ -94,7 +104,8 @@ class DType(Enum):
         if not self.is_float:
             return int(np.iinfo(self.np_dtype).max)
         import ml_dtypes  # its finfo covers NumPy's floats and its own
-        return float(ml_dtypes.finfo(self.np_dtype).max)
+        # ml_dtypes.finfo (a subclass of numpy.finfo that knows its narrow floats) is unannotated
+        return float(ml_dtypes.finfo(self.np_dtype).max)  # type: ignore[no-untyped-call]
 
     def bits_of(self, x: float) -> int:
         """The storage bits of `x` rounded to this dtype (how NumPy / ml_dtypes round it:
@@ -103,7 +114,7 @@ class DType(Enum):
         return int(np.array(x, np.float64).astype(self.np_dtype).view(f"u{self.itemsize}"))
 
     def __str__(self) -> str:
-        return self.value
+        return self._value_
 
 
 FLOAT_DTYPES = tuple(d for d in DType if d.is_float)
@@ -132,7 +143,7 @@ class TensorType:
     def is_float(self) -> bool:
         return self.dtype.is_float
 
-    def with_shape(self, shape) -> TensorType:
+    def with_shape(self, shape: Iterable[int]) -> TensorType:
         return TensorType(self.dtype, tuple(shape), self.placement)
 
     def with_dtype(self, dtype: DType) -> TensorType:
@@ -152,6 +163,12 @@ class TupleType:
 
 
 Type = TensorType | TupleType
+
+# An op's static attributes by name, as the checker normalised them against the op's
+# AttrSpecs: ints, tuples of ints, floats, enum strings, a dtype name, or a TensorType
+# (`dest_ty`).  Each op's row says which attribute holds which, so the values are Any
+# here: a union would need a narrowing at every read of a value already validated.
+Attrs = dict[str, Any]
 
 
 def f32(*shape: int) -> TensorType:

@@ -30,6 +30,11 @@ MAX_DEPTH = 64   # call nesting followed; deeper chains are not analysed
 # A value being followed: an expression, the element of its tuple value it stands for
 # (None: the whole value), and the call sites its function was entered through.
 _Frame = tuple[Function, CallFn | Handle]
+# What holds an expression, and at which operand: an Expr node, the Binding whose whole
+# value it is (operand 0), or None for the function's result (operand 0).
+_Parent = tuple[Expr | ir.Binding | None, int]
+# A visited state of the walk: ids of the function, the expression and the call sites, the position.
+_Seen = set[tuple[int, int, int | None, tuple[int, ...]]]
 
 
 class Uses:
@@ -38,7 +43,7 @@ class Uses:
 
     def __init__(self, program: Program | None) -> None:
         self.program = program
-        self._parents: dict[int, tuple[Function, dict[int, tuple]]] = {}   # id(fn) -> (fn, table)
+        self._parents: dict[int, tuple[Function, dict[int, _Parent]]] = {}   # id(fn) -> (fn, table)
 
     # ---- the answers ----------------------------------------------------------------
     def index_bound(self, fn: Function, name: str) -> int | None:
@@ -52,17 +57,18 @@ class Uses:
     def sinks(self, fn: Function, name: str) -> list[tuple[OpApp, int]]:
         """(op, operand index) of every op that consumes the parameter's elements."""
         out: list[tuple[OpApp, int]] = []
-        seen: set = set()
+        seen: _Seen = set()
         self._follow_name(fn, name, None, (), out, seen)
         return out
 
     # ---- the walk ---------------------------------------------------------------------
-    def _follow_name(self, fn, name, pos, stack, out, seen) -> None:
+    def _follow_name(self, fn: Function, name: str, pos: int | None, stack: tuple[_Frame, ...],
+                     out: list[tuple[OpApp, int]], seen: _Seen) -> None:
         for var in self._occurrences(fn, name):
             self._follow(fn, var, pos, stack, out, seen)
 
     def _follow(self, fn: Function, expr: Expr, pos: int | None, stack: tuple[_Frame, ...],
-                out: list, seen: set) -> None:
+                out: list[tuple[OpApp, int]], seen: _Seen) -> None:
         key = (id(fn), id(expr), pos, tuple(id(c) for _, c in stack))
         if key in seen or len(stack) > MAX_DEPTH:
             return
@@ -99,21 +105,21 @@ class Uses:
     def _occurrences(self, fn: Function, name: str) -> list[Var]:
         return [e for root in _roots(fn) for e in ir.walk(root) if isinstance(e, Var) and e.name == name]
 
-    def _parent(self, fn: Function, expr: Expr) -> tuple:
+    def _parent(self, fn: Function, expr: Expr) -> _Parent:
         """(parent, operand index) of expr: an Expr node, the Binding whose whole value it is,
-        or (None, None) for the function's result."""
+        or None for the function's result (the index is 0 for those two)."""
         cached = self._parents.get(id(fn))
         if cached is None:
-            table: dict[int, tuple] = {}
+            table: dict[int, _Parent] = {}
             for b in fn.lets:
-                table[id(b.value)] = (b, None)
+                table[id(b.value)] = (b, 0)
             for root in _roots(fn):
                 for node in ir.walk(root):
                     for j, child in enumerate(ir.children(node)):
                         table[id(child)] = (node, j)
-            table[id(fn.result)] = (None, None)
+            table[id(fn.result)] = (None, 0)
             cached = self._parents[id(fn)] = (fn, table)   # holding fn keeps its id unique
-        return cached[1].get(id(expr), (None, None))
+        return cached[1].get(id(expr), (None, 0))
 
 
 def _roots(fn: Function) -> list[Expr]:

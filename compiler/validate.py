@@ -25,22 +25,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import build, ir
+from .arrays import Array
 from .runtime_library import KinaRuntimeError
 from .types import FLOAT_DTYPES, DType
+
+if TYPE_CHECKING:
+    from .interp import Value
 
 GRAD_PREFIX = "__validate_grad_"
 
 # Kina dtype -> (atol, rtol) for compiled vs interpreter, and for cotangents vs finite
 # differences: types.DType.tolerance / fd_tolerance.
 TOLERANCES = {d.value: d.tolerance for d in DType}
-FD_TOLERANCES = {d.value: d.fd_tolerance for d in FLOAT_DTYPES}
+FD_TOLERANCES = {d.value: t for d in FLOAT_DTYPES if (t := d.fd_tolerance) is not None}   # every float dtype
 FD_STEP = 1e-4            # central differences in float64
 FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deterministic sample
 
@@ -96,7 +102,7 @@ class ValidationReport:
 # dtype (which rounds after every op, as the library does) is itself further from the
 # float64 value than the bound, the program is ill-conditioned at that dtype, and the
 # library is held to that same-dtype reference instead (`reference` says which was used).
-def _error(got, ref) -> tuple[float, float, np.ndarray]:
+def _error(got: ArrayLike, ref: ArrayLike) -> tuple[float, float, Array]:
     """(max |got - ref|, max |ref|, elementwise errors); NaN where ref is NaN, and the same
     infinity, count as agreement."""
     g = np.asarray(got).astype(np.float64)
@@ -108,7 +114,8 @@ def _error(got, ref) -> tuple[float, float, np.ndarray]:
     return (float(diff.max()) if diff.size else 0.0, float(finite.max()) if finite.size else 0.0, diff)
 
 
-def compare(name: str, got, want, dtype: str, reference: str, tol=TOLERANCES) -> OutputCheck:
+def compare(name: str, got: ArrayLike, want: ArrayLike, dtype: str, reference: str,
+            tol: Mapping[str, tuple[float, float]] = TOLERANCES) -> OutputCheck:
     """The rule for one output: max |got - want| <= atol + rtol * max |want|."""
     if np.shape(got) != np.shape(want):
         return OutputCheck(name, reference, float("inf"), float("inf"), False)
@@ -118,7 +125,8 @@ def compare(name: str, got, want, dtype: str, reference: str, tol=TOLERANCES) ->
     return OutputCheck(name, reference, max_abs, max_abs / max(scale, 1e-30), max_abs <= bound, bound)
 
 
-def check_output(name: str, got, ref64, dtype: str, same_dtype=None) -> OutputCheck:
+def check_output(name: str, got: ArrayLike, ref64: ArrayLike, dtype: str,
+                 same_dtype: ArrayLike | None = None) -> OutputCheck:
     """`got` against the float64 reference; against the same-dtype reference when the
     program is ill-conditioned at its dtype (see the rule above)."""
     check = compare(name, got, ref64, dtype, "interp (f64)")
@@ -129,8 +137,13 @@ def check_output(name: str, got, ref64, dtype: str, same_dtype=None) -> OutputCh
     return compare(name, got, same_dtype, dtype, f"interp ({dtype})")
 
 
-def _flat(value) -> list[np.ndarray]:
-    return list(value) if isinstance(value, tuple) else [value]
+def _flat(value: Value) -> list[Array]:
+    """A function's result as a list of arrays (a tensor, or a flat tuple of tensors)."""
+    out: list[Array] = []
+    for a in value if isinstance(value, tuple) else (value,):
+        assert isinstance(a, np.ndarray), type(a)   # exported results are never nested tuples
+        out.append(a)
+    return out
 
 
 def _result_dtypes(fn: ir.Function) -> list[str]:
@@ -159,15 +172,15 @@ def add_gradient_wrappers(program: ir.Program) -> ir.Program:
     return out
 
 
-def finite_differences(program: ir.Program, target: str, args: list[np.ndarray]) -> list[np.ndarray | None]:
+def finite_differences(program: ir.Program, target: str, args: list[Array]) -> list[Array | None]:
     """d(sum of target's result)/d(each float parameter) by central differences in float64;
     None for I64 parameters.  Sampled elements elsewhere are NaN (not compared)."""
     from . import interp
     fn = program.functions[target]
     x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
-    grads: list[np.ndarray | None] = []
+    grads: list[Array | None] = []
 
-    def total(xs) -> float:
+    def total(xs: list[Array]) -> float:
         return float(np.sum(np.asarray(interp.run_function(program, target, xs, dtype=np.float64),
                                        dtype=np.float64)))
 
@@ -191,7 +204,7 @@ def finite_differences(program: ir.Program, target: str, args: list[np.ndarray])
 
 
 def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: ir.Function,
-                      args: list[np.ndarray], got: list[np.ndarray]) -> None:
+                      args: list[Array], got: list[Array]) -> None:
     call = wrapper.result
     assert isinstance(call, ir.Handle), wrapper.name       # add_gradient_wrappers makes a handle
     target = call.fn
@@ -226,7 +239,7 @@ def child_main(so_path: str, work: str, names: list[str]) -> int:
     return 0
 
 
-def _route_c_stdout_to_stderr():
+def _route_c_stdout_to_stderr() -> TextIO:
     """cf.assert prints its message with puts() and then aborts: on a pipe that message
     would sit in stdio's buffer and die with the process.  Keep the protocol on a private
     copy of fd 1, point fd 1 at stderr, and make C's stdout unbuffered."""
@@ -249,8 +262,8 @@ def _assertion(stderr: str) -> str:
     return (hits or lines or ["the library crashed without a message"])[0]
 
 
-def _child_command(so_path: Path, work: Path, names: list[str]) -> tuple[list[str], dict]:
-    """(argv, Popen keywords) of the child.  It must import this very `compiler` package and
+def _child_command(so_path: Path, work: Path, names: list[str]) -> tuple[list[str], dict[str, str], str]:
+    """(argv, environment, working directory) of the child.  It must import this very `compiler` package and
     nothing from the caller's working directory or workspace (a `./compiler/` or `./numpy.py`
     there would run): `-P` (and PYTHONSAFEPATH for anything it starts) keeps the working
     directory off sys.path, the working directory is the private work dir, and the
@@ -260,7 +273,7 @@ def _child_command(so_path: Path, work: Path, names: list[str]) -> tuple[list[st
                PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     cmd = [sys.executable, "-P", "-m", "compiler.validate", "--child", str(Path(so_path).resolve()),
            str(Path(work).resolve()), *names]
-    return cmd, {"env": env, "cwd": str(work)}
+    return cmd, env, str(work)
 
 
 def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
@@ -269,8 +282,8 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
     is called per function.  Returns False when cancelled."""
     pending = list(names)
     while pending:
-        cmd, where = _child_command(so_path, work, pending)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **where)
+        cmd, env, cwd = _child_command(so_path, work, pending)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
         assert proc.stdout is not None and proc.stderr is not None     # both are pipes
         current, deadline, timed_out = None, time.monotonic() + timeout, False
         sel = selectors.DefaultSelector()
@@ -338,8 +351,8 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         fns = [f for f in build.exported(program) if f.params or f.name == "main" or (only and f.name in only)]
         if only is not None:
             fns = [f for f in fns if f.name in only]
-        inputs: dict[str, list[np.ndarray]] = {}
-        expected: dict[str, tuple[list[np.ndarray], list[np.ndarray]] | None] = {}
+        inputs: dict[str, list[Array]] = {}
+        expected: dict[str, References | None] = {}
         reports: dict[str, FunctionReport] = {}
         for fn in fns:
             reports[fn.name] = FunctionReport(_display_name(fn.name))
@@ -388,28 +401,33 @@ def _display_name(name: str) -> str:
     return f"{name[len(GRAD_PREFIX):]} (reverseMode)" if name.startswith(GRAD_PREFIX) else name
 
 
-def references(program: ir.Program, name: str, args) -> tuple[list[np.ndarray], list[np.ndarray]]:
+# A function's reference results: the interpreter in float64, and in the declared dtypes.
+References = tuple[list[Array], list[Array]]
+
+
+def references(program: ir.Program, name: str, args: list[Array]) -> References:
     """The interpreter's results in float64 (the reference) and in the declared dtypes."""
     from . import interp
     return (_flat(interp.run_function(program, name, args, dtype=np.float64)),
             _flat(interp.run_function(program, name, args)))
 
 
-def check_results(rep: FunctionReport, fn: ir.Function, got: list, want) -> None:
+def check_results(rep: FunctionReport, fn: ir.Function, got: list[Array], want: References) -> None:
     """Append one check per result of fn (the rule above) to rep."""
     ref64, same = want
     for i, (g, w, w_dt, dt) in enumerate(zip(got, ref64, same, _result_dtypes(fn))):
         rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt))
 
 
-def load_outputs(work: Path, name: str) -> list:
-    """The results the child process computed for function `name`."""
+def load_outputs(work: Path, name: str) -> list[Array]:
+    """The results the child process computed for function `name` (child_main's pickle)."""
     with open(work / f"{name}.out.pkl", "rb") as f:
-        return pickle.load(f)
+        out: list[Array] = pickle.load(f)
+    return out
 
 
 def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
-                      args, want, work: Path) -> None:
+                      args: list[Array], want: References, work: Path) -> None:
     got = load_outputs(work, fn.name)
     check_results(rep, fn, got, want)
     if fn.name.startswith(GRAD_PREFIX):
@@ -444,7 +462,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     build._add_opt_args(parser)
 
 
-def cli_validate(args) -> int:
+def cli_validate(args: argparse.Namespace) -> int:
     report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
                            timeout=args.timeout)
     if report.build is not None:
@@ -456,7 +474,7 @@ def cli_validate(args) -> int:
     return 0 if report.ok else 1
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         so_path, work, *names = argv[1:]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .diagnostics import Span
 from .ir import NO_SPAN, Binding, Expr, Function, Literal, OpApp, Param, Var, as_tensor, scatter_add, scatter_along_axis
@@ -52,13 +53,14 @@ class Builder:
         return Var(name, value.type, value.span)
 
     def emit(self, op_name: str, args: list[Var], name: str | None = None,
-             span: Span = NO_SPAN, **attrs) -> Var:
-        """Bind `op_name(args, attrs)`; the result type comes from the op's shape rule."""
+             span: Span = NO_SPAN, **attrs: Any) -> Var:
+        """Bind `op_name(args, attrs)`; the result type comes from the op's shape rule.
+        `attrs` are the op's attribute values (types.Attrs: what each holds is the op's row)."""
         ty = OPS[op_name].infer([a.tensor_type for a in args], attrs)
         return self.bind(OpApp(op_name, list(args), attrs, ty, span if span != NO_SPAN else self.span),
                          name, op_name)
 
-    def literal(self, ty: TensorType, values: tuple = (), name: str | None = None) -> Var:
+    def literal(self, ty: TensorType, values: tuple[float, ...] = (), name: str | None = None) -> Var:
         """A constant: () zeros, (x,) splat."""
         return self.bind(Literal(tuple(values), ty, self.span), name, "zeros" if not values else "const")
 
@@ -327,7 +329,9 @@ def _cast(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Va
 def _where(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
     # the condition is discrete; each value gets g where it was chosen, zeros elsewhere
     cond, a, _ = _args(node)
-    zeros = lambda: b.literal(a.tensor_type)  # noqa: E731
+
+    def zeros() -> Var:
+        return b.literal(a.tensor_type)
     return [None, _only(needs, 1, lambda: b.emit("where", [cond, g, zeros()])),
             _only(needs, 2, lambda: b.emit("where", [cond, zeros(), g]))]
 
@@ -341,7 +345,7 @@ _DISCRETE = ("has a discrete ({dtype}) result, so it never receives a cotangent:
              "reverseMode (cast the result to a float dtype to compute with it)")
 
 # The rows of each enum attribute's choices that a VJP reads (tests/test_tables.py).
-ATTR_CHOICES: dict[tuple[str, str], dict] = {
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCE_KEEP_REJECT,
     ("gelu", "approximate"): _GELU_GRAD_APPROXIMATE,
 }

@@ -22,7 +22,7 @@ tensor is needed writes the literal that type-checks there.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from lsprotocol import types as lsp
 
@@ -32,12 +32,13 @@ from compiler.check_scalars import literal_text
 from compiler.diagnostics import Span
 
 from . import astutil, hover
+from .documents import View
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"
 
 
-def _node_with_span(fn: ast.FnDef, start: int, end: int):
+def _node_with_span(fn: ast.FnDef, start: int, end: int) -> ast.Expr | None:
     stack = [fn.body]
     while stack:
         node = stack.pop()
@@ -47,7 +48,7 @@ def _node_with_span(fn: ast.FnDef, start: int, end: int):
     return None
 
 
-def _label(node) -> str:
+def _label(node: ast.Expr) -> str:
     if isinstance(node, ast.MethodCall):
         return node.method
     if isinstance(node, ast.Call):
@@ -71,7 +72,7 @@ def _fresh(base: str, text: str) -> str:
     return name
 
 
-def split_edit(view, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
+def split_edit(view: View, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit hoisting the expression at [start, end) into its own let."""
     fn = view.snapshot.function_at(start)
     if fn is None:
@@ -92,7 +93,7 @@ def split_edit(view, uri: str, start: int, end: int, _text: str | None = None) -
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def constant_edit(view, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
+def constant_edit(view: View, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit giving the bare number at [start, end) (`x * 0.5` in a function
     differentiated by reverseMode) its own let, typed like the splat the checker made of it:
 
@@ -107,7 +108,7 @@ def constant_edit(view, uri: str, start: int, end: int, _text: str | None = None
     let = astutil.let_of(fn, start)
     child = _node_with_span(fn, start, end)
     literal = hover.node_at_span(view, child.span) if isinstance(child, ast.Number) else None
-    if let is None or not isinstance(literal, ir.Literal):
+    if let is None or child is None or not isinstance(literal, ir.Literal):
         return None
     text = view.text
     line_start = text.rfind("\n", 0, let.span.start) + 1
@@ -120,16 +121,22 @@ def constant_edit(view, uri: str, start: int, end: int, _text: str | None = None
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def write_edit(view, uri: str, start: int, end: int, text: str | None) -> lsp.WorkspaceEdit | None:
+def write_edit(view: View, uri: str, start: int, end: int, text: str | None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit writing `text` (a tensor literal) over [start, end)."""
     if not text:
         return None
     return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=view.index.range(Span(start, end)), new_text=text)]})
 
 
+class MakeEdit(Protocol):
+    """A quick fix's edit: the WorkspaceEdit for the diagnostic at [start, end) of uri's view
+    (`text`: the Fix's text), or None when it does not apply."""
+    def __call__(self, view: View, uri: str, start: int, end: int, text: str | None, /) -> lsp.WorkspaceEdit | None: ...
+
+
 # Fix kind (compiler.diagnostics.FIXES) -> (edit(view, uri, start, end, fix text), the action's title;
 # `{text}` is the fix text).
-QUICK_FIXES: dict[str, tuple[Callable[..., lsp.WorkspaceEdit | None], str]] = {
+QUICK_FIXES: dict[str, tuple[MakeEdit, str]] = {
     "split-let": (split_edit, "Split the nested expression into its own let"),
     "constant-let": (constant_edit, "Give the constant its own let"),
     "write": (write_edit, "Write {text}"),
@@ -145,7 +152,7 @@ def _fix_of(diag: lsp.Diagnostic) -> tuple[str, str | None] | None:
     return data["fix"], text if isinstance(text, str) else None
 
 
-def quick_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
+def quick_fix(view: View, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
     found = _fix_of(diag)
     if found is None:
         return None
@@ -159,7 +166,7 @@ def quick_fix(view, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
                           is_preferred=True)
 
 
-def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+def code_actions(view: View, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
     actions = [fix for diag in params.context.diagnostics or [] if (fix := quick_fix(view, uri, diag))]
     for title, cmd in (("Kina: Build & validate", CMD_VALIDATE), ("Kina: Show MLIR", CMD_MLIR)):
         actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Source,
@@ -170,7 +177,7 @@ def code_actions(view, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeA
     return actions
 
 
-def _kind_matches(kind, wanted) -> bool:
+def _kind_matches(kind: lsp.CodeActionKind | str | None, wanted: lsp.CodeActionKind | str) -> bool:
     """`wanted` may arrive as an enum member or a plain string (VS Code sends kinds,
     such as "quickfix" or "source.organizeImports", that lsprotocol passes through
     as str); a kind matches its own value and any of its sub-kinds."""

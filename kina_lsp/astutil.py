@@ -6,13 +6,15 @@ which hover, inlay hints and the quick fix need.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from compiler import syntax as ast
 
 EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Field, ast.Call, ast.BinOp,
               ast.Neg, ast.Handle, ast.TensorLit, ast.TupleExpr, ast.Let)
 
 
-def children(node) -> list:
+def children(node: ast.Expr) -> list[ast.Expr]:
     """Direct sub-expressions, in source order."""
     if isinstance(node, ast.MethodCall):
         return [node.receiver, *node.args]
@@ -39,9 +41,9 @@ def function_at(module: ast.Module | None, offset: int) -> ast.FnDef | None:
     return next((f for f in module.functions if f.span.contains(offset)), None)
 
 
-def path_at(fn: ast.FnDef, offset: int) -> list:
+def path_at(fn: ast.FnDef, offset: int) -> list[ast.Expr]:
     """Nodes from the function body down to the innermost expression containing offset."""
-    path: list = []
+    path: list[ast.Expr] = []
     node: ast.Expr | None = fn.body
     while node is not None and node.span.contains(offset):
         path.append(node)
@@ -49,7 +51,7 @@ def path_at(fn: ast.FnDef, offset: int) -> list:
     return path
 
 
-def lets(fn: ast.FnDef):
+def lets(fn: ast.FnDef) -> Iterator[ast.Let]:
     """The let chain of a function body, outermost first."""
     node = fn.body
     while isinstance(node, ast.Let):
@@ -68,7 +70,7 @@ def find_function(module: ast.Module | None, name: str) -> ast.FnDef | None:
     return next((f for f in module.functions if f.name == name), None)
 
 
-def type_text(t) -> str:
+def type_text(t: ast.TypeExpr) -> str:
     """How a parameter's type was written (types as written, before checking)."""
     if isinstance(t, ast.TensorTypeExpr):
         dims = ", ".join(str(d) for d in t.shape)

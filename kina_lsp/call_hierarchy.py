@@ -19,6 +19,7 @@ from compiler import syntax as ast
 from compiler.diagnostics import Span
 
 from . import astutil
+from .documents import View
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 
 def calls_in(fn: ast.FnDef) -> list[ast.Call]:
     """Every free-form call in a function body, `handle` calls included, in text order."""
-    out, stack = [], [fn.body]
+    out: list[ast.Call] = []
+    stack: list[ast.Expr] = [fn.body]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Call):
@@ -35,7 +37,7 @@ def calls_in(fn: ast.FnDef) -> list[ast.Call]:
     return sorted(out, key=lambda c: c.func_span.start)
 
 
-def _functions(view) -> dict[str, ast.FnDef]:
+def _functions(view: View) -> dict[str, ast.FnDef]:
     """First definition of each name (a duplicate is an error; the first one counts)."""
     out: dict[str, ast.FnDef] = {}
     for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
@@ -43,19 +45,19 @@ def _functions(view) -> dict[str, ast.FnDef]:
     return out
 
 
-def _range(view, span: Span) -> lsp.Range:
+def _range(view: View, span: Span) -> lsp.Range:
     a, b = view.index.positions([span.start, span.end])
     return lsp.Range(start=a, end=b)
 
 
-def item(view, uri: str, fn: ast.FnDef) -> lsp.CallHierarchyItem:
+def item(view: View, uri: str, fn: ast.FnDef) -> lsp.CallHierarchyItem:
     return lsp.CallHierarchyItem(name=fn.name, kind=lsp.SymbolKind.Function, uri=uri,
                                  detail=astutil.signature(fn), range=_range(view, fn.span),
                                  selection_range=_range(view, fn.name_span),
                                  data={"uri": uri, "name": fn.name})
 
 
-def prepare(view, uri: str, offset: int) -> list[lsp.CallHierarchyItem] | None:
+def prepare(view: View, uri: str, offset: int) -> list[lsp.CallHierarchyItem] | None:
     fns = _functions(view)
     here = astutil.function_at(view.snapshot.module, offset)
     name = None
@@ -74,8 +76,8 @@ def _target(params_item: lsp.CallHierarchyItem) -> tuple[str, str] | None:
     return (uri, name) if isinstance(name, str) and isinstance(uri, str) else None
 
 
-def incoming(view, uri: str, name: str) -> list[lsp.CallHierarchyIncomingCall]:
-    out = []
+def incoming(view: View, uri: str, name: str) -> list[lsp.CallHierarchyIncomingCall]:
+    out: list[lsp.CallHierarchyIncomingCall] = []
     for fn in _functions(view).values():
         sites = [c.func_span for c in calls_in(fn) if c.func == name]
         if sites:
@@ -84,7 +86,7 @@ def incoming(view, uri: str, name: str) -> list[lsp.CallHierarchyIncomingCall]:
     return out
 
 
-def outgoing(view, uri: str, name: str) -> list[lsp.CallHierarchyOutgoingCall]:
+def outgoing(view: View, uri: str, name: str) -> list[lsp.CallHierarchyOutgoingCall]:
     fns = _functions(view)
     caller = fns.get(name)
     if caller is None:
@@ -101,13 +103,14 @@ def outgoing(view, uri: str, name: str) -> list[lsp.CallHierarchyOutgoingCall]:
 def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
     @safe()
-    async def on_prepare(ls, params: lsp.CallHierarchyPrepareParams):
+    async def on_prepare(ls: KinaServer, params: lsp.CallHierarchyPrepareParams) -> list[lsp.CallHierarchyItem] | None:
         view = await ls.view(params.text_document.uri, wait=True)
         return prepare(view, params.text_document.uri, view.index.offset(params.position)) if view else None
 
     @server.feature(lsp.CALL_HIERARCHY_INCOMING_CALLS)
     @safe(default=list)
-    async def on_incoming(ls, params: lsp.CallHierarchyIncomingCallsParams):
+    async def on_incoming(ls: KinaServer,
+                          params: lsp.CallHierarchyIncomingCallsParams) -> list[lsp.CallHierarchyIncomingCall]:
         target = _target(params.item)
         if target is None:
             return []
@@ -116,7 +119,8 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.CALL_HIERARCHY_OUTGOING_CALLS)
     @safe(default=list)
-    async def on_outgoing(ls, params: lsp.CallHierarchyOutgoingCallsParams):
+    async def on_outgoing(ls: KinaServer,
+                          params: lsp.CallHierarchyOutgoingCallsParams) -> list[lsp.CallHierarchyOutgoingCall]:
         target = _target(params.item)
         if target is None:
             return []

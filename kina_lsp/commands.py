@@ -24,13 +24,22 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 
 from compiler.diagnostics import SourceText
+
+from .documents import View
+
+if TYPE_CHECKING:
+    from compiler.validate import FunctionReport, ValidationReport
+
+    from .server import KinaServer
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +47,23 @@ VALIDATE_CODE = "validate"
 CANCELLED = "Kina: build & validate was cancelled"
 _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kina-build")
 _running: set[threading.Event] = set()     # cancel events of the validations in progress
+
+
+class MlirText(TypedDict, total=False):
+    """The answer of kina.showMlir / kina/mlir (what the client opens as an untitled document)."""
+    language: str        # "mlir", or "text" for diagnostics / an error
+    content: str
+    ok: bool
+    title: str           # the .mlir file name to show (when ok)
+
+
+class Summary(TypedDict, total=False):
+    """The answer of kina.buildAndValidate / kina.validateFunction (summarize())."""
+    ok: bool
+    message: str
+    failing: dict[str, str]      # Kina function -> why it failed
+    functions: dict[str, bool]   # display name -> ok
+    cancelled: bool
 
 
 def stop_all(timeout: float = 2.0) -> None:
@@ -55,7 +81,7 @@ def _path_for(uri: str) -> str:
 
 
 # ---- Show MLIR ----------------------------------------------------------------------
-def emit_mlir_text(text: str, path: str) -> dict:
+def emit_mlir_text(text: str, path: str) -> MlirText:
     """{"language": "mlir", "content": MLIR} or {"language": "text", "content": the diagnostics}."""
     from compiler import build
     result = build.BuildResult(False, source=SourceText(text, path))
@@ -73,7 +99,7 @@ def emit_mlir_text(text: str, path: str) -> dict:
             "title": Path(path).with_suffix(".mlir").name}
 
 
-async def show_mlir(server, uri: str) -> dict:
+async def show_mlir(server: KinaServer, uri: str) -> MlirText:
     cur = server.buffer(uri)
     if cur is None:
         return {"language": "text", "content": f"{uri} is not open", "ok": False}
@@ -85,28 +111,28 @@ async def show_mlir(server, uri: str) -> dict:
 class _Reporter:
     """window/workDoneProgress when the client supports it, silence otherwise."""
 
-    def __init__(self, server) -> None:
+    def __init__(self, server: KinaServer) -> None:
         window = server.client_capabilities.window
         self.enabled = bool(window and window.work_done_progress)
         self.progress = server.work_done_progress
 
-    async def create(self, token) -> None:
+    async def create(self, token: lsp.ProgressToken) -> None:
         if self.enabled:
             await self.progress.create_async(token)
 
-    def begin(self, token, value) -> None:
+    def begin(self, token: lsp.ProgressToken, value: lsp.WorkDoneProgressBegin) -> None:
         if self.enabled:
             self.progress.begin(token, value)
 
-    def report(self, token, value) -> None:
+    def report(self, token: lsp.ProgressToken, value: lsp.WorkDoneProgressReport) -> None:
         if self.enabled:
             self.progress.report(token, value)
 
-    def end(self, token, value) -> None:
+    def end(self, token: lsp.ProgressToken, value: lsp.WorkDoneProgressEnd) -> None:
         if self.enabled:
             self.progress.end(token, value)
 
-    def on_cancel(self, token, callback) -> None:
+    def on_cancel(self, token: lsp.ProgressToken, callback: Callable[[], None]) -> None:
         fut = self.progress.tokens.get(token) if self.enabled else None
         if fut is not None:  # window/workDoneProgress/cancel cancels this future
             fut.add_done_callback(lambda f: callback() if f.cancelled() else None)
@@ -115,7 +141,7 @@ class _Reporter:
 class _Progress:
     """Thread-safe bridge from validate_file's progress(function, done, total) to $/progress."""
 
-    def __init__(self, reporter, token, loop) -> None:
+    def __init__(self, reporter: _Reporter, token: lsp.ProgressToken, loop: asyncio.AbstractEventLoop) -> None:
         self.reporter, self.token, self.loop = reporter, token, loop
 
     def __call__(self, function: str, done: int, total: int) -> None:
@@ -124,7 +150,8 @@ class _Progress:
         self.loop.call_soon_threadsafe(self.reporter.report, self.token, value)
 
 
-def _run_validation(text: str, path: str, progress, cancel: threading.Event, only=None):
+def _run_validation(text: str, path: str, progress: Callable[[str, int, int], None], cancel: threading.Event,
+                    only: Collection[str] | None = None) -> ValidationReport:
     """Worker thread: validate a copy of the buffer (unsaved edits included); `only`: see
     validate_file (the code lenses validate one function or one gradient)."""
     try:
@@ -133,7 +160,8 @@ def _run_validation(text: str, path: str, progress, cancel: threading.Event, onl
         _running.discard(cancel)
 
 
-def _validate_copy(text: str, path: str, progress, cancel: threading.Event, only=None):
+def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], None], cancel: threading.Event,
+                   only: Collection[str] | None = None) -> ValidationReport:
     from compiler.validate import ValidationReport, validate_file
     if cancel.is_set():      # cancelled while it waited for a free build worker
         report = ValidationReport(path, cancelled=True)
@@ -146,7 +174,7 @@ def _validate_copy(text: str, path: str, progress, cancel: threading.Event, only
     return report
 
 
-async def build_and_validate(server, uri: str, only=None) -> dict:
+async def build_and_validate(server: KinaServer, uri: str, only: Collection[str] | None = None) -> Summary:
     cur = server.buffer(uri)
     if cur is None:
         return {"ok": False, "message": f"{uri} is not open"}
@@ -173,7 +201,7 @@ async def build_and_validate(server, uri: str, only=None) -> dict:
         raise
     except Exception as e:
         log.exception("build & validate failed")
-        summary = {"ok": False, "message": f"Kina: build & validate failed: {e}", "failing": {}}
+        summary = Summary(ok=False, message=f"Kina: build & validate failed: {e}", failing={})
     if cancel.is_set():   # cancelled from the progress UI: the report may still say "passed"
         summary = {**summary, "ok": False, "cancelled": True, "message": CANCELLED, "failing": {}}
     progress.end(token, lsp.WorkDoneProgressEnd(message=summary["message"]))
@@ -183,7 +211,7 @@ async def build_and_validate(server, uri: str, only=None) -> dict:
     return summary
 
 
-def _failure(f) -> str:
+def _failure(f: FunctionReport) -> str:
     if f.error:
         return f.error
     bad = [c for c in f.checks if not c.ok]
@@ -191,7 +219,7 @@ def _failure(f) -> str:
                      for c in bad) or "failed"
 
 
-def summarize(report) -> dict:
+def summarize(report: ValidationReport) -> Summary:
     """A JSON-able summary of a compiler.validate.ValidationReport:
     ok, message, failing {Kina function: reason}, functions {display name: ok}."""
     if report.cancelled and (report.build is None or report.build.ok):
@@ -218,8 +246,8 @@ def summarize(report) -> dict:
             "functions": {f.name: f.ok for f in report.functions}}
 
 
-def validation_diagnostics(view, failing: dict) -> list[lsp.Diagnostic]:
-    out = []
+def validation_diagnostics(view: View, failing: dict[str, str]) -> list[lsp.Diagnostic]:
+    out: list[lsp.Diagnostic] = []
     for name, why in failing.items():
         fn = view.snapshot.function_named(name) if view else None
         if fn is None:

@@ -109,17 +109,17 @@ def _pattern_names(tokens: list[Token], i: int) -> list[str]:
     return out
 
 
-def _op_item(op: OpDef, kind) -> lsp.CompletionItem:
+def _op_item(op: OpDef, kind: lsp.CompletionItemKind) -> lsp.CompletionItem:
     return lsp.CompletionItem(label=op.name, kind=kind, detail=op.rule,
                               documentation=op.doc, sort_text="1" + op.name)
 
 
-def _method_ops():
+def _method_ops() -> list[OpDef]:
     # infix ops are written with their operator; every other op with an operand has a method form
     return [op for op in SURFACE_OPS.values() if op.infix is None and op.operands != 0]
 
 
-def _free_ops():
+def _free_ops() -> list[OpDef]:
     # free form `op(x, ...)`: every op without an operator, including builders such as iota
     return [op for op in SURFACE_OPS.values() if op.infix is None]
 
@@ -183,7 +183,8 @@ def function_names(text: str) -> list[str]:
 
 
 # ---- signature help -------------------------------------------------------------
-def signature_help(text: str, offset: int, user_signatures: dict[str, tuple[str, list[str]]]):
+def signature_help(text: str, offset: int,
+                   user_signatures: dict[str, tuple[str, list[str]]]) -> lsp.SignatureHelp | None:
     call = call_context(lex.tokens(function_window(text, offset)))
     if call is None:
         return None

@@ -29,11 +29,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
+from compiler.diagnostics import Diagnostic
+
 from .convert import LineIndex
+from .documents import Documents, View
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .server import KinaServer
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +51,9 @@ OPTIONS = lsp.DiagnosticOptions(identifier=SOURCE, inter_file_dependencies=False
 _SEVERITY = {"error": lsp.DiagnosticSeverity.Error, "warning": lsp.DiagnosticSeverity.Warning}
 
 
-def to_lsp(diag, index: LineIndex, uri: str) -> lsp.Diagnostic:
-    related, loose = [], []
+def to_lsp(diag: Diagnostic, index: LineIndex, uri: str) -> lsp.Diagnostic:
+    related: list[lsp.DiagnosticRelatedInformation] = []
+    loose: list[str] = []
     for note in diag.notes:
         if note.span is not None:
             related.append(lsp.DiagnosticRelatedInformation(
@@ -69,7 +78,7 @@ def _result_id(diags: list[lsp.Diagnostic]) -> str:
 class Publisher:
     """Diagnostics of every open document: debounced pushes, or answers to pulls."""
 
-    def __init__(self, server, documents, settings) -> None:
+    def __init__(self, server: KinaServer, documents: Documents, settings: Settings) -> None:
         self.server, self.documents, self.settings = server, documents, settings
         self.pull = False             # set at initialize: the client pulls (textDocument/diagnostic)
         self.refresh = False          # ... and accepts workspace/diagnostic/refresh
@@ -80,7 +89,7 @@ class Publisher:
         ws = capabilities.workspace if capabilities else None
         self.refresh = bool(ws and ws.diagnostics and ws.diagnostics.refresh_support)
 
-    def diagnostics(self, uri: str, view, extra: bool = True) -> list[lsp.Diagnostic]:
+    def diagnostics(self, uri: str, view: View, extra: bool = True) -> list[lsp.Diagnostic]:
         out = [to_lsp(d, view.index, uri) for d in view.snapshot.diagnostics]
         return out + list(self.documents.state(uri).extra) if extra else out
 
@@ -89,7 +98,7 @@ class Publisher:
         """Validation results go out as pushes of their own (a pulling client without refresh)."""
         return self.pull and not self.refresh
 
-    def set_extra(self, uri: str, extra: list[lsp.Diagnostic], view, version) -> None:
+    def set_extra(self, uri: str, extra: list[lsp.Diagnostic], view: View, version: int | None) -> None:
         self.documents.state(uri).extra = extra
         self.publish(uri, view, version)
 
@@ -128,7 +137,7 @@ class Publisher:
         except Exception:
             log.exception("publishing diagnostics for %s failed", uri)
 
-    def publish(self, uri: str, view, version) -> None:
+    def publish(self, uri: str, view: View, version: int | None) -> None:
         """Deliver the current diagnostics of uri: a push, or (pull mode) a refresh request."""
         if self._extras_pushed:
             self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
@@ -145,7 +154,7 @@ class Publisher:
             self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     # ---- pull
-    async def report(self, params: lsp.DocumentDiagnosticParams):
+    async def report(self, params: lsp.DocumentDiagnosticParams) -> lsp.DocumentDiagnosticReport:
         uri = params.text_document.uri
         cur = self.server.buffer(uri)
         if cur is None:   # not open: nothing is known about it (files are never read from disk)

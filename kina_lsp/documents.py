@@ -43,12 +43,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lsprotocol import types as lsp
 
 from compiler.analysis import Analysis, Snapshot
 
 from .convert import LineIndex, index_of
+
+if TYPE_CHECKING:
+    from .navigation import SymbolCache
+
+# (text, version) of the client's buffer of a document
+Buffer = tuple[str, int | None]
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +76,15 @@ class DocState:
     uri: str
     analysis: Analysis = field(default_factory=Analysis)
     view: View | None = None
-    debounce: asyncio.Task | None = None
-    extra: list = field(default_factory=list)   # LSP diagnostics from "Build & validate"
-    symbols: dict = field(default_factory=dict)  # navigation.document_symbols' per-function cache
+    debounce: asyncio.Task[None] | None = None
+    extra: list[lsp.Diagnostic] = field(default_factory=list)   # LSP diagnostics from "Build & validate"
+    symbols: SymbolCache = field(default_factory=dict)  # navigation.document_symbols' per-function cache
     tokens: tuple[str, list[int]] | None = None  # (result id, data) of the last full semantic tokens
 
 
 class Documents:
-    def __init__(self, text_of, encoding=lambda: "utf-16") -> None:
+    def __init__(self, text_of: Callable[[str], Buffer | None],
+                 encoding: Callable[[], str] = lambda: "utf-16") -> None:
         """text_of(uri) -> (text, version) of the client's current buffer, or None;
         encoding() -> the negotiated LSP position encoding."""
         self._text_of = text_of

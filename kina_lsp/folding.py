@@ -18,6 +18,7 @@ from compiler import lex, parse
 from compiler import syntax as ast
 
 from . import astutil
+from .documents import View
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 class _Lines:
     """Line numbers of offsets, computed in one sorted pass through the view's index."""
 
-    def __init__(self, view) -> None:
+    def __init__(self, view: View) -> None:
         self.view = view
         self.spans: list[tuple[int, int, str | None]] = []
 
@@ -36,7 +37,8 @@ class _Lines:
         offsets = sorted({o for s, e, _ in self.spans for o in (s, e)})
         lines = dict(zip(offsets, (p.line for p in self.view.index.positions(offsets))))
         text = self.view.text
-        out, seen = [], set()
+        out: list[lsp.FoldingRange] = []
+        seen: set[tuple[int, int]] = set()
         for s, e, kind in self.spans:
             first, last = lines[s], lines[e]
             if e > s and text[e - 1] in ")]}" and _starts_line(text, e - 1):
@@ -93,7 +95,7 @@ def _in_function(fn: ast.FnDef, text: str, lines: _Lines) -> None:
         stack.extend(parse.children(node))
 
 
-def folding_ranges(view, limit: int | None = None) -> list[lsp.FoldingRange]:
+def folding_ranges(view: View, limit: int | None = None) -> list[lsp.FoldingRange]:
     text = view.text
     lines = _Lines(view)
     for item in parse.split_items(text):
@@ -112,7 +114,7 @@ def folding_ranges(view, limit: int | None = None) -> list[lsp.FoldingRange]:
 def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FOLDING_RANGE)
     @safe(default=list)
-    async def on_folding_range(ls, params: lsp.FoldingRangeParams):
+    async def on_folding_range(ls: KinaServer, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
         view = await ls.view(params.text_document.uri)
         if view is None:
             return []

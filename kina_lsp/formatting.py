@@ -24,6 +24,8 @@ from compiler import parse
 from compiler.diagnostics import Span
 from compiler.format import FormatError, format_source
 
+from .documents import View
+
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
 
@@ -37,7 +39,7 @@ def line_edits(old: str, new: str) -> list[tuple[int, int, str]]:
     starts = [0]
     for line in a:
         starts.append(starts[-1] + len(line))
-    out = []
+    out: list[tuple[int, int, str]] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag != "equal":
             out.append((starts[i1], starts[i2], "".join(b[j1:j2])))
@@ -57,15 +59,15 @@ def formatted_edits(text: str, span: Span | None = None) -> list[tuple[int, int,
     return [e for e in edits if e[0] <= hi and lo <= e[1]]
 
 
-def to_lsp(view, edits) -> list[lsp.TextEdit]:
-    out = []
+def to_lsp(view: View, edits: list[tuple[int, int, str]]) -> list[lsp.TextEdit]:
+    out: list[lsp.TextEdit] = []
     for start, end, new_text in edits:
         a, b = view.index.positions([start, end])
         out.append(lsp.TextEdit(range=lsp.Range(start=a, end=b), new_text=new_text))
     return out
 
 
-async def _edits(ls, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
+async def _edits(ls: KinaServer, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
     view = await ls.view(uri, wait=True)      # the user asked for it and waits
     if view is None:
         return []
@@ -87,10 +89,10 @@ async def _edits(ls, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
 def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
     @safe(default=list)
-    async def on_formatting(ls, params: lsp.DocumentFormattingParams):
+    async def on_formatting(ls: KinaServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
         return await _edits(ls, params.text_document.uri, None)
 
     @server.feature(lsp.TEXT_DOCUMENT_RANGE_FORMATTING)
     @safe(default=list)
-    async def on_range_formatting(ls, params: lsp.DocumentRangeFormattingParams):
+    async def on_range_formatting(ls: KinaServer, params: lsp.DocumentRangeFormattingParams) -> list[lsp.TextEdit]:
         return await _edits(ls, params.text_document.uri, params.range)

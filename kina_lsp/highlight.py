@@ -9,29 +9,34 @@ a name the program defines (an op, a keyword, a number) highlights nothing.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from lsprotocol import types as lsp
+
+from .documents import View
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
 
+T = TypeVar("T")
 
-def _safe(fn, *args, default=None):
+
+def _safe(fn: Callable[[int], T], offset: int) -> T | None:
     try:
-        return fn(*args)
+        return fn(offset)
     except Exception:   # a half-typed buffer: highlight nothing rather than fail
-        return default
+        return None
 
 
-def highlights(view, offset: int) -> list[lsp.DocumentHighlight]:
+def highlights(view: View, offset: int) -> list[lsp.DocumentHighlight]:
     snap = view.snapshot
     definition = _safe(snap.definition, offset)
     if definition is None:
         return []
-    spans = {(s.start, s.end) for s in (_safe(snap.references, offset, default=[]) or [])}
+    spans = {(s.start, s.end) for s in (_safe(snap.references, offset) or [])}
     spans.add((definition.start, definition.end))
-    out = []
+    out: list[lsp.DocumentHighlight] = []
     for start, end in sorted(spans):
         kind = (lsp.DocumentHighlightKind.Write if (start, end) == (definition.start, definition.end)
                 else lsp.DocumentHighlightKind.Read)
@@ -44,6 +49,6 @@ def highlights(view, offset: int) -> list[lsp.DocumentHighlight]:
 def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
     @safe(default=list)
-    async def on_document_highlight(ls, params: lsp.DocumentHighlightParams):
+    async def on_document_highlight(ls: KinaServer, params: lsp.DocumentHighlightParams) -> list[lsp.DocumentHighlight]:
         view = await ls.view(params.text_document.uri)
         return highlights(view, view.index.offset(params.position)) if view else []

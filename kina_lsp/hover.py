@@ -14,22 +14,25 @@ from lsprotocol import types as lsp
 
 from compiler import ir
 from compiler import syntax as ast
+from compiler.check_expr import TypeFact
+from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
-from compiler.types import TupleType
+from compiler.types import TupleType, Type
 
 from . import astutil
+from .documents import View
 
 
 def _code(text: str) -> str:
     return f"```kina\n{text}\n```"
 
 
-def _hover(view, span, *parts: str) -> lsp.Hover:
+def _hover(view: View, span: Span, *parts: str) -> lsp.Hover:
     return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value="\n\n".join(parts)),
                      range=view.index.range(span))
 
 
-def _type_at(view, offset: int):
+def _type_at(view: View, offset: int) -> TypeFact | None:
     try:
         return view.snapshot.type_at(offset)
     except Exception:  # a half-typed function may have no facts; hover shows nothing
@@ -45,7 +48,7 @@ def op_markdown(name: str) -> str:
     return "\n\n".join(lines)
 
 
-def reverse_mode_markdown(view, handle: ast.Handle) -> str | None:
+def reverse_mode_markdown(view: View, handle: ast.Handle) -> str | None:
     fn = view.snapshot.function_named(handle.call.func)
     if fn is None:
         return None
@@ -64,7 +67,7 @@ def reverse_mode_markdown(view, handle: ast.Handle) -> str | None:
                         "of each floating parameter", _code(result)])
 
 
-def node_at_span(view, span):
+def node_at_span(view: View, span: Span) -> ir.Expr | None:
     """The typed IR node of the expression written exactly at span (None when its
     function does not check cleanly)."""
     fn = view.snapshot.ir_function_at(span.start)   # only this function's IR, not the program's
@@ -77,7 +80,7 @@ def node_at_span(view, span):
     return None
 
 
-def type_of_span(view, span, probe: int | None = None):
+def type_of_span(view: View, span: Span, probe: int | None = None) -> Type | None:
     """The type the checker gave the expression written exactly at span, if any.
     `probe` is an offset inside span but inside none of its operands (an op's
     name): there the innermost TypeFact is the expression's own."""
@@ -88,7 +91,7 @@ def type_of_span(view, span, probe: int | None = None):
     return node.type if node is not None else None
 
 
-def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
+def _call_target(view: View, name: str, span: Span, call_span: Span) -> lsp.Hover | None:
     fn = view.snapshot.function_named(name)
     if fn is not None:
         return _hover(view, span, _code(astutil.signature(fn)))
@@ -101,7 +104,7 @@ def _call_target(view, name: str, span, call_span) -> lsp.Hover | None:
     return None
 
 
-def _attr_hover(view, op_name: str, attr: ast.Attr, call_span) -> lsp.Hover | None:
+def _attr_hover(view: View, op_name: str, attr: ast.Attr, call_span: Span) -> lsp.Hover | None:
     op = SURFACE_OPS.get(op_name)
     spec = op.attr(attr.name) if op else None
     if spec is None:
@@ -120,7 +123,7 @@ def _attr_hover(view, op_name: str, attr: ast.Attr, call_span) -> lsp.Hover | No
     return _hover(view, attr.name_span, *parts)
 
 
-def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
+def _syntactic(view: View, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
     if fn.name_span.contains(offset):
         return _hover(view, fn.name_span, _code(astutil.signature(fn)))
     for node in reversed(astutil.path_at(fn, offset)):
@@ -140,7 +143,7 @@ def _syntactic(view, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
     return None
 
 
-def hover(view, offset: int) -> lsp.Hover | None:
+def hover(view: View, offset: int) -> lsp.Hover | None:
     fn = view.snapshot.function_at(offset)
     if fn is not None:
         found = _syntactic(view, fn, offset)

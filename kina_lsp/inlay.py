@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from compiler.types import TensorType, TupleType
+from compiler import syntax as ast
+from compiler.diagnostics import Span
+from compiler.types import TensorType, TupleType, Type
 
 from . import astutil
+from .documents import View
 
 
-def compact(t) -> str:
+def compact(t: Type) -> str:
     if isinstance(t, TensorType):
         dims = ", ".join(str(d) for d in t.shape)
         where = "" if t.placement == "host" else f" @{t.placement}"
@@ -23,7 +26,8 @@ def compact(t) -> str:
     return str(t)
 
 
-def _binding_type(view, name):
+def _binding_type(view: View, name: ast.Name) -> Type | None:
+    """The checker's type of a binding occurrence, or None."""
     try:
         fact = view.snapshot.type_at(name.span.start)
     except Exception:
@@ -33,12 +37,14 @@ def _binding_type(view, name):
     return fact.type
 
 
-def inlay_hints(view, span) -> list[lsp.InlayHint]:
-    hints = []
+def inlay_hints(view: View, span: Span) -> list[lsp.InlayHint]:
+    hints: list[lsp.InlayHint] = []
     for offset, local in view.snapshot.local_functions():   # only the functions in range are copied
         if offset + local.span.end < span.start or offset + local.span.start > span.end:
             continue
         fn = view.snapshot.function_at(offset)
+        if fn is None:
+            continue
         for let in astutil.lets(fn):
             for name in let.names:
                 if not (span.start <= name.span.end <= span.end):

@@ -9,11 +9,13 @@ validator's child process) narrowed to one exported function: f itself, or
 validate's gradient wrapper of f.  A lens only names a command; nothing runs
 until the user clicks it, and the client runs nothing in an untrusted
 workspace (the VS Code extension shows no lenses there and refuses the command;
-the server gets no trust signal of its own).
+the server gets no trust signal of its own).  The command's handler is in
+server.py (pygls reads a command handler's annotations when it runs, and this
+module can import KinaServer only for the type checker).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from lsprotocol import types as lsp
 
@@ -22,6 +24,8 @@ from compiler import syntax as ast
 from compiler.validate import GRAD_PREFIX
 
 from . import commands
+from .commands import Summary
+from .documents import View
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
@@ -32,7 +36,8 @@ KINDS = ("function", "gradient")
 
 def differentiated(module: ast.Module | None) -> set[str]:
     """Names of the functions some function handles with reverseMode."""
-    out, stack = set(), list(module.functions if module else ())
+    out: set[str] = set()
+    stack: list[ast.FnDef | ast.Expr] = list(module.functions if module else ())
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Handle) and node.handler == "reverseMode":
@@ -41,10 +46,10 @@ def differentiated(module: ast.Module | None) -> set[str]:
     return out
 
 
-def code_lenses(view, uri: str) -> list[lsp.CodeLens]:
+def code_lenses(view: View, uri: str) -> list[lsp.CodeLens]:
     module = view.snapshot.module
     grads = differentiated(module)
-    out = []
+    out: list[lsp.CodeLens] = []
     for fn in (module.functions if module else ()):
         a, b = view.index.positions([fn.name_span.start, fn.name_span.end])
         rng = lsp.Range(start=a, end=b)
@@ -56,22 +61,26 @@ def code_lenses(view, uri: str) -> list[lsp.CodeLens]:
     return out
 
 
-def _refusal(message: str) -> dict:
+def refusal(message: str) -> Summary:
     return {"ok": False, "message": f"Kina: {message}", "failing": {}, "functions": {}}
 
 
-async def validate_function(ls, args) -> dict:
+def _strings(args: list[object]) -> TypeGuard[list[str]]:
+    return all(isinstance(a, str) for a in args)
+
+
+async def validate_function(ls: KinaServer, args: list[object]) -> Summary:
     """The command: check its arguments, then Build & validate narrowed to one function."""
-    if len(args) != 3 or not all(isinstance(a, str) for a in args) or args[2] not in KINDS:
-        return _refusal(f"{CMD_VALIDATE_FUNCTION} takes [uri, function name, \"function\" | \"gradient\"]")
+    if len(args) != 3 or not _strings(args) or args[2] not in KINDS:
+        return refusal(f"{CMD_VALIDATE_FUNCTION} takes [uri, function name, \"function\" | \"gradient\"]")
     uri, name, kind = args
     view = await ls.view(uri, wait=True)
     if view is None:
-        return _refusal(f"{uri} is not open")
+        return refusal(f"{uri} is not open")
     if name not in view.snapshot.program.functions:
-        return _refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
+        return refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
     if kind == "gradient" and name not in differentiated(view.snapshot.module):
-        return _refusal(f"no function differentiates `{name}` with `handle {name}(..) with reverseMode`")
+        return refusal(f"no function differentiates `{name}` with `handle {name}(..) with reverseMode`")
     only = {GRAD_PREFIX + name} if kind == "gradient" else {name}
     return await commands.build_and_validate(ls, uri, only=only)
 
@@ -79,11 +88,6 @@ async def validate_function(ls, args) -> dict:
 def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS, lsp.CodeLensOptions(resolve_provider=False))
     @safe(default=list)
-    async def on_code_lens(ls, params: lsp.CodeLensParams):
+    async def on_code_lens(ls: KinaServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
         view = await ls.view(params.text_document.uri)
         return code_lenses(view, params.text_document.uri) if view else []
-
-    @server.command(CMD_VALIDATE_FUNCTION)
-    @safe(default=lambda: _refusal("build & validate failed (see the server log)"))
-    async def cmd_validate_function(ls, *args):
-        return await validate_function(ls, list(args))

@@ -9,11 +9,15 @@ message says why; editors show it as it is.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
 from compiler import lex
+from compiler import syntax as ast
+from compiler.analysis import ItemResult
 from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import OPS
@@ -21,6 +25,7 @@ from compiler.types import DType
 
 from . import astutil
 from .convert import LineIndex
+from .documents import View
 
 RESERVED = lex.KEYWORDS | {d.value for d in DType} | set(OPS) | set(HANDLERS) | {"main"}
 
@@ -36,29 +41,38 @@ class RenameRefused(JsonRpcException):
     CODE = -32803
 
 
-def _safe(fn, *args, default=None):
+T = TypeVar("T")
+# A JSON object of a DocumentSymbol (built without lsprotocol: see document_symbols).
+SymbolJSON = dict[str, object]
+# document_symbols' per-function cache: id(ItemResult) -> (the ItemResult, (line, column, encoding)
+# of its first character, its symbols' JSON fragment, its item-local LineIndex)
+SymbolCache = dict[int, tuple[ItemResult, tuple[int, int, str], str, LineIndex]]
+
+
+def _safe(fn: Callable[[int], T], offset: int) -> T | None:
+    """fn(offset), or None when it fails (a half-typed buffer)."""
     try:
-        return fn(*args)
+        return fn(offset)
     except Exception:
-        return default
+        return None
 
 
-def definition(view, uri: str, offset: int) -> lsp.Location | None:
+def definition(view: View, uri: str, offset: int) -> lsp.Location | None:
     span = _safe(view.snapshot.definition, offset)
     return lsp.Location(uri=uri, range=view.index.range(span)) if span is not None else None
 
 
-def _name_spans(view, offset: int) -> list:
+def _name_spans(view: View, offset: int) -> list[tuple[int, int]]:
     """Definition + references of the symbol at offset, each narrowed to the name itself."""
     hit = word_at(view.text, offset)
     if hit is None:
         return []
     name = hit[0]
-    spans = list(_safe(view.snapshot.references, offset, default=[]) or [])
+    spans = list(_safe(view.snapshot.references, offset) or [])
     d = _safe(view.snapshot.definition, offset)
     if d is not None:
         spans.append(d)
-    out = set()
+    out: set[tuple[int, int]] = set()
     for s in spans:
         first = next((t for t in lex.tokens(view.text, s.start, s.end) if str(t) == name), None)
         if first is not None:
@@ -66,7 +80,7 @@ def _name_spans(view, offset: int) -> list:
     return sorted(out)
 
 
-def references(view, uri: str, offset: int, include_declaration: bool) -> list[lsp.Location]:
+def references(view: View, uri: str, offset: int, include_declaration: bool) -> list[lsp.Location]:
     d = _safe(view.snapshot.definition, offset)
     locs = []
     for start, end in _name_spans(view, offset):
@@ -76,7 +90,7 @@ def references(view, uri: str, offset: int, include_declaration: bool) -> list[l
     return locs
 
 
-def prepare_rename(view, offset: int):
+def prepare_rename(view: View, offset: int) -> lsp.PrepareRenamePlaceholder | None:
     hit = word_at(view.text, offset)
     if hit is None or hit[0] in RESERVED:
         return None
@@ -86,7 +100,7 @@ def prepare_rename(view, offset: int):
     return lsp.PrepareRenamePlaceholder(range=view.index.range(Span(start, end)), placeholder=name)
 
 
-def check_new_name(new_name) -> None:
+def check_new_name(new_name: object) -> None:
     if not isinstance(new_name, str) or not lex.is_word(new_name):
         raise RenameRefused(f"`{new_name}` is not a valid Kina name: use letters, digits and `_`, "
                             "not starting with a digit")
@@ -97,7 +111,7 @@ def check_new_name(new_name) -> None:
         raise RenameRefused(f"`{new_name}` is {what} in Kina and cannot name a function, parameter or let")
 
 
-def rename(view, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | None:
+def rename(view: View, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | None:
     check_new_name(new_name)
     if prepare_rename(view, offset) is None:
         raise RenameRefused("there is no function, parameter or let to rename here")
@@ -111,13 +125,13 @@ def rename(view, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdit | No
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def _symbols(fn, index) -> list[dict]:
+def _symbols(fn: ast.FnDef, index: _At) -> list[SymbolJSON]:
     """The symbols of one function, JSON-ready (positions from `index`)."""
-    def rng(span):
+    def rng(span: Span) -> dict[str, dict[str, int]]:
         a, b = index.position(span.start), index.position(span.end)
         return {"start": {"line": a.line, "character": a.character}, "end": {"line": b.line, "character": b.character}}
 
-    kids = [{"name": p.name, "detail": astutil.type_text(p.type), "kind": lsp.SymbolKind.Variable.value,
+    kids: list[SymbolJSON] = [{"name": p.name, "detail": astutil.type_text(p.type), "kind": lsp.SymbolKind.Variable.value,
              "range": rng(p.span), "selectionRange": rng(p.name_span)} for p in fn.params]
     for let in astutil.lets(fn):
         for n in let.names:
@@ -130,7 +144,7 @@ def _symbols(fn, index) -> list[dict]:
 class _At:
     """A LineIndex stand-in: positions of item-local offsets, for an item that starts at (line, col)."""
 
-    def __init__(self, index, line: int, col: int) -> None:
+    def __init__(self, index: LineIndex, line: int, col: int) -> None:
         self.index, self.line, self.col = index, line, col
 
     def position(self, offset: int) -> lsp.Position:
@@ -138,7 +152,7 @@ class _At:
         return lsp.Position(line=p.line + self.line, character=p.character + self.col if p.line == 0 else p.character)
 
 
-def document_symbols(view, cache: dict | None = None) -> str:
+def document_symbols(view: View, cache: SymbolCache | None = None) -> str:
     """Every function with its parameters and lets, as the JSON text of a DocumentSymbol[].
 
     A 1,000-line file has a thousand symbols, and clients ask again after every edit:
@@ -148,7 +162,8 @@ def document_symbols(view, cache: dict | None = None) -> str:
     column of its first character) stay the same; the server sends the joined fragments
     as they are (protocol.RawResult)."""
     cache = {} if cache is None else cache
-    fragments, seen = [], {}
+    fragments: list[str] = []
+    seen: SymbolCache = {}
     encoding = view.index.encoding
     for it in view.snapshot.items:
         res = it.res

@@ -18,6 +18,7 @@ from compiler import syntax as ast
 from compiler.diagnostics import Span
 
 from . import astutil
+from .documents import View
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
@@ -28,11 +29,17 @@ def _inside(span: Span, offset: int) -> bool:
     return span.start <= offset <= span.end
 
 
-def _children(node) -> list:
+# What a selection can grow from: a node of the AST, or a bare span (an attribute's name or value)
+Node = ast.Expr | ast.Attr | ast.TypeExpr | Span
+
+
+def _children(node: ast.Expr | ast.Attr | ast.TypeExpr) -> list[Node]:
     """Sub-nodes with spans, attributes and names included, in source order."""
     if isinstance(node, ast.Attr):
         return [Span(node.name_span.start, node.name_span.end), Span(node.value_span.start, node.value_span.end)]
-    kids = list(astutil.children(node))
+    if isinstance(node, (ast.TensorTypeExpr, ast.TupleTypeExpr)):
+        return []   # a literal's type is selected as a whole
+    kids: list[Node] = list(astutil.children(node))
     if isinstance(node, (ast.Call, ast.MethodCall)):
         kids += node.attrs
     if isinstance(node, ast.TensorLit):
@@ -40,12 +47,12 @@ def _children(node) -> list:
     return kids
 
 
-def _span_of(node) -> Span:
+def _span_of(node: Node) -> Span:
     return node if isinstance(node, Span) else node.span
 
 
-def _expression_path(node, offset: int) -> list[Span]:
-    out = []
+def _expression_path(node: Node | None, offset: int) -> list[Span]:
+    out: list[Span] = []
     while node is not None:
         out.append(_span_of(node))
         if isinstance(node, Span):
@@ -88,7 +95,7 @@ def _in_body(text: str, fn: ast.FnDef, offset: int) -> list[Span]:
     return out + (_expression_path(final, offset) if _inside(final.span, offset) else [])
 
 
-def spans_at(view, offset: int) -> list[Span]:
+def spans_at(view: View, offset: int) -> list[Span]:
     """Enclosing spans, outermost first."""
     text = view.text
     fn = astutil.function_at(view.snapshot.module, offset)
@@ -108,7 +115,7 @@ def spans_at(view, offset: int) -> list[Span]:
     return out
 
 
-def selection_range(view, position: lsp.Position) -> lsp.SelectionRange:
+def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:
     offset = view.index.offset(position)
     spans = spans_at(view, offset) or [Span(offset, offset)]
     node = lsp.SelectionRange(range=view.index.range(spans[0]))
@@ -120,7 +127,7 @@ def selection_range(view, position: lsp.Position) -> lsp.SelectionRange:
 def register(server: KinaServer, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
-    async def on_selection_range(ls, params: lsp.SelectionRangeParams):
+    async def on_selection_range(ls: KinaServer, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
         view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
         if view is None:
             return []

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -40,6 +41,9 @@ from .convert import LineIndex, index_of
 
 if TYPE_CHECKING:
     from .server import KinaServer, Safe
+
+# (start, end, token type index, modifier bits) of one classified token
+Row = tuple[int, int, int, int]
 
 TOKEN_TYPES = ["keyword", "type", "function", "method", "parameter", "variable", "number", "comment", "macro",
                "property", "enumMember"]
@@ -84,12 +88,13 @@ def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: 
     return None  # plain variables are left to the editor's own highlighting
 
 
-def token_rows(text: str, functions: set[str], params: set[str], start: int = 0, end: int | None = None):
+def token_rows(text: str, functions: set[str], params: set[str], start: int = 0,
+               end: int | None = None) -> Iterator[Row]:
     """(start, end, type index, modifier bits) of every token that starts in [start, end), in order."""
     return rows_of(lex.tokens(text, comments=True), functions, params, start, len(text) if end is None else end)
 
 
-def rows_of(toks: list[Token], functions: set[str], params: set[str], start: int, end: int):
+def rows_of(toks: list[Token], functions: set[str], params: set[str], start: int, end: int) -> Iterator[Row]:
     """token_rows of an already lexed text."""
     n, prev = len(toks), _NONE
     for i, tok in enumerate(toks):
@@ -106,7 +111,7 @@ def rows_of(toks: list[Token], functions: set[str], params: set[str], start: int
             yield lex.start(tok), lex.end(tok), _TYPE_INDEX[cls[0]], cls[1]
 
 
-def encode(rows, index) -> list[int]:
+def encode(rows: Iterable[Row], index: LineIndex) -> list[int]:
     """LSP's relative encoding of token rows; a token spanning lines is dropped."""
     rows = list(rows)
     ends = index.line_columns(itertools.chain.from_iterable((s, e) for s, e, _, _ in rows))
@@ -282,7 +287,7 @@ def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-semantic")
 
 
-async def warm(ls, uri: str) -> None:
+async def warm(ls: KinaServer, uri: str) -> None:
     """Lex and encode a just-opened document in the background: the editor asks for its
     semantic tokens right away, and a cold 1,000-line file took 60-100 ms to lex."""
     try:
@@ -291,7 +296,7 @@ async def warm(ls, uri: str) -> None:
         pass
 
 
-async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
+async def _tokens_of(ls: KinaServer, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
     """The tokens of the buffer as it is now.  Lexical only (names from `declared`), so
     unlike hover this never waits for the analysis of the edit just made: the editor
     asks for tokens after every keystroke, and waiting behind a check of several
@@ -309,11 +314,12 @@ async def _tokens_of(ls, uri: str, rng: lsp.Range | None = None) -> list[int] | 
 
 def register(server: KinaServer, safe: Safe) -> None:
     """Full, delta and range handlers (one legend: pygls merges them into one capability)."""
-    empty = lambda: lsp.SemanticTokens(data=[])  # noqa: E731
+    def empty() -> lsp.SemanticTokens:
+        return lsp.SemanticTokens(data=[])
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens(ls, params: lsp.SemanticTokensParams):
+    async def on_semantic_tokens(ls: KinaServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
         data = await _tokens_of(ls, params.text_document.uri)
         if data is None:
             return empty()
@@ -321,7 +327,8 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens_delta(ls, params: lsp.SemanticTokensDeltaParams):
+    async def on_semantic_tokens_delta(ls: KinaServer, params: lsp.SemanticTokensDeltaParams,
+                                       ) -> lsp.SemanticTokens | lsp.SemanticTokensDelta:
         uri = params.text_document.uri
         data = await _tokens_of(ls, uri)
         if data is None:
@@ -334,6 +341,6 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens_range(ls, params: lsp.SemanticTokensRangeParams):
+    async def on_semantic_tokens_range(ls: KinaServer, params: lsp.SemanticTokensRangeParams) -> lsp.SemanticTokens:
         data = await _tokens_of(ls, params.text_document.uri, params.range)
         return lsp.SemanticTokens(data=data or [])

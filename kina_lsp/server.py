@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, BinaryIO, Protocol, TypeVar, cast
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
@@ -67,9 +67,10 @@ from . import (
     transport,
     workspace_symbols,
 )
+from .commands import MlirText, Summary
 from .convert import index_of
 from .diagnostics import Publisher
-from .documents import Documents
+from .documents import Buffer, Documents, View
 from .protocol import KinaProtocol, KinaWorkspace, RawResult
 from .settings import Settings
 
@@ -95,7 +96,7 @@ class KinaServer(LanguageServer):
     def kina_workspace(self) -> KinaWorkspace:
         return cast(KinaWorkspace, self.workspace)        # KinaProtocol.lsp_initialize makes it
 
-    def buffer(self, uri: str):
+    def buffer(self, uri: str) -> Buffer | None:
         """(text, version) of an open document, or None (never a file read from disk)."""
         try:
             doc = self.kina_workspace.open_document(uri) if isinstance(uri, str) else None
@@ -104,7 +105,7 @@ class KinaServer(LanguageServer):
         return None if doc is None else (doc.source, doc.version)
 
     # ---- transports (ours: see transport.py for what pygls' reader got wrong)
-    def start_io(self, stdin=None, stdout=None) -> int:
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> int:
         writer = StdoutWriter(stdout or sys.stdout.buffer)
         self.protocol.set_writer(writer)
         dispatcher = transport.Dispatcher(self.protocol, writer.write)
@@ -120,20 +121,20 @@ class KinaServer(LanguageServer):
                   announce: Callable[[int], None] = lambda port: None) -> int:
         return asyncio.run(tcp.serve_tcp(self.protocol, host, port, token, announce))
 
-    def position_encoding(self):
+    def position_encoding(self) -> str:
         try:
-            return self.workspace.position_encoding
+            return self.workspace.position_encoding or "utf-16"
         except Exception:  # before initialize
             return "utf-16"
 
-    async def view(self, uri: str, wait: bool = False):
+    async def view(self, uri: str, wait: bool = False) -> View | None:
         """The analysis of the buffer as it is now, within the request budget (else None).
         Requests the editor sends by itself, all the time (hover, inlay hints, symbols,
         code actions ...), keep to the budget; ones the user asked for and waits on
         (definition, references, rename) `wait` for the analysis."""
         return await self.documents.current(uri, budget=None if wait else self.settings.budget)
 
-    async def set_validation_diagnostics(self, uri: str, text: str, failing: dict) -> None:
+    async def set_validation_diagnostics(self, uri: str, text: str, failing: dict[str, str]) -> None:
         """Attach `validate` diagnostics for the text that was validated (dropped if it was edited since)."""
         view = await self.documents.current(uri)
         cur = self.buffer(uri)
@@ -146,7 +147,11 @@ server = KinaServer()
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-Safe = Callable[..., Callable[[F], F]]     # the type of `safe` (feature modules' register())
+
+
+class Safe(Protocol):
+    """The type of `safe` (the feature modules' register() get it)."""
+    def __call__(self, default: object = None) -> Callable[[F], F]: ...
 
 
 def safe(default: object = None) -> Callable[[F], F]:
@@ -181,7 +186,8 @@ def safe(default: object = None) -> Callable[[F], F]:
     return wrap
 
 
-async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position, wait: bool = False):
+async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position,
+                       wait: bool = False) -> tuple[View | None, int]:
     view = await ls.view(uri, wait)
     return (view, view.index.offset(position)) if view is not None else (None, 0)
 
@@ -269,7 +275,7 @@ def did_close(ls: KinaServer, params: lsp.DidCloseTextDocumentParams) -> None:
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, diagnostics.OPTIONS)
-async def on_diagnostic(ls: KinaServer, params: lsp.DocumentDiagnosticParams):
+async def on_diagnostic(ls: KinaServer, params: lsp.DocumentDiagnosticParams) -> lsp.DocumentDiagnosticReport:
     # not @safe: an empty report would wipe the client's diagnostics; a failure is an error
     return await ls.publisher.report(params)
 
@@ -277,14 +283,14 @@ async def on_diagnostic(ls: KinaServer, params: lsp.DocumentDiagnosticParams):
 # ---- features -----------------------------------------------------------------------------
 @server.feature(lsp.TEXT_DOCUMENT_HOVER)
 @safe()
-async def on_hover(ls: KinaServer, params: lsp.HoverParams):
+async def on_hover(ls: KinaServer, params: lsp.HoverParams) -> lsp.Hover | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position)
     return hover.hover(view, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=False))
 @safe(default=list)
-async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams):
+async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
     if not ls.settings.inlay_hints:
         return []
     view = await ls.view(params.text_document.uri)
@@ -293,14 +299,14 @@ async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams):
 
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
 @safe()
-async def on_definition(ls: KinaServer, params: lsp.DefinitionParams):
+async def on_definition(ls: KinaServer, params: lsp.DefinitionParams) -> lsp.Location | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.definition(view, params.text_document.uri, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 @safe(default=list)
-async def on_references(ls: KinaServer, params: lsp.ReferenceParams):
+async def on_references(ls: KinaServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.references(view, params.text_document.uri, offset,
                                  params.context.include_declaration) if view else []
@@ -308,14 +314,14 @@ async def on_references(ls: KinaServer, params: lsp.ReferenceParams):
 
 @server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
 @safe()
-async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams):
+async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams) -> lsp.PrepareRenamePlaceholder | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.prepare_rename(view, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_RENAME, lsp.RenameOptions(prepare_provider=True))
 @safe()
-async def on_rename(ls: KinaServer, params: lsp.RenameParams):
+async def on_rename(ls: KinaServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
     navigation.check_new_name(params.new_name)   # a refusal is an error response that says why
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.rename(view, params.text_document.uri, offset, params.new_name) if view else None
@@ -323,7 +329,7 @@ async def on_rename(ls: KinaServer, params: lsp.RenameParams):
 
 @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
 @safe(default=list)
-async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams):
+async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams) -> RawResult | list[lsp.DocumentSymbol]:
     view = await ls.view(params.text_document.uri)
     if view is None:
         return []
@@ -332,7 +338,7 @@ async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams):
 
 @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", "(", ",", "=", "["]))
 @safe(default=list)
-def on_completion(ls: KinaServer, params: lsp.CompletionParams):
+def on_completion(ls: KinaServer, params: lsp.CompletionParams) -> lsp.CompletionList | list[lsp.CompletionItem]:
     # lexical on the live buffer: no analysis needed, so it never waits for one
     cur = ls.buffer(params.text_document.uri)
     if cur is None:   # not open: never read (and list the identifiers of) a file from disk
@@ -346,11 +352,11 @@ def on_completion(ls: KinaServer, params: lsp.CompletionParams):
 @server.feature(lsp.TEXT_DOCUMENT_SIGNATURE_HELP,
                 lsp.SignatureHelpOptions(trigger_characters=["(", ","], retrigger_characters=["="]))
 @safe()
-async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
+async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams) -> lsp.SignatureHelp | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position)
     if view is None:
         return None
-    sigs = {}
+    sigs: dict[str, tuple[str, list[str]]] = {}
     for _offset, fn in view.snapshot.local_functions():   # signatures only: no spans needed
         ps = [f"{p.name}: {astutil.type_text(p.type)}" for p in fn.params]
         sigs[fn.name] = (f"{fn.name}({', '.join(ps)}) -> {astutil.type_text(fn.ret)}", ps)
@@ -360,26 +366,35 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams):
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
                 lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Source]))
 @safe(default=list)
-async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams):
+async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
     view = await ls.view(params.text_document.uri)
     return actions.code_actions(view, params.text_document.uri, params) if view else []
 
 
 @server.command(actions.CMD_VALIDATE)
 @safe(default=lambda: {"ok": False, "message": "Kina: build & validate failed (see the server log)"})
-async def cmd_validate(ls: KinaServer, uri: Any):
+async def cmd_validate(ls: KinaServer, uri: Any) -> Summary:
     ls.kina_protocol.track()   # $/cancelRequest (and shutdown) cancel the build, not just the answer
     return await commands.build_and_validate(ls, _command_uri(uri, actions.CMD_VALIDATE))
 
 
 @server.command(actions.CMD_MLIR)
 @safe(default=lambda: {"language": "text", "content": "internal error (see the server log)", "ok": False})
-async def cmd_show_mlir(ls: KinaServer, uri: Any):
+async def cmd_show_mlir(ls: KinaServer, uri: Any) -> MlirText:
     return await commands.show_mlir(ls, _command_uri(uri, actions.CMD_MLIR))
 
 
-def _command_uri(uri, command: str) -> str:
-    # typed Any, not str: pygls would turn a number into a string and run the command on it
+@server.command(lenses.CMD_VALIDATE_FUNCTION)
+@safe(default=lambda: lenses.refusal("build & validate failed (see the server log)"))
+async def cmd_validate_function(ls: KinaServer, *args: object) -> Summary:
+    """The code lenses' command [uri, function, "function" | "gradient"] (lenses.py)."""
+    return await lenses.validate_function(ls, list(args))
+
+
+def _command_uri(uri: object, command: str) -> str:
+    # The handlers' `uri: Any`, not str: pygls structures a command's arguments by their
+    # annotations, and would turn a number into a string and run the command on it (object
+    # has no cattrs hook; Any passes the value through, and this check rejects it).
     if not isinstance(uri, str):
         raise JsonRpcInvalidParams(f"{command} takes one argument, the URI of an open .kina document")
     return uri
@@ -387,14 +402,14 @@ def _command_uri(uri, command: str) -> str:
 
 @server.feature(MLIR_REQUEST)
 @safe(default=lambda: {"language": "text", "content": "internal error (see the server log)", "ok": False})
-async def mlir_request(ls: KinaServer, params):
+async def mlir_request(ls: KinaServer, params: object) -> MlirText:
     """Custom request: {"textDocument": {"uri": ...}} -> {"language", "content", "ok", "title"}."""
     return await commands.show_mlir(ls, _uri_param(params, MLIR_REQUEST))
 
 
 @server.feature(VIEW_FILE_TEXT)
 @safe()
-def view_file_text(ls: KinaServer, params):
+def view_file_text(ls: KinaServer, params: object) -> dict[str, str | int | None] | None:
     """Custom request (as rust-analyzer's viewFileText): {"textDocument": {"uri"}} ->
     {"text", "version"} of the server's copy of an open document, or null.  For finding
     sync bugs: the client compares it with its own buffer."""
@@ -403,7 +418,7 @@ def view_file_text(ls: KinaServer, params):
     return None if cur is None else {"text": cur[0], "version": cur[1]}
 
 
-def _uri_param(params, method: str) -> str:
+def _uri_param(params: object, method: str) -> str:
     doc = params.get("textDocument") if isinstance(params, dict) else getattr(params, "textDocument", None)
     uri = doc.get("uri") if isinstance(doc, dict) else getattr(doc, "uri", None)
     if not isinstance(uri, str):
@@ -417,7 +432,7 @@ for _feature in (semantic, folding, selection, highlight, workspace_symbols, cal
 
 
 # ---- entry point ----------------------------------------------------------------------------
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """The `kina-lsp` command (see cli.py)."""
     from .cli import main as run
     return run(argv)

@@ -21,7 +21,7 @@ SETTINGS = {
 INT_MAX = {"debounce_ms": 5000, "budget_ms": 600_000}
 
 
-def _lookup(tree, dotted: str):
+def _lookup(tree: object, dotted: str) -> object:
     """Find `a.b` in a nested or dotted-key dict; None when absent."""
     if not isinstance(tree, dict):
         return None
@@ -43,7 +43,7 @@ class Settings:
     def budget(self) -> float:
         return self.budget_ms / 1000.0
 
-    def update(self, raw) -> None:
+    def update(self, raw: object) -> None:
         """Merge user settings; ill-typed values are ignored, not fatal."""
         if not isinstance(raw, dict):
             return

@@ -26,7 +26,10 @@ import logging
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
+
+from pygls.protocol import JsonRPCProtocol
 
 from compiler.diagnostics import UsageError
 
@@ -78,11 +81,11 @@ def new_token() -> str:
 class _Gate:
     """Authenticates initialize requests and hands the protocol to the first client that passes."""
 
-    def __init__(self, protocol, token: str) -> None:
+    def __init__(self, protocol: JsonRPCProtocol, token: str) -> None:
         self.protocol, self.token = protocol, token.encode("utf-8")
         self.session: Dispatcher | None = None
 
-    def check(self, dispatcher: Dispatcher, writer, params) -> str | None:
+    def check(self, dispatcher: Dispatcher, writer: asyncio.StreamWriter, params: object) -> str | None:
         opts = params.get("initializationOptions") if isinstance(params, dict) else None
         given = opts.get("token") if isinstance(opts, dict) else None
         if not (isinstance(given, str) and hmac.compare_digest(given.encode("utf-8"), self.token)):
@@ -96,11 +99,12 @@ class _Gate:
         return None
 
 
-async def serve_tcp(protocol, host: str, port: int, token: str, announce) -> int:
+async def serve_tcp(protocol: JsonRPCProtocol, host: str, port: int, token: str,
+                    announce: Callable[[int], None]) -> int:
     """Listen until the authenticated client's session ends; returns the exit code.
     announce(port) is called once the socket listens."""
     gate = _Gate(protocol, token)
-    finished: asyncio.Future = asyncio.get_running_loop().create_future()
+    finished: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         dispatcher = Dispatcher(protocol, writer.write)

@@ -33,9 +33,12 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeGuard
 
 import cattrs
+from pygls.protocol import JsonRPCProtocol
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +52,17 @@ INVALID_PARAMS = -32602
 SERVER_NOT_INITIALIZED = -32002
 
 
+# A JSON-RPC message as decoded from the wire (checked by _envelope_problem before use).
+Message = dict[str, object]
+
+
 # ---- byte sources -----------------------------------------------------------------------
+class ByteSource(Protocol):
+    async def read(self, n: int) -> bytes:
+        """Up to n bytes; b"" at end of input."""
+        ...
+
+
 class ThreadedFileSource:
     """Reads a file descriptor (stdin) on a thread of its own, so a blocking read never
     holds the event loop and no handler's thread pool can starve the reader.  The
@@ -57,7 +70,7 @@ class ThreadedFileSource:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._queue: asyncio.Queue | None = None
+        self._queue: asyncio.Queue[bytes] | None = None
 
     def _pump(self, loop: asyncio.AbstractEventLoop) -> None:
         while True:
@@ -106,7 +119,7 @@ class FrameReader:
 
     CHUNK = 64 * 1024
 
-    def __init__(self, source) -> None:
+    def __init__(self, source: ByteSource) -> None:
         self.source = source
         self.buf = bytearray()
         self.eof = False
@@ -205,7 +218,8 @@ class Dispatcher:
     `authenticate(params) -> str | None` (TCP mode) vets the initialize request: a message
     means refusal, and the connection is closed after the answer."""
 
-    def __init__(self, protocol, write, authenticate=None) -> None:
+    def __init__(self, protocol: JsonRPCProtocol, write: Callable[[bytes], None],
+                 authenticate: Callable[[object], str | None] | None = None) -> None:
         self.protocol = protocol
         self.write = write                  # bytes -> None
         self.authenticate = authenticate
@@ -215,12 +229,13 @@ class Dispatcher:
         self.refused = False
 
     # ---- answers
-    def send(self, message: dict) -> None:
+    def send(self, message: Message) -> None:
         body = json.dumps(message, separators=(",", ":")).encode("utf-8")
         self.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
-    def error(self, msg_id, code: int, message: str, data=None) -> None:
-        err = {"code": code, "message": message}
+    def error(self, msg_id: object, code: int, message: str, data: object = None) -> None:
+        """An error response; msg_id is the request's id as the client sent it (or None)."""
+        err: Message = {"code": code, "message": message}
         if data is not None:
             err["data"] = data
         self.send({"jsonrpc": "2.0", "id": msg_id, "error": err})
@@ -259,7 +274,7 @@ class Dispatcher:
         if handled and method == "shutdown":
             self.shut_down = True
 
-    def _lifecycle_allows(self, data: dict, method: str, is_request: bool) -> bool:
+    def _lifecycle_allows(self, data: Message, method: str, is_request: bool) -> bool:
         msg_id = data.get("id")
         if self.shut_down:
             if is_request:
@@ -288,7 +303,7 @@ class Dispatcher:
             return False
         return True
 
-    def _handle(self, data: dict, request: dict | None) -> bool:
+    def _handle(self, data: Message, request: Message | None) -> bool:
         """Structure the message and hand it to pygls; False when its params do not fit."""
         try:
             message = self.protocol.structure_message(data)
@@ -310,11 +325,11 @@ class Dispatcher:
         return True
 
 
-def _valid_id(msg_id) -> bool:
+def _valid_id(msg_id: object) -> TypeGuard[int | str]:
     return isinstance(msg_id, (int, str)) and not isinstance(msg_id, bool)
 
 
-def _envelope_problem(data) -> str | None:
+def _envelope_problem(data: object) -> str | None:
     if not isinstance(data, dict):
         return "a message must be a JSON object" + (" (batches are not part of LSP)" if isinstance(data, list) else "")
     if data.get("jsonrpc") != "2.0":
@@ -345,7 +360,7 @@ def _structure_problem(exc: Exception) -> str:
 
 
 # ---- the loop -------------------------------------------------------------------------------
-async def serve(source, dispatcher: Dispatcher, stop: asyncio.Event | None = None) -> int:
+async def serve(source: ByteSource, dispatcher: Dispatcher, stop: asyncio.Event | None = None) -> int:
     """Read and dispatch frames until `exit`, end of input or `stop`; returns the exit code."""
     frames = FrameReader(source)
     while dispatcher.exit_code is None and not dispatcher.refused:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,7 +43,7 @@ _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-symbols")
 
 def functions_in(text: str) -> list[Symbol]:
     """(name, name start, name end, item start, item end) of every function of a text."""
-    out = []
+    out: list[Symbol] = []
     for item in parse.split_items(text):
         head = lex.tokens(text, item.start, min(item.end, item.start + 256))[:2]   # `fn NAME`
         if len(head) == 2 and head[1].type == "NAME":
@@ -61,7 +62,7 @@ def matches(query: str, name: str) -> int | None:
     return 2 if all(ch in it for ch in q) else None
 
 
-def kina_files(roots: list[Path], budget: int = MAX_FILES):
+def kina_files(roots: list[Path], budget: int = MAX_FILES) -> Iterator[Path]:
     """The .kina files under the roots, bounded, never leaving a root."""
     for root in roots:
         try:
@@ -112,12 +113,13 @@ class SymbolIndex:
         return entry
 
 
-def _symbols(uri: str, text: str, fns, query: str, encoding: str, container: str):
+def _symbols(uri: str, text: str, fns: list[Symbol], query: str, encoding: str,
+             container: str) -> list[tuple[int, lsp.WorkspaceSymbol]]:
     hits = [(rank, f) for f in fns if (rank := matches(query, f[0])) is not None]
     if not hits:
         return []
     index = LineIndex(text, encoding)
-    out = []
+    out: list[tuple[int, lsp.WorkspaceSymbol]] = []
     for rank, (name, s, e, _, _) in hits:
         a, b = index.positions([s, e])
         out.append((rank, lsp.WorkspaceSymbol(name=name, kind=lsp.SymbolKind.Function, container_name=container,
@@ -128,13 +130,13 @@ def _symbols(uri: str, text: str, fns, query: str, encoding: str, container: str
 def search(query: str, open_docs: dict[str, str], roots: list[Path], index: SymbolIndex,
            encoding: str = "utf-16") -> list[lsp.WorkspaceSymbol]:
     """Matching functions of open documents (their buffers) and workspace files, best first."""
-    found = []
-    seen_paths = set()
+    found: list[tuple[int, lsp.WorkspaceSymbol]] = []
+    seen_paths: set[str] = set()
     for uri, text in open_docs.items():
-        path = to_fs_path(uri) if uri.startswith("file:") else None
-        if path:
-            seen_paths.add(os.path.realpath(path))
-        found += _symbols(uri, text, functions_in(text), query, encoding, Path(path or uri).name)
+        fs_path = to_fs_path(uri) if uri.startswith("file:") else None
+        if fs_path:
+            seen_paths.add(os.path.realpath(fs_path))
+        found += _symbols(uri, text, functions_in(text), query, encoding, Path(fs_path or uri).name)
     for path in kina_files(roots):
         if os.path.realpath(path) in seen_paths:
             continue
@@ -147,7 +149,7 @@ def search(query: str, open_docs: dict[str, str], roots: list[Path], index: Symb
     return [sym for _, sym in found[:MAX_RESULTS]]
 
 
-def workspace_roots(ls) -> list[Path]:
+def workspace_roots(ls: KinaServer) -> list[Path]:
     """The workspace folders (or the root) that are local folders."""
     uris = [f.uri for f in ls.workspace.folders.values()] or ([ls.workspace.root_uri] if ls.workspace.root_uri else [])
     roots = []
@@ -163,7 +165,7 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.WORKSPACE_SYMBOL)
     @safe(default=list)
-    async def on_workspace_symbol(ls, params: lsp.WorkspaceSymbolParams):
+    async def on_workspace_symbol(ls: KinaServer, params: lsp.WorkspaceSymbolParams) -> list[lsp.WorkspaceSymbol]:
         docs = {uri: doc.source for uri, doc in ls.workspace.text_documents.items()
                 if uri.endswith(".kina") or getattr(doc, "language_id", None) == "kina"}
         loop = asyncio.get_running_loop()

@@ -3,6 +3,8 @@ validate_decoder_block.py, validate_adamw.py, validate_greedy.py).
 
 - `build_levels(name)` builds examples/<name>.kina at -O0 and -O2 with compiler.build
   and loads both libraries (every check of a script runs against both);
+- `run(name, check)` is a script's whole main(): the torch banner, a Report, the
+  build at every level, then `check(report, built, torch)`; returns the exit code;
 - `main_inputs(program)` reads the host placeholders of the example's `main` (its
   literal lets) as NumPy arrays, so the script and the example share one copy of the
   data;
@@ -10,9 +12,10 @@ validate_decoder_block.py, validate_adamw.py, validate_greedy.py).
 """
 from __future__ import annotations
 
-import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import _common as C
 import numpy as np
@@ -65,5 +68,13 @@ def main_inputs(program) -> dict[str, np.ndarray]:
     return out
 
 
-def exit_with(rep: Report) -> None:
-    sys.exit(rep.exit_code())
+def run(name: str, check: Callable[[Report, Built, Any], None]) -> int:
+    """A validation script's main(): build examples/<name>.kina at every level and run
+    check(report, built, torch) (torch is None when not installed); a build failure is a
+    failed check.  Returns the process exit code (1 on any mismatch)."""
+    torch = torch_banner()
+    rep = Report()
+    built = build_levels(name, rep)
+    if built is not None:
+        check(rep, built, torch)
+    return rep.exit_code()

@@ -54,12 +54,7 @@ def check_weights(rep: E.Report, built: E.Built, host, w: dict, label: str, torc
         rep.check("every token is the torch decoder's argmax", best_logit_gap(torch, want, w) < 1e-5)
 
 
-def main() -> int:
-    torch = E.torch_banner()
-    rep = E.Report()
-    built = E.build_levels("storylm0_greedy", rep)
-    if built is None:
-        return rep.exit_code()
+def check(rep: E.Report, built: E.Built, torch) -> None:
     host = C.CompiledTrainer(C.compile_example("storylm0_train_step"), C.DEMO_LR)
     w0 = C.load_weights()
     check_weights(rep, built, host, w0, "committed weights", torch)
@@ -69,7 +64,10 @@ def main() -> int:
     losses = host.train(DEMO_STEPS)
     print(f"\n  trained {DEMO_STEPS} steps like the demo: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     check_weights(rep, built, host, host.w, f"after {DEMO_STEPS} demo steps", torch)
-    return rep.exit_code()
+
+
+def main() -> int:
+    return E.run("storylm0_greedy", check)
 
 
 if __name__ == "__main__":

@@ -105,12 +105,7 @@ def check(rep: E.Report, built: E.Built, torch) -> None:
 
 
 def main() -> int:
-    torch = E.torch_banner()
-    rep = E.Report()
-    built = E.build_levels("mlp_classifier", rep)
-    if built is not None:
-        check(rep, built, torch)
-    return rep.exit_code()
+    return E.run("mlp_classifier", check)
 
 
 if __name__ == "__main__":

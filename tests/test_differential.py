@@ -155,11 +155,11 @@ def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
     start = oracle._start_build
 
     def start_build(src, so, level):
-        proc = start(src, so, level)
+        build = start(src, so, level)
         if src.read_text().count("fn ") > 1:
-            proc.wait()
-            proc.returncode = 1
-        return proc
+            build.proc.wait()
+            build.proc.returncode = 1
+        return build
     monkeypatch.setattr(oracle, "_start_build", start_build)
     units = [differential.unit_of_source(n, WRONG.source.replace("fn w(", f"fn {n}(")) for n in ("u", "v")]
     (f,) = oracle.run_units(units)

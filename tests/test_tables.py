@@ -8,8 +8,8 @@ compiler/progen_ops.py (the program generator), plus a gradient-check case
 (tests/test_ops_compiled.py), which fail on their own when missing.  This test
 names the stage whose row is missing, and checks that every choice of an enum
 attribute (reduce_keep's op, gelu's approximate) has its row in each stage's
-ATTR_CHOICES table (the interpreter and the emitter always, the VJPs where a
-rule reads the attribute), is compiled, and is either gradient-checked or
+ATTR_CHOICES table (the interpreter, the emitter and torch_ref always, the VJPs
+where a rule reads the attribute, the generator for every surface op), is compiled, and is either gradient-checked or
 rejected under reverseMode with a reason.  (cast's dtype choices:
 tests/test_dtypes.py and tests/test_language_compiled.py.)
 """
@@ -46,22 +46,34 @@ def test_op_rows_are_documented():
 
 
 # ---- attribute choices ------------------------------------------------------------------------
-# Stages whose ATTR_CHOICES must cover every enum attribute (they compute values), and the
-# VJP stage, which must cover the enum attributes of every op with a VJP rule.
-VALUE_STAGES = ["compiler.interp", "compiler.emit_ops"]
+# Stages whose ATTR_CHOICES must cover every enum attribute (they compute values: the
+# interpreter, the emitter and the differential tests' PyTorch reference), the VJP stage,
+# which must cover the enum attributes of every op with a VJP rule, and the program
+# generator, which must draw every choice of a surface op (internal ops are generated
+# through the VJP of a surface op, so they inherit its choices).
+VALUE_STAGES = ["compiler.interp", "compiler.emit_ops", "compiler.torch_ref"]
+CHOICE_STAGES = [*VALUE_STAGES, "compiler.vjp", "compiler.progen_ops"]
+
+
+def _needs_table(module: str, name: str, op) -> bool:
+    from compiler.vjp import VJPS
+    if module == "compiler.vjp":
+        return name in VJPS and VJPS[name].rule is not None
+    if module == "compiler.progen_ops":
+        return not op.internal
+    return True
 
 
 def missing_choice_rows(ops) -> list[str]:
     """What is missing for the enum attributes of `ops` in the stages' ATTR_CHOICES, in words."""
-    from compiler.vjp import VJPS
     problems = []
-    stages = {m: importlib.import_module(m).ATTR_CHOICES for m in VALUE_STAGES + ["compiler.vjp"]}
+    stages = {m: importlib.import_module(m).ATTR_CHOICES for m in CHOICE_STAGES}
     for name, op in ops.items():
         for a in op.attrs:
             if a.kind != "enum":
                 continue
             for module, tables in stages.items():
-                needed = module in VALUE_STAGES or (name in VJPS and VJPS[name].rule is not None)
+                needed = _needs_table(module, name, op)
                 table = tables.get((name, a.name))
                 if table is None:
                     if needed:
@@ -96,7 +108,25 @@ def test_a_new_choice_without_its_rows_is_named():
     ops = {**OPS, "reduce_keep": dataclasses.replace(op, attrs=tuple(widened if a is spec else a for a in op.attrs))}
     assert missing_choice_rows(ops) == [
         f"{m}.ATTR_CHOICES[('reduce_keep', 'op')] has no row for: min"
-        for m in ("compiler.interp", "compiler.emit_ops", "compiler.vjp")]
+        for m in ("compiler.interp", "compiler.emit_ops", "compiler.torch_ref", "compiler.vjp",
+                  "compiler.progen_ops")]
+
+
+def test_a_new_gelu_choice_without_its_rows_is_named():
+    """gelu's `approximate` reaches the internal gelu_grad through the VJP: a new choice needs
+    rows for both ops in the value stages, and one for gelu in the VJP and generator tables."""
+    ops = dict(OPS)
+    for name in ("gelu", "gelu_grad"):
+        op = OPS[name]
+        spec = op.attr("approximate")
+        widened = dataclasses.replace(spec, choices=spec.choices + ("sigmoid",))
+        ops[name] = dataclasses.replace(op, attrs=tuple(widened if a is spec else a for a in op.attrs))
+    missing = set(missing_choice_rows(ops))
+    want = {f"{m}.ATTR_CHOICES[({name!r}, 'approximate')] has no row for: sigmoid"
+            for name in ("gelu", "gelu_grad") for m in VALUE_STAGES}
+    want |= {f"{m}.ATTR_CHOICES[('gelu', 'approximate')] has no row for: sigmoid"
+             for m in ("compiler.vjp", "compiler.progen_ops")}
+    assert missing == want
 
 
 def test_value_flow_facts_are_op_fields():
