@@ -28,7 +28,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
-from lark import Token
 from lsprotocol import types as lsp
 
 from compiler import lex, parse
@@ -53,20 +52,30 @@ LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN
 _DTYPES = {d.value for d in DType}
 _ENUMS = {c for op in SURFACE_OPS.values() for a in op.attrs for c in a.choices}
 _TYPE_INDEX = {name: i for i, name in enumerate(TOKEN_TYPES)}
-_NONE = Token("$NONE", "")       # stands for "no token" before the first and after the last
+# A token as the cache keeps it: (terminal, text, start, end).  Plain tuples of str and
+# int, which the garbage collector stops tracking, unlike lark Tokens: 60,000 cached
+# Tokens made every full collection of the server a 60 ms pause.
+Tok = tuple[str, str, int, int]
+_NONE: Tok = ("$NONE", "", 0, 0)       # stands for "no token" before the first and after the last
 
 
-def _classify(tok: Token, prev: Token, nxt: Token, functions: set[str], params: set[str]) -> tuple[str, int] | None:
+def compact(text: str) -> list[Tok]:
+    """The text's tokens, comments kept, as `Tok`s."""
+    return [(t.type, str(t), lex.start(t), lex.end(t)) for t in lex.tokens(text, comments=True)]
+
+
+def _classify(tok: Tok, prev: Tok, nxt: Tok, functions: set[str], params: set[str]) -> tuple[str, int] | None:
     """(token type, modifier bits) of one token, from its neighbours (comments skipped)."""
-    if tok.type == lex.COMMENT:
+    kind = tok[0]
+    if kind == lex.COMMENT:
         return "comment", 0
-    if tok.type in lex.NUMBERS:
+    if kind in lex.NUMBERS:
         return "number", 0
-    if tok.type in lex.KEYWORD_TERMINALS:
+    if kind in lex.KEYWORD_TERMINALS:
         return "keyword", 0
-    if tok.type != "NAME":
+    if kind != "NAME":
         return None
-    return _classify_name(str(tok), prev.type, nxt.type, functions, params)
+    return _classify_name(tok[1], prev[0], nxt[0], functions, params)
 
 
 def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: set[str]) -> tuple[str, int] | None:
@@ -91,24 +100,24 @@ def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: 
 def token_rows(text: str, functions: set[str], params: set[str], start: int = 0,
                end: int | None = None) -> Iterator[Row]:
     """(start, end, type index, modifier bits) of every token that starts in [start, end), in order."""
-    return rows_of(lex.tokens(text, comments=True), functions, params, start, len(text) if end is None else end)
+    return rows_of(compact(text), functions, params, start, len(text) if end is None else end)
 
 
-def rows_of(toks: list[Token], functions: set[str], params: set[str], start: int, end: int) -> Iterator[Row]:
+def rows_of(toks: list[Tok], functions: set[str], params: set[str], start: int, end: int) -> Iterator[Row]:
     """token_rows of an already lexed text."""
     n, prev = len(toks), _NONE
     for i, tok in enumerate(toks):
-        if lex.start(tok) >= end:
+        if tok[2] >= end:
             break
         j = i + 1
-        while j < n and toks[j].type == lex.COMMENT:      # neighbours skip comments
+        while j < n and toks[j][0] == lex.COMMENT:      # neighbours skip comments
             j += 1
         cls = _classify(tok, prev, toks[j] if j < n else _NONE, functions, params)
-        if tok.type != lex.COMMENT:
+        if tok[0] != lex.COMMENT:
             prev = tok
         # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)
-        if cls is not None and lex.start(tok) >= start:
-            yield lex.start(tok), lex.end(tok), _TYPE_INDEX[cls[0]], cls[1]
+        if cls is not None and tok[2] >= start:
+            yield tok[2], tok[3], _TYPE_INDEX[cls[0]], cls[1]
 
 
 def encode(rows: Iterable[Row], index: LineIndex) -> list[int]:
@@ -127,7 +136,7 @@ def encode(rows: Iterable[Row], index: LineIndex) -> list[int]:
     return data
 
 
-def declared(toks: list[Token]) -> tuple[frozenset[str], frozenset[str]]:
+def declared(toks: list[Tok]) -> tuple[frozenset[str], frozenset[str]]:
     """(function names, parameter names) a lexed text declares: the NAME after `fn`, and
     every NAME before a `:` in a header (between `fn` and its body's `{`; types hold no
     `:`).  Lexical, so it needs no parse or check: semantic tokens never wait for the
@@ -135,16 +144,16 @@ def declared(toks: list[Token]) -> tuple[frozenset[str], frozenset[str]]:
     fns: set[str] = set()
     params: set[str] = set()
     in_header = False
-    for i, tok in enumerate(toks):
-        kind = tok.type
+    for i, (kind, word, _, _) in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else _NONE
         if kind == "FN":
             in_header = True
-            if i + 1 < len(toks) and toks[i + 1].type == "NAME":
-                fns.add(str(toks[i + 1]))
+            if nxt[0] == "NAME":
+                fns.add(nxt[1])
         elif kind == "LBRACE":
             in_header = False
-        elif in_header and kind == "NAME" and i + 1 < len(toks) and toks[i + 1].type == "COLON":
-            params.add(str(tok))
+        elif in_header and kind == "NAME" and nxt[0] == "COLON":
+            params.add(word)
     return frozenset(fns), frozenset(params)
 
 
@@ -185,10 +194,10 @@ class ChunkCache:
         self._data: OrderedDict[tuple[str, frozenset[str], frozenset[str], str], tuple[list[int], int]] = \
             OrderedDict()
         self._info: OrderedDict[str, _Chunk] = OrderedDict()
-        self._tokens: OrderedDict[str, list[Token]] = OrderedDict()
+        self._tokens: OrderedDict[str, list[Tok]] = OrderedDict()
         self._limit = limit
-        # Token objects are GC-tracked: a few versions of each function, not thousands
-        # (4,096 chunks of tokens made every full collection a 100 ms pause).
+        # A few versions of each function's tokens, not thousands (memory; they are
+        # `Tok`s, which a full collection does not walk).
         self._token_limit = token_limit
 
     @staticmethod
@@ -243,20 +252,20 @@ class ChunkCache:
         info = self._info.get(text)
         if info is None:
             toks = self._lexed(text)
-            info = self._info[text] = _Chunk(frozenset(str(t) for t in toks if t.type == "NAME"), *declared(toks))
+            info = self._info[text] = _Chunk(frozenset(t[1] for t in toks if t[0] == "NAME"), *declared(toks))
             while len(self._info) > self._limit:
                 self._info.popitem(last=False)
         else:
             self._info.move_to_end(text)
         return info
 
-    def _lexed(self, text: str) -> list[Token]:
+    def _lexed(self, text: str) -> list[Tok]:
         """The chunk's tokens, kept apart from the names: typing inside a parameter's name
         changes the module's names, and re-lexing all 100 functions of a 1,000-line file
         for it took 33 of the request's 40 ms."""
         toks = self._tokens.get(text)
         if toks is None:
-            toks = self._tokens[text] = lex.tokens(text, comments=True)
+            toks = self._tokens[text] = compact(text)
             while len(self._tokens) > self._token_limit:
                 self._tokens.popitem(last=False)
         else:

@@ -122,9 +122,9 @@ def test_validate_runs_nothing_from_the_working_directory(tmp_path, monkeypatch)
 
 
 def test_the_child_command_is_isolated_from_the_cwd(tmp_path):
-    cmd, where = validate._child_command(tmp_path / "lib.so", tmp_path, ["f"])
-    assert cmd[1] == "-P" and where["cwd"] == str(tmp_path) and where["env"]["PYTHONSAFEPATH"] == "1"
-    assert where["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+    cmd, env, cwd = validate._child_command(tmp_path / "lib.so", tmp_path, ["f"])
+    assert cmd[1] == "-P" and cwd == str(tmp_path) and env["PYTHONSAFEPATH"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
 
 
 # ---- --save round-trips every dtype ----------------------------------------------------------------
