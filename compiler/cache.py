@@ -139,9 +139,11 @@ def normalized_mlir(mlir_text: str) -> str:
 
 def build_settings() -> str:
     """The environment's choices that change the code of a library: the OpenMP runtime
-    (KINA_OPENMP: threaded or serial kernels) and vector math (KINA_VECTOR_MATH)."""
-    from . import llvm_stage, threads
-    return f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()}"
+    (KINA_OPENMP: threaded or serial kernels), vector math (KINA_VECTOR_MATH) and -O2's
+    elementwise fusion (KINA_FUSE)."""
+    from . import fusion, llvm_stage, threads
+    return (f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()} "
+            f"fuse={fusion.enabled()}")
 
 
 def key_for(mlir_text: str, opt_level: int) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .entry_points import CIFACE_PREFIX, packed_entry_point
+from .fusion import enabled as fusion_enabled
+from .fusion import fuse_elementwise
 from .parallelize import tag_parallel_generics, tag_transposes, tag_vectorizable
 from .pipelines import pipeline_text, segments
 from .rewrites import rewrite_scatters
@@ -138,9 +140,11 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         hook("mlir-opt", mlir_ir, module)
         try:
             if any(p.startswith("--transform-interpreter") for p in passes):
+                rewrite_scatters(mlir_ir, module)
+                if fusion_enabled():
+                    fuse_elementwise(mlir_ir, module)
                 tag_vectorizable(mlir_ir, module)
                 tag_transposes(mlir_ir, module)
-                rewrite_scatters(mlir_ir, module)
                 tag_parallel_generics(mlir_ir, module)
             run_pipeline(mlir_ir, passmanager, module, passes, mlir_text)
         except mlir_ir.MLIRError as e:

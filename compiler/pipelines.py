@@ -9,7 +9,9 @@ The other -O2 stages: compiler/transform_library.py (the transform-dialect scrip
 "@transforms" and "@outline" slots), compiler/parallelize.py (which ops the script
 vectorises, tiles and makes parallel), compiler/threads.py (the OpenMP lowering of the
 parallel loops), compiler/rewrites.py (the Python IR rewrites of the slots, the scatter
-rewrite), compiler/entry_points.py (the packed entry points of every library).
+rewrite), compiler/entry_points.py (the packed entry points of every library),
+compiler/fusion.py (elementwise fusion, before the tagging) and compiler/alloc_cache.py
+(the heap buffers of -O2 libraries).
 compiler/engine.py is the back end of -O1..-O3 that runs these through the MLIR Python
 bindings (in a worker process), then LLVM's opt and llc (compiler/llvm_stage.py);
 compiler/toolchain.py drives them (and the external tools of -O0); the errors every
@@ -21,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import threads
+from . import alloc_cache, threads
 from .toolchain_errors import ToolchainError
 from .transform_library import OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
 
@@ -122,7 +124,9 @@ O2_PASSES = [
     "--expand-strided-metadata",
     "--convert-vector-to-llvm",
     "--convert-ub-to-llvm",
-    *_LOWER_TO_LLVM,   # (ends with --canonicalize: a second one changed nothing and cost 0.1 s)
+    # Heap buffers from the library's cache of freed blocks (compiler/alloc_cache.py); the
+    # list ends with --canonicalize: a second one changed nothing and cost 0.1 s.
+    *[alloc_cache.FINALIZE_FLAG if p == "--finalize-memref-to-llvm" else p for p in _LOWER_TO_LLVM],
     "--cse",
 ]
 

@@ -80,12 +80,15 @@ def link_args() -> list[str]:
     return [f"-L{lib.parent}", "-lomp", f"-Wl,-rpath,{lib.parent}"]
 
 
-# libomp's threads spin this many milliseconds after a parallel loop before they sleep.
-# Its default, 200 ms, keeps both cores busy between steps: on a shared machine the
-# spinning threads took the core the caller's own serial kernels needed (a serial library
-# in the same process ran 105-116 ms instead of 57 ms per scaled step).  The kernels of one
-# step follow each other within microseconds, so 1 ms keeps the threads hot within a step.
-BLOCKTIME_MS = "1"
+# libomp's threads spin this many milliseconds after a parallel loop before they sleep
+# (the master too, at the join).  Its default, 200 ms, kept both cores busy between steps:
+# on a shared machine the spinning threads took the core the caller's own serial kernels
+# needed.  1 ms (the previous setting) still lost: with other processes on the 2 cores
+# (load 5-7) the scaled train step ran 1.36-1.53x jax.jit with 1 ms and 1.19-1.23x with 0,
+# the main thread burning 20 instead of 11 ms of CPU per step spinning at the joins.  With
+# 0 a thread sleeps as soon as it has no work; a loop pays a wake-up, which is why only
+# kernels of PARALLEL_MIN_ELEMENTS / PARALLEL_MIN_FLOPS run parallel.
+BLOCKTIME_MS = "0"
 
 
 def prepare_process() -> None:

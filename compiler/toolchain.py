@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import threads
+from . import alloc_cache, threads
 from .diagnostics import Diagnostic, Note, SourceText, Span
 from .engine import engine_object_in_child, require_bindings
 from .entry_points import add_packed_entry_points
@@ -354,7 +354,7 @@ def _link_args(obj: Path, out_so: Path, f8: bool, parallel: bool = False) -> lis
     from .llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
     if uses_vector_math(obj):   # -O2 kernels calling libmvec (llvm_stage.vector_math)
         args.append(f"-l:{VECTOR_MATH_LIBRARY}")
-    return args
+    return args + alloc_cache.link_sources(obj)   # -O2 heap buffers (compiler/alloc_cache.py)
 
 
 def _wheel_runtime(directory: Path | None, lib: str, what: str) -> list[str]:

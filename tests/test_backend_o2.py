@@ -320,3 +320,28 @@ def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_pat
         module = ir.Module.parse(mlir)
         with pytest.raises(ir.MLIRError, match="terminator"):
             engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
+
+
+LONG_K = "fn f(a: Tensor[F32, [64, 1024]], b: Tensor[F32, [1024, 128]]) -> Tensor[F32, [64, 128]] {\n  a @ b\n}\n"
+
+
+def test_a_long_k_parallel_matmul_runs_its_k_loop_in_blocks_and_matches_numpy(tmp_path):
+    """K >= K_BLOCK_MIN: tagged kina.k_block (the script steps its k loop by K_BLOCK);
+    each element still sums its K products in order (checked against float64 NumPy)."""
+    from compiler import parallelize, transform_library
+    src = tmp_path / "k.kina"
+    src.write_text(LONG_K)
+    res = build.BuildResult(False, source=build.SourceText(LONG_K, str(src)))
+    mlir = build.front_end(LONG_K, str(src), {}, res)
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        parallelize.tag_vectorizable(ir, module)
+        assert "kina.k_block" in str(module) and "kina.parallel" in str(module)
+    assert f"tile_sizes [0, 0, {transform_library.K_BLOCK}]" in transform_library.TRANSFORM_LIBRARY
+    built = build.build_file(src, tmp_path / "k.so", 2, cache=False)
+    assert built.ok, built.diagnostics
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 1024)).astype(np.float32), rng.standard_normal((1024, 128)).astype(np.float32)
+    got = runtime.load(built.so_path).f(a, b)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)

@@ -70,10 +70,10 @@ def test_the_key_changes_with_compiler_toolchain_and_host(monkeypatch):
             assert cache.key_for(mlir, 0) != base, fn
 
 
-@pytest.mark.parametrize("var,value", [("KINA_OPENMP", "0"), ("KINA_VECTOR_MATH", "0")])
+@pytest.mark.parametrize("var,value", [("KINA_OPENMP", "0"), ("KINA_VECTOR_MATH", "0"), ("KINA_FUSE", "0")])
 def test_serial_or_scalar_kernels_are_a_different_key(monkeypatch, var, value):
     from compiler import llvm_stage, threads
-    if (threads.openmp_library() is None if var == "KINA_OPENMP" else not llvm_stage.vector_math()):
+    if var == "KINA_OPENMP" and threads.openmp_library() is None or var == "KINA_VECTOR_MATH" and not llvm_stage.vector_math():
         pytest.skip(f"{var} changes nothing on this machine")
     base = cache.key_for("module {}", 2)
     monkeypatch.setenv(var, value)

@@ -1,0 +1,205 @@
+"""Elementwise fusion at -O2: an elementwise linalg.generic whose only use is an input of
+another linalg.generic moves into that consumer, so the pair is one loop nest and the
+producer's tensor is never written to memory.
+
+Why not upstream `linalg-fuse-elementwise-ops`: it also propagates reshapes by expanding
+the ops around them, which turns the named matmuls next to a reshape into generics (no
+longer the vectorised, threaded kernels of the transform script), and it fuses wherever
+a producer has one use, recomputing a producer per iteration of consumer loops that do
+not index it (the scaled step ran 40x slower with it).  This rewrite fuses only when no
+work is repeated:
+
+- the consumer's indexing map of the fused operand is a permutation of all its loops
+  (each producer element is computed exactly once: chains of elementwise ops, and an
+  elementwise op feeding a reduction over the same loops, e.g. exp before a sum), or
+- the producer is a pure copy (its body yields one of its inputs: a broadcast, which
+  becomes a broadcasting read in the consumer; nothing is recomputed but a load).
+
+A producer with a math op (exp, log, ...) is not fused into a reduction: LLVM vectorises
+no float reduction loop (that would reassociate its adds), so the producer's libmvec vector
+calls would become a scalar call per element (a [256, 2048] log_softmax: 1.6 -> 2.6 ms).
+Nor into a consumer that has math ops of its own: with an exp and a log in one loop,
+LLVM vectorised the threaded and the serial build of a kernel differently (libmvec's
+vector logf and libm's scalar logf differ in the last bit), and those two builds must
+agree bit for bit.  Each element is computed by the same scalar operations in the same order as before, so
+results are bit-identical (no new fused multiply-adds: the ops stay separate arith ops).
+Producers with a body that has regions, or an index op the new loop order would change,
+stay as they are.  It runs on the emitted tensor IR before the -O2 tagging (fused ops are
+new ops, tagged like any other), after `rewrite_scatters` (the scatter generic it
+matches must keep its exact form); consumers are visited in program order, so a whole
+chain folds into its last consumer in one pass.  -O0 keeps every op: the differential
+tests compare the two.  KINA_FUSE=0 turns it off (to measure what it gains).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+Bindings = Any
+
+
+def enabled() -> bool:
+    """Whether -O2 fuses (KINA_FUSE=0 turns it off; part of the build cache's key)."""
+    return os.environ.get("KINA_FUSE", "").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _segments(op: Any) -> tuple[int, int]:
+    """(number of inputs, number of inits) of a linalg.generic."""
+    sizes = list(op.attributes["operandSegmentSizes"])
+    return int(sizes[0]), int(sizes[1])
+
+
+def _maps(ir: Bindings, op: Any) -> list[Any]:
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _body(op: Any) -> Any:
+    return op.regions[0].blocks[0]
+
+
+def _all_parallel(ir: Bindings, op: Any) -> bool:
+    return all(str(i).endswith("parallel>") for i in ir.ArrayAttr(op.attributes["iterator_types"]))
+
+
+def _is_copy(ir: Bindings, op: Any) -> bool:
+    """The body is `linalg.yield %in` of one of its input block arguments."""
+    ops = list(_body(op).operations)
+    if len(ops) != 1:
+        return False
+    v = ops[0].operands[0]
+    n_in, _ = _segments(op)
+    return isinstance(v, ir.BlockArgument) and v.owner == _body(op) and v.arg_number < n_in
+
+
+def _compose(ir: Bindings, inner: Any, outer: Any) -> Any | None:
+    """inner o outer for maps whose results are dims or constants (None otherwise)."""
+    exprs = []
+    for e in inner.results:
+        if isinstance(e, ir.AffineDimExpr):
+            exprs.append(outer.results[e.position])
+        elif isinstance(e, ir.AffineConstantExpr):
+            exprs.append(e)
+        else:
+            return None
+    if not all(isinstance(x, ir.AffineDimExpr) or isinstance(x, ir.AffineConstantExpr) for x in exprs):
+        return None
+    return ir.AffineMap.get(outer.n_dims, 0, exprs)
+
+
+def _covers_loops(ir: Bindings, maps: list[Any], n_dims: int) -> bool:
+    """Every loop still gets its size from some operand (a dim expr of some map)."""
+    seen = {e.position for m in maps for e in m.results if isinstance(e, ir.AffineDimExpr)}
+    return seen == set(range(n_dims))
+
+
+def _producer(ir: Bindings, consumer: Any, index: int) -> Any | None:
+    """The fusable producer of the consumer's input `index`, or None."""
+    value = consumer.operands[index]
+    if not isinstance(value, ir.OpResult):
+        return None
+    producer = value.owner.operation
+    if producer.name != "linalg.generic" or len(producer.results) != 1 or producer.block != consumer.block:
+        return None
+    if len(list(value.uses)) != 1 or not _all_parallel(ir, producer):
+        return None
+    n_in, n_init = _segments(producer)
+    maps = _maps(ir, producer)
+    if n_init != 1 or maps[-1] != ir.AffineMap.get_identity(maps[-1].n_dims):
+        return None
+    body = _body(producer)
+    if len(list(body.arguments[n_in].uses)) != 0:        # an elementwise op never reads its init
+        return None
+    cmap = _maps(ir, consumer)[index]
+    if cmap.n_dims == 0 or len(cmap.results) != maps[-1].n_dims:
+        return None
+    ops = list(body.operations)
+    if any(len(o.regions) for o in ops):
+        return None
+    if any(o.name.startswith("math.") for o in ops):
+        if not _all_parallel(ir, consumer):
+            return None   # a reduction loop stays scalar: its exp / log would lose their vector calls
+        if any(o.name.startswith("math.") for o in _body(consumer).operations):
+            return None   # one loop, one source of math calls (see the module docstring)
+    if _is_copy(ir, producer):
+        return producer
+    if not cmap.is_permutation:
+        return None
+    if any(o.name == "linalg.index" for o in ops) and cmap != ir.AffineMap.get_identity(cmap.n_dims):
+        return None
+    return producer
+
+
+def _fuse(ir: Bindings, consumer: Any, index: int, producer: Any) -> Any | None:
+    """The consumer with the producer of its input `index` fused in (a new op), or None."""
+    n_in, n_init = _segments(consumer)
+    p_in, _ = _segments(producer)
+    cmaps, pmaps = _maps(ir, consumer), _maps(ir, producer)
+    composed = [_compose(ir, m, cmaps[index]) for m in pmaps[:p_in]]
+    if any(m is None for m in composed):
+        return None
+    maps = cmaps[:index] + composed + cmaps[index + 1:]
+    if not _covers_loops(ir, maps, cmaps[index].n_dims):
+        return None
+    c_ops, p_ops = list(consumer.operands), list(producer.operands)
+    operands = c_ops[:index] + p_ops[:p_in] + c_ops[index + 1:]
+    cbody, pbody = _body(consumer), _body(producer)
+    cargs, pargs = list(cbody.arguments), list(pbody.arguments)
+    attrs = {name: consumer.attributes[name] for name in consumer.attributes}
+    attrs["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+    attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([n_in - 1 + p_in, n_init])
+    with consumer.location:
+        fused = ir.Operation.create("linalg.generic", results=[r.type for r in consumer.results],
+                                    operands=operands, attributes=attrs, regions=1,
+                                    ip=ir.InsertionPoint(consumer))
+        types = [a.type for a in cargs[:index]] + [a.type for a in pargs[:p_in]] + [a.type for a in cargs[index + 1:]]
+        block = fused.regions[0].blocks.append(*types)
+    fargs = list(block.arguments)
+    *p_body, p_yield = list(pbody.operations)
+    value = p_yield.operands[0]
+    if isinstance(value, ir.BlockArgument) and value.owner == pbody:
+        value = fargs[index + value.arg_number]
+    for op in p_body:
+        block.append(op.operation)
+    for op in list(cbody.operations):
+        block.append(op.operation)
+    for k, arg in enumerate(pargs[:p_in]):
+        arg.replace_all_uses_with(fargs[index + k])
+    for k, arg in enumerate(cargs):
+        if k == index:
+            arg.replace_all_uses_with(value)
+        else:
+            arg.replace_all_uses_with(fargs[k if k < index else k - 1 + p_in])
+    for old, new in zip(consumer.results, fused.results):
+        old.replace_all_uses_with(new)
+    consumer.erase()
+    producer.erase()
+    return fused
+
+
+def _fuse_into(ir: Bindings, consumer: Any) -> int:
+    """Fuse producers into `consumer` (and into the op that replaces it) until none is left."""
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        n_in, _ = _segments(consumer)
+        for index in range(n_in):
+            producer = _producer(ir, consumer, index)
+            fused = _fuse(ir, consumer, index, producer) if producer is not None else None
+            if fused is not None:
+                consumer, changed = fused, True
+                count += 1
+                break
+    return count
+
+
+def fuse_elementwise(ir: Bindings, module: Any) -> int:
+    """Fuse elementwise producers into their consumers in every function; returns the count."""
+    count = 0
+    for fn in module.body.operations:
+        if fn.operation.name != "func.func" or not len(fn.regions[0].blocks):
+            continue
+        for op in list(fn.regions[0].blocks[0].operations):
+            if op.operation.name == "linalg.generic":
+                count += _fuse_into(ir, op.operation)
+    return count
