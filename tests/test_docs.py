@@ -58,7 +58,8 @@ def test_check_mode_exits_clean():
 
 def test_internals_names_only_what_exists():
     """docs/internals.md (the module contracts and "Adding an op") names real files, and
-    the tables it says a module holds are there."""
+    the tables it says a module holds (the stage rows "Adding an op" tells a newcomer to
+    edit) are there."""
     import importlib
     import re
     text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
@@ -68,7 +69,11 @@ def test_internals_names_only_what_exists():
     assert not sorted(m for m in contracts if not (ROOT / "compiler" / f"{m}.py").exists())
     for module, names in {"vjp": ["VJPS", "Builder", "ATTR_CHOICES"], "interp": ["NUMPY_OPS", "ATTR_CHOICES"],
                           "emit_ops": ["LOWERINGS", "ATTR_CHOICES", "elementwise"], "autodiff": ["HANDLERS"],
-                          "lex": ["KEYWORDS", "tokens", "word_at"]}.items():
+                          "lex": ["KEYWORDS", "tokens", "word_at"],
+                          "ops": ["OPS", "_UNARY_DOCS", "_UNARY_MATH", "_BINARY_MATH"],
+                          "torch_ref": ["TORCH_OPS", "ATTR_CHOICES"],
+                          "progen_ops": ["MAKERS", "VIA_AD", "ATTR_CHOICES"],
+                          "progen_render": ["SURFACE"]}.items():
         mod = importlib.import_module(f"compiler.{module}")
         assert all(hasattr(mod, n) for n in names), (module, names)
         assert f"{module}.py" in text
