@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from compiler import analysis, autodiff, ir, ops, progen, progen_ops
+from compiler import analysis, autodiff, ir, ops, progen, progen_ops, progen_render
 from compiler.types import DType
 
 SEEDS = range(400)
@@ -41,6 +41,8 @@ def test_every_op_has_a_generator_row():
     assert set(progen_ops.MAKERS) == surface, "progen_ops.MAKERS needs one row per surface op of ops.OPS"
     assert set(progen_ops.VIA_AD) == internal, "progen_ops.VIA_AD names the VJP that emits each internal op"
     assert all(progen_ops.MAKERS[src].ad for src in progen_ops.VIA_AD.values())
+    missing = sorted(surface - set(progen_render.SURFACE))
+    assert not missing, f"compiler.progen_render.SURFACE (how a generated op is written) has no row for: {', '.join(missing)}"
 
 
 def test_every_op_of_the_table_is_generated(generated):
