@@ -14,6 +14,10 @@ Every edit keeps the program well-typed by construction:
   (chunks of halving size, then single lets);
 - bypass a let: its uses take one of its operands of the same type (`relu(x)` -> `x`);
 - then remove dead lets and unused parameters; make the dtype F32 when that still fails.
+
+Each candidate is also type-checked before it is tested, and skipped if it does not
+check: making a program F32 leaves a cast to another dtype in place (`x.cast(BF16)`), and
+a reproducer that does not compile reproduces nothing.
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ def shrink(case: Case, still_fails: Predicate, budget_s: float = 300.0, max_test
 
     def test(candidate: Case) -> bool:
         if state["tests"] >= max_tests or time.monotonic() > state["deadline"]:
+            return False
+        if not well_typed(candidate):
             return False
         state["tests"] += 1
         return still_fails(candidate)
@@ -67,7 +73,13 @@ def shrink(case: Case, still_fails: Predicate, budget_s: float = 300.0, max_test
     return best
 
 
-# ---- edits (each returns a new well-typed Case, or None) ----------------------------------------
+def well_typed(case: Case) -> bool:
+    """Whether the case's program checks without errors (the front end CLI and build use)."""
+    from .analysis import analyze
+    return not any(d.severity == "error" for d in analyze(case.source("f")).diagnostics)
+
+
+# ---- edits (each returns a new Case, or None) ----------------------------------------
 def _drop_ad(case: Case) -> Case | None:
     if not case.ad:
         return None
@@ -99,6 +111,9 @@ def _as_f32(case: Case) -> Case | None:
 
     def f32(t: TensorType) -> TensorType:
         return t.with_dtype(DType.F32) if t.is_float else t
+    for l in out.lets:      # a cast to the program's dtype becomes a cast to F32
+        if l.op == "cast" and l.attrs.get("dtype") == case.dtype.value:
+            l.attrs["dtype"] = DType.F32.value
     out.dtype = DType.F32
     for p in out.params:
         p.type = f32(p.type)

@@ -165,3 +165,19 @@ def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
     (f,) = oracle.run_units(units)
     assert (f.name, f.kind, f.level) == ("u..v", "build", 0) and "each part builds alone" in f.detail
     assert "fn u(" in f.source and "fn v(" in f.source
+
+
+def test_shrink_tests_only_programs_that_type_check():
+    """Making a BF16 program F32 once left its casts to BF16 in place (seed 3: `mul: operand
+    dtypes differ`), and the shrinker reported the ill-typed program as the reproducer."""
+    from compiler.types import DType
+    case = progen.generate(3)
+    assert case.dtype == DType.BF16 and any(l.op == "cast" for l in case.lets)
+    tested = []
+
+    def always(c):
+        tested.append(c)
+        return True
+    small = shrink.shrink(case, always)
+    assert tested and all(shrink.well_typed(c) for c in tested)
+    assert shrink.well_typed(small)
