@@ -83,12 +83,14 @@ def link_args() -> list[str]:
 # libomp's threads spin this many milliseconds after a parallel loop before they sleep
 # (the master too, at the join).  Its default, 200 ms, kept both cores busy between steps:
 # on a shared machine the spinning threads took the core the caller's own serial kernels
-# needed.  1 ms (the previous setting) still lost: with other processes on the 2 cores
-# (load 5-7) the scaled train step ran 1.36-1.53x jax.jit with 1 ms and 1.19-1.23x with 0,
-# the main thread burning 20 instead of 11 ms of CPU per step spinning at the joins.  With
-# 0 a thread sleeps as soon as it has no work; a loop pays a wake-up, which is why only
-# kernels of PARALLEL_MIN_ELEMENTS / PARALLEL_MIN_FLOPS run parallel.
-BLOCKTIME_MS = "0"
+# needed.  1 ms: a thread that finishes a loop waits 1 ms for the next one before it
+# sleeps.  0 (sleep at once) was better with other processes on both cores (load 5-7:
+# the scaled train step 1.19-1.23x jax.jit with 0, 1.36-1.53x with 1 ms) but worse on a
+# quiet machine, where every one of the ~40 parallel loops of a step then pays a wake-up
+# (load 1: forward 5.24 ms with 0 against 3.96 ms with 1 ms, train step 16.3 against
+# 15.6 ms, bench_scaled.py in one run each): the default serves the quiet machine, and
+# KMP_BLOCKTIME=0 is the setting for a loaded one (the user's value wins).
+BLOCKTIME_MS = "1"
 
 
 def prepare_process() -> None:
