@@ -33,9 +33,10 @@ tests compare the two.  KINA_FUSE=0 turns it off (to measure what it gains).
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any
 
-Bindings = Any
+Bindings = ModuleType   # the MLIR Python bindings' `ir` module (untyped: no stubs)
 
 
 def enabled() -> bool:
@@ -49,114 +50,114 @@ def _segments(op: Any) -> tuple[int, int]:
     return int(sizes[0]), int(sizes[1])
 
 
-def _maps(ir: Bindings, op: Any) -> list[Any]:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+def _maps(mlir_ir: Bindings, op: Any) -> list[Any]:
+    return [mlir_ir.AffineMapAttr(m).value for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
 def _body(op: Any) -> Any:
     return op.regions[0].blocks[0]
 
 
-def _all_parallel(ir: Bindings, op: Any) -> bool:
-    return all(str(i).endswith("parallel>") for i in ir.ArrayAttr(op.attributes["iterator_types"]))
+def _all_parallel(mlir_ir: Bindings, op: Any) -> bool:
+    return all(str(i).endswith("parallel>") for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"]))
 
 
-def _is_copy(ir: Bindings, op: Any) -> bool:
+def _is_copy(mlir_ir: Bindings, op: Any) -> bool:
     """The body is `linalg.yield %in` of one of its input block arguments."""
     ops = list(_body(op).operations)
     if len(ops) != 1:
         return False
     v = ops[0].operands[0]
     n_in, _ = _segments(op)
-    return isinstance(v, ir.BlockArgument) and v.owner == _body(op) and v.arg_number < n_in
+    return isinstance(v, mlir_ir.BlockArgument) and v.owner == _body(op) and v.arg_number < n_in
 
 
-def _compose(ir: Bindings, inner: Any, outer: Any) -> Any | None:
+def _compose(mlir_ir: Bindings, inner: Any, outer: Any) -> Any | None:
     """inner o outer for maps whose results are dims or constants (None otherwise)."""
     exprs = []
     for e in inner.results:
-        if isinstance(e, ir.AffineDimExpr):
+        if isinstance(e, mlir_ir.AffineDimExpr):
             exprs.append(outer.results[e.position])
-        elif isinstance(e, ir.AffineConstantExpr):
+        elif isinstance(e, mlir_ir.AffineConstantExpr):
             exprs.append(e)
         else:
             return None
-    if not all(isinstance(x, ir.AffineDimExpr) or isinstance(x, ir.AffineConstantExpr) for x in exprs):
+    if not all(isinstance(x, mlir_ir.AffineDimExpr) or isinstance(x, mlir_ir.AffineConstantExpr) for x in exprs):
         return None
-    return ir.AffineMap.get(outer.n_dims, 0, exprs)
+    return mlir_ir.AffineMap.get(outer.n_dims, 0, exprs)
 
 
-def _covers_loops(ir: Bindings, maps: list[Any], n_dims: int) -> bool:
+def _covers_loops(mlir_ir: Bindings, maps: list[Any], n_dims: int) -> bool:
     """Every loop still gets its size from some operand (a dim expr of some map)."""
-    seen = {e.position for m in maps for e in m.results if isinstance(e, ir.AffineDimExpr)}
+    seen = {e.position for m in maps for e in m.results if isinstance(e, mlir_ir.AffineDimExpr)}
     return seen == set(range(n_dims))
 
 
-def _producer(ir: Bindings, consumer: Any, index: int) -> Any | None:
+def _producer(mlir_ir: Bindings, consumer: Any, index: int) -> Any | None:
     """The fusable producer of the consumer's input `index`, or None."""
     value = consumer.operands[index]
-    if not isinstance(value, ir.OpResult):
+    if not isinstance(value, mlir_ir.OpResult):
         return None
     producer = value.owner.operation
     if producer.name != "linalg.generic" or len(producer.results) != 1 or producer.block != consumer.block:
         return None
-    if len(list(value.uses)) != 1 or not _all_parallel(ir, producer):
+    if len(list(value.uses)) != 1 or not _all_parallel(mlir_ir, producer):
         return None
     n_in, n_init = _segments(producer)
-    maps = _maps(ir, producer)
-    if n_init != 1 or maps[-1] != ir.AffineMap.get_identity(maps[-1].n_dims):
+    maps = _maps(mlir_ir, producer)
+    if n_init != 1 or maps[-1] != mlir_ir.AffineMap.get_identity(maps[-1].n_dims):
         return None
     body = _body(producer)
     if len(list(body.arguments[n_in].uses)) != 0:        # an elementwise op never reads its init
         return None
-    cmap = _maps(ir, consumer)[index]
+    cmap = _maps(mlir_ir, consumer)[index]
     if cmap.n_dims == 0 or len(cmap.results) != maps[-1].n_dims:
         return None
     ops = list(body.operations)
     if any(len(o.regions) for o in ops):
         return None
     if any(o.name.startswith("math.") for o in ops):
-        if not _all_parallel(ir, consumer):
+        if not _all_parallel(mlir_ir, consumer):
             return None   # a reduction loop stays scalar: its exp / log would lose their vector calls
         if any(o.name.startswith("math.") for o in _body(consumer).operations):
             return None   # one loop, one source of math calls (see the module docstring)
-    if _is_copy(ir, producer):
+    if _is_copy(mlir_ir, producer):
         return producer
     if not cmap.is_permutation:
         return None
-    if any(o.name == "linalg.index" for o in ops) and cmap != ir.AffineMap.get_identity(cmap.n_dims):
+    if any(o.name == "linalg.index" for o in ops) and cmap != mlir_ir.AffineMap.get_identity(cmap.n_dims):
         return None
     return producer
 
 
-def _fuse(ir: Bindings, consumer: Any, index: int, producer: Any) -> Any | None:
+def _fuse(mlir_ir: Bindings, consumer: Any, index: int, producer: Any) -> Any | None:
     """The consumer with the producer of its input `index` fused in (a new op), or None."""
     n_in, n_init = _segments(consumer)
     p_in, _ = _segments(producer)
-    cmaps, pmaps = _maps(ir, consumer), _maps(ir, producer)
-    composed = [_compose(ir, m, cmaps[index]) for m in pmaps[:p_in]]
+    cmaps, pmaps = _maps(mlir_ir, consumer), _maps(mlir_ir, producer)
+    composed = [_compose(mlir_ir, m, cmaps[index]) for m in pmaps[:p_in]]
     if any(m is None for m in composed):
         return None
     maps = cmaps[:index] + composed + cmaps[index + 1:]
-    if not _covers_loops(ir, maps, cmaps[index].n_dims):
+    if not _covers_loops(mlir_ir, maps, cmaps[index].n_dims):
         return None
     c_ops, p_ops = list(consumer.operands), list(producer.operands)
     operands = c_ops[:index] + p_ops[:p_in] + c_ops[index + 1:]
     cbody, pbody = _body(consumer), _body(producer)
     cargs, pargs = list(cbody.arguments), list(pbody.arguments)
     attrs = {name: consumer.attributes[name] for name in consumer.attributes}
-    attrs["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
-    attrs["operandSegmentSizes"] = ir.DenseI32ArrayAttr.get([n_in - 1 + p_in, n_init])
+    attrs["indexing_maps"] = mlir_ir.ArrayAttr.get([mlir_ir.AffineMapAttr.get(m) for m in maps])
+    attrs["operandSegmentSizes"] = mlir_ir.DenseI32ArrayAttr.get([n_in - 1 + p_in, n_init])
     with consumer.location:
-        fused = ir.Operation.create("linalg.generic", results=[r.type for r in consumer.results],
+        fused = mlir_ir.Operation.create("linalg.generic", results=[r.type for r in consumer.results],
                                     operands=operands, attributes=attrs, regions=1,
-                                    ip=ir.InsertionPoint(consumer))
+                                    ip=mlir_ir.InsertionPoint(consumer))
         types = [a.type for a in cargs[:index]] + [a.type for a in pargs[:p_in]] + [a.type for a in cargs[index + 1:]]
         block = fused.regions[0].blocks.append(*types)
     fargs = list(block.arguments)
     *p_body, p_yield = list(pbody.operations)
     value = p_yield.operands[0]
-    if isinstance(value, ir.BlockArgument) and value.owner == pbody:
+    if isinstance(value, mlir_ir.BlockArgument) and value.owner == pbody:
         value = fargs[index + value.arg_number]
     for op in p_body:
         block.append(op.operation)
@@ -176,7 +177,7 @@ def _fuse(ir: Bindings, consumer: Any, index: int, producer: Any) -> Any | None:
     return fused
 
 
-def _fuse_into(ir: Bindings, consumer: Any) -> int:
+def _fuse_into(mlir_ir: Bindings, consumer: Any) -> int:
     """Fuse producers into `consumer` (and into the op that replaces it) until none is left."""
     count = 0
     changed = True
@@ -184,8 +185,8 @@ def _fuse_into(ir: Bindings, consumer: Any) -> int:
         changed = False
         n_in, _ = _segments(consumer)
         for index in range(n_in):
-            producer = _producer(ir, consumer, index)
-            fused = _fuse(ir, consumer, index, producer) if producer is not None else None
+            producer = _producer(mlir_ir, consumer, index)
+            fused = _fuse(mlir_ir, consumer, index, producer) if producer is not None else None
             if fused is not None:
                 consumer, changed = fused, True
                 count += 1
@@ -193,7 +194,7 @@ def _fuse_into(ir: Bindings, consumer: Any) -> int:
     return count
 
 
-def fuse_elementwise(ir: Bindings, module: Any) -> int:
+def fuse_elementwise(mlir_ir: Bindings, module: Any) -> int:
     """Fuse elementwise producers into their consumers in every function; returns the count."""
     count = 0
     for fn in module.body.operations:
@@ -201,5 +202,5 @@ def fuse_elementwise(ir: Bindings, module: Any) -> int:
             continue
         for op in list(fn.regions[0].blocks[0].operations):
             if op.operation.name == "linalg.generic":
-                count += _fuse_into(ir, op.operation)
+                count += _fuse_into(mlir_ir, op.operation)
     return count
