@@ -106,7 +106,8 @@ def instrument(mlir: str) -> tuple[str, list[dict]]:
                     tick = len(records)
                     out = op.results[0].type if len(op.results) else None
                     records.append({"op": name, "kind": _kind(ir, op.operation), "fn": fname,
-                                    "loc": str(op.location), "type": str(out) if out is not None else ""})
+                                    "loc": str(op.location), "type": str(out) if out is not None else "",
+                                    "text": op.operation.get_asm(enable_debug_info=False)})
                 with ir.InsertionPoint(op), op.location:
                     c = ir.Operation.create("arith.constant", results=[i64],
                                             attributes={"value": ir.IntegerAttr.get(i64, tick)})
@@ -175,6 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("-O", dest="level", type=int, default=2)
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--show", type=int, default=0, help="print the MLIR of the N slowest ops")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kina-prof-") as tmp:
         tmp = Path(tmp)
@@ -213,6 +215,8 @@ def report(path, res, records, per_call, t, args) -> None:
         r = records[i]
         print(f"{per_call[i]:7.3f} {per_call[i] / total:5.1%}  {r['kind']:<18}{r['type'][:33]:<34}"
               f"{r['fn'][:21]:<22}{_source_line(res.source, r['loc'])}")
+    for i in order[:args.show]:
+        print(f"\n--- {per_call[i]:.3f} ms, {records[i]['kind']} in {records[i]['fn']}:\n{records[i]['text']}")
 
 
 if __name__ == "__main__":

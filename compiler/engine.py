@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from .entry_points import CIFACE_PREFIX, packed_entry_point
 from .fusion import enabled as fusion_enabled
 from .fusion import fuse_elementwise
-from .parallelize import tag_parallel_generics, tag_transposes, tag_vectorizable
+from .math_lowering import lower_exp
+from .parallelize import tag_inner_reductions, tag_parallel_generics, tag_transposes, tag_vectorizable
 from .pipelines import pipeline_text, segments
 from .rewrites import rewrite_scatters
 from .toolchain_errors import INLINE_LOC_RE, StageFailed, ToolchainError
@@ -143,9 +144,11 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                 rewrite_scatters(mlir_ir, module)
                 if fusion_enabled():
                     fuse_elementwise(mlir_ir, module)
+                lower_exp(mlir_ir, module)
                 tag_vectorizable(mlir_ir, module)
                 tag_transposes(mlir_ir, module)
                 tag_parallel_generics(mlir_ir, module)
+                tag_inner_reductions(mlir_ir, module)
             run_pipeline(mlir_ir, passmanager, module, passes, mlir_text)
         except mlir_ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None

@@ -50,6 +50,40 @@ def transpose_tiles(rank: int, j: int) -> tuple[int, ...]:
     return tuple(TRANSPOSE_BLOCK if d in (j, rank - 1) else 1 for d in range(rank))
 
 
+# - a generic reducing its innermost loop (tagged `kina.reduce_inner` by
+#   parallelize.tag_inner_reductions, which says why): each row alone (its other loops tiled
+#   by 1), reduced REDUCE_LANES elements at a time into a vector of partial results
+#   (`tile_reduction_using_for`), which one vector.multi_reduction combines with the
+#   initial value at the end of the row; both vectorised.
+REDUCE_LANES = 16
+REDUCE_MAX_RANK = 6
+
+
+def reduce_tiles(rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the row tiling, the reduction tiling) of a rank-`rank` inner reduction."""
+    return (1,) * (rank - 1) + (0,), (0,) * (rank - 1) + (REDUCE_LANES,)
+
+
+def _reduce_inner(rank: int) -> str:
+    """Script lines vectorising the inner reductions of this rank (`reduce_tiles`)."""
+    rows, lanes = (", ".join(map(str, t)) for t in reduce_tiles(rank))
+    name = f"%red_{rank}"
+    loops = ", ".join(["!transform.any_op"] * rank)
+    four = ", ".join(["!transform.any_op"] * 4)
+    return (f"    {name} = transform.structured.match ops{{[\"linalg.generic\"]}} "
+            f"attributes{{kina.reduce_inner = array<i64: {rows}>}} in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{rows}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "
+            f"by tile_sizes = [{lanes}] : (!transform.any_op) -> ({four})\n"
+            f"      transform.structured.vectorize %fill : !transform.any_op\n"
+            f"      transform.structured.vectorize %part : !transform.any_op\n"
+            f"      transform.structured.vectorize %comb : !transform.any_op\n"
+            f"    }}")
+
+
 TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
 TRANSFORM_LIBRARY = """\
 module attributes {transform.with_named_sequence} {
@@ -81,6 +115,7 @@ module attributes {transform.with_named_sequence} {
     ^bb0(%op: !transform.any_op):
       %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     }
+@REDUCTIONS@
     %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %vm : !transform.any_op {
     ^bb0(%op: !transform.any_op):
@@ -103,6 +138,7 @@ module attributes {transform.with_named_sequence} {
       transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
       transform.apply_patterns.vector.lower_outerproduct
       transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_16x16"
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerreduction"
       transform.apply_patterns.canonicalization
     } : !transform.any_op
     %loops = transform.structured.match ops{["scf.for"]} in %root : (!transform.any_op) -> !transform.any_op
@@ -216,6 +252,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) 
 TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
+    "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
     "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                      if op == "linalg.matmul"]     # first: the plain match takes them too
                                     + [_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS]))
