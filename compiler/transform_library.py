@@ -84,6 +84,25 @@ def _reduce_inner(rank: int) -> str:
             f"    }}")
 
 
+# - a transpose of at least parallelize.PARALLEL_TRANSPOSE_MIN elements (tagged
+#   `kina.parallel_transpose = [t]`): first an scf.forall over its output dim 0 in blocks of
+#   t (TRANSPOSE_BLOCK when that dim is one the 16 x 16 tiling cuts, else 1), then tiled as
+#   above inside each block.  Values are only moved: results are bit-identical.
+PARALLEL_TRANSPOSE_BLOCKS = (1, TRANSPOSE_BLOCK)
+
+
+def _parallel_transpose(block: int) -> str:
+    name = f"%ptr_{block}"
+    return (f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
+            f"attributes{{kina.parallel_transpose = array<i64: {block}>}} in %root : "
+            f"(!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %t, %all = transform.structured.tile_using_forall %op tile_sizes [{block}] : "
+            f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            f"    }}")
+
+
 TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
 TRANSFORM_LIBRARY = """\
 module attributes {transform.with_named_sequence} {
@@ -108,6 +127,7 @@ module attributes {transform.with_named_sequence} {
     transform.yield
   }
   transform.named_sequence @kina_o2(%root: !transform.any_op {transform.consumed}) {
+@PARALLEL_TRANSPOSES@
 @TRANSPOSES@
 @PARALLEL_MATMULS@
     %prow = transform.structured.match ops{["linalg.generic"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
@@ -252,6 +272,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) 
 TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
+    "@PARALLEL_TRANSPOSES@", "\n".join(_parallel_transpose(b) for b in PARALLEL_TRANSPOSE_BLOCKS)).replace(
     "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
     "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                      if op == "linalg.matmul"]     # first: the plain match takes them too
