@@ -51,11 +51,14 @@ def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
 #   elements (its largest operand) becomes an scf.forall over dim 0 (tagged
 #   `kina.parallel_rows` by `tag_parallel_generics`): elementwise ops, row-wise softmax /
 #   log-softmax pieces and their VJPs over [B * T, V] run on every core.  Each row does
-#   the same operations in the same order: results are bit-identical.  262,144 elements
-#   (1 MiB of f32): a [256, 256] add took 8 us serial and 37-89 us as a parallel loop on
-#   the shared 2-core machine (waking or waiting for the other thread); [256, 2048] ops
-#   and the big SGD updates stay parallel.
-PARALLEL_MIN_ELEMENTS = 262144
+#   the same operations in the same order: results are bit-identical.  131,072 elements
+#   (512 KiB of f32), measured on a quiet machine (OpenMP threads spin 1 ms between
+#   loops): a [4, 8, 64, 64] softmax 107 us serial -> 68 us on two threads, a [256, 256] add
+#   8.6 us serial but 13.1 us as a parallel loop; so the attention softmax pieces and their
+#   VJPs, the [B * T, V] log-softmax and the big SGD updates run on every core, the
+#   [256, 256] elementwise ops on one.  (Under load 5-7 a parallel [256, 256] add took
+#   37-89 us: the other thread is descheduled.)
+PARALLEL_MIN_ELEMENTS = 131072
 
 
 def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:

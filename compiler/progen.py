@@ -56,7 +56,7 @@ T = TypeVar("T")
 AttrValue = int | float | str | tuple[int, ...] | None
 
 DIMS = (1, 2, 3, 4, 7, 8, 16, 17, 32, 33)   # sorted: a smaller choice is a smaller dim
-BIG_DIMS = (64, 128, 256, 512)                # -O2's parallel loops start at 262144 elements
+BIG_DIMS = (64, 128, 256, 512)                # -O2 threads generics of 131,072 elements and more
 MAX_MAG = 4.0                                 # values are rescaled above this magnitude
 
 
