@@ -5,6 +5,9 @@ The pipeline, one module per stage (read them in this order):
   lex        text -> tokens: the terminals of grammar.lark (the parser's recovery and
              the editor features read Kina through it)
   parse      text -> AST (syntax.py) with character-offset spans        [grammar.lark]
+             (item_split: the top-level items; ast_builder: the LALR parser building
+             the AST; syntax_errors: errors in words; parse_recovery: all of an item's
+             errors; ast_walk: children / shift over any AST)
   check      AST -> typed IR (ir.py); shape/type rules from ops.py       [diagnostics]
   autodiff   typed IR -> typed IR: `handle f(..) with reverseMode` replaced by a call of
              a generated function computing (R, g0, .., gk-1)            [VJP table]

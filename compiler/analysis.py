@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, TypeVar
 
-from . import autodiff, check, ir, module_rules, names, parse
+from . import autodiff, check, ir, item_split, module_rules, names, parse
 from . import syntax as ast
+from .ast_walk import shift
 from .diagnostics import Diagnostic, SourceText, Span
-from .parse import shift
 
 # ---- per-item, position-independent results -------------------------------------------
 # A hashable stand-in for a Signature: ((parameter, type), ...), result type.
@@ -353,8 +353,8 @@ class Analysis:
         self._valid: dict[int, ItemResult] = {}
 
     def update(self, text: str) -> Snapshot:
-        chunks = parse.split_items(text)
-        diags = parse.gaps(text, chunks)
+        chunks = item_split.split_items(text)
+        diags = item_split.gaps(text, chunks)
         items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name)) for c in chunks]
         current = {it.res.text: it.res for it in items}
         for old_text, res in self._items.items():

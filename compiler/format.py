@@ -35,9 +35,11 @@ from typing import TypeVar
 
 from . import layout
 from . import syntax as ast
+from .ast_walk import children, shift
 from .diagnostics import Diagnostic, Span
 from .format_emit import Emitter, Spanned
-from .parse import children, gaps, parse_local, shift, split_items
+from .item_split import gaps, split_items
+from .parse import parse_local
 
 WIDTH = 100
 INDENT = 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import parse
+from . import ast_walk
 from . import syntax as ast
 from .diagnostics import Span
 
@@ -25,7 +25,7 @@ class Symbols:
 def resolve(fn: ast.FnDef) -> Symbols:
     """Bind every Name to its parameter or let (lexical scope: a let's value sees
     only earlier bindings).  Iterative over the let chain; expressions are at most
-    parse.MAX_DEPTH deep."""
+    MAX_DEPTH (compiler/ast_builder.py) deep."""
     sym = Symbols()
     scope: dict[str, Span] = {}
     for p in fn.params:
@@ -54,7 +54,7 @@ def _resolve_expr(e: ast.Expr, scope: dict[str, Span], sym: Symbols) -> None:
             sym.calls.append((e.func_span, e.func))
         elif isinstance(e, ast.Handle):
             sym.handled.add(e.call.func)
-        stack.extend(parse.children(e))
+        stack.extend(ast_walk.children(e))
 
 
 def mentions(sym: Symbols, fn: ast.FnDef) -> frozenset[str]:
@@ -65,7 +65,7 @@ def mentions(sym: Symbols, fn: ast.FnDef) -> frozenset[str]:
         e = stack.pop()
         if isinstance(e, ast.Name) and e.span not in sym.uses:
             free.add(e.id)
-        stack.extend(parse.children(e))
+        stack.extend(ast_walk.children(e))
     return frozenset(free | {name for _, name in sym.calls})
 
 
@@ -78,7 +78,7 @@ def free_names(sym: Symbols, fn: ast.FnDef) -> dict[str, Span]:
         if isinstance(e, ast.Name) and e.span not in sym.uses and e.span not in sym.defs:
             if e.id not in out or e.span.start < out[e.id].start:
                 out[e.id] = e.span
-        stack.extend(parse.children(e))
+        stack.extend(ast_walk.children(e))
     return out
 
 

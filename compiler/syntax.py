@@ -7,7 +7,7 @@ names, parameters, let names, methods, attributes) carry their own span too.
 Nodes are frozen and hold tuples, not lists: parse.parse_local caches one AST per
 item text for the whole process, and the language server's snapshots and every
 analysis share those trees, so nothing may change one in place (a changed copy is
-made with dataclasses.replace, or parse.shift for spans).
+made with dataclasses.replace, or ast_walk.shift for spans).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import parse
+from compiler import ast_walk
 from compiler import syntax as ast
 from compiler.diagnostics import Span
 
@@ -33,7 +33,7 @@ def calls_in(fn: ast.FnDef) -> list[ast.Call]:
         node = stack.pop()
         if isinstance(node, ast.Call):
             out.append(node)
-        stack.extend(parse.children(node))
+        stack.extend(ast_walk.children(node))
     return sorted(out, key=lambda c: c.func_span.start)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from lark import Token
 from lsprotocol import types as lsp
 
-from compiler import lex, parse
+from compiler import item_split, lex
 from compiler.autodiff import HANDLERS
 from compiler.ops import SURFACE_OPS, OpDef
 from compiler.types import DType
@@ -34,8 +34,8 @@ class CallContext:
 
 
 def function_window(text: str, offset: int) -> str:
-    """Text from the start of the enclosing top-level item (parse.split_items) to the cursor."""
-    starts = [it.start for it in parse.split_items(text) if it.start < offset]
+    """Text from the start of the enclosing top-level item (item_split.split_items) to the cursor."""
+    starts = [it.start for it in item_split.split_items(text) if it.start < offset]
     return text[starts[-1] if starts else 0:offset]
 
 
@@ -179,7 +179,7 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
 
 
 def function_names(text: str) -> list[str]:
-    return list(dict.fromkeys(it.name for it in parse.split_items(text) if it.name))
+    return list(dict.fromkeys(it.name for it in item_split.split_items(text) if it.name))
 
 
 # ---- signature help -------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Folding ranges: functions, let chains, multi-line lets and literals, parameter
 lists and argument lists, and runs of `//` comment lines.
 
-Functions come from the item split (compiler.parse.split_items), so a function
+Functions come from the item split (compiler.item_split.split_items), so a function
 with a syntax error still folds; everything inside a function comes from its
 AST.  A fold ends on the line before its closing bracket when that bracket
 starts its own line, so `}` stays visible when the fold is collapsed (as
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import lex, parse
+from compiler import ast_walk, item_split, lex
 from compiler import syntax as ast
 
 from . import astutil
@@ -92,13 +92,13 @@ def _in_function(fn: ast.FnDef, text: str, lines: _Lines) -> None:
         if isinstance(node, (ast.TensorLit, ast.Call, ast.MethodCall, ast.TupleExpr)):
             start = node.method_span.end if isinstance(node, ast.MethodCall) else node.span.start
             lines.add(start, node.span.end)
-        stack.extend(parse.children(node))
+        stack.extend(ast_walk.children(node))
 
 
 def folding_ranges(view: View, limit: int | None = None) -> list[lsp.FoldingRange]:
     text = view.text
     lines = _Lines(view)
-    for item in parse.split_items(text):
+    for item in item_split.split_items(text):
         lines.add(item.start, item.end)
     for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
         _in_function(fn, text, lines)

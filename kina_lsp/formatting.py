@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import parse
+from compiler import item_split
 from compiler.diagnostics import Span
 from compiler.format import FormatError, format_source
 
@@ -52,7 +52,7 @@ def formatted_edits(text: str, span: Span | None = None) -> list[tuple[int, int,
     edits = line_edits(text, new)
     if span is None:
         return edits
-    items = [it for it in parse.split_items(text) if it.start <= span.end and span.start <= it.end]
+    items = [it for it in item_split.split_items(text) if it.start <= span.end and span.start <= it.end]
     if not items:
         return []
     lo, hi = min(it.start for it in items), max(it.end for it in items)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from lsprotocol import types as lsp
 
-from compiler import parse
+from compiler import ast_walk
 from compiler import syntax as ast
 from compiler.validate import GRAD_PREFIX
 
@@ -42,7 +42,7 @@ def differentiated(module: ast.Module | None) -> set[str]:
         node = stack.pop()
         if isinstance(node, ast.Handle) and node.handler == "reverseMode":
             out.add(node.call.func)
-        stack.extend(parse.children(node))
+        stack.extend(ast_walk.children(node))
     return out
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import lex, parse
+from compiler import item_split, lex
 from compiler import syntax as ast
 from compiler.diagnostics import Span
 
@@ -103,7 +103,7 @@ def spans_at(view: View, offset: int) -> list[Span]:
         inner = _in_body(text, fn, offset) if _inside(fn.body.span, offset) else _in_signature(fn, offset)
         spans = [fn.span] + inner
     else:
-        item = next((it for it in parse.split_items(text) if it.start <= offset <= it.end), None)
+        item = next((it for it in item_split.split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
     word = lex.word_at(text, offset, numbers=True)
     if word is not None:

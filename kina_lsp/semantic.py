@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lsprotocol import types as lsp
 
-from compiler import lex, parse
+from compiler import item_split, lex
 from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
@@ -180,7 +180,7 @@ class ChunkCache:
 
     An edit changes one function; re-lexing and re-encoding the other 99 of a
     1,000-line file on every keystroke made semantic tokens the slowest request.
-    The text is cut where a top-level item (parse.split_items) starts a line: a
+    The text is cut where a top-level item (item_split.split_items) starts a line: a
     classification reads only the code tokens next to a word, and none of those
     crosses such a cut in a way that matters (the token after a function's last
     `}` is the next `fn`), so a chunk's tokens depend only on its text and on
@@ -202,7 +202,7 @@ class ChunkCache:
 
     @staticmethod
     def _cuts(text: str) -> list[tuple[int, int]]:
-        starts = [it.start for it in parse.split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
+        starts = [it.start for it in item_split.split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
         cuts = [0] + starts + [len(text)]
         return list(zip(cuts, cuts[1:]))
 

@@ -9,7 +9,7 @@ The work is bounded (files visited, bytes per file, results) and runs on a worke
 thread; each file's functions are cached by (size, mtime), so a repeated query
 reads nothing.  An open document's buffer wins over its file on disk.
 
-Function names come from the item split (compiler.parse.split_items), which
+Function names come from the item split (compiler.item_split.split_items), which
 needs no full parse: a file with syntax errors still lists its functions.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
-from compiler import lex, parse
+from compiler import item_split, lex
 
 from .convert import LineIndex
 
@@ -44,7 +44,7 @@ _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-symbols")
 def functions_in(text: str) -> list[Symbol]:
     """(name, name start, name end, item start, item end) of every function of a text."""
     out: list[Symbol] = []
-    for item in parse.split_items(text):
+    for item in item_split.split_items(text):
         head = lex.tokens(text, item.start, min(item.end, item.start + 256))[:2]   # `fn NAME`
         if len(head) == 2 and head[1].type == "NAME":
             out.append((str(head[1]), lex.start(head[1]), lex.end(head[1]), item.start, item.end))

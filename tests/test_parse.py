@@ -1,8 +1,11 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
 from compiler import lex
 from compiler import syntax as ast
+from compiler.ast_builder import MAX_DEPTH
 from compiler.diagnostics import SourceText, Span
-from compiler.parse import MAX_DEPTH, MAX_ERRORS_PER_ITEM, parse_item, parse_module, split_items
+from compiler.item_split import split_items
+from compiler.parse import parse_item, parse_module
+from compiler.parse_recovery import MAX_ERRORS_PER_ITEM
 
 T = "Tensor[F32, [1, 4]]"
 
