@@ -28,6 +28,7 @@ from lsprotocol import types as lsp
 
 from compiler import ir, lex
 from compiler import syntax as ast
+from compiler.ast_walk import children
 from compiler.check_scalars import literal_text
 from compiler.diagnostics import Span
 
@@ -44,7 +45,7 @@ def _node_with_span(fn: ast.FnDef, start: int, end: int) -> ast.Expr | None:
         node = stack.pop()
         if node.span.start == start and node.span.end == end:
             return node
-        stack.extend(astutil.children(node))
+        stack.extend(children(node))
     return None
 
 

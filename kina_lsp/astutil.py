@@ -9,30 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from compiler import syntax as ast
+from compiler.ast_walk import children
 
 EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Field, ast.Call, ast.BinOp,
               ast.Neg, ast.Handle, ast.TensorLit, ast.TupleExpr, ast.Let)
-
-
-def children(node: ast.Expr) -> list[ast.Expr]:
-    """Direct sub-expressions, in source order."""
-    if isinstance(node, ast.MethodCall):
-        return [node.receiver, *node.args]
-    if isinstance(node, ast.Field):
-        return [node.receiver]
-    if isinstance(node, ast.Call):
-        return list(node.args)
-    if isinstance(node, ast.BinOp):
-        return [node.lhs, node.rhs]
-    if isinstance(node, ast.Neg):
-        return [node.operand]
-    if isinstance(node, ast.Handle):
-        return [node.call]
-    if isinstance(node, ast.TupleExpr):
-        return list(node.items)
-    if isinstance(node, ast.Let):
-        return [node.value, node.body]
-    return []
 
 
 def function_at(module: ast.Module | None, offset: int) -> ast.FnDef | None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import item_split, lex
+from compiler import ast_walk, item_split, lex
 from compiler import syntax as ast
 from compiler.diagnostics import Span
 
@@ -39,7 +39,7 @@ def _children(node: ast.Expr | ast.Attr | ast.TypeExpr) -> list[Node]:
         return [Span(node.name_span.start, node.name_span.end), Span(node.value_span.start, node.value_span.end)]
     if isinstance(node, (ast.TensorTypeExpr, ast.TupleTypeExpr)):
         return []   # a literal's type is selected as a whole
-    kids: list[Node] = list(astutil.children(node))
+    kids: list[Node] = list(ast_walk.children(node))
     if isinstance(node, (ast.Call, ast.MethodCall)):
         kids += node.attrs
     if isinstance(node, ast.TensorLit):
