@@ -16,6 +16,8 @@ The pipeline, one module per stage (read them in this order):
   emit_mlir  typed IR -> MLIR text (func/linalg/tensor/arith/math/cf)     [lowering table]
   pipelines  the pass pipeline of each -O level, as data (slots expanded per module)
   transform_library  the -O2 transform-dialect script (tiles, vectors, foralls, outlining)
+  fusion     -O2: elementwise producers moved into their consumers (no work repeated)
+  math_lowering  -O2: f32 exp as a vectorisable polynomial (no library call)
   parallelize  which ops the -O2 script vectorises, tiles and makes parallel (tags)
   threads    the script's parallel loops as OpenMP loops on libomp
   rewrites   the pipelines' Python IR rewrites (strided copies, bf16 memory as i16, scatters)

@@ -220,27 +220,43 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     timings = {} if timings is None else timings
     opt_level = default_opt_level() if opt_level is None else opt_level
     check_outputs(Path(path), artifact_paths(Path(out_so)))
-    worker = _worker_ahead(opt_level)
+    hint = _source_hint(text, opt_level, transform, cache)
+    worker = _worker_ahead(opt_level, hint)
     try:
-        return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker)
+        return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker, hint)
     finally:
         if worker is not None:
             worker.close()
 
 
-def _worker_ahead(opt_level: int) -> backend_worker.Worker | None:
+def _source_hint(text: str, opt_level: int, transform: Callable[[ir.Program], ir.Program] | None,
+                 cache: bool | None) -> str | None:
+    """The build cache's source hint of this build (None when the cache is off)."""
+    if not build_cache.enabled(cache):
+        return None
+    variant = "" if transform is None else f"{transform.__module__}.{transform.__qualname__}"
+    try:
+        return build_cache.source_hint(text, opt_level, variant)
+    except OSError:
+        return None
+
+
+def _worker_ahead(opt_level: int, hint: str | None = None) -> backend_worker.Worker | None:
     """For the in-process back end, its worker process, started now: it loads the MLIR
     bindings while this process runs the front end (the scaled StoryLM: 0.25 s of a
-    3 s build).  Unused on a front-end error or a cache hit, then closed."""
+    3 s build).  Not started when the build cache's hint says this source will hit;
+    unused on a front-end error or a cache hit, then closed."""
     pipeline = PIPELINES.get(opt_level)
     if pipeline is None or pipeline.backend != "engine" or importlib.util.find_spec("mlir") is None:
+        return None
+    if hint is not None and build_cache.hinted_hit(hint):
         return None
     return backend_worker.Worker()
 
 
 def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str, float],
            transform: Callable[[ir.Program], ir.Program] | None, cache: bool | None,
-           worker: backend_worker.Worker | None) -> BuildResult:
+           worker: backend_worker.Worker | None, hint: str | None = None) -> BuildResult:
     result = BuildResult(False, source=SourceText(text, str(path)), timings=timings)
     mlir = front_end(text, str(path), timings, result, transform)
     if mlir is None:
@@ -261,6 +277,8 @@ def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str
         if key is not None:
             _timed(timings, "cache", build_cache.store, key, out_so,
                    {"source": Path(path).name, "opt_level": opt_level})
+    if key is not None and hint is not None:
+        build_cache.remember(hint, key)
     assert result.program is not None   # front_end returned MLIR: it set the program
     t0 = time.perf_counter()
     result.manifest_path, result.header_path, result.manifest = write_artifacts(

@@ -302,5 +302,51 @@ def evict(root: Path, limit: int) -> int:
     return removed
 
 
+# ---- source hints ---------------------------------------------------------------------------
+# A build knows its key only after the front end (the key hashes the emitted MLIR), but the
+# -O2 worker process is started before the front end so that its MLIR import overlaps it.
+# A hint maps the source text (with the level, the build's variant and the compiler) to the
+# key it built last time, so a build that will hit does not start a worker at all.  A hint
+# only decides that: the hit itself is still decided by the real key; a stale or missing
+# hint just costs the worker again.  Hints live in <root>/.sources/ (not an entry: `evict`
+# skips dot-names), at most MAX_HINTS of them (the oldest half is dropped past that).
+MAX_HINTS = 4096
+
+
+def source_hint(text: str, opt_level: int, variant: str = "") -> str:
+    """The hint name of this source built at this level (`variant`: what rewrites the
+    program before emission, e.g. validate's gradient wrappers)."""
+    h = hashlib.sha256()
+    for part in (f"kina-source-hint {FORMAT}", f"-O{opt_level}", variant, compiler_fingerprint(), text):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def hinted_hit(hint: str, root: Path | None = None) -> bool:
+    """Whether the key this hint last built has an intact entry."""
+    try:
+        key = ((root or cache_root()) / ".sources" / hint).read_text().strip()
+    except (OSError, ValueError):
+        return False
+    return bool(re.fullmatch(r"[0-9a-f]{64}", key)) and lookup(key, root) is not None
+
+
+def remember(hint: str, key: str, root: Path | None = None) -> None:
+    """Record that this hint builds `key` (atomically; a failure is ignored)."""
+    hints = (root or cache_root()) / ".sources"
+    try:
+        hints.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".hint-", dir=hints)
+        with os.fdopen(fd, "w") as f:
+            f.write(key)
+        os.replace(tmp, hints / hint)
+        names = [p for p in hints.iterdir() if not p.name.startswith(".")]
+        if len(names) > MAX_HINTS:
+            for p in sorted(names, key=lambda p: p.stat().st_mtime)[:len(names) // 2]:
+                p.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def clear(root: Path | None = None) -> None:
     shutil.rmtree(root or cache_root(), ignore_errors=True)

@@ -76,18 +76,22 @@ def mlir_error_text(err: Exception) -> str:
 
 
 def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
-                           timings: dict[str, float], worker: Worker | None = None) -> None:
+                           timings: dict[str, float], worker: Worker | None = None,
+                           llvm_ir: Path | None = None) -> None:
     """engine_object in a worker process (compiler/backend_worker.py; `worker`: one started
     ahead): an LLVM or MLIR abort becomes a StageFailed, and the calling process (the
-    language server) lives on."""
+    language server) lives on.  With `llvm_ir`, the LLVM IR the pass pipeline lowered to
+    is written there instead of an object (`kinac emit --llvm`)."""
     from . import backend_worker
     src = obj.with_suffix(".in.mlir")
     src.write_text(mlir_text)
-    result = backend_worker.run({"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level,
-                                 "obj": str(obj)}, obj.parent, worker)
+    request = {"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level, "obj": str(obj)}
+    if llvm_ir is not None:
+        request["llvm_ir"] = str(llvm_ir)
+    result = backend_worker.run(request, obj.parent, worker)
     timings.update(result["timings"])
-    if not obj.exists():
-        raise StageFailed("llvm", "the -O2 back end wrote no object file")
+    if not (llvm_ir or obj).exists():
+        raise StageFailed("llvm", "the -O2 back end wrote no " + ("LLVM IR" if llvm_ir else "object file"))
 
 
 # The pass manager verifies the whole module after every pass by default: 35% of the -O2
@@ -121,10 +125,11 @@ def run_pipeline(mlir_ir: ModuleType, passmanager: ModuleType, module: Module, p
 
 
 def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict[str, float],
-                  on_phase: PhaseHook | None = None) -> None:
+                  on_phase: PhaseHook | None = None, llvm_ir: Path | None = None) -> None:
     """Pass pipeline in this process, then LLVM's opt and llc processes
-    (compiler/llvm_stage.py) write `obj`.  on_phase(phase, mlir_ir, module) is called as
-    "mlir-verify", "mlir-opt" and "llvm" start (module: the lowered one, for "llvm").
+    (compiler/llvm_stage.py) write `obj`; with `llvm_ir`, mlir-translate writes the lowered
+    module's LLVM IR there instead (before opt).  on_phase(phase, mlir_ir, module) is called
+    as "mlir-verify", "mlir-opt" and "llvm" start (module: the lowered one, for "llvm").
     Builds call this through engine_object_in_child: MLIR aborts the process on some bugs."""
     from .llvm_stage import dedupe_kernels, llvm_object
     mlir_ir, passmanager, _ = engine_module()
@@ -155,17 +160,20 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         _append_packed(mlir_ir, module)
         dedupe_kernels(mlir_ir, module)
         hook("llvm", mlir_ir, module)
-        if not _defines_functions(mlir_ir, module):
-            # Nothing to compile (an empty file): an empty object file is the right answer.
-            _empty_object(obj)
-            return
+        defines = _defines_functions(mlir_ir, module)
         # MLIR bytecode, not text: written in 0.03 instead of printed in 0.13 s, and read
         # faster by mlir-translate (the scaled StoryLM's lowered module).
         lowered = obj.parent / "lowered.mlirbc"
         with open(lowered, "wb") as f:
             module.operation.write_bytecode(f)
         timings["passes"] = time.perf_counter() - t0
-    llvm_object(lowered, obj, llvm_level, timings)
+    if llvm_ir is not None:
+        from .toolchain import _run  # with its timeout and crash report
+        _run("mlir-translate", ["--mlir-to-llvmir", str(lowered), "-o", str(llvm_ir)], timings, "mlir-translate")
+    elif not defines:
+        _empty_object(obj)   # nothing to compile (an empty file): an empty object file is the right answer
+    else:
+        llvm_object(lowered, obj, llvm_level, timings)
 
 
 def _defines_functions(mlir_ir: ModuleType, module: Module) -> bool:

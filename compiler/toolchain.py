@@ -368,15 +368,24 @@ def _wheel_runtime(directory: Path | None, lib: str, what: str) -> list[str]:
 
 def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0,
                     source: SourceText | None = None) -> tuple[str | None, list[Diagnostic]]:
-    """Lower MLIR text to LLVM IR text (for `kinac emit --llvm`): (text | None, diagnostics)."""
+    """Lower MLIR text to LLVM IR text (for `kinac emit --llvm`): (text | None, diagnostics).
+    The IR is that of the build at this level, before LLVM's opt: at -O1..-O3 the same
+    worker as a build runs the same rewrites, tagging and pass pipeline (the mlir-opt
+    processes of `run_passes` would skip the rewrites the engine runs before its passes)."""
     timings: dict[str, float] = {}
+    pipeline = pipeline_for(opt_level)
     with tempfile.TemporaryDirectory(prefix="kina-") as tmp_name:
         tmp = Path(tmp_name)
         passes = passes_for(mlir_text, opt_level, tmp)
+        ll = tmp / "o.ll"
         try:
-            (tmp / "o.mlir").write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
-            _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(tmp / "o.ll")],
-                 timings, "mlir-translate")
+            if pipeline.backend == "engine":
+                require_bindings()
+                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, tmp / "o.o", timings, llvm_ir=ll)
+            else:
+                (tmp / "o.mlir").write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
+                _run("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(ll)],
+                     timings, "mlir-translate")
         except StageFailed as e:
             return None, tool_diagnostics(e.tool, e.stderr, source, mlir_text)
-        return (tmp / "o.ll").read_text(), []
+        return ll.read_text(), []

@@ -117,13 +117,46 @@ def test_shared_empty_tensors_are_split_into_groups():
         assert rewrites.unshare_empty_tensors(ir, module) == 0
 
 
-def test_emit_llvm_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path):
+def test_run_passes_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path):
+    """The "tools" path of an -O2 pass list (mlir-opt processes, toolchain.run_passes):
+    @tag-outline ran between the processes, and "@outline" found its script again."""
+    import re
+
+    from compiler import pipelines, toolchain
+    mlir = build.front_end(TWICE, "t.kina", {}, build.BuildResult(False, source=build.SourceText(TWICE, "t.kina")))
+    assert mlir is not None
+    out = toolchain.run_passes(mlir, pipelines.passes_for(mlir, 2, tmp_path), tmp_path, {})
+    assert len(set(re.findall(r"llvm\.func internal @kina\.kernel\w*", out))) == 5
+
+
+# exp (-O2's polynomial), a threaded matmul (an OpenMP loop) and a fused elementwise chain
+EMITTED = """
+fn f(x: Tensor[F32, [256, 256]], w: Tensor[F32, [256, 256]]) -> Tensor[F32, [256, 256]] {
+  let m = x @ w in
+  let e = m.exp() in
+  e * x + w
+}
+"""
+
+
+def test_emit_llvm_at_O2_is_the_IR_the_build_compiles(tmp_path):
+    """`kinac emit --llvm -O2` runs the build's worker: the same rewrites before the passes
+    (exp lowering, fusion, tagging: vectorised and threaded kernels), kernel merging and
+    packed entry points; it once ran the pass list alone through mlir-opt and showed scalar
+    exp calls and serial loops that no -O2 library contains."""
     from compiler import toolchain
-    text, diags = toolchain.mlir_to_llvm_ir(build.front_end(TWICE, "t.kina", {}, build.BuildResult(
-        False, source=build.SourceText(TWICE, "t.kina"))), opt_level=2)
-    assert not diags and "define" in text
-    # @tag-outline ran between the mlir-opt processes, and "@outline" found its script again
-    assert text.count("define internal void @kina.kernel") == 5
+    mlir = build.front_end(EMITTED, "e.kina", {}, build.BuildResult(False, source=build.SourceText(EMITTED, "e.kina")))
+    assert mlir is not None
+    text, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=2)
+    assert not diags and text is not None
+    assert "@llvm.exp.f32" not in text and "@llvm.roundeven" in text      # math_lowering.lower_exp
+    from compiler import threads
+    if threads.openmp_library() is not None:
+        assert "__kmpc_fork_call" in text                                 # the matmul's OpenMP loop
+    assert "define internal void @kina.kernel" in text                    # outlined kernels
+    assert "define void @_kina_packed_kina_f" in text
+    text0, diags0 = toolchain.mlir_to_llvm_ir(mlir, opt_level=0)
+    assert not diags0 and text0 is not None and "@llvm.exp.f32" in text0    # -O0 keeps exp
 
 
 def test_parallel_loops_are_dynamically_scheduled(tmp_path):

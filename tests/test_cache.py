@@ -163,3 +163,46 @@ def test_concurrent_builds_of_one_program(tmp_path, root):
     x = np.array([1.0, 2.0, 3.0], np.float32)
     for i in range(3):
         np.testing.assert_array_equal(runtime.load(tmp_path / f"o{i}.so").f(x), x * x)
+
+
+def _count_workers(monkeypatch) -> list[int]:
+    from compiler import backend_worker
+    started: list[int] = []
+    real = backend_worker.Worker
+
+    class Counting(real):
+        def __init__(self) -> None:
+            started.append(1)
+            super().__init__()
+
+    monkeypatch.setattr(backend_worker, "Worker", Counting)
+    return started
+
+
+def test_a_hit_at_O2_starts_no_backend_worker(tmp_path, root, monkeypatch):
+    """The -O2 worker is started before the front end (its MLIR import overlaps it); the
+    source hint tells a build that will hit not to start it (it once spawned and ended a
+    worker on every hit, ~0.25 s of CPU)."""
+    started = _count_workers(monkeypatch)
+    first = _build(tmp_path, SRC, level=2)
+    assert not first.cached and len(started) == 1
+    second = _build(tmp_path, SRC, level=2)
+    assert second.cached and len(started) == 1
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_array_equal(runtime.load(second.so_path).f(x), x * x)
+    # the hint follows the source text: another program starts a worker again
+    assert not _build(tmp_path, OTHER, level=2).cached and len(started) == 2
+
+
+def test_a_stale_hint_only_costs_the_worker(tmp_path, root, monkeypatch):
+    """A hint whose entry is gone (evicted, damaged): the build starts no worker ahead,
+    misses, and builds (its worker started when needed); the hint is then renewed."""
+    started = _count_workers(monkeypatch)
+    _build(tmp_path, SRC, level=2)
+    for d in _entries(root):
+        (d / "lib.so").write_bytes(b"damaged")
+    again = _build(tmp_path, SRC, level=2)
+    assert not again.cached and len(started) == 2      # started by the toolchain, not ahead
+    assert _build(tmp_path, SRC, level=2).cached and len(started) == 2
+    hints = list((root / ".sources").iterdir())
+    assert len(hints) == 1 and cache.lookup(hints[0].read_text()) is not None
