@@ -44,7 +44,8 @@ by position (format_emit.py) and laid out within 100 columns by layout.py.
 
 analysis.py is the incremental front end (parse + check per function, and the
 reverseMode restrictions) shared by the CLI (cli.py), `kinac build` and the
-language server (kina_lsp/), so all three report the same diagnostics.
+language server (kina_lsp/), so all three report the same diagnostics; each version
+it analyses is a snapshot.py Snapshot (per-item results and the queries on them).
 Per-op knowledge lives in one row per op per stage: ops.OPS (its typing rule in
 shape_rules.py), interp.NUMPY_OPS, vjp.VJPS, emit_ops.LOWERINGS (with the rows of
 emit_ops_ext.py), torch_ref.TORCH_OPS, progen_ops.MAKERS, and each stage's ATTR_CHOICES for

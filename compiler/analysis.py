@@ -19,322 +19,26 @@ character), keyed by the item's text.  So:
 - results of items that disappeared are kept for a while (an undo or a revert brings
   them back without re-checking).
 
-Name resolution within a function and rename clashes are compiler/names.py.
+The Snapshot an update returns (the per-item results, and the queries: types,
+definitions, references, rename clashes) is compiler/snapshot.py; name resolution
+within a function and rename clashes are compiler/names.py.
 
 A from-scratch `analyze(text)` is the same code with empty caches, which is what
 tests/test_incremental.py compares against.
 """
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import NamedTuple, TypeVar
 
 from . import autodiff, check, ir, item_split, module_rules, names, parse
-from . import syntax as ast
-from .ast_walk import shift
-from .diagnostics import Diagnostic, SourceText, Span
+from .diagnostics import Diagnostic, Span
+from .snapshot import CheckKey, Item, ItemResult, LastGood, SigKey, Snapshot
 
-# ---- per-item, position-independent results -------------------------------------------
-# A hashable stand-in for a Signature: ((parameter, type), ...), result type.
-SigKey = tuple[tuple[tuple[str, str], ...], str]
-# What an item's check result was computed against: (mentioned name, its SigKey) pairs,
-# and the set of function names when it has an unknown name.
-CheckKey = tuple[object, ...]
-_T = TypeVar("_T")
-
-
-def _moved(local: _T | None, offset: int, hit: tuple[int, _T | None] | None) -> tuple[int, _T | None]:
-    """(offset, `local` with its spans at offset): `hit` when it is that copy already."""
-    if hit is not None and hit[0] == offset:
-        return hit
-    return offset, (shift(local, offset) if local is not None else None)
-
-
-@dataclass
-class ItemResult:
-    """Everything about one item that depends only on its text (and its callees)."""
-    text: str
-    name: str
-    fn: ast.FnDef | None
-    parse_diags: tuple[Diagnostic, ...]
-    signature: check.Signature | None = None
-    sig_key: SigKey | None = None        # hashable form of `signature`
-    symbols: names.Symbols | None = None
-    mentions: frozenset[str] = frozenset()
-    result: check.FunctionResult | None = None
-    check_key: CheckKey | None = None    # what `result` was computed against
-    # document-offset copies of the AST and the IR: (offset, copy).  An item that did not
-    # change and did not move hands out the copy the previous snapshot made.
-    fn_copy: tuple[int, ast.FnDef | None] | None = field(default=None, repr=False, compare=False)
-    ir_copy: tuple[int, ir.Function | None] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def syms(self) -> names.Symbols:
-        """The name resolution of an item that parsed (set with `fn`)."""
-        assert self.symbols is not None, self.name
-        return self.symbols
-
-    @property
-    def checked(self) -> check.FunctionResult:
-        """The check result of an item whose function was checked."""
-        assert self.result is not None, self.name
-        return self.result
-
-    def fn_at(self, offset: int) -> ast.FnDef | None:
-        """This item's AST with spans at `offset`."""
-        self.fn_copy = _moved(self.fn, offset, self.fn_copy)
-        return self.fn_copy[1]
-
-    def ir_at(self, offset: int) -> ir.Function | None:
-        """This item's IR function (if it checked) with spans at `offset`."""
-        self.ir_copy = _moved(self.result.function if self.result else None, offset, self.ir_copy)
-        return self.ir_copy[1]
-
-
-@dataclass
-class Item:
-    """An item of the current document: its results and where it sits."""
-    offset: int
-    end: int
-    res: ItemResult
-
-    @property
-    def name(self) -> str:
-        return self.res.name
-
-    @property
-    def fn(self) -> ast.FnDef | None:
-        """The item's AST in document spans (cached across snapshots while it stays put)."""
-        return self.res.fn_at(self.offset)
-
-    @property
-    def ir(self) -> ir.Function | None:
-        """The item's typed IR in document spans, if it checked (cached likewise)."""
-        return self.res.ir_at(self.offset)
-
-
-@dataclass
-class LastGood:
-    """The last IR and types of a function that checked cleanly (for hover while it is broken)."""
-    text: str
-    result: check.FunctionResult
-
-
-# ---- the snapshot ---------------------------------------------------------------------
-class Snapshot:
-    """The analysis of one version of the text.  Cheap things are computed eagerly
-    (diagnostics); document-offset copies of ASTs and IR lazily, per item, and reused
-    by the next snapshot for every item that neither changed nor moved.  Queries about
-    one place (function_at, ir_function_at, type_at, definition) touch only the item
-    there; the whole-document views (module, program, types) copy every item."""
-
-    def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
-                 good: set[str], last_good: dict[str, LastGood]) -> None:
-        self.text, self.path = text, path
-        self.items = items
-        self.diagnostics = diagnostics
-        self._good = good                # names of the functions in .program
-        self._last_good = last_good
-        self._starts = [it.offset for it in items]
-
-    # ---- whole-document views
-    @cached_property
-    def source(self) -> SourceText:
-        return SourceText(self.text, self.path)
-
-    @cached_property
-    def module(self) -> ast.Module:
-        return ast.Module(tuple(fn for it in self.items if it.res.fn is not None and (fn := it.fn) is not None),
-                          Span(0, len(self.text)))
-
-    @cached_property
-    def program(self) -> ir.Program:
-        """The functions that checked cleanly (not recursive, first definitions), document spans."""
-        return ir.Program({it.name: f for it in self._first_defs().values()
-                           if it.name in self._good and (f := it.ir) is not None})
-
-    @cached_property
-    def functions(self) -> dict[str, FunctionInfo]:
-        return {name: FunctionInfo(fn, it.res.signature) for name, it in self._first_defs().items()
-                if (fn := it.fn) is not None}
-
-    # ---- one function (document spans), without copying the others
-    def function_at(self, offset: int) -> ast.FnDef | None:
-        """The parsed function whose item contains offset."""
-        it = self.item_at(offset)
-        return it.fn if it is not None and it.res.fn is not None else None
-
-    def function_named(self, name: str) -> ast.FnDef | None:
-        """The first definition of a function that parsed."""
-        it = self._first_defs().get(name)
-        return it.fn if it is not None else None
-
-    def ir_function_at(self, offset: int) -> ir.Function | None:
-        """The typed IR of the function at offset, when it is part of the program."""
-        it = self.item_at(offset)
-        if it is None or it.name not in self._good or self._first_defs().get(it.name) is not it:
-            return None
-        return it.ir
-
-    def local_functions(self) -> list[tuple[int, ast.FnDef]]:
-        """(item offset, FnDef in item-local spans) of every parsed function, in text order:
-        names, parameters and types without copying any AST."""
-        return [(it.offset, fn) for it in self.items if (fn := it.res.fn) is not None]
-
-    @cached_property
-    def types(self) -> list[check.TypeFact]:
-        """Every TypeFact of the document, document spans, in text order."""
-        facts = [_shift_fact(f, it.offset) for it in self.items if it.res.result for f in it.res.result.types]
-        return sorted(facts, key=lambda f: (f.span.start, f.span.end))
-
-    @property
-    def last_good(self) -> dict[str, LastGood]:
-        return dict(self._last_good)
-
-    def _first_defs(self) -> dict[str, Item]:
-        return self._first
-
-    @cached_property
-    def _first(self) -> dict[str, Item]:
-        out: dict[str, Item] = {}
-        for it in self.items:
-            if it.res.fn is not None:
-                out.setdefault(it.name, it)
-        return out
-
-    # ---- queries at an offset
-    def item_at(self, offset: int) -> Item | None:
-        i = bisect.bisect_right(self._starts, offset) - 1
-        if i >= 0 and self.items[i].offset <= offset <= self.items[i].end:
-            return self.items[i]
-        return None
-
-    def type_at(self, offset: int) -> check.TypeFact | None:
-        """The innermost TypeFact whose span contains offset.  When the function does
-        not parse, its last good types are used, but only in front of the first
-        character that changed since: there the text is the same and, types flowing
-        forward through the let chain, so are the types.  Past it, a fact could sit at
-        a shifted position or describe code that is gone, so none is shown."""
-        it = self.item_at(offset)
-        if it is None:
-            return None
-        facts = it.res.result.types if it.res.result else []
-        if not facts and it.name in self._last_good:
-            good = self._last_good[it.name]
-            same = _common_prefix(good.text, it.res.text)
-            facts = [f for f in good.result.types if f.span.end < same]
-        local = offset - it.offset
-        inside = [f for f in facts if f.span.start <= local <= f.span.end]
-        if not inside:
-            return None
-        best = min(inside, key=lambda f: (f.span.end - f.span.start, -f.span.start))
-        return _shift_fact(best, it.offset)
-
-    def _symbol_at(self, offset: int) -> _LocalSym | _FnSym | None:
-        """The name at offset: a local (its item, its binding's span) or a function, in
-        item-local spans; None elsewhere."""
-        it = self.item_at(offset)
-        if it is None or it.res.fn is None:
-            return None
-        local, sym, fn = offset - it.offset, it.res.syms, it.res.fn
-        if fn.name_span.contains(local):
-            return _FnSym(fn.name)
-        for span, name in sym.calls:
-            if span.contains(local):
-                return _FnSym(name)
-        for span, target in sym.uses.items():
-            if span.contains(local):
-                return _LocalSym(it, target)
-        for span in sym.defs:
-            if span.contains(local):
-                return _LocalSym(it, span)
-        return None
-
-    def definition(self, offset: int) -> Span | None:
-        """Where the name at offset is defined (a function name, parameter or let)."""
-        sym = self._symbol_at(offset)
-        if sym is None:
-            return None
-        if isinstance(sym, _LocalSym):
-            return sym.binding.shift(sym.item.offset)
-        target = self._first_defs().get(sym.name)
-        fn = target.res.fn if target else None
-        return fn.name_span.shift(target.offset) if target and fn else None
-
-    def references(self, offset: int) -> list[Span]:
-        """Every occurrence (definition included) of the name at offset, in text order."""
-        sym = self._symbol_at(offset)
-        if sym is None:
-            return []
-        if isinstance(sym, _LocalSym):
-            it, target = sym
-            spans = [target] + [use for use, d in it.res.syms.uses.items() if d == target]
-            return sorted((s.shift(it.offset) for s in spans), key=lambda s: (s.start, s.end))
-        name, out = sym.name, []
-        for it in self.items:
-            if it.res.fn is None:
-                continue
-            if it.res.fn.name == name:
-                out.append(it.res.fn.name_span.shift(it.offset))
-            out += [span.shift(it.offset) for span, callee in it.res.syms.calls if callee == name]
-        return sorted(out, key=lambda s: (s.start, s.end))
-
-    def rename_conflict(self, offset: int, new: str) -> tuple[str, Span | None] | None:
-        """Why renaming the name at offset to `new` would change what the program means,
-        as (message, document span of the clashing name or None); None when it is safe."""
-        sym = self._symbol_at(offset)
-        if sym is None:
-            return None
-        if isinstance(sym, _FnSym):
-            return names.function_rename_conflict([(it.offset, it.name, it.res.fn, it.res.symbols)
-                                                   for it in self.items], sym.name, new)
-        it, target = sym
-        assert it.res.fn is not None    # a local's item parsed (_symbol_at)
-        found = names.local_rename_conflict(it.res.syms, it.res.fn, target, new)
-        return None if found is None else (found[0], found[1].shift(it.offset))
-
-
-class _LocalSym(NamedTuple):
-    """A parameter or let at a position: its item and its binding's span (item-local)."""
-    item: Item
-    binding: Span
-
-
-class _FnSym(NamedTuple):
-    """A function name at a position (its definition or a call)."""
-    name: str
-
-
-@dataclass
-class FunctionInfo:
-    fn: ast.FnDef
-    signature: check.Signature | None
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of a and b."""
-    n = min(len(a), len(b))
-    lo, hi = 0, n
-    while lo < hi:                       # binary search on slice equality: C-speed compares
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _shift_fact(fact: check.TypeFact, delta: int) -> check.TypeFact:
-    return fact if delta == 0 else dataclasses.replace(fact, span=fact.span.shift(delta))
-
-
-# ---- the incremental driver ------------------------------------------------------------
 GONE_ITEMS = 256   # results kept for items no longer in the text
+
+
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
@@ -384,7 +88,7 @@ class Analysis:
         good = self._good_functions(first, diags)
         self._remember_good(items)
         snap = Snapshot(text, self.path, items, [], good, dict(self._last_good))
-        diags += self._ad_diagnostics(snap, first)
+        diags += self._ad_diagnostics(good, first)
         snap.diagnostics = _dedupe(diags)
         self.snapshot = snap
         return snap
@@ -444,17 +148,17 @@ class Analysis:
                 if known is None or known.result is not it.res.result:
                     self._last_good[it.name] = LastGood(it.res.text, it.res.result)
 
-    def _ad_diagnostics(self, snap: Snapshot, first: dict[str, Item]) -> list[Diagnostic]:
+    def _ad_diagnostics(self, good: set[str], first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
         Cached by the texts and offsets of the handled function and its callees."""
-        targets = sorted({t for name in snap._good for t in first[name].res.syms.handled})
+        targets = sorted({t for name in good for t in first[name].res.syms.handled})
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}
         for target in targets:
-            if target not in snap._good:
+            if target not in good:
                 continue          # its own diagnostics (or unknown-name at the handle) say why
             closure = _callees(target, first)
-            if not closure <= snap._good:
+            if not closure <= good:
                 continue          # a broken callee: its own diagnostics come first
             key = (target,) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
             diags = self._ad.get(key)

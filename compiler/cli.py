@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .analysis import Snapshot, analyze, handles
+from .analysis import analyze, handles
 from .diagnostics import Diagnostic, SourceText, UsageError, read_source
 from .printer import format_function
 from .runtime_library import KinaRuntimeError
+from .snapshot import Snapshot
 
 if TYPE_CHECKING:
     from . import ir

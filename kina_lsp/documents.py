@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.analysis import Analysis, Snapshot
+from compiler.analysis import Analysis
+from compiler.snapshot import Snapshot
 
 from .convert import LineIndex, index_of
 

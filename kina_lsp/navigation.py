@@ -17,10 +17,10 @@ from pygls.exceptions import JsonRpcException
 
 from compiler import lex
 from compiler import syntax as ast
-from compiler.analysis import ItemResult
 from compiler.autodiff import HANDLERS
 from compiler.diagnostics import Span
 from compiler.ops import OPS
+from compiler.snapshot import ItemResult
 from compiler.types import DType
 
 from . import astutil

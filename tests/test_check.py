@@ -20,12 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler import ir, syntax
-from compiler.analysis import Snapshot, analyze
+from compiler.analysis import analyze
 from compiler.check import ERROR, FunctionResult, Signature, TypeFact, check_function, signature_of
 from compiler.check_hints import FOREIGN
 from compiler.diagnostics import CODES, Span
 from compiler.ops import OPS
 from compiler.parse import parse_module
+from compiler.snapshot import Snapshot
 from compiler.types import TensorType, TupleType, f32, i64
 
 ROOT = Path(__file__).resolve().parent.parent

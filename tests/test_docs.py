@@ -76,6 +76,8 @@ def test_internals_names_only_what_exists():
                           "syntax_errors": ["error_diagnostic", "failure_diagnostic"],
                           "parse_recovery": ["recover", "MAX_ERRORS_PER_ITEM"],
                           "ast_walk": ["children", "shift"],
+                          "analysis": ["Analysis", "analyze"],
+                          "snapshot": ["Snapshot", "ItemResult", "Item"],
                           "ops": ["OPS", "_UNARY_DOCS", "_UNARY_MATH", "_BINARY_MATH"],
                           "torch_ref": ["TORCH_OPS", "ATTR_CHOICES"],
                           "progen_ops": ["MAKERS", "VIA_AD", "ATTR_CHOICES"],
