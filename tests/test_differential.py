@@ -4,6 +4,7 @@ as its kind (a wrong library result, a crashing library, a failed build isolated
 bisection, PyTorch disagreeing with the interpreter, a wrong VJP against finite
 differences); shrinking keeps a failure and removes the rest.  The 300-program run of
 `make test` is scripts/fuzz_compile.py (see the Makefile)."""
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from compiler import analysis, autodiff, differential, interp, progen, shrink, torch_ref, validate, vjp
+from compiler.types import DType, TensorType
 
 pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
 
@@ -118,18 +120,58 @@ def test_a_kink_straddled_at_one_jittered_point_is_not_a_failure(tmp_path):
     assert [f.kind for f in first] == ["fd"]      # the straddle the retry exists for
 
 
-def test_shrink_keeps_the_failure_and_drops_the_rest():
-    """A stand-in predicate (no compile): 'fails' while the program takes a log."""
-    case = next(c for c in (progen.generate(s) for s in range(200))
-                if any(l.op == "log" for l in c.lets) and len(c.lets) >= 6)
+def _gen(dtype: DType, ad: bool) -> progen.Gen:
+    """A generator state to build a case by hand: Gen.emit types each let by its op's row."""
+    return progen.Gen(progen.Choices(0), progen.DEFAULT, ad, dtype, progen.DEFAULT.max_elements)
+
+
+def _case_with_a_log() -> progen.Case:
+    """A reverseMode case (SGD wrapper, a helper function) of nine lets, one of them a log,
+    built op by op: what it contains does not depend on the generator's draws."""
+    g = _gen(DType.F32, ad=True)
+    x, w = g.param(TensorType(DType.F32, (4, 8))), g.param(TensorType(DType.F32, (8, 4)))
+    a = g.emit("tanh", [g.emit("matmul", [x, w])])
+    logs = g.emit("log", [g.param(TensorType(DType.F32, (4, 4)), positive=True)])
+    s = g.emit("sigmoid", [g.emit("add", [a, logs])])
+    t = g.emit("transpose", [g.emit("mul", [s, a])], perm=(1, 0))
+    r = g.emit("reduce_keep", [g.emit("exp", [t])], op="sum", axis=1)
+    return progen.Case(g.params, g.lets, [r.name], DType.F32, ad=True, wrapper="sgd", picks=[0, 1], split=2)
+
+
+def _outputs(case: progen.Case) -> list[np.ndarray]:
+    """Every exported function of the case run by the interpreter, results flattened."""
+    program = analysis.analyze(case.source("f")).program
+    out = []
+    for name in case.functions("f"):
+        got = interp.run_function(program, name, interp.random_inputs(program.functions[name], 0, program))
+        out += list(got) if isinstance(got, tuple) else [got]
+    return out
+
+
+def test_shrink_keeps_the_failure_and_drops_the_rest(monkeypatch):
+    """An injected mismatch (no compile): the interpreter's log row made wrong (log(x) + 1,
+    as a wrong lowering would compute); the case 'fails' while some function of it returns
+    something else with the bug than without.  Shrinking keeps the log and only the log."""
+    log = interp.NUMPY_OPS["log"]
+
+    def wrong_log(args, attrs, out_type):
+        y = log(args, attrs, out_type)
+        return y + y.dtype.type(1)
     tested = []
 
-    def has_log(c):
+    def mismatch(c):
         tested.append(c)
         assert not [d for d in analysis.analyze(c.source("f")).diagnostics if d.severity == "error"], c.source("f")
-        return any(l.op == "log" for l in c.lets)
-    small = shrink.shrink(case, has_log)
+        right = _outputs(c)
+        with monkeypatch.context() as m:
+            m.setitem(interp.NUMPY_OPS, "log", wrong_log)
+            wrong = _outputs(c)
+        return any(not np.array_equal(a, b, equal_nan=True) for a, b in zip(right, wrong, strict=True))
+    case = _case_with_a_log()
+    assert len(case.lets) == 9 and mismatch(case) and case.functions("f") == ["f_h", "f", "f_g"]
+    small = shrink.shrink(case, mismatch)
     assert [l.op for l in small.lets] == ["log"] and not small.ad and len(small.results) == 1
+    assert small.functions("f") == ["f"] and len(small.params) == 1
     assert len(tested) < 60
 
 
@@ -167,17 +209,45 @@ def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
     assert "fn u(" in f.source and "fn v(" in f.source
 
 
-def test_shrink_tests_only_programs_that_type_check():
-    """Making a BF16 program F32 once left its casts to BF16 in place (seed 3: `mul: operand
-    dtypes differ`), and the shrinker reported the ill-typed program as the reproducer."""
-    from compiler.types import DType
-    case = progen.generate(3)
-    assert case.dtype == DType.BF16 and any(l.op == "cast" for l in case.lets)
-    tested = []
+def _cast_round_trip() -> progen.Case:
+    """A BF16 case with a precision round trip, as the generator's cast row writes one."""
+    g = _gen(DType.BF16, ad=False)
+    x = g.param(TensorType(DType.BF16, (3, 4)))
+    back = g.emit("cast", [g.emit("cast", [x], dtype=DType.F32.value)], dtype=DType.BF16.value)
+    y = g.emit("mul", [back, x])
+    return progen.Case(g.params, g.lets, [y.name], DType.BF16)
 
-    def always(c):
+
+def _always(tested: list[progen.Case]):
+    def predicate(c):
         tested.append(c)
         return True
-    small = shrink.shrink(case, always)
+    return predicate
+
+
+def test_shrink_makes_casts_f32_with_the_program():
+    """Making a BF16 program F32 once left its casts to BF16 in place (`mul: operand
+    dtypes differ`): the F32 edit of a round trip is now a program that checks."""
+    case, tested = _cast_round_trip(), []
+    assert shrink.well_typed(case)
+    shrink.shrink(case, _always(tested))
+    first = tested[0]      # the first edit that applies to a plain program
+    assert first.dtype == DType.F32 and [l.op for l in first.lets] == ["cast", "cast", "mul"]
+    assert "BF16" not in first.source("f") and shrink.well_typed(first)
+
+
+def test_shrink_tests_only_programs_that_type_check(monkeypatch):
+    """...and the shrinker reported that ill-typed program as the reproducer.  With the old
+    F32 edit put back, no candidate that does not check is tested or returned."""
+    def old_as_f32(c):
+        out = copy.deepcopy(c)
+        out.dtype = DType.F32
+        for v in [*out.params, *out.lets]:
+            v.type = v.type.with_dtype(DType.F32) if v.type.is_float else v.type
+        return out
+    monkeypatch.setattr(shrink, "_as_f32", old_as_f32)
+    case, tested = _cast_round_trip(), []
+    small = shrink.shrink(case, _always(tested))
+    assert not shrink.well_typed(old_as_f32(case))        # the edit does make an ill-typed program
     assert tested and all(shrink.well_typed(c) for c in tested)
     assert shrink.well_typed(small)
