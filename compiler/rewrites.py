@@ -280,7 +280,7 @@ def inline_alloca_scopes(mlir_ir: ModuleType, module: Module) -> int:
 
 
 # ---- -O2 rewrite of the scatter generic ------------------------------------------------------
-# The scatter_add lowering of seed 000 §7.3 (compiler/emit_ops.py `lower_scatter_add`), as
+# The host lowering of scatter_add (compiler/emit_ops.py `lower_scatter_add`), as
 # the emitter writes it at every level: maps and iterators of the (v, d, n) generic, and
 # the ops of its body in order (arith.extf only for F16/BF16/F8 updates).
 SCATTER_MAPS = ["affine_map<(d0, d1, d2) -> (d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
@@ -292,7 +292,7 @@ SCATTER_BODY = ["arith.index_cast", "linalg.index", "arith.cmpi", "arith.extf", 
 
 
 def _scatter_shape(mlir_ir: ModuleType, op: OpView) -> ScatterShape | None:
-    """(n, d, v, updates' element type, accumulator element type) if `op` is the §7.3
+    """(n, d, v, updates' element type, accumulator element type) if `op` is that
     scatter generic, else None."""
     if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 1:
         return None
@@ -313,7 +313,7 @@ def _scatter_shape(mlir_ir: ModuleType, op: OpView) -> ScatterShape | None:
 
 
 def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
-    """Replace every §7.3 scatter generic by a call to its O(N * D) row-update form
+    """Replace every such scatter generic by a call to its O(N * D) row-update form
     (emit_ops.scatter_rows_function, a private function that --inline then inlines);
     returns the count.  -O0 keeps the generic: its FileCheck tests pin that form."""
     from .emit_ops import scatter_rows_function

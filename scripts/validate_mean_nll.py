@@ -4,10 +4,10 @@ Compiles examples/ad_reduce_sum.kina and storylm0_mean_nll_step.kina to .so file
 and checks, against the NumPy reference of scripts/_common.py (and torch.autograd
 when torch is importable):
 
-- §3: step(x) on x : [2, 3] returns (x.sum(axis=1, keepdims), ones[2, 3]);
-- §4: the mean next-token NLL of the prompt [1, 4, 2, 6] (targets: the prompt
-  shifted by one, then token 0); every trainable cotangent, recovered from the
-  compiled SGD update with lr = 1 as g = w - w', equals the *sum*-NLL cotangent
+- the keepdims sum VJP: step(x) on x : [2, 3] returns (x.sum(axis=1, keepdims), ones[2, 3]);
+- the mean NLL step: the mean next-token NLL of the prompt [1, 4, 2, 6] (targets:
+  the prompt shifted by one, then token 0); every trainable cotangent, recovered from
+  the compiled SGD update with lr = 1 as g = w - w', equals the *sum*-NLL cotangent
   divided by B*T = 4; and the SGD update itself with lr = 0.1.
 
 Prints one line per comparison with its max error; exits 1 on any mismatch.

@@ -9,7 +9,8 @@ by compiler.distributed.build_shared); the cross-rank reductions are torch.distr
 collectives.  Rank 0 prints one line per check (max error, ok/MISMATCH) and every rank
 exits 1 on any mismatch:
 
-logits (seed 002's algebra across processes, prompt [1, 4, 2, 6]):
+logits (the column-parallel algebra of examples/storylm0_tp_vocab.kina across processes,
+prompt [1, 4, 2, 6]):
   (a) the all-gather of the ranks' [1, 4, V/N] blocks equals the unsharded logits (NumPy,
       and the compiled single-process examples/storylm0_forward.kina);
   (b) rank r's block is columns r*V/N.. of the unsharded logits;
