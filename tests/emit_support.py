@@ -17,6 +17,15 @@ MLIR_TRANSLATE = str(toolchain.find_tool("mlir-translate"))
 FILECHECK = str(toolchain.find_tool("llc").parent / "FileCheck")
 
 
+def emitted(text: str, path: str = "k.kina") -> str:
+    """The MLIR the front end emits for Kina source `text` (asserting it has no error)."""
+    from compiler import build
+    res = build.BuildResult(False, source=build.SourceText(text, path))
+    mlir = build.front_end(text, path, {}, res)
+    assert mlir is not None, res.diagnostics
+    return mlir
+
+
 def run(cmd: list[str], text: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=60)
 

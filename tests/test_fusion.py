@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from emit_support import emitted
 
 from compiler import build, engine, fusion, runtime
 
@@ -42,12 +43,7 @@ fn f(x: Tensor[F32, [16, 16]]) -> Tensor[F32, [16, 16]] {
 
 
 def _emitted(tmp_path, text: str) -> str:
-    src = tmp_path / "k.kina"
-    src.write_text(text)
-    res = build.BuildResult(False, source=build.SourceText(text, str(src)))
-    mlir = build.front_end(text, str(src), {}, res)
-    assert mlir is not None, res.diagnostics
-    return mlir
+    return emitted(text, str(tmp_path / "k.kina"))
 
 
 def _fused(tmp_path, text: str) -> tuple[int, str]:

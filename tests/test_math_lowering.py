@@ -5,6 +5,7 @@ motivated both (a causal softmax, log_softmax rows) against -O0 and NumPy."""
 from __future__ import annotations
 
 import numpy as np
+from emit_support import emitted
 
 from compiler import build, engine, math_lowering, parallelize, runtime
 
@@ -27,13 +28,8 @@ fn odd(x: Tensor[F32, [6, 10]]) -> Tensor[F32, [6, 1]] {
 """
 
 
-def _module(tmp_path, text: str):
-    src = tmp_path / "k.kina"
-    src.write_text(text)
-    res = build.BuildResult(False, source=build.SourceText(text, str(src)))
-    mlir = build.front_end(text, str(src), {}, res)
-    assert mlir is not None, res.diagnostics
-    return mlir
+def _module(tmp_path, text: str) -> str:
+    return emitted(text, str(tmp_path / "k.kina"))
 
 
 def _lib(tmp_path, text: str, level: int, name: str):
