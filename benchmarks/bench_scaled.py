@@ -251,13 +251,16 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         peak = timing.peak_gflops(tmp, 5)
         peak_all = peak * timing.cores() if peak else None
+        # The matmuls first: after the model rows, the peers' thread pools and torch.compile's
+        # compile workers still take CPU (the FMA peak of a core measured there 77 against 118
+        # GFLOP/s, and a 512 matmul lost 20-30% against NumPy on some runs).
+        mm = [] if args.skip_matmul else matmul_rows(args, tmp)
         configs = []
         for name, s in plan:
             cfg = run_config(s, args, tmp)
             cfg["name"] = name
             configs.append(cfg)
             print_config(cfg, peak_all)
-        mm = [] if args.skip_matmul else matmul_rows(args, tmp)
     if mm:
         print_matmul(mm, peak_all)
     if peak:

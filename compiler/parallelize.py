@@ -151,9 +151,11 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
 # - a transpose of at least PARALLEL_TRANSPOSE_MIN elements whose output dim 0 has at least
 #   two blocks is tagged `kina.parallel_transpose` too: the script splits dim 0 among the
 #   threads.  Transposes ran on one core while the other waited: 1.25 ms of the scaled step
-#   (a [2048, 256] one 0.24-0.36 ms).  65,536 elements: the [256, 256] ones of the weight
-#   gradients and the attention head splits.
-PARALLEL_TRANSPOSE_MIN = 65536
+#   (a [2048, 256] one 0.24 -> 0.11 ms on two threads).  131,072 elements: at 65,536 the
+#   [256, 256] ones of the weight gradients and the attention head splits were threaded
+#   too, for no gain in the step (ab_step 10.41 vs 10.19 ms) and 19 more parallel loops
+#   (the lowered module 17,230 against 13,973 lines of LLVM IR: build time).
+PARALLEL_TRANSPOSE_MIN = 131072
 
 
 def _parallel_transpose_block(shape: list[int], tiles: tuple[int, ...] | None) -> int | None:

@@ -268,14 +268,17 @@ fn t3_rows(x: Tensor[F32, [2, 16, 32]]) -> Tensor[F32, [16, 2, 32]] {
 fn t2_odd(x: Tensor[F32, [20, 48]]) -> Tensor[F32, [48, 20]] {
   x.transpose([1, 0])
 }
-fn t2_big(x: Tensor[F32, [272, 256]]) -> Tensor[F32, [256, 272]] {
+fn t2_big(x: Tensor[F32, [528, 256]]) -> Tensor[F32, [256, 528]] {
   x.transpose([1, 0])
 }
-fn t4_big(x: Tensor[F32, [3, 64, 8, 48]]) -> Tensor[F32, [3, 8, 48, 64]] {
+fn t4_big(x: Tensor[F32, [3, 64, 8, 96]]) -> Tensor[F32, [3, 8, 96, 64]] {
   x.transpose([0, 2, 3, 1])
 }
-fn t4_rows_big(x: Tensor[F32, [5, 64, 8, 32]]) -> Tensor[F32, [5, 8, 64, 32]] {
+fn t4_rows_big(x: Tensor[F32, [9, 64, 8, 32]]) -> Tensor[F32, [9, 8, 64, 32]] {
   x.transpose([0, 2, 1, 3])
+}
+fn t2_below(x: Tensor[F32, [256, 256]]) -> Tensor[F32, [256, 256]] {
+  x.transpose([1, 0])
 }
 """
 
@@ -290,17 +293,18 @@ def test_O2_tiled_transposes_match_O0(tmp_path):
     ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
-        assert parallelize.tag_transposes(ir_mod, module) == 4
+        assert parallelize.tag_transposes(ir_mod, module) == 5
         text = str(module)
     assert "kina.transpose_tile = array<i64: 16, 16>" in text
     assert "kina.transpose_tile = array<i64: 1, 1, 16, 16>" in text      # output dim 2 walks input dim 3
     # the three of at least PARALLEL_TRANSPOSE_MIN elements are split among the threads: by
-    # blocks of 16 rows where the 16 x 16 tiling cuts dim 0, by single rows otherwise
+    # blocks of 16 rows where the 16 x 16 tiling cuts dim 0, by single rows otherwise;
+    # t2_below (65,536 elements) stays serial
     assert text.count("kina.parallel_transpose = array<i64: 16>") == 1
     assert text.count("kina.parallel_transpose = array<i64: 1>") == 2
     rng = np.random.default_rng(4)
     perms = {"t2": (1, 0), "t4": (0, 2, 3, 1), "t3_rows": (1, 0, 2), "t2_odd": (1, 0), "t2_big": (1, 0),
-             "t4_big": (0, 2, 3, 1), "t4_rows_big": (0, 2, 1, 3)}
+             "t4_big": (0, 2, 3, 1), "t4_rows_big": (0, 2, 1, 3), "t2_below": (1, 0)}
     for name, perm in perms.items():
         x = rng.standard_normal(lib2[name].params[0].shape).astype(np.float32)
         np.testing.assert_array_equal(lib2[name](x), np.transpose(x, perm))
