@@ -5,7 +5,9 @@ compares implementations times them in interleaved rounds (`interleaved`): every
 round runs each implementation for about the same wall time, in a rotating order,
 and the figure of an implementation is its median over the rounds.  A burst of
 load then hits every implementation in the same round instead of one of them, and
-the ratios between them stay meaningful when the absolute figures do not.
+the ratios between them stay meaningful when the absolute figures do not.  Each
+implementation's calls start after a short pause (`SETTLE_S`), so the idle threads of
+the one before (OpenBLAS's spin for a while) do not run beside them.
 """
 from __future__ import annotations
 
@@ -40,17 +42,28 @@ def median_time(fn: Callable[[], object], repeats: int, budget: float = 0.2) -> 
     return statistics.median(samples)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], rounds: int, budget: float = 0.3) -> dict[str, float]:
+# Pause before each implementation's calls in `interleaved`: the thread pools of the one
+# before go idle first.  OpenBLAS's threads spin (yielding) for 2^28 cycles after a call
+# and took the second core from the next implementation's threads: a 512 matmul of Kina
+# measured 137-168 GFLOP/s right after NumPy's round and 185-189 alone (NumPy 176-185).
+SETTLE_S = 0.15
+
+
+def interleaved(fns: dict[str, Callable[[], object]], rounds: int, budget: float = 0.3,
+                settle: float = SETTLE_S) -> dict[str, float]:
     """Median seconds per call of each fn over `rounds` interleaved rounds.
 
     Each round times n calls of every fn (n sized so that one round of a fn takes
-    about `budget` seconds), starting one fn later each round."""
+    about `budget` seconds), starting one fn later each round, each after a pause of
+    `settle` seconds (SETTLE_S)."""
     names = list(fns)
     counts = {k: calls_for(fns[k], budget) for k in names}
     samples: dict[str, list[float]] = {k: [] for k in names}
     for r in range(rounds):
         for k in names[r % len(names):] + names[:r % len(names)]:
             fn, n = fns[k], counts[k]
+            time.sleep(settle)
+            fn()   # one call after the pause, untimed: it wakes this implementation's threads
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()

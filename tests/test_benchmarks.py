@@ -102,9 +102,12 @@ def test_interleaved_times_every_function_every_round():
     def bump(k):
         calls[k] += 1
 
-    out = timing.interleaved({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=3, budget=0.001)
+    import time
+    t0 = time.perf_counter()
+    out = timing.interleaved({"a": lambda: bump("a"), "b": lambda: bump("b")}, rounds=3, budget=0.001, settle=0.02)
     assert set(out) == {"a", "b"} and all(t > 0 for t in out.values())
     assert calls["a"] > 3 and calls["b"] > 3
+    assert time.perf_counter() - t0 >= 3 * 2 * 0.02     # a pause before each implementation's calls
 
 
 MLIR_REPORT = """\
