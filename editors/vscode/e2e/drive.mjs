@@ -141,7 +141,10 @@ async function hoverLetX() {
   const { line } = position('let x = gather');
   // Monaco renders spaces as U+00A0 and an inlay hint may sit between `let x` and `=`,
   // so find the token in the DOM; `x` is its own token (variable.other.declaration.kina).
-  const box = await page.evaluate(() => {
+  // Found again on every attempt: the code lenses ("Build & validate") and inlay hints
+  // that arrive with the first analysis move the line (a box taken before them pointed
+  // two rows above `x`, and every retry hovered the wrong line).
+  const locate = () => page.evaluate(() => {
     for (const row of document.querySelectorAll('.editor-instance .view-line')) {
       if (!/^\s*let x\b.*gather/.test(row.textContent.replace(/\u00a0/g, ' '))) continue;
       const token = [...row.querySelectorAll('span > span')].find((s) => s.textContent === 'x');
@@ -150,9 +153,10 @@ async function hoverLetX() {
     }
     return null;
   });
-  if (!box) throw new Error(`the \`x\` of line ${line} is not on screen`);
   const hover = page.locator('.monaco-hover:not(.hidden)', { hasText: EXPECTED_HOVER }).first();
   for (let attempt = 1; ; attempt++) {
+    const box = await locate();
+    if (!box) throw new Error(`the \`x\` of line ${line} is not on screen`);
     await page.mouse.move(box.x, box.y);
     try {
       await hover.waitFor({ state: 'visible', timeout: 5000 });
