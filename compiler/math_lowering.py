@@ -12,8 +12,9 @@ back through the call), so exp is computed here:
 
 with e^r on |r| <= ln(2)/2 by the degree-7 polynomial of Cephes' expf (1 + r + r^2 P(r)),
 and 2^k applied as two exact power-of-two factors 2^(k >> 1) * 2^(k - (k >> 1)), so
-subnormal results are rounded once and overflow gives +inf.  x is clamped to [-104, 89]
-first: exp(x) rounds to +0.0 in f32 below -104 and to +inf above 89.  NaN returns NaN.
+subnormal results are rounded once and overflow gives +inf.  x above 89 is clamped to 89
+(exp overflows to +inf there) and x below -104 computes exp(0) and is replaced by +0.0
+(exp rounds to +0.0 there; a clamped -104 would still be a slow subnormal product).  NaN returns NaN.
 Accuracy: within 2 ulp of the correctly rounded exp on normal results (tests/test_math_lowering.py
 sweeps every 97th f32 in the range), and the same bits in a vector lane and a scalar loop
 (explicit FMAs: no contraction left to LLVM), so threaded and serial builds agree.
@@ -26,25 +27,15 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from .rewrites import walk_ops
+
 EXP_LOW, EXP_HIGH = -104.0, 89.0          # exp(x) is +0.0 below, +inf above (f32)
 LOG2E = 1.44269504088896341
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4   # ln 2 = LN2_HI + LN2_LO; k * LN2_HI is exact
 # Cephes expf: e^r ~ 1 + r + r^2 * (((((P0 r + P1) r + P2) r + P3) r + P4) r + P5)
 EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
             1.6666665459e-1, 5.0000001201e-1)
-_UNO = 14                                  # arith.cmpf predicate "uno" (either is NaN)
-
-
-def _exps(mlir_ir: ModuleType, module: Any) -> list[Any]:
-    found: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name == "math.exp" and str(op.results[0].type) == "f32":
-            found.append(op)
-        return mlir_ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return found
+_OLT, _UNO = 4, 14                         # arith.cmpf predicates "olt" and "uno" (either is NaN)
 
 
 class _Builder:
@@ -64,6 +55,10 @@ class _Builder:
     def i(self, value: int) -> Any:
         return self.op("arith.constant", result=self.i32, value=self.ir.IntegerAttr.get(self.i32, value))
 
+    def cmp(self, predicate: int, a: Any, b: Any) -> Any:
+        i1, i64 = self.ir.IntegerType.get_signless(1), self.ir.IntegerType.get_signless(64)
+        return self.op("arith.cmpf", a, b, result=i1, predicate=self.ir.IntegerAttr.get(i64, predicate))
+
     def fma(self, a: Any, b: Any, c: Any) -> Any:
         return self.op("math.fma", a, b, c)
 
@@ -74,8 +69,7 @@ class _Builder:
 
 
 def _exp(b: _Builder, x: Any) -> Any:
-    low = b.op("arith.cmpf", x, b.f(EXP_LOW), result=b.ir.IntegerType.get_signless(1),
-               predicate=b.ir.IntegerAttr.get(b.ir.IntegerType.get_signless(64), 4))
+    low = b.cmp(_OLT, x, b.f(EXP_LOW))
     xc = b.op("arith.select", low, b.f(0.0), b.op("arith.minimumf", x, b.f(EXP_HIGH)))
     k = b.op("math.roundeven", b.op("arith.mulf", xc, b.f(LOG2E)))
     r = b.fma(k, b.f(-LN2_LO), b.fma(k, b.f(-LN2_HI), xc))
@@ -87,14 +81,13 @@ def _exp(b: _Builder, x: Any) -> Any:
     k1 = b.op("arith.shrsi", ki, b.i(1), result=b.i32)
     k2 = b.op("arith.subi", ki, k1, result=b.i32)
     scaled = b.op("arith.mulf", b.op("arith.mulf", y, b.pow2(k1)), b.pow2(k2))
-    nan = b.op("arith.cmpf", x, x, result=b.ir.IntegerType.get_signless(1),
-               predicate=b.ir.IntegerAttr.get(b.ir.IntegerType.get_signless(64), _UNO))
+    nan = b.cmp(_UNO, x, x)
     return b.op("arith.select", nan, x, b.op("arith.select", low, b.f(0.0), scaled))
 
 
 def lower_exp(mlir_ir: ModuleType, module: Any) -> int:
     """Every scalar f32 math.exp of the module -> the polynomial above; returns the count."""
-    exps = _exps(mlir_ir, module)
+    exps = walk_ops(mlir_ir, module, lambda op: op.name == "math.exp" and str(op.results[0].type) == "f32")
     b = _Builder(mlir_ir)
     for op in exps:
         with mlir_ir.InsertionPoint(op), op.location:

@@ -186,7 +186,7 @@ def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
                 tiles = transpose_tiles(r, j)
                 op.attributes["kina.transpose_tile"] = mlir_ir.DenseI64ArrayAttr.get(list(tiles))
                 tagged += 1
-            block = _parallel_transpose_block(list(shape), tiles) if shape and r >= 1 else None
+            block = _parallel_transpose_block(list(shape), tiles) if shape else None
             if block is not None:
                 op.attributes["kina.parallel_transpose"] = mlir_ir.DenseI64ArrayAttr.get([block])
         return mlir_ir.WalkResult.ADVANCE
@@ -226,8 +226,9 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
     dims = [[e.position if isinstance(e, mlir_ir.AffineDimExpr) else -1 for e in m.results] for m in maps]
     if dims[-1] != list(range(last)) or any(-1 in d or (last in d and d[-1] != last) for d in dims[:-1]):
         return None
-    extent = next(mlir_ir.RankedTensorType(v.type).shape[-1] for v, d in zip(op.operands, dims) if d and d[-1] == last)
-    if extent % REDUCE_LANES:
+    extent = next((mlir_ir.RankedTensorType(v.type).shape[-1] for v, d in zip(op.operands, dims) if d and d[-1] == last),
+                  None)
+    if extent is None or extent % REDUCE_LANES:
         return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)

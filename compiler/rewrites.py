@@ -70,7 +70,8 @@ def _contiguous(mlir_ir: ModuleType, t: Type) -> bool:
     return bool(dim < 0)
 
 
-def _walk(mlir_ir: ModuleType, module: Module, pick: Callable[[OpView], bool]) -> list[OpView]:
+def walk_ops(mlir_ir: ModuleType, module: Module, pick: Callable[[OpView], bool]) -> list[OpView]:
+    """Every op of the module `pick` accepts, in walk order (collected first: callers rewrite them)."""
     found: list[Any] = []
 
     def visit(op: OpView) -> WalkResult:
@@ -85,7 +86,7 @@ def _walk(mlir_ir: ModuleType, module: Module, pick: Callable[[OpView], bool]) -
 def lower_strided_copies(mlir_ir: ModuleType, module: Module) -> int:
     """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
     from mlir.dialects import linalg
-    found = _walk(mlir_ir, module, lambda op: op.name == "memref.copy"
+    found = walk_ops(mlir_ir, module, lambda op: op.name == "memref.copy"
                   and not all(_contiguous(mlir_ir, v.type) for v in op.operands))
     for op in found:
         src, dst = op.operands
@@ -114,8 +115,8 @@ def _attrs(op: OpView) -> dict[str, Any]:
 def bf16_memory_as_i16(mlir_ir: ModuleType, module: Module) -> int:
     """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
     llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
-    loads = _walk(mlir_ir, module, lambda op: op.name == "llvm.load" and _as_i16(mlir_ir, op.results[0].type) is not None)
-    stores = _walk(mlir_ir, module, lambda op: op.name == "llvm.store" and _as_i16(mlir_ir, op.operands[0].type) is not None)
+    loads = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.load" and _as_i16(mlir_ir, op.results[0].type) is not None)
+    stores = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.store" and _as_i16(mlir_ir, op.operands[0].type) is not None)
     for op in loads:
         old = op.results[0]
         with mlir_ir.InsertionPoint(op), op.location:
