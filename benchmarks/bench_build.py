@@ -153,7 +153,7 @@ PROFILE_CHILD = r"""
 import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
-from compiler import build, engine, llvm_stage, parallelize, pipelines, rewrites
+from compiler import build, engine, llvm_stage, pipelines
 from compiler.diagnostics import SourceText
 path, level, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[4])
 text = Path(path).read_text()
@@ -167,10 +167,8 @@ with ir.Context() as ctx:
     ctx.enable_multithreading(False)
     module = ir.Module.parse(mlir)
     t0 = time.perf_counter()
-    if any(p.startswith("--transform-interpreter") for p in passes):
-        parallelize.tag_vectorizable(ir, module); parallelize.tag_transposes(ir, module)
-        rewrites.rewrite_scatters(ir, module); parallelize.tag_parallel_generics(ir, module)
-    print(f"tagging: {time.perf_counter() - t0:.3f} s", flush=True)
+    engine.prepare_for_script(ir, module, passes)
+    print(f"rewrites and tagging: {time.perf_counter() - t0:.3f} s", flush=True)
     t0 = time.perf_counter()
     engine.run_pipeline(ir, passmanager, module, passes, mlir, enable_timing=True)
     print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)

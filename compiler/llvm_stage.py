@@ -5,7 +5,7 @@
   op on the same shapes: the four [D, D] SGD updates, a layer's kernels repeated in the
   next layer, a forward kernel the exported forward and the train step both contain)
   are merged into one, so LLVM optimises and compiles each distinct kernel once.
-* `llvm_object`: `mlir-translate --mlir-to-llvmir`, `opt -O<n>` (vector math from glibc's
+* `llvm_object`: the lowered module's LLVM IR (compiler/engine.py translates it), `opt -O<n>` (vector math from glibc's
   libmvec, `vector_math`) and `llc -O<n>` for the host CPU (-mcpu=native), as processes.  MLIR's ExecutionEngine did the same work in
   this process, but took 2.7x the CPU time of opt + llc on the same module (7.7-8.6 s
   against 2.7-3.1 s for the scaled StoryLM step), and a tool that LLVM aborts does not
@@ -31,11 +31,18 @@ if TYPE_CHECKING:
 KERNEL_PREFIX = "kina.kernel"
 
 
+_FUNCS = ("func.func", "llvm.func")
+_CALLS = ("func.call", "llvm.call")
+
+
 def dedupe_kernels(mlir_ir: ModuleType, module: Module) -> int:
-    """Merge outlined kernels with identical bodies (LLVM dialect); returns how many went."""
+    """Merge outlined kernels with identical bodies (func or LLVM dialect); returns how
+    many went.  The pipeline merges them right after outlining (the "@merge-kernels" slot:
+    the lowering passes then see each distinct kernel once) and again in the LLVM dialect
+    (kernels that differed only in what the lowering folded away)."""
     kernels: dict[str, OpView] = {}
     for op in module.body.operations:
-        if op.operation.name != "llvm.func":
+        if op.operation.name not in _FUNCS:
             continue
         name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
         if name.startswith(KERNEL_PREFIX) and len(op.regions[0].blocks):
@@ -54,7 +61,7 @@ def dedupe_kernels(mlir_ir: ModuleType, module: Module) -> int:
         return 0
 
     def visit(op: OpView) -> WalkResult:
-        if op.name == "llvm.call" and "callee" in op.attributes:
+        if op.name in _CALLS and "callee" in op.attributes:
             callee = mlir_ir.FlatSymbolRefAttr(op.attributes["callee"]).value
             if callee in replace:
                 op.attributes["callee"] = mlir_ir.FlatSymbolRefAttr.get(replace[callee])
@@ -138,13 +145,11 @@ def _split_min_bytes() -> int:
     return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= LLVM_PARTS else 1 << 62
 
 
-def llvm_object(lowered: Path, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
-    """Translate, optimise and compile the lowered module (an MLIR file, text or bytecode,
-    in the LLVM dialect) into `obj`."""
+def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
+    """Optimise and compile the lowered module's LLVM IR (a .ll file, written by the
+    engine's translation) into `obj`."""
     work = obj.parent
-    src, ll = lowered, work / "lowered.ll"
     from .toolchain import _run  # with its timeout and crash report
-    _run("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)], timings, "llvm-opt")
     if ll.stat().st_size < _split_min_bytes():
         _opt_and_llc([(ll, work / "optimised.bc", obj)], llvm_level, timings)
     else:

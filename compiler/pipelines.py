@@ -88,6 +88,7 @@ UNSHARE_SLOT = "@unshare-empties"       # a tensor.empty of thousands of uses ->
 OUTLINE_TAG_SLOT = "@tag-outline"       # picks the loop nests "@outline" makes kernels
 SCHEDULE_SLOT = "@dynamic-schedule"     # OpenMP loops schedule(dynamic)
 SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
+MERGE_SLOT = "@merge-kernels"           # outlined kernels with identical bodies -> one
 O2_PASSES = [
     "--inline",
     "@transforms",
@@ -106,6 +107,9 @@ O2_PASSES = [
     "--convert-linalg-to-loops",
     OUTLINE_TAG_SLOT,
     "@outline",
+    # The scaled StoryLM's 123 kernels are 53 distinct ones (its train step repeats the
+    # forward's): merged here, the lowering below takes 0.25 instead of 0.5 s.
+    MERGE_SLOT,
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
     # become OpenMP parallel loops (omp.parallel + omp.wsloop: each thread takes a static
     # share of the blocks or rows), or serial loops without an OpenMP runtime; see

@@ -22,7 +22,9 @@ look at the text says the module needs it.
 - -O2's build-time and threading rewrites: "@unshare-empties" (bufferization's analysis
   was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
   kernels), "@dynamic-schedule" (OpenMP loops schedule(dynamic)) and
-  "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke).
+  "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke) and
+  "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train step's
+  kernels repeat the forward's, and the lowering passes then see each distinct one once).
 - not a slot: `rewrite_scatters`, which compiler/engine.py runs on the emitted -O2 module
   before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
   update rows (emit_ops.scatter_rows_function).
@@ -34,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .llvm_stage import KERNEL_PREFIX, dedupe_kernels
 from .transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 if TYPE_CHECKING:
@@ -350,6 +353,7 @@ SLOTS: dict[str, Rewrite] = {
     "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
     "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
+    "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
 }
 
 

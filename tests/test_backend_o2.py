@@ -20,14 +20,16 @@ fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 1
 """
 
 
-def _lowered(tmp_path, ir, passmanager, text: str):
-    """The module after the -O2 pass pipeline, before LLVM (inside an ir.Context)."""
+def _lowered(tmp_path, ir, passmanager, text: str, without: str | None = None):
+    """The module after the -O2 pass pipeline (less the slot `without`), before LLVM
+    (inside an ir.Context)."""
     src = tmp_path / "k.kina"
     src.write_text(text)
     res = build.BuildResult(False, source=build.SourceText(text, str(src)))
     mlir = build.front_end(text, str(src), {}, res)
     module = ir.Module.parse(mlir)
-    engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
+    passes = [p for p in pipelines.passes_for(mlir, 2, tmp_path) if p != without]
+    engine.run_pipeline(ir, passmanager, module, passes, mlir)
     return module
 
 
@@ -40,7 +42,7 @@ def _kernels(ir, module) -> list[str]:
 def test_each_loop_nest_is_a_private_noinline_kernel_and_twins_merge(tmp_path):
     ir, passmanager, _ = engine.engine_module()
     with ir.Context():
-        module = _lowered(tmp_path, ir, passmanager, TWICE)
+        module = _lowered(tmp_path, ir, passmanager, TWICE, without=pipelines.MERGE_SLOT)
         kernels = _kernels(ir, module)
         assert len(kernels) == 5                       # one per elementwise op
         text = str(module)
@@ -51,6 +53,12 @@ def test_each_loop_nest_is_a_private_noinline_kernel_and_twins_merge(tmp_path):
         assert module.operation.verify()
         calls = [c for c in str(module).split("llvm.call @")[1:] if c.startswith("kina.kernel")]
         assert {c.split("(")[0] for c in calls} <= set(_kernels(ir, module))
+    with ir.Context():   # a context of its own: the transform library is preloaded once per context
+        # The pipeline merges the same twins right after outlining (func.func kernels), so
+        # the lowering passes see each distinct kernel once.
+        early = _lowered(tmp_path, ir, passmanager, TWICE)
+        assert len(_kernels(ir, early)) == 5 - merged
+        assert llvm_stage.dedupe_kernels(ir, early) == 0
 
 
 def test_merged_kernels_compute_each_call_on_its_own_operands(tmp_path):
@@ -119,14 +127,15 @@ def test_shared_empty_tensors_are_split_into_groups():
 
 def test_run_passes_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path):
     """The "tools" path of an -O2 pass list (mlir-opt processes, toolchain.run_passes):
-    @tag-outline ran between the processes, and "@outline" found its script again."""
+    @tag-outline ran between the processes, "@outline" found its script again, and
+    @merge-kernels merged the twin kernels (x + y, b + w) there too."""
     import re
 
     from compiler import pipelines, toolchain
     mlir = build.front_end(TWICE, "t.kina", {}, build.BuildResult(False, source=build.SourceText(TWICE, "t.kina")))
     assert mlir is not None
     out = toolchain.run_passes(mlir, pipelines.passes_for(mlir, 2, tmp_path), tmp_path, {})
-    assert len(set(re.findall(r"llvm\.func internal @kina\.kernel\w*", out))) == 5
+    assert len(set(re.findall(r"llvm\.func internal @kina\.kernel\w*", out))) == 4
 
 
 # exp (-O2's polynomial), a threaded matmul (an OpenMP loop) and a fused elementwise chain
