@@ -237,7 +237,8 @@ def _transpose_tiling(tiles: tuple[int, ...]) -> str:
 
 def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) -> str:
     """Script lines for the `op`s tagged `kina.parallel = blocks` (and `kina.k_block` when
-    k_blocked): an scf.forall over blocks of the result (its fill fused in), the k loop of
+    k_blocked): an scf.forall over blocks of the result (its fill moves into the forall
+    after the script: parallelize.fuse_fills_into_foralls), the k loop of
     a block cut into K_BLOCK steps when k_blocked, each block register-tiled and
     vectorised like a serial matmul."""
     name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
@@ -257,11 +258,8 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) 
             f"(!transform.any_op) -> !transform.any_op\n"
             f"    transform.foreach {name} : !transform.any_op {{\n"
             f"    ^bb0(%op: !transform.any_op):\n"
-            f"      %fill = transform.get_producer_of_operand %op[2] : (!transform.any_op) -> !transform.any_op\n"
             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
             f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
-            f"      %ff, %fa = transform.structured.fuse_into_containing_op %fill into %all : "
-            f"(!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
             + kblock +
             f"      %t, %l:{n} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
             f"(!transform.any_op) -> ({loops})\n"
