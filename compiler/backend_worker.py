@@ -202,4 +202,10 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    # The result is written: skip the interpreter's teardown, which frees the MLIR context
+    # and every loaded module one by one (0.07-0.13 s after the scaled StoryLM's build,
+    # time the parent spends waiting for this process to end).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
