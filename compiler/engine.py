@@ -20,7 +20,6 @@ from .entry_points import CIFACE_PREFIX, packed_entry_point
 from .fusion import enabled as fusion_enabled
 from .fusion import fuse_elementwise
 from .math_lowering import lower_exp
-from .parallelize import tag_inner_reductions, tag_parallel_generics, tag_transposes, tag_vectorizable
 from .pipelines import pipeline_text, segments
 from .rewrites import rewrite_scatters
 from .toolchain_errors import INLINE_LOC_RE, StageFailed, ToolchainError
@@ -103,19 +102,15 @@ VERIFY_EACH_ENV = "KINA_MLIR_VERIFY_EACH"
 
 
 def prepare_for_script(mlir_ir: ModuleType, module: Module, passes: list[str]) -> None:
-    """The Python rewrites and tags before the -O2 pass list (none without the transform
-    script): scatters, elementwise fusion, the exp polynomial, then the tags that pick what
-    the script vectorises, transposes in parallel, threads and reduces in lanes."""
+    """The Python rewrites before the -O2 pass list (none without the transform script):
+    scatters, elementwise fusion, the exp polynomial.  The tags that pick what the script
+    vectorises, threads and tiles are set after --inline (the "@tag-for-script" slot)."""
     if not any(p.startswith("--transform-interpreter") for p in passes):
         return
     rewrite_scatters(mlir_ir, module)
     if fusion_enabled():
         fuse_elementwise(mlir_ir, module)
     lower_exp(mlir_ir, module)
-    tag_vectorizable(mlir_ir, module)
-    tag_transposes(mlir_ir, module)
-    tag_parallel_generics(mlir_ir, module)
-    tag_inner_reductions(mlir_ir, module)
 
 
 def run_pipeline(mlir_ir: ModuleType, passmanager: ModuleType, module: Module, passes: list[str], emitted: str,

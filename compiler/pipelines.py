@@ -89,9 +89,11 @@ OUTLINE_TAG_SLOT = "@tag-outline"       # picks the loop nests "@outline" makes 
 SCHEDULE_SLOT = "@dynamic-schedule"     # OpenMP loops schedule(dynamic)
 SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
 MERGE_SLOT = "@merge-kernels"           # outlined kernels with identical bodies -> one
+TAG_SLOT = "@tag-for-script"            # what the transform script vectorises, threads, tiles
 FILL_SLOT = "@fuse-fills"               # a parallel matmul's fill -> one per block, in its forall
 O2_PASSES = [
     "--inline",
+    TAG_SLOT,
     "@transforms",
     FILL_SLOT,
     "--canonicalize",

@@ -25,8 +25,9 @@ look at the text says the module needs it.
   "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke) and
   "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train step's
   kernels repeat the forward's, and the lowering passes then see each distinct one once)
-  and "@fuse-fills" (parallelize.fuse_fills_into_foralls: each parallel matmul block
-  zeroes its own part of the result).
+  "@tag-for-script" (compiler/parallelize.py: what the transform script vectorises,
+  threads and tiles) and "@fuse-fills" (parallelize.fuse_fills_into_foralls: each
+  parallel matmul block zeroes its own part of the result).
 - not a slot: `rewrite_scatters`, which compiler/engine.py runs on the emitted -O2 module
   before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
   update rows (emit_ops.scatter_rows_function).
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .llvm_stage import KERNEL_PREFIX, dedupe_kernels
-from .parallelize import fuse_fills_into_foralls
+from .parallelize import fuse_fills_into_foralls, tag_for_script
 from .transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 if TYPE_CHECKING:
@@ -357,6 +358,7 @@ SLOTS: dict[str, Rewrite] = {
     "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
     "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
+    "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),
     "@fuse-fills": Rewrite(fuse_fills_into_foralls, lambda text: "scf.forall" in text and "linalg.fill" in text),
 }
 
