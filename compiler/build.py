@@ -251,7 +251,7 @@ def _worker_ahead(opt_level: int, hint: str | None = None) -> backend_worker.Wor
         return None
     if hint is not None and build_cache.hinted_hit(hint):
         return None
-    return backend_worker.Worker()
+    return backend_worker.take_spare() or backend_worker.Worker()
 
 
 def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str, float],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -21,16 +22,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .analysis import analyze, handles
 from .diagnostics import Diagnostic, SourceText, UsageError, read_source
-from .printer import format_function
-from .runtime_library import KinaRuntimeError
-from .snapshot import Snapshot
 
+# The front end (analysis, printer, ...) is imported by the commands that use it: `kinac
+# build -O2` first starts its back-end worker (`_prestart`), whose start then overlaps these
+# imports.
 if TYPE_CHECKING:
     from . import ir
     from .arrays import Array
     from .interp import Value
+    from .snapshot import Snapshot
 
 # subcommand -> (module, its argparse registration function, its entry point, help); the
 # module is imported only when that command runs (the MLIR bindings load slowly).
@@ -62,6 +63,7 @@ def _binding_lines(snap: Snapshot) -> list[str]:
 def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
     if only:
         return [only]
+    from .analysis import handles
     seen: list[str] = []   # the handled functions, in program order
     for fn in snap.program.functions.values():
         for h in handles(fn):
@@ -72,6 +74,7 @@ def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
 
 def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Diagnostic]]:
     from .autodiff import transform_ad
+    from .printer import format_function
     lines: list[str] = []
     diags: list[Diagnostic] = []
     targets = _grad_targets(snap, only)
@@ -88,6 +91,7 @@ def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Dia
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from .analysis import analyze
     failed = False
     reports: list[dict[str, object]] = []
     for path in args.files:
@@ -126,6 +130,8 @@ def _format_result(name: str, value: object) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from . import interp
+    from .analysis import analyze
+    from .runtime_library import KinaRuntimeError
     snap = analyze(read_source(args.file), args.file)
     if _has_errors(snap):
         for d in snap.diagnostics:
@@ -298,10 +304,41 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _prestart(command: str | None, argv: Sequence[str]) -> None:
+    """`build` / `validate` at -O1..-O3: start the back end's worker process now (it
+    loads the MLIR bindings while this process imports and runs the front end), unless
+    the build cache's hint says this build will hit (`_hinted_hit`)."""
+    if command not in ("build", "validate"):
+        return
+    levels = [a[2:] for a in argv if a in ("-O0", "-O1", "-O2", "-O3")]
+    level = levels[-1] if levels else os.environ.get("KINA_OPT_LEVEL", "0")
+    if level not in ("1", "2", "3") or importlib.util.find_spec("mlir") is None:
+        return
+    if command == "build" and "--no-cache" not in argv and _hinted_hit(argv, int(level)):
+        return
+    from . import backend_worker
+    backend_worker.prestart()
+
+
+def _hinted_hit(argv: Sequence[str], level: int) -> bool:
+    """Whether the one .kina file among `kinac build`'s arguments has a cache hint that
+    names an intact library (what build_source checks before it starts a worker)."""
+    from . import cache
+    files = [a for a in argv[1:] if a.endswith(".kina") and not a.startswith("-")]
+    if len(files) != 1 or not cache.enabled():
+        return False
+    try:
+        text = Path(files[0]).read_text(encoding="utf-8")
+        return cache.hinted_hit(cache.source_hint(text, level))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv else None
     try:
+        _prestart(command, argv)
         args = build_parser(command).parse_args(argv)
         func: Callable[[argparse.Namespace], int] = args.func   # each subcommand's set_defaults
         return func(args)

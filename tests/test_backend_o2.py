@@ -353,6 +353,45 @@ def test_the_worker_started_before_the_front_end_runs_the_build_or_is_ended(tmp_
     assert len(build.build_file(src, tmp_path / "bad0.so", 0, cache=False).diagnostics) and len(started) == 2
 
 
+def test_a_prestarted_worker_runs_the_next_build_and_an_unclaimed_one_ends_at_exit(tmp_path, monkeypatch):
+    """`kinac build -O2` starts its worker before importing the front end
+    (backend_worker.prestart); the build takes that worker instead of starting one, and
+    -O0 or another command starts none.  One never claimed is ended by the exit handler."""
+    from compiler import backend_worker, cli
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    backend_worker.prestart()
+    spare = backend_worker._spare
+    assert spare is not None
+    started = []
+    real_worker = backend_worker.Worker
+    monkeypatch.setattr(backend_worker, "Worker", lambda: started.append(1))   # a new one would fail here
+    assert build.build_file(src, tmp_path / "t.so", 2, cache=False).ok
+    assert not started and backend_worker._spare is None and spare.proc.returncode == 0
+    monkeypatch.setattr(backend_worker, "Worker", real_worker)
+    asked = []
+    monkeypatch.setattr(backend_worker, "prestart", lambda: asked.append(1))
+    monkeypatch.delenv("KINA_OPT_LEVEL", raising=False)
+    for argv, want in ((["build", "-O2", "x.kina"], 1), (["validate", "x.kina", "-O2"], 1), (["build", "x.kina"], 0),
+                       (["build", "-O2", "-O0", "x.kina"], 0), (["check", "-O2"], 0)):
+        asked.clear()
+        cli._prestart(argv[0], argv)
+        assert len(asked) == want, argv
+    monkeypatch.setenv("KINA_CACHE_DIR", str(tmp_path / "cache"))   # a build the cache will serve: none
+    monkeypatch.delenv("KINA_CACHE", raising=False)
+    assert build.build_file(src, tmp_path / "c.so", 2).ok
+    asked.clear()
+    cli._prestart("build", ["build", "-O2", str(src), "-o", str(tmp_path / "d.so")])
+    cli._prestart("build", ["build", "-O2", "--no-cache", str(src)])
+    assert len(asked) == 1
+    monkeypatch.undo()
+    backend_worker.prestart()
+    unclaimed = backend_worker._spare
+    assert unclaimed is not None
+    backend_worker._close_spare()           # what the exit handler runs
+    assert unclaimed.proc.returncode is not None and not Path(unclaimed.cwd).exists()
+
+
 def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_path, monkeypatch):
     """The pass manager no longer verifies after every pass (engine.VERIFY_EACH_ENV), so
     run_pipeline verifies after each of our Python rewrites: a broken module is an
