@@ -265,6 +265,7 @@ def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     return sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
                                                 tag_inner_reductions))
 
+
 # ---- the fill of a parallel matmul, per block ------------------------------------------
 # The script's parallel matmuls zero each result block inside their scf.forall (the block
 # is in cache when its k loop starts).  transform.structured.fuse_into_containing_op did
@@ -298,8 +299,9 @@ def _block_slice(mlir_ir: ModuleType, forall: OpView, arg: object) -> OpView | N
 
 def fuse_fills_into_foralls(mlir_ir: ModuleType, module: Module) -> int:
     """Each scf.forall whose shared_out is a linalg.fill and whose body reads that
-    out only as the block it writes: the fill moves into the body, on the block (the
-    tiles of a forall cover its result, so filling each block is filling the whole).
+    out only as the block it writes: the fill moves into the body, on the block.  Every
+    forall here comes from the script's tile_using_forall, whose blocks cover the result
+    (no Kina program writes a forall), so filling each block is filling the whole.
     Returns how many fills moved."""
     from mlir.dialects import linalg
 
