@@ -235,10 +235,23 @@ def _transpose_tiling(tiles: tuple[int, ...]) -> str:
             f"    }}")
 
 
-def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) -> str:
+def _pack_b(blocks: tuple[int, ...]) -> str:
+    """Script lines of a `kina.pack_b` matmul after its forall over the column panels
+    (%b): B's panel copied into a buffer of its own (a `tensor.pad` by nothing, kept by
+    nofold), then a loop over the blocks of M (%mb) that all read that copy."""
+    return ("      %pb, %pad, %pcopy = transform.structured.pad %b pad_to_multiple_of [1, 1, 1] "
+            "{padding_dimensions = [0, 1, 2], padding_values = [0.0 : f32, 0.0 : f32, 0.0 : f32], "
+            "nofold_flags = [0, 1, 0], copy_back_op = \"none\"} : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
+            f"      %mb, %ml = transform.structured.tile_using_for %pb tile_sizes [{blocks[0]}, 0, 0] : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
+
+
+def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, packed: bool = False) -> str:
     """Script lines for the `op`s tagged `kina.parallel = blocks` (and `kina.k_block` when
-    k_blocked): an scf.forall over blocks of the result (its fill moves into the forall
-    after the script: parallelize.fuse_fills_into_foralls), the k loop of
+    k_blocked, `kina.pack_b` when packed: the forall then runs over the column panels and
+    each packs its panel of B, `_pack_b`): an scf.forall over blocks of the result (its
+    fill moves into the forall after the script: parallelize.fuse_fills_into_foralls), the k loop of
     a block cut into K_BLOCK steps when k_blocked, each block register-tiled and
     vectorised like a serial matmul."""
     name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
@@ -253,6 +266,13 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) 
         match += ", kina.k_block"
         kblock = (f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [0, 0, {K_BLOCK}] : "
                   f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
+    pack = ""
+    if packed:
+        name += "_p"
+        match += ", kina.pack_b"
+        forall = f"0, {blocks[1]}, 0"
+        kblock = kblock.replace("%b ", "%mb ").replace("%b\n", "%mb\n")
+        pack = _pack_b(blocks)
     return (f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
             f"attributes{{{match}}} in %root : "
             f"(!transform.any_op) -> !transform.any_op\n"
@@ -260,7 +280,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False) 
             f"    ^bb0(%op: !transform.any_op):\n"
             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
             f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
-            + kblock +
+            + pack + kblock +
             f"      %t, %l:{n} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
             f"(!transform.any_op) -> ({loops})\n"
             f"      transform.structured.vectorize %t : !transform.any_op\n"
@@ -272,8 +292,11 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
     "@PARALLEL_TRANSPOSES@", "\n".join(_parallel_transpose(b) for b in PARALLEL_TRANSPOSE_BLOCKS)).replace(
     "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
-    "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, True) for op, b in PARALLEL_MATMUL_BLOCKS
-                                     if op == "linalg.matmul"]     # first: the plain match takes them too
+    # The most specific matches first (packed, then k-blocked): a plain match takes them too.
+    "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
+                                     for k in (True, False) if op == "linalg.matmul"]
+                                    + [_parallel_matmul(op, b, True) for op, b in PARALLEL_MATMUL_BLOCKS
+                                       if op == "linalg.matmul"]
                                     + [_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS]))
 
 

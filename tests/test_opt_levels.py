@@ -329,7 +329,14 @@ fn bmm(a: Tensor[F32, [8, 64, 64]], b: Tensor[F32, [8, 64, 64]]) -> Tensor[F32, 
 fn rows(x: Tensor[F32, [512, 512]], y: Tensor[F32, [512, 512]]) -> Tensor[F32, [512, 512]] {
   (x * y).log_softmax(axis=1) + x.exp()
 }
+fn wide(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 2048]]) -> Tensor[F32, [64, 2048]] {
+  a @ b
+}
+fn wide_k(a: Tensor[F32, [32, 512]], b: Tensor[F32, [512, 2048]]) -> Tensor[F32, [32, 2048]] {
+  a @ b
+}
 """
+NAMES = ("mm", "bmm", "rows", "wide", "wide_k")
 SMALL = "fn small(a: Tensor[F32, [8, 32]], b: Tensor[F32, [32, 32]]) -> Tensor[F32, [8, 32]] {\n  a @ b\n}\n"
 # Run in a child process: libomp starts its threads on the first parallel loop, so the
 # thread count before and after that call says whether the kernel ran threads.
@@ -340,7 +347,7 @@ from compiler import runtime
 lib = runtime.load(sys.argv[1])
 before = len(os.listdir("/proc/self/task"))
 rng = np.random.default_rng(0)
-for name in ("mm", "bmm", "rows"):
+for name in ("mm", "bmm", "rows", "wide", "wide_k"):
     lib[name](*[rng.standard_normal(p.shape).astype(np.float32) for p in lib[name].params])
 print(before, len(os.listdir("/proc/self/task")))
 """
@@ -364,18 +371,22 @@ def test_large_kernels_are_tagged_parallel(parallel_libs):
     ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
-        assert parallelize.tag_vectorizable(ir_mod, module) == 2
+        assert parallelize.tag_vectorizable(ir_mod, module) == 4
         assert parallelize.tag_parallel_generics(ir_mod, module) >= 3   # log_softmax pieces, exp, +
         text = str(module)
+        packed = {op.parent.attributes["sym_name"] for op in rewrites.walk_ops(
+            ir_mod, module, lambda op: op.name == "linalg.matmul" and "kina.pack_b" in op.attributes)}
     assert "kina.parallel = array<i64: 32, 128>" in text        # mm: 32 x 128 blocks
     assert "kina.parallel = array<i64: 1, 0, 0>" in text        # bmm: one batch item per task
     assert parallelize.parallel_blocks(False, 8, 96) == (8, 32)
+    # B rows 2048 floats apart (16 panels of 128): packed; mm's 512 columns: not
+    assert {str(n) for n in packed} == {'"kina_wide"', '"kina_wide_k"'}
 
 
 def test_parallel_kernels_match_O0_and_numpy(parallel_libs):
     (_, lib2), (_, lib0) = parallel_libs[2], parallel_libs[0]
     rng = np.random.default_rng(1)
-    for name in ("mm", "bmm", "rows"):
+    for name in NAMES:
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]
         got, want = lib2[name](*args), lib0[name](*args)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4, err_msg=name)
@@ -421,7 +432,7 @@ def test_parallel_calls_keep_memory_flat(parallel_libs):
     """Parallel loops allocate nothing that outlives a call (libomp's per-thread state is made once)."""
     _, lib = parallel_libs[2]
     rng = np.random.default_rng(2)
-    args = {n: [rng.standard_normal(p.shape).astype(np.float32) for p in lib[n].params] for n in ("mm", "rows")}
+    args = {n: [rng.standard_normal(p.shape).astype(np.float32) for p in lib[n].params] for n in ("mm", "rows", "wide")}
     outs = {n: np.empty(lib[n].results[0].shape, np.float32) for n in args}
     for _ in range(20):   # warm up: thread pool, allocator arenas of the worker threads
         for n in args:
@@ -443,6 +454,6 @@ def test_without_an_openmp_runtime_parallel_kernels_are_serial_and_equal(tmp_pat
     res, serial = _build(path, tmp_path / "par_serial.so", 2)
     assert threads.LIBRARY not in _needed(res.so_path)
     rng = np.random.default_rng(3)
-    for name in ("mm", "bmm", "rows"):
+    for name in NAMES:
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in serial[name].params]
         np.testing.assert_array_equal(serial[name](*args), threaded[name](*args), err_msg=name)
