@@ -168,7 +168,7 @@ with ir.Context() as ctx:
     module = ir.Module.parse(mlir)
     t0 = time.perf_counter()
     engine.prepare_for_script(ir, module, passes)
-    print(f"rewrites and tagging: {time.perf_counter() - t0:.3f} s", flush=True)
+    print(f"rewrites before the pipeline: {time.perf_counter() - t0:.3f} s", flush=True)
     t0 = time.perf_counter()
     engine.run_pipeline(ir, passmanager, module, passes, mlir, enable_timing=True)
     print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)
