@@ -103,13 +103,12 @@ _spare: Worker | None = None
 
 
 def prestart() -> None:
-    """Start a worker now for the next `take_spare()`; one left unclaimed (a cache hit, a
-    front-end error) is ended at exit."""
+    """Start a worker now for the next `take_spare()`.  The caller ends one left unclaimed
+    (a cache hit, a front-end error) with `drop_spare()`: compiler/cli.py does, when its
+    command returns, so a spare never serves a later build with another environment."""
     global _spare
     if _spare is None:
-        import atexit
         _spare = Worker()
-        atexit.register(_close_spare)
 
 
 def take_spare() -> Worker | None:
@@ -122,7 +121,8 @@ def take_spare() -> Worker | None:
     return worker
 
 
-def _close_spare() -> None:
+def drop_spare() -> None:
+    """End the prestarted worker if nothing took it."""
     worker = take_spare()
     if worker is not None:
         worker.close()

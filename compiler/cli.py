@@ -320,6 +320,13 @@ def _prestart(command: str | None, argv: Sequence[str]) -> None:
     backend_worker.prestart()
 
 
+def _drop_spare() -> None:
+    """The prestarted worker of this command, if its build did not take it, ends here."""
+    backend_worker = sys.modules.get(f"{__package__}.backend_worker")
+    if backend_worker is not None:
+        backend_worker.drop_spare()
+
+
 def _hinted_hit(argv: Sequence[str], level: int) -> bool:
     """Whether the one .kina file among `kinac build`'s arguments has a cache hint that
     names an intact library (what build_source checks before it starts a worker)."""
@@ -354,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         # `kinac run ... | head`: the reader went away; exit quietly like other Unix tools.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        _drop_spare()
 
 
 if __name__ == "__main__":

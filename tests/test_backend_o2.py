@@ -353,10 +353,10 @@ def test_the_worker_started_before_the_front_end_runs_the_build_or_is_ended(tmp_
     assert len(build.build_file(src, tmp_path / "bad0.so", 0, cache=False).diagnostics) and len(started) == 2
 
 
-def test_a_prestarted_worker_runs_the_next_build_and_an_unclaimed_one_ends_at_exit(tmp_path, monkeypatch):
+def test_a_prestarted_worker_runs_the_next_build_and_an_unclaimed_one_ends_with_the_command(tmp_path, monkeypatch):
     """`kinac build -O2` starts its worker before importing the front end
     (backend_worker.prestart); the build takes that worker instead of starting one, and
-    -O0 or another command starts none.  One never claimed is ended by the exit handler."""
+    -O0 or another command starts none.  One never claimed ends when the command does."""
     from compiler import backend_worker, cli
     src = tmp_path / "t.kina"
     src.write_text(TWICE)
@@ -385,11 +385,12 @@ def test_a_prestarted_worker_runs_the_next_build_and_an_unclaimed_one_ends_at_ex
     cli._prestart("build", ["build", "-O2", "--no-cache", str(src)])
     assert len(asked) == 1
     monkeypatch.undo()
-    backend_worker.prestart()
-    unclaimed = backend_worker._spare
-    assert unclaimed is not None
-    backend_worker._close_spare()           # what the exit handler runs
-    assert unclaimed.proc.returncode is not None and not Path(unclaimed.cwd).exists()
+    spares = []
+    real_prestart = backend_worker.prestart
+    monkeypatch.setattr(backend_worker, "prestart", lambda: (real_prestart(), spares.append(backend_worker._spare)))
+    assert cli.main(["build", "-O2", str(tmp_path / "missing.kina")]) == 2   # unreadable: no build took it
+    assert len(spares) == 1 and backend_worker._spare is None
+    assert spares[0].proc.returncode is not None and not Path(spares[0].cwd).exists()
 
 
 def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_path, monkeypatch):
