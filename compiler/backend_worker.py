@@ -207,13 +207,10 @@ def _serve() -> str:
     try:
         from .engine import engine_module
         engine_module()
-        # What the first request would import on the critical path: the linalg and llvm
-        # dialects' Python modules (0.08 + 0.02 s; wrapping a linalg op imports linalg's)
-        # and the emitter of the scatter rewrite's helper (0.05 s).
+        # What every request imports first (0.08 + 0.02 s): the linalg and llvm dialects'
+        # Python modules (wrapping a linalg op imports linalg's; the translation, llvm's).
         import mlir.dialects.linalg
         import mlir.dialects.llvm  # noqa: F401
-
-        from . import emit_ops  # noqa: F401
     except Exception:   # missing bindings: the request reports it (ToolchainError in the parent first)
         pass
     return sys.stdin.readline().strip()

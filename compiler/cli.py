@@ -304,27 +304,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _prestart(command: str | None, argv: Sequence[str]) -> None:
+def _prestart(command: str | None, argv: Sequence[str]) -> bool:
     """`build` / `validate` at -O1..-O3: start the back end's worker process now (it
     loads the MLIR bindings while this process imports and runs the front end), unless
-    the build cache's hint says this build will hit (`_hinted_hit`)."""
+    the build cache's hint says this build will hit (`_hinted_hit`); whether it did."""
     if command not in ("build", "validate"):
-        return
+        return False
     levels = [a[2:] for a in argv if a in ("-O0", "-O1", "-O2", "-O3")]
     level = levels[-1] if levels else os.environ.get("KINA_OPT_LEVEL", "0")
     if level not in ("1", "2", "3") or importlib.util.find_spec("mlir") is None:
-        return
+        return False
     if command == "build" and "--no-cache" not in argv and _hinted_hit(argv, int(level)):
-        return
+        return False
     from . import backend_worker
     backend_worker.prestart()
-
-
-def _drop_spare() -> None:
-    """The prestarted worker of this command, if its build did not take it, ends here."""
-    backend_worker = sys.modules.get(f"{__package__}.backend_worker")
-    if backend_worker is not None:
-        backend_worker.drop_spare()
+    return True
 
 
 def _hinted_hit(argv: Sequence[str], level: int) -> bool:
@@ -344,8 +338,9 @@ def _hinted_hit(argv: Sequence[str], level: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = argv[0] if argv else None
+    prestarted = False
     try:
-        _prestart(command, argv)
+        prestarted = _prestart(command, argv)
         args = build_parser(command).parse_args(argv)
         func: Callable[[argparse.Namespace], int] = args.func   # each subcommand's set_defaults
         return func(args)
@@ -362,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     finally:
-        _drop_spare()
+        if prestarted:   # this command's worker, if its build did not take it, ends here
+            from . import backend_worker
+            backend_worker.drop_spare()
 
 
 if __name__ == "__main__":

@@ -21,13 +21,13 @@ look at the text says the module needs it.
   i16 loads and stores, the bit-casts cancel (canonicalize), and no bf16 value is left.
 - -O2's build-time and threading rewrites: "@unshare-empties" (bufferization's analysis
   was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
-  kernels), "@dynamic-schedule" (OpenMP loops schedule(dynamic)) and
-  "@inline-alloca-scopes" (the OpenMP bodies' scopes, which convert-scf-to-cf broke) and
-  "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train step's
-  kernels repeat the forward's, and the lowering passes then see each distinct one once)
-  "@tag-for-script" (compiler/parallelize.py: what the transform script vectorises,
-  threads and tiles) and "@fuse-fills" (parallelize.fuse_fills_into_foralls: each
-  parallel matmul block zeroes its own part of the result).
+  kernels), "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train
+  step's kernels repeat the forward's, and the lowering passes then see each distinct one
+  once), "@dynamic-schedule" (OpenMP loops schedule(dynamic)), "@inline-alloca-scopes"
+  (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
+  (compiler/parallelize.py: what the transform script vectorises, threads and tiles) and
+  "@fuse-fills" (parallelize.fuse_fills_into_foralls: each parallel matmul block zeroes
+  its own part of the result).
 - not a slot: `rewrite_scatters`, which compiler/engine.py runs on the emitted -O2 module
   before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
   update rows (emit_ops.scatter_rows_function).
@@ -147,14 +147,7 @@ def dynamic_schedule(mlir_ir: ModuleType, module: Module) -> int:
     a thread takes the next block or row when it is done with one, so a thread the OS
     deschedules on a shared machine does not hold back a share of its own.  Each block
     or row is computed as before: results are unchanged.  Returns the count."""
-    found = []
-
-    def visit(op: OpView) -> WalkResult:
-        if op.name == "omp.wsloop":
-            found.append(op)
-        return mlir_ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    found = walk_ops(mlir_ir, module, lambda op: op.name == "omp.wsloop")
     for op in found:
         op.attributes["schedule_kind"] = mlir_ir.Attribute.parse("#omp<schedulekind dynamic>")
     return len(found)
@@ -260,14 +253,8 @@ def inline_alloca_scopes(mlir_ir: ModuleType, module: Module) -> int:
     (its callees free their own stack frames); one with allocations is bracketed by
     llvm.intr.stacksave / stackrestore, which is what lowering the scope would emit, so
     each iteration still frees its stack buffers."""
-    scopes = []
-
-    def visit(op: OpView) -> WalkResult:
-        if op.name == "memref.alloca_scope":
-            scopes.append(op)
-        return mlir_ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)   # post-order: inner scopes before the scopes holding them
+    # post-order: inner scopes before the scopes holding them
+    scopes = walk_ops(mlir_ir, module, lambda op: op.name == "memref.alloca_scope")
     ptr = mlir_ir.Type.parse("!llvm.ptr")
     for scope in scopes:
         saved = None
@@ -324,7 +311,6 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
     """Replace every such scatter generic by a call to its O(N * D) row-update form
     (emit_ops.scatter_rows_function, a private function that --inline then inlines);
     returns the count.  -O0 keeps the generic: its FileCheck tests pin that form."""
-    from .emit_ops import scatter_rows_function
     found = []
 
     def visit(op: OpView) -> WalkResult:
@@ -334,6 +320,11 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
         return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+    if not found:
+        return 0
+    # The emitter's modules (0.05 s of the worker's start) only for a module with a scatter.
+    from .emit_ops import scatter_rows_function
+
     helpers: set[str] = set()
     for op, shape in found:
         name = "kina.scatter_rows." + "_".join(str(x) for x in shape)

@@ -259,20 +259,16 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
     tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*MATMUL_TILE, 1]))
     n = len(blocks) + 1
     loops = ", ".join(["!transform.any_op"] * (n + 1))
-    kblock = "      %kb = transform.merge_handles %b : !transform.any_op\n"
     match = f"kina.parallel = array<i64: {', '.join(map(str, blocks))}>"
-    if k_blocked:
-        name += "_k"
-        match += ", kina.k_block"
-        kblock = (f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [0, 0, {K_BLOCK}] : "
-                  f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
-    pack = ""
+    name += "_k" * k_blocked + "_p" * packed
+    match += ", kina.k_block" * k_blocked + ", kina.pack_b" * packed
+    block, pack = ("%mb", _pack_b(blocks)) if packed else ("%b", "")   # what the k loop and tiles take
     if packed:
-        name += "_p"
-        match += ", kina.pack_b"
         forall = f"0, {blocks[1]}, 0"
-        kblock = kblock.replace("%b ", "%mb ").replace("%b\n", "%mb\n")
-        pack = _pack_b(blocks)
+    kblock = f"      %kb = transform.merge_handles {block} : !transform.any_op\n"
+    if k_blocked:
+        kblock = (f"      %kb, %kl = transform.structured.tile_using_for {block} tile_sizes [0, 0, {K_BLOCK}] : "
+                  f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
     return (f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
             f"attributes{{{match}}} in %root : "
             f"(!transform.any_op) -> !transform.any_op\n"
