@@ -14,7 +14,14 @@ TORCH_WHEELS ?= /opt/wheels
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
         vscode-e2e goldens docs lint bench bench-deps bench-scaled bench-build clean train-ddp vocab-parallel check-ddp
 
+# A fresh .venv takes about 2.5 GB (the MLIR/LLVM wheels, PyTorch) plus pip's unpacking
+# room; on a fuller disk the installs fail half-way and later steps crash without saying why.
+NEED_MB := 3000
 $(STAMP): pyproject.toml setup.py compiler/_fastcall.c
+	@test -x $(PY) || { free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1024)}'); \
+	  if [ "$$free" -lt $(NEED_MB) ]; then \
+	    echo "setup: $$free MB free here; a fresh .venv needs about $(NEED_MB) MB: free some space, then run make again" >&2; \
+	    exit 1; fi; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,demo]'

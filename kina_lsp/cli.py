@@ -13,8 +13,11 @@ import gc
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
+from types import FrameType
+from typing import NoReturn
 
 from compiler.diagnostics import UsageError
 
@@ -55,11 +58,35 @@ def _neutral_working_directory() -> str:
     return path
 
 
+def _finish(cwd: str, code: int) -> NoReturn:
+    """Every way out ends here: running validations are cancelled (their workers kill
+    their child processes), the private directory goes, and the process ends with
+    os._exit (worker threads, such as a running validation, must not keep a server
+    without a client alive)."""
+    commands.stop_all()
+    server.documents.shutdown()
+    sys.stderr.flush()
+    shutil.rmtree(cwd, ignore_errors=True)
+    os._exit(code)
+
+
+def _end_on_sigterm(cwd: str) -> None:
+    """An editor that gives up on a clean `exit` sends SIGTERM, and so does the watch on
+    the client's process (server._watch_parent).  The default action would leave the
+    private directory and any validator child behind.  The handler runs in the main
+    thread; pygls' own SystemExit path is no use here, as it joins the stdin reader
+    thread, which blocks until the client closes our stdin."""
+    def handler(signum: int, frame: FrameType | None) -> None:
+        _finish(cwd, 128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.token_file:
         args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory
     cwd = _neutral_working_directory()
+    _end_on_sigterm(cwd)
     # The analysis thread is CPU-bound Python: with the default 5 ms switch interval the
     # event loop waits up to 5 ms for the GIL at every await, which adds up in one request.
     sys.setswitchinterval(0.001)
@@ -80,9 +107,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = 130
     finally:
-        commands.stop_all()
-        server.documents.shutdown()
-        sys.stderr.flush()
-        shutil.rmtree(cwd, ignore_errors=True)
-    # worker threads (a running validation) must not keep a server without a client alive
-    os._exit(code)
+        _finish(cwd, code)

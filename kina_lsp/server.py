@@ -36,6 +36,7 @@ import functools
 import inspect
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -236,7 +237,9 @@ def _watch_parent(pid: int) -> None:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 log.info("client process %d is gone; exiting", pid)
-                os._exit(0)
+                # through the SIGTERM handler (cli), which cleans up in the main thread
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
             except PermissionError:
                 pass  # it exists, owned by someone else
     threading.Thread(target=watch, name="kina-parent-watch", daemon=True).start()

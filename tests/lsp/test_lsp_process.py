@@ -1,14 +1,18 @@
 """The server process ends when its client goes away: on stdin EOF, and when the
-client process named in `initialize` (processId) dies while stdin stays open."""
+client process named in `initialize` (processId) dies while stdin stays open; on
+SIGTERM it ends at once.  Every way out removes its private working directory."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import time
 
+import pytest
 from conftest import ROOT, SERVER
 
 
@@ -26,26 +30,50 @@ def _wait_exit(proc: subprocess.Popen, timeout: float) -> int | None:
         return None
 
 
-def test_server_exits_on_stdin_eof():
+def _start(tmp_path, process_id=None) -> subprocess.Popen:
+    """A stdio server whose temporary files go under tmp_path, after its `initialize`."""
     proc = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=ROOT)
+                            cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp_path)})
     proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                             "params": {"processId": None, "capabilities": {}, "rootUri": None}}))
+                             "params": {"processId": process_id, "capabilities": {}, "rootUri": None}}))
+    proc.stdin.flush()
+    return proc
+
+
+def _private_dirs(tmp_path) -> list[str]:
+    return [p.name for p in tmp_path.glob("kina-lsp-cwd-*")]
+
+
+def test_server_exits_on_stdin_eof(tmp_path):
+    proc = _start(tmp_path)
     proc.stdin.close()
     assert _wait_exit(proc, 20) is not None
+    assert _private_dirs(tmp_path) == []
 
 
-def test_server_exits_when_its_client_process_dies():
+def test_server_exits_when_its_client_process_dies(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", "pass"])
     parent.wait()  # a pid that no longer exists
-    proc = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=ROOT)
-    proc.stdin.write(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                             "params": {"processId": parent.pid, "capabilities": {}, "rootUri": None}}))
-    proc.stdin.flush()
+    proc = _start(tmp_path, parent.pid)
     t0 = time.monotonic()
     assert _wait_exit(proc, 20) is not None   # stdin is still open: only the pid check ends it
     assert time.monotonic() - t0 < 20
+    proc.stdin.close()
+    assert _private_dirs(tmp_path) == []
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="POSIX signals")
+def test_sigterm_ends_the_server_and_removes_its_directory(tmp_path):
+    # An editor that gives up on a clean `exit` sends SIGTERM; the default action left
+    # the private directory (and any validator child) behind.
+    proc = _start(tmp_path)
+    deadline = time.monotonic() + 20
+    while not _private_dirs(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _private_dirs(tmp_path), "the server made no private directory"
+    proc.terminate()
+    assert _wait_exit(proc, 20) == 128 + signal.SIGTERM
+    assert _private_dirs(tmp_path) == []
     proc.stdin.close()
 
 
