@@ -371,7 +371,9 @@ def _opt(args: argparse.Namespace) -> int:
 def _add_opt_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-O0", dest="opt_level", action="store_const", const=0, help="no optimisation (the default, unless $KINA_OPT_LEVEL says otherwise)")
-    group.add_argument("-O2", dest="opt_level", action="store_const", const=2, help="optimise")
+    # -O1 and -O3 are -O2's MLIR pipeline with LLVM's `opt`/`llc` at that level
+    for level, what in ((1, "-O2's pipeline, LLVM at -O1"), (2, "optimise"), (3, "-O2's pipeline, LLVM at -O3")):
+        group.add_argument(f"-O{level}", dest="opt_level", action="store_const", const=level, help=what)
     parser.set_defaults(opt_level=None)
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypedDict
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 
-from compiler.diagnostics import SourceText
+from compiler.diagnostics import SourceText, UsageError
 
 from .documents import View
 
@@ -151,17 +151,17 @@ class _Progress:
 
 
 def _run_validation(text: str, path: str, progress: Callable[[str, int, int], None], cancel: threading.Event,
-                    only: Collection[str] | None = None) -> ValidationReport:
+                    only: Collection[str] | None = None, opt_level: int = 0) -> ValidationReport:
     """Worker thread: validate a copy of the buffer (unsaved edits included); `only`: see
     validate_file (the code lenses validate one function or one gradient)."""
     try:
-        return _validate_copy(text, path, progress, cancel, only)
+        return _validate_copy(text, path, progress, cancel, only, opt_level)
     finally:
         _running.discard(cancel)
 
 
 def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], None], cancel: threading.Event,
-                   only: Collection[str] | None = None) -> ValidationReport:
+                   only: Collection[str] | None, opt_level: int) -> ValidationReport:
     from compiler.validate import ValidationReport, validate_file
     if cancel.is_set():      # cancelled while it waited for a free build worker
         report = ValidationReport(path, cancelled=True)
@@ -169,7 +169,8 @@ def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], Non
         with tempfile.TemporaryDirectory(prefix="kina-lsp-") as tmp:
             copy = Path(tmp) / Path(path).name
             copy.write_text(text, encoding="utf-8")
-            report = validate_file(str(copy), progress=progress, cancel=cancel.is_set, only=only)
+            report = validate_file(str(copy), progress=progress, cancel=cancel.is_set, only=only,
+                                   opt_level=opt_level)
     log.info("build & validate of %s stopped: %s", path, "cancelled" if report.cancelled else "finished")
     return report
 
@@ -179,6 +180,12 @@ async def build_and_validate(server: KinaServer, uri: str, only: Collection[str]
     if cur is None:
         return {"ok": False, "message": f"{uri} is not open"}
     text = cur[0]
+    try:
+        level = _opt_level(server)
+    except UsageError as e:    # the server's $KINA_OPT_LEVEL is no level
+        message = f"Kina: build & validate: {e}"
+        server.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Error, message=message))
+        return {"ok": False, "message": message, "failing": {}}
     loop = asyncio.get_running_loop()
     token = f"kina-validate-{uuid.uuid4()}"
     progress = _Reporter(server)
@@ -189,10 +196,10 @@ async def build_and_validate(server: KinaServer, uri: str, only: Collection[str]
     progress.on_cancel(token, cancel.set)
     _running.add(cancel)
     job = loop.run_in_executor(_pool, _run_validation, text, _path_for(uri), _Progress(progress, token, loop), cancel,
-                               only)
+                               only, level)
     try:
         report = await asyncio.shield(job)
-        summary = summarize(report)
+        summary = summarize(report, level)
     except asyncio.CancelledError:
         # $/cancelRequest or shutdown: stop the worker (the validator kills its child
         # process at the next poll) and report nothing but the cancellation
@@ -219,8 +226,16 @@ def _failure(f: FunctionReport) -> str:
                      for c in bad) or "failed"
 
 
-def summarize(report: ValidationReport) -> Summary:
-    """A JSON-able summary of a compiler.validate.ValidationReport:
+def _opt_level(server: KinaServer) -> int:
+    """`kina.validate.optLevel` when the client set it, else the server's $KINA_OPT_LEVEL
+    (UsageError when that is not a level), else 0."""
+    from compiler.build import default_opt_level
+    level = server.settings.opt_level
+    return default_opt_level() if level is None else level
+
+
+def summarize(report: ValidationReport, opt_level: int = 0) -> Summary:
+    """A JSON-able summary of a compiler.validate.ValidationReport built at `opt_level`:
     ok, message, failing {Kina function: reason}, functions {display name: ok}."""
     if report.cancelled and (report.build is None or report.build.ok):
         return {"ok": False, "message": CANCELLED, "failing": {}, "cancelled": True,
@@ -228,7 +243,7 @@ def summarize(report: ValidationReport) -> Summary:
     if report.build is None or not report.build.ok:
         diags = report.build.diagnostics if report.build else []
         why = "; ".join(f"[{d.code}] {d.message}" for d in diags[:3]) or "unknown error"
-        return {"ok": False, "message": f"Kina: build failed: {why}", "failing": {}, "functions": {}}
+        return {"ok": False, "message": f"Kina: build failed (-O{opt_level}): {why}", "failing": {}, "functions": {}}
     failing: dict[str, str] = {}
     for f in report.functions:
         if not f.ok:
@@ -238,10 +253,10 @@ def summarize(report: ValidationReport) -> Summary:
     if report.cancelled:
         message = CANCELLED
     elif failing:
-        message = (f"Kina: validation failed ({n - len(failing)}/{n} passed): "
+        message = (f"Kina: validation failed (-O{opt_level}, {n - len(failing)}/{n} passed): "
                    + "; ".join(f"{name}: {why}" for name, why in failing.items()))
     else:
-        message = f"Kina: build & validate passed ({n}/{n} functions match the interpreter)"
+        message = f"Kina: build & validate passed ({n}/{n} functions match the interpreter at -O{opt_level})"
     return {"ok": report.ok, "message": message, "failing": failing, "cancelled": report.cancelled,
             "functions": {f.name: f.ok for f in report.functions}}
 

@@ -1,5 +1,6 @@
 """Server settings: `kina.diagnostics.debounceMs`, `kina.inlayHints.enabled`,
-`kina.requests.budgetMs` (how long a request waits for the analysis of an edit
+`kina.validate.optLevel` (the level Build & validate builds at, 0-3; unset: the
+server's $KINA_OPT_LEVEL, else 0), `kina.requests.budgetMs` (how long a request waits for the analysis of an edit
 before it is answered without it; not an editor setting, clients may pass it in
 initializationOptions).
 
@@ -17,8 +18,9 @@ SETTINGS = {
     "diagnostics.debounceMs": ("debounce_ms", int, 150),
     "inlayHints.enabled": ("inlay_hints", bool, True),
     "requests.budgetMs": ("budget_ms", int, 75),
+    "validate.optLevel": ("opt_level", int, None),
 }
-INT_MAX = {"debounce_ms": 5000, "budget_ms": 600_000}
+INT_MAX = {"debounce_ms": 5000, "budget_ms": 600_000, "opt_level": 3}
 
 
 def _lookup(tree: object, dotted: str) -> object:
@@ -38,6 +40,7 @@ class Settings:
     debounce_ms: int = 150
     inlay_hints: bool = True
     budget_ms: int = 75
+    opt_level: int | None = None
 
     @property
     def budget(self) -> float:
@@ -54,7 +57,7 @@ class Settings:
             if value is None:
                 continue
             try:
-                if typ is bool and not isinstance(value, bool):
+                if (typ is bool) != isinstance(value, bool):   # true is no number, 1 no boolean
                     raise ValueError(value)
                 value = typ(value)
             except (TypeError, ValueError, OverflowError):

@@ -26,6 +26,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from compiler import differential, shrink  # noqa: E402
+from compiler.pipelines import PIPELINES  # noqa: E402
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    """`--levels 0,2`: a comma list of known levels, refused at once otherwise (a bad
+    level used to fail every batch's build, one message per program)."""
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of levels: {text!r}") from None
+    unknown = [lv for lv in levels if lv not in PIPELINES]
+    if unknown or not levels:
+        raise argparse.ArgumentTypeError(f"levels must be among {', '.join(map(str, sorted(PIPELINES)))}, "
+                                         f"not {text!r}")
+    return levels
 
 
 def parse_args(argv=None):
@@ -33,7 +48,8 @@ def parse_args(argv=None):
     ap.add_argument("--n", type=int, default=300, help="number of generated programs")
     ap.add_argument("--seed", type=int, default=0, help="seed of the first program (seeds S .. S+N-1)")
     ap.add_argument("--batch", type=int, default=50, help="programs per library (one build per -O level)")
-    ap.add_argument("--levels", default="0,2", help="optimisation levels to compile at (default 0,2)")
+    ap.add_argument("--levels", default="0,2", type=_levels,
+                    help="optimisation levels to compile at, from 0-3 (default 0,2)")
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "fuzz"), help="where failing programs are written")
     ap.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference")
@@ -43,7 +59,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    levels = tuple(int(x) for x in args.levels.split(",") if x.strip())
+    levels = args.levels
     out = Path(args.out)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kina-fuzz-") as tmp:

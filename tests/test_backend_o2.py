@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from compiler import build, engine, llvm_stage, pipelines, rewrites, runtime, transform_library
 
@@ -526,3 +527,20 @@ def test_a_transpose_the_inliner_rebuilds_is_still_tiled(tmp_path):
     assert built.ok, built.diagnostics
     x = np.random.default_rng(2).standard_normal((4, 64, 8, 32)).astype(np.float32)
     np.testing.assert_array_equal(runtime.load(built.so_path).f(x), x.transpose(0, 2, 3, 1))
+
+
+def test_kinac_builds_and_validates_at_O1_and_O3(tmp_path, capsys):
+    """-O1 and -O3 are -O2's MLIR pipeline with LLVM's opt/llc at that level.
+    KINA_OPT_LEVEL and the Python API took them while kinac refused the flags, so
+    `fuzz_compile.py --levels 1` failed every build; now each level validates."""
+    from compiler import cli
+    src = tmp_path / "t.kina"
+    src.write_text(TWICE)
+    assert [pipelines.pipeline_for(lv).llvm_level for lv in (1, 3)] == [1, 3]
+    for level in ("-O1", "-O3"):
+        assert cli.main(["validate", level, str(src)]) == 0
+        assert "1/1 functions passed" in capsys.readouterr().out
+        assert cli.main(["build", level, str(src), "-o", str(tmp_path / f"t{level}.so")]) == 0
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["build", "-O1", "-O3", str(src)])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

@@ -197,6 +197,8 @@ export function formatCommandLine(launch: Pick<ServerLaunch, 'command' | 'args'>
 export interface ServerOptionsSettings {
   debounceMs: number;
   inlayHintsEnabled: boolean;
+  /** the -O level of Build & validate (0-3) */
+  optLevel?: number;
 }
 
 export const DEFAULT_DEBOUNCE_MS = 150;
@@ -204,13 +206,27 @@ export const DEFAULT_DEBOUNCE_MS = 150;
 /**
  * The settings object sent to the server (as `initializationOptions` and in
  * `workspace/didChangeConfiguration`), shaped like the `kina` configuration section so the
- * server reads the same keys whichever way it asks: `{diagnostics: {debounceMs}, inlayHints: {enabled}}`.
+ * server reads the same keys whichever way it asks: `{diagnostics: {debounceMs}, inlayHints: {enabled},
+ * validate: {optLevel}}`.
  * Out-of-range values are clamped rather than sent: a negative debounce would make no sense.
  */
-export function serverSettingsPayload(s: ServerOptionsSettings): { diagnostics: { debounceMs: number }; inlayHints: { enabled: boolean } } {
-  const raw = Number.isFinite(s.debounceMs) ? Math.round(s.debounceMs) : DEFAULT_DEBOUNCE_MS;
-  const debounceMs = Math.min(5000, Math.max(0, raw));
-  return { diagnostics: { debounceMs }, inlayHints: { enabled: s.inlayHintsEnabled !== false } };
+export interface ServerSettingsPayload {
+  diagnostics: { debounceMs: number };
+  inlayHints: { enabled: boolean };
+  validate: { optLevel: number };
+}
+
+function clampInt(value: number | undefined, low: number, high: number, fallback: number): number {
+  const raw = value !== undefined && Number.isFinite(value) ? Math.round(value) : fallback;
+  return Math.min(high, Math.max(low, raw));
+}
+
+export function serverSettingsPayload(s: ServerOptionsSettings): ServerSettingsPayload {
+  return {
+    diagnostics: { debounceMs: clampInt(s.debounceMs, 0, 5000, DEFAULT_DEBOUNCE_MS) },
+    inlayHints: { enabled: s.inlayHintsEnabled !== false },
+    validate: { optLevel: clampInt(s.optLevel, 0, 3, 0) },
+  };
 }
 
 /** Keeps the last lines of the server's stderr, so a start failure can quote the real reason. */

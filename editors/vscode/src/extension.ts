@@ -131,6 +131,7 @@ function readServerSettings(): ReturnType<typeof serverSettingsPayload> {
   return serverSettingsPayload({
     debounceMs: cfg.get<number>('diagnostics.debounceMs', 150),
     inlayHintsEnabled: cfg.get<boolean>('inlayHints.enabled', true),
+    optLevel: cfg.get<number>('validate.optLevel', 0),
   });
 }
 

@@ -193,10 +193,15 @@ describe('venvPython and formatCommandLine', () => {
 
 describe('serverSettingsPayload', () => {
   it('nests the settings like the `kina` configuration section', () => {
-    assert.deepEqual(serverSettingsPayload({ debounceMs: 300, inlayHintsEnabled: false }), {
+    assert.deepEqual(serverSettingsPayload({ debounceMs: 300, inlayHintsEnabled: false, optLevel: 2 }), {
       diagnostics: { debounceMs: 300 },
       inlayHints: { enabled: false },
+      validate: { optLevel: 2 },
     });
+  });
+  it('sends a Build & validate level of 0-3, 0 when unset or not a number', () => {
+    const level = (optLevel?: number) => serverSettingsPayload({ debounceMs: 0, inlayHintsEnabled: true, optLevel }).validate.optLevel;
+    assert.deepEqual([level(), level(3), level(7), level(-1), level(Number.NaN), level(1.4)], [0, 3, 3, 0, 0, 1]);
   });
   it('clamps and rounds the debounce, and defaults a non-number', () => {
     assert.equal(serverSettingsPayload({ debounceMs: -5, inlayHintsEnabled: true }).diagnostics.debounceMs, 0);
