@@ -332,9 +332,13 @@ def hinted_hit(hint: str, root: Path | None = None) -> bool:
 
 
 def remember(hint: str, key: str, root: Path | None = None) -> None:
-    """Record that this hint builds `key` (atomically; a failure is ignored)."""
+    """Record that this hint builds `key` (atomically; a failure is ignored).  A hint that
+    already names `key` (every cache hit) is only touched: kept as recently used."""
     hints = (root or cache_root()) / ".sources"
     try:
+        if (hints / hint).is_file() and (hints / hint).read_text().strip() == key:
+            os.utime(hints / hint)
+            return
         hints.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".hint-", dir=hints)
         with os.fdopen(fd, "w") as f:

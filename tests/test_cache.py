@@ -206,3 +206,14 @@ def test_a_stale_hint_only_costs_the_worker(tmp_path, root, monkeypatch):
     assert _build(tmp_path, SRC, level=2).cached and len(started) == 2
     hints = list((root / ".sources").iterdir())
     assert len(hints) == 1 and cache.lookup(hints[0].read_text()) is not None
+
+
+def test_a_hit_only_touches_its_hint(tmp_path, root):
+    """A hit's hint already names its key: it is kept as recently used, not rewritten
+    (a rewrite also listed the whole hint directory on every build)."""
+    _build(tmp_path, SRC, level=0)
+    (hint,) = (root / ".sources").iterdir()
+    os.utime(hint, (1_000_000, 1_000_000))
+    inode, key = hint.stat().st_ino, hint.read_text()
+    assert _build(tmp_path, SRC, level=0).cached
+    assert hint.stat().st_ino == inode and hint.read_text() == key and hint.stat().st_mtime > 1_000_000
