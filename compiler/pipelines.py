@@ -67,8 +67,10 @@ _LOWER_TO_LLVM = [
     BF16_SLOT,
     "--canonicalize",
 ]
+RESULTS_SLOT = "@distinct-results"   # a buffer returned twice -> a copy for each later use
 _BUFFERIZE = [
     "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
+    RESULTS_SLOT,
     "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
 ]
 O0_PASSES = [

@@ -4,6 +4,8 @@ in the -O2 worker process between its passes, and between two mlir-opt processes
 "tools" back end (in a worker process too: the bindings may abort), only when a cheap
 look at the text says the module needs it.
 
+- "@distinct-results" (between one-shot bufferization and buffer-results-to-out-params):
+  a buffer returned twice gets a copy for each later use (`distinct_results` says why).
 - "@lower-copies" (after bufferization): one-shot bufferization copies a buffer where an
   in-place write would clobber a value still needed, and those copies may go between
   strided subviews.  finalize-memref-to-llvm lowers a memref.copy whose operands are both
@@ -35,6 +37,7 @@ look at the text says the module needs it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -101,6 +104,41 @@ def lower_strided_copies(mlir_ir: ModuleType, module: Module) -> int:
             linalg.copy(src, outs=[dst])
         op.erase()
     return len(found)
+
+
+# ---- results returned twice ----------------------------------------------------------------
+_RETURN_RE = re.compile(r"^\s*(?:func\.)?return\s+(%[^:\n]*?)\s*:", re.M)
+
+
+def returns_a_value_twice(text: str) -> bool:
+    """Whether some func.return of the module text names one value twice."""
+    for m in _RETURN_RE.finditer(text):
+        names = [v.strip() for v in m.group(1).split(",")]
+        if len(set(names)) < len(names):
+            return True
+    return False
+
+
+def distinct_results(mlir_ir: ModuleType, module: Module) -> int:
+    """A buffer a func.return names twice: each later use becomes a copy in a new buffer;
+    the count.  buffer-results-to-out-params (hoist-static-allocs) crashes on a buffer
+    returned twice (mlir-opt segfaulted, or ran for minutes).  The emitter copies a value
+    it returns twice (emit_mlir._distinct_results), but folding makes new twins: the
+    inliner's canonicalisation folds an identity reshape, broadcast or full slice into its
+    operand, CSE merges two equal lets, and bufferization folds a same-type cast."""
+    from mlir.dialects import memref
+    count = 0
+    for ret in walk_ops(mlir_ir, module, lambda op: op.name == "func.return"):
+        seen: list[Any] = []
+        for i, v in enumerate(list(ret.operands)):
+            if isinstance(v.type, mlir_ir.MemRefType) and any(v == w for w in seen):
+                with mlir_ir.InsertionPoint(ret), ret.location:
+                    fresh = memref.alloc(v.type, [], [])
+                    memref.copy(v, fresh)
+                ret.operands[i] = fresh
+                count += 1
+            seen.append(v)
+    return count
 
 
 # ---- bf16 memory as i16 -----------------------------------------------------------------------
@@ -342,6 +380,7 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
 
 
 SLOTS: dict[str, Rewrite] = {
+    "@distinct-results": Rewrite(distinct_results, returns_a_value_twice),
     "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
     "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),

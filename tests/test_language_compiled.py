@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler import build, interp, runtime
+from compiler import build, interp, rewrites, runtime
 from compiler.ops import SURFACE_OPS
 
 
@@ -144,6 +144,49 @@ def test_a_value_returned_twice_builds_and_runs(tmp_path, level):
     np.testing.assert_array_equal(ga, gb)
     np.testing.assert_allclose(gc, a * 3, rtol=1e-6)
 
+
+
+# Regression (generated program c200174, `(v12, v12, v11)` with v12 = v11.reshape([1, 1])):
+# values the emitter returns as distinct tensors that folding makes one buffer.  The
+# inliner's canonicalisation folds an identity reshape, broadcast or full slice into its
+# operand, and -O2's CSE merges two equal lets; buffer-results-to-out-params then saw one
+# allocation returned twice: mlir-opt segfaulted (or ran for minutes in a larger module).
+FOLDED_TWINS = {
+    "same_shape_reshape": ("let z = y.reshape([2, 3]) in", "(z, y)"),
+    "same_shape_broadcast": ("let z = y.broadcast([2, 3]) in", "(z, y)"),
+    "full_slice": ("let z = y.slice(axis=0, start=0, stop=2) in", "(z, y)"),
+    "reshape_round_trip": ("let w = y.reshape([6]) in\n  let z = w.reshape([2, 3]) in", "(z, y)"),
+    "equal_lets": ("let z = x.tanh() in", "(z, y)"),
+    "three_slots": ("let z = y.reshape([2, 3]) in", "(z, z, y)"),
+}
+
+
+def _twins_source() -> str:
+    out = []
+    for name, (lets, results) in FOLDED_TWINS.items():
+        n = results.count(",") + 1
+        ty = ", ".join(["Tensor[F32, [2, 3]]"] * n)
+        out.append(f"fn {name}(x: Tensor[F32, [2, 3]]) -> ({ty}) {{\n  let y = x.tanh() in\n  {lets}\n  {results}\n}}\n")
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_values_that_fold_into_one_buffer_are_still_distinct_results(tmp_path, level):
+    _, lib = _build(tmp_path, _twins_source(), level=level)
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    for name in FOLDED_TWINS:
+        results = lib[name](x)
+        for r in results:
+            np.testing.assert_allclose(r, np.tanh(x), rtol=1e-6, err_msg=name)
+        results[0][0, 0] = 99.0           # each result is a buffer of its own
+        assert all(r[0, 0] != 99.0 for r in results[1:]), name
+
+
+def test_the_results_slot_copies_only_a_buffer_returned_twice():
+    assert rewrites.returns_a_value_twice("  return %alloc, %alloc : memref<2xf32>, memref<2xf32> loc(#l)")
+    assert rewrites.returns_a_value_twice("func.return %a, %b, %a : t, t, t")
+    assert not rewrites.returns_a_value_twice("    return %alloc_0, %alloc : memref<2xf32>, memref<2xf32>\n"
+                                              "    return %x : memref<2xf32>")
 
 # cast between every pair of dtypes it allows: every float target from every dtype, and
 # Bool -> I64; compiled against the interpreter (which rounds with NumPy / ml_dtypes).
