@@ -152,6 +152,14 @@ def _iota(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     return np.broadcast_to(np.arange(out.shape[axis], dtype=np.int64).reshape(shape), out.shape).copy()
 
 # A NumPy row: operand arrays, the op's attributes and its result type -> the result.
+def _sigmoid(x: Array) -> Array:
+    # exp(-x) overflows to inf for x below about -709 (f64), and 1 / inf is the right 0:
+    # the overflow is no error of the program, so NumPy must not warn about it
+    with np.errstate(over="ignore"):
+        out: Array = 1 / (1 + np.exp(-x))
+    return out
+
+
 OpFn = Callable[[list[Array], Attrs, TensorType], Array]
 
 NUMPY_OPS: dict[str, OpFn] = {
@@ -165,7 +173,7 @@ NUMPY_OPS: dict[str, OpFn] = {
     "tanh": lambda a, at, t: np.tanh(a[0]),
     "sqrt": lambda a, at, t: np.sqrt(a[0]),
     "rsqrt": lambda a, at, t: 1 / np.sqrt(a[0]),
-    "sigmoid": lambda a, at, t: 1 / (1 + np.exp(-a[0])),
+    "sigmoid": lambda a, at, t: _sigmoid(a[0]),
     "relu": lambda a, at, t: np.maximum(a[0], 0),
     "relu_grad": lambda a, at, t: np.where(a[1] > 0, a[0], 0),
     "matmul": lambda a, at, t: np.matmul(a[0], a[1]),

@@ -294,3 +294,13 @@ def test_a_failing_numpy_row_is_a_kina_error_naming_the_op():
     fn = ir.Function("g", [ir.Param("x", t)], node.type, [], node)
     with pytest.raises(KinaRuntimeError, match=r"reduce_keep: internal error in its NumPy reference \(KeyError"):
         interp.run_function(ir.Program({"g": fn}), "g", [np.zeros((2, 3), np.float32)])
+
+
+def test_sigmoid_of_a_large_negative_value_is_zero_without_a_warning():
+    """exp(-x) overflows below x = -709 in f64 and 1 / inf is the right answer: the
+    interpreter (every `kinac run` and validation) printed a RuntimeWarning for it."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = NUMPY_OPS["sigmoid"]([np.array([-1000.0, 0.0, 1000.0])], {}, None)
+    np.testing.assert_array_equal(out, [0.0, 0.5, 1.0])
