@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from mlir.ir import Module, OpView, WalkResult
 
 # - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
-#   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`).
+#   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`);
+#   those whose M >= 8 and N >= 32 are not multiples are tagged `kina.vectorize_peeled`
+#   (serial: their partial tiles peeled off, transform_library.PEELINGS).
 VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
 #   scf.forall over blocks of the result (tagged `kina.parallel = blocks` by
@@ -132,7 +134,9 @@ def _matmul_flops(mlir_ir: ModuleType, op: OpView) -> int:
 
 def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.vectorize` every f32 matmul / batch_matmul whose result tiles
-    exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those); returns the count."""
+    exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those), and with
+    `kina.vectorize_peeled = [peel M, peel N]` the others of at least one tile whose
+    result the tile does not divide; returns the count of both."""
     tm, tn = MATMUL_TILE
     tagged = 0
 
@@ -143,8 +147,8 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
             # F8 operands excluded: an F8 matmul accumulates in f32 too, but vectors of F8 do
             # not lower (the APFloat conversions are scalar), so it stays a loop nest.
             inputs = {str(mlir_ir.RankedTensorType(v.type).element_type) for v in op.operands[:2]}
-            if (t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
-                    and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0):
+            vectorizable = t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
+            if vectorizable and t.shape[-2] % tm == 0 and t.shape[-1] % tn == 0:
                 op.attributes["kina.vectorize"] = mlir_ir.UnitAttr.get()
                 if _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
                     blocks = parallel_blocks(op.name == "linalg.batch_matmul", *t.shape[-2:])
@@ -156,6 +160,11 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                     if (op.name == "linalg.matmul" and inputs == {"f32"} and n >= PACK_B_MIN_N
                             and n // blocks[1] >= PACK_B_MIN_PANELS):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
+                tagged += 1
+            elif vectorizable and t.shape[-2] >= tm and t.shape[-1] >= tn:
+                # the tile does not divide M or N: those loops' partial last tiles are peeled off
+                peel = [int(t.shape[-2] % tm != 0), int(t.shape[-1] % tn != 0)]
+                op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
                 tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 
