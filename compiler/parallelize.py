@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .transform_library import (
     K_BLOCK_MIN,
     MATMUL_TILE,
+    ODD_REST_COLUMNS,
     REDUCE_LANES,
     REDUCE_MAX_RANK,
     TRANSPOSE_BLOCK,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 # - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
 #   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`);
 #   those whose M >= 8 and N >= 32 are not multiples are tagged `kina.vectorize_peeled`
+#   = [peel M, peel N, odd partial column tile]
 #   (serial: their partial tiles peeled off, transform_library.PEELINGS).
 VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
@@ -163,7 +165,9 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 tagged += 1
             elif vectorizable and t.shape[-2] >= tm and t.shape[-1] >= tn:
                 # the tile does not divide M or N: those loops' partial last tiles are peeled off
-                peel = [int(t.shape[-2] % tm != 0), int(t.shape[-1] % tn != 0)]
+                rest = t.shape[-1] % tn
+                odd_rest = rest > ODD_REST_COLUMNS and rest % ODD_REST_COLUMNS != 0
+                peel = [int(t.shape[-2] % tm != 0), int(rest != 0), int(odd_rest)]
                 op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
                 tagged += 1
         return mlir_ir.WalkResult.ADVANCE

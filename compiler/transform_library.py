@@ -104,25 +104,32 @@ def _parallel_transpose(block: int) -> str:
 
 
 # - an f32 matmul or batch_matmul whose M or N is not a multiple of the 8 x 32 tile (tagged
-#   `kina.vectorize_peeled = [peel_m, peel_n]` by `tag_vectorizable`, 1 for each dim the
-#   tile does not divide): tiled the same way, then the loop over each such dim is peeled
-#   (`transform.loop.peel`: its last, partial tile becomes a loop of its own).  The full
-#   tiles are then static 8 x 32 matmuls, vectorised like the ones above; the partial
-#   ones stay loops (the interchange below).  A [100, 300] @ [300, 1000] went 25 -> 57
-#   GFLOP/s on one core.  Each result element adds its K terms in the same order.
-PEELINGS = ((1, 0), (0, 1), (1, 1))
+#   `kina.vectorize_peeled = [peel_m, peel_n, odd_rest]` by `tag_vectorizable`: 1 for each
+#   dim the tile does not divide, odd_rest below): tiled the same way, then the loop over
+#   each such dim is peeled (`transform.loop.peel`: its last, partial tile becomes a loop
+#   of its own).  The full tiles are then static 8 x 32 matmuls, vectorised like the ones
+#   above, and so is the partial column tile; the partial row tile stays a loop nest (the
+#   interchange below).  One core, before -> after (NumPy): 100 x 300 x 1000 32 -> 92
+#   (100), 250 x 250 x 250 28 -> 74 (98), 13 x 50 x 70 11 -> 34 (45) GFLOP/s.  Each result
+#   element adds its K terms in the same order.
+PEELINGS = ((1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 1, 1), (1, 1, 1))
+# odd_rest: a partial column tile of 9 to 31 columns that ODD_REST_COLUMNS does not
+# divide stays a loop nest: as one [8, 26] vector tile it ran at a few GFLOP/s (250 x
+# 250 x 250: 34 GFLOP/s in all, 62 with that tile a loop nest); [8, 8], [8, 16] or
+# [8, 4] tiles vectorise well (100 x 300 x 1000: 84 against 55 as a loop nest).
+ODD_REST_COLUMNS = 8
 
 
-def _peeled_matmul(op: str, peel_m: int, peel_n: int) -> str:
+def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int = 0) -> str:
     """Script lines for the `op`s (matmul or batch_matmul) tagged
-    `kina.vectorize_peeled = [peel_m, peel_n]`."""
+    `kina.vectorize_peeled = [peel_m, peel_n, odd_rest]`."""
     batch = int(op == "linalg.batch_matmul")
-    name = f"%peel_{op[7:]}_{peel_m}{peel_n}"
+    name = f"%peel_{op[7:]}_{peel_m}{peel_n}{odd_rest}"
     tiles = ", ".join(map(str, [1] * batch + [*MATMUL_TILE, 1]))
     loops = ", ".join(["!transform.any_op"] * (4 + batch))
     m, n = batch, batch + 1        # the M and N loops among the tile loops %l
     lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
-             f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}>}} in %root : "
+             f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}, {odd_rest}>}} in %root : "
              "(!transform.any_op) -> !transform.any_op",
              f"    transform.foreach {name} : !transform.any_op {{",
              "    ^bb0(%op: !transform.any_op):",
@@ -136,12 +143,14 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int) -> str:
     # In the loop over the full row tiles (the M loop's main part, or the whole M loop
     # when M divides), peeling made the tile sizes constants: canonicalised, the matmuls
     # in it (the full tiles and the last partial column tile) get static types and
-    # vectorise.  The last partial row tile stays a loop nest (the interchange below).
+    # vectorise, but for an odd_rest partial column tile only the full tiles do.  The
+    # last partial row tile stays a loop nest (the interchange below).
     rows = f"%main{m}" if peel_m else f"%l#{m}"
+    only_full = f" filter_result_type = tensor<{'1x' * batch}8x32xf32>" if odd_rest else ""
     lines += [f"      transform.apply_patterns to {rows} {{",
               "        transform.apply_patterns.canonicalization",
               "      } : !transform.any_op",
-              f"      %tiles = transform.structured.match ops{{[\"{op}\"]}} in {rows} : "
+              f"      %tiles = transform.structured.match ops{{[\"{op}\"]}}{only_full} in {rows} : "
               "(!transform.any_op) -> !transform.any_op",
               "      transform.structured.vectorize %tiles : !transform.any_op",
               "    }"]
@@ -335,8 +344,8 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
     "@PARALLEL_TRANSPOSES@", "\n".join(_parallel_transpose(b) for b in PARALLEL_TRANSPOSE_BLOCKS)).replace(
     "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
-    "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, m, n) for op in ("linalg.matmul", "linalg.batch_matmul")
-                                    for m, n in PEELINGS)).replace(
+    "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
+                                    for peel in PEELINGS)).replace(
     # The most specific matches first (packed, then k-blocked): a plain match takes them too.
     "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                      for k in (True, False) if op == "linalg.matmul"]
