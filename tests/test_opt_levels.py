@@ -48,6 +48,15 @@ def _build(path: Path, out: Path, level: int):
     return res, runtime.load(res.so_path)
 
 
+def _build_both(tmp_path: Path, stem: str, src: str):
+    """`src` built at -O2 and -O0: (the -O2 BuildResult, its library, the -O0 library)."""
+    path = tmp_path / f"{stem}.kina"
+    path.write_text(src)
+    res2, lib2 = _build(path, tmp_path / f"{stem}_O2.so", 2)
+    _, lib0 = _build(path, tmp_path / f"{stem}_O0.so", 0)
+    return res2, lib2, lib0
+
+
 @pytest.fixture(scope="module")
 def op_libs(tmp_path_factory):
     d = tmp_path_factory.mktemp("ops")
@@ -211,6 +220,18 @@ PEELED_MM = {"rows": ((17, 5, 64), [1, 0, 0]), "cols": ((16, 3, 40), [0, 1, 0]),
              "batch_odd": ((2, 9, 3, 57), [1, 1, 1])}
 
 
+def _peel_tags(ir_mod, module) -> dict[str, list[int] | None]:
+    """Each function's matmul: its kina.vectorize_peeled tag, or None."""
+    tags: dict[str, list[int] | None] = {}
+    for fn in module.body.operations:
+        for op in fn.regions[0].blocks[0].operations:
+            if op.operation.name in ("linalg.matmul", "linalg.batch_matmul"):
+                attr = op.attributes["kina.vectorize_peeled"] if "kina.vectorize_peeled" in op.attributes else None
+                tags[ir_mod.StringAttr(fn.attributes["sym_name"]).value[5:]] = (
+                    list(ir_mod.DenseI64ArrayAttr(attr)) if attr is not None else None)
+    return tags
+
+
 def test_matmuls_the_tile_does_not_divide_are_peeled_vectorised_and_match_O0(tmp_path):
     """An f32 matmul with M >= 8 and N >= 32 that the register tile does not divide is
     tagged kina.vectorize_peeled: the script peels the partial row / column tiles off and
@@ -223,22 +244,12 @@ def test_matmuls_the_tile_does_not_divide_are_peeled_vectorised_and_match_O0(tmp
                 "{\n  a @ b\n}\n")
     src = "".join(fn(name, *dims) for name, (dims, _) in PEELED_MM.items())
     src += "fn narrow(a: Tensor[F32, [7, 4]], b: Tensor[F32, [4, 40]]) -> Tensor[F32, [7, 40]] {\n  a @ b\n}\n"
-    path = tmp_path / "peel.kina"
-    path.write_text(src)
-    res2, lib2 = _build(path, tmp_path / "peel_O2.so", 2)
-    _, lib0 = _build(path, tmp_path / "peel_O0.so", 0)
+    res2, lib2, lib0 = _build_both(tmp_path, "peel", src)
     ir_mod, passmanager, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
         parallelize.tag_vectorizable(ir_mod, module)
-        tags = {}
-        for fn in module.body.operations:
-            for op in fn.regions[0].blocks[0].operations:
-                if op.operation.name in ("linalg.matmul", "linalg.batch_matmul"):
-                    attr = op.attributes["kina.vectorize_peeled"] if "kina.vectorize_peeled" in op.attributes else None
-                    tags[ir_mod.StringAttr(fn.attributes["sym_name"]).value[5:]] = (
-                        list(ir_mod.DenseI64ArrayAttr(attr)) if attr is not None else None)
-        assert tags == {**{name: peel for name, (_, peel) in PEELED_MM.items()}, "narrow": None}
+        assert _peel_tags(ir_mod, module) == {**{name: peel for name, (_, peel) in PEELED_MM.items()}, "narrow": None}
         passes = pipelines.passes_for(res2.mlir, 2, tmp_path)
         cut = next(i for i, p in enumerate(passes) if "transform-interpreter" in p and "kina_o2" in p)
         engine.prepare_for_script(ir_mod, module, passes)
@@ -347,10 +358,7 @@ fn t2_below(x: Tensor[F32, [256, 256]]) -> Tensor[F32, [256, 256]] {
 def test_O2_tiled_transposes_match_O0(tmp_path):
     """Transposes moving the innermost dim, with 16-multiples there, are tagged and tiled
     (and vectorised); one keeping the innermost dim and one with a 20 are left alone."""
-    path = tmp_path / "tr.kina"
-    path.write_text(TRANSPOSES)
-    res2, lib2 = _build(path, tmp_path / "tr_O2.so", 2)
-    _, lib0 = _build(path, tmp_path / "tr_O0.so", 0)
+    res2, lib2, lib0 = _build_both(tmp_path, "tr", TRANSPOSES)
     ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
