@@ -157,7 +157,6 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int = 0) -> str:
     return "\n".join(lines)
 
 
-
 TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
 TRANSFORM_LIBRARY = """\
 module attributes {transform.with_named_sequence} {
