@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .transform_library import (
     K_BLOCK_MIN,
     MATMUL_TILE,
+    NARROW_TILE_N,
     ODD_REST_COLUMNS,
     REDUCE_LANES,
     REDUCE_MAX_RANK,
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 
 # - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
 #   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`);
-#   those whose M >= 8 and N >= 32 are not multiples are tagged `kina.vectorize_peeled`
-#   = [peel M, peel N, odd partial column tile]
+#   those with M >= 8 and N >= 8 (8-column tiles below 32) that the tile does not divide
+#   are tagged `kina.vectorize_peeled` = [peel M, peel N, odd partial column tile, tile N]
 #   (serial: their partial tiles peeled off, transform_library.PEELINGS).
 VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
@@ -137,8 +138,8 @@ def _matmul_flops(mlir_ir: ModuleType, op: OpView) -> int:
 def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.vectorize` every f32 matmul / batch_matmul whose result tiles
     exactly into MATMUL_TILE (TRANSFORM_LIBRARY vectorises those), and with
-    `kina.vectorize_peeled = [peel M, peel N]` the others of at least one tile whose
-    result the tile does not divide; returns the count of both."""
+    `kina.vectorize_peeled = [peel M, peel N, odd rest, tile N]` the others of at least
+    8 x 8 (transform_library.PEELINGS); returns the count of both."""
     tm, tn = MATMUL_TILE
     tagged = 0
 
@@ -163,11 +164,13 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                             and n // blocks[1] >= PACK_B_MIN_PANELS):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
-            elif vectorizable and t.shape[-2] >= tm and t.shape[-1] >= tn:
-                # the tile does not divide M or N: those loops' partial last tiles are peeled off
-                rest = t.shape[-1] % tn
-                odd_rest = rest > ODD_REST_COLUMNS and rest % ODD_REST_COLUMNS != 0
-                peel = [int(t.shape[-2] % tm != 0), int(rest != 0), int(odd_rest)]
+            elif vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N:
+                # the tile does not divide M or N, or N is narrower than the tile: the loops'
+                # partial last tiles are peeled off
+                tile_n = tn if t.shape[-1] >= tn else NARROW_TILE_N
+                rest = t.shape[-1] % tile_n
+                odd_rest = tile_n == tn and rest > ODD_REST_COLUMNS and rest % ODD_REST_COLUMNS != 0
+                peel = [int(t.shape[-2] % tm != 0), int(rest != 0), int(odd_rest), tile_n]
                 op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
                 tagged += 1
         return mlir_ir.WalkResult.ADVANCE

@@ -104,15 +104,20 @@ def _parallel_transpose(block: int) -> str:
 
 
 # - an f32 matmul or batch_matmul whose M or N is not a multiple of the 8 x 32 tile (tagged
-#   `kina.vectorize_peeled = [peel_m, peel_n, odd_rest]` by `tag_vectorizable`: 1 for each
-#   dim the tile does not divide, odd_rest below): tiled the same way, then the loop over
+#   `kina.vectorize_peeled = [peel_m, peel_n, odd_rest, tile_n]` by `tag_vectorizable`: 1
+#   for each dim the tile does not divide, odd_rest and tile_n below): tiled the same way, then the loop over
 #   each such dim is peeled (`transform.loop.peel`: its last, partial tile becomes a loop
 #   of its own).  The full tiles are then static 8 x 32 matmuls, vectorised like the ones
 #   above, and so is the partial column tile; the partial row tile stays a loop nest (the
 #   interchange below).  One core, before -> after (NumPy): 100 x 300 x 1000 32 -> 92
 #   (100), 250 x 250 x 250 28 -> 74 (98), 13 x 50 x 70 11 -> 34 (45) GFLOP/s.  Each result
 #   element adds its K terms in the same order.
-PEELINGS = ((1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 1, 1), (1, 1, 1))
+# One row per tag: (peel_m, peel_n, odd_rest, tile_n).  A matmul narrower than 32 columns
+# (a 10- or 20-class head) takes NARROW_TILE_N-column tiles instead: [1000, 300] @
+# [300, 10] was an interchanged loop at 7 GFLOP/s.
+NARROW_TILE_N = 8
+PEELINGS = ((1, 0, 0, 32), (0, 1, 0, 32), (1, 1, 0, 32), (0, 1, 1, 32), (1, 1, 1, 32),
+            (0, 0, 0, NARROW_TILE_N), (1, 0, 0, NARROW_TILE_N), (0, 1, 0, NARROW_TILE_N), (1, 1, 0, NARROW_TILE_N))
 # odd_rest: a partial column tile of 9 to 31 columns that ODD_REST_COLUMNS does not
 # divide stays a loop nest: as one [8, 26] vector tile it ran at a few GFLOP/s (250 x
 # 250 x 250: 34 GFLOP/s in all, 62 with that tile a loop nest); [8, 8], [8, 16] or
@@ -120,16 +125,16 @@ PEELINGS = ((1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 1, 1), (1, 1, 1))
 ODD_REST_COLUMNS = 8
 
 
-def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int = 0) -> str:
+def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int) -> str:
     """Script lines for the `op`s (matmul or batch_matmul) tagged
-    `kina.vectorize_peeled = [peel_m, peel_n, odd_rest]`."""
+    `kina.vectorize_peeled = [peel_m, peel_n, odd_rest, tile_n]`."""
     batch = int(op == "linalg.batch_matmul")
-    name = f"%peel_{op[7:]}_{peel_m}{peel_n}{odd_rest}"
-    tiles = ", ".join(map(str, [1] * batch + [*MATMUL_TILE, 1]))
+    name = f"%peel_{op[7:]}_{peel_m}{peel_n}{odd_rest}_{tile_n}"
+    tiles = ", ".join(map(str, [1] * batch + [MATMUL_TILE[0], tile_n, 1]))
     loops = ", ".join(["!transform.any_op"] * (4 + batch))
     m, n = batch, batch + 1        # the M and N loops among the tile loops %l
     lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
-             f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}, {odd_rest}>}} in %root : "
+             f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}, {odd_rest}, {tile_n}>}} in %root : "
              "(!transform.any_op) -> !transform.any_op",
              f"    transform.foreach {name} : !transform.any_op {{",
              "    ^bb0(%op: !transform.any_op):",
@@ -146,7 +151,7 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int = 0) -> str:
     # vectorise, but for an odd_rest partial column tile only the full tiles do.  The
     # last partial row tile stays a loop nest (the interchange below).
     rows = f"%main{m}" if peel_m else f"%l#{m}"
-    only_full = f" filter_result_type = tensor<{'1x' * batch}8x32xf32>" if odd_rest else ""
+    only_full = f" filter_result_type = tensor<{'1x' * batch}{MATMUL_TILE[0]}x{tile_n}xf32>" if odd_rest else ""
     lines += [f"      transform.apply_patterns to {rows} {{",
               "        transform.apply_patterns.canonicalization",
               "      } : !transform.any_op",

@@ -213,11 +213,15 @@ def test_register_tiled_matmuls_match_O0(tmp_path):
 
 
 # M x N shapes the 8 x 32 tile does not divide, each with the peeling its tag asks for
-PEELED_MM = {"rows": ((17, 5, 64), [1, 0, 0]), "cols": ((16, 3, 40), [0, 1, 0]), "both": ((13, 7, 70), [1, 1, 0]),
-             "k1": ((9, 1, 33), [1, 1, 0]), "wide": ((100, 30, 1000), [1, 1, 0]),
-             "odd_cols": ((16, 4, 58), [0, 1, 1]), "odd_both": ((250, 6, 250), [1, 1, 1]),
-             "batch": ((3, 12, 5, 40), [1, 1, 0]), "batch_rows": ((2, 9, 4, 32), [1, 0, 0]),
-             "batch_odd": ((2, 9, 3, 57), [1, 1, 1])}
+PEELED_MM = {"rows": ((17, 5, 64), [1, 0, 0, 32]), "cols": ((16, 3, 40), [0, 1, 0, 32]),
+             "both": ((13, 7, 70), [1, 1, 0, 32]), "k1": ((9, 1, 33), [1, 1, 0, 32]),
+             "wide": ((100, 30, 1000), [1, 1, 0, 32]), "odd_cols": ((16, 4, 58), [0, 1, 1, 32]),
+             "odd_both": ((250, 6, 250), [1, 1, 1, 32]), "batch": ((3, 12, 5, 40), [1, 1, 0, 32]),
+             "batch_rows": ((2, 9, 4, 32), [1, 0, 0, 32]), "batch_odd": ((2, 9, 3, 57), [1, 1, 1, 32]),
+             # narrower than 32 columns: 8-column tiles
+             "head10": ((24, 5, 10), [0, 1, 0, 8]), "head16": ((13, 3, 16), [1, 0, 0, 8]),
+             "head24": ((16, 4, 24), [0, 0, 0, 8]), "head31": ((9, 2, 31), [1, 1, 0, 8]),
+             "batch_head": ((2, 8, 3, 12), [0, 1, 0, 8])}
 
 
 def _peel_tags(ir_mod, module) -> dict[str, list[int] | None]:
@@ -244,21 +248,23 @@ def test_matmuls_the_tile_does_not_divide_are_peeled_vectorised_and_match_O0(tmp
                 "{\n  a @ b\n}\n")
     src = "".join(fn(name, *dims) for name, (dims, _) in PEELED_MM.items())
     src += "fn narrow(a: Tensor[F32, [7, 4]], b: Tensor[F32, [4, 40]]) -> Tensor[F32, [7, 40]] {\n  a @ b\n}\n"
+    src += "fn thin(a: Tensor[F32, [16, 4]], b: Tensor[F32, [4, 5]]) -> Tensor[F32, [16, 5]] {\n  a @ b\n}\n"
     res2, lib2, lib0 = _build_both(tmp_path, "peel", src)
     ir_mod, passmanager, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
         parallelize.tag_vectorizable(ir_mod, module)
-        assert _peel_tags(ir_mod, module) == {**{name: peel for name, (_, peel) in PEELED_MM.items()}, "narrow": None}
+        want = {name: peel for name, (_, peel) in PEELED_MM.items()}
+        assert _peel_tags(ir_mod, module) == {**want, "narrow": None, "thin": None}
         passes = pipelines.passes_for(res2.mlir, 2, tmp_path)
         cut = next(i for i, p in enumerate(passes) if "transform-interpreter" in p and "kina_o2" in p)
         engine.prepare_for_script(ir_mod, module, passes)
         engine.run_pipeline(ir_mod, passmanager, module, passes[:cut + 1], res2.mlir)
         for fn in module.body.operations:
             name = ir_mod.StringAttr(fn.attributes["sym_name"]).value[5:]
-            assert ("vector.fma" in str(fn)) == (name != "narrow"), name
+            assert ("vector.fma" in str(fn)) == (name not in ("narrow", "thin")), name
     rng = np.random.default_rng(0)
-    for name in [*PEELED_MM, "narrow"]:
+    for name in [*PEELED_MM, "narrow", "thin"]:
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]
         got, want = lib2[name](*args), lib0[name](*args)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -271,8 +277,11 @@ def test_transform_library_peels_every_tagged_combination():
             tag = ", ".join(map(str, peel))
             assert (f'match ops{{["{op}"]}} attributes{{kina.vectorize_peeled = array<i64: {tag}>}}'
                     in transform_library.TRANSFORM_LIBRARY)
-    # every tag tag_vectorizable can write: some dim peeled, odd_rest only with N peeled
-    assert set(transform_library.PEELINGS) == {(m, n, o) for m in (0, 1) for n in (0, 1) for o in (0, n) if m or n}
+    # every tag tag_vectorizable can write: with 32-column tiles some dim peeled (odd_rest
+    # only with N peeled); with 8-column tiles (N < 32) any peeling, never odd_rest
+    wide = {(m, n, o, 32) for m in (0, 1) for n in (0, 1) for o in (0, n) if m or n}
+    narrow = {(m, n, 0, transform_library.NARROW_TILE_N) for m in (0, 1) for n in (0, 1)}
+    assert set(transform_library.PEELINGS) == wide | narrow
 
 # ---- the -O2 scatter rewrite (rewrites.rewrite_scatters) -----------------------------------
 SCATTER = """
