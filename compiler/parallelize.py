@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 #   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`);
 #   those with M >= 8 and N >= 8 (8-column tiles below 32) that the tile does not divide
 #   are tagged `kina.vectorize_peeled` = [peel M, peel N, odd partial column tile, tile N]
+#   when they do at least PEEL_MIN_FLOPS
 #   (serial: their partial tiles peeled off, transform_library.PEELINGS).
 VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorised matmul takes
 # - the same matmuls, when they do at least PARALLEL_MIN_FLOPS, are first tiled into an
@@ -41,6 +42,10 @@ VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorise
 #   alone made both cores stream all of B through L3 (K = 2048: 142 -> 216 GFLOP/s on
 #   2 cores).  Smaller matmuls stay serial: a parallel loop costs a few microseconds.
 PARALLEL_MIN_FLOPS = 4_000_000
+# - below PEEL_MIN_FLOPS a matmul the tile does not divide stays a loop nest: its vector
+#   code cost more build time than it saved (a 1,000-let chain of 152 [8, 16] @ [16, 16]
+#   products: +0.3-0.5 s of build for well under a microsecond a call).
+PEEL_MIN_FLOPS = 16_384
 PARALLEL_BLOCK = (32, 128)
 # - a parallel f32 matmul whose B rows are at least PACK_B_MIN_N floats (8 KiB) apart, with
 #   at least PACK_B_MIN_PANELS column panels, is tagged `kina.pack_b` too: its forall runs
@@ -164,7 +169,8 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                             and n // blocks[1] >= PACK_B_MIN_PANELS):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
-            elif vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N:
+            elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
+                    and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
                 # the tile does not divide M or N, or N is narrower than the tile: the loops'
                 # partial last tiles are peeled off
                 tile_n = tn if t.shape[-1] >= tn else NARROW_TILE_N
