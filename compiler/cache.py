@@ -322,13 +322,18 @@ def source_hint(text: str, opt_level: int, variant: str = "") -> str:
     return h.hexdigest()
 
 
+def _hinted_key(hint: str, root: Path | None = None) -> str | None:
+    """The key this hint last built, or None (no hint, unreadable)."""
+    try:
+        return ((root or cache_root()) / ".sources" / hint).read_text().strip()
+    except (OSError, ValueError):
+        return None
+
+
 def hinted_hit(hint: str, root: Path | None = None) -> bool:
     """Whether the key this hint last built has an intact entry."""
-    try:
-        key = ((root or cache_root()) / ".sources" / hint).read_text().strip()
-    except (OSError, ValueError):
-        return False
-    return bool(re.fullmatch(r"[0-9a-f]{64}", key)) and lookup(key, root) is not None
+    key = _hinted_key(hint, root)
+    return key is not None and bool(re.fullmatch(r"[0-9a-f]{64}", key)) and lookup(key, root) is not None
 
 
 def remember(hint: str, key: str, root: Path | None = None) -> None:
@@ -336,7 +341,7 @@ def remember(hint: str, key: str, root: Path | None = None) -> None:
     already names `key` (every cache hit) is only touched: kept as recently used."""
     hints = (root or cache_root()) / ".sources"
     try:
-        if (hints / hint).is_file() and (hints / hint).read_text().strip() == key:
+        if _hinted_key(hint, root) == key:
             os.utime(hints / hint)
             return
         hints.mkdir(parents=True, exist_ok=True)
