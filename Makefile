@@ -17,7 +17,7 @@ TORCH_WHEELS ?= /opt/wheels
 # A fresh .venv takes about 2.5 GB (the MLIR/LLVM wheels, PyTorch) plus pip's unpacking
 # room; on a fuller disk the installs fail half-way and later steps crash without saying why.
 NEED_MB := 3000
-$(STAMP): pyproject.toml setup.py compiler/_fastcall.c
+$(STAMP): pyproject.toml setup.py compiler/runtime/_fastcall.c
 	@test -x $(PY) || { free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1024)}'); \
 	  if [ "$$free" -lt $(NEED_MB) ]; then \
 	    echo "setup: $$free MB free here; a fresh .venv needs about $(NEED_MB) MB: free some space, then run make again" >&2; \
@@ -111,7 +111,7 @@ lint: setup
 	$(PY) -m mypy
 	$(PY) -m ruff check compiler kina_lsp tests scripts benchmarks
 
-# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
+# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ir/ops.py
 # (tests/test_docs.py fails while they are stale)
 docs: setup
 	$(PY) scripts/gen_op_docs.py

@@ -52,7 +52,7 @@ check-ddp: (make "check-ddp")
 vscode-e2e: (make "vscode-e2e")
 # regenerate examples/*.mlir
 goldens: (make "goldens")
-# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ops.py
+# regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ir/ops.py
 docs: (make "docs")
 # mypy --strict on compiler/ and kina_lsp/, ruff on every Python file
 lint: (make "lint")

@@ -31,7 +31,8 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import numpy as np  # noqa: E402
 import scaled_model as M  # noqa: E402
 
-from compiler import runtime, threads  # noqa: E402
+from compiler.backend import threads  # noqa: E402
+from compiler.runtime import library as runtime  # noqa: E402
 
 BUILD = r"""
 import json, sys, time

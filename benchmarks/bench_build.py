@@ -15,7 +15,7 @@ builds `x + Tensor[F32, [S, S]]{1.5}` (a constant of S*S equal elements).
 
 --profile builds one program in a child process with MLIR's pass timing on (the
 -O2 pass pipeline's report, top passes by wall time) and kernel merging
-(compiler/llvm_stage.py), then LLVM's part as the build runs it: `mlir-translate`,
+(compiler/backend/llvm_stage.py), then LLVM's part as the build runs it: `mlir-translate`,
 `opt -O2 -time-passes` and `llc -O2 -time-passes` (their top passes), so the stage
 that dominates is named, not guessed.
 """
@@ -154,7 +154,7 @@ import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
 from compiler import build, engine, llvm_stage, pipelines
-from compiler.diagnostics import SourceText
+from compiler.core.diagnostics import SourceText
 path, level, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[4])
 text = Path(path).read_text()
 res = build.BuildResult(False, source=SourceText(text, path))
@@ -205,8 +205,8 @@ def profile(args, tmp: Path) -> int:
 
 
 def llvm_profile(tmp: Path, top: int) -> int:
-    from compiler import toolchain
-    from compiler.llvm_stage import host_target
+    from compiler.backend import toolchain
+    from compiler.backend.llvm_stage import host_target
     llvm_bin = toolchain.find_tool("llc").parent
     translate = toolchain.find_tool("mlir-translate")
     ll, opt_ll = tmp / "lowered.ll", tmp / "opt.ll"

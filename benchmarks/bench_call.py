@@ -17,7 +17,7 @@ Times N calls, median of 5 runs, of
   and train_step's packed entry point called directly through ctypes with a
   prebuilt descriptor block (the compute plus one ctypes call: the floor);
 - an empty ctypes call (labs from libc), the floor of any Python -> C call.
-Every call through the runtime checks every array (compiler._fastcall, in C).
+Every call through the runtime checks every array (compiler.runtime._fastcall, in C).
 Also reports RSS growth over the runs (the runtime keeps no array alive)."""
 import argparse
 import ctypes
@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import _common as C  # noqa: E402
 
-from compiler import build, runtime  # noqa: E402
+from compiler import build  # noqa: E402
+from compiler.runtime import library as runtime  # noqa: E402
 
 SOURCE = """
 fn step(a: Tensor[F32, [2, 3]], b: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {

@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler import build, engine, pipelines  # noqa: E402
+from compiler import build  # noqa: E402
+from compiler.backend import engine, pipelines  # noqa: E402
 
 DEFAULT = ROOT / "examples" / "storylm0_mean_nll_step.kina"
 TARGET_MS = 1000

@@ -7,7 +7,7 @@ scaled StoryLM (benchmarks/templates/, a global batch of B windows of T tokens):
 
 - single process, 1 thread: the template's compiled `train_step` (-O2), the process pinned
   to one CPU with OMP_NUM_THREADS=1, so every OpenMP parallel loop runs on the calling
-  thread (see compiler.distributed.pin_single_thread);
+  thread (see compiler.distributed.world.pin_single_thread);
 - single process, every core: the same step, unpinned (the -O2 kernels spread their
   parallel loops over the OpenMP runtime's threads);
 - N = 1 and 2 processes, 1 thread each: scripts/train_storylm0_ddp.py's data-parallel step
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import _dist_lm as L  # noqa: E402
 
-from compiler import distributed  # noqa: E402
+from compiler.distributed import world as distributed  # noqa: E402
 
 
 def cfg_of(args) -> L.Config:

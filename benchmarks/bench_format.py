@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_lsp import make_source  # noqa: E402
 
-from compiler.format import format_source  # noqa: E402
+from compiler.format.formatter import format_source  # noqa: E402
 
 
 def timed(text: str, repeats: int) -> float:

@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from compiler import parse
 from compiler.analysis import Analysis, analyze
+from compiler.syntax import parse
 
 FUNCTION = """// layer {i}: a residual block over [4, 4] activations
 fn layer{i}(a: Tensor[F32, [4, 4]], b: Tensor[F32, [4, 4]]) -> Tensor[F32, [4, 4]] {{

@@ -9,7 +9,7 @@ Every figure comes from this run:
   H=8 V=2048, `large` B=4 T=128 D=512 H=8 V=8192): the scaled StoryLM of
   benchmarks/templates/scaled_lm.kina.in, `forward` (logits) and `train step` (mean
   NLL, backward, SGD on every weight), as compiled Kina -O2 (-O0 with --O0; called
-  through compiler.runtime with out= buffers), a hand-written float32 NumPy
+  through compiler.runtime.library with out= buffers), a hand-written float32 NumPy
   implementation, PyTorch eager, torch.compile (inductor) and jax.jit (value_and_grad
   + SGD in one jitted program).  A peer that is not installed is listed as skipped
   (JAX is optional: `make bench-deps`).  Times are medians over --rounds interleaved
@@ -47,7 +47,8 @@ import peers  # noqa: E402
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
 
-from compiler import build, runtime  # noqa: E402
+from compiler import build  # noqa: E402
+from compiler.runtime import library as runtime  # noqa: E402
 
 WORKLOADS = ("forward", "train step")
 TOLERANCE = 2e-3

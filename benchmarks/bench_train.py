@@ -7,7 +7,7 @@ backward + update of every weight, lr 0.3, story windows in order) from the same
 weights, once, after a short warm-up:
 
 - kina:  examples/storylm0_train_step.kina compiled with -O2, called through
-         compiler.runtime (Python call overhead included), two ways:
+         compiler.runtime.library (Python call overhead included), two ways:
          out= reused (scripts/_common.py CompiledTrainer: two preallocated weight
          sets, step k reads one and writes the other) and functional (each step
          returns fresh arrays that become the next step's weights, as in

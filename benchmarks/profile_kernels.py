@@ -38,8 +38,12 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
 
-from compiler import build, engine, interp, rewrites, runtime, toolchain, toolchain_errors  # noqa: E402
-from compiler.diagnostics import SourceText  # noqa: E402
+from compiler import build  # noqa: E402
+from compiler.backend import engine, rewrites, toolchain  # noqa: E402
+from compiler.backend import errors as toolchain_errors  # noqa: E402
+from compiler.core.diagnostics import SourceText  # noqa: E402
+from compiler.oracle import interp  # noqa: E402
+from compiler.runtime import library as runtime  # noqa: E402
 
 MAX_TICKS = 1 << 16
 TICK_C = r"""

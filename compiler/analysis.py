@@ -21,7 +21,7 @@ character), keyed by the item's text.  So:
 
 The Snapshot an update returns (the per-item results, and the queries: types,
 definitions, references, rename clashes) is compiler/snapshot.py; name resolution
-within a function and rename clashes are compiler/names.py.
+within a function and rename clashes are compiler/check/names.py.
 
 A from-scratch `analyze(text)` is the same code with empty caches, which is what
 tests/test_incremental.py compares against.
@@ -32,9 +32,14 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 
-from . import autodiff, check, ir, item_split, module_rules, names, parse
-from .diagnostics import Diagnostic, Span
-from .snapshot import CheckKey, Item, ItemResult, LastGood, SigKey, Snapshot
+from compiler import ad as autodiff
+from compiler import check
+from compiler.check import module_rules, names
+from compiler.core.diagnostics import Diagnostic, Span
+from compiler.ir import nodes as ir
+from compiler.snapshot import CheckKey, Item, ItemResult, LastGood, SigKey, Snapshot
+from compiler.syntax import items as item_split
+from compiler.syntax import parse
 
 GONE_ITEMS = 256   # results kept for items no longer in the text
 

@@ -14,7 +14,7 @@ result.  The `kina_` prefix plus `-Wl,-Bsymbolic` keep a Kina function named
 like a libc function (`step`) from clashing.  Generated functions (`f.rev`)
 are private and inlined.
 
-The toolchain stage is skipped when compiler/cache.py holds a library built from the
+The toolchain stage is skipped when compiler/backend/cache.py holds a library built from the
 same emitted MLIR with the same options, compiler and toolchain (KINA_CACHE=0 or
 `--no-cache` builds anyway).
 
@@ -35,14 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from . import backend_worker, ir, toolchain, toolchain_errors
-from . import cache as build_cache
-from .diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
-from .pipelines import PIPELINES
-from .types import DType, TensorType, TupleType
-from .uses import Uses
+from compiler.backend import cache as build_cache
+from compiler.backend import errors as toolchain_errors
+from compiler.backend import toolchain
+from compiler.backend import worker as backend_worker
+from compiler.backend.pipelines import PIPELINES
+from compiler.core.diagnostics import Diagnostic, SourceText, Span, UsageError, read_source
+from compiler.core.types import DType, TensorType, TupleType
+from compiler.ir import nodes as ir
+from compiler.ir.uses import Uses
+from compiler.ir.verify import verify as verify_ir
 
-MANIFEST_FORMAT = 2       # compiler/runtime_library.py reads this format
+MANIFEST_FORMAT = 2       # compiler/runtime/loader.py reads this format
 SYMBOL_PREFIX = "_mlir_ciface_kina_"
 # The manifest (.json) of a library: its format is documented by manifest_for (JSON values).
 Manifest = dict[str, Any]
@@ -167,7 +171,9 @@ def front_end(text: str, path: str, timings: dict[str, float], result: BuildResu
               transform: Callable[[ir.Program], ir.Program] | None = None) -> str | None:
     """parse -> check -> (transform) -> lower_handles -> emit.  Fills result.diagnostics /
     result.program; returns the MLIR text, or None when a stage reported errors."""
-    from . import analysis, autodiff, emit_mlir  # lazy: `kinac --help` stays fast
+    from compiler import ad as autodiff
+    from compiler import analysis
+    from compiler.backend.emit import program as emit_mlir  # lazy: `kinac --help` stays fast
     source = result.source
     # The same front end as `kinac check` and the language server, so a build
     # reports exactly their diagnostics (parse, types, reverseMode restrictions).
@@ -181,7 +187,7 @@ def front_end(text: str, path: str, timings: dict[str, float], result: BuildResu
     result.program = program
     lowered, diags = _timed(timings, "autodiff", autodiff.lower_handles, program)
     # The AD pass builds IR no user wrote: it must obey the rules user code obeys.
-    diags = diags or _timed(timings, "autodiff", ir.verify, lowered, "reverseMode")
+    diags = diags or _timed(timings, "autodiff", verify_ir, lowered, "reverseMode")
     result.diagnostics += diags
     if _errors(diags):
         return None

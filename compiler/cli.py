@@ -3,7 +3,7 @@
   kinac check FILE... [--format text|json] [--emit types|grad] [--fn NAME]
   kinac run FILE [--entry NAME] [--seed N] [--save OUT.npz]
   kinac fmt [FILE|DIR|-]... [--check] [--diff]
-  kinac emit|build|validate ...     (options registered by compiler.build / compiler.validate)
+  kinac emit|build|validate ...     (options registered by compiler.build / compiler.oracle.validate)
 
 Exit codes: 0 success, 1 the program has errors (diagnostics printed), 2 the
 command could not run (unreadable file, bad UTF-8, no such entry).  The back-end
@@ -22,23 +22,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .diagnostics import Diagnostic, SourceText, UsageError, read_source
+from compiler.core.diagnostics import Diagnostic, SourceText, UsageError, read_source
 
 # The front end (analysis, printer, ...) is imported by the commands that use it: `kinac
 # build -O2` first starts its back-end worker (`_prestart`), whose start then overlaps these
 # imports.
 if TYPE_CHECKING:
-    from . import ir
-    from .arrays import Array
-    from .interp import Value
-    from .snapshot import Snapshot
+    from compiler.ir import nodes as ir
+    from compiler.oracle.interp import Value
+    from compiler.runtime.arrays import Array
+    from compiler.snapshot import Snapshot
 
 # subcommand -> (module, its argparse registration function, its entry point, help); the
 # module is imported only when that command runs (the MLIR bindings load slowly).
 DELEGATED = {
     "emit": ("compiler.build", "add_emit_args", "cli_emit", "print the MLIR (or LLVM IR) of a file"),
     "build": ("compiler.build", "add_build_args", "cli_build", "compile a file to a host shared library"),
-    "validate": ("compiler.validate", "add_validate_args", "cli_validate",
+    "validate": ("compiler.oracle.validate", "add_validate_args", "cli_validate",
                  "compare the compiled library with the interpreter and finite differences"),
 }
 
@@ -63,7 +63,7 @@ def _binding_lines(snap: Snapshot) -> list[str]:
 def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
     if only:
         return [only]
-    from .analysis import handles
+    from compiler.analysis import handles
     seen: list[str] = []   # the handled functions, in program order
     for fn in snap.program.functions.values():
         for h in handles(fn):
@@ -73,8 +73,8 @@ def _grad_targets(snap: Snapshot, only: str | None) -> list[str]:
 
 
 def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Diagnostic]]:
-    from .autodiff import transform_ad
-    from .printer import format_function
+    from compiler.ad import transform_ad
+    from compiler.ir.printer import format_function
     lines: list[str] = []
     diags: list[Diagnostic] = []
     targets = _grad_targets(snap, only)
@@ -91,7 +91,7 @@ def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Dia
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .analysis import analyze
+    from compiler.analysis import analyze
     failed = False
     reports: list[dict[str, object]] = []
     for path in args.files:
@@ -129,9 +129,9 @@ def _format_result(name: str, value: object) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import interp
-    from .analysis import analyze
-    from .runtime_library import KinaRuntimeError
+    from compiler.analysis import analyze
+    from compiler.oracle import interp
+    from compiler.runtime.loader import KinaRuntimeError
     snap = analyze(read_source(args.file), args.file)
     if _has_errors(snap):
         for d in snap.diagnostics:
@@ -163,13 +163,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _save(path: str, source: str, fn: ir.Function, inputs: Sequence[Array], results: Sequence[Value]) -> None:
-    """OUT.npz with `input_<param>` and `result_<i>`, in the format of compiler/arrays.py
-    (every dtype round-trips: compiler.runtime.load_npz restores BF16 / F8)."""
+    """OUT.npz with `input_<param>` and `result_<i>`, in the format of compiler/runtime/arrays.py
+    (every dtype round-trips: compiler.runtime.library.load_npz restores BF16 / F8)."""
     import numpy as np
 
-    from . import arrays
-    from .ir import as_tensor
-    from .types import TupleType
+    from compiler.core.types import TupleType
+    from compiler.ir.nodes import as_tensor
+    from compiler.runtime import arrays
     target = arrays.npz_path(path)
     if Path(source).resolve() == target.resolve() or (target.exists() and os.path.samefile(source, target)):
         raise UsageError(f"refusing to write {target} over the source file {source}")
@@ -234,7 +234,7 @@ def _write_atomic(path: str, text: str) -> None:
 def cmd_fmt(args: argparse.Namespace) -> int:
     import difflib
 
-    from . import format as fmt
+    from compiler import format as fmt
     failed = changed = False
     for path in _fmt_paths(args.files):
         name = "<stdin>" if path == "-" else path
@@ -292,7 +292,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--entry", help="the function to run on deterministic generated inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
     p.add_argument("--save", metavar="OUT.npz", help="also write the inputs and results to a .npz file "
-                   "(BF16/F8 stored as exact float32; compiler.runtime.load_npz restores every dtype)")
+                   "(BF16/F8 stored as exact float32; compiler.runtime.library.load_npz restores every dtype)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("fmt", help="format files in the Kina style (in place; stdin to stdout)")
     p.add_argument("files", nargs="*", metavar="FILE", help="files or folders of .kina files; `-` or none: stdin")
@@ -316,7 +316,7 @@ def _prestart(command: str | None, argv: Sequence[str]) -> bool:
         return False
     if command == "build" and "--no-cache" not in argv and _hinted_hit(argv, int(level)):
         return False
-    from . import backend_worker
+    from compiler.backend import worker as backend_worker
     backend_worker.prestart()
     return True
 
@@ -324,7 +324,7 @@ def _prestart(command: str | None, argv: Sequence[str]) -> bool:
 def _hinted_hit(argv: Sequence[str], level: int) -> bool:
     """Whether the one .kina file among `kinac build`'s arguments has a cache hint that
     names an intact library (what build_source checks before it starts a worker)."""
-    from . import cache
+    from compiler.backend import cache
     files = [a for a in argv[1:] if a.endswith(".kina") and not a.startswith("-")]
     if len(files) != 1 or not cache.enabled():
         return False
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     finally:
         if prestarted:   # this command's worker, if its build did not take it, ends here
-            from . import backend_worker
+            from compiler.backend import worker as backend_worker
             backend_worker.drop_spare()
 
 

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, TypeVar
 
-from . import check, ir, names
-from . import syntax as ast
-from .ast_walk import shift
-from .diagnostics import Diagnostic, SourceText, Span
+from compiler import check
+from compiler.check import names
+from compiler.core.diagnostics import Diagnostic, SourceText, Span
+from compiler.ir import nodes as ir
+from compiler.syntax import nodes as ast
+from compiler.syntax.walk import shift
 
 # A hashable stand-in for a Signature: ((parameter, type), ...), result type.
 SigKey = tuple[tuple[tuple[str, str], ...], str]

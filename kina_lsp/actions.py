@@ -1,7 +1,7 @@
 """Code actions: the quick fixes of diagnostics that carry a Fix, plus the
 "Build & validate" and "Show MLIR" source actions (commands.py runs them).
 
-A quick fix is chosen by the diagnostic's Fix kind (compiler.diagnostics.FIXES),
+A quick fix is chosen by the diagnostic's Fix kind (compiler.core.diagnostics.FIXES),
 which the client hands back in the diagnostic's `data` (QUICK_FIXES has one row
 per kind; never a match on the message text).
 
@@ -26,11 +26,12 @@ from typing import Protocol
 
 from lsprotocol import types as lsp
 
-from compiler import ir, lex
-from compiler import syntax as ast
-from compiler.ast_walk import children
-from compiler.check_scalars import literal_text
-from compiler.diagnostics import Span
+from compiler.ir import nodes as ir
+from compiler.syntax import lex
+from compiler.syntax import nodes as ast
+from compiler.syntax.walk import children
+from compiler.check.scalars import literal_text
+from compiler.core.diagnostics import Span
 
 from . import astutil, hover
 from .documents import View
@@ -135,7 +136,7 @@ class MakeEdit(Protocol):
     def __call__(self, view: View, uri: str, start: int, end: int, text: str | None, /) -> lsp.WorkspaceEdit | None: ...
 
 
-# Fix kind (compiler.diagnostics.FIXES) -> (edit(view, uri, start, end, fix text), the action's title;
+# Fix kind (compiler.core.diagnostics.FIXES) -> (edit(view, uri, start, end, fix text), the action's title;
 # `{text}` is the fix text).
 QUICK_FIXES: dict[str, tuple[MakeEdit, str]] = {
     "split-let": (split_edit, "Split the nested expression into its own let"),

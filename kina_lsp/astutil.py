@@ -1,4 +1,4 @@
-"""Small read-only queries over the compiler's AST (compiler/syntax.py).
+"""Small read-only queries over the compiler's AST (compiler/syntax/nodes.py).
 
 The server never re-implements typing; these helpers only answer "which
 syntax node is under the cursor" and "which lets does this function bind",
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from compiler import syntax as ast
-from compiler.ast_walk import children
+from compiler.syntax import nodes as ast
+from compiler.syntax.walk import children
 
 EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Field, ast.Call, ast.BinOp,
               ast.Neg, ast.Handle, ast.TensorLit, ast.TupleExpr, ast.Let)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import ast_walk
-from compiler import syntax as ast
-from compiler.diagnostics import Span
+from compiler.syntax import walk as ast_walk
+from compiler.syntax import nodes as ast
+from compiler.core.diagnostics import Span
 
 from . import astutil
 from .documents import View

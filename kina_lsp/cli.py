@@ -19,7 +19,7 @@ import tempfile
 from types import FrameType
 from typing import NoReturn
 
-from compiler.diagnostics import UsageError
+from compiler.core.diagnostics import UsageError
 
 from . import commands, tcp
 from .server import server
@@ -51,7 +51,7 @@ def _serve_tcp(args: argparse.Namespace) -> int:
 def _neutral_working_directory() -> str:
     """Move into a fresh private directory.  An editor starts the server in the folder it
     has open; everything the server starts (the validator's child process runs
-    `python -m compiler.validate`) would otherwise find that folder's own `compiler/`
+    `python -m compiler.oracle.validate`) would otherwise find that folder's own `compiler/`
     or `numpy.py` first.  Nothing the server does depends on its working directory."""
     path = tempfile.mkdtemp(prefix="kina-lsp-cwd-")
     os.chdir(path)

@@ -1,6 +1,6 @@
 """Commands: `kina.buildAndValidate` and `kina.showMlir` (also the `kina/mlir` request).
 
-Build & validate runs compiler.validate.validate_file on a worker thread (the
+Build & validate runs compiler.oracle.validate.validate_file on a worker thread (the
 validator itself runs the compiled library in a child process, so an
 assertion trap in generated code kills that child, not the server).  Progress
 goes to the client as window/workDoneProgress ($/progress begin/report/end).
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, TypedDict
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 
-from compiler.diagnostics import SourceText, UsageError
+from compiler.core.diagnostics import SourceText, UsageError
 
 from .documents import View
 
 if TYPE_CHECKING:
-    from compiler.validate import FunctionReport, ValidationReport
+    from compiler.oracle.validate import FunctionReport, ValidationReport
 
     from .server import KinaServer
 
@@ -162,7 +162,7 @@ def _run_validation(text: str, path: str, progress: Callable[[str, int, int], No
 
 def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], None], cancel: threading.Event,
                    only: Collection[str] | None, opt_level: int) -> ValidationReport:
-    from compiler.validate import ValidationReport, validate_file
+    from compiler.oracle.validate import ValidationReport, validate_file
     if cancel.is_set():      # cancelled while it waited for a free build worker
         report = ValidationReport(path, cancelled=True)
     else:
@@ -235,7 +235,7 @@ def _opt_level(server: KinaServer) -> int:
 
 
 def summarize(report: ValidationReport, opt_level: int = 0) -> Summary:
-    """A JSON-able summary of a compiler.validate.ValidationReport built at `opt_level`:
+    """A JSON-able summary of a compiler.oracle.validate.ValidationReport built at `opt_level`:
     ok, message, failing {Kina function: reason}, functions {display name: ok}."""
     if report.cancelled and (report.build is None or report.build.ok):
         return {"ok": False, "message": CANCELLED, "failing": {}, "cancelled": True,

@@ -1,9 +1,9 @@
 """Completion and signature help, from the text before the cursor.
 
 Completion must work on half-typed text that does not parse, so the context
-is read from the tokens (compiler.lex, the grammar's own lexer) of the
+is read from the tokens (compiler.syntax.lex, the grammar's own lexer) of the
 enclosing function up to the cursor: which call's parens the cursor is in,
-what precedes it.  The candidates come from the op table (compiler.ops), the
+what precedes it.  The candidates come from the op table (compiler.ir.ops), the
 dtypes, the grammar's keywords, and the names the function binds before the cursor.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from lark import Token
 from lsprotocol import types as lsp
 
-from compiler import item_split, lex
-from compiler.autodiff import HANDLERS
-from compiler.ops import SURFACE_OPS, OpDef
-from compiler.types import DType
+from compiler.syntax import items as item_split, lex
+from compiler.ad.transform import HANDLERS
+from compiler.ir.ops import SURFACE_OPS, OpDef
+from compiler.core.types import DType
 
 # The words offered as keywords: the grammar's, and the effect handlers (`with reverseMode`).
 KEYWORDS = tuple(sorted(lex.KEYWORDS)) + HANDLERS

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from lsprotocol import types as lsp
 
-from compiler.diagnostics import Span
+from compiler.core.diagnostics import Span
 
 _ASTRAL = re.compile("[\U00010000-\U0010FFFF]")   # two UTF-16 code units each
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
-from compiler.diagnostics import Diagnostic
+from compiler.core.diagnostics import Diagnostic
 
 from .convert import LineIndex
 from .documents import Documents, View

@@ -10,7 +10,7 @@ State, and who owns it:
   computed from and its position index), the pending diagnostics push, the
   "Build & validate" diagnostics, the document-symbol fragments and the last
   semantic-token array (for deltas);
-- process-wide and immutable: the parse cache (compiler.parse.parse_local: one
+- process-wide and immutable: the parse cache (compiler.syntax.parse.parse_local: one
   frozen AST per item text, shared by every document); the worker pools hold no
   document state.
 

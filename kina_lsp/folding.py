@@ -1,7 +1,7 @@
 """Folding ranges: functions, let chains, multi-line lets and literals, parameter
 lists and argument lists, and runs of `//` comment lines.
 
-Functions come from the item split (compiler.item_split.split_items), so a function
+Functions come from the item split (compiler.syntax.items.split_items), so a function
 with a syntax error still folds; everything inside a function comes from its
 AST.  A fold ends on the line before its closing bracket when that bracket
 starts its own line, so `}` stays visible when the fold is collapsed (as
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import ast_walk, item_split, lex
-from compiler import syntax as ast
+from compiler.syntax import walk as ast_walk, items as item_split, lex
+from compiler.syntax import nodes as ast
 
 from . import astutil
 from .documents import View

@@ -1,4 +1,4 @@
-"""Formatting (textDocument/formatting and rangeFormatting) through compiler.format,
+"""Formatting (textDocument/formatting and rangeFormatting) through compiler.format.formatter,
 the same formatter as `kinac fmt`.
 
 The answer is the smallest set of line edits that turns the buffer into the
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import item_split
-from compiler.diagnostics import Span
-from compiler.format import FormatError, format_source
+from compiler.syntax import items as item_split
+from compiler.core.diagnostics import Span
+from compiler.format.formatter import FormatError, format_source
 
 from .documents import View
 

@@ -2,7 +2,7 @@
 
 - a name or expression: its inferred type (`x: Tensor[F32, [1, 4, 4], @host]`);
 - a built-in op (method name or free call): its typing rule and doc line from
-  compiler.ops.OPS, plus the type this application got;
+  compiler.ir.ops.OPS, plus the type this application got;
 - an attribute name: its kind and, for enums, the choices;
 - a user function name: its signature;
 - `handle f(..) with reverseMode`: the result tuple, primal first, then one
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from compiler import ir
-from compiler import syntax as ast
-from compiler.check_expr import TypeFact
-from compiler.diagnostics import Span
-from compiler.ops import SURFACE_OPS
-from compiler.types import TupleType, Type
+from compiler.ir import nodes as ir
+from compiler.syntax import nodes as ast
+from compiler.check.expr import TypeFact
+from compiler.core.diagnostics import Span
+from compiler.ir.ops import SURFACE_OPS
+from compiler.core.types import TupleType, Type
 
 from . import astutil
 from .documents import View

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from compiler import syntax as ast
-from compiler.diagnostics import Span
-from compiler.types import TensorType, TupleType, Type
+from compiler.syntax import nodes as ast
+from compiler.core.diagnostics import Span
+from compiler.core.types import TensorType, TupleType, Type
 
 from . import astutil
 from .documents import View

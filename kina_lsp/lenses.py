@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from lsprotocol import types as lsp
 
-from compiler import ast_walk
-from compiler import syntax as ast
-from compiler.validate import GRAD_PREFIX
+from compiler.syntax import walk as ast_walk
+from compiler.syntax import nodes as ast
+from compiler.oracle.validate import GRAD_PREFIX
 
 from . import commands
 from .commands import Summary

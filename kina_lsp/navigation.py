@@ -15,13 +15,13 @@ from typing import TypeVar
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
-from compiler import lex
-from compiler import syntax as ast
-from compiler.autodiff import HANDLERS
-from compiler.diagnostics import Span
-from compiler.ops import OPS
+from compiler.syntax import lex
+from compiler.syntax import nodes as ast
+from compiler.ad.transform import HANDLERS
+from compiler.core.diagnostics import Span
+from compiler.ir.ops import OPS
 from compiler.snapshot import ItemResult
-from compiler.types import DType
+from compiler.core.types import DType
 
 from . import astutil
 from .convert import LineIndex

@@ -3,7 +3,7 @@ out through every enclosing expression, then the `let ... in` link, the let
 chain, the function body and the whole function; in a signature, the name or
 type, the parameter, the parameter list and the function.
 
-Everything comes from the AST (compiler.syntax spans).  Outside any function
+Everything comes from the AST (compiler.syntax.nodes spans).  Outside any function
 (or in one that does not parse) the answer is the word, then the item the
 cursor is in, so expand selection still does something sensible.
 """
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler import ast_walk, item_split, lex
-from compiler import syntax as ast
-from compiler.diagnostics import Span
+from compiler.syntax import walk as ast_walk, items as item_split, lex
+from compiler.syntax import nodes as ast
+from compiler.core.diagnostics import Span
 
 from . import astutil
 from .documents import View

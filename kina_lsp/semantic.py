@@ -3,7 +3,7 @@ with the op table and the function and parameter names the text declares, so
 built-in ops, user functions, dtypes and the reverseMode handler are told apart
 even where a TextMate grammar cannot.  Nothing here waits for the analysis.
 
-The tokens are compiler.lex's (the grammar's own terminals, comments kept); a
+The tokens are compiler.syntax.lex's (the grammar's own terminals, comments kept); a
 word is classified by the code tokens on either side ("after a `.`", "before
 a `(`", "after `fn`").  Token rows are (line, start, length) in the negotiated
 position encoding, delta-encoded as LSP requires.  The pass is linear in the
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lsprotocol import types as lsp
 
-from compiler import item_split, lex
-from compiler.autodiff import HANDLERS
-from compiler.diagnostics import Span
-from compiler.ops import SURFACE_OPS
-from compiler.types import DType
+from compiler.syntax import items as item_split, lex
+from compiler.ad.transform import HANDLERS
+from compiler.core.diagnostics import Span
+from compiler.ir.ops import SURFACE_OPS
+from compiler.core.types import DType
 
 from .convert import LineIndex, index_of
 

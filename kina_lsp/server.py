@@ -16,7 +16,7 @@ answer; the feature modules only translate between compiler objects and LSP:
   semantic.py     semantic tokens (ops, functions, dtypes, reverseMode): full, range, delta
   folding.py      folding ranges          selection.py  selection ranges
   highlight.py    document highlight      workspace_symbols.py  functions of the workspace
-  call_hierarchy.py  incoming/outgoing calls    formatting.py  formatting (compiler.format)
+  call_hierarchy.py  incoming/outgoing calls    formatting.py  formatting (compiler.format.formatter)
   lenses.py       code lenses: Build & validate, Gradient check (kina.validateFunction)
   actions.py      quick fix for reverseMode method chains; source actions
   commands.py     kina.buildAndValidate, kina.showMlir / kina/mlir

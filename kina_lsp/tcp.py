@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pygls.protocol import JsonRPCProtocol
 
-from compiler.diagnostics import UsageError
+from compiler.core.diagnostics import UsageError
 
 from .transport import Dispatcher, StreamSource, serve
 

@@ -9,7 +9,7 @@ The work is bounded (files visited, bytes per file, results) and runs on a worke
 thread; each file's functions are cached by (size, mtime), so a repeated query
 reads nothing.  An open document's buffer wins over its file on disk.
 
-Function names come from the item split (compiler.item_split.split_items), which
+Function names come from the item split (compiler.syntax.items.split_items), which
 needs no full parse: a file with syntax errors still lists its functions.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
-from compiler import item_split, lex
+from compiler.syntax import items as item_split, lex
 
 from .convert import LineIndex
 

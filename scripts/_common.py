@@ -12,7 +12,7 @@ the tests make against the compiled Kina programs:
   in the compiler's VJP table cannot hide in the reference;
 - `torch_*` run the same algebra under torch.autograd when torch is importable;
 - `compile_example` builds an example to a host .so through compiler.build and
-  loads it with compiler.runtime;
+  loads it with compiler.runtime.library;
 - `Report` prints one line per comparison with its max error and remembers
   failures, so a script ends with `sys.exit(report.exit_code())`.
 """
@@ -232,9 +232,9 @@ def torch_mean_nll(torch, targets: np.ndarray):
 
 # ---- the Kina side ---------------------------------------------------------------
 def compile_example(name: str, out_dir: str | Path | None = None):
-    """Build examples/<name>.kina to a .so with compiler.build and load it with compiler.runtime."""
+    """Build examples/<name>.kina to a .so with compiler.build and load it with compiler.runtime.library."""
     from compiler.build import build_file
-    from compiler.runtime import load
+    from compiler.runtime.library import load
     out = Path(out_dir or tempfile.mkdtemp(prefix="kina_storylm0_")) / f"lib{name}.so"
     result = build_file(str(EXAMPLES / f"{name}.kina"), out_so=str(out), opt_level=2)
     if not result.ok:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import _common as C
 import numpy as np
 
-from compiler import distributed
+from compiler.distributed import world as distributed
 
 TEMPLATES = C.EXAMPLES / "distributed"
 SCALED_TEMPLATE = C.ROOT / "benchmarks" / "templates" / "scaled_lm.kina.in"

@@ -34,7 +34,7 @@ class Built:
 def build_levels(name: str, rep: Report) -> Built | None:
     """Build examples/<name>.kina at -O0 and -O2; a failure is a failed check (None)."""
     from compiler.build import build_file
-    from compiler.runtime import load
+    from compiler.runtime.library import load
     out = Path(tempfile.mkdtemp(prefix=f"kina_{name}_"))
     libs, program = {}, None
     for level in LEVELS:
@@ -51,8 +51,8 @@ def build_levels(name: str, rep: Report) -> Built | None:
 
 def main_inputs(program) -> dict[str, np.ndarray]:
     """The literal lets of `main`, by name, with their Kina dtypes."""
-    from compiler import ir
-    from compiler.interp import NP_DTYPES
+    from compiler.ir import nodes as ir
+    from compiler.oracle.interp import NP_DTYPES
     out = {}
     for b in program.functions["main"].lets:
         lit = b.value

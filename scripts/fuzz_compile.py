@@ -1,6 +1,6 @@
-"""Differential testing of the compiler on generated programs (compiler/progen.py):
+"""Differential testing of the compiler on generated programs (compiler/oracle/progen/generate.py):
 the interpreter in float64, -O0, -O2, PyTorch and finite differences must agree
-(compiler/differential.py), or each failure is shrunk and written as a .kina file.
+(compiler/oracle/differential.py), or each failure is shrunk and written as a .kina file.
 
     python scripts/fuzz_compile.py --n 3000 --seed 0            # 3,000 programs, both levels
     python scripts/fuzz_compile.py --n 300 --seed 1 --out DIR   # make test's share
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler import differential, shrink  # noqa: E402
-from compiler.pipelines import PIPELINES  # noqa: E402
+from compiler.oracle import differential, shrink  # noqa: E402
+from compiler.backend.pipelines import PIPELINES  # noqa: E402
 
 
 def _levels(text: str) -> tuple[int, ...]:

@@ -1,5 +1,5 @@
-"""The op tables of the docs, generated from the op table (compiler/ops.py OPS) and the
-lowering table (compiler/emit_ops.py LOWERINGS, each row's docstring).
+"""The op tables of the docs, generated from the op table (compiler/ir/ops.py OPS) and the
+lowering table (compiler/backend/emit/ops.py LOWERINGS, each row's docstring).
 
 Each table sits between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`
 in its document; everything else in the documents is hand-written.  `make docs` (this
@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler.emit_ops import LOWERINGS  # noqa: E402
-from compiler.ops import OPS, AttrSpec, OpDef  # noqa: E402
+from compiler.backend.emit.ops import LOWERINGS  # noqa: E402
+from compiler.ir.ops import OPS, AttrSpec, OpDef  # noqa: E402
 
 _KIND = {"int": "int", "ints": "int list", "axis": "axis (int; negative counts from the end)",
          "axes": "axis list", "float": "number", "dtype": "a dtype name", "type": "a tensor type"}

@@ -23,7 +23,7 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
 
 from compiler import build  # noqa: E402
-from compiler.diagnostics import SourceText  # noqa: E402
+from compiler.core.diagnostics import SourceText  # noqa: E402
 
 
 def examples() -> list[Path]:

@@ -6,7 +6,7 @@
              [--losses-out FILE.json] [--timeout S] [--opt-level L] [--no-pin] [--quiet]
 
 Every rank builds nothing twice: local rank 0 compiles examples/distributed/lm_data_parallel.kina.in
-at this rank's share of the batch (compiler.distributed.build_shared), the others load the
+at this rank's share of the batch (compiler.distributed.world.build_shared), the others load the
 same .so.  A step's batch*T next-token predictions are split into N equal parts (whole
 windows when batch >= N; StoryLM-0's single window is split by positions); each rank runs
 the compiled `grad` on its part (a loss weight of 1/(batch*T) on its predictions), one
@@ -34,8 +34,8 @@ import _common as C
 import _dist_lm as L
 import numpy as np
 
-from compiler import checkpoint, distributed
-from compiler.distributed import DistributedError
+from compiler.distributed import checkpoint, world as distributed
+from compiler.distributed.world import DistributedError
 
 
 def parse(argv):

@@ -2,7 +2,7 @@
 
 Compiles examples/ad_reshape.kina, ad_matmul4.kina, ad_gather.kina and
 storylm0_ad_step.kina to .so files (compiler.build), calls them through
-compiler.runtime with the deterministic weights, and compares every result with
+compiler.runtime.library with the deterministic weights, and compares every result with
 
 - the NumPy reference of scripts/_common.py (forward and hand-written backward), and
 - torch.autograd on the same algebra, when torch is importable.

@@ -5,7 +5,7 @@ vocab-parallel (Megatron-LM) cross-entropy training step, checked against one pr
 
 Rank r of N holds only lm_head[:, r*V/N:(r+1)*V/N] (N must divide V = 8) and runs the
 compiled functions of examples/distributed/lm_vocab_parallel.kina.in (built once per host
-by compiler.distributed.build_shared); the cross-rank reductions are torch.distributed
+by compiler.distributed.world.build_shared); the cross-rank reductions are torch.distributed
 collectives.  Rank 0 prints one line per check (max error, ok/MISMATCH) and every rank
 exits 1 on any mismatch:
 
@@ -32,8 +32,8 @@ import _common as C
 import _dist_lm as L
 import numpy as np
 
-from compiler import distributed
-from compiler.distributed import DistributedError
+from compiler.distributed import world as distributed
+from compiler.distributed.world import DistributedError
 
 BODY = ("emb", "wq", "wk", "wv", "wo")
 CHANGED_LAST = np.array([[1, 4, 2, 3]], dtype=np.int64)

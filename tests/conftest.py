@@ -7,7 +7,8 @@ import pytest
 # and must not read or fill the user's ~/.cache); tests/test_cache.py turns the cache on.
 os.environ["KINA_CACHE"] = "0"
 
-from compiler import build, toolchain
+from compiler import build
+from compiler.backend import toolchain
 
 
 @pytest.fixture(scope="module")

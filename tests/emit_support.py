@@ -7,8 +7,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from compiler import ir, pipelines, toolchain, toolchain_errors
-from compiler.types import TensorType
+from compiler.backend import errors as toolchain_errors
+from compiler.backend import pipelines, toolchain
+from compiler.core.types import TensorType
+from compiler.ir import nodes as ir
 
 ROOT = Path(__file__).resolve().parent.parent
 MLIR_OPT = str(toolchain.find_tool("mlir-opt"))
@@ -37,7 +39,7 @@ def verify(text: str) -> None:
 
 
 def lower_to_llvm(text: str) -> str:
-    """The build's pass list (compiler.toolchain) to the LLVM dialect, then LLVM IR (so no
+    """The build's pass list (compiler.backend.toolchain) to the LLVM dialect, then LLVM IR (so no
     non-LLVM op survives), with no call into the MLIR runner library (a Kina .so links only libm)."""
     with tempfile.TemporaryDirectory() as tmp:
         try:

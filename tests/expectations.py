@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from compiler.analysis import analyze
-from compiler.diagnostics import Diagnostic, SourceText
+from compiler.core.diagnostics import Diagnostic, SourceText
 
 _ONE = r"//\s*(?:E\[[\w-]+\]|N):"
 EXPECTATION = re.compile(rf"//\s*(?:E\[(?P<code>[\w-]+)\]|(?P<note>N)):\s*(?P<message>.*?)\s*(?={_ONE}|$)")

@@ -1,4 +1,4 @@
-"""-O2 libraries' heap buffers (compiler/alloc_cache.py): freed blocks are reused by the
+"""-O2 libraries' heap buffers (compiler/backend/alloc_cache.py): freed blocks are reused by the
 next call, small ones go back to malloc, the cache has a bound, -O0 keeps malloc."""
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import sys
 
 import numpy as np
 
-from compiler import alloc_cache, build, runtime
+from compiler import build
+from compiler.backend import alloc_cache
+from compiler.runtime import library as runtime
 
 # Two [256, 512] intermediates (512 KiB each, heap buffers) between input and output.
 PROGRAM = """
@@ -100,5 +102,5 @@ def test_the_runtime_object_is_compiled_once_and_kept_beside_the_build_cache(tmp
     assert first.parent == tmp_path / "builds" / ".runtime" and first.is_file()
     stamp = first.stat().st_mtime_ns
     assert alloc_cache.runtime_object(tmp_path) == first and first.stat().st_mtime_ns == stamp
-    from compiler import cache
+    from compiler.backend import cache
     assert cache.evict(tmp_path / "builds", 0) == 0 and first.is_file()   # eviction leaves it alone

@@ -1,4 +1,4 @@
-"""reverseMode (compiler/autodiff.py): structure of the generated functions and the restrictions.
+"""reverseMode (compiler/ad/transform.py): structure of the generated functions and the restrictions.
 
 Numerical correctness of every VJP row is tests/test_gradcheck.py.  The
 rejections are inline-expectation files in tests/ad_cases/, read by
@@ -13,13 +13,13 @@ import expectations
 import numpy as np
 import pytest
 
-from compiler import ir
+from compiler.ad.transform import check_differentiable, lower_handles, transform_ad
+from compiler.ad.vjp import VJPS, Builder
 from compiler.analysis import analyze
-from compiler.autodiff import check_differentiable, lower_handles, transform_ad
-from compiler.diagnostics import CODES
-from compiler.ops import OPS
-from compiler.types import TensorType, TupleType, f32, i64
-from compiler.vjp import VJPS, Builder
+from compiler.core.diagnostics import CODES
+from compiler.core.types import TensorType, TupleType, f32, i64
+from compiler.ir import nodes as ir
+from compiler.ir.ops import OPS
 
 CASES = Path(__file__).parent / "ad_cases"
 
@@ -241,7 +241,7 @@ def test_generated_types_match_the_op_table():
 
 def test_storylm0_step_sgd_matches_reference_cotangent():
     """The step (SGD on emb) equals emb - lr * g_emb with g_emb from the generated function."""
-    from compiler.interp import random_inputs, run_function
+    from compiler.oracle.interp import random_inputs, run_function
     program = load(CASES / "ok_storylm0_step.kina")
     args = random_inputs(program.functions["step"], seed=3, program=program)
     new_emb = run_function(program, "step", args)

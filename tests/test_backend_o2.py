@@ -1,5 +1,5 @@
 """The -O2 back end's build-time machinery: kernel outlining (transform_library.OUTLINE_LIBRARY),
-identical-kernel merging and the opt/llc stage (compiler/llvm_stage.py)."""
+identical-kernel merging and the opt/llc stage (compiler/backend/llvm_stage.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, engine, llvm_stage, pipelines, rewrites, runtime, transform_library
+from compiler import build
+from compiler.backend import engine, llvm_stage, pipelines, rewrites, transform_library
+from compiler.runtime import library as runtime
 
 TWICE = """
 fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 128]]) -> Tensor[F32, [64, 128]] {
@@ -132,7 +134,7 @@ def test_run_passes_at_O2_runs_the_rewrites_between_mlir_opt_processes(tmp_path)
     @merge-kernels merged the twin kernels (x + y, b + w) there too."""
     import re
 
-    from compiler import pipelines, toolchain
+    from compiler.backend import pipelines, toolchain
     mlir = build.front_end(TWICE, "t.kina", {}, build.BuildResult(False, source=build.SourceText(TWICE, "t.kina")))
     assert mlir is not None
     out = toolchain.run_passes(mlir, pipelines.passes_for(mlir, 2, tmp_path), tmp_path, {})
@@ -154,13 +156,13 @@ def test_emit_llvm_at_O2_is_the_IR_the_build_compiles(tmp_path):
     (exp lowering, fusion, tagging: vectorised and threaded kernels), kernel merging and
     packed entry points; it once ran the pass list alone through mlir-opt and showed scalar
     exp calls and serial loops that no -O2 library contains."""
-    from compiler import toolchain
+    from compiler.backend import toolchain
     mlir = build.front_end(EMITTED, "e.kina", {}, build.BuildResult(False, source=build.SourceText(EMITTED, "e.kina")))
     assert mlir is not None
     text, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=2)
     assert not diags and text is not None
     assert "@llvm.exp.f32" not in text and "@llvm.roundeven" in text      # math_lowering.lower_exp
-    from compiler import threads
+    from compiler.backend import threads
     if threads.openmp_library() is not None:
         assert "__kmpc_fork_call" in text                                 # the matmul's OpenMP loop
     assert "define internal void @kina.kernel" in text                    # outlined kernels
@@ -172,7 +174,7 @@ def test_emit_llvm_at_O2_is_the_IR_the_build_compiles(tmp_path):
 def test_parallel_loops_are_dynamically_scheduled(tmp_path):
     """A descheduled thread must not hold back a static share: every OpenMP loop is
     schedule(dynamic) (results are per block or row, so unchanged)."""
-    from compiler import threads
+    from compiler.backend import threads
     if threads.openmp_library() is None:
         import pytest
         pytest.skip("no OpenMP runtime")
@@ -275,7 +277,7 @@ LOG = "fn f(x: Tensor[F32, [64, 512]]) -> Tensor[F32, [64, 512]] {\n  x.log()\n}
 def test_log_calls_vector_math_and_matches_numpy(tmp_path, monkeypatch):
     """With libmvec as opt's vector library, an elementwise log is vector calls (1.7x faster
     at [256, 2048]); KINA_VECTOR_MATH=0 keeps scalar calls.  (exp is -O2's own polynomial,
-    compiler/math_lowering.py: no call either way.)"""
+    compiler/backend/math_lowering.py: no call either way.)"""
     import pytest
     if not llvm_stage.vector_math():
         pytest.skip("no libmvec on this machine")
@@ -306,7 +308,7 @@ def test_a_large_module_is_optimised_and_compiled_in_parts_with_the_same_results
     LLVM_PARTS (opt and llc run on each at once) and joins the objects: here every module
     is split (KINA_LLVM_SPLIT_BYTES=0); the kernels, now calls between parts, still compute
     each call on its own operands, and none of them is exported by the library."""
-    from compiler import toolchain
+    from compiler.backend import toolchain
     src = tmp_path / "t.kina"
     src.write_text(TWICE)
     res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
@@ -333,7 +335,7 @@ def test_the_worker_started_before_the_front_end_runs_the_build_or_is_ended(tmp_
     """build_source starts the -O2 worker before the front end (its MLIR import overlaps
     the parse, check and emit); it runs the build, and a build that stops in the front end
     ends it: no process or directory is left behind."""
-    from compiler import backend_worker
+    from compiler.backend import worker as backend_worker
     started = []
 
     class Recording(backend_worker.Worker):
@@ -358,7 +360,8 @@ def test_a_prestarted_worker_runs_the_next_build_and_an_unclaimed_one_ends_with_
     """`kinac build -O2` starts its worker before importing the front end
     (backend_worker.prestart); the build takes that worker instead of starting one, and
     -O0 or another command starts none.  One never claimed ends when the command does."""
-    from compiler import backend_worker, cli
+    from compiler import cli
+    from compiler.backend import worker as backend_worker
     src = tmp_path / "t.kina"
     src.write_text(TWICE)
     backend_worker.prestart()
@@ -423,7 +426,7 @@ LONG_K = "fn f(a: Tensor[F32, [64, 1024]], b: Tensor[F32, [1024, 128]]) -> Tenso
 def test_a_long_k_parallel_matmul_runs_its_k_loop_in_blocks_and_matches_numpy(tmp_path):
     """K >= K_BLOCK_MIN: tagged kina.k_block (the script steps its k loop by K_BLOCK);
     each element still sums its K products in order (checked against float64 NumPy)."""
-    from compiler import parallelize, transform_library
+    from compiler.backend import parallelize, transform_library
     src = tmp_path / "k.kina"
     src.write_text(LONG_K)
     res = build.BuildResult(False, source=build.SourceText(LONG_K, str(src)))
@@ -478,7 +481,7 @@ def test_a_parallel_matmul_zeroes_each_block_inside_its_forall(tmp_path):
 def test_a_forall_that_reads_more_than_its_block_keeps_its_fill():
     """The fill moves only when the body reads the shared_out as exactly the block its
     parallel_insert_slice writes: here each iteration reads row 0 as well."""
-    from compiler import parallelize
+    from compiler.backend import parallelize
     text = """func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %c = arith.constant 1.0 : f32
   %e = tensor.empty() : tensor<4x8xf32>

@@ -18,7 +18,9 @@ import peers  # noqa: E402
 import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
 
-from compiler import analysis, build, interp, runtime  # noqa: E402
+from compiler import analysis, build  # noqa: E402
+from compiler.oracle import interp  # noqa: E402
+from compiler.runtime import library as runtime  # noqa: E402
 
 TINY = M.sizes(1, 4, 8, 2, 16)
 

@@ -10,8 +10,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler import runtime, validate
-from compiler.types import DType
+from compiler.core.types import DType
+from compiler.oracle import validate
+from compiler.runtime import library as runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 KINAC = [sys.executable, "-m", "compiler.cli"]
@@ -103,7 +104,7 @@ def _plant(cwd: Path, marker: Path) -> None:
 
 
 def test_validate_runs_nothing_from_the_working_directory(tmp_path, monkeypatch):
-    """Issue 12: `python -m compiler.validate` in the caller's cwd ran a ./compiler/ or ./numpy.py."""
+    """Issue 12: `python -m compiler.oracle.validate` in the caller's cwd ran a ./compiler/ or ./numpy.py."""
     work = tmp_path / "workspace"
     work.mkdir()
     marker = tmp_path / "ran.txt"

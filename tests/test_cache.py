@@ -1,4 +1,4 @@
-"""The build cache (compiler/cache.py): a rebuild of the same program with the same options
+"""The build cache (compiler/backend/cache.py): a rebuild of the same program with the same options
 reuses the library; anything that changes the library changes the key; entries are
 checked, bounded and written atomically; the cache never fails a build."""
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, cache, runtime
+from compiler import build
+from compiler.backend import cache
+from compiler.runtime import library as runtime
 
 SRC = "fn f(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x * x in\n  y\n}\n"
 OTHER = "fn f(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x + x in\n  y\n}\n"
@@ -72,7 +74,7 @@ def test_the_key_changes_with_compiler_toolchain_and_host(monkeypatch):
 
 @pytest.mark.parametrize("var,value", [("KINA_OPENMP", "0"), ("KINA_VECTOR_MATH", "0"), ("KINA_FUSE", "0")])
 def test_serial_or_scalar_kernels_are_a_different_key(monkeypatch, var, value):
-    from compiler import llvm_stage, threads
+    from compiler.backend import llvm_stage, threads
     if var == "KINA_OPENMP" and threads.openmp_library() is None or var == "KINA_VECTOR_MATH" and not llvm_stage.vector_math():
         pytest.skip(f"{var} changes nothing on this machine")
     base = cache.key_for("module {}", 2)
@@ -166,7 +168,7 @@ def test_concurrent_builds_of_one_program(tmp_path, root):
 
 
 def _count_workers(monkeypatch) -> list[int]:
-    from compiler import backend_worker
+    from compiler.backend import worker as backend_worker
     started: list[int] = []
     real = backend_worker.Worker
 

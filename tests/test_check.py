@@ -19,15 +19,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler import ir, syntax
 from compiler.analysis import analyze
-from compiler.check import ERROR, FunctionResult, Signature, TypeFact, check_function, signature_of
-from compiler.check_hints import FOREIGN
-from compiler.diagnostics import CODES, Span
-from compiler.ops import OPS
-from compiler.parse import parse_module
+from compiler.check.function import ERROR, FunctionResult, Signature, TypeFact, check_function, signature_of
+from compiler.core.diagnostics import CODES, Span
+from compiler.core.types import TensorType, TupleType, f32, i64
+from compiler.ir import nodes as ir
+from compiler.ir.ops import OPS
 from compiler.snapshot import Snapshot
-from compiler.types import TensorType, TupleType, f32, i64
+from compiler.syntax import nodes as syntax
+from compiler.syntax.hints import FOREIGN
+from compiler.syntax.parse import parse_module
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = sorted((ROOT / "tests" / "check_cases").glob("*.kina"))

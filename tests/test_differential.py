@@ -1,4 +1,4 @@
-"""The differential oracle (compiler/differential.py) and the shrinker (compiler/shrink.py):
+"""The differential oracle (compiler/oracle/differential.py) and the shrinker (compiler/oracle/shrink.py):
 generated programs agree at -O0 and -O2; each kind of disagreement is found and reported
 as its kind (a wrong library result, a crashing library, a failed build isolated by
 bisection, PyTorch disagreeing with the interpreter, a wrong VJP against finite
@@ -12,8 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import analysis, autodiff, differential, interp, progen, shrink, torch_ref, validate, vjp
-from compiler.types import DType, TensorType
+from compiler import analysis
+from compiler.ad import transform as autodiff
+from compiler.ad import vjp
+from compiler.core.types import DType, TensorType
+from compiler.oracle import differential, interp, shrink, torch_ref, validate
+from compiler.oracle.progen import generate as progen
 
 pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
 

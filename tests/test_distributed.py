@@ -1,4 +1,4 @@
-"""Distributed StoryLM through torch.distributed (compiler/distributed.py, compiler/checkpoint.py,
+"""Distributed StoryLM through torch.distributed (compiler/distributed/world.py, compiler/distributed/checkpoint.py,
 scripts/train_storylm0_ddp.py, scripts/vocab_parallel_storylm0.py), every process on 127.0.0.1.
 
 The launches (torchrun, or ranks started with torchrun's environment by hand where the test
@@ -27,7 +27,9 @@ sys.path.insert(0, str(SCRIPTS))
 
 import _dist_lm as L  # noqa: E402
 
-from compiler import build, checkpoint, distributed  # noqa: E402
+from compiler import build  # noqa: E402
+from compiler.distributed import checkpoint  # noqa: E402
+from compiler.distributed import world as distributed  # noqa: E402
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (optional)")

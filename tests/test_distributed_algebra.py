@@ -1,7 +1,7 @@
 """The distributed pieces that need no torch (tests/test_distributed.py runs the launches).
 
 - the partition of a step's predictions over the ranks, and the aligned gradient buffer;
-- checkpoint files (compiler/checkpoint.py): round trip, mismatches, interrupted writes;
+- checkpoint files (compiler/distributed/checkpoint.py): round trip, mismatches, interrupted writes;
 - the shared build's failure reaching the waiting ranks, the watchdog;
 - the data-parallel trainer and the vocab-parallel step of the scripts, with the ranks as
   threads of this process and the collectives done in NumPy (ThreadWorld), against the
@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import _common as C  # noqa: E402
 import _dist_lm as L  # noqa: E402
 
-from compiler import build, checkpoint, distributed  # noqa: E402
+from compiler import build  # noqa: E402
+from compiler.distributed import checkpoint  # noqa: E402
+from compiler.distributed import world as distributed  # noqa: E402
 
 OPT = build.default_opt_level()
 
@@ -203,7 +205,7 @@ def test_vocab_parallel_step_algebra_equals_the_numpy_step(world_size, cache):
 
 
 def test_the_watchdog_ends_a_process_whose_collective_never_returns():
-    code = ("import time; from compiler.distributed import _Watchdog; "
+    code = ("import time; from compiler.distributed.world import _Watchdog; "
             "w = _Watchdog('rank 0/2'); w.arm('all_reduce (sum, 4 bytes)', 0.3); time.sleep(30)")
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)

@@ -29,8 +29,8 @@ def test_op_tables_are_up_to_date(doc):
 
 def test_every_op_is_in_the_docs():
     gen = _gen()
-    from compiler.emit_ops import LOWERINGS
-    from compiler.ops import OPS
+    from compiler.backend.emit.ops import LOWERINGS
+    from compiler.ir.ops import OPS
     tables = gen.surface_table() + gen.internal_table()
     assert all(f"| `{name}` |" in tables for name in OPS)
     lowered = gen.lowering_table()
@@ -42,7 +42,7 @@ def test_a_changed_row_is_caught(monkeypatch, tmp_path):
     gen = _gen()
     import dataclasses
 
-    from compiler import ops
+    from compiler.ir import ops
     (tmp_path / "docs").mkdir()
     for doc in ("language.md", "compiling.md"):
         (tmp_path / "docs" / doc).write_text((ROOT / "docs" / doc).read_text(encoding="utf-8"), encoding="utf-8")

@@ -9,8 +9,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler import build, emit_builder, interp, runtime, validate
-from compiler.types import BY_MLIR, FLOAT_DTYPES, DType
+from compiler import build
+from compiler.backend.emit import builder as emit_builder
+from compiler.core.types import BY_MLIR, FLOAT_DTYPES, DType
+from compiler.oracle import interp, validate
+from compiler.runtime import library as runtime
 
 C_SIZES = {"float": ctypes.c_float, "uint16_t": ctypes.c_uint16, "uint8_t": ctypes.c_uint8,
            "int64_t": ctypes.c_int64}

@@ -1,5 +1,5 @@
 """MLIR emission: every op lowers to MLIR that mlir-opt verifies and that the host
-pipeline (compiler.pipelines.passes_for) takes to LLVM IR; symbols, calls, tuple
+pipeline (compiler.backend.pipelines.passes_for) takes to LLVM IR; symbols, calls, tuple
 results, locations, literals, dtypes and the `emit` diagnostics.
 
 Programs are built by hand as typed IR (tests/emit_support.py), so each test
@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 from emit_support import FILECHECK, MLIR_OPT, emit_kina, function, lower_to_llvm, program, run, verify
 
-from compiler import ir, ops
-from compiler.diagnostics import SourceText, Span
-from compiler.emit_builder import float_literal
-from compiler.emit_mlir import emit_program
-from compiler.emit_ops import LOWERINGS
-from compiler.types import FLOAT_DTYPES, DType, TensorType, TupleType, f32, i64
+from compiler.backend.emit.builder import float_literal
+from compiler.backend.emit.ops import LOWERINGS
+from compiler.backend.emit.program import emit_program
+from compiler.core.diagnostics import SourceText, Span
+from compiler.core.types import FLOAT_DTYPES, DType, TensorType, TupleType, f32, i64
+from compiler.ir import nodes as ir
+from compiler.ir import ops
 
 # One tiny instance per op: operand types, attributes, and a construct its lowering must use.
 CASES: dict[str, tuple[list[TensorType], dict, str]] = {
@@ -328,7 +329,7 @@ def test_a_failing_lowering_is_a_located_diagnostic(monkeypatch):
 
     def broken(*_args):
         raise RuntimeError("boom")
-    monkeypatch.setattr("compiler.emit_mlir._flat_types", broken)   # outside any op's lowering
+    monkeypatch.setattr("compiler.backend.emit.program._flat_types", broken)   # outside any op's lowering
     [d] = emit_program(program(function("h", [("x", t)], ir.Var("x", t)))).diagnostics
     assert d.code == "emit" and "internal error while lowering `h` (RuntimeError: boom)" in d.message
 

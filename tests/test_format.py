@@ -1,4 +1,4 @@
-"""`kinac fmt` (compiler/format.py): never changes meaning, keeps every comment, is
+"""`kinac fmt` (compiler/format/formatter.py): never changes meaning, keeps every comment, is
 idempotent, refuses broken files, and writes files safely.
 
 The properties are checked on every example and on hypothesis-generated programs
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from compiler import syntax
-from compiler.format import FormatError, ast_shape, comments_of, format_source
-from compiler.parse import parse_module
+from compiler.format.formatter import FormatError, ast_shape, comments_of, format_source
+from compiler.syntax import nodes as syntax
+from compiler.syntax.parse import parse_module
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "*.kina")))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compiler import analysis, build, cli
-from compiler.diagnostics import SourceText
+from compiler.core.diagnostics import SourceText
 from kina_lsp.convert import index_of
 from kina_lsp.diagnostics import to_lsp
 from kina_lsp.documents import Documents

@@ -1,4 +1,4 @@
-"""The -O2 elementwise fusion (compiler/fusion.py): which producers move into their
+"""The -O2 elementwise fusion (compiler/backend/fusion.py): which producers move into their
 consumers, which stay, and that fused programs compute what -O0 computes."""
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from emit_support import emitted
 
-from compiler import build, engine, fusion, runtime
+from compiler import build
+from compiler.backend import engine, fusion
+from compiler.runtime import library as runtime
 
 SGD = """
 fn f(w: Tensor[F32, [64, 32]], g: Tensor[F32, [64, 32]], lr: Tensor[F32, [1, 1]]) -> Tensor[F32, [64, 32]] {

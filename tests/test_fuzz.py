@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.analysis import analyze
-from compiler.parse import parse_module
+from compiler.syntax.parse import parse_module
 
 EXAMPLES = [open(p, encoding="utf-8").read() for p in sorted(glob.glob("examples/*.kina"))]
 FAST = settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

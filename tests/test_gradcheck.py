@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import ir
-from compiler.autodiff import transform_ad
-from compiler.interp import random_inputs, run_function
-from compiler.ops import OPS
-from compiler.types import DType, TensorType, f32, i64
-from compiler.vjp import VJPS, Builder
+from compiler.ad.transform import transform_ad
+from compiler.ad.vjp import VJPS, Builder
+from compiler.core.types import DType, TensorType, f32, i64
+from compiler.ir import nodes as ir
+from compiler.ir.ops import OPS
+from compiler.oracle.interp import random_inputs, run_function
 
 CASES = Path(__file__).parent / "ad_cases"
 

@@ -16,16 +16,21 @@ import numpy as np
 import pytest
 from test_gradcheck import BACKWARD_ONLY, CASES_BY_OP, Case, inputs
 
-from compiler import build, emit_mlir, interp, ir, runtime, toolchain, validate
-from compiler.autodiff import transform_ad
-from compiler.ops import OPS
+from compiler import build
+from compiler.ad.transform import transform_ad
+from compiler.backend import toolchain
+from compiler.backend.emit import program as emit_mlir
+from compiler.ir import nodes as ir
+from compiler.ir.ops import OPS
+from compiler.oracle import interp, validate
+from compiler.runtime import library as runtime
 
 CASES = [(op, n, case) for op in sorted(CASES_BY_OP) for n, case in enumerate(CASES_BY_OP[op])]
 
 
 def case_program(case: Case, i: int) -> tuple[ir.Function, ir.Function]:
     """f_i(xs, ct) = op(xs) * ct and g_i = its reverseMode function (exportable names)."""
-    from compiler.vjp import Builder
+    from compiler.ad.vjp import Builder
     b = Builder("f")
     y = case.body(b, *case.params)
     c = ir.Var("ct", y.type)

@@ -1,17 +1,17 @@
-"""The NumPy reference interpreter (compiler/interp.py): op rows, evaluation, dtypes, inputs."""
+"""The NumPy reference interpreter (compiler/oracle/interp.py): op rows, evaluation, dtypes, inputs."""
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler import ir
+from compiler.ad.vjp import Builder
 from compiler.analysis import analyze
-from compiler.interp import NUMPY_OPS, random_inputs, run_function
-from compiler.ops import OPS
-from compiler.runtime import KinaRuntimeError
-from compiler.types import DType, TensorType, f32
-from compiler.vjp import Builder
+from compiler.core.types import DType, TensorType, f32
+from compiler.ir import nodes as ir
+from compiler.ir.ops import OPS
+from compiler.oracle.interp import NUMPY_OPS, random_inputs, run_function
+from compiler.runtime.library import KinaRuntimeError
 
 CASES = Path(__file__).parent / "ad_cases"
 
@@ -287,8 +287,9 @@ def test_a_failing_numpy_row_is_a_kina_error_naming_the_op():
     is a KinaRuntimeError that `kinac run` prints, not a KeyError traceback."""
     import pytest
 
-    from compiler import interp, ir
-    from compiler.types import f32
+    from compiler.core.types import f32
+    from compiler.ir import nodes as ir
+    from compiler.oracle import interp
     t = f32(2, 3)
     node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "min", "axis": 1}, f32(2, 1))
     fn = ir.Function("g", [ir.Param("x", t)], node.type, [], node)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler import build, interp, rewrites, runtime
-from compiler.ops import SURFACE_OPS
+from compiler import build
+from compiler.backend import rewrites
+from compiler.ir.ops import SURFACE_OPS
+from compiler.oracle import interp
+from compiler.runtime import library as runtime
 
 
 def _build(tmp_path, text: str, name: str = "prog", level: int | None = None):
@@ -196,7 +199,7 @@ CAST_SOURCES = {"F32": "x", "F16": "x.cast(dtype=F16)", "BF16": "x.cast(dtype=BF
 
 
 def test_cast_between_every_pair_of_dtypes(tmp_path):
-    from compiler.types import FLOAT_DTYPES
+    from compiler.core.types import FLOAT_DTYPES
     pairs = [(s, d.value) for s in CAST_SOURCES for d in FLOAT_DTYPES] + [("Bool", "I64")]
     fns = [f"fn c_{s}_{d}(x: Tensor[F32, [2, 5]], ids: Tensor[I64, [2, 5]]) -> Tensor[{d}, [2, 5]] {{\n"
            f"  {CAST_SOURCES[s]}.cast(dtype={d})\n}}\n" for s, d in pairs]
@@ -216,7 +219,7 @@ def test_the_new_ops_together_pass_kinac_validate():
     cotangents vs finite differences, both non-trivial."""
     from pathlib import Path
 
-    from compiler import validate
+    from compiler.oracle import validate
     path = Path(__file__).parent / "ad_cases" / "ok_new_ops.kina"
     report = validate.validate_file(path)
     assert report.ok, validate.format_report(report)

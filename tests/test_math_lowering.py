@@ -1,4 +1,4 @@
-"""-O2's own f32 exp (compiler/math_lowering.py) and the vectorised inner reductions
+"""-O2's own f32 exp (compiler/backend/math_lowering.py) and the vectorised inner reductions
 (parallelize.tag_inner_reductions + the transform script): the rewrite, the accuracy of
 the compiled exp over a sweep of f32 inputs and its special values, and the programs that
 motivated both (a causal softmax, log_softmax rows) against -O0 and NumPy."""
@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 from emit_support import emitted
 
-from compiler import build, engine, math_lowering, parallelize, runtime
+from compiler import build
+from compiler.backend import engine, math_lowering, parallelize
+from compiler.runtime import library as runtime
 
 N = 1 << 20
 EXP = f"fn ex(x: Tensor[F32, [{N}]]) -> Tensor[F32, [{N}]] {{\n  x.exp()\n}}\n"

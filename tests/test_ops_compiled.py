@@ -4,7 +4,10 @@ One small program per op row (a one-op function `f` and, when the op is
 differentiable, `g` = `handle f(..) with reverseMode`), built once per row."""
 import pytest
 
-from compiler import build, interp, ops, runtime, validate
+from compiler import build
+from compiler.ir import ops
+from compiler.oracle import interp, validate
+from compiler.runtime import library as runtime
 
 M = "Tensor[F32, [2, 3]]"
 BINARY = [("a", M), ("b", M)]

@@ -12,20 +12,11 @@ import numpy as np
 import pytest
 from test_ops_compiled import ROWS, _check, source
 
-from compiler import (
-    build,
-    engine,
-    interp,
-    parallelize,
-    pipelines,
-    rewrites,
-    runtime,
-    threads,
-    toolchain,
-    toolchain_errors,
-    transform_library,
-    validate,
-)
+from compiler import build
+from compiler.backend import engine, parallelize, pipelines, rewrites, threads, toolchain, transform_library
+from compiler.backend import errors as toolchain_errors
+from compiler.oracle import interp, validate
+from compiler.runtime import library as runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.kina") if not p.name.startswith("invalid_"))
@@ -160,7 +151,7 @@ def test_library_exports_packed_entry_points(add_fn):
 
 def test_repeated_calls_see_new_contents_and_recheck_arrays(add_fn):
     """The same arrays called again: new contents are read, and a new array of the wrong
-    shape or a wrong argument count is still refused (public behaviour of compiler.runtime,
+    shape or a wrong argument count is still refused (public behaviour of compiler.runtime.library,
     whatever it remembers between calls)."""
     f = add_fn.plus
     a, b = np.ones((2, 3), np.float32), np.full((2, 3), 2.0, np.float32)
@@ -398,7 +389,7 @@ def test_transform_library_tiles_every_tagged_rank():
             assert f"kina.transpose_tile = array<i64: {tiles}>" in transform_library.TRANSFORM_LIBRARY
 
 
-# ---- multithreaded kernels (scf.forall -> OpenMP loops on libomp, compiler/threads.py) -------
+# ---- multithreaded kernels (scf.forall -> OpenMP loops on libomp, compiler/backend/threads.py) -------
 PARALLEL = """
 fn mm(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 512]]) -> Tensor[F32, [64, 512]] {
   a @ b

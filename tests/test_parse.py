@@ -1,11 +1,11 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
-from compiler import lex
-from compiler import syntax as ast
-from compiler.ast_builder import MAX_DEPTH
-from compiler.diagnostics import SourceText, Span
-from compiler.item_split import split_items
-from compiler.parse import parse_item, parse_module
-from compiler.parse_recovery import MAX_ERRORS_PER_ITEM
+from compiler.core.diagnostics import SourceText, Span
+from compiler.syntax import lex
+from compiler.syntax import nodes as ast
+from compiler.syntax.builder import MAX_DEPTH
+from compiler.syntax.items import split_items
+from compiler.syntax.parse import parse_item, parse_module
+from compiler.syntax.recovery import MAX_ERRORS_PER_ITEM
 
 T = "Tensor[F32, [1, 4]]"
 
@@ -238,7 +238,7 @@ def test_errors_per_item_are_capped():
     assert all(d.message == "expected an expression, found `*`" for d in diags)
 
 
-# ---- the lexer (compiler.lex: shared by the parser's recovery and the language server) ----
+# ---- the lexer (compiler.syntax.lex: shared by the parser's recovery and the language server) ----
 def test_lexer_keywords_are_the_grammars_word_terminals():
     assert lex.KEYWORDS == {"fn", "let", "in", "handle", "with", "Tensor"}
     assert [t.type for t in lex.tokens("fn let in handle with Tensor fnx")] == [
@@ -271,7 +271,7 @@ def test_ast_nodes_are_frozen_so_the_shared_parse_cache_is_safe():
 
     import pytest
 
-    from compiler.parse import parse_local
+    from compiler.syntax.parse import parse_local
     text = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { let y = x.exp() in y.reshape([2]) }"
     fn, _ = parse_local(text)
     assert parse_local(text)[0] is fn

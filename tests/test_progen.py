@@ -1,4 +1,4 @@
-"""The program generator (compiler/progen.py): every program it makes is well-typed
+"""The program generator (compiler/oracle/progen/generate.py): every program it makes is well-typed
 (parse + check + the reverseMode restrictions + ir.verify after lowering), it covers
 every op of ops.OPS, the dims, ranks and dtypes the differential tests promise, it is
 deterministic in its seed, and a replayed (edited) choice record regenerates a valid
@@ -9,8 +9,15 @@ from collections import Counter
 
 import pytest
 
-from compiler import analysis, autodiff, ir, ops, progen, progen_ops, progen_render
-from compiler.types import DType
+from compiler import analysis
+from compiler.ad import transform as autodiff
+from compiler.core.types import DType
+from compiler.ir import nodes as ir
+from compiler.ir import ops
+from compiler.ir.verify import verify as verify_ir
+from compiler.oracle.progen import generate as progen
+from compiler.oracle.progen import makers as progen_ops
+from compiler.oracle.progen import render as progen_render
 
 SEEDS = range(400)
 
@@ -43,7 +50,7 @@ def test_every_op_has_a_generator_row():
     assert set(progen_ops.VIA_AD) == internal, "progen_ops.VIA_AD names the VJP that emits each internal op"
     assert all(progen_ops.MAKERS[src].ad for src in progen_ops.VIA_AD.values())
     missing = sorted(surface - set(progen_render.SURFACE))
-    assert not missing, f"compiler.progen_render.SURFACE (how a generated op is written) has no row for: {', '.join(missing)}"
+    assert not missing, f"compiler.oracle.progen.render.SURFACE (how a generated op is written) has no row for: {', '.join(missing)}"
 
 
 # Programs generated per op with that op forced; the op must be in at least half of them.
@@ -117,7 +124,7 @@ def test_every_attribute_choice_is_generated(op, attr):
 
 def test_programs_verify_after_lowering(generated):
     for case, _, lowered in generated:
-        assert ir.verify(lowered, "lower_handles") == [], case.source("f")
+        assert verify_ir(lowered, "lower_handles") == [], case.source("f")
 
 
 def test_shapes_dtypes_and_reverse_mode_share(generated):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler import build, differential, runtime
+from compiler import build
+from compiler.oracle import differential
+from compiler.runtime import library as runtime
 
 pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
 

@@ -1,6 +1,6 @@
 """Runtime: argument checks, out= buffers, manifest/header content, flat memory over many calls,
 no retention of passed arrays, in-place changes caught, concurrent calls; every call test runs
-through both paths (the C helper compiler._fastcall, and the pure-Python checks + ctypes), which
+through both paths (the C helper compiler.runtime._fastcall, and the pure-Python checks + ctypes), which
 must agree; plus the C helper's own contract (mismatch index, nothing called on a mismatch)."""
 import ctypes
 import json
@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, ir, runtime, toolchain
-from compiler.types import TupleType, f32, i64
+from compiler import build
+from compiler.backend import toolchain
+from compiler.core.types import TupleType, f32, i64
+from compiler.ir import nodes as ir
+from compiler.runtime import library as runtime
 
 # row sums of a [2, 3] matrix plus a copy of an I64 vector: two inputs of different dtypes,
 # two outputs.
@@ -82,12 +85,12 @@ def test_header_content(lib_path):
 
 
 def test_the_c_helper_is_built_and_current(lib_path):
-    """`pip install -e .` builds compiler/_fastcall.c; a stale build would run old checks."""
-    assert runtime.FASTCALL_AVAILABLE, "compiler._fastcall is not built: run `pip install -e .`"
-    from compiler import _fastcall
+    """`pip install -e .` builds compiler/runtime/_fastcall.c; a stale build would run old checks."""
+    assert runtime.FASTCALL_AVAILABLE, "compiler.runtime._fastcall is not built: run `pip install -e .`"
+    from compiler.runtime import _fastcall
     source = Path(runtime.__file__).with_name("_fastcall.c")
     assert Path(_fastcall.__file__).stat().st_mtime >= source.stat().st_mtime, \
-        "compiler/_fastcall.c is newer than its build: run `pip install -e .`"
+        "compiler/runtime/_fastcall.c is newer than its build: run `pip install -e .`"
     assert runtime.load(lib_path).rows.uses_fastcall
     assert not runtime.load(lib_path, fastcall=False).rows.uses_fastcall
 
@@ -367,7 +370,7 @@ def test_both_paths_give_identical_results(lib_path, mixed_path):
 @pytest.fixture(scope="module")
 def entry(lib_path):
     if not runtime.FASTCALL_AVAILABLE:
-        pytest.skip("compiler._fastcall is not built")
+        pytest.skip("compiler.runtime._fastcall is not built")
     return runtime.load(lib_path).rows._fast
 
 
@@ -393,14 +396,14 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     (2, lambda outs: (A, N)),                                           # arity: min(len, slots)
 ])
 def test_fastcall_returns_the_first_mismatch_without_calling(entry, bad_index, make):
-    from compiler import _fastcall
+    from compiler.runtime import _fastcall
     outs = _sentinel_outs()
     assert _fastcall.call(entry, make(outs)) == bad_index
     assert np.all(outs[0] == -1.0) and np.all(outs[1] == -1), "called despite a mismatch"
 
 
 def test_fastcall_calls_when_everything_matches(entry):
-    from compiler import _fastcall
+    from compiler.runtime import _fastcall
     outs = _sentinel_outs()
     assert _fastcall.call(entry, (A, N, *outs)) == -1
     np.testing.assert_allclose(outs[0], A.sum(axis=1))
@@ -409,8 +412,8 @@ def test_fastcall_calls_when_everything_matches(entry):
 
 def test_fastcall_entry_rejects_bad_specs():
     if not runtime.FASTCALL_AVAILABLE:
-        pytest.skip("compiler._fastcall is not built")
-    from compiler import _fastcall
+        pytest.skip("compiler.runtime._fastcall is not built")
+    from compiler.runtime import _fastcall
     fn = ctypes.cast(ctypes.CDLL(None).labs, ctypes.c_void_p).value
     template = bytes(8 * 5)   # one rank-1 descriptor
     assert "1 tensors" in repr(_fastcall.Entry(fn, template, (("f", 4, False, (4,), 0, -1),), np.ndarray))

@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, interp, runtime
-from compiler.runtime_library import THREAD_POOL_SYMBOL
+from compiler import build
+from compiler.oracle import interp
+from compiler.runtime import library as runtime
+from compiler.runtime.loader import THREAD_POOL_SYMBOL
 
 ROOT = Path(__file__).resolve().parent.parent
 PATHS = [pytest.param(True, id="C"), pytest.param(False, id="python")]
@@ -224,8 +226,8 @@ def test_outputs_sharing_memory_are_refused(alias_path, fastcall):
 
 def test_the_c_helper_declines_aliased_outputs(alias_path):
     if not runtime.FASTCALL_AVAILABLE:
-        pytest.skip("compiler._fastcall is not built")
-    from compiler import _fastcall
+        pytest.skip("compiler.runtime._fastcall is not built")
+    from compiler.runtime import _fastcall
     lib = runtime.load(alias_path)
     h = X.copy()
     assert _fastcall.call(lib.t._fast, (h, h)) == 1              # the output, not called
@@ -295,5 +297,5 @@ def test_a_child_forked_around_a_parallel_kernel_computes(tmp_path, when):
 
 def test_serial_libraries_are_not_marked_threaded(alias_path):
     assert not runtime.load(alias_path).threaded
-    from compiler import threads
+    from compiler.backend import threads
     assert THREAD_POOL_SYMBOL == threads.FORK_SYMBOL

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import ir
 from compiler.analysis import analyze
-from compiler.interp import run_function
-from compiler.types import TupleType, f32
+from compiler.core.types import TupleType, f32
+from compiler.ir import nodes as ir
+from compiler.oracle.interp import run_function
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))

@@ -1,9 +1,9 @@
 """Every op of the op table has a row in every per-stage table.
 
-Adding an op means: a row in compiler/ops.py (shape rule and docs),
-compiler/interp.py (NumPy reference), compiler/vjp.py (VJP) and
-compiler/emit_ops.py (MLIR lowering), compiler/torch_ref.py (PyTorch reference),
-compiler/progen_ops.py (the program generator), plus a gradient-check case
+Adding an op means: a row in compiler/ir/ops.py (shape rule and docs),
+compiler/oracle/interp.py (NumPy reference), compiler/ad/vjp.py (VJP) and
+compiler/backend/emit/ops.py (MLIR lowering), compiler/oracle/torch_ref.py (PyTorch reference),
+compiler/oracle/progen/makers.py (the program generator), plus a gradient-check case
 (tests/test_gradcheck.py) and a compiled-vs-interpreter case
 (tests/test_ops_compiled.py), which fail on their own when missing.  This test
 names the stage whose row is missing, and checks that every choice of an enum
@@ -18,14 +18,14 @@ import importlib
 
 import pytest
 
-from compiler.ops import OPS
-from compiler.types import f32
+from compiler.core.types import f32
+from compiler.ir.ops import OPS
 
 STAGE_TABLES = [
-    ("compiler.interp", "NUMPY_OPS"),
-    ("compiler.vjp", "VJPS"),
-    ("compiler.emit_ops", "LOWERINGS"),
-    ("compiler.torch_ref", "TORCH_OPS"),   # the differential tests' PyTorch reference
+    ("compiler.oracle.interp", "NUMPY_OPS"),
+    ("compiler.ad.vjp", "VJPS"),
+    ("compiler.backend.emit.ops", "LOWERINGS"),
+    ("compiler.oracle.torch_ref", "TORCH_OPS"),   # the differential tests' PyTorch reference
 ]
 # The program generator has a row per surface op (and names the VJP emitting each
 # internal op): tests/test_progen.py checks it, and that every op is generated.
@@ -51,15 +51,15 @@ def test_op_rows_are_documented():
 # which must cover the enum attributes of every op with a VJP rule, and the program
 # generator, which must draw every choice of a surface op (internal ops are generated
 # through the VJP of a surface op, so they inherit its choices).
-VALUE_STAGES = ["compiler.interp", "compiler.emit_ops", "compiler.torch_ref"]
-CHOICE_STAGES = [*VALUE_STAGES, "compiler.vjp", "compiler.progen_ops"]
+VALUE_STAGES = ["compiler.oracle.interp", "compiler.backend.emit.ops", "compiler.oracle.torch_ref"]
+CHOICE_STAGES = [*VALUE_STAGES, "compiler.ad.vjp", "compiler.oracle.progen.makers"]
 
 
 def _needs_table(module: str, name: str, op) -> bool:
-    from compiler.vjp import VJPS
-    if module == "compiler.vjp":
+    from compiler.ad.vjp import VJPS
+    if module == "compiler.ad.vjp":
         return name in VJPS and VJPS[name].rule is not None
-    if module == "compiler.progen_ops":
+    if module == "compiler.oracle.progen.makers":
         return not op.internal
     return True
 
@@ -108,8 +108,8 @@ def test_a_new_choice_without_its_rows_is_named():
     ops = {**OPS, "reduce_keep": dataclasses.replace(op, attrs=tuple(widened if a is spec else a for a in op.attrs))}
     assert missing_choice_rows(ops) == [
         f"{m}.ATTR_CHOICES[('reduce_keep', 'op')] has no row for: min"
-        for m in ("compiler.interp", "compiler.emit_ops", "compiler.torch_ref", "compiler.vjp",
-                  "compiler.progen_ops")]
+        for m in ("compiler.oracle.interp", "compiler.backend.emit.ops", "compiler.oracle.torch_ref", "compiler.ad.vjp",
+                  "compiler.oracle.progen.makers")]
 
 
 def test_a_new_gelu_choice_without_its_rows_is_named():
@@ -125,13 +125,13 @@ def test_a_new_gelu_choice_without_its_rows_is_named():
     want = {f"{m}.ATTR_CHOICES[({name!r}, 'approximate')] has no row for: sigmoid"
             for name in ("gelu", "gelu_grad") for m in VALUE_STAGES}
     want |= {f"{m}.ATTR_CHOICES[('gelu', 'approximate')] has no row for: sigmoid"
-             for m in ("compiler.vjp", "compiler.progen_ops")}
+             for m in ("compiler.ad.vjp", "compiler.oracle.progen.makers")}
     assert missing == want
 
 
 def test_value_flow_facts_are_op_fields():
     """uses.py reads the op rows: layout ops, index bounds and positive domains."""
-    from compiler.types import i64
+    from compiler.core.types import i64
     assert {n for n, op in OPS.items() if op.layout} == {"reshape", "transpose", "broadcast", "slice", "concat"}
     assert {n for n, op in OPS.items() if op.index_bound} == set(
         n for n, op in OPS.items() if op.index_operands)
@@ -164,8 +164,8 @@ def test_every_attribute_choice_has_a_vjp_or_a_reason(op, attr, choice):
     or rejected under reverseMode with a message (VJPS[op].reject)."""
     from test_gradcheck import CASES_BY_OP, checked_program
 
-    from compiler.ir import OpApp, Var
-    from compiler.vjp import VJPS
+    from compiler.ad.vjp import VJPS
+    from compiler.ir.nodes import OpApp, Var
     row = VJPS[op]
     if row.rule is None:
         assert row.unsupported

@@ -9,9 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import build, ir, pipelines, runtime, toolchain, toolchain_errors
-from compiler.diagnostics import SourceText
-from compiler.types import DType, TensorType, TupleType, f32
+from compiler import build
+from compiler.backend import errors as toolchain_errors
+from compiler.backend import pipelines, toolchain, tools
+from compiler.core.diagnostics import SourceText
+from compiler.core.types import DType, TensorType, TupleType, f32
+from compiler.ir import nodes as ir
+from compiler.runtime import library as runtime
 
 # A function called `step` (glibc exports a `step` too) that calls a private
 # generated function, as emitted code does for `f.rev`.
@@ -88,8 +92,8 @@ def test_env_var_override_is_used(monkeypatch):
 
 def test_missing_tool_everywhere_names_tool_and_install(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(toolchain, "_package_bin", lambda package: None)
-    monkeypatch.setattr(toolchain, "_SYSTEM_DIRS", ())
+    monkeypatch.setattr(tools, "_package_bin", lambda package: None)
+    monkeypatch.setattr(tools, "_SYSTEM_DIRS", ())
     with pytest.raises(toolchain_errors.ToolchainError, match=r"cannot find mlir-translate.*pip install"):
         toolchain.find_tool("mlir-translate")
 
@@ -171,7 +175,7 @@ def test_unmapped_tool_error_quotes_generated_location():
 
 def test_default_opt_level_comes_from_the_environment(monkeypatch):
     from compiler.build import default_opt_level
-    from compiler.diagnostics import UsageError
+    from compiler.core.diagnostics import UsageError
     monkeypatch.delenv("KINA_OPT_LEVEL", raising=False)
     assert default_opt_level() == 0
     monkeypatch.setenv("KINA_OPT_LEVEL", "2")
@@ -249,7 +253,7 @@ def test_tools_hang_is_a_timeout_diagnostic(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\nsleep 30\n")
     fake.chmod(0o755)
     monkeypatch.setenv("KINA_MLIR_OPT", str(fake))
-    monkeypatch.setattr(toolchain, "TOOL_TIMEOUT", 1.0)
+    monkeypatch.setattr(tools, "TOOL_TIMEOUT", 1.0)
     res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
     assert not res.ok and "did not finish within 1 s" in res.diagnostics[0].message
 

@@ -1,4 +1,4 @@
-"""compiler.uses: where a parameter's values go (index bounds and positivity), through layout
+"""compiler.ir.uses: where a parameter's values go (index bounds and positivity), through layout
 ops, lets, tuples, calls and handles, in and back out through results; and the manifest
 records the bound of every I64 parameter of every example that feeds an index op."""
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from compiler import build
 from compiler.analysis import analyze
-from compiler.uses import Uses
+from compiler.ir.uses import Uses
 
 ROOT = Path(__file__).resolve().parent.parent
 

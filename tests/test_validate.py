@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler import ir, validate
-from compiler.types import f32, i64
+from compiler.core.types import f32, i64
+from compiler.ir import nodes as ir
+from compiler.oracle import validate
 
 # `check(idx)` asserts every index is < 4 (the message emitted for ScatterAdd); `ok(a)` copies.
 MLIR = """
@@ -181,7 +182,7 @@ def test_validate_passes_16x32_attention_and_batched_matmul(tmp_path, level, mon
     assert report.ok, validate.format_report(report)
     assert {f.name for f in report.functions} == {"attention", "attention_grads", "bmm", "attention (reverseMode)"}
     # The outputs are large (the point of the test) and the old rule would have failed them.
-    from compiler import interp
+    from compiler.oracle import interp
     program = report.build.program
     pairs = []
     for name, got in seen:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from compiler import lex
-from compiler.ops import SURFACE_OPS
-from compiler.types import DType
+from compiler.core.types import DType
+from compiler.ir.ops import SURFACE_OPS
+from compiler.syntax import lex
 
 EXT = Path(__file__).resolve().parent.parent / "editors" / "vscode"
 GRAMMAR = EXT / "syntaxes" / "kina.tmLanguage.json"
@@ -84,7 +84,7 @@ def _alternation(pattern: str) -> set[str]:
 
 def test_grammar_highlights_every_surface_op_and_dtype() -> None:
     """The grammar's built-in op and dtype lists match the compiler's op table and types
-    (a new op in compiler/ops.py must be added to the grammar too)."""
+    (a new op in compiler/ir/ops.py must be added to the grammar too)."""
     repo = json.loads(GRAMMAR.read_text())["repository"]
     method_ops = _alternation(repo["method-call"]["patterns"][0]["match"])
     free_ops = _alternation(repo["function-call"]["patterns"][0]["match"])

@@ -1,7 +1,7 @@
 """Issue 11: an LLVM/MLIR abort during an -O2 build is a failed Build & validate with the
 reason, and the language server lives on.  The server runs with KINA_OPT_LEVEL=2 and
 KINA_BACKEND_FAULT=llvm, which makes the -O2 back end's worker process abort as LLVM does
-(compiler/backend_worker.py)."""
+(compiler/backend/worker.py)."""
 from __future__ import annotations
 
 import os

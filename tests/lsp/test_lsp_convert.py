@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types as lsp
 
-from compiler.diagnostics import Span
+from compiler.core.diagnostics import Span
 from kina_lsp.convert import LineIndex
 
 TEXT = "ab\n// é🙂 x\nlet y\n"

@@ -91,7 +91,7 @@ def test_quick_fix_name_does_not_capture_an_existing_name():
 
 
 def test_new_ops_have_hover_completion_and_signature_help_from_the_table():
-    from compiler.ops import SURFACE_OPS
+    from compiler.ir.ops import SURFACE_OPS
     from kina_lsp import completion
     text = "fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {\n  x.gelu(approximate=tanh).clamp(min=0.0)\n}\n"
     v = view_of(text)
@@ -126,7 +126,7 @@ def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():
 
 
 def test_every_fix_kind_has_a_quick_fix():
-    from compiler.diagnostics import FIXES
+    from compiler.core.diagnostics import FIXES
     assert set(actions.QUICK_FIXES) == set(FIXES)
 
 

@@ -1,0 +1,19 @@
+"""Stage 3, AD: typed IR -> typed IR, reverse mode written as an effect handler.
+
+Takes a checked program; gives it with every `handle f(args) with reverseMode` replaced by
+a call of a generated function `f.rev` computing (R, g0, .., gk-1), and the diagnostics
+of what reverseMode refuses.  The VJP of each op is one row of vjp.VJPS.
+
+Public entry points (other packages import only these):
+  transform_ad(program, fn) -> (ir Function "fn.rev" | None, diagnostics)
+  lower_handles(program) -> (program without handles, diagnostics)
+  check_differentiable(program, fn) -> diagnostics (the reverseMode restrictions)
+  VJPS            the VJP table (one row per op of compiler.ir.ops.OPS)
+
+Inside: transform (the pass: inlining, the backward sweep, ScatterAdd), vjp (the rows and
+the Builder that emits the backward graph's single-op lets).
+"""
+from compiler.ad.transform import check_differentiable, lower_handles, transform_ad
+from compiler.ad.vjp import VJPS
+
+__all__ = ["VJPS", "check_differentiable", "lower_handles", "transform_ad"]

@@ -1,0 +1,29 @@
+"""Stage 4, backend: typed IR -> MLIR text -> a host shared library (.so).
+
+Takes a program without handles (compiler.ad.lower_handles); gives MLIR text
+(emit), then an object file and a linked library through one of two back ends:
+-O0, the reference lowering, runs the external tools (mlir-opt, mlir-translate, llc,
+cc); -O1..-O3 run the pass pipeline through the MLIR Python bindings in a worker
+process (an MLIR or LLVM abort is a diagnostic, never the caller's death), then opt and
+llc.  A failing stage is a diagnostic with the Kina source location, never a traceback.
+
+Public modules (other packages import only these; this file imports none of them, so
+`import compiler.backend.threads` from the runtime stays cheap):
+  emit          emit_program(program, source) -> EmitResult(text, diagnostics); LOWERINGS
+  toolchain     compile_mlir(text, out_so, opt_level=..) -> CompileResult; mlir_to_llvm_ir
+  pipelines     PIPELINES: the pass list of each -O level, as data
+  cache         the build cache (key_for, fetch, store, source_hint, hinted_hit, clear)
+  worker        the -O2 worker started ahead of its request (prestart, take_spare)
+  errors        ToolchainError, StageFailed: how every back-end stage fails
+  threads       libomp: the OpenMP runtime the -O2 kernels link (the runtime preloads it)
+  entry_points  packed_symbol: the `_kina_packed_kina_f(void **)` entry of each function
+
+Inside, in the order a build runs them: pipelines (the slots), fusion and math_lowering
+(-O2 rewrites before tagging), parallelize (what the script vectorises, tiles, threads),
+transform_library (the -O2 transform-dialect script), rewrites (the Python rewrite slots),
+bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
+worker_main (the worker process's side), llvm_stage (opt, llc, llvm-split), tools
+(finding and running the external tools), alloc_cache (the -O2 heap-buffer cache linked
+into libraries), toolchain (the driver of both back ends).
+"""
+__all__ = ["cache", "emit", "entry_points", "errors", "pipelines", "threads", "toolchain", "worker"]

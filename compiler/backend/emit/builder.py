@@ -1,0 +1,266 @@
+"""The MLIR text builder behind emit_mlir: element types, tensor types, fresh SSA
+names, op lines carrying `loc("file.kina":line:col)`, and helpers for the
+recurring shapes of tensor-level code (linalg.generic, fill, collapse/expand,
+f32 compute domain, index bounds checks).  It knows nothing about Kina ops.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from compiler.core.diagnostics import SourceText, Span
+from compiler.core.types import BY_MLIR, DType, Type
+from compiler.ir import nodes as ir
+from compiler.ir.nodes import as_tensor
+
+# Kina dtype -> MLIR element type (storage); the facts live in types.DType.
+ELEM: dict[DType, str] = {d: d.mlir for d in DType}
+COMPUTE = "f32"  # scalar type in which every float op computes
+# The results of an indexing map over d0..dn-1: a loop dimension ("d2") or a constant (0).
+MapResults = Sequence[int | str]
+# A linalg body: the block arguments' SSA names in (one per operand, so the arity varies
+# with the op) -> the name of the value to yield.
+Body = Callable[..., str]
+
+
+class EmitError(Exception):
+    """A construct with no host lowering; becomes an `emit` diagnostic at `span`."""
+
+    def __init__(self, message: str, span: Span) -> None:
+        super().__init__(message)
+        self.message, self.span = message, span
+
+
+@dataclass(frozen=True)
+class Ty:
+    """An MLIR ranked tensor type: element type and static shape."""
+    elem: str
+    shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def mlir(self) -> str:
+        return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.elem + ">"
+
+    def with_elem(self, elem: str) -> Ty:
+        return Ty(elem, self.shape)
+
+    def with_shape(self, shape: Iterable[int]) -> Ty:
+        return Ty(self.elem, tuple(shape))
+
+
+def ty(t: Type) -> Ty:
+    """The MLIR tensor type of a Kina tensor type (a tuple has none: a TypeError)."""
+    t = as_tensor(t)
+    return Ty(ELEM[t.dtype], t.shape)
+
+
+def symbol(fn: str) -> str:
+    """`f` -> `@kina_f`; generated `f.rev` -> `@"kina_f.rev"` (quoted: not a bare identifier)."""
+    name = "kina_" + fn
+    return f'@"{name}"' if not name.replace("_", "a").isalnum() else "@" + name
+
+
+def affine(n: int, results: MapResults) -> str:
+    dims = ", ".join(f"d{i}" for i in range(n))
+    return f"affine_map<({dims}) -> ({', '.join(str(r) for r in results)})>"
+
+
+def identity(n: int) -> list[str]:
+    return [f"d{i}" for i in range(n)]
+
+
+def float_literal(x: float, elem: str) -> str:
+    """A float in MLIR syntax (which needs a '.' before any exponent; inf/nan as hex bits)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return hex(BY_MLIR[elem].bits_of(x))   # E4M3FN has no inf: NaN, as in the interpreter
+    s = repr(float(x))
+    mant, _, exp = s.partition("e")
+    if "." not in mant:
+        mant += ".0"
+    return mant + ("e" + exp if exp else "")
+
+
+class FnEmitter:
+    """Emits one func.func: fresh SSA names, op lines with locations, linalg.generic."""
+
+    def __init__(self, source: SourceText | None) -> None:
+        self.source = source
+        self.lines: list[str] = []
+        self.indent = 2
+        self.counter = 0
+        self.used: set[str] = set()
+        self.loc = ""
+        self.span = ir.NO_SPAN
+        self.fallback = ir.NO_SPAN  # location for span-less nodes: the current let or function
+
+    # ---- names and lines ---------------------------------------------------
+    def fresh(self, hint: str | None = None) -> str:
+        if hint is None:
+            self.counter += 1
+            return f"%{self.counter - 1}"
+        name, k = hint, 0
+        while name in self.used:  # lets are unique per function; generated code may not be
+            k += 1
+            name = f"{hint}_{k}"
+        self.used.add(name)
+        return "%" + name
+
+    def at(self, span: Span) -> None:
+        """Attach `span`'s Kina location to the ops emitted from now on.  Generated nodes
+        (autodiff's backward graph) may have no span: they take the enclosing `fallback`."""
+        if span == ir.NO_SPAN:
+            span = self.fallback
+        self.span = span
+        if self.source is not None:
+            line, col = self.source.line_col(span.start)
+            path = self.source.path.replace("\\", "\\\\").replace('"', '\\"')
+            self.loc = f' loc("{path}":{line}:{col})'
+
+    def line(self, text: str) -> None:
+        self.lines.append(" " * self.indent + text)
+
+    def op(self, text: str, out: str | None = None) -> str:
+        """Emit `out = text loc(..)`; returns the result name."""
+        out = out or self.fresh()
+        self.line(f"{out} = {text}{self.loc}")
+        return out
+
+    def stmt(self, text: str) -> None:
+        self.line(text + self.loc)
+
+    def fail(self, message: str) -> None:
+        raise EmitError(message, self.span)
+
+    # ---- tensor helpers ----------------------------------------------------
+    def empty(self, t: Ty) -> str:
+        return self.op(f"tensor.empty() : {t.mlir}")
+
+    def scalar(self, value: float, elem: str) -> str:
+        if elem in ("i1",):
+            return self.op(f"arith.constant {'true' if value else 'false'}")
+        if elem.startswith("i"):
+            return self.op(f"arith.constant {int(value)} : {elem}")
+        if elem == "index":
+            return self.op(f"arith.constant {int(value)} : index")
+        return self.op(f"arith.constant {float_literal(value, elem)} : {elem}")
+
+    def filled(self, t: Ty, value: float, out: str | None = None) -> str:
+        """A tensor of type t holding `value` everywhere: linalg.fill of a
+        bufferization.alloc_tensor.  It is an accumulator that its op updates in place; a
+        tensor.empty would let CSE merge the accumulators of two matmuls into one tensor,
+        which bufferization must then copy (issue 11's first program is that pattern)."""
+        c = self.scalar(value, t.elem)
+        e = self.op(f"bufferization.alloc_tensor() : {t.mlir}")
+        return self.op(f"linalg.fill ins({c} : {t.elem}) outs({e} : {t.mlir}) -> {t.mlir}", out)
+
+    def generic(self, ins: list[tuple[str, Ty, MapResults]], init: tuple[str, Ty, MapResults],
+                iterators: list[str], body: Body, out: str | None = None) -> str:
+        """linalg.generic with one output.  ins/init: (value, type, map results over d0..dn-1).
+        `body(*block_args)` emits the scalar code and returns the value to yield."""
+        n = len(iterators)
+        operands = ins + [init]
+        maps = ", ".join(affine(n, m) for _, _, m in operands)
+        its = ", ".join(f'"{i}"' for i in iterators)
+        ins_txt = (f"ins({', '.join(v for v, _, _ in ins)} : {', '.join(t.mlir for _, t, _ in ins)}) "
+                   if ins else "")
+        v0, t0, _ = init
+        out = out or self.fresh()
+        self.line(f"{out} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}} "
+                  f"{ins_txt}outs({v0} : {t0.mlir}) {{")
+        args = [self.fresh() for _ in operands]
+        self.line("^bb0(" + ", ".join(f"{a}: {t.elem}" for a, (_, t, _) in zip(args, operands)) + "):")
+        self.indent += 2
+        y = body(*args)
+        self.stmt(f"linalg.yield {y} : {t0.elem}")
+        self.indent -= 2
+        self.line(f"}} -> {t0.mlir}{self.loc}")
+        return out
+
+    def map_elementwise(self, ins: list[tuple[str, Ty]], out_t: Ty, fn: Body,
+                        out: str | None = None) -> str:
+        """out[i] = fn(ins[i]...) over identically shaped tensors (fn sees block args)."""
+        n = out_t.rank
+        return self.generic([(v, t, identity(n)) for v, t in ins], (self.empty(out_t), out_t, identity(n)),
+                            ["parallel"] * n, lambda *a: fn(*a[:-1]), out)
+
+    # ---- float compute domain ------------------------------------------------
+    def load(self, x: str, elem: str) -> str:
+        """Scalar of storage type `elem` -> the f32 compute type."""
+        return x if elem == COMPUTE else self.op(f"arith.extf {x} : {elem} to {COMPUTE}")
+
+    def store(self, x: str, elem: str) -> str:
+        return x if elem == COMPUTE else self.op(f"arith.truncf {x} : {COMPUTE} to {elem}")
+
+    def to_index(self, x: str) -> str:
+        return self.op(f"arith.index_cast {x} : i64 to index")
+
+    def convert(self, x: str, src: Ty, elem: str, out: str | None = None) -> str:
+        """Elementwise storage conversion (f32 accumulator -> f16/bf16 result)."""
+        if src.elem == elem:
+            return x
+        op = "truncf" if src.elem == COMPUTE else "extf"
+        return self.map_elementwise([(x, src)], src.with_elem(elem),
+                                    lambda a: self.op(f"arith.{op} {a} : {src.elem} to {elem}"), out)
+
+    # ---- shape helpers -----------------------------------------------------
+    def collapse(self, x: str, t: Ty, groups: list[list[int]], out: str | None = None) -> str:
+        new = t.with_shape(_prod(t.shape[i] for i in g) for g in groups)
+        return self.op(f"tensor.collapse_shape {x} {_groups(groups)} : {t.mlir} into {new.mlir}", out)
+
+    def expand(self, x: str, t: Ty, groups: list[list[int]], shape: Sequence[int], out: str | None = None) -> str:
+        new = t.with_shape(shape)
+        dims = ", ".join(str(d) for d in shape)
+        return self.op(f"tensor.expand_shape {x} {_groups(groups)} output_shape [{dims}] : "
+                       f"{t.mlir} into {new.mlir}", out)
+
+    def bounds_check(self, idx: str, t: Ty, limit: int, message: str) -> None:
+        """Assert 0 <= idx < limit for every element.  cf.assert cannot sit inside a linalg
+        body, so an all-reduction linalg.generic counts the bad indices (in i64: i1 tensors
+        do not lower through memref-to-llvm) and one cf.assert checks the count is 0."""
+        n = t.rank
+        count = Ty("i64", ())
+
+        def body(i: str, acc: str) -> str:
+            lo = self.op(f"arith.cmpi slt, {i}, {self.scalar(0, 'i64')} : i64")
+            hi = self.op(f"arith.cmpi sge, {i}, {self.scalar(limit, 'i64')} : i64")
+            bad = self.op(f"arith.ori {lo}, {hi} : i1")
+            return self.op(f"arith.addi {acc}, {self.op(f'arith.extui {bad} : i1 to i64')} : i64")
+
+        bad = self.generic([(idx, t, identity(n))], (self.filled(count, 0), count, []), ["reduction"] * n, body)
+        total = self.op(f"tensor.extract {bad}[] : {count.mlir}")
+        ok = self.op(f"arith.cmpi eq, {total}, {self.scalar(0, 'i64')} : i64")
+        self.stmt(f'cf.assert {ok}, "{message}"')
+
+
+# A lowering (a row of emit_ops.LOWERINGS): the function's emitter, the op, its operands'
+# SSA names and the name its result must get -> the name of the result.
+Emitter = Callable[[FnEmitter, ir.OpApp, list[str], str], str]
+
+
+def _prod(xs: Iterable[int]) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _groups(groups: list[list[int]]) -> str:
+    return "[" + ", ".join("[" + ", ".join(str(i) for i in g) + "]" for g in groups) + "]"
+
+
+def keep_axis(em: FnEmitter, x: str, acc: Ty, axis: int, out: str | None) -> str:
+    """[.., ..] -> [.., 1, ..]: re-insert the reduced axis with tensor.expand_shape."""
+    shape = acc.shape[:axis] + (1,) + acc.shape[axis:]
+    if acc.rank == 0:
+        return em.expand(x, acc, [], shape, out)
+    # One group per kept axis; the unit axis joins its left neighbour (or the first group).
+    groups = [[d if d < axis else d + 1] for d in range(acc.rank)]
+    if axis == 0:
+        groups[0].insert(0, 0)
+    else:
+        groups[axis - 1].append(axis)
+    return em.expand(x, acc, groups, shape, out)

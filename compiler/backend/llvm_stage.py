@@ -1,0 +1,188 @@
+"""LLVM's part of -O1..-O3: the lowered module (LLVM dialect) -> an object file for the host CPU.
+
+* `dedupe_kernels`: the -O2 pipeline outlines every loop nest into a private function
+  (`kina.kernel*`, see transform_library.OUTLINE_LIBRARY); kernels with the same body (the same
+  op on the same shapes: the four [D, D] SGD updates, a layer's kernels repeated in the
+  next layer, a forward kernel the exported forward and the train step both contain)
+  are merged into one, so LLVM optimises and compiles each distinct kernel once.
+* `llvm_object`: the lowered module's LLVM IR (compiler/backend/engine.py translates it), `opt -O<n>` (vector math from glibc's
+  libmvec, `vector_math`) and `llc -O<n>` for the host CPU (-mcpu=native), as processes.  MLIR's ExecutionEngine did the same work in
+  this process, but took 2.7x the CPU time of opt + llc on the same module (7.7-8.6 s
+  against 2.7-3.1 s for the scaled StoryLM step), and a tool that LLVM aborts does not
+  take the caller with it (it is reported as a crash of that tool).
+"""
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from compiler.backend.errors import StageFailed
+from compiler.backend.tools import find_tool, run_tool
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module, OpView, WalkResult
+
+KERNEL_PREFIX = "kina.kernel"
+
+
+_FUNCS = ("func.func", "llvm.func")
+_CALLS = ("func.call", "llvm.call")
+
+
+def dedupe_kernels(mlir_ir: ModuleType, module: Module) -> int:
+    """Merge outlined kernels with identical bodies (func or LLVM dialect); returns how
+    many went.  The pipeline merges them right after outlining (the "@merge-kernels" slot:
+    the lowering passes then see each distinct kernel once) and again in the LLVM dialect
+    (kernels that differed only in what the lowering folded away)."""
+    kernels: dict[str, OpView] = {}
+    for op in module.body.operations:
+        if op.operation.name not in _FUNCS:
+            continue
+        name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
+        if name.startswith(KERNEL_PREFIX) and len(op.regions[0].blocks):
+            kernels[name] = op
+    first: dict[str, str] = {}
+    replace: dict[str, str] = {}
+    for name, op in kernels.items():
+        # use_local_scope: print without walking the module (its default printing state
+        # covers the whole module: merging 545 kernels took 80 s that way).
+        text = op.operation.get_asm(use_local_scope=True, assume_verified=True)
+        body = text.replace(f'@"{name}"', "@K", 1).replace(f"@{name}", "@K", 1)
+        keep = first.setdefault(body, name)
+        if keep != name:
+            replace[name] = keep
+    if not replace:
+        return 0
+
+    def visit(op: OpView) -> WalkResult:
+        if op.name in _CALLS and "callee" in op.attributes:
+            callee = mlir_ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            if callee in replace:
+                op.attributes["callee"] = mlir_ir.FlatSymbolRefAttr.get(replace[callee])
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for name in replace:
+        kernels[name].operation.erase()
+    return len(replace)
+
+
+@functools.lru_cache(maxsize=1)
+def host_target() -> list[str]:
+    """-mtriple/-mcpu flags for the host: mlir-translate writes no target triple, and
+    without one `opt` has no target machine (no cost model: AVX-512 code is not chosen)."""
+    out = subprocess.run([str(find_tool("llc")), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"Default target:\s*(\S+)", out)
+    return ([f"-mtriple={m[1]}"] if m else []) + ["-mcpu=native"]
+
+
+# Vector math: with glibc's libmvec as opt's vector library, the loop vectoriser turns the
+# per-element expf / logf / tanhf calls of exp, log, softmax and their VJPs into calls of
+# 4- or 8-wide vector variants (_ZGVbN4v_expf, _ZGVdN8v_expf, ...); without one, a vector
+# of exp was 16 scalar expf calls.  libmvec's functions are accurate to a few ULP (glibc's
+# figures), within every dtype's tolerance of the differential tests.  KINA_VECTOR_MATH=0
+# keeps the scalar calls; without libmvec (a non-glibc host) so does every build.
+VECTOR_MATH_LIBRARY = "libmvec.so.1"
+VECTOR_MATH_SYMBOL = b"_ZGV"
+
+
+@functools.lru_cache(maxsize=4)
+def _libmvec(setting: str) -> bool:
+    if setting in ("0", "off", "false", "no"):
+        return False
+    import ctypes
+    try:
+        ctypes.CDLL(VECTOR_MATH_LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
+def vector_math() -> bool:
+    """Whether opt may call libmvec's vector math functions."""
+    import os
+    return _libmvec(os.environ.get("KINA_VECTOR_MATH", "").strip())
+
+
+def uses_vector_math(obj: Path) -> bool:
+    """Whether the object calls libmvec (the link then names it: -l:libmvec.so.1)."""
+    return VECTOR_MATH_SYMBOL in obj.read_bytes()
+
+
+# Both cores: a lowered module of at least SPLIT_MIN_BYTES of LLVM IR is cut into
+# LLVM_PARTS modules (`llvm-split`: whole functions, each part's internal symbols made
+# hidden globals the other parts may call), and each part's opt and llc run beside the
+# other's; `cc -r` joins the objects into one.  The kernels are never inlined into their
+# callers (OUTLINE_LIBRARY's `noinline`), so a part loses no inlining: the scaled StoryLM
+# library is bit-identical in its results and as fast, and its opt + llc take 1.4-1.5 s of
+# CPU on the critical path instead of 2.3-2.7 s (75 and 63 of its 138 functions, each half's
+# time within 15% of the other's).  A small module (StoryLM-0,
+# the tests' programs) is one part: three more processes would cost more than they gain.
+# KINA_LLVM_SPLIT_BYTES overrides the threshold (0: every module is split).
+LLVM_PARTS = 2
+SPLIT_MIN_BYTES = 200_000
+# Functions dealt out in turn, not by llvm-split's default hash of their names: the hash
+# gave the scaled StoryLM's halves 60 and 47 functions and 0.83 against 0.53 s of opt + llc
+# (the bigger half is the critical path); in turn, 54 and 53 functions, 0.69 and 0.63 s
+# (both halves side by side: 0.71-0.86 s against 0.89-1.02 s).
+SPLIT_FLAGS = ["-round-robin"]
+# llc's Loop Strength Reduction took 22% of its time on the scaled StoryLM (0.29 of 1.3 s,
+# `bench_build.py --profile`): without it llc takes 0.8 instead of 1.1-1.2 s of CPU (both
+# halves) and the train step is as fast (interleaved in one run, load 5: 59.7 vs 59.9 ms,
+# 64.5 vs 72.0 ms; f32 matmul 512: 6.7 vs 7.3 ms; StoryLM-0's step within the noise).
+LLC_FLAGS = ["-disable-lsr"]
+
+
+def _split_min_bytes() -> int:
+    """SPLIT_MIN_BYTES, or KINA_LLVM_SPLIT_BYTES; no split on a one-core machine (the
+    halves would run one after the other) unless the variable asks for it."""
+    import os
+    setting = os.environ.get("KINA_LLVM_SPLIT_BYTES", "").strip()
+    if setting.isdigit():
+        return int(setting)
+    return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= LLVM_PARTS else 1 << 62
+
+
+def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
+    """Optimise and compile the lowered module's LLVM IR (a .ll file, written by the
+    engine's translation) into `obj`."""
+    work = obj.parent
+    if ll.stat().st_size < _split_min_bytes():
+        _opt_and_llc([(ll, work / "optimised.bc", obj)], llvm_level, timings)
+    else:
+        run_tool("llvm-split", [f"-j{LLVM_PARTS}", *SPLIT_FLAGS, "-o", str(work / "part"), str(ll)], timings, "llvm-opt")
+        parts = [(work / f"part{k}", work / f"part{k}.bc", work / f"part{k}.o") for k in range(LLVM_PARTS)]
+        _opt_and_llc(parts, llvm_level, timings)
+        run_tool("cc", ["-r", "-nostdlib", "-o", str(obj), *(str(o) for _, _, o in parts)], timings, "codegen")
+    if not obj.exists():
+        raise StageFailed("llc", "llc wrote no object file")
+
+
+def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings: dict[str, float]) -> None:
+    """opt (input -> bitcode) for every (input, bitcode, object) part at once, then llc
+    (bitcode -> object) likewise; timings get each phase's wall time."""
+    vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
+    opt = [("opt", [f"-O{llvm_level}", *host_target(), *vector_lib, str(i), "-o", str(bc)]) for i, bc, _ in parts]
+    llc = [("llc", [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic", "-filetype=obj",
+                    str(bc), "-o", str(o)]) for _, bc, o in parts]
+    _at_once("llvm-opt", opt, timings)
+    _at_once("codegen", llc, timings)
+
+
+def _at_once(stage: str, jobs: list[tuple[str, list[str]]], timings: dict[str, float]) -> None:
+    """Run the tool processes side by side; the first failure is raised (a StageFailed)."""
+    t0 = time.perf_counter()
+    if len(jobs) == 1:
+        run_tool(*jobs[0], {}, stage)
+    else:
+        with ThreadPoolExecutor(len(jobs)) as pool:   # the tools run as processes: no GIL held
+            for f in [pool.submit(run_tool, tool, args, {}, stage) for tool, args in jobs]:
+                f.result()
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0

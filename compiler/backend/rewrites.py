@@ -1,0 +1,380 @@
+"""IR rewrites inside the pass pipelines that no upstream pass does, one row per slot of
+compiler/backend/pipelines.py (`SLOTS`).  Each runs on a module through the MLIR Python bindings:
+in the -O2 worker process between its passes, and between two mlir-opt processes in the
+"tools" back end (in a worker process too: the bindings may abort), only when a cheap
+look at the text says the module needs it.
+
+- "@distinct-results" (between one-shot bufferization and buffer-results-to-out-params):
+  a buffer returned twice gets a copy for each later use (`distinct_results` says why).
+- "@lower-copies" (after bufferization): one-shot bufferization copies a buffer where an
+  in-place write would clobber a value still needed, and those copies may go between
+  strided subviews.  finalize-memref-to-llvm lowers a memref.copy whose operands are both
+  contiguous to llvm.memcpy, and any other to a call of `memrefCopy` from the MLIR runner
+  library, which a Kina library does not link (the -O2 JIT aborted on "Symbols not found:
+  [ memrefCopy ]").  Those copies become linalg.copy, which convert-linalg-to-loops
+  lowers to plain loops.
+- "@bf16-as-i16" (in the LLVM dialect): bf16 values are only ever loaded, stored and
+  bit-cast (arith-expand turns bf16 conversions into integer code), but LLVM's instcombine
+  rewrites `store (bitcast (select i1, i16 a, i16 b))` into a select of bfloat values, and
+  its vectorisers then make vectors of them.  The x86 back end of the bindings' LLVM cannot
+  legalise those (an assertion in SelectionDAG, killing the -O2 build of a BF16 matmul
+  against a transposed operand), and one without native bf16 instructions promotes them
+  through a `__truncsfbf2` call the JIT cannot resolve.  Loads and stores of bf16 become
+  i16 loads and stores, the bit-casts cancel (canonicalize), and no bf16 value is left.
+- -O2's build-time and threading rewrites: "@unshare-empties" (bufferization's analysis
+  was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
+  kernels), "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train
+  step's kernels repeat the forward's, and the lowering passes then see each distinct one
+  once), "@dynamic-schedule" (OpenMP loops schedule(dynamic)), "@inline-alloca-scopes"
+  (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
+  (compiler/backend/parallelize.py: what the transform script vectorises, threads and tiles) and
+  "@fuse-fills" (parallelize.fuse_fills_into_foralls: each parallel matmul block zeroes
+  its own part of the result).
+- not a slot: `rewrite_scatters`, which compiler/backend/engine.py runs on the emitted -O2 module
+  before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
+  update rows (emit_ops.scatter_rows_function).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from compiler.backend.bindings import walk_ops
+from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
+from compiler.backend.parallelize import fuse_fills_into_foralls, tag_for_script
+from compiler.backend.transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module, Operation, OpView, Type, WalkResult
+
+# `mlir_ir` (a ModuleType) is the MLIR Python bindings' `ir` module (engine.engine_module());
+# the bindings' classes below (Module, OpView, Type, ...) are names mypy cannot look into: the
+# wheel's `mlir` package has no py.typed marker.
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    run: Callable[..., int]                  # run(mlir_ir, module) -> number of ops rewritten
+    needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
+    maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
+
+
+# ---- strided copies ------------------------------------------------------------------------
+def _contiguous(mlir_ir: ModuleType, t: Type) -> bool:
+    """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
+    to each operand (Kina shapes are static; an identity layout passes it)."""
+    t = mlir_ir.MemRefType(t)
+    if not t.has_static_shape:
+        return False
+    strides, _ = t.get_strides_and_offset()
+    running, dim = 1, t.rank - 1
+    while dim >= 0 and strides[dim] == running:
+        running *= t.shape[dim]
+        dim -= 1
+    while dim >= 0 and t.shape[dim] == 1:
+        dim -= 1
+    return bool(dim < 0)
+
+
+def lower_strided_copies(mlir_ir: ModuleType, module: Module) -> int:
+    """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
+    from mlir.dialects import linalg
+    found = walk_ops(mlir_ir, module, lambda op: op.name == "memref.copy"
+                  and not all(_contiguous(mlir_ir, v.type) for v in op.operands))
+    for op in found:
+        src, dst = op.operands
+        with mlir_ir.InsertionPoint(op), op.location:
+            linalg.copy(src, outs=[dst])
+        op.erase()
+    return len(found)
+
+
+# ---- results returned twice ----------------------------------------------------------------
+_RETURN_RE = re.compile(r"^\s*(?:func\.)?return\s+(%[^:\n]*?)\s*:", re.M)
+
+
+def returns_a_value_twice(text: str) -> bool:
+    """Whether some func.return of the module text names one value twice."""
+    for m in _RETURN_RE.finditer(text):
+        names = [v.strip() for v in m.group(1).split(",")]
+        if len(set(names)) < len(names):
+            return True
+    return False
+
+
+def distinct_results(mlir_ir: ModuleType, module: Module) -> int:
+    """A buffer a func.return names twice: each later use becomes a copy in a new buffer;
+    the count.  buffer-results-to-out-params (hoist-static-allocs) crashes on a buffer
+    returned twice (mlir-opt segfaulted, or ran for minutes).  The emitter copies a value
+    it returns twice (emit_mlir._distinct_results), but folding makes new twins: the
+    inliner's canonicalisation folds an identity reshape, broadcast or full slice into its
+    operand, CSE merges two equal lets, and bufferization folds a same-type cast."""
+    from mlir.dialects import memref
+    count = 0
+    for ret in walk_ops(mlir_ir, module, lambda op: op.name == "func.return"):
+        seen: list[Any] = []
+        for i, v in enumerate(list(ret.operands)):
+            if isinstance(v.type, mlir_ir.MemRefType) and any(v == w for w in seen):
+                with mlir_ir.InsertionPoint(ret), ret.location:
+                    fresh = memref.alloc(v.type, [], [])
+                    memref.copy(v, fresh)
+                ret.operands[i] = fresh
+                count += 1
+            seen.append(v)
+    return count
+
+
+# ---- bf16 memory as i16 -----------------------------------------------------------------------
+def _as_i16(mlir_ir: ModuleType, t: Type) -> Type | None:
+    """bf16 -> i16, vector<.. x bf16> -> vector<.. x i16>; None for any other type."""
+    i16 = mlir_ir.IntegerType.get_signless(16)
+    if isinstance(t, mlir_ir.BF16Type):
+        return i16
+    if isinstance(t, mlir_ir.VectorType) and isinstance(t.element_type, mlir_ir.BF16Type):
+        return mlir_ir.VectorType.get(t.shape, i16, scalable=t.scalable_dims, loc=mlir_ir.Location.unknown())
+    return None
+
+
+def _attrs(op: OpView) -> dict[str, Any]:
+    named = (op.attributes[i] for i in range(len(op.attributes)))   # by index: NamedAttribute
+    return {a.name: a.attr for a in named}
+
+
+def bf16_memory_as_i16(mlir_ir: ModuleType, module: Module) -> int:
+    """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
+    llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
+    loads = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.load" and _as_i16(mlir_ir, op.results[0].type) is not None)
+    stores = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.store" and _as_i16(mlir_ir, op.operands[0].type) is not None)
+    for op in loads:
+        old = op.results[0]
+        with mlir_ir.InsertionPoint(op), op.location:
+            new = mlir_ir.Operation.create("llvm.load", results=[_as_i16(mlir_ir, old.type)], operands=list(op.operands),
+                                      attributes=_attrs(op))
+            cast = mlir_ir.Operation.create("llvm.bitcast", results=[old.type], operands=[new.results[0]])
+        old.replace_all_uses_with(cast.results[0])
+        op.erase()
+    for op in stores:
+        value, ptr = op.operands[0], op.operands[1]
+        with mlir_ir.InsertionPoint(op), op.location:
+            cast = mlir_ir.Operation.create("llvm.bitcast", results=[_as_i16(mlir_ir, value.type)], operands=[value])
+            mlir_ir.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
+        op.erase()
+    return len(loads) + len(stores)
+
+
+# ---- the -O2 build's own rewrites (compiler/backend/pipelines.py says where each runs) ------------
+def dynamic_schedule(mlir_ir: ModuleType, module: Module) -> int:
+    """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
+    a thread takes the next block or row when it is done with one, so a thread the OS
+    deschedules on a shared machine does not hold back a share of its own.  Each block
+    or row is computed as before: results are unchanged.  Returns the count."""
+    found = walk_ops(mlir_ir, module, lambda op: op.name == "omp.wsloop")
+    for op in found:
+        op.attributes["schedule_kind"] = mlir_ir.Attribute.parse("#omp<schedulekind dynamic>")
+    return len(found)
+
+
+# Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
+# into one buffer again once its last reader is done (the scaled step ran 31 ms with shared
+# empties, 46 ms with one per use); its analysis costs ~(uses)^2, so groups stay small.
+EMPTY_GROUP = 64
+
+
+def unshare_empty_tensors(mlir_ir: ModuleType, module: Module) -> int:
+    """Split the uses of every tensor.empty with more than EMPTY_GROUP uses into groups
+    of EMPTY_GROUP, each with its own clone (static shapes: no operands; the clones sit
+    with the original, which dominates every use); returns how many clones were made."""
+    empties = []
+
+    def visit(op: OpView) -> WalkResult:
+        if op.name == "tensor.empty" and len(op.operands) == 0:
+            empties.append(op)
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    made = 0
+    for e in empties:
+        uses = [(u.owner, u.operand_number) for u in e.results[0].uses]
+        for start in range(EMPTY_GROUP, len(uses), EMPTY_GROUP):
+            clone = e.clone(ip=mlir_ir.InsertionPoint(e))
+            for owner, number in uses[start:start + EMPTY_GROUP]:
+                owner.operands[number] = clone.results[0]
+            made += 1
+    return made
+
+
+def _trip_count(mlir_ir: ModuleType, loop: Operation) -> int:
+    """Constant trip count of an scf.for (unknown bounds count as large)."""
+    try:
+        lb, ub, step = (mlir_ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
+    except Exception:   # a bound that is not an arith.constant
+        return 1 << 30
+    return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
+
+
+def _iterations(mlir_ir: ModuleType, op: Operation) -> int:
+    """Innermost iterations of a loop nest: trips x the iterations of the loops in its body."""
+    inner = 0
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                if child.operation.name == "scf.for":
+                    inner += _iterations(mlir_ir, child.operation)
+    return _trip_count(mlir_ir, op) * max(inner, 1)
+
+
+def tag_outlined_loops(mlir_ir: ModuleType, module: Module) -> int:
+    """Tag `kina.outline` on the top-level scf.for nests of each function and forall body
+    that "@outline" moves into kernels (see transform_library.OUTLINE_MIN_ITERATIONS); returns the count."""
+    tagged = 0
+    bodies = []
+
+    def visit(op: OpView) -> WalkResult:
+        if op.name in ("func.func", "scf.forall") and op.regions and op.regions[0].blocks:
+            bodies.append(op)
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for body in bodies:
+        loops = [o.operation for o in body.regions[0].blocks[0].operations if o.operation.name == "scf.for"]
+        sizes = [_iterations(mlir_ir, lp) for lp in loops]
+        small = sum(1 for n in sizes if n < OUTLINE_MIN_ITERATIONS)
+        for lp, n in zip(loops, sizes):
+            if n >= OUTLINE_MIN_ITERATIONS or small > OUTLINE_SMALL_LIMIT:
+                lp.attributes["kina.outline"] = mlir_ir.UnitAttr.get()
+                tagged += 1
+    return tagged
+
+
+def _scope_allocates(mlir_ir: ModuleType, scope: OpView) -> bool:
+    """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
+    found = []
+
+    def visit(op: OpView) -> WalkResult:
+        if op.name == "memref.alloca":
+            found.append(op)
+            return mlir_ir.WalkResult.INTERRUPT
+        return mlir_ir.WalkResult.ADVANCE
+
+    for block in scope.regions[0].blocks:
+        for op in block.operations:
+            op.operation.walk(visit)
+    return bool(found)
+
+
+def inline_alloca_scopes(mlir_ir: ModuleType, module: Module) -> int:
+    """Replace every memref.alloca_scope by its body (innermost first); returns the count.
+
+    convert-scf-to-openmp puts each parallel loop's body in an alloca_scope, whose region
+    must stay one block.  MLIR's canonicalizer inlines a scope only when nothing in it may
+    allocate, and a func.call (an outlined kernel) counts as maybe allocating, so a body
+    with a kernel call and a loop left inline (the fill of a batch_matmul block, below
+    OUTLINE_MIN_ITERATIONS) kept its scope, and convert-scf-to-cf split the loop into
+    blocks inside it: an invalid module.  A body without memref.alloca is inlined as is
+    (its callees free their own stack frames); one with allocations is bracketed by
+    llvm.intr.stacksave / stackrestore, which is what lowering the scope would emit, so
+    each iteration still frees its stack buffers."""
+    # post-order: inner scopes before the scopes holding them
+    scopes = walk_ops(mlir_ir, module, lambda op: op.name == "memref.alloca_scope")
+    ptr = mlir_ir.Type.parse("!llvm.ptr")
+    for scope in scopes:
+        saved = None
+        if _scope_allocates(mlir_ir, scope):
+            with mlir_ir.InsertionPoint(scope), scope.location:
+                saved = mlir_ir.Operation.create("llvm.intr.stacksave", results=[ptr])
+        block = scope.regions[0].blocks[0]
+        *body, ret = list(block.operations)
+        for op in body:
+            op.operation.move_before(scope)
+        if saved is not None:
+            with mlir_ir.InsertionPoint(scope), scope.location:
+                mlir_ir.Operation.create("llvm.intr.stackrestore", operands=[saved.results[0]])
+        for result, value in zip(scope.results, ret.operands):
+            result.replace_all_uses_with(value)
+        scope.erase()
+    return len(scopes)
+
+
+# ---- -O2 rewrite of the scatter generic ------------------------------------------------------
+# The host lowering of scatter_add (compiler/backend/emit/ops.py `lower_scatter_add`), as
+# the emitter writes it at every level: maps and iterators of the (v, d, n) generic, and
+# the ops of its body in order (arith.extf only for F16/BF16/F8 updates).
+SCATTER_MAPS = ["affine_map<(d0, d1, d2) -> (d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
+                "affine_map<(d0, d1, d2) -> (d0, d1)>"]
+SCATTER_ITERATORS = ["parallel", "parallel", "reduction"]
+ScatterShape = tuple[int, int, int, str, str]   # n, d, v, updates' and accumulator's element types
+SCATTER_BODY = ["arith.index_cast", "linalg.index", "arith.cmpi", "arith.extf", "arith.constant",
+                "arith.select", "arith.addf", "linalg.yield"]
+
+
+def _scatter_shape(mlir_ir: ModuleType, op: OpView) -> ScatterShape | None:
+    """(n, d, v, updates' element type, accumulator element type) if `op` is that
+    scatter generic, else None."""
+    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results) != 1:
+        return None
+    maps = [str(m) for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
+    its = [str(i).rsplit("<", 1)[-1].rstrip(">") for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"])]
+    if maps != SCATTER_MAPS or its != SCATTER_ITERATORS:
+        return None
+    body = [o.name for o in op.regions[0].blocks[0].operations]
+    if [b for b in SCATTER_BODY if b in body] != body or "arith.addf" not in body:
+        return None
+    index = next(o for o in op.regions[0].blocks[0].operations if o.name == "linalg.index")
+    if mlir_ir.IntegerAttr(index.attributes["dim"]).value != 0:   # the hit compares idx[n] with v
+        return None
+    ti, tu, to = (mlir_ir.RankedTensorType(v.type) for v in op.operands)
+    if str(ti.element_type) != "i64" or not all(t.has_static_shape for t in (ti, tu, to)):
+        return None
+    return ti.shape[0], tu.shape[1], to.shape[0], str(tu.element_type), str(to.element_type)
+
+
+def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
+    """Replace every such scatter generic by a call to its O(N * D) row-update form
+    (emit_ops.scatter_rows_function, a private function that --inline then inlines);
+    returns the count.  -O0 keeps the generic: its FileCheck tests pin that form."""
+    found = []
+
+    def visit(op: OpView) -> WalkResult:
+        shape = _scatter_shape(mlir_ir, op)
+        if shape is not None:
+            found.append((op, shape))
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if not found:
+        return 0
+    # The emitter's modules (0.05 s of the worker's start) only for a module with a scatter.
+    from compiler.backend.emit.ops import scatter_rows_function
+
+    helpers: set[str] = set()
+    for op, shape in found:
+        name = "kina.scatter_rows." + "_".join(str(x) for x in shape)
+        if name not in helpers:
+            text = scatter_rows_function(f'"{name}"', *shape)
+            parsed = mlir_ir.Module.parse(text)   # must outlive the detach: it owns the op until then
+            module.body.append(parsed.body.operations[0].detach_from_parent())
+            helpers.add(name)
+        with mlir_ir.InsertionPoint(op), op.location:
+            call = mlir_ir.Operation.create("func.call", results=[op.results[0].type], operands=list(op.operands),
+                                            attributes={"callee": mlir_ir.FlatSymbolRefAttr.get(name)})
+        op.results[0].replace_all_uses_with(call.results[0])
+        op.erase()
+    return len(found)
+
+
+SLOTS: dict[str, Rewrite] = {
+    "@distinct-results": Rewrite(distinct_results, returns_a_value_twice),
+    "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
+    "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
+    "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
+    "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
+    "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
+    "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
+    "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
+    "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),
+    "@fuse-fills": Rewrite(fuse_fills_into_foralls, lambda text: "scf.forall" in text and "linalg.fill" in text),
+}

@@ -1,0 +1,364 @@
+"""The -O2 transform-dialect script (`TRANSFORM_LIBRARY`): loop orders, register tiles,
+vector code and parallel loops for the ops compiler/backend/parallelize.py tags, run at the
+"@transforms" slot of compiler/backend/pipelines.py (entry `TRANSFORM_ENTRY`), and the kernel
+outlining of the "@outline" slot (`OUTLINE_LIBRARY`, entry `OUTLINE_ENTRY`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+# Transform-dialect script run at the "@transforms" slot: loop orders and vector code
+# for LLVM (a linalg op's loops nest in the order of its dims).
+# - matmul / batch_matmul tagged `kina.vectorize` (by `tag_vectorizable`: static shapes
+#   whose M and N are multiples of the 8 x 32 tile): tiled to 8 x 32 x 1, vectorised,
+#   lowered to vector.fma outer products; hoisting the C tile out of the k loop keeps
+#   it in registers (16 AVX-512 registers), about 90% of one core's FMA peak at 512.
+#   FMA rounds once where -O0 rounds twice: results agree to float tolerance.
+# - other matmuls: (i, j, k) -> (i, k, j).  The innermost k loop reduced into one C
+#   element and did not vectorise; the innermost j loop reads a row of B and updates a
+#   row of C with unit stride, which LLVM's loop vectoriser turns into FMA vectors.
+# - a rank-3 generic with two inputs and dims (parallel, parallel, reduction), i.e. the
+#   scatter_along_axis lowering (and scatter_add where rewrite_scatters does not apply) out[v, d] += (idx[n] == v) ? upd[n, d] : 0:
+#   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
+#   Interchange only renests loops: each output element sums the same terms in order.
+MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+# - the parallel matmuls (compiler/backend/parallelize.py tags them with their blocks): one
+#   script part per block shape `parallelize.parallel_blocks` can choose.
+# - a parallel matmul with K >= K_BLOCK_MIN (tagged `kina.k_block` too) runs the k loop of
+#   each block in steps of K_BLOCK: the block's [K_BLOCK, 128] slice of B (32 KiB) is
+#   read by its four 8-row register tiles while it is in L1, where a [2048, 128] slice
+#   (1 MiB, with the 8 KiB row stride of A: a page per row) came from L2 or beyond each
+#   time (256 x 2048 x 2048 products, one thread: 67-87 -> 93-107 GFLOP/s).  Each result
+#   element still adds its K terms in order: the results are unchanged.
+K_BLOCK = 64
+K_BLOCK_MIN = 512
+PARALLEL_MATMUL_BLOCKS = ([("linalg.matmul", (bm, bn)) for bm in (8, 16, 32) for bn in (32, 64, 128)]
+                          + [("linalg.batch_matmul", (1, 0, 0))])
+# - a transpose that moves the input's innermost dim (it lands on output dim j < rank - 1)
+#   read the input with a stride of a whole row per element: a [256, 2048] transpose took
+#   1.5 ms, a cache (and TLB) miss per element.  `tag_transposes` tags those whose dims
+#   j and rank - 1 are multiples of TRANSPOSE_BLOCK with their tile sizes (TRANSPOSE_BLOCK at
+#   j and rank - 1, 1 elsewhere); the script tiles them, so each tile moves a block that
+#   stays in L1, then vectorises the tile: a vector.transpose, lowered to AVX-512 shuffles
+#   (`shuffle_16x16`), 1.5 ms -> 0.24 ms at [256, 2048].  Transposes only move values:
+#   results are bit-identical.  One tiling per (rank, j) for ranks 2..TRANSPOSE_MAX_RANK.
+TRANSPOSE_BLOCK = 16
+TRANSPOSE_MAX_RANK = 6
+
+
+def transpose_tiles(rank: int, j: int) -> tuple[int, ...]:
+    return tuple(TRANSPOSE_BLOCK if d in (j, rank - 1) else 1 for d in range(rank))
+
+
+# - a generic reducing its innermost loop (tagged `kina.reduce_inner` by
+#   parallelize.tag_inner_reductions, which says why): each row alone (its other loops tiled
+#   by 1), reduced REDUCE_LANES elements at a time into a vector of partial results
+#   (`tile_reduction_using_for`), which one vector.multi_reduction combines with the
+#   initial value at the end of the row; both vectorised.
+REDUCE_LANES = 16
+REDUCE_MAX_RANK = 6
+
+
+def reduce_tiles(rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the row tiling, the reduction tiling) of a rank-`rank` inner reduction."""
+    return (1,) * (rank - 1) + (0,), (0,) * (rank - 1) + (REDUCE_LANES,)
+
+
+def _reduce_inner(rank: int) -> str:
+    """Script lines vectorising the inner reductions of this rank (`reduce_tiles`)."""
+    rows, lanes = (", ".join(map(str, t)) for t in reduce_tiles(rank))
+    name = f"%red_{rank}"
+    loops = ", ".join(["!transform.any_op"] * rank)
+    four = ", ".join(["!transform.any_op"] * 4)
+    return (f"    {name} = transform.structured.match ops{{[\"linalg.generic\"]}} "
+            f"attributes{{kina.reduce_inner = array<i64: {rows}>}} in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{rows}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "
+            f"by tile_sizes = [{lanes}] : (!transform.any_op) -> ({four})\n"
+            f"      transform.structured.vectorize %fill : !transform.any_op\n"
+            f"      transform.structured.vectorize %part : !transform.any_op\n"
+            f"      transform.structured.vectorize %comb : !transform.any_op\n"
+            f"    }}")
+
+
+# - a transpose of at least parallelize.PARALLEL_TRANSPOSE_MIN elements (tagged
+#   `kina.parallel_transpose = [t]`): first an scf.forall over its output dim 0 in blocks of
+#   t (TRANSPOSE_BLOCK when that dim is one the 16 x 16 tiling cuts, else 1), then tiled as
+#   above inside each block.  Values are only moved: results are bit-identical.
+PARALLEL_TRANSPOSE_BLOCKS = (1, TRANSPOSE_BLOCK)
+
+
+def _parallel_transpose(block: int) -> str:
+    name = f"%ptr_{block}"
+    return (f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
+            f"attributes{{kina.parallel_transpose = array<i64: {block}>}} in %root : "
+            f"(!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %t, %all = transform.structured.tile_using_forall %op tile_sizes [{block}] : "
+            f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            f"    }}")
+
+
+# - an f32 matmul or batch_matmul whose M or N is not a multiple of the 8 x 32 tile (tagged
+#   `kina.vectorize_peeled = [peel_m, peel_n, odd_rest, tile_n]` by `tag_vectorizable`: 1
+#   for each dim the tile does not divide, odd_rest and tile_n below): tiled the same way, then the loop over
+#   each such dim is peeled (`transform.loop.peel`: its last, partial tile becomes a loop
+#   of its own).  The full tiles are then static 8 x 32 matmuls, vectorised like the ones
+#   above, and so is the partial column tile; the partial row tile stays a loop nest (the
+#   interchange below).  One core, before -> after (NumPy): 100 x 300 x 1000 32 -> 92
+#   (100), 250 x 250 x 250 28 -> 74 (98), 13 x 50 x 70 11 -> 34 (45) GFLOP/s.  Each result
+#   element adds its K terms in the same order.
+# One row per tag: (peel_m, peel_n, odd_rest, tile_n).  A matmul narrower than 32 columns
+# (a 10- or 20-class head) takes NARROW_TILE_N-column tiles instead: [1000, 300] @
+# [300, 10] was an interchanged loop at 7 GFLOP/s.
+NARROW_TILE_N = 8
+PEELINGS = ((1, 0, 0, 32), (0, 1, 0, 32), (1, 1, 0, 32), (0, 1, 1, 32), (1, 1, 1, 32),
+            (0, 0, 0, NARROW_TILE_N), (1, 0, 0, NARROW_TILE_N), (0, 1, 0, NARROW_TILE_N), (1, 1, 0, NARROW_TILE_N))
+# odd_rest: a partial column tile of 9 to 31 columns that ODD_REST_COLUMNS does not
+# divide stays a loop nest: as one [8, 26] vector tile it ran at a few GFLOP/s (250 x
+# 250 x 250: 34 GFLOP/s in all, 62 with that tile a loop nest); [8, 8], [8, 16] or
+# [8, 4] tiles vectorise well (100 x 300 x 1000: 84 against 55 as a loop nest).
+ODD_REST_COLUMNS = 8
+
+
+def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int) -> str:
+    """Script lines for the `op`s (matmul or batch_matmul) tagged
+    `kina.vectorize_peeled = [peel_m, peel_n, odd_rest, tile_n]`."""
+    batch = int(op == "linalg.batch_matmul")
+    name = f"%peel_{op[7:]}_{peel_m}{peel_n}{odd_rest}_{tile_n}"
+    tiles = ", ".join(map(str, [1] * batch + [MATMUL_TILE[0], tile_n, 1]))
+    loops = ", ".join(["!transform.any_op"] * (4 + batch))
+    m, n = batch, batch + 1        # the M and N loops among the tile loops %l
+    lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
+             f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}, {odd_rest}, {tile_n}>}} in %root : "
+             "(!transform.any_op) -> !transform.any_op",
+             f"    transform.foreach {name} : !transform.any_op {{",
+             "    ^bb0(%op: !transform.any_op):",
+             f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %op tile_sizes [{tiles}] : "
+             f"(!transform.any_op) -> ({loops})"]
+    # the N loop first: peeling a loop invalidates the handles of the loops inside it
+    for d in [d for d, peel in ((n, peel_n), (m, peel_m)) if peel]:
+        lines += [f"      %for{d} = transform.cast %l#{d} : !transform.any_op to !transform.op<\"scf.for\">",
+                  f"      %main{d}, %rest{d} = transform.loop.peel %for{d} : "
+                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    # In the loop over the full row tiles (the M loop's main part, or the whole M loop
+    # when M divides), peeling made the tile sizes constants: canonicalised, the matmuls
+    # in it (the full tiles and the last partial column tile) get static types and
+    # vectorise, but for an odd_rest partial column tile only the full tiles do.  The
+    # last partial row tile stays a loop nest (the interchange below).
+    rows = f"%main{m}" if peel_m else f"%l#{m}"
+    only_full = f" filter_result_type = tensor<{'1x' * batch}{MATMUL_TILE[0]}x{tile_n}xf32>" if odd_rest else ""
+    lines += [f"      transform.apply_patterns to {rows} {{",
+              "        transform.apply_patterns.canonicalization",
+              "      } : !transform.any_op",
+              f"      %tiles = transform.structured.match ops{{[\"{op}\"]}}{only_full} in {rows} : "
+              "(!transform.any_op) -> !transform.any_op",
+              "      transform.structured.vectorize %tiles : !transform.any_op",
+              "    }"]
+    return "\n".join(lines)
+
+
+TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
+TRANSFORM_LIBRARY = """\
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @match_scatter(%op: !transform.any_op {transform.readonly}) -> !transform.any_op {
+    transform.match.operation_name %op ["linalg.generic"] : !transform.any_op
+    %m = transform.match.structured failures(propagate) %op : (!transform.any_op) -> !transform.any_op {
+    ^bb0(%s: !transform.any_op):
+      %rank = transform.match.structured.rank %s : (!transform.any_op) -> !transform.param<i64>
+      %c3 = transform.param.constant 3 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %rank, %c3 : !transform.param<i64>
+      transform.match.structured.dim %s[0, 1] {parallel} : !transform.any_op
+      transform.match.structured.dim %s[2] {reduction} : !transform.any_op
+      %n = transform.match.structured.num_inputs %s : (!transform.any_op) -> !transform.param<i64>
+      %c2 = transform.param.constant 2 : i64 -> !transform.param<i64>
+      transform.match.param.cmpi eq %n, %c2 : !transform.param<i64>
+      transform.match.structured.yield %s : !transform.any_op
+    }
+    transform.yield %m : !transform.any_op
+  }
+  transform.named_sequence @interchange_scatter(%op: !transform.any_op {transform.consumed}) {
+    %i = transform.structured.interchange %op iterator_interchange = [0, 2, 1] : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+  transform.named_sequence @kina_o2(%root: !transform.any_op {transform.consumed}) {
+@PARALLEL_TRANSPOSES@
+@TRANSPOSES@
+@PARALLEL_MATMULS@
+    %prow = transform.structured.match ops{["linalg.generic"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %prow : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+@REDUCTIONS@
+@PEELED_MATMULS@
+    %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %vm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %t, %l:3 = transform.structured.tile_using_for %op tile_sizes [8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t : !transform.any_op
+    }
+    %vb = transform.structured.match ops{["linalg.batch_matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %vb : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %t, %l:4 = transform.structured.tile_using_for %op tile_sizes [1, 8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      transform.structured.vectorize %t : !transform.any_op
+    }
+    %f = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    transform.apply_patterns to %f {
+      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
+      transform.apply_patterns.vector.lower_outerproduct
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_16x16"
+      transform.apply_patterns.vector.lower_multi_reduction lowering_strategy = "innerreduction"
+      transform.apply_patterns.canonicalization
+    } : !transform.any_op
+    %loops = transform.structured.match ops{["scf.for"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %loops : !transform.any_op {
+    ^bb0(%lp: !transform.any_op):
+      transform.loop.hoist_loop_invariant_subsets %lp : !transform.any_op
+    }
+    %mm = transform.structured.match ops{["linalg.matmul"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %mm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g = transform.structured.generalize %op : (!transform.any_op) -> !transform.any_op
+      %i = transform.structured.interchange %g iterator_interchange = [0, 2, 1] : (!transform.any_op) -> !transform.any_op
+    }
+    %bmm = transform.structured.match ops{["linalg.batch_matmul"]} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %bmm : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %g = transform.structured.generalize %op : (!transform.any_op) -> !transform.any_op
+      %i = transform.structured.interchange %g iterator_interchange = [0, 1, 3, 2] : (!transform.any_op) -> !transform.any_op
+    }
+    %r = transform.foreach_match in %root @match_scatter -> @interchange_scatter : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}
+"""
+TRANSFORM_ENTRY = "kina_o2"
+# Kernel outlining (the "@outline" slot, once the loops exist): every loop nest at the top
+# level of a function body moves into an internal, never-inlined function of its own
+# (`transform.loop.outline`; constants are cloned into it; "passthrough" and
+# "llvm.linkage" are the attributes the LLVM lowering keeps).  LLVM's -O2 cost more than
+# linear time in the size of one function (IndVarSimplify alone took 81% of `opt -O2` on
+# the scaled train step: its scalar-evolution work grows with every loop of the function),
+# so N kernels in one function took ~N^1.8 to optimise; N small functions take ~N.  The
+# call per kernel costs nanoseconds.  The loops of an scf.forall's body are outlined too:
+# the OpenMP lowering then outlines a body that only calls its kernel, and kernel merging
+# (compiler/backend/llvm_stage.py) compiles one copy of a matmul block shared by every function
+# that has it (the scaled step: opt + llc 3.1 -> 1.9 s of CPU).  `rewrites.tag_outlined_loops` (a
+# hook) picks the loops: every nest of at least OUTLINE_MIN_ITERATIONS iterations, and the
+# small ones too in a function of more than OUTLINE_SMALL_LIMIT small nests.  A small nest
+# left inline costs no call and LLVM may fuse it with its neighbours (StoryLM-0's step:
+# 8.9 us with every nest outlined, 6.9 us without); a function of thousands of them is
+# what made LLVM's time superlinear.
+OUTLINE_ENTRY = "kina_outline"
+OUTLINE_MIN_ITERATIONS = 4096
+OUTLINE_SMALL_LIMIT = 256
+OUTLINE_LIBRARY = """\
+  transform.named_sequence @kina_outline(%root: !transform.any_op {transform.consumed}) {
+    %loops = transform.structured.match ops{["scf.for"]} attributes{kina.outline} in %root : (!transform.any_op) -> !transform.any_op
+    %fn, %call = transform.loop.outline %loops {func_name = "kina.kernel"} : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %private = transform.param.constant "private" -> !transform.any_param
+    transform.annotate %fn "sym_visibility" = %private : !transform.any_op, !transform.any_param
+    %internal = transform.param.constant #llvm.linkage<internal> -> !transform.any_param
+    transform.annotate %fn "llvm.linkage" = %internal : !transform.any_op, !transform.any_param
+    %noinline = transform.param.constant ["noinline"] -> !transform.any_param
+    transform.annotate %fn "passthrough" = %noinline : !transform.any_op, !transform.any_param
+    transform.yield
+  }
+"""
+
+
+def _transpose_tiling(tiles: tuple[int, ...]) -> str:
+    """Script lines tiling the transposes tagged `kina.transpose_tile = tiles`."""
+    name = "%tt_" + "_".join(map(str, tiles))
+    sizes = ", ".join(map(str, tiles))
+    attr = f"array<i64: {sizes}>"
+    n = len(tiles)
+    loops = ", ".join(["!transform.any_op"] * (n + 1))
+    return (f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
+            f"attributes{{kina.transpose_tile = {attr}}} in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %t, %l:{n} = transform.structured.tile_using_for %op tile_sizes [{sizes}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      transform.structured.vectorize %t : !transform.any_op\n"
+            f"    }}")
+
+
+def _pack_b(blocks: tuple[int, ...]) -> str:
+    """Script lines of a `kina.pack_b` matmul after its forall over the column panels
+    (%b): B's panel copied into a buffer of its own (a `tensor.pad` by nothing, kept by
+    nofold), then a loop over the blocks of M (%mb) that all read that copy."""
+    return ("      %pb, %pad, %pcopy = transform.structured.pad %b pad_to_multiple_of [1, 1, 1] "
+            "{padding_dimensions = [0, 1, 2], padding_values = [0.0 : f32, 0.0 : f32, 0.0 : f32], "
+            "nofold_flags = [0, 1, 0], copy_back_op = \"none\"} : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
+            f"      %mb, %ml = transform.structured.tile_using_for %pb tile_sizes [{blocks[0]}, 0, 0] : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
+
+
+def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, packed: bool = False) -> str:
+    """Script lines for the `op`s tagged `kina.parallel = blocks` (and `kina.k_block` when
+    k_blocked, `kina.pack_b` when packed: the forall then runs over the column panels and
+    each packs its panel of B, `_pack_b`): an scf.forall over blocks of the result (its
+    fill moves into the forall after the script: parallelize.fuse_fills_into_foralls), the k loop of
+    a block cut into K_BLOCK steps when k_blocked, each block register-tiled and
+    vectorised like a serial matmul."""
+    name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
+    forall = ", ".join(map(str, blocks)) + ", 0"
+    tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*MATMUL_TILE, 1]))
+    n = len(blocks) + 1
+    loops = ", ".join(["!transform.any_op"] * (n + 1))
+    match = f"kina.parallel = array<i64: {', '.join(map(str, blocks))}>"
+    name += "_k" * k_blocked + "_p" * packed
+    match += ", kina.k_block" * k_blocked + ", kina.pack_b" * packed
+    block, pack = ("%mb", _pack_b(blocks)) if packed else ("%b", "")   # what the k loop and tiles take
+    if packed:
+        forall = f"0, {blocks[1]}, 0"
+    kblock = f"      %kb = transform.merge_handles {block} : !transform.any_op\n"
+    if k_blocked:
+        kblock = (f"      %kb, %kl = transform.structured.tile_using_for {block} tile_sizes [0, 0, {K_BLOCK}] : "
+                  f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
+    return (f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
+            f"attributes{{{match}}} in %root : "
+            f"(!transform.any_op) -> !transform.any_op\n"
+            f"    transform.foreach {name} : !transform.any_op {{\n"
+            f"    ^bb0(%op: !transform.any_op):\n"
+            f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
+            f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            + pack + kblock +
+            f"      %t, %l:{n} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      transform.structured.vectorize %t : !transform.any_op\n"
+            f"    }}")
+
+
+TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
+    "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
+    "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
+    "@PARALLEL_TRANSPOSES@", "\n".join(_parallel_transpose(b) for b in PARALLEL_TRANSPOSE_BLOCKS)).replace(
+    "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
+    "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
+                                    for peel in PEELINGS)).replace(
+    # The most specific matches first (packed, then k-blocked): a plain match takes them too.
+    "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
+                                     for k in (True, False) if op == "linalg.matmul"]
+                                    + [_parallel_matmul(op, b, True) for op, b in PARALLEL_MATMUL_BLOCKS
+                                       if op == "linalg.matmul"]
+                                    + [_parallel_matmul(op, b) for op, b in PARALLEL_MATMUL_BLOCKS]))
+
+
+def transform_flags(library: Path) -> list[str]:
+    """The flags of the "@transforms" slot, with TRANSFORM_LIBRARY written at `library`."""
+    return [f"--transform-preload-library=transform-library-paths={library}",
+            f"--transform-interpreter=entry-point={TRANSFORM_ENTRY}"]

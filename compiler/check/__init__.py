@@ -1,0 +1,25 @@
+"""Stage 2, check: AST (compiler.syntax) -> typed IR (compiler.ir), with collected diagnostics.
+
+Takes one parsed function and the signatures of the module's functions; gives its typed
+IR function (or None) with every diagnostic of its body (a code, a message naming the
+shapes involved, a span), and a TypeFact for every binding and sub-expression (hover,
+inlay hints).  One function at a time: the incremental front end (compiler/analysis.py)
+runs it per item; the module-wide rules are module_rules.
+
+Public entry points (other packages import only these):
+  check_function(fn, signatures) -> FunctionResult(function, diagnostics, types, calls)
+  signature_of(fn) -> (Signature, diagnostics)
+  TypeFact        one typed span (span, type, kind, name)
+  literal_text    a bare number as Kina source (quick fixes)
+  module_rules    first_definitions (duplicates), recursion_diagnostics, recursive_functions
+  names           resolve(fn) -> Symbols (definitions, uses, calls); rename conflicts
+
+Inside: expr (expressions), op_args (op applications and attributes), scalars (bare
+numbers), type_exprs (type expressions, the error type).
+"""
+from compiler.check.expr import TypeFact
+from compiler.check.function import FunctionResult, Signature, check_function, signature_of
+from compiler.check.scalars import literal_text
+
+__all__ = ["FunctionResult", "Signature", "TypeFact", "check_function", "literal_text", "module_rules", "names",
+           "signature_of"]

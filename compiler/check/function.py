@@ -1,0 +1,147 @@
+"""The shape and type checker: AST (syntax.py) -> typed IR (ir.py).
+
+Per function: resolve the parameter and return types (`signature_of`), walk
+the body's let chain binding names, type every expression with the op table's
+rules (check_expr.py, check_op_args.py) and compare the result with the
+declared return type.  The module-level rules (signatures of every function
+first, so calls can be checked in any order; duplicate function names; call
+cycles) are applied by the one front-end driver, compiler/analysis.py, with
+the rules of compiler/check/module_rules.py.
+
+Diagnostics are collected, never raised: after a broken `let` the name is
+bound to the error type, which silences every later rule that uses it, so each
+mistake is reported once and the rest of the function is still checked.
+Every parameter, let name and sub-expression gets a TypeFact (hover).
+
+The analysis (analysis.py) codes against exactly this API:
+  signature_of(fn) -> (Signature | None, diagnostics)
+  check_function(fn, signatures) -> FunctionResult
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from compiler.check.expr import WILDCARD, ExprChecker, Signature, TypeFact
+from compiler.check.type_exprs import ERROR, ErrorType, is_error, resolve_type
+from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
+from compiler.core.types import TensorType, TupleType, Type
+from compiler.ir import nodes as ir
+from compiler.ir.ops import OPS
+from compiler.syntax import nodes as syntax
+
+__all__ = ["Signature", "TypeFact", "FunctionResult", "signature_of", "check_function",
+           "ERROR"]
+
+
+@dataclass
+class FunctionResult:
+    """One function's check.  `function` is None when it has any diagnostic;
+    `calls` holds the user functions it calls or handles (its dependencies);
+    `call_spans` the span of the first call of each."""
+    function: ir.Function | None
+    diagnostics: list[Diagnostic]
+    types: list[TypeFact]
+    calls: set[str]
+    call_spans: dict[str, Span] = field(default_factory=dict)
+
+
+# ---- signatures ----------------------------------------------------------------
+def signature_of(fn: syntax.FnDef) -> tuple[Signature, list[Diagnostic]]:
+    """The function's type as callers see it.  Broken parts (a bad dtype, a
+    tuple-typed parameter) are ERROR in the Signature, and the diagnostics say
+    why, so callers still get arity checks without cascades.  check_function
+    reports these same diagnostics again; the analysis reports them once."""
+    bag = DiagnosticBag()
+    if fn.name in OPS:
+        bag.error("duplicate", f"function `{fn.name}` has the name of a built-in op; choose another name",
+                  fn.name_span)
+    params: list[tuple[str, TensorType | ErrorType]] = []
+    seen: dict[str, Span] = {}
+    for p in fn.params:
+        t = resolve_type(p.type, bag)
+        if isinstance(t, TupleType):
+            bag.error("type-annotation", f"parameter `{p.name}` has tuple type {t}; parameters are tensors",
+                      p.type.span)
+            t = ERROR
+        if p.name in seen:
+            bag.error("duplicate", f"parameter `{p.name}` is defined twice in `{fn.name}`", p.name_span,
+                      Note("first defined here", seen[p.name]))
+        seen.setdefault(p.name, p.name_span)
+        params.append((p.name, t))
+    return Signature(fn.name, params, resolve_type(fn.ret, bag)), bag.items
+
+
+# ---- one function --------------------------------------------------------------
+def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> FunctionResult:
+    """Check one function against the signatures of the module's functions
+    (its own included).  Reports signature_of(fn)'s diagnostics too."""
+    sig, sig_diags = signature_of(fn)
+    ck = ExprChecker(fn.name, signatures, DiagnosticBag(list(sig_diags)))
+    ck.fact(fn.name_span, sig.ret, "fn", fn.name)
+    params = _bind_params(ck, fn, sig)
+    lets, body = [], fn.body
+    while isinstance(body, syntax.Let):
+        lets.append(_check_let(ck, body))
+        body = body.body
+    result = ck.expect(body, sig.ret, f"as the result of `{fn.name}`")
+    if not (is_error(result.type) or is_error(sig.ret)) and result.type != sig.ret:
+        ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
+                     f"{result.type}", body.span, Note("declared here", fn.ret.span))
+    function = None
+    if not (ck.bag.items or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
+        function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
+    return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans)
+
+
+def _bind_params(ck: ExprChecker, fn: syntax.FnDef, sig: Signature) -> list[ir.Param]:
+    if fn.name == "main" and fn.params:
+        span = fn.params[0].span.cover(fn.params[-1].span)
+        ck.bag.error("main", "`main` takes no parameters; build its inputs from tensor literals "
+                     "and pass them to the functions it calls", span)
+    params = []
+    for p, (_, t) in zip(fn.params, sig.params):
+        if p.name not in ck.env:
+            ck.env[p.name], ck.def_spans[p.name] = t, p.name_span
+        ck.fact(p.name_span, t, "param", p.name)
+        params.append(ir.Param(p.name, cast(TensorType, t), p.name_span))   # ERROR: no IR is kept
+    return params
+
+
+def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
+    """Check one `let PATTERN = EXPR in` and bind its names (ERROR when broken)."""
+    value = ck.check(let.value)
+    names = [n.id for n in let.names]
+    if let.destructure:
+        types = _destructure(ck, let, value.type)
+    else:
+        types = [value.type]
+    for n, t in zip(let.names, types):
+        if n.id == WILDCARD:      # `_` binds nothing (several may appear in one pattern)
+            ck.fact(n.span, t, "let", n.id)
+            continue
+        if n.id in ck.env:
+            ck.bag.error("duplicate", f"`{n.id}` is already defined in `{ck.fn_name}`; let names cannot be rebound",
+                         n.span, Note("first defined here", ck.def_spans[n.id]))
+            continue
+        ck.env[n.id], ck.def_spans[n.id] = t, n.span
+        ck.fact(n.span, t, "let", n.id)
+    return ir.Binding(names, value, let.destructure, let.span, [n.span for n in let.names])
+
+
+def _destructure(ck: ExprChecker, let: syntax.Let, t: Type | ErrorType) -> list[Type | ErrorType]:
+    n = len(let.names)
+    if t is ERROR:
+        return [ERROR] * n
+    pattern = let.names[0].span.cover(let.names[-1].span)
+    if not isinstance(t, TupleType):
+        ck.bag.error("destructure", f"destructuring let binds {n} name(s), but the value has type {t}, "
+                     "which is not a tuple", pattern)
+        return [ERROR] * n
+    if len(t.items) != n:
+        notes = (Note("reverseMode gives (R, one cotangent per floating parameter); I64 parameters get none"),
+                 ) if isinstance(let.value, syntax.Handle) else ()
+        ck.bag.error("destructure", f"destructuring let binds {n} name(s), but the value has type {t} "
+                     f"with {len(t.items)} items", pattern, *notes)
+        return [ERROR] * n
+    return [ERROR if is_error(i) else i for i in t.items]

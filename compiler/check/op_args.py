@@ -1,0 +1,160 @@
+"""Applying a built-in op: operand count, attributes, dtype rules and the
+op's shape rule, all read from its row in ops.OPS.
+
+Every surface form ends here: `a @ b`, `-a`, `x.op(a, k=v)` and `op(x, a, k=v)`.
+The op's `positional=True` attribute may be written as the first positional
+integer list (`x.reshape([1, 4])` == `x.reshape(shape=[1, 4])`).  An OpError
+from the row's `infer` becomes a Diagnostic whose span is the operand
+(`where` = int), the attribute (`where` = str) or the op itself.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeGuard
+
+from compiler.check.type_exprs import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
+from compiler.core.diagnostics import DiagnosticBag, Note, Span
+from compiler.core.types import Attrs, TensorType
+from compiler.ir import nodes as ir
+from compiler.ir.nodes import as_tensor
+from compiler.ir.ops import AttrSpec, OpDef, check_float_only, normalise_axes
+from compiler.ir.shape_rules import OpError
+from compiler.syntax import nodes as syntax
+
+# A positional argument that is an attribute value (`x.reshape([1, 4])`, `x.pow(2)`).
+Static = syntax.IntList | syntax.Number
+# An attribute value as written (syntax.Attr.value) and as the IR holds it once normalised.
+AttrValue = int | float | tuple[int, ...] | str
+
+_KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
+               "axis": "an integer",
+               "axes": "an integer list of axes like [0, 2, 1]", "float": "a number",
+               "dtype": "a dtype name ({choices})", "type": "a type (IR-internal)"}
+
+
+def is_static_arg(e: syntax.Expr) -> TypeGuard[Static]:
+    """A positional argument that is an attribute value, not a tensor operand."""
+    return isinstance(e, (syntax.IntList, syntax.Number))
+
+
+def usage(op: OpDef) -> Note:
+    """The op's surface form: its typing rule up to the first ` : ` outside
+    brackets (`x.reshape(shape) : ...`, `gather(values : [V, D], ...) : ...`)."""
+    depth, rule = 0, op.rule
+    for i, ch in enumerate(rule):
+        depth += (ch in "([") - (ch in ")]")
+        if depth == 0 and rule.startswith(" : ", i):
+            return Note(f"usage: {rule[:i]}")
+    return Note(f"usage: {rule}")
+
+
+def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]], statics: Sequence[Static],
+             attrs: Sequence[syntax.Attr], op_span: Span, span: Span, method: bool) -> ir.Expr:
+    """Type one application of `op`; returns an OpApp (typed ERROR if it is wrong)."""
+    args = [a for a, _ in operands]
+    ok = _check_arity(bag, op, len(operands), op_span, method)
+    values, value_spans, attrs_ok = _collect_attrs(bag, op, statics, attrs, op_span)
+    if not (ok and attrs_ok) or any(is_error(a.type) for a in args):
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
+    tuples = [i for i, a in enumerate(args) if not isinstance(a.type, TensorType)]
+    if tuples:  # a tuple where a tensor is needed
+        i = tuples[0]
+        bag.error("shape", f"{op.name}: operand {i} has tuple type {args[i].type}; ops take tensors "
+                  "(destructure the tuple with `let (a, b) = ...` first)", operands[i][1])
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
+    try:
+        types = [as_tensor(a.type) for a in args]    # no tuple operand (reported above)
+        values = normalise_axes(op, types, values)
+        result = op.infer(types, values)
+        check_float_only(op, types)
+    except OpError as err:
+        where = err.where
+        at = (operands[where][1] if isinstance(where, int) and where < len(operands)
+              else value_spans.get(where, op_span) if isinstance(where, str) else op_span)
+        bag.error(err.code, err.message, at, usage(op))
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
+    return ir.OpApp(op.name, args, values, result, span)
+
+
+def _check_arity(bag: DiagnosticBag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
+    want = op.operands
+    if (want == -1 and got >= 2) or got == want:
+        return True
+    expected = "at least 2 tensor operands" if want == -1 else f"{want} tensor operand{'s' * (want != 1)}"
+    hint = " (the receiver of `x.op(...)` is operand 0)" if method else ""
+    bag.error("arity", f"{op.name} takes {expected}, got {got}{hint}", op_span, usage(op))
+    return False
+
+
+def _collect_attrs(bag: DiagnosticBag, op: OpDef, statics: Sequence[Static], attrs: Sequence[syntax.Attr],
+                   op_span: Span) -> tuple[Attrs, dict[str, Span], bool]:
+    """-> (values normalised for the IR, span of each given value, ok)."""
+    values: Attrs = {}
+    spans: dict[str, Span] = {}
+    ok = True
+    given = _positional_attr(bag, op, statics)
+    if given is None:  # already reported: a misplaced value is not also "missing"
+        return values, spans, False
+    for name, value, name_span, value_span in given + [(a.name, a.value, a.name_span, a.value_span) for a in attrs]:
+        spec = op.attr(name)
+        if spec is None or spec.kind == "type":
+            names = ", ".join(a.name for a in op.attrs if a.kind != "type") or "none"
+            bag.error("attr", f"{op.name} has no attribute `{name}` (its attributes: {names})", name_span,
+                      *did_you_mean(name, [a.name for a in op.attrs]), usage(op))
+            ok = False
+        elif name in values:
+            bag.error("attr", f"{op.name}: attribute `{name}` is given twice", name_span)
+            ok = False
+        else:
+            norm = _normalise(bag, op, spec, value, value_span)
+            ok = ok and norm is not ERROR
+            values[name], spans[name] = norm, value_span
+    for spec in op.attrs:
+        if spec.name in values or spec.kind == "type":
+            continue
+        if spec.required:
+            bag.error("attr", f"{op.name}: missing attribute `{spec.name}`", op_span, usage(op))
+            ok = False
+        else:
+            values[spec.name] = spec.default
+    return values, spans, ok
+
+
+def _positional_attr(bag: DiagnosticBag, op: OpDef,
+                     statics: Sequence[Static]) -> list[tuple[str, AttrValue, Span, Span]] | None:
+    """The static positional arguments as [(attr name, value, spans)], or None
+    after reporting them (only the op's positional attribute may be positional)."""
+    positional = next((a for a in op.attrs if a.positional), None)
+    out: list[tuple[str, AttrValue, Span, Span]] = []
+    ok = True
+    for i, s in enumerate(statics):
+        if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
+            out.append((positional.name, tuple(s.values), s.span, s.span))
+            continue
+        if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
+            out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`
+            continue
+        kw = ", ".join(f"{a.name}=..." for a in op.attrs if not a.positional and a.kind != "type")
+        bag.error("attr", f"{op.name}: this positional argument is not a tensor operand; "
+                  f"attributes are given by keyword" + (f" ({kw})" if kw else ""), s.span, usage(op))
+        ok = False
+    return out if ok else None
+
+
+def _normalise(bag: DiagnosticBag, op: OpDef, spec: AttrSpec, value: AttrValue, span: Span) -> AttrValue | ErrorType:
+    """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
+    if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+        return tuple(value)
+    if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
+        return value
+    if spec.kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if spec.kind == "dtype" and isinstance(value, str) and value in spec.choices:
+        return value
+    want = _KIND_WORDS[spec.kind].format(choices=", ".join(spec.choices))
+    shown = f"[{', '.join(map(str, value))}]" if isinstance(value, tuple) else str(value)
+    notes = did_you_mean(value, spec.choices) if spec.kind in ("enum", "dtype") and isinstance(value, str) else ()
+    bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
+    return ERROR

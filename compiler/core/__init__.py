@@ -1,0 +1,13 @@
+"""The vocabulary every stage shares; it imports no other part of Kina.
+
+Takes nothing, gives the types and the diagnostics that the parser, the checker, the IR,
+the back end, the runtime and the language server all speak.
+
+Public modules (other packages import these):
+  types        DType (one row per dtype: MLIR name, NumPy dtype, tolerances), TensorType,
+               TupleType, Type, Attrs, FLOAT_DTYPES, PLACEMENTS
+  diagnostics  Span (character offsets), Diagnostic (code, message, span, notes, fix),
+               DiagnosticBag (collects them), CODES (every diagnostic code), SourceText
+               (offsets -> line:col, the CLI's rendering), UsageError, read_source
+"""
+__all__ = ["diagnostics", "types"]

@@ -1,0 +1,22 @@
+"""The typed IR and the op table: what the checker produces and every later stage reads.
+
+Takes nothing from the stages above it (only compiler.core); gives the IR's node classes,
+the table of built-in ops with their typing rules, the verifier that re-types a program
+between stages, a printer, and the value-flow facts of parameters.
+
+Public modules (other packages import only these):
+  nodes        Program, Function, Param, Binding, Var, OpApp, CallFn, Handle, Literal,
+               MakeTuple (frozen; every node typed, with a Span); HANDLERS (the effect
+               handlers the language has); walk / children
+  ops          OPS: one OpDef row per op (shape rule, typing rule and doc line, operand
+               count, attributes, the facts other stages read: float_only, index_operands,
+               layout, index_bound, positive, internal); SURFACE_OPS, INFIX;
+               check_float_only (the rule the checker and the verifier share)
+  shape_rules  the infer_* functions the rows use; OpError; require_float
+  verify       verify(program, stage) -> diagnostics: every node re-typed by its rule
+  printer      format_function / format_program (`kinac check --emit=grad`)
+  uses         Uses(program).index_bound / .positive: where a parameter's values go
+
+Adding an op starts here: its row in ops.py (docs/internals.md, "Adding an op").
+"""
+__all__ = ["nodes", "ops", "printer", "shape_rules", "uses", "verify"]

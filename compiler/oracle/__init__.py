@@ -1,0 +1,18 @@
+"""The oracles: what compiled code is checked against, and the tooling that checks it.
+
+Takes typed IR programs and compiled libraries; gives reference values and verdicts.
+Everything here sits above the build (compiler/build.py): it compiles, runs and compares.
+
+Public modules (other packages import only these):
+  interp        the NumPy reference interpreter of the typed IR (NUMPY_OPS, one row per op;
+                run_function(program, name, args, dtype=None); random_inputs); `kinac run`
+  validate      `kinac validate`: a library against the interpreter and finite
+                differences, in a child process (validate_file -> ValidationReport)
+  torch_ref     a PyTorch evaluator of the typed IR (TORCH_OPS), a second reference
+  differential  the differential oracle: generated programs at -O0 and -O2 against the
+                interpreter in float64, PyTorch and finite differences
+                (scripts/fuzz_compile.py, `make fuzz`)
+  shrink        a failing generated case -> a minimal reproducer
+  progen        the program generator (generate(seed) -> Case; one MAKERS row per op)
+"""
+__all__ = ["differential", "interp", "progen", "shrink", "torch_ref", "validate"]

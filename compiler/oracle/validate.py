@@ -1,0 +1,489 @@
+"""Validate: the compiled library against the NumPy interpreter and finite differences.
+
+`kinac validate FILE` (and `validate_file`, used by the language server):
+
+1. builds FILE into a temporary library, adding for every `handle g(..) with
+   reverseMode` in the program an exported wrapper `__validate_grad_g` whose
+   body is just that handle, so the compiled cotangents can be called directly;
+2. runs every exported function (those with parameters on
+   `interp.random_inputs`, and `main`) in a CHILD process: a failed `cf.assert`
+   in the library prints its message and aborts, which must not take the caller
+   down.  A crash is reported as an error naming the assertion and the child is
+   restarted for the remaining functions;
+3. compares each output with `interp.run_function` (max abs / rel error,
+   tolerances per dtype), and for each gradient wrapper also compares the
+   cotangents with central finite differences of the primal computed by the
+   interpreter in float64.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from compiler import build
+from compiler.core.types import FLOAT_DTYPES, DType
+from compiler.ir import nodes as ir
+from compiler.runtime.arrays import Array
+from compiler.runtime.loader import KinaRuntimeError
+
+if TYPE_CHECKING:
+    from compiler.oracle.interp import Value
+
+GRAD_PREFIX = "__validate_grad_"
+
+# Kina dtype -> (atol, rtol) for compiled vs interpreter, and for cotangents vs finite
+# differences: types.DType.tolerance / fd_tolerance.
+TOLERANCES = {d.value: d.tolerance for d in DType}
+FD_TOLERANCES = {d.value: t for d in FLOAT_DTYPES if (t := d.fd_tolerance) is not None}   # every float dtype
+FD_STEP = 1e-4            # central differences in float64
+FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deterministic sample
+
+
+@dataclass
+class OutputCheck:
+    name: str            # "result 0", "d/d emb", ...
+    reference: str       # "interp" | "finite differences"
+    max_abs: float       # max |got - ref|
+    max_rel: float       # max_abs / max |ref|
+    ok: bool
+    bound: float = 0.0   # atol + rtol * max |ref|
+
+
+@dataclass
+class FunctionReport:
+    name: str
+    checks: list[OutputCheck] = field(default_factory=list)
+    error: str | None = None     # crash / assertion / exception text
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(c.ok for c in self.checks)
+
+
+@dataclass
+class ValidationReport:
+    path: str
+    build: build.BuildResult | None = None
+    functions: list[FunctionReport] = field(default_factory=list)
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return (self.build is not None and self.build.ok and not self.cancelled
+                and all(f.ok for f in self.functions))
+
+    @property
+    def failing(self) -> list[str]:
+        """Names of the Kina functions that failed (gradient wrappers map to the handled function)."""
+        return [f.name for f in self.functions if not f.ok]
+
+
+# ---- the comparison rule ---------------------------------------------------------------
+# One rule for `kinac validate` and the differential tests (compiler/oracle/differential.py),
+# output by output: every element must satisfy
+#     |got - ref| <= atol + rtol * max|ref|
+# where ref is the interpreter in float64 and (atol, rtol) come from the output's dtype.
+# Float rounding errs in proportion to the magnitudes a value was computed from, not to
+# the value itself (a sum of +-1e3 terms that lands near 0 is off by ~1e-4 in f32), so the
+# bound scales with the output's largest reference value; element-by-element relative
+# errors cry wolf at 16x32 attention sizes.  When the interpreter run in the declared
+# dtype (which rounds after every op, as the library does) is itself further from the
+# float64 value than the bound, the program is ill-conditioned at that dtype, and the
+# library is held to that same-dtype reference instead (`reference` says which was used).
+def _error(got: ArrayLike, ref: ArrayLike) -> tuple[float, float, Array]:
+    """(max |got - ref|, max |ref|, elementwise errors); NaN where ref is NaN, and the same
+    infinity, count as agreement."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(ref).astype(np.float64)
+    matched = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(matched, 0.0, np.nan_to_num(np.abs(g - w), nan=np.inf))
+    finite = np.abs(w[np.isfinite(w)])
+    return (float(diff.max()) if diff.size else 0.0, float(finite.max()) if finite.size else 0.0, diff)
+
+
+def compare(name: str, got: ArrayLike, want: ArrayLike, dtype: str, reference: str,
+            tol: Mapping[str, tuple[float, float]] = TOLERANCES) -> OutputCheck:
+    """The rule for one output: max |got - want| <= atol + rtol * max |want|."""
+    if np.shape(got) != np.shape(want):
+        return OutputCheck(name, reference, float("inf"), float("inf"), False)
+    atol, rtol = tol[dtype]
+    max_abs, scale, _ = _error(got, want)
+    bound = atol + rtol * scale
+    return OutputCheck(name, reference, max_abs, max_abs / max(scale, 1e-30), max_abs <= bound, bound)
+
+
+def check_output(name: str, got: ArrayLike, ref64: ArrayLike, dtype: str,
+                 same_dtype: ArrayLike | None = None) -> OutputCheck:
+    """`got` against the float64 reference; against the same-dtype reference when the
+    program is ill-conditioned at its dtype (see the rule above)."""
+    check = compare(name, got, ref64, dtype, "interp (f64)")
+    if check.ok or same_dtype is None or dtype in ("I64", "Bool"):   # discrete: exact
+        return check
+    if compare(name, same_dtype, ref64, dtype, "").ok:
+        return check          # the dtype allows the bound: the library misses it
+    return compare(name, got, same_dtype, dtype, f"interp ({dtype})")
+
+
+def _flat(value: Value) -> list[Array]:
+    """A function's result as a list of arrays (a tensor, or a flat tuple of tensors)."""
+    out: list[Array] = []
+    for a in value if isinstance(value, tuple) else (value,):
+        assert isinstance(a, np.ndarray), type(a)   # exported results are never nested tuples
+        out.append(a)
+    return out
+
+
+def _result_dtypes(fn: ir.Function) -> list[str]:
+    return [t.dtype.value for t in build.result_types(fn)]
+
+
+# ---- gradient wrappers -----------------------------------------------------------------
+def handles_in(fn: ir.Function) -> list[ir.Handle]:
+    exprs = [b.value for b in fn.lets] + [fn.result]
+    return [e for root in exprs for e in ir.walk(root) if isinstance(e, ir.Handle)]
+
+
+def add_gradient_wrappers(program: ir.Program) -> ir.Program:
+    """A copy of the program with `__validate_grad_g(params of g) = handle g(..) with reverseMode`
+    for each differentiated function g."""
+    out = ir.Program(dict(program.functions))
+    for fn in list(program.functions.values()):
+        for h in handles_in(fn):
+            target = program.functions.get(h.fn)
+            name = GRAD_PREFIX + h.fn
+            if target is None or name in out.functions:
+                continue
+            params = [ir.Param(p.name, p.type) for p in target.params]
+            call = ir.Handle(h.fn, [ir.Var(p.name, p.type) for p in params], h.handler, h.type, h.span)
+            out.functions[name] = ir.Function(name, params, h.type, [], call, h.span, target.name_span)
+    return out
+
+
+def finite_differences(program: ir.Program, target: str, args: list[Array]) -> list[Array | None]:
+    """d(sum of target's result)/d(each float parameter) by central differences in float64;
+    None for I64 parameters.  Sampled elements elsewhere are NaN (not compared)."""
+    from compiler.oracle import interp
+    fn = program.functions[target]
+    x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
+    grads: list[Array | None] = []
+
+    def total(xs: list[Array]) -> float:
+        return float(np.sum(np.asarray(interp.run_function(program, target, xs, dtype=np.float64),
+                                       dtype=np.float64)))
+
+    rng = np.random.default_rng(0)
+    for j, p in enumerate(fn.params):
+        if not p.type.is_float:
+            grads.append(None)
+            continue
+        g = np.full(p.type.shape, np.nan)
+        flat_idx = np.arange(g.size)
+        if g.size > FD_MAX_ELEMENTS:
+            flat_idx = np.sort(rng.choice(g.size, FD_MAX_ELEMENTS, replace=False))
+        for k in flat_idx:
+            idx = np.unravel_index(k, g.shape) if g.shape else ()
+            plus, minus = [a.copy() for a in x64], [a.copy() for a in x64]
+            plus[j][idx] += FD_STEP
+            minus[j][idx] -= FD_STEP
+            g[idx] = (total(plus) - total(minus)) / (2 * FD_STEP)
+        grads.append(g)
+    return grads
+
+
+def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: ir.Function,
+                      args: list[Array], got: list[Array]) -> None:
+    call = wrapper.result
+    assert isinstance(call, ir.Handle), wrapper.name       # add_gradient_wrappers makes a handle
+    target = call.fn
+    fd = finite_differences(program, target, args)
+    cotangents = got[1:]
+    float_params = [(p, g) for p, g in zip(program.functions[target].params, fd) if g is not None]
+    for (p, g_fd), g_comp in zip(float_params, cotangents):
+        mask = ~np.isnan(g_fd)
+        fn_report.checks.append(compare(f"d/d {p.name}", np.asarray(g_comp, np.float64)[mask], g_fd[mask],
+                                        p.type.dtype.value, "finite differences", FD_TOLERANCES))
+
+
+# ---- the child process ---------------------------------------------------------------------
+def child_main(so_path: str, work: str, names: list[str]) -> int:
+    """Run functions of the library on pickled inputs; one START/DONE line per function."""
+    from compiler import runtime
+    proto = _route_c_stdout_to_stderr()
+    lib = runtime.load(so_path)
+    for name in names:
+        print(f"START {name}", file=proto, flush=True)
+        with open(Path(work) / f"{name}.in.pkl", "rb") as f:
+            args = pickle.load(f)
+        try:
+            out = _flat(lib[name](*args))
+        except Exception as e:   # the runtime refused the call (e.g. an index out of range)
+            message = " ".join(f"{type(e).__name__}: {e}".split())
+            print(f"RAISED {name} {message}", file=proto, flush=True)
+            continue
+        with open(Path(work) / f"{name}.out.pkl", "wb") as f:
+            pickle.dump(out, f)
+        print(f"DONE {name}", file=proto, flush=True)
+    return 0
+
+
+def _route_c_stdout_to_stderr() -> TextIO:
+    """cf.assert prints its message with puts() and then aborts: on a pipe that message
+    would sit in stdio's buffer and die with the process.  Keep the protocol on a private
+    copy of fd 1, point fd 1 at stderr, and make C's stdout unbuffered."""
+    import ctypes
+    proto = os.fdopen(os.dup(1), "w")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    libc = ctypes.CDLL(None)
+    try:
+        c_stdout = ctypes.c_void_p.in_dll(libc, "stdout")
+        libc.setvbuf(c_stdout, None, 2, 0)   # 2 = _IONBF
+    except (ValueError, AttributeError):    # not glibc: the message may then be lost, the crash is not
+        pass
+    return proto
+
+
+def _assertion(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    hits = [line for line in lines if "out of bounds" in line or "assert" in line.lower()]
+    return (hits or lines or ["the library crashed without a message"])[0]
+
+
+def _child_command(so_path: Path, work: Path, names: list[str]) -> tuple[list[str], dict[str, str], str]:
+    """(argv, environment, working directory) of the child.  It must import this very `compiler` package and
+    nothing from the caller's working directory or workspace (a `./compiler/` or `./numpy.py`
+    there would run): `-P` (and PYTHONSAFEPATH for anything it starts) keeps the working
+    directory off sys.path, the working directory is the private work dir, and the
+    directory holding this package is put first on PYTHONPATH, made absolute."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONSAFEPATH="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-P", "-m", "compiler.oracle.validate", "--child", str(Path(so_path).resolve()),
+           str(Path(work).resolve()), *names]
+    return cmd, env, str(work)
+
+
+def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
+                 cancel: Callable[[], bool] | None, on_done: Callable[[str, str | None], None]) -> bool:
+    """Run `names` in child processes, restarting after a crash.  on_done(name, error|None)
+    is called per function.  Returns False when cancelled."""
+    pending = list(names)
+    while pending:
+        cmd, env, cwd = _child_command(so_path, work, pending)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+        assert proc.stdout is not None and proc.stderr is not None     # both are pipes
+        current, deadline, timed_out = None, time.monotonic() + timeout, False
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            if cancel is not None and cancel():
+                proc.kill()
+                proc.wait()
+                return False
+            if time.monotonic() > deadline:
+                timed_out = True
+                proc.kill()
+                break
+            if not sel.select(0.1):
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            kind, _, name = line.strip().partition(" ")
+            if kind == "START":
+                current = name
+            elif kind == "DONE":
+                pending.remove(name)
+                on_done(name, None)
+                current = None
+            elif kind == "RAISED":
+                name, _, message = name.partition(" ")
+                pending.remove(name)
+                on_done(name, f"call raised {message}")
+                current = None
+        sel.close()
+        stderr = proc.stderr.read()
+        proc.wait()
+        if current is None and pending:
+            current = pending[0]          # died before starting (e.g. the library fails to load)
+        if current is not None and current in pending:
+            pending.remove(current)
+            msg = (f"timed out after {timeout:.0f} s" if timed_out else
+                   f"crashed (exit {proc.returncode}): {_assertion(stderr)}")
+            on_done(current, msg)
+    return True
+
+
+# ---- driver -----------------------------------------------------------------------------
+def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = None,
+                  progress: Callable[[str, int, int], None] | None = None,
+                  cancel: Callable[[], bool] | None = None, timeout: float = 120.0,
+                  only: Collection[str] | None = None) -> ValidationReport:
+    """Build, run in a child process, compare.  progress(function, done, total) is called as
+    functions finish; cancel() returning True stops the run (report.cancelled).  `only`:
+    run just these exported functions (a gradient wrapper is GRAD_PREFIX + the handled
+    function's name); the whole file is still built."""
+    from compiler.oracle import interp
+    report = ValidationReport(str(path))
+    with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
+        work = Path(tmp)
+        report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers)
+        if not report.build.ok:
+            return report
+        if cancel is not None and cancel():     # cancelled during the build: run nothing
+            report.cancelled = True
+            return report
+        program, so_path = report.build.program, report.build.so_path
+        assert program is not None and so_path is not None     # a build that is ok has both
+        fns = [f for f in build.exported(program) if f.params or f.name == "main" or (only and f.name in only)]
+        if only is not None:
+            fns = [f for f in fns if f.name in only]
+        inputs: dict[str, list[Array]] = {}
+        expected: dict[str, References | None] = {}
+        reports: dict[str, FunctionReport] = {}
+        for fn in fns:
+            reports[fn.name] = FunctionReport(_display_name(fn.name))
+            try:
+                inputs[fn.name] = interp.random_inputs(fn, seed, program) if fn.params else []
+            except Exception as e:  # an interpreter failure is reported, not raised
+                reports[fn.name].error = f"could not make inputs: {type(e).__name__}: {e}"
+                continue
+            try:
+                expected[fn.name] = references(program, fn.name, inputs[fn.name])
+            except KinaRuntimeError as e:
+                # The reference rejects these inputs (e.g. an index out of range): the library
+                # must then stop at its own bounds check, which the child run reports.
+                expected[fn.name] = None
+                reports[fn.name].error = f"reference interpreter: {e}"
+            except Exception as e:
+                reports[fn.name].error = f"interpreter failed: {type(e).__name__}: {e}"
+                continue
+            with open(work / f"{fn.name}.in.pkl", "wb") as f:
+                pickle.dump(inputs[fn.name], f)
+        runnable = [f.name for f in fns if f.name in expected]
+        done = [0]
+
+        def on_done(name: str, error: str | None) -> None:
+            rep, fn = reports[name], program.functions[name]
+            want = expected[name]
+            if want is None:      # the reference trapped: so must the library
+                rep.error = (f"library {error}; {rep.error}" if error is not None else
+                             f"library returned although the {rep.error}")
+            elif error is not None:
+                rep.error = error
+            else:
+                _compare_function(rep, program, fn, inputs[name], want, work)
+            done[0] += 1
+            if progress is not None:
+                progress(rep.name, done[0], len(runnable))
+
+        finished = run_in_child(so_path, work, runnable, timeout=timeout, cancel=cancel,
+                                on_done=on_done)
+        report.cancelled = not finished
+        report.functions = [reports[f.name] for f in fns]
+    return report
+
+
+def _display_name(name: str) -> str:
+    return f"{name[len(GRAD_PREFIX):]} (reverseMode)" if name.startswith(GRAD_PREFIX) else name
+
+
+# A function's reference results: the interpreter in float64, and in the declared dtypes.
+References = tuple[list[Array], list[Array]]
+
+
+def references(program: ir.Program, name: str, args: list[Array]) -> References:
+    """The interpreter's results in float64 (the reference) and in the declared dtypes."""
+    from compiler.oracle import interp
+    return (_flat(interp.run_function(program, name, args, dtype=np.float64)),
+            _flat(interp.run_function(program, name, args)))
+
+
+def check_results(rep: FunctionReport, fn: ir.Function, got: list[Array], want: References) -> None:
+    """Append one check per result of fn (the rule above) to rep."""
+    ref64, same = want
+    for i, (g, w, w_dt, dt) in enumerate(zip(got, ref64, same, _result_dtypes(fn))):
+        rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt))
+
+
+def load_outputs(work: Path, name: str) -> list[Array]:
+    """The results the child process computed for function `name` (child_main's pickle)."""
+    with open(work / f"{name}.out.pkl", "rb") as f:
+        out: list[Array] = pickle.load(f)
+    return out
+
+
+def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
+                      args: list[Array], want: References, work: Path) -> None:
+    got = load_outputs(work, fn.name)
+    check_results(rep, fn, got, want)
+    if fn.name.startswith(GRAD_PREFIX):
+        try:
+            compare_gradients(rep, program, fn, args, got)
+        except Exception as e:
+            rep.error = f"finite differences failed: {type(e).__name__}: {e}"
+
+
+# ---- CLI ---------------------------------------------------------------------------------
+def format_report(report: ValidationReport) -> str:
+    lines = []
+    for f in report.functions:
+        if f.error:
+            lines.append(f"FAIL {f.name}: {f.error}")
+            continue
+        lines.append(f"{'PASS' if f.ok else 'FAIL'} {f.name}")
+        for c in f.checks:
+            lines.append(f"  {'ok  ' if c.ok else 'BAD '} {c.name:<14} vs {c.reference:<18} "
+                         f"max abs {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref|  (bound {c.bound:.1e})")
+    if report.cancelled:
+        lines.append("cancelled")
+    n_bad = len(report.failing)
+    lines.append(f"{len(report.functions) - n_bad}/{len(report.functions)} functions passed")
+    return "\n".join(lines)
+
+
+def add_validate_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="the .kina source file")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the child is killed")
+    build._add_opt_args(parser)
+
+
+def cli_validate(args: argparse.Namespace) -> int:
+    report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
+                           timeout=args.timeout)
+    if report.build is not None:
+        build.print_diagnostics(report.build)
+    if report.build is None or not report.build.ok:
+        print(f"kinac validate: {args.file}: build failed", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        so_path, work, *names = argv[1:]
+        return child_main(so_path, work, names)
+    parser = argparse.ArgumentParser(prog="python -m compiler.oracle.validate")
+    add_validate_args(parser)
+    return cli_validate(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

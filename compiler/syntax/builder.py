@@ -1,0 +1,271 @@
+"""The LALR parser of grammar.lark with the AST builder embedded: tokens -> syntax.py nodes.
+
+lark runs the transformer (`_ToAst`) inside the parser, so no parse tree is built: each
+grammar rule returns its AST node as soon as it is reduced.  A grammatical but invalid
+construct (a dtype name used as a name, a positional argument after an attribute, an
+expression nested MAX_DEPTH deep) raises SyntaxProblem with its span; parse.py and the
+recovery (parse_recovery.py) turn that into a diagnostic.
+
+PARSER is one shared object whose transformer carries the offset of the item being
+parsed (TO_AST.offset, added to every span): set it and parse while holding PARSE_LOCK.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, TypeVar
+
+from lark import Lark, Token, Transformer
+
+from compiler.core.diagnostics import Span
+from compiler.core.types import DType
+from compiler.syntax import lex
+from compiler.syntax import nodes as ast
+
+# Expression trees deeper than this are rejected: every later stage walks them
+# recursively, and no real program nests a hundred operators.
+MAX_DEPTH = 200
+
+RESERVED_WORDS = frozenset(d.value for d in DType)
+
+
+# The transformer runs inside the LALR parser (no parse tree is built) and the parser
+# keeps every token, so a node's span is simply first child start .. last child end.
+class _Value:
+    """A parsed attribute or literal value with its span (not an AST node)."""
+    __slots__ = ("value", "span")
+
+    def __init__(self, value: int | float | str | tuple[int, ...], span: Span) -> None:
+        self.value, self.span = value, span
+
+
+class _Pattern:
+    __slots__ = ("names", "destructure", "span")
+
+    def __init__(self, names: list[ast.Name], destructure: bool, span: Span) -> None:
+        self.names, self.destructure, self.span = names, destructure, span
+
+
+class _Args:
+    __slots__ = ("args", "attrs", "span")
+
+    def __init__(self, args: tuple[ast.Expr, ...], attrs: tuple[ast.Attr, ...], span: Span | None) -> None:
+        self.args, self.attrs, self.span = args, attrs, span
+
+
+# A rule's children as the transformer gets them: its tokens, and what its sub-rules
+# returned (AST nodes, _Value, _Pattern, _Args).  grammar.lark fixes which child is what
+# at each position, so the element type is Any here: each rule below reads its children
+# by position and returns a precisely typed node (tests/test_parse.py covers every rule).
+Children = list[Any]
+_Node = TypeVar("_Node", bound=ast.Expr)
+
+
+class SyntaxProblem(Exception):
+    """A grammatical but invalid construct found while building the AST (e.g. a reserved word as a name)."""
+
+    def __init__(self, message: str, span: Span) -> None:
+        super().__init__(message)
+        self.message, self.span = message, span
+
+
+class TooDeep(SyntaxProblem):
+    """An expression crossed MAX_DEPTH while it was being built: the parse stops there
+    (a 30,000-term `y + y + ...` costs the first few hundred tokens, not all of them),
+    and there is nothing to recover."""
+
+
+def _num(tok: Token) -> int | float:
+    return int(tok) if tok.type == "INT" else float(tok)
+
+
+def _nodes(ch: Children) -> Children:
+    """The children that are not tokens (punctuation and keywords are kept only for spans)."""
+    return [c for c in ch if not isinstance(c, Token)]
+
+
+def _names(ch: Children) -> list[Token]:
+    return [c for c in ch if isinstance(c, Token) and c.type == "NAME"]
+
+
+class _ToAst(Transformer[Token, ast.FnDef]):
+    """Builds syntax.py nodes while parsing; spans are shifted by `offset` (the item's
+    position in the document), which parse.py sets before each parse."""
+
+    offset = 0
+
+    def _span(self, ch: Children) -> Span:
+        first, last = ch[0], ch[-1]
+        start = lex.start(first) + self.offset if isinstance(first, Token) else first.span.start
+        end = lex.end(last) + self.offset if isinstance(last, Token) else last.span.end
+        return Span(start, end)
+
+    def _tok(self, tok: Token) -> Span:
+        return Span(lex.start(tok) + self.offset, lex.end(tok) + self.offset)
+
+    def _binding(self, tok: Token) -> ast.Name:
+        if str(tok) in RESERVED_WORDS:
+            raise SyntaxProblem(f"`{tok}` is a dtype name, a reserved word; choose another name", self._tok(tok))
+        return ast.Name(str(tok), self._tok(tok))
+
+    def _signed(self, ch: Children) -> _Value:
+        """`MINUS? number`."""
+        sign = -1 if ch[0].type == "MINUS" else 1
+        return _Value(sign * _num(ch[-1]), self._span(ch))
+
+    # ---- items and types
+    def start(self, ch: Children) -> ast.FnDef:
+        fn: ast.FnDef = ch[0]
+        return fn
+
+    def fn_def(self, ch: Children) -> ast.FnDef:
+        name = self._binding(ch[1])
+        nodes = _nodes(ch)
+        params = tuple(c for c in nodes if isinstance(c, ast.Param))
+        return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch))
+
+    def param(self, ch: Children) -> ast.Param:
+        name = self._binding(ch[0])
+        return ast.Param(name.id, name.span, ch[2], self._span(ch))
+
+    def tensor_type(self, ch: Children) -> ast.TensorTypeExpr:
+        names = _names(ch)
+        shape = _nodes(ch)[0]
+        placement = str(names[1]) if len(names) > 1 else None
+        return ast.TensorTypeExpr(str(names[0]), shape.values, placement, self._span(ch))
+
+    def tuple_type(self, ch: Children) -> ast.TupleTypeExpr:
+        return ast.TupleTypeExpr(tuple(_nodes(ch)), self._span(ch))
+
+    def paren(self, ch: Children) -> ast.Expr:
+        inner: ast.Expr = ch[1]
+        if isinstance(inner, ast.Name):     # a name keeps its own span (definitions, references)
+            return inner
+        # a parenthesised expression covers its parentheses (the depth mark goes along)
+        wider = dataclasses.replace(inner, span=self._span(ch))
+        if hasattr(inner, "_depth"):
+            object.__setattr__(wider, "_depth", inner._depth)
+        return wider
+
+    # ---- the let chain
+    def let_expr(self, ch: Children) -> ast.Let:
+        pattern, value, body = _nodes(ch)
+        let = ast.Let(tuple(pattern.names), pattern.destructure, value, body, self._span(ch))
+        # the value is one level down; the body continues the chain at the let's own level
+        depth = max(getattr(value, "_depth", 1) + 1, getattr(body, "_depth", 1))
+        if depth >= MAX_DEPTH:
+            raise TooDeep(f"expression nested more than {MAX_DEPTH} deep; split it with lets", value.span)
+        object.__setattr__(let, "_depth", depth)
+        return let
+
+    def pat_name(self, ch: Children) -> _Pattern:
+        return _Pattern([self._binding(ch[0])], False, self._span(ch))
+
+    def pat_tuple(self, ch: Children) -> _Pattern:
+        return _Pattern([self._binding(t) for t in _names(ch)], True, self._span(ch))
+
+    # ---- expressions
+    @staticmethod
+    def _deep(node: _Node, *kids: ast.Expr) -> _Node:
+        """Record node's expression depth (as _tree_depth counts it: a leaf is 1) and stop
+        the parse as soon as the function's depth must exceed MAX_DEPTH."""
+        depth = 1 + max((getattr(k, "_depth", 1) for k in kids), default=0)
+        if depth >= MAX_DEPTH:     # the function itself adds one more level
+            raise TooDeep(f"expression nested more than {MAX_DEPTH} deep; split it with lets", node.span)
+        if depth > 1:
+            object.__setattr__(node, "_depth", depth)
+        return node
+
+    def binop(self, ch: Children) -> ast.BinOp:
+        lhs, op, rhs = ch
+        return self._deep(ast.BinOp(str(op), lhs, rhs, self._tok(op), self._span(ch)), lhs, rhs)
+
+    def neg(self, ch: Children) -> ast.Number | ast.Neg:
+        operand = ch[1]
+        if isinstance(operand, ast.Number):   # `-1` is a number, not neg(1)
+            return ast.Number(-operand.value, self._span(ch))
+        return self._deep(ast.Neg(operand, self._span(ch)), operand)
+
+    def method_call(self, ch: Children) -> ast.MethodCall:
+        receiver, method = ch[0], ch[2]
+        found = [c for c in ch[3:] if isinstance(c, _Args)]
+        args = found[0] if found else _Args((), (), None)
+        return self._deep(ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs,
+                                         self._span(ch)), receiver, *args.args)
+
+    def field(self, ch: Children) -> ast.Field:
+        receiver, name = ch[0], ch[2]
+        return ast.Field(receiver, str(name), self._tok(name), self._span(ch))
+
+    def name(self, ch: Children) -> ast.Name:
+        return ast.Name(str(ch[0]), self._tok(ch[0]))
+
+    def number(self, ch: Children) -> ast.Number:
+        return ast.Number(_num(ch[0]), self._tok(ch[0]))
+
+    def call(self, ch: Children) -> ast.Call:
+        func = ch[0]
+        found = [c for c in ch[1:] if isinstance(c, _Args)]
+        args = found[0] if found else _Args((), (), None)
+        return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch)), *args.args)
+
+    def handle(self, ch: Children) -> ast.Handle:
+        handler = ch[3]
+        return self._deep(ast.Handle(ch[1], str(handler), self._tok(handler), self._span(ch)), ch[1])
+
+    def tensor_lit(self, ch: Children) -> ast.TensorLit:
+        nodes = _nodes(ch)
+        return ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
+
+    def tuple(self, ch: Children) -> ast.TupleExpr:
+        items = _nodes(ch)
+        return self._deep(ast.TupleExpr(tuple(items), self._span(ch)), *items)
+
+    def args(self, ch: Children) -> _Args:
+        items = _nodes(ch)
+        args = tuple(c for c in items if not isinstance(c, ast.Attr))
+        attrs = tuple(c for c in items if isinstance(c, ast.Attr))
+        seen_attr = False
+        for c in items:
+            if isinstance(c, ast.Attr):
+                seen_attr = True
+            elif seen_attr:
+                raise SyntaxProblem("positional argument after a keyword attribute; "
+                                    "put tensor operands first, then `name=value` attributes", c.span)
+        return _Args(args, attrs, self._span(ch))
+
+    def attr(self, ch: Children) -> ast.Attr:
+        name, value = ch[0], ch[2]
+        if isinstance(value, ast.IntList):   # `perm=[0, 2, 1]`: Attr.value is the plain list
+            value = _Value(value.values, value.span)
+        elif isinstance(value, Token):       # a bare enum word: `op=sum`
+            value = _Value(str(value), self._tok(value))
+        return ast.Attr(str(name), self._tok(name), value.value, value.span, self._span(ch))
+
+    def signed_int(self, ch: Children) -> _Value:
+        return self._signed(ch)
+
+    def attr_float(self, ch: Children) -> _Value:
+        return self._signed(ch)
+
+    def attr_word(self, ch: Children) -> _Value:
+        return _Value(str(ch[0]), self._tok(ch[0]))
+
+    def int_list(self, ch: Children) -> ast.IntList:
+        return ast.IntList(tuple(v.value for v in _nodes(ch)), self._span(ch))
+
+    def literal_value(self, ch: Children) -> _Value:
+        return self._signed(ch)
+
+
+TO_AST = _ToAst()
+PARSER = Lark(
+    lex.GRAMMAR,
+    parser="lalr",
+    lexer="basic",
+    keep_all_tokens=True,
+    transformer=TO_AST,
+    maybe_placeholders=False,
+)
+
+PARSE_LOCK = threading.Lock()   # the embedded transformer carries the item offset

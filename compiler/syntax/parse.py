@@ -1,0 +1,122 @@
+"""Parsing: Kina source text -> AST (compiler/syntax/nodes.py) + syntax diagnostics.
+
+The driver of the front end's first stage; each step is its own module:
+
+  item_split     the text -> its top-level items (`fn ... { ... }`), by a cheap brace
+                 scan that skips comments; text outside items is a diagnostic
+  ast_builder    the LALR parser of grammar.lark, building syntax.py nodes as it parses
+  syntax_errors  a lark error -> a diagnostic worded for people
+  parse_recovery a broken item parsed again to report all its errors, not the first
+
+Each item is parsed on its own, so one broken function never hides the others and
+the incremental front end (analysis.py) can re-parse only the items whose text
+changed.  Spans are character offsets; `parse_item(text, offset)` returns spans
+already shifted to document offsets.
+
+An item that parses costs one plain LALR parse.  Only an item that fails is
+parsed again in recovery mode, which resynchronises at the let chain's `in`s so
+that every independent syntax error of a function is reported at once (the
+language server shows them all); a broken item's AST is None either way, so the
+checker never sees a partial tree.
+
+Nothing here raises on bad input: binary junk, unbalanced braces and absurd
+nesting all come back as `syntax` diagnostics whose spans lie inside the text.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import cast
+
+from lark.exceptions import UnexpectedInput, VisitError
+
+from compiler.core.diagnostics import Diagnostic, Span
+from compiler.syntax import nodes as ast
+from compiler.syntax.builder import MAX_DEPTH, PARSE_LOCK, PARSER, TO_AST, SyntaxProblem, TooDeep
+from compiler.syntax.errors import failure_diagnostic
+from compiler.syntax.items import gaps, split_items
+from compiler.syntax.recovery import merge, recover
+from compiler.syntax.walk import children
+
+
+def _too_deep_at(text: str) -> int | None:
+    """Offset of the first bracket nested deeper than MAX_DEPTH, or None."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return i
+        elif ch in ")]}":
+            depth -= 1
+    return None
+
+
+def _tree_depth(node: ast.FnDef) -> int:
+    """Expression depth of an AST, iteratively (the point is to reject trees too deep to
+    recurse on).  A let's body continues the chain at the let's own depth: every stage
+    walks let chains with loops, so a function may have any number of lets."""
+    best = 0
+    stack: list[tuple[ast.Expr | ast.FnDef, int]] = [(node, 1)]
+    while stack:
+        here, d = stack.pop()
+        best = max(best, d)
+        if isinstance(here, ast.Let):
+            stack.append((here.value, d + 1))
+            stack.append((here.body, d))
+            continue
+        for child in children(here):
+            stack.append((child, d + 1))
+    return best
+
+
+def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
+    """Parse one item whose first character sits at `offset` in the document.  The plain
+    parse is the fast path; only a failed item is parsed again in recovery mode."""
+    deep = _too_deep_at(text)
+    if deep is not None:
+        msg = f"brackets nested more than {MAX_DEPTH} deep; split the expression with lets"
+        return None, (Diagnostic("syntax", msg, Span(offset + deep, offset + deep + 1)),)
+    with PARSE_LOCK:
+        TO_AST.offset = offset
+        try:
+            # the embedded transformer builds the AST while parsing: an FnDef, not a Tree
+            fn = cast(ast.FnDef, PARSER.parse(text))
+        except (UnexpectedInput, SyntaxProblem, VisitError) as err:
+            first = failure_diagnostic(err, text, offset)
+            if isinstance(getattr(err, "orig_exc", err), TooDeep):
+                return None, (first,)
+            return None, merge(first, recover(text, offset))
+    depth = _tree_depth(fn)
+    if depth > MAX_DEPTH:
+        return None, (Diagnostic("syntax", f"expression nested {depth} deep (the limit is {MAX_DEPTH}); "
+                                           "split it with lets", fn.name_span),)
+    return fn, ()
+
+
+@lru_cache(maxsize=4096)
+def parse_local(text: str) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
+    """Parse one item with spans relative to its own start.  Cached by text (the
+    incremental front end re-parses only items whose text changed); callers must
+    treat the result as immutable."""
+    return _parse_at(text, 0)
+
+
+def parse_item(text: str, offset: int = 0) -> tuple[ast.FnDef | None, list[Diagnostic]]:
+    """Parse one top-level item (`fn ... { ... }`) whose first character is at `offset`
+    in the document; spans come back in document offsets."""
+    fn, diags = parse_local(text) if offset == 0 else _parse_at(text, offset)
+    return fn, list(diags)
+
+
+def parse_module(text: str) -> tuple[ast.Module, list[Diagnostic]]:
+    """Parse a whole document: every item separately, spans in document offsets."""
+    items = split_items(text)
+    diags = gaps(text, items)
+    functions = []
+    for it in items:
+        fn, item_diags = parse_item(text[it.start:it.end], it.start)
+        diags += item_diags
+        if fn is not None:
+            functions.append(fn)
+    diags.sort(key=lambda d: (d.span.start, d.span.end))
+    return ast.Module(tuple(functions), Span(0, len(text))), diags

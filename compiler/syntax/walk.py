@@ -1,0 +1,83 @@
+"""Generic walks over the syntax tree: children(node) for iterative traversals, and
+shift(node, delta), a copy of any span-carrying structure (AST, typed IR, diagnostics)
+with every Span moved by `delta`.
+
+Iterative on purpose: a function may have thousands of lets, and the incremental
+front end (analysis.py) keeps item-local results and shifts them to document offsets.
+"""
+from __future__ import annotations
+
+from typing import TypeVar, cast
+
+from compiler.core.diagnostics import Span
+from compiler.syntax import nodes as ast
+
+
+def children(node: ast.Expr | ast.FnDef | ast.TypeExpr) -> list[ast.Expr]:
+    """The sub-expressions of an AST node (the let chain included), for iterative walks."""
+    if isinstance(node, ast.FnDef):
+        return [node.body]
+    if isinstance(node, ast.Let):
+        return [node.value, node.body]
+    if isinstance(node, ast.BinOp):
+        return [node.lhs, node.rhs]
+    if isinstance(node, ast.Neg):
+        return [node.operand]
+    if isinstance(node, ast.MethodCall):
+        return [node.receiver, *node.args]
+    if isinstance(node, ast.Field):
+        return [node.receiver]
+    if isinstance(node, ast.Call):
+        return list(node.args)
+    if isinstance(node, ast.Handle):
+        return [node.call]
+    if isinstance(node, ast.TupleExpr):
+        return list(node.items)
+    return []
+
+
+_T = TypeVar("_T")
+
+
+def shift(node: _T, delta: int) -> _T:
+    """A copy of an AST / IR / diagnostic structure with every Span moved by `delta`."""
+    if delta == 0:
+        return node
+    # _shift rebuilds each node as its own class (a list as a list, a dataclass as itself)
+    return cast(_T, _shift(node, delta))
+
+
+def _shift(node: object, delta: int) -> object:
+    if isinstance(node, ast.Let):
+        return _shift_let_chain(node, delta)
+    if isinstance(node, Span):
+        return Span(node.start + delta, node.end + delta)
+    if isinstance(node, list):
+        return [_shift(x, delta) for x in node]
+    if isinstance(node, tuple):
+        return tuple(_shift(x, delta) for x in node)
+    if isinstance(node, dict):
+        return {k: _shift(v, delta) for k, v in node.items()}
+    fields = getattr(node, "__dataclass_fields__", None)
+    if fields is None:
+        return node
+    cls = type(node)
+    new = object.__new__(cls)
+    for name in fields:
+        object.__setattr__(new, name, _shift(getattr(node, name), delta))   # frozen: bypass __setattr__
+    return new
+
+
+def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:
+    """Shift a let chain with a loop, not recursion: a function may have thousands of lets."""
+    chain = []
+    node: ast.Expr = let
+    while isinstance(node, ast.Let):
+        chain.append(node)
+        node = node.body
+    body: ast.Expr = shift(node, delta)
+    for link in reversed(chain):
+        body = ast.Let(shift(link.names, delta), link.destructure, shift(link.value, delta), body,
+                       shift(link.span, delta))
+    assert isinstance(body, ast.Let)   # the chain starts with `let` itself
+    return body
