@@ -9,9 +9,9 @@
 
 Builds on storylm_data (the examples directory; importing it makes the compiler
 importable) and storylm_torch (`torch_or_none`).  Used by every validate_*.py
-(through _examples.py for the model examples), vocab_parallel_storylm0.py,
-train_storylm0.py, _dist_lm.py, storylm_train.py's users, benchmarks/bench_train.py
-and tests/test_training.py.
+(and _examples.py, the model examples' build-at-every-level helper),
+vocab_parallel_storylm0.py, train_storylm0.py, _dist_lm.py,
+benchmarks/bench_train.py and tests/test_training.py.
 """
 from __future__ import annotations
 
