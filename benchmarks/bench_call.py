@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import _common as C  # noqa: E402
+from storylm_data import PROMPT, TRAINABLE, attention_scale, causal_mask, corpus_windows, load_weights, targets_for  # noqa: E402
 
 from compiler import build  # noqa: E402
 from compiler.runtime import library as runtime  # noqa: E402
@@ -67,9 +67,9 @@ def storylm0_inputs(name: str) -> tuple[tuple, tuple]:
     """(arguments before the weights, arguments after them) of a StoryLM-0 step."""
     inv_n, lr = np.full((1, 1), 0.25, np.float32), np.full((1, 1), 0.1, np.float32)
     if name == "train_step":
-        return (np.ascontiguousarray(C.corpus_windows()[0]),), (inv_n, lr)
-    ids = C.PROMPT
-    return (ids, C.targets_for(ids)), (inv_n, lr)
+        return (np.ascontiguousarray(corpus_windows()[0]),), (inv_n, lr)
+    ids = PROMPT
+    return (ids, targets_for(ids)), (inv_n, lr)
 
 
 def storylm0_calls(so: Path, name: str) -> dict:
@@ -77,14 +77,14 @@ def storylm0_calls(so: Path, name: str) -> dict:
     (emb, then mask and scale, then wq wk wv wo lm_head), results are (loss, *weights)."""
     f = runtime.load(so)[name]
     slow = runtime.load(so, fastcall=False)[name]
-    w = C.load_weights()
+    w = load_weights()
     lead, tail = storylm0_inputs(name)
-    consts = (C.causal_mask(), C.attention_scale())
+    consts = (causal_mask(), attention_scale())
 
     def args(weights):
         return (*lead, weights[0], *consts, *weights[1:], *tail)
 
-    weights = [np.array(w[n], np.float32) for n in C.TRAINABLE]
+    weights = [np.array(w[n], np.float32) for n in TRAINABLE]
     out = (np.empty((1, 1), np.float32), *map(np.empty_like, weights))
     fixed = args(weights)
     state = {"w": weights}

@@ -8,11 +8,11 @@ weights, once, after a short warm-up:
 
 - kina:  examples/storylm0_train_step.kina compiled with -O2, called through
          compiler.runtime.library (Python call overhead included), two ways:
-         out= reused (scripts/_common.py CompiledTrainer: two preallocated weight
+         out= reused (scripts/storylm_train.py CompiledTrainer: two preallocated weight
          sets, step k reads one and writes the other) and functional (each step
          returns fresh arrays that become the next step's weights, as in
          `loss, *w = train_step(x, *w, ...)`: every call sees new arrays);
-- numpy: the hand-written float32 NumPy forward/backward of scripts/_common.py;
+- numpy: the hand-written float32 NumPy forward/backward of scripts/storylm_numpy.py;
 - torch: PyTorch eager with autograd, once with one intra-op thread (the tensors
          are tiny and the compiled step is single-threaded too) and once with
          torch's default thread count; skipped when torch is not installed.
@@ -34,9 +34,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import _common as C  # noqa: E402
+from report import compile_example  # noqa: E402
+from storylm_data import TRAINABLE, B, T, attention_scale, causal_mask, corpus_windows, load_weights  # noqa: E402
+from storylm_torch import torch_or_none  # noqa: E402
+from storylm_train import DEMO_LR, CompiledTrainer, train_numpy, train_torch  # noqa: E402
 
-LR = C.DEMO_LR
+LR = DEMO_LR
 WARMUP = 10
 TARGET_VS_TORCH = 100.0
 
@@ -52,12 +55,12 @@ def timed(run, steps: int) -> tuple[float, list[float]]:
 def train_functional(lib, steps: int, lr: float) -> list[float]:
     """The CompiledTrainer's SGD run written functionally: no out=, every step's
     result arrays are the next step's weights."""
-    w = C.load_weights()
-    weights = [np.array(w[n], np.float32) for n in C.TRAINABLE]
-    mask, scale = C.causal_mask(), C.attention_scale()
-    inv_n = np.full((1, 1), 1.0 / (C.B * C.T), np.float32)
+    w = load_weights()
+    weights = [np.array(w[n], np.float32) for n in TRAINABLE]
+    mask, scale = causal_mask(), attention_scale()
+    inv_n = np.full((1, 1), 1.0 / (B * T), np.float32)
     lr_arr = np.full((1, 1), lr, np.float32)
-    windows = [np.ascontiguousarray(win) for win in C.corpus_windows()]
+    windows = [np.ascontiguousarray(win) for win in corpus_windows()]
     step, losses = lib.train_step, []
     for k in range(steps):
         emb, wq, wk, wv, wo, lm = weights
@@ -73,19 +76,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     common = min(args.steps, args.slow_steps)
 
-    lib = C.compile_example("storylm0_train_step")
-    rates = {"kina -O2, out= reused": timed(lambda n: C.CompiledTrainer(lib, LR).train(n), args.steps),
+    lib = compile_example("storylm0_train_step")
+    rates = {"kina -O2, out= reused": timed(lambda n: CompiledTrainer(lib, LR).train(n), args.steps),
              "kina -O2, functional": timed(lambda n: train_functional(lib, n, LR), args.steps),
-             "numpy (float32)": timed(lambda n: C.train_numpy(n, LR)[0], args.slow_steps)}
-    torch = C.torch_or_none()
+             "numpy (float32)": timed(lambda n: train_numpy(n, LR)[0], args.slow_steps)}
+    torch = torch_or_none()
     if torch is None:
         print("torch: skipped (not installed)")
     else:
         default_threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        rates["torch eager (1 thread)"] = timed(lambda n: C.train_torch(torch, n, LR)[0], args.slow_steps)
+        rates["torch eager (1 thread)"] = timed(lambda n: train_torch(torch, n, LR)[0], args.slow_steps)
         torch.set_num_threads(default_threads)
-        rates[f"torch eager ({default_threads} threads)"] = timed(lambda n: C.train_torch(torch, n, LR)[0],
+        rates[f"torch eager ({default_threads} threads)"] = timed(lambda n: train_torch(torch, n, LR)[0],
                                                                   args.slow_steps)
         print(f"torch {torch.__version__}")
 

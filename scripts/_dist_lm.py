@@ -15,14 +15,16 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass, replace
 
-import _common as C
 import numpy as np
+from report import compile_example
+from storylm_data import EXAMPLES, MASK_NEG, ROOT, WEIGHT_NAMES, D, H, T, V, load_story, load_weights
+from storylm_train import DEMO_LR, CompiledTrainer
 
 from compiler.distributed import world as distributed
 
-TEMPLATES = C.EXAMPLES / "distributed"
-SCALED_TEMPLATE = C.ROOT / "benchmarks" / "templates" / "scaled_lm.kina.in"
-WEIGHTS = C.WEIGHT_NAMES          # emb, wq, wk, wv, wo, lm_head
+TEMPLATES = EXAMPLES / "distributed"
+SCALED_TEMPLATE = ROOT / "benchmarks" / "templates" / "scaled_lm.kina.in"
+WEIGHTS = WEIGHT_NAMES          # emb, wq, wk, wv, wo, lm_head
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Config:
                 "V": self.V, "lr": self.lr, "seed": self.seed, "corpus_len": self.corpus_len}
 
 
-STORYLM0 = Config("storylm0", batch=1, T=C.T, D=C.D, H=C.H, V=C.V, lr=C.DEMO_LR, steps=420)
+STORYLM0 = Config("storylm0", batch=1, T=T, D=D, H=H, V=V, lr=DEMO_LR, steps=420)
 SCALED = Config("scaled", batch=4, T=64, D=256, H=8, V=2048, lr=0.1, steps=100, corpus_len=4096)
 
 
@@ -74,7 +76,7 @@ def config(name: str, **overrides) -> Config:
 # ---- data and weights ------------------------------------------------------------------------
 def corpus(cfg: Config) -> np.ndarray:
     if cfg.name == "storylm0":
-        return C.load_story()
+        return load_story()
     return np.random.default_rng(cfg.seed + 1).integers(0, cfg.V, cfg.corpus_len).astype(np.int64)
 
 
@@ -91,7 +93,7 @@ def step_windows(cfg: Config, wins: np.ndarray, k: int) -> np.ndarray:
 
 def initial_weights(cfg: Config) -> dict[str, np.ndarray]:
     if cfg.name == "storylm0":
-        return C.load_weights()
+        return load_weights()
     rng, D, V = np.random.default_rng(cfg.seed), cfg.D, cfg.V    # benchmarks/bench_scaled.py's draw
     w = {"emb": rng.normal(0, 0.5, (V, D)), "lm_head": rng.normal(0, D ** -0.5, (D, V))}
     for n in ("wq", "wk", "wv", "wo"):
@@ -101,7 +103,7 @@ def initial_weights(cfg: Config) -> dict[str, np.ndarray]:
 
 def constants(cfg: Config) -> tuple[np.ndarray, np.ndarray]:
     """(causal additive mask [1,1,T,T], attention scale [1,1,1,1])."""
-    mask = np.triu(np.full((cfg.T, cfg.T), C.MASK_NEG, np.float32), 1).reshape(1, 1, cfg.T, cfg.T)
+    mask = np.triu(np.full((cfg.T, cfg.T), MASK_NEG, np.float32), 1).reshape(1, 1, cfg.T, cfg.T)
     return mask, np.full((1, 1, 1, 1), 1.0 / np.sqrt(cfg.DH), np.float32)
 
 
@@ -209,7 +211,7 @@ class DataParallelTrainer:
 def single_process_losses(cfg: Config, steps: int, opt_level: int = 2) -> list[float]:
     """Single-process SGD on the whole batch of every step (no torch.distributed)."""
     if cfg.name == "storylm0" and cfg.batch == 1:      # exactly `make demo`'s trainer
-        return C.CompiledTrainer(C.compile_example("storylm0_train_step"), cfg.lr).train(steps)
+        return CompiledTrainer(compile_example("storylm0_train_step"), cfg.lr).train(steps)
     lib = distributed.build_shared(render("scaled_lm", cfg, cfg.batch), f"{cfg.name}_single", opt_level)
     w = initial_weights(cfg)
     sets = [[np.array(w[n]) for n in WEIGHTS] for _ in range(2)]

@@ -7,8 +7,7 @@ validate_decoder_block.py, validate_adamw.py, validate_greedy.py).
   build at every level, then `check(report, built, torch)`; returns the exit code;
 - `main_inputs(program)` reads the host placeholders of the example's `main` (its
   literal lets) as NumPy arrays, so the script and the example share one copy of the
-  data;
-- the Report / section / torch banner of scripts/_common.py.
+  data.
 """
 from __future__ import annotations
 
@@ -17,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import _common as C
 import numpy as np
-from _common import Report, section, torch_banner  # noqa: F401  (re-exported for the scripts)
+from report import Report, torch_banner
+from storylm_data import EXAMPLES
 
 LEVELS = (0, 2)
 
@@ -38,7 +37,7 @@ def build_levels(name: str, rep: Report) -> Built | None:
     out = Path(tempfile.mkdtemp(prefix=f"kina_{name}_"))
     libs, program = {}, None
     for level in LEVELS:
-        res = build_file(str(C.EXAMPLES / f"{name}.kina"), out / f"{name}_O{level}.so", level)
+        res = build_file(str(EXAMPLES / f"{name}.kina"), out / f"{name}_O{level}.so", level)
         if not rep.check(f"build examples/{name}.kina at -O{level}", res.ok,
                          "" if res.ok else f"{len(res.diagnostics)} diagnostic(s)"):
             for d in res.diagnostics:

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler.oracle import differential, shrink  # noqa: E402
 from compiler.backend.pipelines import PIPELINES  # noqa: E402
+from compiler.oracle import differential, shrink  # noqa: E402
 
 
 def _levels(text: str) -> tuple[int, ...]:

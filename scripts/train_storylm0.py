@@ -22,8 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-import _common as C
 import numpy as np
+from report import compile_example
+from storylm_data import PROMPT, ROOT, T, V, corpus_windows, decode, load_story
+from storylm_torch import torch_or_none
+from storylm_train import DEMO_LR, CompiledTrainer, train_torch
 
 BAR_WIDTH = 30
 
@@ -55,7 +58,7 @@ def plot(losses: list[float], torch_losses: list[float] | None, path: Path) -> N
     except ImportError:
         print("plot: skipped (matplotlib not installed)")
         return
-    epoch = len(C.corpus_windows())
+    epoch = len(corpus_windows())
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(losses, lw=0.8, alpha=0.5, label="compiled Kina step (per window)")
     means = np.convolve(losses, np.ones(epoch) / epoch, mode="valid")
@@ -72,20 +75,20 @@ def plot(losses: list[float], torch_losses: list[float] | None, path: Path) -> N
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=420, help="SGD steps (one window each; 28 windows per epoch)")
-    ap.add_argument("--lr", type=float, default=C.DEMO_LR)
+    ap.add_argument("--lr", type=float, default=DEMO_LR)
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--torch", dest="torch", action="store_true", default=None,
                        help="also train in PyTorch (default: when torch is importable)")
     group.add_argument("--no-torch", dest="torch", action="store_false")
-    ap.add_argument("--out", type=Path, default=C.ROOT / "out")
+    ap.add_argument("--out", type=Path, default=ROOT / "out")
     ap.add_argument("--generate", type=int, default=12, help="tokens of greedy continuation")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    trainer = C.CompiledTrainer(C.compile_example("storylm0_train_step"), args.lr)
+    trainer = CompiledTrainer(compile_example("storylm0_train_step"), args.lr)
     print(f"compiled examples/storylm0_train_step.kina in {time.perf_counter() - t0:.2f} s")
-    story = C.load_story()
-    print(f"story ({len(story)} tokens, V={C.V}): {C.decode(story)}")
+    story = load_story()
+    print(f"story ({len(story)} tokens, V={V}): {decode(story)}")
     t0 = time.perf_counter()
     losses = trainer.train(args.steps, progress(args.steps, max(1, args.steps // 60)))
     elapsed = time.perf_counter() - t0
@@ -93,14 +96,14 @@ def main(argv=None) -> int:
     print(f"{args.steps} steps in {elapsed * 1e3:.1f} ms ({elapsed / args.steps * 1e6:.1f} us/step)")
 
     torch_losses = None
-    torch = C.torch_or_none() if args.torch is not False else None
+    torch = torch_or_none() if args.torch is not False else None
     if args.torch and torch is None:
         print("torch: requested but not installed")
         return 2
     if torch is None:
         print("torch: skipped (not installed)" if args.torch is None else "torch: skipped (--no-torch)")
     else:
-        torch_losses, _ = C.train_torch(torch, args.steps, args.lr)
+        torch_losses, _ = train_torch(torch, args.steps, args.lr)
         diff = np.max(np.abs(np.array(losses) - np.array(torch_losses)))
         print(f"torch {torch.__version__}: max |loss_kina - loss_torch| over {args.steps} steps = {diff:.3e}")
 
@@ -108,8 +111,8 @@ def main(argv=None) -> int:
     first, last = np.mean(losses[:epoch]), np.mean(losses[-epoch:])
     print(f"initial loss {losses[0]:.4f}; final loss {losses[-1]:.4f} "
           f"(mean over an epoch: first {first:.4f} -> last {last:.4f})")
-    text = trainer.greedy(C.PROMPT, args.generate)
-    print(f"greedy: {C.decode(text[:C.T])} | {C.decode(text[C.T:])}")
+    text = trainer.greedy(PROMPT, args.generate)
+    print(f"greedy: {decode(text[:T])} | {decode(text[T:])}")
     return 0
 
 

@@ -30,11 +30,12 @@ import sys
 import time
 from pathlib import Path
 
-import _common as C
 import _dist_lm as L
 import numpy as np
+from storylm_data import PROMPT, T, decode
 
-from compiler.distributed import checkpoint, world as distributed
+from compiler.distributed import checkpoint
+from compiler.distributed import world as distributed
 from compiler.distributed.world import DistributedError
 
 
@@ -148,13 +149,13 @@ def report(args, cfg, world, trainer, losses, elapsed, start) -> int:
 
 def greedy(trainer, n_new: int = 12) -> str:
     """The demo's greedy continuation of the prompt, from the compiled forward."""
-    w, toks = trainer.weights, list(C.PROMPT.reshape(-1))
+    w, toks = trainer.weights, list(PROMPT.reshape(-1))
     for _ in range(n_new):
-        ids = np.array([toks[-C.T:]], dtype=np.int64)
+        ids = np.array([toks[-T:]], dtype=np.int64)
         logits = trainer.lib.forward(ids, w["emb"], trainer.mask, trainer.scale, w["wq"], w["wk"], w["wv"],
                                      w["wo"], w["lm_head"])
         toks.append(int(np.argmax(logits[0, -1])))
-    return f"{C.decode(toks[:C.T])} | {C.decode(toks[C.T:])}"
+    return f"{decode(toks[:T])} | {decode(toks[T:])}"
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _examples as E
 import numpy as np
+from report import Report, section
 
 STEPS = 50
 LR, BETAS, EPS, WD = 1e-2, (0.9, 0.999), 1e-8, 1e-2
@@ -76,17 +77,17 @@ def compiled_trajectory(lib, p: dict, steps: int):
     return losses, dict(zip(WEIGHTS, w)), m, v, t
 
 
-def check(rep: E.Report, built: E.Built, torch) -> None:
+def check(rep: Report, built: E.Built, torch) -> None:
     p = E.main_inputs(built.program)
     np_losses, np_w, np_m, np_v = numpy_trajectory(p, STEPS)
     flat = lambda d: np.concatenate([d[k].reshape(-1) for k in WEIGHTS])  # noqa: E731
     ref = torch_trajectory(torch, p, STEPS) if torch else None
     for level, lib in built.libs.items():
-        E.section(f"-O{level}: main() = the first step")
+        section(f"-O{level}: main() = the first step")
         first = lib.train_step(*(p[k] for k in ("x", "y", "w1", "b1", "w2", "m", "v", "t")))
         for i, (got, want) in enumerate(zip(lib.main(), first)):
             rep.compare(f"main() result {i} = the step's", got, want, atol=0, rtol=0)
-        E.section(f"-O{level}: {STEPS} AdamW steps")
+        section(f"-O{level}: {STEPS} AdamW steps")
         losses, w, m, v, t = compiled_trajectory(lib, p, STEPS)
         rep.check("the step count advances", float(t[0]) == STEPS + 1, f"t = {float(t[0])}")
         rep.check("the loss decreases", losses[-1] < 0.5 * losses[0], f"{losses[0]:.4f} -> {losses[-1]:.4f}")

@@ -4,7 +4,7 @@ Compiles examples/ad_reshape.kina, ad_matmul4.kina, ad_gather.kina and
 storylm0_ad_step.kina to .so files (compiler.build), calls them through
 compiler.runtime.library with the deterministic weights, and compares every result with
 
-- the NumPy reference of scripts/_common.py (forward and hand-written backward), and
+- the NumPy reference of scripts/storylm_numpy.py (forward and hand-written backward), and
 - torch.autograd on the same algebra, when torch is importable.
 
 The embedding SGD step runs on the prompt [1, 4, 2, 6] and on [1, 4, 1, 4], whose
@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import sys
 
-import _common as C
 import numpy as np
+from report import Report, run_example_checks, section
+from storylm_data import PROMPT, V, inputs, load_weights, ordered
+from storylm_numpy import backward, forward
+from storylm_torch import torch_grads
 
 REPEATED = np.array([[1, 4, 1, 4]], dtype=np.int64)
 LR = 0.1
 
 
-def check_reshape(rep: C.Report, lib, torch) -> None:
-    C.section("reshape VJP (ad_reshape.kina): g_x = reshape(g, shape(x))")
-    x = C.forward(C.inputs())[1]["x"].astype(np.float32)
+def check_reshape(rep: Report, lib, torch) -> None:
+    section("reshape VJP (ad_reshape.kina): g_x = reshape(g, shape(x))")
+    x = forward(inputs())[1]["x"].astype(np.float32)
     w = ((np.arange(16) + 1) / 10).reshape(1, 4, 2, 2).astype(np.float32)
     rep.compare("step: g_x = reshape(ones[1,4,2,2], [1,4,4])", lib.step(x), np.ones((1, 4, 2, 2)).reshape(1, 4, 4))
     g_x, g_w = lib.step_weighted(x, w)
@@ -36,9 +39,9 @@ def check_reshape(rep: C.Report, lib, torch) -> None:
         rep.compare("step_weighted: g_x vs torch", g_x, tx.grad.numpy())
 
 
-def check_matmul4(rep: C.Report, lib, torch) -> None:
-    C.section("rank-4 matmul VJP (ad_matmul4.kina): [1,2,4,2] @ [1,2,2,4]")
-    cache = C.forward(C.inputs())[1]
+def check_matmul4(rep: Report, lib, torch) -> None:
+    section("rank-4 matmul VJP (ad_matmul4.kina): [1,2,4,2] @ [1,2,2,4]")
+    cache = forward(inputs())[1]
     q, k_t = (np.round(cache[n], 2).astype(np.float32) for n in ("q", "k_t"))
     s, g_q, g_k_t = lib.step(q, k_t)
     ones = np.ones((1, 2, 4, 4))
@@ -54,19 +57,19 @@ def check_matmul4(rep: C.Report, lib, torch) -> None:
 
 def scatter_rows(ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """out[v] = sum of rows[t] over the positions t with ids[t] = v, written as a loop."""
-    out = np.zeros((C.V, rows.shape[-1]))
+    out = np.zeros((V, rows.shape[-1]))
     for t, v in enumerate(ids.reshape(-1)):
         out[v] += rows.reshape(-1, rows.shape[-1])[t]
     return out
 
 
-def check_gather(rep: C.Report, lib, torch) -> None:
-    C.section("gather VJP (ad_gather.kina): ScatterAdd into [8, 4]; token_ids has no cotangent")
-    emb = C.load_weights()["emb"]
+def check_gather(rep: Report, lib, torch) -> None:
+    section("gather VJP (ad_gather.kina): ScatterAdd into [8, 4]; token_ids has no cotangent")
+    emb = load_weights()["emb"]
     w = ((np.arange(16) + 1) / 10).reshape(1, 4, 4).astype(np.float32)
-    rep.check("I64 token_ids absent from the reverseMode tuple", "step" in lib and lib.step(emb, C.PROMPT).shape == (8, 4),
+    rep.check("I64 token_ids absent from the reverseMode tuple", "step" in lib and lib.step(emb, PROMPT).shape == (8, 4),
               "(x, g_emb) destructures; g_emb : [8, 4]")
-    for label, ids in (("prompt [1,4,2,6]", C.PROMPT), ("repeated [1,4,1,4]", REPEATED)):
+    for label, ids in (("prompt [1,4,2,6]", PROMPT), ("repeated [1,4,1,4]", REPEATED)):
         rep.compare(f"{label}: g_emb = row counts", lib.step(emb, ids), scatter_rows(ids, np.ones((1, 4, 4))))
         got = lib.step_weighted(emb, ids, w)
         rep.compare(f"{label}: weighted g_emb = ScatterAdd(w, ids)", got, scatter_rows(ids, w))
@@ -76,29 +79,29 @@ def check_gather(rep: C.Report, lib, torch) -> None:
             rep.compare(f"{label}: weighted g_emb vs torch", got, te.grad.numpy())
 
 
-def check_sgd(rep: C.Report, lib, torch) -> None:
-    C.section("embedding SGD step (storylm0_ad_step.kina): emb - lr * d(sum logits)/d emb")
+def check_sgd(rep: Report, lib, torch) -> None:
+    section("embedding SGD step (storylm0_ad_step.kina): emb - lr * d(sum logits)/d emb")
     lr = np.full((1, 1), LR, np.float32)
-    for label, ids in (("prompt [1,4,2,6]", C.PROMPT), ("repeated [1,4,1,4]", REPEATED)):
-        p = C.inputs(ids)
-        logits, cache = C.forward(p)
-        rep.compare(f"{label}: storylm0_fwd logits", lib.storylm0_fwd(*C.ordered(p)), logits)
-        g_emb = C.backward(p, cache, np.ones_like(logits))["emb"]
+    for label, ids in (("prompt [1,4,2,6]", PROMPT), ("repeated [1,4,1,4]", REPEATED)):
+        p = inputs(ids)
+        logits, cache = forward(p)
+        rep.compare(f"{label}: storylm0_fwd logits", lib.storylm0_fwd(*ordered(p)), logits)
+        g_emb = backward(p, cache, np.ones_like(logits))["emb"]
         want = p["emb"] - LR * g_emb
-        got = lib.storylm0_step(*C.ordered(p), lr)
+        got = lib.storylm0_step(*ordered(p), lr)
         rep.compare(f"{label}: emb' (NumPy hand-written backward)", got, want)
         rep.check(f"{label}: unused rows of emb unchanged",
                   bool(np.array_equal(np.delete(got, ids.reshape(-1), 0), np.delete(p["emb"], ids.reshape(-1), 0))),
-                  f"rows {sorted(set(range(C.V)) - set(ids.reshape(-1).tolist()))}")
+                  f"rows {sorted(set(range(V)) - set(ids.reshape(-1).tolist()))}")
         if torch:
-            _, g = C.torch_grads(torch, p, lambda logits, leaves: logits.sum())
+            _, g = torch_grads(torch, p, lambda logits, leaves: logits.sum())
             rep.compare(f"{label}: emb' vs torch", got, p["emb"] - LR * g["emb"])
         if label.startswith("prompt"):
             rep.compare("main() (literal inputs) = the prompt's emb'", lib.main(), want)
 
 
 def main() -> int:
-    return C.run_example_checks("kina_decoder_ad_", (
+    return run_example_checks("kina_decoder_ad_", (
         ("ad_reshape", check_reshape), ("ad_matmul4", check_matmul4),
         ("ad_gather", check_gather), ("storylm0_ad_step", check_sgd)))
 

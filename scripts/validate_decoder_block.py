@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import _examples as E
 import numpy as np
+from report import Report, section
 
 B, T, D, H, DH = 2, 4, 8, 2, 4
 ARGS = ("x", "ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w_up", "w_down")
@@ -69,7 +70,7 @@ def fd_direction(p: dict, name: str, v: np.ndarray, h: float = 1e-6) -> float:
     return float((numpy_block(plus).sum() - numpy_block(minus).sum()) / (2 * h))
 
 
-def check(rep: E.Report, built: E.Built, torch) -> None:
+def check(rep: Report, built: E.Built, torch) -> None:
     p = E.main_inputs(built.program)
     want = numpy_block(p)
     ref = torch_block(torch, p) if torch else None
@@ -77,7 +78,7 @@ def check(rep: E.Report, built: E.Built, torch) -> None:
     directions = {k: rng.standard_normal(p[k].shape) for k in ARGS}
     fd = {k: fd_direction(p, k, directions[k]) for k in ARGS}
     for level, lib in built.libs.items():
-        E.section(f"-O{level}: forward (B=2, T=4, D=8, H=2, GELU MLP of 16)")
+        section(f"-O{level}: forward (B=2, T=4, D=8, H=2, GELU MLP of 16)")
         out = lib.block(*(p[k] for k in ARGS))
         rep.compare("block vs NumPy twin", out, want, atol=2e-5, rtol=1e-5)
         if ref:
@@ -87,7 +88,7 @@ def check(rep: E.Report, built: E.Built, torch) -> None:
         later = lib.block(*(changed[k] for k in ARGS))
         rep.check("causal: earlier positions bit-identical after changing the last",
                   np.array_equal(later[:, :-1], out[:, :-1]) and not np.array_equal(later[:, -1], out[:, -1]))
-        E.section(f"-O{level}: cotangents of sum(block) (reverseMode)")
+        section(f"-O{level}: cotangents of sum(block) (reverseMode)")
         y, *grads = lib.block_grads(*(p[k] for k in ARGS))
         rep.compare("primal = block", y, out, atol=0, rtol=0)
         for k, g in zip(ARGS, grads):

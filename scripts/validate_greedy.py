@@ -16,51 +16,55 @@ Prints one line per comparison; exits 1 on any mismatch.
 """
 from __future__ import annotations
 
-import _common as C
 import _examples as E
 import numpy as np
+from report import Report, compile_example, section
+from storylm_data import PROMPT, T, attention_scale, causal_mask, decode, inputs, load_weights
+from storylm_numpy import forward
+from storylm_torch import torch_forward
+from storylm_train import DEMO_LR, CompiledTrainer
 
 N_NEW = 12
 DEMO_STEPS = 420
 
 
 def weights_args(w: dict) -> list[np.ndarray]:
-    return [w["emb"], C.causal_mask(), C.attention_scale(), w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"]]
+    return [w["emb"], causal_mask(), attention_scale(), w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"]]
 
 
 def best_logit_gap(torch, toks: np.ndarray, w: dict) -> float:
     """max over steps of (largest logit - logit of the chosen token), NumPy or torch decoder."""
     gap = 0.0
-    for i in range(C.T, C.T + N_NEW):
-        p = C.inputs(toks[None, i - C.T:i], w)
+    for i in range(T, T + N_NEW):
+        p = inputs(toks[None, i - T:i], w)
         if torch is None:
-            logits, _ = C.forward(p)
+            logits, _ = forward(p)
         else:
-            logits = C.torch_forward(torch, p)[0].detach().numpy()
+            logits = torch_forward(torch, p)[0].detach().numpy()
         last = logits[0, -1]
         gap = max(gap, float(last.max() - last[toks[i]]))
     return gap
 
 
-def check_weights(rep: E.Report, built: E.Built, host, w: dict, label: str, torch) -> None:
-    E.section(f"{label}: Kina greedy vs the demo's host loop")
-    want = host.greedy(C.PROMPT, N_NEW)
-    print(f"  host loop: {C.decode(want[:C.T])} | {C.decode(want[C.T:])}")
+def check_weights(rep: Report, built: E.Built, host, w: dict, label: str, torch) -> None:
+    section(f"{label}: Kina greedy vs the demo's host loop")
+    want = host.greedy(PROMPT, N_NEW)
+    print(f"  host loop: {decode(want[:T])} | {decode(want[T:])}")
     for level, lib in built.libs.items():
-        got = lib.greedy(C.PROMPT, *weights_args(w))[0]
-        rep.check(f"-O{level} greedy = host loop", np.array_equal(got, want), C.decode(got[C.T:]))
+        got = lib.greedy(PROMPT, *weights_args(w))[0]
+        rep.check(f"-O{level} greedy = host loop", np.array_equal(got, want), decode(got[T:]))
     rep.check("every token is the NumPy decoder's argmax", best_logit_gap(None, want, w) < 1e-5)
     if torch:
         rep.check("every token is the torch decoder's argmax", best_logit_gap(torch, want, w) < 1e-5)
 
 
-def check(rep: E.Report, built: E.Built, torch) -> None:
-    host = C.CompiledTrainer(C.compile_example("storylm0_train_step"), C.DEMO_LR)
-    w0 = C.load_weights()
+def check(rep: Report, built: E.Built, torch) -> None:
+    host = CompiledTrainer(compile_example("storylm0_train_step"), DEMO_LR)
+    w0 = load_weights()
     check_weights(rep, built, host, w0, "committed weights", torch)
     for level, lib in built.libs.items():
         rep.compare(f"-O{level} main() = greedy from the committed weights", lib.main(),
-                    lib.greedy(C.PROMPT, *weights_args(w0)), atol=0, rtol=0)
+                    lib.greedy(PROMPT, *weights_args(w0)), atol=0, rtol=0)
     losses = host.train(DEMO_STEPS)
     print(f"\n  trained {DEMO_STEPS} steps like the demo: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     check_weights(rep, built, host, host.w, f"after {DEMO_STEPS} demo steps", torch)

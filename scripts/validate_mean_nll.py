@@ -1,7 +1,7 @@
 """Validate the StoryLM-0 mean NLL (keepdims sums times a host 1/(B*T)) on compiled host libraries.
 
 Compiles examples/ad_reduce_sum.kina and storylm0_mean_nll_step.kina to .so files
-and checks, against the NumPy reference of scripts/_common.py (and torch.autograd
+and checks, against the NumPy reference of scripts/storylm_numpy.py (and torch.autograd
 when torch is importable):
 
 - the keepdims sum VJP: step(x) on x : [2, 3] returns (x.sum(axis=1, keepdims), ones[2, 3]);
@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import sys
 
-import _common as C
 import numpy as np
+from report import Report, run_example_checks, section
+from storylm_data import PROMPT, B, T, inputs, ordered, targets_for
+from storylm_numpy import nll_grads
+from storylm_torch import torch_grads, torch_mean_nll
 
 STEP_ARGS = ("token_ids", "targets", "emb", "mask", "scale", "wq", "wk", "wv", "wo", "lm_head", "inv_n", "lr")
 UPDATED = ("emb", "wq", "wk", "wv", "wo", "lm_head")     # the order of emb', wq', ... in the result
 
 
-def check_reduce_sum(rep: C.Report, lib, torch) -> None:
-    C.section("keepdims reduce_sum VJP (ad_reduce_sum.kina): x [2,3], axis 1")
+def check_reduce_sum(rep: Report, lib, torch) -> None:
+    section("keepdims reduce_sum VJP (ad_reduce_sum.kina): x [2,3], axis 1")
     x = (np.arange(6).reshape(2, 3) / 2 - 1).astype(np.float32)
     y, g_x = lib.step(x)
     rep.compare("y = reduce_keep(op=sum, axis=1) x", y, x.sum(axis=1, keepdims=True))
@@ -36,35 +39,35 @@ def check_reduce_sum(rep: C.Report, lib, torch) -> None:
 
 
 def step_inputs(lr: float) -> dict[str, np.ndarray]:
-    p = C.inputs()
-    p["targets"] = C.targets_for(C.PROMPT)
-    p["inv_n"] = np.full((1, 1), 1.0 / (C.B * C.T), np.float32)
+    p = inputs()
+    p["targets"] = targets_for(PROMPT)
+    p["inv_n"] = np.full((1, 1), 1.0 / (B * T), np.float32)
     p["lr"] = np.full((1, 1), lr, np.float32)
     return p
 
 
-def check_mean_nll(rep: C.Report, lib, torch) -> None:
-    C.section("mean NLL + SGD (storylm0_mean_nll_step.kina): prompt [1,4,2,6], targets [4,2,6,0]")
+def check_mean_nll(rep: Report, lib, torch) -> None:
+    section("mean NLL + SGD (storylm0_mean_nll_step.kina): prompt [1,4,2,6], targets [4,2,6,0]")
     p = step_inputs(lr=1.0)
-    mean, *new = lib.storylm0_mean_nll_step(*C.ordered(p, STEP_ARGS))
-    want_mean, _ = C.nll_grads(p, p["targets"], inv_n=0.25)
-    sum_nll, g_sum = C.nll_grads(p, p["targets"], inv_n=1.0)
+    mean, *new = lib.storylm0_mean_nll_step(*ordered(p, STEP_ARGS))
+    want_mean, _ = nll_grads(p, p["targets"], inv_n=0.25)
+    sum_nll, g_sum = nll_grads(p, p["targets"], inv_n=1.0)
     rep.compare("mean = sum NLL * inv_n", mean, [[want_mean]])
-    rep.compare("mean = sum NLL / (B*T)", mean, [[sum_nll / (C.B * C.T)]])
+    rep.compare("mean = sum NLL / (B*T)", mean, [[sum_nll / (B * T)]])
     for name, w2 in zip(UPDATED, new):
         # lr = 1: the compiled update is w - g, so the compiled cotangent is w - w'.
-        rep.compare(f"g_{name} (= w - w', lr 1) = sum cotangent / 4", p[name] - w2, g_sum[name] / (C.B * C.T),
+        rep.compare(f"g_{name} (= w - w', lr 1) = sum cotangent / 4", p[name] - w2, g_sum[name] / (B * T),
                     atol=2e-5)
     p = step_inputs(lr=0.1)
-    _, *new = lib.storylm0_mean_nll_step(*C.ordered(p, STEP_ARGS))
+    _, *new = lib.storylm0_mean_nll_step(*ordered(p, STEP_ARGS))
     for i, (got, want) in enumerate(zip(lib.main(), (mean, *new))):
         rep.compare(f"main() (literal inputs) result {i} = the step's", got, want, atol=0, rtol=0)
-    _, g_mean = C.nll_grads(p, p["targets"], inv_n=0.25)
+    _, g_mean = nll_grads(p, p["targets"], inv_n=0.25)
     for name, w2 in zip(UPDATED, new):
         rep.compare(f"SGD {name}' = {name} - 0.1 * g_{name}", w2, p[name] - 0.1 * g_mean[name])
     if torch:
-        loss, g = C.torch_grads(torch, {k: v for k, v in p.items() if k not in ("targets", "lr")},
-                                C.torch_mean_nll(torch, p["targets"]))
+        loss, g = torch_grads(torch, {k: v for k, v in p.items() if k not in ("targets", "lr")},
+                                torch_mean_nll(torch, p["targets"]))
         rep.compare("mean vs torch", mean, [[loss]])
         for name, w2 in zip(UPDATED, new):
             rep.compare(f"SGD {name}' vs torch", w2, p[name] - 0.1 * g[name])
@@ -72,7 +75,7 @@ def check_mean_nll(rep: C.Report, lib, torch) -> None:
 
 
 def main() -> int:
-    return C.run_example_checks("kina_mean_nll_", (
+    return run_example_checks("kina_mean_nll_", (
         ("ad_reduce_sum", check_reduce_sum), ("storylm0_mean_nll_step", check_mean_nll)))
 
 if __name__ == "__main__":

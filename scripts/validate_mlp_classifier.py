@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _examples as E
 import numpy as np
+from report import Report, section
 
 STEPS = 20
 WEIGHTS = ("w1", "b1", "w2", "b2")
@@ -65,7 +66,7 @@ def compiled_trajectory(lib, p: dict, steps: int):
     return losses, w
 
 
-def check(rep: E.Report, built: E.Built, torch) -> None:
+def check(rep: Report, built: E.Built, torch) -> None:
     p = E.main_inputs(built.program)
     w0 = {k: p[k] for k in WEIGHTS}
     loss0, w1_np, logits0 = numpy_step(p, w0)
@@ -75,7 +76,7 @@ def check(rep: E.Report, built: E.Built, torch) -> None:
         np_losses.append(loss)
     torch_losses, w_torch = torch_trajectory(torch, p, STEPS) if torch else (None, None)
     for level, lib in built.libs.items():
-        E.section(f"-O{level}: one step from main's inputs (batch 8, 4 -> 16 -> 3)")
+        section(f"-O{level}: one step from main's inputs (batch 8, 4 -> 16 -> 3)")
         loss, *new = lib.train_step(p["x"], p["labels"], *(w0[k] for k in WEIGHTS), p["lr"])
         rep.compare("mean cross entropy vs NumPy", loss, [[loss0]], atol=1e-6, rtol=1e-5)
         for k, got in zip(WEIGHTS, new):
@@ -84,7 +85,7 @@ def check(rep: E.Report, built: E.Built, torch) -> None:
             rep.compare(f"main() result {i} = the step's", got, want, atol=0, rtol=0)
         rep.check("predict = argmax of the NumPy logits",
                   np.array_equal(lib.predict(p["x"], *(w0[k] for k in WEIGHTS))[:, 0], logits0.argmax(1)))
-        E.section(f"-O{level}: {STEPS} SGD steps")
+        section(f"-O{level}: {STEPS} SGD steps")
         losses, w = compiled_trajectory(lib, p, STEPS)
         rep.compare("loss trajectory vs NumPy", losses, np_losses, atol=1e-5, rtol=1e-4)
         for k in WEIGHTS:

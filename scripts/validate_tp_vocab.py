@@ -3,7 +3,7 @@
 Compiles examples/storylm0_tp_vocab.kina (and the unsharded
 examples/storylm0_forward.kina) to .so files, injects the deterministic weights
 and the prompt [1, 4, 2, 6], and checks against the NumPy reference of
-scripts/_common.py (and the same algebra in torch when torch is importable):
+scripts/storylm_numpy.py (and the same algebra in torch when torch is importable):
 
 (a) the sharded logits equal the unsharded residual @ lm_head, both from NumPy
     and from the compiled storylm0_forward;
@@ -19,33 +19,36 @@ from __future__ import annotations
 import sys
 import tempfile
 
-import _common as C
 import numpy as np
+from report import BuildFailed, Report, compile_example, section, torch_banner
+from storylm_data import FORWARD_ARGS, PROMPT, V, inputs, ordered
+from storylm_numpy import forward
+from storylm_torch import torch_forward
 
-RESIDUAL_ARGS = C.FORWARD_ARGS[:-1]      # storylm0_residual takes everything but lm_head
+RESIDUAL_ARGS = FORWARD_ARGS[:-1]      # storylm0_residual takes everything but lm_head
 CHANGED_LAST = np.array([[1, 4, 2, 3]], dtype=np.int64)
-HALF = C.V // 2
+HALF = V // 2
 
 
-def check_unsharded(rep: C.Report, tp, fwd, torch) -> np.ndarray:
-    C.section("(a) sharded logits = unsharded logits (prompt [1,4,2,6])")
-    p = C.inputs()
-    logits, cache = C.forward(p)
-    got = tp.storylm0_tp_vocab(*C.ordered(p))
+def check_unsharded(rep: Report, tp, fwd, torch) -> np.ndarray:
+    section("(a) sharded logits = unsharded logits (prompt [1,4,2,6])")
+    p = inputs()
+    logits, cache = forward(p)
+    got = tp.storylm0_tp_vocab(*ordered(p))
     rep.compare("storylm0_tp_vocab vs NumPy residual @ lm_head", got, logits)
-    rep.compare("storylm0_tp_vocab vs compiled storylm0_forward", got, fwd.storylm0_forward(*C.ordered(p)), atol=1e-6)
+    rep.compare("storylm0_tp_vocab vs compiled storylm0_forward", got, fwd.storylm0_forward(*ordered(p)), atol=1e-6)
     rep.compare("main() (literal inputs) = storylm0_tp_vocab", tp.main(), got, atol=0, rtol=0)
-    rep.compare("storylm0_residual vs NumPy", tp.storylm0_residual(*C.ordered(p, RESIDUAL_ARGS)), cache["residual"])
+    rep.compare("storylm0_residual vs NumPy", tp.storylm0_residual(*ordered(p, RESIDUAL_ARGS)), cache["residual"])
     if torch:
-        t_logits, _ = C.torch_forward(torch, p)
+        t_logits, _ = torch_forward(torch, p)
         rep.compare("storylm0_tp_vocab vs torch", got, t_logits.detach().numpy())
     return got
 
 
-def check_shards(rep: C.Report, tp, logits: np.ndarray) -> None:
-    C.section("(b) each shard is its [1, 4, 4] block of vocabulary columns")
-    p = C.inputs()
-    residual = tp.storylm0_residual(*C.ordered(p, RESIDUAL_ARGS))
+def check_shards(rep: Report, tp, logits: np.ndarray) -> None:
+    section("(b) each shard is its [1, 4, 4] block of vocabulary columns")
+    p = inputs()
+    residual = tp.storylm0_residual(*ordered(p, RESIDUAL_ARGS))
     z0, z1 = tp.tp_shards(residual, p["lm_head"])
     lm = p["lm_head"].astype(np.float64)
     for i, z in enumerate((z0, z1)):
@@ -56,27 +59,27 @@ def check_shards(rep: C.Report, tp, logits: np.ndarray) -> None:
                 np.concatenate([z0, z1], axis=2), atol=0, rtol=0)
 
 
-def check_causal(rep: C.Report, tp, torch) -> None:
-    C.section("(c) causal non-leak: last token 6 -> 3")
-    before = tp.storylm0_tp_vocab(*C.ordered(C.inputs(C.PROMPT)))
-    after = tp.storylm0_tp_vocab(*C.ordered(C.inputs(CHANGED_LAST)))
+def check_causal(rep: Report, tp, torch) -> None:
+    section("(c) causal non-leak: last token 6 -> 3")
+    before = tp.storylm0_tp_vocab(*ordered(inputs(PROMPT)))
+    after = tp.storylm0_tp_vocab(*ordered(inputs(CHANGED_LAST)))
     rep.compare("compiled rows 0..2 unchanged (exact)", after[:, :3], before[:, :3], atol=0, rtol=0)
     rep.check("compiled row 3 changed", not np.allclose(after[:, 3], before[:, 3]),
               f"max|diff| = {np.max(np.abs(after[:, 3] - before[:, 3])):.3e}")
-    rep.compare("compiled changed-prompt logits vs NumPy", after, C.forward(C.inputs(CHANGED_LAST))[0])
+    rep.compare("compiled changed-prompt logits vs NumPy", after, forward(inputs(CHANGED_LAST))[0])
     if torch:
-        t_before, t_after = (C.torch_forward(torch, C.inputs(ids))[0].detach().numpy() for ids in (C.PROMPT, CHANGED_LAST))
+        t_before, t_after = (torch_forward(torch, inputs(ids))[0].detach().numpy() for ids in (PROMPT, CHANGED_LAST))
         rep.compare("torch rows 0..2 unchanged", t_after[:, :3], t_before[:, :3], atol=1e-12)
 
 
 def main() -> int:
-    torch = C.torch_banner()
-    rep = C.Report()
+    torch = torch_banner()
+    rep = Report()
     out = tempfile.mkdtemp(prefix="kina_tp_vocab_")
     try:
-        tp = C.compile_example("storylm0_tp_vocab", out)
-        fwd = C.compile_example("storylm0_forward", out)
-    except C.BuildFailed as e:
+        tp = compile_example("storylm0_tp_vocab", out)
+        fwd = compile_example("storylm0_forward", out)
+    except BuildFailed as e:
         print(e)
         rep.check("build storylm0_tp_vocab.kina and storylm0_forward.kina", False)
         return rep.exit_code()

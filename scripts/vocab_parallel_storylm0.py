@@ -28,9 +28,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-import _common as C
 import _dist_lm as L
 import numpy as np
+from report import Report, compile_example, section
+from storylm_data import PROMPT, WEIGHT_NAMES, attention_scale, causal_mask, inputs, load_weights, ordered, window_split
+from storylm_numpy import forward, nll_grads
 
 from compiler.distributed import world as distributed
 from compiler.distributed.world import DistributedError
@@ -90,24 +92,24 @@ def gather_vocab(world, block: np.ndarray) -> np.ndarray:
 
 
 def check_logits(rep, world, lib, weights, lm_shard, lo, hi):
-    mask, scale = C.causal_mask(), C.attention_scale()
+    mask, scale = causal_mask(), attention_scale()
     body = [weights[n] for n in BODY]
 
     def sharded(ids):
         block = lib.shard_logits(ids, body[0], mask, scale, *body[1:], lm_shard)
         return block, gather_vocab(world, block)
 
-    block, logits = sharded(C.PROMPT)
+    block, logits = sharded(PROMPT)
     blocks = world.all_gather(block, what="all-gather of the blocks for check (b)")
     _, logits2 = sharded(CHANGED_LAST)
     if world.rank:
         return
-    C.section(f"tensor-parallel logits on {world.size} processes (vocabulary shards of {hi - lo})")
-    ref, _ = C.forward(C.inputs())
-    fwd = C.compile_example("storylm0_forward")
+    section(f"tensor-parallel logits on {world.size} processes (vocabulary shards of {hi - lo})")
+    ref, _ = forward(inputs())
+    fwd = compile_example("storylm0_forward")
     rep.compare("(a) all-gathered logits vs NumPy residual @ lm_head", logits, ref)
     rep.compare("(a) all-gathered logits vs compiled storylm0_forward", logits,
-                fwd.storylm0_forward(*C.ordered(C.inputs())), atol=1e-6)
+                fwd.storylm0_forward(*ordered(inputs())), atol=1e-6)
     width = hi - lo
     for r in range(world.size):
         rep.compare(f"(b) rank {r}'s block vs columns {r * width}..{(r + 1) * width - 1}", blocks[r],
@@ -131,7 +133,7 @@ def check_step(rep, world, lib, cfg, weights, lm_shard, lo, hi, steps: int):
     wins = L.windows(cfg)
     losses, first_grads = [], None
     for k in range(steps):
-        ids, targets = C.window_split(L.step_windows(cfg, wins, k))
+        ids, targets = window_split(L.step_windows(cfg, wins, k))
         loss, g = vp.step(np.ascontiguousarray(ids), np.ascontiguousarray(targets), lr)
         losses.append(loss)
         if k == 0:
@@ -141,28 +143,28 @@ def check_step(rep, world, lib, cfg, weights, lm_shard, lo, hi, steps: int):
               for b in vp.body]
     if world.rank:
         return
-    C.section(f"vocab-parallel mean-NLL step on {world.size} processes, {steps} step(s), lr {cfg.lr}")
+    section(f"vocab-parallel mean-NLL step on {world.size} processes, {steps} step(s), lr {cfg.lr}")
     rep.check("no per-rank function holds [B*T, V] logits", world.size == 1 or not full_shapes(lib, cfg),
               ", ".join(full_shapes(lib, cfg)) or "none")
-    ids, targets = C.window_split(L.step_windows(cfg, wins, 0))
-    p = C.inputs(ids, weights)
+    ids, targets = window_split(L.step_windows(cfg, wins, 0))
+    p = inputs(ids, weights)
     p["inv_n"] = vp.inv_n
-    ref_loss, ref_g = C.nll_grads(p, targets)
+    ref_loss, ref_g = nll_grads(p, targets)
     rep.compare("step 0: mean NLL vs NumPy", losses[0], ref_loss)
     for n, g in zip(BODY + ("lm_head",), first_grads):
         rep.compare(f"step 0: g_{n} vs NumPy", g, ref_g[n], atol=1e-5)
-    single = C.compile_example("storylm0_mean_nll_step")
+    single = compile_example("storylm0_mean_nll_step")
     w = dict(weights)
     ref_losses = []
     for k in range(steps):
-        ids, targets = C.window_split(L.step_windows(cfg, wins, k))
-        out = single.storylm0_mean_nll_step(ids, targets, w["emb"], C.causal_mask(), C.attention_scale(),
+        ids, targets = window_split(L.step_windows(cfg, wins, k))
+        out = single.storylm0_mean_nll_step(ids, targets, w["emb"], causal_mask(), attention_scale(),
                                             w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"], vp.inv_n, lr)
         ref_losses.append(float(out[0][0, 0]))
-        w = dict(zip(C.WEIGHT_NAMES, out[1:]))
+        w = dict(zip(WEIGHT_NAMES, out[1:]))
     rep.compare(f"losses of {steps} steps vs single-process storylm0_mean_nll_step", losses, ref_losses,
                 atol=1e-5)
-    for n, got in zip(C.WEIGHT_NAMES, vp.body + [lm]):
+    for n, got in zip(WEIGHT_NAMES, vp.body + [lm]):
         rep.compare(f"weights after {steps} steps: {n}", got, w[n], atol=1e-5)
     rep.check("replicated weights identical on every rank", max(spread) == 0.0, f"max spread {max(spread):.1e}")
 
@@ -183,13 +185,13 @@ def main(argv=None) -> int:
         distributed.pin_single_thread(launch.local_rank)
         lib = L.vp_library(cfg, hi - lo, args.opt_level, launch)
         world = distributed.connect(launch, args.timeout)
-        weights = C.load_weights()
+        weights = load_weights()
         lm_shard = np.ascontiguousarray(weights.pop("lm_head")[:, lo:hi])   # the only columns kept
-        rep = C.Report()
+        rep = Report()
         if args.only in (None, "logits"):
             check_logits(rep, world, lib, weights, lm_shard, lo, hi)
         if args.only in (None, "step"):
-            full = C.load_weights() if world.rank == 0 else None    # rank 0's reference only
+            full = load_weights() if world.rank == 0 else None    # rank 0's reference only
             check_step(rep, world, lib, cfg, full or {**weights, "lm_head": None}, lm_shard, lo, hi,
                        args.steps)
         code = np.array([rep.exit_code() if world.rank == 0 else 0], np.int32)

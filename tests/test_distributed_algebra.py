@@ -23,8 +23,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import _common as C  # noqa: E402
 import _dist_lm as L  # noqa: E402
+from storylm_data import window_split  # noqa: E402
+from storylm_train import train_numpy  # noqa: E402
 
 from compiler import build  # noqa: E402
 from compiler.distributed import checkpoint  # noqa: E402
@@ -170,7 +171,7 @@ def test_data_parallel_trainer_sums_to_the_single_process_step(world_size, cache
         trainer = L.DataParallelTrainer(lib, cfg, world, L.partition(cfg, world_size, r), L.initial_weights(cfg))
         return [trainer.step(k) for k in range(steps)], trainer.weights
     results = run_ranks(world_size, rank)
-    ref_losses, ref_w = C.train_numpy(steps, cfg.lr)
+    ref_losses, ref_w = train_numpy(steps, cfg.lr)
     for losses, weights in results:
         np.testing.assert_allclose(losses, ref_losses, atol=1e-5)
         for n in L.WEIGHTS:
@@ -189,11 +190,11 @@ def test_vocab_parallel_step_algebra_equals_the_numpy_step(world_size, cache):
     def rank(world, r):
         lo, hi = r * width, (r + 1) * width
         vp = VPS.VocabParallelStep(lib, world, cfg, lo, hi, full, np.ascontiguousarray(full["lm_head"][:, lo:hi]))
-        losses = [vp.step(*map(np.ascontiguousarray, C.window_split(L.step_windows(cfg, wins, k))), lr)[0]
+        losses = [vp.step(*map(np.ascontiguousarray, window_split(L.step_windows(cfg, wins, k))), lr)[0]
                   for k in range(steps)]
         return losses, vp.body, vp.lm
     results = run_ranks(world_size, rank)
-    ref_losses, ref_w = C.train_numpy(steps, cfg.lr)
+    ref_losses, ref_w = train_numpy(steps, cfg.lr)
     lm = np.concatenate([lm for _, _, lm in results], axis=1)
     np.testing.assert_allclose(lm, ref_w["lm_head"], atol=1e-5)
     for losses, body, _ in results:

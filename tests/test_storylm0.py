@@ -22,15 +22,29 @@ from compiler.oracle.interp import run_function
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-import _common as C  # noqa: E402
 import gen_example_mains as G  # noqa: E402
+from storylm_data import (  # noqa: E402
+    EXAMPLES,
+    FLOAT_ARGS,
+    MASK_NEG,
+    PROMPT,
+    TRAINABLE,
+    V,
+    decode,
+    inputs,
+    load_story,
+    load_weights,
+    targets_for,
+)
+from storylm_numpy import forward, nll_grads, sgd_step  # noqa: E402
+from storylm_torch import torch_or_none  # noqa: E402
 
 POSITIVE = sorted(set(G.MAINS) - {"invalid_reduce_mean_ad"})
 
 
 def checked(name: str) -> ir.Program:
     """The checked program of an example (examples/invalid_* break reverseMode's restrictions)."""
-    snap = analyze((C.EXAMPLES / f"{name}.kina").read_text())
+    snap = analyze((EXAMPLES / f"{name}.kina").read_text())
     allowed = [d for d in snap.diagnostics if name.startswith("invalid_") and d.code.startswith("ad-")]
     assert snap.diagnostics == allowed, snap.diagnostics
     return snap.program
@@ -47,7 +61,7 @@ def test_validation_script_passes(script):
                           timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "MISMATCH" not in proc.stdout and "all " in proc.stdout
-    assert ("torch: skipped (not installed)" in proc.stdout) == (C.torch_or_none() is None)
+    assert ("torch: skipped (not installed)" in proc.stdout) == (torch_or_none() is None)
 
 
 def test_validation_without_torch_skips_cleanly():
@@ -79,7 +93,7 @@ def main_literals(name: str) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("name", sorted(G.MAINS))
 def test_main_literals_equal_the_npz(name):
-    weights = C.load_weights()
+    weights = load_weights()
     lits = main_literals(name)
     assert lits, f"{name}: main binds no literals"
     for key, value in lits.items():
@@ -87,7 +101,7 @@ def test_main_literals_equal_the_npz(name):
             np.testing.assert_array_equal(value, weights[key], err_msg=f"{name}: {key}")
     if "mask" in lits:
         above = np.triu(np.ones((4, 4), bool), 1)
-        assert np.all(lits["mask"][0, 0][above] == C.MASK_NEG) and np.all(lits["mask"][0, 0][~above] == 0)
+        assert np.all(lits["mask"][0, 0][above] == MASK_NEG) and np.all(lits["mask"][0, 0][~above] == 0)
     if "scale" in lits:
         assert lits["scale"].item() == np.float32(1 / np.sqrt(2))
     if "token_ids" in lits:
@@ -96,15 +110,15 @@ def test_main_literals_equal_the_npz(name):
 
 def test_weights_are_the_seeded_draw():
     for key, value in G.make_weights().items():
-        np.testing.assert_array_equal(C.load_weights()[key], value)
+        np.testing.assert_array_equal(load_weights()[key], value)
         hundredths = value.astype(np.float64) * 100   # rounded to 2 decimals, so literals print exactly
         np.testing.assert_allclose(hundredths, np.round(hundredths), atol=1e-4)
 
 
 def test_story_fixture():
-    story = C.load_story()
-    assert story.shape == (32,) and story.min() >= 0 and story.max() < C.V
-    assert C.decode(C.PROMPT) == "the cat sat down"
+    story = load_story()
+    assert story.shape == (32,) and story.min() >= 0 and story.max() < V
+    assert decode(PROMPT) == "the cat sat down"
 
 
 # ---- what the seeds state about the examples' types ---------------------------------------
@@ -131,7 +145,7 @@ def test_mean_nll_tuple(name, fn):
 
 def test_invalid_reduce_mean_fails_at_the_reduce_keep(tmp_path):
     from compiler.build import build_file
-    path = C.EXAMPLES / "invalid_reduce_mean_ad.kina"
+    path = EXAMPLES / "invalid_reduce_mean_ad.kina"
     text = path.read_text()
     result = build_file(str(path), out_so=str(tmp_path / "lib.so"))
     assert not result.ok
@@ -146,32 +160,32 @@ def test_invalid_reduce_mean_fails_at_the_reduce_keep(tmp_path):
 # ---- the mains run in the interpreter and agree with NumPy ------------------------------
 def test_forward_main_matches_numpy():
     got = run_function(checked("storylm0_forward"), "main", [])
-    np.testing.assert_allclose(got, C.forward(C.inputs())[0], atol=1e-5)
+    np.testing.assert_allclose(got, forward(inputs())[0], atol=1e-5)
 
 
 def test_train_step_main_is_one_sgd_step_on_the_first_window():
     loss, *new = run_function(checked("storylm0_train_step"), "main", [])
-    window = C.load_story()[None, :5]
-    want_loss, want = C.sgd_step(C.load_weights(), C.targets_for(window[:, :4], window[0, 4]), window[:, :4],
+    window = load_story()[None, :5]
+    want_loss, want = sgd_step(load_weights(), targets_for(window[:, :4], window[0, 4]), window[:, :4],
                                  lr=G.LR, dtype=np.float64)
     np.testing.assert_allclose(loss, [[want_loss]], atol=1e-5)
-    for key, value in zip(C.TRAINABLE, new):
+    for key, value in zip(TRAINABLE, new):
         np.testing.assert_allclose(value, want[key], atol=1e-5, err_msg=key)
 
 
 # ---- the NumPy reference against central differences ---------------------------------------
-@pytest.mark.parametrize("ids", [C.PROMPT, np.array([[1, 4, 1, 4]])])
+@pytest.mark.parametrize("ids", [PROMPT, np.array([[1, 4, 1, 4]])])
 def test_numpy_backward_matches_finite_differences(ids):
-    p = {k: (v.astype(np.float64) if k != "token_ids" else v) for k, v in C.inputs(ids).items()}
-    targets = C.targets_for(ids)
-    _, grads = C.nll_grads(p, targets)
+    p = {k: (v.astype(np.float64) if k != "token_ids" else v) for k, v in inputs(ids).items()}
+    targets = targets_for(ids)
+    _, grads = nll_grads(p, targets)
     rng = np.random.default_rng(0)
-    for name in C.FLOAT_ARGS:
+    for name in FLOAT_ARGS:
         for flat in rng.choice(p[name].size, size=min(4, p[name].size), replace=False):
             idx = np.unravel_index(flat, p[name].shape)
             hi, lo = dict(p), dict(p)
             hi[name], lo[name] = p[name].copy(), p[name].copy()
             hi[name][idx] += 1e-6
             lo[name][idx] -= 1e-6
-            fd = (C.nll_grads(hi, targets)[0] - C.nll_grads(lo, targets)[0]) / 2e-6
+            fd = (nll_grads(hi, targets)[0] - nll_grads(lo, targets)[0]) / 2e-6
             assert abs(fd - grads[name][idx]) < 1e-6 + 1e-4 * abs(fd), (name, idx, fd, grads[name][idx])

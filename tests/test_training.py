@@ -11,28 +11,30 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
-import _common as C  # noqa: E402
+from report import compile_example  # noqa: E402
+from storylm_data import PROMPT, T, corpus_windows, decode, load_story, window_split  # noqa: E402
+from storylm_train import DEMO_LR, CompiledTrainer, train_numpy, train_torch  # noqa: E402
 
-LR = C.DEMO_LR
-EPOCH = len(C.corpus_windows())          # 28 windows of the 32-token story
+LR = DEMO_LR
+EPOCH = len(corpus_windows())          # 28 windows of the 32-token story
 TRAJECTORY_STEPS = 20
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    return C.compile_example("storylm0_train_step", tmp_path_factory.mktemp("train"))
+    return compile_example("storylm0_train_step", tmp_path_factory.mktemp("train"))
 
 
 def test_windows_are_next_token_pairs():
-    story, windows = C.load_story(), C.corpus_windows()
-    assert windows.shape == (len(story) - C.T, 1, C.T + 1)
-    ids, targets = C.window_split(windows[3])
+    story, windows = load_story(), corpus_windows()
+    assert windows.shape == (len(story) - T, 1, T + 1)
+    ids, targets = window_split(windows[3])
     np.testing.assert_array_equal(ids[0], story[3:7])
     np.testing.assert_array_equal(targets[0, :, 0], story[4:8])
 
 
 def test_loss_falls(lib):
-    losses = C.CompiledTrainer(lib, LR).train(10 * EPOCH)
+    losses = CompiledTrainer(lib, LR).train(10 * EPOCH)
     first, last = np.mean(losses[:EPOCH]), np.mean(losses[-EPOCH:])
     assert np.all(np.isfinite(losses))
     assert last < 0.5 * first, (first, last)
@@ -40,9 +42,9 @@ def test_loss_falls(lib):
 
 
 def test_compiled_trajectory_equals_numpy(lib):
-    trainer = C.CompiledTrainer(lib, LR)
+    trainer = CompiledTrainer(lib, LR)
     compiled = trainer.train(TRAJECTORY_STEPS)
-    reference, w_ref = C.train_numpy(TRAJECTORY_STEPS, LR)
+    reference, w_ref = train_numpy(TRAJECTORY_STEPS, LR)
     np.testing.assert_allclose(compiled, reference, atol=1e-4)
     for name, value in trainer.w.items():
         np.testing.assert_allclose(value, w_ref[name], atol=1e-4, err_msg=name)
@@ -50,20 +52,20 @@ def test_compiled_trajectory_equals_numpy(lib):
 
 def test_compiled_trajectory_equals_torch(lib):
     torch = pytest.importorskip("torch")
-    compiled = C.CompiledTrainer(lib, LR).train(TRAJECTORY_STEPS)
-    reference, _ = C.train_torch(torch, TRAJECTORY_STEPS, LR)
+    compiled = CompiledTrainer(lib, LR).train(TRAJECTORY_STEPS)
+    reference, _ = train_torch(torch, TRAJECTORY_STEPS, LR)
     np.testing.assert_allclose(compiled, reference, atol=1e-4)
 
 
 def test_greedy_continuation_follows_the_story(lib):
     """Every generated token continues its 4-token context the way the story does somewhere."""
-    trainer = C.CompiledTrainer(lib, LR)
+    trainer = CompiledTrainer(lib, LR)
     trainer.train(10 * EPOCH)
-    text = trainer.greedy(C.PROMPT, 8)
-    assert text.shape == (C.T + 8,) and np.array_equal(text[:C.T], C.PROMPT[0])
-    seen = {tuple(w) for w in C.corpus_windows()[:, 0].tolist()}
-    for i in range(C.T, len(text)):
-        assert tuple(text[i - C.T:i + 1].tolist()) in seen, C.decode(text[:i + 1])
+    text = trainer.greedy(PROMPT, 8)
+    assert text.shape == (T + 8,) and np.array_equal(text[:T], PROMPT[0])
+    seen = {tuple(w) for w in corpus_windows()[:, 0].tolist()}
+    for i in range(T, len(text)):
+        assert tuple(text[i - T:i + 1].tolist()) in seen, decode(text[:i + 1])
 
 
 def test_demo_script_runs(tmp_path):
