@@ -1,5 +1,5 @@
 """Code actions: the quick fixes of diagnostics that carry a Fix, plus the
-"Build & validate" and "Show MLIR" source actions (commands.py runs them).
+"Build & validate" and "Show MLIR" source actions (features/commands.py runs them).
 
 A quick fix is chosen by the diagnostic's Fix kind (compiler.diagnostics.FIXES),
 which the client hands back in the diagnostic's `data` (QUICK_FIXES has one row
@@ -32,8 +32,8 @@ from compiler.ast_walk import children
 from compiler.check_scalars import literal_text
 from compiler.diagnostics import Span
 
+from ..documents import View
 from . import astutil, hover
-from .documents import View
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"

@@ -17,11 +17,11 @@ from compiler import ast_walk, item_split, lex
 from compiler import syntax as ast
 from compiler.diagnostics import Span
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 
 
@@ -124,10 +124,10 @@ def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:
     return node
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
-    async def on_selection_range(ls: KinaServer, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
+    async def on_selection_range(ls: Server, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
         view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
         if view is None:
             return []

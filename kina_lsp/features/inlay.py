@@ -12,8 +12,8 @@ from compiler import syntax as ast
 from compiler.diagnostics import Span
 from compiler.types import TensorType, TupleType, Type
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 
 def compact(t: Type) -> str:

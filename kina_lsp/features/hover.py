@@ -19,8 +19,8 @@ from compiler.diagnostics import Span
 from compiler.ops import SURFACE_OPS
 from compiler.types import TupleType, Type
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 
 def _code(text: str) -> str:
