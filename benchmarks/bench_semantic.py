@@ -3,7 +3,7 @@
 One function whose let binds an N-value tensor literal on a single line, with a
 `// café` comment: before the fix every token walked its line from the start
 (4,000 values: 12 s in the server; 400k-character lines: over 10 minutes).
-Prints the time of kina_lsp.semantic.semantic_tokens per N and the time per
+Prints the time of kina_lsp.features.semantic.semantic_tokens per N and the time per
 character, which stays flat when the pass is linear.
 
 Run: .venv/bin/python benchmarks/bench_semantic.py [--sizes 1000 4000 40000] [--repeats 5]
@@ -15,8 +15,8 @@ import os
 import statistics
 import time
 
-from kina_lsp import semantic
 from kina_lsp.convert import LineIndex
+from kina_lsp.features import semantic
 
 
 def program(n: int) -> str:

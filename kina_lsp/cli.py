@@ -5,6 +5,9 @@ it in the folder it has open, and everything it starts, such as the validator's 
 process, would find that folder's own Python files first) and lowers the GIL switch
 interval (the analysis thread is CPU-bound; the event loop must not wait 5 ms at every
 await).
+
+The server itself is server.py's: its `main` (the `kina-lsp` entry point) hands it to
+`run`, so this module never imports server.py.
 """
 from __future__ import annotations
 
@@ -16,13 +19,25 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from types import FrameType
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from compiler.core.diagnostics import UsageError
 
-from . import commands, tcp
-from .server import server
+from . import tcp
+
+
+class Serving(Protocol):
+    """What the command needs of the server (server.KinaServer is one)."""
+    def start_io(self) -> int: ...
+
+    def start_tcp(self, host: str, port: int, token: str = "",
+                  announce: Callable[[int], None] = lambda port: None) -> int: ...
+
+    def stop_work(self) -> None:
+        """Cancel the validations and stop the analysis worker (at exit)."""
+        ...
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _serve_tcp(args: argparse.Namespace) -> int:
+def _serve_tcp(server: Serving, args: argparse.Namespace) -> int:
     host = tcp.check_host(args.host)
     token = tcp.load_token(args.token_file) if args.token_file else tcp.new_token()
 
@@ -58,35 +73,35 @@ def _neutral_working_directory() -> str:
     return path
 
 
-def _finish(cwd: str, code: int) -> NoReturn:
+def _finish(server: Serving, cwd: str, code: int) -> NoReturn:
     """Every way out ends here: running validations are cancelled (their workers kill
     their child processes), the private directory goes, and the process ends with
     os._exit (worker threads, such as a running validation, must not keep a server
     without a client alive)."""
-    commands.stop_all()
-    server.documents.shutdown()
+    server.stop_work()
     sys.stderr.flush()
     shutil.rmtree(cwd, ignore_errors=True)
     os._exit(code)
 
 
-def _end_on_sigterm(cwd: str) -> None:
+def _end_on_sigterm(server: Serving, cwd: str) -> None:
     """An editor that gives up on a clean `exit` sends SIGTERM, and so does the watch on
     the client's process (server._watch_parent).  The default action would leave the
     private directory and any validator child behind.  The handler runs in the main
     thread; pygls' own SystemExit path is no use here, as it joins the stdin reader
     thread, which blocks until the client closes our stdin."""
     def handler(signum: int, frame: FrameType | None) -> None:
-        _finish(cwd, 128 + signum)
+        _finish(server, cwd, 128 + signum)
     signal.signal(signal.SIGTERM, handler)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(server: Serving, argv: list[str] | None = None) -> int:
+    """The `kina-lsp` command, serving with `server` (server.main calls it)."""
     args = _parser().parse_args(argv)
     if args.token_file:
         args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory
     cwd = _neutral_working_directory()
-    _end_on_sigterm(cwd)
+    _end_on_sigterm(server, cwd)
     # The analysis thread is CPU-bound Python: with the default 5 ms switch interval the
     # event loop waits up to 5 ms for the GIL at every await, which adds up in one request.
     sys.setswitchinterval(0.001)
@@ -100,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
                         format="kina-lsp %(levelname)s %(name)s: %(message)s")
     code = 1
     try:
-        code = _serve_tcp(args) if args.tcp else server.start_io()
+        code = _serve_tcp(server, args) if args.tcp else server.start_io()
     except UsageError as e:
         print(f"kina-lsp: {e}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         code = 130
     finally:
-        _finish(cwd, code)
+        _finish(server, cwd, code)

@@ -5,7 +5,7 @@ Diagnostic with the same code and message, source "kina", its span converted
 to the negotiated position encoding and its notes as relatedInformation (notes
 without a span are appended to the message, as the CLI prints them under the
 caret line).  A diagnostic's Fix travels in `data` ({"fix": kind, "text": ...}),
-which the client sends back with a code-action request (actions.py).
+which the client sends back with a code-action request (features/actions.py).
 
 Two ways to deliver them, chosen from the client's capabilities at initialize:
 
@@ -18,7 +18,7 @@ Two ways to deliver them, chosen from the client's capabilities at initialize:
   client asks again for the new text.  The server never pushes then (a client
   that pulls and also receives pushes would show everything twice).
 
-"Build & validate" results (commands.py) are extra diagnostics of the text that
+"Build & validate" results (features/commands.py) are extra diagnostics of the text that
 was validated, until the next edit.  A pushing client gets them with the rest; a
 pulling client that accepts workspace/diagnostic/refresh gets them in its next
 pull (the server asks it to pull); a pulling client without refresh gets them

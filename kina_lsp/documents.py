@@ -46,20 +46,19 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
 from compiler.analysis import Analysis
-from compiler.snapshot import Snapshot
+from compiler.snapshot import ItemResult, Snapshot
 
 from .convert import LineIndex, index_of
 
-if TYPE_CHECKING:
-    from .navigation import SymbolCache
-
 # (text, version) of the client's buffer of a document
 Buffer = tuple[str, int | None]
+# features/navigation.document_symbols' per-function cache: id(ItemResult) -> (the ItemResult,
+# (line, column, encoding) of its first character, its symbols' JSON fragment, its item-local LineIndex)
+SymbolCache = dict[int, tuple[ItemResult, tuple[int, int, str], str, LineIndex]]
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ class DocState:
     view: View | None = None
     debounce: asyncio.Task[None] | None = None
     extra: list[lsp.Diagnostic] = field(default_factory=list)   # LSP diagnostics from "Build & validate"
-    symbols: SymbolCache = field(default_factory=dict)  # navigation.document_symbols' per-function cache
+    symbols: SymbolCache = field(default_factory=dict)  # features/navigation.document_symbols' per-function cache
     tokens: tuple[str, list[int]] | None = None  # (result id, data) of the last full semantic tokens
 
 

@@ -1,26 +1,10 @@
-"""kina-lsp: the Kina language server (pygls), over stdio or --tcp.
+"""The language server: the KinaServer class (a pygls LanguageServer), the registration
+of every handler, and `main`, the `kina-lsp` command (stdio or --tcp, see cli.py).
 
-It reuses the compiler's incremental front end (compiler.analysis) for every
-answer; the feature modules only translate between compiler objects and LSP:
-
-  cli.py          the kina-lsp command (stdio, --tcp), neutral working directory
-  transport.py    frames and JSON-RPC checks: every request gets an answer
-  protocol.py     LSP line breaks in documents; cancellation reaches the work
-  tcp.py          --tcp: loopback only, token required
-  documents.py    the server's state and its lifecycle: per-document analysis, request budget
-  diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
-  hover.py        types, op rules, signatures, reverseMode result tuples
-  inlay.py        the type of every let binding
-  navigation.py   definition, references, rename, document symbols
-  completion.py   completion and signature help
-  semantic.py     semantic tokens (ops, functions, dtypes, reverseMode): full, range, delta
-  folding.py      folding ranges          selection.py  selection ranges
-  highlight.py    document highlight      workspace_symbols.py  functions of the workspace
-  call_hierarchy.py  incoming/outgoing calls    formatting.py  formatting (compiler.format.formatter)
-  lenses.py       code lenses: Build & validate, Gradient check (kina.validateFunction)
-  actions.py      quick fix for reverseMode method chains; source actions
-  commands.py     kina.buildAndValidate, kina.showMlir / kina/mlir
-  convert.py      Span (code points) <-> Range (UTF-16)
+The package's layout (core and features, and what each module does) is in
+kina_lsp/__init__.py.  This module imports the feature modules (kina_lsp/features/)
+and registers their handlers; they never import it (they see the server as
+base.Server).
 
 Every handler is wrapped: an exception is logged and the request still gets an
 answer (an empty one), so junk text or a compiler bug never reaches the client
@@ -32,8 +16,6 @@ process named in `initialize` (processId) disappears.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 import os
 import signal
@@ -41,20 +23,24 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO, Protocol, TypeVar, cast
+from typing import Any, BinaryIO, cast
 
 from lsprotocol import types as lsp
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcInvalidParams
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
-from . import (
+from . import cli, diagnostics, tcp, transport
+from .base import safe
+from .convert import index_of
+from .diagnostics import Publisher
+from .documents import Buffer, Documents, View
+from .features import (
     actions,
     astutil,
     call_hierarchy,
     commands,
     completion,
-    diagnostics,
     folding,
     formatting,
     highlight,
@@ -64,14 +50,9 @@ from . import (
     navigation,
     selection,
     semantic,
-    tcp,
-    transport,
     workspace_symbols,
 )
-from .commands import MlirText, Summary
-from .convert import index_of
-from .diagnostics import Publisher
-from .documents import Buffer, Documents, View
+from .features.commands import MlirText, Summary
 from .protocol import KinaProtocol, KinaWorkspace, RawResult
 from .settings import Settings
 
@@ -143,48 +124,14 @@ class KinaServer(LanguageServer):
             return
         self.publisher.set_extra(uri, commands.validation_diagnostics(view, failing), view, cur[1])
 
+    def stop_work(self) -> None:
+        """At exit: cancel every validation (giving their workers a moment to kill their child
+        processes), then stop the analysis worker."""
+        commands.stop_all()
+        self.documents.shutdown()
+
 
 server = KinaServer()
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Safe(Protocol):
-    """The type of `safe` (the feature modules' register() get it)."""
-    def __call__(self, default: object = None) -> Callable[[F], F]: ...
-
-
-def safe(default: object = None) -> Callable[[F], F]:
-    """Wrap a handler: log any exception and answer `default` instead.  A JsonRpcException
-    is a deliberate error answer (with a message for the user) and goes through."""
-    def answer() -> object:
-        return default() if callable(default) else default
-
-    def wrap(fn: F) -> F:
-        if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def run_async(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    return await fn(*args, **kwargs)
-                except JsonRpcException:
-                    raise
-                except Exception:
-                    log.exception("%s failed", fn.__name__)
-                    return answer()
-            return cast(F, run_async)
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except JsonRpcException:
-                raise
-            except Exception:
-                log.exception("%s failed", fn.__name__)
-                return answer()
-        return cast(F, run)
-    return wrap
 
 
 async def _offset_view(ls: KinaServer, uri: str, position: lsp.Position,
@@ -437,5 +384,4 @@ for _feature in (semantic, folding, selection, highlight, workspace_symbols, cal
 # ---- entry point ----------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     """The `kina-lsp` command (see cli.py)."""
-    from .cli import main as run
-    return run(argv)
+    return cli.run(server, argv)

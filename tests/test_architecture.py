@@ -280,6 +280,7 @@ def test_lint_imports_passes_on_the_tree(scratch):
     ("compiler/backend/tools.py", "def _f():\n    from compiler.backend import toolchain", "no import cycles"),
     ("compiler/format/layout.py", "from compiler.backend import errors", "fmt reads only"),
     ("compiler/runtime/loader.py", "import kina_lsp.convert", "never imports the language server"),
+    ("kina_lsp/features/hover.py", "def _f():\n    from kina_lsp import server", "never import the server"),
 ])
 def test_lint_imports_fails_on_a_back_import(scratch, module, line, contract):
     path = scratch / module

@@ -6,7 +6,7 @@ import pytest
 from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
-from kina_lsp.semantic import TOKEN_TYPES
+from kina_lsp.features.semantic import TOKEN_TYPES
 
 FORWARD = "storylm0_forward.kina"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
-from kina_lsp import actions, hover
 from kina_lsp.convert import LineIndex
 from kina_lsp.diagnostics import to_lsp
 from kina_lsp.documents import View
+from kina_lsp.features import actions, hover
 
 URI = "file:///t.kina"
 
@@ -92,7 +92,7 @@ def test_quick_fix_name_does_not_capture_an_existing_name():
 
 def test_new_ops_have_hover_completion_and_signature_help_from_the_table():
     from compiler.ir.ops import SURFACE_OPS
-    from kina_lsp import completion
+    from kina_lsp.features import completion
     text = "fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {\n  x.gelu(approximate=tanh).clamp(min=0.0)\n}\n"
     v = view_of(text)
     md = hover_md(v, "gelu")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
-from kina_lsp import semantic
 from kina_lsp.convert import LineIndex
-from kina_lsp.semantic import TOKEN_TYPES
+from kina_lsp.features import semantic
+from kina_lsp.features.semantic import TOKEN_TYPES
 
 FORWARD = "storylm0_forward.kina"
 

@@ -92,7 +92,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('kina.showOutput', () => output.show(true)),
     vscode.commands.registerCommand('kina.restartServer', () => restartServer()),
     vscode.commands.registerCommand('kina.buildAndValidate', (uri?: vscode.Uri) => buildAndValidate(uri)),
-    // The code lenses' command: [uri, function, "function" | "gradient"] (see kina_lsp/lenses.py).
+    // The code lenses' command: [uri, function, "function" | "gradient"] (see kina_lsp/features/lenses.py).
     vscode.commands.registerCommand('kina.validateFunction', (uri?: string, fn?: string, kind?: string) =>
       buildAndValidate(uri ? vscode.Uri.parse(uri) : undefined, 'kina.validateFunction', [fn, kind])),
     vscode.commands.registerCommand('kina.showMlir', (uri?: vscode.Uri) => showMlir(uri)),

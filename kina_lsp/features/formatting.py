@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import items as item_split
 from compiler.core.diagnostics import Span
-from compiler.format.formatter import FormatError, format_source
+from compiler.format import FormatError, format_source
+from compiler.syntax import items as item_split
 
-from .documents import View
+from ..documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 log = logging.getLogger(__name__)
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-format")
@@ -67,7 +67,7 @@ def to_lsp(view: View, edits: list[tuple[int, int, str]]) -> list[lsp.TextEdit]:
     return out
 
 
-async def _edits(ls: KinaServer, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
+async def _edits(ls: Server, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
     view = await ls.view(uri, wait=True)      # the user asked for it and waits
     if view is None:
         return []
@@ -86,13 +86,13 @@ async def _edits(ls: KinaServer, uri: str, rng: lsp.Range | None) -> list[lsp.Te
     return to_lsp(view, edits)
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
     @safe(default=list)
-    async def on_formatting(ls: KinaServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
+    async def on_formatting(ls: Server, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit]:
         return await _edits(ls, params.text_document.uri, None)
 
     @server.feature(lsp.TEXT_DOCUMENT_RANGE_FORMATTING)
     @safe(default=list)
-    async def on_range_formatting(ls: KinaServer, params: lsp.DocumentRangeFormattingParams) -> list[lsp.TextEdit]:
+    async def on_range_formatting(ls: Server, params: lsp.DocumentRangeFormattingParams) -> list[lsp.TextEdit]:
         return await _edits(ls, params.text_document.uri, params.range)

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
-from compiler.syntax import items as item_split, lex
+from compiler.syntax import items as item_split
+from compiler.syntax import lex
 
-from .convert import LineIndex
+from ..convert import LineIndex
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 MAX_FILES = 5000            # files and folders looked at per query
 MAX_FILE_BYTES = 1 << 20    # larger .kina files are not read
@@ -149,7 +150,7 @@ def search(query: str, open_docs: dict[str, str], roots: list[Path], index: Symb
     return [sym for _, sym in found[:MAX_RESULTS]]
 
 
-def workspace_roots(ls: KinaServer) -> list[Path]:
+def workspace_roots(ls: Server) -> list[Path]:
     """The workspace folders (or the root) that are local folders."""
     uris = [f.uri for f in ls.workspace.folders.values()] or ([ls.workspace.root_uri] if ls.workspace.root_uri else [])
     roots = []
@@ -160,12 +161,12 @@ def workspace_roots(ls: KinaServer) -> list[Path]:
     return roots
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     index = SymbolIndex()
 
     @server.feature(lsp.WORKSPACE_SYMBOL)
     @safe(default=list)
-    async def on_workspace_symbol(ls: KinaServer, params: lsp.WorkspaceSymbolParams) -> list[lsp.WorkspaceSymbol]:
+    async def on_workspace_symbol(ls: Server, params: lsp.WorkspaceSymbolParams) -> list[lsp.WorkspaceSymbol]:
         docs = {uri: doc.source for uri, doc in ls.workspace.text_documents.items()
                 if uri.endswith(".kina") or getattr(doc, "language_id", None) == "kina"}
         loop = asyncio.get_running_loop()

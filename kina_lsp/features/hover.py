@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from compiler.ir import nodes as ir
-from compiler.syntax import nodes as ast
-from compiler.check.expr import TypeFact
+from compiler.check import TypeFact
 from compiler.core.diagnostics import Span
-from compiler.ir.ops import SURFACE_OPS
 from compiler.core.types import TupleType, Type
+from compiler.ir import nodes as ir
+from compiler.ir.ops import SURFACE_OPS
+from compiler.syntax import nodes as ast
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 
 def _code(text: str) -> str:

@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import walk as ast_walk, items as item_split, lex
+from compiler.syntax import items as item_split
+from compiler.syntax import lex
 from compiler.syntax import nodes as ast
+from compiler.syntax import walk as ast_walk
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 class _Lines:
     """Line numbers of offsets, computed in one sorted pass through the view's index."""
@@ -111,10 +113,10 @@ def folding_ranges(view: View, limit: int | None = None) -> list[lsp.FoldingRang
     return out
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_FOLDING_RANGE)
     @safe(default=list)
-    async def on_folding_range(ls: KinaServer, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
+    async def on_folding_range(ls: Server, params: lsp.FoldingRangeParams) -> list[lsp.FoldingRange]:
         view = await ls.view(params.text_document.uri)
         if view is None:
             return []

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from lsprotocol import types as lsp
 
-from .documents import View
+from ..documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 T = TypeVar("T")
 
@@ -46,9 +46,9 @@ def highlights(view: View, offset: int) -> list[lsp.DocumentHighlight]:
     return out
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_HIGHLIGHT)
     @safe(default=list)
-    async def on_document_highlight(ls: KinaServer, params: lsp.DocumentHighlightParams) -> list[lsp.DocumentHighlight]:
+    async def on_document_highlight(ls: Server, params: lsp.DocumentHighlightParams) -> list[lsp.DocumentHighlight]:
         view = await ls.view(params.text_document.uri)
         return highlights(view, view.index.offset(params.position)) if view else []

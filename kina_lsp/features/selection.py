@@ -13,15 +13,17 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import walk as ast_walk, items as item_split, lex
-from compiler.syntax import nodes as ast
 from compiler.core.diagnostics import Span
+from compiler.syntax import items as item_split
+from compiler.syntax import lex
+from compiler.syntax import nodes as ast
+from compiler.syntax import walk as ast_walk
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 
 
@@ -124,10 +126,10 @@ def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:
     return node
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
-    async def on_selection_range(ls: KinaServer, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
+    async def on_selection_range(ls: Server, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
         view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
         if view is None:
             return []

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from lark import Token
 from lsprotocol import types as lsp
 
-from compiler.syntax import items as item_split, lex
-from compiler.ad.transform import HANDLERS
-from compiler.ir.ops import SURFACE_OPS, OpDef
 from compiler.core.types import DType
+from compiler.ir.nodes import HANDLERS
+from compiler.ir.ops import SURFACE_OPS, OpDef
+from compiler.syntax import items as item_split
+from compiler.syntax import lex
 
 # The words offered as keywords: the grammar's, and the effect handlers (`with reverseMode`).
 KEYWORDS = tuple(sorted(lex.KEYWORDS)) + HANDLERS

@@ -5,7 +5,7 @@ validator itself runs the compiled library in a child process, so an
 assertion trap in generated code kills that child, not the server).  Progress
 goes to the client as window/workDoneProgress ($/progress begin/report/end).
 Cancelling the progress, or the request itself ($/cancelRequest; the server
-tracks the command's task, see protocol.py), sets the `cancel` event the
+tracks the command's task, see kina_lsp/protocol.py), sets the `cancel` event the
 validator polls: the build stops at its next check and the child process that
 runs the library is killed; a cancelled run never reports "passed".  The
 result is a window/showMessage plus `validate` diagnostics on the name of
@@ -34,12 +34,12 @@ from pygls.uris import to_fs_path
 
 from compiler.core.diagnostics import SourceText, UsageError
 
-from .documents import View
+from ..documents import View
 
 if TYPE_CHECKING:
     from compiler.oracle.validate import FunctionReport, ValidationReport
 
-    from .server import KinaServer
+    from ..base import Server
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def emit_mlir_text(text: str, path: str) -> MlirText:
             "title": Path(path).with_suffix(".mlir").name}
 
 
-async def show_mlir(server: KinaServer, uri: str) -> MlirText:
+async def show_mlir(server: Server, uri: str) -> MlirText:
     cur = server.buffer(uri)
     if cur is None:
         return {"language": "text", "content": f"{uri} is not open", "ok": False}
@@ -111,7 +111,7 @@ async def show_mlir(server: KinaServer, uri: str) -> MlirText:
 class _Reporter:
     """window/workDoneProgress when the client supports it, silence otherwise."""
 
-    def __init__(self, server: KinaServer) -> None:
+    def __init__(self, server: Server) -> None:
         window = server.client_capabilities.window
         self.enabled = bool(window and window.work_done_progress)
         self.progress = server.work_done_progress
@@ -175,7 +175,7 @@ def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], Non
     return report
 
 
-async def build_and_validate(server: KinaServer, uri: str, only: Collection[str] | None = None) -> Summary:
+async def build_and_validate(server: Server, uri: str, only: Collection[str] | None = None) -> Summary:
     cur = server.buffer(uri)
     if cur is None:
         return {"ok": False, "message": f"{uri} is not open"}
@@ -226,7 +226,7 @@ def _failure(f: FunctionReport) -> str:
                      for c in bad) or "failed"
 
 
-def _opt_level(server: KinaServer) -> int:
+def _opt_level(server: Server) -> int:
     """`kina.validate.optLevel` when the client set it, else the server's $KINA_OPT_LEVEL
     (UsageError when that is not a level), else 0."""
     from compiler.build import default_opt_level

@@ -30,16 +30,17 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import items as item_split, lex
-from compiler.ad.transform import HANDLERS
 from compiler.core.diagnostics import Span
-from compiler.ir.ops import SURFACE_OPS
 from compiler.core.types import DType
+from compiler.ir.nodes import HANDLERS
+from compiler.ir.ops import SURFACE_OPS
+from compiler.syntax import items as item_split
+from compiler.syntax import lex
 
-from .convert import LineIndex, index_of
+from ..convert import LineIndex, index_of
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 # (start, end, token type index, modifier bits) of one classified token
 Row = tuple[int, int, int, int]
@@ -296,7 +297,7 @@ def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-semantic")
 
 
-async def warm(ls: KinaServer, uri: str) -> None:
+async def warm(ls: Server, uri: str) -> None:
     """Lex and encode a just-opened document in the background: the editor asks for its
     semantic tokens right away, and a cold 1,000-line file took 60-100 ms to lex."""
     try:
@@ -305,7 +306,7 @@ async def warm(ls: KinaServer, uri: str) -> None:
         pass
 
 
-async def _tokens_of(ls: KinaServer, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
+async def _tokens_of(ls: Server, uri: str, rng: lsp.Range | None = None) -> list[int] | None:
     """The tokens of the buffer as it is now.  Lexical only (names from `declared`), so
     unlike hover this never waits for the analysis of the edit just made: the editor
     asks for tokens after every keystroke, and waiting behind a check of several
@@ -321,14 +322,14 @@ async def _tokens_of(ls: KinaServer, uri: str, rng: lsp.Range | None = None) -> 
     return list(result.data)
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     """Full, delta and range handlers (one legend: pygls merges them into one capability)."""
     def empty() -> lsp.SemanticTokens:
         return lsp.SemanticTokens(data=[])
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens(ls: KinaServer, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
+    async def on_semantic_tokens(ls: Server, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
         data = await _tokens_of(ls, params.text_document.uri)
         if data is None:
             return empty()
@@ -336,7 +337,7 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens_delta(ls: KinaServer, params: lsp.SemanticTokensDeltaParams,
+    async def on_semantic_tokens_delta(ls: Server, params: lsp.SemanticTokensDeltaParams,
                                        ) -> lsp.SemanticTokens | lsp.SemanticTokensDelta:
         uri = params.text_document.uri
         data = await _tokens_of(ls, uri)
@@ -350,6 +351,6 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens_range(ls: KinaServer, params: lsp.SemanticTokensRangeParams) -> lsp.SemanticTokens:
+    async def on_semantic_tokens_range(ls: Server, params: lsp.SemanticTokensRangeParams) -> lsp.SemanticTokens:
         data = await _tokens_of(ls, params.text_document.uri, params.range)
         return lsp.SemanticTokens(data=data or [])

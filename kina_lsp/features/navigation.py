@@ -15,17 +15,16 @@ from typing import TypeVar
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
+from compiler.core.diagnostics import Span
+from compiler.core.types import DType
+from compiler.ir.nodes import HANDLERS
+from compiler.ir.ops import OPS
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
-from compiler.ad.transform import HANDLERS
-from compiler.core.diagnostics import Span
-from compiler.ir.ops import OPS
-from compiler.snapshot import ItemResult
-from compiler.core.types import DType
 
+from ..convert import LineIndex
+from ..documents import SymbolCache, View
 from . import astutil
-from .convert import LineIndex
-from .documents import View
 
 RESERVED = lex.KEYWORDS | {d.value for d in DType} | set(OPS) | set(HANDLERS) | {"main"}
 
@@ -44,9 +43,6 @@ class RenameRefused(JsonRpcException):
 T = TypeVar("T")
 # A JSON object of a DocumentSymbol (built without lsprotocol: see document_symbols).
 SymbolJSON = dict[str, object]
-# document_symbols' per-function cache: id(ItemResult) -> (the ItemResult, (line, column, encoding)
-# of its first character, its symbols' JSON fragment, its item-local LineIndex)
-SymbolCache = dict[int, tuple[ItemResult, tuple[int, int, str], str, LineIndex]]
 
 
 def _safe(fn: Callable[[int], T], offset: int) -> T | None:

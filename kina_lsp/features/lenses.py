@@ -10,8 +10,8 @@ validate's gradient wrapper of f.  A lens only names a command; nothing runs
 until the user clicks it, and the client runs nothing in an untrusted
 workspace (the VS Code extension shows no lenses there and refuses the command;
 the server gets no trust signal of its own).  The command's handler is in
-server.py (pygls reads a command handler's annotations when it runs, and this
-module can import KinaServer only for the type checker).
+kina_lsp/server.py (pygls reads a command handler's annotations when it runs, and
+this module knows the server only as base.Server, for the type checker).
 """
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import walk as ast_walk
-from compiler.syntax import nodes as ast
 from compiler.oracle.validate import GRAD_PREFIX
+from compiler.syntax import nodes as ast
+from compiler.syntax import walk as ast_walk
 
+from ..documents import View
 from . import commands
 from .commands import Summary
-from .documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 CMD_VALIDATE_FUNCTION = "kina.validateFunction"
 KINDS = ("function", "gradient")
@@ -69,7 +69,7 @@ def _strings(args: list[object]) -> TypeGuard[list[str]]:
     return all(isinstance(a, str) for a in args)
 
 
-async def validate_function(ls: KinaServer, args: list[object]) -> Summary:
+async def validate_function(ls: Server, args: list[object]) -> Summary:
     """The command: check its arguments, then Build & validate narrowed to one function."""
     if len(args) != 3 or not _strings(args) or args[2] not in KINDS:
         return refusal(f"{CMD_VALIDATE_FUNCTION} takes [uri, function name, \"function\" | \"gradient\"]")
@@ -85,9 +85,9 @@ async def validate_function(ls: KinaServer, args: list[object]) -> Summary:
     return await commands.build_and_validate(ls, uri, only=only)
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS, lsp.CodeLensOptions(resolve_provider=False))
     @safe(default=list)
-    async def on_code_lens(ls: KinaServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
+    async def on_code_lens(ls: Server, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
         view = await ls.view(params.text_document.uri)
         return code_lenses(view, params.text_document.uri) if view else []

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import nodes as ast
 from compiler.core.diagnostics import Span
 from compiler.core.types import TensorType, TupleType, Type
+from compiler.syntax import nodes as ast
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 
 def compact(t: Type) -> str:

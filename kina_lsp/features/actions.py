@@ -1,5 +1,5 @@
 """Code actions: the quick fixes of diagnostics that carry a Fix, plus the
-"Build & validate" and "Show MLIR" source actions (commands.py runs them).
+"Build & validate" and "Show MLIR" source actions (features/commands.py runs them).
 
 A quick fix is chosen by the diagnostic's Fix kind (compiler.core.diagnostics.FIXES),
 which the client hands back in the diagnostic's `data` (QUICK_FIXES has one row
@@ -26,15 +26,15 @@ from typing import Protocol
 
 from lsprotocol import types as lsp
 
+from compiler.check import literal_text
+from compiler.core.diagnostics import Span
 from compiler.ir import nodes as ir
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax.walk import children
-from compiler.check.scalars import literal_text
-from compiler.core.diagnostics import Span
 
+from ..documents import View
 from . import astutil, hover
-from .documents import View
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import walk as ast_walk
-from compiler.syntax import nodes as ast
 from compiler.core.diagnostics import Span
+from compiler.syntax import nodes as ast
+from compiler.syntax import walk as ast_walk
 
+from ..documents import View
 from . import astutil
-from .documents import View
 
 if TYPE_CHECKING:
-    from .server import KinaServer, Safe
+    from ..base import Safe, Server
 
 
 def calls_in(fn: ast.FnDef) -> list[ast.Call]:
@@ -100,16 +100,16 @@ def outgoing(view: View, uri: str, name: str) -> list[lsp.CallHierarchyOutgoingC
             for callee, sites in by_callee.items()]
 
 
-def register(server: KinaServer, safe: Safe) -> None:
+def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_PREPARE_CALL_HIERARCHY)
     @safe()
-    async def on_prepare(ls: KinaServer, params: lsp.CallHierarchyPrepareParams) -> list[lsp.CallHierarchyItem] | None:
+    async def on_prepare(ls: Server, params: lsp.CallHierarchyPrepareParams) -> list[lsp.CallHierarchyItem] | None:
         view = await ls.view(params.text_document.uri, wait=True)
         return prepare(view, params.text_document.uri, view.index.offset(params.position)) if view else None
 
     @server.feature(lsp.CALL_HIERARCHY_INCOMING_CALLS)
     @safe(default=list)
-    async def on_incoming(ls: KinaServer,
+    async def on_incoming(ls: Server,
                           params: lsp.CallHierarchyIncomingCallsParams) -> list[lsp.CallHierarchyIncomingCall]:
         target = _target(params.item)
         if target is None:
@@ -119,7 +119,7 @@ def register(server: KinaServer, safe: Safe) -> None:
 
     @server.feature(lsp.CALL_HIERARCHY_OUTGOING_CALLS)
     @safe(default=list)
-    async def on_outgoing(ls: KinaServer,
+    async def on_outgoing(ls: Server,
                           params: lsp.CallHierarchyOutgoingCallsParams) -> list[lsp.CallHierarchyOutgoingCall]:
         target = _target(params.item)
         if target is None:
