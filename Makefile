@@ -105,11 +105,13 @@ vscode-e2e: setup
 goldens: setup
 	$(PY) scripts/regen_goldens.py
 
-# Static checks: mypy --strict on compiler/ and kina_lsp/, ruff on every Python file
-# (configuration in pyproject.toml).
+# Static checks: mypy --strict on compiler/ and kina_lsp/, ruff on every Python file, and
+# the stages' layering with import-linter (configuration in pyproject.toml; the map is in
+# docs/internals.md).
 lint: setup
 	$(PY) -m mypy
 	$(PY) -m ruff check compiler kina_lsp tests scripts benchmarks
+	$(VENV)/bin/lint-imports --no-logo
 
 # regenerate the op tables of docs/language.md and docs/compiling.md from compiler/ir/ops.py
 # (tests/test_docs.py fails while they are stale)

@@ -14,7 +14,7 @@ The core (this package's top level): the server, its state and the wire.
   protocol.py     LSP line breaks in documents; cancellation reaches the work
   tcp.py          --tcp: loopback only, token required
   documents.py    the server's state and its lifecycle: per-document analysis, request budget
-  diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
+  core/diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
   settings.py     the client's settings (initializationOptions, workspace/configuration)
   convert.py      Span (code points) <-> Range (UTF-16)
 

@@ -98,7 +98,7 @@ HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n')\nraise SystemExit('host
 def _plant(cwd: Path, marker: Path) -> None:
     (cwd / "compiler").mkdir()
     (cwd / "compiler" / "__init__.py").write_text(HOSTILE.format(marker=str(marker)))
-    (cwd / "compiler" / "validate.py").write_text(HOSTILE.format(marker=str(marker)))
+    (cwd / "compiler" / "oracle/validate.py").write_text(HOSTILE.format(marker=str(marker)))
     (cwd / "numpy.py").write_text(HOSTILE.format(marker=str(marker)))
     (cwd / "ml_dtypes.py").write_text(HOSTILE.format(marker=str(marker)))
 

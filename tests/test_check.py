@@ -274,7 +274,7 @@ fn main() -> Tensor[F32, [2, 2]] {
 
 
 def test_hand_built_ast_without_the_parser():
-    """The checker depends only on syntax.py: a hand-built AST checks too."""
+    """The checker depends only on syntax/nodes.py: a hand-built AST checks too."""
     sp = Span(0, 1)
     ty = syntax.TensorTypeExpr("F32", (2, 3), None, sp)
     x = syntax.Name("x", Span(10, 11))

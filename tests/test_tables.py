@@ -130,7 +130,7 @@ def test_a_new_gelu_choice_without_its_rows_is_named():
 
 
 def test_value_flow_facts_are_op_fields():
-    """uses.py reads the op rows: layout ops, index bounds and positive domains."""
+    """ir/uses.py reads the op rows: layout ops, index bounds and positive domains."""
     from compiler.core.types import i64
     assert {n for n, op in OPS.items() if op.layout} == {"reshape", "transpose", "broadcast", "slice", "concat"}
     assert {n for n, op in OPS.items() if op.index_bound} == set(

@@ -1,6 +1,6 @@
 """Threading of the -O2 kernels: MLIR's OpenMP dialect on LLVM's OpenMP runtime (libomp).
 
-The -O2 transform script makes the big kernels scf.forall loops (parallelize.py tags the
+The -O2 transform script makes the big kernels scf.forall loops (backend/parallelize.py tags the
 matmuls of at least PARALLEL_MIN_FLOPS, row-parallel generics of at least
 PARALLEL_MIN_ELEMENTS).  The "@threads" slot of the pass pipeline turns them into
 `omp.parallel` + `omp.wsloop` (`convert-scf-to-openmp`); LLVM's OpenMPIRBuilder then

@@ -1,8 +1,8 @@
-"""The shape and type checker: AST (syntax.py) -> typed IR (ir.py).
+"""The shape and type checker: AST (syntax/nodes.py) -> typed IR (ir/nodes.py).
 
 Per function: resolve the parameter and return types (`signature_of`), walk
 the body's let chain binding names, type every expression with the op table's
-rules (check_expr.py, check_op_args.py) and compare the result with the
+rules (check/expr.py, check/op_args.py) and compare the result with the
 declared return type.  The module-level rules (signatures of every function
 first, so calls can be checked in any order; duplicate function names; call
 cycles) are applied by the one front-end driver, compiler/analysis.py, with

@@ -1,4 +1,4 @@
-"""Checker helpers shared by check.py and check_expr.py: the error type, the
+"""Checker helpers shared by check/function.py and check/expr.py: the error type, the
 resolution of written types (syntax.TypeExpr -> types.Type) and the small
 message builders ("did you mean", "how two types differ").
 

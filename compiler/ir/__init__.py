@@ -17,6 +17,6 @@ Public modules (other packages import only these):
   printer      format_function / format_program (`kinac check --emit=grad`)
   uses         Uses(program).index_bound / .positive: where a parameter's values go
 
-Adding an op starts here: its row in ops.py (docs/internals.md, "Adding an op").
+Adding an op starts here: its row in ir/ops.py (docs/internals.md, "Adding an op").
 """
 __all__ = ["nodes", "ops", "printer", "shape_rules", "uses", "verify"]

@@ -4,7 +4,7 @@ shape rule and documentation.
 Other stages keep their own per-op tables keyed by the same names
 (vjp.VJPS, interp.NUMPY_OPS, emit_ops.LOWERINGS); tests/test_tables.py
 fails when a row is missing anywhere.  Each row's typing rule (`infer`) lives in
-shape_rules.py and raises OpError with a message that names the operand, its
+ir/shape_rules.py and raises OpError with a message that names the operand, its
 whole type and the failing dimension.  Axis attributes are normalised here
 (`normalise_axes`) before the rule runs.
 """

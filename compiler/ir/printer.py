@@ -1,4 +1,4 @@
-"""A readable printer for the typed IR (ir.py), used by `kinac check --emit=grad`
+"""A readable printer for the typed IR (ir/nodes.py), used by `kinac check --emit=grad`
 and in test failure messages:
 
     fn f.rev(x: Tensor[F32, [2, 2], @host]) -> (Tensor[...], Tensor[...]) {

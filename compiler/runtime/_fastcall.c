@@ -6,7 +6,7 @@
  *
  *     { T *allocated; T *aligned; int64 offset; int64 sizes[R]; int64 strides[R] }
  *
- * runtime.py prepares an `Entry` once per function: the packed function
+ * runtime/library.py prepares an `Entry` once per function: the packed function
  * pointer, a template of every descriptor (offsets, sizes and strides filled
  * in, pointers zero) and one slot per tensor (the buffer format letters and
  * item size of its dtype, from compiler.types.DType, so this file has no dtype
@@ -26,7 +26,7 @@
  * released when the call touches enough data to be worth it.
  *
  * It returns -1 after a call, or the index of the first argument that does not
- * match, WITHOUT calling: runtime.py then runs its Python checks, which convert
+ * match, WITHOUT calling: runtime/library.py then runs its Python checks, which convert
  * what may be converted and name the parameter (and a bad index value) in a
  * KinaArgumentError / KinaIndexError.  Only the Python C API and the buffer
  * protocol are used (no NumPy headers); BF16 and F8 arrays (ml_dtypes) export
@@ -131,7 +131,7 @@ indices_in_bounds(const Slot *slot, const Py_buffer *view)
 }
 
 /* The first output whose bytes overlap an earlier array's (every input, and the
- * outputs before it: runtime.py puts outputs last), or -1.  The buffers are
+ * outputs before it: runtime/library.py puts outputs last), or -1.  The buffers are
  * C-contiguous, so [lo, hi) is exactly the memory each one covers (an empty one is
  * [UINTPTR_MAX, 0), which overlaps nothing).  The inner loop is branch-free. */
 static Py_ssize_t

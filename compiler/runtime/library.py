@@ -11,7 +11,7 @@ per input, then one per result, all owned by the caller.  The toolchain also
 exports `_kina_packed_kina_<name>(void **descriptors)` (compiler/backend/entry_points.py),
 which takes the same pointers from one array; the runtime calls that one.
 
-Loading (runtime_library.py) checks that the manifest describes these very bytes
+Loading (runtime/loader.py) checks that the manifest describes these very bytes
 (its `library_sha256`) and dlopens a private copy, so a library rebuilt at the
 same path and loaded again in the same process runs the new code.
 

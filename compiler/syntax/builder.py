@@ -1,10 +1,10 @@
-"""The LALR parser of grammar.lark with the AST builder embedded: tokens -> syntax.py nodes.
+"""The LALR parser of grammar.lark with the AST builder embedded: tokens -> syntax/nodes.py nodes.
 
 lark runs the transformer (`_ToAst`) inside the parser, so no parse tree is built: each
 grammar rule returns its AST node as soon as it is reduced.  A grammatical but invalid
 construct (a dtype name used as a name, a positional argument after an attribute, an
-expression nested MAX_DEPTH deep) raises SyntaxProblem with its span; parse.py and the
-recovery (parse_recovery.py) turn that into a diagnostic.
+expression nested MAX_DEPTH deep) raises SyntaxProblem with its span; syntax/parse.py and the
+recovery (syntax/recovery.py) turn that into a diagnostic.
 
 PARSER is one shared object whose transformer carries the offset of the item being
 parsed (TO_AST.offset, added to every span): set it and parse while holding PARSE_LOCK.
@@ -89,8 +89,8 @@ def _names(ch: Children) -> list[Token]:
 
 
 class _ToAst(Transformer[Token, ast.FnDef]):
-    """Builds syntax.py nodes while parsing; spans are shifted by `offset` (the item's
-    position in the document), which parse.py sets before each parse."""
+    """Builds syntax/nodes.py nodes while parsing; spans are shifted by `offset` (the item's
+    position in the document), which syntax/parse.py sets before each parse."""
 
     offset = 0
 

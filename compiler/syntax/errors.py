@@ -1,9 +1,9 @@
 """Syntax-error wording: a lark parse error -> one `syntax` Diagnostic saying what was
 expected (in words, not terminal names), what was found and where.
 
-Used by the plain parse of an item (parse.py) and by the recovery that finds the
-item's other errors (parse_recovery.py); a SyntaxProblem raised by the AST builder
-(ast_builder.py) keeps its own message and span.
+Used by the plain parse of an item (syntax/parse.py) and by the recovery that finds the
+item's other errors (syntax/recovery.py); a SyntaxProblem raised by the AST builder
+(syntax/builder.py) keeps its own message and span.
 """
 from __future__ import annotations
 

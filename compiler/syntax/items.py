@@ -1,6 +1,6 @@
 """The item split: a document -> its top-level items (`fn ... { ... }`) as text ranges.
 
-A cheap brace scan that skips comments, run before any parsing: parse.py parses each
+A cheap brace scan that skips comments, run before any parsing: syntax/parse.py parses each
 item on its own (so one broken function never hides the others), the incremental
 front end (analysis.py) re-parses only the items whose text changed, and the editor
 features (folding, symbols, completion, formatting a range) find the function around

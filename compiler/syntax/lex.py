@@ -22,9 +22,9 @@ from lark.utils import TextSlice
 
 GRAMMAR = Path(__file__).with_name("grammar.lark").read_text(encoding="utf-8")
 
-# A lexer-only Lark (no parser tables: about 25 ms to build); the parser (ast_builder.py) is
+# A lexer-only Lark (no parser tables: about 25 ms to build); the parser (syntax/builder.py) is
 # built from the same grammar text, so terminal names agree and the recovery
-# (parse_recovery.py) can feed these tokens to it.
+# (syntax/recovery.py) can feed these tokens to it.
 _LARK = Lark(GRAMMAR, parser=None, lexer="basic")
 TERMINALS = {t.name: t for t in _LARK.terminals}
 _CODE_LEXER: BasicLexer = _LARK._build_lexer()                       # blanks and comments dropped

@@ -4,7 +4,7 @@ The driver of the front end's first stage; each step is its own module:
 
   item_split     the text -> its top-level items (`fn ... { ... }`), by a cheap brace
                  scan that skips comments; text outside items is a diagnostic
-  ast_builder    the LALR parser of grammar.lark, building syntax.py nodes as it parses
+  ast_builder    the LALR parser of grammar.lark, building syntax/nodes.py nodes as it parses
   syntax_errors  a lark error -> a diagnostic worded for people
   parse_recovery a broken item parsed again to report all its errors, not the first
 

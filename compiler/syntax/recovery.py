@@ -1,7 +1,7 @@
 """Error recovery inside one item: every independent syntax error of a broken function.
 
-Runs only on an item whose plain parse (parse.py) failed, so a function that parses
-costs one LALR parse.  The item's tokens (lex.py) are fed one by one to lark's
+Runs only on an item whose plain parse (syntax/parse.py) failed, so a function that parses
+costs one LALR parse.  The item's tokens (syntax/lex.py) are fed one by one to lark's
 interactive parser; on an error the recovery reports it, resynchronises at the let
 chain's next `in` (or `let`) and goes on, so the language server shows every error of
 the function at once.  Only the diagnostics are kept: a broken item's AST is None.

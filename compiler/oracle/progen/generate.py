@@ -18,7 +18,7 @@ fails when an op of ops.OPS is never generated):
   scatter_along_axis, relu_grad, maximum_grad, clamp_grad, gelu_grad) through the VJPs
   of gather, take_along_axis, relu, maximum/minimum, clamp and gelu; comparisons,
   sign and argmax of parameters (exact everywhere), Bool masks consumed by where or a
-  cast, iota positions, precision round trips by cast (progen_ops_math.py);
+  cast, iota positions, precision round trips by cast (oracle/progen/makers_math.py);
 - ranks 0-5, dims that do and do not divide the -O2 tiles (1, 3, 4, 7, 8, 16, 17, 32, 33, ..),
   occasionally shapes big enough for -O2's parallel loops;
 - F32, F16, BF16 and both F8 formats (one float dtype per case) and I64 indices;
