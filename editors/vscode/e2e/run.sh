@@ -56,7 +56,8 @@ cp "$REPO/examples/storylm0_forward.kina" "$WS/proj/"
 MARKERS=$WS/markers; mkdir -p "$MARKERS"
 # plant DIR: Python files a workspace could use to run code in the server's process
 plant() {
-  for f in kina_lsp/__init__.py kina_lsp/__main__.py compiler/__init__.py compiler/oracle/validate.py numpy.py \
+  for f in kina_lsp/__init__.py kina_lsp/__main__.py compiler/__init__.py compiler/oracle/validate.py \
+           compiler/backend/worker_main.py numpy.py \
            lsprotocol/__init__.py pygls/__init__.py runpy.py; do
     mkdir -p "$1/$(dirname "$f")"
     printf 'open(%s, "w").write("ran")\nraise SystemExit("hostile module imported")\n' \
