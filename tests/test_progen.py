@@ -15,6 +15,7 @@ from compiler.core.types import DType
 from compiler.ir import nodes as ir
 from compiler.ir import ops
 from compiler.ir.verify import verify as verify_ir
+from compiler.oracle.progen import case as progen_case
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen import makers as progen_ops
 from compiler.oracle.progen import render as progen_render
@@ -201,6 +202,6 @@ def test_config_restricts_ops():
 
 def test_module_of_many_cases_type_checks():
     named = [(f"c{s}", progen.generate(s)) for s in range(20)]
-    snap = analysis.analyze(progen.module_source(named))
+    snap = analysis.analyze(progen_case.module_source(named))
     assert not [d for d in snap.diagnostics if d.severity == "error"]
     assert {f"c{s}" for s in range(20)} <= set(snap.program.functions)

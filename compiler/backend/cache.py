@@ -139,11 +139,11 @@ def normalized_mlir(mlir_text: str) -> str:
 
 def build_settings() -> str:
     """The environment's choices that change the code of a library: the OpenMP runtime
-    (KINA_OPENMP: threaded or serial kernels), vector math (KINA_VECTOR_MATH) and -O2's
-    elementwise fusion (KINA_FUSE)."""
+    (KINA_OPENMP: threaded or serial kernels), vector math (KINA_VECTOR_MATH), -O2's
+    elementwise fusion (KINA_FUSE) and opt's SLP vectoriser (KINA_LLVM_SLP)."""
     from compiler.backend import fusion, llvm_stage, threads
     return (f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()} "
-            f"fuse={fusion.enabled()}")
+            f"fuse={fusion.enabled()} opt={' '.join(llvm_stage.OPT_FLAGS)}")
 
 
 def key_for(mlir_text: str, opt_level: int) -> str:

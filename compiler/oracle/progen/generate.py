@@ -3,7 +3,7 @@ NNSmith): the generator behind compiler/oracle/differential.py and scripts/fuzz_
 
     case = progen.generate(seed, progen.GenConfig())
     case.source("f")            # Kina text: fn f(..) (and fn f_g(..) = handle f(..) when case.ad)
-    progen.module_source([(name, case), ...])   # many cases in one file (one library per batch)
+    case.module_source([(name, c), ...])        # many cases in one file (one library per batch)
 
 A `Case` is one generated program: a forward function `f` (a DAG of lets over float
 and I64 parameters, every op built from its row of ops.OPS, so its type is the op's own
