@@ -119,7 +119,7 @@ def _summary(oracle, failures, seconds: float, levels, torch: bool) -> None:
     print(f"programs {s.cases} ({s.ad_cases} under reverseMode), functions {s.functions}, "
           f"builds {s.builds} at {', '.join(f'-O{lv}' for lv in levels) or 'no level'}; "
           f"PyTorch checks {s.torch_checked}{'' if torch else ' (PyTorch not importable)'}, "
-          f"finite-difference checks {s.fd_checked}; outputs held to the same-dtype reference {s.ill_conditioned}")
+          f"finite-difference checks {s.fd_checked} (parameters at a kink at every point {s.fd_kink_skipped}); outputs held to the same-dtype reference {s.ill_conditioned}")
     print(f"mismatches {mismatches}, crashes {crashes}" +
           (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if kinds else ""))
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s.seconds.items()))

@@ -3,6 +3,7 @@
 Adding an op means: a row in compiler/ir/ops.py (shape rule and docs),
 compiler/oracle/interp.py (NumPy reference), compiler/ad/vjp.py (VJP) and
 compiler/backend/emit/ops.py (MLIR lowering), compiler/oracle/torch_ref.py (PyTorch reference),
+compiler/oracle/kinks.py (KINKS or SMOOTH_OPS: where finite differences may not step),
 compiler/oracle/progen/makers.py (the program generator), plus a gradient-check case
 (tests/test_gradcheck.py) and a compiled-vs-interpreter case
 (tests/test_ops_compiled.py), which fail on their own when missing.  This test
@@ -44,6 +45,18 @@ def test_op_rows_are_documented():
     for name, op in OPS.items():
         assert op.rule and op.doc, f"ops.OPS[{name!r}] needs a typing rule and a doc line"
 
+
+
+def test_every_op_is_smooth_or_has_a_kink_row():
+    """The finite-difference checks (compiler/oracle/kinks.py) must know where every op is
+    not smooth: a new op goes in KINKS (its distances to a kink, jump, pole or domain edge)
+    or in SMOOTH_OPS, never in both."""
+    from compiler.oracle import kinks
+    rows, smooth = set(kinks.KINKS), set(kinks.SMOOTH_OPS)
+    assert not rows & smooth, f"in both KINKS and SMOOTH_OPS: {', '.join(sorted(rows & smooth))}"
+    missing = sorted(set(OPS) - rows - smooth)
+    assert not missing, f"compiler/oracle/kinks.py does not classify: {', '.join(missing)}"
+    assert not (rows | smooth) - set(OPS), f"unknown ops: {', '.join(sorted((rows | smooth) - set(OPS)))}"
 
 # ---- attribute choices ------------------------------------------------------------------------
 # Stages whose ATTR_CHOICES must cover every enum attribute (they compute values: the

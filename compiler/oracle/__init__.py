@@ -13,6 +13,9 @@ Public modules (other packages import only these):
                 interpreter in float64, PyTorch and finite differences
                 (scripts/fuzz_compile.py, `make fuzz`)
   shrink        a failing generated case -> a minimal reproducer
+  kinks         where each op is not smooth (KINKS, SMOOTH_OPS: a row or a name per op):
+                the rule both finite-difference checks (validate, differential) skip or
+                re-draw steps that reach a kink by
   progen        the program generator (generate(seed) -> Case; one MAKERS row per op)
 """
-__all__ = ["differential", "interp", "progen", "shrink", "torch_ref", "validate"]
+__all__ = ["differential", "interp", "kinks", "progen", "shrink", "torch_ref", "validate"]

@@ -224,10 +224,17 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
 
 
 # ---- evaluation -----------------------------------------------------------------------
+# Called with every op application and its operand arrays (as the row receives them),
+# before the row runs: compiler/oracle/kinks.py records where non-smooth ops branch.
+Observer = Callable[[OpApp, list[Array]], None]
+
+
 class _Interpreter:
-    def __init__(self, program: Program, float_dtype: DTypeLike | None = None) -> None:
+    def __init__(self, program: Program, float_dtype: DTypeLike | None = None,
+                 observe: Observer | None = None) -> None:
         self.program = program
         self.float_dtype = None if float_dtype is None else np.dtype(float_dtype)
+        self.observe = observe
 
     def storage(self, t: TensorType) -> np.dtype[Any]:
         if t.is_float and self.float_dtype is not None:
@@ -293,6 +300,8 @@ class _Interpreter:
         out_dtype = self.storage(out_type)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
         args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
+        if self.observe is not None:
+            self.observe(node, args)
         try:
             result = NUMPY_OPS[node.op](args, node.attrs, out_type)
         except (KinaRuntimeError, MemoryError):
@@ -303,8 +312,10 @@ class _Interpreter:
         return np.asarray(result).astype(out_dtype, copy=False)
 
 
-def run_function(program: Program, name: str, args: Iterable[object], dtype: DTypeLike | None = None) -> Value:
-    """Evaluate function `name` on args (arrays or nested lists); returns an ndarray or a tuple of them."""
+def run_function(program: Program, name: str, args: Iterable[object], dtype: DTypeLike | None = None,
+                 observe: Observer | None = None) -> Value:
+    """Evaluate function `name` on args (arrays or nested lists); returns an ndarray or a tuple of them.
+    `observe(node, operands)` sees every op application in evaluation order."""
     from compiler.ad import lower_handles  # lazy: `kinac run` of a program without handles never loads AD
 
     lowered, diags = lower_handles(program)
@@ -312,7 +323,7 @@ def run_function(program: Program, name: str, args: Iterable[object], dtype: DTy
         raise KinaRuntimeError("cannot run: " + "; ".join(f"[{d.code}] {d.message}" for d in diags))
     if name not in lowered.functions:
         raise KinaRuntimeError(f"no function named `{name}`")
-    return _Interpreter(lowered, dtype).call(lowered.functions[name], list(args))
+    return _Interpreter(lowered, dtype, observe).call(lowered.functions[name], list(args))
 
 
 # ---- deterministic inputs ---------------------------------------------------------------

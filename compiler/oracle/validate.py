@@ -13,7 +13,9 @@
 3. compares each output with `interp.run_function` (max abs / rel error,
    tolerances per dtype), and for each gradient wrapper also compares the
    cotangents with central finite differences of the primal computed by the
-   interpreter in float64.
+   interpreter in float64, skipping the coordinates at a kink (compiler/oracle/kinks.py:
+   where the step reaches a relu / maximum / clamp / comparison ... kink, or the declared
+   dtypes' rounding may put the library on its other side; the report counts them).
 """
 from __future__ import annotations
 
@@ -49,6 +51,9 @@ GRAD_PREFIX = "__validate_grad_"
 TOLERANCES = {d.value: d.tolerance for d in DType}
 FD_TOLERANCES = {d.value: t for d in FLOAT_DTYPES if (t := d.fd_tolerance) is not None}   # every float dtype
 FD_STEP = 1e-4            # central differences in float64
+# A step that reaches a kink (compiler/oracle/kinks.py) is re-drawn smaller before the
+# coordinate is skipped; 1e-6 still leaves float64 cancellation far below every bound.
+FD_STEPS = (FD_STEP, FD_STEP / 10, FD_STEP / 100)
 FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deterministic sample
 
 
@@ -60,6 +65,7 @@ class OutputCheck:
     max_rel: float       # max_abs / max |ref|
     ok: bool
     bound: float = 0.0   # atol + rtol * max |ref|
+    skipped: int = 0     # finite differences: coordinates at a kink, not compared (kinks.py)
 
 
 @dataclass
@@ -173,35 +179,64 @@ def add_gradient_wrappers(program: ir.Program) -> ir.Program:
     return out
 
 
-def finite_differences(program: ir.Program, target: str, args: list[Array]) -> list[Array | None]:
-    """d(sum of target's result)/d(each float parameter) by central differences in float64;
-    None for I64 parameters.  Sampled elements elsewhere are NaN (not compared)."""
-    from compiler.oracle import interp
+def finite_differences(program: ir.Program, target: str, args: list[Array]) -> tuple[list[Array | None], list[int]]:
+    """d(sum of target's result)/d(each float parameter) by central differences in float64
+    (None for I64 and Bool parameters), and per parameter how many coordinates were skipped
+    at a kink (compiler/oracle/kinks.py).  Unsampled and skipped elements are NaN (not
+    compared).  A coordinate whose step reaches a kink is re-drawn with the smaller steps
+    of FD_STEPS; it is skipped when every step reaches one (an input on the kink) or when
+    the declared dtypes' rounding may put the library on the kink's other side."""
+    # lazy, like interp: the child process needs neither
+    from compiler.oracle import kinks
     fn = program.functions[target]
     x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
+    _, base = kinks.trace(program, target, x64, np.float64)
+    margins = kinks.rounding_margins(program, target, args, base)
     grads: list[Array | None] = []
-
-    def total(xs: list[Array]) -> float:
-        return float(np.sum(np.asarray(interp.run_function(program, target, xs, dtype=np.float64),
-                                       dtype=np.float64)))
-
+    skipped: list[int] = []
     rng = np.random.default_rng(0)
     for j, p in enumerate(fn.params):
         if not p.type.is_float:
             grads.append(None)
+            skipped.append(0)
             continue
         g = np.full(p.type.shape, np.nan)
         flat_idx = np.arange(g.size)
         if g.size > FD_MAX_ELEMENTS:
             flat_idx = np.sort(rng.choice(g.size, FD_MAX_ELEMENTS, replace=False))
+        n_skipped = 0
         for k in flat_idx:
-            idx = np.unravel_index(k, g.shape) if g.shape else ()
-            plus, minus = [a.copy() for a in x64], [a.copy() for a in x64]
-            plus[j][idx] += FD_STEP
-            minus[j][idx] -= FD_STEP
-            g[idx] = (total(plus) - total(minus)) / (2 * FD_STEP)
+            idx = tuple(int(i) for i in np.unravel_index(k, g.shape))
+            value = _coordinate_difference(program, target, x64, j, idx, base, margins)
+            if value is None:
+                n_skipped += 1
+            else:
+                g[idx] = value
         grads.append(g)
-    return grads
+        skipped.append(n_skipped)
+    return grads, skipped
+
+
+def _coordinate_difference(program: ir.Program, target: str, x64: list[Array], j: int, idx: tuple[int, ...],
+                           base: list[Array], margins: list[Array]) -> float | None:
+    """The central difference along one coordinate with the first step of FD_STEPS that
+    reaches no kink; None when the coordinate is at one."""
+    from compiler.oracle import kinks
+    for step in FD_STEPS:
+        totals, sites = [], []
+        for sign in (1.0, -1.0):
+            xs = list(x64)
+            xs[j] = x64[j].copy()
+            xs[j][idx] += sign * step
+            value, seen = kinks.trace(program, target, xs, np.float64)
+            totals.append(float(np.sum(np.asarray(value, dtype=np.float64))))
+            sites.append(seen)
+        verdict = kinks.classify(base, sites[0], sites[1], margins)
+        if verdict == kinks.SMOOTH:
+            return (totals[0] - totals[1]) / (2 * step)
+        if verdict == kinks.ROUNDING:
+            return None
+    return None
 
 
 def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: ir.Function,
@@ -209,13 +244,15 @@ def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: i
     call = wrapper.result
     assert isinstance(call, ir.Handle), wrapper.name       # add_gradient_wrappers makes a handle
     target = call.fn
-    fd = finite_differences(program, target, args)
+    fd, skipped = finite_differences(program, target, args)
     cotangents = got[1:]
-    float_params = [(p, g) for p, g in zip(program.functions[target].params, fd) if g is not None]
-    for (p, g_fd), g_comp in zip(float_params, cotangents):
+    float_params = [(p, g, n) for p, g, n in zip(program.functions[target].params, fd, skipped) if g is not None]
+    for (p, g_fd, n_skipped), g_comp in zip(float_params, cotangents):
         mask = ~np.isnan(g_fd)
-        fn_report.checks.append(compare(f"d/d {p.name}", np.asarray(g_comp, np.float64)[mask], g_fd[mask],
-                                        p.type.dtype.value, "finite differences", FD_TOLERANCES))
+        check = compare(f"d/d {p.name}", np.asarray(g_comp, np.float64)[mask], g_fd[mask],
+                        p.type.dtype.value, "finite differences", FD_TOLERANCES)
+        check.skipped = n_skipped
+        fn_report.checks.append(check)
 
 
 # ---- the child process ---------------------------------------------------------------------
@@ -448,12 +485,17 @@ def format_report(report: ValidationReport) -> str:
         lines.append(f"{'PASS' if f.ok else 'FAIL'} {f.name}")
         for c in f.checks:
             lines.append(f"  {'ok  ' if c.ok else 'BAD '} {c.name:<14} vs {c.reference:<18} "
-                         f"max abs {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref|  (bound {c.bound:.1e})")
+                         f"max abs {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref|  (bound {c.bound:.1e})"
+                         + _skipped_note(c.skipped))
     if report.cancelled:
         lines.append("cancelled")
     n_bad = len(report.failing)
     lines.append(f"{len(report.functions) - n_bad}/{len(report.functions)} functions passed")
     return "\n".join(lines)
+
+
+def _skipped_note(n: int) -> str:
+    return "" if not n else f"  ({n} coordinate{'s' if n > 1 else ''} at a kink skipped)"
 
 
 def add_validate_args(parser: argparse.ArgumentParser) -> None:
