@@ -238,7 +238,7 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     failed = changed = False
     for path in _fmt_paths(args.files):
         name = "<stdin>" if path == "-" else display_path(path)
-        text = _read_stdin() if path == "-" else read_source(path)
+        text = _read_stdin() if path == "-" else read_source(path, keep_bom=True)   # fmt keeps a BOM
         try:
             out = fmt.format_source(text)
         except fmt.FormatError as e:

@@ -143,16 +143,24 @@ class UsageError(Exception):
     reports it as one line and exits 2, never as a traceback."""
 
 
-def read_source(path: str | os.PathLike[str]) -> str:
-    """The text of a .kina file, or a UsageError that says why it cannot be read."""
+# A UTF-8 byte-order mark: accepted (and skipped) at the start of a file, as Python and rustc do.
+BOM = "\ufeff"
+
+
+def read_source(path: str | os.PathLike[str], keep_bom: bool = False) -> str:
+    """The text of a .kina file, or a UsageError that says why it cannot be read.  A leading
+    byte-order mark is dropped (so columns are those an editor shows) unless `keep_bom`
+    (`kinac fmt` writes it back); the parser skips one at offset 0 anyway (the language
+    server gets the editor's text)."""
     try:
         data = open(path, "rb").read()
     except OSError as e:
         raise UsageError(f"cannot read {display_path(path)}: {e.strerror or e}") from None
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UsageError(f"{display_path(path)} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
+    return text if keep_bom or not text.startswith(BOM) else text[1:]
 
 
 class SourceText:
