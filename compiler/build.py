@@ -379,7 +379,7 @@ def cli_build(args: argparse.Namespace) -> int:
     if not result.ok:
         print(f"kinac build: {display_path(args.file)}: build failed", file=sys.stderr)
         return 1
-    assert result.manifest is not None and result.manifest_path and result.header_path   # set by a build that is ok
+    assert result.manifest is not None and result.so_path and result.manifest_path and result.header_path   # set by a build that is ok
     print(f"wrote {display_path(result.so_path)} ({len(result.manifest['functions'])} functions"
           f"{', from the build cache' if result.cached else ''}), "
           f"{display_path(result.manifest_path.name)}, {display_path(result.header_path.name)}")

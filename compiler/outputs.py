@@ -73,12 +73,15 @@ def check_ours(outputs: dict[str, Path]) -> None:
     for what, path in outputs.items():
         if not os.path.lexists(path):
             continue
-        ours = {"manifest": lambda: manifest is not None,
-                "header": lambda: _is_header(path),
-                "library": lambda: _is_library(path, manifest)}[what]()
-        if not ours:
+        if not _is_ours(what, path, manifest):
             raise UsageError(f"refusing to overwrite {display_path(path)}: it exists and is not a Kina {what} "
                              "(remove it, or pass -o with another name)")
+
+
+def _is_ours(what: str, path: Path, manifest: dict[str, object] | None) -> bool:
+    if what == "manifest":
+        return manifest is not None
+    return _is_header(path) if what == "header" else _is_library(path, manifest)
 
 
 def _read_manifest(path: Path) -> dict[str, object] | None:

@@ -194,10 +194,10 @@ def test_build_overwrites_its_own_outputs(tmp_path):
 def test_tool_errors_at_an_escaped_file_name_map_back_to_the_source():
     """The emitted loc(...) carries plain_name(path) (no newline or quote reaches MLIR);
     a tool's error there still points at the Kina source."""
+    from compiler.analysis import analyze
     from compiler.backend.emit.program import emit_program
     from compiler.backend.toolchain import tool_diagnostics
     from compiler.core.diagnostics import SourceText, plain_name
-    from compiler.analysis import analyze
     path = 'a\n"b\udcff*/.kina'
     snap = analyze(SOURCE, path)
     source = SourceText(SOURCE, path)
