@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compiler.core.diagnostics import Diagnostic, SourceText, UsageError, read_source
+from compiler.core.diagnostics import Diagnostic, SourceText, UsageError, display_path, read_source
 
 # The front end (analysis, printer, ...) is imported by the commands that use it: `kinac
 # build -O2` first starts its back-end worker (`_prestart`), whose start then overlaps these
@@ -56,7 +56,7 @@ def _binding_lines(snap: Snapshot) -> list[str]:
     for fact in snap.types:
         if fact.kind in BINDING_KINDS:
             line, col = snap.source.line_col(fact.span.start)
-            out.append(f"{snap.source.path}:{line}:{col}: {fact.kind} {fact.name} : {fact.type}")
+            out.append(f"{display_path(snap.source.path)}:{line}:{col}: {fact.kind} {fact.name} : {fact.type}")
     return out
 
 
@@ -79,10 +79,10 @@ def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Dia
     diags: list[Diagnostic] = []
     targets = _grad_targets(snap, only)
     if not targets:
-        lines.append(f"// {snap.source.path}: no `handle ... with reverseMode`; use --fn NAME to differentiate one")
+        lines.append(f"// {display_path(snap.source.path)}: no `handle ... with reverseMode`; use --fn NAME to differentiate one")
     for name in targets:
         if name not in snap.program.functions:
-            raise UsageError(f"no function `{name}` that checks cleanly in {snap.source.path}")
+            raise UsageError(f"no function `{name}` that checks cleanly in {display_path(snap.source.path)}")
         fn, ad_diags = transform_ad(snap.program, name)
         diags += ad_diags
         if fn is not None:
@@ -141,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     fn = snap.program.functions.get(entry)
     if fn is None:
         hint = "" if args.entry else " (pass --entry NAME to run another function)"
-        raise UsageError(f"no function `{entry}` in {args.file}{hint}")
+        raise UsageError(f"no function `{entry}` in {display_path(args.file)}{hint}")
     try:
         inputs = interp.random_inputs(fn, seed=args.seed, program=snap.program)
         result = interp.run_function(snap.program, entry, inputs)
@@ -172,7 +172,7 @@ def _save(path: str, source: str, fn: ir.Function, inputs: Sequence[Array], resu
     from compiler.runtime import arrays
     target = arrays.npz_path(path)
     if Path(source).resolve() == target.resolve() or (target.exists() and os.path.samefile(source, target)):
-        raise UsageError(f"refusing to write {target} over the source file {source}")
+        raise UsageError(f"refusing to write {display_path(target)} over the source file {display_path(source)}")
     data: dict[str, Array] = {f"input_{p.name}": v for p, v in zip(fn.params, inputs)}
     dtypes = {f"input_{p.name}": p.type.dtype for p in fn.params}
     types = fn.ret_type.items if isinstance(fn.ret_type, TupleType) else (fn.ret_type,)
@@ -181,7 +181,7 @@ def _save(path: str, source: str, fn: ir.Function, inputs: Sequence[Array], resu
     try:
         arrays.save_npz(target, data, dtypes)
     except OSError as e:
-        raise UsageError(f"cannot write {target}: {e.strerror or e}") from None
+        raise UsageError(f"cannot write {display_path(target)}: {e.strerror or e}") from None
 
 
 # ---- fmt -------------------------------------------------------------------------------
@@ -192,7 +192,7 @@ def _fmt_paths(args_files: list[str]) -> list[str]:
         if p != "-" and os.path.isdir(p):
             found = sorted(str(f) for f in Path(p).rglob("*.kina") if f.is_file())
             if not found:
-                raise UsageError(f"no .kina files under {p}")
+                raise UsageError(f"no .kina files under {display_path(p)}")
             out += found
         else:
             out.append(p)
@@ -225,7 +225,7 @@ def _write_atomic(path: str, text: str) -> None:
         os.replace(tmp, target)
         tmp = None
     except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror or e} (the file is unchanged)") from None
+        raise UsageError(f"cannot write {display_path(path)}: {e.strerror or e} (the file is unchanged)") from None
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
@@ -237,12 +237,12 @@ def cmd_fmt(args: argparse.Namespace) -> int:
     from compiler import format as fmt
     failed = changed = False
     for path in _fmt_paths(args.files):
-        name = "<stdin>" if path == "-" else path
-        text = _read_stdin() if path == "-" else read_source(path)
+        name = "<stdin>" if path == "-" else display_path(path)
+        text = _read_stdin() if path == "-" else read_source(path, keep_bom=True)   # fmt keeps a BOM
         try:
             out = fmt.format_source(text)
         except fmt.FormatError as e:
-            source = SourceText(text, name)
+            source = SourceText(text, "<stdin>" if path == "-" else path)
             for d in e.diagnostics:
                 print(source.render(d), file=sys.stderr)
             print(f"kinac fmt: {name}: {e} (not formatted)", file=sys.stderr)

@@ -162,3 +162,47 @@ def test_save_npz_keeps_special_values_bit_for_bit(tmp_path):
         path = runtime.save_npz(tmp_path / f"{d}", {"v": values}, {"v": d})
         assert path.name == f"{d}.npz"
         assert runtime.load_npz(path)["v"].tobytes() == values.tobytes()
+
+
+@pytest.mark.parametrize("name, content", [
+    ("lib.json", '{"name": "my-config", "version": 1}\n'),
+    ("lib.h", "#pragma once\nint hand_written(void);\n"),
+    ("lib.so", "\x7fELF not a Kina library"),
+])
+def test_build_refuses_to_overwrite_files_kina_did_not_write(tmp_path, name, content):
+    """`-o lib.so` over another program's manifest-named JSON, header or library: one line,
+    exit 2, nothing written (compiler/outputs.py check_ours)."""
+    (tmp_path / "x.kina").write_text(SOURCE)
+    (tmp_path / name).write_text(content)
+    r = kinac("build", "x.kina", "-o", "lib.so", cwd=tmp_path)
+    _usage_error(r, f"refusing to overwrite {name}: it exists and is not a Kina")
+    assert (tmp_path / name).read_text() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["x.kina", name])
+
+
+def test_build_overwrites_its_own_outputs(tmp_path):
+    """A rebuild replaces a Kina library, manifest and header; a Kina library whose manifest
+    is gone is still recognised by its exports."""
+    (tmp_path / "x.kina").write_text(SOURCE)
+    assert kinac("build", "x.kina", "-o", "lib.so", cwd=tmp_path).returncode == 0
+    assert kinac("build", "x.kina", "-o", "lib.so", cwd=tmp_path).returncode == 0
+    (tmp_path / "lib.json").unlink()
+    r = kinac("build", "x.kina", "-o", "lib.so", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "lib.json").exists(), r.stderr
+
+
+def test_tool_errors_at_an_escaped_file_name_map_back_to_the_source():
+    """The emitted loc(...) carries plain_name(path) (no newline or quote reaches MLIR);
+    a tool's error there still points at the Kina source."""
+    from compiler.analysis import analyze
+    from compiler.backend.emit.program import emit_program
+    from compiler.backend.toolchain import tool_diagnostics
+    from compiler.core.diagnostics import SourceText, plain_name
+    path = 'a\n"b\udcff*/.kina'
+    snap = analyze(SOURCE, path)
+    source = SourceText(SOURCE, path)
+    mlir = emit_program(snap.program, source).text
+    assert "\n// Generated" not in mlir and f'loc("{plain_name(path)}":2:' in mlir
+    assert all(ord(c) < 128 for c in mlir) and '"b' not in mlir
+    (diag,) = tool_diagnostics("mlir-opt", f"{plain_name(path)}:2:3: error: boom", source)
+    assert source.line_col(diag.span.start) == (2, 3) and "boom" in diag.message

@@ -449,3 +449,23 @@ def test_regression_blank_line_before_closing_brace_after_a_comment():
     assert assert_formats_well(src) == "fn f() -> Tensor[F32, []] {\n  let s = 2 in\n  -1.5 //\n}\n"
     src = "fn f() -> Tensor[F32, []] {\n  x\n\n  // end\n\n}\n"
     assert assert_formats_well(src) == "fn f() -> Tensor[F32, []] {\n  x\n\n  // end\n}\n"
+
+
+def test_a_byte_order_mark_is_kept():
+    """The formatter changes layout, not encoding: a file that opens with a BOM keeps it
+    (docs/language.md, "Source files"); a syntax error's span is in the text as given."""
+    assert format_source("\ufefffn  f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { x+x }\n") == \
+        "\ufefffn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x + x\n}\n"
+    text = "\ufefffn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { x + }\n"
+    with pytest.raises(FormatError) as err:
+        format_source(text)
+    assert text[err.value.diagnostics[0].span.start] == "}"
+
+
+def test_kinac_fmt_keeps_a_byte_order_mark(tmp_path):
+    src = tmp_path / "bom.kina"
+    src.write_bytes(b"\xef\xbb\xbffn  f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { x+x }\n")
+    r = subprocess.run([sys.executable, "-m", "compiler.cli", "fmt", str(src)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)))
+    assert r.returncode == 0, r.stderr
+    assert src.read_bytes() == b"\xef\xbb\xbffn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x + x\n}\n"

@@ -288,3 +288,15 @@ def test_ast_nodes_are_frozen_so_the_shared_parse_cache_is_safe():
                 if dataclasses.is_dataclass(x):
                     sequences(x)
     sequences(fn)
+
+
+def test_a_byte_order_mark_opening_the_text_is_skipped():
+    """U+FEFF at offset 0 (a UTF-8 BOM) is accepted like Python and rustc do; spans stay
+    offsets in the text as given (the server's documents keep the mark)."""
+    body = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x + x\n}\n"
+    module, diags = parse_module("\ufeff" + body)
+    assert diags == [] and module.functions[0].span.start == 1
+    assert [str(t) for t in lex.tokens("\ufeff" + body)][:2] == ["fn", "f"]
+    # anywhere else it is still a character no token starts with
+    _, diags = parse_module(body + "\ufeff")
+    assert [d.code for d in diags] == ["syntax"]

@@ -58,7 +58,7 @@ from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for,
 from compiler.backend.rewrites import SLOTS
 from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
 from compiler.backend.worker import externals_path, missing_symbols
-from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span
+from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_name
 
 if TYPE_CHECKING:
     from compiler.backend.worker import Worker
@@ -136,7 +136,9 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
     others point at the start of the file and quote the tool's location.  Either way it is
     a bug in the emitted MLIR, not in the user's program."""
     diags: list[Diagnostic] = []
-    src_names = {source.path, os.path.basename(source.path)} if source else set()
+    # the name the emitted loc(...) attributes carry (core.diagnostics.plain_name), and the real one
+    src_names = ({source.path, os.path.basename(source.path), plain_name(source.path),
+                  os.path.basename(plain_name(source.path))} if source else set())
     lines = stderr.splitlines()
     for i, line in enumerate(lines):
         m = _LOC_RE.match(line.strip())

@@ -8,6 +8,8 @@ Public modules (other packages import these):
                TupleType, Type, Attrs, FLOAT_DTYPES, PLACEMENTS
   diagnostics  Span (character offsets), Diagnostic (code, message, span, notes, fix),
                DiagnosticBag (collects them), CODES (every diagnostic code), SourceText
-               (offsets -> line:col, the CLI's rendering), UsageError, read_source
+               (offsets -> line:col, the CLI's rendering), UsageError, read_source (drops a
+               leading BOM), BOM, display_path (a file name as printed, escaped),
+               plain_name (a file name for generated MLIR / C text)
 """
 __all__ = ["diagnostics", "types"]

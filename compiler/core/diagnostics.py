@@ -97,21 +97,70 @@ FIXES: dict[str, str] = {
 _NEWLINE = re.compile("\r\n|\r|\n")
 
 
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A file name as Kina prints it (diagnostics, CLI and server messages): unchanged when
+    every character is printable, else in double quotes with C-style escapes (`\\n`, `\\"`,
+    `\\xff` for a byte that is not UTF-8, `\\u202e`), so a crafted name can neither break
+    a line, fake an `error:` line of its own, nor make printing fail on a non-UTF-8 byte."""
+    name = os.fspath(path)
+    if name.isprintable() and '"' not in name and not _has_surrogates(name):
+        return name
+    return '"' + "".join(_escape_char(c) for c in name) + '"'
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def _escape_char(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    code = ord(c)
+    if 0xDC80 <= code <= 0xDCFF:       # a byte that is not UTF-8 (os.fsdecode's surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    if c.isprintable() and not 0xD800 <= code <= 0xDFFF:
+        return c
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _has_surrogates(name: str) -> bool:
+    return any(0xD800 <= ord(c) <= 0xDFFF for c in name)
+
+
+def plain_name(path: str | os.PathLike[str]) -> str:
+    """A file name for generated text (MLIR `loc(...)` and comments, C comments): itself when
+    it is printable ASCII without `"`, `\\`, `:` or `*/`; else its bytes (UTF-8, a non-UTF-8
+    byte as itself) with each of those written `%XX`, so it is plain ASCII that no tool
+    reads as a line break, a quote, the end of a comment or a `file:line:col` separator."""
+    name = os.fspath(path)
+    if all(" " <= c <= "~" for c in name) and not any(s in name for s in ('"', "\\", ":", "*/", "%")):
+        return name
+    data = name.encode("utf-8", "surrogateescape")
+    return "".join(chr(b) if 0x20 <= b <= 0x7E and b not in b'"\\:*%' else f"%{b:02X}" for b in data)
+
+
 class UsageError(Exception):
     """A tool invoked wrongly (arguments, files, environment variables): the CLI
     reports it as one line and exits 2, never as a traceback."""
 
 
-def read_source(path: str | os.PathLike[str]) -> str:
-    """The text of a .kina file, or a UsageError that says why it cannot be read."""
+# A UTF-8 byte-order mark: accepted (and skipped) at the start of a file, as Python and rustc do.
+BOM = "\ufeff"
+
+
+def read_source(path: str | os.PathLike[str], keep_bom: bool = False) -> str:
+    """The text of a .kina file, or a UsageError that says why it cannot be read.  A leading
+    byte-order mark is dropped (so columns are those an editor shows) unless `keep_bom`
+    (`kinac fmt` writes it back); the parser skips one at offset 0 anyway (the language
+    server gets the editor's text)."""
     try:
         data = open(path, "rb").read()
     except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+        raise UsageError(f"cannot read {display_path(path)}: {e.strerror or e}") from None
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise UsageError(f"{path} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
+        raise UsageError(f"{display_path(path)} is not UTF-8 text (byte {e.start} is 0x{data[e.start]:02x})") from None
+    return text if keep_bom or not text.startswith(BOM) else text[1:]
 
 
 class SourceText:
@@ -139,7 +188,7 @@ class SourceText:
 
     def render(self, diag: Diagnostic) -> str:
         line, col = self.line_col(diag.span.start)
-        out = [f"{self.path}:{line}:{col}: {diag.severity}[{diag.code}]: {diag.message}"]
+        out = [f"{display_path(self.path)}:{line}:{col}: {diag.severity}[{diag.code}]: {diag.message}"]
         src = self.line_text(line)
         end_line, end_col = self.line_col(diag.span.end)
         width = (end_col - col) if end_line == line else len(src) - col + 1
@@ -148,7 +197,7 @@ class SourceText:
         for note in diag.notes:
             if note.span is not None:
                 nl, nc = self.line_col(note.span.start)
-                out.append(f"{self.path}:{nl}:{nc}: note: {note.message}")
+                out.append(f"{display_path(self.path)}:{nl}:{nc}: note: {note.message}")
             else:
                 out.append(f"  note: {note.message}")
         return "\n".join(out)

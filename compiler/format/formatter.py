@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
 from typing import TypeVar
 
-from compiler.core.diagnostics import Diagnostic, Span
+from compiler.core.diagnostics import BOM, Diagnostic, Span
 from compiler.format import layout
 from compiler.format.comments import Emitter, Spanned
 from compiler.syntax import nodes as ast
@@ -454,7 +454,18 @@ def _parse_or_raise(text: str, what: str) -> tuple[ast.Module, list[str]]:
 
 # ---- entry points -----------------------------------------------------------------------------
 def format_source(text: str, width: int = WIDTH) -> str:
-    """The formatted text, or FormatError (with the syntax diagnostics) when it does not parse."""
+    """The formatted text, or FormatError (with the syntax diagnostics, spans in `text`) when
+    it does not parse.  A byte-order mark opening the text opens the result too (the
+    formatter changes layout, not encoding)."""
+    if not text.startswith(BOM):
+        return _format(text, width)
+    try:
+        return BOM + _format(text[1:], width)
+    except FormatError as e:
+        raise FormatError(str(e), [d.shift(1) for d in e.diagnostics]) from e
+
+
+def _format(text: str, width: int) -> str:
     crlf = "\r\n" in text[:text.find("\n") + 1] if "\n" in text else False
     plain = text.replace("\r\n", "\n") if crlf else text
     module, texts = _parse_or_raise(plain, "the input")

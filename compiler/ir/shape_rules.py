@@ -161,16 +161,26 @@ def infer_gather(args: list[TensorType], attrs: Attrs) -> TensorType:
     return values.with_shape(indices.shape + (values.shape[1],))
 
 
+def _nonempty_axis(a: TensorType, axis: int, op: str) -> None:
+    """A reduction over a zero-size axis is an error (docs/language.md, "Zero-size
+    dimensions"): max and argmax have no identity, mean would divide by zero, and -O2's
+    tiled reductions abort on an empty axis (so an empty sum, 0 at -O0, is refused too)."""
+    if a.shape[axis] == 0:
+        raise OpError("shape", f"{op}: axis {axis} of {a} is empty (size 0); a reduction needs at least "
+                               "one element along its axis", 0)
+
+
 def infer_reduce_keep(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     axis = _axis(attrs["axis"], a.rank, a, "reduce_keep")
+    _nonempty_axis(a, axis, f"reduce_keep(op={attrs.get('op')})")
     return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
 
 
 def infer_softmax(args: list[TensorType], attrs: Attrs, op: str = "softmax") -> TensorType:
     (a,) = args
     require_float(a, 0, op)
-    _axis(attrs["axis"], a.rank, a, op)
+    _nonempty_axis(a, _axis(attrs["axis"], a.rank, a, op), op)
     return a
 
 
@@ -263,8 +273,7 @@ def infer_argmax(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     require_float(a, 0, "argmax")
     axis = _axis(attrs["axis"], a.rank, a, "argmax")
-    if a.shape[axis] == 0:
-        raise OpError("shape", f"argmax: axis {axis} of {a} is empty, so it has no largest element", 0)
+    _nonempty_axis(a, axis, "argmax")
     return TensorType(DType.I64, a.shape[:axis] + (1,) + a.shape[axis + 1:], a.placement)
 
 

@@ -17,6 +17,7 @@ message the compiled code asserts, never numpy's IndexError.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -289,6 +290,7 @@ class _Interpreter:
 
     def literal(self, lit: Literal) -> Array:
         t, dtype = lit.type, self.storage(lit.type)
+        addressable(t, dtype)
         if not lit.values:
             return np.zeros(t.shape, dtype)
         if len(lit.values) == 1:
@@ -298,6 +300,7 @@ class _Interpreter:
     def op(self, node: OpApp, args: list[Array]) -> Array:
         out_type = as_tensor(node.type)      # ops make tensors
         out_dtype = self.storage(out_type)
+        addressable(out_type, out_dtype)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
         args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
         if self.observe is not None:
@@ -330,6 +333,15 @@ def run_function(program: Program, name: str, args: Iterable[object], dtype: DTy
 _DEFAULT_INDEX_BOUND = 4   # an I64 parameter that indexes nothing
 
 
+def addressable(t: TensorType, dtype: np.dtype[Any]) -> None:
+    """MemoryError (`kinac run`: "out of memory") for a tensor larger than the address space:
+    NumPy would raise a ValueError ("array is too big") there, and MemoryError only below it."""
+    size = math.prod(t.shape) * dtype.itemsize
+    if size > sys.maxsize:
+        raise MemoryError(f"a {t.dtype.value}{list(t.shape)} tensor needs {size} bytes, "
+                          "more than this machine can address")
+
+
 def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -> list[Array]:
     """Deterministic arguments for fn: floats ~ N(0, 1) (uniform in [0.5, 2) where log/sqrt/rsqrt need
     positives); I64 indices uniform in the range their uses allow (gather: < V, take_along_axis: < dim);
@@ -339,6 +351,7 @@ def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -
     out = []
     for p in fn.params:
         t = p.type
+        addressable(t, NP_DTYPES[t.dtype])
         if t.is_float:
             data = rng.uniform(0.5, 2.0, t.shape) if uses.positive(fn, p.name) else rng.standard_normal(t.shape)
             out.append(data.astype(NP_DTYPES[t.dtype]))

@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from compiler import build
+from compiler.core.diagnostics import display_path
 from compiler.core.types import FLOAT_DTYPES, DType
 from compiler.ir import nodes as ir
 from compiler.runtime.arrays import Array
@@ -511,7 +512,7 @@ def cli_validate(args: argparse.Namespace) -> int:
     if report.build is not None:
         build.print_diagnostics(report.build)
     if report.build is None or not report.build.ok:
-        print(f"kinac validate: {args.file}: build failed", file=sys.stderr)
+        print(f"kinac validate: {display_path(args.file)}: build failed", file=sys.stderr)
         return 1
     print(format_report(report))
     return 0 if report.ok else 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from compiler.core.diagnostics import Diagnostic, Span
+from compiler.core.diagnostics import BOM, Diagnostic, Span
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ def gaps(text: str, items: list[Item]) -> list[Diagnostic]:
     prev = 0
     for lo, hi in [(it.start, it.end) for it in items] + [(len(text), len(text))]:
         chunk = _COMMENT.sub(lambda m: " " * len(m.group()), text[prev:lo])
+        if prev == 0 and chunk.startswith(BOM):   # a byte-order mark opening the file is no junk
+            chunk = " " + chunk[1:]
         stripped = chunk.strip()
         if stripped:
             first = prev + chunk.index(stripped[0])

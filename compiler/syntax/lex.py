@@ -20,6 +20,8 @@ from lark.exceptions import UnexpectedCharacters
 from lark.lexer import BasicLexer, LexerThread
 from lark.utils import TextSlice
 
+from compiler.core.diagnostics import BOM
+
 GRAMMAR = Path(__file__).with_name("grammar.lark").read_text(encoding="utf-8")
 
 # A lexer-only Lark (no parser tables: about 25 ms to build); the parser (syntax/builder.py) is
@@ -69,7 +71,7 @@ def tokens(text: str, start: int = 0, end: int | None = None, comments: bool = F
     end = len(text) if end is None else end
     lexer = _COMMENTS_LEXER if comments else _CODE_LEXER
     out: list[Token] = []
-    pos = start
+    pos = start + 1 if start == 0 and text.startswith(BOM) else start   # a byte-order mark is no token
     while True:
         try:
             thread = LexerThread.from_text(lexer, TextSlice(text, pos, end))

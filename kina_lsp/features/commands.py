@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypedDict
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 
-from compiler.core.diagnostics import SourceText, UsageError
+from compiler.core.diagnostics import SourceText, UsageError, display_path
 
 from ..documents import View
 
@@ -96,13 +96,13 @@ def emit_mlir_text(text: str, path: str) -> MlirText:
         rendered = rendered or "no MLIR was produced"
         return {"language": "text", "content": rendered, "ok": False}
     return {"language": "mlir", "content": mlir, "ok": True,
-            "title": Path(path).with_suffix(".mlir").name}
+            "title": display_path(Path(path).with_suffix(".mlir").name)}
 
 
 async def show_mlir(server: Server, uri: str) -> MlirText:
     cur = server.buffer(uri)
     if cur is None:
-        return {"language": "text", "content": f"{uri} is not open", "ok": False}
+        return {"language": "text", "content": f"{display_path(uri)} is not open", "ok": False}
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_pool, emit_mlir_text, cur[0], _path_for(uri))
 
@@ -171,14 +171,14 @@ def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], Non
             copy.write_text(text, encoding="utf-8")
             report = validate_file(str(copy), progress=progress, cancel=cancel.is_set, only=only,
                                    opt_level=opt_level)
-    log.info("build & validate of %s stopped: %s", path, "cancelled" if report.cancelled else "finished")
+    log.info("build & validate of %s stopped: %s", display_path(path), "cancelled" if report.cancelled else "finished")
     return report
 
 
 async def build_and_validate(server: Server, uri: str, only: Collection[str] | None = None) -> Summary:
     cur = server.buffer(uri)
     if cur is None:
-        return {"ok": False, "message": f"{uri} is not open"}
+        return {"ok": False, "message": f"{display_path(uri)} is not open"}
     text = cur[0]
     try:
         level = _opt_level(server)
@@ -191,7 +191,7 @@ async def build_and_validate(server: Server, uri: str, only: Collection[str] | N
     progress = _Reporter(server)
     await progress.create(token)
     progress.begin(token, lsp.WorkDoneProgressBegin(title="Kina: build & validate", cancellable=True,
-                                                    message=Path(_path_for(uri)).name, percentage=0))
+                                                    message=display_path(Path(_path_for(uri)).name), percentage=0))
     cancel = threading.Event()
     progress.on_cancel(token, cancel.set)
     _running.add(cancel)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeGuard
 
 from lsprotocol import types as lsp
 
+from compiler.core.diagnostics import display_path
 from compiler.oracle.validate import GRAD_PREFIX
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
@@ -76,7 +77,7 @@ async def validate_function(ls: Server, args: list[object]) -> Summary:
     uri, name, kind = args
     view = await ls.view(uri, wait=True)
     if view is None:
-        return refusal(f"{uri} is not open")
+        return refusal(f"{display_path(uri)} is not open")
     if name not in view.snapshot.program.functions:
         return refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
     if kind == "gradient" and name not in differentiated(view.snapshot.module):

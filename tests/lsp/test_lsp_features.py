@@ -230,3 +230,18 @@ async def test_semantic_tokens_classify_ops_functions_and_dtypes(client):
         found.setdefault(lines[line][col:col + n], set()).add(legend[kind])
     assert found["softmax"] == {"method"} and found["gather"] == {"function"}
     assert found["attn"] == {"function"} and found["F32"] == {"type"} and "keyword" in found["let"]
+
+
+async def test_a_byte_order_mark_at_the_start_is_no_syntax_error(client):
+    """An editor may send U+FEFF at offset 0: no diagnostic, the features see the code
+    after it, and whole-document formatting keeps it."""
+    text = "\ufefffn  f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { x + x }\n"
+    uri = open_doc(client, text, "bom.kina")
+    assert await published(client, uri, 1) == []
+    assert await hover_text(client, uri, pos(text, "x + x")) is not None
+    edits = await client.text_document_formatting_async(lsp.DocumentFormattingParams(
+        text_document=doc_id(uri), options=lsp.FormattingOptions(tab_size=2, insert_spaces=True)))
+    assert edits, "the document is not in the Kina style: formatting changes it"
+    assert not any(e.new_text.startswith("\ufeff\ufeff") for e in edits)
+    res = await client.text_document_semantic_tokens_full_async(lsp.SemanticTokensParams(text_document=doc_id(uri)))
+    assert res is not None and list(res.data[:2]) == [0, 1]    # the first token (`fn`) is at column 1, after the mark

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from compiler.core.diagnostics import SourceText, Span
+from compiler.core.diagnostics import SourceText, Span, plain_name
 from compiler.core.types import BY_MLIR, DType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
@@ -117,8 +117,9 @@ class FnEmitter:
         self.span = span
         if self.source is not None:
             line, col = self.source.line_col(span.start)
-            path = self.source.path.replace("\\", "\\\\").replace('"', '\\"')
-            self.loc = f' loc("{path}":{line}:{col})'
+            # plain_name: a newline, quote or non-UTF-8 byte of the file name must not reach
+            # the MLIR text (toolchain.tool_diagnostics maps this name back to the source)
+            self.loc = f' loc("{plain_name(self.source.path)}":{line}:{col})'
 
     def line(self, text: str) -> None:
         self.lines.append(" " * self.indent + text)
