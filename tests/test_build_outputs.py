@@ -96,9 +96,10 @@ HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n')\nraise SystemExit('host
 
 
 def _plant(cwd: Path, marker: Path) -> None:
-    (cwd / "compiler").mkdir()
-    (cwd / "compiler" / "__init__.py").write_text(HOSTILE.format(marker=str(marker)))
-    (cwd / "compiler" / "oracle/validate.py").write_text(HOSTILE.format(marker=str(marker)))
+    for module in ("__init__.py", "oracle/__init__.py", "oracle/validate.py", "backend/__init__.py",
+                   "backend/worker_main.py"):   # what the validation child and the -O2 worker import
+        (cwd / "compiler" / module).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / "compiler" / module).write_text(HOSTILE.format(marker=str(marker)))
     (cwd / "numpy.py").write_text(HOSTILE.format(marker=str(marker)))
     (cwd / "ml_dtypes.py").write_text(HOSTILE.format(marker=str(marker)))
 
