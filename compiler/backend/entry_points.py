@@ -53,7 +53,7 @@ BOUNDS_FAILED = 1     # a bounds check failed: _kina_last_error() says which
 BAD_SIZES = 2         # BAD_SIZES + i: descriptor i (inputs, then outputs) has other sizes
 
 _CIFACE_RE = re.compile(r"llvm\.func @(" + CIFACE_PREFIX + r"kina_[\w.$]*)\(([^)]*)\)")
-_EXPORTED_RE = re.compile(r"^\s*func\.func @(kina_[\w$]*)\((.*)\) -> \((.*)\) attributes \{llvm\.emit_c_interface\}",
+_EXPORTED_RE = re.compile(r"^\s*func\.func @(kina_[\w$]*)\(([^)]*)\)(?: -> (.*?))? attributes \{[^}]*llvm\.emit_c_interface",
                           re.M)
 _TENSOR_RE = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
 
@@ -85,7 +85,7 @@ def _tensors(text: str) -> tuple[Tensor, ...]:
 
 def signatures(emitted_mlir: str) -> dict[str, Signature]:
     """The exported functions of an emitted module (compiler/backend/emit/program.py) by name."""
-    return {m[1]: Signature(m[1], _tensors(m[2]), _tensors(m[3])) for m in _EXPORTED_RE.finditer(emitted_mlir)}
+    return {m[1]: Signature(m[1], _tensors(m[2]), _tensors(m[3] or "")) for m in _EXPORTED_RE.finditer(emitted_mlir)}
 
 
 def abi_text(sigs: dict[str, Signature]) -> str:

@@ -247,8 +247,9 @@ class KinaFunction:
         if status == BOUNDS_FAILED:
             raw = self._last_error() if self._last_error is not None else None
             message = raw.decode(errors="replace") if raw else "an index out of bounds"
-            return KinaIndexError(f"{self.name}: {message} (an index computed inside the function is outside "
-                                  f"the range of the tensor it indexes; the outputs hold no result)")
+            return KinaIndexError(f"{self.name}: {message} (an index the runtime could not check before the call, "
+                                  f"computed or constant inside the library, is outside the range of the tensor "
+                                  f"it indexes; the outputs hold no result)")
         specs = self.params + self.results
         if BAD_SIZES <= status < BAD_SIZES + len(specs):
             spec = specs[status - BAD_SIZES]
