@@ -172,7 +172,7 @@ with ir.Context() as ctx:
     t0 = time.perf_counter()
     engine.run_pipeline(ir, passmanager, module, passes, mlir, enable_timing=True)
     print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)
-    engine._append_packed(ir, module)
+    engine._append_packed(ir, module, mlir)
     t0 = time.perf_counter()
     merged = llvm_stage.dedupe_kernels(ir, module)
     lowered = str(module)

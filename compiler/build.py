@@ -40,6 +40,7 @@ from compiler.backend import cache as build_cache
 from compiler.backend import errors as toolchain_errors
 from compiler.backend import toolchain
 from compiler.backend import worker as backend_worker
+from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED, LAST_ERROR_SYMBOL, OK, checked_symbol
 from compiler.backend.pipelines import PIPELINES
 from compiler.core.diagnostics import Diagnostic, SourceText, Span, UsageError, display_path, plain_name, read_source
 from compiler.core.types import DType, TensorType, TupleType
@@ -107,7 +108,8 @@ def manifest_for(program: ir.Program, so_name: str, source_path: str | None = No
         })
     return {"format": MANIFEST_FORMAT, "library": so_name, "library_sha256": library_sha256,
             "source": source_path,
-            "abi": "each function takes pointers to memref descriptors: inputs, then caller-owned outputs",
+            "abi": "each function takes pointers to memref descriptors: inputs, then caller-owned outputs; "
+                   "its checked entry returns 0, 1 (a failed bounds check) or 2 + i (descriptor i has other sizes)",
             "functions": functions}
 
 
@@ -119,8 +121,23 @@ def _struct_name(dtype: str, rank: int) -> str:
     return f"kina_memref_{dtype.lower()}_{rank}d"
 
 
+# What every header says about the return codes (compiler/backend/entry_points.py).
+_RETURN_CODES = f"""\
+/* Each function returns KINA_OK, or
+ *   KINA_INDEX_ERROR: an index computed inside it was out of range (_kina_last_error()
+ *     says which check, on this thread); the outputs hold no result;
+ *   KINA_BAD_SIZES + i: descriptor i (inputs, then outputs) has sizes other than the
+ *     shapes the function was compiled for; nothing was called. */
+#ifndef KINA_OK
+#define KINA_OK {OK}
+#define KINA_INDEX_ERROR {BOUNDS_FAILED}
+#define KINA_BAD_SIZES {BAD_SIZES}
+#endif"""
+
+
 def header_for(manifest: Manifest, guard: str) -> str:
-    """A C header: one descriptor struct per (dtype, rank) used, one prototype per function."""
+    """A C header: one descriptor struct per (dtype, rank) used, the return codes, one
+    prototype of the checked entry point per function."""
     # plain_name: a `*/`, newline or non-UTF-8 byte of the source's name must not end the comment
     origin = plain_name(manifest["source"]) if manifest.get("source") else "a Kina program"
     lines = [f"{HEADER_MARK} from {origin}. */",
@@ -135,14 +152,14 @@ def header_for(manifest: Manifest, guard: str) -> str:
         dims = f" int64_t sizes[{rank}]; int64_t strides[{rank}];" if rank else ""
         lines.append(f"typedef struct {{ {ct} *allocated; {ct} *aligned; int64_t offset;{dims} }} "
                      f"{_struct_name(dtype, rank)};")
-    lines.append("")
+    lines += ["", _RETURN_CODES, f"const char *{LAST_ERROR_SYMBOL}(void);", ""]
     for fn in manifest["functions"]:
         args = [f"{_struct_name(p['dtype'], len(p['shape']))} *{p['name']}" for p in fn["params"]]
         args += [f"{_struct_name(r['dtype'], len(r['shape']))} *out{i}" for i, r in enumerate(fn["results"])]
         doc = ", ".join(f"{p['name']}: {p['dtype']}{p['shape']}" for p in fn["params"])
         res = ", ".join(f"{r['dtype']}{r['shape']}" for r in fn["results"])
         lines.append(f"/* {fn['name']}({doc}) -> ({res}) */")
-        lines.append(f"void {fn['symbol']}({', '.join(args) or 'void'});")
+        lines.append(f"int32_t {checked_symbol(fn['symbol'])}({', '.join(args) or 'void'});")
     lines += ["", f"#endif /* {guard} */", ""]
     return "\n".join(lines)
 

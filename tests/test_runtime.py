@@ -79,8 +79,9 @@ def test_header_content(lib_path):
     h = lib_path.with_suffix(".h").read_text()
     assert "typedef struct { float *allocated; float *aligned; int64_t offset; int64_t sizes[2]; " \
            "int64_t strides[2]; } kina_memref_f32_2d;" in h
-    assert ("void _mlir_ciface_kina_rows(kina_memref_f32_2d *a, kina_memref_i64_1d *n, "
+    assert ("int32_t _kina_checked_kina_rows(kina_memref_f32_2d *a, kina_memref_i64_1d *n, "
             "kina_memref_f32_1d *out0, kina_memref_i64_1d *out1);") in h
+    assert "#define KINA_INDEX_ERROR 1" in h and "const char *_kina_last_error(void);" in h
     assert h.count("#ifndef KINA_ROWS_H") == 1
 
 

@@ -72,6 +72,96 @@ def test_the_ad_step_checks_its_ids_too(tmp_path):
         lib.storylm0_step(ids, *args[1:])
 
 
+# ---- indices computed inside the library ------------------------------------------------------
+COMPUTED = """
+fn pick(t: Tensor[F32, [2, 4]], x: Tensor[F32, [3, 5]]) -> Tensor[F32, [3, 1, 4]] {
+  let j = x.argmax(axis=1) in
+  gather(t, j)
+}
+fn along(x: Tensor[F32, [3, 5]], y: Tensor[F32, [3, 2]]) -> Tensor[F32, [3, 1]] {
+  let j = x.argmax(axis=1) in
+  y.take_along_axis(j, axis=1)
+}
+fn outer(t: Tensor[F32, [2, 4]], x: Tensor[F32, [3, 5]], a: Tensor[F32, [128, 128]]) -> (Tensor[F32, [3, 1, 4]], Tensor[F32, [128, 128]]) {
+  let g = pick(t, x) in
+  (g, a @ a)
+}
+"""
+
+# Run in a child: a library that still aborted (or crashed) fails the test instead of killing the run.
+COMPUTED_CALLS = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    from compiler.runtime import library as runtime
+    lib = runtime.load(sys.argv[1], fastcall=sys.argv[2] == "C")
+    rng = np.random.default_rng(0)
+    t, y = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+    a = np.eye(128, dtype=np.float32)
+    good = np.zeros((3, 5), np.float32)
+    good[:, 1] = 1                      # argmax 1 in every row: inside both tables
+    bad = good.copy()
+    bad[1, 4] = 2                       # argmax 4 in row 1: outside [0, 2)
+    cases = {"pick": ((t, good), (t, bad), lambda r: np.array_equal(r, np.broadcast_to(t[1], (3, 1, 4)))),
+             "along": ((good, y), (bad, y), lambda r: np.array_equal(r, y[:, 1:2])),
+             "outer": ((t, good, a), (t, bad, a), lambda r: np.array_equal(r[0][:, 0], np.broadcast_to(t[1], (3, 4)))
+                                                           and np.array_equal(r[1], a))}
+    for name, (ok_args, bad_args, right) in cases.items():
+        try:
+            lib[name](*bad_args)
+            print(name, "no error")
+        except runtime.KinaIndexError as e:
+            print(name, "KinaIndexError:", e)
+        print(name, "then", "right" if right(lib[name](*ok_args)) else "wrong")
+    failures = []
+    def worker(k):              # the error slot is per thread: bad calls never spoil good ones
+        for i in range(200):
+            try:
+                r = lib.pick(t, bad if (i + k) % 2 else good)
+                if (i + k) % 2 or not cases["pick"][2](r):
+                    failures.append((k, i))
+            except runtime.KinaIndexError:
+                if not (i + k) % 2:
+                    failures.append((k, i))
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads: th.start()
+    for th in threads: th.join()
+    print("threads", "ok" if not failures else failures[:5])
+""")
+
+
+@pytest.fixture(scope="module", params=[0, 2], ids=["O0", "O2"])
+def computed(tmp_path_factory, request):
+    d = tmp_path_factory.mktemp(f"computed{request.param}")
+    (d / "c.kina").write_text(COMPUTED)
+    return _build(d / "c.kina", d / "c.so", request.param).so_path
+
+
+@pytest.mark.parametrize("fastcall", ["C", "python"])
+def test_an_index_computed_out_of_range_is_a_python_exception(computed, fastcall, tmp_path):
+    """Defects item 1: an index the runtime cannot pre-check (computed by argmax inside the
+    function) failed the library's cf.assert, which aborted the caller (exit 134).  Each
+    index op, and a function whose callee fails, now returns an error code: KinaIndexError
+    with the check's message; the next call computes; concurrent calls keep their own errors."""
+    script = tmp_path / "calls.py"
+    script.write_text(COMPUTED_CALLS)
+    r = subprocess.run([sys.executable, str(script), str(computed), fastcall], capture_output=True, text=True,
+                       timeout=240, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, f"the child died ({r.returncode}): {r.stdout}{r.stderr}"
+    for name, check in [("pick", "gather"), ("along", "take_along_axis"), ("outer", "gather")]:
+        assert f"{name} KinaIndexError: {name}: {check} index out of bounds" in r.stdout, r.stdout
+        assert f"{name} then right" in r.stdout, r.stdout
+    assert "threads ok" in r.stdout, r.stdout
+
+
+def test_no_library_imports_abort(computed):
+    """Every lowered bounds check records and returns (entry_points.record_failed_asserts):
+    the library has no call of abort (nor the assert's puts) left."""
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(computed)], capture_output=True, text=True)
+    if undefined.returncode != 0:
+        pytest.skip("nm is not available")
+    assert " abort" not in undefined.stdout and " puts" not in undefined.stdout, undefined.stdout
+
+
 # ---- rebuild and reload ------------------------------------------------------------------
 V1 = "fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  x + x\n}\n"
 V2 = ("fn f(x: Tensor[F32, [8]]) -> (Tensor[F32, [8]], Tensor[F32, [8]]) {\n"

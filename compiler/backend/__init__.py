@@ -16,7 +16,9 @@ Public modules (other packages import only these; this file imports none of them
   worker        the -O2 worker started ahead of its request (prestart, take_spare)
   errors        ToolchainError, StageFailed: how every back-end stage fails
   threads       libomp: the OpenMP runtime the -O2 kernels link (the runtime preloads it)
-  entry_points  packed_symbol: the `_kina_packed_kina_f(void **)` entry of each function
+  entry_points  the C ABI: packed_symbol / checked_symbol (the `_kina_packed_kina_f(void **)` and
+                `_kina_checked_kina_f` entries of each function), their return codes (OK,
+                BOUNDS_FAILED, BAD_SIZES), LAST_ERROR_SYMBOL, ABI_SYMBOL
 
 Inside, in the order a build runs them: pipelines (the slots), fusion and math_lowering
 (-O2 rewrites before tagging), parallelize (what the script vectorises, tiles, threads),

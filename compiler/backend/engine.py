@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from compiler.backend import rewrites
 from compiler.backend import worker as backend_worker
 from compiler.backend.bindings import engine_module, mlir_error_text
-from compiler.backend.entry_points import CIFACE_PREFIX, packed_entry_point
+from compiler.backend.entry_points import CIFACE_PREFIX, entry_points_text, record_failed_asserts
 from compiler.backend.errors import StageFailed
 from compiler.backend.fusion import enabled as fusion_enabled
 from compiler.backend.fusion import fuse_elementwise
@@ -121,7 +121,7 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
             run_pipeline(mlir_ir, passmanager, module, passes, mlir_text)
         except mlir_ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
-        _append_packed(mlir_ir, module)
+        _append_packed(mlir_ir, module, mlir_text)
         dedupe_kernels(mlir_ir, module)
         hook("llvm", mlir_ir, module)
         defines = _defines_functions(mlir_ir, module)
@@ -167,14 +167,17 @@ def _empty_object(obj: Path) -> None:
         raise StageFailed("cc", proc.stderr or "cc could not compile an empty file")
 
 
-def _append_packed(mlir_ir: ModuleType, module: Module) -> None:
+def _append_packed(mlir_ir: ModuleType, module: Module, mlir_text: str) -> None:
+    """The entry points of compiler/backend/entry_points.py, with each failed bounds check
+    recording its message and returning (`mlir_text`: the emitted module, whose function
+    signatures give the shapes the checked entries compare)."""
+    record_failed_asserts(mlir_ir, module)
     exported = []
     for op in module.body.operations:
         if op.operation.name == "llvm.func":
             name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
             if name.startswith(CIFACE_PREFIX + "kina_"):
                 exported.append((name, str(op.attributes["function_type"]).count("ptr")))
-    for name, n_args in exported:
-        wrapper = mlir_ir.Module.parse(packed_entry_point(name, n_args, declare=True))
-        for op in list(wrapper.body.operations)[1:]:   # skip the declaration
-            module.body.append(op.detach_from_parent())
+    wrapper = mlir_ir.Module.parse(entry_points_text(exported, mlir_text, declare=True))
+    for op in list(wrapper.body.operations)[len(exported):]:   # skip the declarations
+        module.body.append(op.detach_from_parent())

@@ -1,14 +1,97 @@
-"""Packed entry points: for every exported `_mlir_ciface_kina_f` of a lowered module, a
-`_kina_packed_kina_f(void **args)` that reads the descriptor pointers from one array, so
-the Python runtime makes a one-argument ctypes call (both back ends add them).
+"""The C ABI of a Kina library: checked entry points, failed bounds checks that return, and
+the library's own description of its functions (both back ends add all of it to the lowered
+module; docs/compiling.md, "The C ABI").
+
+For every exported `_mlir_ciface_kina_f(descriptors...)` of a lowered module:
+
+- `int32_t _kina_checked_kina_f(descriptors...)` compares the sizes of every descriptor with
+  the shapes `f` was compiled for (one compare per dimension) and returns 2 + i, calling
+  nothing, at the first descriptor i that differs; else it calls `_mlir_ciface_kina_f` and
+  returns 1 when a bounds check failed inside (the message: `_kina_last_error()`), 0 when not;
+- `int32_t _kina_packed_kina_f(void **args)` reads the descriptor pointers from one array and
+  returns what the checked entry returns (the Python runtime makes a one-argument call).
+
+A failed bounds check (`cf.assert`, emit/builder.py bounds_check) lowers to a message on
+stdout and abort(): it killed the process that loaded the library.  `record_failed_asserts`
+rewrites each lowered assert's failure block `puts(msg); abort(); unreachable` into
+`_kina_fail(msg); return`: the function returns at once (before the index is used), and
+`_kina_fail` keeps the first message of the call in a thread-local slot, which the checked
+entry clears before the call and reads after it.  The asserts sit in the body of the
+exported function itself (never in an OpenMP region or an outlined kernel: the rewrite
+checks it), so they run on the calling thread and no unwinding is needed.  A function
+called by another one that failed returns its garbage results to its caller; every index
+that caller uses is itself checked, so no memory outside the buffers is touched.  The
+buffers the failed call allocated for intermediates are not freed (an error path).
+
+`_kina_abi()` returns the text `abi_text` makes of the emitted functions' signatures, one
+line per function (`kina_f(f32[2,3], i64[4]) -> (f32[2])`): the runtime compares the
+manifest with it when loading, so a manifest that lies about a dtype, a shape or a result
+count is refused by name instead of passing wrong buffers to compiled code.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from compiler.backend.errors import StageFailed
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module
 
 CIFACE_PREFIX = "_mlir_ciface_"
 PACKED_PREFIX = "_kina_packed_"
+CHECKED_PREFIX = "_kina_checked_"
+LAST_ERROR_SYMBOL = "_kina_last_error"
+ABI_SYMBOL = "_kina_abi"
+FAIL_SYMBOL = "_kina_fail"
+# What the checked and packed entries return.
+OK = 0
+BOUNDS_FAILED = 1     # a bounds check failed: _kina_last_error() says which
+BAD_SIZES = 2         # BAD_SIZES + i: descriptor i (inputs, then outputs) has other sizes
+
 _CIFACE_RE = re.compile(r"llvm\.func @(" + CIFACE_PREFIX + r"kina_[\w.$]*)\(([^)]*)\)")
+_EXPORTED_RE = re.compile(r"^\s*func\.func @(kina_[\w$]*)\(([^)]*)\)(?: -> (.*?))? attributes \{[^}]*llvm\.emit_c_interface",
+                          re.M)
+_TENSOR_RE = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    elem: str                 # the MLIR element type (f32, i64, i8 for Bool, ...)
+    shape: tuple[int, ...]
+
+    def text(self) -> str:
+        return f"{self.elem}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str                 # kina_f
+    params: tuple[Tensor, ...]
+    results: tuple[Tensor, ...]
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The descriptors of a call: inputs, then outputs."""
+        return self.params + self.results
+
+
+def _tensors(text: str) -> tuple[Tensor, ...]:
+    return tuple(Tensor(m[2], tuple(int(d) for d in m[1].split("x") if d)) for m in _TENSOR_RE.finditer(text))
+
+
+def signatures(emitted_mlir: str) -> dict[str, Signature]:
+    """The exported functions of an emitted module (compiler/backend/emit/program.py) by name."""
+    return {m[1]: Signature(m[1], _tensors(m[2]), _tensors(m[3] or "")) for m in _EXPORTED_RE.finditer(emitted_mlir)}
+
+
+def abi_text(sigs: dict[str, Signature]) -> str:
+    """One line per function: `kina_f(f32[2,3], i64[4]) -> (f32[2])` (the runtime parses it)."""
+    return "".join(f"{s.name}({', '.join(t.text() for t in s.params)}) -> "
+                   f"({', '.join(t.text() for t in s.results)})\n" for s in sigs.values())
 
 
 def packed_symbol(ciface_symbol: str) -> str:
@@ -16,24 +99,166 @@ def packed_symbol(ciface_symbol: str) -> str:
     return PACKED_PREFIX + ciface_symbol[len(CIFACE_PREFIX):]
 
 
-def packed_entry_point(ciface_symbol: str, n_args: int, declare: bool = False) -> str:
-    """LLVM-dialect text of `void packed(void **a) { ciface(a[0], ..., a[n-1]); }`."""
-    ptrs = ", ".join(["!llvm.ptr"] * n_args)
-    lines = [f"llvm.func @{ciface_symbol}({ptrs})"] if declare else []
-    lines.append(f"llvm.func @{packed_symbol(ciface_symbol)}(%args: !llvm.ptr) {{")
+def checked_symbol(ciface_symbol: str) -> str:
+    """`_mlir_ciface_kina_f` -> `_kina_checked_kina_f` (what lib.h declares)."""
+    return CHECKED_PREFIX + ciface_symbol[len(CIFACE_PREFIX):]
+
+
+# ---- generated LLVM-dialect text -------------------------------------------------------------
+def _string_global(name: str, text: str) -> str:
+    data = text.encode() + b"\0"
+    escaped = "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\{b:02X}" for b in data)
+    return f'llvm.mlir.global private constant @{name}("{escaped}") {{addr_space = 0 : i32}} : !llvm.array<{len(data)} x i8>'
+
+
+_RUNTIME = f"""\
+llvm.mlir.global internal thread_local @_kina_error() {{addr_space = 0 : i32}} : !llvm.ptr {{
+  %0 = llvm.mlir.zero : !llvm.ptr
+  llvm.return %0 : !llvm.ptr
+}}
+llvm.func internal @{FAIL_SYMBOL}(%msg: !llvm.ptr) {{
+  %slot = llvm.mlir.addressof @_kina_error : !llvm.ptr
+  %old = llvm.load %slot : !llvm.ptr -> !llvm.ptr
+  %null = llvm.mlir.zero : !llvm.ptr
+  %first = llvm.icmp "eq" %old, %null : !llvm.ptr
+  llvm.cond_br %first, ^keep, ^done
+^keep:
+  llvm.store %msg, %slot : !llvm.ptr, !llvm.ptr
+  llvm.br ^done
+^done:
+  llvm.return
+}}
+llvm.func @{LAST_ERROR_SYMBOL}() -> !llvm.ptr {{
+  %slot = llvm.mlir.addressof @_kina_error : !llvm.ptr
+  %msg = llvm.load %slot : !llvm.ptr -> !llvm.ptr
+  llvm.return %msg : !llvm.ptr
+}}
+llvm.func @{ABI_SYMBOL}() -> !llvm.ptr {{
+  %text = llvm.mlir.addressof @_kina_abi_text : !llvm.ptr
+  llvm.return %text : !llvm.ptr
+}}"""
+
+
+def _checked_entry(ciface: str, sig: Signature) -> list[str]:
+    """`_kina_checked_kina_f`: the size checks, then the call with a cleared error slot."""
+    n = len(sig.tensors)
+    params = ", ".join(f"%d{i}: !llvm.ptr" for i in range(n))
+    lines = [f"llvm.func @{checked_symbol(ciface)}({params}) -> i32 {{"]
+    for i, t in enumerate(sig.tensors):
+        if not t.shape:
+            continue
+        bad = ""
+        for d, size in enumerate(t.shape):   # sizes[d] is word 3 + d of {allocated, aligned, offset, sizes, strides}
+            v = f"%s{i}_{d}"
+            lines += [f"  {v}p = llvm.getelementptr %d{i}[{3 + d}] : (!llvm.ptr) -> !llvm.ptr, i64",
+                      f"  {v} = llvm.load {v}p : !llvm.ptr -> i64",
+                      f"  {v}c = llvm.mlir.constant({size} : i64) : i64",
+                      f"  {v}ne = llvm.icmp \"ne\" {v}, {v}c : i64"]
+            if bad:
+                lines.append(f"  {v}or = llvm.or {bad}, {v}ne : i1")
+            bad = f"{v}or" if bad else f"{v}ne"
+        lines += [f"  llvm.cond_br {bad}, ^bad{i}, ^ok{i}", f"^bad{i}:",
+                  f"  %code{i} = llvm.mlir.constant({BAD_SIZES + i} : i32) : i32",
+                  f"  llvm.return %code{i} : i32", f"^ok{i}:"]
+    args = ", ".join(f"%d{i}" for i in range(n))
+    lines += ["  %slot = llvm.mlir.addressof @_kina_error : !llvm.ptr",
+              "  %null = llvm.mlir.zero : !llvm.ptr",
+              "  llvm.store %null, %slot : !llvm.ptr, !llvm.ptr",
+              f"  llvm.call @{ciface}({args}) : ({', '.join(['!llvm.ptr'] * n)}) -> ()",
+              "  %msg = llvm.load %slot : !llvm.ptr -> !llvm.ptr",
+              "  %failed = llvm.icmp \"ne\" %msg, %null : !llvm.ptr",
+              "  %code = llvm.zext %failed : i1 to i32",
+              "  llvm.return %code : i32", "}"]
+    return lines
+
+
+def _packed_entry(ciface: str, n_args: int) -> list[str]:
+    """`int32_t packed(void **a) { return checked(a[0], ..., a[n-1]); }`."""
+    lines = [f"llvm.func @{packed_symbol(ciface)}(%args: !llvm.ptr) -> i32 {{"]
     for i in range(n_args):
         lines.append(f"  %p{i} = llvm.getelementptr %args[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
         lines.append(f"  %a{i} = llvm.load %p{i} : !llvm.ptr -> !llvm.ptr")
     args = ", ".join(f"%a{i}" for i in range(n_args))
-    lines += [f"  llvm.call @{ciface_symbol}({args}) : ({ptrs}) -> ()", "  llvm.return", "}"]
+    ptrs = ", ".join(["!llvm.ptr"] * n_args)
+    lines += [f"  %r = llvm.call @{checked_symbol(ciface)}({args}) : ({ptrs}) -> i32", "  llvm.return %r : i32", "}"]
+    return lines
+
+
+def entry_points_text(exported: list[tuple[str, int]], emitted_mlir: str, declare: bool = False) -> str:
+    """LLVM-dialect text of the runtime pieces and of the checked and packed entry of every
+    (ciface symbol, number of descriptor arguments) of the lowered module; `declare`: with a
+    declaration of each ciface function first (a module of its own)."""
+    sigs = signatures(emitted_mlir)
+    lines = []
+    if declare:
+        lines += [f"llvm.func @{c}({', '.join(['!llvm.ptr'] * n)})" for c, n in exported]
+    lines += [_RUNTIME, _string_global("_kina_abi_text", abi_text(sigs))]
+    for ciface, n_args in exported:
+        sig = sigs.get(ciface[len(CIFACE_PREFIX):])
+        if sig is None or len(sig.tensors) != n_args:
+            raise StageFailed("mlir-opt", f"{ciface} takes {n_args} descriptors, but the emitted module "
+                                          f"declares {'no such function' if sig is None else len(sig.tensors)} "
+                                          "(a compiler bug, please report it)")
+        lines += _checked_entry(ciface, sig) + _packed_entry(ciface, n_args)
     return "\n".join(lines)
 
 
-def add_packed_entry_points(llvm_mlir_text: str) -> str:
-    """Append a packed entry point per exported function to a lowered (LLVM dialect) module."""
-    wrappers = [packed_entry_point(m[1], m[2].count("!llvm.ptr"))
-                for m in _CIFACE_RE.finditer(llvm_mlir_text)]
-    body = llvm_mlir_text.rstrip()
-    if not wrappers or not body.endswith("}"):
+def add_entry_points(llvm_mlir_text: str, emitted_mlir: str) -> str:
+    """The lowered (LLVM dialect) module text with its failed asserts returning and the entry
+    points appended (the "tools" back end; the engine's is engine._append_packed)."""
+    exported = [(m[1], m[2].count("!llvm.ptr")) for m in _CIFACE_RE.finditer(llvm_mlir_text)]
+    body = record_failed_asserts_text(llvm_mlir_text).rstrip()
+    if not body.endswith("}"):
         return llvm_mlir_text
-    return body[:-1] + "\n".join(wrappers) + "\n}\n"
+    return body[:-1] + entry_points_text(exported, emitted_mlir) + "\n}\n"
+
+
+# ---- failed asserts: record and return -------------------------------------------------------
+# What convert-cf-to-llvm makes of a failed cf.assert, in a block of the function body
+# (4 spaces: directly in an llvm.func of the module, not in a nested region).
+_FAILED_ASSERT_RE = re.compile(r"^    llvm\.call @puts\((%\w+)\) : \(!llvm\.ptr\) -> \(\)\n"
+                               r"    llvm\.call @abort\(\) : \(\) -> \(\)\n"
+                               r"    llvm\.unreachable\n", re.M)
+_FUNC_HEAD_RE = re.compile(r"^  llvm\.func (?:\w+ )*@[\w.$\"]+\(.*$", re.M)
+
+
+def record_failed_asserts_text(text: str) -> str:
+    """Each failed-assert block `puts(msg); abort()` of a function returning nothing ->
+    `_kina_fail(msg); return` (text form; see the module docstring)."""
+    heads = [(m.start(), m[0]) for m in _FUNC_HEAD_RE.finditer(text)]
+
+    def replace(m: re.Match[str]) -> str:
+        head = next((h for start, h in reversed(heads) if start < m.start()), "")
+        if ") -> " in head.split(" attributes ")[0]:
+            return m[0]    # a function with a result: keep the abort (no lowering produces one)
+        return f"    llvm.call @{FAIL_SYMBOL}({m[1]}) : (!llvm.ptr) -> ()\n    llvm.return\n"
+
+    return _FAILED_ASSERT_RE.sub(replace, text)
+
+
+def record_failed_asserts(mlir_ir: ModuleType, module: Module) -> int:
+    """The same rewrite on a module through the bindings (the "engine" back end); returns
+    the number of asserts rewritten."""
+    count = 0
+    for func in module.body.operations:
+        if func.operation.name != "llvm.func" or not str(func.attributes["function_type"]).startswith(
+                "!llvm.func<void "):
+            continue
+        for block in func.regions[0].blocks:
+            ops = list(block.operations)
+            for k in range(1, len(ops) - 1):
+                if _is_call(mlir_ir, ops[k], "abort") and _is_call(mlir_ir, ops[k - 1], "puts") \
+                        and ops[k + 1].operation.name == "llvm.unreachable":
+                    ops[k - 1].attributes["callee"] = mlir_ir.FlatSymbolRefAttr.get(FAIL_SYMBOL)
+                    with mlir_ir.InsertionPoint(ops[k]), ops[k].location:
+                        mlir_ir.Operation.create("llvm.return")
+                    ops[k + 1].operation.erase()
+                    ops[k].operation.erase()
+                    count += 1
+    return count
+
+
+def _is_call(mlir_ir: ModuleType, op: object, callee: str) -> bool:
+    operation = op.operation  # type: ignore[attr-defined]   # an OpView of the bindings
+    return bool(operation.name == "llvm.call" and "callee" in operation.attributes
+                and mlir_ir.FlatSymbolRefAttr(operation.attributes["callee"]).value == callee)

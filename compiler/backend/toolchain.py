@@ -20,9 +20,11 @@ Libraries are linked with --no-undefined: a call of a symbol nothing provides (a
 library function such as memrefCopy, a compiler-rt builtin) is a build error naming the
 Kina function that calls it, never a library that fails to load.
 
-Both back ends add, for every exported `_mlir_ciface_kina_f`, a packed entry
-point `_kina_packed_kina_f(void **args)` that reads the descriptor pointers
-from one array: the Python runtime then makes a one-argument ctypes call.
+Both back ends add, for every exported `_mlir_ciface_kina_f`, a checked entry point
+`_kina_checked_kina_f` (descriptor sizes against the compiled shapes, failed bounds checks
+as an error code) and a packed one `_kina_packed_kina_f(void **args)` that reads the
+descriptor pointers from one array: the Python runtime then makes a one-argument ctypes
+call (compiler/backend/entry_points.py).
 
 Libraries whose object calls the OpenMP runtime (the multithreaded -O2 kernels,
 compiler/backend/threads.py) are linked against the cmeel-libomp wheel's libomp.so with an
@@ -51,7 +53,7 @@ from compiler.backend import alloc_cache, threads
 from compiler.backend import worker as backend_worker
 from compiler.backend.bindings import require_bindings
 from compiler.backend.engine import engine_object_in_child
-from compiler.backend.entry_points import add_packed_entry_points
+from compiler.backend.entry_points import add_entry_points
 from compiler.backend.errors import INLINE_LOC_RE, StageFailed
 from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
 from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
@@ -210,7 +212,7 @@ def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path,
                   timings: dict[str, float]) -> str:
     """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
     llvm_mlir, ll = tmp / "out.llvm.mlir", tmp / "out.ll"
-    llvm_mlir.write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
+    llvm_mlir.write_text(add_entry_points(run_passes(mlir_text, passes, tmp, timings), mlir_text))
     run_tool("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
     run_tool("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
          timings, "llc")
@@ -277,7 +279,7 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0,
                 require_bindings()
                 engine_object_in_child(mlir_text, passes, pipeline.llvm_level, tmp / "o.o", timings, llvm_ir=ll)
             else:
-                (tmp / "o.mlir").write_text(add_packed_entry_points(run_passes(mlir_text, passes, tmp, timings)))
+                (tmp / "o.mlir").write_text(add_entry_points(run_passes(mlir_text, passes, tmp, timings), mlir_text))
                 run_tool("mlir-translate", ["--mlir-to-llvmir", str(tmp / "o.mlir"), "-o", str(ll)],
                      timings, "mlir-translate")
         except StageFailed as e:

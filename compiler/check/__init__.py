@@ -14,8 +14,9 @@ Public entry points (other packages import only these):
   module_rules    first_definitions (duplicates), recursion_diagnostics, recursive_functions
   names           resolve(fn) -> Symbols (definitions, uses, calls); rename conflicts
 
-Inside: expr (expressions), op_args (op applications and attributes), scalars (bare
-numbers), type_exprs (type expressions, the error type).
+Inside: expr (expressions), op_args (op applications and attributes), index_literals
+(constant indices against their range: `index` errors), scalars (bare numbers), type_exprs
+(type expressions, the error type).
 """
 from compiler.check.expr import TypeFact
 from compiler.check.function import FunctionResult, Signature, check_function, signature_of

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from compiler.check.expr import WILDCARD, ExprChecker, Signature, TypeFact
+from compiler.check.index_literals import index_literal_diagnostics
 from compiler.check.type_exprs import ERROR, ErrorType, is_error, resolve_type
 from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from compiler.core.types import TensorType, TupleType, Type
@@ -91,6 +92,10 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
     function = None
     if not (ck.bag.items or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
         function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
+        index_errors = index_literal_diagnostics(function)   # constant indices out of range
+        if index_errors:
+            ck.bag.extend(index_errors)
+            function = None
     return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans)
 
 

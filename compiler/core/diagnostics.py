@@ -75,6 +75,7 @@ CODES: dict[str, str] = {
     "return-type": "a function body's type differs from its declared return type",
     "destructure": "a destructuring let whose pattern does not match the tuple",
     "literal": "a tensor literal whose payload does not match its type",
+    "index": "a constant index (a tensor literal) outside the range of the tensor it indexes",
     "main": "the entry function `main` is malformed",
     "ad-unsupported": "an op or form that reverseMode cannot differentiate",
     "ad-structure": "a differentiated body that is not a let chain of single ops on variables",

@@ -6,10 +6,11 @@
    reverseMode` in the program an exported wrapper `__validate_grad_g` whose
    body is just that handle, so the compiled cotangents can be called directly;
 2. runs every exported function (those with parameters on
-   `interp.random_inputs`, and `main`) in a CHILD process: a failed `cf.assert`
-   in the library prints its message and aborts, which must not take the caller
-   down.  A crash is reported as an error naming the assertion and the child is
-   restarted for the remaining functions;
+   `interp.random_inputs`, and `main`) in a CHILD process: a failed bounds check
+   in the library is a KinaIndexError (compiler/backend/entry_points.py), but any
+   crash of compiled code must not take the caller down.  A crash is reported as an
+   error naming what the child printed and the child is restarted for the remaining
+   functions;
 3. compares each output with `interp.run_function` (max abs / rel error,
    tolerances per dtype), and for each gradient wrapper also compares the
    cotangents with central finite differences of the primal computed by the

@@ -1,7 +1,8 @@
 /* _fastcall: the checked fast path of compiler.runtime.
  *
  * A compiled Kina function is called through its packed entry point
- * `void _kina_packed_kina_f(void **descriptors)` (compiler/pipelines.py), one
+ * `int32_t _kina_packed_kina_f(void **descriptors)` (compiler/backend/entry_points.py:
+ * 0, or an error code: a failed bounds check, a descriptor of other sizes), one
  * memref descriptor per tensor, inputs then caller-owned outputs:
  *
  *     { T *allocated; T *aligned; int64 offset; int64 sizes[R]; int64 strides[R] }
@@ -25,7 +26,8 @@
  * until it returns, so no array can be resized under it, and the GIL is
  * released when the call touches enough data to be worth it.
  *
- * It returns -1 after a call, or the index of the first argument that does not
+ * It returns -1 after a call that returned 0, -1 - code after a call that
+ * returned an error code, or the index of the first argument that does not
  * match, WITHOUT calling: runtime/library.py then runs its Python checks, which convert
  * what may be converted and name the parameter (and a bad index value) in a
  * KinaArgumentError / KinaIndexError.  Only the Python C API and the buffer
@@ -46,7 +48,7 @@
 #define STACK_SLOTS 32
 #define STACK_WORDS 512
 
-typedef void (*packed_fn)(void **);
+typedef int32_t (*packed_fn)(void **);
 
 #define MAX_FORMATS 4
 
@@ -292,7 +294,7 @@ static PyTypeObject EntryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "compiler._fastcall.Entry",
     .tp_doc = PyDoc_STR("Entry(fnptr, template, slots, array_type): a packed entry point prepared for call().\n\n"
-                        "fnptr: address of void f(void **descriptors); template: bytes of the\n"
+                        "fnptr: address of int32_t f(void **descriptors); template: bytes of the\n"
                         "int64 descriptor words (pointers zero); slots: one (formats, itemsize,\n"
                         "writable, shape, word, bound) per tensor, inputs then outputs: formats the\n"
                         "buffer format letters its dtype's arrays export (types.DType.buffer_formats),\n"
@@ -339,7 +341,7 @@ bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views
 PyDoc_STRVAR(call_doc,
 "call(entry, arrays) -> int\n\n"
 "Check every array of the tuple against the entry's slots and, if all match, call\n"
-"the function and return -1; else return the index of the first mismatch (an arity\n"
+"the function and return -1 (-1 - code when it returns an error code); else return the index of the first mismatch (an arity\n"
 "mismatch gives min(len(arrays), number of slots); an index out of its bound, the\n"
 "index of that input; an output overlapping another array, that output) without calling.");
 
@@ -382,13 +384,15 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t taken = 0, total_bytes = 0;
     Py_ssize_t bad = bind(e, arrays, block, packed, views, spans, spans + e->n_slots, &taken, &total_bytes);
     if (bad < 0) {
+        int32_t code;
         if (total_bytes > RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS
-            e->fn(packed);
+            code = e->fn(packed);
             Py_END_ALLOW_THREADS
         } else {
-            e->fn(packed);
+            code = e->fn(packed);
         }
+        bad = code > 0 ? -1 - (Py_ssize_t)code : -1;
     }
     for (Py_ssize_t i = 0; i < taken; i++)
         PyBuffer_Release(&views[i]);

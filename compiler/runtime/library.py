@@ -43,17 +43,24 @@ threads in a child after fork(): a forked child calls them like its parent.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from compiler.backend.entry_points import packed_symbol
+from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED, packed_symbol
 from compiler.core.types import DType
 from compiler.runtime.arrays import Array, load_npz, save_npz
-from compiler.runtime.loader import KinaRuntimeError, load_manifest, manifest_path, open_library
+from compiler.runtime.loader import (
+    KinaRuntimeError,
+    check_abi,
+    last_error_function,
+    load_manifest,
+    manifest_path,
+    open_library,
+)
 
 try:  # the C fast path, built by `pip install -e .` (setup.py)
     from compiler.runtime import _fastcall
@@ -154,11 +161,11 @@ class KinaFunction:
     they overlap is read from a copy) and returns them."""
 
     def __init__(self, packed: _NamedFuncPointer, entry: JSONObject, fastcall: bool = True,
-                 threaded: bool = False) -> None:
+                 threaded: bool = False, last_error: Callable[[], bytes | None] | None = None) -> None:
         self.name: str = entry["name"]
         self.symbol: str = entry["symbol"]
         self.params = [TensorSpec(p["name"], p["dtype"], tuple(p["shape"]), numpy_dtype(p["dtype"]),
-                                  p.get("index_bound")) for p in entry["params"]]
+                                  _index_bound(self.name, p)) for p in entry["params"]]
         self.results = [TensorSpec(f"result {i}", r["dtype"], tuple(r["shape"]), numpy_dtype(r["dtype"]))
                         for i, r in enumerate(entry["results"])]
         self._descriptors = Descriptors.of(self.params + self.results)
@@ -168,8 +175,9 @@ class KinaFunction:
         self._slots = [(int(np.prod(s.shape, dtype=np.int64)) * s.np_dtype.itemsize, k)   # (bytes, index)
                        for k, s in enumerate(self.params + self.results)]
         self.threaded = threaded   # its library runs kernels on the OpenMP runtime's threads
-        packed.argtypes, packed.restype = [ctypes.c_void_p], None
+        packed.argtypes, packed.restype = [ctypes.c_void_p], ctypes.c_int32   # entry_points: 0, or an error code
         self._packed = packed
+        self._last_error = last_error
         self._fast = self._fast_entry(packed) if fastcall else None
         self.__doc__ = self.signature()
 
@@ -204,15 +212,22 @@ class KinaFunction:
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
-        if self._fast is None or _fastcall.call(self._fast, args + outs) >= 0:
-            self._call_checked(args, outs, out is None)
+        # _fastcall.call: -1 after a call that returned 0, >= 0 when it declined (the Python
+        # checks then say why), -1 - code after a call that returned an error code.
+        declined = -1 if self._fast is None else _fastcall.call(self._fast, args + outs)
+        if self._fast is None or declined >= 0:
+            status = self._call_checked(args, outs, out is None)
+        else:
+            status = -1 - declined
+        if status:
+            raise self._library_error(status)
         # every output is an array of its result's type now (checked by either path)
         results = cast(tuple[Array, ...], outs)
         return results[0] if len(results) == 1 else results
 
-    def _call_checked(self, args: tuple[object, ...], outs: tuple[object, ...], fresh: bool = False) -> None:
-        """Check (and convert) every array, then call through ctypes.  `fresh`: the outputs
-        were allocated by this call (nothing can alias them)."""
+    def _call_checked(self, args: tuple[object, ...], outs: tuple[object, ...], fresh: bool = False) -> int:
+        """Check (and convert) every array, then call through ctypes; returns the entry
+        point's code.  `fresh`: the outputs were allocated by this call (nothing can alias them)."""
         if len(args) != len(self.params):
             raise KinaArgumentError(f"{self.name} takes {len(self.params)} argument(s) "
                                     f"({', '.join(p.name for p in self.params) or 'none'}), got {len(args)}")
@@ -225,9 +240,26 @@ class KinaFunction:
         addresses = [a.ctypes.data for a in arrays]
         if not fresh:
             self._unalias(arrays, addresses)
-        self._call_ctypes(arrays, addresses)
+        return self._call_ctypes(arrays, addresses)
 
-    def _call_ctypes(self, arrays: list[Array], addresses: list[int]) -> None:
+    def _library_error(self, status: int) -> Exception:
+        """The exception for a code the entry point returned (compiler/backend/entry_points.py)."""
+        if status == BOUNDS_FAILED:
+            raw = self._last_error() if self._last_error is not None else None
+            message = raw.decode(errors="replace") if raw else "an index out of bounds"
+            return KinaIndexError(f"{self.name}: {message} (an index the runtime could not check before the call, "
+                                  f"computed or constant inside the library, is outside the range of the tensor "
+                                  f"it indexes; the outputs hold no result)")
+        specs = self.params + self.results
+        if BAD_SIZES <= status < BAD_SIZES + len(specs):
+            spec = specs[status - BAD_SIZES]
+            what = "parameter" if status - BAD_SIZES < len(self.params) else "out="
+            return KinaRuntimeError(f"{self.name}: the library was not compiled for {what} `{spec.name}` as "
+                                    f"{spec.describe()} (the manifest's shape); the library is the authority: "
+                                    f"rebuild with `kinac build` and keep the .so and its .json together")
+        return KinaRuntimeError(f"{self.name}: the library returned the unknown error code {status}")
+
+    def _call_ctypes(self, arrays: list[Array], addresses: list[int]) -> int:
         """Fill a private copy of the descriptors with the arrays' data pointers and
         call the packed entry point; `arrays` keeps the arrays alive until it returns."""
         block = (ctypes.c_int64 * (len(self._descriptors.template) // 8)).from_buffer_copy(
@@ -237,7 +269,7 @@ class KinaFunction:
         for i, (address, word) in enumerate(zip(addresses, self._descriptors.words)):
             block[word] = block[word + 1] = address     # allocated, aligned
             packed[i] = base + 8 * word
-        self._packed(packed)
+        return int(self._packed(packed))
 
     # -- the Python checks: the same as the C helper's, with precise errors ---------------
     def _coerce(self, value: object, spec: TensorSpec, what: str) -> Array:
@@ -342,6 +374,14 @@ def _describe_value(value: object) -> str:
     return type(value).__name__
 
 
+def _index_bound(fn: str, p: JSONObject) -> int | None:
+    bound = p.get("index_bound")
+    if bound is not None and (type(bound) is not int or bound < 0):
+        raise KinaRuntimeError(f"the manifest gives parameter `{p.get('name')}` of `{fn}` the index_bound "
+                               f"{bound!r}, not a non-negative integer; rebuild with `kinac build`")
+    return bound
+
+
 def _as_tuple(out: object) -> tuple[object, ...]:
     try:
         return tuple(out)  # type: ignore[arg-type]  # any iterable; anything else is the TypeError below
@@ -358,13 +398,16 @@ class Library:
         self.manifest = manifest
         self._dll, self.threaded = open_library(self.path, manifest)
         self.functions: dict[str, KinaFunction] = {}
+        last_error = last_error_function(self._dll, self.path)
         for entry in manifest["functions"]:
             packed = packed_symbol(entry["symbol"])
             if not all(hasattr(self._dll, s) for s in (entry["symbol"], packed)):
                 raise KinaRuntimeError(f"{self.path} does not export {entry['symbol']} and {packed} "
                                        f"(function `{entry['name']}` of its manifest); rebuild it")
-            self.functions[entry["name"]] = KinaFunction(getattr(self._dll, packed), entry, fastcall,
-                                                         self.threaded)
+        check_abi(self._dll, manifest, self.path)   # the library, not the manifest, is the authority
+        for entry in manifest["functions"]:
+            self.functions[entry["name"]] = KinaFunction(getattr(self._dll, packed_symbol(entry["symbol"])),
+                                                         entry, fastcall, self.threaded, last_error)
         # `lib.fn` as a plain attribute (no __getattr__ call per step of a loop), unless
         # the name is taken by the Library itself (then it is lib["fn"]).
         for name, fn in self.functions.items():

@@ -11,6 +11,12 @@ and a private copy of its code for this process (compiler/runtime/library.py use
   library rebuilt at the same path would otherwise hand back the old code.
   Every `runtime.load` therefore runs the code that is in the file at that
   moment; each load keeps its own mapping until the process exits.
+- The digest only ties the manifest to the library it was written with; a manifest edited
+  by hand ("I just changed the size") still names those bytes.  So `check_abi` compares
+  the manifest with the library's own description of its functions (`_kina_abi()`,
+  compiler/backend/entry_points.py: the dtype and shape of every parameter and result, in
+  order) and refuses any difference by function and parameter; each call's entry point
+  also compares the descriptors' sizes with its compiled shapes.
 """
 from __future__ import annotations
 
@@ -18,11 +24,15 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from compiler.backend import threads
+from compiler.backend.entry_points import ABI_SYMBOL, CIFACE_PREFIX, LAST_ERROR_SYMBOL
+from compiler.core.types import DType
 
 MANIFEST_FORMAT = 2      # 2: library_sha256 and per-parameter index_bound
 # A library that calls the OpenMP runtime runs multithreaded kernels (compiler/backend/threads.py).
@@ -98,3 +108,83 @@ def _dlopen_copy(path: Path, data: bytes) -> ctypes.CDLL:
             except OSError:
                 pass
     raise KinaRuntimeError(f"cannot load {path}: {errors[0]}")
+
+
+# ---- the library's description of itself ----------------------------------------------------
+_REBUILD = "rebuild with `kinac build` and keep the .so and its .json together"
+_ABI_LINE = re.compile(r"(\S+)\((.*)\) -> \((.*)\)")
+_KINA_DTYPE = {d.mlir: d.value for d in DType}
+
+
+def last_error_function(dll: ctypes.CDLL, path: Path) -> Callable[[], bytes | None]:
+    """The library's `_kina_last_error()`: the message of the bounds check that failed last
+    on this thread (a library without it was built by an older kinac)."""
+    try:
+        fn = getattr(dll, LAST_ERROR_SYMBOL)
+    except AttributeError:
+        raise KinaRuntimeError(f"{path} has no {LAST_ERROR_SYMBOL} (built by an older kinac); {_REBUILD}") from None
+    fn.argtypes, fn.restype = [], ctypes.c_char_p
+    return fn  # type: ignore[no-any-return]   # a ctypes function returning bytes | None
+
+
+def library_abi(dll: ctypes.CDLL, path: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """kina_f -> (parameter types, result types) as the library was compiled: `f32[2,3]`."""
+    try:
+        fn = getattr(dll, ABI_SYMBOL)
+    except AttributeError:
+        raise KinaRuntimeError(f"{path} does not describe its functions (no {ABI_SYMBOL}: built by an older "
+                               f"kinac); {_REBUILD}") from None
+    fn.argtypes, fn.restype = [], ctypes.c_char_p
+    out = {}
+    for line in (fn() or b"").decode().splitlines():
+        m = _ABI_LINE.fullmatch(line)
+        if m:
+            out[m[1]] = ([t for t in m[2].split(", ") if t], [t for t in m[3].split(", ") if t])
+    return out
+
+
+def _abi_type(t: dict[str, Any]) -> str:
+    """A manifest tensor {dtype, shape} as the ABI writes it (KeyError / ValueError / TypeError when malformed)."""
+    shape = t["shape"]
+    if not isinstance(shape, list) or not all(type(d) is int for d in shape):
+        raise TypeError(f"shape {shape!r} is not a list of integers")
+    return f"{DType.named(t['dtype']).mlir}[{','.join(map(str, shape))}]"
+
+
+def _kina_type(abi: str) -> str:
+    """`f32[2,3]` -> `Tensor[F32, [2, 3]]` (how messages show a type)."""
+    elem, _, dims = abi.partition("[")
+    return f"Tensor[{_KINA_DTYPE.get(elem, elem)}, [{', '.join(dims.rstrip(']').split(','))}]]"
+
+
+def check_abi(dll: ctypes.CDLL, manifest: dict[str, Any], path: Path) -> None:
+    """Refuse a manifest whose functions differ from what the library was compiled for:
+    a dtype, a shape, the order or number of parameters, the number of results."""
+    abi = library_abi(dll, path)
+    for entry in manifest["functions"]:
+        name = entry.get("name")
+        symbol = str(entry.get("symbol", ""))[len(CIFACE_PREFIX):]
+        if symbol not in abi:
+            raise KinaRuntimeError(f"{path} has no function `{name}` ({symbol}) of its manifest; {_REBUILD}")
+        params, results = abi[symbol]
+        _compare(path, name, "parameter", [p.get("name", f"#{i}") for i, p in enumerate(entry["params"])],
+                 entry["params"], params)
+        _compare(path, name, "result", [f"{i}" for i in range(len(entry["results"]))], entry["results"], results)
+
+
+def _compare(path: Path, fn: object, what: str, names: list[str], tensors: list[dict[str, Any]],
+             compiled: list[str]) -> None:
+    if len(tensors) != len(compiled):
+        raise KinaRuntimeError(f"the manifest of {path.name} gives `{fn}` {len(tensors)} {what}(s), but the library "
+                               f"was compiled with {len(compiled)}: ({', '.join(map(_kina_type, compiled))}); "
+                               f"{_REBUILD}")
+    for name, t, lib in zip(names, tensors, compiled):
+        try:
+            mine = _abi_type(t)
+        except (KeyError, ValueError, TypeError) as e:
+            raise KinaRuntimeError(f"the manifest of {path.name} describes {what} `{name}` of `{fn}` wrongly "
+                                   f"({e}); {_REBUILD}") from None
+        if mine != lib:
+            raise KinaRuntimeError(f"the manifest of {path.name} says {what} `{name}` of `{fn}` is "
+                                   f"{_kina_type(mine)}, but the library was compiled for {_kina_type(lib)}; "
+                                   f"{_REBUILD}")
