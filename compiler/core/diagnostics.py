@@ -81,6 +81,7 @@ CODES: dict[str, str] = {
     "ad-result": "a differentiated function whose result cannot be seeded",
     "emit": "the program cannot be lowered to the host (e.g. @device operands)",
     "recursion": "a function that calls itself, directly or not",
+    "shadow": "a user function named like a built-in op (a warning: its free calls and handles mean the function)",
     "toolchain": "mlir-opt, mlir-translate, llc or cc rejected the generated code, or a tool is missing",
 }
 
@@ -176,6 +177,14 @@ class DiagnosticBag:
         assert code in CODES, code
         assert fix is None or fix.kind in FIXES, fix
         self.items.append(Diagnostic(code, message, span, tuple(notes), fix=fix))
+
+    def warning(self, code: str, message: str, span: Span, *notes: Note) -> None:
+        """A diagnostic that does not stop the build (the CLI prints it, the server shows it)."""
+        assert code in CODES, code
+        self.items.append(Diagnostic(code, message, span, tuple(notes), severity="warning"))
+
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.items)
 
     def extend(self, diags: Iterable[Diagnostic]) -> None:
         self.items.extend(diags)

@@ -144,3 +144,61 @@ def test_quick_fixes_are_chosen_by_the_fix_in_data_not_by_the_message():
     assert fix.title == "Give the constant its own let"
     assert actions.code_actions(v, URI, params(plain)) == []
     assert diag.data == {"fix": "constant-let", "text": None}
+
+
+# ---- a user function named like an op shadows its free form (docs/language.md §4) --------
+SHADOW = """\
+fn gelu(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
+  x * 3.0
+}
+
+fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
+  gelu(x) + x.gelu()
+}
+"""
+
+
+def _token_kinds(text: str) -> dict[tuple[int, str], tuple[str, list[str]]]:
+    """(start, word) -> (token type, modifiers) of the server's semantic tokens."""
+    from kina_lsp.features import semantic
+    fns, params = semantic.declared(semantic.compact(text))
+    return {(start, text[start:end]): (semantic.TOKEN_TYPES[kind],
+                                       [m for i, m in enumerate(semantic.TOKEN_MODIFIERS) if mods >> i & 1])
+            for start, end, kind, mods in semantic.token_rows(text, set(fns), set(params))}
+
+
+def test_a_shadowing_function_is_colored_as_a_function_and_the_method_form_as_the_op():
+    kinds = _token_kinds(SHADOW)
+    assert kinds[(SHADOW.index("gelu(x) +"), "gelu")] == ("function", [])     # not defaultLibrary
+    assert kinds[(SHADOW.index("gelu(x:"), "gelu")] == ("function", ["declaration"])
+    assert kinds[(SHADOW.index("gelu()"), "gelu")] == ("method", ["defaultLibrary"])
+
+
+def test_hover_and_definition_of_a_shadowing_call():
+    from kina_lsp.features import navigation
+    v = view_of(SHADOW)
+    assert "fn gelu(x: Tensor[F32, [4]" in hover_md(v, "gelu(x) +")
+    assert "**gelu** (built-in)" in hover_md(v, "gelu()")
+    loc = navigation.definition(v, URI, SHADOW.index("gelu(x) +"))
+    assert loc is not None and loc.range.start == lsp.Position(line=0, character=3)
+    assert navigation.definition(v, URI, SHADOW.index("gelu()")) is None
+    assert navigation.prepare_rename(v, SHADOW.index("gelu(x) +")) is not None
+    assert navigation.prepare_rename(v, SHADOW.index("gelu()")) is None
+
+
+def test_the_shadow_warning_reaches_the_editor_as_a_warning():
+    v = view_of(SHADOW)
+    (diag,) = [to_lsp(d, v.index, URI) for d in v.snapshot.diagnostics]
+    assert diag.severity == lsp.DiagnosticSeverity.Warning and diag.code == "shadow"
+
+
+def test_completion_and_signature_help_of_a_shadowing_call():
+    from kina_lsp.features import completion
+    at = SHADOW.index("gelu(x) +") + len("gelu(")
+    help_ = completion.signature_help(SHADOW, at, {"gelu": ("gelu(x: Tensor[F32, [4]])", ["x"])})
+    assert help_ is not None and help_.signatures[0].label == "gelu(x: Tensor[F32, [4]])"
+    items = completion.complete(SHADOW, at, ["gelu", "f"])
+    assert "approximate" not in {i.label for i in items}          # no attribute of the op
+    assert [i.kind for i in items if i.label == "gelu"] == [lsp.CompletionItemKind.Function]
+    method = SHADOW.index("gelu()") + len("gelu(")
+    assert completion.signature_help(SHADOW, method, {"gelu": ("gelu(x)", ["x"])}).signatures[0].label != "gelu(x)"
