@@ -18,7 +18,8 @@ Applying it again to the next diagnostic splits a longer chain step by step.
 `constant-let`: a bare number operand of a differentiated op (`x * 0.5`) gets its
 own typed let instead (`let c = Tensor[F32, [2, 3]] { 0.5 } in`, the type of the
 checker's splat).  `write`: the `literal` diagnostic of a bare number where a
-tensor is needed writes the literal that type-checks there.
+tensor is needed writes the literal that type-checks there.  `cast`: of two operands
+whose dtypes differ, the one the `dtype` diagnostic points at gets `.cast(dtype=D)`.
 """
 from __future__ import annotations
 
@@ -130,6 +131,37 @@ def write_edit(view: View, uri: str, start: int, end: int, text: str | None) -> 
     return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=view.index.range(Span(start, end)), new_text=text)]})
 
 
+# Operands that bind tighter than `.cast(..)` needs: `x.cast(..)`, `f(x).cast(..)`, `x.exp().cast(..)`.
+_POSTFIX = (ast.Name, ast.MethodCall, ast.Call, ast.TensorLit, ast.TupleExpr)
+
+
+def cast_edit(view: View, uri: str, start: int, end: int, dtype: str | None) -> lsp.WorkspaceEdit | None:
+    """Cast the operand at [start, end) to `dtype` (the `dtype` diagnostic of two operands
+    whose dtypes differ): `y` -> `y.cast(dtype=F16)`, `a - b` -> `(a - b).cast(dtype=F16)`."""
+    fn = astutil.function_at(view.snapshot.module, start)
+    node = _node_with_span(fn, start, end) if fn is not None and dtype else None
+    if node is None:
+        return None
+    cast = f".cast(dtype={dtype})"
+    at = view.index.position(end)
+    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=cast)]
+    if not (isinstance(node, _POSTFIX) or _parenthesized(view.text[start:end])):
+        start_at = view.index.position(start)
+        edits = [lsp.TextEdit(range=lsp.Range(start=start_at, end=start_at), new_text="("),
+                 lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=")" + cast)]
+    return lsp.WorkspaceEdit(changes={uri: edits})
+
+
+def _parenthesized(text: str) -> bool:
+    """`(a - b)` (one pair around the whole), not `(a) - (b)`."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return i == len(text) - 1 and text.startswith("(")
+    return False
+
+
 class MakeEdit(Protocol):
     """A quick fix's edit: the WorkspaceEdit for the diagnostic at [start, end) of uri's view
     (`text`: the Fix's text), or None when it does not apply."""
@@ -142,6 +174,7 @@ QUICK_FIXES: dict[str, tuple[MakeEdit, str]] = {
     "split-let": (split_edit, "Split the nested expression into its own let"),
     "constant-let": (constant_edit, "Give the constant its own let"),
     "write": (write_edit, "Write {text}"),
+    "cast": (cast_edit, "Cast to {text}"),
 }
 
 

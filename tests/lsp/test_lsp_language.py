@@ -4,6 +4,7 @@ and signature help, and the quick fix that gives a constant its own let under
 reverseMode.  The end-to-end server tests (test_lsp_features.py) cover the protocol."""
 from __future__ import annotations
 
+import pytest
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
@@ -123,6 +124,41 @@ def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():
     assert fix.title == "Write Tensor[F32, [2]] { 0.5 }"
     fixed = apply(text, fix.edit)
     assert "f(Tensor[F32, [2]] { 0.5 })" in fixed and analyze(fixed).diagnostics == []
+
+
+CASTS = [  # (body, what the quick fix writes): the diagnostic's operand gets `.cast(..)`
+    ("x + y", "x + y.cast(dtype=F16)"),
+    ("x + y.exp()", "x + y.exp().cast(dtype=F16)"),
+    ("x + (y - y)", "x + (y - y).cast(dtype=F16)"),
+    ("x + -y", "x + (-y).cast(dtype=F16)"),
+    ("x.maximum(y * y)", "x.maximum((y * y).cast(dtype=F16))"),
+    ("where(x.gt(0.0), x, y)", "where(x.gt(0.0), x, y.cast(dtype=F16))"),
+    ("concat(x, y, axis=0).slice(axis=0, start=0, stop=4)",
+     "concat(x, y.cast(dtype=F16), axis=0).slice(axis=0, start=0, stop=4)"),
+    ("(x.reshape([1, 4]) @ y.reshape([4, 1])).reshape([1]).broadcast([4])",
+     "(x.reshape([1, 4]) @ y.reshape([4, 1]).cast(dtype=F16)).reshape([1]).broadcast([4])"),
+]
+
+
+@pytest.mark.parametrize("body, fixed_body", CASTS)
+def test_operand_dtypes_that_differ_get_the_cast_as_a_note_and_a_quick_fix(body, fixed_body):
+    text = f"fn f(x: Tensor[F16, [4]], y: Tensor[F32, [4]]) -> Tensor[F16, [4]] {{\n  {body}\n}}\n"
+    (diag,) = analyze(text).diagnostics
+    assert diag.code == "dtype" and diag.fix is not None and diag.fix.kind == "cast"
+    assert "cast operand" in diag.notes[0].message and "`.cast(dtype=F16)`" in diag.notes[0].message
+    _, (fix,) = _quick_fixes(text)
+    assert fix.title == "Cast to F16"
+    fixed = apply(text, fix.edit)
+    assert fixed.splitlines()[1].strip() == fixed_body
+    assert analyze(fixed).diagnostics == []
+
+
+def test_the_cast_goes_to_the_operand_that_cast_can_convert():
+    text = "fn f(i: Tensor[I64, [4]], y: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  i * y\n}\n"
+    (diag,) = analyze(text).diagnostics
+    assert text[diag.span.start:diag.span.end] == "i" and diag.fix.text == "F32"   # no cast goes F32 -> I64
+    _, (fix,) = _quick_fixes(text)
+    assert analyze(apply(text, fix.edit)).diagnostics == []
 
 
 def test_every_fix_kind_has_a_quick_fix():
