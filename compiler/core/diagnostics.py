@@ -89,7 +89,6 @@ CODES: dict[str, str] = {
 # Every kind of Fix, with what applying it does (the language server offers each as a quick fix).
 FIXES: dict[str, str] = {
     "split-let": "hoist the nested operand at the span into its own let before the enclosing let",
-    "constant-let": "give the bare number at the span its own typed let (the splat the checker made of it)",
     "write": "replace the span by `text` (e.g. a tensor literal where a bare number is not a tensor)",
     "cast": "append `.cast(dtype=text)` to the operand at the span (in parentheses when it is not a postfix "
             "expression)",

@@ -1,7 +1,7 @@
 """Language-level editor features, driven directly (no server process): hover of
 normalised axes and of scalar constants, the op table's new ops in hover, completion
-and signature help, and the quick fix that gives a constant its own let under
-reverseMode.  The end-to-end server tests (test_lsp_features.py) cover the protocol."""
+and signature help, the quick fixes (split a nested operand under reverseMode, cast an
+operand whose dtype differs), and user functions that shadow ops.  The end-to-end server tests (test_lsp_features.py) cover the protocol."""
 from __future__ import annotations
 
 import pytest
@@ -51,7 +51,7 @@ def test_hover_on_a_scalar_constant_shows_its_splat_type():
 
 AD = """\
 fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {
-  let y = x * 1e-5 in
+  let y = x * x.exp() in
   y
 }
 
@@ -70,24 +70,29 @@ def _quick_fixes(text: str):
     return diags, [a for a in actions.code_actions(v, URI, params) if a.kind == lsp.CodeActionKind.QuickFix]
 
 
-def test_scalar_under_reverse_mode_gets_a_quick_fix_that_checks_clean():
+def test_a_constant_under_reverse_mode_needs_no_let_of_its_own():
+    """It receives no cotangent, so it may nest (docs/language.md §8 rule 2)."""
+    assert analyze(AD.replace("x * x.exp()", "x * 1e-5")).diagnostics == []
+
+
+def test_a_nested_operand_under_reverse_mode_gets_a_quick_fix_that_checks_clean():
     diags, fixes = _quick_fixes(AD)
     assert [d.code for d in diags] == ["ad-structure"]
-    assert "`let c = Tensor[F32, [2, 3]] { 1e-05 } in ...`" in diags[0].message
+    assert "`let t = x.exp(..) in ...`" in diags[0].message
     (fix,) = fixes
-    assert fix.title == "Give the constant its own let"
+    assert fix.title == "Split the nested expression into its own let"
     fixed = apply(AD, fix.edit)
-    assert "  let c = Tensor[F32, [2, 3]] { 1e-5 } in\n  let y = x * c in\n" in fixed
+    assert "  let y_exp = x.exp() in\n  let y = x * y_exp in\n" in fixed
     assert analyze(fixed).diagnostics == []
 
 
 def test_quick_fix_name_does_not_capture_an_existing_name():
-    text = AD.replace("fn f(x:", "fn f(c: Tensor[F32, [2, 3]], x:").replace("handle f(x)", "handle f(x, x)")
+    text = AD.replace("fn f(x:", "fn f(y_exp: Tensor[F32, [2, 3]], x:").replace("handle f(x)", "handle f(x, x)")
     text = text.replace("-> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]])",
                         "-> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]], Tensor[F32, [2, 3]])")
     diags, (fix,) = _quick_fixes(text)
     fixed = apply(text, fix.edit)
-    assert "let c2 = Tensor[F32, [2, 3]] { 1e-5 } in" in fixed and "x * c2" in fixed
+    assert "let y_exp2 = x.exp() in" in fixed and "x * y_exp2" in fixed
     assert analyze(fixed).diagnostics == []
 
 
@@ -177,9 +182,9 @@ def test_quick_fixes_are_chosen_by_the_fix_in_data_not_by_the_message():
     params = lambda d: lsp.CodeActionParams(text_document=lsp.TextDocumentIdentifier(uri=URI), range=d.range,  # noqa: E731
                                             context=lsp.CodeActionContext(diagnostics=[d], only=["quickfix"]))
     (fix,) = actions.code_actions(v, URI, params(reworded))
-    assert fix.title == "Give the constant its own let"
+    assert fix.title == "Split the nested expression into its own let"
     assert actions.code_actions(v, URI, params(plain)) == []
-    assert diag.data == {"fix": "constant-let", "text": None}
+    assert diag.data == {"fix": "split-let", "text": None}
 
 
 # ---- a user function named like an op shadows its free form (docs/language.md §4) --------
