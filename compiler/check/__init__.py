@@ -15,7 +15,8 @@ Public entry points (other packages import only these):
   names           resolve(fn) -> Symbols (definitions, uses, calls); rename conflicts
 
 Inside: expr (expressions), op_args (op applications and attributes), scalars (bare
-numbers), type_exprs (type expressions, the error type).
+numbers), fold (expressions of bare numbers only, folded to one), type_exprs (type
+expressions, the error type).
 """
 from compiler.check.expr import TypeFact
 from compiler.check.function import FunctionResult, Signature, check_function, signature_of
