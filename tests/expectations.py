@@ -7,6 +7,7 @@ A case file is an ordinary Kina program whose lines may end with expectation com
 
 - `// E[code]: message` expects an error with exactly that code and that whole message
   whose span starts on this line;
+- `// W[code]: message` the same for a warning;
 - `// N: message` expects a note with exactly that message on this line (the line of the
   note's span, or of its diagnostic when the note has no span).
 
@@ -25,8 +26,9 @@ from pathlib import Path
 from compiler.analysis import analyze
 from compiler.core.diagnostics import Diagnostic, SourceText
 
-_ONE = r"//\s*(?:E\[[\w-]+\]|N):"
-EXPECTATION = re.compile(rf"//\s*(?:E\[(?P<code>[\w-]+)\]|(?P<note>N)):\s*(?P<message>.*?)\s*(?={_ONE}|$)")
+_ONE = r"//\s*(?:[EW]\[[\w-]+\]|N):"
+EXPECTATION = re.compile(rf"//\s*(?:(?P<severity>[EW])\[(?P<code>[\w-]+)\]|(?P<note>N)):\s*(?P<message>.*?)\s*"
+                         rf"(?={_ONE}|$)")
 
 
 @dataclass(frozen=True, order=True)
@@ -45,7 +47,7 @@ def expected(text: str) -> list[Expectation]:
     out = []
     for line, content in enumerate(text.splitlines(), 1):
         for m in EXPECTATION.finditer(content):
-            kind = "N" if m.group("note") else f"E[{m.group('code')}]"
+            kind = "N" if m.group("note") else f"{m.group('severity')}[{m.group('code')}]"
             out.append(Expectation(line, kind, m.group("message")))
     return out
 

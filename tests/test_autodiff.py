@@ -272,3 +272,32 @@ def test_backward_nodes_carry_the_span_of_the_forward_op_they_differentiate():
         assert span != ir.NO_SPAN and 0 <= span.start < span.end <= len(text), (b.names, span)
         if isinstance(b.value, ir.OpApp) and b.value.op == "scatter_add":
             assert span in forward_spans and text[span.start:span.end].startswith("gather(")
+
+
+# ---- nested operands that receive no cotangent ----------------------------------------------
+def test_inert_nested_operands_get_lets_of_their_own_and_the_walk_sees_only_vars():
+    rev, diags = transform_ad(load(CASES / "ok_inert_operands.kina"), "f")
+    assert diags == [] and rev is not None
+    inert = {b.names[0]: b.value for b in rev.lets if b.names[0].startswith("inert.")}
+    kinds = sorted(str(v.type.dtype) for v in inert.values())
+    assert kinds == ["Bool", "Bool"] + ["F32"] * 5 + ["I64"]   # 2 conditions, 5 constants, 1 index
+    for b in rev.lets:   # the differentiated lets and the backward ones: single ops on variables
+        if not b.names[0].startswith("inert.") and isinstance(b.value, ir.OpApp):
+            assert all(isinstance(a, ir.Var) for a in b.value.args), b
+
+
+def test_inlined_helpers_are_reported_in_their_own_names():
+    (diag,) = check_differentiable(load(CASES / "inlined_nested.kina"), "loss")
+    assert "`mu.broadcast(..)`" in diag.message and "layer_norm.1" not in diag.message
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_inert_nested_operands_validate_against_finite_differences(tmp_path, level):
+    """`kinac validate`: compiled vs interpreter, and every cotangent vs finite differences."""
+    from compiler.oracle import validate
+    path = tmp_path / "inert.kina"
+    path.write_text((CASES / "ok_inert_operands.kina").read_text())
+    report = validate.validate_file(path, opt_level=level)
+    assert report.ok, validate.format_report(report)
+    fd = {c.name for f in report.functions for c in f.checks if c.reference == "finite differences"}
+    assert fd == {"d/d x", "d/d y", "d/d table"}

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from compiler.analysis import analyze
 from compiler.check.function import ERROR, FunctionResult, Signature, TypeFact, check_function, signature_of
 from compiler.core.diagnostics import CODES, Span
-from compiler.core.types import TensorType, TupleType, f32, i64
+from compiler.core.types import DType, TensorType, TupleType, f32, i64
 from compiler.ir import nodes as ir
 from compiler.ir.ops import OPS
 from compiler.snapshot import Snapshot
@@ -374,3 +374,35 @@ def test_emitted_codes_are_registered():
     for path in CASES:
         _, diags, _ = analyse(path.read_text())
         assert all(d.code in CODES for d in diags)
+
+
+# ---- constant expressions of bare numbers (compiler/check/fold.py) -----------------------
+def test_every_folded_op_is_a_surface_op_and_agrees_with_the_interpreter():
+    """The folding table computes what the op computes (the interpreter's NumPy row, in
+    float64), for every op it folds."""
+    import numpy as np
+
+    from compiler.check import fold as folding
+    from compiler.ir.ops import SURFACE_OPS
+    from compiler.oracle.interp import NUMPY_OPS
+    from compiler.syntax import nodes as syntax
+    assert set(folding._UNARY) | set(folding._BINARY) <= set(SURFACE_OPS)
+    span = Span(0, 0)
+    for op in folding._UNARY:
+        for v in (0.3, 1.7, -0.4, 0.0):
+            if op in ("log", "sqrt", "rsqrt") and v <= 0:
+                continue
+            got = folding.fold(syntax.MethodCall(syntax.Number(v, span), op, span, (), (), span))
+            want = NUMPY_OPS[op]([np.array([v])], {}, TensorType(DType.F32, (1,)))[0]
+            assert got is not None and np.isclose(got.value, want, rtol=1e-15, atol=0), (op, v)
+    for op in folding._BINARY:
+        got = folding.fold(syntax.Call(op, span, (syntax.Number(0.3, span), syntax.Number(-1.25, span)), (), span))
+        want = NUMPY_OPS[op]([np.array([0.3]), np.array([-1.25])], {}, TensorType(DType.F32, (1,)))[0]
+        assert got is not None and got.value == want, op
+
+
+def test_folding_keeps_integers_exact_and_sees_shadowing():
+    from compiler.check.fold import fold
+    (fn,) = parse_module("fn f() -> Tensor[F32, [1]] {\n  (3 * 4 - 20).abs() + log(2.0)\n}\n")[0].functions
+    assert fold(fn.body.lhs).value == 8 and isinstance(fold(fn.body.lhs).value, int)
+    assert fold(fn.body) is not None and fold(fn.body, shadowed={"log"}) is None

@@ -139,6 +139,31 @@ def test_numbers_keep_their_spelling():
     assert "eps=1e-5, p=-0.50, axis=-1, shape=[-1, 007], big=10000000000000000000000" in out
 
 
+def test_constant_expressions_of_bare_numbers_keep_their_meaning():
+    """They fold to one number in the checker (compiler/check/fold.py); formatting must
+    not change the number (a dropped parenthesis would: `-1.0.log()` vs `(-1.0).log()`)."""
+    from compiler.check.fold import fold
+    src = ("fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  let a = x*(1.0-1e-3*0.01) in\n"
+           "  let b = a*0.9.log()+-(2*3)/4 in\n  let c = b*(-1.0).exp()*0.5.exp().minimum(sqrt(2.0)) in\n  c\n}\n")
+    out = assert_formats_well(src)
+    assert "let a = x * (1.0 - 1e-3 * 0.01) in" in out and "let b = a * 0.9.log() + -(2 * 3) / 4 in" in out
+    assert "(-1.0).exp() * 0.5.exp().minimum(sqrt(2.0))" in out
+
+    def constants(text: str) -> list[float]:
+        (fn,) = parse_module(text)[0].functions
+        found, let = [], fn.body
+        while isinstance(let, syntax.Let):
+            value = let.value
+            while isinstance(value, syntax.BinOp):
+                folded = fold(value.rhs)
+                if folded is not None:
+                    found.append(folded.value)
+                value = value.lhs
+            let = let.body
+        return found
+    assert constants(out) == constants(src) and len(constants(src)) == 5
+
+
 def test_one_item_tuples_keep_their_comma():
     src = "fn f(a: Tensor[F32, [2]]) -> (Tensor[F32, [2]],) {\n  let (b) = (a,) in\n  (b ,)\n}\n"
     out = assert_formats_well(src)

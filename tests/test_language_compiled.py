@@ -225,3 +225,40 @@ def test_the_new_ops_together_pass_kinac_validate():
     assert report.ok, validate.format_report(report)
     grads = [c for f in report.functions for c in f.checks if c.reference == "finite differences"]
     assert {c.name for c in grads} == {"d/d x", "d/d w"}
+
+
+# Expressions of bare numbers fold to one bare number: computed in float64 (the literals'
+# precision), rounded once to the operand's type.  In F16, 1.0 - 1e-3 * 0.01 is 1.0, while
+# rounding each literal to F16 and computing there would give 0.9990234.
+FOLDED = """\
+fn folded(x: Tensor[F16, [4]], y: Tensor[F32, [4]], ids: Tensor[I64, [4]]) -> (Tensor[F16, [4]], Tensor[F32, [4]]) {
+  let a = x * (1.0 - 1e-3 * 0.01) in
+  let b = y * 0.9.log() + -(2 * 3) / 4 in
+  let c = b.maximum(0.5.exp().minimum(sqrt(2.0))) in
+  let d = where(ids.eq(2 * 3 - 5), c, 1.0 / 3.0) in
+  (a, d.pow(1 + 1))
+}
+"""
+
+
+def test_constant_expressions_of_bare_numbers_fold_once_and_agree_everywhere(tmp_path):
+    import math
+
+    from compiler.oracle import torch_ref
+    res, lib = _build(tmp_path, FOLDED)
+    x = np.array([1, -2, 0.5, 1000], np.float16)
+    y = np.array([0.25, -3, 4, 10], np.float32)
+    ids = np.array([1, 0, 1, 7], np.int64)
+    got = lib.folded(x, y, ids)
+    c = np.maximum(y * np.float32(math.log(0.9)) + np.float32(-1.5),
+                   np.float32(min(math.exp(0.5), math.sqrt(2.0))))
+    want = (x * np.float16(1.0 - 1e-3 * 0.01), np.where(ids == 1, c, np.float32(1 / 3)) ** 2)
+    assert np.float16(1.0 - 1e-3 * 0.01) == 1.0
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    for g, r in zip(got, interp.run_function(res.program, "folded", [x, y, ids])):
+        np.testing.assert_array_equal(g, r)
+    if torch_ref.available():   # a float64 reference: it agrees to the precision of each result
+        for g, r, rtol in zip(got, torch_ref.run_function(res.program, "folded", [x, y, ids]), (1e-3, 1e-6)):
+            np.testing.assert_allclose(g, r, rtol=rtol)

@@ -10,7 +10,11 @@ specifies it (docs/language.md, "Reverse mode"):
               (no Kina identifier contains a dot, so nothing is captured);
   2. check    the restrictions: a let chain ending with a Var, single ops on
               Vars, no destructuring, a floating tensor result, and ops whose
-              VJP exists (vjp.VJPS rows, some with per-instance rejections);
+              VJP exists (vjp.VJPS rows, some with per-instance rejections).
+              A nested operand that receives no cotangent (discrete, such as a
+              `where` condition or a gather index, or inactive, such as a
+              constant) is fine: it is hoisted into a let of its own first;
+              only nested operands that would carry a cotangent are refused;
   3. walk     the lets in reverse with an adjoint table seeded with ones of R;
               contributions to one name are summed with `add`; lets that are
               inactive (depend on no floating parameter) or never reached from
@@ -25,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from compiler.ad.vjp import VJP, VJPS, Builder
+from compiler.ad.vjp import VJP, VJPS, Builder, user_name
 from compiler.core.diagnostics import Diagnostic, Fix, Note, Span
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
@@ -114,9 +118,10 @@ def _vars_in(expr: Expr) -> list[Var]:
 
 
 def _describe(expr: Expr) -> str:
-    """A short spelling of an expression for messages: `x.reshape(..)`, `b * c`, `f(..)`."""
+    """A short spelling of an expression for messages: `x.reshape(..)`, `b * c`, `f(..)`,
+    in the names the user wrote (not the inliner's `layer_norm.1.mu`)."""
     if isinstance(expr, OpApp):
-        names = [a.name if isinstance(a, Var) else ".." for a in expr.args]
+        names = [user_name(a.name) if isinstance(a, Var) else ".." for a in expr.args]
         sym = OPS[expr.op].infix
         if sym and len(names) == 2:
             return f"{names[0]} {sym} {names[1]}"
@@ -133,16 +138,7 @@ def _describe(expr: Expr) -> str:
         return f"Tensor[{expr.type.dtype}, {list(expr.type.shape)}] {{..}}"
     if isinstance(expr, MakeTuple):
         return "(..)"
-    return expr.name
-
-
-def _scalar_message(node: OpApp, i: int, lit: Literal) -> str:
-    """The ad-structure message for a bare number operand (`x * 0.5`), with the let that fixes it."""
-    from compiler.check import literal_text  # the checker's spelling of the same literal
-    value = lit.values[0]
-    return (f"operand {i} of `{node.op}` is the number `{value}` (a splat of {lit.type}), but reverseMode "
-            "differentiates single ops on variables: give the constant its own let, "
-            f"`let c = {literal_text(value, lit.type)} in ...`, then use `c`")
+    return user_name(expr.name)
 
 
 def _is_float_tensor(t: Type) -> bool:
@@ -157,6 +153,33 @@ def _activity(fn: Function, lets: list[_Let]) -> set[str]:
         if any(v.name in active for v in _vars_in(b.value)):
             active.update(n for n, t in zip(b.names, b.types) if _is_float_tensor(t))
     return active
+
+
+def _receives_no_cotangent(expr: Expr, active: set[str]) -> bool:
+    """A discrete value (a mask, a condition, an index) or one that depends on no floating
+    parameter (a constant): nothing flows back into it."""
+    return not _is_float_tensor(expr.type) or not any(v.name in active for v in _vars_in(expr))
+
+
+def _hoist_inert(lets: list[_Let], active: set[str]) -> list[_Let]:
+    """The lets with every nested operand that receives no cotangent bound to a let of its
+    own (placed just before), so the reverse walk sees single ops on variables.  The new
+    lets are inactive or discrete, so they are never differentiated and may nest freely.
+    Their names (`inert.N`) contain a dot, so no Kina name can capture them."""
+    out: list[_Let] = []
+    for let in lets:
+        value = let.binding.value
+        if isinstance(value, OpApp) and not let.binding.destructure:
+            args = []
+            for arg in value.args:
+                if not isinstance(arg, Var) and _receives_no_cotangent(arg, active):
+                    name = f"inert.{len(out)}"
+                    out.append(_Let(Binding([name], arg, span=arg.span), let.origin))
+                    arg = Var(name, arg.type, arg.span)
+                args.append(arg)
+            let = _Let(dataclasses.replace(let.binding, value=dataclasses.replace(value, args=args)), let.origin)
+        out.append(let)
+    return out
 
 
 def _needed(lets: list[_Let], result: Expr, active: set[str]) -> set[str]:
@@ -197,7 +220,8 @@ class _Checker:
     def let(self, let: _Let, needed: set[str]) -> None:
         b = let.binding
         if b.destructure:
-            self.error("ad-structure", f"destructuring let `let ({', '.join(b.names)}) = ...` is not supported "
+            self.error("ad-structure", f"destructuring let `let ({', '.join(map(user_name, b.names))}) = ...` "
+                       "is not supported "
                        "inside a function differentiated by reverseMode; return a single tensor from the helper "
                        "or destructure outside the differentiated function", b.span, let.origin)
             return
@@ -214,13 +238,12 @@ class _Checker:
 
     def op(self, node: OpApp, origin: _Origin) -> None:
         for i, child in enumerate(node.args):
-            if isinstance(child, Literal) and child.scalar:
-                self.error("ad-structure", _scalar_message(node, i, child), child.span, origin, Fix("constant-let"))
-            elif not isinstance(child, Var):
+            if not isinstance(child, Var):   # only operands that carry a cotangent are left (_hoist_inert)
                 nested = _describe(child)
                 self.error("ad-structure", f"operand {i} of `{node.op}` is the nested expression `{nested}`, "
-                           "but reverseMode differentiates single ops on variables: split it into two lets "
-                           f"(`let t = {nested} in ...`, then use `t`)", child.span, origin, Fix("split-let"))
+                           "which receives a cotangent, but reverseMode differentiates single ops on variables: "
+                           f"split it into two lets (`let t = {nested} in ...`, then use `t`)", child.span, origin,
+                           Fix("split-let"))
         row: VJP = VJPS[node.op]
         if row.rule is None:
             self.error("ad-unsupported", f"{row.unsupported}; it cannot be differentiated", node.span, origin)
@@ -236,6 +259,7 @@ def _analyse(program: Program, fn_name: str) -> tuple[Function, list[_Let], Expr
     checker = _Checker(fn)
     checker.result(result)
     active = _activity(fn, lets)
+    lets = _hoist_inert(lets, active)
     needed = _needed(lets, result, active)
     for let in lets:
         checker.let(let, needed)

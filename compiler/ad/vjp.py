@@ -37,6 +37,13 @@ from compiler.ir.nodes import (
 from compiler.ir.ops import OPS
 
 
+def user_name(name: str) -> str:
+    """The name a user wrote, for messages: the AD pass's generated names are
+    `<prefix>.<n>.<name>` (Builder.fresh here, and the inliner's fresh names of a helper's
+    lets and parameters), so `layer_norm.1.mu` is the helper's `mu`."""
+    return name.rsplit(".", 1)[-1]
+
+
 class Builder:
     """Emits single-op lets with fresh, printable names (`<prefix>.<n>.<hint>`).
 
@@ -194,7 +201,7 @@ def _reject_broadcast(node: OpApp) -> str | None:
     if len(shape) == x.rank:
         return None
     unit = [1] * (len(shape) - x.rank) + list(x.shape)
-    name = arg.name if isinstance(arg, Var) else "x"
+    name = user_name(arg.name) if isinstance(arg, Var) else "x"
     return (f"broadcast of {x} to rank-{len(shape)} shape {list(shape)} changes the rank, and reverseMode "
             f"only differentiates same-rank broadcast (expanding axes of size 1); add the axes with a "
             f"reshape first: `let t = {name}.reshape({unit}) in t.broadcast({list(shape)})`")

@@ -15,8 +15,9 @@ Public entry points (other packages import only these):
   names           resolve(fn) -> Symbols (definitions, uses, calls); rename conflicts
 
 Inside: expr (expressions), op_args (op applications and attributes), index_literals
-(constant indices against their range: `index` errors), scalars (bare numbers), type_exprs
-(type expressions, the error type).
+(constant indices against their range: `index` errors), scalars (bare numbers), fold
+(expressions of bare numbers only, folded to one), type_exprs (type expressions, the error
+type).
 """
 from compiler.check.expr import TypeFact
 from compiler.check.function import FunctionResult, Signature, check_function, signature_of

@@ -11,10 +11,12 @@ stay trees in the IR (reverseMode's restrictions are about that structure).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from compiler.check.fold import fold
 from compiler.check.op_args import Static, apply_op, is_static_arg
 from compiler.check.scalars import literal_text, number_message, splat_operands, value_problem
 from compiler.check.type_exprs import (
@@ -120,8 +122,23 @@ class ExprChecker:
         self.bag.error("literal", number_message(e, expected, where), e.span, fix=fix)
         return ir.Var("<error>", ERROR_TYPE, e.span)
 
+    def folded(self, e: syntax.Expr) -> syntax.Expr:
+        """e, or the one bare number it computes when it is made of bare numbers only
+        (`1.0 - 1e-3 * 0.01`, `0.9.log()`: check/fold.py); a non-finite result is an error."""
+        if isinstance(e, (syntax.Number, syntax.Name, syntax.TensorLit, syntax.IntList)):
+            return e
+        number = fold(e, self.signatures)
+        if number is None:
+            return e
+        if not math.isfinite(number.value):
+            self.bag.error("literal", f"this constant expression of bare numbers evaluates to {number.value}, "
+                           "not a finite number", e.span)
+            self.broken = True
+        return number
+
     def expect(self, e: syntax.Expr, expected: Type | ErrorType | None, where: str) -> ir.Expr:
         """check(e), with the fix for a bare number naming the type the context expects."""
+        e = self.folded(e)
         if isinstance(e, syntax.Number):
             return self.static(e, expected, where)
         return self.check(e)
@@ -173,7 +190,7 @@ class ExprChecker:
     def binop(self, e: syntax.BinOp) -> ir.Expr:
         op = OPS[INFIX[e.op]]
         items: list[Operand] = []
-        for i, x in enumerate((e.lhs, e.rhs)):
+        for i, x in enumerate((self.folded(e.lhs), self.folded(e.rhs))):
             if isinstance(x, syntax.Number) and i not in op.scalars:
                 items.append((self.static(x, where=f"as operand {i} of `{op.name}`"), x.span))
             else:
@@ -195,10 +212,11 @@ class ExprChecker:
             self._split_args(e.args, None, 1)
             return ir.Var("<error>", ERROR_TYPE, e.span)
         receiver: Operand
-        if isinstance(e.receiver, syntax.Number) and 0 in op.scalars:
-            receiver = (e.receiver, e.receiver.span)
+        folded = self.folded(e.receiver)
+        if isinstance(folded, syntax.Number) and 0 in op.scalars:
+            receiver = (folded, folded.span)
         else:
-            receiver = (self.check(e.receiver), e.receiver.span)
+            receiver = (self.check(folded), folded.span)
         items, statics = self._split_args(e.args, op, 1)
         operands = self._splat(op, [receiver] + items)
         if operands is None:
@@ -236,7 +254,7 @@ class ExprChecker:
         to the attributes.  `first` is the operand position of args[0]."""
         items: list[Operand] = []
         statics: list[Static] = []
-        for a in args:
+        for a in map(self.folded, args):
             position = first + len(items)
             if op is not None and isinstance(a, syntax.Number) and position in op.scalars:
                 items.append((a, a.span))

@@ -28,7 +28,7 @@ from compiler.check.type_exprs import ERROR, ErrorType, is_error, resolve_type
 from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
-from compiler.ir.ops import OPS
+from compiler.ir.ops import SURFACE_OPS, OpDef
 from compiler.syntax import nodes as syntax
 
 __all__ = ["Signature", "TypeFact", "FunctionResult", "signature_of", "check_function",
@@ -54,9 +54,8 @@ def signature_of(fn: syntax.FnDef) -> tuple[Signature, list[Diagnostic]]:
     why, so callers still get arity checks without cascades.  check_function
     reports these same diagnostics again; the analysis reports them once."""
     bag = DiagnosticBag()
-    if fn.name in OPS:
-        bag.error("duplicate", f"function `{fn.name}` has the name of a built-in op; choose another name",
-                  fn.name_span)
+    if fn.name in SURFACE_OPS:
+        _shadow_warning(bag, fn, SURFACE_OPS[fn.name])
     params: list[tuple[str, TensorType | ErrorType]] = []
     seen: dict[str, Span] = {}
     for p in fn.params:
@@ -71,6 +70,21 @@ def signature_of(fn: syntax.FnDef) -> tuple[Signature, list[Diagnostic]]:
         seen.setdefault(p.name, p.name_span)
         params.append((p.name, t))
     return Signature(fn.name, params, resolve_type(fn.ret, bag)), bag.items
+
+
+def _shadow_warning(bag: DiagnosticBag, fn: syntax.FnDef, op: OpDef) -> None:
+    """A user definition shadows the op's free-call form (`name(x, ..)` and `handle name(..)`),
+    so that a program keeps its meaning when a later version adds an op of the same name;
+    the method form `x.name(..)` always means the op."""
+    if op.operands == 0:   # a builder (iota) has no receiver, so no method form
+        reach = "the op has no method form: it is out of reach in this module until the function is renamed"
+    else:
+        infix = (f"`a {op.infix} b` or " if op.infix and op.operands == 2 else
+                 f"`{op.infix}x` or " if op.infix else "")
+        reach = f"the op stays reachable as {infix}`x.{op.name}(...)`"
+    bag.warning("shadow", f"function `{fn.name}` shadows the built-in op `{op.name}`: `{fn.name}(...)` and "
+                f"`handle {fn.name}(...)` call this function", fn.name_span,
+                Note(reach))
 
 
 # ---- one function --------------------------------------------------------------
@@ -90,7 +104,7 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))
     function = None
-    if not (ck.bag.items or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
+    if not (ck.bag.has_errors() or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
         function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
         index_errors = index_literal_diagnostics(function)   # constant indices out of range
         if index_errors:

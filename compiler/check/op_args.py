@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TypeGuard
 
 from compiler.check.type_exprs import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
-from compiler.core.diagnostics import DiagnosticBag, Note, Span
+from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
 from compiler.core.types import Attrs, TensorType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
@@ -71,7 +71,12 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
         where = err.where
         at = (operands[where][1] if isinstance(where, int) and where < len(operands)
               else value_spans.get(where, op_span) if isinstance(where, str) else op_span)
-        bag.error(err.code, err.message, at, usage(op))
+        if err.cast_to is not None and isinstance(where, int):
+            cast = f".cast(dtype={err.cast_to})"
+            bag.error(err.code, err.message, at, Note(f"cast operand {where} to {err.cast_to}: `{cast}`"),
+                      usage(op), fix=Fix("cast", str(err.cast_to)))
+        else:
+            bag.error(err.code, err.message, at, usage(op))
         return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
     return ir.OpApp(op.name, args, values, result, span)
 

@@ -5,8 +5,8 @@ lists that position in `scalars` (the elementwise binary ops, comparisons,
 `where`'s two values): there `x * 0.5` means `x * Tensor[T] { 0.5 }` with T
 the type of the first tensor operand among those positions (the "anchor").
 The IR gets an ordinary splat `ir.Literal` marked `scalar=True`, so every later
-stage (interpreter, VJPs, lowering) sees a tensor; only reverseMode's
-restrictions care, and they ask for the constant in its own let.
+stage (interpreter, VJPs, lowering) sees a tensor (reverseMode binds it to a let
+of its own: it receives no cotangent).
 
 Anywhere else a bare number is an error whose message offers a tensor literal
 that type-checks there (the expected type when the context knows it).

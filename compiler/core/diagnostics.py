@@ -82,6 +82,7 @@ CODES: dict[str, str] = {
     "ad-result": "a differentiated function whose result cannot be seeded",
     "emit": "the program cannot be lowered to the host (e.g. @device operands)",
     "recursion": "a function that calls itself, directly or not",
+    "shadow": "a user function named like a built-in op (a warning: its free calls and handles mean the function)",
     "toolchain": "mlir-opt, mlir-translate, llc or cc rejected the generated code, or a tool is missing",
 }
 
@@ -89,8 +90,9 @@ CODES: dict[str, str] = {
 # Every kind of Fix, with what applying it does (the language server offers each as a quick fix).
 FIXES: dict[str, str] = {
     "split-let": "hoist the nested operand at the span into its own let before the enclosing let",
-    "constant-let": "give the bare number at the span its own typed let (the splat the checker made of it)",
     "write": "replace the span by `text` (e.g. a tensor literal where a bare number is not a tensor)",
+    "cast": "append `.cast(dtype=text)` to the operand at the span (in parentheses when it is not a postfix "
+            "expression)",
 }
 
 
@@ -226,6 +228,14 @@ class DiagnosticBag:
         assert code in CODES, code
         assert fix is None or fix.kind in FIXES, fix
         self.items.append(Diagnostic(code, message, span, tuple(notes), fix=fix))
+
+    def warning(self, code: str, message: str, span: Span, *notes: Note) -> None:
+        """A diagnostic that does not stop the build (the CLI prints it, the server shows it)."""
+        assert code in CODES, code
+        self.items.append(Diagnostic(code, message, span, tuple(notes), severity="warning"))
+
+    def has_errors(self) -> bool:
+        return any(d.severity == "error" for d in self.items)
 
     def extend(self, diags: Iterable[Diagnostic]) -> None:
         self.items.extend(diags)

@@ -20,9 +20,28 @@ class OpError(Exception):
     """A violated typing rule.  `where` says what to point at: an operand index
     (int), an attribute name (str), or None (the whole op)."""
 
-    def __init__(self, code: str, message: str, where: int | str | None = None) -> None:
+    def __init__(self, code: str, message: str, where: int | str | None = None,
+                 cast_to: DType | None = None) -> None:
         super().__init__(message)
         self.code, self.message, self.where = code, message, where
+        self.cast_to = cast_to   # operand `where` becomes right with `.cast(dtype=cast_to)`
+
+
+def castable(src: DType, dst: DType) -> bool:
+    """What `cast` allows: to a floating dtype from any dtype, or from Bool to I64."""
+    return dst.is_float or (dst is DType.I64 and src is DType.Bool)
+
+
+def dtypes_differ(message: str, args: list[TensorType], ref: int, at: int) -> OpError:
+    """The error for operand `at` whose dtype differs from operand `ref`'s, with the cast
+    that fixes it: operand `at` to ref's dtype, else (a cast `cast` refuses) operand `ref`
+    to at's dtype."""
+    a, b = args[ref].dtype, args[at].dtype
+    if castable(b, a):
+        return OpError("dtype", message, at, cast_to=a)
+    if castable(a, b):
+        return OpError("dtype", message, ref, cast_to=b)
+    return OpError("dtype", message, at)
 
 
 # ---- helpers ---------------------------------------------------------------
@@ -53,7 +72,7 @@ def infer_elementwise(args: list[TensorType], attrs: Attrs, op: str = "elementwi
     a, b = args
     _same_placement(args, op)
     if a.dtype != b.dtype:
-        raise OpError("dtype", f"{op}: operand dtypes differ: lhs {a}, rhs {b}", 1)
+        raise dtypes_differ(f"{op}: operand dtypes differ: lhs {a}, rhs {b}", args, 0, 1)
     require_float(a, 0, op, "lhs")
     if a.shape != b.shape:
         if a.rank != b.rank:
@@ -76,7 +95,7 @@ def infer_matmul(args: list[TensorType], attrs: Attrs) -> TensorType:
     a, b = args
     _same_placement(args, "matmul")
     if a.dtype != b.dtype:
-        raise OpError("dtype", f"matmul: operand dtypes differ: lhs {a}, rhs {b}", 1)
+        raise dtypes_differ(f"matmul: operand dtypes differ: lhs {a}, rhs {b}", args, 0, 1)
     require_float(a, 0, "matmul", "lhs")
     for i, t in enumerate(args):
         if t.rank < 2:
@@ -142,7 +161,7 @@ def infer_concat(args: list[TensorType], attrs: Attrs) -> TensorType:
     total = 0
     for i, t in enumerate(args):
         if t.dtype != a.dtype:
-            raise OpError("dtype", f"concat: operand {i} {t} has dtype {t.dtype}, operand 0 has {a.dtype}", i)
+            raise dtypes_differ(f"concat: operand {i} {t} has dtype {t.dtype}, operand 0 has {a.dtype}", args, 0, i)
         if t.rank != a.rank or any(t.shape[j] != a.shape[j] for j in range(a.rank) if j != axis):
             raise OpError("shape", f"concat: operand {i} {t} does not match operand 0 {a} "
                           f"outside axis {axis}", i)
@@ -246,7 +265,7 @@ def infer_clamp(args: list[TensorType], attrs: Attrs) -> TensorType:
 def infer_cast(args: list[TensorType], attrs: Attrs) -> TensorType:
     (a,) = args
     target = DType.named(attrs["dtype"])
-    if target.is_float or (target is DType.I64 and a.dtype is DType.Bool):
+    if castable(a.dtype, target):
         return a.with_dtype(target)
     raise OpError("dtype", f"cast: {a} cannot be cast to {target}: casts go to a floating dtype "
                   "(from any dtype), or from Bool to I64; use argmax for indices", "dtype")
@@ -282,7 +301,7 @@ def infer_compare(args: list[TensorType], attrs: Attrs, op: str = "compare") -> 
     a, b = args
     _same_placement(args, op)
     if a.dtype != b.dtype:
-        raise OpError("dtype", f"{op}: operand dtypes differ: lhs {a}, rhs {b} (cast one first)", 1)
+        raise dtypes_differ(f"{op}: operand dtypes differ: lhs {a}, rhs {b}", args, 0, 1)
     if a.shape != b.shape:
         raise OpError("shape", f"{op}: operand shapes differ: lhs {a}, rhs {b} "
                       "(Kina has no implicit broadcasting; use .broadcast)", 1)
@@ -295,10 +314,10 @@ def infer_where(args: list[TensorType], attrs: Attrs) -> TensorType:
     if cond.dtype is not DType.Bool:
         raise OpError("dtype", f"where: the condition {cond} must be Bool (a comparison such as "
                       "`gt(x, 0.0)` makes one)", 0)
+    if a.dtype != b.dtype:
+        raise dtypes_differ(f"where: the two values differ in dtypes: {a} and {b}", args, 1, 2)
     if a != b:
-        what = "dtypes" if a.dtype != b.dtype else "shapes"
-        raise OpError("dtype" if what == "dtypes" else "shape",
-                      f"where: the two values differ in {what}: {a} and {b}", 2)
+        raise OpError("shape", f"where: the two values differ in shapes: {a} and {b}", 2)
     if cond.shape != a.shape:
         raise OpError("shape", f"where: the condition {cond} and the values {a} differ in shape "
                       "(Kina has no implicit broadcasting; use .broadcast)", 0)

@@ -15,10 +15,9 @@ let placed before the enclosing let:
     let y = y_op1.op2(..) in
 
 Applying it again to the next diagnostic splits a longer chain step by step.
-`constant-let`: a bare number operand of a differentiated op (`x * 0.5`) gets its
-own typed let instead (`let c = Tensor[F32, [2, 3]] { 0.5 } in`, the type of the
-checker's splat).  `write`: the `literal` diagnostic of a bare number where a
-tensor is needed writes the literal that type-checks there.
+`write`: the `literal` diagnostic of a bare number where a tensor is needed writes
+the literal that type-checks there.  `cast`: of two operands whose dtypes differ, the
+one the `dtype` diagnostic points at gets `.cast(dtype=D)`.
 """
 from __future__ import annotations
 
@@ -26,15 +25,13 @@ from typing import Protocol
 
 from lsprotocol import types as lsp
 
-from compiler.check import literal_text
 from compiler.core.diagnostics import Span
-from compiler.ir import nodes as ir
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax.walk import children
 
 from ..documents import View
-from . import astutil, hover
+from . import astutil
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"
@@ -95,39 +92,42 @@ def split_edit(view: View, uri: str, start: int, end: int, _text: str | None = N
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
-def constant_edit(view: View, uri: str, start: int, end: int, _text: str | None = None) -> lsp.WorkspaceEdit | None:
-    """The WorkspaceEdit giving the bare number at [start, end) (`x * 0.5` in a function
-    differentiated by reverseMode) its own let, typed like the splat the checker made of it:
-
-        let y = x * 0.5 in
-      becomes
-        let c = Tensor[F32, [2, 3]] { 0.5 } in
-        let y = x * c in
-    """
-    fn = astutil.function_at(view.snapshot.module, start)
-    if fn is None:
-        return None
-    let = astutil.let_of(fn, start)
-    child = _node_with_span(fn, start, end)
-    literal = hover.node_at_span(view, child.span) if isinstance(child, ast.Number) else None
-    if let is None or child is None or not isinstance(literal, ir.Literal):
-        return None
-    text = view.text
-    line_start = text.rfind("\n", 0, let.span.start) + 1
-    indent = _indent(text[line_start:let.span.start])
-    name = _fresh("c", text[fn.span.start:fn.span.end])
-    value = literal_text(text[start:end], literal.type)
-    at = view.index.position(let.span.start)
-    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=f"let {name} = {value} in\n{indent}"),
-             lsp.TextEdit(range=view.index.range(child.span), new_text=name)]
-    return lsp.WorkspaceEdit(changes={uri: edits})
-
-
 def write_edit(view: View, uri: str, start: int, end: int, text: str | None) -> lsp.WorkspaceEdit | None:
     """The WorkspaceEdit writing `text` (a tensor literal) over [start, end)."""
     if not text:
         return None
     return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=view.index.range(Span(start, end)), new_text=text)]})
+
+
+# Operands that bind tighter than `.cast(..)` needs: `x.cast(..)`, `f(x).cast(..)`, `x.exp().cast(..)`.
+_POSTFIX = (ast.Name, ast.MethodCall, ast.Call, ast.TensorLit, ast.TupleExpr)
+
+
+def cast_edit(view: View, uri: str, start: int, end: int, dtype: str | None) -> lsp.WorkspaceEdit | None:
+    """Cast the operand at [start, end) to `dtype` (the `dtype` diagnostic of two operands
+    whose dtypes differ): `y` -> `y.cast(dtype=F16)`, `a - b` -> `(a - b).cast(dtype=F16)`."""
+    fn = astutil.function_at(view.snapshot.module, start)
+    node = _node_with_span(fn, start, end) if fn is not None and dtype else None
+    if node is None:
+        return None
+    cast = f".cast(dtype={dtype})"
+    at = view.index.position(end)
+    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=cast)]
+    if not (isinstance(node, _POSTFIX) or _parenthesized(view.text[start:end])):
+        start_at = view.index.position(start)
+        edits = [lsp.TextEdit(range=lsp.Range(start=start_at, end=start_at), new_text="("),
+                 lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=")" + cast)]
+    return lsp.WorkspaceEdit(changes={uri: edits})
+
+
+def _parenthesized(text: str) -> bool:
+    """`(a - b)` (one pair around the whole), not `(a) - (b)`."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return i == len(text) - 1 and text.startswith("(")
+    return False
 
 
 class MakeEdit(Protocol):
@@ -140,8 +140,8 @@ class MakeEdit(Protocol):
 # `{text}` is the fix text).
 QUICK_FIXES: dict[str, tuple[MakeEdit, str]] = {
     "split-let": (split_edit, "Split the nested expression into its own let"),
-    "constant-let": (constant_edit, "Give the constant its own let"),
     "write": (write_edit, "Write {text}"),
+    "cast": (cast_edit, "Cast to {text}"),
 }
 
 

@@ -155,7 +155,7 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
         return [_op_item(op, lsp.CompletionItemKind.Method) for op in _method_ops()]
     call = call_context(tokens)
     items: list[lsp.CompletionItem] = []
-    if call is not None and call.name in SURFACE_OPS:
+    if call is not None and call.name in SURFACE_OPS and (call.method or call.name not in functions):
         op = SURFACE_OPS[call.name]
         attr = _keyword_attr(call.segment)
         if attr is not None and (len(call.segment) == 2 or (len(call.segment) == 3 and _word_at_end(call.segment, len(window)))):
@@ -173,7 +173,8 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
               for n, what in _scope_names(tokens)]
     items += [lsp.CompletionItem(label=f, kind=lsp.CompletionItemKind.Function, sort_text="2" + f)
               for f in functions]
-    items += [_op_item(op, lsp.CompletionItemKind.Function) for op in _free_ops()]
+    # a user function shadows the op's free form (docs/language.md §4), so the op is not offered there
+    items += [_op_item(op, lsp.CompletionItemKind.Function) for op in _free_ops() if op.name not in functions]
     items += [lsp.CompletionItem(label=k, kind=lsp.CompletionItemKind.Keyword, sort_text="3" + k)
               for k in KEYWORDS]
     return items
@@ -189,7 +190,7 @@ def signature_help(text: str, offset: int,
     call = call_context(lex.tokens(function_window(text, offset)))
     if call is None:
         return None
-    if call.name in SURFACE_OPS:
+    if call.name in SURFACE_OPS and (call.method or call.name not in user_signatures):
         op = SURFACE_OPS[call.name]
         label, params = op.signature(call.method)
         doc = f"{op.rule}\n\n{op.doc}"

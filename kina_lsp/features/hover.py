@@ -91,8 +91,9 @@ def type_of_span(view: View, span: Span, probe: int | None = None) -> Type | Non
     return node.type if node is not None else None
 
 
-def _call_target(view: View, name: str, span: Span, call_span: Span) -> lsp.Hover | None:
-    fn = view.snapshot.function_named(name)
+def _call_target(view: View, name: str, span: Span, call_span: Span, method: bool) -> lsp.Hover | None:
+    """The callee's hover: a user function shadows an op in free form only (`x.op()` is the op)."""
+    fn = None if method else view.snapshot.function_named(name)
     if fn is not None:
         return _hover(view, span, _code(astutil.signature(fn)))
     if name in SURFACE_OPS:
@@ -132,9 +133,9 @@ def _syntactic(view: View, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
                 md = reverse_mode_markdown(view, node)
                 return _hover(view, node.span, md) if md else None
         if isinstance(node, ast.MethodCall) and node.method_span.contains(offset):
-            return _call_target(view, node.method, node.method_span, node.span)
+            return _call_target(view, node.method, node.method_span, node.span, method=True)
         if isinstance(node, ast.Call) and node.func_span.contains(offset):
-            return _call_target(view, node.func, node.func_span, node.span)
+            return _call_target(view, node.func, node.func_span, node.span, method=False)
         if isinstance(node, (ast.MethodCall, ast.Call)):
             op_name = node.method if isinstance(node, ast.MethodCall) else node.func
             attr = next((a for a in node.attrs if a.name_span.contains(offset)), None)

@@ -18,7 +18,7 @@ from pygls.exceptions import JsonRpcException
 from compiler.core.diagnostics import Span
 from compiler.core.types import DType
 from compiler.ir.nodes import HANDLERS
-from compiler.ir.ops import OPS
+from compiler.ir.ops import OPS, SURFACE_OPS
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 
@@ -88,8 +88,8 @@ def references(view: View, uri: str, offset: int, include_declaration: bool) -> 
 
 def prepare_rename(view: View, offset: int) -> lsp.PrepareRenamePlaceholder | None:
     hit = word_at(view.text, offset)
-    if hit is None or hit[0] in RESERVED:
-        return None
+    if hit is None or (hit[0] in RESERVED and hit[0] not in SURFACE_OPS):
+        return None        # a user function may be named like an op: `definition` tells which it is
     if _safe(view.snapshot.definition, offset) is None:
         return None
     name, start, end = hit

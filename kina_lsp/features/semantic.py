@@ -87,10 +87,10 @@ def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: 
     if nxt == "EQUAL":
         return "property", 0
     call, after_dot = nxt == "LPAR", prev == "DOT"
+    if word in functions and call and not after_dot:   # a user function shadows the op's free form
+        return "function", 1 if prev == "FN" else 0
     if word in SURFACE_OPS and (after_dot or call):
         return ("method" if after_dot else "function"), 2
-    if word in functions and call:
-        return "function", 1 if prev == "FN" else 0
     if word in _ENUMS and prev == "EQUAL":
         return "enumMember", 0
     if word in params:

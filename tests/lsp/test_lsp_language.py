@@ -1,9 +1,10 @@
 """Language-level editor features, driven directly (no server process): hover of
 normalised axes and of scalar constants, the op table's new ops in hover, completion
-and signature help, and the quick fix that gives a constant its own let under
-reverseMode.  The end-to-end server tests (test_lsp_features.py) cover the protocol."""
+and signature help, the quick fixes (split a nested operand under reverseMode, cast an
+operand whose dtype differs), and user functions that shadow ops.  The end-to-end server tests (test_lsp_features.py) cover the protocol."""
 from __future__ import annotations
 
+import pytest
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
@@ -50,7 +51,7 @@ def test_hover_on_a_scalar_constant_shows_its_splat_type():
 
 AD = """\
 fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {
-  let y = x * 1e-5 in
+  let y = x * x.exp() in
   y
 }
 
@@ -69,24 +70,29 @@ def _quick_fixes(text: str):
     return diags, [a for a in actions.code_actions(v, URI, params) if a.kind == lsp.CodeActionKind.QuickFix]
 
 
-def test_scalar_under_reverse_mode_gets_a_quick_fix_that_checks_clean():
+def test_a_constant_under_reverse_mode_needs_no_let_of_its_own():
+    """It receives no cotangent, so it may nest (docs/language.md §8 rule 2)."""
+    assert analyze(AD.replace("x * x.exp()", "x * 1e-5")).diagnostics == []
+
+
+def test_a_nested_operand_under_reverse_mode_gets_a_quick_fix_that_checks_clean():
     diags, fixes = _quick_fixes(AD)
     assert [d.code for d in diags] == ["ad-structure"]
-    assert "`let c = Tensor[F32, [2, 3]] { 1e-05 } in ...`" in diags[0].message
+    assert "`let t = x.exp(..) in ...`" in diags[0].message
     (fix,) = fixes
-    assert fix.title == "Give the constant its own let"
+    assert fix.title == "Split the nested expression into its own let"
     fixed = apply(AD, fix.edit)
-    assert "  let c = Tensor[F32, [2, 3]] { 1e-5 } in\n  let y = x * c in\n" in fixed
+    assert "  let y_exp = x.exp() in\n  let y = x * y_exp in\n" in fixed
     assert analyze(fixed).diagnostics == []
 
 
 def test_quick_fix_name_does_not_capture_an_existing_name():
-    text = AD.replace("fn f(x:", "fn f(c: Tensor[F32, [2, 3]], x:").replace("handle f(x)", "handle f(x, x)")
+    text = AD.replace("fn f(x:", "fn f(y_exp: Tensor[F32, [2, 3]], x:").replace("handle f(x)", "handle f(x, x)")
     text = text.replace("-> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]])",
                         "-> (Tensor[F32, [2, 3]], Tensor[F32, [2, 3]], Tensor[F32, [2, 3]])")
     diags, (fix,) = _quick_fixes(text)
     fixed = apply(text, fix.edit)
-    assert "let c2 = Tensor[F32, [2, 3]] { 1e-5 } in" in fixed and "x * c2" in fixed
+    assert "let y_exp2 = x.exp() in" in fixed and "x * y_exp2" in fixed
     assert analyze(fixed).diagnostics == []
 
 
@@ -125,6 +131,41 @@ def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():
     assert "f(Tensor[F32, [2]] { 0.5 })" in fixed and analyze(fixed).diagnostics == []
 
 
+CASTS = [  # (body, what the quick fix writes): the diagnostic's operand gets `.cast(..)`
+    ("x + y", "x + y.cast(dtype=F16)"),
+    ("x + y.exp()", "x + y.exp().cast(dtype=F16)"),
+    ("x + (y - y)", "x + (y - y).cast(dtype=F16)"),
+    ("x + -y", "x + (-y).cast(dtype=F16)"),
+    ("x.maximum(y * y)", "x.maximum((y * y).cast(dtype=F16))"),
+    ("where(x.gt(0.0), x, y)", "where(x.gt(0.0), x, y.cast(dtype=F16))"),
+    ("concat(x, y, axis=0).slice(axis=0, start=0, stop=4)",
+     "concat(x, y.cast(dtype=F16), axis=0).slice(axis=0, start=0, stop=4)"),
+    ("(x.reshape([1, 4]) @ y.reshape([4, 1])).reshape([1]).broadcast([4])",
+     "(x.reshape([1, 4]) @ y.reshape([4, 1]).cast(dtype=F16)).reshape([1]).broadcast([4])"),
+]
+
+
+@pytest.mark.parametrize("body, fixed_body", CASTS)
+def test_operand_dtypes_that_differ_get_the_cast_as_a_note_and_a_quick_fix(body, fixed_body):
+    text = f"fn f(x: Tensor[F16, [4]], y: Tensor[F32, [4]]) -> Tensor[F16, [4]] {{\n  {body}\n}}\n"
+    (diag,) = analyze(text).diagnostics
+    assert diag.code == "dtype" and diag.fix is not None and diag.fix.kind == "cast"
+    assert "cast operand" in diag.notes[0].message and "`.cast(dtype=F16)`" in diag.notes[0].message
+    _, (fix,) = _quick_fixes(text)
+    assert fix.title == "Cast to F16"
+    fixed = apply(text, fix.edit)
+    assert fixed.splitlines()[1].strip() == fixed_body
+    assert analyze(fixed).diagnostics == []
+
+
+def test_the_cast_goes_to_the_operand_that_cast_can_convert():
+    text = "fn f(i: Tensor[I64, [4]], y: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  i * y\n}\n"
+    (diag,) = analyze(text).diagnostics
+    assert text[diag.span.start:diag.span.end] == "i" and diag.fix.text == "F32"   # no cast goes F32 -> I64
+    _, (fix,) = _quick_fixes(text)
+    assert analyze(apply(text, fix.edit)).diagnostics == []
+
+
 def test_every_fix_kind_has_a_quick_fix():
     from compiler.core.diagnostics import FIXES
     assert set(actions.QUICK_FIXES) == set(FIXES)
@@ -141,6 +182,64 @@ def test_quick_fixes_are_chosen_by_the_fix_in_data_not_by_the_message():
     params = lambda d: lsp.CodeActionParams(text_document=lsp.TextDocumentIdentifier(uri=URI), range=d.range,  # noqa: E731
                                             context=lsp.CodeActionContext(diagnostics=[d], only=["quickfix"]))
     (fix,) = actions.code_actions(v, URI, params(reworded))
-    assert fix.title == "Give the constant its own let"
+    assert fix.title == "Split the nested expression into its own let"
     assert actions.code_actions(v, URI, params(plain)) == []
-    assert diag.data == {"fix": "constant-let", "text": None}
+    assert diag.data == {"fix": "split-let", "text": None}
+
+
+# ---- a user function named like an op shadows its free form (docs/language.md §4) --------
+SHADOW = """\
+fn gelu(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
+  x * 3.0
+}
+
+fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
+  gelu(x) + x.gelu()
+}
+"""
+
+
+def _token_kinds(text: str) -> dict[tuple[int, str], tuple[str, list[str]]]:
+    """(start, word) -> (token type, modifiers) of the server's semantic tokens."""
+    from kina_lsp.features import semantic
+    fns, params = semantic.declared(semantic.compact(text))
+    return {(start, text[start:end]): (semantic.TOKEN_TYPES[kind],
+                                       [m for i, m in enumerate(semantic.TOKEN_MODIFIERS) if mods >> i & 1])
+            for start, end, kind, mods in semantic.token_rows(text, set(fns), set(params))}
+
+
+def test_a_shadowing_function_is_colored_as_a_function_and_the_method_form_as_the_op():
+    kinds = _token_kinds(SHADOW)
+    assert kinds[(SHADOW.index("gelu(x) +"), "gelu")] == ("function", [])     # not defaultLibrary
+    assert kinds[(SHADOW.index("gelu(x:"), "gelu")] == ("function", ["declaration"])
+    assert kinds[(SHADOW.index("gelu()"), "gelu")] == ("method", ["defaultLibrary"])
+
+
+def test_hover_and_definition_of_a_shadowing_call():
+    from kina_lsp.features import navigation
+    v = view_of(SHADOW)
+    assert "fn gelu(x: Tensor[F32, [4]" in hover_md(v, "gelu(x) +")
+    assert "**gelu** (built-in)" in hover_md(v, "gelu()")
+    loc = navigation.definition(v, URI, SHADOW.index("gelu(x) +"))
+    assert loc is not None and loc.range.start == lsp.Position(line=0, character=3)
+    assert navigation.definition(v, URI, SHADOW.index("gelu()")) is None
+    assert navigation.prepare_rename(v, SHADOW.index("gelu(x) +")) is not None
+    assert navigation.prepare_rename(v, SHADOW.index("gelu()")) is None
+
+
+def test_the_shadow_warning_reaches_the_editor_as_a_warning():
+    v = view_of(SHADOW)
+    (diag,) = [to_lsp(d, v.index, URI) for d in v.snapshot.diagnostics]
+    assert diag.severity == lsp.DiagnosticSeverity.Warning and diag.code == "shadow"
+
+
+def test_completion_and_signature_help_of_a_shadowing_call():
+    from kina_lsp.features import completion
+    at = SHADOW.index("gelu(x) +") + len("gelu(")
+    help_ = completion.signature_help(SHADOW, at, {"gelu": ("gelu(x: Tensor[F32, [4]])", ["x"])})
+    assert help_ is not None and help_.signatures[0].label == "gelu(x: Tensor[F32, [4]])"
+    items = completion.complete(SHADOW, at, ["gelu", "f"])
+    assert "approximate" not in {i.label for i in items}          # no attribute of the op
+    assert [i.kind for i in items if i.label == "gelu"] == [lsp.CompletionItemKind.Function]
+    method = SHADOW.index("gelu()") + len("gelu(")
+    assert completion.signature_help(SHADOW, method, {"gelu": ("gelu(x)", ["x"])}).signatures[0].label != "gelu(x)"
