@@ -266,7 +266,8 @@ def test_the_back_end_worker_runs_nothing_from_the_working_directory(tmp_path, m
     work, marker = tmp_path / "workspace", tmp_path / "ran.txt"
     (work / "compiler").mkdir(parents=True)
     hostile = f"open({str(marker)!r}, 'a').write(__name__)\nraise SystemExit('hostile code ran')\n"
-    for name in ("__init__.py", "backend/worker.py"):
+    for name in ("__init__.py", "backend/__init__.py", "backend/worker.py", "backend/worker_main.py"):
+        (work / "compiler" / name).parent.mkdir(parents=True, exist_ok=True)
         (work / "compiler" / name).write_text(hostile)
     (work / "f.kina").write_text("fn f(x: Tensor[BF16, [4]]) -> Tensor[BF16, [4]] {\n  let y = x.exp() in\n  y\n}\n")
     monkeypatch.chdir(work)
