@@ -379,7 +379,9 @@ def server_stats(ls: KinaServer, params: object) -> dict[str, object]:
     a user who sees the memory grow) can check that each is bounded by the open texts."""
     entries, chars = parse.parse_local.cache_size()
     return {"documents": ls.documents.stats(), "futures": ls.kina_protocol.futures(),
-            "inFlight": ls.kina_protocol.in_flight(), "parseCache": {"entries": entries, "chars": chars},
+            "inFlight": ls.kina_protocol.in_flight(),
+            "openRequests": ls.kina_protocol.unanswered() - 1,    # (not counting this one)
+            "parseCache": {"entries": entries, "chars": chars},
             "semanticCacheChars": semantic.cache_chars()}
 
 

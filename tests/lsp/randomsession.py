@@ -17,6 +17,7 @@ import random
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -29,6 +30,9 @@ SNIPPETS = [
     "fn g(x: Tensor[F32, [4, 8]]) -> Tensor[F32, [4, 8]] {\n  x.exp()\n}\n", "h0 @ w", "// a comment\n",
     "let z = handle reverseMode(layer0)(x, w) in\n  ",
 ]
+# the kinds of change: typed junk, a snippet, a deletion, a CRLF paste, line/paragraph
+# separators, a very long line, the whole document replaced (4 characters to a big file)
+KINDS = ["junk", "snippet", "delete", "crlf", "sep", "long", "whole"]
 # the request kinds, each with how its params are made from (uri, position, range)
 REQUESTS = {
     "textDocument/hover": "position", "textDocument/completion": "position",
@@ -109,6 +113,8 @@ class Session:
         self.version = 1
         self.next_id = 1
         self.open_ids: list[int] = []      # requests sent (candidates for $/cancelRequest)
+        self.kinds: Counter[str] = Counter()   # the kinds of changes made, and "multi" edits
+        self.sizes: list[int] = []             # the document's length after each edit
 
     def open(self) -> dict[str, object]:
         return {"method": "textDocument/didOpen", "params": {"textDocument": {
@@ -123,8 +129,8 @@ class Session:
 
     def _one_change(self) -> dict[str, object]:
         rng, m = self.rng, self.model
-        kind = rng.choices(["junk", "snippet", "delete", "crlf", "sep", "long", "whole"],
-                           [40, 20, 15, 8, 8, 3, 2])[0]
+        kind = rng.choices(KINDS, [40, 20, 15, 8, 8, 3, 2])[0]
+        self.kinds[kind] += 1
         if kind == "whole":       # a revert, a paste over everything: from a few characters to a big file
             size = rng.choice([4, 50, len(self.base), self.scale.big_doc])
             text = (self.base * (1 + size // max(1, len(self.base))))[:size] if size > 50 else self.base[:size]
@@ -150,6 +156,8 @@ class Session:
         """A didChange of one to three changes (applied in order, as LSP says)."""
         self.version += 1
         changes = [self._one_change() for _ in range(self.rng.choice([1, 1, 1, 2, 3]))]
+        self.kinds["multi"] += len(changes) > 1
+        self.sizes.append(len(self.model.text))
         return {"method": "textDocument/didChange", "params": {
             "textDocument": {"uri": self.uri, "version": self.version}, "contentChanges": changes}}
 
