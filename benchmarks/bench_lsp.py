@@ -18,8 +18,18 @@ figures exclude it), UTF-16 positions, push diagnostics.  Three parts:
            every function changed since is checked again, like opening the file).
   CPU      the server process's user+system CPU time per edit (from /proc): the figure
            that depends least on what else loads the machine.
+  RSS      the server's resident memory at the end (from /proc).
+  session  --session N (default 0: skip): a second server gets the long random session of
+           tests/lsp/randomsession.py: N edits (snippets, deletions, multi-change edits,
+           CRLF pastes, U+2028, lines of up to 250,000 characters, whole documents of 4 to
+           600,000 characters) with requests of every kind interleaved and not waited for,
+           some cancelled.  Every request must get exactly one answer (a result, or
+           cancelled / content modified / server cancelled), the server's text must equal
+           the client's at every pause, and its RSS is printed: at the start, the peak,
+           after the session, and after the document shrank to 4 characters
+                                                                target: under 300 MB
 
-Run: .venv/bin/python benchmarks/bench_lsp.py [--edits 60] [--hovers 300] [--random 2000]
+Run: .venv/bin/python benchmarks/bench_lsp.py [--edits 60] [--hovers 300] [--random 2000] [--session 5000]
 Prints the figures and whether the targets were met (record `uptime` with them: the
 machine is shared).
 """
@@ -158,6 +168,14 @@ class Bench:
         await self.proc.wait()
         self.reader.cancel()
 
+    def rss_mb(self) -> float | None:
+        """The server's resident memory in MB (from /proc; None elsewhere)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        except (OSError, StopIteration, ValueError):
+            return None
+
     def cpu(self) -> float | None:
         """CPU seconds the server process has used (user + system), from /proc; None elsewhere.
         Unlike wall-clock latencies this hardly depends on what else loads the machine."""
@@ -258,6 +276,40 @@ async def random_edits(b: Bench, uri: str, text: str, version: int, n: int, chec
             "slowest": slowest}
 
 
+async def session_part(n: int, seed: int) -> dict:
+    """The long random session (see the module docstring) on a server of its own."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "lsp"))
+    import randomsession as rs
+    cmd = os.environ.get("KINA_BENCH_SERVER", f"{sys.executable} -m kina_lsp").split()
+    client = await rs.Client.start(cmd)
+    rss = {"start": client.rss_mb()}
+    peak = [0.0]
+
+    async def sample() -> None:
+        while True:
+            peak[0] = max(peak[0], client.rss_mb() or 0.0)
+            await asyncio.sleep(0.25)
+    sampler = asyncio.ensure_future(sample())
+    session = rs.Session("file:///tmp/bench_lsp_session.kina", seed)
+    t0 = time.perf_counter()
+    problems = await rs.run_session(client, session, n)
+    seconds = time.perf_counter() - t0
+    sampler.cancel()
+    rss["peak"], rss["end"] = max(peak[0], client.rss_mb() or 0.0), client.rss_mb()
+    session.version += 1          # the document shrinks to 4 characters: what stays is the caches
+    session.model.set("fn f")
+    client.send({"method": "textDocument/didChange", "params": {
+        "textDocument": {"uri": session.uri, "version": session.version}, "contentChanges": [{"text": "fn f"}]}})
+    # what an editor asks for after an edit (the semantic-token cache trims itself then)
+    await client.call("textDocument/semanticTokens/full", {"textDocument": {"uri": session.uri}}, "tokens")
+    await asyncio.sleep(1.0)
+    stats = await client.call("kina/serverStats", None, "stats")
+    rss["shrunk"] = client.rss_mb()
+    await client.stop()
+    return {"edits": n, "requests": len(client.sent), "problems": problems, "rss": rss, "seconds": seconds,
+            "stats": stats.get("result")}
+
+
 async def run(args) -> dict:
     b = Bench()
     await b.start()
@@ -277,9 +329,11 @@ async def run(args) -> dict:
     part2 = await random_edits(b, uri, text, part1["version"], args.random, args.check, args.restore, kinds) \
         if args.random else None
     cpu2 = b.cpu()
+    rss = b.rss_mb()
     await b.stop()
     cpu = None if None in (cpu0, cpu1, cpu2) else (cpu1 - cpu0, cpu2 - cpu1)
-    return {"open": first, **part1, "random": part2, "cpu": cpu}
+    session = await session_part(args.session, args.seed) if args.session else None
+    return {"open": first, **part1, "random": part2, "cpu": cpu, "rss": rss, "session": session}
 
 
 def main(argv=None) -> int:
@@ -291,6 +345,9 @@ def main(argv=None) -> int:
     ap.add_argument("--restore", type=int, default=0,
                     help="send the generated file again every N edits, a revert (default 0: never)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="request kinds sent after the random edits")
+    ap.add_argument("--session", type=int, default=0,
+                    help="edits of the long random session, with the server's RSS (0: skip; the figure is 5000)")
+    ap.add_argument("--seed", type=int, default=1, help="the long session's random seed")
     args = ap.parse_args(argv)
     r = asyncio.run(run(args))
     ms = lambda s: f"{1000 * s:7.2f} ms"  # noqa: E731
@@ -325,8 +382,24 @@ def main(argv=None) -> int:
         print("  slowest requests: " + "; ".join(f"{1000 * t:.0f} ms {kind} after edit {i} ({text})"
                                                  for t, i, kind, text in rr["slowest"]))
         ok = ok and statistics.median(d) <= 0.020 and max(every) <= 0.100 and rr["mismatches"] == 0
+    if r["rss"] is not None:
+        print(f"server RSS at the end: {r['rss']:.0f} MB")
+    if r["session"] is not None:
+        ok = _print_session(r["session"]) and ok
     print("targets met" if ok else "targets NOT met")
     return 0
+
+
+def _print_session(s: dict) -> bool:
+    rss = s["rss"]
+    mb = lambda x: "?" if x is None else f"{x:.0f} MB"  # noqa: E731
+    print(f"session: {s['edits']} random edits, {s['requests']} requests, {s['seconds']:.0f} s")
+    print(f"  every request answered exactly once, texts equal at every pause: "
+          f"{'yes' if not s['problems'] else 'NO: ' + '; '.join(s['problems'][:5])}")
+    print(f"  server RSS: start {mb(rss['start'])}   peak {mb(rss['peak'])}   after the session {mb(rss['end'])}   "
+          f"after the document shrank to 4 characters {mb(rss['shrunk'])}   (target under 300 MB)")
+    print(f"  server caches after the shrink: {json.dumps(s['stats'])}")
+    return not s["problems"] and rss["end"] is not None and rss["end"] < 300 and (rss["shrunk"] or 0) < 300
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ from compiler.snapshot import CheckKey, Item, ItemResult, LastGood, SigKey, Snap
 from compiler.syntax import items as item_split
 from compiler.syntax import parse
 
-GONE_ITEMS = 256   # results kept for items no longer in the text
+GONE_ITEMS = 256   # results kept for items no longer in the text ...
+GONE_CHARS = 64_000   # ... and at most this many characters of them, or the text's length if larger
 
 
 class Analysis:
@@ -66,12 +67,7 @@ class Analysis:
         diags = item_split.gaps(text, chunks)
         items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name)) for c in chunks]
         current = {it.res.text: it.res for it in items}
-        for old_text, res in self._items.items():
-            if old_text not in current:
-                self._gone[old_text] = res
-                self._gone.move_to_end(old_text)
-        while len(self._gone) > GONE_ITEMS:
-            self._gone.popitem(last=False)
+        self._forget(current, len(text))
         self._items = current
         first = self._first_definitions(items, diags)
         # (every first definition parsed, so it has a signature)
@@ -97,6 +93,28 @@ class Analysis:
         snap.diagnostics = _dedupe(diags)
         self.snapshot = snap
         return snap
+
+    def _forget(self, current: dict[str, ItemResult], size: int) -> None:
+        """Move the results of items that left the text to _gone, which keeps the most recent
+        ones within GONE_ITEMS and max(GONE_CHARS, size) characters: what is kept depends on
+        the text now, so a document that shrinks (or once held a 250,000-character line)
+        does not keep the memory of its largest version."""
+        for old_text, res in self._items.items():
+            if old_text not in current:
+                self._gone[old_text] = res
+                self._gone.move_to_end(old_text)
+        budget = max(GONE_CHARS, size)
+        kept = sum(len(t) for t in self._gone)
+        while self._gone and (len(self._gone) > GONE_ITEMS or kept > budget):
+            old, _ = self._gone.popitem(last=False)
+            kept -= len(old)
+
+    def cache_size(self) -> dict[str, int]:
+        """What the caches hold now (for the language server's kina/serverStats): the
+        current items, the items kept after they left the text (and their characters),
+        the functions remembered for hover while broken."""
+        return {"items": len(self._items), "goneItems": len(self._gone),
+                "goneChars": sum(len(t) for t in self._gone), "lastGood": len(self._last_good)}
 
     # ---- per item
     def _item(self, text: str, name: str) -> ItemResult:
@@ -152,6 +170,11 @@ class Analysis:
                 known = self._last_good.get(it.name)
                 if known is None or known.result is not it.res.result:
                     self._last_good[it.name] = LastGood(it.res.text, it.res.result)
+        # only names the text still has: the last good version serves hover on a broken
+        # function of that name; every name a long session ever typed would pile up
+        names = {it.name for it in items}
+        for name in [n for n in self._last_good if n not in names]:
+            del self._last_good[name]
 
     def _ad_diagnostics(self, good: set[str], first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.

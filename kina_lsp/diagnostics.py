@@ -104,6 +104,8 @@ class Publisher:
 
     def edited(self, uri: str) -> None:
         """An edit makes validation results stale: drop them (and un-push them)."""
+        if self.server.buffer(uri) is None:
+            return   # not open (a didChange or didSave of a closed document): no state to make
         st = self.documents.state(uri)
         had, st.extra = st.extra, []
         if had and self._extras_pushed:
@@ -111,7 +113,7 @@ class Publisher:
 
     # ---- push
     def schedule(self, uri: str, immediate: bool = False) -> None:
-        if self.pull:
+        if self.pull or self.server.buffer(uri) is None:
             return
         st = self.documents.state(uri)
         if st.debounce is not None:

@@ -48,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcContentModified
 
 from compiler.analysis import Analysis
 from compiler.snapshot import ItemResult, Snapshot
@@ -110,6 +111,12 @@ class Documents:
         hit = st.tokens if st is not None else None
         return hit[1] if hit is not None and hit[0] == rid else None
 
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per document, what its caches hold (kina/serverStats)."""
+        return {uri: {**st.analysis.cache_size(), "symbols": len(st.symbols),
+                      "viewChars": len(st.view.text) if st.view is not None else 0}
+                for uri, st in self._docs.items()}
+
     def close(self, uri: str) -> None:
         st = self._docs.pop(uri, None)
         if st and st.debounce:
@@ -131,10 +138,13 @@ class Documents:
         st.view = View(snap, text, index_of(text, self._encoding()))
         return st.view
 
-    async def current(self, uri: str, budget: float | None = None) -> View | None:
+    async def current(self, uri: str, budget: float | None = None, modified: bool = False) -> View | None:
         """A view of the buffer as it is now (computing it if an edit is pending), or None
         when the document is not open, or its analysis did not finish within `budget`
-        seconds."""
+        seconds.  `modified`: when the client edited the text while it was being analysed
+        (the analysis of the old text is dropped), raise ContentModified instead of
+        returning None, which would answer "nothing here" about a text the client no
+        longer has."""
         cur = self._text_of(uri)
         if cur is None:
             return None
@@ -145,7 +155,11 @@ class Documents:
         loop = asyncio.get_running_loop()
         job = loop.run_in_executor(self._executor, self._analyse, st, text)
         if budget is None:
-            return await job
+            view = await job
+            now = self._text_of(uri)
+            if view is None and modified and now is not None and now[0] != text:
+                raise JsonRpcContentModified("the document changed while this was being computed; ask again")
+            return view
         try:
             return await asyncio.wait_for(asyncio.shield(job), budget)
         except TimeoutError:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SERVER_CANCELLED = -32802
+
 
 class KinaTextDocument(TextDocument):
     """A text document whose lines and incremental edits follow the LSP's line breaks."""
@@ -94,6 +96,7 @@ class KinaProtocol(LanguageServerProtocol):
     def __init__(self, server: LanguageServer, converter: Converter) -> None:
         super().__init__(server, converter)
         self._tracked: dict[MsgId, set[asyncio.Task[object]]] = {}          # request id -> asyncio tasks doing its work
+        self._unanswered: dict[MsgId, str] = {}     # request id -> method, from arrival to its one answer
 
     @lsp_method(lsp.INITIALIZE)
     def lsp_initialize(self, params: lsp.InitializeParams) -> Generator[Any, Any, lsp.InitializeResult]:
@@ -113,7 +116,78 @@ class KinaProtocol(LanguageServerProtocol):
                 result = stop.value
                 return result
 
-    # ---- answers
+    # ---- bookkeeping
+    def _execute_handler(self, msg_id: MsgId, handler: Any, callback: Any,
+                         args: tuple[Any, ...] | None = None, kwargs: dict[str, Any] | None = None) -> None:
+        """pygls files the future of every handler it runs under an id, requests and
+        notifications alike (a notification, and each step of a generator handler such as
+        didChange, under a fresh uuid), and only a request's answer takes it out again:
+        every edit left a future behind for good.  Each is taken out when it is done."""
+        def done(future: Future[Any]) -> None:
+            if self._request_futures.get(msg_id) is future:
+                del self._request_futures[msg_id]
+            callback(future)
+        super()._execute_handler(msg_id, handler, done, args, kwargs)
+
+    def _run_generator(self, future: Future[Any] | None, *, gen: Generator[Any, Any, Any],
+                       result_future: Future[Any]) -> None:
+        # A step of a generator handler (executeCommand runs the command as one) that was
+        # cancelled without its request (the loop ending at `exit`) raised CancelledError in
+        # pygls' callback, past its `except Exception`: the request was never answered.
+        if future is not None and future.cancelled():
+            if not result_future.done():
+                result_future.cancel()            # -> RequestCancelled
+            return
+        super()._run_generator(future, gen=gen, result_future=result_future)
+
+    def unanswered(self) -> int:
+        """Requests received and not answered yet (kina/serverStats)."""
+        return len(self._unanswered)
+
+    def in_flight(self) -> int:
+        """Handlers running (or waiting for an answer of the client) now (kina/serverStats)."""
+        return sum(not f.done() for f in self._request_futures.values())
+
+    def futures(self) -> int:
+        """Futures pygls holds (running or not): bounded by what is in flight."""
+        return len(self._request_futures)
+
+    # ---- answers: every request exactly one
+    def _handle_request(self, msg_id: MsgId, method_name: str, params: Any) -> None:
+        if msg_id in self._unanswered:   # two answers to one id would be ambiguous to the client
+            self._send_error(msg_id, -32600, f"Invalid request: id {msg_id!r} is already in use by a "
+                                             f"`{self._unanswered[msg_id]}` request the server has not answered yet")
+            return
+        self._unanswered[msg_id] = method_name
+        super()._handle_request(msg_id, method_name, params)
+
+    def _send_response(self, msg_id: MsgId, result: Any | None = None, error: Any | None = None) -> None:
+        if self._answered(msg_id):
+            super()._send_response(msg_id, result, error)
+
+    def _answered(self, msg_id: MsgId) -> bool:
+        """Take msg_id off the ledger; False when it was answered already (a second answer is dropped)."""
+        if self._unanswered.pop(msg_id, None) is None:
+            log.warning("a second answer to request %r dropped", msg_id)
+            return False
+        return True
+
+    def _send_error(self, msg_id: MsgId, code: int, message: str) -> None:
+        super()._send_response(msg_id, error=JsonRpcException(code=code, message=message).to_response_error())
+
+    def answer_pending(self, message: str) -> None:
+        """At the end of the session (`exit`, or the end of input): answer every request still
+        being worked on with ServerCancelled, so none goes unanswered, and stop its work."""
+        for msg_id, method in list(self._unanswered.items()):
+            future = self._request_futures.pop(msg_id, None)
+            for task in self._tracked.pop(msg_id, ()):
+                task.cancel()
+            log.info("`%s` request %r: %s", method, msg_id, message)
+            self._send_response(msg_id, error=JsonRpcException(code=SERVER_CANCELLED, message=message)
+                                .to_response_error())
+            if future is not None:
+                future.cancel()               # its own answer now finds the ledger empty
+
     def _send_handler_result(self, future: Future[Any], *, msg_id: MsgId) -> None:
         exc = None if future.cancelled() else future.exception()
         if exc is None and not future.cancelled() and isinstance(future.result(), RawResult):
@@ -134,6 +208,8 @@ class KinaProtocol(LanguageServerProtocol):
         self._send_response(msg_id, error=error)
 
     def _send_raw_result(self, msg_id: MsgId, result_json: str) -> None:
+        if not self._answered(msg_id):
+            return
         body = ('{"jsonrpc":"2.0","id":' + json.dumps(msg_id) + ',"result":' + result_json + "}").encode("utf-8")
         if self.writer is None:
             log.error("no transport to answer request %s", msg_id)
@@ -166,8 +242,16 @@ class KinaProtocol(LanguageServerProtocol):
 
     @lsp_method(lsp.SHUTDOWN)
     def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        """Cancel the work of every request but this one (each then answers RequestCancelled).
+        pygls' own version walks its futures while cancelling them, and a cancelled
+        generator future takes itself out of them at once (_execute_handler)."""
         for tasks in list(self._tracked.values()):
             for task in list(tasks):
                 task.cancel()
         self._tracked.clear()
-        return (yield from super().lsp_shutdown(*args))
+        current = self.msg_id
+        for msg_id, future in list(self._request_futures.items()):
+            if msg_id != current and not future.done():
+                future.cancel()
+        self._shutdown = True
+        yield from ()   # (pygls runs lsp_method handlers as generators)

@@ -30,6 +30,8 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
+from compiler.syntax import parse
+
 from . import cli, diagnostics, tcp, transport
 from .base import safe
 from .convert import index_of
@@ -60,6 +62,7 @@ log = logging.getLogger("kina_lsp")
 VERSION = "0.1.0"
 MLIR_REQUEST = "kina/mlir"
 VIEW_FILE_TEXT = "kina/viewFileText"
+SERVER_STATS = "kina/serverStats"
 
 
 class KinaServer(LanguageServer):
@@ -113,8 +116,9 @@ class KinaServer(LanguageServer):
         """The analysis of the buffer as it is now, within the request budget (else None).
         Requests the editor sends by itself, all the time (hover, inlay hints, symbols,
         code actions ...), keep to the budget; ones the user asked for and waits on
-        (definition, references, rename) `wait` for the analysis."""
-        return await self.documents.current(uri, budget=None if wait else self.settings.budget)
+        (definition, references, rename) `wait` for the analysis, and get ContentModified
+        (an error the editor does not show) when the text changed meanwhile."""
+        return await self.documents.current(uri, budget=None if wait else self.settings.budget, modified=wait)
 
     async def set_validation_diagnostics(self, uri: str, text: str, failing: dict[str, str]) -> None:
         """Attach `validate` diagnostics for the text that was validated (dropped if it was edited since)."""
@@ -366,6 +370,19 @@ def view_file_text(ls: KinaServer, params: object) -> dict[str, str | int | None
     uri = _uri_param(params, VIEW_FILE_TEXT)
     cur = ls.buffer(uri)
     return None if cur is None else {"text": cur[0], "version": cur[1]}
+
+
+@server.feature(SERVER_STATS)
+@safe()
+def server_stats(ls: KinaServer, params: object) -> dict[str, object]:
+    """Custom request: what the server's caches and bookkeeping hold now, so that a test (and
+    a user who sees the memory grow) can check that each is bounded by the open texts."""
+    entries, chars = parse.parse_local.cache_size()
+    return {"documents": ls.documents.stats(), "futures": ls.kina_protocol.futures(),
+            "inFlight": ls.kina_protocol.in_flight(),
+            "openRequests": ls.kina_protocol.unanswered() - 1,    # (not counting this one)
+            "parseCache": {"entries": entries, "chars": chars},
+            "semanticCacheChars": semantic.cache_chars()}
 
 
 def _uri_param(params: object, method: str) -> str:

@@ -22,6 +22,8 @@ Messages (JSON-RPC 2.0 and the LSP lifecycle), every request gets one answer:
   a request before `initialize`            -32002 ServerNotInitialized
   a second `initialize`                    -32600 InvalidRequest
   a request after `shutdown`               -32600 InvalidRequest
+  a request still open at `exit` or at
+  the end of input                         -32802 ServerCancelled (protocol.py keeps the ledger)
   `exit`                                   ends the loop: exit code 0 after `shutdown`, else 1
 
 Notifications that break a rule are logged and dropped (they have no id).
@@ -360,6 +362,18 @@ def _structure_problem(exc: Exception) -> str:
 
 
 # ---- the loop -------------------------------------------------------------------------------
+def _answer_pending(protocol: JsonRPCProtocol, why: str) -> None:
+    """Every request gets an answer, also one still being worked on when the session ends
+    (protocol.KinaProtocol.answer_pending; the output may be closed already)."""
+    answer = getattr(protocol, "answer_pending", None)
+    if answer is None:
+        return
+    try:
+        answer(f"the server is exiting ({why}) before it finished this request")
+    except (BrokenPipeError, OSError):
+        log.info("the client's end is closed; requests still open at %s are not answered", why)
+
+
 async def serve(source: ByteSource, dispatcher: Dispatcher, stop: asyncio.Event | None = None) -> int:
     """Read and dispatch frames until `exit`, end of input or `stop`; returns the exit code."""
     frames = FrameReader(source)
@@ -371,6 +385,7 @@ async def serve(source: ByteSource, dispatcher: Dispatcher, stop: asyncio.Event 
             log.info("end of input")
             break
         dispatcher.dispatch(frame)
+    _answer_pending(dispatcher.protocol, "exit" if dispatcher.exit_code is not None else "end of input")
     if dispatcher.exit_code is not None:
         return dispatcher.exit_code
     return 0 if dispatcher.shut_down else 1

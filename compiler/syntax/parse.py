@@ -24,7 +24,9 @@ nesting all come back as `syntax` diagnostics whose spans lie inside the text.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import cast
 
 from lark.exceptions import UnexpectedInput, VisitError
@@ -93,12 +95,60 @@ def _parse_at(text: str, offset: int) -> tuple[ast.FnDef | None, tuple[Diagnosti
     return fn, ()
 
 
-@lru_cache(maxsize=4096)
-def parse_local(text: str) -> tuple[ast.FnDef | None, tuple[Diagnostic, ...]]:
-    """Parse one item with spans relative to its own start.  Cached by text (the
-    incremental front end re-parses only items whose text changed); callers must
-    treat the result as immutable."""
+Parsed = tuple[ast.FnDef | None, tuple[Diagnostic, ...]]
+
+
+class _ItemCache:
+    """parse_local's cache: least recently used first out, bounded by entries *and* by the
+    characters of the texts it keeps.  (An lru_cache of 4,096 entries, bounded by count
+    only, kept 4,096 versions of an item holding a 250,000-character line: a language
+    server grew by gigabytes.)  Shared by every thread that parses (the server's
+    analysis worker, formatting)."""
+
+    def __init__(self, parse: Callable[[str], Parsed], entries: int, chars: int) -> None:
+        self._parse, self.entries, self.chars = parse, entries, chars
+        self._data: OrderedDict[str, Parsed] = OrderedDict()
+        self._size = 0                   # characters of the keys in _data
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> Parsed:
+        with self._lock:
+            hit = self._data.get(text)
+            if hit is not None:
+                self._data.move_to_end(text)
+                return hit
+        parsed = self._parse(text)
+        if len(text) > self.chars // 4:
+            return parsed                # one item that would crowd out everything else
+        with self._lock:
+            if text not in self._data:
+                self._data[text] = parsed
+                self._size += len(text)
+            while len(self._data) > self.entries or self._size > self.chars:
+                old, _ = self._data.popitem(last=False)
+                self._size -= len(old)
+        return parsed
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+            self._size = 0
+
+    def cache_size(self) -> tuple[int, int]:
+        """(entries, characters) kept."""
+        with self._lock:
+            return len(self._data), self._size
+
+
+def _parse_local(text: str) -> Parsed:
     return _parse_at(text, 0)
+
+
+# Parse one item with spans relative to its own start.  Cached by text (the incremental
+# front end re-parses only items whose text changed); callers must treat the result as
+# immutable.  About 50 bytes of AST per character of code: 1,000,000 characters of items
+# keep it under about 50 MB.
+parse_local = _ItemCache(_parse_local, entries=4096, chars=1_000_000)
 
 
 def parse_item(text: str, offset: int = 0) -> tuple[ast.FnDef | None, list[Diagnostic]]:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from lsprotocol import types as lsp
 
@@ -176,6 +176,43 @@ class _Chunk(NamedTuple):
     params: frozenset[str]
 
 
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class _TextLRU(Generic[K, V]):
+    """Least recently used first out, bounded by entries and by the characters of the
+    texts in its keys (`text_of(key)`)."""
+
+    def __init__(self, limit: int, text_of: Callable[[K], str]) -> None:
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._limit, self._text_of = limit, text_of
+        self.chars = 0
+
+    def get(self, key: K) -> V | None:
+        hit = self._data.get(key)
+        if hit is not None:
+            self._data.move_to_end(key)
+        return hit
+
+    def put(self, key: K, value: V, budget: int) -> None:
+        if key not in self._data:
+            self.chars += len(self._text_of(key))
+        self._data[key] = value
+        self.trim(budget)
+
+    def trim(self, budget: int) -> None:
+        while self._data and (len(self._data) > self._limit or self.chars > budget):
+            old, _ = self._data.popitem(last=False)
+            self.chars -= len(self._text_of(old))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def values(self) -> Iterable[V]:
+        return self._data.values()
+
+
 class ChunkCache:
     """Full-document tokens assembled from per-function chunks, each encoded once.
 
@@ -191,15 +228,30 @@ class ChunkCache:
     assembling shifts each chunk's first delta line (its first token is on a
     later line than every token before it, so its delta column is its column)."""
 
-    def __init__(self, limit: int = 1024, token_limit: int = 256) -> None:
-        self._data: OrderedDict[tuple[str, frozenset[str], frozenset[str], str], tuple[list[int], int]] = \
-            OrderedDict()
-        self._info: OrderedDict[str, _Chunk] = OrderedDict()
-        self._tokens: OrderedDict[str, list[Tok]] = OrderedDict()
-        self._limit = limit
+    def __init__(self, limit: int = 1024, token_limit: int = 256, chars: int = 200_000) -> None:
+        def first(key: tuple[str, frozenset[str], frozenset[str], str]) -> str:
+            return key[0]
+        self._data: _TextLRU[tuple[str, frozenset[str], frozenset[str], str], tuple[list[int], int]] = \
+            _TextLRU(limit, first)
+        self._info: _TextLRU[str, _Chunk] = _TextLRU(limit, str)
         # A few versions of each function's tokens, not thousands (memory; they are
         # `Tok`s, which a full collection does not walk).
-        self._token_limit = token_limit
+        self._tokens: _TextLRU[str, list[Tok]] = _TextLRU(token_limit, str)
+        # Each keeps at most max(chars, 2 x the text last tokenised) characters of chunk
+        # text: a count bound alone kept 1,024 versions of a chunk holding a
+        # 250,000-character line, and a file that shrank kept its largest version's chunks.
+        self._floor = chars
+        self._budget = chars
+
+    def _fit(self, text: str) -> None:
+        """Bound the caches by what `text` needs (the current text keeps all its chunks)."""
+        self._budget = max(self._floor, 2 * len(text))
+        for cache in (self._data, self._info, self._tokens):
+            cache.trim(self._budget)
+
+    def chars(self) -> int:
+        """Characters of chunk text the caches hold (each text counted once per cache)."""
+        return self._data.chars + self._info.chars + self._tokens.chars
 
     @staticmethod
     def _cuts(text: str) -> list[tuple[int, int]]:
@@ -209,6 +261,7 @@ class ChunkCache:
 
     def names(self, text: str) -> tuple[set[str], set[str]]:
         """(function names, parameter names) the whole text declares."""
+        self._fit(text)
         return self._names([text[a:b] for a, b in self._cuts(text)])
 
     def _names(self, chunks: list[str]) -> tuple[set[str], set[str]]:
@@ -218,6 +271,7 @@ class ChunkCache:
     def tokens(self, text: str, index: LineIndex, functions: set[str] | None = None,
                params: set[str] | None = None) -> list[int]:
         """The whole text's tokens; names default to the ones it declares."""
+        self._fit(text)
         cuts = self._cuts(text)
         chunks = [text[a:b] for a, b in cuts]
         if functions is None or params is None:
@@ -242,22 +296,15 @@ class ChunkCache:
         if hit is None:
             data = encode(rows_of(self._lexed(text), functions, params, 0, len(text)), LineIndex(text, encoding))
             hit = (data, sum(data[0::5]))
-            self._data[key] = hit
-            while len(self._data) > self._limit:
-                self._data.popitem(last=False)
-        else:
-            self._data.move_to_end(key)
+            self._data.put(key, hit, self._budget)
         return hit
 
     def _chunk_info(self, text: str) -> _Chunk:
         info = self._info.get(text)
         if info is None:
             toks = self._lexed(text)
-            info = self._info[text] = _Chunk(frozenset(t[1] for t in toks if t[0] == "NAME"), *declared(toks))
-            while len(self._info) > self._limit:
-                self._info.popitem(last=False)
-        else:
-            self._info.move_to_end(text)
+            info = _Chunk(frozenset(t[1] for t in toks if t[0] == "NAME"), *declared(toks))
+            self._info.put(text, info, self._budget)
         return info
 
     def _lexed(self, text: str) -> list[Tok]:
@@ -266,15 +313,17 @@ class ChunkCache:
         for it took 33 of the request's 40 ms."""
         toks = self._tokens.get(text)
         if toks is None:
-            toks = self._tokens[text] = compact(text)
-            while len(self._tokens) > self._token_limit:
-                self._tokens.popitem(last=False)
-        else:
-            self._tokens.move_to_end(text)
+            toks = compact(text)
+            self._tokens.put(text, toks, self._budget)
         return toks
 
 
 _chunks = ChunkCache()
+
+
+def cache_chars() -> int:
+    """Characters of chunk text the process-wide token cache holds (kina/serverStats)."""
+    return _chunks.chars()
 
 
 def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:

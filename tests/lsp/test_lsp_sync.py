@@ -4,12 +4,19 @@ characters inside a line and must not shift later incremental edits.  Checked
 through kina/viewFileText (the server's text) after targeted edits, and after
 random edits full of such characters, where every request still gets an answer
 and the diagnostics are the CLI's for the client's text.  The full 2,000-edit
-run with timings is benchmarks/bench_lsp.py."""
+run with timings is benchmarks/bench_lsp.py.
+
+The long random session (randomsession.py: snippets, deletions, multi-change edits,
+CRLF pastes, U+2028, very long lines, whole documents from 4 characters to a big
+file, requests of every kind interleaved without waiting, some cancelled) checks
+that every request gets exactly one answer; bench_lsp.py --session 5000 is the long
+run at full size (250,000-character lines, 600,000-character documents)."""
 from __future__ import annotations
 
 import random
 
 import pytest
+import randomsession as rs
 from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, published
 from lsprotocol import types as lsp
 from rawlsp import lsp_position
@@ -112,3 +119,24 @@ async def test_random_edits_with_separators_keep_the_texts_equal(client):
         if i % 50 == 49:
             assert await server_text(client, uri) == text, f"out of sync after edit {i}"
     assert lsp_summary(await published(client, uri, version)) == cli_summary(text)
+
+
+async def test_a_random_session_answers_every_request_exactly_once():
+    """A server of its own gets 800 random edits with about 500 requests interleaved and
+    not waited for (and some $/cancelRequest): every request id gets exactly one answer, a
+    result or cancelled / content modified / server cancelled with a message, and the
+    server's text is the client's at every pause.  (Bounded: well under a minute.)"""
+    client = await rs.Client.start()
+    try:
+        session = rs.Session("file:///tmp/kina-lsp-test/session.kina", 20262, rs.TEST_SCALE)
+        problems = await rs.run_session(client, session, 800, pause_every=50, timeout=60)
+        assert problems == []
+        # the session did make every kind of edit, and the document went from 4 characters
+        # to tens of thousands with lines of thousands of characters
+        assert all(session.kinds[k] > 0 for k in [*rs.KINDS, "multi"]), session.kinds
+        assert min(session.sizes) <= 50 and max(session.sizes) >= rs.TEST_SCALE.big_doc
+        assert len(client.sent) > 300
+        stats = (await client.call("kina/serverStats", None, "stats"))["result"]
+        assert stats["openRequests"] == 0 and stats["inFlight"] == 0
+    finally:
+        assert await client.stop() == 0
