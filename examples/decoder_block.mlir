@@ -508,833 +508,833 @@ module {
       %116 = arith.extui %115 : i1 to i8 loc("examples/decoder_block.kina":56:3)
       linalg.yield %116 : i8 loc("examples/decoder_block.kina":56:3)
     } -> tensor<4x4xi8> loc("examples/decoder_block.kina":56:3)
-    %118 = tensor.collapse_shape %110 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":56:3)
-    %117 = tensor.expand_shape %118 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":56:3)
-    %119 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":56:3)
-    %attention.45.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%117 : tensor<1x1x4x4xi8>) outs(%119 : tensor<2x2x4x4xi8>) {
-    ^bb0(%120: i8, %121: i8):
-      linalg.yield %120 : i8 loc("examples/decoder_block.kina":56:3)
+    %117 = tensor.collapse_shape %110 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":56:3)
+    %inert.47 = tensor.expand_shape %117 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":56:3)
+    %118 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":56:3)
+    %attention.45.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.47 : tensor<1x1x4x4xi8>) outs(%118 : tensor<2x2x4x4xi8>) {
+    ^bb0(%119: i8, %120: i8):
+      linalg.yield %119 : i8 loc("examples/decoder_block.kina":56:3)
     } -> tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":56:3)
     %attention.48.hidden = arith.constant dense<-1000000000.0> : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":71:16)
-    %122 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
-    %attention.49.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.45.keep, %attention.44.scaled, %attention.48.hidden : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%122 : tensor<2x2x4x4xf32>) {
-    ^bb0(%123: i8, %124: f32, %125: f32, %126: f32):
-      %127 = arith.constant 0 : i8 loc("examples/decoder_block.kina":72:16)
-      %128 = arith.cmpi ne, %123, %127 : i8 loc("examples/decoder_block.kina":72:16)
-      %129 = arith.select %128, %124, %125 : f32 loc("examples/decoder_block.kina":72:16)
-      linalg.yield %129 : f32 loc("examples/decoder_block.kina":72:16)
+    %121 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
+    %attention.49.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.45.keep, %attention.44.scaled, %attention.48.hidden : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%121 : tensor<2x2x4x4xf32>) {
+    ^bb0(%122: i8, %123: f32, %124: f32, %125: f32):
+      %126 = arith.constant 0 : i8 loc("examples/decoder_block.kina":72:16)
+      %127 = arith.cmpi ne, %122, %126 : i8 loc("examples/decoder_block.kina":72:16)
+      %128 = arith.select %127, %123, %124 : f32 loc("examples/decoder_block.kina":72:16)
+      linalg.yield %128 : f32 loc("examples/decoder_block.kina":72:16)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
-    %130 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":73:15)
-    %131 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %132 = linalg.fill ins(%130 : f32) outs(%131 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %133 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%attention.49.masked : tensor<2x2x4x4xf32>) outs(%132 : tensor<2x2x4xf32>) {
-    ^bb0(%134: f32, %135: f32):
-      %136 = arith.maximumf %135, %134 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %136 : f32 loc("examples/decoder_block.kina":73:15)
+    %129 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":73:15)
+    %130 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %131 = linalg.fill ins(%129 : f32) outs(%130 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %132 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%attention.49.masked : tensor<2x2x4x4xf32>) outs(%131 : tensor<2x2x4xf32>) {
+    ^bb0(%133: f32, %134: f32):
+      %135 = arith.maximumf %134, %133 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %135 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %137 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %138 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.49.masked, %133 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%137 : tensor<2x2x4x4xf32>) {
-    ^bb0(%139: f32, %140: f32, %141: f32):
-      %142 = arith.subf %139, %140 : f32 loc("examples/decoder_block.kina":73:15)
-      %143 = math.exp %142 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %143 : f32 loc("examples/decoder_block.kina":73:15)
+    %136 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
+    %137 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.49.masked, %132 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%136 : tensor<2x2x4x4xf32>) {
+    ^bb0(%138: f32, %139: f32, %140: f32):
+      %141 = arith.subf %138, %139 : f32 loc("examples/decoder_block.kina":73:15)
+      %142 = math.exp %141 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %142 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %144 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
-    %145 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %146 = linalg.fill ins(%144 : f32) outs(%145 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %147 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%138 : tensor<2x2x4x4xf32>) outs(%146 : tensor<2x2x4xf32>) {
-    ^bb0(%148: f32, %149: f32):
-      %150 = arith.addf %149, %148 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %150 : f32 loc("examples/decoder_block.kina":73:15)
+    %143 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
+    %144 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %145 = linalg.fill ins(%143 : f32) outs(%144 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %146 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%137 : tensor<2x2x4x4xf32>) outs(%145 : tensor<2x2x4xf32>) {
+    ^bb0(%147: f32, %148: f32):
+      %149 = arith.addf %148, %147 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %149 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %151 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %attention.50.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%138, %147 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%151 : tensor<2x2x4x4xf32>) {
-    ^bb0(%152: f32, %153: f32, %154: f32):
-      %155 = arith.divf %152, %153 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %155 : f32 loc("examples/decoder_block.kina":73:15)
+    %150 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
+    %attention.50.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%137, %146 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%150 : tensor<2x2x4x4xf32>) {
+    ^bb0(%151: f32, %152: f32, %153: f32):
+      %154 = arith.divf %151, %152 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %154 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %156 = tensor.collapse_shape %attention.50.probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %157 = tensor.collapse_shape %heads.40.h [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %158 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %159 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %160 = linalg.fill ins(%158 : f32) outs(%159 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %161 = linalg.batch_matmul ins(%156, %157 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%160 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %attention.51.ctx = tensor.expand_shape %161 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %162 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":75:18)
-    %attention.52.merged_t = linalg.transpose ins(%attention.51.ctx : tensor<2x2x4x4xf32>) outs(%162 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":75:18)
-    %163 = tensor.collapse_shape %attention.52.merged_t [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":76:16)
-    %attention.53.merged = tensor.expand_shape %163 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":76:16)
-    %164 = tensor.collapse_shape %attention.53.merged [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
-    %project.55.rows = tensor.expand_shape %164 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
-    %165 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %166 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %167 = linalg.fill ins(%165 : f32) outs(%166 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %project.56.y = linalg.matmul ins(%project.55.rows, %wo : tensor<8x8xf32>, tensor<8x8xf32>) outs(%167 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %168 = tensor.collapse_shape %project.56.y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
-    %project.57.y3 = tensor.expand_shape %168 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":41:12)
-    %169 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":95:11)
-    %h = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %project.57.y3 : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%169 : tensor<2x4x8xf32>) {
-    ^bb0(%170: f32, %171: f32, %172: f32):
-      %173 = arith.addf %170, %171 : f32 loc("examples/decoder_block.kina":95:11)
-      linalg.yield %173 : f32 loc("examples/decoder_block.kina":95:11)
+    %155 = tensor.collapse_shape %attention.50.probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %156 = tensor.collapse_shape %heads.40.h [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %157 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
+    %158 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %159 = linalg.fill ins(%157 : f32) outs(%158 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %160 = linalg.batch_matmul ins(%155, %156 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%159 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %attention.51.ctx = tensor.expand_shape %160 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %161 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":75:18)
+    %attention.52.merged_t = linalg.transpose ins(%attention.51.ctx : tensor<2x2x4x4xf32>) outs(%161 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":75:18)
+    %162 = tensor.collapse_shape %attention.52.merged_t [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":76:16)
+    %attention.53.merged = tensor.expand_shape %162 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":76:16)
+    %163 = tensor.collapse_shape %attention.53.merged [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
+    %project.55.rows = tensor.expand_shape %163 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":39:14)
+    %164 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %165 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %166 = linalg.fill ins(%164 : f32) outs(%165 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %project.56.y = linalg.matmul ins(%project.55.rows, %wo : tensor<8x8xf32>, tensor<8x8xf32>) outs(%166 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %167 = tensor.collapse_shape %project.56.y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
+    %project.57.y3 = tensor.expand_shape %167 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":41:12)
+    %168 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":95:11)
+    %h = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %project.57.y3 : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%168 : tensor<2x4x8xf32>) {
+    ^bb0(%169: f32, %170: f32, %171: f32):
+      %172 = arith.addf %169, %170 : f32 loc("examples/decoder_block.kina":95:11)
+      linalg.yield %172 : f32 loc("examples/decoder_block.kina":95:11)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":95:11)
     %layer_norm.58.inv_d = arith.constant dense<0.125> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":15:15)
-    %174 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":16:11)
-    %175 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
-    %176 = linalg.fill ins(%174 : f32) outs(%175 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
-    %177 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%h : tensor<2x4x8xf32>) outs(%176 : tensor<2x4xf32>) {
-    ^bb0(%178: f32, %179: f32):
-      %180 = arith.addf %179, %178 : f32 loc("examples/decoder_block.kina":16:11)
-      linalg.yield %180 : f32 loc("examples/decoder_block.kina":16:11)
+    %173 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":16:11)
+    %174 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
+    %175 = linalg.fill ins(%173 : f32) outs(%174 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
+    %176 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%h : tensor<2x4x8xf32>) outs(%175 : tensor<2x4xf32>) {
+    ^bb0(%177: f32, %178: f32):
+      %179 = arith.addf %178, %177 : f32 loc("examples/decoder_block.kina":16:11)
+      linalg.yield %179 : f32 loc("examples/decoder_block.kina":16:11)
     } -> tensor<2x4xf32> loc("examples/decoder_block.kina":16:11)
-    %layer_norm.59.s = tensor.expand_shape %177 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":16:11)
-    %181 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
-    %layer_norm.60.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.59.s, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%181 : tensor<2x4x1xf32>) {
-    ^bb0(%182: f32, %183: f32, %184: f32):
-      %185 = arith.mulf %182, %183 : f32 loc("examples/decoder_block.kina":17:12)
-      linalg.yield %185 : f32 loc("examples/decoder_block.kina":17:12)
+    %layer_norm.59.s = tensor.expand_shape %176 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":16:11)
+    %180 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
+    %layer_norm.60.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.59.s, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%180 : tensor<2x4x1xf32>) {
+    ^bb0(%181: f32, %182: f32, %183: f32):
+      %184 = arith.mulf %181, %182 : f32 loc("examples/decoder_block.kina":17:12)
+      linalg.yield %184 : f32 loc("examples/decoder_block.kina":17:12)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
-    %186 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":18:14)
-    %layer_norm.61.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.60.mu : tensor<2x4x1xf32>) outs(%186 : tensor<2x4x8xf32>) {
-    ^bb0(%187: f32, %188: f32):
-      linalg.yield %187 : f32 loc("examples/decoder_block.kina":18:14)
+    %185 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":18:14)
+    %layer_norm.61.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.60.mu : tensor<2x4x1xf32>) outs(%185 : tensor<2x4x8xf32>) {
+    ^bb0(%186: f32, %187: f32):
+      linalg.yield %186 : f32 loc("examples/decoder_block.kina":18:14)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":18:14)
-    %189 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %layer_norm.62.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%h, %layer_norm.61.mu_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%189 : tensor<2x4x8xf32>) {
-    ^bb0(%190: f32, %191: f32, %192: f32):
-      %193 = arith.subf %190, %191 : f32 loc("examples/decoder_block.kina":19:12)
-      linalg.yield %193 : f32 loc("examples/decoder_block.kina":19:12)
+    %188 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
+    %layer_norm.62.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%h, %layer_norm.61.mu_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%188 : tensor<2x4x8xf32>) {
+    ^bb0(%189: f32, %190: f32, %191: f32):
+      %192 = arith.subf %189, %190 : f32 loc("examples/decoder_block.kina":19:12)
+      linalg.yield %192 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %194 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %layer_norm.63.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.62.xc : tensor<2x4x8xf32>) outs(%194 : tensor<2x4x8xf32>) {
-    ^bb0(%195: f32, %196: f32):
-      %197 = arith.mulf %195, %195 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %197 : f32 loc("examples/decoder_block.kina":20:12)
+    %193 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %layer_norm.63.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.62.xc : tensor<2x4x8xf32>) outs(%193 : tensor<2x4x8xf32>) {
+    ^bb0(%194: f32, %195: f32):
+      %196 = arith.mulf %194, %194 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %196 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %198 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:12)
-    %199 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
-    %200 = linalg.fill ins(%198 : f32) outs(%199 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
-    %201 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%layer_norm.63.sq : tensor<2x4x8xf32>) outs(%200 : tensor<2x4xf32>) {
-    ^bb0(%202: f32, %203: f32):
-      %204 = arith.addf %203, %202 : f32 loc("examples/decoder_block.kina":21:12)
-      linalg.yield %204 : f32 loc("examples/decoder_block.kina":21:12)
+    %197 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:12)
+    %198 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
+    %199 = linalg.fill ins(%197 : f32) outs(%198 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
+    %200 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%layer_norm.63.sq : tensor<2x4x8xf32>) outs(%199 : tensor<2x4xf32>) {
+    ^bb0(%201: f32, %202: f32):
+      %203 = arith.addf %202, %201 : f32 loc("examples/decoder_block.kina":21:12)
+      linalg.yield %203 : f32 loc("examples/decoder_block.kina":21:12)
     } -> tensor<2x4xf32> loc("examples/decoder_block.kina":21:12)
-    %layer_norm.64.ss = tensor.expand_shape %201 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":21:12)
-    %205 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
-    %layer_norm.65.var = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.64.ss, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%205 : tensor<2x4x1xf32>) {
-    ^bb0(%206: f32, %207: f32, %208: f32):
-      %209 = arith.mulf %206, %207 : f32 loc("examples/decoder_block.kina":22:13)
-      linalg.yield %209 : f32 loc("examples/decoder_block.kina":22:13)
+    %layer_norm.64.ss = tensor.expand_shape %200 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":21:12)
+    %204 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
+    %layer_norm.65.var = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.64.ss, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%204 : tensor<2x4x1xf32>) {
+    ^bb0(%205: f32, %206: f32, %207: f32):
+      %208 = arith.mulf %205, %206 : f32 loc("examples/decoder_block.kina":22:13)
+      linalg.yield %208 : f32 loc("examples/decoder_block.kina":22:13)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
     %layer_norm.66.eps = arith.constant dense<1.0e-05> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":23:13)
-    %210 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":24:17)
-    %layer_norm.67.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.65.var, %layer_norm.66.eps : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%210 : tensor<2x4x1xf32>) {
-    ^bb0(%211: f32, %212: f32, %213: f32):
-      %214 = arith.addf %211, %212 : f32 loc("examples/decoder_block.kina":24:17)
-      linalg.yield %214 : f32 loc("examples/decoder_block.kina":24:17)
+    %209 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":24:17)
+    %layer_norm.67.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.65.var, %layer_norm.66.eps : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%209 : tensor<2x4x1xf32>) {
+    ^bb0(%210: f32, %211: f32, %212: f32):
+      %213 = arith.addf %210, %211 : f32 loc("examples/decoder_block.kina":24:17)
+      linalg.yield %213 : f32 loc("examples/decoder_block.kina":24:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":24:17)
-    %215 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %layer_norm.68.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.67.var_eps : tensor<2x4x1xf32>) outs(%215 : tensor<2x4x1xf32>) {
-    ^bb0(%216: f32, %217: f32):
-      %218 = math.rsqrt %216 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %218 : f32 loc("examples/decoder_block.kina":25:17)
+    %214 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %layer_norm.68.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.67.var_eps : tensor<2x4x1xf32>) outs(%214 : tensor<2x4x1xf32>) {
+    ^bb0(%215: f32, %216: f32):
+      %217 = math.rsqrt %215 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %217 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %219 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":26:19)
-    %layer_norm.69.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.68.inv_std : tensor<2x4x1xf32>) outs(%219 : tensor<2x4x8xf32>) {
-    ^bb0(%220: f32, %221: f32):
-      linalg.yield %220 : f32 loc("examples/decoder_block.kina":26:19)
+    %218 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":26:19)
+    %layer_norm.69.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.68.inv_std : tensor<2x4x1xf32>) outs(%218 : tensor<2x4x8xf32>) {
+    ^bb0(%219: f32, %220: f32):
+      linalg.yield %219 : f32 loc("examples/decoder_block.kina":26:19)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":26:19)
-    %222 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %layer_norm.70.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.62.xc, %layer_norm.69.inv_std_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%222 : tensor<2x4x8xf32>) {
-    ^bb0(%223: f32, %224: f32, %225: f32):
-      %226 = arith.mulf %223, %224 : f32 loc("examples/decoder_block.kina":27:12)
-      linalg.yield %226 : f32 loc("examples/decoder_block.kina":27:12)
+    %221 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
+    %layer_norm.70.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.62.xc, %layer_norm.69.inv_std_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%221 : tensor<2x4x8xf32>) {
+    ^bb0(%222: f32, %223: f32, %224: f32):
+      %225 = arith.mulf %222, %223 : f32 loc("examples/decoder_block.kina":27:12)
+      linalg.yield %225 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
     %layer_norm.71.g3 = tensor.expand_shape %ln2_g [[0, 1, 2]] output_shape [1, 1, 8] : tensor<8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":28:12)
-    %227 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %layer_norm.72.g_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (0, 0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.71.g3 : tensor<1x1x8xf32>) outs(%227 : tensor<2x4x8xf32>) {
-    ^bb0(%228: f32, %229: f32):
-      linalg.yield %228 : f32 loc("examples/decoder_block.kina":29:13)
+    %226 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %layer_norm.72.g_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (0, 0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.71.g3 : tensor<1x1x8xf32>) outs(%226 : tensor<2x4x8xf32>) {
+    ^bb0(%227: f32, %228: f32):
+      linalg.yield %227 : f32 loc("examples/decoder_block.kina":29:13)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %230 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %layer_norm.73.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.70.xn, %layer_norm.72.g_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%230 : tensor<2x4x8xf32>) {
-    ^bb0(%231: f32, %232: f32, %233: f32):
-      %234 = arith.mulf %231, %232 : f32 loc("examples/decoder_block.kina":30:16)
-      linalg.yield %234 : f32 loc("examples/decoder_block.kina":30:16)
+    %229 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
+    %layer_norm.73.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.70.xn, %layer_norm.72.g_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%229 : tensor<2x4x8xf32>) {
+    ^bb0(%230: f32, %231: f32, %232: f32):
+      %233 = arith.mulf %230, %231 : f32 loc("examples/decoder_block.kina":30:16)
+      linalg.yield %233 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
     %layer_norm.74.b3 = tensor.expand_shape %ln2_b [[0, 1, 2]] output_shape [1, 1, 8] : tensor<8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":31:12)
-    %235 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %layer_norm.75.b_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (0, 0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.74.b3 : tensor<1x1x8xf32>) outs(%235 : tensor<2x4x8xf32>) {
-    ^bb0(%236: f32, %237: f32):
-      linalg.yield %236 : f32 loc("examples/decoder_block.kina":32:13)
+    %234 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %layer_norm.75.b_b = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (0, 0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.74.b3 : tensor<1x1x8xf32>) outs(%234 : tensor<2x4x8xf32>) {
+    ^bb0(%235: f32, %236: f32):
+      linalg.yield %235 : f32 loc("examples/decoder_block.kina":32:13)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %238 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":33:13)
-    %layer_norm.76.out = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.73.scaled, %layer_norm.75.b_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%238 : tensor<2x4x8xf32>) {
-    ^bb0(%239: f32, %240: f32, %241: f32):
-      %242 = arith.addf %239, %240 : f32 loc("examples/decoder_block.kina":33:13)
-      linalg.yield %242 : f32 loc("examples/decoder_block.kina":33:13)
+    %237 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":33:13)
+    %layer_norm.76.out = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.73.scaled, %layer_norm.75.b_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%237 : tensor<2x4x8xf32>) {
+    ^bb0(%238: f32, %239: f32, %240: f32):
+      %241 = arith.addf %238, %239 : f32 loc("examples/decoder_block.kina":33:13)
+      linalg.yield %241 : f32 loc("examples/decoder_block.kina":33:13)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":33:13)
-    %243 = tensor.collapse_shape %layer_norm.76.out [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
-    %mlp.77.rows = tensor.expand_shape %243 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":82:14)
-    %244 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %245 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
-    %246 = linalg.fill ins(%244 : f32) outs(%245 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
-    %mlp.78.up = linalg.matmul ins(%mlp.77.rows, %w_up : tensor<8x8xf32>, tensor<8x16xf32>) outs(%246 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
-    %247 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
-    %mlp.79.act = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mlp.78.up : tensor<8x16xf32>) outs(%247 : tensor<8x16xf32>) {
-    ^bb0(%248: f32, %249: f32):
-      %250 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":84:13)
-      %251 = arith.mulf %248, %250 : f32 loc("examples/decoder_block.kina":84:13)
-      %252 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":84:13)
-      %253 = arith.minimumf %251, %252 : f32 loc("examples/decoder_block.kina":84:13)
-      %254 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":84:13)
-      %255 = arith.maximumf %253, %254 : f32 loc("examples/decoder_block.kina":84:13)
-      %256 = arith.mulf %255, %255 : f32 loc("examples/decoder_block.kina":84:13)
-      %257 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":84:13)
-      %258 = arith.mulf %257, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %259 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":84:13)
-      %260 = arith.addf %258, %259 : f32 loc("examples/decoder_block.kina":84:13)
-      %261 = arith.mulf %260, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %262 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":84:13)
-      %263 = arith.addf %261, %262 : f32 loc("examples/decoder_block.kina":84:13)
-      %264 = arith.mulf %263, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %265 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":84:13)
-      %266 = arith.addf %264, %265 : f32 loc("examples/decoder_block.kina":84:13)
-      %267 = arith.mulf %266, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %268 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":84:13)
-      %269 = arith.addf %267, %268 : f32 loc("examples/decoder_block.kina":84:13)
-      %270 = arith.mulf %269, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %271 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":84:13)
-      %272 = arith.addf %270, %271 : f32 loc("examples/decoder_block.kina":84:13)
-      %273 = arith.mulf %272, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %274 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":84:13)
-      %275 = arith.addf %273, %274 : f32 loc("examples/decoder_block.kina":84:13)
-      %276 = arith.mulf %255, %275 : f32 loc("examples/decoder_block.kina":84:13)
-      %277 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":84:13)
-      %278 = arith.mulf %277, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %279 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":84:13)
-      %280 = arith.addf %278, %279 : f32 loc("examples/decoder_block.kina":84:13)
-      %281 = arith.mulf %280, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %282 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":84:13)
-      %283 = arith.addf %281, %282 : f32 loc("examples/decoder_block.kina":84:13)
-      %284 = arith.mulf %283, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %285 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":84:13)
-      %286 = arith.addf %284, %285 : f32 loc("examples/decoder_block.kina":84:13)
-      %287 = arith.mulf %286, %256 : f32 loc("examples/decoder_block.kina":84:13)
-      %288 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":84:13)
-      %289 = arith.addf %287, %288 : f32 loc("examples/decoder_block.kina":84:13)
-      %290 = arith.divf %276, %289 : f32 loc("examples/decoder_block.kina":84:13)
-      %291 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":84:13)
-      %292 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":84:13)
-      %293 = arith.addf %292, %290 : f32 loc("examples/decoder_block.kina":84:13)
-      %294 = arith.mulf %291, %293 : f32 loc("examples/decoder_block.kina":84:13)
-      %295 = arith.mulf %248, %294 : f32 loc("examples/decoder_block.kina":84:13)
-      linalg.yield %295 : f32 loc("examples/decoder_block.kina":84:13)
+    %242 = tensor.collapse_shape %layer_norm.76.out [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
+    %mlp.77.rows = tensor.expand_shape %242 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":82:14)
+    %243 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
+    %244 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %245 = linalg.fill ins(%243 : f32) outs(%244 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %mlp.78.up = linalg.matmul ins(%mlp.77.rows, %w_up : tensor<8x8xf32>, tensor<8x16xf32>) outs(%245 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %246 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
+    %mlp.79.act = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mlp.78.up : tensor<8x16xf32>) outs(%246 : tensor<8x16xf32>) {
+    ^bb0(%247: f32, %248: f32):
+      %249 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":84:13)
+      %250 = arith.mulf %247, %249 : f32 loc("examples/decoder_block.kina":84:13)
+      %251 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":84:13)
+      %252 = arith.minimumf %250, %251 : f32 loc("examples/decoder_block.kina":84:13)
+      %253 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":84:13)
+      %254 = arith.maximumf %252, %253 : f32 loc("examples/decoder_block.kina":84:13)
+      %255 = arith.mulf %254, %254 : f32 loc("examples/decoder_block.kina":84:13)
+      %256 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":84:13)
+      %257 = arith.mulf %256, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %258 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":84:13)
+      %259 = arith.addf %257, %258 : f32 loc("examples/decoder_block.kina":84:13)
+      %260 = arith.mulf %259, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %261 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":84:13)
+      %262 = arith.addf %260, %261 : f32 loc("examples/decoder_block.kina":84:13)
+      %263 = arith.mulf %262, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %264 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":84:13)
+      %265 = arith.addf %263, %264 : f32 loc("examples/decoder_block.kina":84:13)
+      %266 = arith.mulf %265, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %267 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":84:13)
+      %268 = arith.addf %266, %267 : f32 loc("examples/decoder_block.kina":84:13)
+      %269 = arith.mulf %268, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %270 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":84:13)
+      %271 = arith.addf %269, %270 : f32 loc("examples/decoder_block.kina":84:13)
+      %272 = arith.mulf %271, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %273 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":84:13)
+      %274 = arith.addf %272, %273 : f32 loc("examples/decoder_block.kina":84:13)
+      %275 = arith.mulf %254, %274 : f32 loc("examples/decoder_block.kina":84:13)
+      %276 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":84:13)
+      %277 = arith.mulf %276, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %278 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":84:13)
+      %279 = arith.addf %277, %278 : f32 loc("examples/decoder_block.kina":84:13)
+      %280 = arith.mulf %279, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %281 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":84:13)
+      %282 = arith.addf %280, %281 : f32 loc("examples/decoder_block.kina":84:13)
+      %283 = arith.mulf %282, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %284 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":84:13)
+      %285 = arith.addf %283, %284 : f32 loc("examples/decoder_block.kina":84:13)
+      %286 = arith.mulf %285, %255 : f32 loc("examples/decoder_block.kina":84:13)
+      %287 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":84:13)
+      %288 = arith.addf %286, %287 : f32 loc("examples/decoder_block.kina":84:13)
+      %289 = arith.divf %275, %288 : f32 loc("examples/decoder_block.kina":84:13)
+      %290 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":84:13)
+      %291 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":84:13)
+      %292 = arith.addf %291, %289 : f32 loc("examples/decoder_block.kina":84:13)
+      %293 = arith.mulf %290, %292 : f32 loc("examples/decoder_block.kina":84:13)
+      %294 = arith.mulf %247, %293 : f32 loc("examples/decoder_block.kina":84:13)
+      linalg.yield %294 : f32 loc("examples/decoder_block.kina":84:13)
     } -> tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
-    %296 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %297 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
-    %298 = linalg.fill ins(%296 : f32) outs(%297 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
-    %mlp.80.down = linalg.matmul ins(%mlp.79.act, %w_down : tensor<8x16xf32>, tensor<16x8xf32>) outs(%298 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
-    %299 = tensor.collapse_shape %mlp.80.down [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":86:13)
-    %mlp.81.out = tensor.expand_shape %299 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":86:13)
-    %300 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":98:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%h, %mlp.81.out : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%300 : tensor<2x4x8xf32>) {
-    ^bb0(%301: f32, %302: f32, %303: f32):
-      %304 = arith.addf %301, %302 : f32 loc("examples/decoder_block.kina":98:13)
-      linalg.yield %304 : f32 loc("examples/decoder_block.kina":98:13)
+    %295 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
+    %296 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
+    %297 = linalg.fill ins(%295 : f32) outs(%296 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
+    %mlp.80.down = linalg.matmul ins(%mlp.79.act, %w_down : tensor<8x16xf32>, tensor<16x8xf32>) outs(%297 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":85:14)
+    %298 = tensor.collapse_shape %mlp.80.down [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":86:13)
+    %mlp.81.out = tensor.expand_shape %298 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":86:13)
+    %299 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":98:13)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%h, %mlp.81.out : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%299 : tensor<2x4x8xf32>) {
+    ^bb0(%300: f32, %301: f32, %302: f32):
+      %303 = arith.addf %300, %301 : f32 loc("examples/decoder_block.kina":98:13)
+      linalg.yield %303 : f32 loc("examples/decoder_block.kina":98:13)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":98:13)
     %ct.1.seed = arith.constant dense<1.0> : tensor<2x4x8xf32> loc("examples/decoder_block.kina":99:3)
-    %305 = tensor.collapse_shape %ct.1.seed [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":86:13)
-    %ct.2.reshape = tensor.expand_shape %305 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":86:13)
-    %306 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
-    %ct.3.transpose = linalg.transpose ins(%w_down : tensor<16x8xf32>) outs(%306 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":85:14)
-    %307 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %308 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
-    %309 = linalg.fill ins(%307 : f32) outs(%308 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
-    %ct.4.matmul = linalg.matmul ins(%ct.2.reshape, %ct.3.transpose : tensor<8x8xf32>, tensor<8x16xf32>) outs(%309 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
-    %310 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
-    %ct.5.transpose = linalg.transpose ins(%mlp.79.act : tensor<8x16xf32>) outs(%310 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":85:14)
-    %311 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
-    %312 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
-    %313 = linalg.fill ins(%311 : f32) outs(%312 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
-    %ct.6.matmul = linalg.matmul ins(%ct.5.transpose, %ct.2.reshape : tensor<16x8xf32>, tensor<8x8xf32>) outs(%313 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
-    %314 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
-    %ct.7.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.matmul, %mlp.78.up : tensor<8x16xf32>, tensor<8x16xf32>) outs(%314 : tensor<8x16xf32>) {
-    ^bb0(%315: f32, %316: f32, %317: f32):
-      %318 = arith.constant -0.5 : f32 loc("examples/decoder_block.kina":84:13)
-      %319 = arith.mulf %316, %316 : f32 loc("examples/decoder_block.kina":84:13)
-      %320 = arith.mulf %318, %319 : f32 loc("examples/decoder_block.kina":84:13)
-      %321 = math.exp %320 : f32 loc("examples/decoder_block.kina":84:13)
-      %322 = arith.constant 0.3989422804014327 : f32 loc("examples/decoder_block.kina":84:13)
-      %323 = arith.mulf %321, %322 : f32 loc("examples/decoder_block.kina":84:13)
-      %324 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":84:13)
-      %325 = arith.mulf %316, %324 : f32 loc("examples/decoder_block.kina":84:13)
-      %326 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":84:13)
-      %327 = arith.minimumf %325, %326 : f32 loc("examples/decoder_block.kina":84:13)
-      %328 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":84:13)
-      %329 = arith.maximumf %327, %328 : f32 loc("examples/decoder_block.kina":84:13)
-      %330 = arith.mulf %329, %329 : f32 loc("examples/decoder_block.kina":84:13)
-      %331 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":84:13)
-      %332 = arith.mulf %331, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %333 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":84:13)
-      %334 = arith.addf %332, %333 : f32 loc("examples/decoder_block.kina":84:13)
-      %335 = arith.mulf %334, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %336 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":84:13)
-      %337 = arith.addf %335, %336 : f32 loc("examples/decoder_block.kina":84:13)
-      %338 = arith.mulf %337, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %339 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":84:13)
-      %340 = arith.addf %338, %339 : f32 loc("examples/decoder_block.kina":84:13)
-      %341 = arith.mulf %340, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %342 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":84:13)
-      %343 = arith.addf %341, %342 : f32 loc("examples/decoder_block.kina":84:13)
-      %344 = arith.mulf %343, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %345 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":84:13)
-      %346 = arith.addf %344, %345 : f32 loc("examples/decoder_block.kina":84:13)
-      %347 = arith.mulf %346, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %348 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":84:13)
-      %349 = arith.addf %347, %348 : f32 loc("examples/decoder_block.kina":84:13)
-      %350 = arith.mulf %329, %349 : f32 loc("examples/decoder_block.kina":84:13)
-      %351 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":84:13)
-      %352 = arith.mulf %351, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %353 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":84:13)
-      %354 = arith.addf %352, %353 : f32 loc("examples/decoder_block.kina":84:13)
-      %355 = arith.mulf %354, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %356 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":84:13)
-      %357 = arith.addf %355, %356 : f32 loc("examples/decoder_block.kina":84:13)
-      %358 = arith.mulf %357, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %359 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":84:13)
-      %360 = arith.addf %358, %359 : f32 loc("examples/decoder_block.kina":84:13)
-      %361 = arith.mulf %360, %330 : f32 loc("examples/decoder_block.kina":84:13)
-      %362 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":84:13)
-      %363 = arith.addf %361, %362 : f32 loc("examples/decoder_block.kina":84:13)
-      %364 = arith.divf %350, %363 : f32 loc("examples/decoder_block.kina":84:13)
-      %365 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":84:13)
-      %366 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":84:13)
-      %367 = arith.addf %366, %364 : f32 loc("examples/decoder_block.kina":84:13)
-      %368 = arith.mulf %365, %367 : f32 loc("examples/decoder_block.kina":84:13)
-      %369 = arith.mulf %316, %323 : f32 loc("examples/decoder_block.kina":84:13)
-      %370 = arith.addf %368, %369 : f32 loc("examples/decoder_block.kina":84:13)
-      %371 = arith.mulf %315, %370 : f32 loc("examples/decoder_block.kina":84:13)
-      linalg.yield %371 : f32 loc("examples/decoder_block.kina":84:13)
+    %304 = tensor.collapse_shape %ct.1.seed [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":86:13)
+    %ct.2.reshape = tensor.expand_shape %304 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":86:13)
+    %305 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
+    %ct.3.transpose = linalg.transpose ins(%w_down : tensor<16x8xf32>) outs(%305 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":85:14)
+    %306 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
+    %307 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
+    %308 = linalg.fill ins(%306 : f32) outs(%307 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
+    %ct.4.matmul = linalg.matmul ins(%ct.2.reshape, %ct.3.transpose : tensor<8x8xf32>, tensor<8x16xf32>) outs(%308 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":85:14)
+    %309 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
+    %ct.5.transpose = linalg.transpose ins(%mlp.79.act : tensor<8x16xf32>) outs(%309 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":85:14)
+    %310 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":85:14)
+    %311 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
+    %312 = linalg.fill ins(%310 : f32) outs(%311 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
+    %ct.6.matmul = linalg.matmul ins(%ct.5.transpose, %ct.2.reshape : tensor<16x8xf32>, tensor<8x8xf32>) outs(%312 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":85:14)
+    %313 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
+    %ct.7.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.matmul, %mlp.78.up : tensor<8x16xf32>, tensor<8x16xf32>) outs(%313 : tensor<8x16xf32>) {
+    ^bb0(%314: f32, %315: f32, %316: f32):
+      %317 = arith.constant -0.5 : f32 loc("examples/decoder_block.kina":84:13)
+      %318 = arith.mulf %315, %315 : f32 loc("examples/decoder_block.kina":84:13)
+      %319 = arith.mulf %317, %318 : f32 loc("examples/decoder_block.kina":84:13)
+      %320 = math.exp %319 : f32 loc("examples/decoder_block.kina":84:13)
+      %321 = arith.constant 0.3989422804014327 : f32 loc("examples/decoder_block.kina":84:13)
+      %322 = arith.mulf %320, %321 : f32 loc("examples/decoder_block.kina":84:13)
+      %323 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":84:13)
+      %324 = arith.mulf %315, %323 : f32 loc("examples/decoder_block.kina":84:13)
+      %325 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":84:13)
+      %326 = arith.minimumf %324, %325 : f32 loc("examples/decoder_block.kina":84:13)
+      %327 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":84:13)
+      %328 = arith.maximumf %326, %327 : f32 loc("examples/decoder_block.kina":84:13)
+      %329 = arith.mulf %328, %328 : f32 loc("examples/decoder_block.kina":84:13)
+      %330 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":84:13)
+      %331 = arith.mulf %330, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %332 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":84:13)
+      %333 = arith.addf %331, %332 : f32 loc("examples/decoder_block.kina":84:13)
+      %334 = arith.mulf %333, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %335 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":84:13)
+      %336 = arith.addf %334, %335 : f32 loc("examples/decoder_block.kina":84:13)
+      %337 = arith.mulf %336, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %338 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":84:13)
+      %339 = arith.addf %337, %338 : f32 loc("examples/decoder_block.kina":84:13)
+      %340 = arith.mulf %339, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %341 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":84:13)
+      %342 = arith.addf %340, %341 : f32 loc("examples/decoder_block.kina":84:13)
+      %343 = arith.mulf %342, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %344 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":84:13)
+      %345 = arith.addf %343, %344 : f32 loc("examples/decoder_block.kina":84:13)
+      %346 = arith.mulf %345, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %347 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":84:13)
+      %348 = arith.addf %346, %347 : f32 loc("examples/decoder_block.kina":84:13)
+      %349 = arith.mulf %328, %348 : f32 loc("examples/decoder_block.kina":84:13)
+      %350 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":84:13)
+      %351 = arith.mulf %350, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %352 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":84:13)
+      %353 = arith.addf %351, %352 : f32 loc("examples/decoder_block.kina":84:13)
+      %354 = arith.mulf %353, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %355 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":84:13)
+      %356 = arith.addf %354, %355 : f32 loc("examples/decoder_block.kina":84:13)
+      %357 = arith.mulf %356, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %358 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":84:13)
+      %359 = arith.addf %357, %358 : f32 loc("examples/decoder_block.kina":84:13)
+      %360 = arith.mulf %359, %329 : f32 loc("examples/decoder_block.kina":84:13)
+      %361 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":84:13)
+      %362 = arith.addf %360, %361 : f32 loc("examples/decoder_block.kina":84:13)
+      %363 = arith.divf %349, %362 : f32 loc("examples/decoder_block.kina":84:13)
+      %364 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":84:13)
+      %365 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":84:13)
+      %366 = arith.addf %365, %363 : f32 loc("examples/decoder_block.kina":84:13)
+      %367 = arith.mulf %364, %366 : f32 loc("examples/decoder_block.kina":84:13)
+      %368 = arith.mulf %315, %322 : f32 loc("examples/decoder_block.kina":84:13)
+      %369 = arith.addf %367, %368 : f32 loc("examples/decoder_block.kina":84:13)
+      %370 = arith.mulf %314, %369 : f32 loc("examples/decoder_block.kina":84:13)
+      linalg.yield %370 : f32 loc("examples/decoder_block.kina":84:13)
     } -> tensor<8x16xf32> loc("examples/decoder_block.kina":84:13)
-    %372 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":83:12)
-    %ct.8.transpose = linalg.transpose ins(%w_up : tensor<8x16xf32>) outs(%372 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":83:12)
-    %373 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %374 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
-    %375 = linalg.fill ins(%373 : f32) outs(%374 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
-    %ct.9.matmul = linalg.matmul ins(%ct.7.gelu_grad, %ct.8.transpose : tensor<8x16xf32>, tensor<16x8xf32>) outs(%375 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
-    %376 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
-    %ct.10.transpose = linalg.transpose ins(%mlp.77.rows : tensor<8x8xf32>) outs(%376 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":83:12)
-    %377 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
-    %378 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
-    %379 = linalg.fill ins(%377 : f32) outs(%378 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
-    %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.7.gelu_grad : tensor<8x8xf32>, tensor<8x16xf32>) outs(%379 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
-    %380 = tensor.collapse_shape %ct.9.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
-    %ct.12.reshape = tensor.expand_shape %380 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":82:14)
-    %381 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %382 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %383 = linalg.fill ins(%381 : f32) outs(%382 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %384 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.12.reshape : tensor<2x4x8xf32>) outs(%383 : tensor<4x8xf32>) {
-    ^bb0(%385: f32, %386: f32):
-      %387 = arith.addf %386, %385 : f32 loc("examples/decoder_block.kina":32:13)
-      linalg.yield %387 : f32 loc("examples/decoder_block.kina":32:13)
+    %371 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":83:12)
+    %ct.8.transpose = linalg.transpose ins(%w_up : tensor<8x16xf32>) outs(%371 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":83:12)
+    %372 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
+    %373 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
+    %374 = linalg.fill ins(%372 : f32) outs(%373 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
+    %ct.9.matmul = linalg.matmul ins(%ct.7.gelu_grad, %ct.8.transpose : tensor<8x16xf32>, tensor<16x8xf32>) outs(%374 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
+    %375 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":83:12)
+    %ct.10.transpose = linalg.transpose ins(%mlp.77.rows : tensor<8x8xf32>) outs(%375 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":83:12)
+    %376 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":83:12)
+    %377 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %378 = linalg.fill ins(%376 : f32) outs(%377 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.7.gelu_grad : tensor<8x8xf32>, tensor<8x16xf32>) outs(%378 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":83:12)
+    %379 = tensor.collapse_shape %ct.9.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":82:14)
+    %ct.12.reshape = tensor.expand_shape %379 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":82:14)
+    %380 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
+    %381 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %382 = linalg.fill ins(%380 : f32) outs(%381 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %383 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.12.reshape : tensor<2x4x8xf32>) outs(%382 : tensor<4x8xf32>) {
+    ^bb0(%384: f32, %385: f32):
+      %386 = arith.addf %385, %384 : f32 loc("examples/decoder_block.kina":32:13)
+      linalg.yield %386 : f32 loc("examples/decoder_block.kina":32:13)
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %ct.13.reduce_keep = tensor.expand_shape %384 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %388 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %389 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
-    %390 = linalg.fill ins(%388 : f32) outs(%389 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
-    %391 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.13.reduce_keep : tensor<1x4x8xf32>) outs(%390 : tensor<1x8xf32>) {
-    ^bb0(%392: f32, %393: f32):
-      %394 = arith.addf %393, %392 : f32 loc("examples/decoder_block.kina":32:13)
-      linalg.yield %394 : f32 loc("examples/decoder_block.kina":32:13)
+    %ct.13.reduce_keep = tensor.expand_shape %383 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %387 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
+    %388 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %389 = linalg.fill ins(%387 : f32) outs(%388 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %390 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.13.reduce_keep : tensor<1x4x8xf32>) outs(%389 : tensor<1x8xf32>) {
+    ^bb0(%391: f32, %392: f32):
+      %393 = arith.addf %392, %391 : f32 loc("examples/decoder_block.kina":32:13)
+      linalg.yield %393 : f32 loc("examples/decoder_block.kina":32:13)
     } -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
-    %ct.14.reduce_keep = tensor.expand_shape %391 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %ct.14.reduce_keep = tensor.expand_shape %390 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":32:13)
     %ct.15.reshape = tensor.collapse_shape %ct.14.reduce_keep [[0, 1, 2]] : tensor<1x1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":31:12)
-    %395 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.12.reshape, %layer_norm.72.g_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%395 : tensor<2x4x8xf32>) {
-    ^bb0(%396: f32, %397: f32, %398: f32):
-      %399 = arith.mulf %396, %397 : f32 loc("examples/decoder_block.kina":30:16)
-      linalg.yield %399 : f32 loc("examples/decoder_block.kina":30:16)
+    %394 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.12.reshape, %layer_norm.72.g_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%394 : tensor<2x4x8xf32>) {
+    ^bb0(%395: f32, %396: f32, %397: f32):
+      %398 = arith.mulf %395, %396 : f32 loc("examples/decoder_block.kina":30:16)
+      linalg.yield %398 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %400 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.12.reshape, %layer_norm.70.xn : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%400 : tensor<2x4x8xf32>) {
-    ^bb0(%401: f32, %402: f32, %403: f32):
-      %404 = arith.mulf %401, %402 : f32 loc("examples/decoder_block.kina":30:16)
-      linalg.yield %404 : f32 loc("examples/decoder_block.kina":30:16)
+    %399 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.12.reshape, %layer_norm.70.xn : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%399 : tensor<2x4x8xf32>) {
+    ^bb0(%400: f32, %401: f32, %402: f32):
+      %403 = arith.mulf %400, %401 : f32 loc("examples/decoder_block.kina":30:16)
+      linalg.yield %403 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %405 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %406 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %407 = linalg.fill ins(%405 : f32) outs(%406 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %408 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.17.mul : tensor<2x4x8xf32>) outs(%407 : tensor<4x8xf32>) {
-    ^bb0(%409: f32, %410: f32):
-      %411 = arith.addf %410, %409 : f32 loc("examples/decoder_block.kina":29:13)
-      linalg.yield %411 : f32 loc("examples/decoder_block.kina":29:13)
+    %404 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
+    %405 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %406 = linalg.fill ins(%404 : f32) outs(%405 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %407 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.17.mul : tensor<2x4x8xf32>) outs(%406 : tensor<4x8xf32>) {
+    ^bb0(%408: f32, %409: f32):
+      %410 = arith.addf %409, %408 : f32 loc("examples/decoder_block.kina":29:13)
+      linalg.yield %410 : f32 loc("examples/decoder_block.kina":29:13)
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %ct.18.reduce_keep = tensor.expand_shape %408 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %412 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %413 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
-    %414 = linalg.fill ins(%412 : f32) outs(%413 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
-    %415 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.18.reduce_keep : tensor<1x4x8xf32>) outs(%414 : tensor<1x8xf32>) {
-    ^bb0(%416: f32, %417: f32):
-      %418 = arith.addf %417, %416 : f32 loc("examples/decoder_block.kina":29:13)
-      linalg.yield %418 : f32 loc("examples/decoder_block.kina":29:13)
+    %ct.18.reduce_keep = tensor.expand_shape %407 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %411 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
+    %412 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %413 = linalg.fill ins(%411 : f32) outs(%412 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %414 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.18.reduce_keep : tensor<1x4x8xf32>) outs(%413 : tensor<1x8xf32>) {
+    ^bb0(%415: f32, %416: f32):
+      %417 = arith.addf %416, %415 : f32 loc("examples/decoder_block.kina":29:13)
+      linalg.yield %417 : f32 loc("examples/decoder_block.kina":29:13)
     } -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
-    %ct.19.reduce_keep = tensor.expand_shape %415 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %ct.19.reduce_keep = tensor.expand_shape %414 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":29:13)
     %ct.20.reshape = tensor.collapse_shape %ct.19.reduce_keep [[0, 1, 2]] : tensor<1x1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":28:12)
-    %419 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.16.mul, %layer_norm.69.inv_std_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%419 : tensor<2x4x8xf32>) {
-    ^bb0(%420: f32, %421: f32, %422: f32):
-      %423 = arith.mulf %420, %421 : f32 loc("examples/decoder_block.kina":27:12)
-      linalg.yield %423 : f32 loc("examples/decoder_block.kina":27:12)
+    %418 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
+    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.16.mul, %layer_norm.69.inv_std_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%418 : tensor<2x4x8xf32>) {
+    ^bb0(%419: f32, %420: f32, %421: f32):
+      %422 = arith.mulf %419, %420 : f32 loc("examples/decoder_block.kina":27:12)
+      linalg.yield %422 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %424 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %ct.22.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.16.mul, %layer_norm.62.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%424 : tensor<2x4x8xf32>) {
-    ^bb0(%425: f32, %426: f32, %427: f32):
-      %428 = arith.mulf %425, %426 : f32 loc("examples/decoder_block.kina":27:12)
-      linalg.yield %428 : f32 loc("examples/decoder_block.kina":27:12)
+    %423 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
+    %ct.22.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.16.mul, %layer_norm.62.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%423 : tensor<2x4x8xf32>) {
+    ^bb0(%424: f32, %425: f32, %426: f32):
+      %427 = arith.mulf %424, %425 : f32 loc("examples/decoder_block.kina":27:12)
+      linalg.yield %427 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %429 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:19)
-    %430 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
-    %431 = linalg.fill ins(%429 : f32) outs(%430 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
-    %432 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.22.mul : tensor<2x4x8xf32>) outs(%431 : tensor<2x4xf32>) {
-    ^bb0(%433: f32, %434: f32):
-      %435 = arith.addf %434, %433 : f32 loc("examples/decoder_block.kina":26:19)
-      linalg.yield %435 : f32 loc("examples/decoder_block.kina":26:19)
+    %428 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:19)
+    %429 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
+    %430 = linalg.fill ins(%428 : f32) outs(%429 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
+    %431 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.22.mul : tensor<2x4x8xf32>) outs(%430 : tensor<2x4xf32>) {
+    ^bb0(%432: f32, %433: f32):
+      %434 = arith.addf %433, %432 : f32 loc("examples/decoder_block.kina":26:19)
+      linalg.yield %434 : f32 loc("examples/decoder_block.kina":26:19)
     } -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
-    %ct.23.reduce_keep = tensor.expand_shape %432 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":26:19)
+    %ct.23.reduce_keep = tensor.expand_shape %431 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":26:19)
     %ct.24.const = arith.constant dense<-0.5> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %436 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.23.reduce_keep, %ct.24.const : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%436 : tensor<2x4x1xf32>) {
-    ^bb0(%437: f32, %438: f32, %439: f32):
-      %440 = arith.mulf %437, %438 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %440 : f32 loc("examples/decoder_block.kina":25:17)
+    %435 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.23.reduce_keep, %ct.24.const : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%435 : tensor<2x4x1xf32>) {
+    ^bb0(%436: f32, %437: f32, %438: f32):
+      %439 = arith.mulf %436, %437 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %439 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %441 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.68.inv_std, %layer_norm.68.inv_std : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%441 : tensor<2x4x1xf32>) {
-    ^bb0(%442: f32, %443: f32, %444: f32):
-      %445 = arith.mulf %442, %443 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %445 : f32 loc("examples/decoder_block.kina":25:17)
+    %440 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.68.inv_std, %layer_norm.68.inv_std : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%440 : tensor<2x4x1xf32>) {
+    ^bb0(%441: f32, %442: f32, %443: f32):
+      %444 = arith.mulf %441, %442 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %444 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %446 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.68.inv_std, %ct.26.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%446 : tensor<2x4x1xf32>) {
-    ^bb0(%447: f32, %448: f32, %449: f32):
-      %450 = arith.mulf %447, %448 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %450 : f32 loc("examples/decoder_block.kina":25:17)
+    %445 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.68.inv_std, %ct.26.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%445 : tensor<2x4x1xf32>) {
+    ^bb0(%446: f32, %447: f32, %448: f32):
+      %449 = arith.mulf %446, %447 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %449 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %451 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.25.mul, %ct.27.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%451 : tensor<2x4x1xf32>) {
-    ^bb0(%452: f32, %453: f32, %454: f32):
-      %455 = arith.mulf %452, %453 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %455 : f32 loc("examples/decoder_block.kina":25:17)
+    %450 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.25.mul, %ct.27.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%450 : tensor<2x4x1xf32>) {
+    ^bb0(%451: f32, %452: f32, %453: f32):
+      %454 = arith.mulf %451, %452 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %454 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %456 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
-    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.28.mul, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%456 : tensor<2x4x1xf32>) {
-    ^bb0(%457: f32, %458: f32, %459: f32):
-      %460 = arith.mulf %457, %458 : f32 loc("examples/decoder_block.kina":22:13)
-      linalg.yield %460 : f32 loc("examples/decoder_block.kina":22:13)
+    %455 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
+    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.28.mul, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%455 : tensor<2x4x1xf32>) {
+    ^bb0(%456: f32, %457: f32, %458: f32):
+      %459 = arith.mulf %456, %457 : f32 loc("examples/decoder_block.kina":22:13)
+      linalg.yield %459 : f32 loc("examples/decoder_block.kina":22:13)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
-    %461 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":21:12)
-    %ct.30.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.29.mul : tensor<2x4x1xf32>) outs(%461 : tensor<2x4x8xf32>) {
-    ^bb0(%462: f32, %463: f32):
-      linalg.yield %462 : f32 loc("examples/decoder_block.kina":21:12)
+    %460 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":21:12)
+    %ct.30.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.29.mul : tensor<2x4x1xf32>) outs(%460 : tensor<2x4x8xf32>) {
+    ^bb0(%461: f32, %462: f32):
+      linalg.yield %461 : f32 loc("examples/decoder_block.kina":21:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":21:12)
-    %464 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %ct.31.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.30.broadcast, %layer_norm.62.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%464 : tensor<2x4x8xf32>) {
-    ^bb0(%465: f32, %466: f32, %467: f32):
-      %468 = arith.mulf %465, %466 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %468 : f32 loc("examples/decoder_block.kina":20:12)
+    %463 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %ct.31.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.30.broadcast, %layer_norm.62.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%463 : tensor<2x4x8xf32>) {
+    ^bb0(%464: f32, %465: f32, %466: f32):
+      %467 = arith.mulf %464, %465 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %467 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
     %ct.32.const = arith.constant dense<2.0> : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %469 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %ct.33.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.31.mul, %ct.32.const : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%469 : tensor<2x4x8xf32>) {
-    ^bb0(%470: f32, %471: f32, %472: f32):
-      %473 = arith.mulf %470, %471 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %473 : f32 loc("examples/decoder_block.kina":20:12)
+    %468 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %ct.33.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.31.mul, %ct.32.const : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%468 : tensor<2x4x8xf32>) {
+    ^bb0(%469: f32, %470: f32, %471: f32):
+      %472 = arith.mulf %469, %470 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %472 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %474 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %ct.34.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.21.mul, %ct.33.mul : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%474 : tensor<2x4x8xf32>) {
-    ^bb0(%475: f32, %476: f32, %477: f32):
-      %478 = arith.addf %475, %476 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %478 : f32 loc("examples/decoder_block.kina":20:12)
+    %473 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %ct.34.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.21.mul, %ct.33.mul : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%473 : tensor<2x4x8xf32>) {
+    ^bb0(%474: f32, %475: f32, %476: f32):
+      %477 = arith.addf %474, %475 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %477 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %479 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %ct.35.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.34.add : tensor<2x4x8xf32>) outs(%479 : tensor<2x4x8xf32>) {
-    ^bb0(%480: f32, %481: f32):
-      %482 = arith.negf %480 : f32 loc("examples/decoder_block.kina":19:12)
-      linalg.yield %482 : f32 loc("examples/decoder_block.kina":19:12)
+    %478 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
+    %ct.35.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.34.add : tensor<2x4x8xf32>) outs(%478 : tensor<2x4x8xf32>) {
+    ^bb0(%479: f32, %480: f32):
+      %481 = arith.negf %479 : f32 loc("examples/decoder_block.kina":19:12)
+      linalg.yield %481 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %483 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %ct.36.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.1.seed, %ct.34.add : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%483 : tensor<2x4x8xf32>) {
-    ^bb0(%484: f32, %485: f32, %486: f32):
-      %487 = arith.addf %484, %485 : f32 loc("examples/decoder_block.kina":19:12)
-      linalg.yield %487 : f32 loc("examples/decoder_block.kina":19:12)
+    %482 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
+    %ct.36.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.1.seed, %ct.34.add : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%482 : tensor<2x4x8xf32>) {
+    ^bb0(%483: f32, %484: f32, %485: f32):
+      %486 = arith.addf %483, %484 : f32 loc("examples/decoder_block.kina":19:12)
+      linalg.yield %486 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %488 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":18:14)
-    %489 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
-    %490 = linalg.fill ins(%488 : f32) outs(%489 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
-    %491 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.35.neg : tensor<2x4x8xf32>) outs(%490 : tensor<2x4xf32>) {
-    ^bb0(%492: f32, %493: f32):
-      %494 = arith.addf %493, %492 : f32 loc("examples/decoder_block.kina":18:14)
-      linalg.yield %494 : f32 loc("examples/decoder_block.kina":18:14)
+    %487 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":18:14)
+    %488 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
+    %489 = linalg.fill ins(%487 : f32) outs(%488 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
+    %490 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.35.neg : tensor<2x4x8xf32>) outs(%489 : tensor<2x4xf32>) {
+    ^bb0(%491: f32, %492: f32):
+      %493 = arith.addf %492, %491 : f32 loc("examples/decoder_block.kina":18:14)
+      linalg.yield %493 : f32 loc("examples/decoder_block.kina":18:14)
     } -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
-    %ct.37.reduce_keep = tensor.expand_shape %491 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":18:14)
-    %495 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
-    %ct.38.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.37.reduce_keep, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%495 : tensor<2x4x1xf32>) {
-    ^bb0(%496: f32, %497: f32, %498: f32):
-      %499 = arith.mulf %496, %497 : f32 loc("examples/decoder_block.kina":17:12)
-      linalg.yield %499 : f32 loc("examples/decoder_block.kina":17:12)
+    %ct.37.reduce_keep = tensor.expand_shape %490 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":18:14)
+    %494 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
+    %ct.38.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.37.reduce_keep, %layer_norm.58.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%494 : tensor<2x4x1xf32>) {
+    ^bb0(%495: f32, %496: f32, %497: f32):
+      %498 = arith.mulf %495, %496 : f32 loc("examples/decoder_block.kina":17:12)
+      linalg.yield %498 : f32 loc("examples/decoder_block.kina":17:12)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
-    %500 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %ct.39.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.38.mul : tensor<2x4x1xf32>) outs(%500 : tensor<2x4x8xf32>) {
-    ^bb0(%501: f32, %502: f32):
-      linalg.yield %501 : f32 loc("examples/decoder_block.kina":16:11)
+    %499 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
+    %ct.39.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.38.mul : tensor<2x4x1xf32>) outs(%499 : tensor<2x4x8xf32>) {
+    ^bb0(%500: f32, %501: f32):
+      linalg.yield %500 : f32 loc("examples/decoder_block.kina":16:11)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %503 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %ct.40.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.36.add, %ct.39.broadcast : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%503 : tensor<2x4x8xf32>) {
-    ^bb0(%504: f32, %505: f32, %506: f32):
-      %507 = arith.addf %504, %505 : f32 loc("examples/decoder_block.kina":16:11)
-      linalg.yield %507 : f32 loc("examples/decoder_block.kina":16:11)
+    %502 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
+    %ct.40.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.36.add, %ct.39.broadcast : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%502 : tensor<2x4x8xf32>) {
+    ^bb0(%503: f32, %504: f32, %505: f32):
+      %506 = arith.addf %503, %504 : f32 loc("examples/decoder_block.kina":16:11)
+      linalg.yield %506 : f32 loc("examples/decoder_block.kina":16:11)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %508 = tensor.collapse_shape %ct.40.add [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
-    %ct.41.reshape = tensor.expand_shape %508 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
-    %509 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.42.transpose = linalg.transpose ins(%wo : tensor<8x8xf32>) outs(%509 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %510 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %511 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %512 = linalg.fill ins(%510 : f32) outs(%511 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.43.matmul = linalg.matmul ins(%ct.41.reshape, %ct.42.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%512 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %513 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.44.transpose = linalg.transpose ins(%project.55.rows : tensor<8x8xf32>) outs(%513 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %514 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %515 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %516 = linalg.fill ins(%514 : f32) outs(%515 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.45.matmul = linalg.matmul ins(%ct.44.transpose, %ct.41.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%516 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %517 = tensor.collapse_shape %ct.43.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
-    %ct.46.reshape = tensor.expand_shape %517 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %518 = tensor.collapse_shape %ct.46.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":76:16)
-    %ct.47.reshape = tensor.expand_shape %518 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":76:16)
-    %519 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":75:18)
-    %ct.48.transpose = linalg.transpose ins(%ct.47.reshape : tensor<2x4x2x4xf32>) outs(%519 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":75:18)
-    %520 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %ct.49.transpose = linalg.transpose ins(%heads.40.h : tensor<2x2x4x4xf32>) outs(%520 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":74:13)
-    %521 = tensor.collapse_shape %ct.48.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %522 = tensor.collapse_shape %ct.49.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %523 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %524 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %525 = linalg.fill ins(%523 : f32) outs(%524 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %526 = linalg.batch_matmul ins(%521, %522 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%525 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %ct.50.matmul = tensor.expand_shape %526 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %527 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %ct.51.transpose = linalg.transpose ins(%attention.50.probs : tensor<2x2x4x4xf32>) outs(%527 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":74:13)
-    %528 = tensor.collapse_shape %ct.51.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %529 = tensor.collapse_shape %ct.48.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %530 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
-    %531 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %532 = linalg.fill ins(%530 : f32) outs(%531 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %533 = linalg.batch_matmul ins(%528, %529 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%532 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %ct.52.matmul = tensor.expand_shape %533 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
-    %534 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.50.matmul, %attention.50.probs : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%534 : tensor<2x2x4x4xf32>) {
-    ^bb0(%535: f32, %536: f32, %537: f32):
-      %538 = arith.mulf %535, %536 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %538 : f32 loc("examples/decoder_block.kina":73:15)
+    %507 = tensor.collapse_shape %ct.40.add [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
+    %ct.41.reshape = tensor.expand_shape %507 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
+    %508 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.42.transpose = linalg.transpose ins(%wo : tensor<8x8xf32>) outs(%508 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %509 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %510 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %511 = linalg.fill ins(%509 : f32) outs(%510 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.43.matmul = linalg.matmul ins(%ct.41.reshape, %ct.42.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%511 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %512 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.44.transpose = linalg.transpose ins(%project.55.rows : tensor<8x8xf32>) outs(%512 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %513 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %514 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %515 = linalg.fill ins(%513 : f32) outs(%514 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.45.matmul = linalg.matmul ins(%ct.44.transpose, %ct.41.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%515 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %516 = tensor.collapse_shape %ct.43.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
+    %ct.46.reshape = tensor.expand_shape %516 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
+    %517 = tensor.collapse_shape %ct.46.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":76:16)
+    %ct.47.reshape = tensor.expand_shape %517 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":76:16)
+    %518 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":75:18)
+    %ct.48.transpose = linalg.transpose ins(%ct.47.reshape : tensor<2x4x2x4xf32>) outs(%518 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":75:18)
+    %519 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %ct.49.transpose = linalg.transpose ins(%heads.40.h : tensor<2x2x4x4xf32>) outs(%519 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":74:13)
+    %520 = tensor.collapse_shape %ct.48.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %521 = tensor.collapse_shape %ct.49.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %522 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
+    %523 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %524 = linalg.fill ins(%522 : f32) outs(%523 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %525 = linalg.batch_matmul ins(%520, %521 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%524 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %ct.50.matmul = tensor.expand_shape %525 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %526 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %ct.51.transpose = linalg.transpose ins(%attention.50.probs : tensor<2x2x4x4xf32>) outs(%526 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":74:13)
+    %527 = tensor.collapse_shape %ct.51.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %528 = tensor.collapse_shape %ct.48.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %529 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":74:13)
+    %530 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %531 = linalg.fill ins(%529 : f32) outs(%530 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %532 = linalg.batch_matmul ins(%527, %528 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%531 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %ct.52.matmul = tensor.expand_shape %532 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":74:13)
+    %533 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
+    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.50.matmul, %attention.50.probs : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%533 : tensor<2x2x4x4xf32>) {
+    ^bb0(%534: f32, %535: f32, %536: f32):
+      %537 = arith.mulf %534, %535 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %537 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %539 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
-    %540 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %541 = linalg.fill ins(%539 : f32) outs(%540 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %542 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.53.mul : tensor<2x2x4x4xf32>) outs(%541 : tensor<2x2x4xf32>) {
-    ^bb0(%543: f32, %544: f32):
-      %545 = arith.addf %544, %543 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %545 : f32 loc("examples/decoder_block.kina":73:15)
+    %538 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":73:15)
+    %539 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %540 = linalg.fill ins(%538 : f32) outs(%539 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
+    %541 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.53.mul : tensor<2x2x4x4xf32>) outs(%540 : tensor<2x2x4xf32>) {
+    ^bb0(%542: f32, %543: f32):
+      %544 = arith.addf %543, %542 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %544 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":73:15)
-    %ct.54.reduce_keep = tensor.expand_shape %542 [[0], [1], [2, 3]] output_shape [2, 2, 4, 1] : tensor<2x2x4xf32> into tensor<2x2x4x1xf32> loc("examples/decoder_block.kina":73:15)
-    %546 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %ct.55.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.54.reduce_keep : tensor<2x2x4x1xf32>) outs(%546 : tensor<2x2x4x4xf32>) {
-    ^bb0(%547: f32, %548: f32):
-      linalg.yield %547 : f32 loc("examples/decoder_block.kina":73:15)
+    %ct.54.reduce_keep = tensor.expand_shape %541 [[0], [1], [2, 3]] output_shape [2, 2, 4, 1] : tensor<2x2x4xf32> into tensor<2x2x4x1xf32> loc("examples/decoder_block.kina":73:15)
+    %545 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
+    %ct.55.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.54.reduce_keep : tensor<2x2x4x1xf32>) outs(%545 : tensor<2x2x4x4xf32>) {
+    ^bb0(%546: f32, %547: f32):
+      linalg.yield %546 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %549 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %ct.56.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.50.matmul, %ct.55.broadcast : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%549 : tensor<2x2x4x4xf32>) {
-    ^bb0(%550: f32, %551: f32, %552: f32):
-      %553 = arith.subf %550, %551 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %553 : f32 loc("examples/decoder_block.kina":73:15)
+    %548 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
+    %ct.56.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.50.matmul, %ct.55.broadcast : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%548 : tensor<2x2x4x4xf32>) {
+    ^bb0(%549: f32, %550: f32, %551: f32):
+      %552 = arith.subf %549, %550 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %552 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %554 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
-    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.50.probs, %ct.56.sub : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%554 : tensor<2x2x4x4xf32>) {
-    ^bb0(%555: f32, %556: f32, %557: f32):
-      %558 = arith.mulf %555, %556 : f32 loc("examples/decoder_block.kina":73:15)
-      linalg.yield %558 : f32 loc("examples/decoder_block.kina":73:15)
+    %553 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
+    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.50.probs, %ct.56.sub : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%553 : tensor<2x2x4x4xf32>) {
+    ^bb0(%554: f32, %555: f32, %556: f32):
+      %557 = arith.mulf %554, %555 : f32 loc("examples/decoder_block.kina":73:15)
+      linalg.yield %557 : f32 loc("examples/decoder_block.kina":73:15)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":73:15)
     %ct.58.zeros = arith.constant dense<0.0> : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
-    %559 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
-    %ct.59.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.45.keep, %ct.57.mul, %ct.58.zeros : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%559 : tensor<2x2x4x4xf32>) {
-    ^bb0(%560: i8, %561: f32, %562: f32, %563: f32):
-      %564 = arith.constant 0 : i8 loc("examples/decoder_block.kina":72:16)
-      %565 = arith.cmpi ne, %560, %564 : i8 loc("examples/decoder_block.kina":72:16)
-      %566 = arith.select %565, %561, %562 : f32 loc("examples/decoder_block.kina":72:16)
-      linalg.yield %566 : f32 loc("examples/decoder_block.kina":72:16)
+    %558 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
+    %ct.59.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%attention.45.keep, %ct.57.mul, %ct.58.zeros : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%558 : tensor<2x2x4x4xf32>) {
+    ^bb0(%559: i8, %560: f32, %561: f32, %562: f32):
+      %563 = arith.constant 0 : i8 loc("examples/decoder_block.kina":72:16)
+      %564 = arith.cmpi ne, %559, %563 : i8 loc("examples/decoder_block.kina":72:16)
+      %565 = arith.select %564, %560, %561 : f32 loc("examples/decoder_block.kina":72:16)
+      linalg.yield %565 : f32 loc("examples/decoder_block.kina":72:16)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":72:16)
-    %567 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":69:16)
-    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.59.where, %attention.43.scale : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%567 : tensor<2x2x4x4xf32>) {
-    ^bb0(%568: f32, %569: f32, %570: f32):
-      %571 = arith.mulf %568, %569 : f32 loc("examples/decoder_block.kina":69:16)
-      linalg.yield %571 : f32 loc("examples/decoder_block.kina":69:16)
+    %566 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":69:16)
+    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.59.where, %attention.43.scale : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%566 : tensor<2x2x4x4xf32>) {
+    ^bb0(%567: f32, %568: f32, %569: f32):
+      %570 = arith.mulf %567, %568 : f32 loc("examples/decoder_block.kina":69:16)
+      linalg.yield %570 : f32 loc("examples/decoder_block.kina":69:16)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":69:16)
-    %572 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %ct.61.transpose = linalg.transpose ins(%attention.41.k_t : tensor<2x2x4x4xf32>) outs(%572 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":67:16)
-    %573 = tensor.collapse_shape %ct.60.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %574 = tensor.collapse_shape %ct.61.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %575 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
-    %576 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %577 = linalg.fill ins(%575 : f32) outs(%576 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %578 = linalg.batch_matmul ins(%573, %574 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%577 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %ct.62.matmul = tensor.expand_shape %578 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %579 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %ct.63.transpose = linalg.transpose ins(%heads.34.h : tensor<2x2x4x4xf32>) outs(%579 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":67:16)
-    %580 = tensor.collapse_shape %ct.63.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %581 = tensor.collapse_shape %ct.60.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %582 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
-    %583 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %584 = linalg.fill ins(%582 : f32) outs(%583 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %585 = linalg.batch_matmul ins(%580, %581 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%584 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %ct.64.matmul = tensor.expand_shape %585 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
-    %586 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":66:13)
-    %ct.65.transpose = linalg.transpose ins(%ct.64.matmul : tensor<2x2x4x4xf32>) outs(%586 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":66:13)
-    %587 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":48:11)
-    %ct.66.transpose = linalg.transpose ins(%ct.52.matmul : tensor<2x2x4x4xf32>) outs(%587 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":48:11)
-    %588 = tensor.collapse_shape %ct.66.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":47:15)
-    %ct.67.reshape = tensor.expand_shape %588 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":47:15)
-    %589 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":48:11)
-    %ct.68.transpose = linalg.transpose ins(%ct.65.transpose : tensor<2x2x4x4xf32>) outs(%589 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":48:11)
-    %590 = tensor.collapse_shape %ct.68.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":47:15)
-    %ct.69.reshape = tensor.expand_shape %590 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":47:15)
-    %591 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":48:11)
-    %ct.70.transpose = linalg.transpose ins(%ct.62.matmul : tensor<2x2x4x4xf32>) outs(%591 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":48:11)
-    %592 = tensor.collapse_shape %ct.70.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":47:15)
-    %ct.71.reshape = tensor.expand_shape %592 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":47:15)
-    %593 = tensor.collapse_shape %ct.67.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
-    %ct.72.reshape = tensor.expand_shape %593 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
-    %594 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.73.transpose = linalg.transpose ins(%wv : tensor<8x8xf32>) outs(%594 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %595 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %596 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %597 = linalg.fill ins(%595 : f32) outs(%596 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.74.matmul = linalg.matmul ins(%ct.72.reshape, %ct.73.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%597 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %598 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.75.transpose = linalg.transpose ins(%project.29.rows : tensor<8x8xf32>) outs(%598 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %599 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %600 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %601 = linalg.fill ins(%599 : f32) outs(%600 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.76.matmul = linalg.matmul ins(%ct.75.transpose, %ct.72.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%601 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %602 = tensor.collapse_shape %ct.74.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
-    %ct.77.reshape = tensor.expand_shape %602 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %603 = tensor.collapse_shape %ct.69.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
-    %ct.78.reshape = tensor.expand_shape %603 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
-    %604 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.79.transpose = linalg.transpose ins(%wk : tensor<8x8xf32>) outs(%604 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %605 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %606 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %607 = linalg.fill ins(%605 : f32) outs(%606 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.80.matmul = linalg.matmul ins(%ct.78.reshape, %ct.79.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%607 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %608 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.81.transpose = linalg.transpose ins(%project.25.rows : tensor<8x8xf32>) outs(%608 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %609 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %610 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %611 = linalg.fill ins(%609 : f32) outs(%610 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.82.matmul = linalg.matmul ins(%ct.81.transpose, %ct.78.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%611 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %612 = tensor.collapse_shape %ct.80.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
-    %ct.83.reshape = tensor.expand_shape %612 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %613 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %ct.84.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.77.reshape, %ct.83.reshape : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%613 : tensor<2x4x8xf32>) {
-    ^bb0(%614: f32, %615: f32, %616: f32):
-      %617 = arith.addf %614, %615 : f32 loc("examples/decoder_block.kina":39:14)
-      linalg.yield %617 : f32 loc("examples/decoder_block.kina":39:14)
+    %571 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %ct.61.transpose = linalg.transpose ins(%attention.41.k_t : tensor<2x2x4x4xf32>) outs(%571 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":67:16)
+    %572 = tensor.collapse_shape %ct.60.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %573 = tensor.collapse_shape %ct.61.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %574 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
+    %575 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %576 = linalg.fill ins(%574 : f32) outs(%575 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %577 = linalg.batch_matmul ins(%572, %573 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%576 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %ct.62.matmul = tensor.expand_shape %577 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %578 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %ct.63.transpose = linalg.transpose ins(%heads.34.h : tensor<2x2x4x4xf32>) outs(%578 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":67:16)
+    %579 = tensor.collapse_shape %ct.63.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %580 = tensor.collapse_shape %ct.60.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %581 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":67:16)
+    %582 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %583 = linalg.fill ins(%581 : f32) outs(%582 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %584 = linalg.batch_matmul ins(%579, %580 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%583 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %ct.64.matmul = tensor.expand_shape %584 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":67:16)
+    %585 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":66:13)
+    %ct.65.transpose = linalg.transpose ins(%ct.64.matmul : tensor<2x2x4x4xf32>) outs(%585 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":66:13)
+    %586 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":48:11)
+    %ct.66.transpose = linalg.transpose ins(%ct.52.matmul : tensor<2x2x4x4xf32>) outs(%586 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":48:11)
+    %587 = tensor.collapse_shape %ct.66.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":47:15)
+    %ct.67.reshape = tensor.expand_shape %587 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":47:15)
+    %588 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":48:11)
+    %ct.68.transpose = linalg.transpose ins(%ct.65.transpose : tensor<2x2x4x4xf32>) outs(%588 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":48:11)
+    %589 = tensor.collapse_shape %ct.68.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":47:15)
+    %ct.69.reshape = tensor.expand_shape %589 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":47:15)
+    %590 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":48:11)
+    %ct.70.transpose = linalg.transpose ins(%ct.62.matmul : tensor<2x2x4x4xf32>) outs(%590 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":48:11)
+    %591 = tensor.collapse_shape %ct.70.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":47:15)
+    %ct.71.reshape = tensor.expand_shape %591 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":47:15)
+    %592 = tensor.collapse_shape %ct.67.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
+    %ct.72.reshape = tensor.expand_shape %592 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
+    %593 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.73.transpose = linalg.transpose ins(%wv : tensor<8x8xf32>) outs(%593 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %594 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %595 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %596 = linalg.fill ins(%594 : f32) outs(%595 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.74.matmul = linalg.matmul ins(%ct.72.reshape, %ct.73.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%596 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %597 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.75.transpose = linalg.transpose ins(%project.29.rows : tensor<8x8xf32>) outs(%597 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %598 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %599 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %600 = linalg.fill ins(%598 : f32) outs(%599 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.76.matmul = linalg.matmul ins(%ct.75.transpose, %ct.72.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%600 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %601 = tensor.collapse_shape %ct.74.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
+    %ct.77.reshape = tensor.expand_shape %601 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
+    %602 = tensor.collapse_shape %ct.69.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
+    %ct.78.reshape = tensor.expand_shape %602 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
+    %603 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.79.transpose = linalg.transpose ins(%wk : tensor<8x8xf32>) outs(%603 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %604 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %605 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %606 = linalg.fill ins(%604 : f32) outs(%605 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.80.matmul = linalg.matmul ins(%ct.78.reshape, %ct.79.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%606 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %607 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.81.transpose = linalg.transpose ins(%project.25.rows : tensor<8x8xf32>) outs(%607 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %608 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %609 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %610 = linalg.fill ins(%608 : f32) outs(%609 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.82.matmul = linalg.matmul ins(%ct.81.transpose, %ct.78.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%610 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %611 = tensor.collapse_shape %ct.80.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
+    %ct.83.reshape = tensor.expand_shape %611 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
+    %612 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
+    %ct.84.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.77.reshape, %ct.83.reshape : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%612 : tensor<2x4x8xf32>) {
+    ^bb0(%613: f32, %614: f32, %615: f32):
+      %616 = arith.addf %613, %614 : f32 loc("examples/decoder_block.kina":39:14)
+      linalg.yield %616 : f32 loc("examples/decoder_block.kina":39:14)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %618 = tensor.collapse_shape %ct.71.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
-    %ct.85.reshape = tensor.expand_shape %618 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
-    %619 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.86.transpose = linalg.transpose ins(%wq : tensor<8x8xf32>) outs(%619 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %620 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %621 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %622 = linalg.fill ins(%620 : f32) outs(%621 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.87.matmul = linalg.matmul ins(%ct.85.reshape, %ct.86.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%622 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %623 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.88.transpose = linalg.transpose ins(%project.21.rows : tensor<8x8xf32>) outs(%623 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
-    %624 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
-    %625 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %626 = linalg.fill ins(%624 : f32) outs(%625 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %ct.89.matmul = linalg.matmul ins(%ct.88.transpose, %ct.85.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%626 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
-    %627 = tensor.collapse_shape %ct.87.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
-    %ct.90.reshape = tensor.expand_shape %627 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %628 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %ct.91.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.84.add, %ct.90.reshape : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%628 : tensor<2x4x8xf32>) {
-    ^bb0(%629: f32, %630: f32, %631: f32):
-      %632 = arith.addf %629, %630 : f32 loc("examples/decoder_block.kina":39:14)
-      linalg.yield %632 : f32 loc("examples/decoder_block.kina":39:14)
+    %617 = tensor.collapse_shape %ct.71.reshape [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":41:12)
+    %ct.85.reshape = tensor.expand_shape %617 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":41:12)
+    %618 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.86.transpose = linalg.transpose ins(%wq : tensor<8x8xf32>) outs(%618 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %619 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %620 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %621 = linalg.fill ins(%619 : f32) outs(%620 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.87.matmul = linalg.matmul ins(%ct.85.reshape, %ct.86.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%621 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %622 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.88.transpose = linalg.transpose ins(%project.21.rows : tensor<8x8xf32>) outs(%622 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":40:11)
+    %623 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:11)
+    %624 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %625 = linalg.fill ins(%623 : f32) outs(%624 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %ct.89.matmul = linalg.matmul ins(%ct.88.transpose, %ct.85.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%625 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:11)
+    %626 = tensor.collapse_shape %ct.87.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":39:14)
+    %ct.90.reshape = tensor.expand_shape %626 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
+    %627 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
+    %ct.91.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.84.add, %ct.90.reshape : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%627 : tensor<2x4x8xf32>) {
+    ^bb0(%628: f32, %629: f32, %630: f32):
+      %631 = arith.addf %628, %629 : f32 loc("examples/decoder_block.kina":39:14)
+      linalg.yield %631 : f32 loc("examples/decoder_block.kina":39:14)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":39:14)
-    %633 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %634 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %635 = linalg.fill ins(%633 : f32) outs(%634 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %636 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.91.add : tensor<2x4x8xf32>) outs(%635 : tensor<4x8xf32>) {
-    ^bb0(%637: f32, %638: f32):
-      %639 = arith.addf %638, %637 : f32 loc("examples/decoder_block.kina":32:13)
-      linalg.yield %639 : f32 loc("examples/decoder_block.kina":32:13)
+    %632 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
+    %633 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %634 = linalg.fill ins(%632 : f32) outs(%633 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %635 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.91.add : tensor<2x4x8xf32>) outs(%634 : tensor<4x8xf32>) {
+    ^bb0(%636: f32, %637: f32):
+      %638 = arith.addf %637, %636 : f32 loc("examples/decoder_block.kina":32:13)
+      linalg.yield %638 : f32 loc("examples/decoder_block.kina":32:13)
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %ct.92.reduce_keep = tensor.expand_shape %636 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":32:13)
-    %640 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
-    %641 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
-    %642 = linalg.fill ins(%640 : f32) outs(%641 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
-    %643 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.92.reduce_keep : tensor<1x4x8xf32>) outs(%642 : tensor<1x8xf32>) {
-    ^bb0(%644: f32, %645: f32):
-      %646 = arith.addf %645, %644 : f32 loc("examples/decoder_block.kina":32:13)
-      linalg.yield %646 : f32 loc("examples/decoder_block.kina":32:13)
+    %ct.92.reduce_keep = tensor.expand_shape %635 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":32:13)
+    %639 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":32:13)
+    %640 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %641 = linalg.fill ins(%639 : f32) outs(%640 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %642 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.92.reduce_keep : tensor<1x4x8xf32>) outs(%641 : tensor<1x8xf32>) {
+    ^bb0(%643: f32, %644: f32):
+      %645 = arith.addf %644, %643 : f32 loc("examples/decoder_block.kina":32:13)
+      linalg.yield %645 : f32 loc("examples/decoder_block.kina":32:13)
     } -> tensor<1x8xf32> loc("examples/decoder_block.kina":32:13)
-    %ct.93.reduce_keep = tensor.expand_shape %643 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":32:13)
+    %ct.93.reduce_keep = tensor.expand_shape %642 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":32:13)
     %ct.94.reshape = tensor.collapse_shape %ct.93.reduce_keep [[0, 1, 2]] : tensor<1x1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":31:12)
-    %647 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %ct.95.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.91.add, %layer_norm.15.g_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%647 : tensor<2x4x8xf32>) {
-    ^bb0(%648: f32, %649: f32, %650: f32):
-      %651 = arith.mulf %648, %649 : f32 loc("examples/decoder_block.kina":30:16)
-      linalg.yield %651 : f32 loc("examples/decoder_block.kina":30:16)
+    %646 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
+    %ct.95.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.91.add, %layer_norm.15.g_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%646 : tensor<2x4x8xf32>) {
+    ^bb0(%647: f32, %648: f32, %649: f32):
+      %650 = arith.mulf %647, %648 : f32 loc("examples/decoder_block.kina":30:16)
+      linalg.yield %650 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %652 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %ct.96.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.91.add, %layer_norm.13.xn : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%652 : tensor<2x4x8xf32>) {
-    ^bb0(%653: f32, %654: f32, %655: f32):
-      %656 = arith.mulf %653, %654 : f32 loc("examples/decoder_block.kina":30:16)
-      linalg.yield %656 : f32 loc("examples/decoder_block.kina":30:16)
+    %651 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
+    %ct.96.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.91.add, %layer_norm.13.xn : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%651 : tensor<2x4x8xf32>) {
+    ^bb0(%652: f32, %653: f32, %654: f32):
+      %655 = arith.mulf %652, %653 : f32 loc("examples/decoder_block.kina":30:16)
+      linalg.yield %655 : f32 loc("examples/decoder_block.kina":30:16)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":30:16)
-    %657 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %658 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %659 = linalg.fill ins(%657 : f32) outs(%658 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %660 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.96.mul : tensor<2x4x8xf32>) outs(%659 : tensor<4x8xf32>) {
-    ^bb0(%661: f32, %662: f32):
-      %663 = arith.addf %662, %661 : f32 loc("examples/decoder_block.kina":29:13)
-      linalg.yield %663 : f32 loc("examples/decoder_block.kina":29:13)
+    %656 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
+    %657 = bufferization.alloc_tensor() : tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %658 = linalg.fill ins(%656 : f32) outs(%657 : tensor<4x8xf32>) -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %659 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1, d2)>], iterator_types = ["reduction", "parallel", "parallel"]} ins(%ct.96.mul : tensor<2x4x8xf32>) outs(%658 : tensor<4x8xf32>) {
+    ^bb0(%660: f32, %661: f32):
+      %662 = arith.addf %661, %660 : f32 loc("examples/decoder_block.kina":29:13)
+      linalg.yield %662 : f32 loc("examples/decoder_block.kina":29:13)
     } -> tensor<4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %ct.97.reduce_keep = tensor.expand_shape %660 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":29:13)
-    %664 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
-    %665 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
-    %666 = linalg.fill ins(%664 : f32) outs(%665 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
-    %667 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.97.reduce_keep : tensor<1x4x8xf32>) outs(%666 : tensor<1x8xf32>) {
-    ^bb0(%668: f32, %669: f32):
-      %670 = arith.addf %669, %668 : f32 loc("examples/decoder_block.kina":29:13)
-      linalg.yield %670 : f32 loc("examples/decoder_block.kina":29:13)
+    %ct.97.reduce_keep = tensor.expand_shape %659 [[0, 1], [2]] output_shape [1, 4, 8] : tensor<4x8xf32> into tensor<1x4x8xf32> loc("examples/decoder_block.kina":29:13)
+    %663 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":29:13)
+    %664 = bufferization.alloc_tensor() : tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %665 = linalg.fill ins(%663 : f32) outs(%664 : tensor<1x8xf32>) -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %666 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%ct.97.reduce_keep : tensor<1x4x8xf32>) outs(%665 : tensor<1x8xf32>) {
+    ^bb0(%667: f32, %668: f32):
+      %669 = arith.addf %668, %667 : f32 loc("examples/decoder_block.kina":29:13)
+      linalg.yield %669 : f32 loc("examples/decoder_block.kina":29:13)
     } -> tensor<1x8xf32> loc("examples/decoder_block.kina":29:13)
-    %ct.98.reduce_keep = tensor.expand_shape %667 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":29:13)
+    %ct.98.reduce_keep = tensor.expand_shape %666 [[0, 1], [2]] output_shape [1, 1, 8] : tensor<1x8xf32> into tensor<1x1x8xf32> loc("examples/decoder_block.kina":29:13)
     %ct.99.reshape = tensor.collapse_shape %ct.98.reduce_keep [[0, 1, 2]] : tensor<1x1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":28:12)
-    %671 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %ct.100.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.95.mul, %layer_norm.12.inv_std_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%671 : tensor<2x4x8xf32>) {
-    ^bb0(%672: f32, %673: f32, %674: f32):
-      %675 = arith.mulf %672, %673 : f32 loc("examples/decoder_block.kina":27:12)
-      linalg.yield %675 : f32 loc("examples/decoder_block.kina":27:12)
+    %670 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
+    %ct.100.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.95.mul, %layer_norm.12.inv_std_b : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%670 : tensor<2x4x8xf32>) {
+    ^bb0(%671: f32, %672: f32, %673: f32):
+      %674 = arith.mulf %671, %672 : f32 loc("examples/decoder_block.kina":27:12)
+      linalg.yield %674 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %676 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %ct.101.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.95.mul, %layer_norm.5.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%676 : tensor<2x4x8xf32>) {
-    ^bb0(%677: f32, %678: f32, %679: f32):
-      %680 = arith.mulf %677, %678 : f32 loc("examples/decoder_block.kina":27:12)
-      linalg.yield %680 : f32 loc("examples/decoder_block.kina":27:12)
+    %675 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
+    %ct.101.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.95.mul, %layer_norm.5.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%675 : tensor<2x4x8xf32>) {
+    ^bb0(%676: f32, %677: f32, %678: f32):
+      %679 = arith.mulf %676, %677 : f32 loc("examples/decoder_block.kina":27:12)
+      linalg.yield %679 : f32 loc("examples/decoder_block.kina":27:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":27:12)
-    %681 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:19)
-    %682 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
-    %683 = linalg.fill ins(%681 : f32) outs(%682 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
-    %684 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.101.mul : tensor<2x4x8xf32>) outs(%683 : tensor<2x4xf32>) {
-    ^bb0(%685: f32, %686: f32):
-      %687 = arith.addf %686, %685 : f32 loc("examples/decoder_block.kina":26:19)
-      linalg.yield %687 : f32 loc("examples/decoder_block.kina":26:19)
+    %680 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:19)
+    %681 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
+    %682 = linalg.fill ins(%680 : f32) outs(%681 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
+    %683 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.101.mul : tensor<2x4x8xf32>) outs(%682 : tensor<2x4xf32>) {
+    ^bb0(%684: f32, %685: f32):
+      %686 = arith.addf %685, %684 : f32 loc("examples/decoder_block.kina":26:19)
+      linalg.yield %686 : f32 loc("examples/decoder_block.kina":26:19)
     } -> tensor<2x4xf32> loc("examples/decoder_block.kina":26:19)
-    %ct.102.reduce_keep = tensor.expand_shape %684 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":26:19)
+    %ct.102.reduce_keep = tensor.expand_shape %683 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":26:19)
     %ct.103.const = arith.constant dense<-0.5> : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %688 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.104.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.102.reduce_keep, %ct.103.const : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%688 : tensor<2x4x1xf32>) {
-    ^bb0(%689: f32, %690: f32, %691: f32):
-      %692 = arith.mulf %689, %690 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %692 : f32 loc("examples/decoder_block.kina":25:17)
+    %687 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.104.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.102.reduce_keep, %ct.103.const : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%687 : tensor<2x4x1xf32>) {
+    ^bb0(%688: f32, %689: f32, %690: f32):
+      %691 = arith.mulf %688, %689 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %691 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %693 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.105.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.11.inv_std, %layer_norm.11.inv_std : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%693 : tensor<2x4x1xf32>) {
-    ^bb0(%694: f32, %695: f32, %696: f32):
-      %697 = arith.mulf %694, %695 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %697 : f32 loc("examples/decoder_block.kina":25:17)
+    %692 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.105.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.11.inv_std, %layer_norm.11.inv_std : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%692 : tensor<2x4x1xf32>) {
+    ^bb0(%693: f32, %694: f32, %695: f32):
+      %696 = arith.mulf %693, %694 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %696 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %698 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.106.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.11.inv_std, %ct.105.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%698 : tensor<2x4x1xf32>) {
-    ^bb0(%699: f32, %700: f32, %701: f32):
-      %702 = arith.mulf %699, %700 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %702 : f32 loc("examples/decoder_block.kina":25:17)
+    %697 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.106.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%layer_norm.11.inv_std, %ct.105.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%697 : tensor<2x4x1xf32>) {
+    ^bb0(%698: f32, %699: f32, %700: f32):
+      %701 = arith.mulf %698, %699 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %701 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %703 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %ct.107.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.104.mul, %ct.106.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%703 : tensor<2x4x1xf32>) {
-    ^bb0(%704: f32, %705: f32, %706: f32):
-      %707 = arith.mulf %704, %705 : f32 loc("examples/decoder_block.kina":25:17)
-      linalg.yield %707 : f32 loc("examples/decoder_block.kina":25:17)
+    %702 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
+    %ct.107.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.104.mul, %ct.106.mul : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%702 : tensor<2x4x1xf32>) {
+    ^bb0(%703: f32, %704: f32, %705: f32):
+      %706 = arith.mulf %703, %704 : f32 loc("examples/decoder_block.kina":25:17)
+      linalg.yield %706 : f32 loc("examples/decoder_block.kina":25:17)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":25:17)
-    %708 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
-    %ct.108.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.107.mul, %layer_norm.1.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%708 : tensor<2x4x1xf32>) {
-    ^bb0(%709: f32, %710: f32, %711: f32):
-      %712 = arith.mulf %709, %710 : f32 loc("examples/decoder_block.kina":22:13)
-      linalg.yield %712 : f32 loc("examples/decoder_block.kina":22:13)
+    %707 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
+    %ct.108.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.107.mul, %layer_norm.1.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%707 : tensor<2x4x1xf32>) {
+    ^bb0(%708: f32, %709: f32, %710: f32):
+      %711 = arith.mulf %708, %709 : f32 loc("examples/decoder_block.kina":22:13)
+      linalg.yield %711 : f32 loc("examples/decoder_block.kina":22:13)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":22:13)
-    %713 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":21:12)
-    %ct.109.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.108.mul : tensor<2x4x1xf32>) outs(%713 : tensor<2x4x8xf32>) {
-    ^bb0(%714: f32, %715: f32):
-      linalg.yield %714 : f32 loc("examples/decoder_block.kina":21:12)
+    %712 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":21:12)
+    %ct.109.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.108.mul : tensor<2x4x1xf32>) outs(%712 : tensor<2x4x8xf32>) {
+    ^bb0(%713: f32, %714: f32):
+      linalg.yield %713 : f32 loc("examples/decoder_block.kina":21:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":21:12)
-    %716 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %ct.110.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.109.broadcast, %layer_norm.5.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%716 : tensor<2x4x8xf32>) {
-    ^bb0(%717: f32, %718: f32, %719: f32):
-      %720 = arith.mulf %717, %718 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %720 : f32 loc("examples/decoder_block.kina":20:12)
+    %715 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %ct.110.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.109.broadcast, %layer_norm.5.xc : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%715 : tensor<2x4x8xf32>) {
+    ^bb0(%716: f32, %717: f32, %718: f32):
+      %719 = arith.mulf %716, %717 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %719 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
     %ct.111.const = arith.constant dense<2.0> : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %721 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %ct.112.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.110.mul, %ct.111.const : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%721 : tensor<2x4x8xf32>) {
-    ^bb0(%722: f32, %723: f32, %724: f32):
-      %725 = arith.mulf %722, %723 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %725 : f32 loc("examples/decoder_block.kina":20:12)
+    %720 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %ct.112.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.110.mul, %ct.111.const : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%720 : tensor<2x4x8xf32>) {
+    ^bb0(%721: f32, %722: f32, %723: f32):
+      %724 = arith.mulf %721, %722 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %724 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %726 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %ct.113.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.100.mul, %ct.112.mul : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%726 : tensor<2x4x8xf32>) {
-    ^bb0(%727: f32, %728: f32, %729: f32):
-      %730 = arith.addf %727, %728 : f32 loc("examples/decoder_block.kina":20:12)
-      linalg.yield %730 : f32 loc("examples/decoder_block.kina":20:12)
+    %725 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
+    %ct.113.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.100.mul, %ct.112.mul : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%725 : tensor<2x4x8xf32>) {
+    ^bb0(%726: f32, %727: f32, %728: f32):
+      %729 = arith.addf %726, %727 : f32 loc("examples/decoder_block.kina":20:12)
+      linalg.yield %729 : f32 loc("examples/decoder_block.kina":20:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":20:12)
-    %731 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %ct.114.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.113.add : tensor<2x4x8xf32>) outs(%731 : tensor<2x4x8xf32>) {
-    ^bb0(%732: f32, %733: f32):
-      %734 = arith.negf %732 : f32 loc("examples/decoder_block.kina":19:12)
-      linalg.yield %734 : f32 loc("examples/decoder_block.kina":19:12)
+    %730 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
+    %ct.114.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.113.add : tensor<2x4x8xf32>) outs(%730 : tensor<2x4x8xf32>) {
+    ^bb0(%731: f32, %732: f32):
+      %733 = arith.negf %731 : f32 loc("examples/decoder_block.kina":19:12)
+      linalg.yield %733 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %735 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %ct.115.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.40.add, %ct.113.add : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%735 : tensor<2x4x8xf32>) {
-    ^bb0(%736: f32, %737: f32, %738: f32):
-      %739 = arith.addf %736, %737 : f32 loc("examples/decoder_block.kina":19:12)
-      linalg.yield %739 : f32 loc("examples/decoder_block.kina":19:12)
+    %734 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
+    %ct.115.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.40.add, %ct.113.add : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%734 : tensor<2x4x8xf32>) {
+    ^bb0(%735: f32, %736: f32, %737: f32):
+      %738 = arith.addf %735, %736 : f32 loc("examples/decoder_block.kina":19:12)
+      linalg.yield %738 : f32 loc("examples/decoder_block.kina":19:12)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":19:12)
-    %740 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":18:14)
-    %741 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
-    %742 = linalg.fill ins(%740 : f32) outs(%741 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
-    %743 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.114.neg : tensor<2x4x8xf32>) outs(%742 : tensor<2x4xf32>) {
-    ^bb0(%744: f32, %745: f32):
-      %746 = arith.addf %745, %744 : f32 loc("examples/decoder_block.kina":18:14)
-      linalg.yield %746 : f32 loc("examples/decoder_block.kina":18:14)
+    %739 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":18:14)
+    %740 = bufferization.alloc_tensor() : tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
+    %741 = linalg.fill ins(%739 : f32) outs(%740 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
+    %742 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%ct.114.neg : tensor<2x4x8xf32>) outs(%741 : tensor<2x4xf32>) {
+    ^bb0(%743: f32, %744: f32):
+      %745 = arith.addf %744, %743 : f32 loc("examples/decoder_block.kina":18:14)
+      linalg.yield %745 : f32 loc("examples/decoder_block.kina":18:14)
     } -> tensor<2x4xf32> loc("examples/decoder_block.kina":18:14)
-    %ct.116.reduce_keep = tensor.expand_shape %743 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":18:14)
-    %747 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
-    %ct.117.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.116.reduce_keep, %layer_norm.1.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%747 : tensor<2x4x1xf32>) {
-    ^bb0(%748: f32, %749: f32, %750: f32):
-      %751 = arith.mulf %748, %749 : f32 loc("examples/decoder_block.kina":17:12)
-      linalg.yield %751 : f32 loc("examples/decoder_block.kina":17:12)
+    %ct.116.reduce_keep = tensor.expand_shape %742 [[0], [1, 2]] output_shape [2, 4, 1] : tensor<2x4xf32> into tensor<2x4x1xf32> loc("examples/decoder_block.kina":18:14)
+    %746 = tensor.empty() : tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
+    %ct.117.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.116.reduce_keep, %layer_norm.1.inv_d : tensor<2x4x1xf32>, tensor<2x4x1xf32>) outs(%746 : tensor<2x4x1xf32>) {
+    ^bb0(%747: f32, %748: f32, %749: f32):
+      %750 = arith.mulf %747, %748 : f32 loc("examples/decoder_block.kina":17:12)
+      linalg.yield %750 : f32 loc("examples/decoder_block.kina":17:12)
     } -> tensor<2x4x1xf32> loc("examples/decoder_block.kina":17:12)
-    %752 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %ct.118.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.117.mul : tensor<2x4x1xf32>) outs(%752 : tensor<2x4x8xf32>) {
-    ^bb0(%753: f32, %754: f32):
-      linalg.yield %753 : f32 loc("examples/decoder_block.kina":16:11)
+    %751 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
+    %ct.118.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, 0)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.117.mul : tensor<2x4x1xf32>) outs(%751 : tensor<2x4x8xf32>) {
+    ^bb0(%752: f32, %753: f32):
+      linalg.yield %752 : f32 loc("examples/decoder_block.kina":16:11)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %755 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
-    %ct.119.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.115.add, %ct.118.broadcast : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%755 : tensor<2x4x8xf32>) {
-    ^bb0(%756: f32, %757: f32, %758: f32):
-      %759 = arith.addf %756, %757 : f32 loc("examples/decoder_block.kina":16:11)
-      linalg.yield %759 : f32 loc("examples/decoder_block.kina":16:11)
+    %754 = tensor.empty() : tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
+    %ct.119.add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%ct.115.add, %ct.118.broadcast : tensor<2x4x8xf32>, tensor<2x4x8xf32>) outs(%754 : tensor<2x4x8xf32>) {
+    ^bb0(%755: f32, %756: f32, %757: f32):
+      %758 = arith.addf %755, %756 : f32 loc("examples/decoder_block.kina":16:11)
+      linalg.yield %758 : f32 loc("examples/decoder_block.kina":16:11)
     } -> tensor<2x4x8xf32> loc("examples/decoder_block.kina":16:11)
     return %out, %ct.119.add, %ct.99.reshape, %ct.94.reshape, %ct.89.matmul, %ct.82.matmul, %ct.76.matmul, %ct.45.matmul, %ct.20.reshape, %ct.15.reshape, %ct.11.matmul, %ct.6.matmul : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8x16xf32>, tensor<16x8xf32> loc("examples/decoder_block.kina":90:1)
   } loc("examples/decoder_block.kina":90:1)
