@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from compiler.check.module_rules import strongly_connected_components
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("compiler", "kina_lsp")
 MAX_TOP_LEVEL_MODULES = 8
@@ -86,45 +88,10 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one node (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    found: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            v, it = work[-1]
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(graph.get(w, ())))))
-                    break
-                if w in on_stack:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = []
-                    while True:
-                        w = stack.pop()
-                        on_stack.discard(w)
-                        comp.append(w)
-                        if w == v:
-                            break
-                    if len(comp) > 1:
-                        found.append(sorted(comp))
-    return found
+    """The strongly connected components of more than one node (the checker's own Tarjan,
+    the one that finds recursive Kina functions)."""
+    sccs = strongly_connected_components({node: sorted(targets) for node, targets in sorted(graph.items())})
+    return sorted(sorted(comp) for comp in sccs if len(comp) > 1)
 
 
 def package_of(module: str) -> str:

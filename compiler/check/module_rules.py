@@ -57,7 +57,7 @@ def _cycles(graph: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:
     """name -> (a callee on its cycle, the call path from that callee back to
     name), for every function in a strongly connected component of size >= 2."""
     out = {}
-    for scc in _sccs(graph):
+    for scc in strongly_connected_components(graph):
         members = set(scc)
         if len(scc) < 2:
             continue
@@ -87,7 +87,7 @@ def _path(graph: dict[str, list[str]], members: set[str], start: str, goal: str)
     return path[::-1]
 
 
-def _sccs(graph: dict[str, list[str]]) -> list[list[str]]:
+def strongly_connected_components(graph: dict[str, list[str]]) -> list[list[str]]:
     """Tarjan's strongly connected components (iterative: no recursion limit)."""
     index, low, on_stack, stack, out, counter = {}, {}, set(), [], [], [0]
     for root in graph:
