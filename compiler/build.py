@@ -74,8 +74,8 @@ class BuildResult:
 
 # ---- manifest and header --------------------------------------------------------------
 def exported(program: ir.Program) -> list[ir.Function]:
-    """User functions (generated ones have a '.' in their name and stay private)."""
-    return [f for name, f in program.functions.items() if "." not in name]
+    """User functions (generated ones and instantiations of generic ones stay private)."""
+    return [f for name, f in program.functions.items() if ir.is_export(name)]
 
 
 def result_types(fn: ir.Function) -> list[TensorType]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, TypeVar
 
 from compiler import check
-from compiler.check import names
+from compiler.check import instances, names
 from compiler.core.diagnostics import Diagnostic, SourceText, Span
 from compiler.ir import nodes as ir
 from compiler.syntax import nodes as ast
@@ -136,9 +137,26 @@ class Snapshot:
 
     @cached_property
     def program(self) -> ir.Program:
-        """The functions that checked cleanly (not recursive, first definitions), document spans."""
-        return ir.Program({it.name: f for it in self._first_defs().values()
-                           if it.name in self._good and (f := it.ir) is not None})
+        """The functions that checked cleanly (not recursive, first definitions), document
+        spans: the monomorphic ones and the instantiations of generic ones that they call
+        (check/instances.py)."""
+        return self.program_for({})[0]
+
+    def program_for(self, sizes: Mapping[str, int]) -> tuple[ir.Program, list[Diagnostic]]:
+        """The program with the generic functions that `sizes` binds fully exported at those
+        sizes (`kinac build --size B=4`), and the errors of a generic function nothing calls
+        whose sizes are not all bound (only a build reports those)."""
+        good = [it for it in self._first_defs().values() if it.name in self._good]
+        mono = {it.name: f for it in good if (f := it.ir) is not None and not it.res.checked.generic}
+        generic = {it.name: fn for it in good if it.res.checked.generic and (fn := it.fn) is not None}
+        if not generic:
+            return ir.Program(mono), []
+        signatures = {it.name: sig for it in self._first_defs().values() if (sig := it.res.signature) is not None}
+        called = {c for it in good for c in it.res.checked.calls if c != it.name}
+        exports, diags = instances.unbound_exports(generic, called, sizes)
+        requests = {r for it in good if not it.res.checked.generic for r in it.res.checked.instances}
+        made = instances.instantiate(generic, signatures, requests, exports)
+        return ir.Program({**mono, **made.functions}), diags + made.diagnostics
 
     @cached_property
     def functions(self) -> dict[str, FunctionInfo]:

@@ -187,7 +187,7 @@ def test_two_broken_lets_two_errors():
 def test_error_in_the_last_expression_after_a_broken_let():
     text = fn("let x = (a + ) in\n  let y = x in\n  y.exp(axis=)")
     assert errors_at(text) == [(2, 16, "expected an expression, found `)`"),
-                               (4, 14, "expected `-`, `[`, a name, a number or an integer after `=`, found `)`")]
+                               (4, 14, "expected an attribute value (a number, a word, a size expression or a list) after `=`, found `)`")]
     # the last expression cut short: the closing brace is what is found
     text = fn("let x = a $ b in\n  x +")
     assert errors_at(text) == [(2, 13, "unexpected character `$`"),
@@ -197,7 +197,7 @@ def test_error_in_the_last_expression_after_a_broken_let():
 def test_broken_let_with_brackets_and_junk_skips_to_its_in():
     # the `in` inside the unbalanced brackets is not a chain boundary; the one after them is
     text = fn("let x = f(a, [1, (2 in ] junk 3) in\n  let y = x + + b in\n  y")
-    assert errors_at(text) == [(2, 20, "expected `-`, `]` or an integer after `,`, found `(`"),
+    assert errors_at(text) == [(2, 23, "expected `)`, `*`, `+`, `-` or `/`, found `in`"),
                                (3, 15, "expected an expression, found `+`")]
     # a run of junk characters is one diagnostic, the next let still gets checked
     text = fn("let x = a $$ \x01 $ in\n  let y = x # b in\n  y")

@@ -59,6 +59,7 @@ from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
 from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
 from compiler.backend.rewrites import SLOTS
 from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
+from compiler.ir.nodes import is_export
 from compiler.backend.worker import externals_path, missing_symbols
 from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_name
 
@@ -126,7 +127,7 @@ def _function_at(program: Program | None, offset: int) -> str | None:
     if program is None:
         return None
     hits = [f for f in program.functions.values() if f.span.start <= offset < max(f.span.end, f.span.start + 1)]
-    hits.sort(key=lambda f: ("." in f.name, f.span.end - f.span.start))
+    hits.sort(key=lambda f: (not is_export(f.name), f.span.end - f.span.start))
     return hits[0].name.split(".")[0] if hits else None
 
 

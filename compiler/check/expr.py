@@ -12,13 +12,15 @@ stay trees in the IR (reverseMode's restrictions are about that structure).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from compiler.check.fold import fold
 from compiler.check.op_args import Static, apply_op, is_static_arg
 from compiler.check.scalars import literal_text, number_message, splat_operands, value_problem
+from compiler.check.sizes import SizeError, bind_call, display, eval_size, instance_name, size_evaluator, subst_type
 from compiler.check.type_exprs import (
     ERROR,
     ERROR_TYPE,
@@ -30,6 +32,7 @@ from compiler.check.type_exprs import (
     resolve_tensor_type,
 )
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
+from compiler.core.sizes import Dim, Size, Undecidable
 from compiler.core.types import DType, TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import HANDLERS
@@ -57,11 +60,13 @@ class TypeFact:
 class Signature:
     """A user function's type, as callers see it (broken parts are ERROR).
     `opaque`: the function exists but did not parse, so calls of it are not
-    checked against it and have the error type (no cascade of `unknown-name`)."""
+    checked against it and have the error type (no cascade of `unknown-name`).
+    `sizes`: a generic function's size parameters, which its types hold as symbols."""
     name: str
     params: list[tuple[str, TensorType | ErrorType]]   # a tuple-typed parameter is an error
     ret: Type | ErrorType
     opaque: bool = False
+    sizes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -77,13 +82,19 @@ class ExprChecker:
     calls: set[str] = field(default_factory=set)
     call_spans: dict[str, Span] = field(default_factory=dict)  # callee -> Span of its first call
     broken: bool = False  # some node got the error type (the IR must not be built)
+    # the function's size parameters: symbols (its generic check) or ints (an instantiation)
+    sizes: Mapping[str, Dim] = field(default_factory=dict)
+    symbolic: bool = False
+    instances: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
+    shown: dict[Span, str] = field(default_factory=dict)   # a generic call's span -> `linear[M=8, K=4]`
 
     # ---- entry point ----------------------------------------------------------
     def check(self, e: syntax.Expr) -> ir.Expr:
         node: ir.Expr = _RULES[type(e)](self, e)
         self.broken = self.broken or is_error(node.type)
         if not is_error(node.type) and not isinstance(e, syntax.Let):
-            self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"), _fact_name(e, node))
+            self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"),
+                      self.shown.get(e.span) or _fact_name(e, node))
         return node
 
     def fact(self, span: Span, t: Type | ErrorType, kind: str, name: str | None) -> None:
@@ -104,6 +115,9 @@ class ExprChecker:
         elif e.id == WILDCARD:
             self.bag.error("unknown-name", "`_` binds nothing, so it cannot be used as a value; "
                            "give the item a name to use it", e.span)
+        elif e.id in self.sizes:
+            self.bag.error("literal", f"`{e.id}` is a size: as a value it is a bare number, which takes the type "
+                           f"of the tensor beside it (`x * {e.id}`, `1.0 / {e.id}`)", e.span)
         elif e.id in self.signatures:
             self.bag.error("unknown-name", f"`{e.id}` is a function, not a value; call it as `{e.id}(...)`", e.span)
         elif e.id in SURFACE_OPS:
@@ -125,16 +139,48 @@ class ExprChecker:
     def folded(self, e: syntax.Expr) -> syntax.Expr:
         """e, or the one bare number it computes when it is made of bare numbers only
         (`1.0 - 1e-3 * 0.01`, `0.9.log()`: check/fold.py); a non-finite result is an error."""
+        if self.sizes:
+            e, symbolic = self._sizes_as_numbers(e)
+        else:
+            symbolic = False
         if isinstance(e, (syntax.Number, syntax.Name, syntax.TensorLit, syntax.IntList)):
             return e
         number = fold(e, self.signatures)
         if number is None:
             return e
+        if symbolic:      # its value depends on the sizes: only the instantiations know it
+            return syntax.Number(1 if isinstance(number.value, int) else 1.0, number.span)
         if not math.isfinite(number.value):
             self.bag.error("literal", f"this constant expression of bare numbers evaluates to {number.value}, "
                            "not a finite number", e.span)
             self.broken = True
         return number
+
+    def _sizes_as_numbers(self, e: syntax.Expr) -> tuple[syntax.Expr, bool]:
+        """e with each size parameter used as a value (`1.0 / (B * T)`) replaced by its
+        number; True when some size is symbolic (the generic check: the value is a stand-in)."""
+        if isinstance(e, syntax.Name) and e.id in self.sizes and e.id not in self.env:
+            value = self.sizes[e.id]
+            return syntax.Number(value if isinstance(value, int) else 1, e.span), isinstance(value, Size)
+        parts: dict[str, object] = {}
+        symbolic = False
+        if isinstance(e, syntax.BinOp):
+            (lhs, a), (rhs, b) = self._sizes_as_numbers(e.lhs), self._sizes_as_numbers(e.rhs)
+            parts, symbolic = {"lhs": lhs, "rhs": rhs}, a or b
+        elif isinstance(e, syntax.Neg):
+            operand, symbolic = self._sizes_as_numbers(e.operand)
+            parts = {"operand": operand}
+        elif isinstance(e, (syntax.MethodCall, syntax.Call)) and not e.attrs:
+            if isinstance(e, syntax.MethodCall):
+                receiver, symbolic = self._sizes_as_numbers(e.receiver)
+                parts = {"receiver": receiver}
+            args = [self._sizes_as_numbers(a) for a in e.args]
+            parts["args"] = tuple(a for a, _ in args)
+            symbolic = symbolic or any(b for _, b in args)
+        if not parts or all(parts[k] is getattr(e, k) for k in parts if k != "args") and \
+                parts.get("args", ()) == getattr(e, "args", ()):
+            return e, symbolic
+        return dataclasses.replace(e, **parts), symbolic   # type: ignore[arg-type]
 
     def expect(self, e: syntax.Expr, expected: Type | ErrorType | None, where: str) -> ir.Expr:
         """check(e), with the fix for a bare number naming the type the context expects."""
@@ -144,10 +190,14 @@ class ExprChecker:
         return self.check(e)
 
     def tensor_lit(self, e: syntax.TensorLit) -> ir.Expr:
-        t = resolve_tensor_type(e.type, self.bag)
+        t = resolve_tensor_type(e.type, self.bag, size_evaluator(self.sizes, self.bag))
         if isinstance(t, ErrorType):
             return ir.Var("<error>", ERROR_TYPE, e.span)
         n = len(e.values)
+        if isinstance(t.volume, Size) and n > 1:
+            self.bag.error("literal", f"tensor literal of type {t} has {n} values, but its volume {t.volume} "
+                           "depends on the sizes; give 0 values (zeros) or 1 (a splat)", e.span)
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         if n not in (0, 1, t.volume):
             self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
                            f"or {t.volume} (the volume, row-major)", e.span)
@@ -219,9 +269,10 @@ class ExprChecker:
             receiver = (self.check(folded), folded.span)
         items, statics = self._split_args(e.args, op, 1)
         operands = self._splat(op, [receiver] + items)
-        if operands is None:
+        attrs = self._size_attrs(op, e.attrs)
+        if operands is None or statics is None or attrs is None:
             return ir.Var("<error>", ERROR_TYPE, e.span)
-        return apply_op(self.bag, op, operands, statics, e.attrs, e.method_span, e.span, method=True)
+        return apply_op(self.bag, op, operands, statics, attrs, e.method_span, e.span, method=True)
 
     def field(self, e: syntax.Field) -> ir.Expr:
         """`x.T`, `x.shape`: values have no attributes in Kina."""
@@ -238,16 +289,63 @@ class ExprChecker:
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
         if sig is not None:
-            return ir.CallFn(sig.name, self._call_args(e, sig), ERROR_TYPE if sig.opaque else ir_type(sig.ret), e.span)
+            args, env = self._call_args(e, sig)
+            name, ret = self._instantiate(e, sig, env)
+            return ir.CallFn(name, args, ret, e.span)
         op = self._builtin(e.func, e.func_span, method=False)
+        if e.sizes is not None and op is not None:
+            self.bag.error("size", f"`{e.func}` is a built-in op; only size-generic functions take sizes "
+                           "in brackets", e.sizes.span)
+            op = None
         items, statics = self._split_args(e.args, op, 0)
         operands = self._splat(op, items) if op is not None else None
-        if op is None or operands is None:
+        attrs = self._size_attrs(op, e.attrs) if op is not None else None
+        if op is None or operands is None or statics is None or attrs is None:
             return ir.Var("<error>", ERROR_TYPE, e.span)
-        return apply_op(self.bag, op, operands, statics, e.attrs, e.func_span, e.span, method=False)
+        return apply_op(self.bag, op, operands, statics, attrs, e.func_span, e.span, method=False)
+
+    # ---- sizes in op arguments ------------------------------------------------
+    def _sizes_of(self, values: tuple[syntax.SizeExpr, ...], span: Span) -> tuple[Dim, ...] | None:
+        try:
+            return tuple(eval_size(v, self.sizes, span) for v in values)
+        except SizeError as err:
+            self.bag.error("size", err.message, err.span, *err.notes)
+            self.broken = True
+            return None
+
+    def _size_statics(self, statics: list[Static]) -> list[Static] | None:
+        """Positional integer lists with their sizes evaluated (`x.reshape([B, T * D])`)."""
+        out: list[Static] = []
+        for st in statics:
+            if isinstance(st, syntax.IntList) and not all(isinstance(v, int) for v in st.values):
+                dims = self._sizes_of(st.values, st.span)
+                if dims is None:
+                    return None
+                st = syntax.IntList(dims, st.span)   # type: ignore[arg-type]  # Dims, for the shape rule
+            out.append(st)
+        return out
+
+    def _size_attrs(self, op: OpDef, attrs: Sequence[syntax.Attr]) -> list[syntax.Attr] | None:
+        """Attributes with their sizes evaluated: `stop=T - 1`, `shape=[B, 1]`, and a size
+        named alone (`stop=T`) where the attribute is an integer."""
+        out: list[syntax.Attr] = []
+        for a in attrs:
+            spec = op.attr(a.name)
+            value: object = a.value
+            if isinstance(a.value, syntax.SizeBin):
+                dims = self._sizes_of((a.value,), a.value_span)
+                value = None if dims is None else dims[0]
+            elif isinstance(a.value, tuple) and not all(isinstance(v, int) for v in a.value):
+                value = self._sizes_of(a.value, a.value_span)
+            elif isinstance(a.value, str) and a.value in self.sizes and spec is not None and spec.kind == "int":
+                value = self.sizes[a.value]
+            if value is None:
+                return None
+            out.append(a if value is a.value else dataclasses.replace(a, value=value))   # type: ignore[arg-type]
+        return out
 
     def _split_args(self, args: Sequence[syntax.Expr], op: OpDef | None,
-                    first: int) -> tuple[list[Operand], list[Static]]:
+                    first: int) -> tuple[list[Operand], list[Static] | None]:
         """(operands, statics): tensor operands are checked; a bare number at one of the
         op's `scalars` positions stays a syntax.Number (for `_splat`); a bare number at
         another operand position is an error; other static args (int lists, numbers) go
@@ -264,7 +362,7 @@ class ExprChecker:
                 statics.append(a)
             else:
                 items.append((self.check(a), a.span))
-        return items, statics
+        return items, self._size_statics(statics)
 
     def _splat(self, op: OpDef, items: list[Operand]) -> list[tuple[ir.Expr, Span]] | None:
         """Bare-number operands -> splat Literals of the other operand's type (None after
@@ -295,8 +393,9 @@ class ExprChecker:
         return None
 
     # ---- user functions and handlers -------------------------------------------
-    def _call_args(self, e: syntax.Call, sig: Signature) -> list[ir.Expr]:
-        """The checked arguments of `f(args)` (a call or a handle); a wrong
+    def _call_args(self, e: syntax.Call, sig: Signature) -> tuple[list[ir.Expr], dict[str, Dim] | None]:
+        """The checked arguments of `f(args)` (a call or a handle), and the sizes of a
+        generic f (None when they cannot be found; {} for a monomorphic f); a wrong
         argument does not change the call's type, which is f's declared one."""
         self.calls.add(sig.name)
         self.call_spans.setdefault(sig.name, e.func_span)
@@ -304,11 +403,11 @@ class ExprChecker:
             self.bag.error("recursion", f"`{sig.name}` calls itself; Kina functions cannot recurse "
                            "(the graph must be finite to lower and differentiate)", e.func_span)
         params = [] if sig.opaque else sig.params
-        args = [self.expect(a, params[i][1] if i < len(params) else None,
+        args = [self.expect(a, params[i][1] if i < len(params) and not sig.sizes else None,
                             f"as argument {i} (`{params[i][0]}`) of `{sig.name}`" if i < len(params) else "")
                 for i, a in enumerate(e.args)]
         if sig.opaque:
-            return args
+            return args, None
         for a in e.attrs:
             self.bag.error("attr", f"`{sig.name}` is a user function; it takes no attributes "
                            f"(`{a.name}=` is only for built-in ops)", a.span)
@@ -316,13 +415,63 @@ class ExprChecker:
             names = ", ".join(n for n, _ in sig.params)
             self.bag.error("arity", f"`{sig.name}` takes {len(sig.params)} argument(s) ({names}), "
                            f"got {len(args)}", e.func_span)
+        env = self._call_sizes(e, sig, args)
         for i, (arg, (pname, ptype)) in enumerate(zip(args, sig.params)):
-            if is_error(arg.type) or isinstance(ptype, ErrorType) or arg.type == ptype:
+            if is_error(arg.type) or isinstance(ptype, ErrorType) or env is None:
+                continue
+            ptype = subst_type(ptype, env) if env else ptype
+            if arg.type == ptype:
                 continue
             code, detail = mismatch(ptype, arg.type)
             self.bag.error(code, f"argument {i} (`{pname}`) of `{sig.name}` expects {ptype}, "
                            f"got {arg.type}: {detail}", e.args[i].span)
-        return args
+        return args, env
+
+    def _call_sizes(self, e: syntax.Call, sig: Signature, args: list[ir.Expr]) -> dict[str, Dim] | None:
+        """The sizes of this call of a generic function: written (`f[8, 4](..)`) or inferred
+        from the argument types; {} for a monomorphic function; None after a diagnostic."""
+        if not sig.sizes:
+            if e.sizes is not None:
+                self.bag.error("size", f"`{sig.name}` has no size parameters; call it as `{sig.name}(...)`",
+                               e.sizes.span)
+                return None
+            return {}
+        if e.sizes is not None:
+            dims = self._sizes_of(e.sizes.values, e.sizes.span)
+            if dims is None:
+                return None
+            if len(dims) != len(sig.sizes):
+                self.bag.error("size", f"`{sig.name}` has {len(sig.sizes)} size parameter(s) "
+                               f"[{', '.join(sig.sizes)}], got {len(dims)}", e.sizes.span)
+                return None
+            bad = next((i for i, d in enumerate(dims) if not _at_least_one(d)), None)
+            if bad is not None:
+                self.bag.error("size", f"`{sig.name}`: size {sig.sizes[bad]} = {dims[bad]} must be at least 1",
+                               e.sizes.span)
+                return None
+            return dict(zip(sig.sizes, dims))
+        if any(is_error(a.type) for a in args) or any(isinstance(t, ErrorType) for _, t in sig.params):
+            return None
+        typed = [(t, n) for n, t in sig.params if isinstance(t, TensorType)]
+        spans = [(a.type, x.span) for a, x in zip(args, e.args)]
+        return bind_call(sig.name, sig.sizes, [(n, t) for t, n in typed], spans, self.bag, e.func_span)
+
+    def _instantiate(self, e: syntax.Call, sig: Signature, env: dict[str, Dim] | None) -> tuple[str, Type]:
+        """(IR callee name, result type) of a call: a generic callee at ints becomes its
+        instantiation `f$8_4` (recorded in `instances`); at symbolic sizes it keeps its name
+        (only this function's own instantiations will call it)."""
+        if sig.opaque or (sig.sizes and env is None):
+            return sig.name, ERROR_TYPE
+        if not sig.sizes or env is None:
+            return sig.name, ir_type(sig.ret)
+        ret = ir_type(sig.ret) if isinstance(sig.ret, ErrorType) else subst_type(sig.ret, env)
+        values = [env[n] for n in sig.sizes]
+        self.shown[e.span] = display(sig.name, sig.sizes, values)
+        if all(isinstance(v, int) for v in values):
+            ints = tuple(v for v in values if isinstance(v, int))
+            self.instances.add((sig.name, ints))
+            return instance_name(sig.name, ints), ret
+        return sig.name, ret
 
     def handle(self, e: syntax.Handle) -> ir.Expr:
         ok = True
@@ -342,9 +491,16 @@ class ExprChecker:
             for a in e.call.args:
                 self.check(a)
             return ir.Var("<error>", ERROR_TYPE, e.span)
-        args = self._call_args(e.call, sig)
-        t = self._handle_type(sig, e) if ok else ERROR_TYPE
-        return ir.Handle(sig.name, args, e.handler, t, e.span)
+        args, env = self._call_args(e.call, sig)
+        name, _ = self._instantiate(e.call, sig, env)
+        if sig.sizes and env is not None:
+            sig = Signature(sig.name, [(n, t if isinstance(t, ErrorType) else subst_type(t, env))
+                                       for n, t in sig.params],
+                            sig.ret if isinstance(sig.ret, ErrorType) else subst_type(sig.ret, env), sig.opaque)
+        t = self._handle_type(sig, e) if ok and not (sig.sizes and env is None) else ERROR_TYPE
+        if e.call.span in self.shown:
+            self.shown[e.span] = self.shown[e.call.span]
+        return ir.Handle(name, args, e.handler, t, e.span)
 
     def _handle_type(self, sig: Signature, e: syntax.Handle) -> Type:
         """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter
@@ -357,6 +513,13 @@ class ExprChecker:
             return ERROR_TYPE
         grads = tuple(t for _, t in sig.params if isinstance(t, TensorType) and t.is_float)
         return TupleType((sig.ret,) + grads) if grads else sig.ret
+
+
+def _at_least_one(d: Dim) -> bool:
+    try:
+        return bool(d >= 1)
+    except Undecidable:
+        return False
 
 
 def _number_is_operand(op: OpDef, position: int) -> bool:

@@ -19,13 +19,16 @@ The analysis (analysis.py) codes against exactly this API:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 from compiler.check.expr import WILDCARD, ExprChecker, Signature, TypeFact
 from compiler.check.index_literals import index_literal_diagnostics
+from compiler.check.sizes import instance_name, size_evaluator
 from compiler.check.type_exprs import ERROR, ErrorType, is_error, resolve_type
 from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
+from compiler.core.sizes import Dim, Size
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import SURFACE_OPS, OpDef
@@ -39,27 +42,44 @@ __all__ = ["Signature", "TypeFact", "FunctionResult", "signature_of", "check_fun
 class FunctionResult:
     """One function's check.  `function` is None when it has any diagnostic;
     `calls` holds the user functions it calls or handles (its dependencies);
-    `call_spans` the span of the first call of each."""
+    `call_spans` the span of the first call of each.  A generic function's `function`
+    is its symbolic IR (`generic` True), which never goes into a program: its
+    instantiations do.  `instances`: the (generic function, sizes) this function's
+    calls need, for an instantiation or a monomorphic function (a symbolic check
+    records none: its own instantiations will)."""
     function: ir.Function | None
     diagnostics: list[Diagnostic]
     types: list[TypeFact]
     calls: set[str]
     call_spans: dict[str, Span] = field(default_factory=dict)
+    generic: bool = False
+    instances: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
 
 
 # ---- signatures ----------------------------------------------------------------
-def signature_of(fn: syntax.FnDef) -> tuple[Signature, list[Diagnostic]]:
+def size_scope(fn: syntax.FnDef, sizes: Mapping[str, int] | None = None) -> dict[str, Dim]:
+    """The sizes a function's types and body see: symbols, or the ints of one instantiation."""
+    if sizes is not None:
+        return dict(sizes)
+    return {s.name: Size.var(s.name) for s in fn.sizes}
+
+
+def signature_of(fn: syntax.FnDef, sizes: Mapping[str, int] | None = None) -> tuple[Signature, list[Diagnostic]]:
     """The function's type as callers see it.  Broken parts (a bad dtype, a
     tuple-typed parameter) are ERROR in the Signature, and the diagnostics say
     why, so callers still get arity checks without cascades.  check_function
-    reports these same diagnostics again; the analysis reports them once."""
+    reports these same diagnostics again; the analysis reports them once.
+    A generic function's types hold its sizes as symbols (`sizes`: the ints of one
+    instantiation instead)."""
     bag = DiagnosticBag()
     if fn.name in SURFACE_OPS:
         _shadow_warning(bag, fn, SURFACE_OPS[fn.name])
+    _check_size_params(bag, fn)
+    evaluate = size_evaluator(size_scope(fn, sizes), bag)
     params: list[tuple[str, TensorType | ErrorType]] = []
     seen: dict[str, Span] = {}
     for p in fn.params:
-        t = resolve_type(p.type, bag)
+        t = resolve_type(p.type, bag, evaluate)
         if isinstance(t, TupleType):
             bag.error("type-annotation", f"parameter `{p.name}` has tuple type {t}; parameters are tensors",
                       p.type.span)
@@ -69,7 +89,24 @@ def signature_of(fn: syntax.FnDef) -> tuple[Signature, list[Diagnostic]]:
                       Note("first defined here", seen[p.name]))
         seen.setdefault(p.name, p.name_span)
         params.append((p.name, t))
-    return Signature(fn.name, params, resolve_type(fn.ret, bag)), bag.items
+    ret = resolve_type(fn.ret, bag, evaluate)
+    return Signature(fn.name, params, ret, sizes=tuple(s.name for s in fn.sizes)), bag.items
+
+
+def _check_size_params(bag: DiagnosticBag, fn: syntax.FnDef) -> None:
+    seen: dict[str, Span] = {}
+    params = {p.name: p.name_span for p in fn.params}
+    for s in fn.sizes:
+        if s.name in seen:
+            bag.error("duplicate", f"size `{s.name}` is declared twice in `{fn.name}`", s.span,
+                      Note("first declared here", seen[s.name]))
+        elif s.name in params:
+            bag.error("duplicate", f"`{s.name}` is both a size and a parameter of `{fn.name}`", s.span,
+                      Note("the parameter", params[s.name]))
+        seen.setdefault(s.name, s.span)
+    if fn.sizes and fn.name == "main":
+        bag.error("main", "`main` cannot have size parameters: it is what runs, at one set of sizes",
+                  fn.sizes[0].span)
 
 
 def _shadow_warning(bag: DiagnosticBag, fn: syntax.FnDef, op: OpDef) -> None:
@@ -88,11 +125,16 @@ def _shadow_warning(bag: DiagnosticBag, fn: syntax.FnDef, op: OpDef) -> None:
 
 
 # ---- one function --------------------------------------------------------------
-def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> FunctionResult:
+def check_function(fn: syntax.FnDef, signatures: dict[str, Signature],
+                   sizes: Mapping[str, int] | None = None) -> FunctionResult:
     """Check one function against the signatures of the module's functions
-    (its own included).  Reports signature_of(fn)'s diagnostics too."""
-    sig, sig_diags = signature_of(fn)
-    ck = ExprChecker(fn.name, signatures, DiagnosticBag(list(sig_diags)))
+    (its own included).  Reports signature_of(fn)'s diagnostics too.  A generic
+    function is checked with its sizes as symbols, or (`sizes`) as one instantiation,
+    whose IR function is named `f$8_4` (check/sizes.instance_name)."""
+    sig, sig_diags = signature_of(fn, sizes)
+    scope = size_scope(fn, sizes)
+    generic = bool(fn.sizes) and sizes is None
+    ck = ExprChecker(fn.name, signatures, DiagnosticBag(list(sig_diags)), sizes=scope, symbolic=generic)
     ck.fact(fn.name_span, sig.ret, "fn", fn.name)
     params = _bind_params(ck, fn, sig)
     lets, body = [], fn.body
@@ -105,12 +147,14 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature]) -> Functi
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))
     function = None
     if not (ck.bag.has_errors() or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
-        function = ir.Function(fn.name, params, sig.ret, lets, result, fn.span, fn.name_span)
+        name = fn.name if sizes is None or not fn.sizes else instance_name(fn.name, [sizes[s.name] for s in fn.sizes])
+        function = ir.Function(name, params, sig.ret, lets, result, fn.span, fn.name_span)
         index_errors = index_literal_diagnostics(function)   # constant indices out of range
         if index_errors:
             ck.bag.extend(index_errors)
             function = None
-    return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans)
+    return FunctionResult(function, ck.bag.items, ck.facts, ck.calls, ck.call_spans, generic,
+                          ck.instances)
 
 
 def _bind_params(ck: ExprChecker, fn: syntax.FnDef, sig: Signature) -> list[ir.Param]:
@@ -142,6 +186,10 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
         if n.id in ck.env:
             ck.bag.error("duplicate", f"`{n.id}` is already defined in `{ck.fn_name}`; let names cannot be rebound",
                          n.span, Note("first defined here", ck.def_spans[n.id]))
+            continue
+        if n.id in ck.sizes:
+            ck.bag.error("duplicate", f"`{n.id}` is a size parameter of `{ck.fn_name}`; choose another name "
+                         "for the let", n.span)
             continue
         ck.env[n.id], ck.def_spans[n.id] = t, n.span
         ck.fact(n.span, t, "let", n.id)

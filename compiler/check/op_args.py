@@ -14,6 +14,7 @@ from typing import TypeGuard
 
 from compiler.check.type_exprs import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
+from compiler.core.sizes import Size, Undecidable, has_sizes
 from compiler.core.types import Attrs, TensorType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
@@ -78,7 +79,23 @@ def apply_op(bag: DiagnosticBag, op: OpDef, operands: list[tuple[ir.Expr, Span]]
         else:
             bag.error(err.code, err.message, at, usage(op))
         return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
+    except Undecidable as err:   # a rule needed an order of sizes that holds only for some of them
+        bag.error("size", f"{op.name}: cannot show {err.claim} for every size (sizes are only known to be "
+                  ">= 1)", op_span, Note("give the function a size parameter for this dimension, or write "
+                                         "the bound with the sizes it depends on"), usage(op))
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
+    except (TypeError, ValueError, ArithmeticError) as err:
+        if not any(has_sizes(t.shape) for t in types) and not _sized(values):
+            raise
+        bag.error("size", f"{op.name}: this op cannot take symbolic sizes here ({err}); give the function "
+                  "fixed sizes for this operand", op_span, usage(op))
+        return ir.OpApp(op.name, args, values, ERROR_TYPE, span)
     return ir.OpApp(op.name, args, values, result, span)
+
+
+def _sized(values: Attrs) -> bool:
+    return any(isinstance(v, Size) or isinstance(v, tuple) and any(isinstance(x, Size) for x in v)
+               for v in values.values())
 
 
 def _check_arity(bag: DiagnosticBag, op: OpDef, got: int, op_span: Span, method: bool) -> bool:
@@ -148,9 +165,9 @@ def _positional_attr(bag: DiagnosticBag, op: OpDef,
 
 def _normalise(bag: DiagnosticBag, op: OpDef, spec: AttrSpec, value: AttrValue, span: Span) -> AttrValue | ErrorType:
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
-    if spec.kind in ("int", "axis") and isinstance(value, int) and not isinstance(value, bool):
+    if spec.kind in ("int", "axis") and isinstance(value, (int, Size)) and not isinstance(value, bool):
         return value
-    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, (int, Size)) for v in value):
         return tuple(value)
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value

@@ -9,12 +9,17 @@ cascade through the rest of the function.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import ClassVar, cast
 
 from compiler.core.diagnostics import DiagnosticBag, Note
+from compiler.core.sizes import Dim
 from compiler.core.types import PLACEMENTS, DType, TensorType, TupleType, Type
 from compiler.syntax import nodes as syntax
+
+# How a written type's size expressions are evaluated: (expressions, type) -> dims, or None
+# after a diagnostic (check/function.py binds the function's size scope into one).
+SizeEval = Callable[[tuple[syntax.SizeExpr, ...], "syntax.TensorTypeExpr"], tuple[Dim, ...] | None]
 
 
 class ErrorType:
@@ -61,18 +66,21 @@ def did_you_mean(word: str, candidates: Iterable[str], what: str = "") -> tuple[
     return (Note(f"did you mean {what}`{close[0]}`?"),)
 
 
-def resolve_type(texpr: syntax.TypeExpr | None, bag: DiagnosticBag) -> Type | ErrorType:
-    """A written type -> a Type, or ERROR after reporting `type-annotation`."""
+def resolve_type(texpr: syntax.TypeExpr | None, bag: DiagnosticBag,
+                 sizes: SizeEval | None = None) -> Type | ErrorType:
+    """A written type -> a Type, or ERROR after reporting `type-annotation`.  `sizes`
+    evaluates the size expressions of its shapes (None: only integers are allowed)."""
     if texpr is None:
         return ERROR
     if isinstance(texpr, syntax.TupleTypeExpr):
-        items = [resolve_type(i, bag) for i in texpr.items]
+        items = [resolve_type(i, bag, sizes) for i in texpr.items]
         types = [i for i in items if not isinstance(i, ErrorType)]
         return TupleType(tuple(types)) if len(types) == len(items) else ERROR
-    return resolve_tensor_type(texpr, bag)
+    return resolve_tensor_type(texpr, bag, sizes)
 
 
-def resolve_tensor_type(texpr: syntax.TensorTypeExpr, bag: DiagnosticBag) -> TensorType | ErrorType:
+def resolve_tensor_type(texpr: syntax.TensorTypeExpr, bag: DiagnosticBag,
+                        sizes: SizeEval | None = None) -> TensorType | ErrorType:
     ok = True
     if texpr.dtype not in DTYPE_NAMES:
         bag.error("type-annotation", f"unknown dtype `{texpr.dtype}` (expected one of {', '.join(DTYPE_NAMES)})",
@@ -83,14 +91,25 @@ def resolve_tensor_type(texpr: syntax.TensorTypeExpr, bag: DiagnosticBag) -> Ten
         bag.error("type-annotation", f"unknown placement `@{placement}` (expected @host or @device)",
                   texpr.span, *did_you_mean(placement, PLACEMENTS, "@"))
         ok = False
-    negative = [d for d in texpr.shape if d < 0]
+    if sizes is not None:
+        evaluated = sizes(texpr.shape, texpr)   # None: reported
+        if evaluated is None:
+            return ERROR
+        shape = evaluated
+    elif all(isinstance(d, int) for d in texpr.shape):
+        shape = tuple(d for d in texpr.shape if isinstance(d, int))
+    else:
+        bag.error("type-annotation", f"shape [{', '.join(map(syntax.size_text, texpr.shape))}] uses sizes, "
+                  "which only a size-generic function's types may use", texpr.span)
+        return ERROR
+    negative = [d for d in shape if isinstance(d, int) and d < 0]
     if negative:
-        bag.error("type-annotation", f"shape [{', '.join(map(str, texpr.shape))}] has a negative dimension "
-                  f"({negative[0]}); dimensions are static non-negative integers", texpr.span)
+        bag.error("type-annotation", f"shape [{', '.join(map(str, shape))}] has a negative dimension "
+                  f"({negative[0]}); dimensions are non-negative integers", texpr.span)
         ok = False
     if not ok:
         return ERROR
-    return TensorType(DType.named(texpr.dtype), tuple(texpr.shape), placement)
+    return TensorType(DType.named(texpr.dtype), shape, placement)
 
 
 def mismatch(expected: Type, got: Type) -> tuple[str, str]:

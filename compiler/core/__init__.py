@@ -11,5 +11,7 @@ Public modules (other packages import these):
                (offsets -> line:col, the CLI's rendering), UsageError, read_source (drops a
                leading BOM), BOM, display_path (a file name as printed, escaped),
                plain_name (a file name for generated MLIR / C text)
+  sizes        Size (a symbolic dimension: a polynomial over size parameters, canonical),
+               Dim (int | Size), Undecidable, nonnegative, exact_div, subst
 """
-__all__ = ["diagnostics", "types"]
+__all__ = ["diagnostics", "sizes", "types"]

@@ -82,6 +82,8 @@ CODES: dict[str, str] = {
     "ad-result": "a differentiated function whose result cannot be seeded",
     "emit": "the program cannot be lowered to the host (e.g. @device operands)",
     "recursion": "a function that calls itself, directly or not",
+    "size": "a size parameter or size expression that is wrong: unknown, not exact, conflicting at a call, "
+            "or a bound that does not hold for every size",
     "shadow": "a user function named like a built-in op (a warning: its free calls and handles mean the function)",
     "toolchain": "mlir-opt, mlir-translate, llc or cc rejected the generated code, or a tool is missing",
 }

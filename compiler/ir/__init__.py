@@ -7,7 +7,8 @@ between stages, a printer, and the value-flow facts of parameters.
 Public modules (other packages import only these):
   nodes        Program, Function, Param, Binding, Var, OpApp, CallFn, Handle, Literal,
                MakeTuple (frozen; every node typed, with a Span); HANDLERS (the effect
-               handlers the language has); walk / children
+               handlers the language has); is_export (user functions, not
+               generated `f.rev` or instantiations `linear$8_4`); walk / children
   ops          OPS: one OpDef row per op (shape rule, typing rule and doc line, operand
                count, attributes, the facts other stages read: float_only, index_operands,
                layout, index_bound, positive, internal); SURFACE_OPS, INFIX;

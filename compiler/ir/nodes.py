@@ -62,6 +62,13 @@ class CallFn:
 HANDLERS = ("reverseMode",)
 
 
+def is_export(name: str) -> bool:
+    """A user function, which a library exports.  Generated functions (`f.rev`: the AD
+    pass's) and instantiations of generic functions (`linear$8_4_16`: check/instances.py)
+    are private; Kina names hold neither `.` nor `$`."""
+    return "." not in name and "$" not in name
+
+
 @dataclass(frozen=True)
 class Handle:
     """`handle fn(args) with reverseMode`; type is (R, g0, .., gk-1) or R when k = 0.

@@ -39,6 +39,7 @@ import numpy as np
 
 from compiler import ad as autodiff
 from compiler import analysis
+from compiler.ir import nodes as ir
 from compiler.ir.nodes import Program
 from compiler.oracle import interp, kinks, validate
 from compiler.oracle.progen import generate as progen
@@ -344,7 +345,7 @@ def unit_of_source(name: str, text: str) -> Unit:
     program = analysis.analyze(text).program
     if program is None:
         return Unit(name, text, [])
-    funcs = [f.name for f in program.functions.values() if f.params and "." not in f.name]
+    funcs = [f.name for f in program.functions.values() if f.params and ir.is_export(f.name)]
     handled = sorted({h.fn for fn in program.functions.values() for h in validate.handles_in(fn)})
     return Unit(name, text, funcs, handled, helpers=list(program.functions))
 

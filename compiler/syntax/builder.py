@@ -122,7 +122,12 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         name = self._binding(ch[1])
         nodes = _nodes(ch)
         params = tuple(c for c in nodes if isinstance(c, ast.Param))
-        return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch))
+        sizes = next((c for c in nodes if isinstance(c, tuple)), ())
+        return ast.FnDef(name.id, name.span, params, nodes[-2], nodes[-1], self._span(ch), sizes)
+
+    def size_params(self, ch: Children) -> tuple[ast.SizeParam, ...]:
+        names = [self._binding(t) for t in _names(ch)]
+        return tuple(ast.SizeParam(n.id, n.span) for n in names)
 
     def param(self, ch: Children) -> ast.Param:
         name = self._binding(ch[0])
@@ -207,7 +212,9 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         func = ch[0]
         found = [c for c in ch[1:] if isinstance(c, _Args)]
         args = found[0] if found else _Args((), (), None)
-        return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch)), *args.args)
+        sizes = next((c for c in ch[1:] if isinstance(c, ast.IntList)), None)
+        return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch), sizes),
+                          *args.args)
 
     def handle(self, ch: Children) -> ast.Handle:
         handler = ch[3]
@@ -238,8 +245,10 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         name, value = ch[0], ch[2]
         if isinstance(value, ast.IntList):   # `perm=[0, 2, 1]`: Attr.value is the plain list
             value = _Value(value.values, value.span)
-        elif isinstance(value, Token):       # a bare enum word: `op=sum`
-            value = _Value(str(value), self._tok(value))
+        elif isinstance(value, ast.SizeName):   # a bare word: `op=sum` (or a size: `stop=T`)
+            value = _Value(value.id, value.span)
+        elif isinstance(value, ast.SizeBin):    # `stop=T - 1`
+            value = _Value(value, value.span)
         return ast.Attr(str(name), self._tok(name), value.value, value.span, self._span(ch))
 
     def signed_int(self, ch: Children) -> _Value:
@@ -248,14 +257,42 @@ class _ToAst(Transformer[Token, ast.FnDef]):
     def attr_float(self, ch: Children) -> _Value:
         return self._signed(ch)
 
-    def attr_word(self, ch: Children) -> _Value:
-        return _Value(str(ch[0]), self._tok(ch[0]))
-
     def int_list(self, ch: Children) -> ast.IntList:
-        return ast.IntList(tuple(v.value for v in _nodes(ch)), self._span(ch))
+        return ast.IntList(tuple(_size(v) for v in _nodes(ch)), self._span(ch))
+
+    # ---- size expressions
+    def size_name(self, ch: Children) -> ast.SizeName:
+        return ast.SizeName(str(ch[0]), self._tok(ch[0]))
+
+    def size_bin(self, ch: Children) -> ast.SizeBin:
+        lhs, op, rhs = ch
+        depth = 1 + max(getattr(lhs, "_depth", 1), getattr(rhs, "_depth", 1))
+        node = ast.SizeBin(str(op), _size(lhs), _size(rhs), self._span(ch))
+        if depth >= MAX_DEPTH:
+            raise TooDeep(f"size expression nested more than {MAX_DEPTH} deep", node.span)
+        object.__setattr__(node, "_depth", depth)
+        return node
+
+    def size_paren(self, ch: Children) -> _Value | ast.SizeName | ast.SizeBin:
+        inner = ch[1]
+        if isinstance(inner, ast.SizeBin):   # the parenthesised expression covers its parentheses
+            wider = dataclasses.replace(inner, span=self._span(ch))
+            object.__setattr__(wider, "_depth", getattr(inner, "_depth", 1))
+            return wider
+        if isinstance(inner, _Value):
+            return _Value(inner.value, self._span(ch))
+        return inner
 
     def literal_value(self, ch: Children) -> _Value:
         return self._signed(ch)
+
+
+def _size(v: _Value | ast.SizeName | ast.SizeBin) -> ast.SizeExpr:
+    """A size as the AST holds it: a plain int, or a size expression node."""
+    if isinstance(v, _Value):
+        assert isinstance(v.value, int)   # the grammar's size atoms are integers or names
+        return v.value
+    return v
 
 
 TO_AST = _ToAst()

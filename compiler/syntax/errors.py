@@ -47,6 +47,8 @@ def _describe_expected(expected: set[str]) -> str:
         return "`in` after the let value"
     if "EQUAL" in expected and "LPAR" not in expected:
         return "`=` after the let pattern" if "NAME" not in expected else "`=`"
+    if {"NAME", "LPAR", "MINUS", "FLOAT", "LSQB"} <= expected and "HANDLE" not in expected:
+        return "an attribute value (a number, a word, a size expression or a list)"
     if {"NAME", "LPAR", "MINUS"} <= expected:
         parts.append("an expression")
         expected -= _EXPR_START

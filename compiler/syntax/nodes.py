@@ -16,11 +16,54 @@ from dataclasses import dataclass
 from compiler.core.diagnostics import Span
 
 
+# ---- size expressions (shapes, sizes, size attributes) ------------------------
+@dataclass(frozen=True)
+class SizeName:
+    """A size parameter used in a size expression: the `T` of `[B, T + 1]`."""
+    id: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class SizeBin:
+    """`lhs op rhs` of sizes, op one of + - * /."""
+    op: str
+    lhs: SizeExpr
+    rhs: SizeExpr
+    span: Span
+
+
+# A size as written: a plain integer (most shapes), or an expression over size parameters.
+SizeExpr = int | SizeName | SizeBin
+
+
+def size_names(e: SizeExpr) -> list[SizeName]:
+    """The size parameters a size expression mentions, in order."""
+    if isinstance(e, SizeName):
+        return [e]
+    if isinstance(e, SizeBin):
+        return size_names(e.lhs) + size_names(e.rhs)
+    return []
+
+
+def size_text(e: SizeExpr) -> str:
+    """The canonical spelling of a size expression (the formatter's and the messages')."""
+    if isinstance(e, SizeName):
+        return e.id
+    if isinstance(e, SizeBin):
+        def side(x: SizeExpr, right: bool) -> str:
+            loose = isinstance(x, SizeBin) and x.op in "+-" and (e.op in "*/" or right and e.op == "-")
+            tight = isinstance(x, SizeBin) and right and e.op == "/"
+            return f"({size_text(x)})" if loose or tight else size_text(x)
+        return f"{side(e.lhs, False)} {e.op} {side(e.rhs, True)}"
+    return str(e)
+
+
 # ---- types as written -------------------------------------------------------
 @dataclass(frozen=True)
 class TensorTypeExpr:
     dtype: str                  # as written; the checker validates it
-    shape: tuple[int, ...]
+    shape: tuple[SizeExpr, ...]
     placement: str | None       # None = omitted (means host)
     span: Span
 
@@ -44,8 +87,9 @@ class Name:
 
 @dataclass(frozen=True)
 class IntList:
-    """A static integer list, e.g. the `[1, 4, 2, 2]` of `x.reshape([1, 4, 2, 2])`."""
-    values: tuple[int, ...]
+    """A static integer list, e.g. the `[1, 4, 2, 2]` of `x.reshape([1, 4, 2, 2])` (or of sizes:
+    `x.reshape([B, T * D])`)."""
+    values: tuple[SizeExpr, ...]
     span: Span
 
 
@@ -58,10 +102,11 @@ class Number:
 
 @dataclass(frozen=True)
 class Attr:
-    """A keyword attribute `name=value`; value is int, float, tuple[int, ...] or an enum word (str)."""
+    """A keyword attribute `name=value`; value is int, float, a tuple of sizes, an enum word
+    (str; also a lone size parameter, `stop=T`) or a size expression (`stop=T - 1`)."""
     name: str
     name_span: Span
-    value: int | float | tuple[int, ...] | str
+    value: int | float | tuple[SizeExpr, ...] | str | SizeBin
     value_span: Span
     span: Span
 
@@ -89,12 +134,14 @@ class Field:
 
 @dataclass(frozen=True)
 class Call:
-    """`func(args..., attr=value...)`: a built-in op in free form or a user function."""
+    """`func(args..., attr=value...)`: a built-in op in free form or a user function.
+    `sizes`: the explicit size arguments of a generic function, `linear[8, 4, 16](x, w)`."""
     func: str
     func_span: Span
     args: tuple[Expr, ...]
     attrs: tuple[Attr, ...]
     span: Span
+    sizes: IntList | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +205,13 @@ class Param:
 
 
 @dataclass(frozen=True)
+class SizeParam:
+    """A size parameter of a generic function: the `M` of `fn linear[M, K, N](...)`."""
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
 class FnDef:
     name: str
     name_span: Span
@@ -165,6 +219,7 @@ class FnDef:
     ret: TypeExpr
     body: Expr
     span: Span                  # from `fn` to the closing brace
+    sizes: tuple[SizeParam, ...] = ()   # `fn f[B, T](...)`: a size-generic function
 
 
 @dataclass(frozen=True)

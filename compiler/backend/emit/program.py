@@ -87,7 +87,7 @@ class FunctionLowering:
         results = _distinct_results(em, _flat_values(result), rtypes)
         em.stmt(f"return {', '.join(results)} : {', '.join(rtypes)}")
         em.at(fn.span)
-        private = "." in fn.name
+        private = not ir.is_export(fn.name)
         head = (f"func.func {'private ' if private else ''}{symbol(fn.name)}({', '.join(params)}) -> "
                 f"({', '.join(rtypes)})" + ("" if private else " attributes {llvm.emit_c_interface}"))
         return [head + " {", *em.lines, "}" + em.loc]

@@ -1,0 +1,107 @@
+"""Instantiation: the monomorphic program of a module with size-generic functions.
+
+A generic function is checked once with symbolic sizes (its diagnostics are at the
+definition); each call at known sizes records an instance request (`linear`, (8, 4, 16)).
+`instantiate` checks every requested instance with its sizes as ints, which records
+the requests of its own calls, until none is new.  Each instance is an ordinary
+monomorphic IR function named `linear$8_4_16`, so the later stages (reverseMode,
+lowering, the interpreter, the PyTorch reference) never see a size parameter.
+
+Exports: a generic function whose sizes are all bound by the build's `--size` values
+is instantiated under its own name and exported; a generic function that nothing
+calls (a root: what a library of it would export) with a size left unbound is an
+error of the build (`train_step: size B is not bound; pass --size B=N`).
+
+The symbolic check is sound for every instantiation (core/sizes.py), so an instance
+that reports an error is a checker bug; it is still reported, at the call, with the
+instantiation it came from, never dropped.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from compiler.check.function import FunctionResult, Signature, check_function
+from compiler.check.sizes import display
+from compiler.core.diagnostics import Diagnostic, Note, Span
+from compiler.ir import nodes as ir
+from compiler.syntax import nodes as syntax
+
+MAX_INSTANCES = 10_000   # a program that needs more is refused (each is a function to compile)
+
+
+@dataclass
+class Instances:
+    functions: dict[str, ir.Function] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    made: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)   # in the order checked
+
+
+def instantiate(fns: Mapping[str, syntax.FnDef], signatures: dict[str, Signature],
+                requests: Iterable[tuple[str, tuple[int, ...]]],
+                exports: Mapping[str, tuple[int, ...]] = {}) -> Instances:
+    """Check every requested instance (and those their calls request).  `exports`:
+    generic functions to instantiate under their own name (bound by --size)."""
+    out = Instances()
+    todo = [(name, sizes, True) for name, sizes in exports.items()]
+    todo += [(name, sizes, False) for name, sizes in sorted(requests)]
+    seen: set[tuple[str, tuple[int, ...], bool]] = set()
+    while todo:
+        name, sizes, export = todo.pop()
+        if (name, sizes, export) in seen or name not in fns:
+            continue
+        seen.add((name, sizes, export))
+        if len(seen) > MAX_INSTANCES:
+            fn = fns[name]
+            out.diagnostics.append(Diagnostic("size", f"more than {MAX_INSTANCES} instantiations of generic "
+                                              "functions; call them at fewer sizes", fn.name_span))
+            break
+        res = _check_instance(fns[name], signatures, sizes)
+        out.made.append((name, sizes))
+        if res.function is None:
+            out.diagnostics += _instance_errors(fns[name], sizes, res)
+            continue
+        function = res.function
+        if export:
+            function = ir.Function(name, function.params, function.ret_type, function.lets, function.result,
+                                   function.span, function.name_span)
+        out.functions[function.name] = function
+        todo += [(n, s, False) for n, s in sorted(res.instances)]
+    return out
+
+
+def _check_instance(fn: syntax.FnDef, signatures: dict[str, Signature], sizes: tuple[int, ...]) -> FunctionResult:
+    return check_function(fn, signatures, dict(zip((s.name for s in fn.sizes), sizes)))
+
+
+def _instance_errors(fn: syntax.FnDef, sizes: tuple[int, ...], res: FunctionResult) -> list[Diagnostic]:
+    shown = display(fn.name, [s.name for s in fn.sizes], sizes)
+    note = Note(f"in the instantiation {shown}; its generic check passed, so this is a Kina bug: "
+                "please report it with this program")
+    return [Diagnostic(d.code, f"{d.message} (in {shown})", d.span, d.notes + (note,), d.severity, d.fix)
+            for d in res.diagnostics if d.severity == "error"]
+
+
+def unbound_exports(fns: Mapping[str, syntax.FnDef], called: set[str],
+                    sizes: Mapping[str, int]) -> tuple[dict[str, tuple[int, ...]], list[Diagnostic]]:
+    """(generic functions every size of which `sizes` binds -> their sizes, the errors of
+    roots with a size left unbound)."""
+    exports: dict[str, tuple[int, ...]] = {}
+    diags: list[Diagnostic] = []
+    for name, fn in fns.items():
+        if not fn.sizes:
+            continue
+        missing = [s for s in fn.sizes if s.name not in sizes]
+        if not missing:
+            exports[name] = tuple(sizes[s.name] for s in fn.sizes)
+        elif name not in called:
+            s = missing[0]
+            given = f" (given: {', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else ""
+            diags.append(Diagnostic("size", f"{name}: size {s.name} is not bound; pass --size {s.name}=N"
+                                    f"{given}", s.span,
+                                    (Note("a generic function that no other function calls is exported, "
+                                          "so every size it has needs a value"),)))
+    bad = [(k, v) for k, v in sizes.items() if v < 1]
+    for k, v in bad:
+        diags.append(Diagnostic("size", f"--size {k}={v}: sizes are at least 1", Span(0, 0)))
+    return exports, diags

@@ -1,0 +1,240 @@
+"""Symbolic sizes: the dimensions of a size-generic function's types while it is checked.
+
+A `Size` is a polynomial over size parameters with integer coefficients, kept in one
+canonical form (a sum of products of sizes: `B*T + 1`, `H*DH`, `2*D - 1`), so two size
+expressions are equal exactly when their canonical forms are, whatever order or
+grouping they were written in.  Arithmetic on Sizes and ints gives a Size, or a plain
+int when every size cancels (`(T + 1) - T` is 1), so a shape is a tuple whose items are
+ints and Sizes, and a monomorphic shape is all ints.
+
+The checker checks a generic function's body once with its size parameters as Sizes:
+the shape rules (ir/shape_rules.py) compare and combine dimensions with ==, +, -, *
+and the comparisons below, and all of them are sound for every instantiation (every
+size at least 1):
+
+- == is structural: [M, N] vs [N, M] differ (an error at the definition), even
+  though M = N would make them agree; a symbolic check may refuse what one
+  instantiation would accept, never the reverse;
+- <, <=, >, >= answer only what holds for every size >= 1 (`T - 1 < T`,
+  `0 <= T - 1`) and raise `Undecidable` otherwise (`2 < T`), which the checker
+  reports as "cannot show ... for every size";
+- `exact_div` divides only where the divisor provably divides (`(H*DH) / H` is DH).
+
+Instantiation substitutes ints for the sizes (`subst`), which gives ints again.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import product as cartesian
+from typing import Union
+
+Monomial = tuple[str, ...]          # sorted size names, repeated for powers; () is the constant
+Dim = Union[int, "Size"]
+
+
+class Undecidable(Exception):
+    """A comparison of sizes that holds for some instantiations and not others."""
+
+    def __init__(self, lhs: Dim, op: str, rhs: Dim) -> None:
+        super().__init__(f"{lhs} {op} {rhs}")
+        self.lhs, self.op, self.rhs = lhs, op, rhs
+
+    @property
+    def claim(self) -> str:
+        return f"{self.lhs} {self.op} {self.rhs}"
+
+
+class Size:
+    """A non-constant polynomial over size names (construct with `var` and arithmetic)."""
+
+    __slots__ = ("terms", "_hash")
+
+    def __init__(self, terms: tuple[tuple[Monomial, int], ...]) -> None:
+        self.terms = terms          # canonical: sorted, no zero coefficient, some non-constant term
+        self._hash = hash(terms)
+
+    # ---- construction
+    @staticmethod
+    def var(name: str) -> Size:
+        return Size((((name,), 1),))
+
+    @staticmethod
+    def of(terms: Mapping[Monomial, int]) -> Dim:
+        """The canonical Dim of a term map: an int when only the constant is left."""
+        kept = tuple(sorted(((m, c) for m, c in terms.items() if c), key=_term_order))
+        if all(m == () for m, _ in kept):
+            return kept[0][1] if kept else 0
+        return Size(kept)
+
+    # ---- queries
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(n for m, _ in self.terms for n in m)
+
+    def subst(self, env: Mapping[str, Dim]) -> Dim:
+        """Every size named in env replaced by its value (simultaneously)."""
+        total: Dim = 0
+        for m, c in self.terms:
+            term: Dim = c
+            for n in m:
+                term = term * (env[n] if n in env else Size.var(n))
+            total = total + term
+        return total
+
+    def linear_in(self, name: str) -> tuple[int, Dim] | None:
+        """(a, rest) with self == a*name + rest and `name` not in rest, or None when
+        `name` appears in a product or a power."""
+        a, rest = 0, {}
+        for m, c in self.terms:
+            k = m.count(name)
+            if k == 0:
+                rest[m] = c
+            elif m == (name,):
+                a = c
+            else:
+                return None
+        return (a, Size.of(rest)) if a else None
+
+    # ---- arithmetic
+    def _map(self) -> dict[Monomial, int]:
+        return dict(self.terms)
+
+    def __add__(self, other: Dim) -> Dim:
+        out = self._map()
+        for m, c in _terms(other):
+            out[m] = out.get(m, 0) + c
+        return Size.of(out)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> Dim:
+        return Size.of({m: -c for m, c in self.terms})
+
+    def __sub__(self, other: Dim) -> Dim:
+        return self + (-other)
+
+    def __rsub__(self, other: Dim) -> Dim:
+        return (-self) + other
+
+    def __mul__(self, other: Dim) -> Dim:
+        out: dict[Monomial, int] = {}
+        for (m1, c1), (m2, c2) in cartesian(self.terms, _terms(other)):
+            m = tuple(sorted(m1 + m2))
+            out[m] = out.get(m, 0) + c1 * c2
+        return Size.of(out)
+
+    __rmul__ = __mul__
+
+    # ---- comparisons: == structural, ordering only when it holds for every size >= 1
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Size) and self.terms == other.terms
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __lt__(self, other: Dim) -> bool:
+        return _decide(self, "<", other)
+
+    def __le__(self, other: Dim) -> bool:
+        return _decide(self, "<=", other)
+
+    def __gt__(self, other: Dim) -> bool:
+        return _decide(self, ">", other)
+
+    def __ge__(self, other: Dim) -> bool:
+        return _decide(self, ">=", other)
+
+    def __bool__(self) -> bool:     # `if d:` means d != 0
+        if nonnegative(self - 1):
+            return True
+        raise Undecidable(self, "!=", 0)
+
+    def __repr__(self) -> str:
+        return f"Size({self})"
+
+    def __str__(self) -> str:
+        out = ""
+        for i, (m, c) in enumerate(reversed(self.terms)):
+            body = "*".join(m)
+            mag = abs(c)
+            text = (f"{mag}*{body}" if mag != 1 else body) if m else str(mag)
+            out += (text if c > 0 else f"-{text}") if i == 0 else (f" + {text}" if c > 0 else f" - {text}")
+        return out
+
+
+def _term_order(t: tuple[Monomial, int]) -> tuple[int, Monomial]:
+    return (len(t[0]), t[0])        # printed reversed: highest degree first, the constant last
+
+
+def _terms(d: Dim) -> tuple[tuple[Monomial, int], ...]:
+    if isinstance(d, Size):
+        return d.terms
+    return (((), int(d)),)
+
+
+def is_symbolic(d: object) -> bool:
+    return isinstance(d, Size)
+
+
+def has_sizes(shape: tuple[object, ...]) -> bool:
+    return any(isinstance(d, Size) for d in shape)
+
+
+def nonnegative(d: Dim) -> bool:
+    """True when d >= 0 for every assignment of integers >= 1 to its sizes: with each
+    size written 1 + y (y >= 0), every coefficient of the expansion is >= 0.  (Sufficient,
+    not necessary: False means "not shown".)"""
+    if not isinstance(d, Size):
+        return d >= 0
+    shifted = d.subst({n: Size.var(n) + 1 for n in d.names})
+    return all(c >= 0 for _, c in _terms(shifted))
+
+
+def _decide(a: Dim, op: str, b: Dim) -> bool:
+    diff = a - b       # a op b  <=>  diff op 0
+    holds = {"<": lambda: nonnegative(-diff - 1), "<=": lambda: nonnegative(-diff),
+             ">": lambda: nonnegative(diff - 1), ">=": lambda: nonnegative(diff)}
+    fails = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+    if holds[op]():
+        return True
+    if holds[fails[op]]():
+        return False
+    raise Undecidable(a, op, b)
+
+
+def exact_div(a: Dim, b: Dim) -> Dim | None:
+    """a / b when b divides a for every size (an int divisor of every coefficient, or a
+    monomial that every term contains); None otherwise."""
+    if not isinstance(b, Size):
+        if b == 0:
+            return None
+        if not isinstance(a, Size):
+            return a // b if a % b == 0 else None
+        if any(c % b for _, c in a.terms):
+            return None
+        return Size.of({m: c // b for m, c in a.terms})
+    if len(b.terms) != 1 or not isinstance(a, Size):
+        return None
+    (bm, bc), = b.terms
+    out: dict[Monomial, int] = {}
+    for m, c in a.terms:
+        rest = list(m)
+        for n in bm:
+            if n not in rest:
+                return None
+            rest.remove(n)
+        if c % bc:
+            return None
+        out[tuple(rest)] = c // bc
+    return Size.of(out)
+
+
+def subst(d: Dim, env: Mapping[str, Dim]) -> Dim:
+    return d.subst(env) if isinstance(d, Size) else d
+
+
+def subst_shape(shape: tuple[Dim, ...], env: Mapping[str, Dim]) -> tuple[Dim, ...]:
+    return tuple(subst(d, env) for d in shape)
