@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -43,6 +43,7 @@ from compiler.backend import worker as backend_worker
 from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED, LAST_ERROR_SYMBOL, OK, checked_symbol
 from compiler.backend.pipelines import PIPELINES
 from compiler.core.diagnostics import Diagnostic, SourceText, Span, UsageError, display_path, plain_name, read_source
+from compiler.core.sizes import bindings, parse_binding
 from compiler.core.types import DType, TensorType, TupleType
 from compiler.ir import nodes as ir
 from compiler.ir.uses import Uses
@@ -70,6 +71,7 @@ class BuildResult:
     mlir: str | None = None
     manifest: Manifest | None = None
     cached: bool = False                   # the library came from the build cache
+    sizes: dict[str, int] = field(default_factory=dict)   # `--size` values the generic exports are bound to
 
 
 # ---- manifest and header --------------------------------------------------------------
@@ -96,7 +98,9 @@ def _param(uses: Uses, fn: ir.Function, p: ir.Param) -> dict[str, Any]:
 
 
 def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None,
-                 library_sha256: str | None = None) -> Manifest:
+                 library_sha256: str | None = None, sizes: Mapping[str, int] | None = None) -> Manifest:
+    """The manifest (format MANIFEST_FORMAT); `sizes`: the `--size` values the generic
+    exports were bound to, recorded as "sizes" (omitted when none were given)."""
     uses = Uses(program)
     functions = []
     for fn in exported(program):
@@ -107,7 +111,7 @@ def manifest_for(program: ir.Program, so_name: str, source_path: str | None = No
             "results": [_tensor(t) for t in result_types(fn)],
         })
     return {"format": MANIFEST_FORMAT, "library": so_name, "library_sha256": library_sha256,
-            "source": source_path,
+            "source": source_path, **({"sizes": dict(sorted(sizes.items()))} if sizes else {}),
             "abi": "each function takes pointers to memref descriptors: inputs, then caller-owned outputs; "
                    "its checked entry returns 0, 1 (a failed bounds check) or 2 + i (descriptor i has other sizes)",
             "functions": functions}
@@ -140,7 +144,10 @@ def header_for(manifest: Manifest, guard: str) -> str:
     prototype of the checked entry point per function."""
     # plain_name: a `*/`, newline or non-UTF-8 byte of the source's name must not end the comment
     origin = plain_name(manifest["source"]) if manifest.get("source") else "a Kina program"
+    bound = manifest.get("sizes")
     lines = [f"{HEADER_MARK} from {origin}. */",
+             *([f"/* Generic functions bound to sizes {', '.join(f'{k}={v}' for k, v in bound.items())}. */"]
+               if bound else []),
              f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "",
              "/* A memref descriptor: strides are in elements; buffers are owned by the caller. */"]
     structs: dict[tuple[str, int], None] = {}
@@ -164,11 +171,11 @@ def header_for(manifest: Manifest, guard: str) -> str:
     return "\n".join(lines)
 
 
-def write_artifacts(program: ir.Program, so_path: Path,
-                    source_path: str | None = None) -> tuple[Path, Path, Manifest]:
+def write_artifacts(program: ir.Program, so_path: Path, source_path: str | None = None,
+                    sizes: Mapping[str, int] | None = None) -> tuple[Path, Path, Manifest]:
     """The manifest and header of the library just linked at so_path (whose digest it records)."""
     sha = hashlib.sha256(so_path.read_bytes()).hexdigest()
-    manifest = manifest_for(program, so_path.name, source_path, sha)
+    manifest = manifest_for(program, so_path.name, source_path, sha, sizes)
     mpath, hpath = so_path.with_suffix(".json"), so_path.with_suffix(".h")
     mpath.write_text(json.dumps(manifest, indent=2) + "\n")
     guard = "KINA_" + "".join(c if c.isalnum() else "_" for c in so_path.stem).upper() + "_H"
@@ -189,9 +196,11 @@ def _timed(timings: dict[str, float], stage: str, fn: Callable[..., T], *args: A
 
 
 def front_end(text: str, path: str, timings: dict[str, float], result: BuildResult,
-              transform: Callable[[ir.Program], ir.Program] | None = None) -> str | None:
-    """parse -> check -> (transform) -> lower_handles -> emit.  Fills result.diagnostics /
-    result.program; returns the MLIR text, or None when a stage reported errors."""
+              transform: Callable[[ir.Program], ir.Program] | None = None,
+              sizes: Mapping[str, int] | None = None) -> str | None:
+    """parse -> check -> instantiate -> (transform) -> lower_handles -> emit.  Fills
+    result.diagnostics / result.program; returns the MLIR text, or None when a stage reported
+    errors.  `sizes` (`--size B=4`) binds the sizes of generic functions to export."""
     from compiler import ad as autodiff
     from compiler import analysis
     from compiler.backend.emit import program as emit_mlir  # lazy: `kinac --help` stays fast
@@ -202,7 +211,11 @@ def front_end(text: str, path: str, timings: dict[str, float], result: BuildResu
     result.diagnostics += snap.diagnostics
     if _errors(snap.diagnostics):
         return None
-    program = snap.program
+    program, diags = _timed(timings, "parse+check", snap.program_for, dict(sizes or {}))
+    result.diagnostics += diags
+    if _errors(diags):
+        return None
+    result.sizes = dict(sizes or {})
     if transform is not None:
         program = transform(program)
     result.program = program
@@ -238,24 +251,28 @@ def default_opt_level() -> int:
 def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | None = None,
                  timings: dict[str, float] | None = None,
                  transform: Callable[[ir.Program], ir.Program] | None = None,
-                 cache: bool | None = None) -> BuildResult:
+                 cache: bool | None = None, sizes: Mapping[str, int] | None = None) -> BuildResult:
     """Build Kina source text into `out_so` (+ manifest and header next to it).
 
     `transform` may rewrite the checked program before handles are lowered (the
     validator adds gradient wrappers this way).  `cache`: use the build cache
-    (default: unless KINA_CACHE=0)."""
+    (default: unless KINA_CACHE=0).  `sizes`: `--size` values (generic exports)."""
     timings = {} if timings is None else timings
     opt_level = default_opt_level() if opt_level is None else opt_level
     outputs = artifact_paths(Path(out_so))
     check_outputs(Path(path), outputs)
     check_ours(outputs)
-    hint = _source_hint(text, opt_level, transform, cache)
+    hint = _source_hint(text + _sizes_text(sizes), opt_level, transform, cache)
     worker = _worker_ahead(opt_level, hint)
     try:
-        return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker, hint)
+        return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker, hint, sizes)
     finally:
         if worker is not None:
             worker.close()
+
+
+def _sizes_text(sizes: Mapping[str, int] | None) -> str:
+    return "".join(f"\n// --size {k}={v}" for k, v in sorted((sizes or {}).items()))
 
 
 def _source_hint(text: str, opt_level: int, transform: Callable[[ir.Program], ir.Program] | None,
@@ -285,9 +302,10 @@ def _worker_ahead(opt_level: int, hint: str | None = None) -> backend_worker.Wor
 
 def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str, float],
            transform: Callable[[ir.Program], ir.Program] | None, cache: bool | None,
-           worker: backend_worker.Worker | None, hint: str | None = None) -> BuildResult:
+           worker: backend_worker.Worker | None, hint: str | None = None,
+           sizes: Mapping[str, int] | None = None) -> BuildResult:
     result = BuildResult(False, source=SourceText(text, str(path)), timings=timings)
-    mlir = front_end(text, str(path), timings, result, transform)
+    mlir = front_end(text, str(path), timings, result, transform, sizes)
     if mlir is None:
         return result
     _check_writable(out_so)
@@ -311,7 +329,7 @@ def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str
     assert result.program is not None   # front_end returned MLIR: it set the program
     t0 = time.perf_counter()
     result.manifest_path, result.header_path, result.manifest = write_artifacts(
-        result.program, out_so, str(path))
+        result.program, out_so, str(path), result.sizes)
     timings["manifest"] = time.perf_counter() - t0
     result.so_path, result.ok = out_so, True
     return result
@@ -340,13 +358,13 @@ def _check_writable(out_so: Path) -> None:
 def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
                timings: dict[str, float] | None = None,
                transform: Callable[[ir.Program], ir.Program] | None = None,
-               cache: bool | None = None) -> BuildResult:
+               cache: bool | None = None, sizes: Mapping[str, int] | None = None) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
     out_so = Path(out_so) if out_so else default_output(path)
     text = read_source(path)   # UsageError when unreadable
     return build_source(text, str(path), out_so, opt_level=opt_level,
-                        timings=timings, transform=transform, cache=cache)
+                        timings=timings, transform=transform, cache=cache, sizes=sizes)
 
 
 # ---- CLI hooks (compiler/cli.py calls these) --------------------------------------------
@@ -376,7 +394,28 @@ def add_build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timings", action="store_true", help="print the time of each stage")
     parser.add_argument("--no-cache", action="store_true",
                         help="build even when the build cache holds this library (also: KINA_CACHE=0)")
+    add_size_args(parser)
     _add_opt_args(parser)
+
+
+def _size_arg(text: str) -> tuple[str, int]:
+    try:
+        return parse_binding(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_size_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", action="append", type=_size_arg, default=[], metavar="NAME=N",
+                        help="bind a size of the generic functions to export (repeat: --size B=4 --size T=64)")
+
+
+def sizes_of(args: argparse.Namespace) -> dict[str, int]:
+    """The --size values; a size given twice with different values is a usage error."""
+    try:
+        return bindings(getattr(args, "size", None) or [])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def format_timings(timings: dict[str, float]) -> str:
@@ -389,7 +428,7 @@ def format_timings(timings: dict[str, float]) -> str:
 def cli_build(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings,
-                        cache=False if getattr(args, "no_cache", False) else None)
+                        cache=False if getattr(args, "no_cache", False) else None, sizes=sizes_of(args))
     print_diagnostics(result)
     if getattr(args, "timings", False):
         print(format_timings(timings))

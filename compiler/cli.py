@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.core.diagnostics import Diagnostic, SourceText, UsageError, display_path, read_source
+from compiler.core.sizes import bindings, parse_binding
 
 # The front end (analysis, printer, ...) is imported by the commands that use it: `kinac
 # build -O2` first starts its back-end worker (`_prestart`), whose start then overlaps these
@@ -121,6 +122,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 # ---- run -------------------------------------------------------------------------------
+def _size_arg(text: str) -> tuple[str, int]:
+    try:
+        return parse_binding(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _format_result(name: str, value: object) -> str:
     import numpy as np
     arr = np.asarray(value)
@@ -138,13 +146,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(snap.source.render(d))
         return 1
     entry = args.entry or "main"
-    fn = snap.program.functions.get(entry)
+    try:
+        sizes = bindings(args.size)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    program, size_diags = snap.program_for(sizes)
+    fn = program.functions.get(entry)
     if fn is None:
+        for d in size_diags:
+            if d.severity == "error" and entry in d.message:
+                print(snap.source.render(d))
+                return 1
         hint = "" if args.entry else " (pass --entry NAME to run another function)"
         raise UsageError(f"no function `{entry}` in {display_path(args.file)}{hint}")
     try:
-        inputs = interp.random_inputs(fn, seed=args.seed, program=snap.program)
-        result = interp.run_function(snap.program, entry, inputs)
+        inputs = interp.random_inputs(fn, seed=args.seed, program=program)
+        result = interp.run_function(program, entry, inputs)
     except KinaRuntimeError as e:
         print(f"kinac run: {entry}: {e}", file=sys.stderr)
         return 1
@@ -291,6 +308,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--entry", help="the function to run on deterministic generated inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    p.add_argument("--size", action="append", type=_size_arg, default=[], metavar="NAME=N",
+                   help="bind the sizes of a generic entry (repeat: --size B=4 --size T=64)")
     p.add_argument("--save", metavar="OUT.npz", help="also write the inputs and results to a .npz file "
                    "(BF16/F8 stored as exact float32; compiler.runtime.library.load_npz restores every dtype)")
     p.set_defaults(func=cmd_run)

@@ -238,3 +238,21 @@ def subst(d: Dim, env: Mapping[str, Dim]) -> Dim:
 
 def subst_shape(shape: tuple[Dim, ...], env: Mapping[str, Dim]) -> tuple[Dim, ...]:
     return tuple(subst(d, env) for d in shape)
+
+
+def parse_binding(text: str) -> tuple[str, int]:
+    """`B=4` (a `--size` value) -> ("B", 4); ValueError with the reason otherwise."""
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip().isidentifier() or not value.strip().isdigit() or int(value) < 1:
+        raise ValueError(f"{text!r}: write NAME=N with N a whole number >= 1, e.g. --size B=4")
+    return name.strip(), int(value)
+
+
+def bindings(pairs: list[tuple[str, int]]) -> dict[str, int]:
+    """--size values as a dict; a size given twice with different values is a ValueError."""
+    out: dict[str, int] = {}
+    for name, value in pairs:
+        if out.get(name, value) != value:
+            raise ValueError(f"--size {name} is given twice ({out[name]} and {value})")
+        out[name] = value
+    return out

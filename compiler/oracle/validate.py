@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import random
 import selectors
 import subprocess
 import sys
@@ -37,7 +38,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from compiler import build
-from compiler.core.diagnostics import display_path
+from compiler.core.diagnostics import display_path, read_source
 from compiler.core.types import FLOAT_DTYPES, DType
 from compiler.ir import nodes as ir
 from compiler.runtime.arrays import Array
@@ -371,16 +372,18 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
 def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   cancel: Callable[[], bool] | None = None, timeout: float = 120.0,
-                  only: Collection[str] | None = None) -> ValidationReport:
+                  only: Collection[str] | None = None, sizes: Mapping[str, int] | None = None) -> ValidationReport:
     """Build, run in a child process, compare.  progress(function, done, total) is called as
     functions finish; cancel() returning True stops the run (report.cancelled).  `only`:
     run just these exported functions (a gradient wrapper is GRAD_PREFIX + the handled
-    function's name); the whole file is still built."""
+    function's name); the whole file is still built.  `sizes`: `--size` values for the
+    generic functions to export (validate_generic picks them when none are given)."""
     from compiler.oracle import interp
     report = ValidationReport(str(path))
     with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
         work = Path(tmp)
-        report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers)
+        report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers,
+                                        sizes=sizes)
         if not report.build.ok:
             return report
         if cancel is not None and cancel():     # cancelled during the build: run nothing
@@ -504,19 +507,45 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the .kina source file")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the child is killed")
+    build.add_size_args(parser)
     build._add_opt_args(parser)
 
 
 def cli_validate(args: argparse.Namespace) -> int:
-    report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
-                           timeout=args.timeout)
-    if report.build is not None:
-        build.print_diagnostics(report.build)
-    if report.build is None or not report.build.ok:
-        print(f"kinac validate: {display_path(args.file)}: build failed", file=sys.stderr)
-        return 1
-    print(format_report(report))
-    return 0 if report.ok else 1
+    sizes = build.sizes_of(args)
+    runs = [sizes] if sizes else generic_size_choices(args.file, args.seed)
+    status = 0
+    for bound in runs:
+        if bound:
+            print(f"sizes: {', '.join(f'{k}={v}' for k, v in bound.items())}"
+                  f"{'' if sizes else ' (random; pass --size NAME=N to choose)'}")
+        report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
+                               timeout=args.timeout, sizes=bound)
+        if report.build is not None:
+            build.print_diagnostics(report.build)
+        if report.build is None or not report.build.ok:
+            print(f"kinac validate: {display_path(args.file)}: build failed", file=sys.stderr)
+            return 1
+        print(format_report(report))
+        status = status or (0 if report.ok else 1)
+    return status
+
+
+def generic_size_choices(path: str | Path, seed: int, count: int = 3) -> list[dict[str, int]]:
+    """For a file whose exports include generic functions that no other function calls,
+    `count` small random instantiations of their sizes (each from 1 to 6: the symbolic
+    check holds for every size, so every choice is valid); [{}] when there are none (a
+    monomorphic file, or one that does not check: the build reports why)."""
+    from compiler import analysis
+    snap = analysis.analyze(read_source(Path(path)), str(path))
+    if any(d.severity == "error" for d in snap.diagnostics):
+        return [{}]
+    called = {c for it in snap.items if it.res.result is not None for c in it.res.result.calls if c != it.name}
+    names = sorted({s.name for fn in snap.module.functions if fn.name not in called for s in fn.sizes})
+    if not names:
+        return [{}]
+    rng = random.Random(seed)
+    return [{n: rng.randint(1, 6) for n in names} for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
