@@ -11,6 +11,7 @@ error sits at the literal and names the value, its position and the bound.
 from __future__ import annotations
 
 from compiler.core.diagnostics import Diagnostic, Note
+from compiler.core.sizes import Undecidable
 from compiler.ir import nodes as ir
 from compiler.ir.ops import OPS
 
@@ -56,7 +57,11 @@ def _first_outside(lit: ir.Literal, bound: int) -> tuple[int, int] | None:
     """(flat position, value) of the first element outside [0, bound), or None."""
     values = lit.values or (0,)          # () is all zeros, (x,) a splat
     for i, v in enumerate(values):
-        if not 0 <= v < bound:
+        try:
+            inside = 0 <= v < bound
+        except Undecidable:              # a generic function's table of symbolic size: it must
+            inside = False               # hold for every size, and `5 < V` does not
+        if not inside:
             return i, int(v)
     return None
 
@@ -67,7 +72,8 @@ def _diagnostic(op: ir.OpApp, lit: ir.Literal, bad: tuple[int, int], bound: int)
     table = {"gather": "the rows of `values`", "take_along_axis": "axis {axis} of `x`",
              "scatter_add": "the rows of the destination", "scatter_along_axis": "axis {axis} of the destination"}
     what = table.get(op.op, "its range").format(axis=op.attrs.get("axis"))
-    return Diagnostic("index", f"{op.op}: index {value} ({where} of this literal) is outside [0, {bound}), "
+    outside = f"is outside [0, {bound})" if isinstance(bound, int) else f"may be outside [0, {bound}) for some sizes"
+    return Diagnostic("index", f"{op.op}: index {value} ({where} of this literal) {outside}, "
                                f"{what}", lit.span,
                       (Note(f"the {op.op} that uses it", op.span),))
 

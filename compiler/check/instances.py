@@ -76,8 +76,10 @@ def _check_instance(fn: syntax.FnDef, signatures: dict[str, Signature], sizes: t
 
 def _instance_errors(fn: syntax.FnDef, sizes: tuple[int, ...], res: FunctionResult) -> list[Diagnostic]:
     shown = display(fn.name, [s.name for s in fn.sizes], sizes)
-    note = Note(f"in the instantiation {shown}; its generic check passed, so this is a Kina bug: "
-                "please report it with this program")
+    # the generic check holds for every size, except the values of bare-number expressions
+    # over sizes (`1.0 / (N - 1)` is not finite at N = 1), which only an instantiation knows
+    note = Note(f"in the instantiation {shown}" + ("" if all(d.code == "literal" for d in res.diagnostics) else
+                "; its generic check passed, so this is a Kina bug: please report it with this program"))
     return [Diagnostic(d.code, f"{d.message} (in {shown})", d.span, d.notes + (note,), d.severity, d.fix)
             for d in res.diagnostics if d.severity == "error"]
 
@@ -97,7 +99,7 @@ def unbound_exports(fns: Mapping[str, syntax.FnDef], called: set[str],
         elif name not in called:
             s = missing[0]
             given = f" (given: {', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else ""
-            diags.append(Diagnostic("size", f"{name}: size {s.name} is not bound; pass --size {s.name}=N"
+            diags.append(Diagnostic("size", f"{name}: size {s.name} is not bound; pass --size {s.name}=<n>"
                                     f"{given}", s.span,
                                     (Note("a generic function that no other function calls is exported, "
                                           "so every size it has needs a value"),)))

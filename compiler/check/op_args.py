@@ -165,9 +165,11 @@ def _positional_attr(bag: DiagnosticBag, op: OpDef,
 
 def _normalise(bag: DiagnosticBag, op: OpDef, spec: AttrSpec, value: AttrValue, span: Span) -> AttrValue | ErrorType:
     """Attribute value -> its IR form (int, tuple of ints, enum word, float), or ERROR."""
-    if spec.kind in ("int", "axis") and isinstance(value, (int, Size)) and not isinstance(value, bool):
+    # sizes (symbolic in a generic function's check) are integers; axes are not sizes
+    whole = (int, Size) if spec.kind in ("int", "ints") else int
+    if spec.kind in ("int", "axis") and isinstance(value, whole) and not isinstance(value, bool):
         return value
-    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, (int, Size)) for v in value):
+    if spec.kind in ("ints", "axes") and isinstance(value, tuple) and all(isinstance(v, whole) for v in value):
         return tuple(value)
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value

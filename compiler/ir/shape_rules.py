@@ -184,7 +184,7 @@ def _nonempty_axis(a: TensorType, axis: int, op: str) -> None:
     """A reduction over a zero-size axis is an error (docs/language.md, "Zero-size
     dimensions"): max and argmax have no identity, mean would divide by zero, and -O2's
     tiled reductions abort on an empty axis (so an empty sum, 0 at -O0, is refused too)."""
-    if a.shape[axis] == 0:
+    if not a.shape[axis] >= 1:   # a symbolic size that may be 0 raises Undecidable (checker: "cannot show")
         raise OpError("shape", f"{op}: axis {axis} of {a} is empty (size 0); a reduction needs at least "
                                "one element along its axis", 0)
 
