@@ -192,12 +192,28 @@ class Analysis:
             diags = self._ad.get(key)
             if diags is None:   # only the handled function and its callees (calls are inlined)
                 # every function of the closure is good, so it has its IR (in document spans)
-                program = ir.Program({n: f for n in closure if (f := first[n].ir) is not None})
+                program = ir.Program(_Generic({n: f for n in closure if (f := first[n].ir) is not None}))
                 diags = autodiff.check_differentiable(program, target)
             cache[key] = diags
             out += diags
         self._ad = cache
         return out
+
+
+class _Generic(dict[str, ir.Function]):
+    """Functions by name, where an instantiation `g$3` is the generic `g`'s symbolic IR:
+    reverseMode's restrictions are about the structure of a body, which every
+    instantiation shares, so the generic body is checked once, at its definition."""
+
+    def __missing__(self, key: str) -> ir.Function:
+        base = key.partition("$")[0]
+        if base != key and dict.__contains__(self, base):
+            return dict.__getitem__(self, base)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or (
+            isinstance(key, str) and "$" in key and dict.__contains__(self, key.partition("$")[0]))
 
 
 def _with_names(key: CheckKey, result: check.FunctionResult, signatures: Mapping[str, object]) -> CheckKey:

@@ -448,6 +448,7 @@ def add_emit_args(parser: argparse.ArgumentParser) -> None:
     kind.add_argument("--mlir", action="store_true", help="print the MLIR the compiler emits (default)")
     kind.add_argument("--llvm", action="store_true", help="print the LLVM IR after the pass pipeline")
     parser.add_argument("-o", "--output", help="write to this file instead of stdout")
+    add_size_args(parser)
     _add_opt_args(parser)
 
 
@@ -457,7 +458,7 @@ def cli_emit(args: argparse.Namespace) -> int:
         check_outputs(path, {"output": Path(args.output)})
     text = read_source(path)
     result = BuildResult(False, source=SourceText(text, str(path)))
-    mlir = front_end(text, str(path), {}, result)
+    mlir = front_end(text, str(path), {}, result, sizes=sizes_of(args))
     out = mlir
     if mlir is not None and getattr(args, "llvm", False):
         try:

@@ -83,6 +83,10 @@ def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Dia
         lines.append(f"// {display_path(snap.source.path)}: no `handle ... with reverseMode`; use --fn NAME to differentiate one")
     for name in targets:
         if name not in snap.program.functions:
+            fn = snap.function_named(name)
+            if fn is not None and fn.sizes:
+                raise UsageError(f"`{name}` is size-generic: --fn differentiates a function at fixed sizes; "
+                                 f"name one that handles `{name}`, or list those with --emit=grad alone")
             raise UsageError(f"no function `{name}` that checks cleanly in {display_path(snap.source.path)}")
         fn, ad_diags = transform_ad(snap.program, name)
         diags += ad_diags
