@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from compiler.check.function import FunctionResult, Signature, check_function
-from compiler.check.sizes import display
+from compiler.check.sizes import display, instance_name
 from compiler.core.diagnostics import Diagnostic, Note, Span
 from compiler.ir import nodes as ir
 from compiler.syntax import nodes as syntax
@@ -67,7 +67,23 @@ def instantiate(fns: Mapping[str, syntax.FnDef], signatures: dict[str, Signature
                                    function.span, function.name_span)
         out.functions[function.name] = function
         todo += [(n, s, False) for n, s in sorted(res.instances)]
+    _forward_to_exports(out.functions, exports)
     return out
+
+
+def _forward_to_exports(functions: dict[str, ir.Function], exports: Mapping[str, tuple[int, ...]]) -> None:
+    """An instantiation at the sizes of an export (`main` calls `train_step` at the --size
+    values) becomes a call of the export, so its body is compiled once."""
+    for name, sizes in exports.items():
+        inst = functions.get(instance_name(name, sizes))
+        if inst is None or name not in functions:
+            continue
+        args: list[ir.Expr] = [ir.Var(p.name, p.type, p.span) for p in inst.params]
+        call = ir.CallFn(name, args, inst.ret_type, inst.span)
+        out = "out$"    # no Kina name has a `$`; a let chain ending in a variable, as reverseMode needs
+        functions[inst.name] = ir.Function(inst.name, inst.params, inst.ret_type,
+                                           [ir.Binding([out], call, span=inst.span)],
+                                           ir.Var(out, inst.ret_type, inst.span), inst.span, inst.name_span)
 
 
 def _check_instance(fn: syntax.FnDef, signatures: dict[str, Signature], sizes: tuple[int, ...]) -> FunctionResult:
