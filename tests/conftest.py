@@ -10,6 +10,23 @@ os.environ["KINA_CACHE"] = "0"
 from compiler import build
 from compiler.backend import toolchain
 
+# Test modules that build no library (front end, formatter, language-server features, docs,
+# the extension): their results do not depend on KINA_OPT_LEVEL, so the Makefile's second,
+# -O2 pass deselects them (`-m "not once"`).  A module here must not build, run or validate
+# compiled code, in-process or through a subprocess.
+ONCE = frozenset({
+    "test_architecture", "test_check", "test_format", "test_front_end", "test_fuzz", "test_goldens",
+    "test_gradcheck", "test_incremental", "test_ir_verify", "test_parse", "test_progen", "test_vscode",
+    "test_lsp_convert", "test_lsp_diagnostics", "test_lsp_language", "test_lsp_memory", "test_lsp_regressions",
+    "test_lsp_robustness", "test_lsp_semantic", "test_lsp_state", "test_lsp_structure", "test_lsp_sync",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in ONCE:
+            item.add_marker(pytest.mark.once)
+
 
 @pytest.fixture(scope="module")
 def hand_written_lib(tmp_path_factory):
