@@ -233,7 +233,7 @@ def _sig_key(sig: check.Signature | None) -> SigKey | None:
     """A hashable stand-in for a Signature (dataclasses with lists are not hashable)."""
     if sig is None:
         return None
-    return (tuple((n, repr(t)) for n, t in sig.params), repr(sig.ret))
+    return (tuple((n, repr(t)) for n, t in sig.params), repr(sig.ret) + repr(sig.sizes))
 
 
 def _shifted(diags: Iterable[Diagnostic], delta: int) -> list[Diagnostic]:
