@@ -83,8 +83,8 @@ def _grad_listing(snap: Snapshot, only: str | None) -> tuple[list[str], list[Dia
         lines.append(f"// {display_path(snap.source.path)}: no `handle ... with reverseMode`; use --fn NAME to differentiate one")
     for name in targets:
         if name not in snap.program.functions:
-            fn = snap.function_named(name)
-            if fn is not None and fn.sizes:
+            written = snap.function_named(name)
+            if written is not None and written.sizes:
                 raise UsageError(f"`{name}` is size-generic: --fn differentiates a function at fixed sizes; "
                                  f"name one that handles `{name}`, or list those with --emit=grad alone")
             raise UsageError(f"no function `{name}` that checks cleanly in {display_path(snap.source.path)}")

@@ -10,7 +10,7 @@ from the row's `infer` becomes a Diagnostic whose span is the operand
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeGuard
+from typing import TypeGuard, cast
 
 from compiler.check.type_exprs import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
@@ -24,7 +24,8 @@ from compiler.syntax import nodes as syntax
 
 # A positional argument that is an attribute value (`x.reshape([1, 4])`, `x.pow(2)`).
 Static = syntax.IntList | syntax.Number
-# An attribute value as written (syntax.Attr.value) and as the IR holds it once normalised.
+# An attribute value as written (syntax.Attr.value, its sizes evaluated by the checker: ints or
+# symbolic Sizes) and as the IR holds it once normalised.
 AttrValue = int | float | tuple[int, ...] | str
 
 _KIND_WORDS = {"int": "an integer", "ints": "an integer list like [1, 2]", "enum": "one of {choices}",
@@ -117,7 +118,9 @@ def _collect_attrs(bag: DiagnosticBag, op: OpDef, statics: Sequence[Static], att
     given = _positional_attr(bag, op, statics)
     if given is None:  # already reported: a misplaced value is not also "missing"
         return values, spans, False
-    for name, value, name_span, value_span in given + [(a.name, a.value, a.name_span, a.value_span) for a in attrs]:
+    # check/expr.py evaluated the size expressions of `attrs` before (`_size_attrs`)
+    written = [(a.name, cast(AttrValue, a.value), a.name_span, a.value_span) for a in attrs]
+    for name, value, name_span, value_span in given + written:
         spec = op.attr(name)
         if spec is None or spec.kind == "type":
             names = ", ".join(a.name for a in op.attrs if a.kind != "type") or "none"
@@ -151,7 +154,7 @@ def _positional_attr(bag: DiagnosticBag, op: OpDef,
     ok = True
     for i, s in enumerate(statics):
         if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
-            out.append((positional.name, tuple(s.values), s.span, s.span))
+            out.append((positional.name, cast(tuple[int, ...], tuple(s.values)), s.span, s.span))   # sizes evaluated
             continue
         if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
             out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`

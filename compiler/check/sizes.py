@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from compiler.check.type_exprs import SizeEval, did_you_mean
 from compiler.core.diagnostics import DiagnosticBag, Note, Span
@@ -104,7 +105,11 @@ def fresh(t: Type, names: Sequence[str]) -> Type:
 def subst_type(t: Type, env: Mapping[str, Dim]) -> Type:
     if isinstance(t, TupleType):
         return TupleType(tuple(subst_type(i, env) for i in t.items))
-    return TensorType(t.dtype, tuple(subst(d, env) for d in t.shape), t.placement)
+    return TensorType(t.dtype, cast(tuple[int, ...], tuple(subst(d, env) for d in t.shape)), t.placement)
+
+
+def subst_tensor(t: TensorType, env: Mapping[str, Dim]) -> TensorType:
+    return TensorType(t.dtype, cast(tuple[int, ...], tuple(subst(d, env) for d in t.shape)), t.placement)
 
 
 def display(name: str, sizes: Sequence[str], values: Sequence[Dim]) -> str:

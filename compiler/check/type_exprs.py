@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import ClassVar, cast
 
 from compiler.core.diagnostics import DiagnosticBag, Note
@@ -109,7 +110,9 @@ def resolve_tensor_type(texpr: syntax.TensorTypeExpr, bag: DiagnosticBag,
         ok = False
     if not ok:
         return ERROR
-    return TensorType(DType.named(texpr.dtype), shape, placement)
+    # a symbolic Size stands where an int does (core/sizes.py); only a generic function's
+    # own check sees one, and no IR that holds one leaves the checker
+    return TensorType(DType.named(texpr.dtype), cast(tuple[int, ...], shape), placement)
 
 
 def mismatch(expected: Type, got: Type) -> tuple[str, str]:
@@ -129,3 +132,16 @@ def mismatch(expected: Type, got: Type) -> tuple[str, str]:
         return "shape", f"rank {got.rank}, not {expected.rank}"
     d = next(i for i in range(got.rank) if got.shape[i] != expected.shape[i])
     return "shape", f"dimension {d} is {got.shape[d]}, not {expected.shape[d]}"
+
+
+@dataclass
+class Signature:
+    """A user function's type, as callers see it (broken parts are ERROR).
+    `opaque`: the function exists but did not parse, so calls of it are not
+    checked against it and have the error type (no cascade of `unknown-name`).
+    `sizes`: a generic function's size parameters, which its types hold as symbols."""
+    name: str
+    params: list[tuple[str, TensorType | ErrorType]]   # a tuple-typed parameter is an error
+    ret: Type | ErrorType
+    opaque: bool = False
+    sizes: tuple[str, ...] = ()

@@ -35,7 +35,7 @@ class _Value:
     """A parsed attribute or literal value with its span (not an AST node)."""
     __slots__ = ("value", "span")
 
-    def __init__(self, value: int | float | str | tuple[int, ...], span: Span) -> None:
+    def __init__(self, value: int | float | str | tuple[ast.SizeExpr, ...] | ast.SizeBin, span: Span) -> None:
         self.value, self.span = value, span
 
 
@@ -274,7 +274,7 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         return node
 
     def size_paren(self, ch: Children) -> _Value | ast.SizeName | ast.SizeBin:
-        inner = ch[1]
+        inner: _Value | ast.SizeName | ast.SizeBin = ch[1]
         if isinstance(inner, ast.SizeBin):   # the parenthesised expression covers its parentheses
             wider = dataclasses.replace(inner, span=self._span(ch))
             object.__setattr__(wider, "_depth", getattr(inner, "_depth", 1))
