@@ -112,6 +112,46 @@ def test_validate_file_end_to_end(tmp_path):
     assert seen[-1][1:] == (3, 3)
 
 
+GENERIC_STEP = """\
+fn scale[N](x: Tensor[F32, [N]], w: Tensor[F32, [N]]) -> Tensor[F32, [N]] {
+  let y = x * w in
+  let z = y.tanh() in
+  z
+}
+
+fn both(x: Tensor[F32, [3]], w: Tensor[F32, [3]], u: Tensor[F32, [5]], v: Tensor[F32, [5]])
+    -> (Tensor[F32, [3]], Tensor[F32, [3]], Tensor[F32, [3]], Tensor[F32, [5]], Tensor[F32, [5]], Tensor[F32, [5]]) {
+  let (a, ga, gw) = handle scale(x, w) with reverseMode in
+  let (b, gu, gv) = handle scale(u, v) with reverseMode in
+  (a, ga, gw, b, gu, gv)
+}
+"""
+
+
+def test_validate_checks_the_gradient_of_each_instantiation_of_a_generic_function(tmp_path):
+    """`handle scale(..)` at two sizes differentiates the private instances scale$3 and
+    scale$5: each gets an exported wrapper and its finite-difference check."""
+    path = tmp_path / "generic.kina"
+    path.write_text(GENERIC_STEP)
+    report = validate.validate_file(path)
+    assert report.build.ok, [report.build.source.render(d) for d in report.build.diagnostics]
+    assert [f.name for f in report.functions] == ["both", "scale$3 (reverseMode)", "scale$5 (reverseMode)"]
+    for f in report.functions[1:]:
+        assert [c.name for c in f.checks if c.reference == "finite differences"] == ["d/d x", "d/d w"]
+    assert report.ok, validate.format_report(report)
+
+
+def test_finite_differences_run_only_what_the_target_reaches():
+    """Each interpreter run of a finite difference lowers the handles of the program it is
+    given, so it is given only the target and its callees."""
+    from compiler.analysis import analyze
+    program = validate.add_gradient_wrappers(analyze(GENERIC_STEP).program)
+    assert set(validate.reachable(program, "both").functions) == {"both", "scale$3", "scale$5"}
+    assert set(validate.reachable(program, "scale$5").functions) == {"scale$5"}
+    assert set(validate.reachable(program, "__validate_grad_scale__3").functions) == {
+        "__validate_grad_scale__3", "scale$3"}
+
+
 def test_validate_reports_the_library_trap_when_the_reference_rejects_the_inputs(tmp_path):
     src = tmp_path / "trap.kina"
     src.write_text("""

@@ -168,18 +168,33 @@ def handles_in(fn: ir.Function) -> list[ir.Handle]:
 
 def add_gradient_wrappers(program: ir.Program) -> ir.Program:
     """A copy of the program with `__validate_grad_g(params of g) = handle g(..) with reverseMode`
-    for each differentiated function g."""
+    for each differentiated function g.  The wrapper is exported, so its name must be one:
+    for an instantiation of a generic function (`linear$4_3_5`, private) it is
+    `__validate_grad_linear__4_3_5`, numbered on in the unlikely case a user function's
+    wrapper already has that name."""
     out = ir.Program(dict(program.functions))
+    wrapped: set[str] = set()
     for fn in list(program.functions.values()):
         for h in handles_in(fn):
             target = program.functions.get(h.fn)
-            name = GRAD_PREFIX + h.fn
-            if target is None or name in out.functions:
+            if target is None or h.fn in wrapped:
+                continue
+            wrapped.add(h.fn)
+            name = _wrapper_name(h.fn, out.functions)
+            if name is None:
                 continue
             params = [ir.Param(p.name, p.type) for p in target.params]
             call = ir.Handle(h.fn, [ir.Var(p.name, p.type) for p in params], h.handler, h.type, h.span)
             out.functions[name] = ir.Function(name, params, h.type, [], call, h.span, target.name_span)
     return out
+
+
+def _wrapper_name(target: str, taken: Mapping[str, ir.Function]) -> str | None:
+    name = GRAD_PREFIX + target.replace("$", "__")
+    if "$" not in target:
+        return None if name in taken else name
+    candidates = (name if i == 0 else f"{name}__{i}" for i in range(len(taken) + 1))
+    return next(c for c in candidates if c not in taken)
 
 
 def finite_differences(program: ir.Program, target: str, args: list[Array]) -> tuple[list[Array | None], list[int]]:
@@ -191,6 +206,7 @@ def finite_differences(program: ir.Program, target: str, args: list[Array]) -> t
     the declared dtypes' rounding may put the library on the kink's other side."""
     # lazy, like interp: the child process needs neither
     from compiler.oracle import kinks
+    program = reachable(program, target)
     fn = program.functions[target]
     x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
     _, base = kinks.trace(program, target, x64, np.float64)
@@ -218,6 +234,23 @@ def finite_differences(program: ir.Program, target: str, args: list[Array]) -> t
         grads.append(g)
         skipped.append(n_skipped)
     return grads, skipped
+
+
+def reachable(program: ir.Program, name: str) -> ir.Program:
+    """The functions `name` calls or handles, directly or not (and `name`): every run of the
+    interpreter lowers the handles of the program it is given, and a file with many
+    differentiated functions made each of the many runs of one finite-difference
+    check differentiate all of them."""
+    keep, todo = {name}, [name]
+    while todo:
+        fn = program.functions[todo.pop()]
+        for root in [b.value for b in fn.lets] + [fn.result]:
+            for e in ir.walk(root):
+                callee = e.fn if isinstance(e, (ir.CallFn, ir.Handle)) else None
+                if callee is not None and callee not in keep and callee in program.functions:
+                    keep.add(callee)
+                    todo.append(callee)
+    return ir.Program({n: f for n, f in program.functions.items() if n in keep})
 
 
 def _coordinate_difference(program: ir.Program, target: str, x64: list[Array], j: int, idx: tuple[int, ...],
@@ -398,7 +431,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         expected: dict[str, References | None] = {}
         reports: dict[str, FunctionReport] = {}
         for fn in fns:
-            reports[fn.name] = FunctionReport(_display_name(fn.name))
+            reports[fn.name] = FunctionReport(_display_name(fn))
             try:
                 inputs[fn.name] = interp.random_inputs(fn, seed, program) if fn.params else []
             except Exception as e:  # an interpreter failure is reported, not raised
@@ -440,8 +473,12 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
     return report
 
 
-def _display_name(name: str) -> str:
-    return f"{name[len(GRAD_PREFIX):]} (reverseMode)" if name.startswith(GRAD_PREFIX) else name
+def _display_name(fn: ir.Function) -> str:
+    """A gradient wrapper shows as the function it differentiates (`linear$4_3_5` for an
+    instantiation of a generic one)."""
+    if fn.name.startswith(GRAD_PREFIX) and isinstance(fn.result, ir.Handle):
+        return f"{fn.result.fn} (reverseMode)"
+    return fn.name
 
 
 # A function's reference results: the interpreter in float64, and in the declared dtypes.
