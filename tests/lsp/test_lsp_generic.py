@@ -231,3 +231,16 @@ async def test_diagnostics_of_a_generic_body_with_no_call(client):
     (d,) = diags
     assert d.code == "shape" and d.range == lsp.Range(start=pos(text, "+ y", 2), end=pos(text, "+ y", 3))
     assert "dimension 0 is M vs N" in d.message
+
+
+async def test_a_word_attribute_is_a_size_only_where_the_op_takes_an_integer():
+    """As the checker reads it (check/expr.py _size_attrs): `stop=T` names the size, an
+    enum word that happens to equal a size name (`op=sum`) does not."""
+    text = ("fn f[sum, T](x: Tensor[F32, [sum, T]]) -> Tensor[F32, [sum, 1]] {\n"
+            "  x.slice(axis=1, start=0, stop=T).reduce_keep(op=sum, axis=1)\n}\n")
+    snap = analyze(text)
+    decl_t, decl_sum = text.index("T]("), text.index("sum,")
+    assert snap.definition(text.index("stop=T") + 5).start == decl_t
+    assert snap.definition(text.index("op=sum") + 3) is None
+    assert [r.start for r in snap.references(decl_sum)] == [decl_sum, text.index("[sum, T]]") + 1,
+                                                            text.index("[sum, 1]") + 1]
