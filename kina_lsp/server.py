@@ -311,10 +311,12 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams) -> 
     if view is None:
         return None
     sigs: dict[str, tuple[str, list[str]]] = {}
+    sizes: dict[str, list[str]] = {}
     for _offset, fn in view.snapshot.local_functions():   # signatures only: no spans needed
         ps = [f"{p.name}: {astutil.type_text(p.type)}" for p in fn.params]
-        sigs[fn.name] = (f"{fn.name}({', '.join(ps)}) -> {astutil.type_text(fn.ret)}", ps)
-    return completion.signature_help(view.text, offset, sigs)
+        sigs.setdefault(fn.name, (f"{astutil.generic_name(fn)}({', '.join(ps)}) -> {astutil.type_text(fn.ret)}", ps))
+        sizes.setdefault(fn.name, [s.name for s in fn.sizes])
+    return completion.signature_help(view.text, offset, sigs, sizes)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,

@@ -246,6 +246,43 @@ def test_issue13_syntax_scalars_underscores_negative_axes():
             format_source(field)
 
 
+def test_size_generic_functions():
+    """Size parameters, size expressions in shapes, lists and attributes, and explicit
+    instantiation: canonical spacing, parentheses only where the tree needs them (both
+    operands of a left-associative operator), the source's others dropped."""
+    src = """fn f[B,T , D,](x: Tensor[F32,[(B*T),D]], y: Tensor[F32, [(B)*((T+1)), (D-(1+1)) , T-(B-1)]]) -> Tensor[F32, [B, T, D]] {
+  let a = x.reshape([B,T,D]) in // reshape
+  let w = iota(shape=[T/(2*B)], axis= (0)) in
+  let z = a.slice(axis=1, start=0, stop=T-1/1) in
+  let s = a.slice(axis=1, start=0, stop=(T)) in
+  let r = linear[ 8 , (B+1)*2 ]( a ) in
+  let h = a.reshape([(B * D) / B, B * (T / B)]) in
+  a * (1.0 / (B * T))
+}
+"""
+    assert assert_formats_well(src) == """fn f[B, T, D](
+  x: Tensor[F32, [B * T, D]],
+  y: Tensor[F32, [B * (T + 1), D - (1 + 1), T - (B - 1)]],
+) -> Tensor[F32, [B, T, D]] {
+  let a = x.reshape([B, T, D]) in // reshape
+  let w = iota(shape=[T / (2 * B)], axis=0) in
+  let z = a.slice(axis=1, start=0, stop=T - 1 / 1) in
+  let s = a.slice(axis=1, start=0, stop=T) in
+  let r = linear[8, (B + 1) * 2](a) in
+  let h = a.reshape([B * D / B, B * (T / B)]) in
+  a * (1.0 / (B * T))
+}
+"""
+    # comments inside size lists and expressions stay, and a second pass changes nothing
+    src = "fn g[M, // rows\n  K](x: Tensor[F32, [M * // m\n K, (K\n// own\n)]]) -> Tensor[F32, [M]] {\n  x\n}\n"
+    out = assert_formats_well(src, 40)
+    assert "// rows" in out and "// m" in out and "// own" in out
+    # a long list of sizes breaks one per line like any list
+    sizes = ", ".join(f"S{i}" for i in range(30))
+    out = assert_formats_well(f"fn g[{sizes}](x: Tensor[F32, [S0]]) -> Tensor[F32, [S0]] {{ f[{sizes}](x) }}\n")
+    assert out.startswith("fn g[\n  S0,\n  S1,\n") and "  f[\n    S0,\n" in out
+
+
 # ---- generated programs -------------------------------------------------------------------------
 NAMES = st.sampled_from(["a", "b", "x", "w_1", "foo", "reverseMode", "sum", "_"])
 SEPARATORS = st.sampled_from([" ", " ", " ", "", "\n", "\n\n", "   ", "\t", " // note\n", "// tight\n",
@@ -266,10 +303,33 @@ def number(draw, signed=True):
     return ["-", text] if signed and draw(st.booleans()) else [text]
 
 
+SIZE_NAMES = st.sampled_from(["B", "T", "d_model", "N"])
+
+
+@st.composite
+def size_expr(draw, depth=0):
+    """(tokens, precedence) of a size expression: integers and size names with + - * /,
+    operands parenthesised as needed and sometimes for no reason."""
+    kind = draw(st.sampled_from(["int", "name"] + (["bin"] if depth < 3 else [])))
+    if kind == "int":
+        toks, prec = [t for t in draw(number()) if t == "-"] + [str(draw(st.integers(0, 64)))], 6
+    elif kind == "name":
+        toks, prec = [draw(SIZE_NAMES)], 6
+    else:
+        op = draw(st.sampled_from(["+", "-", "*", "/"]))
+        level = {"+": 1, "-": 1, "*": 2, "/": 2}[op]
+        lhs, lp = draw(size_expr(depth + 1))
+        rhs, rp = draw(size_expr(depth + 1))
+        toks = (["(", *lhs, ")"] if lp < level else lhs) + [op] + (["(", *rhs, ")"] if rp <= level else rhs)
+        prec = level
+    if draw(st.integers(0, 5)) == 0:
+        toks, prec = ["(", *toks, ")"], 6
+    return toks, prec
+
+
 @st.composite
 def int_list(draw):
-    items = [draw(number()) for _ in range(draw(st.integers(0, 4)))]
-    items = [[t for t in i if t == "-"] + [str(int(float(i[-1])))] for i in items]
+    items = [draw(size_expr())[0] for _ in range(draw(st.integers(0, 4)))]
     return ["[", *_join(items, draw), "]"]
 
 
@@ -324,7 +384,8 @@ def expr(draw, depth=0):
     elif kind == "method":
         toks, prec = operand(draw, depth, 5) + [".", draw(NAMES)] + args(draw, depth), 5
     elif kind == "call":
-        toks, prec = [draw(NAMES)] + args(draw, depth), 6
+        sizes = draw(int_list()) if draw(st.integers(0, 3)) == 0 else []     # `linear[8, B * 2](x)`
+        toks, prec = [draw(NAMES)] + sizes + args(draw, depth), 6
     elif kind == "handle":
         toks, prec = ["handle", draw(NAMES)] + args(draw, depth) + ["with", "reverseMode"], 4
     else:
@@ -345,7 +406,7 @@ def args(draw, depth):
     positional = [draw(expr(depth + 1))[0] for _ in range(draw(st.integers(0, 3)))]
     attrs = []
     for _ in range(draw(st.integers(0, 2))):
-        value = draw(st.one_of(number(), int_list(), NAMES.map(lambda n: [n])))
+        value = draw(st.one_of(number(), int_list(), NAMES.map(lambda n: [n]), size_expr().map(lambda e: e[0])))
         attrs.append([draw(st.sampled_from(["axis", "op", "shape"])), "="] + value)
     return ["(", *_join(positional + attrs, draw), ")"]
 
@@ -353,7 +414,9 @@ def args(draw, depth):
 @st.composite
 def function(draw):
     params = [[draw(NAMES), ":"] + draw(type_expr()) for _ in range(draw(st.integers(0, 3)))]
-    toks = ["fn", draw(NAMES), "(", *_join(params, draw), ")", "->"] + draw(type_expr()) + ["{"]
+    sizes = [[draw(SIZE_NAMES)] for _ in range(draw(st.integers(0, 3)))]    # `fn f[B, T](...)`
+    toks = ["fn", draw(NAMES), *(["[", *_join(sizes, draw), "]"] if sizes else []), "(", *_join(params, draw), ")",
+            "->"] + draw(type_expr()) + ["{"]
     for _ in range(draw(st.integers(0, 4))):
         if draw(st.booleans()):
             names = [[draw(NAMES)] for _ in range(draw(st.integers(1, 3)))]

@@ -1,11 +1,17 @@
-"""Names inside one function: which parameter or let each name refers to, which
-functions it calls, and what a rename would clash with.  Spans are item-local (the
-incremental front end, analysis.py, keeps one Symbols per function text)."""
+"""Names inside one function: which parameter, let or size parameter each name refers
+to, which functions it calls, and what a rename would clash with.  Spans are item-local
+(the incremental front end, analysis.py, keeps one Symbols per function text).
+
+A size parameter (`fn f[B, T](..)`) is used in the function's types, integer lists,
+size attributes (`stop=T - 1`; a lone `stop=T` where the op's attribute is an integer,
+as the checker reads it), the sizes of a call (`g[B, 4](..)`) and as a bare number in
+expressions (`1.0 / B`, where no parameter or let of that name is in scope)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from compiler.core.diagnostics import Span
+from compiler.ir.ops import SURFACE_OPS
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
 
@@ -15,7 +21,8 @@ class Symbols:
     """Name resolution inside one function, in item-local spans.
     defs: binding span -> name (parameters and lets); uses: reference span ->
     binding span; calls: (span, function name) for every user-function mention;
-    handled: the functions called under `handle`."""
+    handled: the functions called under `handle`.  Size parameters are in defs too
+    (their uses map to the SizeParam's span)."""
     defs: dict[Span, str] = field(default_factory=dict)
     uses: dict[Span, Span] = field(default_factory=dict)
     calls: list[tuple[Span, str]] = field(default_factory=list)
@@ -24,36 +31,83 @@ class Symbols:
 
 def resolve(fn: ast.FnDef) -> Symbols:
     """Bind every Name to its parameter or let (lexical scope: a let's value sees
-    only earlier bindings).  Iterative over the let chain; expressions are at most
-    MAX_DEPTH (compiler/syntax/builder.py) deep."""
+    only earlier bindings), and every size name to its size parameter.  Iterative over
+    the let chain; expressions are at most MAX_DEPTH (compiler/syntax/builder.py) deep."""
     sym = Symbols()
+    sizes: dict[str, Span] = {}
+    for s in fn.sizes:
+        sym.defs[s.span] = s.name
+        sizes.setdefault(s.name, s.span)     # a size declared twice is a `duplicate` error; keep the first
     scope: dict[str, Span] = {}
     for p in fn.params:
         sym.defs[p.name_span] = p.name
         scope.setdefault(p.name, p.name_span)
+        _resolve_type(p.type, sizes, sym)
+    _resolve_type(fn.ret, sizes, sym)
     body = fn.body
     while isinstance(body, ast.Let):
-        _resolve_expr(body.value, scope, sym)
+        _resolve_expr(body.value, scope, sizes, sym)
         for n in body.names:
             sym.defs[n.span] = n.id
             if n.id != "_":                  # `_` binds nothing
                 scope.setdefault(n.id, n.span)   # a rebinding is a `duplicate` error; keep the first
         body = body.body
-    _resolve_expr(body, scope, sym)
+    _resolve_expr(body, scope, sizes, sym)
     return sym
 
 
-def _resolve_expr(e: ast.Expr, scope: dict[str, Span], sym: Symbols) -> None:
+def _resolve_sizes(values: object, sizes: dict[str, Span], sym: Symbols) -> None:
+    """The size names in a size expression, or in a tuple of them."""
+    if not sizes:
+        return
+    for v in values if isinstance(values, tuple) else (values,):
+        if isinstance(v, (ast.SizeName, ast.SizeBin)):
+            for n in ast.size_names(v):
+                if n.id in sizes:
+                    sym.uses[n.span] = sizes[n.id]
+
+
+def _resolve_type(t: ast.TypeExpr, sizes: dict[str, Span], sym: Symbols) -> None:
+    if isinstance(t, ast.TupleTypeExpr):
+        for item in t.items:
+            _resolve_type(item, sizes, sym)
+    else:
+        _resolve_sizes(t.shape, sizes, sym)
+
+
+def _resolve_attrs(e: ast.Call | ast.MethodCall, sizes: dict[str, Span], sym: Symbols) -> None:
+    """Sizes in attributes: expressions and lists, and a lone word where the op takes an integer."""
+    op = SURFACE_OPS.get(e.func if isinstance(e, ast.Call) else e.method)
+    for a in e.attrs:
+        if isinstance(a.value, str):
+            spec = op.attr(a.name) if op is not None else None
+            if a.value in sizes and spec is not None and spec.kind == "int":
+                sym.uses[a.value_span] = sizes[a.value]
+        else:
+            _resolve_sizes(a.value, sizes, sym)
+
+
+def _resolve_expr(e: ast.Expr, scope: dict[str, Span], sizes: dict[str, Span], sym: Symbols) -> None:
     stack = [e]
     while stack:
         e = stack.pop()
         if isinstance(e, ast.Name):
             if e.id in scope:
                 sym.uses[e.span] = scope[e.id]
+            elif e.id in sizes:              # a size as a bare number: `1.0 / B`
+                sym.uses[e.span] = sizes[e.id]
         elif isinstance(e, ast.Call):
             sym.calls.append((e.func_span, e.func))
+            if e.sizes is not None:
+                _resolve_sizes(e.sizes.values, sizes, sym)
         elif isinstance(e, ast.Handle):
             sym.handled.add(e.call.func)
+        elif isinstance(e, ast.IntList):
+            _resolve_sizes(e.values, sizes, sym)
+        elif isinstance(e, ast.TensorLit):
+            _resolve_type(e.type, sizes, sym)
+        if isinstance(e, (ast.Call, ast.MethodCall)) and sizes:
+            _resolve_attrs(e, sizes, sym)
         stack.extend(ast_walk.children(e))
 
 
@@ -83,15 +137,16 @@ def free_names(sym: Symbols, fn: ast.FnDef) -> dict[str, Span]:
 
 
 def local_rename_conflict(sym: Symbols, fn: ast.FnDef, target: Span, new: str) -> tuple[str, Span] | None:
-    """Why renaming the parameter or let bound at `target` to `new` would change fn:
+    """Why renaming the parameter, let or size parameter bound at `target` to `new` would change fn:
     `new` is already bound in fn (a rebinding is an error), or fn uses an unbound `new`
     that the renamed binding would capture."""
     if sym.defs.get(target) == new:
         return None
     params = {p.name_span for p in fn.params}
+    sizes = {s.span for s in fn.sizes}
     for span, name in sym.defs.items():
         if name == new:
-            what = "a parameter" if span in params else "a let"
+            what = "a parameter" if span in params else "a size parameter" if span in sizes else "a let"
             return f"`{new}` is already {what} of `{fn.name}`", span
     free = free_names(sym, fn)
     if new in free:

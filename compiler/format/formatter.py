@@ -50,6 +50,7 @@ _NEG, _POSTFIX, _ATOM = 4, 5, 6
 # `x.op(..)`, and `x.name` (a field access, printed for its diagnostic)
 _POSTFIX_NODES = (ast.MethodCall, ast.Field)
 _Item = TypeVar("_Item", bound=Spanned)
+_V = TypeVar("_V")
 
 
 class FormatError(Exception):
@@ -68,6 +69,8 @@ def comments_of(text: str) -> list[str]:
 
 # ---- the printer -------------------------------------------------------------------------
 class _Formatter(Emitter):
+    _size_parens = 0    # the source's `(` skipped inside the size expression being printed
+
     def module(self, module: ast.Module) -> None:
         self.structural = self._structural_opens(module)
         for i, fn in enumerate(module.functions):
@@ -83,7 +86,8 @@ class _Formatter(Emitter):
         self.space()
         self.tok(fn.name, fn.name_span.start)
         with self.b.group():
-            pos = self.bracketed(fn.params, self.param, fn.name_span.end)
+            pos = self.size_params(fn)
+            pos = self.bracketed(fn.params, self.param, pos)
             self.space()
             pos = self.expect("->", pos)
             self.space()
@@ -97,6 +101,16 @@ class _Formatter(Emitter):
             self.dangling(close, blank_ok=True)
         self.brk(layout.HARD)
         self.tok("}", close)
+
+    def size_params(self, fn: ast.FnDef) -> int:
+        """`[B, T]` of a size-generic function; the offset where its parameter list is looked for."""
+        if not fn.sizes:
+            return fn.name_span.end
+
+        def name(p: ast.SizeParam, pos: int) -> int:
+            self.tok(p.name, p.span.start)
+            return p.span.end
+        return self.square(fn.sizes, name, fn.name_span.end)
 
     def param(self, p: ast.Param) -> None:
         self.tok(p.name, p.name_span.start)
@@ -167,7 +181,7 @@ class _Formatter(Emitter):
         while stack:
             node = stack.pop()
             if isinstance(node, ast.FnDef):
-                opens.add(self.find("(", node.name_span.end))
+                opens.add(self.find("(", self._after_size_params(node)))
                 stack += [p.type for p in node.params] + [node.ret, node.body]
             elif isinstance(node, ast.Let):
                 if node.destructure:
@@ -178,14 +192,31 @@ class _Formatter(Emitter):
                 stack += node.items
             elif isinstance(node, (ast.Call, ast.MethodCall)):
                 name = node.func_span if isinstance(node, ast.Call) else node.method_span
-                opens.add(self.find("(", name.end))
+                sizes = node.sizes if isinstance(node, ast.Call) else None
+                opens.add(self.find("(", sizes.span.end if sizes is not None else name.end))
                 stack += [*node.args, *(c for c in children(node) if c not in node.args)]
             else:
                 stack += children(node)
         return {o for o in opens if o is not None}
 
-    def int_list(self, values: tuple[int, ...], pos: int) -> int:
-        """`[1, 2]` (a group: one value per line if it ever gets that long)."""
+    def _after_size_params(self, fn: ast.FnDef) -> int:
+        """The source offset after the `]` of `fn f[B, T]` (the name's end without sizes)."""
+        if not fn.sizes:
+            return fn.name_span.end
+        pos = fn.sizes[-1].span.end
+        comma = self.find(",", pos)
+        pos = comma + 1 if comma is not None else pos
+        closing = self.find("]", pos)
+        return closing + 1 if closing is not None else pos
+
+    def int_list(self, values: Sequence[ast.SizeExpr], pos: int) -> int:
+        """`[1, 2]`, `[B * T, D]` (a group: one value per line if it ever gets that long)."""
+        return self.square(values, self.size, pos)
+
+    def square(self, values: Sequence[_V], each: Callable[[_V, int], int], pos: int) -> int:
+        """`[a, b]` in a group: flat, or one value per line with a trailing comma.  `each`
+        prints a value found in the source at or after an offset and returns the offset
+        after it; `pos`: where the `[` is looked for.  Returns the offset after the `]`."""
         at = self.find("[", pos)
         pos = at + 1 if at is not None else pos
         with self.b.group():
@@ -194,7 +225,7 @@ class _Formatter(Emitter):
                 if values:
                     self.brk(layout.SOFT)
                 for i, v in enumerate(values):
-                    pos = self.value(v, pos)
+                    pos = each(v, pos)
                     comma = self.find(",", pos)
                     if i + 1 < len(values):
                         self.tok(",", comma)
@@ -211,6 +242,49 @@ class _Formatter(Emitter):
                 self.brk(layout.SOFT)
             self.tok("]", closing)
         return closing + 1 if closing is not None else pos
+
+    def size(self, e: ast.SizeExpr, pos: int) -> int:
+        """A size expression (`B * (T + 1)`), found in the source at or after pos; returns the
+        offset after it.  Parentheses are printed where the tree needs them (both operands of
+        a left-associative operator, as the parser reads them), the source's are dropped (their
+        comments go with the next token printed, as for the parentheses of expressions)."""
+        self._size_parens = 0
+        return self._size(e, pos, 0)
+
+    def _size(self, e: ast.SizeExpr, pos: int, need: int) -> int:
+        if isinstance(e, ast.SizeBin):     # a left-associative run of one level, as binop
+            level = _PREC[e.op]
+            run: list[ast.SizeBin] = []
+            node: ast.SizeExpr = e
+            while isinstance(node, ast.SizeBin) and _PREC[node.op] == level:
+                run.append(node)
+                node = node.lhs
+            run.reverse()
+            if level < need:
+                self.tok("(")
+            with self.b.group():
+                pos = self._size(node, pos, level)
+                with self.b.indent(INDENT):
+                    for op in run:
+                        self.brk(layout.LINE)
+                        pos = self.expect(op.op, pos)
+                        self.space()
+                        pos = self._size(op.rhs, pos, level + 1)
+            if level < need:
+                self.tok(")")
+            return pos
+        while (at := self.find("(", pos)) is not None:   # the source's parentheses around an atom
+            self._size_parens += 1
+            pos = at + 1
+        if isinstance(e, ast.SizeName):
+            self.tok(e.id, e.span.start)
+            pos = e.span.end
+        else:
+            pos = self.value(e, pos)
+        while self._size_parens and (at := self.find(")", pos)) is not None:
+            self._size_parens -= 1
+            pos = at + 1
+        return pos
 
     def value(self, v: int | float, pos: int, blank_ok: bool = False) -> int:
         """A number (of a list, a literal or an attribute) spelled as in the source at pos."""
@@ -341,7 +415,10 @@ class _Formatter(Emitter):
 
     def call(self, e: ast.Call, blank_ok: bool = False) -> None:
         self.tok(e.func, e.func_span.start, blank_ok=blank_ok)
-        self.bracketed([*e.args, *e.attrs], self.argument, e.func_span.end)
+        pos = e.func_span.end
+        if e.sizes is not None:     # `linear[8, 4, 16](x, w)`
+            pos = self.int_list(e.sizes.values, pos)
+        self.bracketed([*e.args, *e.attrs], self.argument, pos)
 
     def argument(self, a: ast.Expr | ast.Attr) -> None:
         if not isinstance(a, ast.Attr):
@@ -353,6 +430,8 @@ class _Formatter(Emitter):
             self.int_list(a.value, pos)
         elif isinstance(a.value, str):
             self.tok(a.value, a.value_span.start)
+        elif isinstance(a.value, ast.SizeBin):
+            self.size(a.value, pos)
         else:
             self.value(a.value, pos)
 

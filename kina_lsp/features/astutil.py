@@ -53,16 +53,27 @@ def find_function(module: ast.Module | None, name: str) -> ast.FnDef | None:
 def type_text(t: ast.TypeExpr) -> str:
     """How a parameter's type was written (types as written, before checking)."""
     if isinstance(t, ast.TensorTypeExpr):
-        dims = ", ".join(str(d) for d in t.shape)
+        dims = ", ".join(ast.size_text(d) for d in t.shape)     # `B * T` as written (canonical spacing)
         return f"Tensor[{t.dtype}, [{dims}], @{t.placement or 'host'}]"
     if isinstance(t, ast.TupleTypeExpr):
         return "(" + ", ".join(type_text(i) for i in t.items) + ")"
     return str(t)
 
 
+def generic_name(fn: ast.FnDef) -> str:
+    """`linear[M, K, N]` for a size-generic function, else its name."""
+    return f"{fn.name}[{', '.join(s.name for s in fn.sizes)}]" if fn.sizes else fn.name
+
+
 def signature(fn: ast.FnDef) -> str:
+    """`fn linear[M, K, N](x: Tensor[F32, [M, K], @host], ...) -> ...` (types as written)."""
     params = ", ".join(f"{p.name}: {type_text(p.type)}" for p in fn.params)
-    return f"fn {fn.name}({params}) -> {type_text(fn.ret)}"
+    return f"fn {generic_name(fn)}({params}) -> {type_text(fn.ret)}"
+
+
+def size_param(fn: ast.FnDef, span: object) -> ast.SizeParam | None:
+    """The size parameter of fn declared at `span` (a definition's span), if it is one."""
+    return next((s for s in fn.sizes if s.span == span), None)
 
 
 def is_float_param(p: ast.Param) -> bool:

@@ -4,7 +4,10 @@
 - a built-in op (method name or free call): its typing rule and doc line from
   compiler.ir.ops.OPS, plus the type this application got;
 - an attribute name: its kind and, for enums, the choices;
-- a user function name: its signature;
+- a user function name: its signature (a size-generic one with its size parameters,
+  `fn linear[M, K, N](..)`); at a call of a generic function, the instantiation
+  (`linear[M=8, K=4, N=16]`, the checker's fact) and the signature at those sizes;
+- a size parameter, where declared or used: what it is;
 - `handle f(..) with reverseMode`: the result tuple, primal first, then one
   cotangent per floating parameter named g_<param> (I64 parameters get none).
 """
@@ -13,10 +16,12 @@ from __future__ import annotations
 from lsprotocol import types as lsp
 
 from compiler.check import TypeFact
+from compiler.check import sizes as check_sizes
 from compiler.core.diagnostics import Span
-from compiler.core.types import TupleType, Type
+from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import SURFACE_OPS
+from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 
 from ..documents import View
@@ -91,10 +96,15 @@ def type_of_span(view: View, span: Span, probe: int | None = None) -> Type | Non
     return node.type if node is not None else None
 
 
-def _call_target(view: View, name: str, span: Span, call_span: Span, method: bool) -> lsp.Hover | None:
-    """The callee's hover: a user function shadows an op in free form only (`x.op()` is the op)."""
+def _call_target(view: View, name: str, span: Span, call_span: Span, method: bool,
+                 handle: ast.Handle | None = None) -> lsp.Hover | None:
+    """The callee's hover: a user function shadows an op in free form only (`x.op()` is the op).
+    `handle`: the `handle` whose call this is."""
     fn = None if method else view.snapshot.function_named(name)
     if fn is not None:
+        if fn.sizes:
+            return _hover(view, span, *_generic_call(view, fn, span, handle.span if handle else call_span,
+                                                     handle is not None))
         return _hover(view, span, _code(astutil.signature(fn)))
     if name in SURFACE_OPS:
         typ = type_of_span(view, call_span, span.start)
@@ -103,6 +113,87 @@ def _call_target(view: View, name: str, span: Span, call_span: Span, method: boo
             parts.append("type here:\n" + _code(str(typ)))
         return _hover(view, span, *parts)
     return None
+
+
+def instantiation_at(view: View, fn: ast.FnDef, span: Span, probe: int) -> TypeFact | None:
+    """The checker's fact of a call (or a `handle`) of generic fn written at span, when it
+    was instantiated: its name is `linear[M=8, K=4, N=16]` (check/sizes.display), its type
+    the result at those sizes."""
+    fact = _type_at(view, probe)
+    if fact is None or fact.span != span or not (fact.name or "").startswith(fn.name + "["):
+        return None
+    return fact
+
+
+def _generic_call(view: View, fn: ast.FnDef, span: Span, fact_span: Span, handled: bool) -> list[str]:
+    """At a call of a generic function: the instantiation with its signature, then the generic one.
+    `fact_span`: the call's span, or its `handle`'s (`handled`)."""
+    generic = _code(astutil.signature(fn))
+    fact = instantiation_at(view, fn, fact_span, span.start)
+    if fact is None:   # the sizes could not be inferred here (the diagnostics say why)
+        return [generic]
+    sig = _instantiated(view, fn, fact_span, fact, handled)
+    head = _code(f"fn {fact.name}{sig}" if sig else f"{fact.name}")
+    return [head, "generic:\n" + generic]
+
+
+def _instantiated(view: View, fn: ast.FnDef, span: Span, fact: TypeFact, handled: bool) -> str | None:
+    """`(x: Tensor[F32, [8, 4], @host], ..) -> ...`: fn's signature at the sizes of the call
+    (or `handle`) at span.  The parameters' types are those the checker gave the arguments
+    (the call unified them with the parameters); without the IR (the caller has errors
+    elsewhere), the signature's types with the instantiation's integer sizes put in."""
+    item = view.snapshot.item_at(fn.span.start)
+    sig = item.res.signature if item is not None else None
+    env = _int_sizes(fact.name or "", fn)
+    node = node_at_span(view, span)
+    if isinstance(node, (ir.CallFn, ir.Handle)) and len(node.args) == len(fn.params):
+        params = [(p.name, str(a.type)) for p, a in zip(fn.params, node.args)]
+    elif sig is not None and env is not None and len(sig.params) == len(fn.params):
+        params = [(n, str(_subst(t, env))) for n, t in sig.params]
+    else:
+        return None
+    # under reverseMode the fact is (R, cotangents..) (or R alone): R is the function's result
+    ret = fact.type.items[0] if handled and isinstance(fact.type, TupleType) else fact.type
+    return f"({', '.join(f'{n}: {t}' for n, t in params)}) -> {ret}"
+
+
+def _subst(t: object, env: dict[str, int]) -> object:
+    return check_sizes.subst_type(t, env) if isinstance(t, (TensorType, TupleType)) else t
+
+
+def _int_sizes(shown: str, fn: ast.FnDef) -> dict[str, int] | None:
+    """{M: 8, ...} of `linear[M=8, K=4, N=16]` when every size is an integer (None otherwise:
+    a call inside a generic body, at symbolic sizes)."""
+    inner = shown[len(fn.name) + 1:-1]
+    parts = inner.split(", ") if inner else []
+    env: dict[str, int] = {}
+    for s, part in zip(fn.sizes, parts):
+        name, _, value = part.partition("=")
+        if name != s.name or not value.lstrip("-").isdigit():
+            return None
+        env[name] = int(value)
+    return env if len(env) == len(fn.sizes) == len(parts) else None
+
+
+def _size_hover(view: View, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
+    """On a size parameter (declared, or used in a type, a list, an attribute or as a number)."""
+    try:
+        target = view.snapshot.definition(offset)
+    except Exception:
+        return None
+    param = astutil.size_param(fn, target) if target is not None else None
+    if param is None:
+        return None
+    word = navigation_word(view.text, offset)
+    span = Span(word[1], word[2]) if word is not None else param.span
+    return _hover(view, span, f"size parameter `{param.name}` of `{astutil.generic_name(fn)}`: a positive integer "
+                  "fixed at each call (inferred from the arguments' shapes, or written in brackets); "
+                  "as a value, a bare number")
+
+
+def navigation_word(text: str, offset: int) -> tuple[str, int, int] | None:
+    tok = lex.word_at(text, offset)
+    return (str(tok), lex.start(tok), lex.end(tok)) if tok is not None else None
 
 
 def _attr_hover(view: View, op_name: str, attr: ast.Attr, call_span: Span) -> lsp.Hover | None:
@@ -127,7 +218,14 @@ def _attr_hover(view: View, op_name: str, attr: ast.Attr, call_span: Span) -> ls
 def _syntactic(view: View, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
     if fn.name_span.contains(offset):
         return _hover(view, fn.name_span, _code(astutil.signature(fn)))
-    for node in reversed(astutil.path_at(fn, offset)):
+    if fn.sizes:
+        found = _size_hover(view, fn, offset)
+        if found is not None:
+            return found
+    path = astutil.path_at(fn, offset)
+    for i in range(len(path) - 1, -1, -1):
+        node = path[i]
+        parent = path[i - 1] if i else None
         if isinstance(node, ast.Handle):
             if node.call.func_span.contains(offset) or not node.call.span.contains(offset):
                 md = reverse_mode_markdown(view, node)
@@ -135,7 +233,8 @@ def _syntactic(view: View, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
         if isinstance(node, ast.MethodCall) and node.method_span.contains(offset):
             return _call_target(view, node.method, node.method_span, node.span, method=True)
         if isinstance(node, ast.Call) and node.func_span.contains(offset):
-            return _call_target(view, node.func, node.func_span, node.span, method=False)
+            return _call_target(view, node.func, node.func_span, node.span, method=False,
+                                handle=parent if isinstance(parent, ast.Handle) else None)
         if isinstance(node, (ast.MethodCall, ast.Call)):
             op_name = node.method if isinstance(node, ast.MethodCall) else node.func
             attr = next((a for a in node.attrs if a.name_span.contains(offset)), None)

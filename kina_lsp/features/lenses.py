@@ -12,6 +12,12 @@ workspace (the VS Code extension shows no lenses there and refuses the command;
 the server gets no trust signal of its own).  The command's handler is in
 kina_lsp/server.py (pygls reads a command handler's annotations when it runs, and
 this module knows the server only as base.Server, for the type checker).
+
+A size-generic function (`fn linear[M, K, N](..)`) gets no lens: it is not in the
+program at all (only its instantiations at the sizes of its calls are, as private
+functions that validation does not run on their own), and the validator has no way
+to pick sizes for it, so a lens could only fail.  Its callers' lenses validate it
+through them.
 """
 from __future__ import annotations
 
@@ -52,6 +58,8 @@ def code_lenses(view: View, uri: str) -> list[lsp.CodeLens]:
     grads = differentiated(module)
     out: list[lsp.CodeLens] = []
     for fn in (module.functions if module else ()):
+        if fn.sizes:      # not in the program (see the module docstring)
+            continue
         a, b = view.index.positions([fn.name_span.start, fn.name_span.end])
         rng = lsp.Range(start=a, end=b)
         out.append(lsp.CodeLens(range=rng, command=lsp.Command(
@@ -78,6 +86,10 @@ async def validate_function(ls: Server, args: list[object]) -> Summary:
     view = await ls.view(uri, wait=True)
     if view is None:
         return refusal(f"{display_path(uri)} is not open")
+    fn = view.snapshot.function_named(name)
+    if fn is not None and fn.sizes:
+        return refusal(f"`{name}` is size-generic ({', '.join(s.name for s in fn.sizes)}): validate the functions "
+                       "that call it, which run it at their sizes")
     if name not in view.snapshot.program.functions:
         return refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
     if kind == "gradient" and name not in differentiated(view.snapshot.module):

@@ -122,18 +122,21 @@ def rename(view: View, uri: str, offset: int, new_name: str) -> lsp.WorkspaceEdi
 
 
 def _symbols(fn: ast.FnDef, index: _At) -> list[SymbolJSON]:
-    """The symbols of one function, JSON-ready (positions from `index`)."""
+    """The symbols of one function, JSON-ready (positions from `index`): a generic one is
+    named with its sizes (`linear[M, K, N]`), which are its first children."""
     def rng(span: Span) -> dict[str, dict[str, int]]:
         a, b = index.position(span.start), index.position(span.end)
         return {"start": {"line": a.line, "character": a.character}, "end": {"line": b.line, "character": b.character}}
 
-    kids: list[SymbolJSON] = [{"name": p.name, "detail": astutil.type_text(p.type), "kind": lsp.SymbolKind.Variable.value,
-             "range": rng(p.span), "selectionRange": rng(p.name_span)} for p in fn.params]
+    kids: list[SymbolJSON] = [{"name": s.name, "detail": "size parameter", "kind": lsp.SymbolKind.TypeParameter.value,
+                               "range": rng(s.span), "selectionRange": rng(s.span)} for s in fn.sizes]
+    kids += [{"name": p.name, "detail": astutil.type_text(p.type), "kind": lsp.SymbolKind.Variable.value,
+              "range": rng(p.span), "selectionRange": rng(p.name_span)} for p in fn.params]
     for let in astutil.lets(fn):
         for n in let.names:
             kids.append({"name": n.id, "kind": lsp.SymbolKind.Variable.value, "range": rng(n.span),
                          "selectionRange": rng(n.span)})
-    return [{"name": fn.name, "detail": astutil.signature(fn), "kind": lsp.SymbolKind.Function.value,
+    return [{"name": astutil.generic_name(fn), "detail": astutil.signature(fn), "kind": lsp.SymbolKind.Function.value,
              "range": rng(fn.span), "selectionRange": rng(fn.name_span), "children": kids}]
 
 

@@ -1,7 +1,9 @@
 """Semantic tokens (full document, a range, and deltas): a lexical pass classified
 with the op table and the function and parameter names the text declares, so
 built-in ops, user functions, dtypes and the reverseMode handler are told apart
-even where a TextMate grammar cannot.  Nothing here waits for the analysis.
+even where a TextMate grammar cannot.  Nothing here waits for the analysis.  The size
+parameters of a generic function (`fn f[B, T]`) are `typeParameter`s where declared
+and wherever its body uses them; they are local to their function, read from its header.
 
 The tokens are compiler.syntax.lex's (the grammar's own terminals, comments kept); a
 word is classified by the code tokens on either side ("after a `.`", "before
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 Row = tuple[int, int, int, int]
 
 TOKEN_TYPES = ["keyword", "type", "function", "method", "parameter", "variable", "number", "comment", "macro",
-               "property", "enumMember"]
+               "property", "enumMember", "typeParameter"]
 TOKEN_MODIFIERS = ["declaration", "defaultLibrary"]
 LEGEND = lsp.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
 
@@ -65,8 +67,37 @@ def compact(text: str) -> list[Tok]:
     return [(t.type, str(t), lex.start(t), lex.end(t)) for t in lex.tokens(text, comments=True)]
 
 
-def _classify(tok: Tok, prev: Tok, nxt: Tok, functions: set[str], params: set[str]) -> tuple[str, int] | None:
-    """(token type, modifier bits) of one token, from its neighbours (comments skipped)."""
+class _Sizes:
+    """The size parameters of the function being classified (`fn f[B, T]`), read from the
+    tokens as they go by: sizes are local to their function and declared in its header, so
+    a chunk (which starts at a function) classifies them from its own text."""
+    __slots__ = ("names", "state")
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.state = 0        # 1: after `fn`, 2: after `fn f`, 3: inside `fn f[..]`
+
+    def see(self, kind: str, word: str) -> bool:
+        """Advance past a code token; True when it declares a size."""
+        if kind == "FN":
+            self.names, self.state = set(), 1
+        elif self.state == 1:
+            self.state = 2 if kind == "NAME" else 0
+        elif self.state == 2:
+            self.state = 3 if kind == "LSQB" else 0
+        elif self.state == 3:
+            if kind == "NAME":
+                self.names.add(word)
+                return True
+            if kind != "COMMA":
+                self.state = 0
+        return False
+
+
+def _classify(tok: Tok, prev: Tok, nxt: Tok, functions: set[str], params: set[str],
+              sizes: set[str] | frozenset[str] = frozenset(), declares: bool = False) -> tuple[str, int] | None:
+    """(token type, modifier bits) of one token, from its neighbours (comments skipped);
+    `sizes`: the size parameters of its function, `declares`: the token declares one."""
     kind = tok[0]
     if kind == lex.COMMENT:
         return "comment", 0
@@ -76,10 +107,13 @@ def _classify(tok: Tok, prev: Tok, nxt: Tok, functions: set[str], params: set[st
         return "keyword", 0
     if kind != "NAME":
         return None
-    return _classify_name(tok[1], prev[0], nxt[0], functions, params)
+    if declares:
+        return "typeParameter", 1
+    return _classify_name(tok[1], prev[0], nxt[0], functions, params, sizes)
 
 
-def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: set[str]) -> tuple[str, int] | None:
+def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: set[str],
+                   sizes: set[str] | frozenset[str] = frozenset()) -> tuple[str, int] | None:
     if word in _DTYPES:
         return "type", 0
     if word in HANDLERS:
@@ -87,10 +121,12 @@ def _classify_name(word: str, prev: str, nxt: str, functions: set[str], params: 
     if nxt == "EQUAL":
         return "property", 0
     call, after_dot = nxt == "LPAR", prev == "DOT"
-    if word in functions and call and not after_dot:   # a user function shadows the op's free form
+    if word in functions and (call or nxt == "LSQB") and not after_dot:   # shadows the op's free form; `f[8](..)`
         return "function", 1 if prev == "FN" else 0
     if word in SURFACE_OPS and (after_dot or call):
         return ("method" if after_dot else "function"), 2
+    if word in sizes and not after_dot:   # in a type, a list, an attribute or as a bare number
+        return "typeParameter", 0
     if word in _ENUMS and prev == "EQUAL":
         return "enumMember", 0
     if word in params:
@@ -107,13 +143,15 @@ def token_rows(text: str, functions: set[str], params: set[str], start: int = 0,
 def rows_of(toks: list[Tok], functions: set[str], params: set[str], start: int, end: int) -> Iterator[Row]:
     """token_rows of an already lexed text."""
     n, prev = len(toks), _NONE
+    sizes = _Sizes()
     for i, tok in enumerate(toks):
         if tok[2] >= end:
             break
         j = i + 1
         while j < n and toks[j][0] == lex.COMMENT:      # neighbours skip comments
             j += 1
-        cls = _classify(tok, prev, toks[j] if j < n else _NONE, functions, params)
+        declares = tok[0] != lex.COMMENT and sizes.see(tok[0], tok[1])
+        cls = _classify(tok, prev, toks[j] if j < n else _NONE, functions, params, sizes.names, declares)
         if tok[0] != lex.COMMENT:
             prev = tok
         # a token that starts before `start` but reaches into the range is not reported (LSP: tokens in range)

@@ -10,7 +10,9 @@ thread; each file's functions are cached by (size, mtime), so a repeated query
 reads nothing.  An open document's buffer wins over its file on disk.
 
 Function names come from the item split (compiler.syntax.items.split_items), which
-needs no full parse: a file with syntax errors still lists its functions.
+needs no full parse: a file with syntax errors still lists its functions.  A size-generic
+function is listed with its size parameters, `linear[M, K, N]` (the query is matched
+against its name).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lark import Token
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path, to_fs_path
 
@@ -37,19 +40,36 @@ MAX_FILE_BYTES = 1 << 20    # larger .kina files are not read
 MAX_RESULTS = 500
 SKIP_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "dist", "build", "artifacts"}
 
-# (name, name start, name end, item start, item end) of one function
-Symbol = tuple[str, int, int, int, int]
+# (name, name start, name end, item start, item end, shown name) of one function
+Symbol = tuple[str, int, int, int, int, str]
 _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-symbols")
 
 
 def functions_in(text: str) -> list[Symbol]:
-    """(name, name start, name end, item start, item end) of every function of a text."""
+    """(name, name start, name end, item start, item end, shown name) of every function of a
+    text; the shown name has the size parameters of a generic function: `linear[M, K, N]`."""
     out: list[Symbol] = []
     for item in item_split.split_items(text):
-        head = lex.tokens(text, item.start, min(item.end, item.start + 256))[:2]   # `fn NAME`
-        if len(head) == 2 and head[1].type == "NAME":
-            out.append((str(head[1]), lex.start(head[1]), lex.end(head[1]), item.start, item.end))
+        head = lex.tokens(text, item.start, min(item.end, item.start + 256))   # `fn NAME [B, T]`
+        if len(head) >= 2 and head[1].type == "NAME":
+            name = str(head[1])
+            out.append((name, lex.start(head[1]), lex.end(head[1]), item.start, item.end, name + _sizes(head)))
     return out
+
+
+def _sizes(head: list[Token]) -> str:
+    """`[B, T]` of a header's tokens `fn f [ B , T ] (`, or "" (also when it is cut short)."""
+    if len(head) < 3 or head[2].type != "LSQB":
+        return ""
+    names: list[str] = []
+    for t in head[3:]:
+        if t.type == "RSQB":
+            return f"[{', '.join(names)}]" if names else ""
+        if t.type == "NAME":
+            names.append(str(t))
+        elif t.type != "COMMA":
+            return ""
+    return ""
 
 
 def matches(query: str, name: str) -> int | None:
@@ -121,9 +141,9 @@ def _symbols(uri: str, text: str, fns: list[Symbol], query: str, encoding: str,
         return []
     index = LineIndex(text, encoding)
     out: list[tuple[int, lsp.WorkspaceSymbol]] = []
-    for rank, (name, s, e, _, _) in hits:
+    for rank, (_, s, e, _, _, shown) in hits:
         a, b = index.positions([s, e])
-        out.append((rank, lsp.WorkspaceSymbol(name=name, kind=lsp.SymbolKind.Function, container_name=container,
+        out.append((rank, lsp.WorkspaceSymbol(name=shown, kind=lsp.SymbolKind.Function, container_name=container,
                                               location=lsp.Location(uri=uri, range=lsp.Range(start=a, end=b)))))
     return out
 

@@ -172,3 +172,45 @@ async def test_lens_commands_validate_one_function_and_one_gradient(client, work
     res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
         command="kina.validateFunction", arguments=[uri, "step", "function"]))
     assert res["ok"] is True and res["functions"] == {"step": True}, res
+
+
+GENERIC = """fn linear[M, K, N](x: Tensor[F32, [M, K]], w: Tensor[F32, [K, N]]) -> Tensor[F32, [M, N]] {
+  let y = x @ w in
+  y
+}
+
+fn use_linear(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]]) -> Tensor[F32, [2, 4]] {
+  linear(x, w)
+}
+
+fn grad_linear(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]]) -> (Tensor[F32, [2, 4]], Tensor[F32, [2, 3]], Tensor[F32, [3, 4]]) {
+  handle linear(x, w) with reverseMode
+}
+"""
+
+
+async def test_workspace_symbols_show_size_parameters(client, workspace):
+    uri = open_at(client, workspace / "generic_ws.kina", GENERIC)
+    await published(client, uri, 1)
+    res = await client.workspace_symbol_async(lsp.WorkspaceSymbolParams(query="linear"))
+    got = {s.name: s for s in res}
+    assert {"linear[M, K, N]", "use_linear", "grad_linear"} <= set(got)
+    assert got["linear[M, K, N]"].location.range == lsp.Range(start=lsp.Position(line=0, character=3),
+                                                              end=lsp.Position(line=0, character=9))
+    # the query matches the name, not the sizes
+    assert "linear[M, K, N]" not in {s.name for s in await client.workspace_symbol_async(
+        lsp.WorkspaceSymbolParams(query="MKN"))}
+
+
+async def test_a_generic_function_has_no_lens_and_its_command_refuses(client, workspace):
+    """A generic function is not in the program (only its instantiations are), and the
+    validator cannot choose sizes: no lens, and the command says why without building."""
+    uri = open_at(client, workspace / "generic_lens.kina", GENERIC)
+    await published(client, uri, 1)
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=doc_id(uri)))
+    got = [(lens.range.start.line, lens.command.title, list(lens.command.arguments)[1]) for lens in lenses]
+    assert got == [(5, "Build & validate", "use_linear"), (9, "Build & validate", "grad_linear")]
+    for kind in ("function", "gradient"):
+        res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="kina.validateFunction", arguments=[uri, "linear", kind]))
+        assert res["ok"] is False and "`linear` is size-generic (M, K, N)" in res["message"], res
