@@ -150,9 +150,15 @@ def dp_library(cfg: Config, rows: int, opt_level: int, launch=None, cache_dir=No
     return library("lm_data_parallel", cfg, rows, f"{cfg.name}_dp_b{rows}", opt_level, launch, cache_dir)
 
 
+# What a rank of the vocabulary-parallel program calls (the file's one-process 2-way tp_vocab
+# holds the whole lm_head, so a rank's library leaves it out).
+VP_EXPORTS = ("shard_logits", "vp_forward", "vp_sumexp", "vp_loss", "vp_shard_grad", "vp_body_grad", "vp_sgd")
+
+
 def vp_library(cfg: Config, vl: int, opt_level: int, launch=None, cache_dir=None):
     """The vocabulary-parallel program for shards of vl columns (one window per step)."""
-    return library("lm_vocab_parallel", cfg, 1, f"{cfg.name}_vp{vl}", opt_level, launch, cache_dir, vl=vl)
+    return library("lm_vocab_parallel", cfg, 1, f"{cfg.name}_vp{vl}", opt_level, launch, cache_dir, vl=vl,
+                   exports=VP_EXPORTS)
 
 
 def single_library(cfg: Config, opt_level: int = 2):
