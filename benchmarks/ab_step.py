@@ -41,10 +41,14 @@ root = Path(sys.argv[1]); sys.path[:0] = [str(root), str(root / "benchmarks")]
 import scaled_model as M
 from compiler import build
 s = M.sizes(*M.CONFIGS["scaled"])
-out = Path(sys.argv[2]); src = out.with_suffix(".kina")
-src.write_text(M.render("scaled_lm.kina.in", s))
+out = Path(sys.argv[2])
 t0 = time.perf_counter()
-res = build.build_file(src, out, 2, {}, cache=False)
+if hasattr(M, "build"):      # examples/storylm.kina built with --size
+    res = M.build(s, out, 2)
+else:                        # a tree from before size-generic functions: its text template
+    src = out.with_suffix(".kina")
+    src.write_text(M.render("scaled_lm.kina.in", s))
+    res = build.build_file(src, out, 2, {}, cache=False)
 if not res.ok:
     build.print_diagnostics(res); sys.exit(1)
 print(json.dumps({"build_s": time.perf_counter() - t0}))
@@ -67,8 +71,6 @@ def main(argv=None) -> int:
     threads.prepare_process()
     s = M.sizes(*M.CONFIGS["scaled"])
     w = M.make_inputs(s)
-    step_args = (w["window"], w["emb"], w["mask"], w["scale"], w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"],
-                 w["inv_n"], w["lr"])
     out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
     ref = M.np_train_step(w, s)
     fns = {}
@@ -77,10 +79,12 @@ def main(argv=None) -> int:
             so = Path(tmp) / f"step{i}.so"   # one file name per library: dlopen returns the first of a path
             secs = build_in(Path(tree).resolve(), so)
             lib = runtime.load(so)
+            # by parameter name: an older tree's train_step also takes inv_n
+            step_args = tuple(w[p.name] for p in lib.train_step.params)
             lib.train_step(*step_args, out=out)
             name = f"{i}:{Path(tree).resolve().name}"
             print(f"{name}: build {secs:.2f} s, max rel err vs NumPy {M.max_error(tuple(out), ref):.1e}")
-            fns[name] = (lambda lib=lib: lib.train_step(*step_args, out=out))
+            fns[name] = (lambda lib=lib, step_args=step_args: lib.train_step(*step_args, out=out))
         if args.jax:
             import peers
             impl = peers.jax_impl(w, s)

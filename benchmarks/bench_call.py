@@ -5,9 +5,8 @@
 Times N calls, median of 5 runs, of
 - a tiny Kina function (two [2, 3] inputs, one output) built at -O0: with fresh
   outputs (out=None) and with reused out= buffers;
-- the StoryLM-0 training steps built at -O2: examples/storylm0_train_step.kina
-  `train_step` (11 inputs, 7 outputs) and examples/storylm0_mean_nll_step.kina
-  `storylm0_mean_nll_step` (12 inputs, 7 outputs), each
+- the StoryLM-0 training step built at -O2: examples/storylm.kina's `train_step`
+  at StoryLM-0's sizes (10 inputs, 7 outputs)
     * with reused out= buffers,
     * with fresh outputs,
     * as a functional training loop: every call takes the previous call's fresh
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from storylm_data import PROMPT, TRAINABLE, attention_scale, causal_mask, corpus_windows, load_weights, targets_for  # noqa: E402
+from storylm_data import SIZES, TRAINABLE, attention_scale, causal_mask, corpus_windows, load_weights  # noqa: E402
 
 from compiler import build  # noqa: E402
 from compiler.runtime import library as runtime  # noqa: E402
@@ -65,11 +64,7 @@ def timed(fn, n: int, runs: int = 5) -> float:
 
 def storylm0_inputs(name: str) -> tuple[tuple, tuple]:
     """(arguments before the weights, arguments after them) of a StoryLM-0 step."""
-    inv_n, lr = np.full((1, 1), 0.25, np.float32), np.full((1, 1), 0.1, np.float32)
-    if name == "train_step":
-        return (np.ascontiguousarray(corpus_windows()[0]),), (inv_n, lr)
-    ids = PROMPT
-    return (ids, targets_for(ids)), (inv_n, lr)
+    return (np.ascontiguousarray(corpus_windows()[0]),), (np.full((1, 1), 0.1, np.float32),)
 
 
 def storylm0_calls(so: Path, name: str) -> dict:
@@ -107,8 +102,8 @@ def direct_call(f: runtime.KinaFunction, arrays: tuple):
     return lambda block=block: f._packed(packed)    # the lambda keeps the block alive
 
 
-def build_or_exit(src: Path, so: Path, level: int) -> Path:
-    res = build.build_file(src, so, level)
+def build_or_exit(src: Path, so: Path, level: int, sizes: dict | None = None) -> Path:
+    res = build.build_file(src, so, level, sizes=sizes)
     if not res.ok:
         build.print_diagnostics(res)
         raise SystemExit(1)
@@ -129,10 +124,8 @@ def main() -> int:
         a = np.ones((2, 3), np.float32)
         b = np.full((2, 3), 2.0, np.float32)
         out = np.empty((2, 3), np.float32)
-        steps = {name: storylm0_calls(build_or_exit(ROOT / "examples" / f"{file}.kina", tmp / f"{file}.so", 2),
-                                      name)
-                 for file, name in (("storylm0_train_step", "train_step"),
-                                    ("storylm0_mean_nll_step", "storylm0_mean_nll_step"))}
+        storylm0 = build_or_exit(ROOT / "examples" / "storylm.kina", tmp / "storylm0.so", 2, SIZES)
+        steps = {"train_step": storylm0_calls(storylm0, "train_step")}
         libc = ctypes.CDLL(None).labs
         before = rss_mb()
         rows = [("step [2,3] x2, fresh outputs", timed(lambda: step(a, b), n)),

@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/bench_distributed.py [--steps 30] [--warmup 3] [--B 4 --T 64 --D 256 --H 8 --V 2048]
 
 Prints ONE table; every figure comes from this run.  The workload is one SGD step of the
-scaled StoryLM (benchmarks/templates/, a global batch of B windows of T tokens):
+scaled StoryLM (examples/storylm.kina with --size, a global batch of B windows of T tokens):
 
-- single process, 1 thread: the template's compiled `train_step` (-O2), the process pinned
+- single process, 1 thread: the compiled `train_step` (-O2), the process pinned
   to one CPU with OMP_NUM_THREADS=1, so every OpenMP parallel loop runs on the calling
   thread (see compiler.distributed.world.pin_single_thread);
 - single process, every core: the same step, unpinned (the -O2 kernels spread their
@@ -74,19 +74,18 @@ def worker_single(args) -> dict:
     cfg = cfg_of(args)
     if args.pin:
         distributed.pin_single_thread()
-    lib = distributed.build_shared(L.render("scaled_lm", cfg, cfg.batch), "scaled_single", 2)
+    lib = L.single_library(cfg, 2)
     w = L.initial_weights(cfg)
     sets = [[np.array(w[n]) for n in L.WEIGHTS] for _ in range(2)]
     loss = np.zeros((1, 1), np.float32)
     mask, scale = L.constants(cfg)
-    inv_n = np.full((1, 1), 1.0 / (cfg.batch * cfg.T), np.float32)
     lr = np.full((1, 1), cfg.lr, np.float32)
     wins = L.windows(cfg)
 
     def step(k):
         src, dst = sets[k % 2], sets[1 - k % 2]
         emb, wq, wk, wv, wo, lm = src
-        lib.train_step(L.step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, inv_n, lr,
+        lib.train_step(L.step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, lr,
                        out=[loss, *dst])
     return timed_blocks(step, args)
 

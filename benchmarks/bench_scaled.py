@@ -6,8 +6,8 @@
 Every figure comes from this run:
 
 - per configuration (benchmarks/scaled_model.py CONFIGS; `scaled` is B=4 T=64 D=256
-  H=8 V=2048, `large` B=4 T=128 D=512 H=8 V=8192): the scaled StoryLM of
-  benchmarks/templates/scaled_lm.kina.in, `forward` (logits) and `train step` (mean
+  H=8 V=2048, `large` B=4 T=128 D=512 H=8 V=8192): the scaled StoryLM,
+  examples/storylm.kina built with --size, `forward` (logits) and `train step` (mean
   NLL, backward, SGD on every weight), as compiled Kina -O2 (-O0 with --O0; called
   through compiler.runtime.library with out= buffers), a hand-written float32 NumPy
   implementation, PyTorch eager, torch.compile (inductor) and jax.jit (value_and_grad
@@ -17,7 +17,7 @@ Every figure comes from this run:
   `x fastest` is time / the fastest peer's time for that workload; GFLOP/s counts
   matmul FLOPs (scaled_model.flops); `% peak` is of the FMA peak times the usable cores;
   `build` is Kina's cold -O2 build (no build cache) and the peers' compile time;
-- f32 matmul (benchmarks/templates/matmul.kina.in) at 256, 512 and 1024, and at two shapes
+- f32 matmul (benchmarks/matmul.kina, `mm[M, K, N]` built with --size) at 256, 512 and 1024, and at two shapes
   the register tile does not divide (100x300x1000, 250x250x250): Kina -O2
   and NumPy (its BLAS uses every core it may);
 - the machine's peak: a register-only FMA kernel compiled by `cc -O3 -march=native`;
@@ -30,7 +30,6 @@ printed); a Kina result off by more than 2e-3 stops the run.
 from __future__ import annotations
 
 import argparse
-import inspect
 import subprocess
 import sys
 import tempfile
@@ -59,14 +58,14 @@ TARGET_MATMUL_512 = 0.80
 
 
 # ---- Kina ------------------------------------------------------------------------------
-def build_lib(source: str, name: str, opt_level: int, tmp: Path):
-    """(library, seconds of the build, its stage timings): a cold build, no cache."""
-    path = tmp / f"{name}.kina"
-    path.write_text(source)
+def build_lib(path: Path, name: str, opt_level: int, tmp: Path, sizes: dict, exports=None):
+    """(library, seconds of the build, its stage timings): the generic file at `path` built
+    with `sizes` (`--size`; only `exports` and what they call when given), cold (no cache)."""
     timings: dict = {}
     t0 = time.perf_counter()
-    nocache = {"cache": False} if "cache" in inspect.signature(build.build_file).parameters else {}
-    res = build.build_file(path, tmp / f"{name}_O{opt_level}.so", opt_level, timings, **nocache)
+    transform = build.keep_exports(exports) if exports else None
+    res = build.build_file(path, tmp / f"{name}_O{opt_level}.so", opt_level, timings, transform=transform,
+                           cache=False, sizes=sizes)
     wall = time.perf_counter() - t0
     if not res.ok:
         build.print_diagnostics(res)
@@ -76,14 +75,14 @@ def build_lib(source: str, name: str, opt_level: int, tmp: Path):
 
 def kina_args(w: dict, s: dict, train: bool) -> tuple:
     ids = w["window"] if train else M.token_ids(w, s)
-    tail = (w["inv_n"], w["lr"]) if train else ()
+    tail = (w["lr"],) if train else ()
     return (ids, w["emb"], w["mask"], w["scale"], w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"], *tail)
 
 
 def kina_impl(w: dict, s: dict, level: int, tmp: Path) -> peers.Impl:
     # One file name per size: a process that dlopens a path twice gets the first library back.
     name = "scaled_lm_" + "_".join(str(s[k]) for k in ("B", "T", "D", "H", "V"))
-    lib, wall, stages = build_lib(M.render("scaled_lm.kina.in", s), name, level, tmp)
+    lib, wall, stages = build_lib(M.STORYLM, name, level, tmp, M.kina_sizes(s), M.EXPORTS)
     fwd_out = np.empty((s["B"], s["T"], s["V"]), np.float32)
     step_out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
     fargs, sargs = kina_args(w, s, False), kina_args(w, s, True)
@@ -162,7 +161,7 @@ def matmul_rows(args, tmp: Path) -> list[tuple]:
     rng = np.random.default_rng(1)
     for m, k, n in MATMUL_SHAPES:
         name = f"{m}x{k}x{n}"
-        lib, _, _ = build_lib(M.render("matmul.kina.in", {"M": m, "K": k, "N": n}), f"mm{name}", 2, tmp)
+        lib, _, _ = build_lib(M.MATMUL, f"mm{name}", 2, tmp, {"M": m, "K": k, "N": n})
         a, b = rng.random((m, k), np.float32), rng.random((k, n), np.float32)
         out, ref = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         lib.mm(a, b, out=out)

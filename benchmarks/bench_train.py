@@ -6,7 +6,7 @@ Each implementation runs the same SGD training (decoder + mean next-token NLL +
 backward + update of every weight, lr 0.3, story windows in order) from the same
 weights, once, after a short warm-up:
 
-- kina:  examples/storylm0_train_step.kina compiled with -O2, called through
+- kina:  examples/storylm.kina at StoryLM-0's sizes compiled with -O2, called through
          compiler.runtime.library (Python call overhead included), two ways:
          out= reused (scripts/storylm_train.py CompiledTrainer: two preallocated weight
          sets, step k reads one and writes the other) and functional (each step
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from report import compile_example  # noqa: E402
-from storylm_data import TRAINABLE, B, T, attention_scale, causal_mask, corpus_windows, load_weights  # noqa: E402
+from storylm_data import TRAINABLE, attention_scale, causal_mask, corpus_windows, load_weights  # noqa: E402
 from storylm_torch import torch_or_none  # noqa: E402
 from storylm_train import DEMO_LR, CompiledTrainer, train_numpy, train_torch  # noqa: E402
 
@@ -58,13 +58,12 @@ def train_functional(lib, steps: int, lr: float) -> list[float]:
     w = load_weights()
     weights = [np.array(w[n], np.float32) for n in TRAINABLE]
     mask, scale = causal_mask(), attention_scale()
-    inv_n = np.full((1, 1), 1.0 / (B * T), np.float32)
     lr_arr = np.full((1, 1), lr, np.float32)
     windows = [np.ascontiguousarray(win) for win in corpus_windows()]
     step, losses = lib.train_step, []
     for k in range(steps):
         emb, wq, wk, wv, wo, lm = weights
-        loss, *weights = step(windows[k % len(windows)], emb, mask, scale, wq, wk, wv, wo, lm, inv_n, lr_arr)
+        loss, *weights = step(windows[k % len(windows)], emb, mask, scale, wq, wk, wv, wo, lm, lr_arr)
         losses.append(float(loss[0, 0]))
     return losses
 
@@ -76,7 +75,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     common = min(args.steps, args.slow_steps)
 
-    lib = compile_example("storylm0_train_step")
+    lib = compile_example("storylm")
     rates = {"kina -O2, out= reused": timed(lambda n: CompiledTrainer(lib, LR).train(n), args.steps),
              "kina -O2, functional": timed(lambda n: train_functional(lib, n, LR), args.steps),
              "numpy (float32)": timed(lambda n: train_numpy(n, LR)[0], args.slow_steps)}

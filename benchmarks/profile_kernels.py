@@ -131,10 +131,12 @@ def _source_line(source: SourceText, loc: str) -> str:
     return f"{line}: {text[:60]}"
 
 
-def front(path: Path) -> tuple[str, build.BuildResult]:
+def front(path: Path, sizes: dict | None = None, fn: str | None = None) -> tuple[str, build.BuildResult]:
+    """The MLIR of `path` (with `sizes`: its generic functions at those sizes, only `fn`'s code)."""
     text = path.read_text()
     res = build.BuildResult(False, source=SourceText(text, str(path)))
-    mlir = build.front_end(text, str(path), {}, res)
+    keep = build.keep_exports([fn]) if sizes and fn else None
+    mlir = build.front_end(text, str(path), {}, res, keep, sizes)
     if mlir is None:
         build.print_diagnostics(res)
         raise SystemExit(f"{path}: front end failed")
@@ -151,21 +153,11 @@ def load_compiled(mlir: str, res: build.BuildResult, so: Path, level: int, link_
     return runtime.load(so)
 
 
-def scaled_source(tmp: Path) -> Path:
-    s = M.sizes(*M.CONFIGS["scaled"])
-    path = tmp / "scaled_lm.kina"
-    path.write_text(M.render("scaled_lm.kina.in", s))
-    return path
-
-
-def inputs_for(res: build.BuildResult, fn: str, path: Path) -> list[np.ndarray]:
-    if path.name == "scaled_lm.kina":
-        s = M.sizes(*M.CONFIGS["scaled"])
-        w = M.make_inputs(s)
-        if fn == "train_step":
-            return [w["window"], w["emb"], w["mask"], w["scale"], w["wq"], w["wk"], w["wv"], w["wo"],
-                    w["lm_head"], w["inv_n"], w["lr"]]
+def inputs_for(res: build.BuildResult, fn: str, scaled: bool) -> list[np.ndarray]:
     f = res.program.functions[fn]
+    if scaled and fn == "train_step":
+        w = M.make_inputs(M.sizes(*M.CONFIGS["scaled"]))
+        return [w[p.name] for p in f.params]
     return interp.random_inputs(f, seed=0, program=res.program)
 
 
@@ -184,13 +176,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kina-prof-") as tmp:
         tmp = Path(tmp)
-        path = Path(args.file) if args.file else scaled_source(tmp)
-        mlir, res = front(path)
+        path = Path(args.file) if args.file else M.STORYLM
+        sizes = None if args.file else M.kina_sizes(M.sizes(*M.CONFIGS["scaled"]))
+        mlir, res = front(path, sizes, args.fn)
         prof, prof_so = tick_library(tmp)
         plain = load_compiled(mlir, res, tmp / "plain.so", args.level)
         text, records = instrument(mlir)
         lib = load_compiled(text, res, tmp / "ticked.so", args.level, (prof_so,))
-        xs = inputs_for(res, args.fn, path)
+        xs = inputs_for(res, args.fn, sizes is not None)
         f_plain, f_ticked = plain[args.fn], lib[args.fn]
         np.testing.assert_allclose(_first(f_ticked(*xs)), _first(f_plain(*xs)), rtol=1e-5, atol=1e-6)
         t = timing.interleaved({"plain": lambda: f_plain(*xs), "ticked": lambda: f_ticked(*xs)}, 5, 0.3)

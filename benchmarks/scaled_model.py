@@ -1,4 +1,4 @@
-"""The scaled StoryLM of benchmarks/templates/scaled_lm.kina.in: sizes, inputs, FLOPs, the NumPy reference.
+"""The scaled StoryLM (examples/storylm.kina at larger sizes): sizes, the build, inputs, FLOPs, the NumPy reference.
 
 Every implementation in bench_scaled.py (compiled Kina, NumPy, PyTorch eager,
 torch.compile, jax.jit) computes the same two workloads from the same inputs:
@@ -12,12 +12,15 @@ calls), so every call does the same work.
 """
 from __future__ import annotations
 
-import string
 from pathlib import Path
 
 import numpy as np
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+ROOT = Path(__file__).resolve().parent.parent
+STORYLM = ROOT / "examples" / "storylm.kina"     # the generic model, built with --size
+MATMUL = ROOT / "benchmarks" / "matmul.kina"      # fn mm[M, K, N]
+# The functions the benchmarks call (the build compiles only these and what they call).
+EXPORTS = ("forward", "train_step")
 WEIGHTS = ("emb", "wq", "wk", "wv", "wo", "lm_head")
 LR = 0.1
 # Named configurations (B, T, D, H, V): the issue's scaled model and a larger one.
@@ -37,8 +40,17 @@ def describe(s: dict) -> str:
     return f"B={s['B']} T={s['T']} D={s['D']} H={s['H']} V={s['V']}"
 
 
-def render(template: str, subs: dict) -> str:
-    return string.Template((TEMPLATES / template).read_text()).substitute(subs)
+def kina_sizes(s: dict) -> dict[str, int]:
+    """The `--size` values of examples/storylm.kina (D is H * DH there)."""
+    return {k: s[k] for k in ("B", "T", "H", "DH", "V")}
+
+
+def build(s: dict, out_so: Path, opt_level: int, timings: dict | None = None, cache: bool | None = False,
+          exports=EXPORTS):
+    """examples/storylm.kina built at sizes s (only `exports` and what they call); the BuildResult."""
+    from compiler import build as kb
+    return kb.build_file(STORYLM, out_so, opt_level, timings, transform=kb.keep_exports(exports),
+                         cache=cache, sizes=kina_sizes(s))
 
 
 def params(s: dict) -> int:

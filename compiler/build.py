@@ -271,6 +271,28 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
             worker.close()
 
 
+def keep_exports(names: Iterable[str]) -> Callable[[ir.Program], ir.Program]:
+    """A `transform` for build_source/build_file that builds only the functions `names`
+    (and what they call): e.g. the two functions a benchmark calls from a generic file whose
+    `--size` values bind (and so export) many more."""
+    wanted = tuple(sorted(set(names)))
+
+    def keep(program: ir.Program) -> ir.Program:
+        todo, seen = [n for n in wanted if n in program.functions], set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            fn = program.functions[name]
+            for expr in [b.value for b in fn.lets] + [fn.result]:
+                todo += [e.fn for e in ir.walk(expr) if isinstance(e, (ir.CallFn, ir.Handle))
+                         and e.fn in program.functions]
+        return ir.Program({k: f for k, f in program.functions.items() if k in seen})
+    keep.__qualname__ = f"keep_exports({','.join(wanted)})"   # the build cache tells the variants apart
+    return keep
+
+
 def _sizes_text(sizes: Mapping[str, int] | None) -> str:
     return "".join(f"\n// --size {k}={v}" for k, v in sorted((sizes or {}).items()))
 

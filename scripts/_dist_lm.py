@@ -2,28 +2,27 @@
 check_ddp_trajectories.py, benchmarks/bench_distributed.py).
 
 - `Config`: the two model configurations, StoryLM-0 (`make demo`'s model, weights, story and
-  schedule) and the scaled StoryLM of benchmarks/templates/ (B=4 T=64 D=256 H=8 V=2048);
+  schedule) and the scaled StoryLM (examples/storylm.kina at B=4 T=64 D=256 H=8 V=2048);
 - `partition`: which of a step's predictions a rank owns, as a loss-weight tensor;
-- `render`: the Kina templates of examples/distributed/ with a configuration's sizes;
+- `library`: a generic source (examples/distributed/*.kina, examples/storylm.kina) built
+  once per host with a configuration's sizes;
 - `DataParallelTrainer`: one rank's compiled gradient + one all-reduce + compiled SGD;
 - `single_process_losses`: the reference, single-process training on the whole batch
-  (StoryLM-0: examples/storylm0_train_step.kina exactly as `make demo` runs it; scaled:
-  benchmarks/templates/scaled_lm.kina.in's train_step).
+  (StoryLM-0: examples/storylm.kina's train_step exactly as `make demo` runs it; scaled: the
+  same train_step at the scaled sizes).
 """
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass, replace
 
 import numpy as np
 from report import compile_example
-from storylm_data import EXAMPLES, MASK_NEG, ROOT, WEIGHT_NAMES, D, H, T, V, load_story, load_weights
+from storylm_data import EXAMPLES, MASK_NEG, STORYLM, WEIGHT_NAMES, D, H, T, V, load_story, load_weights
 from storylm_train import DEMO_LR, CompiledTrainer
 
 from compiler.distributed import world as distributed
 
-TEMPLATES = EXAMPLES / "distributed"
-SCALED_TEMPLATE = ROOT / "benchmarks" / "templates" / "scaled_lm.kina.in"
+DISTRIBUTED = EXAMPLES / "distributed"
 WEIGHTS = WEIGHT_NAMES          # emb, wq, wk, wv, wo, lm_head
 
 
@@ -47,9 +46,8 @@ class Config:
         return self.D // self.H
 
     def sizes(self, b: int, vl: int | None = None) -> dict[str, int]:
-        """Template substitutions for b windows per call (and a vocabulary shard of vl)."""
-        return {"B": b, "T": self.T, "D": self.D, "H": self.H, "DH": self.DH, "V": self.V,
-                "BT": b * self.T, "T1": self.T + 1, "VL": vl or self.V}
+        """The `--size` values for b windows per call (and a vocabulary shard of vl)."""
+        return {"B": b, "T": self.T, "H": self.H, "DH": self.DH, "V": self.V, **({"VL": vl} if vl else {})}
 
     def describe(self) -> str:
         return (f"{self.name}: {self.batch} window(s) of T={self.T} per step, D={self.D}, H={self.H}, "
@@ -138,21 +136,34 @@ def partition(cfg: Config, world_size: int, rank: int) -> Share:
 
 
 # ---- Kina programs ---------------------------------------------------------------------------
-def render(template: str, cfg: Config, b: int, vl: int | None = None) -> str:
-    path = SCALED_TEMPLATE if template == "scaled_lm" else TEMPLATES / f"{template}.kina.in"
-    return string.Template(path.read_text()).substitute(cfg.sizes(b, vl))
+def library(program: str, cfg: Config, b: int, name: str, opt_level: int, launch=None, cache_dir=None,
+            vl: int | None = None, exports=None):
+    """examples/distributed/<program>.kina (or "storylm": examples/storylm.kina) built once per
+    host with --size for b windows per call (and shards of vl columns)."""
+    path = STORYLM if program == "storylm" else DISTRIBUTED / f"{program}.kina"
+    return distributed.build_shared(path.read_text(), name, opt_level, launch, cache_dir,
+                                    sizes=cfg.sizes(b, vl), exports=exports)
 
 
 def dp_library(cfg: Config, rows: int, opt_level: int, launch=None, cache_dir=None):
     """The data-parallel program (grad, sgd, forward) for `rows` windows per rank, built once per host."""
-    return distributed.build_shared(render("lm_data_parallel", cfg, rows), f"{cfg.name}_dp_b{rows}",
-                                    opt_level, launch, cache_dir)
+    return library("lm_data_parallel", cfg, rows, f"{cfg.name}_dp_b{rows}", opt_level, launch, cache_dir)
+
+
+# What a rank of the vocabulary-parallel program calls (the file's one-process 2-way tp_vocab
+# holds the whole lm_head, so a rank's library leaves it out).
+VP_EXPORTS = ("shard_logits", "vp_forward", "vp_sumexp", "vp_loss", "vp_shard_grad", "vp_body_grad", "vp_sgd")
 
 
 def vp_library(cfg: Config, vl: int, opt_level: int, launch=None, cache_dir=None):
     """The vocabulary-parallel program for shards of vl columns (one window per step)."""
-    return distributed.build_shared(render("lm_vocab_parallel", cfg, 1, vl), f"{cfg.name}_vp{vl}",
-                                    opt_level, launch, cache_dir)
+    return library("lm_vocab_parallel", cfg, 1, f"{cfg.name}_vp{vl}", opt_level, launch, cache_dir, vl=vl,
+                   exports=VP_EXPORTS)
+
+
+def single_library(cfg: Config, opt_level: int = 2):
+    """examples/storylm.kina's train_step for the whole batch of a step (one process)."""
+    return library("storylm", cfg, cfg.batch, f"{cfg.name}_single", opt_level, exports=("train_step",))
 
 
 def aligned_views(shapes: list[tuple[int, ...]], align: int = 16) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -211,19 +222,18 @@ class DataParallelTrainer:
 def single_process_losses(cfg: Config, steps: int, opt_level: int = 2) -> list[float]:
     """Single-process SGD on the whole batch of every step (no torch.distributed)."""
     if cfg.name == "storylm0" and cfg.batch == 1:      # exactly `make demo`'s trainer
-        return CompiledTrainer(compile_example("storylm0_train_step"), cfg.lr).train(steps)
-    lib = distributed.build_shared(render("scaled_lm", cfg, cfg.batch), f"{cfg.name}_single", opt_level)
+        return CompiledTrainer(compile_example("storylm"), cfg.lr).train(steps)
+    lib = single_library(cfg, opt_level)
     w = initial_weights(cfg)
     sets = [[np.array(w[n]) for n in WEIGHTS] for _ in range(2)]
     loss = np.zeros((1, 1), np.float32)
     mask, scale = constants(cfg)
-    inv_n = np.full((1, 1), 1.0 / (cfg.batch * cfg.T), np.float32)
     lr = np.full((1, 1), cfg.lr, np.float32)
     wins, losses = windows(cfg), []
     for k in range(steps):
         src, dst = sets[k % 2], sets[1 - k % 2]
         emb, wq, wk, wv, wo, lm = src
-        lib.train_step(step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, inv_n, lr,
+        lib.train_step(step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, lr,
                        out=[loss, *dst])
         losses.append(float(loss[0, 0]))
     return losses

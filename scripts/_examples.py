@@ -2,7 +2,7 @@
 validate_decoder_block.py, validate_adamw.py, validate_greedy.py).
 
 - `build_levels(name)` builds examples/<name>.kina at -O0 and -O2 with compiler.build
-  and loads both libraries (every check of a script runs against both);
+  (examples/storylm.kina at StoryLM-0's sizes) and loads both libraries (every check of a script runs against both);
 - `run(name, check)` is a script's whole main(): the torch banner, a Report, the
   build at every level, then `check(report, built, torch)`; returns the exit code;
 - `main_inputs(program)` reads the host placeholders of the example's `main` (its
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from report import Report, torch_banner
-from storylm_data import EXAMPLES
+from storylm_data import EXAMPLES, SIZES
 
 LEVELS = (0, 2)
 
@@ -37,7 +37,8 @@ def build_levels(name: str, rep: Report) -> Built | None:
     out = Path(tempfile.mkdtemp(prefix=f"kina_{name}_"))
     libs, program = {}, None
     for level in LEVELS:
-        res = build_file(str(EXAMPLES / f"{name}.kina"), out / f"{name}_O{level}.so", level)
+        res = build_file(str(EXAMPLES / f"{name}.kina"), out / f"{name}_O{level}.so", level,
+                         sizes=SIZES if name == "storylm" else None)
         if not rep.check(f"build examples/{name}.kina at -O{level}", res.ok,
                          "" if res.ok else f"{len(res.diagnostics)} diagnostic(s)"):
             for d in res.diagnostics:

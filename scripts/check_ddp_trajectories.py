@@ -6,11 +6,11 @@
                                              [--vocab-worlds 2,4]
 
 For each configuration (StoryLM-0 as `make demo` trains it; the scaled StoryLM of
-benchmarks/templates/, B=4 T=64 D=256 H=8 V=2048) and each world size N, launches
+examples/storylm.kina at B=4 T=64 D=256 H=8 V=2048) and each world size N, launches
 `torchrun --standalone --nproc-per-node N scripts/train_storylm0_ddp.py` and compares its
 loss trajectory with single-process SGD on the whole batch (computed here: for StoryLM-0
-the demo's examples/storylm0_train_step.kina, for the scaled model the template's
-train_step).  Prints one row per run (max |loss difference|, final loss, wall time) and
+the demo's train_step of examples/storylm.kina, for the scaled model the same
+train_step at its sizes).  Prints one row per run (max |loss difference|, final loss, wall time) and
 the machine load; exits 1 if a difference exceeds --tol or a run fails.  Slow (the scaled
 model's -O2 builds take tens of seconds each, cached in $KINA_CACHE_DIR), so not part of
 `make test`, whose test_distributed.py runs the fast StoryLM-0 N=2 case.  Then runs

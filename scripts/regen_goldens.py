@@ -8,6 +8,9 @@ with these files and runs them through mlir-opt.
     python scripts/regen_goldens.py ad_gather  # only examples/ad_gather.mlir
     python scripts/regen_goldens.py --check    # exit 1 if any golden is stale or missing
 
+A generic example is emitted at the sizes SIZES gives it (examples/storylm.kina at
+StoryLM-0's: `--size B=1 --size T=4 --size H=2 --size DH=2 --size V=8`).
+
 Locations in the goldens name the example by its path relative to the repository
 root (`loc("examples/ad_gather.kina":7:11)`), so the files do not depend on where
 the repository is checked out.
@@ -21,6 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
+# `--size` values of the generic examples (scripts/storylm_data.py SIZES for StoryLM-0).
+SIZES = {"storylm": {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}}
 
 from compiler import build  # noqa: E402
 from compiler.core.diagnostics import SourceText  # noqa: E402
@@ -41,7 +46,7 @@ def emit_example(path: Path) -> tuple[str | None, list[str]]:
     rel = path.relative_to(ROOT).as_posix()
     text = path.read_text()
     result = build.BuildResult(False, source=SourceText(text, rel))
-    mlir = build.front_end(text, rel, {}, result)
+    mlir = build.front_end(text, rel, {}, result, sizes=SIZES.get(path.stem))
     errors = [result.source.render(d) for d in result.diagnostics if d.severity == "error"]
     return (None, errors) if mlir is None or errors else (mlir, [])
 

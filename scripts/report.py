@@ -5,6 +5,8 @@
   prints a heading; `torch_banner` imports torch or prints the skip line;
 - `compile_example` builds an example to a host .so through compiler.build and
   loads it with compiler.runtime.library (`BuildFailed` when it does not compile);
+  StoryLM-0 is compile_example("storylm"): examples/storylm.kina built with
+  --size B=1 --size T=4 --size H=2 --size DH=2 --size V=8 (storylm_data.SIZES);
 - `run_example_checks` is a whole main(): banner, Report, build, checks.
 
 Builds on storylm_data (the examples directory; importing it makes the compiler
@@ -20,16 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from storylm_data import EXAMPLES
+from storylm_data import EXAMPLES, SIZES
 from storylm_torch import torch_or_none
 
 
-def compile_example(name: str, out_dir: str | Path | None = None):
-    """Build examples/<name>.kina to a .so with compiler.build and load it with compiler.runtime.library."""
+def compile_example(name: str, out_dir: str | Path | None = None, sizes: dict[str, int] | None = None):
+    """Build examples/<name>.kina (`name` may be `distributed/lm_vocab_parallel`) to a .so with
+    compiler.build, its generic functions bound by `sizes` (`--size`; examples/storylm.kina
+    defaults to StoryLM-0's), and load it with compiler.runtime.library."""
     from compiler.build import build_file
     from compiler.runtime.library import load
-    out = Path(out_dir or tempfile.mkdtemp(prefix="kina_storylm0_")) / f"lib{name}.so"
-    result = build_file(str(EXAMPLES / f"{name}.kina"), out_so=str(out), opt_level=2)
+    sizes = SIZES if sizes is None and name == "storylm" else sizes
+    tag = "".join(f"_{k}{v}" for k, v in (sizes or {}).items())   # one file per size: dlopen caches paths
+    out = Path(out_dir or tempfile.mkdtemp(prefix="kina_storylm0_")) / f"lib{Path(name).name}{tag}.so"
+    result = build_file(str(EXAMPLES / f"{name}.kina"), out_so=str(out), opt_level=2, sizes=sizes)
     if not result.ok:
         rendered = [result.source.render(d) if result.source else f"[{d.code}] {d.message}"
                     for d in result.diagnostics]

@@ -1,9 +1,10 @@
 """StoryLM-0's constants and data: sizes, the prompt, the story, the weights, the forward inputs.
 
-StoryLM-0 is the one-layer causal decoder of examples/storylm0_forward.kina
-(B=1, T=4, H=2 heads of Dh=2, D=4, V=8).  This module gives
+StoryLM-0 is the generic one-layer causal decoder of examples/storylm.kina at
+B=1, T=4, H=2 heads of Dh=2 (D=4), V=8.  This module gives
 
-- the sizes (B, T, H, DH, D, V), PROMPT and its targets (`targets_for`), the
+- the sizes (B, T, H, DH, D, V; SIZES: the `--size` values StoryLM-0 is built
+  with, `size_args()` the same as kinac arguments), PROMPT and its targets (`targets_for`), the
   vocabulary (`decode`) and the 32-token training story (`load_story`), cut into
   training windows (`corpus_windows`, `window_split`);
 - `load_weights()`, the one set of deterministic weights
@@ -31,6 +32,9 @@ if str(ROOT) not in sys.path:   # `python scripts/x.py` from anywhere can import
     sys.path.insert(0, str(ROOT))
 
 B, T, H, DH, D, V = 1, 4, 2, 2, 4, 8
+# examples/storylm.kina's size parameters at StoryLM-0 (build_source(..., sizes=SIZES)).
+SIZES = {"B": B, "T": T, "H": H, "DH": DH, "V": V}
+STORYLM = EXAMPLES / "storylm.kina"
 PROMPT = np.array([[1, 4, 2, 6]], dtype=np.int64)
 # Next-token targets of PROMPT: the prompt shifted left by one.  The last
 # position has no next prompt token; its target is token 0 ('.'): the prompt
@@ -42,6 +46,11 @@ MASK_NEG = -1.0e4   # additive mask above the diagonal (exp underflows to exactl
 # The vocabulary of the training story (examples/storylm0_story.txt); PROMPT reads "the cat sat down".
 VOCAB = (".", "the", "sat", "mat", "cat", "on", "down", "dog")
 STORY = EXAMPLES / "storylm0_story.txt"
+
+
+def size_args(sizes: dict[str, int] | None = None) -> list[str]:
+    """`--size B=1 --size T=4 ...`: the kinac arguments that build StoryLM-0 (or `sizes`)."""
+    return [a for k, v in (sizes or SIZES).items() for a in ("--size", f"{k}={v}")]
 
 
 def load_story() -> np.ndarray:

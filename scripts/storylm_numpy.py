@@ -1,6 +1,6 @@
 """StoryLM-0 in NumPy, written by hand: the trusted side of every comparison.
 
-`forward` / `backward` implement the decoder of examples/storylm0_forward.kina,
+`forward` / `backward` implement the decoder of examples/storylm.kina (at StoryLM-0's sizes),
 with the backward derived on paper (no autodiff, no Kina interpreter), so that a
 bug in the compiler's VJP table cannot hide in the reference.  On top of them:
 `mean_nll` (loss and logits cotangent), `nll_grads` (loss and every input's

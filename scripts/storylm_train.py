@@ -3,7 +3,7 @@
 - `DEMO_LR`, the demo's learning rate;
 - `train_numpy` / `train_torch`: SGD on window k % N at step k (storylm_data's
   `corpus_windows`), in float32 NumPy (storylm_numpy's `sgd_step`) or PyTorch eager;
-- `CompiledTrainer` runs examples/storylm0_train_step.kina's `train_step` from a
+- `CompiledTrainer` runs `train_step` of examples/storylm.kina (StoryLM-0's sizes) from a
   compiled library with preallocated weight buffers, and decodes greedily.
 
 Builds on storylm_data and storylm_numpy.  Used by train_storylm0.py, _dist_lm.py,
@@ -70,7 +70,7 @@ def train_torch(torch, steps: int, lr: float, weights: dict | None = None) -> tu
 
 
 class CompiledTrainer:
-    """Runs examples/storylm0_train_step.kina's `train_step` from a compiled library.
+    """Runs `train_step` of examples/storylm.kina built at StoryLM-0's sizes from a compiled library.
 
     The weights live in two preallocated buffer sets: step k reads set k % 2 and
     writes set (k + 1) % 2 through the runtime's `out=`, so a step allocates
@@ -83,7 +83,6 @@ class CompiledTrainer:
                      for _ in range(2)]
         self.current = 0
         self.consts = (causal_mask(), attention_scale())
-        self.inv_n = np.full((1, 1), 1.0 / (B * T), np.float32)
         self.lr = np.full((1, 1), lr, np.float32)
         self.windows = [np.ascontiguousarray(win) for win in corpus_windows()]
 
@@ -95,7 +94,7 @@ class CompiledTrainer:
         src, dst = self.sets[self.current], self.sets[1 - self.current]
         emb, wq, wk, wv, wo, lm = src[1:]
         self.lib.train_step(self.windows[k % len(self.windows)], emb, *self.consts, wq, wk, wv, wo, lm,
-                            self.inv_n, self.lr, out=dst)
+                            self.lr, out=dst)
         self.current = 1 - self.current
         return float(dst[0][0, 0])
 
@@ -108,11 +107,11 @@ class CompiledTrainer:
         return losses
 
     def greedy(self, prompt: np.ndarray, n_new: int) -> np.ndarray:
-        """Append n_new argmax tokens, each predicted from the last T tokens by storylm0_fwd."""
+        """Append n_new argmax tokens, each predicted from the last T tokens by `forward`."""
         toks = list(prompt.reshape(-1))
         for _ in range(n_new):
             ids = np.array([toks[-T:]], dtype=np.int64)
-            logits = self.lib.storylm0_fwd(ids, self.w["emb"], *self.consts, self.w["wq"], self.w["wk"],
+            logits = self.lib.forward(ids, self.w["emb"], *self.consts, self.w["wq"], self.w["wk"],
                                            self.w["wv"], self.w["wo"], self.w["lm_head"])
             toks.append(int(np.argmax(logits[0, -1])))
         return np.array(toks, dtype=np.int64)

@@ -2,7 +2,8 @@
 
     python scripts/train_storylm0.py [--steps 420] [--lr 0.3] [--torch | --no-torch] [--out out]
 
-examples/storylm0_train_step.kina is compiled to a host .so (compiler.build) and
+examples/storylm.kina is compiled at StoryLM-0's sizes (--size B=1 --size T=4
+--size H=2 --size DH=2 --size V=8) to a host .so (compiler.build) and
 its `train_step` (decoder + mean next-token NLL + reverseMode + SGD on every
 weight) is called once per step from Python, on the sliding windows of T+1 = 5
 story tokens (inputs: the first 4, targets: the next 4), in order, cycling.
@@ -11,7 +12,7 @@ Starting weights: examples/storylm0_weights.npz.
 Prints a plain-text progress bar with the loss, writes the loss curve to
 OUT/storylm0_loss.png (matplotlib, Agg; skipped with a message when matplotlib
 is missing), and ends with the final loss and a greedy continuation of the
-prompt "the cat sat down" (the compiled storylm0_fwd + argmax in NumPy).  With
+prompt "the cat sat down" (the compiled `forward` + argmax in NumPy).  With
 torch installed (or --torch), the same training runs in PyTorch eager from the
 same weights and the max difference of the two loss trajectories is reported.
 """
@@ -85,8 +86,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
-    trainer = CompiledTrainer(compile_example("storylm0_train_step"), args.lr)
-    print(f"compiled examples/storylm0_train_step.kina in {time.perf_counter() - t0:.2f} s")
+    trainer = CompiledTrainer(compile_example("storylm"), args.lr)
+    print(f"compiled examples/storylm.kina (StoryLM-0) in {time.perf_counter() - t0:.2f} s")
     story = load_story()
     print(f"story ({len(story)} tokens, V={V}): {decode(story)}")
     t0 = time.perf_counter()

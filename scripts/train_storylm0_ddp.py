@@ -5,7 +5,7 @@
     options: [--batch G] [--compare] [--checkpoint PATH [--checkpoint-every K] [--resume]]
              [--losses-out FILE.json] [--timeout S] [--opt-level L] [--no-pin] [--quiet]
 
-Every rank builds nothing twice: local rank 0 compiles examples/distributed/lm_data_parallel.kina.in
+Every rank builds nothing twice: local rank 0 compiles examples/distributed/lm_data_parallel.kina
 at this rank's share of the batch (compiler.distributed.world.build_shared), the others load the
 same .so.  A step's batch*T next-token predictions are split into N equal parts (whole
 windows when batch >= N; StoryLM-0's single window is split by positions); each rank runs

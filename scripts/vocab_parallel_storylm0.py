@@ -4,22 +4,22 @@ vocab-parallel (Megatron-LM) cross-entropy training step, checked against one pr
     torchrun --nproc-per-node 2 scripts/vocab_parallel_storylm0.py [--only logits|step] [--steps 28]
 
 Rank r of N holds only lm_head[:, r*V/N:(r+1)*V/N] (N must divide V = 8) and runs the
-compiled functions of examples/distributed/lm_vocab_parallel.kina.in (built once per host
+compiled functions of examples/distributed/lm_vocab_parallel.kina (built once per host
 by compiler.distributed.world.build_shared); the cross-rank reductions are torch.distributed
 collectives.  Rank 0 prints one line per check (max error, ok/MISMATCH) and every rank
 exits 1 on any mismatch:
 
-logits (the column-parallel algebra of examples/storylm0_tp_vocab.kina across processes,
+logits (the column-parallel algebra of that file's 2-way tp_vocab across processes,
 prompt [1, 4, 2, 6]):
   (a) the all-gather of the ranks' [1, 4, V/N] blocks equals the unsharded logits (NumPy,
-      and the compiled single-process examples/storylm0_forward.kina);
+      and the compiled single-process `forward` of examples/storylm.kina);
   (b) rank r's block is columns r*V/N.. of the unsharded logits;
   (c) changing the last token (6 -> 3) leaves rows 0..2 of the gathered logits bit-identical.
 step (--steps SGD steps over the story windows, lr 0.3):
   the mean NLL from the sharded logits (all-reduces of the row max, then of the sum of
   exponentials and the target logit) and the gradients (g_lm_head shard local, g_residual
   all-reduced, the replicated body's gradients from it) equal the single-process
-  examples/storylm0_mean_nll_step.kina step by step, and NumPy's gradients at step 0; no
+  examples/storylm.kina's train_step step by step, and NumPy's gradients at step 0; no
   per-rank function takes or returns a [B*T, V] tensor; the replicated weights stay
   identical on every rank.
 """
@@ -106,10 +106,10 @@ def check_logits(rep, world, lib, weights, lm_shard, lo, hi):
         return
     section(f"tensor-parallel logits on {world.size} processes (vocabulary shards of {hi - lo})")
     ref, _ = forward(inputs())
-    fwd = compile_example("storylm0_forward")
+    fwd = compile_example("storylm")
     rep.compare("(a) all-gathered logits vs NumPy residual @ lm_head", logits, ref)
-    rep.compare("(a) all-gathered logits vs compiled storylm0_forward", logits,
-                fwd.storylm0_forward(*ordered(inputs())), atol=1e-6)
+    rep.compare("(a) all-gathered logits vs compiled forward", logits,
+                fwd.forward(*ordered(inputs())), atol=1e-6)
     width = hi - lo
     for r in range(world.size):
         rep.compare(f"(b) rank {r}'s block vs columns {r * width}..{(r + 1) * width - 1}", blocks[r],
@@ -153,16 +153,16 @@ def check_step(rep, world, lib, cfg, weights, lm_shard, lo, hi, steps: int):
     rep.compare("step 0: mean NLL vs NumPy", losses[0], ref_loss)
     for n, g in zip(BODY + ("lm_head",), first_grads):
         rep.compare(f"step 0: g_{n} vs NumPy", g, ref_g[n], atol=1e-5)
-    single = compile_example("storylm0_mean_nll_step")
+    single = compile_example("storylm")
     w = dict(weights)
     ref_losses = []
     for k in range(steps):
-        ids, targets = window_split(L.step_windows(cfg, wins, k))
-        out = single.storylm0_mean_nll_step(ids, targets, w["emb"], causal_mask(), attention_scale(),
-                                            w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"], vp.inv_n, lr)
+        window = np.ascontiguousarray(L.step_windows(cfg, wins, k))
+        out = single.train_step(window, w["emb"], causal_mask(), attention_scale(),
+                                w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"], lr)
         ref_losses.append(float(out[0][0, 0]))
         w = dict(zip(WEIGHT_NAMES, out[1:]))
-    rep.compare(f"losses of {steps} steps vs single-process storylm0_mean_nll_step", losses, ref_losses,
+    rep.compare(f"losses of {steps} steps vs single-process train_step", losses, ref_losses,
                 atol=1e-5)
     for n, got in zip(WEIGHT_NAMES, vp.body + [lm]):
         rep.compare(f"weights after {steps} steps: {n}", got, w[n], atol=1e-5)

@@ -94,7 +94,7 @@ def test_diagnostic_renders_with_caret():
 
 # ---- the StoryLM-0 example -------------------------------------------------------------
 def storylm0():
-    return analyse((ROOT / "examples" / "storylm0_forward.kina").read_text())
+    return analyse((ROOT / "tests" / "fixtures" / "storylm0_forward.kina").read_text())
 
 
 def let_types(result: Snapshot, fn: str) -> dict[str, object]:

@@ -50,13 +50,13 @@ def test_check_json(broken):
 
 
 def test_check_clean_file_and_emit_types():
-    r = kinac("check", "examples/storylm0_forward.kina")
+    r = kinac("check", "tests/fixtures/storylm0_forward.kina")
     assert (r.returncode, r.stdout) == (0, "")
-    r = kinac("check", "--emit=types", "examples/storylm0_forward.kina")
+    r = kinac("check", "--emit=types", "tests/fixtures/storylm0_forward.kina")
     assert r.returncode == 0
-    src = open("examples/storylm0_forward.kina", encoding="utf-8").read().splitlines()
+    src = open("tests/fixtures/storylm0_forward.kina", encoding="utf-8").read().splitlines()
     line = next(i for i, text in enumerate(src, 1) if text.startswith("  let probs"))
-    want = f"examples/storylm0_forward.kina:{line}:7: let probs : Tensor[F32, [1, 2, 4, 4], @host]"
+    want = f"tests/fixtures/storylm0_forward.kina:{line}:7: let probs : Tensor[F32, [1, 2, 4, 4], @host]"
     assert want in r.stdout.splitlines()
 
 
@@ -67,7 +67,7 @@ def test_emit_grad_prints_the_backward_function():
 
 
 def test_run_entry_prints_shape():
-    r = kinac("run", "examples/storylm0_forward.kina", "--entry", "storylm0_forward")
+    r = kinac("run", "tests/fixtures/storylm0_forward.kina", "--entry", "storylm0_forward")
     assert r.returncode == 0, r.stderr
     assert "storylm0_forward result: shape [1, 4, 8] dtype float32" in r.stdout
 
@@ -78,7 +78,7 @@ def test_run_entry_prints_shape():
     (["emit", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
     (["validate", "does/not/exist.kina"], "cannot read does/not/exist.kina"),
     (["build", "examples/ad_gather.kina", "-o", "/proc/no/such/dir/lib.so"], "cannot write /proc/no/such/dir/lib.so"),
-    (["run", "examples/storylm0_forward.kina", "--entry", "nope"], "no function `nope`"),
+    (["run", "tests/fixtures/storylm0_forward.kina", "--entry", "nope"], "no function `nope`"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, message):
     r = kinac(*args)
@@ -115,7 +115,7 @@ def _plain_numpy_storylm0(ids, w):
 
 def test_run_main_prints_the_logits_of_an_independent_numpy_model(tmp_path):
     out = tmp_path / "run.npz"
-    r = kinac("run", "examples/storylm0_forward.kina", "--save", str(out))
+    r = kinac("run", "tests/fixtures/storylm0_forward.kina", "--save", str(out))
     assert r.returncode == 0, r.stderr
     assert "main result: shape [1, 4, 8] dtype float32" in r.stdout
     weights = dict(np.load(ROOT / "examples" / "storylm0_weights.npz"))
@@ -130,7 +130,7 @@ def test_run_main_prints_the_logits_of_an_independent_numpy_model(tmp_path):
 
 
 def test_output_piped_into_a_closed_reader_is_no_traceback():
-    cmd = f"{sys.executable} -m compiler.cli run examples/storylm0_forward.kina --entry storylm0_forward | head -n 1"
+    cmd = f"{sys.executable} -m compiler.cli run tests/fixtures/storylm0_forward.kina --entry storylm0_forward | head -n 1"
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert r.stdout.startswith("input token_ids") and "Traceback" not in r.stderr

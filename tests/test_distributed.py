@@ -209,7 +209,7 @@ def test_vocab_parallel_step_equals_single_process_step(launched):
     assert len(lines) == 17 and all(ln.endswith(" ok") for ln in lines[:-1]), lines
     text = "\n".join(lines)
     for what in ("no per-rank function holds [B*T, V] logits", "step 0: g_lm_head vs NumPy",
-                 "losses of 10 steps vs single-process storylm0_mean_nll_step", "weights after 10 steps: lm_head",
+                 "losses of 10 steps vs single-process train_step", "weights after 10 steps: lm_head",
                  "replicated weights identical on every rank"):
         assert what in text
     assert lines[-1] == "all 22 comparisons passed"

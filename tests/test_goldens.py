@@ -13,8 +13,8 @@ EXAMPLES = regen.examples()
 
 # Seed-stated result types of exported functions: (example, function) -> MLIR result list.
 SEED_RESULTS = {
-    ("storylm0_ad_step", "storylm0_step"): "tensor<8x4xf32>",            # the embedding gradient of the SGD step
-    ("storylm0_tp_vocab", "storylm0_tp_vocab"): "tensor<1x4x8xf32>",     # the gathered logits of the 2-way vocabulary split
+    ("storylm", "embedding_step"): "tensor<8x4xf32>",                   # StoryLM-0's embedding SGD step
+    ("storylm", "forward"): "tensor<1x4x8xf32>",                        # StoryLM-0's logits
     ("ad_reduce_sum", "step"): "tensor<2x1xf32>, tensor<2x3xf32>",       # (y, g_x)
 }
 

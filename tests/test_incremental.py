@@ -10,7 +10,7 @@ from compiler import check  # the package: compiler.analysis calls check.check_f
 from compiler.analysis import Analysis, analyze
 
 EXAMPLES = [open(p, encoding="utf-8").read() for p in sorted(glob.glob("examples/*.kina"))]
-FWD = open("examples/storylm0_forward.kina", encoding="utf-8").read()
+FWD = open("tests/fixtures/storylm0_forward.kina", encoding="utf-8").read()
 
 
 def facts(snap):

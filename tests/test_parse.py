@@ -25,7 +25,7 @@ def src(text, node) -> str:
 
 
 def test_example_parses_with_document_spans():
-    text = open("examples/storylm0_forward.kina", encoding="utf-8").read()
+    text = open("tests/fixtures/storylm0_forward.kina", encoding="utf-8").read()
     module, diags = parse_module(text)
     assert diags == []
     names = [f.name for f in module.functions]

@@ -24,8 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 PATHS = [pytest.param(True, id="C"), pytest.param(False, id="python")]
 
 
-def _build(src: Path, so: Path, level: int | None = None) -> build.BuildResult:
-    res = build.build_file(src, so, level)
+STORYLM0 = {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}   # examples/storylm.kina at StoryLM-0
+
+
+def _build(src: Path, so: Path, level: int | None = None, sizes: dict | None = None) -> build.BuildResult:
+    res = build.build_file(src, so, level, sizes=sizes)
     assert res.ok, "\n".join(res.source.render(d) for d in res.diagnostics)
     return res
 
@@ -34,7 +37,7 @@ def _build(src: Path, so: Path, level: int | None = None) -> build.BuildResult:
 @pytest.fixture(scope="module", params=[0, 2], ids=["O0", "O2"])
 def train_step(tmp_path_factory, request):
     d = tmp_path_factory.mktemp(f"train{request.param}")
-    res = _build(ROOT / "examples" / "storylm0_train_step.kina", d / "train.so", request.param)
+    res = _build(ROOT / "examples" / "storylm.kina", d / "train.so", request.param, STORYLM0)
     fn = res.program.functions["train_step"]
     return res, interp.random_inputs(fn, 3, res.program)
 
@@ -63,13 +66,13 @@ def test_a_bad_token_id_is_a_python_exception_and_the_process_lives_on(train_ste
 
 
 def test_the_ad_step_checks_its_ids_too(tmp_path):
-    res = _build(ROOT / "examples" / "storylm0_ad_step.kina", tmp_path / "ad.so")
+    res = _build(ROOT / "examples" / "storylm.kina", tmp_path / "ad.so", sizes=STORYLM0)
     lib = runtime.load(res.so_path)
-    args = interp.random_inputs(res.program.functions["storylm0_step"], 0, res.program)
+    args = interp.random_inputs(res.program.functions["embedding_step"], 0, res.program)
     ids = args[0].copy()
     ids[0, 0] = 9
-    with pytest.raises(runtime.KinaIndexError, match="storylm0_step: parameter `token_ids` holds index 9"):
-        lib.storylm0_step(ids, *args[1:])
+    with pytest.raises(runtime.KinaIndexError, match="embedding_step: parameter `token_ids` holds index 9"):
+        lib.embedding_step(ids, *args[1:])
 
 
 # ---- indices computed inside the library ------------------------------------------------------

@@ -3,8 +3,9 @@
 The three validation scripts compile the examples to host libraries and compare
 them with an independent NumPy model (and torch when installed); here they run as
 subprocesses and must exit 0.  The other tests pin what the seeds state about the
-examples' types, that every `main` literal equals examples/storylm0_weights.npz,
-and that the NumPy reference itself agrees with finite differences.
+examples' types (StoryLM-0 is examples/storylm.kina at storylm_data.SIZES), that
+every `main` literal equals examples/storylm0_weights.npz, and that the NumPy
+reference itself agrees with finite differences.
 """
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ from storylm_data import (  # noqa: E402
     FLOAT_ARGS,
     MASK_NEG,
     PROMPT,
+    SIZES,
     TRAINABLE,
     V,
     decode,
     inputs,
     load_story,
     load_weights,
+    ordered,
     targets_for,
 )
 from storylm_numpy import forward, nll_grads, sgd_step  # noqa: E402
@@ -48,6 +51,15 @@ def checked(name: str) -> ir.Program:
     allowed = [d for d in snap.diagnostics if name.startswith("invalid_") and d.code.startswith("ad-")]
     assert snap.diagnostics == allowed, snap.diagnostics
     return snap.program
+
+
+def storylm(sizes: dict[str, int] = SIZES) -> ir.Program:
+    """examples/storylm.kina's program with its generic functions exported at `sizes`."""
+    snap = analyze((EXAMPLES / "storylm.kina").read_text())
+    assert snap.diagnostics == []
+    program, diags = snap.program_for(sizes)
+    assert [d for d in diags if d.severity == "error"] == []
+    return program
 
 
 def handle_types(fn: ir.Function) -> list:
@@ -128,19 +140,34 @@ def test_gather_tuple_omits_the_i64_parameter():
 
 
 def test_ad_step_result_and_tuple():
-    prog = checked("storylm0_ad_step")
-    assert prog.functions["storylm0_step"].ret_type == f32(8, 4)
-    (t,) = handle_types(prog.functions["storylm0_step"])
+    prog = storylm()
+    assert prog.functions["embedding_step"].ret_type == f32(8, 4)
+    (t,) = handle_types(prog.functions["embedding_step"])
     assert len(t.items) == 9 and t.items[0] == f32(1, 4, 8) and t.items[1] == f32(8, 4)
 
 
-@pytest.mark.parametrize("name, fn", [("storylm0_mean_nll_step", "storylm0_mean_nll_step"),
-                                      ("storylm0_train_step", "train_step")])
-def test_mean_nll_tuple(name, fn):
-    (t,) = handle_types(checked(name).functions[fn])
-    # (mean, g_emb, g_mask, g_scale, g_wq, g_wk, g_wv, g_wo, g_lm, g_inv_n): both I64 params omitted
-    assert len(t.items) == 10 and t.items[0] == f32(1, 1) and t.items[2] == f32(1, 1, 4, 4)
-    assert t.items[-1] == f32(1, 1)
+def test_mean_nll_tuple():
+    (t,) = handle_types(storylm().functions["train_step"])
+    # (mean, g_emb, g_mask, g_scale, g_wq, g_wk, g_wv, g_wo, g_lm): both I64 params omitted;
+    # 1/(B*T) is a size number, not a parameter, so it has no cotangent
+    assert len(t.items) == 9 and t.items[0] == f32(1, 1) and t.items[2] == f32(1, 1, 4, 4)
+    assert t.items[-1] == f32(4, 8)
+
+
+def test_storylm_instantiates_at_the_scaled_sizes():
+    """The same source at the benchmark's sizes: every shape follows the sizes."""
+    prog = storylm({"B": 4, "T": 64, "H": 8, "DH": 32, "V": 2048})
+    step = prog.functions["train_step"]
+    assert [p.type.shape for p in step.params[:2]] == [(4, 65), (2048, 256)]
+    assert prog.functions["forward"].ret_type == f32(4, 64, 2048)
+    assert prog.functions["greedy"].ret_type.shape == (4, 76)
+
+
+def test_storylm_build_needs_every_size(tmp_path):
+    from compiler.build import build_file
+    res = build_file(EXAMPLES / "storylm.kina", tmp_path / "s.so", 0, sizes={"B": 1, "T": 4})
+    assert not res.ok
+    assert any(d.code == "size" and "size H is not bound; pass --size H=N" in d.message for d in res.diagnostics)
 
 
 def test_invalid_reduce_mean_fails_at_the_reduce_keep(tmp_path):
@@ -158,13 +185,13 @@ def test_invalid_reduce_mean_fails_at_the_reduce_keep(tmp_path):
 
 
 # ---- the mains run in the interpreter and agree with NumPy ------------------------------
-def test_forward_main_matches_numpy():
-    got = run_function(checked("storylm0_forward"), "main", [])
+def test_forward_matches_numpy():
+    got = run_function(storylm(), "forward", ordered(inputs()))
     np.testing.assert_allclose(got, forward(inputs())[0], atol=1e-5)
 
 
 def test_train_step_main_is_one_sgd_step_on_the_first_window():
-    loss, *new = run_function(checked("storylm0_train_step"), "main", [])
+    loss, *new = run_function(checked("storylm"), "main", [])
     window = load_story()[None, :5]
     want_loss, want = sgd_step(load_weights(), targets_for(window[:, :4], window[0, 4]), window[:, :4],
                                  lr=G.LR, dtype=np.float64)

@@ -1,4 +1,4 @@
-"""Training StoryLM-0 with the compiled storylm0_train_step: the loss falls, and the
+"""Training StoryLM-0 with the compiled train_step of examples/storylm.kina: the loss falls, and the
 compiled trajectory is the NumPy one (and the PyTorch one when torch is installed)."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ TRAJECTORY_STEPS = 20
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    return compile_example("storylm0_train_step", tmp_path_factory.mktemp("train"))
+    return compile_example("storylm", tmp_path_factory.mktemp("train"))
 
 
 def test_windows_are_next_token_pairs():

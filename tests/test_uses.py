@@ -70,22 +70,27 @@ def test_positivity_follows_layout_ops(flows):
     assert uses.positive(fn, "pos") and uses.positive(fn, "pos2") and not uses.positive(fn, "x")
 
 
+STORYLM0 = {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}   # examples/storylm.kina at StoryLM-0
+
+
 def test_a_handle_passes_indices_to_the_differentiated_function():
-    text = (ROOT / "examples" / "storylm0_train_step.kina").read_text()
-    program = analyze(text, "train.kina").program
+    text = (ROOT / "examples" / "storylm.kina").read_text()
+    program, _ = analyze(text, "storylm.kina").program_for(STORYLM0)
     uses = Uses(program)
     assert uses.index_bound(program.functions["train_step"], "window") == 8
 
 
 @pytest.mark.parametrize("example,function,bounds", [
-    ("storylm0_train_step", "train_step", {"window": 8}),
-    ("storylm0_ad_step", "storylm0_step", {"token_ids": 8}),
-    ("storylm0_mean_nll_step", "storylm0_mean_nll_step", {"token_ids": 8, "targets": 8}),
-    ("storylm0_forward", "storylm0_forward", {"token_ids": 8}),
+    ("storylm", "train_step", {"window": 8}),
+    ("storylm", "embedding_step", {"token_ids": 8}),
+    ("storylm", "mean_nll", {"token_ids": 8, "targets": 8}),
+    ("storylm", "forward", {"token_ids": 8}),
+    ("storylm", "greedy", {"prompt": 8}),
     ("ad_gather", "step", {"token_ids": 8}),
 ])
 def test_the_manifest_records_index_bounds(example, function, bounds):
-    program = analyze((ROOT / "examples" / f"{example}.kina").read_text(), example).program
+    snap = analyze((ROOT / "examples" / f"{example}.kina").read_text(), example)
+    program, _ = snap.program_for(STORYLM0 if example == "storylm" else {})
     manifest = build.manifest_for(program, f"{example}.so")
     fn = next(f for f in manifest["functions"] if f["name"] == function)
     got = {p["name"]: p["index_bound"] for p in fn["params"] if "index_bound" in p}

@@ -40,7 +40,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -214,33 +214,39 @@ def _compiler_fingerprint() -> str:
 
 
 def build_shared(source: str, name: str, opt_level: int, launch: Launch | None = None,
-                 cache_dir: Path | None = None, wait_timeout: float = 900.0) -> Library:
-    """Load the library compiled from `source`, building it once per host.
+                 cache_dir: Path | None = None, wait_timeout: float = 900.0,
+                 sizes: Mapping[str, int] | None = None, exports: Sequence[str] | None = None) -> Library:
+    """Load the library compiled from `source`, building it once per host.  `sizes`: the
+    `--size` values of its generic functions; `exports`: build only these (and what they call).
 
-    The library lives in cache_dir/<name>-<hash>/ (hash of the source, the level and the
-    compiler).  Local rank 0 builds it there (into a temporary directory renamed into place,
+    The library lives in cache_dir/<name>-<hash>/ (hash of the source, the sizes, the exports,
+    the level and the compiler).  Local rank 0 builds it there (into a temporary directory renamed into place,
     so a reader never sees half a library); the other ranks of the host wait for it."""
     from compiler import build, runtime
-    key = hashlib.sha256(f"{source}\0{opt_level}\0{_compiler_fingerprint()}".encode()).hexdigest()[:20]
+    variant = f"{sorted((sizes or {}).items())}\0{sorted(exports or ())}"
+    key = hashlib.sha256(f"{source}\0{variant}\0{opt_level}\0{_compiler_fingerprint()}".encode()).hexdigest()[:20]
     root = Path(cache_dir) if cache_dir else cache_root()
     final = root / f"{name}-{key}"
     so = final / f"{name}.so"
     failed = root / f"{name}-{key}.failed"
     if not so.exists():
         if launch is None or launch.local_rank == 0:
-            _build_into(source, name, opt_level, final, failed, build)
+            _build_into(source, name, opt_level, final, failed, build, sizes, exports)
         else:
             _wait_for(so, failed, wait_timeout, launch)
     return runtime.load(so)
 
 
-def _build_into(source: str, name: str, opt_level: int, final: Path, failed: Path, build: ModuleType) -> None:
+def _build_into(source: str, name: str, opt_level: int, final: Path, failed: Path, build: ModuleType,
+                sizes: Mapping[str, int] | None = None, exports: Sequence[str] | None = None) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     failed.unlink(missing_ok=True)
     tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    res = build.build_source(source, f"{name}.kina", tmp / f"{name}.so", opt_level=opt_level)
+    transform = build.keep_exports(exports) if exports else None
+    res = build.build_source(source, f"{name}.kina", tmp / f"{name}.so", opt_level=opt_level, sizes=sizes,
+                             transform=transform)
     if not res.ok:
         text = "\n".join(res.source.render(d) if res.source else f"[{d.code}] {d.message}"
                          for d in res.diagnostics)

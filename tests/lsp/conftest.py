@@ -20,6 +20,13 @@ from pytest_lsp.client import LanguageClient as _Client
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+# Monomorphic StoryLM-0 programs kept as test documents (examples/storylm.kina is generic).
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def example_path(name: str) -> Path:
+    """examples/NAME, or tests/fixtures/NAME when only that exists."""
+    return EXAMPLES / name if (EXAMPLES / name).exists() or not (FIXTURES / name).exists() else FIXTURES / name
 SERVER = [sys.executable, "-m", "kina_lsp"]
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
@@ -64,14 +71,15 @@ async def client(lsp_client: LanguageClient):
 
 # ---- helpers shared by the test files --------------------------------------------------
 def open_doc(client, text: str, name: str = "scratch.kina", version: int = 1) -> str:
-    uri = (ROOT / "examples" / name).as_uri() if (EXAMPLES / name).exists() else f"file:///tmp/kina-lsp-test/{name}"
+    path = example_path(name)
+    uri = path.as_uri() if path.exists() else f"file:///tmp/kina-lsp-test/{name}"
     client.text_document_did_open(lsp.DidOpenTextDocumentParams(
         text_document=lsp.TextDocumentItem(uri=uri, language_id="kina", version=version, text=text)))
     return uri
 
 
 def open_example(client, name: str) -> tuple[str, str]:
-    text = (EXAMPLES / name).read_text(encoding="utf-8")
+    text = example_path(name).read_text(encoding="utf-8")
     return open_doc(client, text, name), text
 
 

@@ -3,7 +3,7 @@ code actions, through a real server process."""
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
+from conftest import MODULE_LOOP, change, doc_id, example_path, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
 from kina_lsp.features.semantic import TOKEN_TYPES
@@ -111,7 +111,7 @@ async def test_document_symbols(client):
 async def test_document_symbol_ranges_follow_edits(client):
     """Symbols are cached per function; moved functions (and a function that starts
     mid-line, after a non-ASCII comment) must still get exact ranges."""
-    text = (EXAMPLES / FORWARD).read_text(encoding="utf-8")
+    text = example_path(FORWARD).read_text(encoding="utf-8")
     uri = open_doc(client, text, "symbols_move.kina")
 
     async def check(text, version):

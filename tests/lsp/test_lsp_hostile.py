@@ -215,7 +215,7 @@ def _children(pid: int) -> list[str]:
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
 def test_cancel_request_stops_build_and_validate():
-    text = (ROOT / "examples" / "storylm0_train_step.kina").read_text(encoding="utf-8")
+    text = (ROOT / "tests" / "fixtures" / "storylm0_train_step.kina").read_text(encoding="utf-8")
     uri = "file:///tmp/kina-hostile/train_step.kina"
     with RawServer(args=["--log-level", "INFO"]) as s:
         s.initialize(capabilities={"window": {"workDoneProgress": True}})

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import random
 
-from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, pos, published
+from conftest import MODULE_LOOP, change, doc_id, example_path, open_doc, pos, published
 from lsprotocol import types as lsp
 
 from compiler.analysis import analyze
 
 pytestmark = MODULE_LOOP
 
-FORWARD = (EXAMPLES / "storylm0_forward.kina").read_text(encoding="utf-8")
+FORWARD = example_path("storylm0_forward.kina").read_text(encoding="utf-8")
 JUNK_PIECES = ["(", ")", "{", "}", "[", "]", ".", ",", "let ", " in", "fn ", "@", "=", "\n", "🙂", "é",
                "\x00", "reduce_keep(op=", "Tensor[F32, [", "//", "x", "1", " "]
 

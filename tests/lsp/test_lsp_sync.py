@@ -17,7 +17,7 @@ import random
 
 import pytest
 import randomsession as rs
-from conftest import EXAMPLES, MODULE_LOOP, change, doc_id, open_doc, published
+from conftest import MODULE_LOOP, change, doc_id, example_path, open_doc, published
 from lsprotocol import types as lsp
 from rawlsp import lsp_position
 
@@ -26,7 +26,7 @@ from compiler.analysis import analyze
 pytestmark = MODULE_LOOP
 
 SEPARATORS = ["\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
-FORWARD = (EXAMPLES / "storylm0_forward.kina").read_text(encoding="utf-8")
+FORWARD = example_path("storylm0_forward.kina").read_text(encoding="utf-8")
 
 
 def position(text: str, offset: int) -> lsp.Position:

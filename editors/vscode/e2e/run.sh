@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of the Kina extension in a real VS Code (code-server in headless Chromium,
 # driven by Playwright): installs the .vsix built from this checkout, points it at the
-# project's Python environment, opens examples/storylm0_forward.kina and checks that the
+# project's Python environment, opens tests/fixtures/storylm0_forward.kina and checks that the
 # language server starts, hovers show tensor types, a broken shape reaches the Problems
 # view, Build & Validate succeeds, Show MLIR opens the module, and a wrong interpreter gives
 # a clear error.  Screenshots of each step go to artifacts/e2e/.
@@ -52,7 +52,7 @@ lap "built $VSIX"
 WS=$(mktemp -d /tmp/kina-e2e.XXXXXX)
 mkdir -p "$WS/proj" "$WS/data/User" "$WS/xdg" "$ART"
 rm -f "$ART"/*.png
-cp "$REPO/examples/storylm0_forward.kina" "$WS/proj/"
+cp "$REPO/tests/fixtures/storylm0_forward.kina" "$WS/proj/"
 MARKERS=$WS/markers; mkdir -p "$MARKERS"
 # plant DIR: Python files a workspace could use to run code in the server's process
 plant() {
@@ -107,7 +107,7 @@ kill -TERM -- -"$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true
 #    on PATH for the fallback when a setting is passed over (code-server may re-read PATH from
 #    a login shell; the driver accepts either outcome, both of which run nothing of the folder).
 R=$WS/restricted; mkdir -p "$R/.vscode" "$R/.venv/bin" "$WS/data2/User"
-cp "$REPO/examples/storylm0_forward.kina" "$R/"
+cp "$REPO/tests/fixtures/storylm0_forward.kina" "$R/"
 plant "$R"
 printf '#!/bin/sh\necho ran > %s\nexit 3\n' "'$MARKERS/restricted-venv-python'" > "$R/.venv/bin/python"
 chmod +x "$R/.venv/bin/python"
