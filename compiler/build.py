@@ -293,6 +293,20 @@ def keep_exports(names: Iterable[str]) -> Callable[[ir.Program], ir.Program]:
     return keep
 
 
+def _checked_exports(names: list[str]) -> Callable[[ir.Program], ir.Program]:
+    """keep_exports for `--export`: a name the program does not export is a usage error."""
+    keep = keep_exports(names)
+
+    def check(program: ir.Program) -> ir.Program:
+        missing = [n for n in names if n not in program.functions or not ir.is_export(n)]
+        if missing:
+            have = ", ".join(f.name for f in exported(program)) or "none"
+            raise UsageError(f"--export {missing[0]}: no such exported function (the build exports: {have})")
+        return keep(program)
+    check.__qualname__ = keep.__qualname__
+    return check
+
+
 def _sizes_text(sizes: Mapping[str, int] | None) -> str:
     return "".join(f"\n// --size {k}={v}" for k, v in sorted((sizes or {}).items()))
 
@@ -417,6 +431,9 @@ def add_build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="build even when the build cache holds this library (also: KINA_CACHE=0)")
     add_size_args(parser)
+    parser.add_argument("--export", action="append", default=[], metavar="NAME",
+                        help="export only this function (repeat; with what it calls): e.g. the step a "
+                             "trainer calls, from a file whose --size values bind many generic functions")
     _add_opt_args(parser)
 
 
@@ -449,7 +466,9 @@ def format_timings(timings: dict[str, float]) -> str:
 
 def cli_build(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
+    only = getattr(args, "export", None) or []
     result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings,
+                        transform=_checked_exports(only) if only else None,
                         cache=False if getattr(args, "no_cache", False) else None, sizes=sizes_of(args))
     print_diagnostics(result)
     if getattr(args, "timings", False):

@@ -240,3 +240,15 @@ def test_an_unbound_size_of_an_export_is_a_build_error(tmp_path):
     assert not res.ok
     (d,) = [d for d in res.diagnostics if d.severity == "error"]
     assert d.code == "size" and d.message.startswith("mlp: size D is not bound; pass --size D=")
+
+
+def test_export_keeps_only_the_named_functions_and_their_callees(tmp_path):
+    path = tmp_path / "e.kina"
+    path.write_text(GENERIC.split("fn step")[0])
+    res = build.build_file(path, tmp_path / "e.so", sizes={"B": 2, "D": 3, "H": 4},
+                           transform=build.keep_exports(["mlp"]))
+    assert res.ok and [f["name"] for f in res.manifest["functions"]] == ["mlp"]
+    from tests.test_cli import kinac
+    r = kinac("build", str(path), "-o", str(tmp_path / "f.so"), "--size", "B=2", "--size", "D=3",
+              "--size", "H=4", "--export", "nope")
+    assert r.returncode != 0 and "--export nope: no such exported function (the build exports: mlp)" in r.stderr
