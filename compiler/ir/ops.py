@@ -59,6 +59,7 @@ class AttrSpec:
     # the list attribute named `of` (iota's shape).  Negative values count from the end
     # and are normalised by `normalise_axes` before the shape rule runs.
     of: int | str = 0
+    finite: bool = False           # "float": infinities and NaN are refused (pow's exponent)
 
     @property
     def required(self) -> bool:
@@ -269,7 +270,7 @@ for _n, _doc in _UNARY_MATH.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc))
 _row(OpDef("pow", infer_pow, "x.pow(p) : T, with x : T floating and p a static number",
            "elementwise x^p (an integer p allows negative x; a fractional p gives NaN there)",
-           attrs=(AttrSpec("p", "float", positional=True),),
+           attrs=(AttrSpec("p", "float", positional=True, finite=True),),
            positive=lambda attrs: not float(attrs["p"]).is_integer()))   # x^p is NaN for x < 0
 _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating; either bound may be left out",
            "elementwise min(max(x, a), b) (the cotangent passes where a <= x <= b)",

@@ -326,7 +326,10 @@ def run_function(program: Program, name: str, args: Iterable[object], dtype: DTy
         raise KinaRuntimeError("cannot run: " + "; ".join(f"[{d.code}] {d.message}" for d in diags))
     if name not in lowered.functions:
         raise KinaRuntimeError(f"no function named `{name}`")
-    return _Interpreter(lowered, dtype, observe).call(lowered.functions[name], list(args))
+    # IEEE arithmetic is the semantics (an overflow is inf, 0/0 is NaN, a cast out of range
+    # rounds as the dtype rounds): NumPy's warnings about it are noise in `kinac` output.
+    with np.errstate(all="ignore"):
+        return _Interpreter(lowered, dtype, observe).call(lowered.functions[name], list(args))
 
 
 # ---- deterministic inputs ---------------------------------------------------------------

@@ -76,7 +76,8 @@ class TooDeep(SyntaxProblem):
 
 
 def _num(tok: Token) -> int | float:
-    return int(tok) if tok.type == "INT" else float(tok)
+    """The value of a number token: INT, FLOAT, or the words `inf` and `nan` (INF, NAN)."""
+    return int(tok) if tok.type == "INT" else float(tok)    # float("inf"), float("nan") read the words
 
 
 def _nodes(ch: Children) -> Children:
@@ -222,7 +223,9 @@ class _ToAst(Transformer[Token, ast.FnDef]):
 
     def tensor_lit(self, ch: Children) -> ast.TensorLit:
         nodes = _nodes(ch)
-        return ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
+        lit = ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
+        object.__setattr__(lit, "value_spans", tuple(v.span for v in nodes[1:]))   # see TensorLit
+        return lit
 
     def tuple(self, ch: Children) -> ast.TupleExpr:
         items = _nodes(ch)
