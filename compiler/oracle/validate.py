@@ -333,6 +333,8 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
             if cancel is not None and cancel():
                 proc.kill()
                 proc.wait()
+                proc.stdout.close()
+                proc.stderr.close()
                 return False
             if time.monotonic() > deadline:
                 timed_out = True
@@ -358,6 +360,8 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
         sel.close()
         stderr = proc.stderr.read()
         proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
         if current is None and pending:
             current = pending[0]          # died before starting (e.g. the library fails to load)
         if current is not None and current in pending:
