@@ -278,7 +278,7 @@ _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating
 _row(OpDef("gelu", _named(infer_unary, "gelu"), "x.gelu(approximate=none|tanh) : T, with x : T floating",
            "0.5 x (1 + erf(x / sqrt 2)); approximate=tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
            attrs=(AttrSpec("approximate", "enum", ("none", "tanh"), default="none"),)))
-_row(OpDef("cast", infer_cast, "x.cast(dtype=D) : x with dtype D; D floating (from any dtype), or I64 from Bool",
+_row(OpDef("cast", infer_cast, "x.cast(dtype=D) : x with dtype D; D floating (from any dtype), I64 from Bool, or x's own dtype",
            "convert elementwise (round to nearest even; the cotangent is cast back)",
            attrs=(AttrSpec("dtype", "dtype", tuple(d.value for d in DType)),), float_only=False))
 _row(OpDef("iota", infer_iota, "iota(shape=[..], axis=i) : Tensor[I64, shape]",
