@@ -199,8 +199,7 @@ CAST_SOURCES = {"F32": "x", "F16": "x.cast(dtype=F16)", "BF16": "x.cast(dtype=BF
 
 
 def test_cast_between_every_pair_of_dtypes(tmp_path):
-    from compiler.core.types import FLOAT_DTYPES
-    from compiler.core.types import DType
+    from compiler.core.types import FLOAT_DTYPES, DType
     from compiler.ir.shape_rules import castable
     pairs = [(s, d.value) for s in CAST_SOURCES for d in FLOAT_DTYPES] + [("Bool", "I64"), ("I64", "I64"),
                                                                           ("Bool", "Bool")]

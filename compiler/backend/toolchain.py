@@ -59,9 +59,9 @@ from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
 from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
 from compiler.backend.rewrites import SLOTS
 from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
-from compiler.ir.nodes import is_export
 from compiler.backend.worker import externals_path, missing_symbols
 from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_name
+from compiler.ir.nodes import is_export
 
 if TYPE_CHECKING:
     from compiler.backend.worker import Worker

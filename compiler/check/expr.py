@@ -11,8 +11,8 @@ stay trees in the IR (reverseMode's restrictions are about that structure).
 """
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
