@@ -490,7 +490,7 @@ def references(program: ir.Program, name: str, args: list[Array]) -> References:
     for seed in JITTER_SEEDS:
         try:
             jittered = _flat(interp.run_function(program, name, args, dtype=np.float64, jitter=seed))
-        except KinaRuntimeError:     # (a jittered run cannot fail where the plain one did not; be safe)
+        except KinaRuntimeError:     # an index computed from jittered floats left its range: no widening
             continue
         with np.errstate(invalid="ignore"):
             change = [np.fmax(c, np.abs(np.asarray(j, np.float64) - np.asarray(r, np.float64)))
