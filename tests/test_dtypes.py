@@ -85,7 +85,9 @@ def _limits_source() -> str:
             fns.append(f"fn {name}_{d}(x: {t}, y: {t}) -> {t} {{ {expr} }}")
         fns.append(f"fn neg_{d}(x: {t}) -> {t} {{ -x }}")
         fns.append(f"fn twice_{d}(x: Tensor[{d}, [3]]) -> Tensor[{d}, [3]] {{ x + x }}")
-        fns.append(f"fn lits_{d}() -> Tensor[{d}, [4]] {{ Tensor[{d}, [4]] {{ 1e30, -1e30, 0.0, 448.0 }} }}")
+        # infinities and NaN as written (an overflowing literal like 1e30 is an error: issue 26)
+        edges = "inf, -inf" if d.has_inf else "nan, -448.0"
+        fns.append(f"fn lits_{d}() -> Tensor[{d}, [4]] {{ Tensor[{d}, [4]] {{ {edges}, 0.0, 448.0 }} }}")
     # I64 at its limits through layout ops (I64 has no arithmetic).
     fns.append("fn ids(i: Tensor[I64, [2, 3]]) -> Tensor[I64, [3, 2]] { i.reshape([3, 2]) }")
     # Bool through a layout op and a cast (one byte each way, 0 / 1).

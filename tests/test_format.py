@@ -139,6 +139,17 @@ def test_numbers_keep_their_spelling():
     assert "eps=1e-5, p=-0.50, axis=-1, shape=[-1, 007], big=10000000000000000000000" in out
 
 
+def test_infinities_and_nan_print_back():
+    """`inf`, `-inf` and `nan` as bare numbers, literal values and attributes print as written
+    (a NaN in the tree compares equal to itself, so the formatter's own check passes);
+    `-nan` is `nan`."""
+    src = ("fn f(x: Tensor[F32, [3]], m: Tensor[Bool, [3]]) -> Tensor[F32, [3]] {\n"
+           "  where(m,x,-inf)*inf+Tensor[F32,[3]]{ -inf,nan,inf }+x.clamp(min=-inf,max=inf) - x * -nan\n}\n")
+    out = assert_formats_well(src)
+    assert out.split("\n")[1:5] == ["  where(m, x, -inf) * inf", "    + Tensor[F32, [3]] { -inf, nan, inf }",
+                                    "    + x.clamp(min=-inf, max=inf)", "    - x * nan"]
+
+
 def test_constant_expressions_of_bare_numbers_keep_their_meaning():
     """They fold to one number in the checker (compiler/check/fold.py); formatting must
     not change the number (a dropped parenthesis would: `-1.0.log()` vs `(-1.0).log()`)."""

@@ -199,8 +199,12 @@ CAST_SOURCES = {"F32": "x", "F16": "x.cast(dtype=F16)", "BF16": "x.cast(dtype=BF
 
 
 def test_cast_between_every_pair_of_dtypes(tmp_path):
-    from compiler.core.types import FLOAT_DTYPES
-    pairs = [(s, d.value) for s in CAST_SOURCES for d in FLOAT_DTYPES] + [("Bool", "I64")]
+    from compiler.core.types import FLOAT_DTYPES, DType
+    from compiler.ir.shape_rules import castable
+    pairs = [(s, d.value) for s in CAST_SOURCES for d in FLOAT_DTYPES] + [("Bool", "I64"), ("I64", "I64"),
+                                                                          ("Bool", "Bool")]
+    # every cast the checker allows (a same-dtype cast is the identity) is built and run here
+    assert set(pairs) == {(s.value, d.value) for s in DType for d in DType if castable(s, d)}
     fns = [f"fn c_{s}_{d}(x: Tensor[F32, [2, 5]], ids: Tensor[I64, [2, 5]]) -> Tensor[{d}, [2, 5]] {{\n"
            f"  {CAST_SOURCES[s]}.cast(dtype={d})\n}}\n" for s, d in pairs]
     res, lib = _build(tmp_path, "\n".join(fns), "casts")
@@ -211,6 +215,55 @@ def test_cast_between_every_pair_of_dtypes(tmp_path):
         want = interp.run_function(res.program, f"c_{s}_{d}", [x, ids])
         assert got.dtype == want.dtype, (s, d)
         np.testing.assert_array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64), err_msg=f"{s} -> {d}")
+
+
+SAME_DTYPE_CAST = """\
+fn loss(x: Tensor[F32, [2, 3]], h: Tensor[F16, [2, 3]], ids: Tensor[I64, [2, 1]]) -> Tensor[F32, [2, 1]] {
+  let y = x.cast(dtype=F32) in
+  let hh = h.cast(dtype=F16) in
+  let hf = hh.cast(dtype=F32) in
+  let z = y * hf in
+  let picked = z.take_along_axis(ids.cast(dtype=I64), axis=1) in
+  let out = picked.cast(dtype=F32) in
+  out
+}
+
+fn grads(x: Tensor[F32, [2, 3]], h: Tensor[F16, [2, 3]], ids: Tensor[I64, [2, 1]]) -> (Tensor[F32, [2, 1]], Tensor[F32, [2, 3]], Tensor[F16, [2, 3]]) {
+  handle loss(x, h, ids) with reverseMode
+}
+
+fn top(x: Tensor[F32, [2, 3]]) -> (Tensor[I64, [2, 1]], Tensor[Bool, [2, 3]]) {
+  (x.argmax(axis=1).cast(dtype=I64), gt(x, 0.0).cast(dtype=Bool))
+}
+"""
+
+
+def test_a_cast_to_the_same_dtype_is_the_identity_in_every_stage(tmp_path):
+    """`ids.cast(dtype=I64)` of an I64 value (argmax's result) and `x.cast(dtype=F32)` of an
+    F32 one: checked, differentiated (the cotangent passes unchanged), lowered, and run by
+    the interpreter and PyTorch; `kinac validate` passes the cotangents too."""
+    from compiler.oracle import torch_ref, validate
+    res, lib = _build(tmp_path, SAME_DTYPE_CAST, "same")
+    x = np.array([[0.5, -1.0, 2.0], [3.0, -2.0, 1.5]], np.float32)
+    h = np.array([[1, 2, 3], [4, 5, 6]], np.float16)
+    ids = np.array([[2], [0]], np.int64)
+    y, gx, gh = lib.grads(x, h, ids)
+    np.testing.assert_array_equal(y, [[6.0], [12.0]])
+    np.testing.assert_array_equal(gx, [[0, 0, 3], [4, 0, 0]])
+    np.testing.assert_array_equal(gh, np.array([[0, 0, 2], [3, 0, 0]], np.float16))
+    amax, pos = lib.top(x)
+    np.testing.assert_array_equal(amax, [[2], [0]])
+    np.testing.assert_array_equal(pos, x > 0)
+    for name, args in (("grads", [x, h, ids]), ("top", [x])):
+        for g, w in zip(lib[name](*args), interp.run_function(res.program, name, args)):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)
+        if torch_ref.available():
+            for g, w in zip(lib[name](*args), torch_ref.run_function(res.program, name, args)):
+                np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-6)
+    report = validate.validate_file(tmp_path / "same.kina")
+    assert report.ok, validate.format_report(report)
+    assert any(c.reference == "finite differences" for f in report.functions for c in f.checks)
 
 
 def test_the_new_ops_together_pass_kinac_validate():

@@ -1,4 +1,8 @@
 """Parser: grammar coverage, spans in document offsets, precedence, error messages and recovery."""
+import math
+
+import pytest
+
 from compiler.core.diagnostics import SourceText, Span
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
@@ -240,9 +244,41 @@ def test_errors_per_item_are_capped():
 
 # ---- the lexer (compiler.syntax.lex: shared by the parser's recovery and the language server) ----
 def test_lexer_keywords_are_the_grammars_word_terminals():
-    assert lex.KEYWORDS == {"fn", "let", "in", "handle", "with", "Tensor"}
-    assert [t.type for t in lex.tokens("fn let in handle with Tensor fnx")] == [
-        "FN", "LET", "IN", "HANDLE", "WITH", "TENSOR", "NAME"]
+    assert lex.KEYWORDS == {"fn", "let", "in", "handle", "with", "Tensor", "inf", "nan"}
+    assert [t.type for t in lex.tokens("fn let in handle with Tensor fnx inf nan info nanx")] == [
+        "FN", "LET", "IN", "HANDLE", "WITH", "TENSOR", "NAME", "INF", "NAN", "NAME", "NAME"]
+
+
+def _body(text: str) -> ast.Expr:
+    m, diags = parse_module(fn(text))
+    assert not diags, diags
+    return m.functions[0].body
+
+
+def test_inf_and_nan_are_numbers_everywhere_a_number_is():
+    """The number words: a bare number (negated: `-inf` is one number, as `-1` is), a
+    tensor-literal value with its own span, and a float attribute; `-nan` is `nan`."""
+    e = _body("x * -inf + nan")
+    assert isinstance(e, ast.BinOp) and isinstance(e.rhs, ast.Number) and math.isnan(e.rhs.value)
+    neg = e.lhs.rhs
+    assert isinstance(neg, ast.Number) and neg.value == -math.inf
+    text = fn("Tensor[F32, [3]] { -inf, nan, 1.0 } + x.clamp(min=-inf, max=inf) * -nan")
+    m, diags = parse_module(text)
+    assert not diags
+    body = m.functions[0].body
+    lit, clamp = body.lhs, body.rhs.lhs
+    assert lit.values[0] == -math.inf and math.isnan(lit.values[1]) and lit.values[2] == 1.0
+    assert [text[s.start:s.end] for s in (ast.value_span(lit, i) for i in range(3))] == ["-inf", "nan", "1.0"]
+    assert [(a.name, a.value) for a in clamp.attrs] == [("min", -math.inf), ("max", math.inf)]
+    assert math.copysign(1.0, body.rhs.rhs.value) == 1.0     # -nan is nan
+
+
+@pytest.mark.parametrize("word, what", [("inf", "infinity"), ("nan", "not a number")])
+def test_inf_and_nan_are_reserved(word: str, what: str):
+    text = f"fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {{\n  let {word} = x in\n  x\n}}\n"
+    diags = parse_module(text)[1]
+    assert [(d.code, d.message, text[d.span.start:d.span.end]) for d in diags] == [
+        ("syntax", f"`{word}` is a number ({what}), a reserved word; choose another name", word)]
 
 
 def test_lexer_never_fails_and_keeps_document_offsets():

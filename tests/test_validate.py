@@ -173,7 +173,7 @@ fn main() -> Tensor[F32, [1, 4, 4]] {
     assert embed.ok
 
 
-# ---- the comparison rule (issue 11): |got - ref| <= atol + rtol * max|ref| per output ------
+# ---- the comparison rule (issues 11, 26): |got - ref| <= atol + rtol * max(|ref|, magnitude) ------
 ATTENTION = """
 fn attention(q: Tensor[F32, [16, 32]], k: Tensor[F32, [16, 32]], v: Tensor[F32, [16, 32]],
              wo: Tensor[F32, [32, 32]]) -> Tensor[F32, [16, 32]] {
@@ -201,8 +201,9 @@ fn bmm(a: Tensor[F32, [4, 16, 32]], b: Tensor[F32, [4, 32, 32]], c: Tensor[F32, 
 
 
 def _elementwise_rule_fails(report, work_outputs) -> bool:
-    """Whether the old element-by-element rule (atol 1e-5, rtol 1e-4 of each element) rejects
-    one of these outputs (it did: f32 rounding of sums of +-1e3 terms)."""
+    """Whether a plain element-by-element rule (atol 1e-5, rtol 1e-4 of each element, no
+    magnitude) rejects one of these outputs (it does: f32 rounding of sums of +-1e3 terms;
+    the magnitude each element was computed from is what lets validate pass them)."""
     return any(not np.all(np.abs(g - w) <= 1e-5 + 1e-4 * np.abs(w)) for g, w in work_outputs)
 
 
@@ -254,6 +255,57 @@ def test_a_relative_error_of_1e_3_in_one_output_fails_validate(tmp_path, monkeyp
     if not ok:
         assert bad and bad[0].max_rel == pytest.approx(rel, rel=0.2)
         assert "result 0" in validate.format_report(report)
+
+
+def test_compare_bounds_each_element_by_its_own_value_and_compares_infinities_exactly():
+    """The mixed rule |got - ref| <= atol + rtol * max(|ref|, magnitude), element by element
+    (issue 26): a -1e30 sentinel no longer lifts every other element's bound."""
+    ref = np.array([1.0, -1e30, 0.5])
+    c = validate.compare("r", np.array([1.0 + 1e-2, -1e30, 0.5]), ref, "F32", "interp")
+    assert not c.ok and c.index == (0,) and c.want == 1.0
+    assert c.max_abs == pytest.approx(1e-2) and c.bound == pytest.approx(1e-5 + 1e-4)
+    assert "worst [0]: |got - ref| 1.000e-02 vs bound 1.1e-04 (ref 1)" in validate.describe_worst(c)
+    assert validate.compare("r", np.array([1.0 + 5e-5, -1e30 * (1 + 5e-5), 0.5]), ref, "F32", "interp").ok
+    # a magnitude (what the element was computed from) widens that element's bound only
+    assert validate.compare("r", np.array([1.0 + 1e-2, -1e30, 0.5]), ref, "F32", "interp",
+                            magnitude=np.array([200.0, 0.0, 0.0])).ok
+    inf = np.inf
+    assert validate.compare("r", np.array([-inf, inf, np.nan]), np.array([-inf, inf, np.nan]), "F32", "i").ok
+    for got in ([inf, inf, np.nan], [-inf, 3e38, np.nan], [-inf, inf, 0.0]):
+        assert not validate.compare("r", np.array(got), np.array([-inf, inf, np.nan]), "F32", "i").ok
+
+
+SENTINEL = """
+fn masked(x: Tensor[F32, [4, 8]], m: Tensor[Bool, [4, 8]]) -> Tensor[F32, [4, 8]] {
+  let y = x * 2.0 in
+  where(m, y, -1e30)
+}
+"""
+
+
+def test_an_error_next_to_a_sentinel_fails_validate(tmp_path, monkeypatch):
+    """A 1e-2 error planted in one unmasked element of an output holding -1e30 sentinels:
+    the old bound (1e-4 of the output's largest value, 1e26) passed it; now it fails."""
+    path = tmp_path / "sentinel.kina"
+    path.write_text(SENTINEL)
+    load = validate.load_outputs
+    planted = {}
+
+    def perturbed(work, name):
+        got = load(work, name)
+        keep = np.argwhere(got[0] > -1e29)[0]
+        planted["at"] = tuple(int(i) for i in keep)
+        got[0][tuple(keep)] += np.float32(1e-2)
+        return got
+    report = validate.validate_file(path)
+    assert report.ok, validate.format_report(report)
+    monkeypatch.setattr(validate, "load_outputs", perturbed)
+    report = validate.validate_file(path)
+    assert report.failing == ["masked"], validate.format_report(report)
+    (c,) = [c for f in report.functions for c in f.checks if not c.ok]
+    assert c.index == planted["at"] and c.max_abs == pytest.approx(1e-2, rel=1e-3)
+    assert f"BAD  result 0       vs interp (f64)       worst [{planted['at'][0]}, {planted['at'][1]}]" \
+        in validate.format_report(report)
 
 
 def test_check_output_falls_back_to_the_same_dtype_reference_only_when_ill_conditioned():

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from compiler.check.fold import fold
+from compiler.check.fold import fold, writes_nonfinite
 from compiler.check.op_args import Static, apply_op, is_static_arg
 from compiler.check.scalars import literal_text, number_message, splat_operands, value_problem
 from compiler.check.size_rules import SizeRules
@@ -138,9 +138,9 @@ class ExprChecker(SizeRules):
             return e
         if symbolic:      # its value depends on the sizes: only the instantiations know it
             return syntax.Number(1 if isinstance(number.value, int) else 1.0, number.span)
-        if not math.isfinite(number.value):
+        if not math.isfinite(number.value) and not writes_nonfinite(e):
             self.bag.error("literal", f"this constant expression of bare numbers evaluates to {number.value}, "
-                           "not a finite number", e.span)
+                           "not a finite number (write `inf`, `-inf` or `nan` to mean one)", e.span)
             self.broken = True
         return number
 
@@ -164,10 +164,11 @@ class ExprChecker(SizeRules):
             self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
                            f"or {t.volume} (the volume, row-major)", e.span)
             return ir.Var("<error>", ERROR_TYPE, e.span)
-        too_big = next((v for v in e.values if value_problem(v, t, range_only=True)), None)
+        too_big = next((i for i, v in enumerate(e.values) if value_problem(v, t, range_only=True)), None)
         if too_big is not None:
-            self.bag.error("literal", f"tensor literal of type {t}: the value {too_big} does not fit: "
-                           f"{value_problem(too_big, t, range_only=True)}", e.span)
+            v = e.values[too_big]
+            self.bag.error("literal", f"tensor literal of type {t}: the value {v} does not fit: "
+                           f"{value_problem(v, t, range_only=True)}", syntax.value_span(e, too_big))
             return ir.Var("<error>", ERROR_TYPE, e.span)
         if t.dtype is DType.I64:
             bad = next((v for v in e.values if not isinstance(v, int) or isinstance(v, bool)), None)

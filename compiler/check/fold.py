@@ -52,7 +52,7 @@ def fold(e: syntax.Expr, shadowed: Collection[str] = ()) -> syntax.Number | None
     """The one bare number `e` computes (spanning all of e), or None when e is not made
     of bare numbers and foldable ops only.  `shadowed`: user function names (their free
     calls are not ops).  A domain error or an overflow gives a non-finite value, which
-    the caller reports."""
+    the caller reports unless the expression wrote `inf` or `nan` itself (writes_nonfinite)."""
     value = _value(e, shadowed)
     return None if value is None else syntax.Number(value, e.span)
 
@@ -107,3 +107,19 @@ def _divide_by_zero(a: float) -> float:
     if a != a or a == 0:
         return math.nan
     return math.inf if a > 0 else -math.inf
+
+
+def writes_nonfinite(e: syntax.Expr) -> bool:
+    """Whether the constant expression mentions `inf` or `nan` itself: its non-finite
+    value is then what was written, not an overflow or a domain error."""
+    if isinstance(e, syntax.Number):
+        return not math.isfinite(e.value) if isinstance(e.value, float) else False
+    if isinstance(e, syntax.Neg):
+        return writes_nonfinite(e.operand)
+    if isinstance(e, syntax.BinOp):
+        return writes_nonfinite(e.lhs) or writes_nonfinite(e.rhs)
+    if isinstance(e, syntax.MethodCall):
+        return writes_nonfinite(e.receiver) or any(writes_nonfinite(a) for a in e.args)
+    if isinstance(e, syntax.Call):
+        return any(writes_nonfinite(a) for a in e.args)
+    return False

@@ -9,13 +9,14 @@ from the row's `infer` becomes a Diagnostic whose span is the operand
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TypeGuard, cast
 
 from compiler.check.type_exprs import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
 from compiler.core.sizes import Size, Undecidable, has_sizes
-from compiler.core.types import Attrs, TensorType
+from compiler.core.types import Attrs, DType, TensorType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
 from compiler.ir.ops import AttrSpec, OpDef, check_float_only, normalise_axes
@@ -177,6 +178,10 @@ def _normalise(bag: DiagnosticBag, op: OpDef, spec: AttrSpec, value: AttrValue, 
     if spec.kind == "enum" and isinstance(value, str) and value in spec.choices:
         return value
     if spec.kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        problem = _float_attr_problem(spec, value)
+        if problem:
+            bag.error("attr", f"{op.name}: attribute `{spec.name}` {problem}", span)
+            return ERROR
         return float(value)
     if spec.kind == "dtype" and isinstance(value, str) and value in spec.choices:
         return value
@@ -185,3 +190,21 @@ def _normalise(bag: DiagnosticBag, op: OpDef, spec: AttrSpec, value: AttrValue, 
     notes = did_you_mean(value, spec.choices) if spec.kind in ("enum", "dtype") and isinstance(value, str) else ()
     bag.error("attr", f"{op.name}: attribute `{spec.name}` must be {want}, got `{shown}`", span, *notes)
     return ERROR
+
+
+def _float_attr_problem(spec: AttrSpec, value: int | float) -> str:
+    """Why a number cannot be this float attribute ("" when it can).  Float attributes are
+    constants of the F32 computation of their op (narrow dtypes compute in F32), so a
+    finite number beyond F32 would silently be an infinity; `inf`, `-inf` and `nan` are
+    written as such (clamp's bounds take them; pow's exponent must be finite)."""
+    try:
+        x = float(value)
+        overflow = DType.F32.overflows(x)
+    except OverflowError:         # an integer beyond every float
+        x, overflow = math.inf, True
+    if overflow:
+        return (f"is an F32 constant of the computation, and {value} overflows F32 (largest finite value "
+                f"{DType.F32.finite_max:g}; write `inf` or `-inf` for an infinity)")
+    if spec.finite and not math.isfinite(x):
+        return f"must be a finite number, got `{value}`"
+    return ""

@@ -13,6 +13,8 @@ that type-checks there (the expected type when the context knows it).
 """
 from __future__ import annotations
 
+import math
+
 from compiler.check.type_exprs import ERROR_TYPE, ErrorType, is_error
 from compiler.core.diagnostics import DiagnosticBag, Span
 from compiler.core.types import DType, TensorType, Type
@@ -81,16 +83,33 @@ def _splat(bag: DiagnosticBag, op: OpDef, num: syntax.Number, t: Type) -> ir.Exp
 def value_problem(value: int | float, t: TensorType, range_only: bool = False) -> str:
     """Why `value` cannot be an element of a `t` tensor ("" when it can): a fraction for
     I64 or Bool, anything but 0 / 1 for Bool, an integer outside I64 (MLIR would reject
-    the constant).  range_only: only the range problem (literals report the others
-    themselves).  A float out of a dtype's range is not an error: it rounds as NumPy
-    rounds it (to infinity, or NaN in F8E4M3), as computed values do."""
-    if not t.is_float:
-        if not float(value).is_integer():
-            return "" if range_only else f"{t.dtype} holds integers"
-        if _BOOL and t.dtype is _BOOL[0] and value not in (0, 1):
-            return "" if range_only else "a Bool tensor holds 0 (false) or 1 (true)"
-        if not -2 ** 63 <= int(value) < 2 ** 63:
-            return "it is outside the range of I64"
+    the constant), a finite number that overflows a float dtype (it would silently become
+    an infinity, or NaN in F8E4M3), an infinity in F8E4M3 (which has none).  range_only:
+    only the range problems (literals report the others themselves)."""
+    if t.is_float:
+        return float_problem(value, t.dtype)
+    if not float(value).is_integer():
+        return "" if range_only else f"{t.dtype} holds integers"
+    if _BOOL and t.dtype is _BOOL[0] and value not in (0, 1):
+        return "" if range_only else "a Bool tensor holds 0 (false) or 1 (true)"
+    if not -2 ** 63 <= int(value) < 2 ** 63:
+        return "it is outside the range of I64"
+    return ""
+
+
+def float_problem(value: int | float, dtype: DType) -> str:
+    """Why `value` is not a value of the float dtype ("" when it is): it overflows it, or
+    it is an infinity and the dtype has none.  NaN is a value of every float dtype."""
+    try:
+        overflow = dtype.overflows(float(value))
+    except OverflowError:      # an integer beyond every float
+        overflow = True
+    if overflow:
+        hint = "write `inf` or `-inf` for an infinity" if dtype.has_inf else "it would round to NaN"
+        return f"it overflows {dtype}, whose largest finite value is {dtype.finite_max:g} ({hint})"
+    if math.isinf(value) and not dtype.has_inf:
+        return (f"{dtype} has no infinities (its largest value is {dtype.finite_max:g}; "
+                "an overflow there is NaN, written `nan`)")
     return ""
 
 

@@ -158,7 +158,8 @@ def read_source(path: str | os.PathLike[str], keep_bom: bool = False) -> str:
     (`kinac fmt` writes it back); the parser skips one at offset 0 anyway (the language
     server gets the editor's text)."""
     try:
-        data = open(path, "rb").read()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as e:
         raise UsageError(f"cannot read {display_path(path)}: {e.strerror or e}") from None
     try:

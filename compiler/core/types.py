@@ -39,7 +39,7 @@ class DType(Enum):
       has_inf       whether the format has infinities (E4M3FN has none: overflow is NaN)
       tolerance     (atol, rtol) of compiled results against the reference interpreter
       fd_tolerance  (atol, rtol) of compiled cotangents against finite differences (None: I64, Bool)
-    Derived: is_float, np_dtype, finite_max, bits_of(x).
+    Derived: is_float, np_dtype, finite_max, bits_of(x), overflows(x).
     """
     #        name      mlir        bytes numpy_name       c_type      buffer has_inf tolerance      fd_tolerance
     F16 = ("F16", "f16", 2, "float16", "uint16_t", "e", True, (1e-2, 1e-2), (5e-2, 5e-2))
@@ -111,7 +111,17 @@ class DType(Enum):
         """The storage bits of `x` rounded to this dtype (how NumPy / ml_dtypes round it:
         an infinity is NaN in F8E4M3), e.g. for MLIR's hexadecimal float literals."""
         import numpy as np
-        return int(np.array(x, np.float64).astype(self.np_dtype).view(f"u{self.itemsize}"))
+        with np.errstate(all="ignore"):    # an out-of-range x rounds as documented, silently
+            return int(np.array(x, np.float64).astype(self.np_dtype).view(f"u{self.itemsize}"))
+
+    def overflows(self, x: float) -> bool:
+        """Whether the finite number `x` rounds to an infinity (NaN in F8E4M3) in this float
+        dtype: a literal that does is an error (check/scalars.py), never a silent inf."""
+        import numpy as np
+        if not self.is_float or not np.isfinite(x):
+            return False
+        with np.errstate(all="ignore"):
+            return not bool(np.isfinite(np.array(x, np.float64).astype(self.np_dtype).astype(np.float64)))
 
     def __str__(self) -> str:
         return self._value_

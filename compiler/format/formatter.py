@@ -498,8 +498,8 @@ def ast_shape(node: object) -> object:
         return ("chain", tuple(links), ast_shape(body))
     if isinstance(node, (list, tuple)):
         return tuple(ast_shape(x) for x in node)
-    if isinstance(node, float):
-        return ("float", node, math.copysign(1.0, node))
+    if isinstance(node, float):     # NaN as a word: nan != nan would make every tree with one differ
+        return ("float", "nan" if math.isnan(node) else node, math.copysign(1.0, node))
     if is_dataclass(node) and not isinstance(node, Span):
         return (type(node).__name__,) + tuple(ast_shape(getattr(node, f.name)) for f in fields(node)
                                               if not isinstance(getattr(node, f.name), Span))

@@ -59,6 +59,7 @@ class AttrSpec:
     # the list attribute named `of` (iota's shape).  Negative values count from the end
     # and are normalised by `normalise_axes` before the shape rule runs.
     of: int | str = 0
+    finite: bool = False           # "float": infinities and NaN are refused (pow's exponent)
 
     @property
     def required(self) -> bool:
@@ -269,7 +270,7 @@ for _n, _doc in _UNARY_MATH.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc))
 _row(OpDef("pow", infer_pow, "x.pow(p) : T, with x : T floating and p a static number",
            "elementwise x^p (an integer p allows negative x; a fractional p gives NaN there)",
-           attrs=(AttrSpec("p", "float", positional=True),),
+           attrs=(AttrSpec("p", "float", positional=True, finite=True),),
            positive=lambda attrs: not float(attrs["p"]).is_integer()))   # x^p is NaN for x < 0
 _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating; either bound may be left out",
            "elementwise min(max(x, a), b) (the cotangent passes where a <= x <= b)",
@@ -277,7 +278,7 @@ _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating
 _row(OpDef("gelu", _named(infer_unary, "gelu"), "x.gelu(approximate=none|tanh) : T, with x : T floating",
            "0.5 x (1 + erf(x / sqrt 2)); approximate=tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))",
            attrs=(AttrSpec("approximate", "enum", ("none", "tanh"), default="none"),)))
-_row(OpDef("cast", infer_cast, "x.cast(dtype=D) : x with dtype D; D floating (from any dtype), or I64 from Bool",
+_row(OpDef("cast", infer_cast, "x.cast(dtype=D) : x with dtype D; D floating (from any dtype), I64 from Bool, or x's own dtype",
            "convert elementwise (round to nearest even; the cotangent is cast back)",
            attrs=(AttrSpec("dtype", "dtype", tuple(d.value for d in DType)),), float_only=False))
 _row(OpDef("iota", infer_iota, "iota(shape=[..], axis=i) : Tensor[I64, shape]",

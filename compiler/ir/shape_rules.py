@@ -28,8 +28,9 @@ class OpError(Exception):
 
 
 def castable(src: DType, dst: DType) -> bool:
-    """What `cast` allows: to a floating dtype from any dtype, or from Bool to I64."""
-    return dst.is_float or (dst is DType.I64 and src is DType.Bool)
+    """What `cast` allows: to a floating dtype from any dtype, from Bool to I64, or to the
+    operand's own dtype (the identity: `ids.cast(dtype=I64)` of argmax's I64 result)."""
+    return src is dst or dst.is_float or (dst is DType.I64 and src is DType.Bool)
 
 
 def dtypes_differ(message: str, args: list[TensorType], ref: int, at: int) -> OpError:
@@ -268,7 +269,8 @@ def infer_cast(args: list[TensorType], attrs: Attrs) -> TensorType:
     if castable(a.dtype, target):
         return a.with_dtype(target)
     raise OpError("dtype", f"cast: {a} cannot be cast to {target}: casts go to a floating dtype "
-                  "(from any dtype), or from Bool to I64; use argmax for indices", "dtype")
+                  "(from any dtype), from Bool to I64, or to the operand's own dtype; use argmax for indices",
+                  "dtype")
 
 
 def infer_iota(args: list[TensorType], attrs: Attrs) -> TensorType:

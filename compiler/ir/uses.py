@@ -1,7 +1,7 @@
 """Uses: where the values of a function parameter go, found by walking the typed IR.
 
 A parameter's elements may move through layout ops (OpDef.layout: reshape,
-transpose, broadcast, slice, concat), lets (plain and destructuring), tuples, calls and
+transpose, broadcast, slice, concat) and casts to their own dtype, lets (plain and destructuring), tuples, calls and
 `handle`s (into the callee's parameter, and back out through its result)
 before an op consumes them.  `Uses.sinks(fn, name)` lists those consuming ops;
 from them:
@@ -75,7 +75,7 @@ class Uses:
         seen.add(key)
         parent, i = self._parent(fn, expr)
         if isinstance(parent, OpApp):
-            if pos is None and OPS[parent.op].layout:
+            if pos is None and (OPS[parent.op].layout or _identity(parent)):
                 self._follow(fn, parent, None, stack, out, seen)
             elif pos is None:
                 out.append((parent, i))
@@ -120,6 +120,11 @@ class Uses:
             table[id(fn.result)] = (None, 0)
             cached = self._parents[id(fn)] = (fn, table)   # holding fn keeps its id unique
         return cached[1].get(id(expr), (None, 0))
+
+
+def _identity(op: OpApp) -> bool:
+    """A cast to the operand's own dtype moves the values unchanged, as a layout op does."""
+    return op.op == "cast" and ir.as_tensor(op.args[0].type).dtype is ir.as_tensor(op.type).dtype
 
 
 def _roots(fn: Function) -> list[Expr]:

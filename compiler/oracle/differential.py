@@ -85,7 +85,7 @@ class Stats:
 @dataclass
 class _Ref:
     inputs: list[np.ndarray]
-    want: tuple[list[np.ndarray], list[np.ndarray]]    # (float64 results, declared-dtype results)
+    want: validate.References    # (float64 results, declared-dtype results, magnitudes)
 
 
 @dataclass
@@ -365,8 +365,7 @@ def _module(units: list[Unit]) -> str:
 
 
 def _describe(c: validate.OutputCheck) -> str:
-    return (f"{c.name} vs {c.reference}: max abs error {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref| "
-            f"(bound {c.bound:.1e})")
+    return f"{c.name} vs {c.reference}: {validate.describe_worst(c)}"
 
 
 def case_names(seeds: Iterable[int]) -> list[str]:

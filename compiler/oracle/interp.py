@@ -16,6 +16,7 @@ message the compiled code asserts, never numpy's IndexError.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -232,10 +233,11 @@ Observer = Callable[[OpApp, list[Array]], None]
 
 class _Interpreter:
     def __init__(self, program: Program, float_dtype: DTypeLike | None = None,
-                 observe: Observer | None = None) -> None:
+                 observe: Observer | None = None, jitter: np.random.Generator | None = None) -> None:
         self.program = program
         self.float_dtype = None if float_dtype is None else np.dtype(float_dtype)
         self.observe = observe
+        self.jitter = jitter
 
     def storage(self, t: TensorType) -> np.dtype[Any]:
         if t.is_float and self.float_dtype is not None:
@@ -297,12 +299,20 @@ class _Interpreter:
             return np.full(t.shape, lit.values[0], dtype)
         return np.asarray(lit.values, dtype).reshape(t.shape)
 
+    def _jittered(self, a: Array, e: Expr) -> Array:
+        t = as_tensor(e.type)
+        if a.dtype.kind != "f" or not t.is_float or self.jitter is None:
+            return a
+        return a * (1 + unit_roundoff(t.dtype) * self.jitter.uniform(-1, 1, a.shape))
+
     def op(self, node: OpApp, args: list[Array]) -> Array:
         out_type = as_tensor(node.type)      # ops make tensors
         out_dtype = self.storage(out_type)
         addressable(out_type, out_dtype)
         # Narrow floats compute in float32 and round per op (host emulation does the same).
         args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
+        if self.jitter is not None:
+            args = [self._jittered(a, e) for a, e in zip(args, node.args)]
         if self.observe is not None:
             self.observe(node, args)
         try:
@@ -315,10 +325,20 @@ class _Interpreter:
         return np.asarray(result).astype(out_dtype, copy=False)
 
 
+@functools.cache
+def unit_roundoff(dtype: DType) -> float:
+    """Half the distance from 1 to the next value of a float dtype (2^-24 for F32)."""
+    import ml_dtypes
+    return float(ml_dtypes.finfo(dtype.np_dtype).eps) / 2   # type: ignore[no-untyped-call]
+
+
 def run_function(program: Program, name: str, args: Iterable[object], dtype: DTypeLike | None = None,
-                 observe: Observer | None = None) -> Value:
+                 observe: Observer | None = None, jitter: int | None = None) -> Value:
     """Evaluate function `name` on args (arrays or nested lists); returns an ndarray or a tuple of them.
-    `observe(node, operands)` sees every op application in evaluation order."""
+    `observe(node, operands)` sees every op application in evaluation order.  `jitter` (a
+    seed): every float operand of every op is multiplied by 1 + u * U(-1, 1), u the unit
+    roundoff of its declared dtype, as rounding would (validate.references estimates from
+    it the magnitude each result element was computed from)."""
     from compiler.ad import lower_handles  # lazy: `kinac run` of a program without handles never loads AD
 
     lowered, diags = lower_handles(program)
@@ -326,7 +346,11 @@ def run_function(program: Program, name: str, args: Iterable[object], dtype: DTy
         raise KinaRuntimeError("cannot run: " + "; ".join(f"[{d.code}] {d.message}" for d in diags))
     if name not in lowered.functions:
         raise KinaRuntimeError(f"no function named `{name}`")
-    return _Interpreter(lowered, dtype, observe).call(lowered.functions[name], list(args))
+    # IEEE arithmetic is the semantics (an overflow is inf, 0/0 is NaN, a cast out of range
+    # rounds as the dtype rounds): NumPy's warnings about it are noise in `kinac` output.
+    with np.errstate(all="ignore"):
+        rng = None if jitter is None else np.random.default_rng(jitter)
+        return _Interpreter(lowered, dtype, observe, rng).call(lowered.functions[name], list(args))
 
 
 # ---- deterministic inputs ---------------------------------------------------------------

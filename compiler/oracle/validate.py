@@ -64,11 +64,18 @@ FD_MAX_ELEMENTS = 128     # per parameter: larger tensors are checked on a deter
 class OutputCheck:
     name: str            # "result 0", "d/d emb", ...
     reference: str       # "interp" | "finite differences"
-    max_abs: float       # max |got - ref|
-    max_rel: float       # max_abs / max |ref|
+    max_abs: float       # |got - ref| at the worst element (the largest error for its own bound)
+    ratio: float         # that error / that bound: the output passes when every ratio is <= 1
     ok: bool
-    bound: float = 0.0   # atol + rtol * max |ref|
+    bound: float = 0.0   # the worst element's bound: atol + rtol * |ref there|
     skipped: int = 0     # finite differences: coordinates at a kink, not compared (kinks.py)
+    want: float = 0.0    # the reference value at the worst element
+    index: tuple[int, ...] = ()   # the worst element's position
+
+    @property
+    def max_rel(self) -> float:
+        """The worst element's relative error |got - ref| / |ref|."""
+        return self.max_abs / max(abs(self.want), 1e-30) if self.max_abs else 0.0
 
 
 @dataclass
@@ -102,49 +109,68 @@ class ValidationReport:
 
 # ---- the comparison rule ---------------------------------------------------------------
 # One rule for `kinac validate` and the differential tests (compiler/oracle/differential.py),
-# output by output: every element must satisfy
-#     |got - ref| <= atol + rtol * max|ref|
-# where ref is the interpreter in float64 and (atol, rtol) come from the output's dtype.
-# Float rounding errs in proportion to the magnitudes a value was computed from, not to
-# the value itself (a sum of +-1e3 terms that lands near 0 is off by ~1e-4 in f32), so the
-# bound scales with the output's largest reference value; element-by-element relative
-# errors cry wolf at 16x32 attention sizes.  When the interpreter run in the declared
-# dtype (which rounds after every op, as the library does) is itself further from the
-# float64 value than the bound, the program is ill-conditioned at that dtype, and the
-# library is held to that same-dtype reference instead (`reference` says which was used).
-def _error(got: ArrayLike, ref: ArrayLike) -> tuple[float, float, Array]:
-    """(max |got - ref|, max |ref|, elementwise errors); NaN where ref is NaN, and the same
-    infinity, count as agreement."""
+# element by element: every element must satisfy
+#     |got - ref| <= atol + rtol * max(|ref|, magnitude)
+# where ref is the interpreter in float64, (atol, rtol) come from the output's dtype, and
+# an infinity must be the same infinity and a NaN a NaN.  Each element has its own
+# bound, so a sentinel (-1e30 in masked logits) cannot hide an error elsewhere in its
+# output.  Float rounding errs in proportion to the magnitudes a value was computed
+# from, not to the value itself (a sum of +-1e3 terms that lands near 0 is off by ~1e-4
+# in f32): `magnitude` estimates them element by element (`references`: the float64
+# interpreter with every op's float operands jittered by their dtype's unit roundoff,
+# twice; the largest change of an element, divided by the output dtype's unit roundoff,
+# is the size of what it was computed from, a sum's sqrt(sum of its terms squared)).
+# When the interpreter run in the declared dtype (which rounds after every op, as
+# the library does) is itself further from the float64 value than the bound, the program
+# is ill-conditioned at that dtype, and the library is held to that same-dtype reference
+# instead (`reference` says which was used).
+def within_tolerance(got: ArrayLike, ref: ArrayLike, atol: float, rtol: float,
+                     magnitude: ArrayLike | None = None) -> tuple[Array, Array]:
+    """(|got - ref|, atol + rtol * max(|ref|, magnitude)) per element, as float64 arrays:
+    the rule holds where the first is <= the second.  The same infinity, or NaN against
+    NaN, is an error of 0; an infinity or a NaN on one side only is an infinite error."""
     g = np.asarray(got).astype(np.float64)
     w = np.asarray(ref).astype(np.float64)
-    matched = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
-    with np.errstate(invalid="ignore"):
-        diff = np.where(matched, 0.0, np.nan_to_num(np.abs(g - w), nan=np.inf))
-    finite = np.abs(w[np.isfinite(w)])
-    return (float(diff.max()) if diff.size else 0.0, float(finite.max()) if finite.size else 0.0, diff)
+    with np.errstate(invalid="ignore", over="ignore"):
+        matched = (np.isnan(g) & np.isnan(w)) | (np.isinf(w) & (g == w))
+        err = np.where(matched, 0.0, np.abs(g - w))
+        err = np.where(np.isnan(err), np.inf, err)      # a NaN against a number
+        scale = np.where(np.isfinite(w), np.abs(w), 0.0)
+        if magnitude is not None:
+            m = np.asarray(magnitude, np.float64)
+            scale = np.maximum(scale, np.where(np.isfinite(m), m, 0.0))
+        bound = atol + rtol * scale
+    return err, bound
 
 
 def compare(name: str, got: ArrayLike, want: ArrayLike, dtype: str, reference: str,
-            tol: Mapping[str, tuple[float, float]] = TOLERANCES) -> OutputCheck:
-    """The rule for one output: max |got - want| <= atol + rtol * max |want|."""
+            tol: Mapping[str, tuple[float, float]] = TOLERANCES, magnitude: ArrayLike | None = None) -> OutputCheck:
+    """The rule for one output (every element within atol + rtol * max(|want|, magnitude)
+    of want), with its worst element (the largest error for its own bound) for the report."""
     if np.shape(got) != np.shape(want):
         return OutputCheck(name, reference, float("inf"), float("inf"), False)
     atol, rtol = tol[dtype]
-    max_abs, scale, _ = _error(got, want)
-    bound = atol + rtol * scale
-    return OutputCheck(name, reference, max_abs, max_abs / max(scale, 1e-30), max_abs <= bound, bound)
+    err, bound = within_tolerance(got, want, atol, rtol, magnitude)
+    if not err.size:
+        return OutputCheck(name, reference, 0.0, 0.0, True, atol)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err == 0, 0.0, err / bound)     # a zero bound (I64, Bool): any error is infinite
+    at = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    w = np.asarray(want)[at]
+    return OutputCheck(name, reference, float(err[at]), float(ratio[at]), bool(np.all(err <= bound)),
+                       float(bound[at]), want=float(w), index=tuple(int(i) for i in at))
 
 
 def check_output(name: str, got: ArrayLike, ref64: ArrayLike, dtype: str,
-                 same_dtype: ArrayLike | None = None) -> OutputCheck:
+                 same_dtype: ArrayLike | None = None, magnitude: ArrayLike | None = None) -> OutputCheck:
     """`got` against the float64 reference; against the same-dtype reference when the
     program is ill-conditioned at its dtype (see the rule above)."""
-    check = compare(name, got, ref64, dtype, "interp (f64)")
+    check = compare(name, got, ref64, dtype, "interp (f64)", magnitude=magnitude)
     if check.ok or same_dtype is None or dtype in ("I64", "Bool"):   # discrete: exact
         return check
-    if compare(name, same_dtype, ref64, dtype, "").ok:
+    if compare(name, same_dtype, ref64, dtype, "", magnitude=magnitude).ok:
         return check          # the dtype allows the bound: the library misses it
-    return compare(name, got, same_dtype, dtype, f"interp ({dtype})")
+    return compare(name, got, same_dtype, dtype, f"interp ({dtype})", magnitude=magnitude)
 
 
 def _flat(value: Value) -> list[Array]:
@@ -366,6 +392,8 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
             if cancel is not None and cancel():
                 proc.kill()
                 proc.wait()
+                proc.stdout.close()
+                proc.stderr.close()
                 return False
             if time.monotonic() > deadline:
                 timed_out = True
@@ -391,6 +419,8 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
         sel.close()
         stderr = proc.stderr.read()
         proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
         if current is None and pending:
             current = pending[0]          # died before starting (e.g. the library fails to load)
         if current is not None and current in pending:
@@ -481,22 +511,38 @@ def _display_name(fn: ir.Function) -> str:
     return fn.name
 
 
-# A function's reference results: the interpreter in float64, and in the declared dtypes.
-References = tuple[list[Array], list[Array]]
+# A function's reference results: the interpreter in float64, in the declared dtypes, and
+# (optionally) the magnitude each float64 element was computed from (the rule above).
+References = tuple[list[Array], ...]
+JITTER_SEEDS = (1, 2)
 
 
 def references(program: ir.Program, name: str, args: list[Array]) -> References:
-    """The interpreter's results in float64 (the reference) and in the declared dtypes."""
+    """The interpreter's results in float64 (the reference), in the declared dtypes, and
+    the magnitudes of the float64 results (the rule above)."""
     from compiler.oracle import interp
-    return (_flat(interp.run_function(program, name, args, dtype=np.float64)),
-            _flat(interp.run_function(program, name, args)))
+    ref64 = _flat(interp.run_function(program, name, args, dtype=np.float64))
+    same = _flat(interp.run_function(program, name, args))
+    change = [np.zeros(np.shape(r)) for r in ref64]
+    for seed in JITTER_SEEDS:
+        try:
+            jittered = _flat(interp.run_function(program, name, args, dtype=np.float64, jitter=seed))
+        except KinaRuntimeError:     # an index computed from jittered floats left its range: no widening
+            continue
+        with np.errstate(invalid="ignore"):
+            change = [np.fmax(c, np.abs(np.asarray(j, np.float64) - np.asarray(r, np.float64)))
+                      for c, j, r in zip(change, jittered, ref64)]
+    units = [interp.unit_roundoff(DType.named(d)) if DType.named(d).is_float else 1.0
+             for d in _result_dtypes(program.functions[name])]
+    return ref64, same, [c / u for c, u in zip(change, units)]
 
 
 def check_results(rep: FunctionReport, fn: ir.Function, got: list[Array], want: References) -> None:
     """Append one check per result of fn (the rule above) to rep."""
-    ref64, same = want
-    for i, (g, w, w_dt, dt) in enumerate(zip(got, ref64, same, _result_dtypes(fn))):
-        rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt))
+    ref64, same, *rest = want
+    magnitudes = rest[0] if rest else [None] * len(ref64)
+    for i, (g, w, w_dt, m, dt) in enumerate(zip(got, ref64, same, magnitudes, _result_dtypes(fn))):
+        rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt, m))
 
 
 def load_outputs(work: Path, name: str) -> list[Array]:
@@ -517,6 +563,12 @@ def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
             rep.error = f"finite differences failed: {type(e).__name__}: {e}"
 
 
+def describe_worst(c: OutputCheck) -> str:
+    """The worst element of a check: `worst [3, 1]: |got - ref| 1.2e-02 vs bound 1.0e-04 (ref 0.5)`."""
+    at = f" [{', '.join(map(str, c.index))}]" if c.index else ""
+    return f"worst{at}: |got - ref| {c.max_abs:.3e} vs bound {c.bound:.1e} (ref {c.want:.4g})"
+
+
 # ---- CLI ---------------------------------------------------------------------------------
 def format_report(report: ValidationReport) -> str:
     lines = []
@@ -526,8 +578,7 @@ def format_report(report: ValidationReport) -> str:
             continue
         lines.append(f"{'PASS' if f.ok else 'FAIL'} {f.name}")
         for c in f.checks:
-            lines.append(f"  {'ok  ' if c.ok else 'BAD '} {c.name:<14} vs {c.reference:<18} "
-                         f"max abs {c.max_abs:.3e} = {c.max_rel:.1e} x max|ref|  (bound {c.bound:.1e})"
+            lines.append(f"  {'ok  ' if c.ok else 'BAD '} {c.name:<14} vs {c.reference:<18} {describe_worst(c)}"
                          + _skipped_note(c.skipped))
     if report.cancelled:
         lines.append("cancelled")

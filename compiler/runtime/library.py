@@ -305,7 +305,8 @@ class KinaFunction:
                                     f"{_KIND_NAMES.get(arr.dtype.kind, str(arr.dtype))} values{why}")
         if arr.dtype.kind == "u" and arr.size and spec.dtype == "I64" and arr.max() > np.iinfo(np.int64).max:
             raise KinaArgumentError(f"{expects}, got integers beyond the I64 range")
-        return arr.astype(spec.np_dtype)
+        with np.errstate(all="ignore"):   # a number beyond the dtype rounds (to inf) as NumPy rounds it, silently
+            return arr.astype(spec.np_dtype)
 
     def _input(self, value: object, spec: TensorSpec) -> Array:
         """An input as given, or a C-contiguous aligned copy (lists, strided views)."""

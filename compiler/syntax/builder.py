@@ -76,7 +76,14 @@ class TooDeep(SyntaxProblem):
 
 
 def _num(tok: Token) -> int | float:
-    return int(tok) if tok.type == "INT" else float(tok)
+    """The value of a number token: INT, FLOAT, or the words `inf` and `nan` (INF, NAN)."""
+    return int(tok) if tok.type == "INT" else float(tok)    # float("inf"), float("nan") read the words
+
+
+def _negated(v: int | float) -> int | float:
+    """-v; but `-nan` is `nan` (a NaN's sign bit means nothing in Kina, and the formatter
+    spells every NaN `nan`)."""
+    return v if v != v else -v
 
 
 def _nodes(ch: Children) -> Children:
@@ -110,8 +117,7 @@ class _ToAst(Transformer[Token, ast.FnDef]):
 
     def _signed(self, ch: Children) -> _Value:
         """`MINUS? number`."""
-        sign = -1 if ch[0].type == "MINUS" else 1
-        return _Value(sign * _num(ch[-1]), self._span(ch))
+        return _Value(_negated(_num(ch[-1])) if ch[0].type == "MINUS" else _num(ch[-1]), self._span(ch))
 
     # ---- items and types
     def start(self, ch: Children) -> ast.FnDef:
@@ -188,7 +194,7 @@ class _ToAst(Transformer[Token, ast.FnDef]):
     def neg(self, ch: Children) -> ast.Number | ast.Neg:
         operand = ch[1]
         if isinstance(operand, ast.Number):   # `-1` is a number, not neg(1)
-            return ast.Number(-operand.value, self._span(ch))
+            return ast.Number(_negated(operand.value), self._span(ch))
         return self._deep(ast.Neg(operand, self._span(ch)), operand)
 
     def method_call(self, ch: Children) -> ast.MethodCall:
@@ -222,7 +228,9 @@ class _ToAst(Transformer[Token, ast.FnDef]):
 
     def tensor_lit(self, ch: Children) -> ast.TensorLit:
         nodes = _nodes(ch)
-        return ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
+        lit = ast.TensorLit(nodes[0], tuple(v.value for v in nodes[1:]), self._span(ch))
+        object.__setattr__(lit, "value_spans", tuple(v.span for v in nodes[1:]))   # see TensorLit
+        return lit
 
     def tuple(self, ch: Children) -> ast.TupleExpr:
         items = _nodes(ch)

@@ -23,7 +23,8 @@ _TERMINAL_NAMES = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "$END": "the end of the function",
     "FN": "`fn`", "LET": "`let`", "HANDLE": "`handle`", "TENSOR": "`Tensor`", "IN": "`in`", "WITH": "`with`",
 }
-_EXPR_START = {"NAME", "INT", "FLOAT", "LPAR", "LSQB", "MINUS", "TENSOR", "HANDLE"}
+_EXPR_START = {"NAME", "INT", "FLOAT", "INF", "NAN", "LPAR", "LSQB", "MINUS", "TENSOR", "HANDLE"}
+_NUMBER_WORDS = {"INF": "infinity", "NAN": "not a number"}
 _OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "DOT"}
 
 _AFTER = {"IN": "after `in`", "EQUAL": "after `=`", "LET": "after `let`", "COLON": "after `:`",
@@ -113,6 +114,9 @@ def error_diagnostic(err: UnexpectedInput, text: str,
         last = _token_before(text, span.start)
     if last is not None and last.type == "NAME" and str(last) == "return":
         return Diagnostic("syntax", RETURN_MESSAGE, Span(lex.start(last), lex.end(last)))
+    if tok is not None and tok.type in ("INF", "NAN") and "NAME" in expected:
+        return Diagnostic("syntax", f"`{tok}` is a number ({_NUMBER_WORDS[tok.type]}), a reserved word; "
+                          "choose another name", span)
     context = _AFTER.get(last.type) if last is not None and " after " not in wanted else None
     if context:
         wanted = f"{wanted} {context}"

@@ -36,9 +36,10 @@ _COMMENTS_LEXER = BasicLexer(_COMMENTS_CONF)                          # blanks d
 
 BAD = "BAD_CHARACTER"      # pseudo-terminal: a character that starts no token
 COMMENT = "COMMENT"
-NUMBERS = frozenset({"INT", "FLOAT"})
+NUMBERS = frozenset({"INT", "FLOAT", "INF", "NAN"})   # `inf` and `nan` are numbers spelled as words
 
-# The grammar's word-shaped string terminals: fn, let, in, handle, with, Tensor.
+# The grammar's word-shaped string terminals: fn, let, in, handle, with, Tensor, and the
+# number words inf and nan (reserved: no binding may take their names).
 KEYWORD_TERMINALS = {name: str(t.pattern.value) for name, t in TERMINALS.items()
                      if t.pattern.type == "str" and str(t.pattern.value).isidentifier()}
 KEYWORDS = frozenset(KEYWORD_TERMINALS.values())

@@ -170,10 +170,20 @@ class Handle:
 
 @dataclass(frozen=True)
 class TensorLit:
-    """`Tensor[F32, [2, 2]] { 1.0, 2.0, 3.0, 4.0 }`; `{}` gives values == ()."""
+    """`Tensor[F32, [2, 2]] { 1.0, 2.0, 3.0, 4.0 }`; `{}` gives values == ().  The parser also
+    sets `value_spans` (one Span per value) as a plain attribute, not a field: it is not part
+    of the tree's shape (the formatter compares trees without spans); read it with
+    `value_span(lit, i)`."""
     type: TensorTypeExpr
     values: tuple[float, ...]
     span: Span
+
+
+def value_span(lit: TensorLit, i: int) -> Span:
+    """The span of the i-th value of a parsed tensor literal (the literal's own span when
+    the node was not made by the parser)."""
+    spans: tuple[Span, ...] = getattr(lit, "value_spans", ())
+    return spans[i] if i < len(spans) else lit.span
 
 
 @dataclass(frozen=True)

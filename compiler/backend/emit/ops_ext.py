@@ -179,11 +179,15 @@ def math_op(scalar: Body) -> Emitter:
 # ---- casts -----------------------------------------------------------------------------
 def lower_cast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """float -> float through f32 (extf / truncf); I64 -> float by sitofp to f32, then the
-    store's rounding; Bool -> I64 by extui of its truth bit (-> float through that I64)."""
+    store's rounding; Bool -> I64 by extui of its truth bit (-> float through that I64);
+    to the operand's own dtype, a copy of the stored values."""
     src, dst = ty(node.args[0].type), ty(node.type)
     from_bool = _is_bool(node.args[0])
+    same = as_tensor(node.args[0].type).dtype is as_tensor(node.type).dtype
 
     def body(x: str) -> str:
+        if same:
+            return x
         if from_bool:   # 0 / 1 whatever the stored byte (nonzero is true)
             x = em.op(f"arith.extui {_truth(em, x)} : i1 to i64")
             if dst.elem == "i64":
