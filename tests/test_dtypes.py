@@ -12,7 +12,7 @@ import pytest
 from compiler import build
 from compiler.backend.emit import builder as emit_builder
 from compiler.core.types import BY_MLIR, FLOAT_DTYPES, DType
-from compiler.oracle import interp, validate
+from compiler.oracle import interp, tolerance, validate
 from compiler.runtime import library as runtime
 
 C_SIZES = {"float": ctypes.c_float, "uint16_t": ctypes.c_uint16, "uint8_t": ctypes.c_uint8,
@@ -64,7 +64,7 @@ def test_every_stage_derives_its_table_from_dtype():
         assert emit_builder.ELEM[d] == d.mlir
         assert runtime.numpy_dtype(d.value) == d.np_dtype
         assert build.C_TYPES[d.value] == d.c_type
-        assert validate.TOLERANCES[d.value] == d.tolerance
+        assert tolerance.TOLERANCES[d.value] == d.tolerance
         assert (d.value in runtime.FASTCALL_DTYPES) == bool(d.buffer_formats)
     assert validate.FD_TOLERANCES == {d.value: d.fd_tolerance for d in FLOAT_DTYPES}
     for d in FLOAT_DTYPES:

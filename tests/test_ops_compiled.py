@@ -6,7 +6,7 @@ import pytest
 
 from compiler import build
 from compiler.ir import ops
-from compiler.oracle import interp, validate
+from compiler.oracle import interp, tolerance, validate
 from compiler.runtime import library as runtime
 
 M = "Tensor[F32, [2, 3]]"
@@ -119,7 +119,7 @@ def _check(lib, program, name: str, seed: int) -> None:
     want = validate._flat(interp.run_function(program, name, args))
     got = validate._flat(lib[name](*args))
     for i, (gv, wv, dt) in enumerate(zip(got, want, validate._result_dtypes(fn))):
-        c = validate.compare(f"result {i}", gv, wv, dt, "interp")
+        c = tolerance.compare(f"result {i}", gv, wv, dt, "interp")
         assert c.ok, f"{name} result {i}: max abs {c.max_abs:.3e}, max rel {c.max_rel:.3e}\n{gv}\nvs\n{wv}"
 
 

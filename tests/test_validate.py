@@ -10,7 +10,7 @@ import pytest
 
 from compiler.core.types import f32, i64
 from compiler.ir import nodes as ir
-from compiler.oracle import validate
+from compiler.oracle import tolerance, validate
 
 # `check(idx)` asserts every index is < 4 (the message emitted for ScatterAdd); `ok(a)` copies.
 MLIR = """
@@ -76,11 +76,11 @@ def test_cancel_stops_the_child(lib):
 
 
 def test_compare_reports_errors_and_tolerances():
-    c = validate.compare("result 0", np.float32([1.0, 2.0]), np.float32([1.0, 2.5]), "F32", "interp")
+    c = tolerance.compare("result 0", np.float32([1.0, 2.0]), np.float32([1.0, 2.5]), "F32", "interp")
     assert not c.ok and c.max_abs == pytest.approx(0.5) and c.max_rel == pytest.approx(0.2)
-    assert validate.compare("r", np.float32([1.0]), np.float32([1.0 + 1e-6]), "F32", "interp").ok
-    assert validate.compare("r", np.float32([np.nan]), np.float32([np.nan]), "F32", "interp").ok
-    assert not validate.compare("r", np.float32([np.nan]), np.float32([1.0]), "F32", "interp").ok
+    assert tolerance.compare("r", np.float32([1.0]), np.float32([1.0 + 1e-6]), "F32", "interp").ok
+    assert tolerance.compare("r", np.float32([np.nan]), np.float32([np.nan]), "F32", "interp").ok
+    assert not tolerance.compare("r", np.float32([np.nan]), np.float32([1.0]), "F32", "interp").ok
 
 
 STEP = """
@@ -261,18 +261,18 @@ def test_compare_bounds_each_element_by_its_own_value_and_compares_infinities_ex
     """The mixed rule |got - ref| <= atol + rtol * max(|ref|, magnitude), element by element
     (issue 26): a -1e30 sentinel no longer lifts every other element's bound."""
     ref = np.array([1.0, -1e30, 0.5])
-    c = validate.compare("r", np.array([1.0 + 1e-2, -1e30, 0.5]), ref, "F32", "interp")
+    c = tolerance.compare("r", np.array([1.0 + 1e-2, -1e30, 0.5]), ref, "F32", "interp")
     assert not c.ok and c.index == (0,) and c.want == 1.0
     assert c.max_abs == pytest.approx(1e-2) and c.bound == pytest.approx(1e-5 + 1e-4)
-    assert "worst [0]: |got - ref| 1.000e-02 vs bound 1.1e-04 (ref 1)" in validate.describe_worst(c)
-    assert validate.compare("r", np.array([1.0 + 5e-5, -1e30 * (1 + 5e-5), 0.5]), ref, "F32", "interp").ok
+    assert "worst [0]: |got - ref| 1.000e-02 vs bound 1.1e-04 (ref 1)" in tolerance.describe_worst(c)
+    assert tolerance.compare("r", np.array([1.0 + 5e-5, -1e30 * (1 + 5e-5), 0.5]), ref, "F32", "interp").ok
     # a magnitude (what the element was computed from) widens that element's bound only
-    assert validate.compare("r", np.array([1.0 + 1e-2, -1e30, 0.5]), ref, "F32", "interp",
+    assert tolerance.compare("r", np.array([1.0 + 1e-2, -1e30, 0.5]), ref, "F32", "interp",
                             magnitude=np.array([200.0, 0.0, 0.0])).ok
     inf = np.inf
-    assert validate.compare("r", np.array([-inf, inf, np.nan]), np.array([-inf, inf, np.nan]), "F32", "i").ok
+    assert tolerance.compare("r", np.array([-inf, inf, np.nan]), np.array([-inf, inf, np.nan]), "F32", "i").ok
     for got in ([inf, inf, np.nan], [-inf, 3e38, np.nan], [-inf, inf, 0.0]):
-        assert not validate.compare("r", np.array(got), np.array([-inf, inf, np.nan]), "F32", "i").ok
+        assert not tolerance.compare("r", np.array(got), np.array([-inf, inf, np.nan]), "F32", "i").ok
 
 
 SENTINEL = """
@@ -311,12 +311,12 @@ def test_an_error_next_to_a_sentinel_fails_validate(tmp_path, monkeypatch):
 def test_check_output_falls_back_to_the_same_dtype_reference_only_when_ill_conditioned():
     ref64 = np.array([1.0, 2.0, 3.0])
     # BF16 rounding of the reference itself is within the bound: held to float64.
-    assert not validate.check_output("r", np.array([1.0, 2.0, 3.3]), ref64, "BF16", ref64).ok
+    assert not tolerance.check_output("r", np.array([1.0, 2.0, 3.3]), ref64, "BF16", ref64).ok
     # A program whose own dtype cannot meet the bound: compared with the same-dtype run.
     same = np.array([1.0, 2.0, 4.0])
-    c = validate.check_output("r", np.array([1.0, 2.0, 4.0]), ref64, "BF16", same)
+    c = tolerance.check_output("r", np.array([1.0, 2.0, 4.0]), ref64, "BF16", same)
     assert c.ok and c.reference == "interp (BF16)"
-    assert not validate.check_output("r", np.array([1.0, 2.0, 5.0]), ref64, "BF16", same).ok
+    assert not tolerance.check_output("r", np.array([1.0, 2.0, 5.0]), ref64, "BF16", same).ok
 
 
 def test_validate_reports_a_back_end_abort_and_returns(tmp_path, monkeypatch):

@@ -8,6 +8,8 @@ Public modules (other packages import only these):
                 run_function(program, name, args, dtype=None); random_inputs); `kinac run`
   validate      `kinac validate`: a library against the interpreter and finite
                 differences, in a child process (validate_file -> ValidationReport)
+  tolerance     the comparison rule of results against references (compare, check_output,
+                OutputCheck, TOLERANCES), shared by validate and differential
   torch_ref     a PyTorch evaluator of the typed IR (TORCH_OPS), a second reference
   differential  the differential oracle: generated programs at -O0 and -O2 against the
                 interpreter in float64, PyTorch and finite differences
@@ -18,4 +20,4 @@ Public modules (other packages import only these):
                 re-draw steps that reach a kink by
   progen        the program generator (generate(seed) -> Case; one MAKERS row per op)
 """
-__all__ = ["differential", "interp", "kinks", "progen", "shrink", "torch_ref", "validate"]
+__all__ = ["differential", "interp", "kinks", "progen", "shrink", "tolerance", "torch_ref", "validate"]

@@ -8,7 +8,7 @@ One batch is ONE Kina module and one `kinac build` per -O level (a build costs f
 than a case), each build in a child process so an abort or a segfault costs one build, not
 the run.  A batch whose build fails is bisected until the failing cases are alone.  Each
 function then runs in a child process too (validate.run_in_child, restarted after a
-crash), and every output is held to `validate.check_output`, the rule `kinac validate`
+crash), and every output is held to `tolerance.check_output`, the rule `kinac validate`
 uses, against:
 
 - the NumPy interpreter in float64 (the reference), or in the declared dtype when the
@@ -41,7 +41,7 @@ from compiler import ad as autodiff
 from compiler import analysis
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import Program
-from compiler.oracle import interp, kinks, validate
+from compiler.oracle import interp, kinks, tolerance, validate
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.case import Case
 
@@ -179,10 +179,10 @@ class Oracle:
     def _torch(self, program: Program, fname: str, ref: _Ref, failures: list[Failure], name: str) -> None:
         from compiler.oracle import torch_ref
         got = validate._flat(torch_ref.run_function(program, fname, ref.inputs))
-        tol = {dt: TORCH_TOLERANCE for dt in validate.TOLERANCES}
+        tol = {dt: TORCH_TOLERANCE for dt in tolerance.TOLERANCES}
         fn = program.functions[fname]
         bad = [c for i, (g, w, dt) in enumerate(zip(got, ref.want[0], validate._result_dtypes(fn)))
-               if not (c := validate.compare(f"result {i}", g, w, dt, "torch (f64)", tol)).ok]
+               if not (c := tolerance.compare(f"result {i}", g, w, dt, "torch (f64)", tol)).ok]
         self.stats.torch_checked += 1
         if bad:
             failures.append(Failure(name, "torch", None, f"{fname}: PyTorch (float64) and the interpreter (float64) "
@@ -364,8 +364,8 @@ def _module(units: list[Unit]) -> str:
     return "\n".join(u.source for u in units)
 
 
-def _describe(c: validate.OutputCheck) -> str:
-    return f"{c.name} vs {c.reference}: {validate.describe_worst(c)}"
+def _describe(c: tolerance.OutputCheck) -> str:
+    return f"{c.name} vs {c.reference}: {tolerance.describe_worst(c)}"
 
 
 def case_names(seeds: Iterable[int]) -> list[str]:
