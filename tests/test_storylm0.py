@@ -167,7 +167,7 @@ def test_storylm_build_needs_every_size(tmp_path):
     from compiler.build import build_file
     res = build_file(EXAMPLES / "storylm.kina", tmp_path / "s.so", 0, sizes={"B": 1, "T": 4})
     assert not res.ok
-    assert any(d.code == "size" and "size H is not bound; pass --size H=N" in d.message for d in res.diagnostics)
+    assert any(d.code == "size" and "size H is not bound; pass --size H=<n>" in d.message for d in res.diagnostics)
 
 
 def test_invalid_reduce_mean_fails_at_the_reduce_keep(tmp_path):
