@@ -89,7 +89,7 @@ class Analysis:
         good = self._good_functions(first, diags)
         self._remember_good(items)
         snap = Snapshot(text, self.path, items, [], good, dict(self._last_good))
-        diags += self._ad_diagnostics(good, first)
+        diags += self._ad_diagnostics(good, first, snap)
         snap.diagnostics = _dedupe(diags)
         self.snapshot = snap
         return snap
@@ -176,9 +176,10 @@ class Analysis:
         for name in [n for n in self._last_good if n not in names]:
             del self._last_good[name]
 
-    def _ad_diagnostics(self, good: set[str], first: dict[str, Item]) -> list[Diagnostic]:
+    def _ad_diagnostics(self, good: set[str], first: dict[str, Item], snap: Snapshot) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
-        Cached by the texts and offsets of the handled function and its callees."""
+        Cached by the texts and offsets of the handled function and its callees (which
+        determine the instances of generic callees too)."""
         targets = sorted({t for name in good for t in first[name].res.syms.handled})
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}
@@ -193,6 +194,8 @@ class Analysis:
             if diags is None:   # only the handled function and its callees (calls are inlined)
                 # every function of the closure is good, so it has its IR (in document spans)
                 program = ir.Program({n: f for n in closure if (f := first[n].ir) is not None})
+                if any(first[n].res.checked.generic for n in closure):
+                    program = _with_instances(program, snap, closure)
                 diags = autodiff.check_differentiable(program, target)
             cache[key] = diags
             out += diags
@@ -245,6 +248,13 @@ def handles(fn: ir.Function) -> Iterator[ir.Handle]:
         for node in ir.walk(e):
             if isinstance(node, ir.Handle):
                 yield node
+
+
+def _with_instances(program: ir.Program, snap: Snapshot, closure: set[str]) -> ir.Program:
+    """The program plus the instances of the generic functions of `closure` (`g$3`, what a
+    monomorphic caller's IR calls), so that the AD pass can inline them."""
+    made = {n: f for n, f in snap.program.functions.items() if "$" in n and n.split("$")[0] in closure}
+    return ir.Program({**program.functions, **made})
 
 
 def _callees(name: str, first: dict[str, Item]) -> set[str]:

@@ -351,12 +351,13 @@ def unit_of_source(name: str, text: str) -> Unit:
 
 
 def rename_functions(text: str, prefix: str) -> str:
-    """Prefix every function name (definitions, calls, handles) so that several files can
-    share one module (their lets and parameters keep their names)."""
+    """Prefix every function name (definitions, calls, handles, explicit instantiations
+    `g[2, 3](..)`, generic definitions `fn g[A](..)`) so that several files can share one
+    module (their lets, parameters and size names keep their names)."""
     import re
     names = re.findall(r"\bfn\s+([A-Za-z_]\w*)", text)
     for n in sorted(set(names), key=len, reverse=True):
-        text = re.sub(rf"(?<![.\w]){re.escape(n)}(?=\s*\()", prefix + n, text)
+        text = re.sub(rf"(?<![.\w]){re.escape(n)}(?=\s*[(\[])", prefix + n, text)
     return text
 
 
