@@ -8,15 +8,12 @@ from dataclasses import dataclass, field
 
 from compiler.core.sizes import Dim
 from compiler.core.types import DType, TensorType
+from compiler.oracle.progen.base import CALL, SCALE
 
 # An op attribute as the generator writes it: an axis or count, a float (pow's p, clamp's
 # bounds), an enum word, a shape or permutation, or None (clamp without that bound); in a
 # generic function, dims and shapes may be symbolic (core.sizes.Size: `stop=B + 1`).
 AttrValue = int | float | str | Dim | tuple[Dim, ...] | None
-# Pseudo-ops of Let.op that are no row of ops.OPS: a call of generic function number
-# attrs["fn"] at attrs["sizes"] (written `g[..](..)` when attrs["explicit"]), and a size used
-# as a bare number, `x * (1.0 / B)` (attrs["by"]).
-CALL, SCALE = "call", "scale"
 
 
 # ---- the generated program -------------------------------------------------------------

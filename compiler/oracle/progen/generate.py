@@ -73,7 +73,7 @@ class GenConfig:
     dtypes: tuple[tuple[DType, int], ...] = ((DType.F32, 60), (DType.F16, 14), (DType.BF16, 14),
                                              (DType.F8E4M3, 6), (DType.F8E5M2, 6))
     ops: tuple[str, ...] | None = None   # restrict the single-op steps to these ops (None: all)
-    generic_fraction: float = 0.3   # cases with size-generic helpers (generic.py); none when ops is set
+    generic_fraction: float = 0.2   # cases with size-generic helpers (generic.py); none when ops is set
 
 
 DEFAULT = GenConfig()

@@ -8,13 +8,13 @@ well-typed for every instantiation by construction:
 - sizes in types, in size attributes (`reshape([A*B])`, `broadcast([A, B])`,
   `slice(start=1, stop=B + 1)`, `iota(shape=[A, B], axis=1)`, splat literals
   `Tensor[F32, [A, B]] { 0.5 }`) and as bare numbers (`x * (1.0 / (A*B))`);
-- the second function calls the first at sizes that are expressions of its own (`s0[B, A*B](..)`
+- a second function (a third of the cases) calls the first at sizes that are expressions of its own (`s0[B, A*B](..)`
   or inferred: `s0(x, w)`), so instances request instances;
 - the entry function f calls the last one at two different sizes: first on f's own result
   (its sizes inferred from that value's shape), then on new parameters, folding the second
   result into the first (a sum broadcast back), so f stays one chain and, under reverseMode,
   the AD pass inlines both instances;
-- half of them get `fn f_gh(..)`: `handle f_s1(..) with reverseMode` (sizes inferred, or
+- 40% of them get `fn f_gh(..)`: `handle f_s1(..) with reverseMode` (sizes inferred, or
   written `f_s1[2, 3]`), validated against finite differences at that instance.
 
 Bodies obey the reverseMode restrictions (single ops on variables, reduce_keep sum only,
@@ -31,14 +31,16 @@ from compiler.core.sizes import Dim, Size, Undecidable, nonnegative, subst, subs
 from compiler.core.types import DType, TensorType
 from compiler.ir.ops import OPS
 from compiler.ir.shape_rules import OpError
-from compiler.oracle.progen.case import CALL, SCALE, AttrValue, Case, GenericFn, GenericHandle, Let, Value
+from compiler.oracle.progen.base import CALL, SCALE
+from compiler.oracle.progen.case import AttrValue, GenericFn, Let, Value
 
 if TYPE_CHECKING:
-    from compiler.oracle.progen.generate import Choices, Gen
+    from compiler.oracle.progen.generate import Choices
 
 NAMES = ("A", "B", "C")
 SIZE_VALUES = (1, 2, 3, 4, 5, 7, 8, 16, 17)   # sorted: choice 0 is the smallest
 MAX_MAG = 4.0
+MAX_STEPS = 3       # body steps (a step is 1-4 lets); a build's time grows with the lets
 Env = dict[str, Dim]
 
 
@@ -234,7 +236,7 @@ def _concat(b: Body) -> Value | None:
     if b.ch.coin(0.5):
         other = b.like(x.type)
     else:
-        shape = list(x.type.shape)
+        shape: list[Dim] = list(x.type.shape)
         shape[axis] = b.dim()
         other = b.like(TensorType(b.dtype, _shape(shape)))
     return b.emit("concat", [x, other], max(x.mag, other.mag), axis=axis)
@@ -334,7 +336,7 @@ def build_fn(ch: Choices, dtype: DType, index: int, sizes: tuple[str, ...], firs
     b.param(TensorType(dtype, _shape(first)))
     names = sorted(STEPS)
     calls = 0
-    for _ in range(ch.between(1, 6)):
+    for _ in range(ch.between(1, MAX_STEPS)):
         step = "call" if callees and not calls and ch.coin(0.5) else ch.pick(names)
         calls += step == "call"
         STEPS[step](b)
@@ -342,9 +344,9 @@ def build_fn(ch: Choices, dtype: DType, index: int, sizes: tuple[str, ...], firs
         b.emit("tanh", [b.pool[-1]], 1.0)
     out = b.pool[-1]
     used = {a for l in b.fn.lets for a in l.args}
-    first = b.fn.params[0]
-    dead = [v for v in b.pool if v.name not in used and v is not out and v.name.startswith("v")][-2:]
-    for v in dead + ([first] if first.name not in used and first is not out else []):
+    x = b.fn.params[0]
+    dead = [v for v in b.pool if v.name not in used and v is not out and v.name.startswith("v")][-1:]
+    for v in dead + ([x] if x.name not in used and x is not out else []):
         out = _fold(b, out, v) or out     # dead ends (and an unused first parameter) flow into the result
     b.fn.result = out.name
     return b.fn
@@ -353,8 +355,10 @@ def build_fn(ch: Choices, dtype: DType, index: int, sizes: tuple[str, ...], firs
 def _fold(b: Body, y: Value, v: Value) -> Value | None:
     """y + broadcast(sum of v over every axis), in symbolic shapes (reverseMode-safe)."""
     s: Value | None = v
-    for axis in range(v.type.rank):
-        s = None if s is None else b.emit("reduce_keep", [s], s.mag, op="sum", axis=axis)
+    if v.type.rank > 1:
+        s = b.emit("reshape", [v], v.mag, shape=(math.prod(v.type.shape),))
+    if s is not None and s.type.rank == 1:
+        s = b.emit("reduce_keep", [s], s.mag, op="sum", axis=0)
     if s is None or v.type.rank == 0 and y.type.rank == 0:
         return None if s is None else b.emit("add", [y, s], y.mag + s.mag)
     s = b.scale(s, math.prod(v.type.shape) if v.type.rank else 1)
@@ -378,7 +382,7 @@ def largest(fn: GenericFn, env: Env, fns: Sequence[GenericFn]) -> int:
     """The most elements of any value of fn's instance at env (its callees' instances too)."""
     most = 0
     for t in fn.types().values():
-        most = max(most, math.prod(int(d) for d in subst_shape(t.shape, env)))
+        most = max(most, math.prod(int(cast(int, d)) for d in subst_shape(t.shape, env)))
     for l in fn.lets:
         if l.op == CALL:
             callee = fns[cast(int, l.attrs["fn"])]

@@ -14,7 +14,8 @@ import math
 from typing import TYPE_CHECKING
 
 from compiler.core.sizes import Dim
-from compiler.oracle.progen.case import CALL, Case, GenericFn, GenericHandle, Let, Value
+from compiler.oracle.progen.base import CALL
+from compiler.oracle.progen.case import Case, GenericFn, GenericHandle, Let, Value
 from compiler.oracle.progen.generic import SIZE_VALUES, build_fn, concrete, first_shape, largest, shape_of
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def add_generics(g: Gen, case: Case) -> None:
     kept = {p.name for p in case.params}     # parameters dropped as unused are no operands now
     g.pool[:] = [v for v in g.pool if v.name in kept or all(v is not p for p in g.params)]
     fns: list[GenericFn] = []
-    if ch.coin(0.4):
+    if ch.coin(0.35):
         sizes, first = first_shape(ch, ch.between(1, 3))
         fns.append(build_fn(ch, case.dtype, 0, sizes, first, []))
     last = next(v for v in g.pool if v.name == case.results[0])
@@ -48,12 +49,15 @@ def add_generics(g: Gen, case: Case) -> None:
     y1 = _call(g, root, at[0], last if bound is not None else None)
     y2 = _call(g, root, at[1], None)
     out = _fold(g, y1, y2)
-    if bound is None:                     # f's own chain flows into the result too
-        out = _fold(g, out, last)
     case.results[0] = out.name
+    if bound is None:                     # f's own chain is a result too (under reverseMode: folded in)
+        if case.ad:
+            case.results[0] = _fold(g, out, last).name
+        else:
+            case.results.append(last.name)
     if not case.ad and ch.coin(0.3):
         case.results.append(y2.name)
-    if ch.coin(0.5):
+    if ch.coin(0.4):
         hs = at[ch.below(2)] if ch.coin(0.3) else _sizes(g, root, fns, at[0])
         env = _env(root, hs)
         case.gh = GenericHandle(root.index, hs, [Value(f"h{i}", concrete(p.type, env)) for i, p in
@@ -94,9 +98,10 @@ def _fold(g: Gen, y: Value, v: Value) -> Value:
     sums, a reshape of ones, a broadcast that keeps the rank)."""
     s = v
     if v.type != y.type:
-        for axis in range(v.type.rank):
-            s = g.emit("reduce_keep", [s], s.mag * math.sqrt(v.type.shape[axis]), op="sum", axis=axis)
-        s = g.rescale(s)
+        if v.type.rank > 1:
+            s = g.emit("reshape", [s], s.mag, shape=(math.prod(v.type.shape),))
+        if s.type.rank == 1:
+            s = g.rescale(g.emit("reduce_keep", [s], s.mag * math.sqrt(s.type.shape[0]), op="sum", axis=0))
         if s.type.rank != y.type.rank:
             s = g.emit("reshape", [s], s.mag, shape=(1,) * y.type.rank)
         if s.type.shape != y.type.shape:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from compiler.core.sizes import Size
+from compiler.core.sizes import Size, subst_shape
 from compiler.core.types import DType, TensorType
-from compiler.oracle.progen.case import CALL, SCALE
+from compiler.oracle.progen.base import CALL, SCALE
 
 if TYPE_CHECKING:
     from compiler.oracle.progen.case import AttrValue, Case, GenericFn, Let, Value
@@ -188,8 +188,8 @@ def _generic_handle(case: Case, name: str) -> list[str]:
     fn = case.generics[gh.fn]
     sizes = _ints(gh.sizes) if gh.explicit else ""
     ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in gh.params)
-    from compiler.oracle.progen.generic import concrete
-    ret = concrete(fn.types()[fn.result], dict(zip(fn.sizes, gh.sizes)))
+    t = fn.types()[fn.result]
+    ret = t.with_shape(subst_shape(t.shape, dict(zip(fn.sizes, gh.sizes))))
     outs = _tuple_type([type_text(ret)] + [type_text(p.type) for p in gh.params])
     call = f"handle {name}_s{gh.fn}{sizes}({', '.join(p.name for p in gh.params)}) with reverseMode"
     return ["", f"fn {name}_gh({ps}) -> {outs} {{", f"  let r = {call} in", "  r", "}"]
