@@ -11,9 +11,9 @@ well-typed for every instantiation by construction:
 - a second function (a third of the cases) calls the first at sizes that are expressions of its own (`s0[B, A*B](..)`
   or inferred: `s0(x, w)`), so instances request instances;
 - the entry function f calls the last one at two different sizes: first on f's own result
-  (its sizes inferred from that value's shape), then on new parameters, folding the second
-  result into the first (a sum broadcast back), so f stays one chain and, under reverseMode,
-  the AD pass inlines both instances;
+  (its sizes inferred from that value's shape), then on new parameters; both results are
+  results of f, or under reverseMode the second is folded into the first (a sum broadcast
+  back), so the AD pass inlines both instances;
 - 40% of them get `fn f_gh(..)`: `handle f_s1(..) with reverseMode` (sizes inferred, or
   written `f_s1[2, 3]`), validated against finite differences at that instance.
 

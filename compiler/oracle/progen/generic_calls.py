@@ -48,15 +48,12 @@ def add_generics(g: Gen, case: Case) -> None:
     at.append(_sizes(g, root, fns, at[0]))
     y1 = _call(g, root, at[0], last if bound is not None else None)
     y2 = _call(g, root, at[1], None)
-    out = _fold(g, y1, y2)
-    case.results[0] = out.name
-    if bound is None:                     # f's own chain is a result too (under reverseMode: folded in)
-        if case.ad:
-            case.results[0] = _fold(g, out, last).name
-        else:
-            case.results.append(last.name)
-    if not case.ad and ch.coin(0.3):
-        case.results.append(y2.name)
+    if case.ad:        # one result: the second call and f's own chain folded into the first call
+        out = _fold(g, y1, y2)
+        case.results[0] = (out if bound is not None else _fold(g, out, last)).name
+    else:              # results of their own (fewer lets to build)
+        case.results[0] = y1.name
+        case.results += [y2.name] + ([last.name] if bound is None else [])
     if ch.coin(0.4):
         hs = at[ch.below(2)] if ch.coin(0.3) else _sizes(g, root, fns, at[0])
         env = _env(root, hs)
