@@ -223,3 +223,15 @@ def test_random_size_expressions_never_raise_and_accepted_ones_instantiate(where
     call = f"g[{explicit[0]}, {explicit[1]}]" if explicit else "g"
     text = _fn("A, B", params, ret, body) + _caller([f"{n}, {m}"], call, f"{n}, {m}", "r" if use else "p0")
     _codes_ok(text, want_error=False)
+
+
+def test_renaming_a_generic_program_for_a_shared_module_keeps_it_valid():
+    """tests/regressions files share one module under prefixed names: definitions with size
+    parameters and explicit instantiations are renamed too (the sizes are not)."""
+    from compiler.oracle import differential
+    case = next(c for c in map(progen.generate, range(500)) if c.generics and c.gh and c.gh.explicit)
+    text = differential.rename_functions(case.source("f"), "r1_")
+    assert "fn r1_f_s" in text and "handle r1_f_s" in text
+    assert not re.search(r"(?<![\w.])f_s\d", text)
+    snap = analysis.analyze(text)
+    assert list(snap.diagnostics) == [] and any(n.startswith("r1_f_s") and "$" in n for n in snap.program.functions)

@@ -4,7 +4,7 @@ exactly as a user's program does."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from compiler.core.sizes import Size, subst_shape
 from compiler.core.types import DType, TensorType
@@ -189,7 +189,7 @@ def _generic_handle(case: Case, name: str) -> list[str]:
     sizes = _ints(gh.sizes) if gh.explicit else ""
     ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in gh.params)
     t = fn.types()[fn.result]
-    ret = t.with_shape(subst_shape(t.shape, dict(zip(fn.sizes, gh.sizes))))
+    ret = t.with_shape(cast("tuple[int, ...]", subst_shape(t.shape, dict(zip(fn.sizes, gh.sizes)))))  # ints: all bound
     outs = _tuple_type([type_text(ret)] + [type_text(p.type) for p in gh.params])
     call = f"handle {name}_s{gh.fn}{sizes}({', '.join(p.name for p in gh.params)}) with reverseMode"
     return ["", f"fn {name}_gh({ps}) -> {outs} {{", f"  let r = {call} in", "  r", "}"]
