@@ -235,3 +235,15 @@ def test_renaming_a_generic_program_for_a_shared_module_keeps_it_valid():
     assert not re.search(r"(?<![\w.])f_s\d", text)
     snap = analysis.analyze(text)
     assert list(snap.diagnostics) == [] and any(n.startswith("r1_f_s") and "$" in n for n in snap.program.functions)
+
+
+def test_whole_program_shrink_edits_of_generic_cases_check(generic_cases):
+    """F32 (generic bodies and f_gh too), no reverseMode wrapper, no f_gh: still programs that check."""
+    low = [c for _, c, _, _, _ in generic_cases if c.dtype.value != "F32"]
+    assert len(low) >= 10
+    for case in low:
+        f32 = shrink._as_f32(case)
+        assert shrink.well_typed(f32) and f"[{case.dtype.value}," not in f32.source("f"), f32.source("f")
+        for edit in (shrink._drop_ad, shrink._drop_generic_handle):
+            out = edit(case)
+            assert out is None or shrink.well_typed(out)
