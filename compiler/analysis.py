@@ -178,7 +178,8 @@ class Analysis:
 
     def _ad_diagnostics(self, good: set[str], first: dict[str, Item]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
-        Cached by the texts and offsets of the handled function and its callees."""
+        Cached by the texts and offsets of the handled function and its callees (a generic
+        callee's restrictions are checked on its symbolic body: see _Generic)."""
         targets = sorted({t for name in good for t in first[name].res.syms.handled})
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}

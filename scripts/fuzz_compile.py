@@ -116,7 +116,8 @@ def _summary(oracle, failures, seconds: float, levels, torch: bool) -> None:
     mismatches = sum(kinds[k] for k in differential.MISMATCH_KINDS)
     crashes = sum(kinds[k] for k in differential.CRASH_KINDS)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"programs {s.cases} ({s.ad_cases} under reverseMode), functions {s.functions}, "
+    print(f"programs {s.cases} ({s.ad_cases} under reverseMode, {s.generic_cases} with size-generic helpers), "
+          f"functions {s.functions}, "
           f"builds {s.builds} at {', '.join(f'-O{lv}' for lv in levels) or 'no level'}; "
           f"PyTorch checks {s.torch_checked}{'' if torch else ' (PyTorch not importable)'}, "
           f"finite-difference checks {s.fd_checked} (parameters at a kink at every point {s.fd_kink_skipped}); outputs held to the same-dtype reference {s.ill_conditioned}")

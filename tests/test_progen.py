@@ -205,3 +205,12 @@ def test_module_of_many_cases_type_checks():
     snap = analysis.analyze(progen_case.module_source(named))
     assert not [d for d in snap.diagnostics if d.severity == "error"]
     assert {f"c{s}" for s in range(20)} <= set(snap.program.functions)
+
+
+def test_a_share_of_the_programs_has_size_generic_helpers(generated):
+    """About GenConfig.generic_fraction of the default programs (what the fuzzer and `make
+    test` run) define size-generic helpers; their instances are in the checked program."""
+    generic = [(case, program) for case, program, _ in generated if case.generics]
+    assert 0.12 * len(SEEDS) <= len(generic) <= 0.3 * len(SEEDS)
+    assert all(any("$" in f for f in program.functions) for _, program in generic)
+    assert sum(case.ad for case, _ in generic) >= 0.3 * len(generic)   # f differentiated through instances

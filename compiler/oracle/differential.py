@@ -70,6 +70,7 @@ class Failure:
 class Stats:
     cases: int = 0
     ad_cases: int = 0
+    generic_cases: int = 0        # with size-generic helpers (progen/generic.py)
     functions: int = 0
     builds: int = 0
     ill_conditioned: int = 0      # outputs held to the same-dtype reference
@@ -112,8 +113,8 @@ class Oracle:
     # ---- one batch ---------------------------------------------------------------------
     def run_batch(self, named: list[tuple[str, Case]]) -> list[Failure]:
         """Check generated cases (each under its own function names) in one library per level."""
-        return self.run_units([Unit(name, case.source(name), case.functions(name),
-                                    [name] if case.ad else [], case, [f"{name}_h"]) for name, case in named])
+        return self.run_units([Unit(name, case.source(name), case.functions(name), case.handled(name), case,
+                                    case.helpers(name)) for name, case in named])
 
     def run_units(self, units: list[Unit]) -> list[Failure]:
         self._batches += 1
@@ -125,6 +126,7 @@ class Oracle:
             return failures
         self.stats.cases += len(units)
         self.stats.ad_cases += sum(bool(u.handled) for u in units)
+        self.stats.generic_cases += sum(bool(u.case and u.case.generics) for u in units)
         src = work / "batch.kina"
         src.write_text(_module(units))
         pending = {lv: self._start_build(src, work / f"O{lv}" / "lib.so", lv) for lv in self.levels}
@@ -157,8 +159,9 @@ class Oracle:
         refs: dict[str, _Ref] = {}
         for u in units:
             # Each unit on its own: the interpreter re-lowers the program it is given per call.
-            own = set(u.functions) | set(u.handled) | set(u.helpers)
-            lowered = Program({f: fn for f, fn in lowered_all.functions.items() if f.split(".")[0] in own})
+            own = _reachable(lowered_all, set(u.functions) | set(u.handled) | set(u.helpers))
+            lowered = Program({f: fn for f, fn in lowered_all.functions.items()
+                               if f in own or f.split(".")[0] in own})
             try:
                 for fname in u.functions:
                     fn = program.functions[fname]
@@ -351,13 +354,29 @@ def unit_of_source(name: str, text: str) -> Unit:
 
 
 def rename_functions(text: str, prefix: str) -> str:
-    """Prefix every function name (definitions, calls, handles) so that several files can
-    share one module (their lets and parameters keep their names)."""
+    """Prefix every function name (definitions, calls, handles, explicit instantiations
+    `g[2, 3](..)`, generic definitions `fn g[A](..)`) so that several files can share one
+    module (their lets, parameters and size names keep their names)."""
     import re
     names = re.findall(r"\bfn\s+([A-Za-z_]\w*)", text)
     for n in sorted(set(names), key=len, reverse=True):
-        text = re.sub(rf"(?<![.\w]){re.escape(n)}(?=\s*\()", prefix + n, text)
+        text = re.sub(rf"(?<![.\w]){re.escape(n)}(?=\s*[(\[])", prefix + n, text)
     return text
+
+
+def _reachable(program: Program, roots: set[str]) -> set[str]:
+    """roots and every function they call or handle (instances `g$2_3` of generic helpers too)."""
+    seen: set[str] = set()
+    todo = [r for r in roots if r in program.functions]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        fn = program.functions[name]
+        for e in [b.value for b in fn.lets] + [fn.result]:
+            todo += [n.fn for n in ir.walk(e) if isinstance(n, (ir.CallFn, ir.Handle)) and n.fn in program.functions]
+    return seen | roots
 
 
 def _module(units: list[Unit]) -> str:

@@ -8,12 +8,17 @@ a given example; every test of a candidate is a compile (seconds), so the few do
 candidates of ddmin over a let chain of about 12 lets beat a generic shrinker's hundreds.
 Every edit keeps the program well-typed by construction:
 
-- drop the reverseMode wrapper, extra results, the SGD use of the cotangents;
+- drop the reverseMode wrapper, extra results, the SGD use of the cotangents, the handle of
+  a size-generic helper (f_gh);
 - make an earlier let the result (what came after it is then dead);
 - remove a set of lets, each use of a removed let becoming a new parameter of its type
   (chunks of halving size, then single lets);
 - bypass a let: its uses take one of its operands of the same type (`relu(x)` -> `x`);
 - then remove dead lets and unused parameters; make the dtype F32 when that still fails.
+
+A call of a size-generic helper is a let of f like any other (removed, it becomes a
+parameter of its type; bypassed, its first operand of the same type); a helper that no
+call reaches any more is not written (render.used_generics).
 
 Each candidate is also type-checked before it is tested, and skipped if it does not
 check: making a program F32 leaves a cast to another dtype in place (`x.cast(BF16)`), and
@@ -47,7 +52,7 @@ def shrink(case: Case, still_fails: Predicate, budget_s: float = 300.0, max_test
     progress = True
     while progress:
         progress = False
-        for edit in (_drop_ad, _single_result, _plain_wrapper, _as_f32):
+        for edit in (_drop_ad, _drop_generic_handle, _single_result, _plain_wrapper, _as_f32):
             cand = edit(best)
             if cand is not None and test(cand):
                 best, progress = cand, True
@@ -88,6 +93,14 @@ def _drop_ad(case: Case) -> Case | None:
     return _clean(out)
 
 
+def _drop_generic_handle(case: Case) -> Case | None:
+    if case.gh is None:
+        return None
+    out = copy.deepcopy(case)
+    out.gh = None
+    return out
+
+
 def _single_result(case: Case) -> Case | None:
     if len(case.results) == 1:
         return None
@@ -111,13 +124,14 @@ def _as_f32(case: Case) -> Case | None:
 
     def f32(t: TensorType) -> TensorType:
         return t.with_dtype(DType.F32) if t.is_float else t
-    for l in out.lets:      # a cast to the program's dtype becomes a cast to F32
+    lets = out.lets + [l for fn in out.generics for l in fn.lets]
+    for l in lets:      # a cast to the program's dtype becomes a cast to F32
         if l.op == "cast" and l.attrs.get("dtype") == case.dtype.value:
             l.attrs["dtype"] = DType.F32.value
     out.dtype = DType.F32
-    for p in out.params:
+    for p in out.params + [p for fn in out.generics for p in fn.params] + (out.gh.params if out.gh else []):
         p.type = f32(p.type)
-    for l in out.lets:
+    for l in lets:
         l.type = f32(l.type)
     return out
 

@@ -13,6 +13,7 @@ Public modules:
   render    SURFACE: how each generated let is spelled in Kina; render_case
 
 Inside: base (the row type and shared helpers), makers_math (rows of the elementwise math,
-comparison, mask, cast and index ops).
+comparison, mask, cast and index ops), generic and generic_calls (size-generic helpers:
+their bodies with symbolic shapes, and f's calls of them at two sizes).
 """
 __all__ = ["case", "generate", "makers", "render"]

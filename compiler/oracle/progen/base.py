@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from compiler.oracle.progen.case import Value
     from compiler.oracle.progen.generate import Gen
 
+# Pseudo-ops of a Let (case.Let.op) that are no row of ops.OPS: a call of a case's size-generic
+# helper number attrs["fn"] at attrs["sizes"] (written `g[..](..)` when attrs["explicit"]),
+# and a size used as a bare number, `x * (1.0 / B)` (attrs["by"]).
+CALL, SCALE = "call", "scale"
+
 # A row's maker: adds one op (and the lets its operands need) to the generator and returns
 # the new value, or None when the op does not apply to what the generator drew.
 Maker = Callable[["Gen"], "Value | None"]

@@ -27,7 +27,10 @@ fails when an op of ops.OPS is never generated):
   layer-norm style broadcasts, embedding lookups, NLL by take_along_axis;
 - tuple results, repeated results `(y, y)`, parameters and literals returned directly;
 - calls: the first lets of some cases form a helper function that the case calls (an
-  exported call at -O0/-O2; inlined by the AD pass under reverseMode).
+  exported call at -O0/-O2; inlined by the AD pass under reverseMode);
+- size-generic helpers (progen/generic.py): `fn f_s1[A, B](..)` with sizes in its types,
+  size attributes and bare numbers, called by f at two sizes (instances `f_s1$2_3`), one
+  calling another, and `handle f_s1(..) with reverseMode` in a wrapper f_gh.
 
 Values stay O(1): every value carries a magnitude estimate, and a value that may grow
 past MAX_MAG (a matmul's fan-in, a sum) is rescaled by a literal, as attention scales
@@ -70,6 +73,7 @@ class GenConfig:
     dtypes: tuple[tuple[DType, int], ...] = ((DType.F32, 60), (DType.F16, 14), (DType.BF16, 14),
                                              (DType.F8E4M3, 6), (DType.F8E5M2, 6))
     ops: tuple[str, ...] | None = None   # restrict the single-op steps to these ops (None: all)
+    generic_fraction: float = 0.2   # cases with size-generic helpers (generic.py); none when ops is set
 
 
 DEFAULT = GenConfig()

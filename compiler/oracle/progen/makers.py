@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from compiler.core.types import TensorType
 from compiler.oracle.progen.base import Maker, Row, _axis, _lower_bound, _positive_operand, _ranked
 from compiler.oracle.progen.case import Case, Value
+from compiler.oracle.progen.generic_calls import add_generics
 from compiler.oracle.progen.makers_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
 
 if TYPE_CHECKING:
@@ -373,6 +374,8 @@ def build_case(gen_cls: type[Gen], ch: Choices, cfg: GenConfig) -> Case:
         case.wrapper = ch.pick(("tuple", "destructure", "sgd"))
         n_out = 1 + len(case.float_params())
         case.picks = [ch.below(n_out) for _ in range(ch.between(1, min(4, n_out + 1)))]
+    if cfg.ops is None and ch.coin(cfg.generic_fraction):   # drawn last: the other cases stay as they were
+        add_generics(g, case)
     return case
 
 

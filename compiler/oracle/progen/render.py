@@ -4,12 +4,14 @@ exactly as a user's program does."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
+from compiler.core.sizes import Size, subst_shape
 from compiler.core.types import DType, TensorType
+from compiler.oracle.progen.base import CALL, SCALE
 
 if TYPE_CHECKING:
-    from compiler.oracle.progen.case import AttrValue, Case, Let, Value
+    from compiler.oracle.progen.case import AttrValue, Case, GenericFn, Let, Value
 
 # how one op is written: (operand names, attributes) -> text
 Surface = Callable[[list[str], dict[str, "AttrValue"]], str]
@@ -78,12 +80,24 @@ def _number(x: float, dtype: DType) -> str:
     return str(int(x)) if dtype == DType.I64 else repr(float(x))
 
 
-def let_text(let: Let) -> str:
+def size_atom(d: AttrValue) -> str:
+    """A size expression as an operand: `B`, `3`, `(A*B + 1)`."""
+    text = str(d)
+    return text if isinstance(d, int) or (isinstance(d, Size) and str(d).isidentifier()) else f"({text})"
+
+
+def let_text(let: Let, name: str = "f") -> str:
+    """`name`: the case's function name (generic helpers are `name_s0`, ..)."""
     if let.literal is not None:
         vals = ", ".join(_number(v, let.type.dtype) for v in let.literal)
         return f"{type_text(let.type)} {{ {vals} }}"
     if let.op is None:
         return let.args[0]           # an alias
+    if let.op == SCALE:
+        return f"{let.args[0]} * (1.0 / {size_atom(let.attrs['by'])})"
+    if let.op == CALL:
+        sizes = _ints(let.attrs["sizes"]) if let.attrs["explicit"] else ""
+        return f"{name}_s{let.attrs['fn']}{sizes}({', '.join(let.args)})"
     return SURFACE[let.op](let.args, let.attrs)
 
 
@@ -114,7 +128,7 @@ def _helper(case: Case, name: str, split: Split, types: dict[str, TensorType]) -
     head, params, live, _ = split
     ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in params)
     ret = _tuple_type([type_text(types[v]) for v in live])
-    body = [f"fn {name}_h({ps}) -> {ret} {{", *[f"  let {l.name} = {let_text(l)} in" for l in head],
+    body = [f"fn {name}_h({ps}) -> {ret} {{", *[f"  let {l.name} = {let_text(l, name)} in" for l in head],
             "  " + (live[0] if len(live) == 1 else "(" + ", ".join(live) + ")"), "}"]
     call = f"{name}_h({', '.join(p.name for p in params)})"
     bind = live[0] if len(live) == 1 else "(" + ", ".join(live) + ")"
@@ -127,6 +141,8 @@ def render_case(case: Case, name: str) -> str:
     ret = _tuple_type([type_text(types[r]) for r in case.results])
     split = helper_split(case)
     lines: list[str] = []
+    for fn in used_generics(case):
+        lines += _generic(fn, name) + [""]
     lets = case.lets
     if split:
         helper, call = _helper(case, name, split, types)
@@ -135,12 +151,48 @@ def render_case(case: Case, name: str) -> str:
     lines.append(f"fn {name}({params}) -> {ret} {{")
     if split:
         lines.append(call)
-    lines += [f"  let {l.name} = {let_text(l)} in" for l in lets]
+    lines += [f"  let {l.name} = {let_text(l, name)} in" for l in lets]
     lines.append("  " + (case.results[0] if len(case.results) == 1 else "(" + ", ".join(case.results) + ")"))
     lines.append("}")
     if case.ad:
         lines += _wrapper(case, name, params, types)
+    if case.gh is not None:
+        lines += _generic_handle(case, name)
     return "\n".join(lines) + "\n"
+
+
+def used_generics(case: Case) -> list[GenericFn]:
+    """The generic helpers that f (or f_gh) calls, and those they call, in definition
+    order: one that nothing calls would be a root with unbound sizes, which a build refuses."""
+    todo = [int(str(l.attrs["fn"])) for l in case.lets if l.op == CALL] + ([case.gh.fn] if case.gh else [])
+    used: set[int] = set()
+    while todo:
+        k = todo.pop()
+        if k not in used:
+            used.add(k)
+            todo += [int(str(l.attrs["fn"])) for l in case.generics[k].lets if l.op == CALL]
+    return [fn for fn in case.generics if fn.index in used]
+
+
+def _generic(fn: GenericFn, name: str) -> list[str]:
+    ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in fn.params)
+    ret = type_text(fn.types()[fn.result])
+    return [f"fn {name}_s{fn.index}[{', '.join(fn.sizes)}]({ps}) -> {ret} {{",
+            *[f"  let {l.name} = {let_text(l, name)} in" for l in fn.lets], f"  {fn.result}", "}"]
+
+
+def _generic_handle(case: Case, name: str) -> list[str]:
+    """`fn name_gh(..)`: handle of a generic helper, its sizes inferred or written."""
+    gh = case.gh
+    assert gh is not None
+    fn = case.generics[gh.fn]
+    sizes = _ints(gh.sizes) if gh.explicit else ""
+    ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in gh.params)
+    t = fn.types()[fn.result]
+    ret = t.with_shape(cast("tuple[int, ...]", subst_shape(t.shape, dict(zip(fn.sizes, gh.sizes)))))  # ints: all bound
+    outs = _tuple_type([type_text(ret)] + [type_text(p.type) for p in gh.params])
+    call = f"handle {name}_s{gh.fn}{sizes}({', '.join(p.name for p in gh.params)}) with reverseMode"
+    return ["", f"fn {name}_gh({ps}) -> {outs} {{", f"  let r = {call} in", "  r", "}"]
 
 
 def _wrapper(case: Case, name: str, params: str, types: dict[str, TensorType]) -> list[str]:
