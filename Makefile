@@ -89,12 +89,14 @@ test: setup lint
 	$(MAKE) vscode-e2e
 
 # `make fuzz FUZZ_N=3000 FUZZ_SEED=0`: any number of generated programs; failures are
-# shrunk and written to artifacts/fuzz/*.kina (scripts/fuzz_compile.py).
+# shrunk and written to artifacts/fuzz/*.kina (scripts/fuzz_compile.py).  FUZZ_ARGS passes more
+# options, e.g. FUZZ_ARGS="--generic-fraction 1" (every program with size-generic helpers).
 FUZZ_N ?= 3000
 FUZZ_SEED ?= 0
 FUZZ_TEST_N ?= 300
+FUZZ_ARGS ?=
 fuzz: setup
-	$(PY) scripts/fuzz_compile.py --n $(FUZZ_N) --seed $(FUZZ_SEED) --out artifacts/fuzz
+	$(PY) scripts/fuzz_compile.py --n $(FUZZ_N) --seed $(FUZZ_SEED) --out artifacts/fuzz $(FUZZ_ARGS)
 
 pytest: setup
 	$(PY) -m pytest -q -ra

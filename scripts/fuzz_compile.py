@@ -15,6 +15,7 @@ the command that reproduces it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -27,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from compiler.backend.pipelines import PIPELINES  # noqa: E402
 from compiler.oracle import differential, shrink  # noqa: E402
+from compiler.oracle.progen import generate as progen  # noqa: E402
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -53,6 +55,9 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "fuzz"), help="where failing programs are written")
     ap.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference")
+    ap.add_argument("--generic-fraction", type=float, default=None, metavar="F",
+                    help="share of programs with size-generic helpers (default: the generator's, 0.2; "
+                         "1 makes every program generic)")
     ap.add_argument("--replay", nargs="*", metavar="FILE", help="check these .kina files instead of generating")
     return ap.parse_args(argv)
 
@@ -70,7 +75,9 @@ def main(argv=None) -> int:
             failures = oracle.run_units(units)
             _print(failures)
         else:
-            failures = differential.run_seeds(oracle, range(args.seed, args.seed + args.n), batch=args.batch,
+            config = progen.DEFAULT if args.generic_fraction is None else \
+                dataclasses.replace(progen.DEFAULT, generic_fraction=args.generic_fraction)
+            failures = differential.run_seeds(oracle, range(args.seed, args.seed + args.n), config, batch=args.batch,
                                               on_batch=lambda done, found: _progress(done, args.n, found, t0))
             if failures:
                 _write(failures, out, Path(tmp) / "shrink", not args.no_shrink)
