@@ -8,7 +8,8 @@ import numpy as np
 from emit_support import emitted
 
 from compiler import build
-from compiler.backend import engine, math_lowering, parallelize
+from compiler.backend import engine, fusion, math_lowering, parallelize
+from compiler.backend.bindings import walk_ops
 from compiler.runtime import library as runtime
 
 N = 1 << 20
@@ -65,6 +66,30 @@ def test_inner_reductions_are_tagged_and_others_are_not(tmp_path):
     # attn: max and sum; lsm: its rows are 48 = 3 x 16: max and sum; rows: sum, max, mean's sum
     assert tagged == 7
     assert "tensor<6x10xf32>) outs" in text and text.count("kina.reduce_inner = array<i64: 1, 0>") == 2
+
+
+TWO_SUMS = """
+fn f(v: Tensor[{t}, [3, 48]]) -> Tensor[{t}, [1, 1]] {{
+  let a = v.reduce_keep(op=sum, axis=0) in
+  a.reduce_keep(op=sum, axis=1)
+}}
+"""
+
+
+def test_a_reduction_that_computes_f8_values_is_not_tagged(tmp_path):
+    """Fusion folds the F8 rounding of `a` into the second sum, whose operands are f32:
+    vectorised, its vector<16xf8> conversions did not lower (tests/regressions/
+    f8_fused_inner_reduction.kina).  The F32 program's second sum is tagged."""
+    ir, _, _ = engine.engine_module()
+    counts = {}
+    for t in ("F32", "F8E5M2", "F8E4M3"):
+        with ir.Context():
+            module = ir.Module.parse(_module(tmp_path, TWO_SUMS.format(t=t)))
+            fusion.fuse_elementwise(ir, module)
+            sums = walk_ops(ir, module, lambda op: op.name == "linalg.generic" and "reduction\"]" in str(op))
+            fused = any("arith.truncf" in str(op) for op in sums)
+            counts[t] = (parallelize.tag_inner_reductions(ir, module), fused)
+    assert counts == {"F32": (1, False), "F8E5M2": (0, True), "F8E4M3": (0, True)}
 
 
 def test_compiled_exp_is_within_two_ulp_over_a_sweep_of_f32(tmp_path):

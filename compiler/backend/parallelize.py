@@ -243,7 +243,9 @@ def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
 #   every iteration, and an ordered float reduction cannot be reassociated): the log-softmax
 #   row maxima and sums of [256, 2048] took 0.22-0.45 ms each as scalar loops.  Sums are
 #   reassociated (16 interleaved partial sums, then those in order): -O2 agrees with -O0
-#   within float tolerance, not bit for bit; max and min are exact in any order.
+#   within float tolerance, not bit for bit; max and min are exact in any order.  A body that
+#   computes an F8 value (an F8 rounding fused into it) stays scalar: see `_computes_f8`.
+_F8_TYPE = "f8E"   # f8E4M3FN, f8E5M2 (the F8 types Kina has)
 REDUCE_COMBINERS = {"arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf"}
 
 
@@ -270,13 +272,22 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
         return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
-    if not ops or len(ops[-1].operands) != 1:
+    if not ops or len(ops[-1].operands) != 1 or _computes_f8(ops):
         return None
     combiner = ops[-1].operands[0].owner
     acc = block.arguments[len(block.arguments) - 1]
     if getattr(combiner, "name", None) not in REDUCE_COMBINERS or acc not in list(combiner.operands):
         return None
     return rank if len(list(acc.uses)) == 1 else None
+
+
+def _computes_f8(ops: list[OpView]) -> bool:
+    """Whether a body makes an F8 value.  Operands of f32 do not rule it out: fusion.py folds
+    the F8 rounding of a producer into its consumer (`a = v.reduce_keep(...)` of F8, then
+    `a.reduce_keep(...)`: an f32 -> f8 truncf and f8 -> f32 extf inside the f32 sum).  Vectorised,
+    those become vector<16xf8> conversions, which convert-arith-to-apfloat (scalar only) leaves
+    behind an unrealized_conversion_cast that LLVM translation rejects; scalar, they lower."""
+    return any(_F8_TYPE in str(r.type) for o in ops for r in o.results)
 
 
 def tag_inner_reductions(mlir_ir: ModuleType, module: Module) -> int:
