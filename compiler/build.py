@@ -278,17 +278,7 @@ def keep_exports(names: Iterable[str]) -> Callable[[ir.Program], ir.Program]:
     wanted = tuple(sorted(set(names)))
 
     def keep(program: ir.Program) -> ir.Program:
-        todo, seen = [n for n in wanted if n in program.functions], set()
-        while todo:
-            name = todo.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            fn = program.functions[name]
-            for expr in [b.value for b in fn.lets] + [fn.result]:
-                todo += [e.fn for e in ir.walk(expr) if isinstance(e, (ir.CallFn, ir.Handle))
-                         and e.fn in program.functions]
-        return ir.Program({k: f for k, f in program.functions.items() if k in seen})
+        return ir.reachable(program, wanted)
     keep.__qualname__ = f"keep_exports({','.join(wanted)})"   # the build cache tells the variants apart
     return keep
 

@@ -10,7 +10,7 @@ strings, or a TensorType for `dest_ty`).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,3 +168,18 @@ def children(expr: Expr) -> list[Expr]:
         return list(expr.items)
     return []
 
+
+def reachable(program: Program, roots: Iterable[str]) -> Program:
+    """The functions of `program` that `roots` call or handle, directly or not (the roots
+    that exist in it included), in program order."""
+    seen: set[str] = set()
+    todo = [r for r in roots if r in program.functions]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        fn = program.functions[name]
+        for root in [b.value for b in fn.lets] + [fn.result]:
+            todo += [e.fn for e in walk(root) if isinstance(e, (CallFn, Handle)) and e.fn in program.functions]
+    return Program({n: f for n, f in program.functions.items() if n in seen})

@@ -160,7 +160,8 @@ class Oracle:
         refs: dict[str, _Ref] = {}
         for u in units:
             # Each unit on its own: the interpreter re-lowers the program it is given per call.
-            own = _reachable(lowered_all, set(u.functions) | set(u.handled) | set(u.helpers))
+            roots = set(u.functions) | set(u.handled) | set(u.helpers)
+            own = set(ir.reachable(lowered_all, roots).functions) | roots
             lowered = Program({f: fn for f, fn in lowered_all.functions.items()
                                if f in own or f.split(".")[0] in own})
             try:
@@ -368,21 +369,6 @@ def rename_functions(text: str, prefix: str) -> str:
     for n in sorted(set(names), key=len, reverse=True):
         text = re.sub(rf"(?<![.\w]){re.escape(n)}(?=\s*[(\[])", prefix + n, text)
     return text
-
-
-def _reachable(program: Program, roots: set[str]) -> set[str]:
-    """roots and every function they call or handle (instances `g$2_3` of generic helpers too)."""
-    seen: set[str] = set()
-    todo = [r for r in roots if r in program.functions]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        fn = program.functions[name]
-        for e in [b.value for b in fn.lets] + [fn.result]:
-            todo += [n.fn for n in ir.walk(e) if isinstance(n, (ir.CallFn, ir.Handle)) and n.fn in program.functions]
-    return seen | roots
 
 
 def _module(units: list[Unit]) -> str:

@@ -147,7 +147,8 @@ def finite_differences(program: ir.Program, target: str, args: list[Array]) -> t
     the declared dtypes' rounding may put the library on the kink's other side."""
     # lazy, like interp: the child process needs neither
     from compiler.oracle import kinks
-    program = reachable(program, target)
+    # every interpreter run lowers the handles of the program it is given: only target's callees
+    program = ir.reachable(program, [target])
     fn = program.functions[target]
     x64 = [a.astype(np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]   # I64, Bool kept
     _, base = kinks.trace(program, target, x64, np.float64)
@@ -175,23 +176,6 @@ def finite_differences(program: ir.Program, target: str, args: list[Array]) -> t
         grads.append(g)
         skipped.append(n_skipped)
     return grads, skipped
-
-
-def reachable(program: ir.Program, name: str) -> ir.Program:
-    """The functions `name` calls or handles, directly or not (and `name`): every run of the
-    interpreter lowers the handles of the program it is given, and a file with many
-    differentiated functions made each of the many runs of one finite-difference
-    check differentiate all of them."""
-    keep, todo = {name}, [name]
-    while todo:
-        fn = program.functions[todo.pop()]
-        for root in [b.value for b in fn.lets] + [fn.result]:
-            for e in ir.walk(root):
-                callee = e.fn if isinstance(e, (ir.CallFn, ir.Handle)) else None
-                if callee is not None and callee not in keep and callee in program.functions:
-                    keep.add(callee)
-                    todo.append(callee)
-    return ir.Program({n: f for n, f in program.functions.items() if n in keep})
 
 
 def _coordinate_difference(program: ir.Program, target: str, x64: list[Array], j: int, idx: tuple[int, ...],

@@ -106,23 +106,32 @@ def size_params(tokens: list[Token]) -> list[str]:
     return out
 
 
-def in_size_list(tokens: list[Token]) -> bool:
-    """Whether the innermost open bracket is a list of sizes: a shape `[B, |`, an integer
-    list `x.reshape([|`, the sizes of a call `g[|` (not `Tensor[|`, not `fn f[|`)."""
-    depth = 0
+def _innermost_open(tokens: list[Token]) -> tuple[int, int] | None:
+    """(index of the innermost bracket or parenthesis still open at the end of `tokens`,
+    commas at its own level after it), or None when every one is closed."""
+    depth, commas = 0, 0
     for i in range(len(tokens) - 1, -1, -1):
         kind = tokens[i].type
         if kind in _CLOSERS:
             depth += 1
         elif kind in _OPENERS or kind == "LPAR":
-            if depth:
-                depth -= 1
-                continue
-            if kind != "LSQB" or i == 0:
-                return False
-            prev = tokens[i - 1].type
-            return prev != "TENSOR" and not (prev == "NAME" and i >= 2 and tokens[i - 2].type == "FN")
-    return False
+            if not depth:
+                return i, commas
+            depth -= 1
+        elif kind == "COMMA" and depth == 0:
+            commas += 1
+    return None
+
+
+def in_size_list(tokens: list[Token]) -> bool:
+    """Whether the innermost open bracket is a list of sizes: a shape `[B, |`, an integer
+    list `x.reshape([|`, the sizes of a call `g[|` (not `Tensor[|`, not `fn f[|`)."""
+    found = _innermost_open(tokens)
+    if found is None or tokens[found[0]].type != "LSQB" or found[0] == 0:
+        return False
+    i = found[0]
+    prev = tokens[i - 1].type
+    return prev != "TENSOR" and not (prev == "NAME" and i >= 2 and tokens[i - 2].type == "FN")
 
 
 def _declaring_sizes(tokens: list[Token]) -> bool:
@@ -262,21 +271,13 @@ def function_names(text: str) -> list[str]:
 # ---- signature help -------------------------------------------------------------
 def size_call_context(tokens: list[Token]) -> tuple[str, int] | None:
     """(function, index of the size being written) inside the sizes of a call, `g[8, |`."""
-    depth, commas = 0, 0
-    for i in range(len(tokens) - 1, -1, -1):
-        kind = tokens[i].type
-        if kind in _CLOSERS:
-            depth += 1
-        elif kind in _OPENERS or kind == "LPAR":
-            if depth:
-                depth -= 1
-                continue
-            ok = kind == "LSQB" and i >= 1 and tokens[i - 1].type == "NAME" and \
-                not (i >= 2 and tokens[i - 2].type in ("FN", "DOT"))
-            return (str(tokens[i - 1]), commas) if ok else None
-        elif kind == "COMMA" and depth == 0:
-            commas += 1
-    return None
+    found = _innermost_open(tokens)
+    if found is None:
+        return None
+    i, commas = found
+    ok = tokens[i].type == "LSQB" and i >= 1 and tokens[i - 1].type == "NAME" and \
+        not (i >= 2 and tokens[i - 2].type in ("FN", "DOT"))
+    return (str(tokens[i - 1]), commas) if ok else None
 
 
 def _offsets(label: str, parts: list[str], start: int) -> list[tuple[int, int]]:
