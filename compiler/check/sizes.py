@@ -12,13 +12,12 @@ bound twice to different values is one diagnostic naming both arguments.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
 from typing import cast
 
 from compiler.check.type_exprs import SizeEval, did_you_mean
 from compiler.core.diagnostics import DiagnosticBag, Note, Span
-from compiler.core.sizes import Dim, Size, Undecidable, exact_div, nonnegative, subst
+from compiler.core.sizes import Bound, Dim, Size, Undecidable, exact_div, instance_name, nonnegative, solve, subst
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.syntax import nodes as syntax
 
@@ -90,13 +89,6 @@ def size_evaluator(scope: Mapping[str, Dim], bag: DiagnosticBag) -> SizeEval:
 
 
 # ---- calls of generic functions ---------------------------------------------------
-@dataclass
-class Binding:
-    value: Dim
-    arg: int          # the argument it came from (-1: written explicitly)
-    dim: int
-
-
 def fresh(t: Type, names: Sequence[str]) -> Type:
     """A callee's type with its sizes renamed apart from the caller's."""
     return subst_type(t, {n: Size.var(_FRESH + n) for n in names})
@@ -117,57 +109,34 @@ def display(name: str, sizes: Sequence[str], values: Sequence[Dim]) -> str:
     return f"{name}[{', '.join(f'{n}={v}' for n, v in zip(sizes, values))}]"
 
 
-def instance_name(name: str, values: Sequence[int]) -> str:
-    """The IR name of one instantiation: `linear$8_4_16` (`$` is no Kina name character,
-    so it cannot clash with a user function, and MLIR symbols allow it)."""
-    return f"{name}${'_'.join(map(str, values))}"
-
-
 def bind_call(fn: str, sizes: Sequence[str], params: Sequence[tuple[str, TensorType]],
               args: Sequence[tuple[Type, Span]], bag: DiagnosticBag, call_span: Span) -> dict[str, Dim] | None:
     """The callee's sizes inferred from the argument types (None after a diagnostic).
-    Parameters whose argument is broken or not a tensor are skipped (reported elsewhere)."""
+    Parameters whose argument is broken or not a tensor are skipped (reported elsewhere).
+    The unification is core.sizes.solve, which the runtime uses on arrays too."""
     names = [_FRESH + n for n in sizes]
-    found: dict[str, Binding] = {}
-    todo: list[tuple[int, int, Dim, Dim]] = []   # (arg, dim, parameter dim, argument dim)
+    todo: list[tuple[Hashable, Dim, Dim]] = []   # ((arg, dim), parameter dim, argument dim)
     for i, ((_, ptype), (atype, _)) in enumerate(zip(params, args)):
         p = fresh(ptype, sizes)
         if not isinstance(atype, TensorType) or not isinstance(p, TensorType) or p.rank != atype.rank:
             continue
-        todo += [(i, j, pd, ad) for j, (pd, ad) in enumerate(zip(p.shape, atype.shape))]
-    progress = True
-    while progress:
-        progress = False
-        for item in list(todo):
-            i, j, pd, ad = item
-            pd = subst(pd, {k: b.value for k, b in found.items()})
-            unbound = [n for n in names if isinstance(pd, Size) and n in pd.names]
-            if len(unbound) != 1 or isinstance(pd, int):
-                continue
-            solved = pd.linear_in(unbound[0])
-            if solved is None:
-                continue
-            a, rest = solved
-            value = exact_div(ad - rest, a)
-            if value is None or not _at_least_one(value):
-                _conflict_unsolvable(bag, fn, unbound[0], ptype_dim=pd, got=ad, arg=args[i], i=i, j=j,
-                                     param=params[i][0])
-                return None
-            found[unbound[0]] = Binding(value, i, j)
-            todo.remove(item)
-            progress = True
-    missing = [n for n in names if n not in found]
+        todo += [((i, j), pd, ad) for j, (pd, ad) in enumerate(zip(p.shape, atype.shape))]
+    sol = solve(names, todo)
+    if sol.unsolvable is not None:
+        name, (i, j), pd, ad = sol.unsolvable   # type: ignore[misc]   # keys are (arg, dim)
+        _conflict_unsolvable(bag, fn, name, ptype_dim=pd, got=ad, arg=args[i], i=i, j=j, param=params[i][0])
+        return None
+    missing = [n for n in names if n not in sol.found]
     if missing:
         bag.error("size", f"`{fn}`: cannot infer size {missing[0][1:]} from the arguments; give the sizes "
                   f"explicitly: `{fn}[{', '.join(sizes)}](...)` with numbers", call_span)
         return None
-    env = {k: b.value for k, b in found.items()}
-    for i, j, pd, ad in todo:
-        want = subst(pd, env)
+    for (i, j), want, ad in sol.checks:   # type: ignore[misc]
         if want != ad:
-            _conflict(bag, fn, found, pd, want, args, i, j, [n for n, _ in params])
+            pd = next(p for key, p, _ in todo if key == (i, j))
+            _conflict(bag, fn, sol.found, pd, want, args, i, j, [n for n, _ in params])
             return None
-    return {n[1:]: found[n].value for n in names}
+    return {n[1:]: sol.found[n].value for n in names}
 
 
 def _at_least_one(d: Dim) -> bool:
@@ -177,7 +146,7 @@ def _at_least_one(d: Dim) -> bool:
         return False
 
 
-def _conflict(bag: DiagnosticBag, fn: str, found: dict[str, Binding], pd: Dim, want: Dim,
+def _conflict(bag: DiagnosticBag, fn: str, found: dict[str, Bound], pd: Dim, want: Dim,
               args: Sequence[tuple[Type, Span]], i: int, j: int, params: list[str]) -> None:
     """`linear: size K is 4 from x (dimension 1) but 8 from w (dimension 0)`, at the
     second argument, with a note at the first."""
@@ -185,9 +154,10 @@ def _conflict(bag: DiagnosticBag, fn: str, found: dict[str, Binding], pd: Dim, w
     if isinstance(pd, Size) and len(pd.terms) == 1 and pd.terms[0][1] == 1 and len(pd.terms[0][0]) == 1:
         name = pd.terms[0][0][0]
         first = found[name]
-        bag.error("size", f"{fn}: size {name[1:]} is {first.value} from {params[first.arg]} (dimension "
-                  f"{first.dim}) but {got} from {params[i]} (dimension {j})", args[i][1],
-                  Note(f"{name[1:]} is {first.value} from this argument", args[first.arg][1]))
+        arg, dim = first.source   # type: ignore[misc]   # bind_call's keys are (argument, dimension)
+        bag.error("size", f"{fn}: size {name[1:]} is {first.value} from {params[arg]} (dimension "
+                  f"{dim}) but {got} from {params[i]} (dimension {j})", args[i][1],
+                  Note(f"{name[1:]} is {first.value} from this argument", args[arg][1]))
         return
     bag.error("size", f"{fn}: {params[i]} (argument {i}) has {got} at dimension {j}, but `{_plain(pd)}` "
               f"is {_plain(want)} with the sizes the other arguments give", args[i][1])

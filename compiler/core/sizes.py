@@ -24,7 +24,9 @@ Instantiation substitutes ints for the sizes (`subst`), which gives ints again.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import product as cartesian
 from typing import Union
 
@@ -256,3 +258,131 @@ def bindings(pairs: list[tuple[str, int]]) -> dict[str, int]:
             raise ValueError(f"--size {name} is given twice ({out[name]} and {value})")
         out[name] = value
     return out
+
+
+def instance_name(name: str, values: Sequence[int]) -> str:
+    """The IR name of one instantiation at int sizes: `linear$8_4_16` (`$` is no Kina name
+    character, so it cannot clash with a user function, and MLIR symbols allow it)."""
+    return f"{name}${'_'.join(map(str, values))}"
+
+
+# ---- size expressions as text (manifests, ABI lines) ------------------------------------
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")
+
+
+def parse_size(text: str) -> Dim:
+    """`B*T + 1` (how str(Size) spells it, or any + - * expression with parentheses) -> a
+    Dim; ValueError when it is not one.  The runtime reads a manifest's shapes with it."""
+    tokens = [(m[1], m[2], m[3]) for m in _TOKEN.finditer(text) if m.group(0).strip()]
+    pos = 0
+
+    def peek() -> str | None:
+        return tokens[pos][2] if pos < len(tokens) else None
+
+    def atom() -> Dim:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ValueError(f"size expression {text!r} ends early")
+        num, name, sym = tokens[pos]
+        pos += 1
+        if num:
+            return int(num)
+        if name:
+            return Size.var(name)
+        if sym == "(":
+            value = total()
+            if peek() != ")":
+                raise ValueError(f"size expression {text!r}: missing `)`")
+            pos += 1
+            return value
+        if sym == "-":
+            return -atom()
+        raise ValueError(f"size expression {text!r}: unexpected {sym!r}")
+
+    def product() -> Dim:
+        nonlocal pos
+        value = atom()
+        while peek() == "*":
+            pos += 1
+            value = value * atom()
+        return value
+
+    def total() -> Dim:
+        nonlocal pos
+        value = product()
+        while peek() in ("+", "-"):
+            sign = peek()
+            pos += 1
+            value = value + product() if sign == "+" else value - product()
+        return value
+
+    result = total()
+    if pos != len(tokens):
+        raise ValueError(f"size expression {text!r}: unexpected {tokens[pos][2] or tokens[pos][1]!r}")
+    return result
+
+
+def evaluate(d: Dim, env: Mapping[str, int]) -> int:
+    """The int a Dim takes with every size in env (KeyError naming a missing size)."""
+    value = subst(d, env)
+    if isinstance(value, Size):
+        raise KeyError(sorted(value.names)[0])
+    return value
+
+
+# ---- binding sizes from the dimensions of arguments -------------------------------------
+@dataclass(frozen=True)
+class Bound:
+    value: Dim
+    source: Hashable        # what bound it (the caller's key of the dimension)
+
+
+@dataclass
+class Solution:
+    """`found`: each size solved, with its source; `checks`: the (key, expected, actual)
+    of every dimension not used to solve a size; `unsolvable`: (size, key, pattern,
+    actual) of a dimension linear in one unknown size that no size >= 1 satisfies."""
+    found: dict[str, Bound]
+    checks: list[tuple[Hashable, Dim, Dim]]
+    unsolvable: tuple[str, Hashable, Dim, Dim] | None = None
+
+
+def solve(unknowns: Iterable[str], dims: Iterable[tuple[Hashable, Dim, Dim]],
+          known: Mapping[str, Bound] = {}) -> Solution:
+    """Bind sizes from (key, pattern, actual) pairs: a pattern (`T + 1`, `2*D`, `H*DH` once
+    H is known) linear in exactly one unknown size binds it from the actual dimension,
+    repeatedly, until nothing more is solved; the remaining pairs are returned as checks
+    with the pattern evaluated.  The checker unifies calls with it (actuals may be
+    symbolic) and the runtime binds a dynamic function's sizes from its arrays (ints)."""
+    names = set(unknowns)
+    found = dict(known)
+    todo = list(dims)
+    progress = True
+    while progress:
+        progress = False
+        for item in list(todo):
+            key, pattern, actual = item
+            pd = subst(pattern, {k: b.value for k, b in found.items()})
+            unbound = [n for n in names - found.keys() if isinstance(pd, Size) and n in pd.names]
+            if len(unbound) != 1:
+                continue
+            assert isinstance(pd, Size)
+            solved = pd.linear_in(unbound[0])
+            if solved is None:
+                continue
+            a, rest = solved
+            value = exact_div(actual - rest, a)
+            if value is None or not _at_least_one(value):
+                return Solution(found, [], (unbound[0], key, pd, actual))
+            found[unbound[0]] = Bound(value, key)
+            todo.remove(item)
+            progress = True
+    env = {k: b.value for k, b in found.items()}
+    return Solution(found, [(key, subst(p, env), actual) for key, p, actual in todo])
+
+
+def _at_least_one(d: Dim) -> bool:
+    try:
+        return bool(d >= 1)
+    except Undecidable:
+        return False
