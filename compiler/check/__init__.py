@@ -16,7 +16,7 @@ Public entry points (other packages import only these):
   names           resolve(fn) -> Symbols (definitions, uses, calls); rename conflicts
   instances       instantiate (the instantiations a program's calls of size-generic functions
                   need), unbound_exports (generic functions bound by --size; unbound roots)
-  sizes           display (`linear[M=8, K=4]`), instance_name (`linear$8_4`)
+  sizes           display (`linear[M=8, K=4]`), (instance_name is core.sizes.instance_name)
 
 Inside: expr (expressions), op_args (op applications and attributes), index_literals
 (constant indices against their range: `index` errors), scalars (bare numbers), fold

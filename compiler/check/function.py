@@ -25,7 +25,8 @@ from typing import cast
 
 from compiler.check.expr import WILDCARD, ExprChecker, TypeFact
 from compiler.check.index_literals import index_literal_diagnostics
-from compiler.check.sizes import instance_name, size_evaluator
+from compiler.check.sizes import size_evaluator
+from compiler.core.sizes import instance_name
 from compiler.check.type_exprs import ERROR, ErrorType, Signature, is_error, resolve_type
 from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from compiler.core.sizes import Dim, Size

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from compiler.check.function import FunctionResult, Signature, check_function
-from compiler.check.sizes import display, instance_name
+from compiler.check.sizes import display
+from compiler.core.sizes import instance_name
 from compiler.core.diagnostics import Diagnostic, Note, Span
 from compiler.ir import nodes as ir
 from compiler.syntax import nodes as syntax

@@ -9,10 +9,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from compiler.check.op_args import Static
-from compiler.check.sizes import SizeError, bind_call, display, eval_size, instance_name, subst_type
+from compiler.check.sizes import SizeError, bind_call, display, eval_size, subst_type
 from compiler.check.type_exprs import ERROR_TYPE, ErrorType, Signature, ir_type, is_error
 from compiler.core.diagnostics import DiagnosticBag, Span
-from compiler.core.sizes import Dim, Size, Undecidable
+from compiler.core.sizes import Dim, Size, Undecidable, instance_name
 from compiler.core.types import TensorType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import OpDef

@@ -17,7 +17,7 @@ from typing import cast
 
 from compiler.check.type_exprs import SizeEval, did_you_mean
 from compiler.core.diagnostics import DiagnosticBag, Note, Span
-from compiler.core.sizes import Bound, Dim, Size, Undecidable, exact_div, instance_name, nonnegative, solve, subst
+from compiler.core.sizes import Bound, Dim, Size, Undecidable, exact_div, nonnegative, solve, subst
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.syntax import nodes as syntax
 
