@@ -26,10 +26,9 @@ from typing import cast
 from compiler.check.expr import WILDCARD, ExprChecker, TypeFact
 from compiler.check.index_literals import index_literal_diagnostics
 from compiler.check.sizes import size_evaluator
-from compiler.core.sizes import instance_name
 from compiler.check.type_exprs import ERROR, ErrorType, Signature, is_error, resolve_type
 from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
-from compiler.core.sizes import Dim, Size
+from compiler.core.sizes import Dim, Size, instance_name
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import SURFACE_OPS, OpDef

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from compiler.check.function import FunctionResult, Signature, check_function
 from compiler.check.sizes import display
-from compiler.core.sizes import instance_name
 from compiler.core.diagnostics import Diagnostic, Note, Span
+from compiler.core.sizes import instance_name
 from compiler.ir import nodes as ir
 from compiler.syntax import nodes as syntax
 
