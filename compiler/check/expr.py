@@ -33,7 +33,7 @@ from compiler.check.type_exprs import (
     resolve_tensor_type,
 )
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
-from compiler.core.sizes import Dim, Size
+from compiler.core.sizes import Dim, Size, SizeNumber
 from compiler.core.types import DType, TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import HANDLERS
@@ -75,6 +75,7 @@ class ExprChecker(SizeRules):
     symbolic: bool = False
     instances: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
     shown: dict[Span, str] = field(default_factory=dict)   # a generic call's span -> `linear[M=8, K=4]`
+    size_numbers: dict[Span, SizeNumber] = field(default_factory=dict)   # `1.0 / (B * T)` in a generic body
 
     # ---- entry point ----------------------------------------------------------
     def check(self, e: syntax.Expr) -> ir.Expr:
@@ -127,6 +128,7 @@ class ExprChecker(SizeRules):
     def folded(self, e: syntax.Expr) -> syntax.Expr:
         """e, or the one bare number it computes when it is made of bare numbers only
         (`1.0 - 1e-3 * 0.01`, `0.9.log()`: check/fold.py); a non-finite result is an error."""
+        original = e
         if self.sizes:
             e, symbolic = self._sizes_as_numbers(e)
         else:
@@ -136,8 +138,8 @@ class ExprChecker(SizeRules):
         number = fold(e, self.signatures)
         if number is None:
             return e
-        if symbolic:      # its value depends on the sizes: only the instantiations know it
-            return syntax.Number(1 if isinstance(number.value, int) else 1.0, number.span)
+        if symbolic:      # its value depends on the sizes: kept symbolic (size_rules._size_number)
+            return self._size_number(original, number)
         if not math.isfinite(number.value) and not writes_nonfinite(e):
             self.bag.error("literal", f"this constant expression of bare numbers evaluates to {number.value}, "
                            "not a finite number (write `inf`, `-inf` or `nan` to mean one)", e.span)
@@ -253,8 +255,8 @@ class ExprChecker(SizeRules):
         sig = self.signatures.get(e.func)
         if sig is not None:
             args, env = self._call_args(e, sig)
-            name, ret = self._instantiate(e, sig, env)
-            return ir.CallFn(name, args, ret, e.span)
+            name, ret, sizes = self._instantiate(e, sig, env)
+            return ir.CallFn(name, args, ret, e.span, sizes)
         op = self._builtin(e.func, e.func_span, method=False)
         if e.sizes is not None and op is not None:
             self.bag.error("size", f"`{e.func}` is a built-in op; only size-generic functions take sizes "
@@ -291,6 +293,8 @@ class ExprChecker(SizeRules):
         """Bare-number operands -> splat Literals of the other operand's type (None after
         a diagnostic); each gets a hover fact, so hovering `0.5` shows the splat's type."""
         operands = splat_operands(self.bag, op, items)
+        if operands is not None and self.size_numbers:
+            operands = self._size_splats(operands)
         for e, _ in operands or ():
             if isinstance(e, ir.Literal) and e.scalar:
                 self.fact(e.span, e.type, "expr", None)
@@ -369,7 +373,7 @@ class ExprChecker(SizeRules):
                 self.check(a)
             return ir.Var("<error>", ERROR_TYPE, e.span)
         args, env = self._call_args(e.call, sig)
-        name, _ = self._instantiate(e.call, sig, env)
+        name, _, sizes = self._instantiate(e.call, sig, env)
         if sig.sizes and env is not None:
             sig = Signature(sig.name, [(n, t if isinstance(t, ErrorType) else subst_tensor(t, env))
                                        for n, t in sig.params],
@@ -377,7 +381,7 @@ class ExprChecker(SizeRules):
         t = self._handle_type(sig, e) if ok and not (sig.sizes and env is None) else ERROR_TYPE
         if e.call.span in self.shown:
             self.shown[e.span] = self.shown[e.call.span]
-        return ir.Handle(name, args, e.handler, t, e.span)
+        return ir.Handle(name, args, e.handler, t, e.span, sizes)
 
     def _handle_type(self, sig: Signature, e: syntax.Handle) -> Type:
         """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter

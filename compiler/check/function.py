@@ -148,7 +148,8 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature],
     function = None
     if not (ck.bag.has_errors() or ck.broken or isinstance(sig.ret, ErrorType) or is_error(sig.ret)):
         name = fn.name if sizes is None or not fn.sizes else instance_name(fn.name, [sizes[s.name] for s in fn.sizes])
-        function = ir.Function(name, params, sig.ret, lets, result, fn.span, fn.name_span)
+        function = ir.Function(name, params, sig.ret, lets, result, fn.span, fn.name_span,
+                               tuple(s.name for s in fn.sizes) if generic else ())
         index_errors = index_literal_diagnostics(function)   # constant indices out of range
         if index_errors:
             ck.bag.extend(index_errors)

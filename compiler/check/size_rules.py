@@ -12,8 +12,8 @@ from compiler.check.op_args import Static
 from compiler.check.sizes import SizeError, bind_call, display, eval_size, subst_type
 from compiler.check.type_exprs import ERROR_TYPE, ErrorType, Signature, ir_type, is_error
 from compiler.core.diagnostics import DiagnosticBag, Span
-from compiler.core.sizes import Dim, Size, Undecidable, instance_name
-from compiler.core.types import TensorType, Type
+from compiler.core.sizes import Dim, Size, SizeNumber, Undecidable, instance_name
+from compiler.core.types import DType, TensorType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import OpDef
 from compiler.syntax import nodes as syntax
@@ -27,6 +27,7 @@ class SizeRules:
     broken: bool
     instances: set[tuple[str, tuple[int, ...]]]
     shown: dict[Span, str]
+    size_numbers: dict[Span, SizeNumber]
 
     def _sizes_as_numbers(self, e: syntax.Expr) -> tuple[syntax.Expr, bool]:
         """e with each size parameter used as a value (`1.0 / (B * T)`) replaced by its
@@ -53,6 +54,47 @@ class SizeRules:
                 parts.get("args", ()) == getattr(e, "args", ()):
             return e, symbolic
         return dataclasses.replace(e, **parts), symbolic   # type: ignore[arg-type]
+
+    def _size_number(self, e: syntax.Expr, number: syntax.Number) -> syntax.Number:
+        """A bare-number expression that uses sizes, in a generic body: a stand-in Number
+        (its checks are those of any bare number) whose symbolic value `_size_splats`
+        gives the splat it becomes (ir.Literal.size_value, computed at run time by a
+        dynamic export; an instantiation folds it to a plain number instead)."""
+        value = self._symbolic(e)
+        if value is None:
+            self.bag.error("size", "a size used as a number can be combined only with numbers, other sizes and "
+                           "+ - * / (e.g. `1.0 / (B * T)`)", e.span)
+            self.broken = True
+        else:
+            self.size_numbers[number.span] = value
+        return syntax.Number(1 if isinstance(number.value, int) else 1.0, number.span)
+
+    def _symbolic(self, e: syntax.Expr) -> SizeNumber | None:
+        if isinstance(e, syntax.Name) and e.id in self.sizes and e.id not in self.env:
+            return SizeNumber.of(self.sizes[e.id])
+        if isinstance(e, syntax.Number):
+            return SizeNumber.of(e.value)
+        if isinstance(e, syntax.Neg):
+            inner = self._symbolic(e.operand)
+            return None if inner is None else SizeNumber("neg", (inner,))
+        if isinstance(e, syntax.BinOp) and e.op in ("+", "-", "*", "/"):
+            a, b = self._symbolic(e.lhs), self._symbolic(e.rhs)
+            return None if a is None or b is None else SizeNumber(e.op, (a, b))
+        return None
+
+    def _size_splats(self, operands: list[tuple[ir.Expr, Span]]) -> list[tuple[ir.Expr, Span]] | None:
+        """The splats of size numbers (`_size_number`) with their symbolic value attached."""
+        out = []
+        for e, span in operands:
+            number = self.size_numbers.get(e.span) if isinstance(e, ir.Literal) and e.scalar else None
+            if number is not None and isinstance(e, ir.Literal):
+                if e.type.dtype is DType.Bool or (not e.type.is_float and not number.is_integer):
+                    self.bag.error("size", f"`{number}` is not a whole number for every size, so it cannot be a "
+                                   f"splat of {e.type}", e.span)
+                    return None
+                e = dataclasses.replace(e, size_value=number)
+            out.append((e, span))
+        return out
 
     # ---- sizes in op arguments ------------------------------------------------
     def _sizes_of(self, values: tuple[syntax.SizeExpr, ...], span: Span) -> tuple[Dim, ...] | None:
@@ -123,22 +165,23 @@ class SizeRules:
         spans = [(a.type, x.span) for a, x in zip(args, e.args)]
         return bind_call(sig.name, sig.sizes, [(n, t) for t, n in typed], spans, self.bag, e.func_span)
 
-    def _instantiate(self, e: syntax.Call, sig: Signature, env: dict[str, Dim] | None) -> tuple[str, Type]:
-        """(IR callee name, result type) of a call: a generic callee at ints becomes its
-        instantiation `f$8_4` (recorded in `instances`); at symbolic sizes it keeps its name
-        (only this function's own instantiations will call it)."""
+    def _instantiate(self, e: syntax.Call, sig: Signature,
+                     env: dict[str, Dim] | None) -> tuple[str, Type, tuple[Dim, ...]]:
+        """(IR callee name, result type, sizes) of a call: a generic callee at ints becomes
+        its instantiation `f$8_4` (recorded in `instances`); at symbolic sizes it keeps its
+        name and the sizes (ir.CallFn.sizes), which a dynamic export passes at run time."""
         if sig.opaque or (sig.sizes and env is None):
-            return sig.name, ERROR_TYPE
+            return sig.name, ERROR_TYPE, ()
         if not sig.sizes or env is None:
-            return sig.name, ir_type(sig.ret)
+            return sig.name, ir_type(sig.ret), ()
         ret = ir_type(sig.ret) if isinstance(sig.ret, ErrorType) else subst_type(sig.ret, env)
         values = [env[n] for n in sig.sizes]
         self.shown[e.span] = display(sig.name, sig.sizes, values)
         if all(isinstance(v, int) for v in values):
             ints = tuple(v for v in values if isinstance(v, int))
             self.instances.add((sig.name, ints))
-            return instance_name(sig.name, ints), ret
-        return sig.name, ret
+            return instance_name(sig.name, ints), ret, ()
+        return sig.name, ret, tuple(values)
 
 
 def _at_least_one(d: Dim) -> bool:

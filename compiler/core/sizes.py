@@ -386,3 +386,60 @@ def _at_least_one(d: Dim) -> bool:
         return bool(d >= 1)
     except Undecidable:
         return False
+
+
+# ---- sizes used as numbers --------------------------------------------------------------
+@dataclass(frozen=True)
+class SizeNumber:
+    """A number computed from sizes in a generic body (`1.0 / (B * T)`), kept symbolic so
+    that a dynamic export computes it from the sizes of each call.  op: "num" (args: a
+    Python number), "size" (args: a Dim), "neg", or "+ - * /" over SizeNumbers."""
+    op: str
+    args: tuple[object, ...]
+
+    @staticmethod
+    def of(x: int | float | Dim) -> SizeNumber:
+        return SizeNumber("size", (x,)) if isinstance(x, Size) else SizeNumber("num", (x,))
+
+    @property
+    def is_integer(self) -> bool:
+        """Whether it is an integer for every size (no `/`, no fractional constant)."""
+        if self.op == "num":
+            return isinstance(self.args[0], int)
+        if self.op == "size":
+            return True
+        return self.op != "/" and all(isinstance(a, SizeNumber) and a.is_integer for a in self.args)
+
+    def subst(self, env: Mapping[str, Dim]) -> SizeNumber:
+        if self.op == "num":
+            return self
+        if self.op == "size":
+            return SizeNumber.of(subst(self.args[0], env))   # type: ignore[arg-type]
+        return SizeNumber(self.op, tuple(a.subst(env) for a in self.args if isinstance(a, SizeNumber)))
+
+    def constant(self) -> int | float | None:
+        """Its value when no size is left (ints stay ints but for `/`), else None."""
+        if self.op == "num":
+            return self.args[0]   # type: ignore[return-value]
+        if self.op == "size":
+            d = self.args[0]
+            return None if isinstance(d, Size) else d   # type: ignore[return-value]
+        values = [a.constant() for a in self.args if isinstance(a, SizeNumber)]
+        if any(v is None for v in values):
+            return None
+        a = values[0]
+        b = values[1] if len(values) > 1 else 0
+        assert a is not None and b is not None
+        try:
+            return {"neg": lambda: -a, "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
+                    "/": lambda: a / b}[self.op]()
+        except ZeroDivisionError:
+            return float("nan") if a == 0 else float("inf") if a > 0 else float("-inf")
+
+    def __str__(self) -> str:
+        if self.op in ("num", "size"):
+            d = self.args[0]
+            return f"({d})" if isinstance(d, Size) and any(c in str(d) for c in " *") else str(d)
+        if self.op == "neg":
+            return f"-{self.args[0]}"
+        return f"({self.args[0]} {self.op} {self.args[1]})"

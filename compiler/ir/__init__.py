@@ -17,7 +17,8 @@ Public modules (other packages import only these):
   verify       verify(program, stage) -> diagnostics: every node re-typed by its rule
   printer      format_function / format_program (`kinac check --emit=grad`)
   uses         Uses(program).index_bound / .positive: where a parameter's values go
+  sizes        subst_function / subst_expr (size values into a dynamic function), free_sizes
 
 Adding an op starts here: its row in ir/ops.py (docs/internals.md, "Adding an op").
 """
-__all__ = ["nodes", "ops", "printer", "shape_rules", "uses", "verify"]
+__all__ = ["nodes", "ops", "printer", "shape_rules", "sizes", "uses", "verify"]

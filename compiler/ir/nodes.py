@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.core.diagnostics import Span
+from compiler.core.sizes import Dim, SizeNumber
 from compiler.core.types import TensorType, TupleType, Type
 
 NO_SPAN = Span(0, 0)
@@ -50,11 +51,14 @@ class OpApp:
 
 @dataclass(frozen=True)
 class CallFn:
-    """A call of a user function (by name)."""
+    """A call of a user function (by name).  `sizes`: a call of a size-generic function at
+    symbolic sizes (in a dynamic function): the callee's size values, in the order of its
+    `Function.sizes`, as Dims of the caller's sizes; () for every other call."""
     fn: str
     args: list[Expr]
     type: Type
     span: Span = NO_SPAN
+    sizes: tuple[Dim, ...] = ()
 
 
 # The effect handlers of the language: the checker accepts these names, the AD stage
@@ -79,6 +83,7 @@ class Handle:
     handler: str
     type: Type
     span: Span = NO_SPAN
+    sizes: tuple[Dim, ...] = ()     # as CallFn.sizes
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,9 @@ class Literal:
     type: TensorType
     span: Span = NO_SPAN
     scalar: bool = False
+    # A splat computed from sizes (`x * (1.0 / (B * T))` in a dynamic function): values
+    # holds a stand-in, the back end computes this from the sizes of each call.
+    size_value: SizeNumber | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,9 @@ class Function:
     result: Expr
     span: Span = NO_SPAN
     name_span: Span = NO_SPAN
+    # A dynamic function (a size-generic function compiled for every size): its size
+    # parameters, which its types, attributes and calls use as Dims; () when monomorphic.
+    sizes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

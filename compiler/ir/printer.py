@@ -28,9 +28,15 @@ def _literal(e: ir.Literal) -> str:
     t = e.type
     head = f"Tensor[{t.dtype}, {format_attr(t.shape)}]"
     vals = [repr(v) if isinstance(v, float) else str(v) for v in e.values]
+    if e.size_value is not None:
+        vals = [str(e.size_value)]
     if len(vals) > MAX_LITERAL_VALUES:
         vals = vals[:3] + [f"... ({len(vals)} values)"]
     return head + " {" + (" " + ", ".join(vals) + " " if vals else "") + "}"
+
+
+def _sizes(sizes: tuple[object, ...]) -> str:
+    return f"[{', '.join(map(str, sizes))}]" if sizes else ""
 
 
 def format_expr(e: ir.Expr) -> str:
@@ -41,9 +47,9 @@ def format_expr(e: ir.Expr) -> str:
         parts = [format_expr(a) for a in e.args] + [f"{k}={format_attr(v)}" for k, v in e.attrs.items()]
         return f"{e.op}({', '.join(parts)})"
     if isinstance(e, ir.CallFn):
-        return f"{e.fn}({', '.join(format_expr(a) for a in e.args)})"
+        return f"{e.fn}{_sizes(e.sizes)}({', '.join(format_expr(a) for a in e.args)})"
     if isinstance(e, ir.Handle):
-        return f"handle {e.fn}({', '.join(format_expr(a) for a in e.args)}) with {e.handler}"
+        return f"handle {e.fn}{_sizes(e.sizes)}({', '.join(format_expr(a) for a in e.args)}) with {e.handler}"
     if isinstance(e, ir.Literal):
         return _literal(e)
     if isinstance(e, ir.MakeTuple):
@@ -60,7 +66,7 @@ def format_binding(b: ir.Binding) -> str:
 
 def format_function(fn: ir.Function) -> str:
     params = ", ".join(f"{p.name}: {p.type}" for p in fn.params)
-    lines = [f"fn {fn.name}({params}) -> {fn.ret_type} {{"]
+    lines = [f"fn {fn.name}{_sizes(fn.sizes)}({params}) -> {fn.ret_type} {{"]
     lines += ["  " + format_binding(b) for b in fn.lets]
     lines.append("  " + format_expr(fn.result))
     lines.append("}")
