@@ -35,6 +35,7 @@ from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import HANDLERS, Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from compiler.ir.ops import OPS
+from compiler.ir.sizes import subst_function
 
 _MAX_INLINE_DEPTH = 32
 
@@ -88,6 +89,8 @@ class _Inliner:
 
     def call(self, call: CallFn, origin: _Origin, depth: int, out: list[_Let]) -> Expr:
         callee = self.program.functions[call.fn]
+        if call.sizes:   # a generic callee at the caller's symbolic sizes: its body in the caller's sizes
+            callee, _ = subst_function(callee, dict(zip(callee.sizes, call.sizes)))
         if depth > _MAX_INLINE_DEPTH:
             self.diags.append(Diagnostic("recursion", f"cannot inline `{call.fn}` under reverseMode: calls nest "
                                          f"deeper than {_MAX_INLINE_DEPTH} (is it recursive?)", call.span))
@@ -340,7 +343,7 @@ def transform_ad(program: Program, fn_name: str) -> tuple[Function | None, list[
     else:
         ret, out = result.type, result
     rev = Function(f"{fn.name}.rev", [dataclasses.replace(p) for p in fn.params], ret,
-                   [let.binding for let in lets] + backward, out, fn.span, fn.name_span)
+                   [let.binding for let in lets] + backward, out, fn.span, fn.name_span, fn.sizes)
     return rev, []
 
 
@@ -349,7 +352,7 @@ def _replace_handles(expr: Expr, seen: list[Handle]) -> Expr:
     if isinstance(expr, Handle):
         seen.append(expr)
         args = [_replace_handles(a, seen) for a in expr.args]
-        return CallFn(f"{expr.fn}.rev", args, expr.type, expr.span)
+        return CallFn(f"{expr.fn}.rev", args, expr.type, expr.span, expr.sizes)
     if isinstance(expr, (OpApp, CallFn)):
         return dataclasses.replace(expr, args=[_replace_handles(a, seen) for a in expr.args])
     if isinstance(expr, MakeTuple):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.core.diagnostics import Span
+from compiler.core.sizes import Dim, Undecidable
 from compiler.core.types import TensorType
 from compiler.ir.nodes import (
     NO_SPAN,
@@ -207,6 +208,15 @@ def _reject_broadcast(node: OpApp) -> str | None:
             f"reshape first: `let t = {name}.reshape({unit}) in t.broadcast({list(shape)})`")
 
 
+def _may_be_positive(d: Dim) -> bool:
+    """d > 0 for some sizes (a dynamic function's part of `N - 1` elements may be empty:
+    concatenating an empty part is harmless, dropping a non-empty one is not)."""
+    try:
+        return bool(d > 0)
+    except Undecidable:
+        return True
+
+
 def _slice(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
     # g_x = zeros with g inserted: concat(zeros before, g, zeros after) along the axis.
     def make() -> Var:
@@ -216,7 +226,7 @@ def _slice(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[V
         for lo, hi in ((0, start), (start, stop), (stop, x.shape[axis])):
             if lo == start and hi == stop:
                 parts.append(g)
-            elif hi > lo:
+            elif _may_be_positive(hi - lo):
                 parts.append(b.literal(x.with_shape(x.shape[:axis] + (hi - lo,) + x.shape[axis + 1:])))
         return parts[0] if len(parts) == 1 else b.emit("concat", parts, axis=axis)
     return [_only(needs, 0, make)]
