@@ -43,14 +43,14 @@ from compiler.backend import worker as backend_worker
 from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED, LAST_ERROR_SYMBOL, OK, checked_symbol
 from compiler.backend.pipelines import PIPELINES
 from compiler.core.diagnostics import Diagnostic, SourceText, Span, UsageError, display_path, plain_name, read_source
-from compiler.core.sizes import bindings, parse_binding
+from compiler.core.sizes import Dim, Size, bindings, parse_binding
 from compiler.core.types import DType, TensorType, TupleType
 from compiler.ir import nodes as ir
 from compiler.ir.uses import Uses
 from compiler.ir.verify import verify as verify_ir
 from compiler.outputs import EXPORT_MARK, HEADER_MARK, artifact_paths, check_ours, check_outputs
 
-MANIFEST_FORMAT = 2       # compiler/runtime/loader.py reads this format
+MANIFEST_FORMAT = 3       # compiler/runtime/loader.py reads this format (3: dynamic functions)
 SYMBOL_PREFIX = EXPORT_MARK.decode()   # what outputs.check_ours recognises a library by
 # The manifest (.json) of a library: its format is documented by manifest_for (JSON values).
 Manifest = dict[str, Any]
@@ -85,8 +85,13 @@ def result_types(fn: ir.Function) -> list[TensorType]:
     return [ir.as_tensor(x) for x in t.items] if isinstance(t, TupleType) else [ir.as_tensor(t)]
 
 
+def _dim(d: Dim) -> int | str:
+    """A dimension in the manifest: an int, or a size expression (`T + 1`, core.sizes.parse_size)."""
+    return str(d) if isinstance(d, Size) else d
+
+
 def _tensor(t: TensorType) -> dict[str, Any]:
-    return {"dtype": t.dtype.value, "shape": list(t.shape)}
+    return {"dtype": t.dtype.value, "shape": [_dim(d) for d in t.shape]}
 
 
 def _param(uses: Uses, fn: ir.Function, p: ir.Param) -> dict[str, Any]:
@@ -94,26 +99,30 @@ def _param(uses: Uses, fn: ir.Function, p: ir.Param) -> dict[str, Any]:
     (through layout ops, calls and handles) `index_bound`: every element must lie in
     [0, index_bound), which the runtime checks before each call."""
     bound = uses.index_bound(fn, p.name) if p.type.dtype is DType.I64 else None
-    return {"name": p.name, **_tensor(p.type), **({} if bound is None else {"index_bound": bound})}
+    return {"name": p.name, **_tensor(p.type), **({} if bound is None else {"index_bound": _dim(bound)})}
 
 
 def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None,
                  library_sha256: str | None = None, sizes: Mapping[str, int] | None = None) -> Manifest:
     """The manifest (format MANIFEST_FORMAT); `sizes`: the `--size` values the generic
-    exports were bound to, recorded as "sizes" (omitted when none were given)."""
+    exports were bound to, recorded as "sizes" (omitted when none were given).  A dynamic
+    function lists its size arguments as its "sizes" and writes size expressions in its
+    shapes and index bounds (`"T + 1"`); docs/compiling.md, "Dynamic sizes"."""
     uses = Uses(program)
     functions = []
     for fn in exported(program):
         functions.append({
             "name": fn.name,
             "symbol": SYMBOL_PREFIX + fn.name,
+            **({"sizes": list(fn.sizes)} if fn.sizes else {}),
             "params": [_param(uses, fn, p) for p in fn.params],
             "results": [_tensor(t) for t in result_types(fn)],
         })
     return {"format": MANIFEST_FORMAT, "library": so_name, "library_sha256": library_sha256,
             "source": source_path, **({"sizes": dict(sorted(sizes.items()))} if sizes else {}),
-            "abi": "each function takes pointers to memref descriptors: inputs, then caller-owned outputs; "
-                   "its checked entry returns 0, 1 (a failed bounds check) or 2 + i (descriptor i has other sizes)",
+            "abi": "each function takes its sizes (int64, a dynamic function only), then pointers to memref "
+                   "descriptors: inputs, then caller-owned outputs; its checked entry returns 0, 1 (a failed "
+                   "bounds check), 2 + i (descriptor i has other sizes) or 2 + n + j (size j is below 1)",
             "functions": functions}
 
 
@@ -161,11 +170,18 @@ def header_for(manifest: Manifest, guard: str) -> str:
                      f"{_struct_name(dtype, rank)};")
     lines += ["", _RETURN_CODES, f"const char *{LAST_ERROR_SYMBOL}(void);", ""]
     for fn in manifest["functions"]:
-        args = [f"{_struct_name(p['dtype'], len(p['shape']))} *{p['name']}" for p in fn["params"]]
+        args = [f"int64_t {name}" for name in fn.get("sizes", [])]
+        args += [f"{_struct_name(p['dtype'], len(p['shape']))} *{p['name']}" for p in fn["params"]]
         args += [f"{_struct_name(r['dtype'], len(r['shape']))} *out{i}" for i, r in enumerate(fn["results"])]
-        doc = ", ".join(f"{p['name']}: {p['dtype']}{p['shape']}" for p in fn["params"])
-        res = ", ".join(f"{r['dtype']}{r['shape']}" for r in fn["results"])
-        lines.append(f"/* {fn['name']}({doc}) -> ({res}) */")
+        def shape(t: Manifest) -> str:
+            return "[" + ", ".join(map(str, t["shape"])) + "]"
+        doc = ", ".join(f"{p['name']}: {p['dtype']}{shape(p)}" for p in fn["params"])
+        res = ", ".join(f"{r['dtype']}{shape(r)}" for r in fn["results"])
+        sizes = fn.get("sizes", [])
+        lines.append(f"/* {fn['name']}{'[' + ', '.join(sizes) + ']' if sizes else ''}({doc}) -> ({res})"
+                     + (f"\n * for any sizes {', '.join(sizes)} >= 1: each descriptor's sizes must be its "
+                        "shape at those sizes (else KINA_BAD_SIZES + i; a size < 1 gives KINA_BAD_SIZES + "
+                        "n + j, n the number of descriptors)" if sizes else "") + " */")
         lines.append(f"int32_t {checked_symbol(fn['symbol'])}({', '.join(args) or 'void'});")
     lines += ["", f"#endif /* {guard} */", ""]
     return "\n".join(lines)

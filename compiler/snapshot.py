@@ -143,20 +143,24 @@ class Snapshot:
         return self.program_for({})[0]
 
     def program_for(self, sizes: Mapping[str, int]) -> tuple[ir.Program, list[Diagnostic]]:
-        """The program with the generic functions that `sizes` binds fully exported at those
-        sizes (`kinac build --size B=4`), and the errors of a generic function nothing calls
-        whose sizes are not all bound (only a build reports those)."""
+        """The program a build compiles: the monomorphic functions, every generic function
+        that `sizes` (`kinac build --size B=4`) binds fully exported at those sizes, every
+        other generic function exported dynamic (its unbound sizes taken at each call:
+        check/instances.dynamic_exports), and the instantiations all of them call."""
         good = [it for it in self._first_defs().values() if it.name in self._good]
         mono = {it.name: f for it in good if (f := it.ir) is not None and not it.res.checked.generic}
         generic = {it.name: fn for it in good if it.res.checked.generic and (fn := it.fn) is not None}
         if not generic:
             return ir.Program(mono), []
+        symbolic = {it.name: f for it in good if it.res.checked.generic and (f := it.ir) is not None}
         signatures = {it.name: sig for it in self._first_defs().values() if (sig := it.res.signature) is not None}
-        called = {c for it in good for c in it.res.checked.calls if c != it.name}
-        exports, diags = instances.unbound_exports(generic, called, sizes)
+        exports, diags = instances.unbound_exports(generic, sizes)
+        dynamic = instances.dynamic_exports(symbolic, sizes)
         requests = {r for it in good if not it.res.checked.generic for r in it.res.checked.instances}
-        made = instances.instantiate(generic, signatures, requests, exports)
-        return ir.Program({**mono, **made.functions}), diags + made.diagnostics
+        requests |= {r for it in good if it.res.checked.generic and it.name in dynamic.functions
+                     for r in it.res.checked.instances}
+        made = instances.instantiate(generic, signatures, requests | dynamic.requests, exports)
+        return ir.Program({**mono, **made.functions, **dynamic.functions}), diags + made.diagnostics
 
     @cached_property
     def functions(self) -> dict[str, FunctionInfo]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compiler.backend.errors import StageFailed
+from compiler.core.sizes import Dim, Size, parse_size
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -53,15 +54,16 @@ BOUNDS_FAILED = 1     # a bounds check failed: _kina_last_error() says which
 BAD_SIZES = 2         # BAD_SIZES + i: descriptor i (inputs, then outputs) has other sizes
 
 _CIFACE_RE = re.compile(r"llvm\.func @(" + CIFACE_PREFIX + r"kina_[\w.$]*)\(([^)]*)\)")
-_EXPORTED_RE = re.compile(r"^\s*func\.func @(kina_[\w$]*)\(([^)]*)\)(?: -> (.*?))? attributes \{[^}]*llvm\.emit_c_interface",
-                          re.M)
-_TENSOR_RE = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
+# emit/program.py writes one `// kina-abi: <line>` comment before each exported function.
+_ABI_COMMENT_RE = re.compile(r"^\s*// kina-abi: (.*)$", re.M)
+_ABI_LINE_RE = re.compile(r"(kina_[\w$]*)(?:\[([^\]]*)\])?\((.*)\) -> \((.*)\)")
+_TENSOR_TEXT_RE = re.compile(r"(\w+)\[([^\]]*)\]")
 
 
 @dataclass(frozen=True)
 class Tensor:
     elem: str                 # the MLIR element type (f32, i64, i8 for Bool, ...)
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]    # ints, and size expressions in a dynamic function
 
     def text(self) -> str:
         return f"{self.elem}[{','.join(map(str, self.shape))}]"
@@ -72,26 +74,41 @@ class Signature:
     name: str                 # kina_f
     params: tuple[Tensor, ...]
     results: tuple[Tensor, ...]
+    sizes: tuple[str, ...] = ()   # a dynamic function's size arguments, in order
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
         """The descriptors of a call: inputs, then outputs."""
         return self.params + self.results
 
+    def text(self) -> str:
+        """`kina_f(f32[2,3], i64[4]) -> (f32[2])`; `kina_g[B,T](i64[B,T + 1]) -> (f32[B])`."""
+        sizes = f"[{','.join(self.sizes)}]" if self.sizes else ""
+        return (f"{self.name}{sizes}({', '.join(t.text() for t in self.params)}) -> "
+                f"({', '.join(t.text() for t in self.results)})")
+
 
 def _tensors(text: str) -> tuple[Tensor, ...]:
-    return tuple(Tensor(m[2], tuple(int(d) for d in m[1].split("x") if d)) for m in _TENSOR_RE.finditer(text))
+    return tuple(Tensor(m[1], tuple(parse_size(d) for d in m[2].split(",") if d))
+                 for m in _TENSOR_TEXT_RE.finditer(text))
+
+
+def parse_abi_line(line: str) -> Signature | None:
+    m = _ABI_LINE_RE.fullmatch(line.strip())
+    if m is None:
+        return None
+    return Signature(m[1], _tensors(m[3]), _tensors(m[4]), tuple(n for n in (m[2] or "").split(",") if n))
 
 
 def signatures(emitted_mlir: str) -> dict[str, Signature]:
     """The exported functions of an emitted module (compiler/backend/emit/program.py) by name."""
-    return {m[1]: Signature(m[1], _tensors(m[2]), _tensors(m[3] or "")) for m in _EXPORTED_RE.finditer(emitted_mlir)}
+    sigs = (parse_abi_line(m[1]) for m in _ABI_COMMENT_RE.finditer(emitted_mlir))
+    return {s.name: s for s in sigs if s is not None}
 
 
 def abi_text(sigs: dict[str, Signature]) -> str:
-    """One line per function: `kina_f(f32[2,3], i64[4]) -> (f32[2])` (the runtime parses it)."""
-    return "".join(f"{s.name}({', '.join(t.text() for t in s.params)}) -> "
-                   f"({', '.join(t.text() for t in s.results)})\n" for s in sigs.values())
+    """One line per function (Signature.text; the runtime parses it)."""
+    return "".join(s.text() + "\n" for s in sigs.values())
 
 
 def packed_symbol(ciface_symbol: str) -> str:
@@ -140,10 +157,15 @@ llvm.func @{ABI_SYMBOL}() -> !llvm.ptr {{
 
 
 def _checked_entry(ciface: str, sig: Signature) -> list[str]:
-    """`_kina_checked_kina_f`: the size checks, then the call with a cleared error slot."""
-    n = len(sig.tensors)
-    params = ", ".join(f"%d{i}: !llvm.ptr" for i in range(n))
+    """`_kina_checked_kina_f(sizes..., descriptors...)`: the checks of the sizes and of
+    every descriptor's sizes, then the call with a cleared error slot."""
+    n, k = len(sig.tensors), len(sig.sizes)
+    params = ", ".join([f"%z{j}: i64" for j in range(k)] + [f"%d{i}: !llvm.ptr" for i in range(n)])
     lines = [f"llvm.func @{checked_symbol(ciface)}({params}) -> i32 {{"]
+    ev = _Poly(lines, {name: f"%z{j}" for j, name in enumerate(sig.sizes)})
+    for j in range(k):                       # every size >= 1
+        lines += [f"  %zbad{j} = llvm.icmp \"slt\" %z{j}, {ev.value(1)} : i64"]
+        lines += _fail_if(f"%zbad{j}", BAD_SIZES + n + j, f"z{j}")
     for i, t in enumerate(sig.tensors):
         if not t.shape:
             continue
@@ -152,19 +174,17 @@ def _checked_entry(ciface: str, sig: Signature) -> list[str]:
             v = f"%s{i}_{d}"
             lines += [f"  {v}p = llvm.getelementptr %d{i}[{3 + d}] : (!llvm.ptr) -> !llvm.ptr, i64",
                       f"  {v} = llvm.load {v}p : !llvm.ptr -> i64",
-                      f"  {v}c = llvm.mlir.constant({size} : i64) : i64",
-                      f"  {v}ne = llvm.icmp \"ne\" {v}, {v}c : i64"]
+                      f"  {v}ne = llvm.icmp \"ne\" {v}, {ev.value(size)} : i64"]
             if bad:
                 lines.append(f"  {v}or = llvm.or {bad}, {v}ne : i1")
             bad = f"{v}or" if bad else f"{v}ne"
-        lines += [f"  llvm.cond_br {bad}, ^bad{i}, ^ok{i}", f"^bad{i}:",
-                  f"  %code{i} = llvm.mlir.constant({BAD_SIZES + i} : i32) : i32",
-                  f"  llvm.return %code{i} : i32", f"^ok{i}:"]
-    args = ", ".join(f"%d{i}" for i in range(n))
+        lines += _fail_if(bad, BAD_SIZES + i, f"d{i}")
+    args = ", ".join([f"%z{j}" for j in range(k)] + [f"%d{i}" for i in range(n)])
+    types = ", ".join(["i64"] * k + ["!llvm.ptr"] * n)
     lines += ["  %slot = llvm.mlir.addressof @_kina_error : !llvm.ptr",
               "  %null = llvm.mlir.zero : !llvm.ptr",
               "  llvm.store %null, %slot : !llvm.ptr, !llvm.ptr",
-              f"  llvm.call @{ciface}({args}) : ({', '.join(['!llvm.ptr'] * n)}) -> ()",
+              f"  llvm.call @{ciface}({args}) : ({types}) -> ()",
               "  %msg = llvm.load %slot : !llvm.ptr -> !llvm.ptr",
               "  %failed = llvm.icmp \"ne\" %msg, %null : !llvm.ptr",
               "  %code = llvm.zext %failed : i1 to i32",
@@ -172,15 +192,61 @@ def _checked_entry(ciface: str, sig: Signature) -> list[str]:
     return lines
 
 
-def _packed_entry(ciface: str, n_args: int) -> list[str]:
-    """`int32_t packed(void **a) { return checked(a[0], ..., a[n-1]); }`."""
+def _fail_if(cond: str, code: int, tag: str) -> list[str]:
+    return [f"  llvm.cond_br {cond}, ^bad{tag}, ^ok{tag}", f"^bad{tag}:",
+            f"  %code{tag} = llvm.mlir.constant({code} : i32) : i32",
+            f"  llvm.return %code{tag} : i32", f"^ok{tag}:"]
+
+
+class _Poly:
+    """Emits i64 values of dimensions (constants, or polynomials of the size arguments) in
+    the LLVM dialect, each computed once.  The products wrap like C's: sizes that large
+    are refused by the descriptors' own sizes, which cannot match them."""
+
+    def __init__(self, lines: list[str], sizes: dict[str, str]) -> None:
+        self.lines, self.sizes = lines, sizes
+        self.cache: dict[object, str] = {}
+
+    def value(self, d: Dim) -> str:
+        if d in self.cache:
+            return self.cache[d]
+        if isinstance(d, Size):
+            terms = []
+            for monomial, coeff in d.terms:
+                term = self.value(coeff) if coeff != 1 or not monomial else None
+                for name in monomial:
+                    term = self.sizes[name] if term is None else self._op("mul", term, self.sizes[name])
+                assert term is not None
+                terms.append(term)
+            out = terms[0]
+            for term in terms[1:]:
+                out = self._op("add", out, term)
+        else:
+            out = f"%c{len(self.lines)}"
+            self.lines.append(f"  {out} = llvm.mlir.constant({int(d)} : i64) : i64")
+        self.cache[d] = out
+        return out
+
+    def _op(self, op: str, a: str, b: str) -> str:
+        out = f"%t{len(self.lines)}"
+        self.lines.append(f"  {out} = llvm.{op} {a}, {b} : i64")
+        return out
+
+
+def _packed_entry(ciface: str, sig: Signature) -> list[str]:
+    """`int32_t packed(void **a) { return checked(sizes..., a[0], ..., a[n-1]); }` where a
+    dynamic function's sizes are the int64 array a[n] points to."""
+    n, k = len(sig.tensors), len(sig.sizes)
     lines = [f"llvm.func @{packed_symbol(ciface)}(%args: !llvm.ptr) -> i32 {{"]
-    for i in range(n_args):
+    for i in range(n + (1 if k else 0)):
         lines.append(f"  %p{i} = llvm.getelementptr %args[{i}] : (!llvm.ptr) -> !llvm.ptr, !llvm.ptr")
         lines.append(f"  %a{i} = llvm.load %p{i} : !llvm.ptr -> !llvm.ptr")
-    args = ", ".join(f"%a{i}" for i in range(n_args))
-    ptrs = ", ".join(["!llvm.ptr"] * n_args)
-    lines += [f"  %r = llvm.call @{checked_symbol(ciface)}({args}) : ({ptrs}) -> i32", "  llvm.return %r : i32", "}"]
+    for j in range(k):
+        lines.append(f"  %zp{j} = llvm.getelementptr %a{n}[{j}] : (!llvm.ptr) -> !llvm.ptr, i64")
+        lines.append(f"  %z{j} = llvm.load %zp{j} : !llvm.ptr -> i64")
+    args = ", ".join([f"%z{j}" for j in range(k)] + [f"%a{i}" for i in range(n)])
+    types = ", ".join(["i64"] * k + ["!llvm.ptr"] * n)
+    lines += [f"  %r = llvm.call @{checked_symbol(ciface)}({args}) : ({types}) -> i32", "  llvm.return %r : i32", "}"]
     return lines
 
 
@@ -189,17 +255,21 @@ def entry_points_text(exported: list[tuple[str, int]], emitted_mlir: str, declar
     (ciface symbol, number of descriptor arguments) of the lowered module; `declare`: with a
     declaration of each ciface function first (a module of its own)."""
     sigs = signatures(emitted_mlir)
-    lines = []
-    if declare:
-        lines += [f"llvm.func @{c}({', '.join(['!llvm.ptr'] * n)})" for c, n in exported]
-    lines += [_RUNTIME, _string_global("_kina_abi_text", abi_text(sigs))]
+    found = []
     for ciface, n_args in exported:
         sig = sigs.get(ciface[len(CIFACE_PREFIX):])
         if sig is None or len(sig.tensors) != n_args:
             raise StageFailed("mlir-opt", f"{ciface} takes {n_args} descriptors, but the emitted module "
                                           f"declares {'no such function' if sig is None else len(sig.tensors)} "
                                           "(a compiler bug, please report it)")
-        lines += _checked_entry(ciface, sig) + _packed_entry(ciface, n_args)
+        found.append((ciface, sig))
+    lines = []
+    if declare:
+        lines += [f"llvm.func @{c}({', '.join(['i64'] * len(sig.sizes) + ['!llvm.ptr'] * len(sig.tensors))})"
+                  for c, sig in found]
+    lines += [_RUNTIME, _string_global("_kina_abi_text", abi_text(sigs))]
+    for ciface, sig in found:
+        lines += _checked_entry(ciface, sig) + _packed_entry(ciface, sig)
     return "\n".join(lines)
 
 

@@ -57,6 +57,7 @@ _LOWER_TO_LLVM = [
     "--convert-scf-to-cf",
     "@low-precision",
     "--expand-strided-metadata",
+    "--lower-affine",      # expand-strided-metadata writes affine.apply for dynamic sizes and strides
     "--convert-math-to-llvm",
     "--finalize-memref-to-llvm",
     "--convert-arith-to-llvm",
@@ -72,7 +73,7 @@ RESULTS_SLOT = "@distinct-results"   # a buffer returned twice -> a copy for eac
 _BUFFERIZE = [
     "--one-shot-bufferize=bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map",
     RESULTS_SLOT,
-    "--buffer-results-to-out-params=hoist-static-allocs modify-public-functions",
+    "--buffer-results-to-out-params=hoist-static-allocs hoist-dynamic-allocs modify-public-functions",
 ]
 O0_PASSES = [
     "--inline",

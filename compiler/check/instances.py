@@ -18,6 +18,7 @@ instantiation it came from, never dropped.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ from compiler.check.sizes import display
 from compiler.core.diagnostics import Diagnostic, Note, Span
 from compiler.core.sizes import instance_name
 from compiler.ir import nodes as ir
+from compiler.ir.sizes import map_calls, subst_function
 from compiler.syntax import nodes as syntax
 
 MAX_INSTANCES = 10_000   # a program that needs more is refused (each is a function to compile)
@@ -101,26 +103,56 @@ def _instance_errors(fn: syntax.FnDef, sizes: tuple[int, ...], res: FunctionResu
             for d in res.diagnostics if d.severity == "error"]
 
 
-def unbound_exports(fns: Mapping[str, syntax.FnDef], called: set[str],
+def unbound_exports(fns: Mapping[str, syntax.FnDef],
                     sizes: Mapping[str, int]) -> tuple[dict[str, tuple[int, ...]], list[Diagnostic]]:
     """(generic functions every size of which `sizes` binds -> their sizes, the errors of
-    roots with a size left unbound)."""
-    exports: dict[str, tuple[int, ...]] = {}
-    diags: list[Diagnostic] = []
-    for name, fn in fns.items():
-        if not fn.sizes:
-            continue
-        missing = [s for s in fn.sizes if s.name not in sizes]
-        if not missing:
-            exports[name] = tuple(sizes[s.name] for s in fn.sizes)
-        elif name not in called:
-            s = missing[0]
-            given = f" (given: {', '.join(f'{k}={v}' for k, v in sizes.items())})" if sizes else ""
-            diags.append(Diagnostic("size", f"{name}: size {s.name} is not bound; pass --size {s.name}=<n>"
-                                    f"{given}", s.span,
-                                    (Note("a generic function that no other function calls is exported, "
-                                          "so every size it has needs a value"),)))
-    bad = [(k, v) for k, v in sizes.items() if v < 1]
-    for k, v in bad:
-        diags.append(Diagnostic("size", f"--size {k}={v}: sizes are at least 1", Span(0, 0)))
+    --size values below 1).  The others are exported dynamic (dynamic_exports)."""
+    exports = {name: tuple(sizes[s.name] for s in fn.sizes) for name, fn in fns.items()
+               if fn.sizes and all(s.name in sizes for s in fn.sizes)}
+    diags = [Diagnostic("size", f"--size {k}={v}: sizes are at least 1", Span(0, 0)) for k, v in sizes.items() if v < 1]
     return exports, diags
+
+
+# ---- dynamic exports -------------------------------------------------------------------------
+DYNAMIC_COPY = "$dyn"   # the private, fully dynamic copy of a generic function (`linear$dyn`)
+
+
+@dataclass
+class Dynamic:
+    functions: dict[str, ir.Function] = field(default_factory=dict)
+    requests: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
+
+
+def dynamic_exports(generic: Mapping[str, ir.Function], sizes: Mapping[str, int]) -> Dynamic:
+    """The dynamic functions of a build: each generic function (its symbolic IR, `generic`)
+    whose sizes `sizes` does not all bind is exported under its own name with the bound
+    ones substituted and the others taken at each call (ir.Function.sizes).  A call at
+    symbolic sizes passes all of its callee's sizes, so it calls the callee's export when
+    that one is fully dynamic, else a private fully dynamic copy `f$dyn`.  `requests`: the
+    monomorphic instances that the substituted calls now need."""
+    out = Dynamic()
+    for name, fn in generic.items():
+        bound = {n: sizes[n] for n in fn.sizes if n in sizes}
+        if len(bound) < len(fn.sizes):
+            out.functions[name], reqs = subst_function(fn, bound)
+            out.requests |= reqs
+    todo = list(out.functions)
+    while todo:
+        name = todo.pop()
+        fn = out.functions[name]
+        out.functions[name] = map_calls(fn, lambda call: _dynamic_target(call, generic, out, todo))
+    return out
+
+
+def _dynamic_target(call: ir.CallFn | ir.Handle, generic: Mapping[str, ir.Function], out: Dynamic,
+                    todo: list[str]) -> str:
+    if not call.sizes or call.fn not in generic:
+        return call.fn
+    export = out.functions.get(call.fn)
+    if export is not None and export.sizes == generic[call.fn].sizes:
+        return call.fn
+    copy = call.fn + DYNAMIC_COPY
+    if copy not in out.functions:
+        out.functions[copy] = dataclasses.replace(generic[call.fn], name=copy)
+        todo.append(copy)
+    return copy

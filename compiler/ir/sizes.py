@@ -12,14 +12,14 @@ of subst_function must make (the `requests` it returns).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from compiler.core.sizes import Dim, Size, instance_name, subst
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir.nodes import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Param, Var
 
-__all__ = ["subst_function", "subst_expr", "subst_type", "free_sizes"]
+__all__ = ["subst_function", "subst_expr", "subst_type", "free_sizes", "map_calls"]
 
 Env = Mapping[str, Dim]
 
@@ -99,3 +99,17 @@ def free_sizes(t: Type) -> set[str]:
     if isinstance(t, TupleType):
         return set().union(*(free_sizes(i) for i in t.items)) if t.items else set()
     return {n for d in t.shape if isinstance(d, Size) for n in d.names}
+
+
+def map_calls(fn: Function, target: Callable[[CallFn | Handle], str]) -> Function:
+    """fn with each call and handle renamed to `target(node)` (nested arguments too)."""
+    def go(e: Expr) -> Expr:
+        if isinstance(e, (CallFn, Handle)):
+            return dataclasses.replace(e, fn=target(e), args=[go(a) for a in e.args])
+        if isinstance(e, OpApp):
+            return dataclasses.replace(e, args=[go(a) for a in e.args])
+        if isinstance(e, MakeTuple):
+            return dataclasses.replace(e, items=[go(i) for i in e.items])
+        return e
+    return dataclasses.replace(fn, lets=[dataclasses.replace(b, value=go(b.value)) for b in fn.lets],
+                               result=go(fn.result))

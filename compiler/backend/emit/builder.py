@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from compiler.core.diagnostics import SourceText, Span, plain_name
+from compiler.core.sizes import Dim, Size, SizeNumber
 from compiler.core.types import BY_MLIR, DType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
@@ -33,7 +34,9 @@ class EmitError(Exception):
 
 @dataclass(frozen=True)
 class Ty:
-    """An MLIR ranked tensor type: element type and static shape."""
+    """An MLIR ranked tensor type: element type and shape.  In a dynamic function a
+    dimension may be a symbolic Size (`B*T`): it is `?` in the type, and its value is
+    computed from the function's size arguments (FnEmitter.dim)."""
     elem: str
     shape: tuple[int, ...]
 
@@ -43,13 +46,22 @@ class Ty:
 
     @property
     def mlir(self) -> str:
-        return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.elem + ">"
+        return "tensor<" + "".join(f"{_mlir_dim(d)}x" for d in self.shape) + self.elem + ">"
+
+    @property
+    def dynamic(self) -> list[int]:
+        """The axes whose size is symbolic."""
+        return [i for i, d in enumerate(self.shape) if isinstance(d, Size)]
 
     def with_elem(self, elem: str) -> Ty:
         return Ty(elem, self.shape)
 
     def with_shape(self, shape: Iterable[int]) -> Ty:
         return Ty(self.elem, tuple(shape))
+
+
+def _mlir_dim(d: object) -> str:
+    return "?" if isinstance(d, Size) else str(d)
 
 
 def ty(t: Type) -> Ty:
@@ -96,6 +108,11 @@ class FnEmitter:
         self.loc = ""
         self.span = ir.NO_SPAN
         self.fallback = ir.NO_SPAN  # location for span-less nodes: the current let or function
+        # A dynamic function: its size arguments (name -> SSA index value), and the index
+        # values computed from them (emitted once, at the top of the body: `prologue`).
+        self.sizes: dict[str, str] = {}
+        self.prologue: list[str] = []
+        self._dims: dict[object, str] = {}
 
     # ---- names and lines ---------------------------------------------------
     def fresh(self, hint: str | None = None) -> str:
@@ -136,9 +153,65 @@ class FnEmitter:
     def fail(self, message: str) -> None:
         raise EmitError(message, self.span)
 
+    # ---- sizes of dynamic functions ------------------------------------------
+    def dim(self, d: Dim) -> str:
+        """The SSA index value of a dimension: a constant, or a size polynomial computed
+        from the size arguments.  Emitted into the prologue (it dominates every use, also
+        inside linalg bodies) and computed once per function."""
+        if d in self._dims:
+            return self._dims[d]
+        if isinstance(d, Size):
+            value = self._poly(d)
+        else:
+            value = self._pro(f"arith.constant {int(d)} : index")
+        self._dims[d] = value
+        return value
+
+    def _poly(self, d: Size) -> str:
+        total = None
+        for monomial, coeff in d.terms:
+            term = self.dim(coeff) if not monomial or coeff != 1 else None
+            for name in monomial:
+                v = self.sizes[name]
+                term = v if term is None else self._pro(f"arith.muli {term}, {v} : index")
+            assert term is not None
+            total = term if total is None else self._pro(f"arith.addi {total}, {term} : index")
+        assert total is not None
+        return total
+
+    def _pro(self, text: str) -> str:
+        out = self.fresh()
+        self.prologue.append(f"{out} = {text}")
+        return out
+
+    def dyn_operands(self, t: Ty) -> str:
+        """The operands giving the `?` dimensions of t (`tensor.empty(%a, %b)`)."""
+        return ", ".join(self.dim(t.shape[i]) for i in t.dynamic)
+
+    def size_number(self, n: SizeNumber, elem: str) -> str:
+        """A number computed from sizes (`1.0 / (B * T)`) as a scalar of `elem` (f32 math
+        for floats, i64 for integers), in the prologue."""
+        if n.op == "num":
+            v = n.args[0]
+            if elem == "i64":
+                return self._pro(f"arith.constant {int(v)} : i64")   # type: ignore[call-overload]
+            return self._pro(f"arith.constant {float_literal(float(v), COMPUTE)} : {COMPUTE}")  # type: ignore[arg-type]
+        if n.op == "size":
+            i = self._pro(f"arith.index_cast {self.dim(n.args[0])} : index to i64")   # type: ignore[arg-type]
+            return i if elem == "i64" else self._pro(f"arith.sitofp {i} : i64 to {COMPUTE}")
+        args = [self.size_number(a, elem) for a in n.args if isinstance(a, SizeNumber)]
+        t = "i64" if elem == "i64" else COMPUTE
+        if n.op == "neg":
+            if t == "i64":
+                return self._pro(f"arith.subi {self._pro('arith.constant 0 : i64')}, {args[0]} : i64")
+            return self._pro(f"arith.negf {args[0]} : {t}")
+        name = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[n.op]
+        name = name + ("i" if t == "i64" else "f")
+        return self._pro(f"arith.{name} {args[0]}, {args[1]} : {t}")
+
     # ---- tensor helpers ----------------------------------------------------
     def empty(self, t: Ty) -> str:
-        return self.op(f"tensor.empty() : {t.mlir}")
+        return self.op(f"tensor.empty({self.dyn_operands(t)}) : {t.mlir}")
 
     def scalar(self, value: float, elem: str) -> str:
         if elem in ("i1",):
@@ -149,14 +222,23 @@ class FnEmitter:
             return self.op(f"arith.constant {int(value)} : index")
         return self.op(f"arith.constant {float_literal(value, elem)} : {elem}")
 
-    def filled(self, t: Ty, value: float, out: str | None = None) -> str:
+    def filled(self, t: Ty, value: float | SizeNumber, out: str | None = None) -> str:
         """A tensor of type t holding `value` everywhere: linalg.fill of a
         bufferization.alloc_tensor.  It is an accumulator that its op updates in place; a
         tensor.empty would let CSE merge the accumulators of two matmuls into one tensor,
         which bufferization must then copy (issue 11's first program is that pattern)."""
-        c = self.scalar(value, t.elem)
-        e = self.op(f"bufferization.alloc_tensor() : {t.mlir}")
+        if isinstance(value, SizeNumber):
+            c = self.size_number(value, t.elem if t.elem == "i64" else COMPUTE)
+            if t.elem not in ("i64", COMPUTE):
+                c = self.store(c, t.elem)
+        else:
+            c = self.scalar(value, t.elem)
+        e = self.alloc(t)
         return self.op(f"linalg.fill ins({c} : {t.elem}) outs({e} : {t.mlir}) -> {t.mlir}", out)
+
+    def alloc(self, t: Ty) -> str:
+        """A fresh bufferization.alloc_tensor of type t (never merged by CSE)."""
+        return self.op(f"bufferization.alloc_tensor({self.dyn_operands(t)}) : {t.mlir}")
 
     def generic(self, ins: list[tuple[str, Ty, MapResults]], init: tuple[str, Ty, MapResults],
                 iterators: list[str], body: Body, out: str | None = None) -> str:
@@ -214,20 +296,28 @@ class FnEmitter:
 
     def expand(self, x: str, t: Ty, groups: list[list[int]], shape: Sequence[int], out: str | None = None) -> str:
         new = t.with_shape(shape)
-        dims = ", ".join(str(d) for d in shape)
+        if any(sum(isinstance(shape[i], Size) for i in g) > 1 for g in groups):
+            # expand-strided-metadata takes at most one dynamic size per group ([B*T] ->
+            # [B, T] has two): a tensor.reshape to a shape tensor instead (a view too)
+            dims = ", ".join(self.dim(d) for d in shape)
+            spec = self.op(f"tensor.from_elements {dims} : tensor<{len(shape)}xindex>")
+            return self.op(f"tensor.reshape {x}({spec}) : ({t.mlir}, tensor<{len(shape)}xindex>) -> {new.mlir}", out)
+        dims = ", ".join(self.dim(d) if isinstance(d, Size) else str(d) for d in shape)
         return self.op(f"tensor.expand_shape {x} {_groups(groups)} output_shape [{dims}] : "
                        f"{t.mlir} into {new.mlir}", out)
 
-    def bounds_check(self, idx: str, t: Ty, limit: int, message: str) -> None:
+    def bounds_check(self, idx: str, t: Ty, limit: Dim, message: str) -> None:
         """Assert 0 <= idx < limit for every element.  cf.assert cannot sit inside a linalg
         body, so an all-reduction linalg.generic counts the bad indices (in i64: i1 tensors
         do not lower through memref-to-llvm) and one cf.assert checks the count is 0."""
         n = t.rank
         count = Ty("i64", ())
+        bound = (self._pro(f"arith.index_cast {self.dim(limit)} : index to i64") if isinstance(limit, Size)
+                 else None)
 
         def body(i: str, acc: str) -> str:
             lo = self.op(f"arith.cmpi slt, {i}, {self.scalar(0, 'i64')} : i64")
-            hi = self.op(f"arith.cmpi sge, {i}, {self.scalar(limit, 'i64')} : i64")
+            hi = self.op(f"arith.cmpi sge, {i}, {bound or self.scalar(limit, 'i64')} : i64")
             bad = self.op(f"arith.ori {lo}, {hi} : i1")
             return self.op(f"arith.addi {acc}, {self.op(f'arith.extui {bad} : i1 to i64')} : i64")
 

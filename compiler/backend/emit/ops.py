@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from compiler.backend.emit.builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
+from compiler.core.sizes import Dim, Size, SizeNumber
 from compiler.core.types import TensorType
 from compiler.ir import nodes as ir
 
@@ -144,9 +145,14 @@ def lower_broadcast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) ->
                       ["parallel"] * dst.rank, lambda x, _o: x, out)
 
 
-def _slice_args(axis: int, start: int, part: Ty) -> str:
-    offsets = ", ".join(str(start if i == axis else 0) for i in range(part.rank))
-    sizes = ", ".join(str(d) for d in part.shape)
+def _slice_args(em: FnEmitter, axis: int, start: Dim, part: Ty) -> str:
+    """`[offsets] [sizes] [strides]` of the window of `part` at `start` on `axis`: static
+    where the numbers are known, SSA index values where they are sizes."""
+    def d(x: Dim) -> str:
+        return em.dim(x) if isinstance(x, Size) else str(x)
+
+    offsets = ", ".join(d(start) if i == axis else "0" for i in range(part.rank))
+    sizes = ", ".join(d(x) for x in part.shape)
     return f"[{offsets}] [{sizes}] [{', '.join('1' for _ in part.shape)}]"
 
 
@@ -155,7 +161,7 @@ def lower_slice(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str
     view after bufferization, and copying it with memref.copy would call `memrefCopy`
     from the MLIR runner library, which a Kina .so does not link."""
     src, dst = _t(node.args[0]), _t(node)
-    view = em.op(f"tensor.extract_slice {args[0]}{_slice_args(node.attrs['axis'], node.attrs['start'], dst)} : "
+    view = em.op(f"tensor.extract_slice {args[0]}{_slice_args(em, node.attrs['axis'], node.attrs['start'], dst)} : "
                  f"{src.mlir} to {dst.mlir}")
     return em.op(f"linalg.copy ins({view} : {dst.mlir}) outs({em.empty(dst)} : {dst.mlir}) -> {dst.mlir}", out)
 
@@ -167,10 +173,10 @@ def lower_concat(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> st
     equal tensor.empty ops, two concats then wrote into one tensor, and bufferization had to
     copy one of them aside through strided views."""
     dst, axis = _t(node), node.attrs["axis"]
-    acc, offset = em.op(f"bufferization.alloc_tensor() : {dst.mlir}"), 0
+    acc, offset = em.alloc(dst), 0
     for k, (x, e) in enumerate(zip(args, node.args)):
         part = _t(e)
-        where = _slice_args(axis, offset, part)
+        where = _slice_args(em, axis, offset, part)
         window = em.op(f"tensor.extract_slice {acc}{where} : {dst.mlir} to {part.mlir}")
         filled = em.op(f"linalg.copy ins({x} : {part.mlir}) outs({window} : {part.mlir}) -> {part.mlir}")
         acc = em.op(f"tensor.insert_slice {filled} into {acc}{where} : {part.mlir} into {dst.mlir}",
@@ -330,8 +336,9 @@ def lower_reduce_keep(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
     res, acc = _reduce(em, args[0], src, axis, kind)
     if REDUCERS[kind][2]:   # a mean
         n = src.shape[axis]
+        count = em.size_number(SizeNumber.of(n), COMPUTE) if isinstance(n, Size) else None
         res = em.map_elementwise([(res, acc)], acc,
-                                 lambda s: em.op(f"arith.divf {s}, {em.scalar(float(n), COMPUTE)} : f32"))
+                                 lambda s: em.op(f"arith.divf {s}, {count or em.scalar(float(n), COMPUTE)} : f32"))
     direct = out if t.elem == COMPUTE else None
     kept = keep_axis(em, res, acc, axis, direct)
     return em.convert(kept, t.with_elem(COMPUTE), t.elem, out)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from compiler.backend.emit.builder import EmitError, FnEmitter, float_literal, symbol, ty
 from compiler.backend.emit.ops import LOWERINGS
 from compiler.core.diagnostics import Diagnostic, SourceText, Span, plain_name
+from compiler.core.sizes import has_sizes
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 
@@ -43,6 +44,8 @@ MAX_TENSOR_BYTES = 1 << 34  # 16 GiB
 
 
 def _check_size(t: TensorType, span: Span) -> None:
+    if has_sizes(t.shape):
+        return      # a dynamic shape: the runtime allocates what each call's sizes give
     size = t.volume * t.dtype.itemsize
     if size > MAX_TENSOR_BYTES:
         raise EmitError(f"{t} needs {size / 2**30:,.0f} GiB; the host backend limits one tensor "
@@ -64,10 +67,12 @@ Value = str | list["Value"]  # an SSA reference, or a list of them for a tuple
 class FunctionLowering:
     """Lowers one ir.Function: parameters, let chain, result."""
 
-    def __init__(self, fn: ir.Function, source: SourceText | None) -> None:
+    def __init__(self, fn: ir.Function, source: SourceText | None,
+                 functions: dict[str, ir.Function] | None = None) -> None:
         self.fn = fn
         self.em = FnEmitter(source)
         self.env: dict[str, Value] = {}
+        self.functions = functions or {}   # the callees' signatures (a dynamic callee's types)
 
     def run(self) -> list[str]:
         fn, em = self.fn, self.em
@@ -75,6 +80,9 @@ class FunctionLowering:
         em.fallback = fn.span
         em.at(fn.span)
         params = []
+        for name in fn.sizes:        # a dynamic function takes its sizes first, as index values
+            em.sizes[name] = em.fresh("size_" + name)
+            params.append(f"{em.sizes[name]}: index")
         for p in fn.params:
             self.env[p.name] = em.fresh(p.name)
             params.append(f"{self.env[p.name]}: {ty(p.type).mlir}")
@@ -90,7 +98,8 @@ class FunctionLowering:
         private = not ir.is_export(fn.name)
         head = (f"func.func {'private ' if private else ''}{symbol(fn.name)}({', '.join(params)}) -> "
                 f"({', '.join(rtypes)})" + ("" if private else " attributes {llvm.emit_c_interface}"))
-        return [head + " {", *em.lines, "}" + em.loc]
+        abi = [] if private else [f"// kina-abi: {abi_line(fn)}"]
+        return [*abi, head + " {", *("  " + line for line in em.prologue), *em.lines, "}" + em.loc]
 
     def _check_types(self) -> None:
         """Reject placements with no host lowering before emitting anything: first at the
@@ -139,7 +148,9 @@ class FunctionLowering:
         em.at(e.span)
         out = em.fresh(hint)
         if isinstance(e, ir.Literal):
-            if e.scalar or (len(e.values) <= 1 and e.type.volume >= SPLAT_FILL_MIN):
+            if e.size_value is not None:
+                return em.filled(ty(e.type), e.size_value, out)
+            if e.scalar or (len(e.values) <= 1 and (has_sizes(e.type.shape) or e.type.volume >= SPLAT_FILL_MIN)):
                 # `x * 0.5`, or a big splat: a fill, not a dense constant the size of x in the .so
                 return em.filled(ty(e.type), e.values[0] if e.values else 0, out)
             return em.op(literal(e), out)
@@ -159,6 +170,9 @@ class FunctionLowering:
         raise EmitError(f"cannot emit {type(e).__name__}", getattr(e, "span", ir.NO_SPAN))
 
     def _call(self, e: ir.CallFn, args: list[str], out: str) -> Value:
+        callee = self.functions.get(e.fn)
+        if e.sizes and callee is not None:
+            return self._dynamic_call(e, callee, args, out)
         types = _flat_types(e.type)
         sig = (f"({', '.join(ty(a.type).mlir for a in e.args)}) -> "
                f"({', '.join(ty(t).mlir for t in types)})")
@@ -172,6 +186,41 @@ class FunctionLowering:
             self.em.op(call, f"{out}:{len(types)}")
             return [f"{out}#{i}" for i in range(len(types))]
         return self.em.op(call, out)
+
+
+    def _dynamic_call(self, e: ir.CallFn, callee: ir.Function, args: list[str], out: str) -> Value:
+        """A call of a dynamic function: the size values first, each tensor cast to the
+        callee's parameter type (its `?` dimensions), and the results cast back to this
+        call's types (which may know more of the dimensions)."""
+        em = self.em
+        sizes = [em.dim(d) for d in e.sizes]
+        casts = []
+        for a, arg, p in zip(args, e.args, callee.params):
+            mine, theirs = ty(arg.type).mlir, ty(p.type).mlir
+            casts.append(a if mine == theirs else em.op(f"tensor.cast {a} : {mine} to {theirs}"))
+        theirs = [ty(t).mlir for t in _flat_types(callee.ret_type)]
+        mine = [ty(t).mlir for t in _flat_types(e.type)]
+        sig = f"({', '.join(['index'] * len(sizes) + [ty(p.type).mlir for p in callee.params])}) -> ({', '.join(theirs)})"
+        # Inlined, unlike a static export's call: buffer-results-to-out-params cannot give a
+        # call the out-param of a result whose sizes the callee computes (`T + 1`).
+        call = f"func.call {symbol(e.fn)}({', '.join(sizes + casts)}) : {sig}"
+        res = em.fresh() if len(theirs) > 1 else out
+        em.line(f"{res}:{len(theirs)} = {call}{em.loc}" if len(theirs) > 1 else f"{res} = {call}{em.loc}")
+        values = [f"{res}#{i}" for i in range(len(theirs))] if len(theirs) > 1 else [res]
+        results = [v if a == b else em.op(f"tensor.cast {v} : {a} to {b}") for v, a, b in zip(values, theirs, mine)]
+        return list(results) if isinstance(e.type, TupleType) else results[0]
+
+
+def abi_line(fn: ir.Function) -> str:
+    """The function's line of the library's `_kina_abi()` text (backend/entry_points.py):
+    `kina_f(f32[2,3], i64[4]) -> (f32[2])`, with `[B,T]` after the name and size
+    expressions in the shapes for a dynamic function (`i64[B,T + 1]`)."""
+    def t(x: TensorType) -> str:
+        return f"{ty(x).elem}[{','.join(map(str, x.shape))}]"
+
+    sizes = f"[{','.join(fn.sizes)}]" if fn.sizes else ""
+    return (f"kina_{fn.name}{sizes}({', '.join(t(p.type) for p in fn.params)}) -> "
+            f"({', '.join(t(x) for x in _flat_types(fn.ret_type))})")
 
 
 def _distinct_results(em: FnEmitter, results: list[str], types: list[str]) -> list[str]:
@@ -231,9 +280,11 @@ def _nested(flat: list[str], shape: tuple[int, ...]) -> str:
 
 
 # ---- entry point -------------------------------------------------------------
-def emit_function(fn: ir.Function, source: SourceText | None = None) -> list[str]:
-    """The func.func lines of one function; raises EmitError."""
-    return FunctionLowering(fn, source).run()
+def emit_function(fn: ir.Function, source: SourceText | None = None,
+                  functions: dict[str, ir.Function] | None = None) -> list[str]:
+    """The func.func lines of one function (`functions`: the program's, for calls of
+    dynamic functions); raises EmitError."""
+    return FunctionLowering(fn, source, functions).run()
 
 
 def emit_program(program: ir.Program, source: SourceText | None = None) -> EmitResult:
@@ -242,7 +293,7 @@ def emit_program(program: ir.Program, source: SourceText | None = None) -> EmitR
     chunks: list[str] = []
     for fn in program.functions.values():
         try:
-            chunks.append("\n".join(emit_function(fn, source)))
+            chunks.append("\n".join(emit_function(fn, source, program.functions)))
         except EmitError as err:
             diagnostics.append(Diagnostic("emit", err.message, err.span))
         except Exception as err:   # outside any op's lowering (a compiler bug): still a diagnostic
