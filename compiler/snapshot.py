@@ -140,13 +140,14 @@ class Snapshot:
         """The functions that checked cleanly (not recursive, first definitions), document
         spans: the monomorphic ones and the instantiations of generic ones that they call
         (check/instances.py)."""
-        return self.program_for({})[0]
+        return self.program_for({}, want_dynamic=False)[0]
 
-    def program_for(self, sizes: Mapping[str, int]) -> tuple[ir.Program, list[Diagnostic]]:
+    def program_for(self, sizes: Mapping[str, int], want_dynamic: bool = True) -> tuple[ir.Program, list[Diagnostic]]:
         """The program a build compiles: the monomorphic functions, every generic function
         that `sizes` (`kinac build --size B=4`) binds fully exported at those sizes, every
         other generic function exported dynamic (its unbound sizes taken at each call:
-        check/instances.dynamic_exports), and the instantiations all of them call."""
+        check/instances.dynamic_exports; not with `want_dynamic` False), and the instantiations
+        all of them call."""
         good = [it for it in self._first_defs().values() if it.name in self._good]
         mono = {it.name: f for it in good if (f := it.ir) is not None and not it.res.checked.generic}
         generic = {it.name: fn for it in good if it.res.checked.generic and (fn := it.fn) is not None}
@@ -155,7 +156,7 @@ class Snapshot:
         symbolic = {it.name: f for it in good if it.res.checked.generic and (f := it.ir) is not None}
         signatures = {it.name: sig for it in self._first_defs().values() if (sig := it.res.signature) is not None}
         exports, diags = instances.unbound_exports(generic, sizes)
-        dynamic = instances.dynamic_exports(symbolic, sizes)
+        dynamic = instances.dynamic_exports(symbolic if want_dynamic else {}, sizes)
         requests = {r for it in good if not it.res.checked.generic for r in it.res.checked.instances}
         requests |= {r for it in good if it.res.checked.generic and it.name in dynamic.functions
                      for r in it.res.checked.instances}

@@ -215,7 +215,9 @@ def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
         nonlocal tagged
         if op.name == "linalg.transpose":
             perm = list(mlir_ir.DenseI64ArrayAttr(op.attributes["permutation"]))
-            shape = mlir_ir.RankedTensorType(op.results[0].type).shape if len(op.results) == 1 else None
+            t = mlir_ir.RankedTensorType(op.results[0].type) if len(op.results) == 1 else None
+            # a dynamic dimension (a dynamic export) is a huge negative number, which `%` divides
+            shape = t.shape if t is not None and t.has_static_shape else None
             r = len(perm)
             j = perm.index(r - 1) if perm else 0
             tiles = None

@@ -133,11 +133,15 @@ class ExprChecker(SizeRules):
             e, symbolic = self._sizes_as_numbers(e)
         else:
             symbolic = False
+        if symbolic and isinstance(e, syntax.Number):    # a size alone (`x * N`)
+            return self._size_number(original, e)
         if isinstance(e, (syntax.Number, syntax.Name, syntax.TensorLit, syntax.IntList)):
             return e
         number = fold(e, self.signatures)
         if number is None:
-            return e
+            # not one number: its parts are checked (and folded) one by one; in a generic body
+            # from the text as written, so a part over sizes stays symbolic (_size_number)
+            return original if symbolic else e
         if symbolic:      # its value depends on the sizes: kept symbolic (size_rules._size_number)
             return self._size_number(original, number)
         if not math.isfinite(number.value) and not writes_nonfinite(e):

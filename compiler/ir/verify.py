@@ -15,6 +15,7 @@ from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import OPS, check_float_only
 from compiler.ir.shape_rules import OpError
+from compiler.ir.sizes import subst_type
 
 
 class _Bad(Exception):
@@ -103,13 +104,17 @@ def _call(program: ir.Program, e: ir.CallFn | ir.Handle, args: list[Type]) -> Ty
     callee = program.functions.get(e.fn)
     if callee is None:
         raise _Bad(f"no function `{e.fn}`", e)
-    params = [p.type for p in callee.params]
+    params: list[Type] = [p.type for p in callee.params]
+    ret = callee.ret_type
+    if e.sizes:    # a dynamic callee: its types at this call's sizes
+        env = dict(zip(callee.sizes, e.sizes))
+        params, ret = [subst_type(t, env) for t in params], subst_type(ret, env)
     if args != params:
         raise _Bad(f"`{e.fn}` takes ({', '.join(map(str, params))}), called with ({', '.join(map(str, args))})", e)
     if isinstance(e, ir.CallFn):
-        return callee.ret_type
-    floats = [p for p in params if p.is_float]   # handle: (R, g0, ..) or R
-    return TupleType((callee.ret_type, *floats)) if floats else callee.ret_type
+        return ret
+    floats = [p for p in params if isinstance(p, TensorType) and p.is_float]   # handle: (R, g0, ..) or R
+    return TupleType((ret, *floats)) if floats else ret
 
 
 def _literal(e: ir.Literal) -> TensorType:
