@@ -170,6 +170,12 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                             and n // blocks[1] >= PACK_B_MIN_PANELS):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
+            elif (not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
+                  and op.name == "linalg.matmul"):
+                # a dynamic export's matmul: whether the tile divides M and N is known only at
+                # run time, so both loops are peeled and only the full (static) tiles are vectorised
+                op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get([1, 1, 1, tn])
+                tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
                 # the tile does not divide M or N, or N is narrower than the tile: the loops'
