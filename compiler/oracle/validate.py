@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import random
 import selectors
 import subprocess
 import sys
@@ -38,8 +37,10 @@ import numpy as np
 
 from compiler import build
 from compiler.core.diagnostics import display_path, read_source
-from compiler.core.types import FLOAT_DTYPES, DType
+from compiler.core.sizes import Size
+from compiler.core.types import FLOAT_DTYPES, DType, TupleType
 from compiler.ir import nodes as ir
+from compiler.oracle import dynamic_sizes
 from compiler.oracle.tolerance import OutputCheck, check_output, compare, describe_worst
 from compiler.runtime.arrays import Array
 from compiler.runtime.loader import KinaRuntimeError
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from compiler.oracle.interp import Value
 
 GRAD_PREFIX = "__validate_grad_"
+RUN_MARK = "@"   # `train_step@1`: run 1 of a dynamic function (its sizes are pickled with its inputs)
 
 # Kina dtype -> (atol, rtol) for compiled vs interpreter, and for cotangents vs finite
 # differences: types.DType.tolerance / fd_tolerance.
@@ -125,8 +127,12 @@ def add_gradient_wrappers(program: ir.Program) -> ir.Program:
             if name is None:
                 continue
             params = [ir.Param(p.name, p.type) for p in target.params]
-            call = ir.Handle(h.fn, [ir.Var(p.name, p.type) for p in params], h.handler, h.type, h.span)
-            out.functions[name] = ir.Function(name, params, h.type, [], call, h.span, target.name_span)
+            t, sizes = h.type, tuple(Size.var(n) for n in target.sizes)
+            if sizes:   # a dynamic target: the wrapper is dynamic too, in the target's sizes
+                floats = tuple(p.type for p in params if p.type.is_float)
+                t = TupleType((target.ret_type, *floats)) if floats else target.ret_type
+            call = ir.Handle(h.fn, [ir.Var(p.name, p.type) for p in params], h.handler, t, h.span, sizes)
+            out.functions[name] = ir.Function(name, params, t, [], call, h.span, target.name_span, target.sizes)
     return out
 
 
@@ -225,9 +231,9 @@ def child_main(so_path: str, work: str, names: list[str]) -> int:
     for name in names:
         print(f"START {name}", file=proto, flush=True)
         with open(Path(work) / f"{name}.in.pkl", "rb") as f:
-            args = pickle.load(f)
+            args, sizes = pickle.load(f)
         try:
-            out = _flat(lib[name](*args))
+            out = _flat(lib[name.partition(RUN_MARK)[0]](*args, **sizes))
         except Exception as e:   # the runtime refused the call (e.g. an index out of range)
             message = " ".join(f"{type(e).__name__}: {e}".split())
             print(f"RAISED {name} {message}", file=proto, flush=True)
@@ -339,7 +345,8 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
     functions finish; cancel() returning True stops the run (report.cancelled).  `only`:
     run just these exported functions (a gradient wrapper is GRAD_PREFIX + the handled
     function's name); the whole file is still built.  `sizes`: `--size` values for the
-    generic functions to export (validate_generic picks them when none are given)."""
+    generic functions to export; the others are exported dynamic and checked at several
+    sizes each (compiler/oracle/dynamic_sizes.py)."""
     from compiler.oracle import interp
     report = ValidationReport(str(path))
     with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
@@ -356,33 +363,37 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         fns = [f for f in build.exported(program) if f.params or f.name == "main" or (only and f.name in only)]
         if only is not None:
             fns = [f for f in fns if f.name in only]
+        tasks = [_Task(f.name, f, program, {}) for f in fns if not f.sizes]
+        tasks += _dynamic_tasks(path, program, [f for f in fns if f.sizes], seed)
         inputs: dict[str, list[Array]] = {}
         expected: dict[str, References | None] = {}
         reports: dict[str, FunctionReport] = {}
-        for fn in fns:
-            reports[fn.name] = FunctionReport(_display_name(fn))
+        for task in tasks:
+            fn = task.fn
+            reports[task.key] = FunctionReport(task.label)
             try:
-                inputs[fn.name] = interp.random_inputs(fn, seed, program) if fn.params else []
+                inputs[task.key] = interp.random_inputs(fn, seed, task.program) if fn.params else []
             except Exception as e:  # an interpreter failure is reported, not raised
-                reports[fn.name].error = f"could not make inputs: {type(e).__name__}: {e}"
+                reports[task.key].error = f"could not make inputs: {type(e).__name__}: {e}"
                 continue
             try:
-                expected[fn.name] = references(program, fn.name, inputs[fn.name])
+                expected[task.key] = references(task.program, fn.name, inputs[task.key])
             except KinaRuntimeError as e:
                 # The reference rejects these inputs (e.g. an index out of range): the library
                 # must then stop at its own bounds check, which the child run reports.
-                expected[fn.name] = None
-                reports[fn.name].error = f"reference interpreter: {e}"
+                expected[task.key] = None
+                reports[task.key].error = f"reference interpreter: {e}"
             except Exception as e:
-                reports[fn.name].error = f"interpreter failed: {type(e).__name__}: {e}"
+                reports[task.key].error = f"interpreter failed: {type(e).__name__}: {e}"
                 continue
-            with open(work / f"{fn.name}.in.pkl", "wb") as f:
-                pickle.dump(inputs[fn.name], f)
-        runnable = [f.name for f in fns if f.name in expected]
+            with open(work / f"{task.key}.in.pkl", "wb") as f:
+                pickle.dump((inputs[task.key], task.sizes), f)
+        by_key = {t.key: t for t in tasks}
+        runnable = [t.key for t in tasks if t.key in expected]
         done = [0]
 
         def on_done(name: str, error: str | None) -> None:
-            rep, fn = reports[name], program.functions[name]
+            rep, task = reports[name], by_key[name]
             want = expected[name]
             if want is None:      # the reference trapped: so must the library
                 rep.error = (f"library {error}; {rep.error}" if error is not None else
@@ -390,7 +401,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
             elif error is not None:
                 rep.error = error
             else:
-                _compare_function(rep, program, fn, inputs[name], want, work)
+                _compare_function(rep, task.program, task.fn, inputs[name], want, work, name)
             done[0] += 1
             if progress is not None:
                 progress(rep.name, done[0], len(runnable))
@@ -398,8 +409,42 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         finished = run_in_child(so_path, work, runnable, timeout=timeout, cancel=cancel,
                                 on_done=on_done)
         report.cancelled = not finished
-        report.functions = [reports[f.name] for f in fns]
+        report.functions = [reports[t.key] for t in tasks]
     return report
+
+
+@dataclass
+class _Task:
+    """One function to run: `key` names its files and child run, `fn` and `program` are the
+    reference's (a dynamic function's run: the static program at `sizes`)."""
+    key: str
+    fn: ir.Function
+    program: ir.Program
+    sizes: dict[str, int]
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        self.label = self.label or _display_name(self.fn)
+
+
+def _dynamic_tasks(path: str | Path, program: ir.Program, fns: list[ir.Function], seed: int) -> list[_Task]:
+    """The runs of the dynamic exports (compiler/oracle/dynamic_sizes.py)."""
+    from compiler import analysis
+    if not fns:
+        return []
+    snap = analysis.analyze(read_source(Path(path)), str(path))
+    tasks = []
+    for k, run in enumerate(dynamic_sizes.size_runs(fns, seed)):
+        static, _ = snap.program_for(run, want_dynamic=False)
+        ref = dynamic_sizes.reference_program(add_gradient_wrappers(static), program, [f.name for f in fns])
+        for fn in fns:
+            if fn.name in ref.functions:
+                label = dynamic_sizes.label(fn, run)
+                if fn.name.startswith(GRAD_PREFIX) and isinstance(fn.result, ir.Handle):
+                    label = f"{fn.result.fn}{label[len(fn.name):]} (reverseMode)"
+                tasks.append(_Task(f"{fn.name}{RUN_MARK}{k}", ref.functions[fn.name], ref,
+                                   dynamic_sizes.sizes_of(fn, run), label))
+    return tasks
 
 
 def _display_name(fn: ir.Function) -> str:
@@ -444,16 +489,16 @@ def check_results(rep: FunctionReport, fn: ir.Function, got: list[Array], want: 
         rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt, m))
 
 
-def load_outputs(work: Path, name: str) -> list[Array]:
-    """The results the child process computed for function `name` (child_main's pickle)."""
-    with open(work / f"{name}.out.pkl", "rb") as f:
+def load_outputs(work: Path, key: str) -> list[Array]:
+    """The results the child process computed for run `key` (child_main's pickle)."""
+    with open(work / f"{key}.out.pkl", "rb") as f:
         out: list[Array] = pickle.load(f)
     return out
 
 
 def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
-                      args: list[Array], want: References, work: Path) -> None:
-    got = load_outputs(work, fn.name)
+                      args: list[Array], want: References, work: Path, key: str) -> None:
+    got = load_outputs(work, key)
     check_results(rep, fn, got, want)
     if fn.name.startswith(GRAD_PREFIX):
         try:
@@ -494,39 +539,17 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
 
 def cli_validate(args: argparse.Namespace) -> int:
     sizes = build.sizes_of(args)
-    runs = [sizes] if sizes else generic_size_choices(args.file, args.seed)
-    status = 0
-    for bound in runs:
-        if bound:
-            print(f"sizes: {', '.join(f'{k}={v}' for k, v in bound.items())}"
-                  f"{'' if sizes else ' (random; pass --size NAME=N to choose)'}")
-        report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
-                               timeout=args.timeout, sizes=bound)
-        if report.build is not None:
-            build.print_diagnostics(report.build)
-        if report.build is None or not report.build.ok:
-            print(f"kinac validate: {display_path(args.file)}: build failed", file=sys.stderr)
-            return 1
-        print(format_report(report))
-        status = status or (0 if report.ok else 1)
-    return status
-
-
-def generic_size_choices(path: str | Path, seed: int, count: int = 3) -> list[dict[str, int]]:
-    """For a file whose exports include generic functions that no other function calls,
-    `count` small random instantiations of their sizes (each from 1 to 6: the symbolic
-    check holds for every size, so every choice is valid); [{}] when there are none (a
-    monomorphic file, or one that does not check: the build reports why)."""
-    from compiler import analysis
-    snap = analysis.analyze(read_source(Path(path)), str(path))
-    if any(d.severity == "error" for d in snap.diagnostics):
-        return [{}]
-    called = {c for it in snap.items if it.res.result is not None for c in it.res.result.calls if c != it.name}
-    names = sorted({s.name for fn in snap.module.functions if fn.name not in called for s in fn.sizes})
-    if not names:
-        return [{}]
-    rng = random.Random(seed)
-    return [{n: rng.randint(1, 6) for n in names} for _ in range(count)]
+    if sizes:
+        print(f"sizes: {', '.join(f'{k}={v}' for k, v in sizes.items())}")
+    report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
+                           timeout=args.timeout, sizes=sizes)
+    if report.build is not None:
+        build.print_diagnostics(report.build)
+    if report.build is None or not report.build.ok:
+        print(f"kinac validate: {display_path(args.file)}: build failed", file=sys.stderr)
+        return 1
+    print(format_report(report))
+    return 0 if report.ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
