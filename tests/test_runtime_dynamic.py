@@ -357,3 +357,36 @@ def test_the_static_function_of_the_same_library_is_unchanged(lib):
         lib.s(x, H=2)
     with pytest.raises(runtime.KinaArgumentError, match=r"s: parameter `x` expects Tensor\[F32, \[2, 3\]\]"):
         lib.s(np.zeros((3, 2), np.float32))
+
+
+@pytest.mark.parametrize("fastcall", PATHS)
+def test_the_same_shapes_with_other_keywords_bind_other_sizes(so_path, fastcall):
+    """The previous call's prepared call is reused only with the same size keywords: H=2 and
+    H=3 give emb [5, 6] the DH 3 and 2, and a call that then omits H is refused."""
+    f = runtime.load(so_path, fastcall=fastcall).probe
+    window, emb, mask = inputs(H=2, DH=3)
+    for _ in range(2):
+        check(f(window, emb, mask, H=2), window, emb, 2, 3, 2, 3, 5)
+        check(f(window, emb, mask, H=3), window, emb, 2, 3, 3, 2, 5)
+        check(f(window, emb, mask, DH=1), window, emb, 2, 3, 6, 1, 5)
+    with pytest.raises(runtime.KinaArgumentError, match="size H is not determined"):
+        f(window, emb, mask)
+    with pytest.raises(runtime.KinaArgumentError, match="size H must be an int, got float"):
+        f(window, emb, mask, H=2.0)
+
+
+def test_errors_after_a_fast_call_at_the_same_shapes(so_path):
+    """The shortcut through the previous call's shapes still reports each error exactly."""
+    f = runtime.load(so_path).probe
+    window, emb, mask = inputs()
+    f(window, emb, mask, H=2)
+    bad = window.copy()
+    bad[0, 0] = 99
+    with pytest.raises(runtime.KinaIndexError, match=r"holds index 99 at \[0, 0\], outside \[0, 5\)"):
+        f(bad, emb, mask, H=2)
+    with pytest.raises(runtime.KinaArgumentError, match="probe: parameter `emb` expects"):
+        f(window, emb.astype(np.float16), mask, H=2)
+    outs = (np.empty(15, np.int64), np.empty((2, 3), np.float32), np.empty((2, 3), np.int64))
+    with pytest.raises(runtime.KinaArgumentError, match="share memory"):
+        f(window, emb, mask, H=2, out=(outs[0], outs[1], outs[0][:6].reshape(2, 3)))
+    check(f(window, emb, mask, H=2), window, emb, 2, 3, 2, 3, 5)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def _bad(d: object) -> Dim:
 def parse_bound(fn: str, name: str, bound: object, sizes: Sequence[str]) -> Dim | None:
     """A parameter's index_bound: None, an int >= 0 or a size expression."""
     if bound is None or (type(bound) is int and bound >= 0):
-        return bound   # type: ignore[return-value]   # int or None
+        return bound if bound is None else int(bound)
     if isinstance(bound, str):
         dims = parse_dims(fn, f"the index_bound of parameter `{name}`", [bound], sizes)
         return dims[0]
@@ -66,7 +67,7 @@ def shape_of(value: object) -> tuple[int, ...] | None:
     if isinstance(shape, tuple):
         return shape
     try:
-        return tuple(np.shape(value))   # type: ignore[arg-type]   # lists of numbers, numbers
+        return tuple(np.shape(cast(Any, value)))   # lists of numbers, numbers
     except (TypeError, ValueError):
         return None
 
@@ -107,13 +108,13 @@ class SizeBinder:
                                             f"of shape {list(shape)} (dimension {d} is {actual}, not {pattern})")
         solution = solve(self.sizes, dims, {k: Bound(v, ("keyword", k)) for k, v in known.items()})
         if solution.unsolvable is not None:
-            size, key, _, actual = solution.unsolvable
-            raise KinaArgumentError(self._unsolvable(size, key, actual, solution.found, shapes))   # type: ignore[arg-type]
+            size, key, _, got = solution.unsolvable
+            raise KinaArgumentError(self._unsolvable(size, key, got, solution.found, shapes))   # type: ignore[arg-type]
         found = {k: int(b.value) for k, b in solution.found.items() if not isinstance(b.value, Size)}
         sources = {k: b.source for k, b in solution.found.items()}
-        for key, expected, actual in solution.checks:
-            if not isinstance(expected, Size) and expected != actual:
-                raise KinaArgumentError(self._conflict(key, actual, found, sources, shapes))   # type: ignore[arg-type]
+        for key, expected, dim in solution.checks:
+            if not isinstance(expected, Size) and expected != dim:
+                raise KinaArgumentError(self._conflict(key, dim, found, sources, shapes))   # type: ignore[arg-type]
         missing = [s for s in self.sizes if s not in found]
         if missing:
             raise KinaArgumentError(self._missing(missing, dims, solution.found))

@@ -158,7 +158,9 @@ def _dim(d: object, sizes: list[str]) -> str:
     if not isinstance(d, str):
         raise TypeError(f"dimension {d!r} is neither an integer nor a size expression")
     value = parse_size(d)
-    unknown = sorted(value.names - set(sizes)) if isinstance(value, Size) else []
+    if not isinstance(value, Size):     # (the compiler writes a constant dimension as an int)
+        raise TypeError(f"dimension {d!r} is a string, not an integer")
+    unknown = sorted(value.names - set(sizes))
     if unknown:
         raise ValueError(f"dimension {d!r} uses {', '.join(unknown)}, not a size of the function "
                          f"({', '.join(sizes) or 'it has none'})")
