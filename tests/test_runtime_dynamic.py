@@ -11,6 +11,9 @@ into its first result so the tests see exactly what the library was given:
     probe[B, T, H, DH, V](window: I64[B, T + 1] (ids < V), emb: F32[V, DH*H], mask: F32[T, T])
         -> (info: I64[15], first_row: F32[H, DH], shifted: I64[B, T])
     s(x: F32[2, 3]) -> F32[2, 3]   (static: 2 * x)
+    wide[N](x0 .. x30: F32[N]) -> F32[N]   (the sum; 32 tensors and the sizes: more pointers
+                                            than the C helper keeps on its stack)
+    edge[T](x: F32[T + 1]) -> (F32[T - 1], F32[2*T - 3])   (x[:T - 1]; T everywhere)
 """
 import hashlib
 import json
@@ -27,8 +30,11 @@ from compiler.runtime.loader import MANIFEST_FORMAT
 
 PATHS = [pytest.param(True, id="C"), pytest.param(False, id="python")]
 SIZES = ["B", "T", "H", "DH", "V"]
+WIDE = 31   # 32 descriptors: the sizes pointer is the 33rd, one more than the stack array
 ABI = ("kina_probe[B,T,H,DH,V](i64[B,T + 1], f32[V,DH*H], f32[T,T]) -> (i64[15], f32[H,DH], i64[B,T])\\n"
-       "kina_s(f32[2,3]) -> (f32[2,3])")
+       "kina_s(f32[2,3]) -> (f32[2,3])\\n"
+       f"kina_wide[N]({', '.join(['f32[N]'] * WIDE)}) -> (f32[N])\\n"
+       "kina_edge[T](f32[T + 1]) -> (f32[T - 1], f32[2*T - 3])")
 
 C_SOURCE = r"""
 #include <stdint.h>
@@ -72,6 +78,37 @@ int32_t _kina_packed_kina_probe(void **args)
     return 0;
 }
 
+void _mlir_ciface_kina_wide(void) {}
+
+int32_t _kina_packed_kina_wide(void **args)
+{
+    int64_t N = ((const int64_t *)args[%WIDE% + 1])[0];
+    for (int i = 0; i <= %WIDE%; i++)
+        if (DESC(i)[3] != N)
+            return 2 + i;
+    for (int64_t x = 0; x < N; x++) {
+        float sum = 0;
+        for (int i = 0; i < %WIDE%; i++)
+            sum += DATA(i, float)[x];
+        DATA(%WIDE%, float)[x] = sum;
+    }
+    return 0;
+}
+
+void _mlir_ciface_kina_edge(void) {}
+
+int32_t _kina_packed_kina_edge(void **args)
+{
+    int64_t T = ((const int64_t *)args[3])[0];
+    if (DESC(0)[3] != T + 1 || DESC(1)[3] != T - 1 || DESC(2)[3] != 2 * T - 3)
+        return 2;
+    for (int64_t x = 0; x < T - 1; x++)
+        DATA(1, float)[x] = DATA(0, float)[x];
+    for (int64_t x = 0; x < 2 * T - 3; x++)
+        DATA(2, float)[x] = (float)T;
+    return 0;
+}
+
 int32_t _kina_packed_kina_s(void **args)
 {
     if (DESC(0)[3] != 2 || DESC(0)[4] != 3)
@@ -93,8 +130,14 @@ def manifest(so: Path, **probe_changes) -> dict:
     probe.update(probe_changes)
     static = {"name": "s", "symbol": "_mlir_ciface_kina_s",
               "params": [{"name": "x", "dtype": "F32", "shape": [2, 3]}], "results": [{"dtype": "F32", "shape": [2, 3]}]}
+    wide = {"name": "wide", "symbol": "_mlir_ciface_kina_wide", "sizes": ["N"],
+            "params": [{"name": f"x{i}", "dtype": "F32", "shape": ["N"]} for i in range(WIDE)],
+            "results": [{"dtype": "F32", "shape": ["N"]}]}
+    edge = {"name": "edge", "symbol": "_mlir_ciface_kina_edge", "sizes": ["T"],
+            "params": [{"name": "x", "dtype": "F32", "shape": ["T + 1"]}],
+            "results": [{"dtype": "F32", "shape": ["T - 1"]}, {"dtype": "F32", "shape": ["2*T - 3"]}]}
     return {"format": MANIFEST_FORMAT, "library": so.name, "library_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
-            "functions": [probe, static]}
+            "functions": [probe, static, wide, edge]}
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +146,7 @@ def so_path(tmp_path_factory) -> Path:
     if cc is None:
         pytest.skip("no C compiler")
     d = tmp_path_factory.mktemp("dyn")
-    (d / "probe.c").write_text(C_SOURCE.replace("%ABI%", ABI))
+    (d / "probe.c").write_text(C_SOURCE.replace("%ABI%", ABI).replace("%WIDE%", str(WIDE)))
     so = d / "probe.so"
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(so), str(d / "probe.c")], check=True)
     (d / "probe.json").write_text(json.dumps(manifest(so)))
@@ -390,3 +433,36 @@ def test_errors_after_a_fast_call_at_the_same_shapes(so_path):
     with pytest.raises(runtime.KinaArgumentError, match="share memory"):
         f(window, emb, mask, H=2, out=(outs[0], outs[1], outs[0][:6].reshape(2, 3)))
     check(f(window, emb, mask, H=2), window, emb, 2, 3, 2, 3, 5)
+
+
+def test_more_tensors_than_the_c_stack_holds(lib):
+    """wide: 32 descriptors and the sizes pointer, one more than the C helper keeps on its stack."""
+    for n in (1, 7, 7, 3):
+        xs = [np.full(n, i, np.float32) for i in range(WIDE)]
+        np.testing.assert_array_equal(lib.wide(*xs), np.full(n, sum(range(WIDE)), np.float32))
+    with pytest.raises(runtime.KinaArgumentError, match="size N is 3 from x0 \\(dimension 0\\) but 4 from x5"):
+        lib.wide(*[np.zeros(4 if i == 5 else 3, np.float32) for i in range(WIDE)])
+
+
+def test_the_entry_checks_its_extra_words():
+    if not runtime.FASTCALL_AVAILABLE:
+        pytest.skip("compiler.runtime._fastcall is not built")
+    from compiler.runtime import _fastcall
+    template = bytes(8 * 6)
+    slot = ("f", 4, False, (1,), 0, -1)
+    assert "1 extra" in repr(_fastcall.Entry(1, template, (slot,), np.ndarray, (5,)))
+    for bad, error in [((6,), ValueError), ((-1,), ValueError), (("0",), TypeError), ([5], TypeError)]:
+        with pytest.raises(error):
+            _fastcall.Entry(1, template, (slot,), np.ndarray, bad)
+
+
+def test_result_dimensions_of_zero_and_below(lib):
+    """Result shapes evaluated at the bound sizes; 2*T - 3 at T = 1 is refused before the call."""
+    r0, r1 = lib.edge(np.arange(4, dtype=np.float32))
+    np.testing.assert_array_equal(r0, [0, 1])
+    np.testing.assert_array_equal(r1, [3, 3, 3])
+    with pytest.raises(runtime.KinaArgumentError) as e:
+        lib.edge(np.arange(2, dtype=np.float32))
+    assert str(e.value) == "edge: at T=1, dimension 0 of result 1 is 2*T - 3 = -1 < 0"
+    r0, r1 = lib.edge(np.arange(3, dtype=np.float32))
+    assert r0.tolist() == [0] and r1.tolist() == [2]

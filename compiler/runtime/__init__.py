@@ -17,7 +17,9 @@ Public entry points (other packages import only these):
   arrays    Array (one tensor's ndarray), load_npz / save_npz that round-trip every dtype
   loader    KinaRuntimeError, MANIFEST_FORMAT, the manifest and the library's private copy
 
-Inside: library (descriptors, the call paths), _fastcall (the C fast path, setup.py).
+Inside: library (the Library), function / dynamic (a static / dynamic-size function and
+its call paths), binding (a dynamic call's sizes), prepared (descriptors, a prepared call),
+errors, _fastcall (the C fast path, setup.py).
 """
 from compiler.runtime.library import (
     FASTCALL_AVAILABLE,

@@ -14,7 +14,7 @@ from compiler.runtime import binding
 from compiler.runtime.arrays import Array
 from compiler.runtime.function import JSONObject, KinaFunction, _as_tuple, numpy_dtype
 from compiler.runtime.loader import KinaRuntimeError, manifest_sizes
-from compiler.runtime.prepared import Prepared, TensorSpec
+from compiler.runtime.prepared import FASTCALL_DTYPES, Prepared, TensorSpec
 
 try:  # the C fast path, built by `pip install -e .` (setup.py)
     from compiler.runtime import _fastcall
@@ -56,13 +56,14 @@ class DynamicKinaFunction(KinaFunction):
         self._by_sizes: dict[tuple[int, ...], Prepared] = {}
         # the prepared call of the previous fast call and its size keywords (one tuple: threads
         # replace it whole); only fast-path calls with int keywords are kept
-        self._last: tuple[Prepared | None, dict[str, object]] = (None, {})
-        self._fast = None if not fastcall or _fastcall is None else self._fast_probe()
+        self._last: tuple[Prepared, _fastcall.Entry, dict[str, object]] | None = None
+        self._fast_ok = fastcall and _fastcall is not None and all(t.dtype in FASTCALL_DTYPES for t in params + results)
         self.__doc__ = self.signature()
 
-    def _fast_probe(self) -> _fastcall.Entry | None:
-        """Whether the fast path applies (every dtype has a buffer format): the Entry at all sizes 1."""
-        return self._instantiate({s: 1 for s in self.sizes}, check=False).fast
+    @property
+    def uses_fastcall(self) -> bool:
+        """Whether its calls take the C fast path (every dtype has a buffer format)."""
+        return self._fast_ok
 
     def signature(self) -> str:
         return super().signature().replace("(", f"[{', '.join(self.sizes)}](", 1)
@@ -88,7 +89,7 @@ class DynamicKinaFunction(KinaFunction):
                 self._by_sizes[tuple(values.values())] = p
         return p
 
-    def _instantiate(self, values: dict[str, int], check: bool = True) -> Prepared:
+    def _instantiate(self, values: dict[str, int]) -> Prepared:
         """The concrete call at these sizes: shapes and index bounds evaluated."""
         b = self._binder
         specs = [TensorSpec(t.name, t.dtype, b.evaluate(values, t.shape, f"`{t.name}`"), dt,
@@ -101,8 +102,9 @@ class DynamicKinaFunction(KinaFunction):
 
     def __call__(self, *args: object, out: object = None, **sizes: object) -> Array | tuple[Array, ...]:
         outs: tuple[object, ...]
-        p, last_sizes = self._last
-        if p is not None and sizes == last_sizes and (not sizes or all(type(v) is int for v in sizes.values())):
+        last = self._last
+        if last is not None and sizes == last[2] and (not sizes or all(type(v) is int for v in sizes.values())):
+            p, fast, _ = last
             # The common case: the shapes of the previous call.  The C helper checks every
             # array against that call's shapes; when they all match, the sizes are those
             # it bound (the same shapes and keywords bind the same sizes), so the call is
@@ -111,7 +113,7 @@ class DynamicKinaFunction(KinaFunction):
                 outs = tuple(map(np.empty, p.fresh_shapes, p.fresh_dtypes))
             else:
                 outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
-            declined = _fastcall.call(p.fast, args + outs)
+            declined = _fastcall.call(fast, args + outs)
             if declined < 0:
                 if declined < -1:
                     raise self._library_error(p, -1 - declined)
@@ -119,7 +121,7 @@ class DynamicKinaFunction(KinaFunction):
                 return results[0] if len(results) == 1 else results
         p = self.prepared(*args, **sizes)
         if p.fast is not None and all(type(v) is int for v in sizes.values()):
-            self._last = (p, sizes)
+            self._last = (p, p.fast, sizes)
         outs = self._outs(p, out)
         declined = -1 if p.fast is None else _fastcall.call(p.fast, args + outs)
         if p.fast is None or declined >= 0:

@@ -39,6 +39,17 @@ state between calls, so calls from several threads are safe.  Library functions
 call no malloc for their results, so repeated calls do not grow memory.
 Multithreaded (-O2) kernels run on LLVM's OpenMP runtime, which re-creates its
 threads in a child after fork(): a forked child calls them like its parent.
+
+A function exported with dynamic sizes (a generic export built without `--size`; its
+manifest entry lists "sizes", its shapes are size expressions) is a DynamicKinaFunction:
+`lib.train_step(window, ..., H=2)` binds the sizes from the arrays' shapes (and keywords
+for sizes no shape determines), prepares the concrete call at those shapes once, and then
+calls exactly as above, the entry point taking the sizes block after the descriptors.
+
+Modules: library (Library, load, the public names), function (KinaFunction: both call
+paths and the Python checks), dynamic (DynamicKinaFunction and its cache of prepared
+calls), binding (the sizes of a call and its errors), prepared (TensorSpec, Descriptors,
+Prepared: a call prepared for one set of shapes), errors, loader, arrays, _fastcall.c.
 """
 from __future__ import annotations
 
