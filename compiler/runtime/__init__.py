@@ -10,7 +10,8 @@ never a crash of the calling process.
     logits = lib.storylm0_forward(ids, emb, ...)
 
 Public entry points (other packages import only these):
-  load(so_path, manifest=None) -> Library; Library, KinaFunction
+  load(so_path, manifest=None) -> Library; Library, KinaFunction, DynamicKinaFunction (sizes
+    bound from the arguments' shapes at each call: lib.f(x, ..., H=2) for a size no shape gives)
   KinaArgumentError, KinaIndexError, KinaRuntimeError
   numpy_dtype, manifest_path, load_manifest, load_npz, save_npz
   FASTCALL_AVAILABLE  whether the C fast call path (_fastcall) is built
@@ -23,6 +24,7 @@ errors, _fastcall (the C fast path, setup.py).
 """
 from compiler.runtime.library import (
     FASTCALL_AVAILABLE,
+    DynamicKinaFunction,
     KinaArgumentError,
     KinaFunction,
     KinaIndexError,
@@ -36,5 +38,5 @@ from compiler.runtime.library import (
     save_npz,
 )
 
-__all__ = ["FASTCALL_AVAILABLE", "KinaArgumentError", "KinaFunction", "KinaIndexError", "KinaRuntimeError", "Library",
-           "arrays", "load", "load_manifest", "load_npz", "loader", "manifest_path", "numpy_dtype", "save_npz"]
+__all__ = ["FASTCALL_AVAILABLE", "DynamicKinaFunction", "KinaArgumentError", "KinaFunction", "KinaIndexError",
+           "KinaRuntimeError", "Library", "arrays", "load", "load_manifest", "load_npz", "loader", "manifest_path", "numpy_dtype", "save_npz"]
