@@ -15,13 +15,24 @@ Times N calls, median of 5 runs, of
     * through the pure-Python path (load(..., fastcall=False)), out= reused;
   and train_step's packed entry point called directly through ctypes with a
   prebuilt descriptor block (the compute plus one ctypes call: the floor);
-- an empty ctypes call (labs from libc), the floor of any Python -> C call.
+- an empty ctypes call (labs from libc), the floor of any Python -> C call;
+- static vs dynamic (issue 25): the same hand-written C function exported both ways from one
+  library (no compiler involved: `add[M, N]`, 2 inputs and 1 output, and `many[M, N]`, 10
+  inputs and 7 outputs like the StoryLM-0 step, all [2, 3]); the dynamic call binds M and N
+  from the shapes on its first call and then reuses the prepared call (a dict lookup by
+  shapes): target within 2x of the static call at repeated shapes.  When the compiler
+  exports the generic StoryLM source dynamically (built with no --size), its train_step is
+  timed the same way against the static build.
 Every call through the runtime checks every array (compiler.runtime._fastcall, in C).
 Also reports RSS growth over the runs (the runtime keeps no array alive)."""
 import argparse
 import ctypes
+import hashlib
+import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +48,7 @@ from storylm_data import SIZES, TRAINABLE, attention_scale, causal_mask, corpus_
 
 from compiler import build  # noqa: E402
 from compiler.runtime import library as runtime  # noqa: E402
+from compiler.runtime.loader import MANIFEST_FORMAT  # noqa: E402
 
 SOURCE = """
 fn step(a: Tensor[F32, [2, 3]], b: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {
@@ -88,7 +100,7 @@ def storylm0_calls(so: Path, name: str) -> dict:
         loss, *state["w"] = f(*args(state["w"]))
 
     return {"out=": lambda: f(*fixed, out=out), "fresh": lambda: f(*fixed), "functional": functional,
-            "python": lambda: slow(*fixed, out=out), "raw": direct_call(f, fixed + out)}
+            "python": lambda: slow(*fixed, out=out), "raw": direct_call(f, fixed + out), "fixed": fixed, "out": out}
 
 
 def direct_call(f: runtime.KinaFunction, arrays: tuple):
@@ -100,6 +112,108 @@ def direct_call(f: runtime.KinaFunction, arrays: tuple):
         block[word] = block[word + 1] = a.ctypes.data
         packed[i] = ctypes.addressof(block) + 8 * word
     return lambda block=block: f._packed(packed)    # the lambda keeps the block alive
+
+
+# ---- static vs dynamic: one hand-written C library exporting each function both ways --------
+def _c_function(name: str, n_in: int, n_out: int, dynamic: bool) -> str:
+    """out_k = in_0 + in_1 over [M, N]; the static entry checks [2, 3], the dynamic one the sizes block."""
+    n = n_in + n_out
+    if dynamic:
+        check = (f"const int64_t *s = (const int64_t *)args[{n}]; int64_t M = s[0], N = s[1];"
+                 f" if (M < 1) return {2 + n}; if (N < 1) return {3 + n};")
+    else:
+        check = "int64_t M = 2, N = 3;"
+    return f"""
+void _mlir_ciface_kina_{name}(void) {{}}
+int32_t _kina_packed_kina_{name}(void **args) {{
+    {check}
+    for (int i = 0; i < {n}; i++)
+        if (((int64_t *)args[i])[3] != M || ((int64_t *)args[i])[4] != N) return 2 + i;
+    const float *a = (const float *)(intptr_t)((int64_t *)args[0])[1];
+    const float *b = (const float *)(intptr_t)((int64_t *)args[1])[1];
+    for (int k = {n_in}; k < {n}; k++) {{
+        float *o = (float *)(intptr_t)((int64_t *)args[k])[1];
+        for (int64_t x = 0; x < M * N; x++) o[x] = a[x] + b[x];
+    }}
+    return 0;
+}}"""
+
+
+def static_vs_dynamic_library(tmp: Path) -> Path | None:
+    """The C library and its format-3 manifest: add / add_dyn, many / many_dyn."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    shapes = {False: [2, 3], True: ["M", "N"]}
+    abi, functions, code = [], [], ["#include <stdint.h>"]
+    for base, n_in, n_out in (("add", 2, 1), ("many", 10, 7)):
+        for dynamic in (False, True):
+            name = base + ("_dyn" if dynamic else "")
+            dims = ",".join(map(str, shapes[dynamic]))
+            abi.append(f"kina_{name}{'[M,N]' if dynamic else ''}({', '.join([f'f32[{dims}]'] * n_in)}) -> "
+                       f"({', '.join([f'f32[{dims}]'] * n_out)})")
+            functions.append({"name": name, "symbol": f"_mlir_ciface_kina_{name}", "sizes": ["M", "N"] if dynamic else [],
+                              "params": [{"name": f"x{i}", "dtype": "F32", "shape": shapes[dynamic]} for i in range(n_in)],
+                              "results": [{"dtype": "F32", "shape": shapes[dynamic]}] * n_out})
+            code.append(_c_function(name, n_in, n_out, dynamic))
+    abi_text = "\\n".join(abi)
+    code += ['const char *_kina_abi(void) { return "' + abi_text + '"; }',
+             "const char *_kina_last_error(void) { return 0; }"]
+    (tmp / "sd.c").write_text("\n".join(code))
+    so = tmp / "sd.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(so), str(tmp / "sd.c")], check=True)
+    (tmp / "sd.json").write_text(json.dumps({"format": MANIFEST_FORMAT,
+                                             "library_sha256": hashlib.sha256(so.read_bytes()).hexdigest(),
+                                             "functions": functions}))
+    return so
+
+
+def static_vs_dynamic_rows(tmp: Path, n: int) -> list:
+    so = static_vs_dynamic_library(tmp)
+    if so is None:
+        return [("static vs dynamic: no C compiler, skipped", None)]
+    lib = runtime.load(so)
+    rows = [("static vs dynamic (hand-written C, [2, 3] arrays)", None)]
+    for base, n_in, n_out in (("add", 2, 1), ("many", 10, 7)):
+        args = tuple(np.full((2, 3), i, np.float32) for i in range(n_in))
+        out = tuple(np.empty((2, 3), np.float32) for _ in range(n_out))
+        for label, kw in (("fresh outputs", {}), ("out= reused", {"out": out})):
+            t_static = timed(lambda f=lib[base], a=args, k=kw: f(*a, **k), n)
+            t_dynamic = timed(lambda f=lib[base + "_dyn"], a=args, k=kw: f(*a, **k), n)
+            rows += [(f"  {base} ({n_in} in, {n_out} out), {label}: static", t_static),
+                     (f"  {base} ({n_in} in, {n_out} out), {label}: dynamic", t_dynamic),
+                     (f"    dynamic / static = {t_dynamic / t_static:.2f}x (target <= 2x)", None)]
+    # shapes that change at every call: each call misses the previous call's shapes and
+    # finds its prepared call in the cache (by the tuple of shapes)
+    f = lib["many_dyn"]
+    pairs = [(tuple(np.ones((m, 3), np.float32) for _ in range(10)),
+              tuple(np.empty((m, 3), np.float32) for _ in range(7))) for m in (2, 3)]
+    state = {"i": 0}
+
+    def alternate():
+        a, o = pairs[state["i"] & 1]
+        state["i"] += 1
+        f(*a, out=o)
+    rows.append(("  many, out= reused, M alternating 2, 3, 2, ...: dynamic", timed(alternate, n)))
+    return rows
+
+
+def storylm_dynamic_rows(tmp: Path, static_so: Path, n: int) -> list:
+    """train_step of the generic StoryLM source built with no --size, when the compiler exports it dynamically."""
+    res = build.build_file(ROOT / "examples" / "storylm.kina", tmp / "storylm_dyn.so", 2)
+    if not res.ok:
+        first = res.diagnostics[0].message if res.diagnostics else "failed"
+        return [(f"StoryLM dynamic build not available yet ({first[:60]})", None)]
+    dyn = runtime.load(res.so_path).train_step
+    if not isinstance(dyn, runtime.DynamicKinaFunction):
+        return [("StoryLM built with no --size is not dynamic yet", None)]
+    static = storylm0_calls(static_so, "train_step")
+    fixed_args = static["fixed"]
+    t_static = timed(static["out="], n)
+    t_dyn = timed(lambda: dyn(*fixed_args, out=static["out"]), n)
+    return [("StoryLM-0 train_step -O2, out= reused: static", t_static),
+            ("StoryLM-0 train_step -O2, out= reused: dynamic", t_dyn),
+            (f"  dynamic / static = {t_dyn / t_static:.2f}x (target <= 2x)", None)]
 
 
 def build_or_exit(src: Path, so: Path, level: int, sizes: dict | None = None) -> Path:
@@ -138,9 +252,11 @@ def main() -> int:
                      ("  pure-Python path (no C helper), out=", timed(calls["python"], max(n // 10, 1)))]
         rows += [("train_step packed entry point, direct", timed(steps["train_step"]["raw"], n)),
                  ("empty ctypes call (libc labs)", timed(lambda: libc(1), n))]
+        rows += static_vs_dynamic_rows(tmp, n)
+        rows += storylm_dynamic_rows(tmp, storylm0, n)
         growth = rss_mb() - before
     for name, us in rows:
-        print(f"  {name:<46}" + ("" if us is None else f"{us:7.2f} us/call"))
+        print(f"  {name:<58}" + ("" if us is None else f"{us:7.2f} us/call"))
     print("  target: StoryLM-0 step through the runtime <= 5 us")
     print(f"  RSS growth {growth:.2f} MB")
     return 0

@@ -10,17 +10,21 @@ never a crash of the calling process.
     logits = lib.storylm0_forward(ids, emb, ...)
 
 Public entry points (other packages import only these):
-  load(so_path, manifest=None) -> Library; Library, KinaFunction
+  load(so_path, manifest=None) -> Library; Library, KinaFunction, DynamicKinaFunction (sizes
+    bound from the arguments' shapes at each call: lib.f(x, ..., H=2) for a size no shape gives)
   KinaArgumentError, KinaIndexError, KinaRuntimeError
   numpy_dtype, manifest_path, load_manifest, load_npz, save_npz
   FASTCALL_AVAILABLE  whether the C fast call path (_fastcall) is built
   arrays    Array (one tensor's ndarray), load_npz / save_npz that round-trip every dtype
   loader    KinaRuntimeError, MANIFEST_FORMAT, the manifest and the library's private copy
 
-Inside: library (descriptors, the call paths), _fastcall (the C fast path, setup.py).
+Inside: library (the Library), function / dynamic (a static / dynamic-size function and
+its call paths), binding (a dynamic call's sizes), prepared (descriptors, a prepared call),
+errors, _fastcall (the C fast path, setup.py).
 """
 from compiler.runtime.library import (
     FASTCALL_AVAILABLE,
+    DynamicKinaFunction,
     KinaArgumentError,
     KinaFunction,
     KinaIndexError,
@@ -34,5 +38,5 @@ from compiler.runtime.library import (
     save_npz,
 )
 
-__all__ = ["FASTCALL_AVAILABLE", "KinaArgumentError", "KinaFunction", "KinaIndexError", "KinaRuntimeError", "Library",
-           "arrays", "load", "load_manifest", "load_npz", "loader", "manifest_path", "numpy_dtype", "save_npz"]
+__all__ = ["FASTCALL_AVAILABLE", "DynamicKinaFunction", "KinaArgumentError", "KinaFunction", "KinaIndexError",
+           "KinaRuntimeError", "Library", "arrays", "load", "load_manifest", "load_npz", "loader", "manifest_path", "numpy_dtype", "save_npz"]

@@ -26,6 +26,13 @@
  * until it returns, so no array can be resized under it, and the GIL is
  * released when the call touches enough data to be worth it.
  *
+ * A dynamic function (docs: /work/scratch/dyn_abi.md, compiler/runtime/binding.py)
+ * takes its size values too: `extra`, a tuple of template word offsets, appends
+ * the address of each of those words inside the per-call copy to the pointer
+ * array after the n descriptors (args[n] -> the int64 sizes block).  The entry
+ * is prepared per set of shapes, so the sizes words are part of the template
+ * and nothing is written to them per call.
+ *
  * It returns -1 after a call that returned 0, -1 - code after a call that
  * returned an error code, or the index of the first argument that does not
  * match, WITHOUT calling: runtime/library.py then runs its Python checks, which convert
@@ -66,6 +73,8 @@ typedef struct {
     PyObject_HEAD
     packed_fn fn;
     Py_ssize_t n_slots;
+    Py_ssize_t n_extra;     /* template words whose addresses follow the descriptors' */
+    Py_ssize_t *extra;
     Py_ssize_t n_words;
     int64_t *template_words;
     Slot *slots;
@@ -159,6 +168,7 @@ Entry_dealloc(Entry *self)
     PyMem_Free(self->template_words);
     PyMem_Free(self->slots);
     PyMem_Free(self->dims);
+    PyMem_Free(self->extra);
     Py_XDECREF(self->array_type);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -228,14 +238,32 @@ count_dims(PyObject *slots, Py_ssize_t *total)
     return 0;
 }
 
+/* The template word offsets of `extra` (None: none); each must lie inside the template. */
+static int
+parse_extra(Entry *self, PyObject *extra)
+{
+    for (Py_ssize_t j = 0; j < self->n_extra; j++) {
+        Py_ssize_t word = PyLong_AsSsize_t(PyTuple_GET_ITEM(extra, j));
+        if (word == -1 && PyErr_Occurred())
+            return -1;
+        if (word < 0 || word >= self->n_words) {
+            PyErr_Format(PyExc_ValueError, "extra %zd: word %zd is outside the template", j, word);
+            return -1;
+        }
+        self->extra[j] = word;
+    }
+    return 0;
+}
+
 static PyObject *
 Entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"fnptr", "template", "slots", "array_type", NULL};
-    PyObject *fnptr, *slots, *array_type;
+    static char *kwlist[] = {"fnptr", "template", "slots", "array_type", "extra", NULL};
+    PyObject *fnptr, *slots, *array_type, *extra = NULL;
     Py_buffer template_view;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!y*O!O!:Entry", kwlist, &PyLong_Type, &fnptr,
-                                     &template_view, &PyTuple_Type, &slots, &PyType_Type, &array_type))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!y*O!O!|O!:Entry", kwlist, &PyLong_Type, &fnptr,
+                                     &template_view, &PyTuple_Type, &slots, &PyType_Type, &array_type,
+                                     &PyTuple_Type, &extra))
         return NULL;
     Entry *self = (Entry *)type->tp_alloc(type, 0);
     Py_ssize_t n_dims;
@@ -255,16 +283,20 @@ Entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     self->n_words = template_view.len / 8;
     self->n_slots = PyTuple_GET_SIZE(slots);
+    self->n_extra = extra ? PyTuple_GET_SIZE(extra) : 0;
     if (count_dims(slots, &n_dims) < 0)
         goto fail;
     self->template_words = PyMem_Malloc(template_view.len ? template_view.len : 1);
     self->slots = PyMem_Calloc(self->n_slots ? self->n_slots : 1, sizeof(Slot));
     self->dims = PyMem_Calloc(n_dims ? n_dims : 1, sizeof(Py_ssize_t));
-    if (!self->template_words || !self->slots || !self->dims) {
+    self->extra = PyMem_Calloc(self->n_extra ? self->n_extra : 1, sizeof(Py_ssize_t));
+    if (!self->template_words || !self->slots || !self->dims || !self->extra) {
         PyErr_NoMemory();
         goto fail;
     }
     memcpy(self->template_words, template_view.buf, template_view.len);
+    if (parse_extra(self, extra) < 0)
+        goto fail;
     Py_ssize_t next_dim = 0;
     for (Py_ssize_t i = 0; i < self->n_slots; i++) {
         if (parse_slot(self, i, PyTuple_GET_ITEM(slots, i), &next_dim) < 0)
@@ -286,21 +318,23 @@ fail:
 static PyObject *
 Entry_repr(Entry *self)
 {
-    return PyUnicode_FromFormat("<_fastcall.Entry: %zd tensors, %zd descriptor words>",
-                                self->n_slots, self->n_words);
+    return PyUnicode_FromFormat("<_fastcall.Entry: %zd tensors, %zd extra pointers, %zd descriptor words>",
+                                self->n_slots, self->n_extra, self->n_words);
 }
 
 static PyTypeObject EntryType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "compiler._fastcall.Entry",
-    .tp_doc = PyDoc_STR("Entry(fnptr, template, slots, array_type): a packed entry point prepared for call().\n\n"
+    .tp_doc = PyDoc_STR("Entry(fnptr, template, slots, array_type, extra=()): a packed entry point prepared for call().\n\n"
                         "fnptr: address of int32_t f(void **descriptors); template: bytes of the\n"
                         "int64 descriptor words (pointers zero); slots: one (formats, itemsize,\n"
                         "writable, shape, word, bound) per tensor, inputs then outputs: formats the\n"
                         "buffer format letters its dtype's arrays export (types.DType.buffer_formats),\n"
                         "word the index of the descriptor's first word in the template, bound the\n"
                         "exclusive upper bound of an I64 index input (-1: none);\n"
-                        "array_type: the type (or base type) every array must have."),
+                        "array_type: the type (or base type) every array must have;\n"
+                        "extra: template word offsets whose addresses (in the per-call copy) follow\n"
+                        "the descriptors' in the pointer array (a dynamic function's sizes block)."),
     .tp_basicsize = sizeof(Entry),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Entry_new,
@@ -369,8 +403,8 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     uintptr_t *spans = stack_spans;
     if (e->n_words > STACK_WORDS)
         block = PyMem_Malloc(e->n_words * sizeof(int64_t));
-    if (e->n_slots > STACK_SLOTS) {
-        packed = PyMem_Malloc(e->n_slots * sizeof(void *));
+    if (e->n_slots + e->n_extra > STACK_SLOTS) {
+        packed = PyMem_Malloc((e->n_slots + e->n_extra) * sizeof(void *));
         views = PyMem_Malloc(e->n_slots * sizeof(Py_buffer));
         spans = PyMem_Malloc(2 * e->n_slots * sizeof(uintptr_t));
     }
@@ -384,6 +418,8 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t taken = 0, total_bytes = 0;
     Py_ssize_t bad = bind(e, arrays, block, packed, views, spans, spans + e->n_slots, &taken, &total_bytes);
     if (bad < 0) {
+        for (Py_ssize_t j = 0; j < e->n_extra; j++)
+            packed[e->n_slots + j] = &block[e->extra[j]];
         int32_t code;
         if (total_bytes > RELEASE_GIL_BYTES) {
             Py_BEGIN_ALLOW_THREADS

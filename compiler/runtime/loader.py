@@ -17,6 +17,10 @@ and a private copy of its code for this process (compiler/runtime/library.py use
   compiler/backend/entry_points.py: the dtype and shape of every parameter and result, in
   order) and refuses any difference by function and parameter; each call's entry point
   also compares the descriptors' sizes with its compiled shapes.
+- A dynamic function (format 3) lists its size parameters (`"sizes": ["B", "T"]`) and
+  writes shapes as size expressions (`["B", "T + 1"]`, as `str(compiler.core.sizes.Size)`
+  spells them); its ABI line carries the same: `kina_f[B,T](i64[B,T + 1]) -> (f32[1,1])`.
+  Both sides are compared after reading every dimension back with `parse_size`.
 """
 from __future__ import annotations
 
@@ -32,9 +36,10 @@ from typing import Any
 
 from compiler.backend import threads
 from compiler.backend.entry_points import ABI_SYMBOL, CIFACE_PREFIX, LAST_ERROR_SYMBOL
+from compiler.core.sizes import Size, parse_size
 from compiler.core.types import DType
 
-MANIFEST_FORMAT = 2      # 2: library_sha256 and per-parameter index_bound
+MANIFEST_FORMAT = 3      # 2: library_sha256 and per-parameter index_bound; 3: dynamic sizes
 # A library that calls the OpenMP runtime runs multithreaded kernels (compiler/backend/threads.py).
 THREAD_POOL_SYMBOL = threads.FORK_SYMBOL
 
@@ -112,7 +117,7 @@ def _dlopen_copy(path: Path, data: bytes) -> ctypes.CDLL:
 
 # ---- the library's description of itself ----------------------------------------------------
 _REBUILD = "rebuild with `kinac build` and keep the .so and its .json together"
-_ABI_LINE = re.compile(r"(\S+)\((.*)\) -> \((.*)\)")
+_ABI_LINE = re.compile(r"([^\s\[(]+)(?:\[([^\]]*)\])?\((.*)\) -> \((.*)\)")
 _KINA_DTYPE = {d.mlir: d.value for d in DType}
 
 
@@ -127,8 +132,9 @@ def last_error_function(dll: ctypes.CDLL, path: Path) -> Callable[[], bytes | No
     return fn  # type: ignore[no-any-return]   # a ctypes function returning bytes | None
 
 
-def library_abi(dll: ctypes.CDLL, path: Path) -> dict[str, tuple[list[str], list[str]]]:
-    """kina_f -> (parameter types, result types) as the library was compiled: `f32[2,3]`."""
+def library_abi(dll: ctypes.CDLL, path: Path) -> dict[str, tuple[list[str], list[str], list[str]]]:
+    """kina_f -> (size parameters, parameter types, result types) as the library was compiled:
+    `f32[2,3]`, `i64[B,T + 1]`; no size parameters for a static function."""
     try:
         fn = getattr(dll, ABI_SYMBOL)
     except AttributeError:
@@ -139,16 +145,54 @@ def library_abi(dll: ctypes.CDLL, path: Path) -> dict[str, tuple[list[str], list
     for line in (fn() or b"").decode().splitlines():
         m = _ABI_LINE.fullmatch(line)
         if m:
-            out[m[1]] = ([t for t in m[2].split(", ") if t], [t for t in m[3].split(", ") if t])
+            sizes = [s for s in (m[2] or "").split(",") if s]
+            out[m[1]] = (sizes, [t for t in m[3].split(", ") if t], [t for t in m[4].split(", ") if t])
     return out
 
 
-def _abi_type(t: dict[str, Any]) -> str:
+def _dim(d: object, sizes: list[str]) -> str:
+    """One dimension as the ABI writes it: an int, or a size expression over `sizes` read back
+    with parse_size and spelled as str(Size) spells it (ValueError / TypeError when malformed)."""
+    if type(d) is int:
+        return str(d)
+    if not isinstance(d, str):
+        raise TypeError(f"dimension {d!r} is neither an integer nor a size expression")
+    value = parse_size(d)
+    if not isinstance(value, Size):     # (the compiler writes a constant dimension as an int)
+        raise TypeError(f"dimension {d!r} is a string, not an integer")
+    unknown = sorted(value.names - set(sizes))
+    if unknown:
+        raise ValueError(f"dimension {d!r} uses {', '.join(unknown)}, not a size of the function "
+                         f"({', '.join(sizes) or 'it has none'})")
+    return str(value)
+
+
+def _abi_type(t: dict[str, Any], sizes: list[str]) -> str:
     """A manifest tensor {dtype, shape} as the ABI writes it (KeyError / ValueError / TypeError when malformed)."""
     shape = t["shape"]
-    if not isinstance(shape, list) or not all(type(d) is int for d in shape):
-        raise TypeError(f"shape {shape!r} is not a list of integers")
-    return f"{DType.named(t['dtype']).mlir}[{','.join(map(str, shape))}]"
+    if not isinstance(shape, list):
+        raise TypeError(f"shape {shape!r} is not a list")
+    return f"{DType.named(t['dtype']).mlir}[{','.join(_dim(d, sizes) for d in shape)}]"
+
+
+def _canonical(abi: str, sizes: list[str]) -> str:
+    """A compiled type `i64[B,T+1]` with its dimensions spelled as _dim spells them (as given when unreadable)."""
+    elem, bracket, dims = abi.partition("[")
+    if not bracket or not dims.endswith("]"):
+        return abi
+    try:
+        return f"{elem}[{','.join(_dim(d, sizes) for d in dims[:-1].split(',') if d)}]"
+    except (ValueError, TypeError):
+        return abi
+
+
+def manifest_sizes(entry: dict[str, Any]) -> list[str]:
+    """The size parameters of a manifest function entry ([] for a static one)."""
+    sizes = entry.get("sizes") or []
+    if not isinstance(sizes, list) or not all(isinstance(s, str) and s.isidentifier() for s in sizes):
+        raise KinaRuntimeError(f"the manifest gives `{entry.get('name')}` the sizes {sizes!r}, not a list of "
+                               f"names; {_REBUILD}")
+    return sizes
 
 
 def _kina_type(abi: str) -> str:
@@ -166,21 +210,27 @@ def check_abi(dll: ctypes.CDLL, manifest: dict[str, Any], path: Path) -> None:
         symbol = str(entry.get("symbol", ""))[len(CIFACE_PREFIX):]
         if symbol not in abi:
             raise KinaRuntimeError(f"{path} has no function `{name}` ({symbol}) of its manifest; {_REBUILD}")
-        params, results = abi[symbol]
+        compiled_sizes, params, results = abi[symbol]
+        sizes = manifest_sizes(entry)
+        if sizes != compiled_sizes:
+            raise KinaRuntimeError(f"the manifest of {path.name} gives `{name}` the sizes "
+                                   f"[{', '.join(sizes)}], but the library was compiled with "
+                                   f"[{', '.join(compiled_sizes)}]; {_REBUILD}")
         _compare(path, name, "parameter", [p.get("name", f"#{i}") for i, p in enumerate(entry["params"])],
-                 entry["params"], params)
-        _compare(path, name, "result", [f"{i}" for i in range(len(entry["results"]))], entry["results"], results)
+                 entry["params"], [_canonical(t, sizes) for t in params], sizes)
+        _compare(path, name, "result", [f"{i}" for i in range(len(entry["results"]))], entry["results"],
+                 [_canonical(t, sizes) for t in results], sizes)
 
 
 def _compare(path: Path, fn: object, what: str, names: list[str], tensors: list[dict[str, Any]],
-             compiled: list[str]) -> None:
+             compiled: list[str], sizes: list[str]) -> None:
     if len(tensors) != len(compiled):
         raise KinaRuntimeError(f"the manifest of {path.name} gives `{fn}` {len(tensors)} {what}(s), but the library "
                                f"was compiled with {len(compiled)}: ({', '.join(map(_kina_type, compiled))}); "
                                f"{_REBUILD}")
     for name, t, lib in zip(names, tensors, compiled):
         try:
-            mine = _abi_type(t)
+            mine = _abi_type(t, sizes)
         except (KeyError, ValueError, TypeError) as e:
             raise KinaRuntimeError(f"the manifest of {path.name} describes {what} `{name}` of `{fn}` wrongly "
                                    f"({e}); {_REBUILD}") from None
