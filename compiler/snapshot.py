@@ -146,8 +146,8 @@ class Snapshot:
         """The program a build compiles: the monomorphic functions, every generic function
         that `sizes` (`kinac build --size B=4`) binds fully exported at those sizes, every
         other generic function exported dynamic (its unbound sizes taken at each call:
-        check/instances.dynamic_exports; not with `want_dynamic` False), and the instantiations
-        all of them call."""
+        check/instances.dynamic_exports; with `sizes`, only those no other function calls;
+        none with `want_dynamic` False), and the instantiations all of them call."""
         good = [it for it in self._first_defs().values() if it.name in self._good]
         mono = {it.name: f for it in good if (f := it.ir) is not None and not it.res.checked.generic}
         generic = {it.name: fn for it in good if it.res.checked.generic and (fn := it.fn) is not None}
@@ -156,7 +156,11 @@ class Snapshot:
         symbolic = {it.name: f for it in good if it.res.checked.generic and (f := it.ir) is not None}
         signatures = {it.name: sig for it in self._first_defs().values() if (sig := it.res.signature) is not None}
         exports, diags = instances.unbound_exports(generic, sizes)
-        dynamic = instances.dynamic_exports(symbolic if want_dynamic else {}, sizes)
+        # Without --size values every generic function is exported dynamic; with them, only
+        # those no other function calls (a helper at unbound sizes is instantiated as before).
+        called = {c for it in good for c in it.res.checked.calls if c != it.name}
+        roots = {n: f for n, f in symbolic.items() if not sizes or n not in called}
+        dynamic = instances.dynamic_exports(roots if want_dynamic else {}, sizes, symbolic)
         requests = {r for it in good if not it.res.checked.generic for r in it.res.checked.instances}
         requests |= {r for it in good if it.res.checked.generic and it.name in dynamic.functions
                      for r in it.res.checked.instances}

@@ -101,9 +101,24 @@ def parse_abi_line(line: str) -> Signature | None:
 
 
 def signatures(emitted_mlir: str) -> dict[str, Signature]:
-    """The exported functions of an emitted module (compiler/backend/emit/program.py) by name."""
+    """The exported functions of an emitted module (compiler/backend/emit/program.py) by name:
+    from its `// kina-abi:` comments, else (hand-written MLIR, static shapes) from the
+    types of each exported func.func."""
     sigs = (parse_abi_line(m[1]) for m in _ABI_COMMENT_RE.finditer(emitted_mlir))
-    return {s.name: s for s in sigs if s is not None}
+    found = {s.name: s for s in sigs if s is not None}
+    for m in _EXPORTED_RE.finditer(emitted_mlir):
+        if m[1] not in found:
+            found[m[1]] = Signature(m[1], _static_tensors(m[2]), _static_tensors(m[3] or ""))
+    return found
+
+
+_EXPORTED_RE = re.compile(r"^\s*func\.func @(kina_[\w$]*)\(([^)]*)\)(?: -> (.*?))? attributes \{[^}]*llvm\.emit_c_interface",
+                          re.M)
+_STATIC_TENSOR_RE = re.compile(r"tensor<((?:\d+x)*)(\w+)>")
+
+
+def _static_tensors(text: str) -> tuple[Tensor, ...]:
+    return tuple(Tensor(m[2], tuple(int(d) for d in m[1].split("x") if d)) for m in _STATIC_TENSOR_RE.finditer(text))
 
 
 def abi_text(sigs: dict[str, Signature]) -> str:

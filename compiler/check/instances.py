@@ -123,15 +123,17 @@ class Dynamic:
     requests: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
 
 
-def dynamic_exports(generic: Mapping[str, ir.Function], sizes: Mapping[str, int]) -> Dynamic:
-    """The dynamic functions of a build: each generic function (its symbolic IR, `generic`)
-    whose sizes `sizes` does not all bind is exported under its own name with the bound
-    ones substituted and the others taken at each call (ir.Function.sizes).  A call at
+def dynamic_exports(exports: Mapping[str, ir.Function], sizes: Mapping[str, int],
+                    generic: Mapping[str, ir.Function]) -> Dynamic:
+    """The dynamic functions of a build: each of `exports` (symbolic IR) whose sizes
+    `sizes` does not all bind is exported under its own name with the bound ones
+    substituted and the others taken at each call (ir.Function.sizes).  A call at
     symbolic sizes passes all of its callee's sizes, so it calls the callee's export when
-    that one is fully dynamic, else a private fully dynamic copy `f$dyn`.  `requests`: the
-    monomorphic instances that the substituted calls now need."""
+    that one is fully dynamic, else a private fully dynamic copy `f$dyn` of the callee's
+    symbolic IR (`generic`: every generic function's).  `requests`: the monomorphic
+    instances that the substituted calls now need."""
     out = Dynamic()
-    for name, fn in generic.items():
+    for name, fn in exports.items():
         bound = {n: sizes[n] for n in fn.sizes if n in sizes}
         if len(bound) < len(fn.sizes):
             out.functions[name], reqs = subst_function(fn, bound)

@@ -12,7 +12,7 @@ from compiler.check.op_args import Static
 from compiler.check.sizes import SizeError, bind_call, display, eval_size, subst_type
 from compiler.check.type_exprs import ERROR_TYPE, ErrorType, Signature, ir_type, is_error
 from compiler.core.diagnostics import DiagnosticBag, Span
-from compiler.core.sizes import Dim, Size, SizeNumber, Undecidable, instance_name
+from compiler.core.sizes import SIZE_NUMBER_FUNCTIONS, Dim, Size, SizeNumber, Undecidable, instance_name
 from compiler.core.types import DType, TensorType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import OpDef
@@ -28,6 +28,7 @@ class SizeRules:
     instances: set[tuple[str, tuple[int, ...]]]
     shown: dict[Span, str]
     size_numbers: dict[Span, SizeNumber]
+    signatures: dict[str, Signature]
 
     def _sizes_as_numbers(self, e: syntax.Expr) -> tuple[syntax.Expr, bool]:
         """e with each size parameter used as a value (`1.0 / (B * T)`) replaced by its
@@ -62,8 +63,9 @@ class SizeRules:
         dynamic export; an instantiation folds it to a plain number instead)."""
         value = self._symbolic(e)
         if value is None:
-            self.bag.error("size", "a size used as a number can be combined only with numbers, other sizes and "
-                           "+ - * / (e.g. `1.0 / (B * T)`)", e.span)
+            self.bag.error("size", "a size used as a number can be combined only with numbers, other sizes, "
+                           f"+ - * / and {', '.join(f for f in SIZE_NUMBER_FUNCTIONS if f != 'neg')} "
+                           "(e.g. `1.0 / sqrt(B * T)`)", e.span)
             self.broken = True
         else:
             self.size_numbers[number.span] = value
@@ -80,6 +82,14 @@ class SizeRules:
         if isinstance(e, syntax.BinOp) and e.op in ("+", "-", "*", "/"):
             a, b = self._symbolic(e.lhs), self._symbolic(e.rhs)
             return None if a is None or b is None else SizeNumber(e.op, (a, b))
+        operand = None
+        if isinstance(e, syntax.Call) and len(e.args) == 1 and not e.attrs and e.func not in self.signatures:
+            name, operand = e.func, e.args[0]
+        elif isinstance(e, syntax.MethodCall) and not e.args and not e.attrs:
+            name, operand = e.method, e.receiver
+        if operand is not None and name in SIZE_NUMBER_FUNCTIONS:
+            inner = self._symbolic(operand)
+            return None if inner is None else SizeNumber(name, (inner,))
         return None
 
     def _size_splats(self, operands: list[tuple[ir.Expr, Span]]) -> list[tuple[ir.Expr, Span]] | None:

@@ -123,7 +123,8 @@ def bind_call(fn: str, sizes: Sequence[str], params: Sequence[tuple[str, TensorT
         todo += [((i, j), pd, ad) for j, (pd, ad) in enumerate(zip(p.shape, atype.shape))]
     sol = solve(names, todo)
     if sol.unsolvable is not None:
-        name, (i, j), pd, ad = sol.unsolvable   # type: ignore[misc]   # keys are (arg, dim)
+        name, key, pd, ad = sol.unsolvable
+        i, j = cast(tuple[int, int], key)      # bind_call's keys are (argument, dimension)
         _conflict_unsolvable(bag, fn, name, ptype_dim=pd, got=ad, arg=args[i], i=i, j=j, param=params[i][0])
         return None
     missing = [n for n in names if n not in sol.found]
@@ -131,7 +132,8 @@ def bind_call(fn: str, sizes: Sequence[str], params: Sequence[tuple[str, TensorT
         bag.error("size", f"`{fn}`: cannot infer size {missing[0][1:]} from the arguments; give the sizes "
                   f"explicitly: `{fn}[{', '.join(sizes)}](...)` with numbers", call_span)
         return None
-    for (i, j), want, ad in sol.checks:   # type: ignore[misc]
+    for key, want, ad in sol.checks:
+        i, j = cast(tuple[int, int], key)
         if want != ad:
             pd = next(p for key, p, _ in todo if key == (i, j))
             _conflict(bag, fn, sol.found, pd, want, args, i, j, [n for n, _ in params])
@@ -154,7 +156,7 @@ def _conflict(bag: DiagnosticBag, fn: str, found: dict[str, Bound], pd: Dim, wan
     if isinstance(pd, Size) and len(pd.terms) == 1 and pd.terms[0][1] == 1 and len(pd.terms[0][0]) == 1:
         name = pd.terms[0][0][0]
         first = found[name]
-        arg, dim = first.source   # type: ignore[misc]   # bind_call's keys are (argument, dimension)
+        arg, dim = cast(tuple[int, int], first.source)   # bind_call's keys are (argument, dimension)
         bag.error("size", f"{fn}: size {name[1:]} is {first.value} from {params[arg]} (dimension "
                   f"{dim}) but {got} from {params[i]} (dimension {j})", args[i][1],
                   Note(f"{name[1:]} is {first.value} from this argument", args[arg][1]))

@@ -24,8 +24,9 @@ Instantiation substitutes ints for the sizes (`subst`), which gives ints again.
 """
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product as cartesian
 from typing import Union
@@ -391,9 +392,10 @@ def _at_least_one(d: Dim) -> bool:
 # ---- sizes used as numbers --------------------------------------------------------------
 @dataclass(frozen=True)
 class SizeNumber:
-    """A number computed from sizes in a generic body (`1.0 / (B * T)`), kept symbolic so
-    that a dynamic export computes it from the sizes of each call.  op: "num" (args: a
-    Python number), "size" (args: a Dim), "neg", or "+ - * /" over SizeNumbers."""
+    """A number computed from sizes in a generic body (`1.0 / (B * T)`, `1.0 / sqrt(E)`),
+    kept symbolic so that a dynamic export computes it from the sizes of each call.  op:
+    "num" (args: a Python number), "size" (args: a Dim), "+ - * /" over two SizeNumbers,
+    or one of SIZE_NUMBER_FUNCTIONS (neg, sqrt, ...) of one."""
     op: str
     args: tuple[object, ...]
 
@@ -408,7 +410,8 @@ class SizeNumber:
             return isinstance(self.args[0], int)
         if self.op == "size":
             return True
-        return self.op != "/" and all(isinstance(a, SizeNumber) and a.is_integer for a in self.args)
+        return self.op in ("+", "-", "*", "neg", "abs", "square") and all(
+            isinstance(a, SizeNumber) and a.is_integer for a in self.args)
 
     def subst(self, env: Mapping[str, Dim]) -> SizeNumber:
         if self.op == "num":
@@ -430,9 +433,14 @@ class SizeNumber:
         a = values[0]
         b = values[1] if len(values) > 1 else 0
         assert a is not None and b is not None
+        if self.op in SIZE_NUMBER_FUNCTIONS:
+            return SIZE_NUMBER_FUNCTIONS[self.op](a)
         try:
-            return {"neg": lambda: -a, "+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b,
-                    "/": lambda: a / b}[self.op]()
+            if self.op == "+":
+                return a + b
+            if self.op == "-":
+                return a - b
+            return a * b if self.op == "*" else a / b
         except ZeroDivisionError:
             return float("nan") if a == 0 else float("inf") if a > 0 else float("-inf")
 
@@ -442,4 +450,24 @@ class SizeNumber:
             return f"({d})" if isinstance(d, Size) and any(c in str(d) for c in " *") else str(d)
         if self.op == "neg":
             return f"-{self.args[0]}"
+        if self.op in SIZE_NUMBER_FUNCTIONS:
+            return f"{self.op}({self.args[0]})"
         return f"({self.args[0]} {self.op} {self.args[1]})"
+
+
+def _float_of(f: Callable[[float], float]) -> Callable[[int | float], int | float]:
+    def apply(x: int | float) -> int | float:
+        try:
+            return f(x)
+        except ValueError:      # a domain error: NaN, as the tensors would compute it
+            return math.nan
+    return apply
+
+
+# The functions of one number a size number may apply (as bare numbers fold them:
+# check/fold.py), and their values; the back end lowers each to its math-dialect op.
+SIZE_NUMBER_FUNCTIONS: dict[str, Callable[[int | float], int | float]] = {
+    "neg": lambda x: -x, "abs": abs, "square": lambda x: x * x,
+    "sqrt": _float_of(math.sqrt), "rsqrt": _float_of(lambda x: 1.0 / math.sqrt(x)),
+    "exp": _float_of(math.exp), "log": _float_of(math.log),
+}

@@ -98,7 +98,7 @@ def free_sizes(t: Type) -> set[str]:
     """The size names in a type."""
     if isinstance(t, TupleType):
         return set().union(*(free_sizes(i) for i in t.items)) if t.items else set()
-    return {n for d in t.shape if isinstance(d, Size) for n in d.names}
+    return {n for d in t.shape if isinstance(d, Size) for n in cast(Size, d).names}
 
 
 def map_calls(fn: Function, target: Callable[[CallFn | Handle], str]) -> Function:

@@ -60,6 +60,11 @@ class Ty:
         return Ty(self.elem, tuple(shape))
 
 
+# The float functions of size numbers (core.sizes.SIZE_NUMBER_FUNCTIONS) in f32.
+_MATH = {"sqrt": "math.sqrt {x} : {t}", "rsqrt": "math.rsqrt {x} : {t}", "exp": "math.exp {x} : {t}",
+         "log": "math.log {x} : {t}"}
+
+
 def _mlir_dim(d: object) -> str:
     return "?" if isinstance(d, Size) else str(d)
 
@@ -199,8 +204,15 @@ class FnEmitter:
         if n.op == "size":
             i = self._pro(f"arith.index_cast {self.dim(n.args[0])} : index to i64")   # type: ignore[arg-type]
             return i if elem == "i64" else self._pro(f"arith.sitofp {i} : i64 to {COMPUTE}")
-        args = [self.size_number(a, elem) for a in n.args if isinstance(a, SizeNumber)]
         t = "i64" if elem == "i64" else COMPUTE
+        if n.op in _MATH and t != "i64":   # a float function of a number: computed in f32
+            x = self.size_number(n.args[0], COMPUTE)   # type: ignore[arg-type]
+            return self._pro(_MATH[n.op].format(x=x, t=t, one=self._pro(f"arith.constant 1.0 : {t}")))
+        args = [self.size_number(a, elem) for a in n.args if isinstance(a, SizeNumber)]
+        if n.op == "square":
+            return self._pro(f"arith.mul{'i' if t == 'i64' else 'f'} {args[0]}, {args[0]} : {t}")
+        if n.op == "abs":
+            return self._pro(f"math.absi {args[0]} : {t}" if t == "i64" else f"math.absf {args[0]} : {t}")
         if n.op == "neg":
             if t == "i64":
                 return self._pro(f"arith.subi {self._pro('arith.constant 0 : i64')}, {args[0]} : i64")
@@ -313,11 +325,11 @@ class FnEmitter:
         n = t.rank
         count = Ty("i64", ())
         bound = (self._pro(f"arith.index_cast {self.dim(limit)} : index to i64") if isinstance(limit, Size)
-                 else None)
+                 else self.scalar(limit, "i64"))
 
         def body(i: str, acc: str) -> str:
             lo = self.op(f"arith.cmpi slt, {i}, {self.scalar(0, 'i64')} : i64")
-            hi = self.op(f"arith.cmpi sge, {i}, {bound or self.scalar(limit, 'i64')} : i64")
+            hi = self.op(f"arith.cmpi sge, {i}, {bound} : i64")
             bad = self.op(f"arith.ori {lo}, {hi} : i1")
             return self.op(f"arith.addi {acc}, {self.op(f'arith.extui {bad} : i1 to i64')} : i64")
 

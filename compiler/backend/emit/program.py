@@ -198,16 +198,16 @@ class FunctionLowering:
         for a, arg, p in zip(args, e.args, callee.params):
             mine, theirs = ty(arg.type).mlir, ty(p.type).mlir
             casts.append(a if mine == theirs else em.op(f"tensor.cast {a} : {mine} to {theirs}"))
-        theirs = [ty(t).mlir for t in _flat_types(callee.ret_type)]
-        mine = [ty(t).mlir for t in _flat_types(e.type)]
-        sig = f"({', '.join(['index'] * len(sizes) + [ty(p.type).mlir for p in callee.params])}) -> ({', '.join(theirs)})"
+        rets = [ty(t).mlir for t in _flat_types(callee.ret_type)]
+        wanted = [ty(t).mlir for t in _flat_types(e.type)]
+        sig = f"({', '.join(['index'] * len(sizes) + [ty(p.type).mlir for p in callee.params])}) -> ({', '.join(rets)})"
         # Inlined, unlike a static export's call: buffer-results-to-out-params cannot give a
         # call the out-param of a result whose sizes the callee computes (`T + 1`).
         call = f"func.call {symbol(e.fn)}({', '.join(sizes + casts)}) : {sig}"
-        res = em.fresh() if len(theirs) > 1 else out
-        em.line(f"{res}:{len(theirs)} = {call}{em.loc}" if len(theirs) > 1 else f"{res} = {call}{em.loc}")
-        values = [f"{res}#{i}" for i in range(len(theirs))] if len(theirs) > 1 else [res]
-        results = [v if a == b else em.op(f"tensor.cast {v} : {a} to {b}") for v, a, b in zip(values, theirs, mine)]
+        res = em.fresh() if len(rets) > 1 else out
+        em.line(f"{res}:{len(rets)} = {call}{em.loc}" if len(rets) > 1 else f"{res} = {call}{em.loc}")
+        values = [f"{res}#{i}" for i in range(len(rets))] if len(rets) > 1 else [res]
+        results = [v if a == b else em.op(f"tensor.cast {v} : {a} to {b}") for v, a, b in zip(values, rets, wanted)]
         return list(results) if isinstance(e.type, TupleType) else results[0]
 
 
