@@ -233,13 +233,27 @@ def test_size_binds_a_generic_export_and_the_manifest_records_it(tmp_path):
     assert np.allclose(out, 441.0)
 
 
-def test_an_unbound_size_of_an_export_is_a_build_error(tmp_path):
+def test_a_partly_bound_export_is_dynamic_in_its_other_sizes(tmp_path):
+    """--size B=4 binds B of `mlp[B, D, H]`; D and H stay dynamic (issue 25): one library
+    for every D and H at B = 4, its calls of the generic `linear` at the mixed sizes
+    (4, D, H) included, and the number `1.0 / (B * D)` computed at each call."""
+    from compiler import runtime
+    from compiler.oracle import interp
     path = tmp_path / "u.kina"
     path.write_text(GENERIC.split("fn step")[0])
-    res = build.build_file(path, tmp_path / "u.so", sizes={"B": 4})
-    assert not res.ok
-    (d,) = [d for d in res.diagnostics if d.severity == "error"]
-    assert d.code == "size" and d.message.startswith("mlp: size D is not bound; pass --size D=")
+    res = build.build_file(path, tmp_path / "u.so", sizes={"B": 4}, cache=False)
+    assert res.ok, res.diagnostics
+    (entry,) = [f for f in res.manifest["functions"] if f["name"] == "mlp"]
+    assert entry["sizes"] == ["D", "H"]
+    assert [p["shape"] for p in entry["params"]] == [[4, "D"], ["D", "H"], ["H", "D"]]
+    lib = runtime.load(tmp_path / "u.so")
+    snap = analysis.analyze(path.read_text(), str(path))
+    for d, h in ((3, 5), (1, 1), (6, 2)):
+        program, diags = snap.program_for({"B": 4, "D": d, "H": h}, want_dynamic=False)
+        assert not diags
+        args = interp.random_inputs(program.functions["mlp"], 0, program)
+        want = interp.run_function(program, "mlp", args)
+        np.testing.assert_allclose(lib.mlp(*args), want, rtol=1e-5, atol=1e-6)
 
 
 def test_export_keeps_only_the_named_functions_and_their_callees(tmp_path):

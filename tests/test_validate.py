@@ -47,7 +47,7 @@ def _run(lib: Path, inputs: dict, order: list[str]) -> dict:
     work = lib.parent
     for name, args in inputs.items():
         with open(work / f"{name}.in.pkl", "wb") as f:
-            pickle.dump(args, f)
+            pickle.dump((args, {}), f)   # (inputs, sizes): what validate_file writes
     results = {}
     assert validate.run_in_child(lib, work, order, timeout=60, cancel=None,
                                  on_done=lambda n, err: results.__setitem__(n, err))
@@ -130,13 +130,16 @@ fn both(x: Tensor[F32, [3]], w: Tensor[F32, [3]], u: Tensor[F32, [5]], v: Tensor
 
 def test_validate_checks_the_gradient_of_each_instantiation_of_a_generic_function(tmp_path):
     """`handle scale(..)` at two sizes differentiates the private instances scale$3 and
-    scale$5: each gets an exported wrapper and its finite-difference check."""
+    scale$5: each gets an exported wrapper and its finite-difference check.  The generic
+    `scale` itself is exported dynamic (no --size): checked at N = 1 and two random N."""
     path = tmp_path / "generic.kina"
     path.write_text(GENERIC_STEP)
     report = validate.validate_file(path)
     assert report.build.ok, [report.build.source.render(d) for d in report.build.diagnostics]
-    assert [f.name for f in report.functions] == ["both", "scale$3 (reverseMode)", "scale$5 (reverseMode)"]
-    for f in report.functions[1:]:
+    names = [f.name for f in report.functions]
+    assert names[:3] == ["both", "scale$3 (reverseMode)", "scale$5 (reverseMode)"]
+    assert names[3] == "scale[N=1]" and len(names) == 6 and all(n.startswith("scale[N=") for n in names[3:])
+    for f in report.functions[1:3]:
         assert [c.name for c in f.checks if c.reference == "finite differences"] == ["d/d x", "d/d w"]
     assert report.ok, validate.format_report(report)
 

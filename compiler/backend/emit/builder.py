@@ -324,12 +324,13 @@ class FnEmitter:
         do not lower through memref-to-llvm) and one cf.assert checks the count is 0."""
         n = t.rank
         count = Ty("i64", ())
-        bound = (self._pro(f"arith.index_cast {self.dim(limit)} : index to i64") if isinstance(limit, Size)
-                 else self.scalar(limit, "i64"))
+        # a size's value comes from the prologue; a number is a constant next to its compare
+        bound = self._pro(f"arith.index_cast {self.dim(limit)} : index to i64") if isinstance(limit, Size) else None
+        number = limit if isinstance(limit, int) else 0
 
         def body(i: str, acc: str) -> str:
             lo = self.op(f"arith.cmpi slt, {i}, {self.scalar(0, 'i64')} : i64")
-            hi = self.op(f"arith.cmpi sge, {i}, {bound} : i64")
+            hi = self.op(f"arith.cmpi sge, {i}, {bound or self.scalar(number, 'i64')} : i64")
             bad = self.op(f"arith.ori {lo}, {hi} : i1")
             return self.op(f"arith.addi {acc}, {self.op(f'arith.extui {bad} : i1 to i64')} : i64")
 
