@@ -80,10 +80,10 @@ def window_split(window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return window[:, :T], window[:, 1:, None]
 
 
-def causal_mask() -> np.ndarray:
-    """[1, 1, T, T]: 0 on and below the diagonal, MASK_NEG above."""
-    upper = np.triu(np.ones((T, T), dtype=bool), k=1)
-    return np.where(upper, MASK_NEG, 0.0).astype(np.float32).reshape(1, 1, T, T)
+def causal_mask(t: int = T) -> np.ndarray:
+    """[1, 1, t, t]: 0 on and below the diagonal, MASK_NEG above (t tokens: T by default)."""
+    upper = np.triu(np.ones((t, t), dtype=bool), k=1)
+    return np.where(upper, MASK_NEG, 0.0).astype(np.float32).reshape(1, 1, t, t)
 
 
 def attention_scale() -> np.ndarray:

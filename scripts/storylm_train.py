@@ -70,7 +70,10 @@ def train_torch(torch, steps: int, lr: float, weights: dict | None = None) -> tu
 
 
 class CompiledTrainer:
-    """Runs `train_step` of examples/storylm.kina built at StoryLM-0's sizes from a compiled library.
+    """Runs `train_step` of examples/storylm.kina from a compiled library: built at
+    StoryLM-0's sizes, or dynamic (built without --size: one library for every size,
+    which binds B, T, DH and V from the arrays and takes H, which only H * DH shows, as a
+    keyword).
 
     The weights live in two preallocated buffer sets: step k reads set k % 2 and
     writes set (k + 1) % 2 through the runtime's `out=`, so a step allocates
@@ -78,6 +81,7 @@ class CompiledTrainer:
 
     def __init__(self, lib, lr: float, weights: dict | None = None):
         self.lib = lib
+        self.sizes = {"H": H} if getattr(lib.train_step, "sizes", ()) else {}
         w = load_weights() if weights is None else weights
         self.sets = [[np.zeros((1, 1), np.float32)] + [np.array(w[n], np.float32) for n in TRAINABLE]
                      for _ in range(2)]
@@ -94,7 +98,7 @@ class CompiledTrainer:
         src, dst = self.sets[self.current], self.sets[1 - self.current]
         emb, wq, wk, wv, wo, lm = src[1:]
         self.lib.train_step(self.windows[k % len(self.windows)], emb, *self.consts, wq, wk, wv, wo, lm,
-                            self.lr, out=dst)
+                            self.lr, out=dst, **self.sizes)
         self.current = 1 - self.current
         return float(dst[0][0, 0])
 
@@ -112,6 +116,17 @@ class CompiledTrainer:
         for _ in range(n_new):
             ids = np.array([toks[-T:]], dtype=np.int64)
             logits = self.lib.forward(ids, self.w["emb"], *self.consts, self.w["wq"], self.w["wk"],
-                                           self.w["wv"], self.w["wo"], self.w["lm_head"])
+                                           self.w["wv"], self.w["wo"], self.w["lm_head"], **self.sizes)
             toks.append(int(np.argmax(logits[0, -1])))
         return np.array(toks, dtype=np.int64)
+
+    def greedy_growing(self, prompt: np.ndarray, n_new: int) -> np.ndarray:
+        """Append n_new tokens, each `next_token` of the WHOLE sequence so far (T = 4, 5,
+        ...): one dynamic library call per token at a new T each time."""
+        toks = prompt.reshape(1, -1).astype(np.int64)
+        for _ in range(n_new):
+            t = toks.shape[1]
+            nxt = self.lib.next_token(toks, self.w["emb"], causal_mask(t), self.consts[1], self.w["wq"],
+                                      self.w["wk"], self.w["wv"], self.w["wo"], self.w["lm_head"], **self.sizes)
+            toks = np.concatenate([toks, nxt], axis=1)
+        return toks[0]
