@@ -46,8 +46,7 @@ def lib(hand_written_lib):
 def _run(lib: Path, inputs: dict, order: list[str]) -> dict:
     work = lib.parent
     for name, args in inputs.items():
-        with open(work / f"{name}.in.pkl", "wb") as f:
-            pickle.dump((args, {}), f)   # (inputs, sizes): what validate_file writes
+        validate.write_inputs(work, name, args)
     results = {}
     assert validate.run_in_child(lib, work, order, timeout=60, cancel=None,
                                  on_done=lambda n, err: results.__setitem__(n, err))
@@ -69,8 +68,7 @@ def test_in_range_indices_pass(lib):
 
 
 def test_cancel_stops_the_child(lib):
-    with open(lib.parent / "ok.in.pkl", "wb") as f:
-        pickle.dump([np.ones(2, np.float32)], f)
+    validate.write_inputs(lib.parent, "ok", [np.ones(2, np.float32)])
     assert not validate.run_in_child(lib, lib.parent, ["ok"], timeout=60, cancel=lambda: True,
                                      on_done=lambda n, e: None)
 

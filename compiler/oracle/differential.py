@@ -27,7 +27,6 @@ Failures are values (`Failure`): kind "generator" (the program did not type-chec
 from __future__ import annotations
 
 import os
-import pickle
 import subprocess
 import sys
 import time
@@ -314,8 +313,7 @@ class Oracle:
         work = so.parent
         names = [f for u in part for f in u.functions if f in refs]
         for f in names:
-            with open(work / f"{f}.in.pkl", "wb") as fh:
-                pickle.dump(refs[f].inputs, fh)
+            validate.write_inputs(work, f, refs[f].inputs)
         owner = {f: u.name for u in part for f in u.functions}
 
         def on_done(fname: str, error: str | None) -> None:

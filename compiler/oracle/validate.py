@@ -223,6 +223,13 @@ def compare_gradients(fn_report: FunctionReport, program: ir.Program, wrapper: i
 
 
 # ---- the child process ---------------------------------------------------------------------
+def write_inputs(work: Path, key: str, args: list[Array], sizes: Mapping[str, int] | None = None) -> None:
+    """The inputs (and a dynamic function's sizes, passed as keywords) of run `key` for
+    child_main."""
+    with open(work / f"{key}.in.pkl", "wb") as f:
+        pickle.dump((args, dict(sizes or {})), f)
+
+
 def child_main(so_path: str, work: str, names: list[str]) -> int:
     """Run functions of the library on pickled inputs; one START/DONE line per function."""
     from compiler import runtime
@@ -386,8 +393,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
             except Exception as e:
                 reports[task.key].error = f"interpreter failed: {type(e).__name__}: {e}"
                 continue
-            with open(work / f"{task.key}.in.pkl", "wb") as f:
-                pickle.dump((inputs[task.key], task.sizes), f)
+            write_inputs(work, task.key, inputs[task.key], task.sizes)
         by_key = {t.key: t for t in tasks}
         runnable = [t.key for t in tasks if t.key in expected]
         done = [0]
