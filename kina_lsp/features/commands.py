@@ -247,9 +247,17 @@ def summarize(report: ValidationReport, opt_level: int = 0) -> Summary:
     failing: dict[str, str] = {}
     for f in report.functions:
         if not f.ok:
-            # a gradient wrapper "g (reverseMode)" is reported on the handled function g
-            failing.setdefault(f.name.split(" ")[0], _failure(f))
+            # a gradient wrapper "g (reverseMode)" is reported on the handled function g, a
+            # dynamic function's run "g[B=1, T=4]" on g, with the sizes it failed at
+            name, bracket, rest = f.name.partition("[")
+            sizes = f" at [{rest.split(']')[0]}]" if bracket else ""
+            failing.setdefault(name.split(" ")[0], _failure(f) + sizes)
     n = len(report.functions)
+    runs: dict[str, list[str]] = {}    # a dynamic function -> the sizes of its runs
+    for f in report.functions:
+        name, bracket, rest = f.name.partition("[")
+        if bracket and " " not in name:
+            runs.setdefault(name, []).append(rest.split("]")[0])
     if report.cancelled:
         message = CANCELLED
     elif failing:
@@ -257,6 +265,10 @@ def summarize(report: ValidationReport, opt_level: int = 0) -> Summary:
                    + "; ".join(f"{name}: {why}" for name, why in failing.items()))
     else:
         message = f"Kina: build & validate passed ({n}/{n} functions match the interpreter at -O{opt_level})"
+        if runs:   # one dynamic library, checked at several sizes: those of its widest function
+            widest = max(runs, key=lambda g: (runs[g][0].count("="), g))
+            message += (f"; {len(runs)} dynamic function(s), each at {len(runs[widest])} sizes, e.g. {widest} at "
+                        + ", ".join(f"[{r}]" for r in runs[widest]))
     return {"ok": report.ok, "message": message, "failing": failing, "cancelled": report.cancelled,
             "functions": {f.name: f.ok for f in report.functions}}
 

@@ -80,3 +80,21 @@ async def test_build_and_validate_can_be_cancelled(client):
     result = await task
     assert result["cancelled"] and not result["ok"] and "cancelled" in result["message"]
     assert isinstance(client.progress_reports[token][-1], lsp.WorkDoneProgressEnd)
+
+
+GENERIC = """fn scale[N, D](x: Tensor[F32, [N, D]], w: Tensor[F32, [D, D]]) -> Tensor[F32, [N, D]] {
+  let y = x @ w in
+  y * (1.0 / N)
+}
+"""
+
+
+async def test_build_and_validate_checks_a_dynamic_function_at_several_sizes(client):
+    """A generic function with nothing binding its sizes is one dynamic library (issue 25):
+    validated at three size sets, which the message names."""
+    uri = open_doc(client, GENERIC, "generic.kina")
+    assert await published(client, uri, 1) == []
+    result, _ = await validate(client, uri)
+    assert result["ok"], result["message"]
+    assert set(result["functions"]) >= {"scale[N=1, D=1]"} and len(result["functions"]) == 3
+    assert "1 dynamic function(s), each at 3 sizes, e.g. scale at [N=1, D=1]" in result["message"]
