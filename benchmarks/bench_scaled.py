@@ -1,6 +1,6 @@
 """Compiled Kina at scale: the scaled StoryLM and f32 matmul against NumPy, PyTorch eager, torch.compile and jax.jit.
 
-    .venv/bin/python benchmarks/bench_scaled.py [--configs scaled large] [--rounds 7] [--skip-matmul] [--O0]
+    .venv/bin/python benchmarks/bench_scaled.py [--configs scaled large] [--rounds 7] [--skip-matmul] [--O0] [--dynamic]
     .venv/bin/python benchmarks/bench_scaled.py --B 4 --T 64 --D 256 --H 8 --V 2048   # one custom size
 
 Every figure comes from this run:
@@ -20,6 +20,8 @@ Every figure comes from this run:
 - f32 matmul (benchmarks/matmul.kina, `mm[M, K, N]` built with --size) at 256, 512 and 1024, and at two shapes
   the register tile does not divide (100x300x1000, 250x250x250): Kina -O2
   and NumPy (its BLAS uses every core it may);
+- with --dynamic, `kina -O2 dynamic`: the same source built once without --size (one
+  library for every size, docs/compiling.md "Dynamic sizes"), called at each config;
 - the machine's peak: a register-only FMA kernel compiled by `cc -O3 -march=native`;
 - the targets of issue 15, met or not, and a scaling summary (build time and step
   time against model size) when more than one configuration ran.
@@ -55,6 +57,9 @@ TOLERANCE = 2e-3
 TARGET_VS_JAX = 1.0
 TARGET_BUILD_S = 3.0
 TARGET_MATMUL_512 = 0.80
+# Issue 25's: the dynamic library at the static one's sizes.
+TARGET_DYNAMIC_STEP = 1.15
+TARGET_DYNAMIC_BUILD = 1.5
 
 
 # ---- Kina ------------------------------------------------------------------------------
@@ -79,19 +84,24 @@ def kina_args(w: dict, s: dict, train: bool) -> tuple:
     return (ids, w["emb"], w["mask"], w["scale"], w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"], *tail)
 
 
-def kina_impl(w: dict, s: dict, level: int, tmp: Path) -> peers.Impl:
+def kina_impl(w: dict, s: dict, level: int, tmp: Path, dynamic: bool = False) -> peers.Impl:
+    """Kina at `level`: built with --size at s, or (`dynamic`) without: one library for
+    every size, called at s (the sizes read from the arrays; H, which only H * DH shows,
+    as a keyword)."""
     # One file name per size: a process that dlopens a path twice gets the first library back.
-    name = "scaled_lm_" + "_".join(str(s[k]) for k in ("B", "T", "D", "H", "V"))
-    lib, wall, stages = build_lib(M.STORYLM, name, level, tmp, M.kina_sizes(s), M.EXPORTS)
+    name = ("dynamic_lm" if dynamic else "scaled_lm_" + "_".join(str(s[k]) for k in ("B", "T", "D", "H", "V")))
+    lib, wall, stages = build_lib(M.STORYLM, name, level, tmp, {} if dynamic else M.kina_sizes(s), M.EXPORTS)
     fwd_out = np.empty((s["B"], s["T"], s["V"]), np.float32)
     step_out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
     fargs, sargs = kina_args(w, s, False), kina_args(w, s, True)
-    fwd = lambda: lib.forward(*fargs, out=fwd_out)  # noqa: E731
-    step = lambda: lib.train_step(*sargs, out=step_out)  # noqa: E731
+    kw = {"H": s["H"]} if dynamic else {}
+    fwd = lambda: lib.forward(*fargs, out=fwd_out, **kw)  # noqa: E731
+    step = lambda: lib.train_step(*sargs, out=step_out, **kw)  # noqa: E731
     fwd(), step()
     results = {"forward": fwd_out.copy(), "train step": tuple(a.copy() for a in step_out)}
     stage_text = ", ".join(f"{k} {v:.2f}" for k, v in stages.items() if v >= 0.05)
-    return peers.Impl(f"kina -O{level}", {"forward": fwd, "train step": step}, results, wall,
+    return peers.Impl(f"kina -O{level}{' dynamic' if dynamic else ''}", {"forward": fwd, "train step": step},
+                      results, wall,
                       f"build stages (s): {stage_text}")
 
 
@@ -104,6 +114,8 @@ def run_config(s: dict, args, tmp: Path) -> dict:
     skipped: list[peers.Skipped] = []
     for level in ([0, 2] if args.O0 else [2]):
         impls.append(kina_impl(w, s, level, tmp))
+    if args.dynamic:
+        impls.append(kina_impl(w, s, 2, tmp, dynamic=True))
     for make in peers.PEERS:
         if make.__name__.split("_impl")[0] in args.skip:
             continue
@@ -207,6 +219,14 @@ def print_targets(configs: list[dict], mm: list[tuple]) -> None:
         b = impls["kina -O2"].build_s
         if cfg["name"] == "scaled":
             print(f"  {cfg['name']}: kina -O2 build <= {TARGET_BUILD_S:.0f} s: {b:.2f} s ({_verdict(b <= TARGET_BUILD_S)})")
+        if "kina -O2 dynamic" in impls:     # issue 25's targets: one library for every size
+            for what in WORKLOADS:
+                r = t["kina -O2 dynamic", what] / t["kina -O2", what]
+                print(f"  {cfg['name']}: dynamic / static {what} <= {TARGET_DYNAMIC_STEP:.2f}x: {r:.2f}x "
+                      f"({_verdict(r <= TARGET_DYNAMIC_STEP)})")
+            r = impls["kina -O2 dynamic"].build_s / b
+            print(f"  {cfg['name']}: dynamic / static build <= {TARGET_DYNAMIC_BUILD:.1f}x: {r:.2f}x "
+                  f"({impls['kina -O2 dynamic'].build_s:.2f} s vs {b:.2f} s; {_verdict(r <= TARGET_DYNAMIC_BUILD)})")
     for name, kina, nump, _ in mm:
         if name == "512x512x512":
             r = kina / nump
@@ -248,6 +268,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], choices=["numpy", "torch_eager", "torch_compile", "jax"],
                     help="peers to leave out")
     ap.add_argument("--O0", action="store_true", help="also time -O0 (slow: seconds per train step)")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="also time the dynamic library (built without --size: issue 25) at each config")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)   # progress shows in a log
     custom = [getattr(args, k) for k in ("B", "T", "D", "H", "V")]

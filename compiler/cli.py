@@ -154,8 +154,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         sizes = bindings(args.size)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    program, size_diags = snap.program_for(sizes)
+    program, size_diags = snap.program_for(sizes, want_dynamic=False)   # the interpreter runs fixed sizes
     fn = program.functions.get(entry)
+    generic = snap.function_named(entry)
+    if fn is None and generic is not None and generic.sizes:
+        missing = [s.name for s in generic.sizes if s.name not in sizes]
+        raise UsageError(f"`{entry}` is size-generic: kinac run interprets one instantiation; pass "
+                         + " ".join(f"--size {n}=<n>" for n in missing))
     if fn is None:
         for d in size_diags:
             if d.severity == "error" and entry in d.message:
