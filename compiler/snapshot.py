@@ -146,7 +146,7 @@ class Snapshot:
         """The program a build compiles: the monomorphic functions, every generic function
         that `sizes` (`kinac build --size B=4`) binds fully exported at those sizes, every
         other generic function exported dynamic (its unbound sizes taken at each call:
-        check/instances.dynamic_exports; with `sizes`, only those no other function calls;
+        check/instances.dynamic_exports; with `sizes`, only those no generic function calls;
         none with `want_dynamic` False), and the instantiations all of them call."""
         good = [it for it in self._first_defs().values() if it.name in self._good]
         mono = {it.name: f for it in good if (f := it.ir) is not None and not it.res.checked.generic}
@@ -157,8 +157,8 @@ class Snapshot:
         signatures = {it.name: sig for it in self._first_defs().values() if (sig := it.res.signature) is not None}
         exports, diags = instances.unbound_exports(generic, sizes)
         # Without --size values every generic function is exported dynamic; with them, only
-        # those no other function calls (a helper at unbound sizes is instantiated as before).
-        called = {c for it in good for c in it.res.checked.calls if c != it.name}
+        # those no generic function calls (a helper of others is instantiated where called).
+        called = {c for it in good if it.res.checked.generic for c in it.res.checked.calls if c != it.name}
         roots = {n: f for n, f in symbolic.items() if not sizes or n not in called}
         dynamic = instances.dynamic_exports(roots if want_dynamic else {}, sizes, symbolic)
         requests = {r for it in good if not it.res.checked.generic for r in it.res.checked.instances}

@@ -8,9 +8,9 @@ monomorphic IR function named `linear$8_4_16`, so the later stages (reverseMode,
 lowering, the interpreter, the PyTorch reference) never see a size parameter.
 
 Exports: a generic function whose sizes are all bound by the build's `--size` values
-is instantiated under its own name and exported; a generic function that nothing
-calls (a root: what a library of it would export) with a size left unbound is an
-error of the build (`train_step: size B is not bound; pass --size B=N`).
+is instantiated under its own name and exported; the others are exported dynamic
+(`dynamic_exports`: their symbolic IR, with the bound sizes substituted, which the back
+end compiles for every size; docs/compiling.md, "Dynamic sizes").
 
 The symbolic check is sound for every instantiation (core/sizes.py), so an instance
 that reports an error is a checker bug; it is still reported, at the call, with the
