@@ -28,6 +28,7 @@ from compiler.ir.shape_rules import (
     infer_elementwise,
     infer_gather,
     infer_iota,
+    infer_logsumexp,
     infer_matmul,
     infer_pow,
     infer_reduce_keep,
@@ -96,6 +97,9 @@ class OpDef:
     layout: bool = False
     index_bound: Callable[[list[TensorType], Attrs], int] | None = None
     positive: Callable[[Attrs], bool] | None = None
+    # The row a call with one more tensor operand means: `x.pow(e)` with a tensor e is
+    # pow_tensor (the checker switches rows before checking the arity).
+    overload: str | None = None
 
     def attr(self, name: str) -> AttrSpec | None:
         return next((a for a in self.attrs if a.name == name), None)
@@ -228,9 +232,9 @@ _row(OpDef("concat", infer_concat, "concat(a, b, ..., axis=i) : shapes equal exc
 _row(OpDef("gather", infer_gather, "gather(values : [V, D], indices : I64 σ) : σ++[D]",
            "embedding lookup: rows of values picked by indices", operands=2, linear=True, index_operands=(1,),
            index_bound=lambda args, attrs: args[0].shape[0]))
-_row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max, axis=i) : x with dim i = 1",
-           "reduce one axis, keeping it with size 1",
-           attrs=(AttrSpec("op", "enum", ("sum", "mean", "max")), AXIS)))
+_row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max|min, axis=i) : x with dim i = 1",
+           "reduce one axis, keeping it with size 1 (max/min: the cotangent is split evenly among tied extremes)",
+           attrs=(AttrSpec("op", "enum", ("sum", "mean", "max", "min")), AXIS)))
 _row(OpDef("softmax", _named(infer_softmax, "softmax"), "x.softmax(axis=i) : T, x floating",
            "exp(x) / sum(exp(x)) along axis i (max-subtracted)", attrs=(AXIS,)))
 _row(OpDef("log_softmax", _named(infer_softmax, "log_softmax"), "x.log_softmax(axis=i) : T, x floating",
@@ -270,8 +274,12 @@ for _n, _doc in _UNARY_MATH.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc))
 _row(OpDef("pow", infer_pow, "x.pow(p) : T, with x : T floating and p a static number",
            "elementwise x^p (an integer p allows negative x; a fractional p gives NaN there)",
-           attrs=(AttrSpec("p", "float", positional=True, finite=True),),
+           attrs=(AttrSpec("p", "float", positional=True, finite=True),), overload="pow_tensor",
            positive=lambda attrs: not float(attrs["p"]).is_integer()))   # x^p is NaN for x < 0
+_row(OpDef("pow_tensor", _named(infer_elementwise, "pow"),
+           "x.pow(e) : T, with x, e : T floating (a tensor exponent; also written pow(x, e))",
+           "elementwise x^e with a tensor exponent (NaN where x < 0 and e is not an integer)",
+           operands=2, positive=_ALWAYS))   # x^e for x < 0 is NaN for most e: the interpreter draws x > 0
 _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating; either bound may be left out",
            "elementwise min(max(x, a), b) (the cotangent passes where a <= x <= b)",
            attrs=(AttrSpec("min", "float", default=None), AttrSpec("max", "float", default=None))))
@@ -308,6 +316,16 @@ _row(OpDef("clamp_grad", _named(infer_elementwise, "clamp_grad"), "ClampGrad(g :
 _row(OpDef("gelu_grad", _named(infer_elementwise, "gelu_grad"), "GeluGrad(g : T, x : T, approximate) : T",
            "IR-internal (VJP of gelu): g * gelu'(x)", operands=2, internal=True,
            attrs=(AttrSpec("approximate", "enum", ("none", "tanh"), default="none"),)))
+
+# ---- scans and stable reductions ------------------------------------------------------------
+_row(OpDef("cumsum", _named(infer_softmax, "cumsum"), "x.cumsum(axis=i) : T, x floating",
+           "running sum along axis i (y[.., j, ..] = x[.., 0, ..] + .. + x[.., j, ..]); its VJP is a reverse cumsum",
+           attrs=(AXIS,), linear=True))
+_row(OpDef("cumprod", _named(infer_softmax, "cumprod"), "x.cumprod(axis=i) : T, x floating",
+           "running product along axis i; its VJP divides by x, so it is not finite where x is 0",
+           attrs=(AXIS,), positive=_ALWAYS))
+_row(OpDef("logsumexp", _named(infer_logsumexp, "logsumexp"), "x.logsumexp(axis=i) : x with dim i = 1, x floating",
+           "log(sum(exp(x))) along axis i, keeping it with size 1 (max-subtracted: stable)", attrs=(AXIS,)))
 
 INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
 SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}

@@ -197,6 +197,14 @@ def infer_reduce_keep(args: list[TensorType], attrs: Attrs) -> TensorType:
     return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
 
 
+def infer_logsumexp(args: list[TensorType], attrs: Attrs, op: str = "logsumexp") -> TensorType:
+    (a,) = args
+    require_float(a, 0, op)
+    axis = _axis(attrs["axis"], a.rank, a, op)
+    _nonempty_axis(a, axis, op)
+    return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
+
+
 def infer_softmax(args: list[TensorType], attrs: Attrs, op: str = "softmax") -> TensorType:
     (a,) = args
     require_float(a, 0, op)

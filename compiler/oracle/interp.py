@@ -96,7 +96,16 @@ def _scatter_along_axis(args: list[Array], attrs: Attrs, out: TensorType) -> Arr
     return dest
 
 
-_REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "mean": np.mean, "max": np.max}  # reduce_keep's op
+_REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "mean": np.mean, "max": np.max,  # reduce_keep's op
+                                            "min": np.min}
+
+
+def _logsumexp(x: Array, axis: int) -> Array:
+    # max-subtracted; an axis whose max is infinite keeps it (inf stays inf, all -inf gives -inf)
+    m = x.max(axis=axis, keepdims=True)
+    shift = np.where(np.isfinite(m), m, 0)
+    out: Array = np.log(np.exp(x - shift).sum(axis=axis, keepdims=True)) + shift
+    return out
 
 _erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -198,6 +207,10 @@ NUMPY_OPS: dict[str, OpFn] = {
     "square": lambda a, at, t: np.square(a[0]),
     "erf": lambda a, at, t: _erf_f(a[0]),
     "pow": lambda a, at, t: np.power(a[0], at["p"]),
+    "pow_tensor": lambda a, at, t: np.power(a[0], a[1]),
+    "cumsum": lambda a, at, t: np.cumsum(a[0], axis=at["axis"]),
+    "cumprod": lambda a, at, t: np.cumprod(a[0], axis=at["axis"]),
+    "logsumexp": lambda a, at, t: _logsumexp(a[0], at["axis"]),
     "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
     "gelu": lambda a, at, t: _GELU[at["approximate"]](a[0]),
     "cast": _cast,

@@ -99,7 +99,10 @@ KINKS: dict[str, Distances] = {
     "maximum_grad": _tie(1, 2),
     "clamp": _bounds(0),
     "clamp_grad": _bounds(1),
-    "reduce_keep": lambda a, at: _runner_up(a[0], at["axis"]) if at["op"] == "max" else [],
+    "reduce_keep": lambda a, at: (_runner_up(a[0], at["axis"]) if at["op"] == "max" else
+                                  _runner_up(-_f64(a[0]), at["axis"]) if at["op"] == "min" else []),
+    "pow_tensor": _at_zero(0),    # x^e: a pole or a domain edge at x = 0
+    "cumprod": _at_zero(0),       # its VJP divides by x
     "argmax": lambda a, at: _runner_up(a[0], at["axis"]),
     **{cmp: _tie(0, 1) for cmp in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
@@ -111,7 +114,7 @@ SMOOTH_OPS = frozenset({
     "add", "sub", "mul", "neg", "exp", "tanh", "sigmoid", "matmul", "transpose", "reshape",
     "broadcast", "slice", "concat", "gather", "softmax", "log_softmax", "take_along_axis",
     "scatter_add", "scatter_along_axis", "square", "erf", "gelu", "gelu_grad", "cast", "iota",
-    "tril", "where",
+    "tril", "where", "cumsum", "logsumexp",
 })
 
 

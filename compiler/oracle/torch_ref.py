@@ -70,6 +70,7 @@ _REDUCERS: dict[str, Callable[[Tensor, int], Tensor]] = {
     "sum": lambda x, axis: x.sum(dim=axis, keepdim=True),
     "mean": lambda x, axis: x.mean(dim=axis, keepdim=True),
     "max": lambda x, axis: _t().amax(x, dim=axis, keepdim=True),
+    "min": lambda x, axis: _t().amin(x, dim=axis, keepdim=True),
 }
 # Kina's gelu `approximate` choice -> torch.nn.functional.gelu's `approximate` argument.
 _GELU_APPROXIMATE = {"none": "none", "tanh": "tanh"}
@@ -162,6 +163,10 @@ TORCH_OPS: dict[str, OpFn] = {
     "square": lambda a, at, t: _t().square(a[0]),
     "erf": lambda a, at, t: _t().erf(a[0]),
     "pow": lambda a, at, t: _t().pow(a[0], at["p"]),
+    "pow_tensor": lambda a, at, t: _t().pow(a[0], a[1]),
+    "cumsum": lambda a, at, t: _t().cumsum(a[0], dim=at["axis"]),
+    "cumprod": lambda a, at, t: _t().cumprod(a[0], dim=at["axis"]),
+    "logsumexp": lambda a, at, t: _t().logsumexp(a[0], dim=at["axis"], keepdim=True),
     "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
     "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=_GELU_APPROXIMATE[at["approximate"]]),
     "cast": _cast,
