@@ -74,6 +74,16 @@ ROWS = {
     "cast bool": ([("c", "Tensor[Bool, [2, 3]]")], "c.cast(dtype=F32)", M, False),
     "cast bool i64": ([("c", "Tensor[Bool, [2, 3]]")], "c.cast(dtype=I64)", "Tensor[I64, [2, 3]]", False),
     "tril bool": ([("c", "Tensor[Bool, [3, 3]]")], "c.tril()", "Tensor[Bool, [3, 3]]", False),
+    "reduce_keep max ad": (UNARY, "a.reduce_keep(op=max, axis=0)", "Tensor[F32, [1, 3]]", True),
+    "reduce_keep min": (UNARY, "a.reduce_keep(op=min, axis=1)", "Tensor[F32, [2, 1]]", True),
+    "pow_tensor": (BINARY, "a.pow(b)", M, True),
+    "pow_tensor call": (BINARY, "pow(a, b)", M, False),
+    "cumsum": ([("a", "Tensor[F32, [3, 5, 2]]")], "a.cumsum(axis=1)", "Tensor[F32, [3, 5, 2]]", True),
+    "cumsum bf16": ([("a", "Tensor[BF16, [4, 3]]")], "a.cumsum(axis=0)", "Tensor[BF16, [4, 3]]", True),
+    "cumprod": ([("a", "Tensor[F32, [2, 4]]")], "a.cumprod(axis=-1)", "Tensor[F32, [2, 4]]", True),
+    "cumprod one": ([("a", "Tensor[F32, [1, 4]]")], "a.cumprod(axis=0)", "Tensor[F32, [1, 4]]", False),
+    "logsumexp": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.logsumexp(axis=-1)", "Tensor[F32, [2, 3, 1]]", True),
+    "logsumexp f16": ([("a", "Tensor[F16, [5, 3]]")], "a.logsumexp(axis=0)", "Tensor[F16, [1, 3]]", True),
 }
 # IR-internal ops have no surface form: they are exercised by the backward pass of these rows.
 COVERED_BY_BACKWARD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu",

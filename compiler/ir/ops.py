@@ -106,7 +106,7 @@ class OpDef:
 
     def signature(self, method: bool) -> tuple[str, list[str]]:
         """(label, parameters) of the call as editors and the docs show it:
-        `x.reduce_keep(op=sum|mean|max, axis=int)` or `reduce_keep(x, ...)`."""
+        `x.reduce_keep(op=sum|mean|max|min, axis=int)` or `reduce_keep(x, ...)`."""
         n = self.operands if self.operands >= 0 else 2
         operands = [f"x{i}" if n > 1 else "x" for i in range(n)]
         if self.operands < 0:

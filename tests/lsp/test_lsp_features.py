@@ -170,7 +170,7 @@ async def test_signature_help_for_builtins(client):
     help_ = await client.text_document_signature_help_async(lsp.SignatureHelpParams(
         text_document=doc_id(uri), position=pos(text, "axis=1", 5)))
     sig = help_.signatures[0]
-    assert sig.label == "x.reduce_keep(op=sum|mean|max, axis=int)"
+    assert sig.label == "x.reduce_keep(op=sum|mean|max|min, axis=int)"
     assert sig.parameters[help_.active_parameter].label == "axis=int"
 
 

@@ -9,7 +9,7 @@ axis, in the interpreter's order (numpy.cumsum adds left to right too).
 """
 from __future__ import annotations
 
-from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, Ty, identity, keep_axis, ty
+from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, MapResults, Ty, identity, keep_axis, ty
 from compiler.ir import nodes as ir
 
 _F = COMPUTE
@@ -61,7 +61,8 @@ def _reduce(em: FnEmitter, x: str, t: Ty, axis: int, combine: str, init: float,
     """x (f32 values, exp(x - shift) when a shift is given) reduced over axis by combine."""
     kept = [f"d{d}" for d in range(t.rank) if d != axis]
     out_t = Ty(_F, tuple(s for d, s in enumerate(t.shape) if d != axis))
-    ins = [(x, t, identity(t.rank))] + ([(shift, acc, kept)] if shift is not None and acc is not None else [])
+    ins: list[tuple[str, Ty, MapResults]] = [(x, t, identity(t.rank))]
+    ins += ([(shift, acc, kept)] if shift is not None and acc is not None else [])
     its = ["reduction" if d == axis else "parallel" for d in range(t.rank)]
 
     def body(*a: str) -> str:
@@ -95,14 +96,16 @@ def lower_logsumexp(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) ->
 
 
 def _pow_tensor(em: FnEmitter, x: str, e: str) -> str:
-    """|x|^e, negated where x < 0 and e is an odd integer, NaN where x < 0 and e is not an
-    integer (numpy.power; powf of a negative base is NaN on some libm paths)."""
+    """|x|^e, negated where x < 0 and e is an odd integer, NaN where -inf < x < 0 and e is
+    not an integer (numpy.power; powf of a negative base is NaN on some libm paths)."""
     mag = em.op(f"math.powf {em.op(f'math.absf {x} : {_F}')}, {e} : {_F}")
     whole = em.op(f"arith.cmpf oeq, {em.op(f'math.floor {e} : {_F}')}, {e} : {_F}")
     half = em.op(f"arith.mulf {e}, {em.scalar(0.5, _F)} : {_F}")
     even = em.op(f"arith.cmpf oeq, {em.op(f'math.floor {half} : {_F}')}, {half} : {_F}")
     signed = em.op(f"arith.select {even}, {mag}, {em.op(f'arith.negf {mag} : {_F}')} : {_F}")
-    nan = em.scalar(float("nan"), _F)
+    # a fractional power of a negative base is NaN, but (-inf)^e is |x|^e (IEEE pow, numpy)
+    minus_inf = em.op(f"arith.cmpf oeq, {x}, {em.scalar(float('-inf'), _F)} : {_F}")
+    nan = em.op(f"arith.select {minus_inf}, {mag}, {em.scalar(float('nan'), _F)} : {_F}")
     negative = em.op(f"arith.select {whole}, {signed}, {nan} : {_F}")
     below = em.op(f"arith.cmpf olt, {x}, {em.scalar(0.0, _F)} : {_F}")
     return em.op(f"arith.select {below}, {negative}, {mag} : {_F}")

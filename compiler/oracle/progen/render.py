@@ -73,6 +73,8 @@ SURFACE: dict[str, Surface] = {
     "iota": lambda a, at: f"iota(shape={_ints(at['shape'])}, axis={at['axis']})",
     "tril": _method("tril", "k"),
     "argmax": _method("argmax", "axis"),
+    "pow_tensor": lambda a, at: f"{a[0]}.pow({a[1]})",
+    **{op: _method(op, "axis") for op in ("cumsum", "cumprod", "logsumexp")},
 }
 
 
