@@ -76,6 +76,10 @@ CASES: dict[str, tuple[list[TensorType], dict, str]] = {
     "cumsum": ([f32(3, 5)], {"axis": 1}, "scf.for"),
     "cumprod": ([f32(3, 5)], {"axis": 0}, "arith.mulf"),
     "logsumexp": ([f32(3, 5)], {"axis": 1}, "math.log"),
+    "sort": ([f32(3, 5)], {"axis": 1, "descending": "false"}, "arith.cmpf olt"),
+    "argsort": ([f32(3, 5)], {"axis": 1, "descending": "true"}, "arith.cmpf ogt"),
+    "topk": ([f32(3, 5)], {"k": 2, "axis": 1}, "arith.cmpi ult"),
+    "argtopk": ([f32(3, 5)], {"k": 2, "axis": 0}, "tensor<2x5xi64>"),
 }
 
 

@@ -131,6 +131,10 @@ def build_cases(seed=7):
                             ("cumprod", (2, 3, 2), 1), ("logsumexp", (3, 5), 1), ("logsumexp", (2, 3, 4), 0)):
         cases.append(Case(op, _vars(x=f32(*shape)), lambda b, x, op=op, axis=axis: b.emit(op, [x], axis=axis),
                           domain="away_from_zero" if op == "cumprod" else None))
+    for descending, axis in (("false", 1), ("true", 0)):
+        cases.append(Case("sort", _vars(x=f32(3, 4)),
+                          lambda b, x, d=descending, axis=axis: b.emit("sort", [x], axis=axis, descending=d)))
+    cases.append(Case("topk", _vars(x=f32(2, 5)), lambda b, x: b.emit("topk", [x], k=3, axis=1)))
     return cases
 
 

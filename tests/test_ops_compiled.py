@@ -83,6 +83,13 @@ ROWS = {
     "cumprod": ([("a", "Tensor[F32, [2, 4]]")], "a.cumprod(axis=-1)", "Tensor[F32, [2, 4]]", True),
     "cumprod one": ([("a", "Tensor[F32, [1, 4]]")], "a.cumprod(axis=0)", "Tensor[F32, [1, 4]]", False),
     "logsumexp": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.logsumexp(axis=-1)", "Tensor[F32, [2, 3, 1]]", True),
+    "sort": ([("a", "Tensor[F32, [3, 5]]")], "a.sort()", "Tensor[F32, [3, 5]]", True),
+    "sort descending": ([("a", "Tensor[F32, [4, 3]]")], "a.sort(axis=0, descending=true)", "Tensor[F32, [4, 3]]", True),
+    "sort bf16": ([("a", "Tensor[BF16, [2, 6]]")], "a.sort(descending=false)", "Tensor[BF16, [2, 6]]", False),
+    "argsort": ([("a", "Tensor[F32, [3, 5]]")], "a.argsort(descending=true)", "Tensor[I64, [3, 5]]", False),
+    "argsort ascending": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.argsort(axis=1)", "Tensor[I64, [2, 3, 4]]", False),
+    "topk": ([("a", "Tensor[F32, [3, 6]]")], "a.topk(2)", "Tensor[F32, [3, 2]]", True),
+    "argtopk": ([("a", "Tensor[F32, [5, 3]]")], "a.argtopk(k=4, axis=0)", "Tensor[I64, [4, 3]]", False),
     "logsumexp f16": ([("a", "Tensor[F16, [5, 3]]")], "a.logsumexp(axis=0)", "Tensor[F16, [1, 3]]", True),
 }
 # IR-internal ops have no surface form: they are exercised by the backward pass of these rows.

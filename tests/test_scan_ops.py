@@ -102,7 +102,75 @@ fn g(x: Tensor[F32, [3]]) -> (Tensor[F32, [3]], Tensor[F32, [3]]) {
     ("x.pow(x, x)", "pow takes 1 tensor operand, got 3"),
     ("x.cumsum(axis=2)", "cumsum: axis=2 is out of range"),
     ("x.logsumexp()", "logsumexp: missing attribute `axis`"),
+    ("x.topk(4)", "topk: k=4 is larger than axis 1 of Tensor[F32, [2, 3], @host] (3 elements)"),
+    ("x.topk(0)", "topk: k=0 must be at least 1"),
+    ("x.sort(descending=yes)", "sort: attribute `descending` must be one of false, true, got `yes`"),
 ])
 def test_bad_calls_are_diagnosed(body, message):
     snap = analyze(f"fn f(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {{\n  let y = {body} in\n  y\n}}\n")
     assert any(message in d.message for d in snap.diagnostics), [d.message for d in snap.diagnostics]
+
+
+SORTS = """
+fn sorts(x: Tensor[F32, [2, 6]]) -> (Tensor[F32, [2, 6]], Tensor[I64, [2, 6]], Tensor[I64, [2, 6]], Tensor[F32, [2, 3]], Tensor[I64, [2, 3]]) {
+  let s = x.sort() in
+  let i = x.argsort() in
+  let d = x.argsort(descending=true) in
+  let t = x.topk(3) in
+  let j = x.argtopk(3) in
+  (s, i, d, t, j)
+}
+"""
+# ties (2.0 three times, -1 twice) and a NaN, which counts as largest
+SORT_X = np.array([[2.0, -1.0, 2.0, 0.5, -1.0, 2.0], [np.nan, 3.0, -np.inf, 3.0, np.inf, 0.0]], np.float32)
+
+
+def test_sorts_are_stable_with_nan_largest():
+    s, i, d, t, j = run_function(_program(SORTS), "sorts", [SORT_X])
+    np.testing.assert_array_equal(i, [[1, 4, 3, 0, 2, 5], [2, 5, 1, 3, 4, 0]])
+    np.testing.assert_array_equal(d, [[0, 2, 5, 3, 1, 4], [0, 4, 1, 3, 5, 2]])
+    np.testing.assert_array_equal(j, d[:, :3])
+    np.testing.assert_array_equal(s[0], [-1, -1, 0.5, 2, 2, 2])
+    np.testing.assert_array_equal(t[1], [np.nan, np.inf, 3.0])
+
+
+@pytest.mark.skipif(not torch_ref.available(), reason="torch not installed")
+def test_sorts_match_torch_stable_sort():
+    program = _program(SORTS)
+    x = SORT_X.copy()
+    x[1, 0] = 1.0   # torch and NumPy agree on NaN only up to its position
+    for want, got in zip(torch_ref.run_function(program, "sorts", [x]), run_function(program, "sorts", [x])):
+        np.testing.assert_array_equal(want, got)
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_compiled_sorts_match_the_interpreter_bit_for_bit(tmp_path, level):
+    res = build.build_source(SORTS, "sorts.kina", tmp_path / "s.so", opt_level=level)
+    assert res.ok, [d.message for d in res.diagnostics]
+    lib = runtime.load(res.so_path)
+    rng = np.random.default_rng(3)
+    for x in (SORT_X, rng.integers(-2, 3, (2, 6)).astype(np.float32)):   # many ties
+        for gv, wv in zip(lib["sorts"](x), run_function(res.program, "sorts", [x])):
+            np.testing.assert_array_equal(gv, wv)
+
+
+def test_sort_and_topk_cotangents_go_back_through_the_indices():
+    text = """
+fn f(x: Tensor[F32, [4]], w: Tensor[F32, [2]]) -> Tensor[F32, [1]] {
+  let t = x.topk(2) in
+  let p = t * w in
+  let s = p.reduce_keep(op=sum, axis=0) in
+  s
+}
+fn g(x: Tensor[F32, [4]], w: Tensor[F32, [2]]) -> (Tensor[F32, [1]], Tensor[F32, [4]], Tensor[F32, [2]]) {
+  handle f(x, w) with reverseMode
+}
+"""
+    _, gx, _ = run_function(_program(text), "g", [np.array([1.0, 5.0, 3.0, 5.0], np.float32),
+                                                  np.array([10.0, 20.0], np.float32)])
+    np.testing.assert_array_equal(gx, [0, 10, 0, 20])   # the first 5 is the largest (stable)
+
+
+def test_sort_replaces_the_sqrt_suggestion():
+    snap = analyze("fn f(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x.sort() in\n  y\n}\n")
+    assert not snap.diagnostics

@@ -380,6 +380,27 @@ def _logsumexp(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> li
     return [_only(needs, 0, make)]
 
 
+def _sort(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    # y = x taken at argsort(x): g_x = g scattered back to where each value came from
+    def make() -> Var:
+        x = _args(node)[0]
+        idx = b.emit("argsort", [x], axis=node.attrs["axis"], descending=_SORT_DESCENDING[node.attrs["descending"]])
+        return b.expr(scatter_along_axis(g, idx, node.attrs["axis"], x.tensor_type), hint="scatter")
+    return [_only(needs, 0, make)]
+
+
+# sort's `descending` -> the argsort its VJP scatters through
+_SORT_DESCENDING = {"false": "false", "true": "true"}
+
+
+def _topk(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    def make() -> Var:
+        x = _args(node)[0]
+        idx = b.emit("argtopk", [x], k=node.attrs["k"], axis=node.attrs["axis"])
+        return b.expr(scatter_along_axis(g, idx, node.attrs["axis"], x.tensor_type), hint="scatter")
+    return [_only(needs, 0, make)]
+
+
 def _clamp(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
     bounds = {"min": node.attrs["min"], "max": node.attrs["max"]}
     return [_only(needs, 0, lambda: b.emit("clamp_grad", [g, _args(node)[0]], **bounds))]
@@ -422,6 +443,7 @@ _DISCRETE = ("has a discrete ({dtype}) result, so it never receives a cotangent:
 ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCE_KEEP_REJECT,
     ("gelu", "approximate"): _GELU_GRAD_APPROXIMATE,
+    ("sort", "descending"): _SORT_DESCENDING,
 }
 
 VJPS: dict[str, VJP] = {
@@ -462,6 +484,10 @@ VJPS: dict[str, VJP] = {
     "cumsum": VJP(_cumsum),
     "cumprod": VJP(_cumprod),
     "logsumexp": VJP(_logsumexp),
+    "sort": VJP(_sort),
+    "argsort": VJP(None, "argsort " + _DISCRETE.format(dtype="I64")),
+    "topk": VJP(_topk),
+    "argtopk": VJP(None, "argtopk " + _DISCRETE.format(dtype="I64")),
     "clamp": VJP(_clamp),
     "gelu": VJP(_gelu),
     "cast": VJP(_cast),

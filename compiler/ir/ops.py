@@ -38,7 +38,9 @@ from compiler.ir.shape_rules import (
     infer_scatter_along_axis,
     infer_slice,
     infer_softmax,
+    infer_sort,
     infer_take_along_axis,
+    infer_topk,
     infer_transpose,
     infer_tril,
     infer_unary,
@@ -326,6 +328,21 @@ _row(OpDef("cumprod", _named(infer_softmax, "cumprod"), "x.cumprod(axis=i) : T, 
            attrs=(AXIS,), positive=_ALWAYS))
 _row(OpDef("logsumexp", _named(infer_logsumexp, "logsumexp"), "x.logsumexp(axis=i) : x with dim i = 1, x floating",
            "log(sum(exp(x))) along axis i, keeping it with size 1 (max-subtracted: stable)", attrs=(AXIS,)))
+_LAST = AttrSpec("axis", "axis", default=-1)
+_DESCENDING = AttrSpec("descending", "enum", ("false", "true"), default="false")
+_row(OpDef("sort", _named(infer_sort, "sort"), "x.sort(axis=-1, descending=false) : T, x floating",
+           "x's values along axis i in order, stable (ties keep their index order; NaN counts as largest); "
+           "its VJP scatters g back through argsort", attrs=(_LAST, _DESCENDING)))
+_row(OpDef("argsort", _named(infer_sort, "argsort"),
+           "x.argsort(axis=-1, descending=false) : Tensor[I64, x.shape], x floating",
+           "the positions that sort x along axis i (stable, as torch.sort(stable=True)'s indices); no cotangent",
+           attrs=(_LAST, _DESCENDING)))
+_row(OpDef("topk", _named(infer_topk, "topk"), "x.topk(k, axis=-1) : x with dim i = k, 1 <= k <= dim",
+           "the k largest values along axis i, largest first (ties: lower index first); its VJP scatters "
+           "g back through argtopk", attrs=(AttrSpec("k", "int", positional=True), _LAST)))
+_row(OpDef("argtopk", _named(infer_topk, "argtopk"), "x.argtopk(k, axis=-1) : Tensor[I64, x.shape with dim i = k]",
+           "the positions of topk's values along axis i; no cotangent",
+           attrs=(AttrSpec("k", "int", positional=True), _LAST)))
 
 INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
 SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}

@@ -84,6 +84,13 @@ def _pow(a: list[Array], at: Attrs) -> list[Array]:
     return [] if p.is_integer() and p >= 0 else [_f64(a[0])]    # x^p: a pole or a domain edge at 0
 
 
+def _gaps(x: Array, axis: int) -> list[Array]:
+    """The gaps between neighbours in sorted order: sort, argsort, topk and argtopk change
+    branch (which element goes where) where a gap closes."""
+    x = _f64(x)
+    return [np.diff(np.sort(x, axis=axis), axis=axis)] if x.shape[axis] >= 2 else []
+
+
 KINKS: dict[str, Distances] = {
     "relu": _at_zero(0),
     "relu_grad": _at_zero(1),
@@ -103,6 +110,7 @@ KINKS: dict[str, Distances] = {
                                   _runner_up(-_f64(a[0]), at["axis"]) if at["op"] == "min" else []),
     "pow_tensor": _at_zero(0),    # x^e: a pole or a domain edge at x = 0
     "cumprod": _at_zero(0),       # its VJP divides by x
+    **{op: (lambda a, at: _gaps(a[0], at["axis"])) for op in ("sort", "argsort", "topk", "argtopk")},
     "argmax": lambda a, at: _runner_up(a[0], at["axis"]),
     **{cmp: _tie(0, 1) for cmp in ("lt", "le", "gt", "ge", "eq", "ne")},
 }

@@ -76,6 +76,23 @@ _REDUCERS: dict[str, Callable[[Tensor, int], Tensor]] = {
 _GELU_APPROXIMATE = {"none": "none", "tanh": "tanh"}
 
 
+# sort's and argsort's `descending` -> torch.sort's
+_DESCENDING = {"false": False, "true": True}
+
+
+def _sort(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    import torch
+    values, idx = torch.sort(a[0], dim=at["axis"], descending=_DESCENDING[at["descending"]], stable=True)
+    return values if t.is_float else idx
+
+
+def _topk(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    # torch.topk does not promise an order among ties: the stable descending sort does
+    import torch
+    values, idx = torch.sort(a[0], dim=at["axis"], descending=True, stable=True)
+    return (values if t.is_float else idx).narrow(at["axis"], 0, at["k"])
+
+
 def _reduce(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     return _REDUCERS[at["op"]](a[0], at["axis"])
 
@@ -167,6 +184,10 @@ TORCH_OPS: dict[str, OpFn] = {
     "cumsum": lambda a, at, t: _t().cumsum(a[0], dim=at["axis"]),
     "cumprod": lambda a, at, t: _t().cumprod(a[0], dim=at["axis"]),
     "logsumexp": lambda a, at, t: _t().logsumexp(a[0], dim=at["axis"], keepdim=True),
+    "sort": _sort,
+    "argsort": _sort,
+    "topk": _topk,
+    "argtopk": _topk,
     "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
     "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=_GELU_APPROXIMATE[at["approximate"]]),
     "cast": _cast,
@@ -190,6 +211,8 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCERS,
     ("gelu", "approximate"): _GELU_APPROXIMATE,
     ("gelu_grad", "approximate"): _GELU_APPROXIMATE,
+    ("sort", "descending"): _DESCENDING,
+    ("argsort", "descending"): _DESCENDING,
 }
 
 

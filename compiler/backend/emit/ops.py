@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from compiler.backend.emit.builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
 from compiler.backend.emit.ops_scan import SCAN_LOWERINGS
+from compiler.backend.emit.ops_sort import DESCENDING, SORT_LOWERINGS
 from compiler.core.types import TensorType
 from compiler.ir import nodes as ir
 
@@ -400,6 +401,7 @@ LOWERINGS: dict[str, Emitter] = {
     "scatter_along_axis": lower_scatter_along_axis,
     **EXT_LOWERINGS,   # elementwise math, casts, iota / tril, argmax (compiler/backend/emit/ops_ext.py)
     **SCAN_LOWERINGS,  # cumsum, cumprod, logsumexp, pow_tensor (compiler/backend/emit/ops_scan.py)
+    **SORT_LOWERINGS,  # sort, argsort, topk, argtopk (compiler/backend/emit/ops_sort.py)
 }
 
 # The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
@@ -407,4 +409,6 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): REDUCERS,
     ("gelu", "approximate"): GELU,
     ("gelu_grad", "approximate"): GELU_GRAD,
+    ("sort", "descending"): DESCENDING,
+    ("argsort", "descending"): DESCENDING,
 }

@@ -18,7 +18,7 @@ from compiler.oracle.progen.base import Maker, Row, _axis, _lower_bound, _positi
 from compiler.oracle.progen.case import Case, Value
 from compiler.oracle.progen.generic_calls import add_generics
 from compiler.oracle.progen.makers_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
-from compiler.oracle.progen.makers_scan import SCAN_MAKERS
+from compiler.oracle.progen.makers_scan import SCAN_ATTR_CHOICES, SCAN_MAKERS
 
 if TYPE_CHECKING:
     from compiler.oracle.progen.generate import Choices, Gen, GenConfig
@@ -243,9 +243,10 @@ MAKERS: dict[str, Row] = {
 VIA_AD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu"}
 
 MAKERS.update(MATH_MAKERS)     # the math, comparison, mask, cast and index ops
-MAKERS.update(SCAN_MAKERS)     # cumsum, cumprod, logsumexp, pow with a tensor exponent
+MAKERS.update(SCAN_MAKERS)     # cumsum, cumprod, logsumexp, pow with a tensor exponent, the sorts
 # The choices of each enum attribute the generator draws (tests/test_tables.py: one row per choice).
-ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES}
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES,
+                                                             **SCAN_ATTR_CHOICES}
 VIA_AD.update(MATH_VIA_AD)
 
 

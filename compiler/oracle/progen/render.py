@@ -75,6 +75,8 @@ SURFACE: dict[str, Surface] = {
     "argmax": _method("argmax", "axis"),
     "pow_tensor": lambda a, at: f"{a[0]}.pow({a[1]})",
     **{op: _method(op, "axis") for op in ("cumsum", "cumprod", "logsumexp")},
+    **{op: _method(op, "axis", "descending") for op in ("sort", "argsort")},
+    **{op: _method(op, "k", "axis") for op in ("topk", "argtopk")},
 }
 
 
