@@ -488,6 +488,12 @@ VJPS: dict[str, VJP] = {
     "argsort": VJP(None, "argsort " + _DISCRETE.format(dtype="I64")),
     "topk": VJP(_topk),
     "argtopk": VJP(None, "argtopk " + _DISCRETE.format(dtype="I64")),
+    **{op: VJP(None, f"{op} " + _DISCRETE.format(dtype=dtype)) for op, dtype in (
+        ("random_split", "I64"), ("random_fold_in", "I64"), ("random_bits", "I64"), ("bernoulli", "Bool"),
+        ("categorical", "I64"))},
+    # draws are functions of the key alone (discrete): nothing flows back to any operand
+    "random_uniform": VJP(lambda b, node, y, g, needs: [None]),
+    "random_normal": VJP(lambda b, node, y, g, needs: [None]),
     "clamp": VJP(_clamp),
     "gelu": VJP(_gelu),
     "cast": VJP(_cast),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.core.types import Attrs, DType, TensorType
+from compiler.ir.random_rules import infer_categorical, infer_fold_in, infer_random, infer_split
 from compiler.ir.shape_rules import (
     Infer,
     OpError,
@@ -343,6 +344,30 @@ _row(OpDef("topk", _named(infer_topk, "topk"), "x.topk(k, axis=-1) : x with dim 
 _row(OpDef("argtopk", _named(infer_topk, "argtopk"), "x.argtopk(k, axis=-1) : Tensor[I64, x.shape with dim i = k]",
            "the positions of topk's values along axis i; no cotangent",
            attrs=(AttrSpec("k", "int", positional=True), _LAST)))
+# ---- random numbers (keys: Tensor[I64, [2]]; compiler/ir/random_rules.py) -------------------
+_SHAPE = AttrSpec("shape", "ints")
+_row(OpDef("random_split", infer_split, "random_split(key, n) : Tensor[I64, [n, 2]], key : Tensor[I64, [2]]",
+           "n new keys from one (jax.random.split: Threefry-2x32); split, never reuse a key",
+           attrs=(AttrSpec("n", "int", positional=True),), float_only=False))
+_row(OpDef("random_fold_in", infer_fold_in, "random_fold_in(key, i : Tensor[I64, []]) : Tensor[I64, [2]]",
+           "a new key for step i (jax.random.fold_in; i modulo 2^32)", operands=2, float_only=False))
+_row(OpDef("random_bits", _named(infer_random, "random_bits"), "random_bits(key, shape=[..]) : Tensor[I64, shape]",
+           "uniform 32-bit words in [0, 2^32) (jax.random.bits)", attrs=(_SHAPE,), float_only=False))
+_row(OpDef("random_uniform", _named(infer_random, "random_uniform"),
+           "random_uniform(key, shape=[..]) : Tensor[F32, shape]",
+           "uniform floats in [0, 1) (jax.random.uniform, bit for bit); no cotangent", attrs=(_SHAPE,),
+           float_only=False))
+_row(OpDef("random_normal", _named(infer_random, "random_normal"),
+           "random_normal(key, shape=[..]) : Tensor[F32, shape]",
+           "standard normal floats, sqrt(2) erfinv(u) (jax.random.normal); no cotangent", attrs=(_SHAPE,),
+           float_only=False))
+_row(OpDef("bernoulli", _named(infer_random, "bernoulli"), "bernoulli(key, p, shape=[..]) : Tensor[Bool, shape], 0 <= p <= 1",
+           "true with probability p: random_uniform(key, shape) < p (jax.random.bernoulli); dropout's mask",
+           attrs=(AttrSpec("p", "float", positional=True, finite=True), _SHAPE), float_only=False))
+_row(OpDef("categorical", infer_categorical,
+           "categorical(key, logits, axis=-1) : Tensor[I64, logits.shape with dim i = 1], logits floating",
+           "one draw per row with probabilities softmax(logits) (Gumbel-max, jax.random.categorical)",
+           operands=2, attrs=(AttrSpec("axis", "axis", default=-1, of=1),), float_only=False))
 
 INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
 SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}

@@ -28,6 +28,7 @@ from numpy.typing import DTypeLike
 from compiler.core.types import Attrs, DType, TensorType
 from compiler.ir.nodes import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
 from compiler.ir.uses import Uses
+from compiler.oracle.interp_random import RANDOM_OPS
 from compiler.runtime.arrays import Array
 from compiler.runtime.loader import KinaRuntimeError
 
@@ -241,6 +242,7 @@ NUMPY_OPS: dict[str, OpFn] = {
     "argsort": _sort,
     "topk": _topk,
     "argtopk": _topk,
+    **RANDOM_OPS,   # random_split .. categorical: Threefry-2x32 as JAX (compiler/oracle/interp_random.py)
     "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
     "gelu": lambda a, at, t: _GELU[at["approximate"]](a[0]),
     "cast": _cast,

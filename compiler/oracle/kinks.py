@@ -35,6 +35,7 @@ from numpy.typing import DTypeLike
 from compiler.core.types import Attrs
 from compiler.ir.nodes import OpApp, Program
 from compiler.oracle import interp
+from compiler.oracle.interp_random import gumbel
 from compiler.runtime.arrays import Array
 
 SMOOTH, STEP, ROUNDING = "smooth", "step", "rounding"
@@ -91,6 +92,11 @@ def _gaps(x: Array, axis: int) -> list[Array]:
     return [np.diff(np.sort(x, axis=axis), axis=axis)] if x.shape[axis] >= 2 else []
 
 
+def _categorical(a: list[Array], at: Attrs) -> list[Array]:
+    """categorical jumps where the winner of logits + gumbel changes."""
+    return _runner_up(_f64(a[1]) + gumbel(a[0], a[1].shape), at["axis"])
+
+
 KINKS: dict[str, Distances] = {
     "relu": _at_zero(0),
     "relu_grad": _at_zero(1),
@@ -111,6 +117,7 @@ KINKS: dict[str, Distances] = {
     "pow_tensor": _at_zero(0),    # x^e: a pole or a domain edge at x = 0
     "cumprod": _at_zero(0),       # its VJP divides by x
     **{op: (lambda a, at: _gaps(a[0], at["axis"])) for op in ("sort", "argsort", "topk", "argtopk")},
+    "categorical": _categorical,
     "argmax": lambda a, at: _runner_up(a[0], at["axis"]),
     **{cmp: _tie(0, 1) for cmp in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
@@ -123,6 +130,8 @@ SMOOTH_OPS = frozenset({
     "broadcast", "slice", "concat", "gather", "softmax", "log_softmax", "take_along_axis",
     "scatter_add", "scatter_along_axis", "square", "erf", "gelu", "gelu_grad", "cast", "iota",
     "tril", "where", "cumsum", "logsumexp",
+    # the random ops draw from their key alone (no float operand a step could move)
+    "random_split", "random_fold_in", "random_bits", "random_uniform", "random_normal", "bernoulli",
 })
 
 

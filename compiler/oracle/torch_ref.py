@@ -93,6 +93,18 @@ def _topk(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     return (values if t.is_float else idx).narrow(at["axis"], 0, at["k"])
 
 
+def _random(op: str) -> OpFn:
+    """PyTorch has no Threefry: the random ops evaluate the NumPy reference on the key (the
+    draws are a pure function of it, so this row checks what consumes them)."""
+    def row(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+        import torch
+
+        from compiler.oracle.interp_random import RANDOM_OPS
+        out = np.asarray(RANDOM_OPS[op]([np.asarray(x.detach().numpy()) for x in a], at, t))
+        return torch.from_numpy(out.astype(np.float64) if t.is_float else out)
+    return row
+
+
 def _reduce(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     return _REDUCERS[at["op"]](a[0], at["axis"])
 
@@ -188,6 +200,8 @@ TORCH_OPS: dict[str, OpFn] = {
     "argsort": _sort,
     "topk": _topk,
     "argtopk": _topk,
+    **{op: _random(op) for op in ("random_split", "random_fold_in", "random_bits", "random_uniform",
+                                  "random_normal", "bernoulli", "categorical")},
     "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
     "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=_GELU_APPROXIMATE[at["approximate"]]),
     "cast": _cast,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from compiler.backend.emit.builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
+from compiler.backend.emit.ops_random import RANDOM_LOWERINGS
 from compiler.backend.emit.ops_scan import SCAN_LOWERINGS
 from compiler.backend.emit.ops_sort import DESCENDING, SORT_LOWERINGS
 from compiler.core.types import TensorType
@@ -402,6 +403,7 @@ LOWERINGS: dict[str, Emitter] = {
     **EXT_LOWERINGS,   # elementwise math, casts, iota / tril, argmax (compiler/backend/emit/ops_ext.py)
     **SCAN_LOWERINGS,  # cumsum, cumprod, logsumexp, pow_tensor (compiler/backend/emit/ops_scan.py)
     **SORT_LOWERINGS,  # sort, argsort, topk, argtopk (compiler/backend/emit/ops_sort.py)
+    **RANDOM_LOWERINGS,  # random_split .. categorical: Threefry-2x32 (compiler/backend/emit/ops_random.py)
 }
 
 # The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
