@@ -80,6 +80,13 @@ CASES: dict[str, tuple[list[TensorType], dict, str]] = {
     "argsort": ([f32(3, 5)], {"axis": 1, "descending": "true"}, "arith.cmpf ogt"),
     "topk": ([f32(3, 5)], {"k": 2, "axis": 1}, "arith.cmpi ult"),
     "argtopk": ([f32(3, 5)], {"k": 2, "axis": 0}, "tensor<2x5xi64>"),
+    "random_split": ([i64(2)], {"n": 3}, "arith.shrui"),                  # Threefry's rotations
+    "random_fold_in": ([i64(2), i64()], {}, "arith.trunci"),
+    "random_bits": ([i64(2)], {"shape": (4,)}, "arith.xori"),
+    "random_uniform": ([i64(2)], {"shape": (2, 2)}, "arith.bitcast"),
+    "random_normal": ([i64(2)], {"shape": (3,)}, "math.log1p"),
+    "bernoulli": ([i64(2)], {"p": 0.5, "shape": (3,)}, "arith.cmpf olt"),
+    "categorical": ([i64(2), f32(2, 4)], {"axis": 1}, "arith.cmpf uno"),
 }
 
 

@@ -135,6 +135,11 @@ def build_cases(seed=7):
         cases.append(Case("sort", _vars(x=f32(3, 4)),
                           lambda b, x, d=descending, axis=axis: b.emit("sort", [x], axis=axis, descending=d)))
     cases.append(Case("topk", _vars(x=f32(2, 5)), lambda b, x: b.emit("topk", [x], k=3, axis=1)))
+    # draws are constants of their key: x * uniform and x + normal (the key is a fixed I64 parameter)
+    for op, combine in (("random_uniform", "mul"), ("random_normal", "add")):
+        cases.append(Case(op, [ir.Var("k", i64(2)), *_vars(x=f32(3, 4))],
+                          lambda b, k, x, op=op, combine=combine: b.emit(combine, [x, b.emit(op, [k], shape=(3, 4))]),
+                          {"k": [3, 1234]}))
     return cases
 
 

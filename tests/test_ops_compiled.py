@@ -90,6 +90,15 @@ ROWS = {
     "argsort ascending": ([("a", "Tensor[F32, [2, 3, 4]]")], "a.argsort(axis=1)", "Tensor[I64, [2, 3, 4]]", False),
     "topk": ([("a", "Tensor[F32, [3, 6]]")], "a.topk(2)", "Tensor[F32, [3, 2]]", True),
     "argtopk": ([("a", "Tensor[F32, [5, 3]]")], "a.argtopk(k=4, axis=0)", "Tensor[I64, [4, 3]]", False),
+    "random_split": ([("k", "Tensor[I64, [2]]")], "random_split(k, 3)", "Tensor[I64, [3, 2]]", False),
+    "random_fold_in": ([("k", "Tensor[I64, [2]]"), ("s", "Tensor[I64, []]")], "random_fold_in(k, s)",
+                       "Tensor[I64, [2]]", False),
+    "random_bits": ([("k", "Tensor[I64, [2]]")], "random_bits(k, shape=[3, 7])", "Tensor[I64, [3, 7]]", False),
+    "random_uniform": ([("a", M), ("k", "Tensor[I64, [2]]")], "a * random_uniform(k, shape=[2, 3])", M, True),
+    "random_normal": ([("a", M), ("k", "Tensor[I64, [2]]")], "a + random_normal(k, shape=[2, 3])", M, True),
+    "bernoulli": ([("k", "Tensor[I64, [2]]")], "bernoulli(k, 0.3, shape=[4, 5])", "Tensor[Bool, [4, 5]]", False),
+    "categorical": ([("k", "Tensor[I64, [2]]"), ("a", "Tensor[F16, [3, 6]]")], "categorical(k, a)",
+                    "Tensor[I64, [3, 1]]", False),
     "logsumexp f16": ([("a", "Tensor[F16, [5, 3]]")], "a.logsumexp(axis=0)", "Tensor[F16, [1, 3]]", True),
 }
 # IR-internal ops have no surface form: they are exercised by the backward pass of these rows.

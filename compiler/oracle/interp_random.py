@@ -114,7 +114,8 @@ def fold_in(key: Array, data: Array) -> Array:
 def _categorical(a: list[Array], at: Attrs, t: TensorType) -> Array:
     key, logits = a
     noisy = logits.astype(np.float32) + gumbel(key, logits.shape)
-    return np.argmax(noisy, axis=at["axis"], keepdims=True)
+    out: Array = np.argmax(noisy, axis=at["axis"], keepdims=True)
+    return out
 
 
 def _bernoulli(a: list[Array], at: Attrs, t: TensorType) -> Array:

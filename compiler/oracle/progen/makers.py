@@ -18,6 +18,7 @@ from compiler.oracle.progen.base import Maker, Row, _axis, _lower_bound, _positi
 from compiler.oracle.progen.case import Case, Value
 from compiler.oracle.progen.generic_calls import add_generics
 from compiler.oracle.progen.makers_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
+from compiler.oracle.progen.makers_random import RANDOM_MAKERS
 from compiler.oracle.progen.makers_scan import SCAN_ATTR_CHOICES, SCAN_MAKERS
 
 if TYPE_CHECKING:
@@ -244,6 +245,7 @@ VIA_AD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "rel
 
 MAKERS.update(MATH_MAKERS)     # the math, comparison, mask, cast and index ops
 MAKERS.update(SCAN_MAKERS)     # cumsum, cumprod, logsumexp, pow with a tensor exponent, the sorts
+MAKERS.update(RANDOM_MAKERS)   # the random ops, on key parameters
 # The choices of each enum attribute the generator draws (tests/test_tables.py: one row per choice).
 ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES,
                                                              **SCAN_ATTR_CHOICES}
