@@ -64,7 +64,7 @@ def test_frequencies_match_the_kept_softmax_by_chi_square(built):
 
 def test_levels_and_the_interpreter_draw_the_same_tokens(built):
     draws = []
-    for level, (res, lib) in built.items():
+    for _res, lib in built.values():
         fn = next(name for name in lib.functions if name.startswith("sample"))
         draws.append(lib[fn](*_args((7, 8))))
     res, _ = built[0]

@@ -153,7 +153,7 @@ fn k(a: Tensor[F
     assert {"reduce_keep", "softmax", "reshape", "transpose"} <= set(methods)
     assert "add" not in methods and "x.softmax(axis=i)" in methods["softmax"].detail
     enum = await complete(client, uri, text, "op=me", 5)
-    assert set(enum) == {"sum", "mean", "max"}
+    assert set(enum) == {"sum", "mean", "max", "min"}
     attrs = await complete(client, uri, text, "op=me, ", 7)
     assert "axis" in attrs and "op" not in attrs and "w" in attrs
     names = await complete(client, uri, text, "  s\n", 3)
