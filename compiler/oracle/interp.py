@@ -29,6 +29,7 @@ from compiler.core.types import Attrs, DType, TensorType
 from compiler.ir.nodes import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
 from compiler.ir.uses import Uses
 from compiler.oracle.interp_random import RANDOM_OPS
+from compiler.oracle.interp_scan import DESCENDING, SCAN_OPS
 from compiler.runtime.arrays import Array
 from compiler.runtime.loader import KinaRuntimeError
 
@@ -100,39 +101,6 @@ def _scatter_along_axis(args: list[Array], attrs: Attrs, out: TensorType) -> Arr
 _REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "mean": np.mean, "max": np.max,  # reduce_keep's op
                                             "min": np.min}
 
-
-def _argsort(x: Array, axis: int, descending: bool) -> Array:
-    """Stable positions that sort x along axis, NaN counted as largest (last ascending, first
-    descending); ties keep their index order, as torch.sort(stable=True)."""
-    if not descending:
-        return np.argsort(x, axis=axis, kind="stable")
-    order = np.argsort(-x, axis=axis, kind="stable")                 # NaN last here
-    nan_first = np.argsort(~np.isnan(np.take_along_axis(x, order, axis)), axis=axis, kind="stable")
-    out: Array = np.take_along_axis(order, nan_first, axis)
-    return out
-
-
-# sort's and argsort's `descending`
-_DESCENDING: dict[str, bool] = {"false": False, "true": True}
-
-
-def _sort(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
-    idx = _argsort(args[0], attrs["axis"], _DESCENDING[attrs["descending"]])
-    return idx if not out.is_float else np.take_along_axis(args[0], idx, attrs["axis"])
-
-
-def _topk(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
-    axis = attrs["axis"]
-    idx = np.take(_argsort(args[0], axis, True), range(attrs["k"]), axis=axis)
-    return idx if not out.is_float else np.take_along_axis(args[0], idx, axis)
-
-
-def _logsumexp(x: Array, axis: int) -> Array:
-    # max-subtracted; an axis whose max is infinite keeps it (inf stays inf, all -inf gives -inf)
-    m = x.max(axis=axis, keepdims=True)
-    shift = np.where(np.isfinite(m), m, 0)
-    out: Array = np.log(np.exp(x - shift).sum(axis=axis, keepdims=True)) + shift
-    return out
 
 _erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -234,14 +202,7 @@ NUMPY_OPS: dict[str, OpFn] = {
     "square": lambda a, at, t: np.square(a[0]),
     "erf": lambda a, at, t: _erf_f(a[0]),
     "pow": lambda a, at, t: np.power(a[0], at["p"]),
-    "pow_tensor": lambda a, at, t: np.power(a[0], a[1]),
-    "cumsum": lambda a, at, t: np.cumsum(a[0], axis=at["axis"]),
-    "cumprod": lambda a, at, t: np.cumprod(a[0], axis=at["axis"]),
-    "logsumexp": lambda a, at, t: _logsumexp(a[0], at["axis"]),
-    "sort": _sort,
-    "argsort": _sort,
-    "topk": _topk,
-    "argtopk": _topk,
+    **SCAN_OPS,     # pow_tensor, cumsum, cumprod, logsumexp, the sorts (compiler/oracle/interp_scan.py)
     **RANDOM_OPS,   # random_split .. categorical: Threefry-2x32 as JAX (compiler/oracle/interp_random.py)
     "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
     "gelu": lambda a, at, t: _GELU[at["approximate"]](a[0]),
@@ -267,8 +228,8 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCE,
     ("gelu", "approximate"): _GELU,
     ("gelu_grad", "approximate"): _GELU_GRAD,
-    ("sort", "descending"): _DESCENDING,
-    ("argsort", "descending"): _DESCENDING,
+    ("sort", "descending"): DESCENDING,
+    ("argsort", "descending"): DESCENDING,
 }
 
 
