@@ -96,6 +96,8 @@ ROWS = {
     "random_bits": ([("k", "Tensor[I64, [2]]")], "random_bits(k, shape=[3, 7])", "Tensor[I64, [3, 7]]", False),
     "random_uniform": ([("a", M), ("k", "Tensor[I64, [2]]")], "a * random_uniform(k, shape=[2, 3])", M, True),
     "random_normal": ([("a", M), ("k", "Tensor[I64, [2]]")], "a + random_normal(k, shape=[2, 3])", M, True),
+    "random_uniform bf16": ([("k", "Tensor[I64, [2]]")], "random_uniform(k, shape=[4, 9], dtype=BF16)",
+                            "Tensor[BF16, [4, 9]]", False),
     "bernoulli": ([("k", "Tensor[I64, [2]]")], "bernoulli(k, 0.3, shape=[4, 5])", "Tensor[Bool, [4, 5]]", False),
     "categorical": ([("k", "Tensor[I64, [2]]"), ("a", "Tensor[F16, [3, 6]]")], "categorical(k, a)",
                     "Tensor[I64, [3, 1]]", False),

@@ -9,12 +9,13 @@ import pytest
 
 from compiler import build
 from compiler.analysis import analyze
+from compiler.core.types import DType
 from compiler.oracle import interp_random as R
 from compiler.oracle.interp import run_function
 from compiler.runtime import library as runtime
 
 DRAWS = """
-fn draws(key: Tensor[I64, [2]], step: Tensor[I64, []], logits: Tensor[F32, [64, 5]]) -> (Tensor[I64, [3, 2]], Tensor[I64, [2]], Tensor[I64, [5, 7]], Tensor[F32, [300, 40]], Tensor[F32, [9, 11]], Tensor[Bool, [17, 3]], Tensor[I64, [64, 1]]) {
+fn draws(key: Tensor[I64, [2]], step: Tensor[I64, []], logits: Tensor[F32, [64, 5]]) -> (Tensor[I64, [3, 2]], Tensor[I64, [2]], Tensor[I64, [5, 7]], Tensor[F32, [300, 40]], Tensor[F32, [9, 11]], Tensor[Bool, [17, 3]], Tensor[I64, [64, 1]], Tensor[F16, [50]], Tensor[BF16, [50]], Tensor[F8E4M3, [50]], Tensor[F16, [7]]) {
   let ks = random_split(key, 3) in
   let k2 = random_fold_in(key, step) in
   let b = random_bits(key, shape=[5, 7]) in
@@ -22,7 +23,11 @@ fn draws(key: Tensor[I64, [2]], step: Tensor[I64, []], logits: Tensor[F32, [64, 
   let n = random_normal(key, shape=[9, 11]) in
   let m = bernoulli(k2, 0.25, shape=[17, 3]) in
   let c = categorical(key, logits, axis=-1) in
-  (ks, k2, b, u, n, m, c)
+  let h = random_uniform(key, shape=[50], dtype=F16) in
+  let bf = random_uniform(key, shape=[50], dtype=BF16) in
+  let e = random_uniform(key, shape=[50], dtype=F8E4M3) in
+  let hn = random_normal(key, shape=[7], dtype=F16) in
+  (ks, k2, b, u, n, m, c, h, bf, e, hn)
 }
 """
 
@@ -51,6 +56,10 @@ def test_jax_random_bit_for_bit():
     np.testing.assert_array_equal(R.uniform(k, (200,)) < np.float32(0.3),
                                   np.asarray(jax.random.bernoulli(key, 0.3, (200,))))
     np.testing.assert_allclose(R.normal(k, (1000,)), np.asarray(jax.random.normal(key, (1000,))), rtol=0, atol=1e-6)
+    for dtype, jdt in ((DType.F16, "float16"), (DType.BF16, "bfloat16"), (DType.F8E4M3, "float8_e4m3fn"),
+                       (DType.F8E5M2, "float8_e5m2")):
+        want = np.asarray(jax.random.uniform(key, (500,), dtype=jdt)).astype(np.float32)
+        np.testing.assert_array_equal(R.uniform_in(k, (500,), dtype), want, err_msg=dtype.value)
 
 
 @pytest.mark.parametrize("level", [0, 2])
@@ -66,6 +75,8 @@ def test_compiled_draws_equal_the_interpreter_bit_for_bit(tmp_path, level):
         for i, (g, w) in enumerate(zip(got, want)):
             if i == 4:   # normal: erfinv's log1p is libm's in the library, NumPy's in the interpreter
                 np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+            elif i == 10:  # the F16 normal: that F32 normal, rounded
+                np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=1e-3)
             else:
                 np.testing.assert_array_equal(g, w, err_msg=f"result {i}, key {key}")
 

@@ -353,14 +353,15 @@ _row(OpDef("random_fold_in", infer_fold_in, "random_fold_in(key, i : Tensor[I64,
            "a new key for step i (jax.random.fold_in; i modulo 2^32)", operands=2, float_only=False))
 _row(OpDef("random_bits", _named(infer_random, "random_bits"), "random_bits(key, shape=[..]) : Tensor[I64, shape]",
            "uniform 32-bit words in [0, 2^32) (jax.random.bits)", attrs=(_SHAPE,), float_only=False))
+_FLOAT = AttrSpec("dtype", "dtype", tuple(d.value for d in DType if d.is_float), default="F32")
 _row(OpDef("random_uniform", _named(infer_random, "random_uniform"),
-           "random_uniform(key, shape=[..]) : Tensor[F32, shape]",
-           "uniform floats in [0, 1) (jax.random.uniform, bit for bit); no cotangent", attrs=(_SHAPE,),
-           float_only=False))
+           "random_uniform(key, shape=[..], dtype=F32) : Tensor[dtype, shape]",
+           "uniform floats in [0, 1), m * 2^-mantissa bits (jax.random.uniform, bit for bit in every "
+           "float dtype); no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
 _row(OpDef("random_normal", _named(infer_random, "random_normal"),
-           "random_normal(key, shape=[..]) : Tensor[F32, shape]",
-           "standard normal floats, sqrt(2) erfinv(u) (jax.random.normal); no cotangent", attrs=(_SHAPE,),
-           float_only=False))
+           "random_normal(key, shape=[..], dtype=F32) : Tensor[dtype, shape]",
+           "standard normal floats, sqrt(2) erfinv(u) in F32 (jax.random.normal), rounded to dtype; "
+           "no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
 _row(OpDef("bernoulli", _named(infer_random, "bernoulli"), "bernoulli(key, p, shape=[..]) : Tensor[Bool, shape], 0 <= p <= 1",
            "true with probability p: random_uniform(key, shape) < p (jax.random.bernoulli); dropout's mask",
            attrs=(AttrSpec("p", "float", positional=True, finite=True), _SHAPE), float_only=False))

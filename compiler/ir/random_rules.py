@@ -24,6 +24,15 @@ NORMAL_LO = -0.9999999403953552
 TINY = 1.1754943508222875e-38
 
 
+def uniform_bits(dtype: DType) -> tuple[int, int]:
+    """(random bits used, mantissa bits) of a uniform in dtype, as jax.random.uniform draws it:
+    the low `used` bits of the 32-bit draw, shifted right to the `mantissa` high ones, give
+    the value m * 2^-mantissa (exact in the dtype)."""
+    nmant = {DType.F32: 23, DType.F16: 10, DType.BF16: 7, DType.F8E4M3: 3, DType.F8E5M2: 2}[dtype]
+    nbits = {DType.F32: 32, DType.F16: 16, DType.BF16: 16}.get(dtype, 8)
+    return (8 if nmant < 8 else nbits), nmant
+
+
 def _key(t: TensorType, i: int, op: str) -> None:
     if t.dtype != DType.I64 or t.shape != (2,):
         raise OpError("dtype", f"{op}: operand {i} must be a key, Tensor[I64, [2]] (from random_split or "
@@ -47,7 +56,7 @@ def infer_random(args: list[TensorType], attrs: Attrs, op: str = "random_uniform
     _key(key, 0, op)
     if op == "bernoulli" and not 0.0 <= attrs["p"] <= 1.0:
         raise OpError("attr", f"bernoulli: p={attrs['p']} is not a probability (0 <= p <= 1)", "p")
-    dtype = {"random_bits": DType.I64, "bernoulli": DType.Bool}.get(op, DType.F32)
+    dtype = {"random_bits": DType.I64, "bernoulli": DType.Bool}.get(op) or DType[attrs.get("dtype", "F32")]
     return _shaped(key, attrs, dtype, op)
 
 

@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from compiler.core.types import Attrs, TensorType
-from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY
+from compiler.core.types import Attrs, DType, TensorType
+from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY, uniform_bits
 from compiler.runtime.arrays import Array
 
 _MASK = np.uint64(0xFFFFFFFF)
@@ -71,6 +71,15 @@ def uniform(key: Array, shape: tuple[int, ...], lo: float = 0.0, hi: float = 1.0
     if lo == 0.0 and hi == 1.0:
         return f
     out: Array = np.maximum(np.float32(lo), f * (np.float32(hi) - np.float32(lo)) + np.float32(lo))
+    return out
+
+
+def uniform_in(key: Array, shape: tuple[int, ...], dtype: DType) -> Array:
+    """A uniform in [0, 1) of dtype, as jax.random.uniform(key, shape, dtype): the mantissa
+    bits of the draw's low bits, m * 2^-mantissa (exact in dtype; float32 values here)."""
+    used, nmant = uniform_bits(dtype)
+    low = bits(key, shape) & np.uint32((1 << used) - 1) if used < 32 else bits(key, shape)
+    out: Array = (low >> np.uint32(used - nmant)).astype(np.float32) * np.float32(2.0 ** -nmant)
     return out
 
 
@@ -126,7 +135,7 @@ RANDOM_OPS = {
     "random_split": lambda a, at, t: split(a[0], at["n"]),
     "random_fold_in": lambda a, at, t: fold_in(a[0], a[1]),
     "random_bits": lambda a, at, t: bits(a[0], t.shape).astype(np.int64),
-    "random_uniform": lambda a, at, t: uniform(a[0], t.shape),
+    "random_uniform": lambda a, at, t: uniform_in(a[0], t.shape, t.dtype),
     "random_normal": lambda a, at, t: normal(a[0], t.shape),
     "bernoulli": _bernoulli,
     "categorical": _categorical,

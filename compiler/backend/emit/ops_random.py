@@ -16,7 +16,8 @@ from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, identity,
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS
 from compiler.core.types import DType, TensorType
 from compiler.ir import nodes as ir
-from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY
+from compiler.ir.nodes import as_tensor
+from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY, uniform_bits
 
 _F = COMPUTE
 
@@ -81,6 +82,16 @@ def _uniform(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], lo: floa
     return em.op(f"arith.maximumf {_f(em, lo)}, {scaled} : {_F}")
 
 
+def _uniform_in(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], dtype: DType) -> str:
+    """f32 m * 2^-mantissa, m the mantissa bits of dtype from the draw's low bits (exact in dtype)."""
+    used, nmant = uniform_bits(dtype)
+    b = _bits(em, k, shape)
+    if used < 32:
+        b = _i(em, "andi", b, _c(em, (1 << used) - 1))
+    m = em.op(f"arith.uitofp {_i(em, 'shrui', b, _c(em, used - nmant))} : i32 to {_F}")
+    return em.op(f"arith.mulf {m}, {_f(em, 2.0 ** -nmant)} : {_F}")
+
+
 def _erfinv(em: FnEmitter, x: str) -> str:
     """XLA's float erf_inv, operation for operation as interp_random.erfinv."""
     sq = em.op(f"arith.mulf {x}, {x} : {_F}")
@@ -114,10 +125,10 @@ def _draw(kind: str) -> Emitter:
             if kind == "random_bits":
                 return em.op(f"arith.extui {_bits(em, k, t.shape)} : i32 to i64")
             if kind == "random_uniform":
-                return _uniform(em, k, t.shape)
+                return em.store(_uniform_in(em, k, t.shape, as_tensor(node.type).dtype), t.elem)
             if kind == "random_normal":
                 u = _uniform(em, k, t.shape, NORMAL_LO)
-                return em.op(f"arith.mulf {_f(em, math.sqrt(2))}, {_erfinv(em, u)} : {_F}")
+                return em.store(em.op(f"arith.mulf {_f(em, math.sqrt(2))}, {_erfinv(em, u)} : {_F}"), t.elem)
             hit = em.op(f"arith.cmpf olt, {_uniform(em, k, t.shape)}, {_f(em, node.attrs['p'])} : {_F}")
             return em.op(f"arith.extui {hit} : i1 to {t.elem}")
 

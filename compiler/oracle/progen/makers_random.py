@@ -53,11 +53,11 @@ def _in_dtype(g: Gen, v: Value, mag: float) -> Value:
 
 
 def _draw(op: str, how: int | None = None) -> Callable[[Gen], Value | None]:
-    """x * random_uniform or x + random_normal of x's shape."""
+    """x * random_uniform or x + random_normal of x's shape and dtype."""
     def make(g: Gen) -> Value | None:
         x = g.float_operand()
-        d = _in_dtype(g, g.emit(op, [_key(g, how)], 1.0 if op == "random_uniform" else 4.0, None,
-                                shape=x.type.shape), 1.0 if op == "random_uniform" else 4.0)
+        d = g.emit(op, [_key(g, how)], 1.0 if op == "random_uniform" else 4.0, None, shape=x.type.shape,
+                   dtype=g.dtype.value)
         if op == "random_uniform":
             return g.emit("mul", [x, d], x.mag)
         return g.rescale(g.emit("add", [x, d], x.mag + 4.0))

@@ -49,7 +49,7 @@ def _call(op: str) -> Surface:
 
 
 def _draw(op: str) -> Surface:
-    return lambda a, at: f"{op}({a[0]}, shape={_ints(at['shape'])})"
+    return lambda a, at: f"{op}({a[0]}, shape={_ints(at['shape'])}" + (f", dtype={at['dtype']})" if "dtype" in at else ")")
 
 
 # op -> text of `op(args, attrs)` with operands already spelled (names).
