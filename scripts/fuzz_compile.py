@@ -58,6 +58,8 @@ def parse_args(argv=None):
     ap.add_argument("--generic-fraction", type=float, default=None, metavar="F",
                     help="share of programs with size-generic helpers (default: the generator's, 0.2; "
                          "1 makes every program generic)")
+    ap.add_argument("--ops", default=None, metavar="OP,OP",
+                    help="restrict the single-op steps to these ops (GenConfig.ops), e.g. a new op's rows")
     ap.add_argument("--replay", nargs="*", metavar="FILE", help="check these .kina files instead of generating")
     return ap.parse_args(argv)
 
@@ -77,6 +79,8 @@ def main(argv=None) -> int:
         else:
             config = progen.DEFAULT if args.generic_fraction is None else \
                 dataclasses.replace(progen.DEFAULT, generic_fraction=args.generic_fraction)
+            if args.ops:
+                config = dataclasses.replace(config, ops=tuple(args.ops.split(",")))
             failures = differential.run_seeds(oracle, range(args.seed, args.seed + args.n), config, batch=args.batch,
                                               on_batch=lambda done, found: _progress(done, args.n, found, t0))
             if failures:

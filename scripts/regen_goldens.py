@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
 # `--size` values of the generic examples (scripts/storylm_data.py SIZES for StoryLM-0).
-SIZES = {"storylm": {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}}
+SIZES = {"storylm": {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}, "storylm0_sample": {"B": 1}}
 
 from compiler import build  # noqa: E402
 from compiler.core.diagnostics import SourceText  # noqa: E402

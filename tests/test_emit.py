@@ -72,6 +72,21 @@ CASES: dict[str, tuple[list[TensorType], dict, str]] = {
     "maximum_grad": ([f32(4), f32(4), f32(4)], {}, "arith.cmpf oeq"),
     "clamp_grad": ([f32(4), f32(4)], {"min": 0.0, "max": None}, "arith.cmpf oge"),
     "gelu_grad": ([f32(4), f32(4)], {"approximate": "none"}, "math.exp"),
+    "pow_tensor": ([f32(4), f32(4)], {}, "math.powf"),
+    "cumsum": ([f32(3, 5)], {"axis": 1}, "scf.for"),
+    "cumprod": ([f32(3, 5)], {"axis": 0}, "arith.mulf"),
+    "logsumexp": ([f32(3, 5)], {"axis": 1}, "math.log"),
+    "sort": ([f32(3, 5)], {"axis": 1, "descending": "false"}, "arith.cmpf olt"),
+    "argsort": ([f32(3, 5)], {"axis": 1, "descending": "true"}, "arith.cmpf ogt"),
+    "topk": ([f32(3, 5)], {"k": 2, "axis": 1}, "arith.cmpi ult"),
+    "argtopk": ([f32(3, 5)], {"k": 2, "axis": 0}, "tensor<2x5xi64>"),
+    "random_split": ([i64(2)], {"n": 3}, "arith.shrui"),                  # Threefry's rotations
+    "random_fold_in": ([i64(2), i64()], {}, "arith.trunci"),
+    "random_bits": ([i64(2)], {"shape": (4,)}, "arith.xori"),
+    "random_uniform": ([i64(2)], {"shape": (2, 2), "dtype": "F32"}, "arith.uitofp"),
+    "random_normal": ([i64(2)], {"shape": (3,), "dtype": "F32"}, "math.log1p"),
+    "bernoulli": ([i64(2)], {"p": 0.5, "shape": (3,)}, "arith.cmpf olt"),
+    "categorical": ([i64(2), f32(2, 4)], {"axis": 1}, "arith.cmpf uno"),
 }
 
 
@@ -321,13 +336,13 @@ def test_one_bad_function_reports_and_others_still_checked():
 
 def test_a_failing_lowering_is_a_located_diagnostic(monkeypatch):
     """A bug in a lowering row (here: reduce_keep meeting a choice REDUCERS has no row for,
-    as when `min` was added to its op) is an `emit` diagnostic at the op, not a traceback."""
+    as `min` once was) is an `emit` diagnostic at the op, not a traceback."""
     t = f32(2, 3)
-    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "min", "axis": 1}, f32(2, 1), Span(4, 9))
+    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "prod", "axis": 1}, f32(2, 1), Span(4, 9))
     res = emit_program(program(function("g", [("x", t)], node)))
     [d] = res.diagnostics
     assert res.text == "" and d.code == "emit" and d.span == Span(4, 9)
-    assert d.message.startswith("reduce_keep: internal error in its lowering (KeyError: 'min')")
+    assert d.message.startswith("reduce_keep: internal error in its lowering (KeyError: 'prod')")
 
     def broken(*_args):
         raise RuntimeError("boom")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted([*(ROOT / "tests" / "check_cases").glob("*.kina"), *(ROOT / "tests" / "ad_cases").glob("*.kina"),
                 *(ROOT / "examples").glob("*.kina")])
 IDS = [f"{p.parent.name}/{p.name}" for p in FILES]
-GENERIC_SIZES = {"storylm": {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}}   # as scripts/regen_goldens.py
+GENERIC_SIZES = {"storylm": {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}, "storylm0_sample": {"B": 1}}   # as scripts/regen_goldens.py
 
 
 def reference(path: Path):

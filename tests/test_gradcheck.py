@@ -122,6 +122,24 @@ def build_cases(seed=7):
         b.emit("gt", [x, b.literal(x.type, (0.0,))]), x, b.literal(x.type)]), domain="away_from_zero"))
     for shape, k in (((3, 4), 0), ((2, 3, 3), -1), ((4, 3), 1)):
         cases.append(Case("tril", _vars(x=f32(*shape)), lambda b, x, k=k: b.emit("tril", [x], k=k)))
+    # max and min reductions (random inputs have no ties; tests/test_scan_ops.py checks ties)
+    for op, axis in (("max", 1), ("min", 0), ("max", 2)):
+        cases.append(Case("reduce_keep", _vars(x=f32(2, 3, 4)),
+                          lambda b, x, op=op, axis=axis: b.emit("reduce_keep", [x], op=op, axis=axis)))
+    cases.append(binary("pow_tensor", (3, 4), domain="positive"))
+    for op, shape, axis in (("cumsum", (3, 5), 1), ("cumsum", (4, 2, 3), 0), ("cumprod", (3, 4), 1),
+                            ("cumprod", (2, 3, 2), 1), ("logsumexp", (3, 5), 1), ("logsumexp", (2, 3, 4), 0)):
+        cases.append(Case(op, _vars(x=f32(*shape)), lambda b, x, op=op, axis=axis: b.emit(op, [x], axis=axis),
+                          domain="away_from_zero" if op == "cumprod" else None))
+    for descending, axis in (("false", 1), ("true", 0)):
+        cases.append(Case("sort", _vars(x=f32(3, 4)),
+                          lambda b, x, d=descending, axis=axis: b.emit("sort", [x], axis=axis, descending=d)))
+    cases.append(Case("topk", _vars(x=f32(2, 5)), lambda b, x: b.emit("topk", [x], k=3, axis=1)))
+    # draws are constants of their key: x * uniform and x + normal (the key is a fixed I64 parameter)
+    for op, combine in (("random_uniform", "mul"), ("random_normal", "add")):
+        cases.append(Case(op, [ir.Var("k", i64(2)), *_vars(x=f32(3, 4))],
+                          lambda b, k, x, op=op, combine=combine: b.emit(combine, [x, b.emit(op, [k], shape=(3, 4))]),
+                          {"k": [3, 1234]}))
     return cases
 
 

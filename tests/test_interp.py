@@ -32,6 +32,16 @@ def run_op(op_name: str, args: list, /, **attrs):
     return run_function(ir.Program({"f": b.function("f", params, y)}), "f", args, dtype=np.float64)
 
 
+KEY42 = np.array([0, 42], np.int64)     # jax.random.PRNGKey(42)
+JAX42 = {   # jax.random.split(k, 4), fold_in(k, 7), bits(k, (2, 3)), uniform(k, (5,)) as uint32, normal(k, (6,))
+    "split": [[1832780943, 270669613], [64467757, 2916123636], [2465931498, 255383827], [3134548294, 894150801]],
+    "fold_in": [2547012911, 1371500959],
+    "bits": [[2098992034, 2919706841, 2646866425], [2409546199, 1935504149, 2516274904]],
+    "uniform": [1056585764, 1059981104, 1058915320, 1057988288, 1055308516],
+    "normal": [-0.02830461598932743, 0.4671318531036377, 0.2957029640674591, 0.15354591608047485,
+               -0.12403281778097153, 0.21692314743995667],
+}
+
 rng = np.random.default_rng(0)
 X = rng.standard_normal((2, 3, 4))
 A4, B4 = rng.standard_normal((1, 2, 4, 3)), rng.standard_normal((1, 2, 3, 5))
@@ -68,6 +78,22 @@ REFERENCE = {
     "square": ([X], {}, lambda: X * X),
     "erf": ([X], {}, lambda: erf_series(X)),
     "pow": ([X], {"p": 3.0}, lambda: X * X * X),
+    "pow_tensor": ([np.abs(X) + 1, X], {}, lambda: np.exp(X * np.log(np.abs(X) + 1))),
+    "cumsum": ([X], {"axis": 2}, lambda: np.stack([X[..., :k + 1].sum(-1) for k in range(X.shape[2])], -1)),
+    "cumprod": ([X], {"axis": 1}, lambda: np.stack([X[:, :k + 1].prod(1) for k in range(X.shape[1])], 1)),
+    "logsumexp": ([X], {"axis": 0}, lambda: np.log(np.exp(X).sum(0, keepdims=True))),
+    "sort": ([X], {"axis": 2, "descending": "true"}, lambda: -np.sort(-X, axis=2)),
+    "argsort": ([X], {"axis": 1, "descending": "false"}, lambda: np.argsort(X, axis=1, kind="mergesort")),
+    "topk": ([X], {"k": 2, "axis": 2}, lambda: -np.sort(-X, axis=2)[..., :2]),
+    "argtopk": ([X], {"k": 1, "axis": 2}, lambda: np.argmax(X, axis=2)[..., None]),
+    # the random ops against values jax.random (0.10.2, CPU) draws from jax.random.PRNGKey(42)
+    "random_split": ([KEY42], {"n": 4}, lambda: np.array(JAX42["split"])),
+    "random_fold_in": ([KEY42, np.array(7)], {}, lambda: np.array(JAX42["fold_in"])),
+    "random_bits": ([KEY42], {"shape": (2, 3)}, lambda: np.array(JAX42["bits"])),
+    "random_uniform": ([KEY42], {"shape": (5,)}, lambda: np.array(JAX42["uniform"], np.uint32).view(np.float32)),
+    "random_normal": ([KEY42], {"shape": (6,)}, lambda: np.array(JAX42["normal"], np.float32)),
+    "bernoulli": ([KEY42], {"p": 0.3, "shape": (10,)}, lambda: np.arange(10) == 6),
+    "categorical": ([KEY42, np.arange(20.0).reshape(4, 5) / 3], {"axis": 1}, lambda: np.array([[4], [4], [2], [4]])),
     "clamp": ([X], {"min": -0.5, "max": 0.75}, lambda: np.where(X < -0.5, -0.5, np.where(X > 0.75, 0.75, X))),
     "gelu": ([X], {"approximate": "none"}, lambda: X * 0.5 * (1 + erf_series(X / np.sqrt(2)))),
     "cast": ([X], {"dtype": "F32"}, lambda: X),
@@ -283,7 +309,7 @@ def test_erf_and_gelu_of_a_rank0_tensor(op, attrs):
 
 
 def test_a_failing_numpy_row_is_a_kina_error_naming_the_op():
-    """reduce_keep meeting a choice its NumPy row lacks (as when `min` was added to its op)
+    """reduce_keep meeting a choice its NumPy row lacks (as `min` once was)
     is a KinaRuntimeError that `kinac run` prints, not a KeyError traceback."""
     import pytest
 
@@ -291,7 +317,7 @@ def test_a_failing_numpy_row_is_a_kina_error_naming_the_op():
     from compiler.ir import nodes as ir
     from compiler.oracle import interp
     t = f32(2, 3)
-    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "min", "axis": 1}, f32(2, 1))
+    node = ir.OpApp("reduce_keep", [ir.Var("x", t)], {"op": "prod", "axis": 1}, f32(2, 1))
     fn = ir.Function("g", [ir.Param("x", t)], node.type, [], node)
     with pytest.raises(KinaRuntimeError, match=r"reduce_keep: internal error in its NumPy reference \(KeyError"):
         interp.run_function(ir.Program({"g": fn}), "g", [np.zeros((2, 3), np.float32)])

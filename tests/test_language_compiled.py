@@ -10,6 +10,7 @@ from compiler import build
 from compiler.backend import rewrites
 from compiler.ir.ops import SURFACE_OPS
 from compiler.oracle import interp
+from compiler.oracle.interp_random import gumbel
 from compiler.runtime import library as runtime
 
 
@@ -60,7 +61,18 @@ NEGATIVE_AXES = {
     "argmax": ("x.argmax(axis=-2)", "[2, 1, 4]", lambda: np.argmax(X, axis=-2)[:, None, :]),
     "iota": ("iota(shape=[2, 3, 4], axis=-1)", "[2, 3, 4]",
              lambda: np.broadcast_to(np.arange(4), (2, 3, 4))),
+    "cumsum": ("x.cumsum(axis=-2)", "[2, 3, 4]", lambda: np.cumsum(X, axis=-2)),
+    "cumprod": ("x.cumprod(axis=-3)", "[2, 3, 4]", lambda: np.cumprod(X, axis=-3)),
+    "logsumexp": ("x.logsumexp(axis=-1)", "[2, 3, 1]", lambda: np.log(np.exp(X).sum(axis=-1, keepdims=True))),
+    "sort": ("x.sort(axis=-2, descending=true)", "[2, 3, 4]", lambda: -np.sort(-X, axis=-2)),
+    "argsort": ("x.argsort()", "[2, 3, 4]", lambda: np.argsort(X, axis=-1, kind="stable")),
+    "topk": ("x.topk(2, axis=-3)", "[2, 3, 4]", lambda: -np.sort(-X, axis=-3)[:2]),
+    "argtopk": ("x.argtopk(1)", "[2, 3, 1]", lambda: np.argmax(X, axis=-1)[..., None]),
+    # the key [0, 1] from idx; the Gumbel noise of interp_random (JAX's draws, tests/test_random_ops.py)
+    "categorical": ("categorical(idx.reshape([6]).slice(axis=0, start=0, stop=2), x, axis=-2)", "[2, 1, 4]",
+                    lambda: np.argmax(X + gumbel(np.array([0, 1]), X.shape), axis=-2)[:, None, :]),
 }
+I64_RESULTS = ("argmax", "iota", "argsort", "argtopk", "categorical")
 
 
 def test_every_op_that_takes_an_axis_is_covered():
@@ -72,7 +84,7 @@ def test_every_op_that_takes_an_axis_is_covered():
 def negative_axes_lib(tmp_path_factory):
     fns = []
     for op, (body, shape, _) in NEGATIVE_AXES.items():
-        dtype = "I64" if op in ("argmax", "iota") else "F32"
+        dtype = "I64" if op in I64_RESULTS else "F32"
         fns.append(f"fn {op}_neg(x: Tensor[F32, [2, 3, 4]], idx: Tensor[I64, [2, 3, 1]]) "
                    f"-> Tensor[{dtype}, {shape}] {{\n  let r = {body} in\n  r\n}}\n")
     return _build(tmp_path_factory.mktemp("axes"), "\n".join(fns), "axes")

@@ -113,14 +113,14 @@ def test_every_attribute_choice_has_its_stage_rows():
 
 
 def test_a_new_choice_without_its_rows_is_named():
-    """Adding `min` to reduce_keep's op (which once passed every coverage test and crashed
-    `run` and `emit` with a KeyError) is reported, row by row."""
+    """Adding a choice (`prod`) to reduce_keep's op (as `min` once passed every coverage test
+    and crashed `run` and `emit` with a KeyError) is reported, row by row."""
     op = OPS["reduce_keep"]
     spec = op.attr("op")
-    widened = dataclasses.replace(spec, choices=spec.choices + ("min",))
+    widened = dataclasses.replace(spec, choices=spec.choices + ("prod",))
     ops = {**OPS, "reduce_keep": dataclasses.replace(op, attrs=tuple(widened if a is spec else a for a in op.attrs))}
     assert missing_choice_rows(ops) == [
-        f"{m}.ATTR_CHOICES[('reduce_keep', 'op')] has no row for: min"
+        f"{m}.ATTR_CHOICES[('reduce_keep', 'op')] has no row for: prod"
         for m in ("compiler.oracle.interp", "compiler.backend.emit.ops", "compiler.oracle.torch_ref", "compiler.ad.vjp",
                   "compiler.oracle.progen.makers")]
 

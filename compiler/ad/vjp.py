@@ -246,14 +246,28 @@ def _reduce_keep(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> 
     return [_only(needs, 0, lambda: b.emit("broadcast", [g], shape=_args(node)[0].tensor_type.shape))]
 
 
-# reduce_keep's op: None where _reduce_keep is its VJP, else why reverseMode rejects it.
+def _extremum_share(b: Builder, x: Var, y: Var, g: Var, axis: int) -> Var:
+    """The cotangent of x in y = max or min of x along axis (keepdims): g goes to the
+    elements equal to y, split evenly among ties (torch.amax / amin's rule)."""
+    shape = x.tensor_type.shape
+    hit = b.emit("cast", [b.emit("eq", [x, b.emit("broadcast", [y], shape=shape)])], dtype=x.tensor_type.dtype.value)
+    share = b.emit("div", [g, b.emit("reduce_keep", [hit], op="sum", axis=axis)])
+    return b.emit("mul", [hit, b.emit("broadcast", [share], shape=shape)])
+
+
+def _reduce_keep_rule(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    if node.attrs["op"] in ("max", "min"):
+        return [_only(needs, 0, lambda: _extremum_share(b, _args(node)[0], y, g, node.attrs["axis"]))]
+    return _reduce_keep(b, node, y, g, needs)
+
+
+# reduce_keep's op: None where _reduce_keep_rule is its VJP, else why reverseMode rejects it.
 _REDUCE_KEEP_REJECT: dict[str, str | None] = {
     "sum": None,
     "mean": ("reduce_keep(op=mean) cannot be differentiated under reverseMode (there is no reduce_mean "
              "VJP); use reduce_keep(op=sum) and multiply by a host 1/n tensor parameter"),
-    "max": ("reduce_keep(op=max) cannot be differentiated under reverseMode (its VJP is not specified); "
-            "compute the max outside the differentiated function, or use softmax/log_softmax, which "
-            "subtract the max internally"),
+    "max": None,
+    "min": None,
 }
 
 
@@ -335,6 +349,68 @@ def _pow(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var
     return [_only(needs, 0, make)]
 
 
+def _pow_tensor(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    # y = x^e: g_x = g e x^(e-1); g_e = g y log(x), 0 where x = 0 (PyTorch's rule: no NaN from 0 log 0)
+    x, e = _args(node)
+
+    def base() -> Var:
+        lower = b.emit("pow_tensor", [x, b.emit("sub", [e, _const(b, e.tensor_type, 1.0)])])
+        return b.emit("mul", [g, b.emit("mul", [e, lower])])
+
+    def exponent() -> Var:
+        zero = b.literal(x.tensor_type)
+        term = b.emit("mul", [b.emit("mul", [g, y]), b.emit("log", [x])])
+        return b.emit("where", [b.emit("eq", [x, zero]), zero, term])
+    return [_only(needs, 0, base), _only(needs, 1, exponent)]
+
+
+def _reverse_cumsum(b: Builder, g: Var, axis: int) -> Var:
+    """sum of g[k] over k >= j along axis, as total - cumsum(g) + g (no reverse scan op)."""
+    total = b.emit("broadcast", [b.emit("reduce_keep", [g], op="sum", axis=axis)], shape=g.tensor_type.shape)
+    return b.emit("add", [b.emit("sub", [total, b.emit("cumsum", [g], axis=axis)]), g])
+
+
+def _cumsum(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    return [_only(needs, 0, lambda: _reverse_cumsum(b, g, node.attrs["axis"]))]
+
+
+def _cumprod(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    # g_x[j] = sum over k >= j of g[k] y[k] / x[j]: not finite where x[j] = 0 (documented)
+    return [_only(needs, 0, lambda: b.emit("div", [
+        _reverse_cumsum(b, b.emit("mul", [g, y]), node.attrs["axis"]), _args(node)[0]]))]
+
+
+def _logsumexp(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    # g_x = g exp(x - y), both broadcast along the axis (softmax(x) * g)
+    def make() -> Var:
+        x = _args(node)[0]
+        shape = x.tensor_type.shape
+        p = b.emit("exp", [b.emit("sub", [x, b.emit("broadcast", [y], shape=shape)])])
+        return b.emit("mul", [p, b.emit("broadcast", [g], shape=shape)])
+    return [_only(needs, 0, make)]
+
+
+def _sort(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    # y = x taken at argsort(x): g_x = g scattered back to where each value came from
+    def make() -> Var:
+        x = _args(node)[0]
+        idx = b.emit("argsort", [x], axis=node.attrs["axis"], descending=_SORT_DESCENDING[node.attrs["descending"]])
+        return b.expr(scatter_along_axis(g, idx, node.attrs["axis"], x.tensor_type), hint="scatter")
+    return [_only(needs, 0, make)]
+
+
+# sort's `descending` -> the argsort its VJP scatters through
+_SORT_DESCENDING = {"false": "false", "true": "true"}
+
+
+def _topk(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
+    def make() -> Var:
+        x = _args(node)[0]
+        idx = b.emit("argtopk", [x], k=node.attrs["k"], axis=node.attrs["axis"])
+        return b.expr(scatter_along_axis(g, idx, node.attrs["axis"], x.tensor_type), hint="scatter")
+    return [_only(needs, 0, make)]
+
+
 def _clamp(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var | None]:
     bounds = {"min": node.attrs["min"], "max": node.attrs["max"]}
     return [_only(needs, 0, lambda: b.emit("clamp_grad", [g, _args(node)[0]], **bounds))]
@@ -377,6 +453,7 @@ _DISCRETE = ("has a discrete ({dtype}) result, so it never receives a cotangent:
 ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCE_KEEP_REJECT,
     ("gelu", "approximate"): _GELU_GRAD_APPROXIMATE,
+    ("sort", "descending"): _SORT_DESCENDING,
 }
 
 VJPS: dict[str, VJP] = {
@@ -399,7 +476,7 @@ VJPS: dict[str, VJP] = {
     "slice": VJP(_slice),
     "concat": VJP(_concat),
     "gather": VJP(_gather),
-    "reduce_keep": VJP(_reduce_keep, reject=_reject_reduce_keep),
+    "reduce_keep": VJP(_reduce_keep_rule, reject=_reject_reduce_keep),
     "softmax": VJP(_softmax),
     "log_softmax": VJP(_log_softmax),
     "take_along_axis": VJP(_take_along_axis),
@@ -413,6 +490,20 @@ VJPS: dict[str, VJP] = {
     "square": VJP(_square),
     "erf": VJP(_erf),
     "pow": VJP(_pow),
+    "pow_tensor": VJP(_pow_tensor),
+    "cumsum": VJP(_cumsum),
+    "cumprod": VJP(_cumprod),
+    "logsumexp": VJP(_logsumexp),
+    "sort": VJP(_sort),
+    "argsort": VJP(None, "argsort " + _DISCRETE.format(dtype="I64")),
+    "topk": VJP(_topk),
+    "argtopk": VJP(None, "argtopk " + _DISCRETE.format(dtype="I64")),
+    **{op: VJP(None, f"{op} " + _DISCRETE.format(dtype=dtype)) for op, dtype in (
+        ("random_split", "I64"), ("random_fold_in", "I64"), ("random_bits", "I64"), ("bernoulli", "Bool"),
+        ("categorical", "I64"))},
+    # draws are functions of the key alone (discrete): nothing flows back to any operand
+    "random_uniform": VJP(lambda b, node, y, g, needs: [None]),
+    "random_normal": VJP(lambda b, node, y, g, needs: [None]),
     "clamp": VJP(_clamp),
     "gelu": VJP(_gelu),
     "cast": VJP(_cast),

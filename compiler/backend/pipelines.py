@@ -82,6 +82,9 @@ O0_PASSES = [
     "--convert-bufferization-to-memref",
     COPY_SLOT,
     "--convert-linalg-to-loops",
+    # A scan's loop (compiler/backend/emit/ops_scan.py) slices rows at a dynamic offset: its
+    # strided metadata becomes affine.apply ops, lowered by _LOWER_TO_LLVM's lower-affine.
+    "--expand-strided-metadata",
     *_LOWER_TO_LLVM,
 ]
 # Buffers up to this size become stack allocations at -O2 (no malloc/free per call).

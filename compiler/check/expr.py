@@ -237,6 +237,7 @@ class ExprChecker(SizeRules):
         else:
             receiver = (self.check(folded), folded.span)
         items, statics = self._split_args(e.args, op, 1)
+        op = _overload(op, 1 + len(items))
         operands = self._splat(op, [receiver] + items)
         attrs = self._size_attrs(op, e.attrs)
         if operands is None or statics is None or attrs is None:
@@ -267,6 +268,7 @@ class ExprChecker(SizeRules):
                            "in brackets", e.sizes.span)
             op = None
         items, statics = self._split_args(e.args, op, 0)
+        op = _overload(op, len(items)) if op is not None else None
         operands = self._splat(op, items) if op is not None else None
         attrs = self._size_attrs(op, e.attrs) if op is not None else None
         if op is None or operands is None or statics is None or attrs is None:
@@ -398,6 +400,14 @@ class ExprChecker(SizeRules):
             return ERROR_TYPE
         grads = tuple(t for _, t in sig.params if isinstance(t, TensorType) and t.is_float)
         return TupleType((sig.ret,) + grads) if grads else sig.ret
+
+
+def _overload(op: OpDef, operands: int) -> OpDef:
+    """The row a call with `operands` tensor operands means: `x.pow(e)` with a tensor e is
+    pow_tensor (OpDef.overload), `x.pow(2)` stays pow."""
+    if op.overload is not None and op.operands >= 0 and operands == op.operands + 1:
+        return OPS[op.overload]
+    return op
 
 
 def _number_is_operand(op: OpDef, position: int) -> bool:

@@ -157,8 +157,8 @@ def _positional_attr(bag: DiagnosticBag, op: OpDef,
         if i == 0 and positional is not None and isinstance(s, syntax.IntList) and positional.kind != "float":
             out.append((positional.name, cast(tuple[int, ...], tuple(s.values)), s.span, s.span))   # sizes evaluated
             continue
-        if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind == "float":
-            out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`
+        if i == 0 and positional is not None and isinstance(s, syntax.Number) and positional.kind in ("float", "int"):
+            out.append((positional.name, s.value, s.span, s.span))   # `x.pow(2)`, `x.topk(3)` (an int is checked later)
             continue
         kw = ", ".join(f"{a.name}=..." for a in op.attrs if not a.positional and a.kind != "type")
         bag.error("attr", f"{op.name}: this positional argument is not a tensor operand; "

@@ -14,6 +14,9 @@ Public modules (other packages import only these):
                layout, index_bound, positive, internal); SURFACE_OPS, INFIX;
                check_float_only (the rule the checker and the verifier share)
   shape_rules  the infer_* functions the rows use; OpError; require_float
+  random_rules the random ops' typing rules and the constants of their generator
+               (Threefry-2x32 rotations, erfinv coefficients) that the interpreter
+               and the lowering share
   verify       verify(program, stage) -> diagnostics: every node re-typed by its rule
   printer      format_function / format_program (`kinac check --emit=grad`)
   uses         Uses(program).index_bound / .positive: where a parameter's values go
@@ -21,4 +24,4 @@ Public modules (other packages import only these):
 
 Adding an op starts here: its row in ir/ops.py (docs/internals.md, "Adding an op").
 """
-__all__ = ["nodes", "ops", "printer", "shape_rules", "sizes", "uses", "verify"]
+__all__ = ["nodes", "ops", "printer", "random_rules", "shape_rules", "sizes", "uses", "verify"]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.core.types import Attrs, DType, TensorType
+from compiler.ir.random_rules import infer_categorical, infer_fold_in, infer_random, infer_split
 from compiler.ir.shape_rules import (
     Infer,
     OpError,
@@ -28,6 +29,7 @@ from compiler.ir.shape_rules import (
     infer_elementwise,
     infer_gather,
     infer_iota,
+    infer_logsumexp,
     infer_matmul,
     infer_pow,
     infer_reduce_keep,
@@ -37,7 +39,9 @@ from compiler.ir.shape_rules import (
     infer_scatter_along_axis,
     infer_slice,
     infer_softmax,
+    infer_sort,
     infer_take_along_axis,
+    infer_topk,
     infer_transpose,
     infer_tril,
     infer_unary,
@@ -96,13 +100,16 @@ class OpDef:
     layout: bool = False
     index_bound: Callable[[list[TensorType], Attrs], int] | None = None
     positive: Callable[[Attrs], bool] | None = None
+    # The row a call with one more tensor operand means: `x.pow(e)` with a tensor e is
+    # pow_tensor (the checker switches rows before checking the arity).
+    overload: str | None = None
 
     def attr(self, name: str) -> AttrSpec | None:
         return next((a for a in self.attrs if a.name == name), None)
 
     def signature(self, method: bool) -> tuple[str, list[str]]:
         """(label, parameters) of the call as editors and the docs show it:
-        `x.reduce_keep(op=sum|mean|max, axis=int)` or `reduce_keep(x, ...)`."""
+        `x.reduce_keep(op=sum|mean|max|min, axis=int)` or `reduce_keep(x, ...)`."""
         n = self.operands if self.operands >= 0 else 2
         operands = [f"x{i}" if n > 1 else "x" for i in range(n)]
         if self.operands < 0:
@@ -228,9 +235,9 @@ _row(OpDef("concat", infer_concat, "concat(a, b, ..., axis=i) : shapes equal exc
 _row(OpDef("gather", infer_gather, "gather(values : [V, D], indices : I64 σ) : σ++[D]",
            "embedding lookup: rows of values picked by indices", operands=2, linear=True, index_operands=(1,),
            index_bound=lambda args, attrs: args[0].shape[0]))
-_row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max, axis=i) : x with dim i = 1",
-           "reduce one axis, keeping it with size 1",
-           attrs=(AttrSpec("op", "enum", ("sum", "mean", "max")), AXIS)))
+_row(OpDef("reduce_keep", infer_reduce_keep, "x.reduce_keep(op=sum|mean|max|min, axis=i) : x with dim i = 1",
+           "reduce one axis, keeping it with size 1 (max/min: the cotangent is split evenly among tied extremes)",
+           attrs=(AttrSpec("op", "enum", ("sum", "mean", "max", "min")), AXIS)))
 _row(OpDef("softmax", _named(infer_softmax, "softmax"), "x.softmax(axis=i) : T, x floating",
            "exp(x) / sum(exp(x)) along axis i (max-subtracted)", attrs=(AXIS,)))
 _row(OpDef("log_softmax", _named(infer_softmax, "log_softmax"), "x.log_softmax(axis=i) : T, x floating",
@@ -270,8 +277,12 @@ for _n, _doc in _UNARY_MATH.items():
     _row(OpDef(_n, _named(infer_unary, _n), f"x.{_n}() : T, with x : T floating", _doc))
 _row(OpDef("pow", infer_pow, "x.pow(p) : T, with x : T floating and p a static number",
            "elementwise x^p (an integer p allows negative x; a fractional p gives NaN there)",
-           attrs=(AttrSpec("p", "float", positional=True, finite=True),),
+           attrs=(AttrSpec("p", "float", positional=True, finite=True),), overload="pow_tensor",
            positive=lambda attrs: not float(attrs["p"]).is_integer()))   # x^p is NaN for x < 0
+_row(OpDef("pow_tensor", _named(infer_elementwise, "pow"),
+           "x.pow(e) : T, with x, e : T floating (a tensor exponent; also written pow(x, e))",
+           "elementwise x^e with a tensor exponent (NaN where x < 0 and e is not an integer)",
+           operands=2, positive=_ALWAYS))   # x^e for x < 0 is NaN for most e: the interpreter draws x > 0
 _row(OpDef("clamp", infer_clamp, "x.clamp(min=a, max=b) : T, with x : T floating; either bound may be left out",
            "elementwise min(max(x, a), b) (the cotangent passes where a <= x <= b)",
            attrs=(AttrSpec("min", "float", default=None), AttrSpec("max", "float", default=None))))
@@ -308,6 +319,56 @@ _row(OpDef("clamp_grad", _named(infer_elementwise, "clamp_grad"), "ClampGrad(g :
 _row(OpDef("gelu_grad", _named(infer_elementwise, "gelu_grad"), "GeluGrad(g : T, x : T, approximate) : T",
            "IR-internal (VJP of gelu): g * gelu'(x)", operands=2, internal=True,
            attrs=(AttrSpec("approximate", "enum", ("none", "tanh"), default="none"),)))
+
+# ---- scans and stable reductions ------------------------------------------------------------
+_row(OpDef("cumsum", _named(infer_softmax, "cumsum"), "x.cumsum(axis=i) : T, x floating",
+           "running sum along axis i (y[.., j, ..] = x[.., 0, ..] + .. + x[.., j, ..]); its VJP is a reverse cumsum",
+           attrs=(AXIS,), linear=True))
+_row(OpDef("cumprod", _named(infer_softmax, "cumprod"), "x.cumprod(axis=i) : T, x floating",
+           "running product along axis i; its VJP divides by x, so it is not finite where x is 0",
+           attrs=(AXIS,), positive=_ALWAYS))
+_row(OpDef("logsumexp", _named(infer_logsumexp, "logsumexp"), "x.logsumexp(axis=i) : x with dim i = 1, x floating",
+           "log(sum(exp(x))) along axis i, keeping it with size 1 (max-subtracted: stable)", attrs=(AXIS,)))
+_LAST = AttrSpec("axis", "axis", default=-1)
+_DESCENDING = AttrSpec("descending", "enum", ("false", "true"), default="false")
+_row(OpDef("sort", _named(infer_sort, "sort"), "x.sort(axis=-1, descending=false) : T, x floating",
+           "x's values along axis i in order, stable (ties keep their index order; NaN counts as largest); "
+           "its VJP scatters g back through argsort", attrs=(_LAST, _DESCENDING)))
+_row(OpDef("argsort", _named(infer_sort, "argsort"),
+           "x.argsort(axis=-1, descending=false) : Tensor[I64, x.shape], x floating",
+           "the positions that sort x along axis i (stable, as torch.sort(stable=True)'s indices); no cotangent",
+           attrs=(_LAST, _DESCENDING)))
+_row(OpDef("topk", _named(infer_topk, "topk"), "x.topk(k, axis=-1) : x with dim i = k, 1 <= k <= dim",
+           "the k largest values along axis i, largest first (ties: lower index first); its VJP scatters "
+           "g back through argtopk", attrs=(AttrSpec("k", "int", positional=True), _LAST)))
+_row(OpDef("argtopk", _named(infer_topk, "argtopk"), "x.argtopk(k, axis=-1) : Tensor[I64, x.shape with dim i = k]",
+           "the positions of topk's values along axis i; no cotangent",
+           attrs=(AttrSpec("k", "int", positional=True), _LAST)))
+# ---- random numbers (keys: Tensor[I64, [2]]; compiler/ir/random_rules.py) -------------------
+_SHAPE = AttrSpec("shape", "ints")
+_row(OpDef("random_split", infer_split, "random_split(key, n) : Tensor[I64, [n, 2]], key : Tensor[I64, [2]]",
+           "n new keys from one (jax.random.split: Threefry-2x32); split, never reuse a key",
+           attrs=(AttrSpec("n", "int", positional=True),), float_only=False))
+_row(OpDef("random_fold_in", infer_fold_in, "random_fold_in(key, i : Tensor[I64, []]) : Tensor[I64, [2]]",
+           "a new key for step i (jax.random.fold_in; i modulo 2^32)", operands=2, float_only=False))
+_row(OpDef("random_bits", _named(infer_random, "random_bits"), "random_bits(key, shape=[..]) : Tensor[I64, shape]",
+           "uniform 32-bit words in [0, 2^32) (jax.random.bits)", attrs=(_SHAPE,), float_only=False))
+_FLOAT = AttrSpec("dtype", "dtype", tuple(d.value for d in DType if d.is_float), default="F32")
+_row(OpDef("random_uniform", _named(infer_random, "random_uniform"),
+           "random_uniform(key, shape=[..], dtype=F32) : Tensor[dtype, shape]",
+           "uniform floats in [0, 1), m * 2^-mantissa bits (jax.random.uniform, bit for bit in every "
+           "float dtype); no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
+_row(OpDef("random_normal", _named(infer_random, "random_normal"),
+           "random_normal(key, shape=[..], dtype=F32) : Tensor[dtype, shape]",
+           "standard normal floats, sqrt(2) erfinv(u) in F32 (jax.random.normal), rounded to dtype; "
+           "no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
+_row(OpDef("bernoulli", _named(infer_random, "bernoulli"), "bernoulli(key, p, shape=[..]) : Tensor[Bool, shape], 0 <= p <= 1",
+           "true with probability p: random_uniform(key, shape) < p (jax.random.bernoulli); dropout's mask",
+           attrs=(AttrSpec("p", "float", positional=True, finite=True), _SHAPE), float_only=False))
+_row(OpDef("categorical", infer_categorical,
+           "categorical(key, logits, axis=-1) : Tensor[I64, logits.shape with dim i = 1], logits floating",
+           "one draw per row with probabilities softmax(logits) (Gumbel-max, jax.random.categorical)",
+           operands=2, attrs=(AttrSpec("axis", "axis", default=-1, of=1),), float_only=False))
 
 INFIX = {op.infix: op.name for op in OPS.values() if op.infix and op.operands == 2}
 SURFACE_OPS = {name: op for name, op in OPS.items() if not op.internal}

@@ -197,6 +197,36 @@ def infer_reduce_keep(args: list[TensorType], attrs: Attrs) -> TensorType:
     return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
 
 
+def infer_logsumexp(args: list[TensorType], attrs: Attrs, op: str = "logsumexp") -> TensorType:
+    (a,) = args
+    require_float(a, 0, op)
+    axis = _axis(attrs["axis"], a.rank, a, op)
+    _nonempty_axis(a, axis, op)
+    return a.with_shape(a.shape[:axis] + (1,) + a.shape[axis + 1:])
+
+
+def infer_sort(args: list[TensorType], attrs: Attrs, op: str = "sort") -> TensorType:
+    """sort (values: x's type) and argsort (I64 positions of x's shape)."""
+    (a,) = args
+    require_float(a, 0, op)
+    _nonempty_axis(a, _axis(attrs["axis"], a.rank, a, op), op)
+    return a if op == "sort" else TensorType(DType.I64, a.shape, a.placement)
+
+
+def infer_topk(args: list[TensorType], attrs: Attrs, op: str = "topk") -> TensorType:
+    """topk (the k largest values, descending) and argtopk (their I64 positions): x with dim
+    axis = k, 1 <= k <= that dim."""
+    (a,) = args
+    require_float(a, 0, op)
+    axis, k = _axis(attrs["axis"], a.rank, a, op), attrs["k"]
+    if not 1 <= k:
+        raise OpError("attr", f"{op}: k={k} must be at least 1", "k")
+    if not k <= a.shape[axis]:   # a symbolic size raises Undecidable (checker: "cannot show")
+        raise OpError("attr", f"{op}: k={k} is larger than axis {axis} of {a} ({a.shape[axis]} elements)", "k")
+    shape = a.shape[:axis] + (k,) + a.shape[axis + 1:]
+    return a.with_shape(shape) if op == "topk" else TensorType(DType.I64, shape, a.placement)
+
+
 def infer_softmax(args: list[TensorType], attrs: Attrs, op: str = "softmax") -> TensorType:
     (a,) = args
     require_float(a, 0, op)

@@ -28,6 +28,8 @@ from numpy.typing import DTypeLike
 from compiler.core.types import Attrs, DType, TensorType
 from compiler.ir.nodes import CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var, as_tensor
 from compiler.ir.uses import Uses
+from compiler.oracle.interp_random import RANDOM_OPS
+from compiler.oracle.interp_scan import DESCENDING, SCAN_OPS
 from compiler.runtime.arrays import Array
 from compiler.runtime.loader import KinaRuntimeError
 
@@ -96,7 +98,9 @@ def _scatter_along_axis(args: list[Array], attrs: Attrs, out: TensorType) -> Arr
     return dest
 
 
-_REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "mean": np.mean, "max": np.max}  # reduce_keep's op
+_REDUCE: dict[str, Callable[..., Array]] = {"sum": np.sum, "mean": np.mean, "max": np.max,  # reduce_keep's op
+                                            "min": np.min}
+
 
 _erf = np.frompyfunc(math.erf, 1, 1)   # NumPy has no erf; math.erf is exact to double precision
 _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -198,6 +202,8 @@ NUMPY_OPS: dict[str, OpFn] = {
     "square": lambda a, at, t: np.square(a[0]),
     "erf": lambda a, at, t: _erf_f(a[0]),
     "pow": lambda a, at, t: np.power(a[0], at["p"]),
+    **SCAN_OPS,     # pow_tensor, cumsum, cumprod, logsumexp, the sorts (compiler/oracle/interp_scan.py)
+    **RANDOM_OPS,   # random_split .. categorical: Threefry-2x32 as JAX (compiler/oracle/interp_random.py)
     "clamp": lambda a, at, t: np.clip(a[0], at["min"], at["max"]),
     "gelu": lambda a, at, t: _GELU[at["approximate"]](a[0]),
     "cast": _cast,
@@ -222,6 +228,8 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCE,
     ("gelu", "approximate"): _GELU,
     ("gelu_grad", "approximate"): _GELU_GRAD,
+    ("sort", "descending"): DESCENDING,
+    ("argsort", "descending"): DESCENDING,
 }
 
 

@@ -35,6 +35,7 @@ from numpy.typing import DTypeLike
 from compiler.core.types import Attrs
 from compiler.ir.nodes import OpApp, Program
 from compiler.oracle import interp
+from compiler.oracle.interp_random import gumbel
 from compiler.runtime.arrays import Array
 
 SMOOTH, STEP, ROUNDING = "smooth", "step", "rounding"
@@ -84,6 +85,18 @@ def _pow(a: list[Array], at: Attrs) -> list[Array]:
     return [] if p.is_integer() and p >= 0 else [_f64(a[0])]    # x^p: a pole or a domain edge at 0
 
 
+def _gaps(x: Array, axis: int) -> list[Array]:
+    """The gaps between neighbours in sorted order: sort, argsort, topk and argtopk change
+    branch (which element goes where) where a gap closes."""
+    x = _f64(x)
+    return [np.diff(np.sort(x, axis=axis), axis=axis)] if x.shape[axis] >= 2 else []
+
+
+def _categorical(a: list[Array], at: Attrs) -> list[Array]:
+    """categorical jumps where the winner of logits + gumbel changes."""
+    return _runner_up(_f64(a[1]) + gumbel(a[0], a[1].shape), at["axis"])
+
+
 KINKS: dict[str, Distances] = {
     "relu": _at_zero(0),
     "relu_grad": _at_zero(1),
@@ -99,7 +112,12 @@ KINKS: dict[str, Distances] = {
     "maximum_grad": _tie(1, 2),
     "clamp": _bounds(0),
     "clamp_grad": _bounds(1),
-    "reduce_keep": lambda a, at: _runner_up(a[0], at["axis"]) if at["op"] == "max" else [],
+    "reduce_keep": lambda a, at: (_runner_up(a[0], at["axis"]) if at["op"] == "max" else
+                                  _runner_up(-_f64(a[0]), at["axis"]) if at["op"] == "min" else []),
+    "pow_tensor": _at_zero(0),    # x^e: a pole or a domain edge at x = 0
+    "cumprod": _at_zero(0),       # its VJP divides by x
+    **{op: (lambda a, at: _gaps(a[0], at["axis"])) for op in ("sort", "argsort", "topk", "argtopk")},
+    "categorical": _categorical,
     "argmax": lambda a, at: _runner_up(a[0], at["axis"]),
     **{cmp: _tie(0, 1) for cmp in ("lt", "le", "gt", "ge", "eq", "ne")},
 }
@@ -111,7 +129,9 @@ SMOOTH_OPS = frozenset({
     "add", "sub", "mul", "neg", "exp", "tanh", "sigmoid", "matmul", "transpose", "reshape",
     "broadcast", "slice", "concat", "gather", "softmax", "log_softmax", "take_along_axis",
     "scatter_add", "scatter_along_axis", "square", "erf", "gelu", "gelu_grad", "cast", "iota",
-    "tril", "where",
+    "tril", "where", "cumsum", "logsumexp",
+    # the random ops draw from their key alone (no float operand a step could move)
+    "random_split", "random_fold_in", "random_bits", "random_uniform", "random_normal", "bernoulli",
 })
 
 

@@ -70,9 +70,39 @@ _REDUCERS: dict[str, Callable[[Tensor, int], Tensor]] = {
     "sum": lambda x, axis: x.sum(dim=axis, keepdim=True),
     "mean": lambda x, axis: x.mean(dim=axis, keepdim=True),
     "max": lambda x, axis: _t().amax(x, dim=axis, keepdim=True),
+    "min": lambda x, axis: _t().amin(x, dim=axis, keepdim=True),
 }
 # Kina's gelu `approximate` choice -> torch.nn.functional.gelu's `approximate` argument.
 _GELU_APPROXIMATE = {"none": "none", "tanh": "tanh"}
+
+
+# sort's and argsort's `descending` -> torch.sort's
+_DESCENDING = {"false": False, "true": True}
+
+
+def _sort(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    import torch
+    values, idx = torch.sort(a[0], dim=at["axis"], descending=_DESCENDING[at["descending"]], stable=True)
+    return values if t.is_float else idx
+
+
+def _topk(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+    # torch.topk does not promise an order among ties: the stable descending sort does
+    import torch
+    values, idx = torch.sort(a[0], dim=at["axis"], descending=True, stable=True)
+    return (values if t.is_float else idx).narrow(at["axis"], 0, at["k"])
+
+
+def _random(op: str) -> OpFn:
+    """PyTorch has no Threefry: the random ops evaluate the NumPy reference on the key (the
+    draws are a pure function of it, so this row checks what consumes them)."""
+    def row(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
+        import torch
+
+        from compiler.oracle.interp_random import RANDOM_OPS
+        out = np.asarray(RANDOM_OPS[op]([np.asarray(x.detach().numpy()) for x in a], at, t))
+        return torch.from_numpy(out.astype(np.float64) if t.is_float else out)
+    return row
 
 
 def _reduce(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
@@ -162,6 +192,16 @@ TORCH_OPS: dict[str, OpFn] = {
     "square": lambda a, at, t: _t().square(a[0]),
     "erf": lambda a, at, t: _t().erf(a[0]),
     "pow": lambda a, at, t: _t().pow(a[0], at["p"]),
+    "pow_tensor": lambda a, at, t: _t().pow(a[0], a[1]),
+    "cumsum": lambda a, at, t: _t().cumsum(a[0], dim=at["axis"]),
+    "cumprod": lambda a, at, t: _t().cumprod(a[0], dim=at["axis"]),
+    "logsumexp": lambda a, at, t: _t().logsumexp(a[0], dim=at["axis"], keepdim=True),
+    "sort": _sort,
+    "argsort": _sort,
+    "topk": _topk,
+    "argtopk": _topk,
+    **{op: _random(op) for op in ("random_split", "random_fold_in", "random_bits", "random_uniform",
+                                  "random_normal", "bernoulli", "categorical")},
     "clamp": lambda a, at, t: _t().clamp(a[0], at.get("min"), at.get("max")),
     "gelu": lambda a, at, t: _t().nn.functional.gelu(a[0], approximate=_GELU_APPROXIMATE[at["approximate"]]),
     "cast": _cast,
@@ -185,6 +225,8 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): _REDUCERS,
     ("gelu", "approximate"): _GELU_APPROXIMATE,
     ("gelu_grad", "approximate"): _GELU_APPROXIMATE,
+    ("sort", "descending"): _DESCENDING,
+    ("argsort", "descending"): _DESCENDING,
 }
 
 

@@ -153,7 +153,7 @@ fn k(a: Tensor[F
     assert {"reduce_keep", "softmax", "reshape", "transpose"} <= set(methods)
     assert "add" not in methods and "x.softmax(axis=i)" in methods["softmax"].detail
     enum = await complete(client, uri, text, "op=me", 5)
-    assert set(enum) == {"sum", "mean", "max"}
+    assert set(enum) == {"sum", "mean", "max", "min"}
     attrs = await complete(client, uri, text, "op=me, ", 7)
     assert "axis" in attrs and "op" not in attrs and "w" in attrs
     names = await complete(client, uri, text, "  s\n", 3)
@@ -170,7 +170,7 @@ async def test_signature_help_for_builtins(client):
     help_ = await client.text_document_signature_help_async(lsp.SignatureHelpParams(
         text_document=doc_id(uri), position=pos(text, "axis=1", 5)))
     sig = help_.signatures[0]
-    assert sig.label == "x.reduce_keep(op=sum|mean|max, axis=int)"
+    assert sig.label == "x.reduce_keep(op=sum|mean|max|min, axis=int)"
     assert sig.parameters[help_.active_parameter].label == "axis=int"
 
 

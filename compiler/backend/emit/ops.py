@@ -15,6 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from compiler.backend.emit.builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
+from compiler.backend.emit.ops_random import RANDOM_LOWERINGS
+from compiler.backend.emit.ops_scan import SCAN_LOWERINGS
+from compiler.backend.emit.ops_sort import DESCENDING, SORT_LOWERINGS
 from compiler.core.sizes import Dim, Size, SizeNumber
 from compiler.core.types import TensorType
 from compiler.ir import nodes as ir
@@ -308,7 +311,7 @@ def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list[str], out
 # is divided by the axis length.
 REDUCERS: dict[str, tuple[str, float, bool]] = {
     "sum": ("arith.addf", 0.0, False), "mean": ("arith.addf", 0.0, True),
-    "max": ("arith.maximumf", float("-inf"), False),
+    "max": ("arith.maximumf", float("-inf"), False), "min": ("arith.minimumf", float("inf"), False),
 }
 
 
@@ -405,6 +408,9 @@ LOWERINGS: dict[str, Emitter] = {
     "scatter_add": lower_scatter_add,
     "scatter_along_axis": lower_scatter_along_axis,
     **EXT_LOWERINGS,   # elementwise math, casts, iota / tril, argmax (compiler/backend/emit/ops_ext.py)
+    **SCAN_LOWERINGS,  # cumsum, cumprod, logsumexp, pow_tensor (compiler/backend/emit/ops_scan.py)
+    **SORT_LOWERINGS,  # sort, argsort, topk, argtopk (compiler/backend/emit/ops_sort.py)
+    **RANDOM_LOWERINGS,  # random_split .. categorical: Threefry-2x32 (compiler/backend/emit/ops_random.py)
 }
 
 # The rows of each enum attribute's choices (tests/test_tables.py: one per choice).
@@ -412,4 +418,6 @@ ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {
     ("reduce_keep", "op"): REDUCERS,
     ("gelu", "approximate"): GELU,
     ("gelu_grad", "approximate"): GELU_GRAD,
+    ("sort", "descending"): DESCENDING,
+    ("argsort", "descending"): DESCENDING,
 }

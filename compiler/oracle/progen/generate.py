@@ -10,7 +10,7 @@ and I64 parameters, every op built from its row of ops.OPS, so its type is the o
 typing rule) and, for half of the cases, a wrapper `f_g` that differentiates `f` with
 `handle f(..) with reverseMode` (and then uses the cotangents, e.g. an SGD update).
 Under reverseMode the generator keeps the spec's restrictions: a let chain ending with
-a variable, single ops on variables, no reduce_keep(mean|max), no rank-changing broadcast.
+a variable, single ops on variables, no reduce_keep(mean), no rank-changing broadcast.
 
 What is covered, and how (one row per op in progen_ops.MAKERS; tests/test_progen.py
 fails when an op of ops.OPS is never generated):

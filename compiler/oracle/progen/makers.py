@@ -3,7 +3,7 @@ chains (`MOTIFS`), and `build_case`, the driver behind progen.generate.
 
 A maker adds one op (and the lets its operands need) to a progen.Gen and returns the new
 value, or None when it does not apply.  `ad=False` rows are never generated inside a
-differentiated function; `ad_make` replaces `make` there (reduce_keep: sum only; broadcast:
+differentiated function; `ad_make` replaces `make` there (reduce_keep: no mean; broadcast:
 same rank only), so every generated `handle` obeys the reverseMode restrictions.  The
 IR-internal ops have no surface form: VIA_AD names the op whose VJP emits each of them.
 """
@@ -18,6 +18,8 @@ from compiler.oracle.progen.base import Maker, Row, _axis, _lower_bound, _positi
 from compiler.oracle.progen.case import Case, Value
 from compiler.oracle.progen.generic_calls import add_generics
 from compiler.oracle.progen.makers_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
+from compiler.oracle.progen.makers_random import RANDOM_MAKERS
+from compiler.oracle.progen.makers_scan import SCAN_ATTR_CHOICES, SCAN_MAKERS
 
 if TYPE_CHECKING:
     from compiler.oracle.progen.generate import Choices, Gen, GenConfig
@@ -186,7 +188,9 @@ def _gather(g: Gen) -> Value | None:
 
 # Each reduce_keep choice the generator draws, with the magnitude of its result
 # (x's magnitude, the reduced length n).
-_REDUCE_MAG = {"sum": lambda mag, n: mag * math.sqrt(n), "mean": lambda mag, n: mag, "max": lambda mag, n: 2 * mag}
+_REDUCE_MAG = {"sum": lambda mag, n: mag * math.sqrt(n), "mean": lambda mag, n: mag, "max": lambda mag, n: 2 * mag,
+               "min": lambda mag, n: 2 * mag}
+_AD_REDUCE = ("sum", "max", "min")   # reverseMode rejects op=mean
 
 
 def _reduce(g: Gen, x: Value | None = None, op: str | None = None) -> Value:
@@ -197,6 +201,10 @@ def _reduce(g: Gen, x: Value | None = None, op: str | None = None) -> Value:
     mag = _REDUCE_MAG[op](x.mag, n)
     lo = x.pos_lo * (n if op == "sum" else 1) if x.pos_lo else None
     return g.rescale(g.emit("reduce_keep", [x], mag, lo, op=op, axis=axis))
+
+
+def _ad_reduce_op(g: Gen) -> str:
+    return g.ch.pick(_AD_REDUCE)
 
 
 def _softmax(op: str) -> Maker:
@@ -227,7 +235,7 @@ MAKERS: dict[str, Row] = {
     "slice": Row(_slice),
     "concat": Row(_concat),
     "gather": Row(_gather),
-    "reduce_keep": Row(_reduce, ad_make=lambda g: _reduce(g, op="sum")),
+    "reduce_keep": Row(_reduce, ad_make=lambda g: _reduce(g, op=_ad_reduce_op(g))),
     "softmax": Row(_softmax("softmax")),
     "log_softmax": Row(_softmax("log_softmax")),
     "take_along_axis": Row(_take_along_axis),
@@ -236,8 +244,11 @@ MAKERS: dict[str, Row] = {
 VIA_AD = {"scatter_add": "gather", "scatter_along_axis": "take_along_axis", "relu_grad": "relu"}
 
 MAKERS.update(MATH_MAKERS)     # the math, comparison, mask, cast and index ops
+MAKERS.update(SCAN_MAKERS)     # cumsum, cumprod, logsumexp, pow with a tensor exponent, the sorts
+MAKERS.update(RANDOM_MAKERS)   # the random ops, on key parameters
 # The choices of each enum attribute the generator draws (tests/test_tables.py: one row per choice).
-ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES}
+ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES,
+                                                             **SCAN_ATTR_CHOICES}
 VIA_AD.update(MATH_VIA_AD)
 
 

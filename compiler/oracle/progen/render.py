@@ -48,6 +48,10 @@ def _call(op: str) -> Surface:
     return lambda a, at: f"{op}({', '.join(a)})"
 
 
+def _draw(op: str) -> Surface:
+    return lambda a, at: f"{op}({a[0]}, shape={_ints(at['shape'])}" + (f", dtype={at['dtype']})" if "dtype" in at else ")")
+
+
 # op -> text of `op(args, attrs)` with operands already spelled (names).
 SURFACE: dict[str, Surface] = {
     **{op: _infix(sym) for op, sym in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"), ("matmul", "@"))},
@@ -73,6 +77,15 @@ SURFACE: dict[str, Surface] = {
     "iota": lambda a, at: f"iota(shape={_ints(at['shape'])}, axis={at['axis']})",
     "tril": _method("tril", "k"),
     "argmax": _method("argmax", "axis"),
+    "pow_tensor": lambda a, at: f"{a[0]}.pow({a[1]})",
+    **{op: _method(op, "axis") for op in ("cumsum", "cumprod", "logsumexp")},
+    **{op: _method(op, "axis", "descending") for op in ("sort", "argsort")},
+    **{op: _method(op, "k", "axis") for op in ("topk", "argtopk")},
+    "random_split": lambda a, at: f"random_split({a[0]}, {at['n']})",
+    "random_fold_in": _call("random_fold_in"),
+    **{op: _draw(op) for op in ("random_bits", "random_uniform", "random_normal")},
+    "bernoulli": lambda a, at: f"bernoulli({a[0]}, {require_float(at['p'])}, shape={_ints(at['shape'])})",
+    "categorical": lambda a, at: f"categorical({a[0]}, {a[1]}, axis={at['axis']})",
 }
 
 

@@ -1,0 +1,184 @@
+"""MLIR lowerings of the random ops: Threefry-2x32 (20 rounds) in i32 arithmetic inside
+linalg.generic bodies, each element computed from (key, its flat index) alone, so the
+loops need no state and any tiling or threading of them draws the same bits.  The steps
+are compiler/oracle/interp_random.py's (JAX's derivation), integer for integer; the
+uniform's float steps are the same f32 operations, so bits, uniforms and Bernoulli draws
+equal the interpreter's bit for bit.  emit_ops.LOWERINGS takes these rows from
+RANDOM_LOWERINGS.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, identity, ty
+from compiler.backend.emit.ops_ext import EXT_LOWERINGS
+from compiler.core.types import DType, TensorType
+from compiler.ir import nodes as ir
+from compiler.ir.nodes import as_tensor
+from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY, uniform_bits
+
+_F = COMPUTE
+
+
+def _c(em: FnEmitter, v: int) -> str:
+    return em.scalar(v, "i32")
+
+
+def _i(em: FnEmitter, op: str, a: str, b: str) -> str:
+    return em.op(f"arith.{op} {a}, {b} : i32")
+
+
+def threefry(em: FnEmitter, k0: str, k1: str, x0: str, x1: str) -> tuple[str, str]:
+    """Threefry-2x32 of the counter words (x0, x1) under key (k0, k1), all i32."""
+    ks = [k0, k1, _i(em, "xori", _i(em, "xori", k0, k1), _c(em, PARITY))]
+    x0, x1 = _i(em, "addi", x0, ks[0]), _i(em, "addi", x1, ks[1])
+    for block in range(5):
+        for r in ROTATIONS[block % 2]:
+            x0 = _i(em, "addi", x0, x1)
+            rot = _i(em, "ori", _i(em, "shli", x1, _c(em, r)), _i(em, "shrui", x1, _c(em, 32 - r)))
+            x1 = _i(em, "xori", rot, x0)
+        x0 = _i(em, "addi", x0, ks[(block + 1) % 3])
+        x1 = _i(em, "addi", _i(em, "addi", x1, ks[(block + 2) % 3]), _c(em, block + 1))
+    return x0, x1
+
+
+def _key(em: FnEmitter, key: str) -> tuple[str, str]:
+    """The key's two words as i32 (each I64 element modulo 2^32)."""
+    words = []
+    for k in range(2):
+        w = em.op(f"tensor.extract {key}[{em.scalar(k, 'index')}] : tensor<2xi64>")
+        words.append(em.op(f"arith.trunci {w} : i64 to i32"))
+    return words[0], words[1]
+
+
+def _flat_index(em: FnEmitter, shape: tuple[int, ...]) -> str:
+    """The row-major flat index of the current element, as i32 (shapes hold < 2^32 draws)."""
+    flat = em.scalar(0, "index")
+    for d, n in enumerate(shape):
+        flat = em.op(f"arith.muli {flat}, {em.scalar(n, 'index')} : index")
+        flat = em.op(f"arith.addi {flat}, {em.op(f'linalg.index {d} : index')} : index")
+    return em.op(f"arith.index_cast {flat} : index to i32")
+
+
+def _bits(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...]) -> str:
+    y0, y1 = threefry(em, k[0], k[1], _c(em, 0), _flat_index(em, shape))
+    return _i(em, "xori", y0, y1)
+
+
+def _f(em: FnEmitter, v: float) -> str:
+    return em.scalar(float(np.float32(v)), _F)
+
+
+def _uniform(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], lo: float = 0.0) -> str:
+    """f32 in [lo, 1): the 23 high bits as the mantissa of [1, 2), minus 1 (then scaled)."""
+    bits = _i(em, "ori", _i(em, "shrui", _bits(em, k, shape), _c(em, 9)), _c(em, 0x3F800000))
+    f = em.op(f"arith.subf {em.op(f'arith.bitcast {bits} : i32 to {_F}')}, {_f(em, 1.0)} : {_F}")
+    if lo == 0.0:
+        return f
+    scale = float(np.float32(1.0) - np.float32(lo))
+    scaled = em.op(f"arith.addf {em.op(f'arith.mulf {f}, {_f(em, scale)} : {_F}')}, {_f(em, lo)} : {_F}")
+    return em.op(f"arith.maximumf {_f(em, lo)}, {scaled} : {_F}")
+
+
+def _uniform_in(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], dtype: DType) -> str:
+    """f32 m * 2^-mantissa, m the mantissa bits of dtype from the draw's low bits (exact in dtype)."""
+    used, nmant = uniform_bits(dtype)
+    b = _bits(em, k, shape)
+    if used < 32:
+        b = _i(em, "andi", b, _c(em, (1 << used) - 1))
+    m = em.op(f"arith.uitofp {_i(em, 'shrui', b, _c(em, used - nmant))} : i32 to {_F}")
+    return em.op(f"arith.mulf {m}, {_f(em, 2.0 ** -nmant)} : {_F}")
+
+
+def _erfinv(em: FnEmitter, x: str) -> str:
+    """XLA's float erf_inv, operation for operation as interp_random.erfinv."""
+    sq = em.op(f"arith.mulf {x}, {x} : {_F}")
+    neg_sq = em.op(f"arith.negf {sq} : {_F}")
+    w = em.op(f"arith.negf {em.op(f'math.log1p {neg_sq} : {_F}')} : {_F}")
+    small = em.op(f"arith.cmpf olt, {w}, {_f(em, 5.0)} : {_F}")
+    w_small = em.op(f"arith.subf {w}, {_f(em, 2.5)} : {_F}")
+    w_large = em.op(f"arith.subf {em.op(f'math.sqrt {w} : {_F}')}, {_f(em, 3.0)} : {_F}")
+    w = em.op(f"arith.select {small}, {w_small}, {w_large} : {_F}")
+
+    def coef(i: int) -> str:
+        return em.op(f"arith.select {small}, {_f(em, ERFINV_SMALL[i])}, {_f(em, ERFINV_LARGE[i])} : {_F}")
+
+    p = coef(0)
+    for i in range(1, len(ERFINV_SMALL)):
+        p = em.op(f"arith.addf {coef(i)}, {em.op(f'arith.mulf {p}, {w} : {_F}')} : {_F}")
+    edge = em.op(f"arith.cmpf oeq, {em.op(f'math.absf {x} : {_F}')}, {_f(em, 1.0)} : {_F}")
+    inf = em.op(f"arith.mulf {x}, {_f(em, math.inf)} : {_F}")
+    return em.op(f"arith.select {edge}, {inf}, {em.op(f'arith.mulf {p}, {x} : {_F}')} : {_F}")
+
+
+def _draw(kind: str) -> Emitter:
+    """random_bits / random_uniform / random_normal / bernoulli: a generic with no inputs."""
+    def lower_draw(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
+        """`linalg.generic` with no inputs: Threefry-2x32 of (key, flat index) in i32, then
+        the op's steps (xor of the words; mantissa bits; erfinv; a compare with p)."""
+        t = ty(node.type)
+        k = _key(em, args[0])
+
+        def body(_o: str) -> str:
+            if kind == "random_bits":
+                return em.op(f"arith.extui {_bits(em, k, t.shape)} : i32 to i64")
+            if kind == "random_uniform":
+                return em.store(_uniform_in(em, k, t.shape, as_tensor(node.type).dtype), t.elem)
+            if kind == "random_normal":
+                u = _uniform(em, k, t.shape, NORMAL_LO)
+                return em.store(em.op(f"arith.mulf {_f(em, math.sqrt(2))}, {_erfinv(em, u)} : {_F}"), t.elem)
+            hit = em.op(f"arith.cmpf olt, {_uniform(em, k, t.shape)}, {_f(em, node.attrs['p'])} : {_F}")
+            return em.op(f"arith.extui {hit} : i1 to {t.elem}")
+
+        return em.generic([], (em.empty(t), t, identity(t.rank)), ["parallel"] * t.rank, body, out)
+    return lower_draw
+
+
+def _keys(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
+    """random_split ([n, 2]: row i = Threefry of (0, i)) and random_fold_in ([2]: of (0, d))."""
+    t = ty(node.type)
+    k = _key(em, args[0])
+    data = None
+    if node.op == "random_fold_in":
+        d = em.op(f"tensor.extract {args[1]}[] : tensor<i64>")
+        data = em.op(f"arith.trunci {d} : i64 to i32")
+
+    def body(_o: str) -> str:
+        counter = data if data is not None else em.op(
+            f"arith.index_cast {em.op('linalg.index 0 : index')} : index to i32")
+        y0, y1 = threefry(em, k[0], k[1], _c(em, 0), counter)
+        first = em.op(f"arith.cmpi eq, {em.op(f'linalg.index {t.rank - 1} : index')}, "
+                      f"{em.scalar(0, 'index')} : index")
+        return em.op(f"arith.extui {em.op(f'arith.select {first}, {y0}, {y1} : i32')} : i32 to i64")
+
+    return em.generic([], (em.empty(t), t, identity(t.rank)), ["parallel"] * t.rank, body, out)
+
+
+def lower_categorical(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
+    """logits + gumbel (-log(-log(u)), u uniform in [tiny, 1) of logits' shape) in f32, then
+    argmax's lowering along the axis."""
+    src = ty(node.args[1].type)
+    noisy_t = src.with_elem(_F)
+    k = _key(em, args[0])
+
+    def body(v: str, _o: str) -> str:
+        u = _uniform(em, k, src.shape, TINY)
+        inner = em.op(f"arith.negf {em.op(f'math.log {u} : {_F}')} : {_F}")
+        g = em.op(f"arith.negf {em.op(f'math.log {inner} : {_F}')} : {_F}")
+        return em.op(f"arith.addf {em.load(v, src.elem)}, {g} : {_F}")
+
+    noisy = em.generic([(args[1], src, identity(src.rank))], (em.empty(noisy_t), noisy_t, identity(src.rank)),
+                       ["parallel"] * src.rank, body)
+    var = ir.Var("noisy", TensorType(DType.F32, src.shape))
+    argmax = ir.OpApp("argmax", [var], {"axis": node.attrs["axis"]}, node.type, node.span)
+    return EXT_LOWERINGS["argmax"](em, argmax, [noisy], out)
+
+
+RANDOM_LOWERINGS: dict[str, Emitter] = {
+    **{op: _draw(op) for op in ("random_bits", "random_uniform", "random_normal", "bernoulli")},
+    "random_split": _keys,
+    "random_fold_in": _keys,
+    "categorical": lower_categorical,
+}
