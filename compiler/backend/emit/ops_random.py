@@ -57,7 +57,7 @@ def _flat_index(em: FnEmitter, shape: tuple[int, ...]) -> str:
     """The row-major flat index of the current element, as i32 (shapes hold < 2^32 draws)."""
     flat = em.scalar(0, "index")
     for d, n in enumerate(shape):
-        flat = em.op(f"arith.muli {flat}, {em.scalar(n, 'index')} : index")
+        flat = em.op(f"arith.muli {flat}, {em.dim(n)} : index")   # a size: its prologue value
         flat = em.op(f"arith.addi {flat}, {em.op(f'linalg.index {d} : index')} : index")
     return em.op(f"arith.index_cast {flat} : index to i32")
 

@@ -10,15 +10,17 @@ axis, in the interpreter's order (numpy.cumsum adds left to right too).
 from __future__ import annotations
 
 from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, MapResults, Ty, identity, keep_axis, ty
+from compiler.core.sizes import Size
 from compiler.ir import nodes as ir
 
 _F = COMPUTE
 
 
-def _window(axis: int, at: str, row: Ty) -> str:
-    """The offsets, sizes and strides of row `at` (an SSA index or a literal) along axis."""
+def _window(em: FnEmitter, axis: int, at: str, row: Ty) -> str:
+    """The offsets, sizes and strides of row `at` (an SSA index or a literal) along axis
+    (a size of a dynamic function is its SSA value)."""
     offsets = ", ".join(at if d == axis else "0" for d in range(row.rank))
-    sizes = ", ".join(str(n) for n in row.shape)
+    sizes = ", ".join(em.dim(n) if isinstance(n, Size) else str(n) for n in row.shape)
     return f"[{offsets}] [{sizes}] [{', '.join('1' for _ in row.shape)}]"
 
 
@@ -32,22 +34,22 @@ def scan(combine: str) -> Emitter:
         row_src = src.with_shape(1 if d == axis else s for d, s in enumerate(src.shape))
         row = row_src.with_elem(_F)
         whole = t.with_elem(_F)
-        first = em.op(f"tensor.extract_slice {args[0]}{_window(axis, '0', row_src)} : {src.mlir} to {row_src.mlir}")
+        first = em.op(f"tensor.extract_slice {args[0]}{_window(em, axis, '0', row_src)} : {src.mlir} to {row_src.mlir}")
         acc0 = em.map_elementwise([(first, row_src)], row, lambda v: em.load(v, src.elem))
-        init = em.op(f"bufferization.alloc_tensor() : {whole.mlir}")
-        res = em.op(f"tensor.insert_slice {acc0} into {init}{_window(axis, '0', row)} : {row.mlir} into {whole.mlir}")
-        if n > 1:
-            c1, cn = em.scalar(1, "index"), em.scalar(n, "index")
+        init = em.alloc(whole)
+        res = em.op(f"tensor.insert_slice {acc0} into {init}{_window(em, axis, '0', row)} : {row.mlir} into {whole.mlir}")
+        if isinstance(n, Size) or n > 1:     # a dynamic axis of 1 runs the loop zero times
+            c1, cn = em.scalar(1, "index"), em.dim(n)
             loop, j, o, a = em.fresh(), em.fresh(), em.fresh(), em.fresh()
             em.line(f"{loop}:2 = scf.for {j} = {c1} to {cn} step {c1} iter_args({o} = {res}, {a} = {acc0}) "
                     f"-> ({whole.mlir}, {row.mlir}) {{")
             em.indent += 2
-            x = em.op(f"tensor.extract_slice {args[0]}{_window(axis, j, row_src)} : {src.mlir} to {row_src.mlir}")
+            x = em.op(f"tensor.extract_slice {args[0]}{_window(em, axis, j, row_src)} : {src.mlir} to {row_src.mlir}")
             # the running row is updated in place (outs = the loop-carried row): scf.for's
             # bufferization wants each yielded value to be its own iteration argument's buffer
             new = em.generic([(x, row_src, identity(r))], (a, row, identity(r)), ["parallel"] * r,
                              lambda v, p: em.op(f"{combine} {p}, {em.load(v, src.elem)} : {_F}"))
-            o2 = em.op(f"tensor.insert_slice {new} into {o}{_window(axis, j, row)} : {row.mlir} into {whole.mlir}")
+            o2 = em.op(f"tensor.insert_slice {new} into {o}{_window(em, axis, j, row)} : {row.mlir} into {whole.mlir}")
             em.stmt(f"scf.yield {o2}, {new} : {whole.mlir}, {row.mlir}")
             em.indent -= 2
             em.line(f"}}{em.loc}")
