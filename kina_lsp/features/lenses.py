@@ -13,11 +13,11 @@ the server gets no trust signal of its own).  The command's handler is in
 kina_lsp/server.py (pygls reads a command handler's annotations when it runs, and
 this module knows the server only as base.Server, for the type checker).
 
-A size-generic function (`fn linear[M, K, N](..)`) gets no lens: it is not in the
-program at all (only its instantiations at the sizes of its calls are, as private
-functions that validation does not run on their own), and the validator has no way
-to pick sizes for it, so a lens could only fail.  Its callers' lenses validate it
-through them.
+A size-generic function (`fn linear[M, K, N](..)`) gets the "Build & validate" lens:
+the editor builds without --size values, so it is a dynamic export (docs/compiling.md,
+"Dynamic sizes"), which validation checks at three size assignments.  It gets no
+"Gradient check" lens: the handles of it at fixed sizes differentiate private
+instantiations, which its callers' gradient checks cover.
 """
 from __future__ import annotations
 
@@ -58,13 +58,11 @@ def code_lenses(view: View, uri: str) -> list[lsp.CodeLens]:
     grads = differentiated(module)
     out: list[lsp.CodeLens] = []
     for fn in (module.functions if module else ()):
-        if fn.sizes:      # not in the program (see the module docstring)
-            continue
         a, b = view.index.positions([fn.name_span.start, fn.name_span.end])
         rng = lsp.Range(start=a, end=b)
         out.append(lsp.CodeLens(range=rng, command=lsp.Command(
             title="Build & validate", command=CMD_VALIDATE_FUNCTION, arguments=[uri, fn.name, "function"])))
-        if fn.name in grads:
+        if fn.name in grads and not fn.sizes:   # see the module docstring
             out.append(lsp.CodeLens(range=rng, command=lsp.Command(
                 title="Gradient check", command=CMD_VALIDATE_FUNCTION, arguments=[uri, fn.name, "gradient"])))
     return out
@@ -87,10 +85,11 @@ async def validate_function(ls: Server, args: list[object]) -> Summary:
     if view is None:
         return refusal(f"{display_path(uri)} is not open")
     fn = view.snapshot.function_named(name)
-    if fn is not None and fn.sizes:
-        return refusal(f"`{name}` is size-generic ({', '.join(s.name for s in fn.sizes)}): validate the functions "
-                       "that call it, which run it at their sizes")
-    if name not in view.snapshot.program.functions:
+    generic = fn is not None and bool(fn.sizes)
+    if generic and kind == "gradient":
+        return refusal(f"`{name}` is size-generic: check the gradients of the functions that differentiate it")
+    program = view.snapshot.program_for({})[0] if generic else view.snapshot.program   # a dynamic export
+    if name not in program.functions:
         return refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
     if kind == "gradient" and name not in differentiated(view.snapshot.module):
         return refusal(f"no function differentiates `{name}` with `handle {name}(..) with reverseMode`")

@@ -202,15 +202,20 @@ async def test_workspace_symbols_show_size_parameters(client, workspace):
         lsp.WorkspaceSymbolParams(query="MKN"))}
 
 
-async def test_a_generic_function_has_no_lens_and_its_command_refuses(client, workspace):
-    """A generic function is not in the program (only its instantiations are), and the
-    validator cannot choose sizes: no lens, and the command says why without building."""
+async def test_a_generic_function_lens_validates_its_dynamic_export(client, workspace):
+    """A generic function is a dynamic export of the editor's build (issue 25): its lens
+    validates it at three size sets; it has no gradient lens (the handles of it at fixed
+    sizes differentiate instantiations), and that command says why without building."""
     uri = open_at(client, workspace / "generic_lens.kina", GENERIC)
     await published(client, uri, 1)
     lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=doc_id(uri)))
     got = [(lens.range.start.line, lens.command.title, list(lens.command.arguments)[1]) for lens in lenses]
-    assert got == [(5, "Build & validate", "use_linear"), (9, "Build & validate", "grad_linear")]
-    for kind in ("function", "gradient"):
-        res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
-            command="kina.validateFunction", arguments=[uri, "linear", kind]))
-        assert res["ok"] is False and "`linear` is size-generic (M, K, N)" in res["message"], res
+    assert got == [(0, "Build & validate", "linear"), (5, "Build & validate", "use_linear"),
+                   (9, "Build & validate", "grad_linear")]
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="kina.validateFunction", arguments=[uri, "linear", "function"]))
+    assert res["ok"], res
+    assert sorted(res["functions"])[0].startswith("linear[M=") and len(res["functions"]) == 3
+    res = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="kina.validateFunction", arguments=[uri, "linear", "gradient"]))
+    assert res["ok"] is False and "`linear` is size-generic" in res["message"], res
