@@ -18,6 +18,7 @@ from lsprotocol import types as lsp
 from compiler.check import TypeFact
 from compiler.check import sizes as check_sizes
 from compiler.core.diagnostics import Span
+from compiler.core.sizes import Bound, evaluate, solve
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import SURFACE_OPS
@@ -215,8 +216,40 @@ def _attr_hover(view: View, op_name: str, attr: ast.Attr, call_span: Span) -> ls
     return _hover(view, attr.name_span, *parts)
 
 
+_PRIMES = (101, 103, 107, 109, 113, 127, 131, 137, 139, 149, 151, 157, 163, 167, 173, 179, 181, 191, 193, 197)
+
+
+def dynamic_markdown(view: View, fn: ast.FnDef) -> str:
+    """How a generic function is called from its library: built without --size it is one
+    dynamic export, whose sizes the runtime reads from the arrays' shapes (core.sizes.solve,
+    as compiler/runtime/binding.py does); those no shape determines are keywords."""
+    info = view.snapshot.functions.get(fn.name)
+    sig = info.signature if info is not None else None
+    names = [s.name for s in fn.sizes]
+    if sig is None or len(names) > len(_PRIMES):
+        return ""
+    # arrays of one sample call (distinct primes for the sizes), bound as the runtime binds them
+    sample = dict(zip(names, _PRIMES))
+    dims = [((i, j), d, evaluate(d, sample)) for i, (_, t) in enumerate(sig.params) if isinstance(t, TensorType)
+            for j, d in enumerate(t.shape)]
+    keywords: list[str] = []      # the fewest, in order, that make the shapes give the rest
+    while True:
+        found = solve(names, dims, {k: Bound(sample[k], "keyword") for k in keywords}).found
+        if len(found) == len(names):
+            break
+        keywords.append(next(n for n in names if n not in found))
+    call = f"`{fn.name}(..., {', '.join(f'{n}=...' for n in keywords)})`" if keywords else f"`{fn.name}(...)`"
+    how = (f"the runtime reads {', '.join(n for n in names if n not in keywords) or 'no size'} from the arrays' "
+           f"shapes; {', '.join(keywords)} (in no shape alone) as keyword{'s' if len(keywords) > 1 else ''}: {call}"
+           if keywords else f"the runtime reads {', '.join(names)} from the arrays' shapes: {call}")
+    return (f"Built without `--size`, one compiled function for every size (a dynamic export): {how}. "
+            "`kinac build --size` binds sizes at build time instead.")
+
+
 def _syntactic(view: View, fn: ast.FnDef, offset: int) -> lsp.Hover | None:
     if fn.name_span.contains(offset):
+        if fn.sizes:
+            return _hover(view, fn.name_span, _code(astutil.signature(fn)), dynamic_markdown(view, fn))
         return _hover(view, fn.name_span, _code(astutil.signature(fn)))
     if fn.sizes:
         found = _size_hover(view, fn, offset)

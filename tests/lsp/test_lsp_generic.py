@@ -244,3 +244,22 @@ async def test_a_word_attribute_is_a_size_only_where_the_op_takes_an_integer():
     assert snap.definition(text.index("op=sum") + 3) is None
     assert [r.start for r in snap.references(decl_sum)] == [decl_sum, text.index("[sum, T]]") + 1,
                                                             text.index("[sum, 1]") + 1]
+
+
+HEADS = """fn heads[B, H, DH](x: Tensor[F32, [B, H * DH]]) -> Tensor[F32, [B, H, DH]] {
+  x.reshape([B, H, DH])
+}
+"""
+
+
+async def test_hover_of_a_generic_function_says_how_its_dynamic_export_is_called(client):
+    """Built without --size, a generic function is one dynamic export (issue 25): the hover
+    says which sizes the runtime reads from the shapes and which are keywords."""
+    uri = await opened(client, "gen_dynamic.kina")
+    text = await hover_text(client, uri, pos(GENERIC, "window["))
+    assert "one compiled function for every size" in text
+    assert "the runtime reads B, T from the arrays' shapes: `window(...)`" in text
+    uri = await opened(client, "gen_heads.kina", HEADS)
+    text = await hover_text(client, uri, pos(HEADS, "heads["))
+    assert "the runtime reads B, DH from the arrays' shapes; H (in no shape alone) as keyword: " \
+           "`heads(..., H=...)`" in text
