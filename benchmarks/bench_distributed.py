@@ -74,7 +74,7 @@ def worker_single(args) -> dict:
     cfg = cfg_of(args)
     if args.pin:
         distributed.pin_single_thread()
-    lib = L.single_library(cfg, 2)
+    lib = L.single_library(2)
     w = L.initial_weights(cfg)
     sets = [[np.array(w[n]) for n in L.WEIGHTS] for _ in range(2)]
     loss = np.zeros((1, 1), np.float32)
@@ -86,19 +86,18 @@ def worker_single(args) -> dict:
         src, dst = sets[k % 2], sets[1 - k % 2]
         emb, wq, wk, wv, wo, lm = src
         lib.train_step(L.step_windows(cfg, wins, k), emb, mask, scale, wq, wk, wv, wo, lm, lr,
-                       out=[loss, *dst])
+                       out=[loss, *dst], H=cfg.H)
     return timed_blocks(step, args)
 
 
 def worker_ddp(args) -> dict | None:
     cfg = cfg_of(args)
     launch = distributed.Launch.from_env()
-    share = L.partition(cfg, launch.world_size, launch.rank)
+    L.partition(cfg, launch.world_size, launch.rank)
     distributed.pin_single_thread(launch.local_rank)
-    rows = share.rows[1] - share.rows[0]
-    lib = L.dp_library(cfg, rows, 2, launch)
+    lib = L.dp_library(cfg, 2, launch)
     world = distributed.connect(launch, timeout=300)
-    trainer = L.DataParallelTrainer(lib, cfg, world, share, L.initial_weights(cfg))
+    trainer = L.DataParallelTrainer(lib, cfg, world, L.initial_weights(cfg))
     world.barrier()
     comm0, calls0 = world.seconds, world.calls
     timed = timed_blocks(trainer.step, args)

@@ -2,16 +2,20 @@
 
     torchrun --nproc-per-node 2 scripts/train_storylm0_ddp.py [--steps 420] [--lr 0.3]
     torchrun --nproc-per-node 2 scripts/train_storylm0_ddp.py --config scaled [--steps 100]
-    options: [--batch G] [--compare] [--checkpoint PATH [--checkpoint-every K] [--resume]]
+    options: [--batch G] [--epoch-batches] [--compare] [--checkpoint PATH [--checkpoint-every K] [--resume]]
              [--losses-out FILE.json] [--timeout S] [--opt-level L] [--no-pin] [--quiet]
 
 Every rank builds nothing twice: local rank 0 compiles examples/distributed/lm_data_parallel.kina
-at this rank's share of the batch (compiler.distributed.world.build_shared), the others load the
-same .so.  A step's batch*T next-token predictions are split into N equal parts (whole
-windows when batch >= N; StoryLM-0's single window is split by positions); each rank runs
+with --size for T, H, DH and V only (compiler.distributed.world.build_shared): B stays
+dynamic, so every rank loads the same .so whatever its number of windows.  A step's
+batch*T next-token predictions are split over the N ranks: B or B+1 whole windows each
+(B = batch // N; the batch need not be a multiple of N), or, with fewer windows than
+ranks (StoryLM-0's single window), contiguous parts of the positions; each rank runs
 the compiled `grad` on its part (a loss weight of 1/(batch*T) on its predictions), one
 all-reduce sums the loss parts and the gradients in place, and every rank applies the
-same compiled `sgd`.  With --config storylm0 (the default) the model, weights, story,
+same compiled `sgd`.  --epoch-batches walks the corpus in epochs whose last batch holds
+the windows left (fewer than --batch when it does not divide them): split again, through
+the same library.  With --config storylm0 (the default) the model, weights, story,
 schedule and lr are `make demo`'s (scripts/train_storylm0.py), so the losses are the same;
 --compare trains the single-process reference on rank 0 and prints the max difference
 (exit 1 above --tol).  Each rank runs on one CPU, single-threaded (--no-pin: not).
@@ -45,6 +49,9 @@ def parse(argv):
     ap.add_argument("--steps", type=int, help="SGD steps (storylm0: 420, scaled: 100)")
     ap.add_argument("--lr", type=float, help="learning rate (storylm0: 0.3, scaled: 0.1)")
     ap.add_argument("--batch", type=int, help="windows per step (storylm0: 1, scaled: 4)")
+    ap.add_argument("--epoch-batches", action="store_true",
+                    help="epochs over the corpus in order: the last batch of an epoch may be shorter")
+    ap.add_argument("--corpus-len", type=int, help="scaled: tokens of the synthetic corpus (default 4096)")
     for n in ("T", "D", "H", "V"):
         ap.add_argument(f"--{n}", type=int, help="scaled sizes (default T=64 D=256 H=8 V=2048)")
     ap.add_argument("--opt-level", type=int, default=2, choices=(0, 1, 2, 3))
@@ -60,26 +67,27 @@ def parse(argv):
     args = ap.parse_args(argv)
     if args.resume and not args.checkpoint:
         ap.error("--resume needs --checkpoint PATH")
-    for name in ("steps", "batch", "checkpoint_every", "timeout"):
+    for name in ("steps", "batch", "checkpoint_every", "timeout", "corpus_len"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive, not {value}")
-    if args.config == "storylm0" and any(getattr(args, n) for n in ("T", "D", "H", "V")):
-        ap.error("--T/--D/--H/--V apply to --config scaled only")
+    if args.config == "storylm0" and any(getattr(args, n) for n in ("T", "D", "H", "V", "corpus_len")):
+        ap.error("--T/--D/--H/--V/--corpus-len apply to --config scaled only")
     return args
 
 
 def setup(args, launch):
-    """(config, share, library, world): everything that can fail before the first step."""
-    cfg = L.config(args.config, steps=args.steps, lr=args.lr, batch=args.batch,
-                   T=args.T, D=args.D, H=args.H, V=args.V)
-    share = L.partition(cfg, launch.world_size, launch.rank)
+    """(config, library, world): everything that can fail before the first step."""
+    cfg = L.config(args.config, steps=args.steps, lr=args.lr, batch=args.batch, T=args.T, D=args.D, H=args.H,
+                   V=args.V, corpus_len=args.corpus_len, epoch_batches=args.epoch_batches or None)
+    if cfg.corpus_len and cfg.corpus_len <= cfg.T:
+        raise distributed.ShardingError(f"--corpus-len {cfg.corpus_len} holds no window of T+1 = {cfg.T + 1} tokens")
+    L.check_partitions(cfg, launch.world_size, len(L.windows(cfg)))
     distributed.require_torch()
     if not args.no_pin:
         distributed.pin_single_thread(launch.local_rank)
-    rows = share.rows[1] - share.rows[0]
-    lib = L.dp_library(cfg, rows, args.opt_level, launch)
-    return cfg, share, lib, distributed.connect(launch, args.timeout)
+    lib = L.dp_library(cfg, args.opt_level, launch)
+    return cfg, lib, distributed.connect(launch, args.timeout)
 
 
 def restore(args, world, trainer, cfg) -> tuple[int, list[float]]:
@@ -127,7 +135,10 @@ def report(args, cfg, world, trainer, losses, elapsed, start) -> int:
     epoch = max(1, min(len(trainer.windows) // cfg.batch, cfg.steps // 2))
     print(f"initial loss {losses[0]:.4f}; final loss {losses[-1]:.4f} (mean over {epoch} steps: "
           f"first {np.mean(losses[:epoch]):.4f} -> last {np.mean(losses[-epoch:]):.4f})")
-    if cfg.name == "storylm0" and trainer.share.rows[1] - trainer.share.rows[0] == 1:
+    print(f"library: {trainer.lib.path.name} (B dynamic), one for every rank; windows per rank: "
+          + "; ".join(f"batch {b}: {rows_per_rank(cfg, world.size, b)}"
+                      for b in L.batch_sizes(cfg, len(trainer.windows))))
+    if cfg.name == "storylm0":
         print(f"greedy: {greedy(trainer)}")
     if args.checkpoint:
         print(f"checkpoint: {args.checkpoint.resolve()} on host {socket.gethostname()} (step {cfg.steps})")
@@ -147,12 +158,17 @@ def report(args, cfg, world, trainer, losses, elapsed, start) -> int:
     return code
 
 
+def rows_per_rank(cfg, world_size: int, batch: int) -> str:
+    return ", ".join(str(s.rows[1] - s.rows[0]) for s in (L.partition(cfg, world_size, r, batch)
+                                                          for r in range(world_size)))
+
+
 def greedy(trainer, n_new: int = 12) -> str:
-    """The demo's greedy continuation of the prompt, from the compiled forward."""
+    """The demo's greedy continuation of the prompt, from the compiled `predict` (at B = 1)."""
     w, toks = trainer.weights, list(PROMPT.reshape(-1))
     for _ in range(n_new):
         ids = np.array([toks[-T:]], dtype=np.int64)
-        logits = trainer.lib.forward(ids, w["emb"], trainer.mask, trainer.scale, w["wq"], w["wk"], w["wv"],
+        logits = trainer.lib.predict(ids, w["emb"], trainer.mask, trainer.scale, w["wq"], w["wk"], w["wv"],
                                      w["wo"], w["lm_head"])
         toks.append(int(np.argmax(logits[0, -1])))
     return f"{decode(toks[:T])} | {decode(toks[T:])}"
@@ -163,8 +179,8 @@ def main(argv=None) -> int:
     launch = None
     try:
         launch = distributed.Launch.from_env()
-        cfg, share, lib, world = setup(args, launch)
-        trainer = L.DataParallelTrainer(lib, cfg, world, share, L.initial_weights(cfg))
+        cfg, lib, world = setup(args, launch)
+        trainer = L.DataParallelTrainer(lib, cfg, world, L.initial_weights(cfg))
         start, losses = restore(args, world, trainer, cfg)
         elapsed = train(args, cfg, world, trainer, start, losses, launch)
     except DistributedError as e:

@@ -39,6 +39,10 @@ OPT = str(build.default_opt_level())
 LAUNCH_TIMEOUT = 240.0      # seconds per launch, builds included, on a loaded 2-core machine
 PEER_TIMEOUT = 4.0          # the collective timeout of the peer-failure tests
 STEPS = 100
+# The uneven run: a small scaled model, 5 windows per step over 2 ranks, epochs with a shorter last batch.
+UNEVEN_SIZES = {"T": 8, "D": 16, "H": 2, "V": 32, "corpus_len": 40, "batch": 5, "epoch_batches": True}
+UNEVEN_ARGS = ["--config", "scaled", "--batch", "5", "--T", "8", "--D", "16", "--H", "2", "--V", "32",
+               "--corpus-len", "40", "--epoch-batches", "--steps", "14", "--compare"]
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +116,10 @@ def launched(env, tmp_path_factory):
     The libraries are built here first, so the launches find them in the cache."""
     if not HAVE_TORCH:
         pytest.skip("torch is not installed (optional)")
-    cache = Path(env["KINA_CACHE_DIR"])
-    L.dp_library(L.STORYLM0, 1, int(OPT), cache_dir=cache)
+    cache = Path(env["KINA_CACHE_DIR"]) / "distributed"       # where build_shared looks (cache_root)
+    L.dp_library(L.STORYLM0, int(OPT), cache_dir=cache)
+    L.dp_library(L.config("scaled", **UNEVEN_SIZES), int(OPT), cache_dir=cache)
+    L.single_library(int(OPT), cache_dir=cache)
     L.vp_library(L.STORYLM0, L.STORYLM0.V // 2, int(OPT), cache_dir=cache)
     tmp = tmp_path_factory.mktemp("launches")
     ck = tmp / "resume" / "run.npz"
@@ -124,6 +130,8 @@ def launched(env, tmp_path_factory):
         "uninterrupted": Background([*TORCHRUN, "--standalone", "--nproc-per-node=2",
                                      *ddp_args(tmp / "losses.json")], env),
         "killed": Background([*TORCHRUN, *resume], dict(env, KINA_DIST_FAULT="kill:1:47")),
+        "uneven": Background([*TORCHRUN, "--standalone", "--nproc-per-node=2",
+                              *ddp_args(tmp / "uneven.json", *UNEVEN_ARGS)], env),
         "vocab": Background([*TORCHRUN, "--standalone", "--nproc-per-node=2", VP, "--steps", "10",
                              "--opt-level", OPT], env),
     }
@@ -187,6 +195,22 @@ def test_two_hosts_as_two_launchers_on_loopback(launched, uninterrupted):
     assert len(written) == 1, written
     got = json.loads(written[0].read_text())
     assert got["world_size"] == 2 and got["losses"] == uninterrupted[0]["losses"]
+
+
+@needs_torch
+def test_uneven_batches_and_a_shorter_last_batch_through_one_library(launched, env):
+    """Batch 5 over 2 ranks (3 + 2 windows), the corpus's 32 windows in epochs whose last
+    batch has 2 (1 + 1): every rank calls the one B-dynamic library at its row count, and
+    the losses are single-process training's (the dynamic storylm library, H as a keyword)."""
+    stdout = ok(launched["uneven"].result())
+    assert "windows per rank: batch 5: 3, 2; batch 2: 1, 1" in stdout, stdout
+    m = re.search(r"max \|loss_ddp - loss_single\| over 14 steps = (\S+) \(ok", stdout)
+    assert m and float(m[1]) < 1e-5, stdout
+    got = json.loads((launched["dir"] / "uneven.json").read_text())
+    assert len(got["losses"]) == 14 and got["config"]["epoch_batches"] and got["config"]["batch"] == 5
+    built = sorted(p.name.split("-")[0] for p in (Path(env["KINA_CACHE_DIR"]) / "distributed").iterdir()
+                   if p.name.startswith("scaled_dp"))
+    assert built == ["scaled_dp"]          # one library, not one per row count
 
 
 # ---- tensor- and vocab-parallel -------------------------------------------------------------
@@ -267,14 +291,15 @@ def rank_env(env: dict, rank: int, world: int) -> dict:
                 MASTER_PORT=str(free_port()))
 
 
-def test_world_size_must_divide_the_sharded_dimension(env):
+def test_world_size_must_fit_the_sharded_dimension(env):
     vp = run([sys.executable, VP], rank_env(env, 0, 3), timeout=60)
     assert vp.returncode == distributed.EXIT_USAGE
     assert "cannot shard the vocabulary V (8) over 3 processes: the world size must divide it " \
            "(divisors: 1, 2, 4, 8)" in vp.stderr, vp.stderr
-    dp = run([sys.executable, DDP], rank_env(env, 2, 3), timeout=60)
+    dp = run([sys.executable, DDP], rank_env(env, 4, 5), timeout=60)
     assert dp.returncode == distributed.EXIT_USAGE
-    assert "rank 2/3: cannot shard the 1 x 4 next-token predictions of a step (4) over 3" in dp.stderr, dp.stderr
+    assert "rank 4/5: cannot split the 1 x 4 next-token predictions of a step (4) over 5 processes: every " \
+           "process needs at least one prediction (at most 4 processes)" in dp.stderr, dp.stderr
 
 
 def test_a_script_not_started_by_a_launcher_says_how_to_start_it(env):

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,26 +37,46 @@ OPT = build.default_opt_level()
 
 # ---- the partition of a step's predictions ---------------------------------------------------
 @pytest.mark.parametrize("batch,T,world", [(1, 4, 1), (1, 4, 2), (1, 4, 4), (4, 64, 2), (4, 64, 4),
-                                           (4, 64, 8), (2, 4, 8), (6, 4, 3)])
+                                           (4, 64, 8), (2, 4, 8), (6, 4, 3), (3, 4, 2), (5, 4, 2),
+                                           (1, 4, 3), (2, 4, 3), (7, 8, 4), (5, 8, 3)])
 def test_partition_gives_every_prediction_to_exactly_one_rank(batch, T, world):
     cfg = L.Config("t", batch=batch, T=T, D=4, H=2, V=8, lr=0.1, steps=1)
     total = np.zeros((batch, T, 1), np.float32)
-    sizes = set()
+    rows, owned = [], []
     for r in range(world):
         share = L.partition(cfg, world, r)
+        assert share.weight.shape == (share.rows[1] - share.rows[0], T, 1)
         total[share.rows[0]:share.rows[1]] += share.weight
-        sizes.add(share.rows[1] - share.rows[0])
+        rows.append(share.rows[1] - share.rows[0])
+        owned.append(int(np.count_nonzero(share.weight)))
     assert np.array_equal(total, np.full_like(total, np.float32(1.0 / (batch * T))))
-    assert len(sizes) == 1       # every rank calls the same compiled function
+    if batch >= world:      # whole windows: B or B+1 each, in rank order
+        assert sorted(rows, reverse=True) == rows and set(rows) <= {batch // world, -(-batch // world)}
+        assert owned == [r * T for r in rows]
+    else:                   # positions: floor/ceil of the predictions
+        assert set(owned) <= {batch * T // world, -(-batch * T // world)}
 
 
 @pytest.mark.parametrize("batch,T,world,message", [
-    (1, 4, 3, "cannot shard the 1 x 4 next-token predictions of a step (4) over 3 processes"),
-    (3, 4, 2, "into parts of 6, which neither cover whole windows nor divide one")])
-def test_partition_rejects_uneven_splits(batch, T, world, message):
+    (1, 4, 5, "cannot split the 1 x 4 next-token predictions of a step (4) over 5 processes: every process "
+              "needs at least one prediction (at most 4 processes)"),
+    (3, 4, 0, "cannot split the 3 x 4 next-token predictions of a step (12) over 0 processes")])
+def test_partition_rejects_what_cannot_be_split(batch, T, world, message):
     cfg = L.Config("t", batch=batch, T=T, D=4, H=2, V=8, lr=0.1, steps=1)
     with pytest.raises(distributed.ShardingError, match=message.replace("(", r"\(").replace(")", r"\)")):
         L.partition(cfg, world, 0)
+
+
+def test_epoch_batches_walk_the_corpus_with_a_shorter_last_batch():
+    cfg = L.config("scaled", batch=5, T=8, D=16, H=2, V=32, corpus_len=40, epoch_batches=True)
+    wins = L.windows(cfg)
+    assert len(wins) == 32 and L.steps_per_epoch(cfg, 32) == 7 and L.batch_sizes(cfg, 32) == [5, 2]
+    epoch = [L.step_windows(cfg, wins, k) for k in range(7)]
+    assert [len(w) for w in epoch] == [5, 5, 5, 5, 5, 5, 2]
+    assert np.array_equal(np.concatenate(epoch), wins)            # every window once, in order
+    assert np.array_equal(L.step_windows(cfg, wins, 7), wins[:5])  # the next epoch starts over
+    assert L.batch_sizes(L.config("scaled", batch=4, corpus_len=40, T=8, epoch_batches=True), 32) == [4]
+    assert L.batch_sizes(replace(cfg, epoch_batches=False), 32) == [5]
 
 
 def test_gradient_buffer_views_are_aligned_and_contiguous():
@@ -162,13 +183,13 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("thread-cache")
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_data_parallel_trainer_sums_to_the_single_process_step(world_size, cache):
     cfg, steps = L.STORYLM0, 12
-    lib = L.dp_library(cfg, 1, OPT, cache_dir=cache)
+    lib = L.dp_library(cfg, OPT, cache_dir=cache)
 
     def rank(world, r):
-        trainer = L.DataParallelTrainer(lib, cfg, world, L.partition(cfg, world_size, r), L.initial_weights(cfg))
+        trainer = L.DataParallelTrainer(lib, cfg, world, L.initial_weights(cfg))
         return [trainer.step(k) for k in range(steps)], trainer.weights
     results = run_ranks(world_size, rank)
     ref_losses, ref_w = train_numpy(steps, cfg.lr)
@@ -176,6 +197,64 @@ def test_data_parallel_trainer_sums_to_the_single_process_step(world_size, cache
         np.testing.assert_allclose(losses, ref_losses, atol=1e-5)
         for n in L.WEIGHTS:
             np.testing.assert_allclose(weights[n], ref_w[n], atol=1e-5)
+
+
+# A small scaled configuration (T=8, D=16, H=2, V=32, a corpus of 40 tokens: 32 windows).
+SMALL = L.config("scaled", T=8, D=16, H=2, V=32, corpus_len=40)
+
+
+def grad_call(lib, cfg, w, wins, weight):
+    mask, scale = L.constants(cfg)
+    return lib.grad(np.ascontiguousarray(wins), w["emb"], mask, scale, w["wq"], w["wk"], w["wv"], w["wo"],
+                    w["lm_head"], weight)
+
+
+@pytest.mark.parametrize("batch,world_size", [(3, 2), (5, 2), (5, 3), (1, 2)])
+def test_uneven_shares_sum_to_the_whole_batch_gradient(batch, world_size, cache):
+    """Ranks with B and B+1 windows (or parts of one window) call one dynamic library; their
+    summed (loss part, gradients) are the whole batch's, and one SGD step with them is the
+    single-process train_step of examples/storylm.kina (another program, dynamic too)."""
+    cfg = replace(SMALL, batch=batch)
+    lib = L.dp_library(cfg, OPT, cache_dir=cache)
+    assert lib.grad.sizes == ("B",)
+    w = L.initial_weights(cfg)
+    wins = L.step_windows(cfg, L.windows(cfg), 1)
+    parts, rows = [], []
+    for r in range(world_size):
+        share = L.partition(cfg, world_size, r)
+        rows.append(share.rows[1] - share.rows[0])
+        parts.append(grad_call(lib, cfg, w, wins[share.rows[0]:share.rows[1]], share.weight))
+    summed = [sum(p[i] for p in parts) for i in range(len(parts[0]))]
+    whole = grad_call(lib, cfg, w, wins, np.full((batch, cfg.T, 1), 1.0 / (batch * cfg.T), np.float32))
+    for name, got, want in zip(["loss", *L.WEIGHTS], summed, whole):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=name)
+    if batch >= world_size:
+        assert len(set(rows)) == (1 if batch % world_size == 0 else 2)
+    single = L.single_library(OPT, cache_dir=cache)
+    mask, scale = L.constants(cfg)
+    lr = np.full((1, 1), cfg.lr, np.float32)
+    loss, *stepped = single.train_step(np.ascontiguousarray(wins), w["emb"], mask, scale, w["wq"], w["wk"], w["wv"],
+                                       w["wo"], w["lm_head"], lr, H=cfg.H)
+    np.testing.assert_allclose(summed[0], loss, rtol=1e-5)
+    for name, g, want in zip(L.WEIGHTS, summed[1:], stepped):
+        np.testing.assert_allclose(w[name] - cfg.lr * g, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("batch,epochs", [(3, False), (5, True)])
+def test_data_parallel_trainer_with_uneven_and_shorter_batches(batch, epochs, cache):
+    """Two ranks, one library: batch 3 as 2 + 1 windows; batch 5 in epochs (3 + 2 windows, and
+    the last batch of each epoch, 2 windows, as 1 + 1), against single-process training."""
+    cfg, steps = replace(SMALL, batch=batch, epoch_batches=epochs), 16
+    lib = L.dp_library(cfg, OPT, cache_dir=cache)
+
+    def rank(world, r):
+        trainer = L.DataParallelTrainer(lib, cfg, world, L.initial_weights(cfg))
+        return [trainer.step(k) for k in range(steps)], trainer.rows_called
+    results = run_ranks(2, rank)
+    ref = L.single_process_losses(cfg, steps, OPT, cache_dir=cache)
+    for losses, _ in results:
+        np.testing.assert_allclose(losses, ref, rtol=1e-5, atol=1e-6)
+    assert [rows for _, rows in results] == ([{2}, {1}] if not epochs else [{3, 1}, {2, 1}])
 
 
 @pytest.mark.parametrize("world_size", [2, 4])

@@ -266,3 +266,42 @@ def test_export_keeps_only_the_named_functions_and_their_callees(tmp_path):
     r = kinac("build", str(path), "-o", str(tmp_path / "f.so"), "--size", "B=2", "--size", "D=3",
               "--size", "H=4", "--export", "nope")
     assert r.returncode != 0 and "--export nope: no such exported function (the build exports: mlp)" in r.stderr
+
+
+LOOKUP = """
+fn look[M, W, E](ids: Tensor[I64, [M]], table: Tensor[F32, [W, E]]) -> Tensor[F32, [M, E]] {
+  gather(table, ids)
+}
+
+fn top[N, V, D](ids: Tensor[I64, [N]], table: Tensor[F32, [V, D]]) -> Tensor[F32, [N, D]] {
+  look[N, V, D](ids, table)
+}
+"""
+
+
+@pytest.mark.parametrize("sizes,bound", [({"V": 8, "D": 4}, 8), ({}, "V")])
+def test_an_index_bound_found_in_a_generic_callee_is_in_the_exports_own_sizes(tmp_path, sizes, bound):
+    """`top`'s ids reach the gather of `look[M, W, E]` (bound W) through a call at (N, V, D):
+    the manifest's bound is V in `top`'s sizes, 8 once --size binds V (it was the callee's
+    W / V, which a partly bound export does not have: the library did not load)."""
+    res, lib = _lib(tmp_path, f"look{len(sizes)}", LOOKUP, sizes=sizes, opt_level=0)
+    (entry,) = [f for f in res.manifest["functions"] if f["name"] == "top"]
+    assert entry["params"][0]["index_bound"] == bound
+    table = np.arange(32, dtype=np.float32).reshape(8, 4)
+    for ids in (np.array([7, 0, 3], np.int64), np.array([5], np.int64)):
+        np.testing.assert_array_equal(lib.top(ids, table), table[ids])
+    with pytest.raises(runtime.KinaIndexError, match=r"top: parameter `ids` holds index 8 at \[1\], outside \[0, 8\)"):
+        lib.top(np.array([1, 8], np.int64), table)
+
+
+@pytest.mark.parametrize("sizes", [{"K": 16, "N": 64}, {"M": 16, "K": 16}, {"K": 8, "N": 40}])
+def test_a_partly_bound_matmul_builds_at_O2_whatever_the_tile_divides(tmp_path, sizes):
+    """At -O2 a dynamic matmul's loops are peeled; a static M or N that the 8 x 32 tile
+    divides has no partial tile to peel (mlir-opt: "failed to peel the last iteration")."""
+    src = "fn mm[M, K, N](x: Tensor[F32, [M, K]], w: Tensor[F32, [K, N]]) -> Tensor[F32, [M, N]] { x @ w }\n"
+    _, lib = _lib(tmp_path, "mm", src, sizes=sizes, opt_level=2)
+    rng = np.random.default_rng(0)
+    for free in (1, 13, 40):
+        m, k, n = (sizes.get(s, free) for s in "MKN")
+        x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+        np.testing.assert_allclose(lib.mm(x, w), x @ w, rtol=1e-5, atol=1e-5)

@@ -172,9 +172,13 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 tagged += 1
             elif (not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
                   and op.name == "linalg.matmul"):
-                # a dynamic export's matmul: whether the tile divides M and N is known only at
-                # run time, so both loops are peeled and only the full (static) tiles are vectorised
-                op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get([1, 1, 1, tn])
+                # a dynamic export's matmul: whether the tile divides a dynamic M or N is known
+                # only at run time, so its loop is peeled and only the full (static) tiles are
+                # vectorised; a static dim the tile divides (a partly bound export's N = V) is
+                # not peeled (transform.loop.peel fails on a loop with no partial last tile)
+                peel_m, peel_n = (int(t.is_dynamic_dim(d) or t.shape[d] % tile != 0)
+                                  for d, tile in ((t.rank - 2, tm), (t.rank - 1, tn)))
+                op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get([peel_m, peel_n, peel_n, tn])
                 tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):

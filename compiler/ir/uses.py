@@ -20,6 +20,7 @@ elements before the index op (the check is conservative, never lax).
 """
 from __future__ import annotations
 
+from compiler.core.sizes import Dim, subst
 from compiler.core.types import TupleType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import CallFn, Expr, Function, Handle, MakeTuple, OpApp, Program, Var
@@ -35,6 +36,8 @@ _Frame = tuple[Function, CallFn | Handle]
 _Parent = tuple[Expr | ir.Binding | None, int]
 # A visited state of the walk: ids of the function, the expression and the call sites, the position.
 _Seen = set[tuple[int, int, int | None, tuple[int, ...]]]
+# A consuming op, its operand index, and the call sites its function was entered through.
+_Sink = tuple[OpApp, int, tuple[_Frame, ...]]
 
 
 class Uses:
@@ -46,29 +49,46 @@ class Uses:
         self._parents: dict[int, tuple[Function, dict[int, _Parent]]] = {}   # id(fn) -> (fn, table)
 
     # ---- the answers ----------------------------------------------------------------
-    def index_bound(self, fn: Function, name: str) -> int | None:
-        bounds = [bound([ir.as_tensor(a.type) for a in op.args], op.attrs) for op, i in self.sinks(fn, name)
+    def index_bound(self, fn: Function, name: str) -> Dim | None:
+        """The bound in fn's own sizes: an index op inside a generic callee reached through a
+        call at symbolic sizes has its bound in the callee's sizes, mapped back through the
+        calls' sizes (a partly bound export's `gather` in a callee at V gives the bound 8)."""
+        bounds = [self._to_caller(bound([ir.as_tensor(a.type) for a in op.args], op.attrs), stack)
+                  for op, i, stack in self._sinks(fn, name)
                   if (bound := OPS[op.op].index_bound) is not None and i == 1]
         return min(bounds) if bounds else None
 
     def positive(self, fn: Function, name: str) -> bool:
         return any((rule := OPS[op.op].positive) is not None and rule(op.attrs) for op, _ in self.sinks(fn, name))
 
+    def _to_caller(self, d: Dim, stack: tuple[_Frame, ...]) -> Dim:
+        """A dimension of a callee's types in the sizes of the function the walk started
+        from: each call at symbolic sizes (CallFn.sizes / Handle.sizes) substitutes its values
+        for the callee's size parameters, innermost call first."""
+        for _, call in reversed(stack):
+            callee = self.program.functions.get(call.fn) if self.program else None
+            if call.sizes and callee is not None:
+                d = subst(d, dict(zip(callee.sizes, call.sizes)))
+        return d
+
     def sinks(self, fn: Function, name: str) -> list[tuple[OpApp, int]]:
         """(op, operand index) of every op that consumes the parameter's elements."""
-        out: list[tuple[OpApp, int]] = []
+        return [(op, i) for op, i, _ in self._sinks(fn, name)]
+
+    def _sinks(self, fn: Function, name: str) -> list[_Sink]:
+        out: list[_Sink] = []
         seen: _Seen = set()
         self._follow_name(fn, name, None, (), out, seen)
         return out
 
     # ---- the walk ---------------------------------------------------------------------
     def _follow_name(self, fn: Function, name: str, pos: int | None, stack: tuple[_Frame, ...],
-                     out: list[tuple[OpApp, int]], seen: _Seen) -> None:
+                     out: list[_Sink], seen: _Seen) -> None:
         for var in self._occurrences(fn, name):
             self._follow(fn, var, pos, stack, out, seen)
 
     def _follow(self, fn: Function, expr: Expr, pos: int | None, stack: tuple[_Frame, ...],
-                out: list[tuple[OpApp, int]], seen: _Seen) -> None:
+                out: list[_Sink], seen: _Seen) -> None:
         key = (id(fn), id(expr), pos, tuple(id(c) for _, c in stack))
         if key in seen or len(stack) > MAX_DEPTH:
             return
@@ -78,7 +98,7 @@ class Uses:
             if pos is None and (OPS[parent.op].layout or _identity(parent)):
                 self._follow(fn, parent, None, stack, out, seen)
             elif pos is None:
-                out.append((parent, i))
+                out.append((parent, i, stack))
         elif isinstance(parent, ir.Binding):
             if parent.destructure:
                 if pos is not None:

@@ -390,6 +390,7 @@ def random_inputs(fn: Function, seed: int = 0, program: Program | None = None) -
         elif t.dtype is DType.Bool:
             out.append(rng.integers(0, 2, t.shape).astype(np.bool_))
         else:
-            bound = uses.index_bound(fn, p.name) or _DEFAULT_INDEX_BOUND
-            out.append(rng.integers(0, bound, t.shape, dtype=np.int64))
+            bound = uses.index_bound(fn, p.name)      # an int here: the inputs of a static function
+            out.append(rng.integers(0, bound if isinstance(bound, int) and bound else _DEFAULT_INDEX_BOUND,
+                                    t.shape, dtype=np.int64))
     return out
