@@ -483,7 +483,11 @@ def cli_build(args: argparse.Namespace) -> int:
         print(f"kinac build: {display_path(args.file)}: build failed", file=sys.stderr)
         return 1
     assert result.manifest is not None and result.so_path and result.manifest_path and result.header_path   # set by a build that is ok
-    print(f"wrote {display_path(result.so_path)} ({len(result.manifest['functions'])} functions"
+    fns = result.manifest["functions"]
+    dynamic = [f["name"] for f in fns if f.get("sizes")]
+    # a dynamic function's sizes are read at each call (docs/compiling.md, "Dynamic sizes")
+    what = f"; {len(dynamic)} dynamic: any sizes" if dynamic else ""
+    print(f"wrote {display_path(result.so_path)} ({len(fns)} functions{what}"
           f"{', from the build cache' if result.cached else ''}), "
           f"{display_path(result.manifest_path.name)}, {display_path(result.header_path.name)}")
     return 0
