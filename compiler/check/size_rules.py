@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from compiler.check.op_args import Static
 from compiler.check.sizes import SizeError, bind_call, display, eval_size, instance_name, subst_type
@@ -27,30 +28,48 @@ class SizeRules:
     broken: bool
     instances: set[tuple[str, tuple[int, ...]]]
     shown: dict[Span, str]
+    values: dict[int, int | float | None]
 
     def _sizes_as_numbers(self, e: syntax.Expr) -> tuple[syntax.Expr, bool]:
         """e with each size parameter used as a value (`1.0 / (B * T)`) replaced by its
-        number; True when some size is symbolic (the generic check: the value is a stand-in)."""
+        number; True when some size is symbolic (the generic check: the value is a stand-in).
+        A flat chain (`N + N + ... + N`) is walked with a loop, innermost link first."""
+        links: list[syntax.BinOp | syntax.MethodCall] = []
+        while isinstance(e, (syntax.BinOp, syntax.MethodCall)) and id(e) not in self.values:
+            links.append(e)
+            e = e.lhs if isinstance(e, syntax.BinOp) else e.receiver
+        done = self._sizes_link(e, None)
+        for link in reversed(links):
+            done = self._sizes_link(link, done)
+        return done
+
+    def _sizes_link(self, e: syntax.Expr, first: tuple[syntax.Expr, bool] | None) -> tuple[syntax.Expr, bool]:
+        """_sizes_as_numbers of one node, `first` being that of its left operand or
+        receiver when the caller has it."""
+        if id(e) in self.values:         # a link of a flat chain checked already (ExprChecker._settle)
+            return e, False
         if isinstance(e, syntax.Name) and e.id in self.sizes and e.id not in self.env:
             value = self.sizes[e.id]
             return syntax.Number(value if isinstance(value, int) else 1, e.span), isinstance(value, Size)
         parts: dict[str, object] = {}
         symbolic = False
         if isinstance(e, syntax.BinOp):
-            (lhs, a), (rhs, b) = self._sizes_as_numbers(e.lhs), self._sizes_as_numbers(e.rhs)
+            (lhs, a), (rhs, b) = first or self._sizes_as_numbers(e.lhs), self._sizes_as_numbers(e.rhs)
             parts, symbolic = {"lhs": lhs, "rhs": rhs}, a or b
         elif isinstance(e, syntax.Neg):
             operand, symbolic = self._sizes_as_numbers(e.operand)
             parts = {"operand": operand}
         elif isinstance(e, (syntax.MethodCall, syntax.Call)) and not e.attrs:
             if isinstance(e, syntax.MethodCall):
-                receiver, symbolic = self._sizes_as_numbers(e.receiver)
+                receiver, symbolic = first or self._sizes_as_numbers(e.receiver)
                 parts = {"receiver": receiver}
             args = [self._sizes_as_numbers(a) for a in e.args]
             parts["args"] = tuple(a for a, _ in args)
             symbolic = symbolic or any(b for _, b in args)
-        if not parts or all(parts[k] is getattr(e, k) for k in parts if k != "args") and \
-                parts.get("args", ()) == getattr(e, "args", ()):
+        new_args = cast(tuple[object, ...], parts.get("args", ()))
+        same = all(parts[k] is getattr(e, k) for k in parts if k != "args") and \
+            all(a is b for a, b in zip(new_args, getattr(e, "args", ())))
+        if not parts or same:
             return e, symbolic
         return dataclasses.replace(e, **parts), symbolic   # type: ignore[arg-type]
 

@@ -53,6 +53,12 @@ def _span_of(node: Node) -> Span:
     return node if isinstance(node, Span) else node.span
 
 
+# At most this many enclosing expressions are offered: in a flat chain of 30,000 terms
+# every prefix `y + ... + y` encloses the cursor, and a reply nesting 30,000 parents is
+# more than a client (or a JSON encoder) takes; the outermost and innermost are kept.
+MAX_PATH = 96
+
+
 def _expression_path(node: Node | None, offset: int) -> list[Span]:
     out: list[Span] = []
     while node is not None:
@@ -60,6 +66,8 @@ def _expression_path(node: Node | None, offset: int) -> list[Span]:
         if isinstance(node, Span):
             break
         node = next((c for c in _children(node) if _inside(_span_of(c), offset)), None)
+    if len(out) > MAX_PATH:
+        out = out[:MAX_PATH // 4] + out[len(out) - (MAX_PATH - MAX_PATH // 4):]
     return out
 
 
