@@ -32,7 +32,7 @@ from pygls.lsp.server import LanguageServer
 
 from compiler.syntax import parse
 
-from . import cli, diagnostics, tcp, transport
+from . import background, cli, diagnostics, tcp, transport
 from .base import safe
 from .convert import index_of
 from .diagnostics import Publisher
@@ -133,6 +133,7 @@ class KinaServer(LanguageServer):
         processes), then stop the analysis worker."""
         commands.stop_all()
         self.documents.shutdown()
+        background.shutdown()
 
 
 server = KinaServer()

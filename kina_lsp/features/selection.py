@@ -19,6 +19,8 @@ from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
 
+from .. import background
+from ..background import Checkpoint
 from ..documents import View
 from . import astutil
 
@@ -115,7 +117,7 @@ def spans_at(view: View, offset: int) -> list[Span]:
     else:
         item = next((it for it in item_split.split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
-    word = lex.word_at(text, offset, numbers=True)
+    word = _word_at(text, offset)
     if word is not None:
         spans.append(Span(lex.start(word), lex.end(word)))
     out: list[Span] = []
@@ -123,6 +125,27 @@ def spans_at(view: View, offset: int) -> list[Span]:
         if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):
             out.append(s)
     return out
+
+
+LONG_LINE = 4096   # past this, the word under the cursor is lexed from a window around it
+
+
+def _word_at(text: str, offset: int) -> lex.Token | None:
+    """lex.word_at, reading at most a window of about 2 x 256 characters around the
+    offset of a long line, cut at blanks: lexing a 128,000-character line of junk takes
+    seconds."""
+    lo = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    ends = [i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0]
+    hi = min(ends, default=len(text))
+    if hi - lo <= LONG_LINE:
+        return lex.word_at(text, offset, numbers=True)
+    a = max(lo, text.rfind(" ", lo, max(lo, offset - 256)) + 1)
+    b = text.find(" ", min(hi, offset + 256), hi)
+    b = hi if b < 0 else b
+    tok = lex.word_at(text[a:b], offset - a, numbers=True)
+    if tok is None:
+        return None
+    return lex.Token(tok.type, str(tok), start_pos=lex.start(tok) + a, end_pos=lex.end(tok) + a)
 
 
 def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:
@@ -138,7 +161,17 @@ def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
     async def on_selection_range(ls: Server, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
-        view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
+        uri = params.text_document.uri
+        view = await ls.view(uri, wait=True)   # a keystroke the user waits on
         if view is None:
             return []
-        return [selection_range(view, p) for p in params.positions]
+        cur = ls.buffer(uri)
+        version = cur[1] if cur is not None and cur[0] == view.text else None
+
+        def work(checkpoint: Checkpoint) -> list[lsp.SelectionRange]:
+            out = []
+            for p in params.positions:
+                checkpoint()
+                out.append(selection_range(view, p))
+            return out
+        return await background.run(ls, uri, view.text, version, work)   # off the request loop
