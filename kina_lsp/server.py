@@ -239,8 +239,29 @@ async def on_diagnostic(ls: KinaServer, params: lsp.DocumentDiagnosticParams) ->
 @server.feature(lsp.TEXT_DOCUMENT_HOVER)
 @safe()
 async def on_hover(ls: KinaServer, params: lsp.HoverParams) -> lsp.Hover | None:
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
-    return hover.hover(view, offset) if view else None
+    uri = params.text_document.uri
+    view, offset = await _offset_view(ls, uri, params.position)
+    if view is not None:
+        return hover.hover(view, offset)
+    # over the budget (an edit is being analysed): answer from the last analysis when the
+    # function under the cursor is unchanged since, else wait for the analysis; never null
+    cur = ls.buffer(uri)
+    if cur is None:
+        return None
+    text = cur[0]
+    index = index_of(text, ls.position_encoding())
+    offset = index.offset(params.position)
+    found = ls.documents.last_good(uri, text, offset)
+    if found is None:
+        view = await ls.documents.current(uri)
+        return hover.hover(view, view.index.offset(params.position)) if view else None
+    old, old_offset = found
+    answer = hover.hover(old, old_offset)
+    if answer is not None and answer.range is not None:   # the range, in the new text's positions
+        span = old.index.span(answer.range)
+        delta = offset - old_offset
+        answer.range = index.range(type(span)(span.start + delta, span.end + delta))
+    return answer
 
 
 @server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=False))

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import items as item_split
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
 
 from .. import background
 from ..background import Checkpoint, never
 from ..documents import View
+from ..items import split_items
 from . import astutil
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def folding_ranges(view: View, limit: int | None = None, checkpoint: Checkpoint 
     (it raises once the document has changed: background.py)."""
     text = view.text
     lines = _Lines(view)
-    for item in item_split.split_items(text):
+    for item in split_items(text):
         lines.add(item.start, item.end)
     for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
         checkpoint()

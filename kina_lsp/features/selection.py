@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lark import Token
 from lsprotocol import types as lsp
 
 from compiler.core.diagnostics import Span
-from compiler.syntax import items as item_split
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
@@ -22,6 +22,7 @@ from compiler.syntax import walk as ast_walk
 from .. import background
 from ..background import Checkpoint
 from ..documents import View
+from ..items import split_items
 from . import astutil
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def spans_at(view: View, offset: int) -> list[Span]:
         inner = _in_body(text, fn, offset) if _inside(fn.body.span, offset) else _in_signature(fn, offset)
         spans = [fn.span] + inner
     else:
-        item = next((it for it in item_split.split_items(text) if it.start <= offset <= it.end), None)
+        item = next((it for it in split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
     word = _word_at(text, offset)
     if word is not None:
@@ -130,7 +131,7 @@ def spans_at(view: View, offset: int) -> list[Span]:
 LONG_LINE = 4096   # past this, the word under the cursor is lexed from a window around it
 
 
-def _word_at(text: str, offset: int) -> lex.Token | None:
+def _word_at(text: str, offset: int) -> Token | None:
     """lex.word_at, reading at most a window of about 2 x 256 characters around the
     offset of a long line, cut at blanks: lexing a 128,000-character line of junk takes
     seconds."""
@@ -145,7 +146,7 @@ def _word_at(text: str, offset: int) -> lex.Token | None:
     tok = lex.word_at(text[a:b], offset - a, numbers=True)
     if tok is None:
         return None
-    return lex.Token(tok.type, str(tok), start_pos=lex.start(tok) + a, end_pos=lex.end(tok) + a)
+    return Token(tok.type, str(tok), start_pos=lex.start(tok) + a, end_pos=lex.end(tok) + a)
 
 
 def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:

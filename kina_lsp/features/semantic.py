@@ -34,12 +34,12 @@ from compiler.core.diagnostics import Span
 from compiler.core.types import DType
 from compiler.ir.nodes import HANDLERS
 from compiler.ir.ops import SURFACE_OPS
-from compiler.syntax import items as item_split
 from compiler.syntax import lex
 
 from .. import background
 from ..background import Checkpoint
 from ..convert import LineIndex, index_of
+from ..items import split_items
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
@@ -285,10 +285,10 @@ class ChunkCache:
         fixed bound of 1,024 entries made every request on a file of more than 1,024
         functions miss every chunk, the 1.8 s cliff of issue 31)."""
         self._budget = max(self._floor, 2 * len(text))
-        for cache, base in ((self._data, self._limit), (self._info, self._limit)):
-            cache.limit = max(base, 2 * chunks)
-        for cache in (self._data, self._info, self._tokens):
-            cache.trim(self._budget)
+        self._data.limit = self._info.limit = max(self._limit, 2 * chunks)
+        self._data.trim(self._budget)
+        self._info.trim(self._budget)
+        self._tokens.trim(self._budget)
 
     def chars(self) -> int:
         """Characters of chunk text the caches hold (each text counted once per cache)."""
@@ -296,7 +296,7 @@ class ChunkCache:
 
     @staticmethod
     def _cuts(text: str) -> list[tuple[int, int]]:
-        starts = [it.start for it in item_split.split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
+        starts = [it.start for it in split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
         cuts = [0] + starts + [len(text)]
         return list(zip(cuts, cuts[1:]))
 

@@ -6,9 +6,8 @@ import asyncio
 import time
 
 import pytest
-from lsprotocol import types as lsp
-
 from conftest import MODULE_LOOP, change, doc_id, open_doc, pos, published
+from lsprotocol import types as lsp
 
 pytestmark = MODULE_LOOP
 
@@ -77,3 +76,37 @@ async def test_semantic_tokens_past_1024_functions_stay_cached_and_range_matches
     expected = sum(1 for r in rows if 40 <= r < 48)
     assert len(part.data) // 5 == expected and expected > 0
     assert part.data[0] == 40 or part.data[0] > 40
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_incremental_item_split_equals_the_full_one():
+    import random
+
+    from compiler.syntax.items import split_items as full_split
+    from kina_lsp import items
+    rng = random.Random(31)
+    text = "".join(SMALL.replace("fn f", f"fn f{i}") for i in range(60))
+    pieces = ["fn ", "}", "{", "// c", "\n", "x", "fn g(", "\r", " ", "f", "n", "/"]
+    for _ in range(1_500):
+        a = rng.randrange(len(text) + 1)
+        b = min(len(text), a + rng.choice([0, 0, 1, 3, 40]))
+        text = text[:a] + "".join(rng.choice(pieces) for _ in range(rng.randrange(3))) + text[b:]
+        assert items.split_items(text) == full_split(text)
+
+
+async def test_hover_right_after_an_edit_of_a_big_file_answers_the_type(client):
+    text = "".join(SMALL.replace("fn f", f"fn f{i}") for i in range(2_000))
+    uri = open_doc(client, text, "scale_hover.kina")
+    await published(client, uri, 1, timeout=120)
+    lines = text.split("\n")
+    nulls = 0
+    for version in range(2, 12):
+        line = 4 * (version * 97 % 2_000) + 1          # `  let y = x.exp() in` of some function
+        at = lsp.Range(start=lsp.Position(line=line, character=2), end=lsp.Position(line=line, character=2))
+        change(client, uri, version, " ", at)           # an edit, then at once a hover elsewhere
+        far = (line + 400) % len(lines) // 4 * 4 + 2    # the `y + x` line of another function
+        h = await client.text_document_hover_async(lsp.HoverParams(
+            text_document=doc_id(uri), position=lsp.Position(line=far, character=2)))
+        nulls += h is None or "Tensor[F32, [2, 3], @host]" not in h.contents.value
+        lines[line] = " " + lines[line]
+    assert nulls == 0
