@@ -24,6 +24,7 @@ two token arrays), as rust-analyzer does.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
@@ -62,8 +63,18 @@ Tok = tuple[str, str, int, int]
 _NONE: Tok = ("$NONE", "", 0, 0)       # stands for "no token" before the first and after the last
 
 
+# Lines longer than this get no semantic tokens (VS Code stops tokenising at 20,000
+# characters too): lexing a 128,000-character line of junk takes the lexer seconds (each
+# bad character restarts it), and no one reads the colours of such a line.
+MAX_LINE = 20_000
+_LONG_LINE = re.compile("[^\r\n]{%d,}" % (MAX_LINE + 1))
+
+
 def compact(text: str) -> list[Tok]:
-    """The text's tokens, comments kept, as `Tok`s."""
+    """The text's tokens, comments kept, as `Tok`s (none on lines over MAX_LINE characters,
+    which are lexed as blanks of the same length: offsets stay the text's)."""
+    if len(text) > MAX_LINE:
+        text = _LONG_LINE.sub(lambda m: " " * len(m.group()), text)
     return [(t.type, str(t), lex.start(t), lex.end(t)) for t in lex.tokens(text, comments=True)]
 
 
