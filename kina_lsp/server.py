@@ -264,13 +264,27 @@ async def on_hover(ls: KinaServer, params: lsp.HoverParams) -> lsp.Hover | None:
     return answer
 
 
-@server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=False))
+@server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=True))
 @safe(default=list)
 async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
     if not ls.settings.inlay_hints:
         return []
-    view = await ls.view(params.text_document.uri)
-    return inlay.inlay_hints(view, view.index.span(params.range)) if view else []
+    uri = params.text_document.uri
+    view = await ls.view(uri)
+    if view is None:
+        return []
+    caps = ls.client_capabilities.text_document
+    support = caps.inlay_hint.resolve_support if caps and caps.inlay_hint else None
+    lazy = support is not None and "tooltip" in support.properties
+    return inlay.inlay_hints(view, view.index.span(params.range), uri, ls.settings.parameter_hints, lazy)
+
+
+@server.feature(lsp.INLAY_HINT_RESOLVE)
+@safe(default=lambda: None)
+async def on_inlay_hint_resolve(ls: KinaServer, hint: lsp.InlayHint) -> lsp.InlayHint:
+    uri = hint.data.get("uri") if isinstance(hint.data, dict) else None
+    view = await ls.view(uri) if isinstance(uri, str) else None
+    return inlay.resolve(view, hint)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
@@ -278,6 +292,21 @@ async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams) -> list[lsp
 async def on_definition(ls: KinaServer, params: lsp.DefinitionParams) -> lsp.Location | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.definition(view, params.text_document.uri, offset) if view else None
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DECLARATION)
+@safe()
+async def on_declaration(ls: KinaServer, params: lsp.DeclarationParams) -> lsp.Location | None:
+    """Kina declares and defines in one place (a parameter, a let, a function)."""
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
+    return navigation.definition(view, params.text_document.uri, offset) if view else None
+
+
+@server.feature(lsp.TEXT_DOCUMENT_TYPE_DEFINITION)
+@safe()
+async def on_type_definition(ls: KinaServer, params: lsp.TypeDefinitionParams) -> lsp.Location | None:
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
+    return navigation.type_definition(view, params.text_document.uri, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 SETTINGS = {
     "diagnostics.debounceMs": ("debounce_ms", int, 150),
     "inlayHints.enabled": ("inlay_hints", bool, True),
+    "inlayHints.parameterNames": ("parameter_hints", bool, True),
     "requests.budgetMs": ("budget_ms", int, 75),
     "validate.optLevel": ("opt_level", int, None),
 }
@@ -39,6 +40,7 @@ def _lookup(tree: object, dotted: str) -> object:
 class Settings:
     debounce_ms: int = 150
     inlay_hints: bool = True
+    parameter_hints: bool = True     # `attn(q: .., k_t: ..)` at calls of user functions
     budget_ms: int = 75
     opt_level: int | None = None
 
