@@ -65,18 +65,27 @@ Tok = tuple[str, str, int, int]
 _NONE: Tok = ("$NONE", "", 0, 0)       # stands for "no token" before the first and after the last
 
 
-# Lines longer than this get no semantic tokens (VS Code stops tokenising at 20,000
-# characters too): lexing a 128,000-character line of junk takes the lexer seconds (each
-# bad character restarts it), and no one reads the colours of such a line.
-MAX_LINE = 20_000
-_LONG_LINE = re.compile("[^\r\n]{%d,}" % (MAX_LINE + 1))
+# A line of junk gets no semantic tokens: lexing a 128,000-character line of `§x§x...`
+# takes the lexer seconds (each character that starts no token restarts it), and no one
+# reads the colours of such a line.  "Junk": a line over LONG characters whose code (what
+# comes before a `//`) holds over JUNK characters that are not Kina's; a long line of
+# real code (a literal of 4,000 values) is lexed as any other.
+LONG, JUNK = 4_096, 256
+_LONG_LINE = re.compile("[^\r\n]{%d,}" % (LONG + 1))
+_NOT_KINA = re.compile(r"[^A-Za-z0-9_\s()\[\]{}.,:=+\-*/@]")
+
+
+def _blank_junk(m: re.Match[str]) -> str:
+    line = m.group()
+    code = line.split("//", 1)[0]
+    return " " * len(line) if len(_NOT_KINA.findall(code)) > JUNK else line
 
 
 def compact(text: str) -> list[Tok]:
-    """The text's tokens, comments kept, as `Tok`s (none on lines over MAX_LINE characters,
-    which are lexed as blanks of the same length: offsets stay the text's)."""
-    if len(text) > MAX_LINE:
-        text = _LONG_LINE.sub(lambda m: " " * len(m.group()), text)
+    """The text's tokens, comments kept, as `Tok`s (none on lines of junk, which are lexed
+    as blanks of the same length: offsets stay the text's)."""
+    if len(text) > LONG:
+        text = _LONG_LINE.sub(_blank_junk, text)
     return [(t.type, str(t), lex.start(t), lex.end(t)) for t in lex.tokens(text, comments=True)]
 
 
