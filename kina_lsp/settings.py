@@ -1,4 +1,5 @@
 """Server settings: `kina.diagnostics.debounceMs`, `kina.inlayHints.enabled`,
+`kina.inlayHints.parameterNames` (parameter names at calls of user functions),
 `kina.validate.optLevel` (the level Build & validate builds at, 0-3; unset: the
 server's $KINA_OPT_LEVEL, else 0), `kina.requests.budgetMs` (how long a request waits for the analysis of an edit
 before it is answered without it; not an editor setting, clients may pass it in

@@ -41,8 +41,8 @@ from compiler.syntax import lex
 from .. import background
 from ..background import Checkpoint
 from ..convert import LineIndex, index_of
-from ..protocol import RawResult
 from ..items import split_items
+from ..protocol import RawResult
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
@@ -71,7 +71,7 @@ _NONE: Tok = ("$NONE", "", 0, 0)       # stands for "no token" before the first 
 # comes before a `//`) holds over JUNK characters that are not Kina's; a long line of
 # real code (a literal of 4,000 values) is lexed as any other.
 LONG, JUNK = 4_096, 256
-_LONG_LINE = re.compile("[^\r\n]{%d,}" % (LONG + 1))
+_LONG_LINE = re.compile(f"[^\r\n]{{{LONG + 1},}}")
 _NOT_KINA = re.compile(r"[^A-Za-z0-9_\s()\[\]{}.,:=+\-*/@]")
 
 
