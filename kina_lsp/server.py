@@ -49,6 +49,7 @@ from .features import (
     hover,
     inlay,
     lenses,
+    links,
     navigation,
     selection,
     semantic,
@@ -447,7 +448,8 @@ def _uri_param(params: object, method: str) -> str:
 
 
 # ---- feature modules that register their own handlers ---------------------------------------
-for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses):
+for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses,
+                 links):
     _feature.register(server, safe)
 
 

@@ -57,3 +57,14 @@ async def test_parameter_name_hints_and_lazy_tooltips(client):
     assert [h.label for h in types] == [": F32[2, 4]", ": F32[4, 2]"] and all(h.tooltip is None for h in types)
     resolved = await client.inlay_hint_resolve_async(types[0])
     assert resolved.tooltip == "Tensor[F32, [2, 4], @host]" and resolved.label == types[0].label
+
+
+async def test_document_links_on_paths_and_urls_in_comments(client):
+    text = ("// see docs/language.md and https://example.org/kina, not docs/missing.md\n"
+            "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x // pyproject.toml\n}\n")
+    uri = open_doc(client, text, "requests_links.kina")
+    links = await client.text_document_document_link_async(lsp.DocumentLinkParams(text_document=doc_id(uri)))
+    got = {span_text(text, link.range): link.target for link in links}
+    assert set(got) == {"docs/language.md", "https://example.org/kina", "pyproject.toml"}
+    assert got["docs/language.md"].endswith("/docs/language.md") and got["docs/language.md"].startswith("file://")
+    assert got["pyproject.toml"].endswith("/pyproject.toml")
