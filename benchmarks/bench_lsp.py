@@ -29,7 +29,12 @@ figures exclude it), UTF-16 positions, push diagnostics.  Three parts:
            after the session, and after the document shrank to 4 characters
                                                                 target: under 300 MB
 
+  scale    --scale 1000,5000,20000: only the big-file figures of issue 31 (lsp_scale.py):
+           semantic tokens full / range / delta, hover right after an edit, completion,
+           edit -> diagnostics, and a 128,000-character junk line being folded
+
 Run: .venv/bin/python benchmarks/bench_lsp.py [--edits 60] [--hovers 300] [--random 2000] [--session 5000]
+     .venv/bin/python benchmarks/bench_lsp.py --scale 1000,5000,20000
 Prints the figures and whether the targets were met (record `uptime` with them: the
 machine is shared).
 """
@@ -348,7 +353,14 @@ def main(argv=None) -> int:
     ap.add_argument("--session", type=int, default=0,
                     help="edits of the long random session, with the server's RSS (0: skip; the figure is 5000)")
     ap.add_argument("--seed", type=int, default=1, help="the long session's random seed")
+    ap.add_argument("--scale", default="", help="only the big-file figures (lsp_scale.py) at these line "
+                                                "counts, e.g. 1000,5000,20000")
     args = ap.parse_args(argv)
+    if args.scale:
+        from lsp_scale import run_scale
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        asyncio.run(run_scale([int(n) for n in args.scale.split(",")]))
+        return 0
     r = asyncio.run(run(args))
     ms = lambda s: f"{1000 * s:7.2f} ms"  # noqa: E731
     edit, hov = r["edit"], r["hover"]

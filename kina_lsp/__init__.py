@@ -17,6 +17,8 @@ The core (this package's top level): the server, its state and the wire.
   core/diagnostics.py  push (debounced, stale results dropped) or pull (textDocument/diagnostic)
   settings.py     the client's settings (initializationOptions, workspace/configuration)
   convert.py      Span (code points) <-> Range (UTF-16)
+  background.py   whole-document work on a worker thread, dropped once the document changes
+  items.py        the item split, incremental (an edit re-splits one item)
 
 The features (kina_lsp/features/, one module per LSP feature; listed in its __init__.py):
 

@@ -54,6 +54,7 @@ from compiler.analysis import Analysis
 from compiler.snapshot import ItemResult, Snapshot
 
 from .convert import LineIndex, index_of
+from .items import common_ends, split_items
 
 # (text, version) of the client's buffer of a document
 Buffer = tuple[str, int | None]
@@ -62,6 +63,11 @@ Buffer = tuple[str, int | None]
 SymbolCache = dict[int, tuple[ItemResult, tuple[int, int, str], str, LineIndex]]
 
 log = logging.getLogger(__name__)
+
+
+def split_items_around(text: str, offset: int) -> list[tuple[int, int]]:
+    """[start, end) of the top-level item holding offset (an empty list outside any)."""
+    return [(it.start, it.end) for it in split_items(text) if it.start <= offset <= it.end][:1]
 
 
 @dataclass
@@ -166,6 +172,27 @@ class Documents:
             log.info("analysis of %s is over the %.0f ms request budget; answering without it",
                      uri, budget * 1000)
             return None
+
+    def last_good(self, uri: str, text: str, offset: int) -> tuple[View, int] | None:
+        """The document's last analysed View and `offset` moved into its text, when the
+        top-level item around `offset` in `text` is one the View analysed unchanged (it
+        lies wholly before or after the part of the text edited since); else None.  Hover
+        right after an edit answers from it instead of nothing (issue 31)."""
+        st = self._docs.get(uri)
+        old = st.view if st is not None else None
+        if old is None:
+            return None
+        prefix, suffix = common_ends(old.text, text)
+        item = next((it for it in split_items_around(text, offset)), None)
+        if item is None:
+            return None
+        start, end = item
+        if end <= prefix:
+            return old, offset
+        delta = len(text) - len(old.text)
+        if start >= len(text) - suffix:
+            return old, offset - delta
+        return None
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

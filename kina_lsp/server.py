@@ -32,7 +32,7 @@ from pygls.lsp.server import LanguageServer
 
 from compiler.syntax import parse
 
-from . import cli, diagnostics, tcp, transport
+from . import background, cli, diagnostics, tcp, transport
 from .base import safe
 from .convert import index_of
 from .diagnostics import Publisher
@@ -49,6 +49,7 @@ from .features import (
     hover,
     inlay,
     lenses,
+    links,
     navigation,
     selection,
     semantic,
@@ -133,6 +134,7 @@ class KinaServer(LanguageServer):
         processes), then stop the analysis worker."""
         commands.stop_all()
         self.documents.shutdown()
+        background.shutdown()
 
 
 server = KinaServer()
@@ -238,17 +240,52 @@ async def on_diagnostic(ls: KinaServer, params: lsp.DocumentDiagnosticParams) ->
 @server.feature(lsp.TEXT_DOCUMENT_HOVER)
 @safe()
 async def on_hover(ls: KinaServer, params: lsp.HoverParams) -> lsp.Hover | None:
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position)
-    return hover.hover(view, offset) if view else None
+    uri = params.text_document.uri
+    view, offset = await _offset_view(ls, uri, params.position)
+    if view is not None:
+        return hover.hover(view, offset)
+    # over the budget (an edit is being analysed): answer from the last analysis when the
+    # function under the cursor is unchanged since, else wait for the analysis; never null
+    cur = ls.buffer(uri)
+    if cur is None:
+        return None
+    text = cur[0]
+    index = index_of(text, ls.position_encoding())
+    offset = index.offset(params.position)
+    found = ls.documents.last_good(uri, text, offset)
+    if found is None:
+        view = await ls.documents.current(uri)
+        return hover.hover(view, view.index.offset(params.position)) if view else None
+    old, old_offset = found
+    answer = hover.hover(old, old_offset)
+    if answer is not None and answer.range is not None:   # the range, in the new text's positions
+        span = old.index.span(answer.range)
+        delta = offset - old_offset
+        answer.range = index.range(type(span)(span.start + delta, span.end + delta))
+    return answer
 
 
-@server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=False))
+@server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT, lsp.InlayHintOptions(resolve_provider=True))
 @safe(default=list)
 async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
     if not ls.settings.inlay_hints:
         return []
-    view = await ls.view(params.text_document.uri)
-    return inlay.inlay_hints(view, view.index.span(params.range)) if view else []
+    uri = params.text_document.uri
+    view = await ls.view(uri)
+    if view is None:
+        return []
+    caps = ls.client_capabilities.text_document
+    support = caps.inlay_hint.resolve_support if caps and caps.inlay_hint else None
+    lazy = support is not None and "tooltip" in support.properties
+    return inlay.inlay_hints(view, view.index.span(params.range), uri, ls.settings.parameter_hints, lazy)
+
+
+@server.feature(lsp.INLAY_HINT_RESOLVE)
+@safe(default=lambda: None)
+async def on_inlay_hint_resolve(ls: KinaServer, hint: lsp.InlayHint) -> lsp.InlayHint:
+    uri = hint.data.get("uri") if isinstance(hint.data, dict) else None
+    view = await ls.view(uri) if isinstance(uri, str) else None
+    return inlay.resolve(view, hint)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
@@ -256,6 +293,21 @@ async def on_inlay_hint(ls: KinaServer, params: lsp.InlayHintParams) -> list[lsp
 async def on_definition(ls: KinaServer, params: lsp.DefinitionParams) -> lsp.Location | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
     return navigation.definition(view, params.text_document.uri, offset) if view else None
+
+
+@server.feature(lsp.TEXT_DOCUMENT_DECLARATION)
+@safe()
+async def on_declaration(ls: KinaServer, params: lsp.DeclarationParams) -> lsp.Location | None:
+    """Kina declares and defines in one place (a parameter, a let, a function)."""
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
+    return navigation.definition(view, params.text_document.uri, offset) if view else None
+
+
+@server.feature(lsp.TEXT_DOCUMENT_TYPE_DEFINITION)
+@safe()
+async def on_type_definition(ls: KinaServer, params: lsp.TypeDefinitionParams) -> lsp.Location | None:
+    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
+    return navigation.type_definition(view, params.text_document.uri, offset) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
@@ -396,7 +448,8 @@ def _uri_param(params: object, method: str) -> str:
 
 
 # ---- feature modules that register their own handlers ---------------------------------------
-for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses):
+for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses,
+                 links):
     _feature.register(server, safe)
 
 

@@ -1,4 +1,5 @@
 """Server settings: `kina.diagnostics.debounceMs`, `kina.inlayHints.enabled`,
+`kina.inlayHints.parameterNames` (parameter names at calls of user functions),
 `kina.validate.optLevel` (the level Build & validate builds at, 0-3; unset: the
 server's $KINA_OPT_LEVEL, else 0), `kina.requests.budgetMs` (how long a request waits for the analysis of an edit
 before it is answered without it; not an editor setting, clients may pass it in
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 SETTINGS = {
     "diagnostics.debounceMs": ("debounce_ms", int, 150),
     "inlayHints.enabled": ("inlay_hints", bool, True),
+    "inlayHints.parameterNames": ("parameter_hints", bool, True),
     "requests.budgetMs": ("budget_ms", int, 75),
     "validate.optLevel": ("opt_level", int, None),
 }
@@ -39,6 +41,7 @@ def _lookup(tree: object, dotted: str) -> object:
 class Settings:
     debounce_ms: int = 150
     inlay_hints: bool = True
+    parameter_hints: bool = True     # `attn(q: .., k_t: ..)` at calls of user functions
     budget_ms: int = 75
     opt_level: int | None = None
 

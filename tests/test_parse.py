@@ -149,9 +149,21 @@ def test_positional_after_attr_and_deep_nesting_are_diagnostics():
     deep = fn("(" * (MAX_DEPTH + 5) + "a" + ")" * (MAX_DEPTH + 5))
     _, diags = parse_module(deep)
     assert len(diags) == 1 and "nested" in diags[0].message
-    long_chain = fn(" + ".join(["a"] * (MAX_DEPTH + 10)))
-    _, diags = parse_module(long_chain)
+    nested_calls = fn("a" + ".exp(a" * (MAX_DEPTH + 5) + ")" * (MAX_DEPTH + 5))   # arguments nest
+    _, diags = parse_module(nested_calls)
     assert len(diags) == 1 and "nested" in diags[0].message
+
+
+def test_flat_chains_of_any_length_parse():
+    """Depth limits apply to nesting: a left operand and a receiver continue a flat chain
+    at the same depth (issue 31)."""
+    for body in (" + ".join(["a"] * 10_000), "a" + ".exp()" * 5_000, " - ".join(["a * a @ a"] * 3_000),
+                 "a" + ".exp()" * 300 + " + " + " * ".join(["a.abs()"] * 2_000)):
+        module, diags = parse_module(fn(body))
+        assert diags == [] and len(module.functions) == 1
+    # a chain inside an argument is one level of nesting, however long
+    module, diags = parse_module(fn("a.maximum(" + " + ".join(["a"] * 5_000) + ")"))
+    assert diags == []
 
 
 def test_a_long_let_chain_is_not_too_deep():

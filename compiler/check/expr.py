@@ -40,8 +40,10 @@ from compiler.ir.nodes import HANDLERS
 from compiler.ir.ops import INFIX, OPS, SURFACE_OPS, OpDef
 from compiler.syntax import nodes as syntax
 from compiler.syntax.hints import RETURN_MESSAGE, foreign_note
+from compiler.syntax.walk import SPINE
 
 WILDCARD = "_"   # a let pattern item that binds nothing
+CHAIN_STEP = 16  # links of a flat chain checked per recursion (ExprChecker._settle_chain)
 # An operand as written: checked, or a bare number kept for the op's scalar splat (_splat).
 Operand = tuple[ir.Expr | syntax.Number, Span]
 
@@ -76,15 +78,66 @@ class ExprChecker(SizeRules):
     instances: set[tuple[str, tuple[int, ...]]] = field(default_factory=set)
     shown: dict[Span, str] = field(default_factory=dict)   # a generic call's span -> `linear[M=8, K=4]`
     size_numbers: dict[Span, SizeNumber] = field(default_factory=dict)   # `1.0 / (B * T)` in a generic body
+    # Flat chains (`y + y + ... + y`): links already checked, by id, with the node kept
+    # alive (an id is only unique while its object lives), and the lets they were hoisted
+    # into (`chain.1`: no Kina name has a dot), which check_function takes with `hoisted()`.
+    known: dict[int, tuple[syntax.Expr, ir.Expr | syntax.Number]] = field(default_factory=dict)
+    values: dict[int, int | float | None] = field(default_factory=dict)   # the same links, for fold
+    pending: list[ir.Binding] = field(default_factory=list)
+    temps: int = 0
 
     # ---- entry point ----------------------------------------------------------
     def check(self, e: syntax.Expr) -> ir.Expr:
+        done = self._known(e)
+        if isinstance(done, syntax.Number):   # a folded link checked as an expression: as before
+            return self.static(done)
+        if done is not None:
+            return done
+        if type(e) in SPINE:
+            self._settle_chain(e)
         node: ir.Expr = _RULES[type(e)](self, e)
         self.broken = self.broken or is_error(node.type)
         if not is_error(node.type) and not isinstance(e, syntax.Let):
             self.fact(e.span, node.type, _FACT_KIND.get(type(node), "expr"),
                       self.shown.get(e.span) or _fact_name(e, node))
         return node
+
+    # ---- flat chains --------------------------------------------------------------
+    def _known(self, e: syntax.Expr) -> ir.Expr | syntax.Number | None:
+        hit = self.known.get(id(e))
+        return hit[1] if hit is not None and hit[0] is e else None
+
+    def _settle_chain(self, e: syntax.Expr) -> None:
+        """Check a long flat chain (walk.SPINE) from its first link up, every CHAIN_STEP
+        links, so that the recursion of check() (and of fold) never goes deeper than
+        CHAIN_STEP links; each settled link becomes a let of its own (`chain.N`), so the IR
+        of a chain is CHAIN_STEP ops deep at most and every later stage may recurse on it."""
+        links: list[syntax.Expr] = []
+        node: syntax.Expr = e
+        while type(node) in SPINE and self._known(node) is None:
+            links.append(node)
+            node = getattr(node, SPINE[type(node)])
+        for i in range(len(links) - CHAIN_STEP, 0, -CHAIN_STEP):
+            self._settle(links[i])
+
+    def _settle(self, link: syntax.Expr) -> None:
+        folded = self.folded(link)
+        if isinstance(folded, syntax.Number):
+            self.known[id(link)], self.values[id(link)] = (link, folded), folded.value
+            return
+        value = self.check(link)
+        if not is_error(value.type) and not isinstance(value, (ir.Var, ir.Literal)):
+            self.temps += 1
+            name = f"chain.{self.temps}"
+            self.pending.append(ir.Binding([name], value, span=value.span, name_spans=[value.span]))
+            value = ir.Var(name, value.type, value.span)
+        self.known[id(link)], self.values[id(link)] = (link, value), None
+
+    def hoisted(self) -> list[ir.Binding]:
+        """The lets settled chains were split into since the last call (they go before the
+        let or result being checked)."""
+        out, self.pending = self.pending, []
+        return out
 
     def fact(self, span: Span, t: Type | ErrorType, kind: str, name: str | None) -> None:
         if not (isinstance(t, ErrorType) or is_error(t)):
@@ -128,6 +181,11 @@ class ExprChecker(SizeRules):
     def folded(self, e: syntax.Expr) -> syntax.Expr:
         """e, or the one bare number it computes when it is made of bare numbers only
         (`1.0 - 1e-3 * 0.01`, `0.9.log()`: check/fold.py); a non-finite result is an error."""
+        done = self._known(e)
+        if done is not None:
+            return done if isinstance(done, syntax.Number) else e
+        if type(e) in SPINE:
+            self._settle_chain(e)
         original = e
         if self.sizes:
             e, symbolic = self._sizes_as_numbers(e)
@@ -137,7 +195,7 @@ class ExprChecker(SizeRules):
             return self._size_number(original, e)
         if isinstance(e, (syntax.Number, syntax.Name, syntax.TensorLit, syntax.IntList)):
             return e
-        number = fold(e, self.signatures)
+        number = fold(e, self.signatures, self.values)
         if number is None:
             # not one number: its parts are checked (and folded) one by one; in a generic body
             # from the text as written, so a part over sizes stays symbolic (_size_number)

@@ -14,7 +14,7 @@ A free call `log(0.9)` folds only when no user function named `log` shadows the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from compiler.syntax import nodes as syntax
 
@@ -48,35 +48,57 @@ _INT_BINARY = {"add", "sub", "mul", "maximum", "minimum"}
 _INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 
 
-def fold(e: syntax.Expr, shadowed: Collection[str] = ()) -> syntax.Number | None:
+def fold(e: syntax.Expr, shadowed: Collection[str] = (),
+         known: Mapping[int, Value | None] | None = None) -> syntax.Number | None:
     """The one bare number `e` computes (spanning all of e), or None when e is not made
     of bare numbers and foldable ops only.  `shadowed`: user function names (their free
     calls are not ops).  A domain error or an overflow gives a non-finite value, which
-    the caller reports unless the expression wrote `inf` or `nan` itself (writes_nonfinite)."""
-    value = _value(e, shadowed)
+    the caller reports unless the expression wrote `inf` or `nan` itself (writes_nonfinite).
+    `known`: the values of sub-expressions folded already, by id (None: not foldable), where
+    the walk stops (the checker folds a long flat chain a segment at a time)."""
+    value = _value(e, shadowed, known or {})
     return None if value is None else syntax.Number(value, e.span)
 
 
-def _value(e: syntax.Expr, shadowed: Collection[str]) -> Value | None:
+def _value(e: syntax.Expr, shadowed: Collection[str], known: Mapping[int, Value | None]) -> Value | None:
+    """The value of e; a flat chain (`1 + 2 + ... + 9`, `0.9.exp().log()`) is walked with
+    a loop, innermost link first, so only nesting recurses."""
+    links: list[syntax.BinOp | syntax.MethodCall] = []
+    while isinstance(e, (syntax.BinOp, syntax.MethodCall)) and id(e) not in known:
+        links.append(e)
+        e = e.lhs if isinstance(e, syntax.BinOp) else e.receiver
+    value = known[id(e)] if id(e) in known else _node_value(e, shadowed, known)
+    for link in reversed(links):
+        if value is None:
+            return None
+        if isinstance(link, syntax.BinOp):
+            value = _apply(_INFIX[link.op], [value, link.rhs], shadowed, known) if link.op in _INFIX else None
+        else:
+            value = _apply(link.method, [value, *link.args], shadowed, known) if not link.attrs else None
+    return value
+
+
+def _node_value(e: syntax.Expr, shadowed: Collection[str], known: Mapping[int, Value | None]) -> Value | None:
+    """The value of a node that continues no chain (or was folded already)."""
+    if id(e) in known:
+        return known[id(e)]
     if isinstance(e, syntax.Number):
         return e.value
     if isinstance(e, syntax.Neg):
-        return _apply("neg", [e.operand], shadowed)
-    if isinstance(e, syntax.BinOp) and e.op in _INFIX:
-        return _apply(_INFIX[e.op], [e.lhs, e.rhs], shadowed)
-    if isinstance(e, syntax.MethodCall) and not e.attrs:
-        return _apply(e.method, [e.receiver, *e.args], shadowed)
+        return _apply("neg", [e.operand], shadowed, known)
     if isinstance(e, syntax.Call) and not e.attrs and e.func not in shadowed:
-        return _apply(e.func, list(e.args), shadowed)
+        return _apply(e.func, list(e.args), shadowed, known)
     return None
 
 
-def _apply(op: str, operands: list[syntax.Expr], shadowed: Collection[str]) -> Value | None:
+def _apply(op: str, operands: list[syntax.Expr | Value], shadowed: Collection[str],
+           known: Mapping[int, Value | None]) -> Value | None:
+    """op applied to operands (expressions, or values computed already)."""
     if not ((op in _UNARY and len(operands) == 1) or (op in _BINARY and len(operands) == 2)):
         return None
     values = []
     for x in operands:
-        v = _value(x, shadowed)
+        v = x if isinstance(x, (int, float)) else _value(x, shadowed, known)
         if v is None:
             return None
         values.append(v)
@@ -111,15 +133,20 @@ def _divide_by_zero(a: float) -> float:
 
 def writes_nonfinite(e: syntax.Expr) -> bool:
     """Whether the constant expression mentions `inf` or `nan` itself: its non-finite
-    value is then what was written, not an overflow or a domain error."""
-    if isinstance(e, syntax.Number):
-        return not math.isfinite(e.value) if isinstance(e.value, float) else False
-    if isinstance(e, syntax.Neg):
-        return writes_nonfinite(e.operand)
-    if isinstance(e, syntax.BinOp):
-        return writes_nonfinite(e.lhs) or writes_nonfinite(e.rhs)
-    if isinstance(e, syntax.MethodCall):
-        return writes_nonfinite(e.receiver) or any(writes_nonfinite(a) for a in e.args)
-    if isinstance(e, syntax.Call):
-        return any(writes_nonfinite(a) for a in e.args)
+    value is then what was written, not an overflow or a domain error.  (A loop: a flat
+    chain of numbers may be long.)"""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, syntax.Number):
+            if isinstance(x.value, float) and not math.isfinite(x.value):
+                return True
+        elif isinstance(x, syntax.Neg):
+            stack.append(x.operand)
+        elif isinstance(x, syntax.BinOp):
+            stack += [x.lhs, x.rhs]
+        elif isinstance(x, syntax.MethodCall):
+            stack += [x.receiver, *x.args]
+        elif isinstance(x, syntax.Call):
+            stack += list(x.args)
     return False

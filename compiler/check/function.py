@@ -139,9 +139,12 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature],
     params = _bind_params(ck, fn, sig)
     lets, body = [], fn.body
     while isinstance(body, syntax.Let):
-        lets.append(_check_let(ck, body))
+        binding = _check_let(ck, body)
+        lets += ck.hoisted()         # a long flat chain's segments, bound before their use
+        lets.append(binding)
         body = body.body
     result = ck.expect(body, sig.ret, f"as the result of `{fn.name}`")
+    lets += ck.hoisted()
     if not (is_error(result.type) or is_error(sig.ret)) and result.type != sig.ret:
         ck.bag.error("return-type", f"`{fn.name}` is declared to return {sig.ret}, but its body has type "
                      f"{result.type}", body.span, Note("declared here", fn.ret.span))

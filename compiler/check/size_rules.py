@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from compiler.check.op_args import Static
 from compiler.check.sizes import SizeError, bind_call, display, eval_size, subst_type
@@ -29,30 +30,48 @@ class SizeRules:
     shown: dict[Span, str]
     size_numbers: dict[Span, SizeNumber]
     signatures: dict[str, Signature]
+    values: dict[int, int | float | None]
 
     def _sizes_as_numbers(self, e: syntax.Expr) -> tuple[syntax.Expr, bool]:
         """e with each size parameter used as a value (`1.0 / (B * T)`) replaced by its
-        number; True when some size is symbolic (the generic check: the value is a stand-in)."""
+        number; True when some size is symbolic (the generic check: the value is a stand-in).
+        A flat chain (`N + N + ... + N`) is walked with a loop, innermost link first."""
+        links: list[syntax.BinOp | syntax.MethodCall] = []
+        while isinstance(e, (syntax.BinOp, syntax.MethodCall)) and id(e) not in self.values:
+            links.append(e)
+            e = e.lhs if isinstance(e, syntax.BinOp) else e.receiver
+        done = self._sizes_link(e, None)
+        for link in reversed(links):
+            done = self._sizes_link(link, done)
+        return done
+
+    def _sizes_link(self, e: syntax.Expr, first: tuple[syntax.Expr, bool] | None) -> tuple[syntax.Expr, bool]:
+        """_sizes_as_numbers of one node, `first` being that of its left operand or
+        receiver when the caller has it."""
+        if id(e) in self.values:         # a link of a flat chain checked already (ExprChecker._settle)
+            return e, False
         if isinstance(e, syntax.Name) and e.id in self.sizes and e.id not in self.env:
             value = self.sizes[e.id]
             return syntax.Number(value if isinstance(value, int) else 1, e.span), isinstance(value, Size)
         parts: dict[str, object] = {}
         symbolic = False
         if isinstance(e, syntax.BinOp):
-            (lhs, a), (rhs, b) = self._sizes_as_numbers(e.lhs), self._sizes_as_numbers(e.rhs)
+            (lhs, a), (rhs, b) = first or self._sizes_as_numbers(e.lhs), self._sizes_as_numbers(e.rhs)
             parts, symbolic = {"lhs": lhs, "rhs": rhs}, a or b
         elif isinstance(e, syntax.Neg):
             operand, symbolic = self._sizes_as_numbers(e.operand)
             parts = {"operand": operand}
         elif isinstance(e, (syntax.MethodCall, syntax.Call)) and not e.attrs:
             if isinstance(e, syntax.MethodCall):
-                receiver, symbolic = self._sizes_as_numbers(e.receiver)
+                receiver, symbolic = first or self._sizes_as_numbers(e.receiver)
                 parts = {"receiver": receiver}
             args = [self._sizes_as_numbers(a) for a in e.args]
             parts["args"] = tuple(a for a, _ in args)
             symbolic = symbolic or any(b for _, b in args)
-        if not parts or all(parts[k] is getattr(e, k) for k in parts if k != "args") and \
-                parts.get("args", ()) == getattr(e, "args", ()):
+        new_args = cast(tuple[object, ...], parts.get("args", ()))
+        same = all(parts[k] is getattr(e, k) for k in parts if k != "args") and \
+            all(a is b for a, b in zip(new_args, getattr(e, "args", ())))
+        if not parts or same:
             return e, symbolic
         return dataclasses.replace(e, **parts), symbolic   # type: ignore[arg-type]
 
@@ -79,7 +98,9 @@ class SizeRules:
         if isinstance(e, syntax.Neg):
             inner = self._symbolic(e.operand)
             return None if inner is None else SizeNumber("neg", (inner,))
-        if isinstance(e, syntax.BinOp) and e.op in ("+", "-", "*", "/"):
+        if isinstance(e, syntax.BinOp) and e.op in ("+", "-", "*"):
+            return self._symbolic_chain(e)
+        if isinstance(e, syntax.BinOp) and e.op == "/":
             a, b = self._symbolic(e.lhs), self._symbolic(e.rhs)
             return None if a is None or b is None else SizeNumber(e.op, (a, b))
         operand = None
@@ -91,6 +112,23 @@ class SizeRules:
             inner = self._symbolic(operand)
             return None if inner is None else SizeNumber(name, (inner,))
         return None
+
+    def _symbolic_chain(self, e: syntax.BinOp) -> SizeNumber | None:
+        """A `+ -` (or `*`) chain as one n-ary node, its left spine walked by a loop (a
+        10,000-term sum must not recurse per term); `a - b` is `a + neg(b)`."""
+        kind = ("+", "-") if e.op in ("+", "-") else ("*",)
+        terms: list[SizeNumber] = []
+        node: syntax.Expr = e
+        while isinstance(node, syntax.BinOp) and node.op in kind:
+            rhs = self._symbolic(node.rhs)
+            if rhs is None:
+                return None
+            terms.append(SizeNumber("neg", (rhs,)) if node.op == "-" else rhs)
+            node = node.lhs
+        first = self._symbolic(node)
+        if first is None:
+            return None
+        return SizeNumber(kind[0], (first, *reversed(terms)))
 
     def _size_splats(self, operands: list[tuple[ir.Expr, Span]]) -> list[tuple[ir.Expr, Span]] | None:
         """The splats of size numbers (`_size_number`) with their symbolic value attached."""

@@ -394,8 +394,9 @@ def _at_least_one(d: Dim) -> bool:
 class SizeNumber:
     """A number computed from sizes in a generic body (`1.0 / (B * T)`, `1.0 / sqrt(E)`),
     kept symbolic so that a dynamic export computes it from the sizes of each call.  op:
-    "num" (args: a Python number), "size" (args: a Dim), "+ - * /" over two SizeNumbers,
-    or one of SIZE_NUMBER_FUNCTIONS (neg, sqrt, ...) of one."""
+    "num" (args: a Python number), "size" (args: a Dim), "+" and "*" over any number of
+    SizeNumbers (a flat chain `N + N + ... + N` is one node, not a tree as deep as it is
+    long), "-" and "/" over two, or one of SIZE_NUMBER_FUNCTIONS (neg, sqrt, ...) of one."""
     op: str
     args: tuple[object, ...]
 
@@ -436,11 +437,13 @@ class SizeNumber:
         if self.op in SIZE_NUMBER_FUNCTIONS:
             return SIZE_NUMBER_FUNCTIONS[self.op](a)
         try:
-            if self.op == "+":
-                return a + b
-            if self.op == "-":
-                return a - b
-            return a * b if self.op == "*" else a / b
+            if self.op in ("+", "*"):
+                total = a
+                for v in values[1:]:
+                    assert v is not None
+                    total = total + v if self.op == "+" else total * v
+                return total
+            return a - b if self.op == "-" else a / b
         except ZeroDivisionError:
             return float("nan") if a == 0 else float("inf") if a > 0 else float("-inf")
 
@@ -452,7 +455,7 @@ class SizeNumber:
             return f"-{self.args[0]}"
         if self.op in SIZE_NUMBER_FUNCTIONS:
             return f"{self.op}({self.args[0]})"
-        return f"({self.args[0]} {self.op} {self.args[1]})"
+        return "(" + f" {self.op} ".join(map(str, self.args)) + ")"
 
 
 def _float_of(f: Callable[[float], float]) -> Callable[[int | float], int | float]:

@@ -39,7 +39,7 @@ from compiler.format.comments import Emitter, Spanned
 from compiler.syntax import nodes as ast
 from compiler.syntax.items import gaps, split_items
 from compiler.syntax.parse import parse_local
-from compiler.syntax.walk import children, shift
+from compiler.syntax.walk import SPINE, children, shift, spine
 
 WIDTH = 100
 INDENT = 2
@@ -496,6 +496,8 @@ def ast_shape(node: object) -> object:
             links.append(("let", ast_shape(body.names), body.destructure, ast_shape(body.value)))
             body = body.body
         return ("chain", tuple(links), ast_shape(body))
+    if type(node) in SPINE:            # a flat chain, walked with a loop: it may be long
+        return ("spine", tuple(_link_shape(link) for link in spine(node)))
     if isinstance(node, (list, tuple)):
         return tuple(ast_shape(x) for x in node)
     if isinstance(node, float):     # NaN as a word: nan != nan would make every tree with one differ
@@ -504,6 +506,16 @@ def ast_shape(node: object) -> object:
         return (type(node).__name__,) + tuple(ast_shape(getattr(node, f.name)) for f in fields(node)
                                               if not isinstance(getattr(node, f.name), Span))
     return node
+
+
+def _link_shape(node: object) -> object:
+    """One link of a flat chain without the link it continues (its SPINE field)."""
+    if type(node) not in SPINE:
+        return ast_shape(node)
+    skip = SPINE[type(node)]
+    parts = [ast_shape(getattr(node, f.name)) for f in fields(node)   # type: ignore[arg-type]
+             if f.name != skip and not isinstance(getattr(node, f.name), Span)]
+    return (type(node).__name__, *parts)
 
 
 def _parse(text: str) -> tuple[ast.Module, list[Diagnostic], list[str]]:

@@ -125,8 +125,8 @@ def _as_f32(case: Case) -> Case | None:
     def f32(t: TensorType) -> TensorType:
         return t.with_dtype(DType.F32) if t.is_float else t
     lets = out.lets + [l for fn in out.generics for l in fn.lets]
-    for l in lets:      # a cast to the program's dtype becomes a cast to F32
-        if l.op == "cast" and l.attrs.get("dtype") == case.dtype.value:
+    for l in lets:      # a cast (or a random draw) in the program's dtype becomes one in F32
+        if l.attrs.get("dtype") == case.dtype.value:
             l.attrs["dtype"] = DType.F32.value
     out.dtype = DType.F32
     for p in out.params + [p for fn in out.generics for p in fn.params] + (out.gh.params if out.gh else []):

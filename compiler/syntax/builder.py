@@ -22,8 +22,9 @@ from compiler.core.types import DType
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 
-# Expression trees deeper than this are rejected: every later stage walks them
-# recursively, and no real program nests a hundred operators.
+# Expression trees nested deeper than this are rejected: every later stage walks nesting
+# recursively, and no real program nests a hundred operators.  Flat chains (a binary
+# operator's left operand, a method call's receiver) do not count: they may be of any length.
 MAX_DEPTH = 200
 
 RESERVED_WORDS = frozenset(d.value for d in DType)
@@ -177,10 +178,15 @@ class _ToAst(Transformer[Token, ast.FnDef]):
 
     # ---- expressions
     @staticmethod
-    def _deep(node: _Node, *kids: ast.Expr) -> _Node:
+    def _deep(node: _Node, *kids: ast.Expr, spine: ast.Expr | None = None) -> _Node:
         """Record node's expression depth (as _tree_depth counts it: a leaf is 1) and stop
-        the parse as soon as the function's depth must exceed MAX_DEPTH."""
+        the parse as soon as the function's depth must exceed MAX_DEPTH.  `spine`: the
+        left operand of a binary operator or the receiver of a method call, which
+        continues a flat chain (`y + y + ... + y`, `x.a().b()...`) at node's own depth:
+        every stage walks such chains with loops (walk.spine), so only nesting counts."""
         depth = 1 + max((getattr(k, "_depth", 1) for k in kids), default=0)
+        if spine is not None:
+            depth = max(depth, getattr(spine, "_depth", 1))
         if depth >= MAX_DEPTH:     # the function itself adds one more level
             raise TooDeep(f"expression nested more than {MAX_DEPTH} deep; split it with lets", node.span)
         if depth > 1:
@@ -189,7 +195,7 @@ class _ToAst(Transformer[Token, ast.FnDef]):
 
     def binop(self, ch: Children) -> ast.BinOp:
         lhs, op, rhs = ch
-        return self._deep(ast.BinOp(str(op), lhs, rhs, self._tok(op), self._span(ch)), lhs, rhs)
+        return self._deep(ast.BinOp(str(op), lhs, rhs, self._tok(op), self._span(ch)), rhs, spine=lhs)
 
     def neg(self, ch: Children) -> ast.Number | ast.Neg:
         operand = ch[1]
@@ -202,11 +208,11 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         found = [c for c in ch[3:] if isinstance(c, _Args)]
         args = found[0] if found else _Args((), (), None)
         return self._deep(ast.MethodCall(receiver, str(method), self._tok(method), args.args, args.attrs,
-                                         self._span(ch)), receiver, *args.args)
+                                         self._span(ch)), *args.args, spine=receiver)
 
     def field(self, ch: Children) -> ast.Field:
         receiver, name = ch[0], ch[2]
-        return ast.Field(receiver, str(name), self._tok(name), self._span(ch))
+        return self._deep(ast.Field(receiver, str(name), self._tok(name), self._span(ch)), spine=receiver)
 
     def name(self, ch: Children) -> ast.Name:
         return ast.Name(str(ch[0]), self._tok(ch[0]))

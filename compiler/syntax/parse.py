@@ -37,7 +37,7 @@ from compiler.syntax.builder import MAX_DEPTH, PARSE_LOCK, PARSER, TO_AST, Synta
 from compiler.syntax.errors import failure_diagnostic
 from compiler.syntax.items import gaps, split_items
 from compiler.syntax.recovery import merge, recover
-from compiler.syntax.walk import children
+from compiler.syntax.walk import SPINE, children
 
 
 def _too_deep_at(text: str) -> int | None:
@@ -55,8 +55,9 @@ def _too_deep_at(text: str) -> int | None:
 
 def _tree_depth(node: ast.FnDef) -> int:
     """Expression depth of an AST, iteratively (the point is to reject trees too deep to
-    recurse on).  A let's body continues the chain at the let's own depth: every stage
-    walks let chains with loops, so a function may have any number of lets."""
+    recurse on).  A let's body continues the chain at the let's own depth, and so does a
+    flat chain's next link (walk.SPINE: a left operand, a receiver): every stage walks
+    both with loops, so a function may have any number of lets and a chain any length."""
     best = 0
     stack: list[tuple[ast.Expr | ast.FnDef, int]] = [(node, 1)]
     while stack:
@@ -66,8 +67,10 @@ def _tree_depth(node: ast.FnDef) -> int:
             stack.append((here.value, d + 1))
             stack.append((here.body, d))
             continue
+        field = SPINE.get(type(here))
+        link = getattr(here, field) if field else None
         for child in children(here):
-            stack.append((child, d + 1))
+            stack.append((child, d if child is link else d + 1))
     return best
 
 

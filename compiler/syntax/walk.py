@@ -2,8 +2,10 @@
 shift(node, delta), a copy of any span-carrying structure (AST, typed IR, diagnostics)
 with every Span moved by `delta`.
 
-Iterative on purpose: a function may have thousands of lets, and the incremental
-front end (analysis.py) keeps item-local results and shifts them to document offsets.
+Iterative on purpose: a function may have thousands of lets, a flat chain
+(`y + y + ... + y`, `x.a().b()...`) may have thousands of links (SPINE: the field that
+continues one), and the incremental front end (analysis.py) keeps item-local results
+and shifts them to document offsets.
 """
 from __future__ import annotations
 
@@ -36,6 +38,24 @@ def children(node: ast.Expr | ast.FnDef | ast.TypeExpr) -> list[ast.Expr]:
     return []
 
 
+# The field of a node that continues a flat chain: a binary operator's left operand, a
+# method call's (or field access's) receiver.  Chains may be of any length (the parser's
+# depth limit counts nesting only), so every walk follows these fields with a loop.
+SPINE: dict[type, str] = {ast.BinOp: "lhs", ast.MethodCall: "receiver", ast.Field: "receiver"}
+
+
+def spine(node: object) -> list[object]:
+    """node and the links of the flat chain under it, outermost first (just [node] when
+    node continues no chain); the last element is the chain's first operand."""
+    out = [node]
+    field = SPINE.get(type(node))
+    while field is not None:
+        node = getattr(node, field)
+        out.append(node)
+        field = SPINE.get(type(node))
+    return out
+
+
 _T = TypeVar("_T")
 
 
@@ -50,6 +70,8 @@ def shift(node: _T, delta: int) -> _T:
 def _shift(node: object, delta: int) -> object:
     if isinstance(node, ast.Let):
         return _shift_let_chain(node, delta)
+    if type(node) in SPINE:
+        return _shift_spine(node, delta)
     if isinstance(node, Span):
         return Span(node.start + delta, node.end + delta)
     if isinstance(node, list):
@@ -58,14 +80,29 @@ def _shift(node: object, delta: int) -> object:
         return tuple(_shift(x, delta) for x in node)
     if isinstance(node, dict):
         return {k: _shift(v, delta) for k, v in node.items()}
+    return _shift_fields(node, delta, None, None)
+
+
+def _shift_fields(node: object, delta: int, skip: str | None, replacement: object) -> object:
+    """A shifted copy of a dataclass node (the field `skip` set to `replacement` instead)."""
     fields = getattr(node, "__dataclass_fields__", None)
     if fields is None:
         return node
     cls = type(node)
     new = object.__new__(cls)
     for name in fields:
-        object.__setattr__(new, name, _shift(getattr(node, name), delta))   # frozen: bypass __setattr__
+        value = replacement if name == skip else _shift(getattr(node, name), delta)
+        object.__setattr__(new, name, value)   # frozen: bypass __setattr__
     return new
+
+
+def _shift_spine(node: object, delta: int) -> object:
+    """Shift a flat chain with a loop, innermost link first."""
+    links = spine(node)
+    out = _shift(links[-1], delta)
+    for link in reversed(links[:-1]):
+        out = _shift_fields(link, delta, SPINE[type(link)], out)
+    return out
 
 
 def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:

@@ -2,8 +2,8 @@
 compiler's objects (compiler.analysis' Snapshot, spans, types) and LSP.
 
   hover.py              textDocument/hover: types, op rules, signatures, reverseMode result tuples
-  inlay.py              textDocument/inlayHint: the type of every let binding
-  navigation.py         textDocument/definition, references, prepareRename / rename, documentSymbol
+  inlay.py              textDocument/inlayHint (and resolve): let types, parameter names at calls
+  navigation.py         textDocument/definition, declaration, typeDefinition, references, rename, documentSymbol
   completion.py         textDocument/completion and signatureHelp
   semantic.py           textDocument/semanticTokens: full, range, delta (ops, functions, dtypes, reverseMode)
   folding.py            textDocument/foldingRange
@@ -14,6 +14,7 @@ compiler's objects (compiler.analysis' Snapshot, spans, types) and LSP.
   formatting.py         textDocument/formatting and rangeFormatting (compiler.format.formatter)
   lenses.py             textDocument/codeLens: Build & validate, Gradient check (kina.validateFunction)
   actions.py            textDocument/codeAction: quick fixes (reverseMode method chains), source actions
+  links.py              textDocument/documentLink: paths and URLs in comments
   commands.py           workspace/executeCommand kina.buildAndValidate, kina.showMlir; the kina/mlir request
 
 and one shared helper, not a feature:

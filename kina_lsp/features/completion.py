@@ -22,8 +22,9 @@ from lsprotocol import types as lsp
 from compiler.core.types import DType
 from compiler.ir.nodes import HANDLERS
 from compiler.ir.ops import SURFACE_OPS, OpDef
-from compiler.syntax import items as item_split
 from compiler.syntax import lex
+
+from ..items import split_items  # incremental: an edit re-splits one item
 
 # The words offered as keywords: the grammar's, and the effect handlers (`with reverseMode`).
 KEYWORDS = tuple(sorted(lex.KEYWORDS)) + HANDLERS
@@ -42,7 +43,7 @@ class CallContext:
 
 def function_window(text: str, offset: int) -> str:
     """Text from the start of the enclosing top-level item (item_split.split_items) to the cursor."""
-    starts = [it.start for it in item_split.split_items(text) if it.start < offset]
+    starts = [it.start for it in split_items(text) if it.start < offset]
     return text[starts[-1] if starts else 0:offset]
 
 
@@ -265,7 +266,7 @@ def complete(text: str, offset: int, functions: list[str]) -> list[lsp.Completio
 
 
 def function_names(text: str) -> list[str]:
-    return list(dict.fromkeys(it.name for it in item_split.split_items(text) if it.name))
+    return list(dict.fromkeys(it.name for it in split_items(text) if it.name))
 
 
 # ---- signature help -------------------------------------------------------------

@@ -10,16 +10,18 @@ is honoured (the outermost ranges are kept).
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from compiler.syntax import items as item_split
-from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
 
+from .. import background
+from ..background import Checkpoint, never
 from ..documents import View
+from ..items import split_items
 from . import astutil
 
 if TYPE_CHECKING:
@@ -56,23 +58,28 @@ def _starts_line(text: str, pos: int) -> bool:
     return not text[line_start:pos].strip()
 
 
-def _comment_runs(text: str, lines: _Lines) -> None:
-    """Two or more consecutive lines holding only a comment."""
+# one line: (its text without the line end), and where its first non-blank character is
+_LINE = re.compile(r"([ \t\f\v]*([^\r\n]*))(?:\r\n|\r|\n|$)")
+
+
+def _comment_runs(text: str, lines: _Lines, checkpoint: Checkpoint = never) -> None:
+    """Two or more consecutive lines holding only a comment.  A line scan, not the lexer:
+    a comment that starts its line is exactly a line whose first non-blank characters are
+    `//` (Kina has no strings), and lexing a 128,000-character line of junk took seconds."""
     run_start = run_end = None
-    prev_line_end = -2
-    for tok in lex.tokens(text, comments=True):
-        if tok.type != lex.COMMENT or not _starts_line(text, lex.start(tok)):
-            continue
-        line_start = text.rfind("\n", 0, lex.start(tok)) + 1
-        line_end = text.find("\n", lex.end(tok))
-        line_end = len(text) if line_end < 0 else line_end
-        if run_start is not None and line_start == prev_line_end + 1:
-            run_end = line_end
+    for n, m in enumerate(_LINE.finditer(text)):
+        if n % 512 == 0:
+            checkpoint()
+        pos, line_end = m.start(), m.end(1)
+        if text.startswith("//", m.start(2)):
+            if run_start is None:
+                run_start = pos
+            else:
+                run_end = line_end
         else:
             if run_start is not None and run_end is not None:
                 lines.add(run_start, run_end, lsp.FoldingRangeKind.Comment)
-            run_start, run_end = line_start, None
-        prev_line_end = line_end
+            run_start = run_end = None
     if run_start is not None and run_end is not None:
         lines.add(run_start, run_end, lsp.FoldingRangeKind.Comment)
 
@@ -97,14 +104,18 @@ def _in_function(fn: ast.FnDef, text: str, lines: _Lines) -> None:
         stack.extend(ast_walk.children(node))
 
 
-def folding_ranges(view: View, limit: int | None = None) -> list[lsp.FoldingRange]:
+def folding_ranges(view: View, limit: int | None = None, checkpoint: Checkpoint = never) -> list[lsp.FoldingRange]:
+    """The folds of the view's text; `checkpoint` is called between slices of the work
+    (it raises once the document has changed: background.py)."""
     text = view.text
     lines = _Lines(view)
-    for item in item_split.split_items(text):
+    for item in split_items(text):
         lines.add(item.start, item.end)
     for fn in (view.snapshot.module.functions if view.snapshot.module else ()):
+        checkpoint()
         _in_function(fn, text, lines)
-    _comment_runs(text, lines)
+    _comment_runs(text, lines, checkpoint)
+    checkpoint()
     out = sorted(lines.ranges(), key=lambda r: (r.start_line, -r.end_line))
     if limit is not None and limit >= 0 and len(out) > limit:
         # keep the outermost folds: the widest ranges first
@@ -122,4 +133,8 @@ def register(server: Server, safe: Safe) -> None:
             return []
         caps = ls.client_capabilities.text_document
         folding = caps.folding_range if caps else None
-        return folding_ranges(view, folding.range_limit if folding else None)
+        limit = folding.range_limit if folding else None
+        cur = ls.buffer(params.text_document.uri)
+        version = cur[1] if cur is not None and cur[0] == view.text else None
+        return await background.run(ls, params.text_document.uri, view.text, version,
+                                    lambda checkpoint: folding_ranges(view, limit, checkpoint))

@@ -12,10 +12,8 @@ insertSpaces options are not used.  Formatting runs on a worker thread.
 """
 from __future__ import annotations
 
-import asyncio
 import difflib
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
@@ -24,13 +22,13 @@ from compiler.core.diagnostics import Span
 from compiler.format import FormatError, format_source
 from compiler.syntax import items as item_split
 
+from .. import background
 from ..documents import View
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
 
 log = logging.getLogger(__name__)
-_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-format")
 
 
 def line_edits(old: str, new: str) -> list[tuple[int, int, str]]:
@@ -72,9 +70,10 @@ async def _edits(ls: Server, uri: str, rng: lsp.Range | None) -> list[lsp.TextEd
     if view is None:
         return []
     span = view.index.span(rng) if rng is not None else None
-    loop = asyncio.get_running_loop()
-    try:
-        edits = await loop.run_in_executor(_pool, formatted_edits, view.text, span)
+    cur = ls.buffer(uri)
+    version = cur[1] if cur is not None and cur[0] == view.text else None
+    try:   # on the document worker; skipped when the text is replaced before it starts
+        edits = await background.run(ls, uri, view.text, version, lambda _: formatted_edits(view.text, span))
     except FormatError as e:
         where = ""
         if e.diagnostics:

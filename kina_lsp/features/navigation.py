@@ -58,6 +58,33 @@ def definition(view: View, uri: str, offset: int) -> lsp.Location | None:
     return lsp.Location(uri=uri, range=view.index.range(span)) if span is not None else None
 
 
+def type_definition(view: View, uri: str, offset: int) -> lsp.Location | None:
+    """Where the type of the name at offset is written: a parameter's annotation; a size
+    parameter's declaration (`fn f[B, T]`) for a size used in a type or as a value; the
+    return type for a function's name.  A let has no written type (None)."""
+    fn = view.snapshot.function_at(offset)
+    if fn is None:
+        return None
+    for s in fn.sizes:
+        if s.span.start <= offset <= s.span.end:
+            return lsp.Location(uri=uri, range=view.index.range(s.span))
+    word = word_at(view.text, offset)
+    if word is not None:
+        size = next((s for s in fn.sizes if s.name == word[0]), None)
+        if size is not None and not any(p.name == word[0] for p in fn.params):
+            return lsp.Location(uri=uri, range=view.index.range(size.span))
+    span = _safe(view.snapshot.definition, offset)
+    if span is None:
+        return None
+    target = view.snapshot.function_at(span.start)
+    if target is not None and target.name_span == span:
+        return lsp.Location(uri=uri, range=view.index.range(target.ret.span))
+    for p in (target.params if target is not None else ()):
+        if p.name_span == span:
+            return lsp.Location(uri=uri, range=view.index.range(p.type.span))
+    return None
+
+
 def _name_spans(view: View, offset: int) -> list[tuple[int, int]]:
     """Definition + references of the symbol at offset, each narrowed to the name itself."""
     hit = word_at(view.text, offset)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lark import Token
 from lsprotocol import types as lsp
 
 from compiler.core.diagnostics import Span
-from compiler.syntax import items as item_split
 from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
 
+from .. import background
+from ..background import Checkpoint
 from ..documents import View
+from ..items import split_items
 from . import astutil
 
 if TYPE_CHECKING:
@@ -53,6 +56,12 @@ def _span_of(node: Node) -> Span:
     return node if isinstance(node, Span) else node.span
 
 
+# At most this many enclosing expressions are offered: in a flat chain of 30,000 terms
+# every prefix `y + ... + y` encloses the cursor, and a reply nesting 30,000 parents is
+# more than a client (or a JSON encoder) takes; the outermost and innermost are kept.
+MAX_PATH = 96
+
+
 def _expression_path(node: Node | None, offset: int) -> list[Span]:
     out: list[Span] = []
     while node is not None:
@@ -60,6 +69,8 @@ def _expression_path(node: Node | None, offset: int) -> list[Span]:
         if isinstance(node, Span):
             break
         node = next((c for c in _children(node) if _inside(_span_of(c), offset)), None)
+    if len(out) > MAX_PATH:
+        out = out[:MAX_PATH // 4] + out[len(out) - (MAX_PATH - MAX_PATH // 4):]
     return out
 
 
@@ -105,9 +116,9 @@ def spans_at(view: View, offset: int) -> list[Span]:
         inner = _in_body(text, fn, offset) if _inside(fn.body.span, offset) else _in_signature(fn, offset)
         spans = [fn.span] + inner
     else:
-        item = next((it for it in item_split.split_items(text) if it.start <= offset <= it.end), None)
+        item = next((it for it in split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
-    word = lex.word_at(text, offset, numbers=True)
+    word = _word_at(text, offset)
     if word is not None:
         spans.append(Span(lex.start(word), lex.end(word)))
     out: list[Span] = []
@@ -115,6 +126,27 @@ def spans_at(view: View, offset: int) -> list[Span]:
         if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):
             out.append(s)
     return out
+
+
+LONG_LINE = 4096   # past this, the word under the cursor is lexed from a window around it
+
+
+def _word_at(text: str, offset: int) -> Token | None:
+    """lex.word_at, reading at most a window of about 2 x 256 characters around the
+    offset of a long line, cut at blanks: lexing a 128,000-character line of junk takes
+    seconds."""
+    lo = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    ends = [i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0]
+    hi = min(ends, default=len(text))
+    if hi - lo <= LONG_LINE:
+        return lex.word_at(text, offset, numbers=True)
+    a = max(lo, text.rfind(" ", lo, max(lo, offset - 256)) + 1)
+    b = text.find(" ", min(hi, offset + 256), hi)
+    b = hi if b < 0 else b
+    tok = lex.word_at(text[a:b], offset - a, numbers=True)
+    if tok is None:
+        return None
+    return Token(tok.type, str(tok), start_pos=lex.start(tok) + a, end_pos=lex.end(tok) + a)
 
 
 def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:
@@ -130,7 +162,17 @@ def register(server: Server, safe: Safe) -> None:
     @server.feature(lsp.TEXT_DOCUMENT_SELECTION_RANGE)
     @safe(default=list)
     async def on_selection_range(ls: Server, params: lsp.SelectionRangeParams) -> list[lsp.SelectionRange]:
-        view = await ls.view(params.text_document.uri, wait=True)   # a keystroke the user waits on
+        uri = params.text_document.uri
+        view = await ls.view(uri, wait=True)   # a keystroke the user waits on
         if view is None:
             return []
-        return [selection_range(view, p) for p in params.positions]
+        cur = ls.buffer(uri)
+        version = cur[1] if cur is not None and cur[0] == view.text else None
+
+        def work(checkpoint: Checkpoint) -> list[lsp.SelectionRange]:
+            out = []
+            for p in params.positions:
+                checkpoint()
+                out.append(selection_range(view, p))
+            return out
+        return await background.run(ls, uri, view.text, version, work)   # off the request loop

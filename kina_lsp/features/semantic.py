@@ -23,11 +23,11 @@ two token arrays), as rust-analyzer does.
 """
 from __future__ import annotations
 
-import asyncio
 import itertools
+import json
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from lsprotocol import types as lsp
@@ -36,10 +36,13 @@ from compiler.core.diagnostics import Span
 from compiler.core.types import DType
 from compiler.ir.nodes import HANDLERS
 from compiler.ir.ops import SURFACE_OPS
-from compiler.syntax import items as item_split
 from compiler.syntax import lex
 
+from .. import background
+from ..background import Checkpoint
 from ..convert import LineIndex, index_of
+from ..items import split_items
+from ..protocol import RawResult
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
@@ -62,8 +65,27 @@ Tok = tuple[str, str, int, int]
 _NONE: Tok = ("$NONE", "", 0, 0)       # stands for "no token" before the first and after the last
 
 
+# A line of junk gets no semantic tokens: lexing a 128,000-character line of `§x§x...`
+# takes the lexer seconds (each character that starts no token restarts it), and no one
+# reads the colours of such a line.  "Junk": a line over LONG characters whose code (what
+# comes before a `//`) holds over JUNK characters that are not Kina's; a long line of
+# real code (a literal of 4,000 values) is lexed as any other.
+LONG, JUNK = 4_096, 256
+_LONG_LINE = re.compile(f"[^\r\n]{{{LONG + 1},}}")
+_NOT_KINA = re.compile(r"[^A-Za-z0-9_\s()\[\]{}.,:=+\-*/@]")
+
+
+def _blank_junk(m: re.Match[str]) -> str:
+    line = m.group()
+    code = line.split("//", 1)[0]
+    return " " * len(line) if len(_NOT_KINA.findall(code)) > JUNK else line
+
+
 def compact(text: str) -> list[Tok]:
-    """The text's tokens, comments kept, as `Tok`s."""
+    """The text's tokens, comments kept, as `Tok`s (none on lines of junk, which are lexed
+    as blanks of the same length: offsets stay the text's)."""
+    if len(text) > LONG:
+        text = _LONG_LINE.sub(_blank_junk, text)
     return [(t.type, str(t), lex.start(t), lex.end(t)) for t in lex.tokens(text, comments=True)]
 
 
@@ -202,9 +224,7 @@ def semantic_tokens(text: str, index: LineIndex, functions: set[str] | None = No
     ones the text declares (`declared`)."""
     if span is None:
         return lsp.SemanticTokens(data=_chunks.tokens(text, index, functions, params))
-    if functions is None or params is None:
-        functions, params = _chunks.names(text)
-    return lsp.SemanticTokens(data=encode(token_rows(text, functions, params, span.start, span.end), index))
+    return lsp.SemanticTokens(data=_chunks.tokens(text, index, functions, params, span=span))
 
 
 class _Chunk(NamedTuple):
@@ -224,7 +244,7 @@ class _TextLRU(Generic[K, V]):
 
     def __init__(self, limit: int, text_of: Callable[[K], str]) -> None:
         self._data: OrderedDict[K, V] = OrderedDict()
-        self._limit, self._text_of = limit, text_of
+        self.limit, self._text_of = limit, text_of
         self.chars = 0
 
     def get(self, key: K) -> V | None:
@@ -240,7 +260,7 @@ class _TextLRU(Generic[K, V]):
         self.trim(budget)
 
     def trim(self, budget: int) -> None:
-        while self._data and (len(self._data) > self._limit or self.chars > budget):
+        while self._data and (len(self._data) > self.limit or self.chars > budget):
             old, _ = self._data.popitem(last=False)
             self.chars -= len(self._text_of(old))
 
@@ -280,12 +300,17 @@ class ChunkCache:
         # 250,000-character line, and a file that shrank kept its largest version's chunks.
         self._floor = chars
         self._budget = chars
+        self._limit = limit
 
-    def _fit(self, text: str) -> None:
-        """Bound the caches by what `text` needs (the current text keeps all its chunks)."""
+    def _fit(self, text: str, chunks: int) -> None:
+        """Bound the caches by what `text` needs (the current text keeps all its chunks: a
+        fixed bound of 1,024 entries made every request on a file of more than 1,024
+        functions miss every chunk, the 1.8 s cliff of issue 31)."""
         self._budget = max(self._floor, 2 * len(text))
-        for cache in (self._data, self._info, self._tokens):
-            cache.trim(self._budget)
+        self._data.limit = self._info.limit = max(self._limit, 2 * chunks)
+        self._data.trim(self._budget)
+        self._info.trim(self._budget)
+        self._tokens.trim(self._budget)
 
     def chars(self) -> int:
         """Characters of chunk text the caches hold (each text counted once per cache)."""
@@ -293,38 +318,46 @@ class ChunkCache:
 
     @staticmethod
     def _cuts(text: str) -> list[tuple[int, int]]:
-        starts = [it.start for it in item_split.split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
+        starts = [it.start for it in split_items(text) if it.start > 0 and text[it.start - 1] == "\n"]
         cuts = [0] + starts + [len(text)]
         return list(zip(cuts, cuts[1:]))
 
     def names(self, text: str) -> tuple[set[str], set[str]]:
         """(function names, parameter names) the whole text declares."""
-        self._fit(text)
-        return self._names([text[a:b] for a, b in self._cuts(text)])
+        cuts = self._cuts(text)
+        self._fit(text, len(cuts))
+        return self._names([text[a:b] for a, b in cuts])
 
     def _names(self, chunks: list[str]) -> tuple[set[str], set[str]]:
         infos = [self._chunk_info(c) for c in chunks]
         return {f for c in infos for f in c.functions}, {p for c in infos for p in c.params}
 
     def tokens(self, text: str, index: LineIndex, functions: set[str] | None = None,
-               params: set[str] | None = None) -> list[int]:
-        """The whole text's tokens; names default to the ones it declares."""
-        self._fit(text)
+               params: set[str] | None = None, checkpoint: Callable[[], None] = lambda: None,
+               span: Span | None = None) -> list[int]:
+        """The whole text's tokens, or (`span`) those starting inside span, from the chunks
+        that overlap it (so a range is never slower than the full request); names default
+        to the ones the text declares.  `checkpoint` is called before each chunk (it raises
+        once the document has changed: background.py)."""
         cuts = self._cuts(text)
+        self._fit(text, len(cuts))
         chunks = [text[a:b] for a, b in cuts]
         if functions is None or params is None:
             functions, params = self._names(chunks)
         lines = [line for line, _ in index.line_columns([a for a, _ in cuts])]
         data: list[int] = []
         prev_line = 0
-        for chunk_text, line in zip(chunks, lines):
+        for (a, b), chunk_text, line in zip(cuts, chunks, lines):
+            if span is not None and not (a < span.end and b > span.start):
+                continue
+            checkpoint()
             chunk, last = self._chunk(chunk_text, index.encoding, functions, params)
             if not chunk:
                 continue
             data.append(line + chunk[0] - prev_line)
             data.extend(chunk[1:])
             prev_line = line + last
-        return data
+        return data if span is None else _clip(data, *index.line_columns([span.start, span.end]))
 
     def _chunk(self, text: str, encoding: str, functions: set[str], params: set[str]) -> tuple[list[int], int]:
         """(encoded tokens of one chunk, the line of its last token), from the cache."""
@@ -356,6 +389,20 @@ class ChunkCache:
         return toks
 
 
+def _clip(data: list[int], start: tuple[int, int], end: tuple[int, int]) -> list[int]:
+    """The encoded tokens that start in [start, end) ((line, column) positions)."""
+    out: list[int] = []
+    line = col = 0
+    prev_line = prev_col = 0
+    for i in range(0, len(data), 5):
+        dl, dc = data[i], data[i + 1]
+        line, col = line + dl, (col + dc if dl == 0 else dc)
+        if start <= (line, col) < end:
+            out += (line - prev_line, col - prev_col if line == prev_line else col, *data[i + 2:i + 5])
+            prev_line, prev_col = line, col
+    return out
+
+
 _chunks = ChunkCache()
 
 
@@ -381,9 +428,6 @@ def delta_edit(old: list[int], new: list[int]) -> list[lsp.SemanticTokensEdit]:
                                    data=new[prefix:len(new) - suffix])]
 
 
-_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-semantic")
-
-
 async def warm(ls: Server, uri: str) -> None:
     """Lex and encode a just-opened document in the background: the editor asks for its
     semantic tokens right away, and a cold 1,000-line file took 60-100 ms to lex."""
@@ -401,12 +445,14 @@ async def _tokens_of(ls: Server, uri: str, rng: lsp.Range | None = None) -> list
     cur = ls.buffer(uri)
     if cur is None:
         return None
-    text = cur[0]
-    index = index_of(text, ls.position_encoding())
-    span = index.span(rng) if rng is not None else None
-    loop = asyncio.get_running_loop()
-    result = await loop.run_in_executor(_pool, semantic_tokens, text, index, None, None, span)
-    return list(result.data)
+    text, version = cur
+    encoding = ls.position_encoding()
+
+    def work(checkpoint: Checkpoint) -> list[int]:
+        index = index_of(text, encoding)
+        span = index.span(rng) if rng is not None else None
+        return _chunks.tokens(text, index, checkpoint=checkpoint, span=span)
+    return await background.run(ls, uri, text, version, work)
 
 
 def register(server: Server, safe: Safe) -> None:
@@ -416,11 +462,14 @@ def register(server: Server, safe: Safe) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens(ls: Server, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
+    async def on_semantic_tokens(ls: Server, params: lsp.SemanticTokensParams) -> lsp.SemanticTokens | RawResult:
         data = await _tokens_of(ls, params.text_document.uri)
         if data is None:
             return empty()
-        return lsp.SemanticTokens(data=data, result_id=ls.documents.put_tokens(params.text_document.uri, data))
+        rid = ls.documents.put_tokens(params.text_document.uri, data)
+        # ready JSON (json.dumps of the ints is C speed): through cattrs, the 250,000 numbers
+        # of a 5,000-line file cost more than computing them
+        return RawResult(json.dumps({"resultId": rid, "data": data}))
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL_DELTA, LEGEND)
     @safe(default=empty)
@@ -438,6 +487,7 @@ def register(server: Server, safe: Safe) -> None:
 
     @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
     @safe(default=empty)
-    async def on_semantic_tokens_range(ls: Server, params: lsp.SemanticTokensRangeParams) -> lsp.SemanticTokens:
+    async def on_semantic_tokens_range(ls: Server, params: lsp.SemanticTokensRangeParams,
+                                       ) -> lsp.SemanticTokens | RawResult:
         data = await _tokens_of(ls, params.text_document.uri, params.range)
-        return lsp.SemanticTokens(data=data or [])
+        return RawResult(json.dumps({"data": data or []}))

@@ -77,17 +77,20 @@ async def test_a_request_on_a_text_edited_while_it_waited_gets_content_modified(
         session = rs.Session("file:///tmp/kina-lsp-test/modified.kina", 2, rs.Scale(base_functions=400))
         client.send(session.open())
         await client.call("textDocument/foldingRange", {"textDocument": {"uri": session.uri}}, "opened")
-        # a whole new text keeps the analysis busy for a while (a hover within the request
-        # budget answers after its push has started analysing it) ...
+        # a whole new text keeps the analysis busy for a while (a completion answers after
+        # its push has been scheduled) ...
         _change(client, session, 0, len(session.model.text), rs.make_source(400).replace("layer", "block"))
-        await client.call("textDocument/hover", session.request("textDocument/hover")["params"], "barrier1")
-        # ... the definition asks about the next version (the hover after it answers once
-        # the definition is waiting), which the client edits again before the analysis
-        # gets to it
+        await client.call("textDocument/completion", session.request("textDocument/completion")["params"],
+                          "barrier1")
+        # ... the definition asks about the next version (the completion after it answers
+        # once the definition is waiting: completion never waits for an analysis, while a
+        # hover in a function the edit changed now waits for it, issue 31), which the
+        # client edits again before the analysis gets to it
         _change(client, session, 0, 0, " ")
         definition = session.request("textDocument/definition")
         client.send(definition)
-        await client.call("textDocument/hover", session.request("textDocument/hover")["params"], "barrier2")
+        await client.call("textDocument/completion", session.request("textDocument/completion")["params"],
+                          "barrier2")
         _change(client, session, 0, 0, " ")
         await client.wait_answers(list(client.sent), 60)
         assert rs.check_answers(client.sent, client.answers) == []

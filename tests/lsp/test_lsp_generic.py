@@ -97,7 +97,8 @@ async def test_inlay_hints_in_a_generic_body_show_symbolic_shapes(client):
     def hint(needle):
         p = pos(GENERIC, needle, len(needle))
         return by_pos[(p.line, p.character)]
-    assert hint("let y").label == ": F32[M, N]" and hint("let y").tooltip == "Tensor[F32, [M, N], @host]"
+    resolved = await client.inlay_hint_resolve_async(hint("let y"))   # tooltips are lazy
+    assert hint("let y").label == ": F32[M, N]" and resolved.tooltip == "Tensor[F32, [M, N], @host]"
     assert hint("let flat").label == ": F32[M*N]" and hint("let scaled").label == ": F32[M*N]"
     p = pos(GENERIC, "let s =", len("let s"))
     assert by_pos[(p.line, p.character)].label == ": F32[B, T]"

@@ -243,7 +243,8 @@ def test_cancel_request_stops_build_and_validate():
 # ---- the request budget ---------------------------------------------------------------------------
 def test_a_request_during_a_long_analysis_is_answered_within_its_budget():
     """A function of 200,000 tokens takes seconds to parse after each edit; a hover in
-    another function meanwhile is answered at once (empty), not after the analysis."""
+    another function meanwhile is answered at once, not after the analysis: from the last
+    analysis, since the function under the cursor did not change (issue 31)."""
     big = "fn big() -> Tensor[F32, [100000]] {\n  Tensor[F32, [100000]] { " + ", ".join(["1.0"] * 100_000) + " }\n}\n"
     text = GOOD + big
     uri = "file:///tmp/kina-hostile/big.kina"
@@ -256,7 +257,7 @@ def test_a_request_during_a_long_analysis_is_answered_within_its_budget():
                                             "contentChanges": [{"text": edited}]})
         reply = s.request("textDocument/hover", {"textDocument": {"uri": uri},
                                                  "position": {"line": 2, "character": 2}})
-        assert reply["result"] is None
+        assert "Tensor[F32, [2, 3], @host]" in reply["result"]["contents"]["value"]
         published = [m for m in s.seen if m.get("method") == "textDocument/publishDiagnostics"
                      and m["params"].get("version") == 2]
         assert not published          # the answer came before the analysis it did not wait for

@@ -219,7 +219,10 @@ class FnEmitter:
             return self._pro(f"arith.negf {args[0]} : {t}")
         name = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[n.op]
         name = name + ("i" if t == "i64" else "f")
-        return self._pro(f"arith.{name} {args[0]}, {args[1]} : {t}")
+        total = args[0]
+        for x in args[1:]:     # + and * take any number of operands, - and / two
+            total = self._pro(f"arith.{name} {total}, {x} : {t}")
+        return total
 
     # ---- tensor helpers ----------------------------------------------------
     def empty(self, t: Ty) -> str:
