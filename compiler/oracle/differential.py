@@ -315,7 +315,7 @@ class Oracle:
         names = [f for u in part for f in u.functions if f in refs]
         for f in names:
             with open(work / f"{f}.in.pkl", "wb") as fh:
-                pickle.dump(refs[f].inputs, fh)
+                pickle.dump((refs[f].inputs, {}), fh)   # (inputs, sizes): validate.child_main
         owner = {f: u.name for u in part for f in u.functions}
 
         def on_done(fname: str, error: str | None) -> None:
