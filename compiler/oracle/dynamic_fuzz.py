@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler import analysis
-from compiler.snapshot import Snapshot
 from compiler.ir import nodes as ir
 from compiler.oracle import differential, dynamic_sizes, interp, tolerance, validate
 from compiler.oracle.differential import Failure, Unit
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.case import Case
 from compiler.oracle.progen.generic import NAMES
+from compiler.runtime.arrays import Array
+from compiler.snapshot import Snapshot
 
 # What can go wrong, by who is wrong: the dynamic library ("mismatch" against the
 # interpreter, "static" against the statically bound library, "crash", "build"), the
@@ -71,7 +72,7 @@ class _Run:
     reference), the inputs, the keyword sizes and the interpreter's results."""
     fn: ir.Function
     sizes: dict[str, int]
-    inputs: list[validate.Array]
+    inputs: list[Array]
     want: validate.References
 
 
@@ -108,7 +109,7 @@ class DynamicOracle:
         self.stats = DynStats()
         self._batches = 0
         # the results of one batch's calls: (level, "dyn" or run k's static build, export, run k) -> results
-        self._got: dict[tuple[int, int | str, str, int], list[validate.Array]] = {}
+        self._got: dict[tuple[int, int | str, str, int], list[Array]] = {}
 
     def run_batch(self, named: list[tuple[str, Case]]) -> list[Failure]:
         """Check the dynamic exports of the generic cases among `named` (the others are skipped)."""
@@ -135,9 +136,10 @@ class DynamicOracle:
         generic_units = [dataclasses.replace(u, source=generic_only(u.source)) for u in units]
         static_src = work / "generic.kina"
         static_src.write_text(differential._module(generic_units))
+        libs: list[tuple[int | str, dict[str, int] | None]] = [("dyn", None), *enumerate(runs)]
         builds = {(lv, k): self.base._start_build(static_src if sizes else src, work / f"O{lv}-{k}" / "lib.so", lv,
                                                   sizes)
-                  for lv in self.levels for k, sizes in [("dyn", None), *enumerate(runs)]}
+                  for lv in self.levels for k, sizes in libs}
         refs = self._references(snap, units, runs, failures)
         self.stats.add_time("references", t0)
         for (lv, k), build in builds.items():
@@ -250,8 +252,8 @@ class DynamicOracle:
             if lib == "dyn" and static is not None:
                 self._against_static(owner[name], name, run, out, static, level, failures)
 
-    def _against_static(self, owner: str, name: str, run: _Run, dyn: list[validate.Array],
-                        static: list[validate.Array], level: int, failures: list[Failure]) -> None:
+    def _against_static(self, owner: str, name: str, run: _Run, dyn: list[Array],
+                        static: list[Array], level: int, failures: list[Failure]) -> None:
         """The dynamic results against the statically bound library's, by the same rule
         (the static results in the reference's place, with the interpreter's magnitudes)."""
         _, _, *rest = run.want
@@ -268,7 +270,7 @@ class DynamicOracle:
                                        or f"{len(dyn)} results, the static build {len(static)}")))
 
 
-def _same(a: validate.Array, b: validate.Array) -> bool:
+def _same(a: Array, b: Array) -> bool:
     import numpy as np
     return bool(np.shape(a) == np.shape(b) and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
 
