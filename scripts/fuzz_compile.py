@@ -85,6 +85,8 @@ def parse_args(argv=None):
                          "1 makes every program generic)")
     ap.add_argument("--dynamic", action="store_true",
                     help="differential testing of dynamic exports (compiler/oracle/dynamic_fuzz.py)")
+    ap.add_argument("--grad", action="store_true",
+                    help="with --dynamic: also a generic reverseMode wrapper of each helper, a dynamic export too")
     ap.add_argument("--chunk", type=_chunk, default=None, metavar="K/N",
                     help="check only the K-th of N equal parts of the seeds (K from 1)")
     ap.add_argument("--replay", nargs="*", metavar="FILE", help="check these .kina files instead of generating")
@@ -124,12 +126,12 @@ def main_dynamic(args) -> int:
                                  else args.generic_fraction)
     seeds = _seeds(args)
     with tempfile.TemporaryDirectory(prefix="kina-dynfuzz-") as tmp:
-        oracle = dynamic_fuzz.DynamicOracle(tmp, levels=args.levels, seed=args.seed)
+        oracle = dynamic_fuzz.DynamicOracle(tmp, levels=args.levels, seed=args.seed, grad=args.grad)
         failures = dynamic_fuzz.run_seeds(oracle, seeds, config, batch=args.batch,
                                           on_batch=lambda done, found: _progress(done, len(seeds), found, t0))
         if failures:
             _write(failures, Path(args.out), Path(tmp) / "shrink", not args.no_shrink,
-                   lambda f, work: dynamic_fuzz.still_fails(f, work, args.seed))
+                   lambda f, work: dynamic_fuzz.still_fails(f, work, args.seed, args.grad))
         _summary_dynamic(oracle, failures, time.perf_counter() - t0, args.levels, seeds)
     return 1 if failures else 0
 

@@ -1,10 +1,12 @@
 """Dynamic exports under differential testing (compiler/oracle/dynamic_fuzz.py, issue 25
 part 7): generated programs with size-generic helpers built once without --size, each
-helper (a dynamic export) called at three size assignments and compared with the
-interpreter on the static program at those sizes and with the build bound to them.  Builds
+helper and a generic reverseMode wrapper of it (dynamic exports) called at three size
+assignments and compared with the interpreter on the static program at those sizes and
+with the build bound to them.  Builds
 at the default level (KINA_OPT_LEVEL), so the Makefile's -O2 pass runs it at -O2; the
 1,000-program run is `scripts/fuzz_compile.py --dynamic --n 1000`."""
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from compiler.oracle import dynamic_fuzz, validate
 from compiler.oracle.progen import generate as progen
 
 GENERIC = dataclasses.replace(progen.GenConfig(max_lets=6), generic_fraction=1.0)
-N_PROGRAMS = 12
+N_PROGRAMS = 10
 
 
 def _cases(seeds):
@@ -24,7 +26,7 @@ def _cases(seeds):
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):
     level = build.default_opt_level()
-    oracle = dynamic_fuzz.DynamicOracle(tmp_path_factory.mktemp("dynfuzz"), levels=(level,), seed=7)
+    oracle = dynamic_fuzz.DynamicOracle(tmp_path_factory.mktemp("dynfuzz"), levels=(level,), seed=7, grad=True)
     failures = oracle.run_batch(_cases(range(2000, 2000 + N_PROGRAMS)))
     return oracle, failures, level
 
@@ -33,7 +35,7 @@ def test_dynamic_exports_agree_with_the_interpreter_and_the_static_build(outcome
     oracle, failures, _ = outcome
     assert failures == [], "\n".join(f.headline() + "\n" + f.detail for f in failures)
     s = oracle.stats
-    assert s.programs == N_PROGRAMS and s.exports >= N_PROGRAMS
+    assert s.programs == N_PROGRAMS and s.exports >= 2 * N_PROGRAMS   # each helper and its gradient wrapper
     assert s.runs == 3 * s.exports            # three size assignments each
     assert s.calls == 2 * s.runs              # the dynamic library and the static one, each run
     assert s.compared == s.runs and s.builds == 4   # one dynamic build, three static ones
@@ -44,6 +46,7 @@ def test_the_sizes_are_all_ones_then_random_per_program():
     program, _ = snap.program_for({})
     fns = [f for n, f in program.functions.items() if f.sizes]
     runs = dynamic_fuzz.size_runs(fns, "c2001", 0)
+    assert {n for f in fns for n in f.sizes} == set(runs[1]) == set(runs[2])
     assert len(runs) == 3 and set(runs[0].values()) == {1}
     assert all(n.endswith("_c2001") for n in runs[0])
     assert runs == dynamic_fuzz.size_runs(fns, "c2001", 0) != dynamic_fuzz.size_runs(fns, "c2001", 1)
@@ -75,3 +78,16 @@ def test_a_wrong_dynamic_result_is_a_mismatch_against_both_references(tmp_path, 
     kinds = {f.kind for f in failures}
     assert kinds == {"mismatch", "static"}, [f.headline() for f in failures]
     assert all(f.name == "c2003" and "_c2003=" in f.detail for f in failures)
+
+
+@pytest.mark.once
+def test_gradient_wrappers_are_generic_handles_of_every_written_helper():
+    for name, case in _cases(range(2000, 2030)):
+        text = dynamic_fuzz.unit_of_case(name, case, grad=True).source
+        helpers = re.findall(rf"fn ({name}_s\d+)\[", text)
+        assert helpers and all(f"handle {h}[" in text for h in helpers), text
+        snap = analysis.analyze(text)
+        assert [d.message for d in snap.diagnostics if d.severity == "error"] == [], text
+        program, _ = snap.program_for({})
+        wrappers = [f"{name}_d{h.rpartition('_s')[2]}" for h in helpers]
+        assert all(program.functions[w].sizes for w in wrappers)   # exported dynamic

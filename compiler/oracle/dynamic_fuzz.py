@@ -37,6 +37,7 @@ from compiler.oracle.differential import Failure, Unit
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.case import Case
 from compiler.oracle.progen.generic import NAMES
+from compiler.oracle.progen.render import type_text, used_generics
 from compiler.runtime.arrays import Array
 from compiler.snapshot import Snapshot
 
@@ -88,10 +89,26 @@ def generic_only(text: str) -> str:
     return "".join(b for b in blocks if re.match(r"fn \w+\[", b))
 
 
-def unit_of_case(name: str, case: Case) -> Unit:
-    """The unit of one generated program; its functions (the dynamic exports) are found in
-    the program (`_dynamic_exports`), since the renderer leaves out helpers nothing calls."""
-    return Unit(name, rename_sizes(case.source(name), name), [], case=case)
+def gradient_wrappers(case: Case, name: str) -> str:
+    """`fn name_d1[A, B](x1: ..) -> (R, dx1) { handle name_s1[A, B](x1) with reverseMode }`
+    for each generic helper the program writes: generic too, so a dynamic export whose
+    reverse mode runs at every size (the bodies obey the reverseMode restrictions)."""
+    out = []
+    for fn in used_generics(case):
+        sizes = ", ".join(fn.sizes)
+        ps = ", ".join(f"{p.name}: {type_text(p.type)}" for p in fn.params)
+        outs = [type_text(fn.types()[fn.result])] + [type_text(p.type) for p in fn.params if p.type.is_float]
+        call = f"handle {name}_s{fn.index}[{sizes}]({', '.join(p.name for p in fn.params)}) with reverseMode"
+        out.append(f"\nfn {name}_d{fn.index}[{sizes}]({ps}) -> ({', '.join(outs)}) {{\n  let r = {call} in\n  r\n}}\n")
+    return "".join(out)
+
+
+def unit_of_case(name: str, case: Case, grad: bool = False) -> Unit:
+    """The unit of one generated program (with `grad`, its helpers' gradient_wrappers too);
+    its functions (the dynamic exports) are found in the program (`_dynamic_exports`),
+    since the renderer leaves out helpers nothing calls."""
+    text = case.source(name) + (gradient_wrappers(case, name) if grad else "")
+    return Unit(name, rename_sizes(text, name), [], case=case)
 
 
 def size_runs(fns: list[ir.Function], name: str, seed: int) -> list[dict[str, int]]:
@@ -101,11 +118,11 @@ def size_runs(fns: list[ir.Function], name: str, seed: int) -> list[dict[str, in
 
 
 class DynamicOracle:
-    def __init__(self, work_dir: str | Path, levels: Iterable[int] = (0, 2), seed: int = 0,
+    def __init__(self, work_dir: str | Path, levels: Iterable[int] = (0, 2), seed: int = 0, grad: bool = False,
                  build_timeout: float = 900, run_timeout: float = 600) -> None:
         self.base = differential.Oracle(work_dir, levels=tuple(levels), use_torch=False, fd=False,
                                         build_timeout=build_timeout, run_timeout=run_timeout)
-        self.work, self.levels, self.seed = Path(work_dir), tuple(levels), seed
+        self.work, self.levels, self.seed, self.grad = Path(work_dir), tuple(levels), seed, grad
         self.stats = DynStats()
         self._batches = 0
         # the results of one batch's calls: (level, "dyn" or run k's static build, export, run k) -> results
@@ -113,7 +130,7 @@ class DynamicOracle:
 
     def run_batch(self, named: list[tuple[str, Case]]) -> list[Failure]:
         """Check the dynamic exports of the generic cases among `named` (the others are skipped)."""
-        units = [unit_of_case(n, c) for n, c in named if c.generics]
+        units = [unit_of_case(n, c, self.grad) for n, c in named if c.generics]
         return self.run_units(units) if units else []
 
     def run_units(self, units: list[Unit]) -> list[Failure]:
@@ -164,8 +181,8 @@ class DynamicOracle:
         dynamic = sorted(n for n, fn in program.functions.items() if fn.sizes and ir.is_export(n))
         out = []
         for u in units:
-            u.functions = [n for n in dynamic if n.startswith(f"{u.name}_s")]
-            written = re.findall(rf"\bfn ({re.escape(u.name)}_s\d+)\[", u.source)
+            u.functions = [n for n in dynamic if re.fullmatch(rf"{re.escape(u.name)}_[sd]\d+", n)]
+            written = re.findall(rf"\bfn ({re.escape(u.name)}_[sd]\d+)\[", u.source)
             missing = sorted(set(written) - set(u.functions))
             if diags or missing:
                 detail = "; ".join([d.message for d in diags] + [f"{n} is not exported dynamic" for n in missing])
@@ -238,7 +255,7 @@ class DynamicOracle:
     # ---- comparing -------------------------------------------------------------------------
     def _compare(self, refs: dict[tuple[str, int], _Run], failures: list[Failure]) -> None:
         got, self._got = self._got, {}
-        owner = {name: name.rpartition("_s")[0] for name, _ in refs}
+        owner = {name: name.rpartition("_")[0] for name, _ in refs}
         for (level, lib, name, k), out in sorted(got.items(), key=lambda kv: str(kv[0])):
             run = refs[(name, k)]
             rep = validate.FunctionReport(name)
@@ -299,11 +316,11 @@ def run_seeds(oracle: DynamicOracle, seeds: Iterable[int], config: progen.GenCon
     return failures
 
 
-def still_fails(failure: Failure, work_dir: Path, seed: int = 0) -> Callable[[Case], bool]:
+def still_fails(failure: Failure, work_dir: Path, seed: int = 0, grad: bool = False) -> Callable[[Case], bool]:
     """A predicate for compiler/oracle/shrink.py: does a case still fail the way `failure` did
     (the same kind at the same level; the sizes are the same, drawn from its name)?"""
     levels = (failure.level,) if failure.level is not None else (0,)
-    oracle = DynamicOracle(work_dir, levels=levels, seed=seed)
+    oracle = DynamicOracle(work_dir, levels=levels, seed=seed, grad=grad)
 
     def test(case: Case) -> bool:
         return any(f.kind == failure.kind and f.level == failure.level
