@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler import analysis
+from compiler.core.diagnostics import Diagnostic
 from compiler.ir import nodes as ir
 from compiler.oracle import differential, dynamic_sizes, interp, tolerance, validate
 from compiler.oracle.differential import Failure, Unit
@@ -143,13 +144,14 @@ class DynamicOracle:
         src.write_text(differential._module(units))
         t0 = time.perf_counter()
         snap = analysis.analyze(src.read_text(), str(src))
-        units = self._dynamic_exports(snap, units, failures)
+        dyn_program, diags = snap.program_for({})     # every generic function exported dynamic
+        units = self._dynamic_exports(dyn_program, diags, units, failures)
         if not units:
             return failures
         self.stats.programs += len(units)
         self.stats.exports += sum(len(u.functions) for u in units)
-        runs = self._size_runs(snap, units)
-        # The static builds need only the generic functions (a third of the build time).
+        runs = self._size_runs(dyn_program, units)
+        # The static builds need only the generic functions (smaller builds).
         generic_units = [dataclasses.replace(u, source=generic_only(u.source)) for u in units]
         static_src = work / "generic.kina"
         static_src.write_text(differential._module(generic_units))
@@ -157,7 +159,7 @@ class DynamicOracle:
         builds = {(lv, k): self.base._start_build(static_src if sizes else src, work / f"O{lv}-{k}" / "lib.so", lv,
                                                   sizes)
                   for lv in self.levels for k, sizes in libs}
-        refs = self._references(snap, units, runs, failures)
+        refs = self._references(snap, dyn_program, units, runs, failures)
         self.stats.add_time("references", t0)
         for (lv, k), build in builds.items():
             static = k != "dyn"
@@ -174,10 +176,10 @@ class DynamicOracle:
         return failures
 
     # ---- what to check -----------------------------------------------------------------------
-    def _dynamic_exports(self, snap: Snapshot, units: list[Unit], failures: list[Failure]) -> list[Unit]:
-        """Each unit with its dynamic exports (`program_for({})`: every generic function is
-        exported dynamic when no size is bound)."""
-        program, diags = snap.program_for({})
+    def _dynamic_exports(self, program: ir.Program, diags: list[Diagnostic], units: list[Unit],
+                         failures: list[Failure]) -> list[Unit]:
+        """Each unit with its dynamic exports (in `program_for({})`, every generic function
+        is exported dynamic: no size is bound)."""
         dynamic = sorted(n for n, fn in program.functions.items() if fn.sizes and ir.is_export(n))
         out = []
         for u in units:
@@ -191,19 +193,17 @@ class DynamicOracle:
                 out.append(u)
         return out
 
-    def _size_runs(self, snap: Snapshot, units: list[Unit]) -> list[dict[str, int]]:
+    def _size_runs(self, program: ir.Program, units: list[Unit]) -> list[dict[str, int]]:
         """The batch's assignments: run k binds every program's sizes at that program's k-th assignment."""
-        program, _ = snap.program_for({})
         runs: list[dict[str, int]] = [{} for _ in range(dynamic_sizes.RUNS)]
         for u in units:
             for k, run in enumerate(size_runs([program.functions[f] for f in u.functions], u.name, self.seed)):
                 runs[k].update(run)
         return runs
 
-    def _references(self, snap: Snapshot, units: list[Unit], runs: list[dict[str, int]],
+    def _references(self, snap: Snapshot, dyn_program: ir.Program, units: list[Unit], runs: list[dict[str, int]],
                     failures: list[Failure]) -> dict[tuple[str, int], _Run]:
         """(export, run) -> its inputs and the interpreter's results on the static program at the run's sizes."""
-        dyn_program, _ = snap.program_for({})
         refs: dict[tuple[str, int], _Run] = {}
         for k, run in enumerate(runs):
             static, _ = snap.program_for(run, want_dynamic=False)
