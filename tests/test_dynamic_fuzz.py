@@ -7,12 +7,13 @@ at the default level (KINA_OPT_LEVEL), so the Makefile's -O2 pass runs it at -O2
 1,000-program run is `scripts/fuzz_compile.py --dynamic --n 1000`."""
 import dataclasses
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from compiler import analysis, build
-from compiler.oracle import dynamic_fuzz, validate
+from compiler.oracle import differential, dynamic_fuzz, validate
 from compiler.oracle.progen import generate as progen
 
 GENERIC = dataclasses.replace(progen.GenConfig(max_lets=6), generic_fraction=1.0)
@@ -91,3 +92,22 @@ def test_gradient_wrappers_are_generic_handles_of_every_written_helper():
         program, _ = snap.program_for({})
         wrappers = [f"{name}_d{h.rpartition('_s')[2]}" for h in helpers]
         assert all(program.functions[w].sizes for w in wrappers)   # exported dynamic
+
+
+# ---- the programs the dynamic runs found (tests/regressions/dynamic/) ---------------------
+DYNAMIC_REGRESSIONS = sorted((Path(__file__).parent / "regressions" / "dynamic").glob("*.kina"))
+PEEL = pytest.mark.xfail(strict=True, reason="-O2 of a dynamic matmul whose contracted dim is a size: mlir-opt "
+                         "'failed to peel the last iteration' (kina_transforms.mlir; compiler/backend, not fixed here)")
+
+
+@pytest.mark.both_levels
+@pytest.mark.parametrize("level", [0, pytest.param(2, marks=PEEL)])
+@pytest.mark.parametrize("path", DYNAMIC_REGRESSIONS, ids=lambda p: p.stem)
+def test_dynamic_regression(tmp_path, path, level):
+    """Each file's generic functions (named f_s<i> and f_d<i>) built once without --size and
+    run at three size assignments against the interpreter and the bound builds."""
+    text = differential.rename_functions(path.read_text(), "r_")
+    unit = differential.Unit("r_f", dynamic_fuzz.rename_sizes(text, "r_f"), [])
+    failures = dynamic_fuzz.DynamicOracle(tmp_path, levels=(level,)).run_units([unit])
+    assert failures == [], "\n".join(f.headline() + "\n" + f.detail for f in failures)
+    assert unit.functions
