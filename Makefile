@@ -90,7 +90,8 @@ test: setup lint
 
 # `make fuzz FUZZ_N=3000 FUZZ_SEED=0`: any number of generated programs; failures are
 # shrunk and written to artifacts/fuzz/*.kina (scripts/fuzz_compile.py).  FUZZ_ARGS passes more
-# options, e.g. FUZZ_ARGS="--generic-fraction 1" (every program with size-generic helpers).
+# options, e.g. FUZZ_ARGS="--generic-fraction 1" (every program with size-generic helpers), or
+# FUZZ_ARGS=--dynamic (dynamic exports at three size assignments each, compiler/oracle/dynamic_fuzz.py).
 FUZZ_N ?= 3000
 FUZZ_SEED ?= 0
 FUZZ_TEST_N ?= 300

@@ -5,6 +5,13 @@ the interpreter in float64, -O0, -O2, PyTorch and finite differences must agree
     python scripts/fuzz_compile.py --n 3000 --seed 0            # 3,000 programs, both levels
     python scripts/fuzz_compile.py --n 300 --seed 1 --out DIR   # make test's share
     python scripts/fuzz_compile.py --replay tests/regressions/*.kina
+    python scripts/fuzz_compile.py --dynamic --n 1000 --seed 0    # dynamic exports (issue 25)
+
+--dynamic checks dynamic exports instead (compiler/oracle/dynamic_fuzz.py): every program
+gets size-generic helpers (unless --generic-fraction says otherwise), each batch is built
+once per level without --size, and each generic helper, a dynamic export, is called at
+three size assignments and compared with the interpreter and with a build bound to those
+sizes.  --chunk K/N checks the K-th of N equal parts of the seeds (run N of them at once).
 
 Prints one line per failure as it is found, then the counts (programs, programs under
 reverseMode, functions, builds, mismatches, crashes), the time per phase and the machine
@@ -27,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from compiler.backend.pipelines import PIPELINES  # noqa: E402
-from compiler.oracle import differential, shrink  # noqa: E402
+from compiler.oracle import differential, dynamic_fuzz, shrink  # noqa: E402
 from compiler.oracle.progen import generate as progen  # noqa: E402
 
 
@@ -45,6 +52,24 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+def _chunk(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not K/N: {text!r}") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"K/N needs 1 <= K <= N, not {text!r}")
+    return k, n
+
+
+def _seeds(args) -> range:
+    if args.chunk is None:
+        return range(args.seed, args.seed + args.n)
+    k, n = args.chunk
+    per = -(-args.n // n)
+    return range(args.seed + (k - 1) * per, args.seed + min(args.n, k * per))
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=300, help="number of generated programs")
@@ -60,12 +85,20 @@ def parse_args(argv=None):
                          "1 makes every program generic)")
     ap.add_argument("--ops", default=None, metavar="OP,OP",
                     help="restrict the single-op steps to these ops (GenConfig.ops), e.g. a new op's rows")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="differential testing of dynamic exports (compiler/oracle/dynamic_fuzz.py)")
+    ap.add_argument("--grad", action="store_true",
+                    help="with --dynamic: also a generic reverseMode wrapper of each helper, a dynamic export too")
+    ap.add_argument("--chunk", type=_chunk, default=None, metavar="K/N",
+                    help="check only the K-th of N equal parts of the seeds (K from 1)")
     ap.add_argument("--replay", nargs="*", metavar="FILE", help="check these .kina files instead of generating")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dynamic:
+        return main_dynamic(args)
     levels = args.levels
     out = Path(args.out)
     t0 = time.perf_counter()
@@ -81,12 +114,46 @@ def main(argv=None) -> int:
                 dataclasses.replace(progen.DEFAULT, generic_fraction=args.generic_fraction)
             if args.ops:
                 config = dataclasses.replace(config, ops=tuple(args.ops.split(",")))
-            failures = differential.run_seeds(oracle, range(args.seed, args.seed + args.n), config, batch=args.batch,
-                                              on_batch=lambda done, found: _progress(done, args.n, found, t0))
+            seeds = _seeds(args)
+            failures = differential.run_seeds(oracle, seeds, config, batch=args.batch,
+                                              on_batch=lambda done, found: _progress(done, len(seeds), found, t0))
             if failures:
                 _write(failures, out, Path(tmp) / "shrink", not args.no_shrink)
         _summary(oracle, failures, time.perf_counter() - t0, levels, torch=oracle.use_torch)
     return 1 if failures else 0
+
+
+def main_dynamic(args) -> int:
+    """--dynamic: dynamic exports against the interpreter and the statically bound build."""
+    t0 = time.perf_counter()
+    config = dataclasses.replace(progen.DEFAULT, generic_fraction=1.0 if args.generic_fraction is None
+                                 else args.generic_fraction)
+    seeds = _seeds(args)
+    with tempfile.TemporaryDirectory(prefix="kina-dynfuzz-") as tmp:
+        oracle = dynamic_fuzz.DynamicOracle(tmp, levels=args.levels, seed=args.seed, grad=args.grad)
+        failures = dynamic_fuzz.run_seeds(oracle, seeds, config, batch=args.batch,
+                                          on_batch=lambda done, found: _progress(done, len(seeds), found, t0))
+        if failures:
+            _write(failures, Path(args.out), Path(tmp) / "shrink", not args.no_shrink,
+                   lambda f, work: dynamic_fuzz.still_fails(f, work, args.seed, args.grad))
+        _summary_dynamic(oracle, failures, time.perf_counter() - t0, args.levels, seeds)
+    return 1 if failures else 0
+
+
+def _summary_dynamic(oracle, failures, seconds: float, levels, seeds) -> None:
+    s = oracle.stats
+    kinds = Counter(f.kind for f in failures)
+    mismatches = sum(kinds[k] for k in dynamic_fuzz.MISMATCH_KINDS)
+    crashes = sum(kinds[k] for k in dynamic_fuzz.CRASH_KINDS)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"seeds {seeds.start}..{seeds.stop - 1}: programs {s.programs} with dynamic exports, dynamic exports {s.exports}, "
+          f"(export, sizes) runs {s.runs}, library calls {s.calls}, builds {s.builds} at "
+          f"{', '.join(f'-O{lv}' for lv in levels)}; dynamic results identical to the static build's in "
+          f"{s.identical} of {s.compared}")
+    print(f"mismatches {mismatches}, crashes {crashes}" +
+          (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if kinds else ""))
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in sorted({**oracle.base.stats.seconds, **s.seconds}.items()))
+    print(f"time {seconds:.0f} s wall ({phases}; load average {load:.1f})")
 
 
 def _print(failures) -> None:
@@ -99,7 +166,7 @@ def _progress(done: int, total: int, found, t0: float) -> None:
     print(f"  {done}/{total} programs checked, {time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def _write(failures, out: Path, work: Path, do_shrink: bool) -> None:
+def _write(failures, out: Path, work: Path, do_shrink: bool, predicate=differential.still_fails) -> None:
     """One file per failing case (its first failure), shrunk to a minimal reproducer."""
     out.mkdir(parents=True, exist_ok=True)
     first: dict[str, differential.Failure] = {}
@@ -114,7 +181,7 @@ def _write(failures, out: Path, work: Path, do_shrink: bool) -> None:
                 print(f"wrote {path} (the whole batch)", flush=True)
             continue
         if do_shrink and f.kind != "generator":
-            small = shrink.shrink(case, differential.still_fails(f, work / name))
+            small = shrink.shrink(case, predicate(f, work / name))
         level = f"-O{f.level}" if f.level is not None else ""
         path = out / f"{f.kind}{level}-{name}.kina"
         path.write_text(differential.reproducer(f, small, case))

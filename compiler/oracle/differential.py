@@ -30,7 +30,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -249,11 +249,13 @@ class Oracle:
         return out
 
     # ---- building --------------------------------------------------------------------------
-    def _start_build(self, src: Path, so: Path, level: int) -> _Build:
+    def _start_build(self, src: Path, so: Path, level: int, sizes: Mapping[str, int] | None = None) -> _Build:
+        """`kinac build` in a child process; `sizes`: its `--size` values (none: every
+        generic function is exported dynamic)."""
         so.parent.mkdir(parents=True, exist_ok=True)
         self.stats.builds += 1
         cmd = [sys.executable, "-P", "-m", "compiler.cli", "build", str(src.resolve()), "-o", str(so.resolve()),
-               f"-O{level}"]
+               f"-O{level}", *(f"--size={k}={v}" for k, v in (sizes or {}).items())]
         env = dict(os.environ, PYTHONSAFEPATH="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                             os.environ.get("PYTHONPATH")])))
@@ -277,24 +279,25 @@ class Oracle:
         return False, f"kinac build -O{level} failed ({how}):\n{err.strip()[-4000:]}"
 
     def _finish_build(self, build: _Build, src: Path, level: int, units: list[Unit], work: Path,
-                      failures: list[Failure]) -> list[tuple[Path, list[Unit]]]:
+                      failures: list[Failure], sizes: Mapping[str, int] | None = None,
+                      kind: str = "build") -> list[tuple[Path, list[Unit]]]:
         """[(library, units in it)], bisecting the batch until every failing unit is alone."""
         ok, err = self._wait(build, level)
         if ok:
             return [(build.so, units)]
         if len(units) == 1:
-            failures.append(Failure(units[0].name, "build", level, err))
+            failures.append(Failure(units[0].name, kind, level, err))
             return []
         before = len(failures)
-        out = self._bisect(src, level, units, work, failures)
+        out = self._bisect(src, level, units, work, failures, sizes, kind)
         if len(failures) == before:   # every part builds alone: the cases interact (or the build is flaky)
-            failures.append(Failure(f"{units[0].name}..{units[-1].name}", "build", level,
+            failures.append(Failure(f"{units[0].name}..{units[-1].name}", kind, level,
                                     f"the {len(units)} cases fail to build together, but each part builds "
                                     f"alone:\n{err}", source=_module(units)))
         return out
 
-    def _bisect(self, src: Path, level: int, units: list[Unit], work: Path,
-                failures: list[Failure]) -> list[tuple[Path, list[Unit]]]:
+    def _bisect(self, src: Path, level: int, units: list[Unit], work: Path, failures: list[Failure],
+                sizes: Mapping[str, int] | None = None, kind: str = "build") -> list[tuple[Path, list[Unit]]]:
         half = len(units) // 2
         out: list[tuple[Path, list[Unit]]] = []
         for k, part in enumerate((units[:half], units[half:])):
@@ -302,8 +305,8 @@ class Oracle:
             sub.mkdir(parents=True, exist_ok=True)
             part_src = sub / "part.kina"
             part_src.write_text(_module(part))
-            out += self._finish_build(self._start_build(part_src, sub / f"O{level}" / "lib.so", level),
-                                      part_src, level, part, sub, failures)
+            out += self._finish_build(self._start_build(part_src, sub / f"O{level}" / "lib.so", level, sizes),
+                                      part_src, level, part, sub, failures, sizes, kind)
         return out
 
     # ---- running and comparing -----------------------------------------------------------
