@@ -141,7 +141,7 @@ def print_config(cfg: dict, peak_all: float | None) -> None:
     s, impls, times, errors, flops = cfg["s"], cfg["impls"], cfg["times"], cfg["errors"], cfg["flops"]
     print(f"\n== {cfg['name']}: scaled StoryLM {M.describe(s)}; {M.params(s) / 1e6:.2f} M weights; "
           f"matmul GFLOP per call: forward {flops['forward'] / 1e9:.3f}, train step {flops['train step'] / 1e9:.3f}")
-    print(f"{'implementation':<16}{'workload':<12}{'ms':>10}{'x fastest':>11}{'GFLOP/s':>9}{'% peak':>8}"
+    print(f"{'implementation':<18}{'workload':<12}{'ms':>10}{'x fastest':>11}{'GFLOP/s':>9}{'% peak':>8}"
           f"{'build s':>9}  check (max rel err vs NumPy)")
     for what in WORKLOADS:
         peer_times = [times[i.name, what] for i in impls if not i.name.startswith("kina")]
@@ -154,7 +154,7 @@ def print_config(cfg: dict, peak_all: float | None) -> None:
             build_s = f"{impl.build_s:.2f}" if impl.build_s is not None and what == WORKLOADS[0] else ""
             err = errors[impl.name, what]
             flag = "" if err <= TOLERANCE else "  MISMATCH"
-            print(f"{impl.name:<16}{what:<12}{t * 1e3:>10.3f}{ratio:>11}{gflops:>9.1f}{pct:>8}{build_s:>9}  "
+            print(f"{impl.name:<18}{what:<12}{t * 1e3:>10.3f}{ratio:>11}{gflops:>9.1f}{pct:>8}{build_s:>9}  "
                   f"{err:.1e}{flag}")
     for impl in impls:
         print(f"  {impl.name}: {impl.note}")
