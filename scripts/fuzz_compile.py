@@ -131,7 +131,7 @@ def main_dynamic(args) -> int:
     seeds = _seeds(args)
     with tempfile.TemporaryDirectory(prefix="kina-dynfuzz-") as tmp:
         oracle = dynamic_fuzz.DynamicOracle(tmp, levels=args.levels, seed=args.seed, grad=args.grad)
-        failures = dynamic_fuzz.run_seeds(oracle, seeds, config, batch=args.batch,
+        failures = differential.run_seeds(oracle, seeds, config, batch=args.batch,
                                           on_batch=lambda done, found: _progress(done, len(seeds), found, t0))
         if failures:
             _write(failures, Path(args.out), Path(tmp) / "shrink", not args.no_shrink,

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -389,7 +390,12 @@ MISMATCH_KINDS = ("mismatch", "torch", "fd")          # wrong values
 CRASH_KINDS = ("build", "crash", "reference", "generator")   # no values
 
 
-def run_seeds(oracle: Oracle, seeds: Iterable[int], config: progen.GenConfig = progen.DEFAULT, batch: int = 50,
+class BatchOracle(Protocol):
+    """What run_seeds drives: this module's Oracle, or dynamic_fuzz.DynamicOracle."""
+    def run_batch(self, named: list[tuple[str, Case]]) -> list[Failure]: ...
+
+
+def run_seeds(oracle: BatchOracle, seeds: Iterable[int], config: progen.GenConfig = progen.DEFAULT, batch: int = 50,
               on_batch: Callable[[int, list[Failure]], None] | None = None) -> list[Failure]:
     """Generate a case per seed and check them `batch` cases per library."""
     seeds = list(seeds)

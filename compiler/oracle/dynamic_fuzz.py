@@ -35,7 +35,6 @@ from compiler.core.diagnostics import Diagnostic
 from compiler.ir import nodes as ir
 from compiler.oracle import differential, dynamic_sizes, interp, tolerance, validate
 from compiler.oracle.differential import Failure, Unit
-from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.case import Case
 from compiler.oracle.progen.generic import NAMES
 from compiler.oracle.progen.render import type_text, used_generics
@@ -302,20 +301,6 @@ def _run_label(name: str, run: _Run) -> str:
 
 
 # ---- runs ----------------------------------------------------------------------------------
-def run_seeds(oracle: DynamicOracle, seeds: Iterable[int], config: progen.GenConfig, batch: int = 20,
-              on_batch: Callable[[int, list[Failure]], None] | None = None) -> list[Failure]:
-    """Generate a case per seed and check the generic ones `batch` per library."""
-    seeds = list(seeds)
-    failures: list[Failure] = []
-    for k in range(0, len(seeds), batch):
-        named = [(f"c{s}", progen.generate(s, config)) for s in seeds[k:k + batch]]
-        found = oracle.run_batch(named)
-        failures += found
-        if on_batch is not None:
-            on_batch(k + len(named), found)
-    return failures
-
-
 def still_fails(failure: Failure, work_dir: Path, seed: int = 0, grad: bool = False) -> Callable[[Case], bool]:
     """A predicate for compiler/oracle/shrink.py: does a case still fail the way `failure` did
     (the same kind at the same level; the sizes are the same, drawn from its name)?"""
