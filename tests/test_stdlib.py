@@ -1,10 +1,11 @@
 """The standard library (compiler/std/*.kina, docs/stdlib.md): every public function is
-size-generic and documented, `kinac validate` passes each file at -O0 (every export against
-the interpreter at three size assignments), and each function computes what the PyTorch
+size-generic and documented, `kinac validate` passes each file (every export against the
+interpreter at three size assignments), and each function computes what the PyTorch
 function its doc comment names computes (float64), at two size assignments, with its
 gradients (d sum(f(..) * c) / d every input, through the gradient entries of
-tests/fixtures/stdlib/).  One dynamic -O0 build per module (module-scoped): the module's
-text followed by its gradient entries, until `import` lets a test file import it."""
+tests/fixtures/stdlib/).  One dynamic build per module (module-scoped) at the suite's -O
+level (KINA_OPT_LEVEL: -O0, then -O2 in `make test`'s second pass): the module's text
+followed by its gradient entries, until `import` lets a test file import it."""
 from __future__ import annotations
 
 import functools
@@ -57,7 +58,8 @@ def _gen_docs():
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    """lib(module): the module and its gradient entries built once, dynamic, at -O0."""
+    """lib(module): the module and its gradient entries built once, dynamic, at the suite's
+    level (KINA_OPT_LEVEL: -O0 in the first pass of `make test`, -O2 in the second)."""
     libs: dict[str, runtime.Library] = {}
 
     def get(module: str) -> runtime.Library:
@@ -66,7 +68,7 @@ def lib(tmp_path_factory):
             text = (STD / f"{module}.kina").read_text() + ("\n" + grads.read_text() if grads.exists() else "")
             out = tmp_path_factory.mktemp(f"std_{module}")
             (out / f"{module}.kina").write_text(text)
-            res = build.build_file(out / f"{module}.kina", out / f"{module}.so", opt_level=0)
+            res = build.build_file(out / f"{module}.kina", out / f"{module}.so")     # KINA_OPT_LEVEL
             assert res.ok, "\n".join(res.source.render(d) for d in res.diagnostics)
             libs[module] = runtime.load(res.so_path)
         return libs[module]
@@ -96,8 +98,8 @@ def test_every_public_function_is_generic_documented_and_tested(module):
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_validate_passes_at_O0(module):
-    report = validate.validate_file(STD / f"{module}.kina", opt_level=0)
+def test_validate_passes(module):
+    report = validate.validate_file(STD / f"{module}.kina")     # at KINA_OPT_LEVEL, like the build
     assert report.build.ok, [report.build.source.render(d) for d in report.build.diagnostics]
     assert report.ok, validate.format_report(report)
     assert len(report.functions) >= 3 * (len(_gen_docs().functions((STD / f"{module}.kina").read_text())) - 1)
