@@ -21,7 +21,7 @@ from stdlib_cases import CASES, f32
 
 from compiler import build
 from compiler.analysis import analyze
-from compiler.oracle import validate
+from compiler.oracle import interp, validate
 from compiler.runtime import library as runtime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,6 +281,8 @@ def test_dropout_is_f_dropout(lib, m, n, p):
     x, c, pp = f32(rng, m, n), f32(rng, m, n), np.array([[p]], np.float32)
     out = fns.dropout(KEY, x, pp)
     keep = out != 0
+    src = f"fn mask(key: Tensor[I64, [2]]) -> Tensor[Bool, [{m}, {n}]] {{ bernoulli(key, {1 - p}, shape=[{m}, {n}]) }}"
+    np.testing.assert_array_equal(keep, interp.run_function(analyze(src, "mask.kina").program, "mask", [KEY]))
     torch.manual_seed(m)
     torch_keep = torch.nn.functional.dropout(torch.ones(m, n, dtype=torch.float64), p) != 0
     sigma = np.sqrt(p * (1 - p) / x.size)
