@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import stdlib_cases
 from stdlib_cases import CASES, f32
 
 from compiler import build
@@ -353,3 +354,46 @@ def test_inits_draw_from_torch_nn_init_distributions(lib, m, n):
     assert w.shape == (m, n) and b.shape == (n,) and np.abs(np.concatenate([w.ravel(), b])).max() <= 1 / np.sqrt(m)
     assert ks_distance(w, layer.weight.detach().numpy()) < ks_bound(w.size, w.size)
     assert ks_distance(b, layer.bias.detach().numpy()) < ks_bound(n, n)
+
+
+# ---- the modules together: a model made of them trains -----------------------------------------
+GPT = {"B": 2, "T": 3, "H": 2, "E": 2, "V": 7}
+
+
+def test_std_functions_compose_into_a_model_that_trains():
+    """tests/fixtures/stdlib/tiny_gpt.kina: a GPT block of nn functions scored by
+    losses.cross_entropy, differentiated in one handle, its embedding updated by
+    optim.clip_grad_norm and optim.sgd: the interpreter's step (float64) is PyTorch's
+    (autograd, clip_grad_norm_, SGD), and five steps lower the loss."""
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    text = "\n".join((STD / f"{m}.kina").read_text() for m in ("nn", "losses", "optim"))
+    program, diags = analyze(text + (FIXTURES / "tiny_gpt.kina").read_text(), "tiny_gpt.kina").program_for(
+        GPT, want_dynamic=False)
+    assert not diags, diags
+    s, d, rng = GPT, GPT["H"] * GPT["E"], np.random.default_rng(5)
+    ids, targets = rng.integers(0, s["V"], (s["B"], s["T"])), rng.integers(0, s["V"], (s["B"] * s["T"], 1))
+    shapes = [(s["V"], d), (s["T"], d), (d,), (d,), *[(d, d)] * 4, (d,), (d, 2 * d), (d, 2 * d), (2 * d, d), (d,)]
+    weights = [1 + 0.1 * rng.standard_normal(sh) if i in (2, 12) else 0.5 * rng.standard_normal(sh)
+               for i, sh in enumerate(shapes)]
+    p = [torch.tensor(w, requires_grad=True) for w in weights]
+    wte, wpe, ln_g, ln_b, wq, wk, wv, wo, b, wg, wu, wd, rms_g = p
+    x = (wte[torch.tensor(ids)] + wpe).reshape(-1, d)
+    h = x + stdlib_cases._mha(torch, s, F.layer_norm(x, (d,), ln_g, ln_b, eps=1e-5), wq, b, wk, b, wv, b, wo, b)
+    n2 = F.rms_norm(h, (d,), rms_g, eps=1e-6)
+    loss = F.cross_entropy((h + (F.silu(n2 @ wg) * (n2 @ wu)) @ wd) @ wte.T, torch.tensor(targets[:, 0]))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([wte], 1.0)
+    torch.optim.SGD([wte], lr=0.5, momentum=0.9).step()
+    buf = np.zeros(s["V"] * d)
+    got_loss, got_wte, buf = interp.run_function(program, "tiny_gpt_step", [ids, targets, *weights, buf],
+                                                 dtype=np.float64)
+    close(got_loss, loss.detach().numpy().reshape(1, 1), "loss", 1e-10, 1e-12)
+    close(got_wte, wte.detach().numpy(), "the embedding after one step", 1e-10, 1e-12)
+    losses = [got_loss.item()]
+    for _ in range(4):
+        weights[0] = got_wte
+        got_loss, got_wte, buf = interp.run_function(program, "tiny_gpt_step", [ids, targets, *weights, buf],
+                                                     dtype=np.float64)
+        losses.append(got_loss.item())
+    assert losses[-1] < losses[0] - 0.1, losses
