@@ -36,9 +36,10 @@ Layers, losses, optimisers and random helpers written in Kina, shipped with the 
 (docs/language.md §4.1): one definition serves every size a caller uses, and a library
 built without `--size` exports it for every size (docs/compiling.md, "Dynamic sizes").
 The functions meant to be differentiated follow reverseMode's rules (docs/language.md
-§8), so `handle f(..) with reverseMode` works on them. Each was tested against the
+§8), so `handle f(..) with reverseMode` works on them. Each is tested against the
 PyTorch function its doc names, at two size assignments, with its gradients
-(tests/test_stdlib.py).
+(tests/test_stdlib.py); the random helpers against the distributions PyTorch draws from
+(the bits differ: another generator).
 
 Until `import` lands, use a module by building it (`kinac build compiler/std/nn.kina`,
 then `lib.linear(x, w, b)` from Python) or by copying its functions into a file.
