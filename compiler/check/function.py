@@ -212,6 +212,7 @@ def _check_pair_let(ck: ExprChecker, let: syntax.Let) -> list[ir.Binding] | None
     hidden let first), the index op adds no diagnostics and no hover facts of its own
     beyond its name; None when the let is not of this form (then it is checked as usual)."""
     call = let.value
+    index_call: syntax.Expr
     if isinstance(call, syntax.MethodCall) and call.method in _PAIRS:
         receiver, index_call = call.receiver, replace(call, method=_PAIRS[call.method])
     elif (isinstance(call, syntax.Call) and call.func in _PAIRS and call.func not in ck.signatures
