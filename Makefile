@@ -12,7 +12,7 @@ TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
         validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
-        vscode-e2e goldens docs lint bench bench-deps bench-scaled bench-build clean train-ddp vocab-parallel check-ddp
+        validate-sample validate-dropout validate-init vscode-e2e goldens docs lint bench bench-deps bench-scaled bench-build clean train-ddp vocab-parallel check-ddp
 
 # A fresh .venv takes about 2.5 GB (the MLIR/LLVM wheels, PyTorch) plus pip's unpacking
 # room; on a fuller disk the installs fail half-way and later steps crash without saying why.
@@ -41,7 +41,8 @@ demo: setup validate
 	$(PY) scripts/train_storylm0.py
 
 validate: validate-decoder-ad validate-mean-nll validate-tp-vocab \
-          validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy
+          validate-mlp-classifier validate-decoder-block validate-adamw validate-greedy \
+          validate-sample validate-dropout validate-init
 validate-decoder-ad: setup
 	$(PY) scripts/validate_decoder_ad.py
 validate-mean-nll: setup
@@ -57,6 +58,13 @@ validate-adamw: setup
 	$(PY) scripts/validate_adamw.py
 validate-greedy: setup
 	$(PY) scripts/validate_greedy.py
+# The random examples (issue 26), each at -O0 and -O2, seconds each: sampling, dropout, init.
+validate-sample: setup
+	$(PY) scripts/validate_random.py sample
+validate-dropout: setup
+	$(PY) scripts/validate_random.py dropout
+validate-init: setup
+	$(PY) scripts/validate_random.py init
 
 # StoryLM-0 on NPROC processes through torch.distributed (gloo; needs the optional PyTorch):
 # data-parallel training (the demo's losses, compared with one process), the tensor-parallel

@@ -42,6 +42,10 @@ validate-decoder-block: (make "validate-decoder-block")
 validate-adamw: (make "validate-adamw")
 # greedy decoding of StoryLM-0 with argmax in Kina against the demo's host loop
 validate-greedy: (make "validate-greedy")
+# The random examples (issue 26): sampling, dropout, init at -O0 and -O2
+validate-sample: (make "validate-sample")
+validate-dropout: (make "validate-dropout")
+validate-init: (make "validate-init")
 # StoryLM-0 data-parallel training on NPROC processes (torch.distributed)
 train-ddp: (make "train-ddp")
 # tensor-parallel logits and the vocab-parallel step on NPROC processes

@@ -4,7 +4,9 @@
 - `train_numpy` / `train_torch`: SGD on window k % N at step k (storylm_data's
   `corpus_windows`), in float32 NumPy (storylm_numpy's `sgd_step`) or PyTorch eager;
 - `CompiledTrainer` runs `train_step` of examples/storylm.kina (StoryLM-0's sizes) from a
-  compiled library with preallocated weight buffers, and decodes greedily.
+  compiled library with preallocated weight buffers, decodes greedily, and samples
+  (`sample_next`: temperature, top-k, top-p); `kina_init` draws starting weights with the
+  library's `init`.
 
 Builds on storylm_data and storylm_numpy.  Used by train_storylm0.py, _dist_lm.py,
 validate_greedy.py, benchmarks/bench_train.py, tests/test_training.py and
@@ -20,6 +22,7 @@ from storylm_data import (
     D,
     H,
     T,
+    V,
     attention_scale,
     causal_mask,
     corpus_windows,
@@ -67,6 +70,13 @@ def train_torch(torch, steps: int, lr: float, weights: dict | None = None) -> tu
                 params[n] -= lr * g
         losses.append(float(loss.detach()))
     return losses, {k: t.detach().numpy() for k, t in params.items()}
+
+
+def kina_init(lib, key=(0, 26)) -> dict[str, np.ndarray]:
+    """StoryLM-0's starting weights drawn in Kina: `init` of examples/storylm.kina (normals
+    scaled by 1/sqrt(D), one split key per weight), the same bits at every opt level."""
+    sizes = {"H": H, "DH": DH, "V": V} if getattr(lib.init, "sizes", ()) else {}
+    return dict(zip(TRAINABLE, lib.init(np.array(key, np.int64), **sizes)))
 
 
 class CompiledTrainer:
@@ -118,6 +128,21 @@ class CompiledTrainer:
             logits = self.lib.forward(ids, self.w["emb"], *self.consts, self.w["wq"], self.w["wk"],
                                            self.w["wv"], self.w["wo"], self.w["lm_head"], **self.sizes)
             toks.append(int(np.argmax(logits[0, -1])))
+        return np.array(toks, dtype=np.int64)
+
+    def sample(self, prompt: np.ndarray, n_new: int, key, temperature: float = 1.0, top_k: int = 4,
+               top_p: float = 0.9) -> np.ndarray:
+        """Append n_new tokens drawn by `sample_next` (temperature, top-k, top-p): one library
+        call per token, step k drawing with random_fold_in(key, k) inside the library."""
+        toks = list(prompt.reshape(-1))
+        knobs = (np.full((1, 1), 1.0 / temperature, np.float32), np.full((1, 1), top_k, np.int64),
+                 np.full((1, 1), top_p, np.float32))
+        w, key = self.w, np.asarray(key, np.int64)
+        for k in range(n_new):
+            ids = np.array([toks[-T:]], dtype=np.int64)
+            nxt = self.lib.sample_next(ids, w["emb"], *self.consts, w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"],
+                                       key, np.array(k, np.int64), *knobs, **self.sizes)
+            toks.append(int(nxt[0, 0]))
         return np.array(toks, dtype=np.int64)
 
     def greedy_growing(self, prompt: np.ndarray, n_new: int) -> np.ndarray:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import _dist_lm as L  # noqa: E402
 from report import compile_example  # noqa: E402
 from storylm_data import PROMPT, STORYLM, causal_mask  # noqa: E402
-from storylm_train import DEMO_LR, CompiledTrainer  # noqa: E402
+from storylm_train import DEMO_LR, CompiledTrainer, kina_init  # noqa: E402
 
 STEPS = 56    # two epochs of the story
 
@@ -91,3 +91,46 @@ def test_wrong_sizes_name_both_sources(dynamic):
         dynamic.train_step(*args)
     with pytest.raises(KinaArgumentError, match="H"):
         dynamic.train_step(*args, H=3)        # 3 does not divide D = 4
+
+
+def test_training_from_kina_initialised_weights(dynamic):
+    """init (normals drawn in Kina, tests/test_storylm_init.py) gives weights the same
+    library trains: the loss falls over two epochs."""
+    start = kina_init(dynamic, (0, 26))
+    losses = CompiledTrainer(dynamic, DEMO_LR, start).train(STEPS)
+    assert np.mean(losses[-28:]) < 0.8 * np.mean(losses[:28])
+
+
+def _kept(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> set[int]:
+    """The tokens sample_next may draw, by the host: the top k of logits / temperature, then
+    the prefix of them whose softmax probability before each is below top_p."""
+    scaled = logits.astype(np.float64) / temperature
+    order = np.argsort(-scaled, kind="stable")[:top_k]
+    p = np.exp(scaled[order] - scaled[order].max())
+    p /= p.sum()
+    return {int(t) for t in order[(np.cumsum(p) - p) < top_p]}
+
+
+def test_sampling_continuations_from_the_trained_weights(dynamic):
+    """sample_next over StoryLM-0 trained from examples/storylm0_weights.npz: one library call
+    per token; top-k 1 is greedy decoding, each draw is a kept token, a key gives the same
+    continuation twice and the interpreter draws the same tokens."""
+    trainer = CompiledTrainer(dynamic, DEMO_LR)
+    trainer.train(4 * 28)
+    np.testing.assert_array_equal(trainer.sample(PROMPT, 6, (0, 1), top_k=1), trainer.greedy(PROMPT, 6))
+    toks = trainer.sample(PROMPT, 8, (0, 26), temperature=1.5, top_k=4, top_p=0.9)
+    np.testing.assert_array_equal(toks, trainer.sample(PROMPT, 8, (0, 26), temperature=1.5, top_k=4, top_p=0.9))
+    w = trainer.w
+    weights = [w["emb"], *trainer.consts, w["wq"], w["wk"], w["wv"], w["wo"], w["lm_head"]]
+    program, _ = analyze(STORYLM.read_text(), str(STORYLM)).program_for(
+        {"B": 1, "T": 4, "H": 2, "DH": 2, "V": 8}, want_dynamic=False)
+    knobs = [np.full((1, 1), 1 / 1.5, np.float32), np.full((1, 1), 4, np.int64), np.full((1, 1), 0.9, np.float32)]
+    for k in range(8):
+        ids = toks[None, k:k + 4]
+        logits = dynamic.forward(ids, *weights, H=2)[0, -1]
+        assert int(toks[k + 4]) in _kept(logits, 1.5, 4, 0.9), (k, logits, toks)
+        if k < 3:
+            args = [ids, *weights, np.array([0, 26], np.int64), np.array(k, np.int64), *knobs]
+            assert int(interp.run_function(program, "sample_next", args)[0, 0]) == toks[k + 4]
+    draws = {tuple(trainer.sample(PROMPT, 8, (0, s), temperature=1.5)) for s in range(4)}
+    assert len(draws) > 1                                           # the key matters

@@ -13,6 +13,7 @@ from compiler.oracle.interp import run_function
 from compiler.runtime import library as runtime
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "storylm0_sample.kina"
+pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
 ROWS = 20_000
 LOGITS = np.array([2.0, 0.5, 1.5, -1.0, 1.8, 0.0, 1.0, -2.0], np.float32)
 TEMPERATURE, TOP_P = 0.8, 0.9

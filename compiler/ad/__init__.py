@@ -10,8 +10,9 @@ Public entry points (other packages import only these):
   check_differentiable(program, fn) -> diagnostics (the reverseMode restrictions)
   VJPS            the VJP table (one row per op of compiler.ir.ops.OPS)
 
-Inside: transform (the pass: inlining, the backward sweep, ScatterAdd), vjp (the rows and
-the Builder that emits the backward graph's single-op lets).
+Inside: transform (the pass: inlining, the backward sweep, ScatterAdd), vjp (the rows),
+vjp_elementwise / vjp_layout / vjp_scan (their rules by op family), builder (the Builder
+that emits the backward graph's single-op lets, and the VJP row type).
 """
 from compiler.ad.transform import check_differentiable, lower_handles, transform_ad
 from compiler.ad.vjp import VJPS

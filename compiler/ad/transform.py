@@ -29,7 +29,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from compiler.ad.vjp import VJP, VJPS, Builder, user_name
+from compiler.ad.builder import VJP, Builder, user_name
+from compiler.ad.vjp import VJPS
 from compiler.core.diagnostics import Diagnostic, Fix, Note, Span
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir

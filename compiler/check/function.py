@@ -20,7 +20,7 @@ The analysis (analysis.py) codes against exactly this API:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 from compiler.check.expr import WILDCARD, ExprChecker, TypeFact
@@ -29,7 +29,7 @@ from compiler.check.sizes import size_evaluator
 from compiler.check.type_exprs import ERROR, ErrorType, Signature, is_error, resolve_type
 from compiler.core.diagnostics import Diagnostic, DiagnosticBag, Note, Span
 from compiler.core.sizes import Dim, Size, instance_name
-from compiler.core.types import TensorType, TupleType, Type
+from compiler.core.types import DType, TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import SURFACE_OPS, OpDef
 from compiler.syntax import nodes as syntax
@@ -139,9 +139,9 @@ def check_function(fn: syntax.FnDef, signatures: dict[str, Signature],
     params = _bind_params(ck, fn, sig)
     lets, body = [], fn.body
     while isinstance(body, syntax.Let):
-        binding = _check_let(ck, body)
+        bindings = _check_pair_let(ck, body) or [_check_let(ck, body)]
         lets += ck.hoisted()         # a long flat chain's segments, bound before their use
-        lets.append(binding)
+        lets += bindings
         body = body.body
     result = ck.expect(body, sig.ret, f"as the result of `{fn.name}`")
     lets += ck.hoisted()
@@ -198,6 +198,46 @@ def _check_let(ck: ExprChecker, let: syntax.Let) -> ir.Binding:
         ck.env[n.id], ck.def_spans[n.id] = t, n.span
         ck.fact(n.span, t, "let", n.id)
     return ir.Binding(names, value, let.destructure, let.span, [n.span for n in let.names])
+
+
+# `let (values, indices) = x.topk(k) in` (or x.sort(..)): PyTorch's pair, as the values op
+# and its index op with the same operand and attributes.
+_PAIRS = {"topk": "argtopk", "sort": "argsort"}
+
+
+def _check_pair_let(ck: ExprChecker, let: syntax.Let) -> list[ir.Binding] | None:
+    """`let (v, i) = x.topk(k, ..) in` / `x.sort(..)` (or `topk(x, k)`): two plain lets,
+    `v = x.topk(..)` and `i = x.argtopk(..)` (argsort for sort), so that the values stay an
+    op a differentiated function can take.  x is checked once (a non-name is bound to a
+    hidden let first), the index op adds no diagnostics and no hover facts of its own
+    beyond its name; None when the let is not of this form (then it is checked as usual)."""
+    call = let.value
+    index_call: syntax.Expr
+    if isinstance(call, syntax.MethodCall) and call.method in _PAIRS:
+        receiver, index_call = call.receiver, replace(call, method=_PAIRS[call.method])
+    elif (isinstance(call, syntax.Call) and call.func in _PAIRS and call.func not in ck.signatures
+          and call.args):
+        receiver, index_call = call.args[0], replace(call, func=_PAIRS[call.func])
+    else:
+        return None
+    if not (let.destructure and len(let.names) == 2):
+        return None
+    if not isinstance(receiver, syntax.Name):
+        ck._settle(receiver)         # checked once, bound to `chain.N`, reused by both ops
+    values = _check_let(ck, syntax.Let(let.names[:1], False, call, let.body, let.span))
+    name = let.names[1]
+    if is_error(values.value.type):  # reported once, by the values op; the indices are ERROR
+        if name.id != WILDCARD and name.id not in ck.env:
+            ck.env[name.id], ck.def_spans[name.id] = ERROR, name.span
+        return [values]
+    if name.id == WILDCARD:          # `let (v, _) = ..`: no index op
+        if isinstance(values.value.type, TensorType):
+            ck.fact(name.span, values.value.type.with_dtype(DType.I64), "let", name.id)
+        return [values]
+    seen = len(ck.facts)
+    indices = _check_let(ck, syntax.Let((name,), False, index_call, let.body, let.span))
+    ck.facts[seen:] = [f for f in ck.facts[seen:] if f.span == name.span]
+    return [values, indices]
 
 
 def _destructure(ck: ExprChecker, let: syntax.Let, t: Type | ErrorType) -> list[Type | ErrorType]:

@@ -333,14 +333,16 @@ _LAST = AttrSpec("axis", "axis", default=-1)
 _DESCENDING = AttrSpec("descending", "enum", ("false", "true"), default="false")
 _row(OpDef("sort", _named(infer_sort, "sort"), "x.sort(axis=-1, descending=false) : T, x floating",
            "x's values along axis i in order, stable (ties keep their index order; NaN counts as largest); "
-           "its VJP scatters g back through argsort", attrs=(_LAST, _DESCENDING)))
+           "its VJP scatters g back through argsort; `let (v, i) = x.sort(..) in` binds the values and "
+           "argsort's indices", attrs=(_LAST, _DESCENDING)))
 _row(OpDef("argsort", _named(infer_sort, "argsort"),
            "x.argsort(axis=-1, descending=false) : Tensor[I64, x.shape], x floating",
            "the positions that sort x along axis i (stable, as torch.sort(stable=True)'s indices); no cotangent",
            attrs=(_LAST, _DESCENDING)))
 _row(OpDef("topk", _named(infer_topk, "topk"), "x.topk(k, axis=-1) : x with dim i = k, 1 <= k <= dim",
            "the k largest values along axis i, largest first (ties: lower index first); its VJP scatters "
-           "g back through argtopk", attrs=(AttrSpec("k", "int", positional=True), _LAST)))
+           "g back through argtopk; `let (v, i) = x.topk(k) in` binds the values and argtopk's indices",
+           attrs=(AttrSpec("k", "int", positional=True), _LAST)))
 _row(OpDef("argtopk", _named(infer_topk, "argtopk"), "x.argtopk(k, axis=-1) : Tensor[I64, x.shape with dim i = k]",
            "the positions of topk's values along axis i; no cotangent",
            attrs=(AttrSpec("k", "int", positional=True), _LAST)))

@@ -19,6 +19,14 @@ ERFINV_SMALL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
                 -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
 ERFINV_LARGE = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
                 -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+# log1p of the normal's erfinv, in f32 adds, multiplies and a divide only (no libm: the
+# interpreter and every opt level compute the same bits): Cephes' logf on u = 1 + y,
+# u = m 2^e with m in [sqrt(1/2), sqrt(2)), log(1 + t) ~ t - t^2/2 + t^3 P(t), e ln 2 in
+# two parts; then Kahan's correction log1p(y) = log(u) * y / (u - 1) (y itself where u == 1).
+LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+            -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+LOG_SQRTHF = 0.707106781186547524
+LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4
 # uniform's lower bounds for normal (the float after -1) and for gumbel (the smallest normal f32)
 NORMAL_LO = -0.9999999403953552
 TINY = 1.1754943508222875e-38

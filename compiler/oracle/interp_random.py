@@ -13,8 +13,9 @@ uint32 key data).  With y(key, i) = threefry2x32(key, (0, i)) (20 rounds):
   categorical(key, logits)  = argmax(logits + gumbel), gumbel = -log(-log(u)), u uniform in
                               [tiny, 1) of logits' shape (jax.random.categorical; keeps the axis)
 The compiled lowering (compiler/backend/emit/ops_random.py) computes the same integer
-steps, so bits, uniforms and Bernoulli draws are identical everywhere; the normal and
-Gumbel values go through log1p / log and may differ from them in the last bit.
+steps, so bits, uniforms, Bernoulli draws and normals (whose log1p is computed from
+adds, multiplies and a divide, not libm's) are identical everywhere; the Gumbel values
+go through libm's log and may differ in the last bit (the argmax they feed rarely does).
 """
 from __future__ import annotations
 
@@ -23,7 +24,19 @@ import math
 import numpy as np
 
 from compiler.core.types import Attrs, DType, TensorType
-from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY, uniform_bits
+from compiler.ir.random_rules import (
+    ERFINV_LARGE,
+    ERFINV_SMALL,
+    LN2_HI,
+    LN2_LO,
+    LOG_POLY,
+    LOG_SQRTHF,
+    NORMAL_LO,
+    PARITY,
+    ROTATIONS,
+    TINY,
+    uniform_bits,
+)
 from compiler.runtime.arrays import Array
 
 _MASK = np.uint64(0xFFFFFFFF)
@@ -83,10 +96,35 @@ def uniform_in(key: Array, shape: tuple[int, ...], dtype: DType) -> Array:
     return out
 
 
+def log1p(y: Array) -> Array:
+    """float32 log1p from adds, multiplies and one divide (random_rules.LOG_POLY), step for
+    step as the lowering's, so normals have the same bits everywhere (libm's log1pf and
+    NumPy's differ in the last bit).  For y > -1 (u = 1 + y a normal float)."""
+    f = np.float32
+    y = y.astype(f)
+    u = y + f(1.0)
+    bits = u.view(np.int32)
+    m = ((bits & np.int32(0x007FFFFF)) | np.int32(0x3F000000)).view(f)    # u = m 2^e, m in [1/2, 1)
+    low = m < f(LOG_SQRTHF)
+    e = ((bits >> np.int32(23)) - np.int32(126) - low.astype(np.int32)).astype(f)
+    t = np.where(low, m + m, m) - f(1.0)
+    z = t * t
+    p = np.full_like(t, f(LOG_POLY[0]))
+    for c in LOG_POLY[1:]:
+        p = p * t + f(c)
+    r = p * t * z
+    r = r + e * f(LN2_LO)
+    r = r + z * f(-0.5)
+    log_u = t + r + e * f(LN2_HI)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: Array = np.where(u == f(1.0), y, log_u * (y / (u - f(1.0)))).astype(f)
+    return out
+
+
 def erfinv(x: Array) -> Array:
-    """XLA's float32 erf_inv."""
+    """XLA's float32 erf_inv (its log1p: log1p above)."""
     x = x.astype(np.float32)
-    w = -np.log1p(-x * x)
+    w = -log1p(-x * x)
     small = w < np.float32(5.0)
     w = np.where(small, w - np.float32(2.5), np.sqrt(w) - np.float32(3.0)).astype(np.float32)
     p = np.where(small, np.float32(ERFINV_SMALL[0]), np.float32(ERFINV_LARGE[0])).astype(np.float32)

@@ -2,8 +2,8 @@
 linalg.generic bodies, each element computed from (key, its flat index) alone, so the
 loops need no state and any tiling or threading of them draws the same bits.  The steps
 are compiler/oracle/interp_random.py's (JAX's derivation), integer for integer; the
-uniform's float steps are the same f32 operations, so bits, uniforms and Bernoulli draws
-equal the interpreter's bit for bit.  emit_ops.LOWERINGS takes these rows from
+uniform's and the normal's float steps are the same f32 operations (log1p included: no
+libm), so bits, uniforms, Bernoulli draws and normals equal the interpreter's bit for bit.  emit_ops.LOWERINGS takes these rows from
 RANDOM_LOWERINGS.
 """
 from __future__ import annotations
@@ -17,7 +17,19 @@ from compiler.backend.emit.ops_ext import EXT_LOWERINGS
 from compiler.core.types import DType, TensorType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
-from compiler.ir.random_rules import ERFINV_LARGE, ERFINV_SMALL, NORMAL_LO, PARITY, ROTATIONS, TINY, uniform_bits
+from compiler.ir.random_rules import (
+    ERFINV_LARGE,
+    ERFINV_SMALL,
+    LN2_HI,
+    LN2_LO,
+    LOG_POLY,
+    LOG_SQRTHF,
+    NORMAL_LO,
+    PARITY,
+    ROTATIONS,
+    TINY,
+    uniform_bits,
+)
 
 _F = COMPUTE
 
@@ -92,11 +104,40 @@ def _uniform_in(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], dtype
     return em.op(f"arith.mulf {m}, {_f(em, 2.0 ** -nmant)} : {_F}")
 
 
+def _fop(em: FnEmitter, op: str, a: str, b: str) -> str:
+    return em.op(f"arith.{op} {a}, {b} : {_F}")
+
+
+def _log1p(em: FnEmitter, y: str) -> str:
+    """f32 log1p from adds, multiplies and one divide, operation for operation as
+    interp_random.log1p (not math.log1p: libm's and NumPy's differ in the last bit)."""
+    u = _fop(em, "addf", y, _f(em, 1.0))
+    bits = em.op(f"arith.bitcast {u} : {_F} to i32")
+    m = em.op(f"arith.bitcast {_i(em, 'ori', _i(em, 'andi', bits, _c(em, 0x007FFFFF)), _c(em, 0x3F000000))}"
+              f" : i32 to {_F}")
+    low = em.op(f"arith.cmpf olt, {m}, {_f(em, LOG_SQRTHF)} : {_F}")
+    e_int = _i(em, "subi", _i(em, "subi", _i(em, "shrsi", bits, _c(em, 23)), _c(em, 126)),
+               em.op(f"arith.extui {low} : i1 to i32"))
+    e = em.op(f"arith.sitofp {e_int} : i32 to {_F}")
+    t = _fop(em, "subf", em.op(f"arith.select {low}, {_fop(em, 'addf', m, m)}, {m} : {_F}"), _f(em, 1.0))
+    z = _fop(em, "mulf", t, t)
+    p = _f(em, LOG_POLY[0])
+    for c in LOG_POLY[1:]:
+        p = _fop(em, "addf", _fop(em, "mulf", p, t), _f(em, c))
+    r = _fop(em, "mulf", _fop(em, "mulf", p, t), z)
+    r = _fop(em, "addf", r, _fop(em, "mulf", e, _f(em, LN2_LO)))
+    r = _fop(em, "addf", r, _fop(em, "mulf", z, _f(em, -0.5)))
+    log_u = _fop(em, "addf", _fop(em, "addf", t, r), _fop(em, "mulf", e, _f(em, LN2_HI)))
+    corrected = _fop(em, "mulf", log_u, _fop(em, "divf", y, _fop(em, "subf", u, _f(em, 1.0))))
+    one = em.op(f"arith.cmpf oeq, {u}, {_f(em, 1.0)} : {_F}")
+    return em.op(f"arith.select {one}, {y}, {corrected} : {_F}")
+
+
 def _erfinv(em: FnEmitter, x: str) -> str:
     """XLA's float erf_inv, operation for operation as interp_random.erfinv."""
     sq = em.op(f"arith.mulf {x}, {x} : {_F}")
     neg_sq = em.op(f"arith.negf {sq} : {_F}")
-    w = em.op(f"arith.negf {em.op(f'math.log1p {neg_sq} : {_F}')} : {_F}")
+    w = em.op(f"arith.negf {_log1p(em, neg_sq)} : {_F}")
     small = em.op(f"arith.cmpf olt, {w}, {_f(em, 5.0)} : {_F}")
     w_small = em.op(f"arith.subf {w}, {_f(em, 2.5)} : {_F}")
     w_large = em.op(f"arith.subf {em.op(f'math.sqrt {w} : {_F}')}, {_f(em, 3.0)} : {_F}")
