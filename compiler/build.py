@@ -72,6 +72,9 @@ class BuildResult:
     manifest: Manifest | None = None
     cached: bool = False                   # the library came from the build cache
     sizes: dict[str, int] = field(default_factory=dict)   # `--size` values the generic exports are bound to
+    # the diagnostics of imported modules with errors, each with its source (printed after the file's own)
+    imported: list[tuple[SourceText, list[Diagnostic]]] = field(default_factory=list)
+    files: list[tuple[str, str]] = field(default_factory=list)   # (path, text) of every file built from
 
 
 # ---- manifest and header --------------------------------------------------------------
@@ -225,7 +228,9 @@ def front_end(text: str, path: str, timings: dict[str, float], result: BuildResu
     # reports exactly their diagnostics (parse, types, reverseMode restrictions).
     snap = _timed(timings, "parse+check", analysis.analyze, text, path)
     result.diagnostics += snap.diagnostics
+    result.files = [(m.path, m.text) for m in snap.closure()]
     if _errors(snap.diagnostics):
+        result.imported = snap.imported_errors()
         return None
     program, diags = _timed(timings, "parse+check", snap.program_for, dict(sizes or {}))
     result.diagnostics += diags
@@ -414,6 +419,9 @@ def print_diagnostics(result: BuildResult, stream: TextIO = sys.stderr) -> None:
     source = result.source or SourceText("", "<input>")
     for d in result.diagnostics:
         print(source.render(d), file=stream)
+    for module, diags in result.imported:
+        for d in diags:
+            print(module.render(d), file=stream)
 
 
 def _opt(args: argparse.Namespace) -> int:
