@@ -229,3 +229,29 @@ def _missing(decl: ImportDecl, tried: list[str]) -> Diagnostic:
     notes = (Note("$KINA_PATH adds folders to search (separated by `" + os.pathsep + "`)"),)
     return Diagnostic("import", f"no module `{decl.module}`: looked for {decl.module}.kina in "
                       + ", ".join(where) + " and the standard library", decl.target_span, notes)
+
+
+def import_closure(path: str, text: str, read: Callable[[str], str | None] = read_file,
+                   kina_path: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(path, text) of the file and of every file it imports, directly or not, each once,
+    without analysing any (the build cache's hint; files that cannot be found are left out)."""
+    dirs = search.kina_path_dirs() if kina_path is None else list(kina_path)
+    texts: dict[str, str | None] = {_key(path): text}
+
+    def cached(p: str) -> str | None:
+        if p not in texts:
+            texts[p] = read(p)
+        return texts[p]
+    out: list[tuple[str, str]] = []
+    todo = [_key(path)]
+    seen: set[str] = set()
+    while todo:
+        here = todo.pop(0)
+        body = cached(here)
+        if here in seen or body is None:
+            continue
+        seen.add(here)
+        out.append((here, body))
+        decls, _, _ = import_lines.scan(body, item_split.split_items(body))
+        todo += [p for d in decls if (p := search.resolve(d, here, dirs, cached)[0]) is not None]
+    return out
