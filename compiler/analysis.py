@@ -74,6 +74,7 @@ class Analysis:
         # an older version finds them here instead of re-checking every function
         self._gone: OrderedDict[str, ItemResult] = OrderedDict()
         self._ad: dict[tuple[object, ...], list[Diagnostic]] = {}
+        self._imported: tuple[object, _Imported | None] | None = None
         self._last_good: dict[str, LastGood] = {}
         self.snapshot: Snapshot | None = None
         # the signatures of the last update, and the results valid under them: while no
@@ -255,7 +256,7 @@ class Analysis:
         callee's restrictions are checked on its symbolic body: see _Generic), and by the
         analyses of the imported modules (_Imported: their functions, when one is called)."""
         handlers = {t: n for n in sorted(good) for t in first[n].res.syms.handled}
-        imported = _Imported.of(links, frozenset(first)) if links else None
+        imported = self._imported_functions(links, frozenset(first))
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}
         for target in sorted(handlers):
@@ -278,6 +279,15 @@ class Analysis:
             out += diags
         self._ad = cache
         return out
+
+
+    def _imported_functions(self, links: list[ModuleLink], own: frozenset[str]) -> _Imported | None:
+        """_Imported for these imports, the same object while the imported analyses are the
+        same (so the reverseMode cache above keeps its entries between edits of this file)."""
+        key = (own, tuple((m.decl.name, m.snapshot) for m in links))   # a Snapshot compares by identity
+        if self._imported is None or self._imported[0] != key:
+            self._imported = (key, _Imported.of(links, own) if links else None)
+        return self._imported[1]
 
 
 class _Imported:

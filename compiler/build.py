@@ -332,7 +332,7 @@ def _imports_text(path: str, text: str) -> str:
     """The files the source imports, directly or not, with their digests: part of the build
     cache's source hint, so that an edit of an imported file is no hinted hit.  (The cache key
     itself is the emitted MLIR's, which holds every function of every file the program uses.)"""
-    from compiler.modules.workspace import import_closure   # lazy, like the front end
+    from compiler.modules.workspace import import_closure  # lazy, like the front end
     return "".join(f"\n// import {p} {_sha256_text(t)}" for p, t in import_closure(path, text)[1:])
 
 

@@ -267,3 +267,12 @@ def test_editing_an_imported_file_rebuilds_its_importer(tmp_path, monkeypatch):
     from compiler.runtime.library import load
     x = np.ones(2, np.float32)
     np.testing.assert_array_equal(load(str(tmp_path / "c.so")).f(x), 3 * x)
+
+
+def test_a_reverse_mode_error_inside_an_imported_function(tmp_path):
+    """Reported at the importer's handle, with the file and line where it is."""
+    root = _write(tmp_path, {"lib.kina": "fn bad(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] { x.exp().relu() }\n",
+                             "m.kina": "import lib\nfn f(x: Tensor[F32, [2]]) -> (Tensor[F32, [2]], Tensor[F32, [2]]) "
+                                       "{ handle lib.bad(x) with reverseMode }\n"})
+    message, text = _at(_check(root / "m.kina"), "ad-structure")
+    assert text == "lib.bad" and message.endswith(f"(in {root / 'lib.kina'}:1:51)")
