@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -395,7 +396,8 @@ def module_prefixes(paths: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     taken: set[str] = set()
     for path in paths:
-        stem = os.path.splitext(os.path.basename(path))[0]
+        # a plain identifier, whatever the file is called (the name reaches MLIR symbols)
+        stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.splitext(os.path.basename(path))[0]) or "module"
         name, n = stem, 1
         while name in taken:
             n += 1

@@ -77,6 +77,17 @@ def test_the_workspace_runs_like_one_file():
         np.testing.assert_array_equal(g, w)
 
 
+def test_the_pytorch_reference_runs_the_linked_program():
+    torch_ref = pytest.importorskip("compiler.oracle.torch_ref")
+    if not torch_ref.available():
+        pytest.skip("PyTorch is optional")
+    linked = _check(FIXTURES / "model.kina").program
+    args = interp.random_inputs(linked.functions["train_step"], seed=1)
+    for got, want in zip(torch_ref.run_function(linked, "train_step", args),
+                         interp.run_function(linked, "train_step", args)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_qualified_call_forms_and_hover_names():
     snap = _check(FIXTURES / "model.kina")
     calls = {f.name for f in snap.types if f.kind in ("call", "handle")}
