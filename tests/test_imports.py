@@ -287,3 +287,27 @@ def test_a_reverse_mode_error_inside_an_imported_function(tmp_path):
                                        "{ handle lib.bad(x) with reverseMode }\n"})
     message, text = _at(_check(root / "m.kina"), "ad-structure")
     assert text == "lib.bad" and message.endswith(f"(in {root / 'lib.kina'}:1:51)")
+
+
+def test_an_importer_sees_its_imports_change(tmp_path):
+    """The incremental analysis of an importer (the language server's) follows edits of the
+    modules it imports: a changed signature re-checks its callers, a new function resolves
+    a call that was an error; each result equals a fresh analysis."""
+    root = _write(tmp_path, {"lib.kina": FN, "m.kina": "import lib\nfn h(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] "
+                                                       "{ lib.g(lib.f(x)) }\n"})
+    lib, text = str(root / "lib.kina"), (root / "m.kina").read_text()
+    buffers: dict[str, str] = {}
+    ws = Workspace(analysis.Analysis, read=lambda p: buffers.get(p) or Path(p).read_text())
+    live = analysis.Analysis(str(root / "m.kina"), ws.loader)
+
+    def codes() -> list[str]:
+        snap = live.update(text)
+        fresh = analysis.analyze(text, str(root / "m.kina"), ws.loader)
+        assert [(d.code, d.message, d.span) for d in snap.diagnostics] == \
+            [(d.code, d.message, d.span) for d in fresh.diagnostics]
+        return [d.code for d in snap.diagnostics]
+    assert codes() == ["unknown-name"]                       # lib has no g
+    buffers[lib] = FN + FN.replace("fn f", "fn g")
+    assert codes() == []
+    buffers[lib] = FN.replace("[2]", "[3]") + FN.replace("fn f", "fn g")
+    assert codes() == ["shape", "shape"]                     # f now takes and gives [3]; g takes [2]
