@@ -83,7 +83,7 @@ class Analysis:
     def update(self, text: str) -> Snapshot:
         chunks = item_split.split_items(text)
         decls, diags, lines = import_lines.scan(text, chunks)
-        diags += item_split.gaps(text, sorted(chunks + lines, key=lambda c: c.start))
+        diags += item_split.gaps(text, sorted(chunks + lines, key=lambda c: c.start) if lines else chunks)
         links, modules, imported = self._imports(decls, diags)
         self._reset_if_imports_changed(modules)
         aliases = frozenset(modules)
