@@ -35,11 +35,24 @@ from collections.abc import Iterable, Iterator, Mapping
 from compiler import ad as autodiff
 from compiler import check
 from compiler.check import module_rules, names
-from compiler.core.diagnostics import Diagnostic, Span
+from compiler.core.diagnostics import Diagnostic, Note, Span, display_path
 from compiler.ir import nodes as ir
-from compiler.snapshot import CheckKey, Item, ItemResult, LastGood, SigKey, Snapshot
+from compiler.modules.reverse import Generic, ImportedFunctions
+from compiler.modules.workspace import Workspace
+from compiler.snapshot import (
+    CheckKey,
+    Item,
+    ItemResult,
+    LastGood,
+    Loader,
+    ModuleLink,
+    SigKey,
+    Snapshot,
+)
+from compiler.syntax import imports as import_lines
 from compiler.syntax import items as item_split
 from compiler.syntax import parse
+from compiler.syntax.imports import ImportDecl
 
 GONE_ITEMS = 256   # results kept for items no longer in the text ...
 GONE_CHARS = 64_000   # ... and at most this many characters of them, or the text's length if larger
@@ -48,13 +61,18 @@ GONE_CHARS = 64_000   # ... and at most this many characters of them, or the tex
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
-    def __init__(self, path: str = "<input>") -> None:
+    def __init__(self, path: str = "<input>", loader: Loader | None = None) -> None:
         self.path = path
+        # resolves the document's import lines: by default a workspace of its own that reads
+        # the disk (compiler/modules); the CLI and the language server share one between files
+        self.loader: Loader = loader if loader is not None else Workspace(Analysis).loader
+        self._modules_key: object = None    # the imports the caches below were made under
         self._items: dict[str, ItemResult] = {}     # item text -> results, for the current text
         # results of items that are gone, most recent last: an undo, a revert or a paste of
         # an older version finds them here instead of re-checking every function
         self._gone: OrderedDict[str, ItemResult] = OrderedDict()
         self._ad: dict[tuple[object, ...], list[Diagnostic]] = {}
+        self._imported: tuple[object, ImportedFunctions | None] | None = None
         self._last_good: dict[str, LastGood] = {}
         self.snapshot: Snapshot | None = None
         # the signatures of the last update, and the results valid under them: while no
@@ -64,8 +82,12 @@ class Analysis:
 
     def update(self, text: str) -> Snapshot:
         chunks = item_split.split_items(text)
-        diags = item_split.gaps(text, chunks)
-        items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name)) for c in chunks]
+        decls, diags, lines = import_lines.scan(text, chunks)
+        diags += item_split.gaps(text, sorted(chunks + lines, key=lambda c: c.start) if lines else chunks)
+        links, modules, imported = self._imports(decls, diags)
+        self._reset_if_imports_changed(modules)
+        aliases = frozenset(modules)
+        items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name, aliases)) for c in chunks]
         current = {it.res.text: it.res for it in items}
         self._forget(current, len(text))
         self._items = current
@@ -73,12 +95,14 @@ class Analysis:
         # (every first definition parsed, so it has a signature)
         signatures = {name: sig for name, it in first.items() if (sig := it.res.signature) is not None}
         sig_keys = {name: it.res.sig_key for name, it in first.items()}
+        signatures.update(imported)     # `layers.linear`: no local name has a dot
+        sig_keys.update({name: _sig_key(sig) for name, sig in imported.items()})
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
         same_signatures = sig_keys == self._last_sig_keys
         valid: dict[int, ItemResult] = {}
         for it in items:
             if not (same_signatures and self._valid.get(id(it.res)) is it.res):
-                it.res = self._checked(it.res, signatures, sig_keys)
+                it.res = self._checked(it.res, signatures, sig_keys, modules)
             valid[id(it.res)] = it.res
             self._items[it.res.text] = it.res
             diags += _shifted(it.res.parse_diags, it.offset)
@@ -88,11 +112,57 @@ class Analysis:
         self._last_sig_keys, self._valid = sig_keys, valid
         good = self._good_functions(first, diags)
         self._remember_good(items)
-        snap = Snapshot(text, self.path, items, [], good, dict(self._last_good))
-        diags += self._ad_diagnostics(good, first)
+        snap = Snapshot(text, self.path, items, [], good, dict(self._last_good), links)
+        diags += self._ad_diagnostics(good, first, links)
         snap.diagnostics = _dedupe(diags)
         self.snapshot = snap
         return snap
+
+    # ---- imports
+    def _imports(self, decls: list[ImportDecl], diags: list[Diagnostic]) -> tuple[
+            list[ModuleLink], dict[str, frozenset[str] | None], dict[str, check.Signature]]:
+        """(the resolved imports, import name -> the functions its module defines or None
+        when the import is broken, `name.f` -> the signature of every public f)."""
+        unique: list[ImportDecl] = []
+        seen: dict[str, ImportDecl] = {}
+        for d in decls:
+            if d.name in seen:
+                diags.append(Diagnostic("duplicate", f"two imports are named `{d.name}`; import one of them "
+                                        "under another name (`as NAME`)", d.name_span,
+                                        (Note("first imported here", seen[d.name].name_span),)))
+                continue
+            seen[d.name] = d
+            unique.append(d)
+        links = self.loader(self.path, unique) if unique else []
+        modules: dict[str, frozenset[str] | None] = {}
+        imported: dict[str, check.Signature] = {}
+        for link in links:
+            name, snap = link.decl.name, link.snapshot
+            if link.problem is not None:
+                diags.append(link.problem)
+            elif snap is not None and snap.error_count:
+                n = snap.error_count
+                diags.append(Diagnostic("import", f"module {name} has {n} error{'s' if n != 1 else ''}",
+                                        link.decl.span, (Note(f"in {display_path(snap.path)}"),)))
+            modules[name] = snap.defined_names if snap is not None and link.problem is None else None
+            if snap is not None and link.problem is None:
+                for fn_name, sig in snap.public_signatures.items():
+                    imported[f"{name}.{fn_name}"] = dataclasses.replace(sig, name=f"{name}.{fn_name}")
+        return links, modules, imported
+
+    def _reset_if_imports_changed(self, modules: dict[str, frozenset[str] | None]) -> None:
+        """The per-item caches hold ASTs whose qualified calls depend on the import names, and
+        checks whose errors depend on what each module defines: when those change (rare: an
+        import line, or a function added to an imported module), start afresh.  A changed
+        signature is not such a change: the items that mention it are re-checked."""
+        key = tuple(sorted((k, v) for k, v in modules.items()))
+        if key == self._modules_key:
+            return
+        self._modules_key = key
+        self._items.clear()
+        self._gone.clear()
+        self._valid.clear()
+        self._last_sig_keys = None
 
     def _forget(self, current: dict[str, ItemResult], size: int) -> None:
         """Move the results of items that left the text to _gone, which keeps the most recent
@@ -117,13 +187,15 @@ class Analysis:
                 "goneChars": sum(len(t) for t in self._gone), "lastGood": len(self._last_good)}
 
     # ---- per item
-    def _item(self, text: str, name: str) -> ItemResult:
+    def _item(self, text: str, name: str, aliases: frozenset[str]) -> ItemResult:
         res = self._items.get(text)
         if res is None:
             res = self._gone.pop(text, None)
         if res is not None:
             return res
         fn, pdiags = parse.parse_local(text)
+        if fn is not None:
+            fn = import_lines.qualify(fn, aliases)   # `layers.linear(x)` -> a call of layers' linear
         res = ItemResult(text, fn.name if fn else name, fn, pdiags)
         if fn is not None:
             res.signature = check.signature_of(fn)[0]
@@ -134,7 +206,7 @@ class Analysis:
 
     @staticmethod
     def _checked(res: ItemResult, signatures: dict[str, check.Signature],
-                 sig_keys: dict[str, SigKey | None]) -> ItemResult:
+                 sig_keys: dict[str, SigKey | None], modules: dict[str, frozenset[str] | None]) -> ItemResult:
         """res, or a copy re-checked when a signature it depends on changed.  (A copy, so
         that older snapshots keep the results they were built with.)"""
         if res.fn is None:
@@ -142,7 +214,7 @@ class Analysis:
         key = tuple(sorted((m, sig_keys.get(m)) for m in res.mentions))
         if res.result is not None and res.check_key == _with_names(key, res.result, signatures):
             return res
-        result = check.check_function(res.fn, signatures)
+        result = check.check_function(res.fn, signatures, modules=modules)
         # same text: the same AST (its copy stays valid), a new IR
         return dataclasses.replace(res, result=result, check_key=_with_names(key, result, signatures),
                                    ir_copy=None)
@@ -176,45 +248,44 @@ class Analysis:
         for name in [n for n in self._last_good if n not in names]:
             del self._last_good[name]
 
-    def _ad_diagnostics(self, good: set[str], first: dict[str, Item]) -> list[Diagnostic]:
+    def _ad_diagnostics(self, good: set[str], first: dict[str, Item], links: list[ModuleLink]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
         Cached by the texts and offsets of the handled function and its callees (a generic
-        callee's restrictions are checked on its symbolic body: see _Generic)."""
-        targets = sorted({t for name in good for t in first[name].res.syms.handled})
+        callee's restrictions are checked on its symbolic body: see Generic), and by the
+        analyses of the imported modules (ImportedFunctions: their functions, when one is called)."""
+        handlers = {t: n for n in sorted(good) for t in first[n].res.syms.handled}
+        imported = self._imported_functions(links, frozenset(first))
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}
-        for target in targets:
-            if target not in good:
+        for target in sorted(handlers):
+            if target not in good and not (imported and imported.has(target)):
                 continue          # its own diagnostics (or unknown-name at the handle) say why
             closure = _callees(target, first)
-            if not closure <= good:
+            if not closure <= good | ({target} if "." in target else set()):
                 continue          # a broken callee: its own diagnostics come first
-            key = (target,) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
+            key = (target, imported) + tuple((n, first[n].res.text, first[n].offset) for n in sorted(closure))
             diags = self._ad.get(key)
             if diags is None:   # only the handled function and its callees (calls are inlined)
                 # every function of the closure is good, so it has its IR (in document spans)
-                program = ir.Program(_Generic({n: f for n in closure if (f := first[n].ir) is not None}))
-                diags = autodiff.check_differentiable(program, target)
+                local = {n: f for n in closure if (f := first[n].ir) is not None}
+                if imported is None:
+                    diags = autodiff.check_differentiable(ir.Program(Generic(local)), target)
+                else:
+                    at = first[handlers[target]]
+                    diags = imported.check(local, target, at.res.checked.call_spans[target].shift(at.offset))
             cache[key] = diags
             out += diags
         self._ad = cache
         return out
 
 
-class _Generic(dict[str, ir.Function]):
-    """Functions by name, where an instantiation `g$3` is the generic `g`'s symbolic IR:
-    reverseMode's restrictions are about the structure of a body, which every
-    instantiation shares, so the generic body is checked once, at its definition."""
-
-    def __missing__(self, key: str) -> ir.Function:
-        base = key.partition("$")[0]
-        if base != key and dict.__contains__(self, base):
-            return dict.__getitem__(self, base)
-        raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or (
-            isinstance(key, str) and "$" in key and dict.__contains__(self, key.partition("$")[0]))
+    def _imported_functions(self, links: list[ModuleLink], own: frozenset[str]) -> ImportedFunctions | None:
+        """ImportedFunctions for these imports, the same object while the imported analyses are the
+        same (so the reverseMode cache above keeps its entries between edits of this file)."""
+        key = (own, tuple((m.decl.name, m.snapshot) for m in links))   # a Snapshot compares by identity
+        if self._imported is None or self._imported[0] != key:
+            self._imported = (key, ImportedFunctions.of(links, own) if links else None)
+        return self._imported[1]
 
 
 def _with_names(key: CheckKey, result: check.FunctionResult, signatures: Mapping[str, object]) -> CheckKey:
@@ -277,6 +348,6 @@ def _callees(name: str, first: dict[str, Item]) -> set[str]:
     return seen
 
 
-def analyze(text: str, path: str = "<input>") -> Snapshot:
-    """Analyse a whole document from scratch."""
-    return Analysis(path).update(text)
+def analyze(text: str, path: str = "<input>", loader: Loader | None = None) -> Snapshot:
+    """Analyse a whole document from scratch (`loader` resolves its imports)."""
+    return Analysis(path, loader).update(text)

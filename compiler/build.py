@@ -72,6 +72,9 @@ class BuildResult:
     manifest: Manifest | None = None
     cached: bool = False                   # the library came from the build cache
     sizes: dict[str, int] = field(default_factory=dict)   # `--size` values the generic exports are bound to
+    # the diagnostics of imported modules with errors, each with its source (printed after the file's own)
+    imported: list[tuple[SourceText, list[Diagnostic]]] = field(default_factory=list)
+    files: list[tuple[str, str]] = field(default_factory=list)   # (path, text) of every file built from
 
 
 # ---- manifest and header --------------------------------------------------------------
@@ -103,9 +106,13 @@ def _param(uses: Uses, fn: ir.Function, p: ir.Param) -> dict[str, Any]:
 
 
 def manifest_for(program: ir.Program, so_name: str, source_path: str | None = None,
-                 library_sha256: str | None = None, sizes: Mapping[str, int] | None = None) -> Manifest:
+                 library_sha256: str | None = None, sizes: Mapping[str, int] | None = None,
+                 files: Iterable[tuple[str, str]] = ()) -> Manifest:
     """The manifest (format MANIFEST_FORMAT); `sizes`: the `--size` values the generic
-    exports were bound to, recorded as "sizes" (omitted when none were given).  A dynamic
+    exports were bound to, recorded as "sizes" (omitted when none were given); `files`:
+    (path, text) of every file the library was built from (the source and the modules it
+    imports), recorded as "files" with their SHA-256 (omitted when none are given; a key
+    the runtime does not read, so the format stays 3).  A dynamic
     function lists its size arguments as its "sizes" and writes size expressions in its
     shapes and index bounds (`"T + 1"`); docs/compiling.md, "Dynamic sizes"."""
     uses = Uses(program)
@@ -120,6 +127,7 @@ def manifest_for(program: ir.Program, so_name: str, source_path: str | None = No
         })
     return {"format": MANIFEST_FORMAT, "library": so_name, "library_sha256": library_sha256,
             "source": source_path, **({"sizes": dict(sorted(sizes.items()))} if sizes else {}),
+            **({"files": [{"path": p, "sha256": _sha256_text(t)} for p, t in files]} if files else {}),
             "abi": "each function takes its sizes (int64, a dynamic function only), then pointers to memref "
                    "descriptors: inputs, then caller-owned outputs; its checked entry returns 0, 1 (a failed "
                    "bounds check), 2 + i (descriptor i has other sizes) or 2 + n + j (size j is below 1)",
@@ -187,11 +195,16 @@ def header_for(manifest: Manifest, guard: str) -> str:
     return "\n".join(lines)
 
 
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def write_artifacts(program: ir.Program, so_path: Path, source_path: str | None = None,
-                    sizes: Mapping[str, int] | None = None) -> tuple[Path, Path, Manifest]:
+                    sizes: Mapping[str, int] | None = None,
+                    files: Iterable[tuple[str, str]] = ()) -> tuple[Path, Path, Manifest]:
     """The manifest and header of the library just linked at so_path (whose digest it records)."""
     sha = hashlib.sha256(so_path.read_bytes()).hexdigest()
-    manifest = manifest_for(program, so_path.name, source_path, sha, sizes)
+    manifest = manifest_for(program, so_path.name, source_path, sha, sizes, files)
     mpath, hpath = so_path.with_suffix(".json"), so_path.with_suffix(".h")
     mpath.write_text(json.dumps(manifest, indent=2) + "\n")
     guard = "KINA_" + "".join(c if c.isalnum() else "_" for c in so_path.stem).upper() + "_H"
@@ -225,7 +238,9 @@ def front_end(text: str, path: str, timings: dict[str, float], result: BuildResu
     # reports exactly their diagnostics (parse, types, reverseMode restrictions).
     snap = _timed(timings, "parse+check", analysis.analyze, text, path)
     result.diagnostics += snap.diagnostics
+    result.files = [(m.path, m.text) for m in snap.closure()]
     if _errors(snap.diagnostics):
+        result.imported = snap.imported_errors()
         return None
     program, diags = _timed(timings, "parse+check", snap.program_for, dict(sizes or {}))
     result.diagnostics += diags
@@ -278,7 +293,7 @@ def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | N
     outputs = artifact_paths(Path(out_so))
     check_outputs(Path(path), outputs)
     check_ours(outputs)
-    hint = _source_hint(text + _sizes_text(sizes), opt_level, transform, cache)
+    hint = _source_hint(text + _sizes_text(sizes) + _imports_text(path, text), opt_level, transform, cache)
     worker = _worker_ahead(opt_level, hint)
     try:
         return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker, hint, sizes)
@@ -311,6 +326,14 @@ def _checked_exports(names: list[str]) -> Callable[[ir.Program], ir.Program]:
         return keep(program)
     check.__qualname__ = keep.__qualname__
     return check
+
+
+def _imports_text(path: str, text: str) -> str:
+    """The files the source imports, directly or not, with their digests: part of the build
+    cache's source hint, so that an edit of an imported file is no hinted hit.  (The cache key
+    itself is the emitted MLIR's, which holds every function of every file the program uses.)"""
+    from compiler.modules.workspace import import_closure  # lazy, like the front end
+    return "".join(f"\n// import {p} {_sha256_text(t)}" for p, t in import_closure(path, text)[1:])
 
 
 def _sizes_text(sizes: Mapping[str, int] | None) -> str:
@@ -371,7 +394,7 @@ def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str
     assert result.program is not None   # front_end returned MLIR: it set the program
     t0 = time.perf_counter()
     result.manifest_path, result.header_path, result.manifest = write_artifacts(
-        result.program, out_so, str(path), result.sizes)
+        result.program, out_so, str(path), result.sizes, result.files)
     timings["manifest"] = time.perf_counter() - t0
     result.so_path, result.ok = out_so, True
     return result
@@ -414,6 +437,9 @@ def print_diagnostics(result: BuildResult, stream: TextIO = sys.stderr) -> None:
     source = result.source or SourceText("", "<input>")
     for d in result.diagnostics:
         print(source.render(d), file=stream)
+    for module, diags in result.imported:
+        for d in diags:
+            print(module.render(d), file=stream)
 
 
 def _opt(args: argparse.Namespace) -> int:

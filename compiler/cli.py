@@ -115,6 +115,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             continue
         for d in diags:
             print(snap.source.render(d))
+        for source, module_diags in snap.imported_errors():
+            for d in module_diags:
+                print(source.render(d))
         for line in listing:
             print(line)
     if args.format == "json":
@@ -148,6 +151,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if _has_errors(snap):
         for d in snap.diagnostics:
             print(snap.source.render(d))
+        for source, module_diags in snap.imported_errors():
+            for d in module_diags:
+                print(source.render(d))
         return 1
     entry = args.entry or "main"
     try:

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, TypeVar
 
 from compiler import check
-from compiler.check import instances, names
+from compiler.check import linking, names
 from compiler.core.diagnostics import Diagnostic, SourceText, Span
 from compiler.ir import nodes as ir
 from compiler.syntax import nodes as ast
+from compiler.syntax.imports import ImportDecl
 from compiler.syntax.walk import shift
 
 # A hashable stand-in for a Signature: ((parameter, type), ...), result type.
@@ -102,6 +104,23 @@ class Item:
         return self.res.ir_at(self.offset)
 
 
+@dataclass(frozen=True)
+class ModuleLink:
+    """One import of a document, as the module loader (compiler/modules) resolved it:
+    `path` the file found (None when none was, or the import closes a cycle), `snapshot`
+    that file's analysis, `problem` why the import is broken (at the import's span)."""
+    decl: ImportDecl
+    path: str | None
+    snapshot: Snapshot | None
+    problem: Diagnostic | None = None
+
+
+# What a document's imports resolve to: (the importing file's path, its import lines) ->
+# one ModuleLink per line.  compiler/modules gives one (modules.Workspace.loader), reading
+# files from disk or, in the language server, from the open editors' buffers.
+Loader = Callable[[str, Sequence[ImportDecl]], list[ModuleLink]]
+
+
 @dataclass
 class LastGood:
     """The last IR and types of a function that checked cleanly (for hover while it is broken)."""
@@ -117,8 +136,9 @@ class Snapshot:
     there; the whole-document views (module, program, types) copy every item."""
 
     def __init__(self, text: str, path: str, items: list[Item], diagnostics: list[Diagnostic],
-                 good: set[str], last_good: dict[str, LastGood]) -> None:
+                 good: set[str], last_good: dict[str, LastGood], imports: Sequence[ModuleLink] = ()) -> None:
         self.text, self.path = text, path
+        self.imports = list(imports)     # the document's import lines, resolved
         self.items = items
         self.diagnostics = diagnostics
         self._good = good                # names of the functions in .program
@@ -143,29 +163,101 @@ class Snapshot:
         return self.program_for({}, want_dynamic=False)[0]
 
     def program_for(self, sizes: Mapping[str, int], want_dynamic: bool = True) -> tuple[ir.Program, list[Diagnostic]]:
-        """The program a build compiles: the monomorphic functions, every generic function
-        that `sizes` (`kinac build --size B=4`) binds fully exported at those sizes, every
-        other generic function exported dynamic (its unbound sizes taken at each call:
-        check/instances.dynamic_exports; with `sizes`, only those no generic function calls;
-        none with `want_dynamic` False), and the instantiations all of them call."""
-        good = [it for it in self._first_defs().values() if it.name in self._good]
-        mono = {it.name: f for it in good if (f := it.ir) is not None and not it.res.checked.generic}
-        generic = {it.name: fn for it in good if it.res.checked.generic and (fn := it.fn) is not None}
-        if not generic:
-            return ir.Program(mono), []
-        symbolic = {it.name: f for it in good if it.res.checked.generic and (f := it.ir) is not None}
-        signatures = {it.name: sig for it in self._first_defs().values() if (sig := it.res.signature) is not None}
-        exports, diags = instances.unbound_exports(generic, sizes)
-        # Without --size values every generic function is exported dynamic; with them, only
-        # those no generic function calls (a helper of others is instantiated where called).
-        called = {c for it in good if it.res.checked.generic for c in it.res.checked.calls if c != it.name}
-        roots = {n: f for n, f in symbolic.items() if not sizes or n not in called}
-        dynamic = instances.dynamic_exports(roots if want_dynamic else {}, sizes, symbolic)
-        requests = {r for it in good if not it.res.checked.generic for r in it.res.checked.instances}
-        requests |= {r for it in good if it.res.checked.generic and it.name in dynamic.functions
-                     for r in it.res.checked.instances}
-        made = instances.instantiate(generic, signatures, requests | dynamic.requests, exports)
-        return ir.Program({**mono, **made.functions, **dynamic.functions}), diags + made.diagnostics
+        """The program a build compiles (check/linking.assemble): the monomorphic functions,
+        every generic function that `sizes` (`kinac build --size B=4`) binds fully exported at
+        those sizes, every other generic function exported dynamic (its unbound sizes taken at
+        each call: check/instances.dynamic_exports; with `sizes`, only those no generic function
+        calls; none with `want_dynamic` False), and the instantiations all of them call.  With
+        imports, the functions of every imported module too, named after it (`layers.linear`,
+        check/linking.py), of which only those the entry file's functions use are kept."""
+        if not self.imports:
+            return linking.assemble(self.parts(), sizes, want_dynamic)
+        modules = self.closure()
+        prefixes = linking.module_prefixes([m.path for m in modules[1:]])
+        prefixes[self.path] = ""
+        parts = [linking.rename_parts(m.parts(), m.namer(prefixes), m.is_user_function) for m in modules]
+        program, diags = linking.assemble(linking.merge(parts[0], parts[1:]), sizes, want_dynamic)
+        return ir.reachable(program, [n for n in program.functions if ir.is_export(n)]), diags
+
+    def namer(self, prefixes: Mapping[str, str], own: frozenset[str] | None = None) -> Callable[[str], str]:
+        """The program-wide name (check/linking.namer) of a function as this file writes it;
+        `prefixes`: the module name of each file by path ("" for the entry file)."""
+        imports = {m.decl.name: prefixes[m.snapshot.path] for m in self.imports
+                   if m.snapshot is not None and m.problem is None and m.snapshot.path in prefixes}
+        return linking.namer(prefixes[self.path], self.defined_names if own is None else own, imports)
+
+    def is_user_function(self, written: str) -> bool:
+        """Whether a free call `f(..)` in this file's ASTs calls a user function (else an op)."""
+        return "." in written or written in self.defined_names
+
+    def parts(self) -> linking.Parts:
+        """This file's good functions (check/linking.Parts), named as the file writes them."""
+        out = linking.Parts()
+        for it in self._first_defs().values():
+            if (sig := it.res.signature) is not None:
+                out.signatures[it.name] = sig
+            if it.name not in self._good:
+                continue
+            res = it.res.checked
+            out.instances[it.name] = set(res.instances)
+            if not res.generic:
+                if (f := it.ir) is not None:
+                    out.mono[it.name] = f
+                continue
+            out.calls[it.name] = set(res.calls)
+            if (fn := it.fn) is not None:
+                out.generic[it.name] = fn
+            if (f := it.ir) is not None:
+                out.symbolic[it.name] = f
+        return out
+
+    def imported_errors(self) -> list[tuple[SourceText, list[Diagnostic]]]:
+        """The diagnostics of every imported module (directly or not) that has errors, each
+        with its source (its path relative to the current folder when under it): what the
+        CLI prints after the importer's own `module layers has 2 errors`."""
+        out = []
+        for m in self.closure()[1:]:
+            if m.error_count:
+                rel = os.path.relpath(m.path) if not m.path.startswith("<") else m.path
+                shown = rel if not rel.startswith("..") else m.path
+                out.append((SourceText(m.text, shown), list(m.diagnostics)))
+        return out
+
+    def closure(self) -> list[Snapshot]:
+        """This snapshot and every module it imports, directly or not (each once, this one
+        first), through the imports that resolved."""
+        out: list[Snapshot] = []
+        seen: set[str] = set()
+        todo: list[Snapshot] = [self]
+        while todo:
+            snap = todo.pop(0)
+            if snap.path in seen:
+                continue
+            seen.add(snap.path)
+            out.append(snap)
+            todo += [m.snapshot for m in snap.imports if m.snapshot is not None and m.problem is None]
+        return out
+
+    # ---- what importers see
+    @cached_property
+    def public_signatures(self) -> dict[str, check.Signature]:
+        """The signatures of the functions importers may call: every first definition that
+        parsed whose name does not start with `_`."""
+        return {name: sig for name, it in self._first_defs().items()
+                if not name.startswith("_") and (sig := it.res.signature) is not None}
+
+    @cached_property
+    def defined_names(self) -> frozenset[str]:
+        """Every function name the document defines (private ones included)."""
+        return frozenset(it.name for it in self.items if it.name)
+
+    @property
+    def error_count(self) -> int:
+        return sum(1 for d in self.diagnostics if d.severity == "error")
+
+    def link(self, name: str) -> ModuleLink | None:
+        """The import called `name` (the first one, when two share it)."""
+        return next((m for m in self.imports if m.decl.name == name), None)
 
     @cached_property
     def functions(self) -> dict[str, FunctionInfo]:

@@ -14,6 +14,9 @@ Public entry points (other packages import only these):
   literal_text    a bare number as Kina source (quick fixes)
   module_rules    first_definitions (duplicates), recursion_diagnostics, recursive_functions
   names           resolve(fn) -> Symbols (definitions, uses, calls); rename conflicts
+  linking         Parts (a file's good functions), rename_parts / namer (program-wide names of
+                  imported modules' functions: `layers.linear`), merge, assemble (the program a
+                  build compiles: instantiations and dynamic exports)
   instances       instantiate (the instantiations a program's calls of size-generic functions
                   need), unbound_exports (generic functions bound by --size; unbound roots)
   sizes           display (`linear[M=8, K=4]`), (instance_name is core.sizes.instance_name)
@@ -27,5 +30,5 @@ from compiler.check.expr import TypeFact
 from compiler.check.function import FunctionResult, Signature, check_function, signature_of
 from compiler.check.scalars import literal_text
 
-__all__ = ["FunctionResult", "Signature", "TypeFact", "check_function", "instances", "literal_text",
+__all__ = ["FunctionResult", "Signature", "TypeFact", "check_function", "instances", "linking", "literal_text",
            "module_rules", "names", "signature_of", "sizes"]

@@ -85,6 +85,9 @@ class ExprChecker(SizeRules):
     values: dict[int, int | float | None] = field(default_factory=dict)   # the same links, for fold
     pending: list[ir.Binding] = field(default_factory=list)
     temps: int = 0
+    # the file's imports: name -> every function the module defines (private ones included,
+    # for the `private` error), or None when the import itself is broken (diagnosed there)
+    modules: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
 
     # ---- entry point ----------------------------------------------------------
     def check(self, e: syntax.Expr) -> ir.Expr:
@@ -316,6 +319,8 @@ class ExprChecker(SizeRules):
 
     def call(self, e: syntax.Call) -> ir.Expr:
         sig = self.signatures.get(e.func)
+        if sig is None and "." in e.func:
+            return self._unresolved(e, e.span)
         if sig is not None:
             args, env = self._call_args(e, sig)
             name, ret, sizes = self._instantiate(e, sig, env)
@@ -425,6 +430,8 @@ class ExprChecker(SizeRules):
                            e.handler_span, *did_you_mean(e.handler, HANDLERS))
             ok = False
         sig = self.signatures.get(e.call.func)
+        if sig is None and "." in e.call.func:
+            return self._unresolved(e.call, e.span)
         if sig is None:
             if e.call.func in OPS:
                 msg = f"`handle ... with reverseMode` needs a user function; `{e.call.func}` is a built-in op"
@@ -446,6 +453,28 @@ class ExprChecker(SizeRules):
         if e.call.span in self.shown:
             self.shown[e.span] = self.shown[e.call.span]
         return ir.Handle(name, args, e.handler, t, e.span, sizes)
+
+    def _unresolved(self, e: syntax.Call, span: Span) -> ir.Expr:
+        """A qualified call `module.f(..)` that no import provides: say why (nothing when the
+        import itself is broken: its own diagnostic is the one to fix)."""
+        for a in e.args:
+            self.check(a)
+        module, _, name = e.func.partition(".")
+        names = self.modules.get(module)
+        if module not in self.modules:
+            self.bag.error("unknown-name", f"`{module}` is not an imported module", e.func_span,
+                           *did_you_mean(module, self.modules, "the module "))
+        elif names is None:
+            pass
+        elif name.startswith("_") and name in names:
+            self.bag.error("private", f"`{name}` is private to module `{module}`: names starting with `_` are "
+                           "not visible to importers", e.func_span)
+        elif name not in names:
+            public = [f"{module}.{n}" for n in names if not n.startswith("_")]
+            self.bag.error("unknown-name", f"module `{module}` has no function `{name}`", e.func_span,
+                           *did_you_mean(e.func, public))
+        self.broken = True
+        return ir.Var("<error>", ERROR_TYPE, span)
 
     def _handle_type(self, sig: Signature, e: syntax.Handle) -> Type:
         """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter

@@ -126,15 +126,19 @@ def _shadow_warning(bag: DiagnosticBag, fn: syntax.FnDef, op: OpDef) -> None:
 
 # ---- one function --------------------------------------------------------------
 def check_function(fn: syntax.FnDef, signatures: dict[str, Signature],
-                   sizes: Mapping[str, int] | None = None) -> FunctionResult:
+                   sizes: Mapping[str, int] | None = None,
+                   modules: Mapping[str, frozenset[str] | None] | None = None) -> FunctionResult:
     """Check one function against the signatures of the module's functions
     (its own included).  Reports signature_of(fn)'s diagnostics too.  A generic
     function is checked with its sizes as symbols, or (`sizes`) as one instantiation,
-    whose IR function is named `f$8_4` (check/sizes.instance_name)."""
+    whose IR function is named `f$8_4` (check/sizes.instance_name).  `modules`: the file's
+    imports (name -> the functions its module defines; None for a broken import), whose
+    public functions are in `signatures` as `module.f` (docs/language.md, "Modules")."""
     sig, sig_diags = signature_of(fn, sizes)
     scope = size_scope(fn, sizes)
     generic = bool(fn.sizes) and sizes is None
-    ck = ExprChecker(fn.name, signatures, DiagnosticBag(list(sig_diags)), sizes=scope, symbolic=generic)
+    ck = ExprChecker(fn.name, signatures, DiagnosticBag(list(sig_diags)), sizes=scope, symbolic=generic,
+                     modules=modules or {})
     ck.fact(fn.name_span, sig.ret, "fn", fn.name)
     params = _bind_params(ck, fn, sig)
     lets, body = [], fn.body

@@ -86,6 +86,9 @@ CODES: dict[str, str] = {
             "or a bound that does not hold for every size",
     "shadow": "a user function named like a built-in op (a warning: its free calls and handles mean the function)",
     "toolchain": "mlir-opt, mlir-translate, llc or cc rejected the generated code, or a tool is missing",
+    "import": "an import that cannot be used: no such module on the search path, or the module has errors",
+    "import-cycle": "files that import each other, directly or not (the message names the path)",
+    "private": "a qualified call of a module's private function (its name starts with `_`)",
 }
 
 

@@ -34,7 +34,7 @@ from dataclasses import fields, is_dataclass
 from typing import TypeVar
 
 from compiler.core.diagnostics import BOM, Diagnostic, Span
-from compiler.format import layout
+from compiler.format import imports, layout
 from compiler.format.comments import Emitter, Spanned
 from compiler.syntax import nodes as ast
 from compiler.syntax.items import gaps, split_items
@@ -559,13 +559,30 @@ def format_source(text: str, width: int = WIDTH) -> str:
 def _format(text: str, width: int) -> str:
     crlf = "\r\n" in text[:text.find("\n") + 1] if "\n" in text else False
     plain = text.replace("\r\n", "\n") if crlf else text
+    try:
+        header, rest, at = imports.split_header(plain)
+    except imports.ImportProblem as e:
+        raise FormatError("the input has syntax errors", e.diagnostics) from e
+    if not header:
+        out = _format_items(plain, width)
+    else:
+        try:
+            body = _format_items(rest, width)
+        except FormatError as e:
+            raise FormatError(str(e), [d.shift(at) for d in e.diagnostics]) from e
+        out = header + ("\n" + body if body else "")
+    return out.replace("\n", "\r\n") if crlf else out
+
+
+def _format_items(plain: str, width: int) -> str:
+    """The formatted functions (and comments) of a text without import lines."""
     module, texts = _parse_or_raise(plain, "the input")
     f = _Formatter(plain)
     f.module(module)
     out = layout.render(f.b.root, width).strip("\n")
     out = out + "\n" if out else ""
     _check(plain, module, texts, out)
-    return out.replace("\n", "\r\n") if crlf else out
+    return out
 
 
 def _check(before: str, module: ast.Module, texts: list[str], after: str) -> None:

@@ -11,11 +11,13 @@ Public modules and entry points (other packages import only these):
   lex     tokens(text, ...): the terminals of grammar.lark; KEYWORDS, word_at (the one
           lexer: recovery, completion, semantic tokens, folding and rename use it)
   items   split_items(text) -> top-level items by a brace scan; gaps(text, items)
-  walk    children(node) for iterative walks; shift(node, delta) moves every Span
+  imports scan(text, items) -> the import lines (ImportDecl) opening a file; qualify(fn, names):
+          `layers.linear(x)` as a Call of "layers.linear"; module_of
+  walk    children(node) for iterative walks; shift(node, delta) moves every Span; rebuild(node, f)
   hints   NumPy / PyTorch names that are not Kina ops and how Kina spells them (the
           checker's notes; syntax errors use RETURN_MESSAGE)
 
 Inside: builder (grammar.lark's LALR parser with the AST builder embedded), errors (a lark
 error -> one diagnostic in words), recovery (every error of a broken item).
 """
-__all__ = ["hints", "items", "lex", "nodes", "parse", "walk"]
+__all__ = ["hints", "imports", "items", "lex", "nodes", "parse", "walk"]

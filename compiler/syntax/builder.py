@@ -228,6 +228,27 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         return self._deep(ast.Call(str(func), self._tok(func), args.args, args.attrs, self._span(ch), sizes),
                           *args.args)
 
+    def sized_method(self, ch: Children) -> ast.Call:
+        """`module.f[8, 4](x, w)`: sizes in brackets after a dot only make sense for a
+        function of an imported module, so the receiver must be a plain name."""
+        receiver, method = ch[0], ch[2]
+        if not isinstance(receiver, ast.Name):
+            raise SyntaxProblem("sizes in brackets follow a generic function (`f[8, 4](x)` or "
+                                "`module.f[8, 4](x)`), not a method call", ch[3].span)
+        return self._qualified(receiver.id, receiver.span, method, ch[3:], ch)
+
+    def qualified_call(self, ch: Children) -> ast.Call:
+        """`module.f(args)` after `handle`."""
+        return self._qualified(str(ch[0]), self._tok(ch[0]), ch[2], ch[3:], ch)
+
+    def _qualified(self, module: str, module_span: Span, name: Token, rest: Children, ch: Children) -> ast.Call:
+        found = [c for c in rest if isinstance(c, _Args)]
+        args = found[0] if found else _Args((), (), None)
+        sizes = next((c for c in rest if isinstance(c, ast.IntList)), None)
+        func_span = module_span.cover(self._tok(name))
+        return self._deep(ast.Call(f"{module}.{name}", func_span, args.args, args.attrs, self._span(ch), sizes),
+                          *args.args)
+
     def handle(self, ch: Children) -> ast.Handle:
         handler = ch[3]
         return self._deep(ast.Handle(ch[1], str(handler), self._tok(handler), self._span(ch)), ch[1])

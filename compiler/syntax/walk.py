@@ -9,6 +9,8 @@ and shifts them to document offsets.
 """
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import TypeVar, cast
 
 from compiler.core.diagnostics import Span
@@ -118,3 +120,51 @@ def _shift_let_chain(let: ast.Let, delta: int) -> ast.Let:
                        shift(link.span, delta))
     assert isinstance(body, ast.Let)   # the chain starts with `let` itself
     return body
+
+
+def rebuild(node: _T, f: Callable[[ast.Expr], ast.Expr]) -> _T:
+    """A copy of an AST in which every expression node `e` is replaced by `f(e)`, children
+    first (imports.qualify turns `layers.linear(x)` into a Call).  Let chains and flat chains
+    are rebuilt with loops, like `shift`."""
+    return cast(_T, _rebuild(node, f))
+
+
+def _rebuild(node: object, f: Callable[[ast.Expr], ast.Expr]) -> object:
+    if isinstance(node, ast.Let):
+        chain = []
+        here: ast.Expr = node
+        while isinstance(here, ast.Let):
+            chain.append(here)
+            here = here.body
+        body = cast(ast.Expr, _rebuild(here, f))
+        for link in reversed(chain):
+            body = f(ast.Let(link.names, link.destructure, cast(ast.Expr, _rebuild(link.value, f)), body, link.span))
+        return body
+    if type(node) in SPINE:
+        links = spine(node)
+        out = _rebuild(links[-1], f)
+        for outer in reversed(links[:-1]):
+            out = _rebuild_fields(outer, f, SPINE[type(outer)], out)
+        return out
+    if isinstance(node, tuple):
+        return tuple(_rebuild(x, f) for x in node)
+    return _rebuild_fields(node, f, None, None)
+
+
+_EXPR_TYPES = (ast.Name, ast.IntList, ast.Number, ast.MethodCall, ast.Field, ast.Call, ast.BinOp, ast.Neg,
+               ast.Handle, ast.TensorLit, ast.TupleExpr, ast.Let)
+_LEAVES = (ast.Name, ast.IntList, ast.Number, ast.TensorLit, ast.Attr, Span)
+
+
+def _rebuild_fields(node: object, f: Callable[[ast.Expr], ast.Expr], skip: str | None, replacement: object) -> object:
+    fields = getattr(node, "__dataclass_fields__", None)
+    if fields is None or isinstance(node, _LEAVES):
+        return f(node) if isinstance(node, _EXPR_TYPES) else node
+    changed = {}
+    for name in fields:
+        old = getattr(node, name)
+        new = replacement if name == skip else _rebuild(old, f)
+        if new is not old:
+            changed[name] = new
+    out = dataclasses.replace(node, **changed) if changed else node   # type: ignore[type-var]
+    return f(out) if isinstance(out, _EXPR_TYPES) else out
