@@ -10,7 +10,7 @@ import pytest
 
 from compiler.core.types import f32, i64
 from compiler.ir import nodes as ir
-from compiler.oracle import tolerance, validate
+from compiler.oracle import directional, tolerance, validate
 
 # `check(idx)` asserts every index is < 4 (the message emitted for ScatterAdd); `ok(a)` copies.
 MLIR = """
@@ -105,9 +105,10 @@ def test_validate_file_end_to_end(tmp_path):
     names = {f.name for f in report.functions}
     assert names == {"loss", "step", "loss (reverseMode)"}
     grad = next(f for f in report.functions if f.name == "loss (reverseMode)")
-    assert [c.name for c in grad.checks if c.reference == "finite differences"] == ["d/d w", "d/d x"]
+    # the default gradient check: both parameters along random directions at once
+    assert [c.name for c in grad.checks if c.reference == directional.REFERENCE] == ["d/d w, x"]
     assert report.ok, validate.format_report(report)
-    assert seen[-1][1:] == (3, 3)
+    assert seen[0] == ("building", 0, 0) and seen[-1][1:] == (3, 3)
 
 
 GENERIC_STEP = """\

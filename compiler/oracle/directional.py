@@ -1,0 +1,184 @@
+"""Directional gradient checks: `kinac validate`'s default check of reverseMode.
+
+For a function F = sum of target's result, DIRECTIONS random directions u are drawn, one
+Gaussian unit vector u_j per float parameter x_j at once, and the directional derivative
+sum_j <g_j, u_j> of the reverse-mode cotangents g_j is compared with the central difference
+(F(x + h u) - F(x - h u)) / 2h, both in float64 -- JAX's check_grads.  Two evaluations of F
+per direction instead of two per element: the GPT block of issue 27 (20 weights) is
+checked in well under a second instead of 14 s.  When a direction fails, every parameter
+is checked alone along DIRECTIONS directions of its own, so the report names the wrong
+cotangent(s) (`d/d x`); a passing check names the parameters it covered.
+
+What is checked along u is the interpreter's float64 run of the backward graph the library
+compiles (the gradient wrapper's float64 reference, compiler/oracle/validate.py
+`references`); the library's cotangents are compared with that same run element by element
+(the wrapper's `result k` checks, at the results' tolerances).  Together: the library's
+cotangents against finite differences.  Both sides of the directional comparison are
+float64, so its bound is tight (RTOL of sum |g_i u_i|, plus float64 cancellation over the
+step) and a VJP that is wrong in ONE element by 1e-3 fails (tests/test_validate_directional.py).
+When the first difference misses the bound, a second at half the step tells truncation
+error from a wrong cotangent (Richardson: fd(h) - fd(h/2) is three times fd(h/2)'s
+truncation error), so a curved F costs two more evaluations, never a false failure.
+
+Kinks (compiler/oracle/kinks.py): a step that reaches a relu / maximum / clamp ... kink
+measures a mix of both sides.  Such a direction is re-drawn with the smaller steps of STEPS,
+then restricted to a random half of its coordinates (over and over: an input ON a kink
+ends up alone and that direction is skipped, and counted).  Rounding of the declared dtypes
+(kinks.ROUNDING) does not matter here: both sides are float64, on the same side of every
+kink; the element checks of the library's cotangents handle it (tolerance.check_output).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.ir import nodes as ir
+from compiler.oracle.tolerance import OutputCheck
+from compiler.runtime.arrays import Array
+
+DIRECTIONS = 2        # per parameter
+STEP = 1e-4           # along a unit direction, in float64
+STEPS = (STEP, STEP / 10, STEP / 100)
+RTOL = 1e-6           # of sum |g_i u_i|: float64 reverse mode is exact far below this
+ROUNDOFF = 1e-13      # of F's magnitude / h: float64 cancellation in the difference
+REFERENCE = "directional fd"
+
+
+@dataclass
+class Primal:
+    """What every difference of one target needs: the program (only what the target
+    reaches), its float64 inputs, the kink distances at them and F's magnitude."""
+    program: ir.Program
+    target: str
+    x64: list[Array]
+    base_sites: list[Array]
+    magnitude: float
+
+    @classmethod
+    def at(cls, program: ir.Program, target: str, args: Sequence[Array], magnitude: float) -> Primal:
+        from compiler.oracle import kinks   # lazy: the child process needs neither kinks nor interp
+        program = ir.reachable(program, [target])   # each run lowers only the target's callees
+        fn = program.functions[target]
+        x64 = [np.asarray(a, np.float64) if p.type.is_float else a for a, p in zip(args, fn.params)]
+        value, sites = kinks.trace(program, target, x64, np.float64)
+        return cls(program, target, x64, sites, max(magnitude, float(np.sum(np.abs(np.asarray(value, np.float64))))))
+
+    def total(self, u: Direction, h: float, trace: bool) -> tuple[float, list[Array] | None]:
+        """F at the inputs moved by h * u (and its kink distances when `trace`)."""
+        from compiler.oracle import interp, kinks
+        xs = list(self.x64)
+        for j, d in u.items():
+            xs[j] = self.x64[j] + h * d
+        if trace:
+            value, sites = kinks.trace(self.program, self.target, xs, np.float64)
+        else:
+            value, sites = interp.run_function(self.program, self.target, xs, dtype=np.float64), None
+        return float(np.sum(np.asarray(value, np.float64))), sites
+
+    def difference(self, u: Direction) -> tuple[float, float] | None:
+        """(central difference along u, its step) with the first step of STEPS that reaches
+        no kink; None when every step reaches one."""
+        from compiler.oracle import kinks
+        for h in STEPS:
+            (fp, sp), (fm, sm) = self.total(u, h, True), self.total(u, -h, True)
+            assert sp is not None and sm is not None    # traced
+            if kinks.classify(self.base_sites, sp, sm) == kinks.SMOOTH:
+                return (fp - fm) / (2 * h), h
+        return None
+
+    def half_step(self, u: Direction, h: float) -> float:
+        """The central difference at h / 2 (no kink check: a step within a smooth one)."""
+        return (self.total(u, h / 2, False)[0] - self.total(u, -h / 2, False)[0]) / h
+
+    def agree(self, u: Direction, ad: float, scale: float, fd: float, h: float) -> tuple[float, float, float]:
+        """(|ad - fd|, bound, fd) for the directional derivative ad (scale: sum |g_i u_i|);
+        refined by Richardson when the first difference misses the bound."""
+        bound = RTOL * scale + ROUNDOFF * self.magnitude / h
+        if abs(ad - fd) <= bound:
+            return abs(ad - fd), bound, fd
+        fd2 = self.half_step(u, h)
+        return abs(ad - fd2), bound + abs(fd - fd2), fd2
+
+
+# A direction: a unit array per float parameter it moves (by the parameter's position).
+Direction = dict[int, Array]
+
+
+def check(primal: Primal, grads: Mapping[int, Array], name: str, rng: np.random.Generator,
+          directions: int = DIRECTIONS) -> OutputCheck:
+    """`name`: sum_j <grads[j], u_j> against the central difference along `directions`
+    random directions u; `skipped` counts directions given up at a kink."""
+    g = {j: np.asarray(a, np.float64) for j, a in grads.items()}
+    worst = (0.0, 1.0, 0.0, 0.0, ())     # ratio, bound, error, fd, (direction,)
+    skipped, ok = 0, True
+    for k in range(directions):
+        got = _one_direction(primal, g, rng)
+        if got is None:
+            skipped += 1
+            continue
+        err, bound, fd = got
+        ok = ok and err <= bound
+        ratio = err / bound if bound else (0.0 if err == 0 else np.inf)
+        if ratio >= worst[0]:
+            worst = (ratio, bound, err, fd, (k,))
+    ratio, bound, err, fd, index = worst
+    return OutputCheck(name, REFERENCE, err, ratio, ok, bound, skipped, fd, index)
+
+
+def _one_direction(primal: Primal, g: Mapping[int, Array], rng: np.random.Generator
+                   ) -> tuple[float, float, float] | None:
+    """A random direction's (error, bound, fd); a direction whose every step reaches a kink
+    is restricted to a random half of its coordinates until it reaches none, or None."""
+    masks = {j: np.ones(a.shape, bool) for j, a in g.items()}
+    while True:
+        u = {j: _unit(np.where(m, rng.standard_normal(m.shape), 0.0)) for j, m in masks.items()}
+        got = primal.difference(u)
+        if got is not None:
+            ad = sum(float(np.sum(g[j] * d)) for j, d in u.items())
+            scale = sum(float(np.sum(np.abs(g[j] * d))) for j, d in u.items())
+            return primal.agree(u, ad, scale, *got)
+        if sum(int(m.sum()) for m in masks.values()) <= 1:
+            return None
+        masks = _half(masks, rng)
+
+
+def _unit(v: Array) -> Array:
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm else v
+
+
+def _half(masks: dict[int, Array], rng: np.random.Generator) -> dict[int, Array]:
+    """A random half of the coordinates in masks (never none)."""
+    on = [(j, i) for j, m in masks.items() for i in np.flatnonzero(m)]
+    keep = rng.permutation(len(on))[: max(1, len(on) // 2)]
+    out = {j: np.zeros(m.shape, bool) for j, m in masks.items()}
+    for n in keep:
+        j, i = on[n]
+        out[j].flat[i] = True
+    return out
+
+
+def check_gradients(program: ir.Program, target: str, args: Sequence[Array], grads64: Sequence[Array],
+                    magnitude: float, seed: int = 0, directions: int = DIRECTIONS) -> list[OutputCheck]:
+    """The float64 reverse-mode cotangents of target (grads64, in parameter order, floats
+    only) along random directions of all float parameters at once; on a failure, one check
+    per parameter along directions of its own.  magnitude: of what F was computed from."""
+    primal = Primal.at(program, target, args, magnitude)
+    params = [(j, p.name) for j, p in enumerate(primal.program.functions[target].params) if p.type.is_float]
+    grads = {j: g for (j, _), g in zip(params, grads64)}
+    if not grads:
+        return []
+    joint = check(primal, grads, "d/d " + _names([n for _, n in params]), np.random.default_rng((seed, 0)),
+                  directions)
+    if joint.ok or len(grads) == 1:
+        return [joint]
+    alone = [check(primal, {j: grads[j]}, f"d/d {name}", np.random.default_rng((seed, j + 1)), directions)
+             for j, name in params]
+    return alone if not all(c.ok for c in alone) else [joint, *alone]
+
+
+def _names(names: list[str]) -> str:
+    """`x, y, u`; `wte, wpe, ... (20)` for many."""
+    return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:2])}, ... ({len(names)})"
