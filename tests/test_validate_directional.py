@@ -1,11 +1,15 @@
 """`kinac validate`'s default gradient check (compiler/oracle/directional.py): central
 differences along random directions.  A VJP wrong in ONE element of one gradient by 1e-3
 fails it (and `--exhaustive`), whatever the seed; a right one passes."""
+import io
+import time
+
 import numpy as np
 import pytest
 
 from compiler import analysis
 from compiler.ad import vjp
+from compiler.core import progress
 from compiler.oracle import directional, gradients, interp, validate
 
 SOURCE = """
@@ -96,3 +100,24 @@ def test_a_wrong_compiled_element_fails_the_result_checks(tmp_path, monkeypatch)
     grads = next(f for f in report.functions if f.name == "f (reverseMode)")
     assert [c.name for c in grads.checks if not c.ok] == ["result 3"], validate.format_report(report)
     assert [f.name for f in report.functions if f.ok] == ["f", "f_grads"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_progress_line_shows_only_on_a_terminal_and_only_after_the_delay():
+    """`kinac build` / `kinac validate`'s one-line indicator (compiler/core/progress.py)."""
+    slow, quick, piped = _Terminal(), _Terminal(), io.StringIO()
+    with progress.Ticker(slow, "kinac build: building x.kina", delay=0.05, period=0.01) as ticker:
+        time.sleep(0.2)
+        ticker.update("kinac validate: x.kina: validated 1/2")
+        time.sleep(0.1)
+    text = slow.getvalue()
+    assert "\rkinac build: building x.kina 0." in text and "validated 1/2" in text
+    assert text.endswith("\r") and text.rstrip("\r").endswith(" ")     # erased: nothing left behind
+    for stream in (quick, piped):
+        with progress.Ticker(stream, "never shown", delay=0.05 if stream is piped else 5.0, period=0.01):
+            time.sleep(0.1)
+        assert stream.getvalue() == ""
