@@ -2,7 +2,8 @@
 
 Any crash of compiled code (a failed bounds check is a cf.assert trap that aborts) must not
 take the caller down: `run_in_child` runs the functions of a library in ONE child process
-(`python -m compiler.oracle.validate --child SO WORK NAMES...`, which is `child_main`),
+(`python -m compiler.oracle.child --child SO WORK NAMES...`, which is `child_main`: it
+imports the runtime and NumPy, not the compiler),
 each on inputs pickled by `write_inputs`; the child answers one START / DONE / RAISED line
 per function and pickles the results (`load_outputs`).  A crash is reported on the function
 that was running, naming what the child printed, and a new child runs the remaining
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 RUN_MARK = "@"   # `train_step@1`: run 1 of a dynamic function (its sizes are pickled with its inputs)
 # The module whose `--child` entry runs child_main (its name is what `ps` shows).
-ENTRY = "compiler.oracle.validate"
+ENTRY = "compiler.oracle.child"
 
 
 def flat(value: Value) -> list[Array]:
@@ -114,9 +115,11 @@ def child_command(so_path: Path, work: Path, names: list[str]) -> tuple[list[str
 
 
 def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
-                 cancel: Callable[[], bool] | None, on_done: Callable[[str, str | None], None]) -> bool:
+                 cancel: Callable[[], bool] | None, on_done: Callable[[str, str | None], None],
+                 idle: Callable[[], bool] | None = None) -> bool:
     """Run `names` in child processes, restarting after a crash.  on_done(name, error|None)
-    is called per function.  Returns False when cancelled."""
+    is called per function; idle(), while the child has nothing to report, does a piece of
+    the caller's own work (False: none left).  Returns False when cancelled."""
     pending = list(names)
     while pending:
         cmd, env, cwd = child_command(so_path, work, pending)
@@ -136,7 +139,11 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
                 timed_out = True
                 proc.kill()
                 break
-            if not sel.select(0.1):
+            if not sel.select(0.0 if idle is not None else 0.1):
+                began = time.monotonic()
+                if idle is None or not idle():
+                    idle = None     # nothing (left) to do meanwhile: wait for the child
+                deadline += time.monotonic() - began   # the caller's work is not the child's time
                 continue
             line = proc.stdout.readline()
             if not line:
@@ -166,3 +173,10 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
                    f"crashed (exit {proc.returncode}): {_assertion(stderr)}")
             on_done(current, msg)
     return True
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--child"]:
+        sys.exit("usage: python -m compiler.oracle.child --child SO WORK NAMES...")
+    so, work_dir, *functions = sys.argv[2:]
+    sys.exit(child_main(so, work_dir, functions))

@@ -131,7 +131,8 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         run = _Run(work, _tasks(path, program, only, seed), report.timings, seed, exhaustive, progress)
         runnable = run.write_inputs()
         child_start = time.perf_counter()
-        finished = run_in_child(so_path, work, runnable, timeout=timeout, cancel=cancel, on_done=run.on_done)
+        finished = run_in_child(so_path, work, runnable, timeout=timeout, cancel=cancel, on_done=run.on_done,
+                                idle=run.prepare_next)
         report.timings["child"] = time.perf_counter() - child_start - run.comparing
         report.cancelled = not finished
         report.functions = [run.reports[t.key] for t in run.tasks]
@@ -148,9 +149,9 @@ def _tasks(path: str | Path, program: ir.Program, only: Collection[str] | None, 
 
 
 class _Run:
-    """The tasks of one validation: their inputs (written for the child before it starts)
-    and, as the child finishes each, the reference (computed then, while the child runs the
-    next ones) and the comparisons."""
+    """The tasks of one validation: their inputs (written for the child before it starts),
+    their references (made while the child starts and runs: prepare_next) and, as the child
+    finishes each, the comparisons."""
 
     def __init__(self, work: Path, tasks: list[Task], timings: dict[str, float], seed: int,
                  exhaustive: bool, progress: Progress | None) -> None:
@@ -159,6 +160,7 @@ class _Run:
         self.by_key = {t.key: t for t in tasks}
         self.reports = {t.key: FunctionReport(t.label) for t in tasks}
         self.inputs: dict[str, list[Array]] = {}
+        self.refs: dict[str, References | None] = {}    # made while the child runs
         self.done, self.total, self.comparing = 0, 0, 0.0
         for phase in ("inputs", "references", "gradients"):
             timings.setdefault(phase, 0.0)
@@ -179,10 +181,20 @@ class _Run:
         self.timings["inputs"] += time.perf_counter() - start
         return list(self.inputs)
 
+    def prepare_next(self) -> bool:
+        """While the child starts and runs: the next task's references (False: all made)."""
+        key = next((k for k in self.inputs if k not in self.refs), None)
+        if key is None:
+            return False
+        start = time.perf_counter()
+        self.refs[key] = self._references(self.by_key[key], self.reports[key])
+        self.comparing += time.perf_counter() - start
+        return True
+
     def on_done(self, key: str, error: str | None) -> None:
         start = time.perf_counter()
         rep, task = self.reports[key], self.by_key[key]
-        want = self._references(task, rep)
+        want = self.refs[key] if key in self.refs else self._references(task, rep)
         if want is None:          # the reference trapped: so must the library
             rep.error = (f"library {error}; {rep.error}" if error is not None else
                          f"library returned although the {rep.error}")
@@ -352,7 +364,7 @@ def cli_validate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--child":
+    if argv and argv[0] == "--child":     # the former entry of the child (compiler/oracle/child.py)
         so_path, work, *names = argv[1:]
         return child_main(so_path, work, names)
     parser = argparse.ArgumentParser(prog="python -m compiler.oracle.validate")
