@@ -10,7 +10,7 @@ import pytest
 from compiler import analysis
 from compiler.ad import vjp
 from compiler.core import progress
-from compiler.oracle import directional, gradients, interp, validate
+from compiler.oracle import directional, gradients, interp, kinks, validate
 
 SOURCE = """
 fn f(x: Tensor[F32, [4, 3]], w: Tensor[F32, [3, 5]], b: Tensor[F32, [5]]) -> Tensor[F32, [4, 1]] {
@@ -65,6 +65,21 @@ def test_a_wrong_element_fails_the_directional_check_at_every_seed(monkeypatch):
         assert [c.name for c in ok] == ["d/d x, w, b"] and ok[0].ok, seed
         bad = directional.check_gradients(program, "f", args, wrong, 0.0, seed)
         assert [c.name for c in bad if not c.ok] == ["d/d b"], (seed, bad)
+
+
+def test_directions_through_kinks_are_split_and_only_the_coordinates_on_one_skipped(monkeypatch):
+    """tests/test_validate_kinks.py's inputs: 7 coordinates sit on a kink (x[0], x[2], the
+    x[4] = y[4] tie, y[1], the u[0] = u[1] argmax tie); every direction is split until each
+    is alone, and the rest is checked.  Under the rule before kinks.py (every difference a
+    derivative) the same directions fail."""
+    from test_validate_kinks import KINK_INPUTS, KINKS
+    program = analysis.analyze(KINKS).program
+    grads = interp.run_function(program, "k_grads", KINK_INPUTS, dtype=np.float64)[1:]
+    for seed in range(3):
+        (c,) = directional.check_gradients(program, "k", KINK_INPUTS, grads, 0.0, seed)
+        assert c.ok and c.skipped == 7 * directional.DIRECTIONS, (seed, c)
+    monkeypatch.setattr(kinks, "classify", lambda *args, **kw: kinks.SMOOTH)
+    assert not any(c.ok for c in directional.check_gradients(program, "k", KINK_INPUTS, grads, 0.0))
 
 
 def test_a_wrong_vjp_fails_validate_by_default_and_exhaustive(tmp_path, monkeypatch):

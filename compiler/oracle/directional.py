@@ -98,6 +98,9 @@ class Primal:
         """(|ad - fd|, bound, fd) for the directional derivative ad (scale: sum |g_i u_i|);
         refined by Richardson when the first difference misses the bound."""
         bound = RTOL * scale + ROUNDOFF * self.magnitude / h
+        if not (np.isfinite(ad) and np.isfinite(fd)):    # the same infinity, or NaN and NaN, agree
+            same = ad == fd or (np.isnan(ad) and np.isnan(fd))
+            return (0.0 if same else float("inf")), bound, fd
         if abs(ad - fd) <= bound:
             return abs(ad - fd), bound, fd
         fd2 = self.half_step(u, h)
@@ -144,8 +147,9 @@ def _pieces(primal: Primal, g: Mapping[int, Array], masks: dict[int, Array], rng
     u = {j: _unit(np.where(m, rng.standard_normal(m.shape), 0.0)) for j, m in masks.items()}
     got = primal.difference(u)
     if got is not None:
-        ad = sum(float(np.sum(g[j] * d)) for j, d in u.items())
-        scale = sum(float(np.sum(np.abs(g[j] * d))) for j, d in u.items())
+        with np.errstate(invalid="ignore"):    # a NaN cotangent off the direction (0 * NaN) counts for nothing
+            terms = [np.where(d != 0, g[j] * d, 0.0) for j, d in u.items()]
+        ad, scale = sum(float(np.sum(t)) for t in terms), sum(float(np.sum(np.abs(t))) for t in terms)
         return [primal.agree(u, ad, scale, *got)], 0
     if n == 1:
         return [], 1
