@@ -17,8 +17,9 @@
    with `exhaustive=True` (`--exhaustive`) element by element (gradients.py), skipping
    what sits at a kink (compiler/oracle/kinks.py; the report counts it).
 
-Another check of a gradient wrapper's results plugs in as a GradientCheck
-(GRADIENT_CHECKS): it gets the task, the inputs, the library's results and the references.
+Another check of a function's results plugs into `_Run._compare`, which has the task
+(its reference program and function), the inputs, the library's results and the references,
+and appends OutputChecks to the function's report.
 """
 from __future__ import annotations
 
