@@ -43,6 +43,7 @@ from compiler.backend import worker as backend_worker
 from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED, LAST_ERROR_SYMBOL, OK, checked_symbol
 from compiler.backend.pipelines import PIPELINES
 from compiler.core.diagnostics import Diagnostic, SourceText, Span, UsageError, display_path, plain_name, read_source
+from compiler.core.progress import Ticker
 from compiler.core.sizes import Dim, Size, bindings, parse_binding
 from compiler.core.types import DType, TensorType, TupleType
 from compiler.ir import nodes as ir
@@ -499,9 +500,10 @@ def format_timings(timings: dict[str, float]) -> str:
 def cli_build(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     only = getattr(args, "export", None) or []
-    result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings,
-                        transform=_checked_exports(only) if only else None,
-                        cache=False if getattr(args, "no_cache", False) else None, sizes=sizes_of(args))
+    with Ticker(sys.stderr, f"kinac build: building {display_path(args.file)}"):   # a terminal, after 2 s
+        result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings,
+                            transform=_checked_exports(only) if only else None,
+                            cache=False if getattr(args, "no_cache", False) else None, sizes=sizes_of(args))
     print_diagnostics(result)
     if getattr(args, "timings", False):
         print(format_timings(timings))

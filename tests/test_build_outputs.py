@@ -96,7 +96,7 @@ HOSTILE = "open({marker!r}, 'a').write(__name__ + '\\n')\nraise SystemExit('host
 
 
 def _plant(cwd: Path, marker: Path) -> None:
-    for module in ("__init__.py", "oracle/__init__.py", "oracle/validate.py", "backend/__init__.py",
+    for module in ("__init__.py", "oracle/__init__.py", "oracle/validate.py", "oracle/child.py", "backend/__init__.py",
                    "backend/worker_main.py"):   # what the validation child and the -O2 worker import
         (cwd / "compiler" / module).parent.mkdir(parents=True, exist_ok=True)
         (cwd / "compiler" / module).write_text(HOSTILE.format(marker=str(marker)))

@@ -275,7 +275,7 @@ def test_a_cast_to_the_same_dtype_is_the_identity_in_every_stage(tmp_path):
                 np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-6)
     report = validate.validate_file(tmp_path / "same.kina")
     assert report.ok, validate.format_report(report)
-    assert any(c.reference == "finite differences" for f in report.functions for c in f.checks)
+    assert any(c.name.startswith("d/d ") for f in report.functions for c in f.checks)   # a gradient check ran
 
 
 def test_the_new_ops_together_pass_kinac_validate():
@@ -286,7 +286,7 @@ def test_the_new_ops_together_pass_kinac_validate():
 
     from compiler.oracle import validate
     path = Path(__file__).parent / "ad_cases" / "ok_new_ops.kina"
-    report = validate.validate_file(path)
+    report = validate.validate_file(path, exhaustive=True)
     assert report.ok, validate.format_report(report)
     grads = [c for f in report.functions for c in f.checks if c.reference == "finite differences"]
     assert {c.name for c in grads} == {"d/d x", "d/d w"}

@@ -48,7 +48,7 @@ def test_validate_passes_every_entry_and_every_instantiations_gradient():
         assert len(graded) >= 2, f"{layer}: gradients checked at {graded}"
     for f in report.functions:
         if f.name.endswith("(reverseMode)"):
-            assert any(c.reference == "finite differences" for c in f.checks), f.name
+            assert any(c.name.startswith("d/d ") for c in f.checks), f.name     # a gradient check ran
     assert {"check_adamw", "tiny_lm_small"} <= names
 
 

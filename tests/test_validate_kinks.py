@@ -81,12 +81,16 @@ def test_validate_passes_inputs_on_kinks_and_reports_the_skipped_coordinates(tmp
     path = tmp_path / "kinks.kina"
     path.write_text(KINKS)
     _fixed_inputs(monkeypatch, KINK_INPUTS)
-    report = validate.validate_file(path)
+    report = validate.validate_file(path, exhaustive=True)
     text = validate.format_report(report)
     assert report.ok, text
     assert "d/d x          vs finite differences" in text and "(3 coordinates at a kink skipped)" in text
     assert "(2 coordinates at a kink skipped)" in text
+    # the default, directional check: directions through a kink are re-drawn or halved
+    assert validate.validate_file(path).ok
     _old_rule(monkeypatch)
+    old = validate.validate_file(path, exhaustive=True)
+    assert old.failing == ["k (reverseMode)"], validate.format_report(old)
     old = validate.validate_file(path)
     assert old.failing == ["k (reverseMode)"], validate.format_report(old)
 
@@ -137,12 +141,13 @@ BAG_SEED = 30
 def test_mixed_precision_embedding_bag_with_a_relu_passes(tmp_path, monkeypatch, level):
     path = tmp_path / "bag.kina"
     path.write_text(BAG)
-    report = validate.validate_file(path, seed=BAG_SEED, opt_level=level)
+    assert validate.validate_file(path, seed=BAG_SEED, opt_level=level).ok     # directional
+    report = validate.validate_file(path, seed=BAG_SEED, opt_level=level, exhaustive=True)
     assert report.ok, validate.format_report(report)
     checks = {c.name: c for f in report.functions for c in f.checks if c.reference == "finite differences"}
     assert checks["d/d tw"].skipped == 24 and checks["d/d w"].skipped == 8   # a bag's rows, a column of w
     _old_rule(monkeypatch)
-    old = validate.validate_file(path, seed=BAG_SEED, opt_level=level)
+    old = validate.validate_file(path, seed=BAG_SEED, opt_level=level, exhaustive=True)
     bad = {c.name for f in old.functions for c in f.checks if not c.ok}
     assert bad == {"d/d tw", "d/d w"}, validate.format_report(old)
 
@@ -160,12 +165,12 @@ def test_an_error_in_one_checked_cotangent_element_still_fails(tmp_path, monkeyp
     where = np.unravel_index(np.flatnonzero(~np.isnan(fd_tw))[0], fd_tw.shape)
     compare_gradients = validate.compare_gradients
 
-    def perturbed(rep, program, wrapper, args, got):
+    def perturbed(rep, program, wrapper, args, got, *want):
         got = list(got)
         got[1] = got[1].astype(np.float64)
         got[1][where] += 1.5 * bound
-        compare_gradients(rep, program, wrapper, args, got)
+        compare_gradients(rep, program, wrapper, args, got, *want)
     monkeypatch.setattr(validate, "compare_gradients", perturbed)
-    report = validate.validate_file(path, seed=BAG_SEED)
+    report = validate.validate_file(path, seed=BAG_SEED, exhaustive=True)
     grads = next(f for f in report.functions if f.name == "bag (reverseMode)")
     assert [c.name for c in grads.checks if not c.ok] == ["d/d tw"], validate.format_report(report)

@@ -13,5 +13,7 @@ Public modules (other packages import these):
                plain_name (a file name for generated MLIR / C text)
   sizes        Size (a symbolic dimension: a polynomial over size parameters, canonical),
                Dim (int | Size), Undecidable, nonnegative, exact_div, subst
+  progress     Ticker: a one-line progress indicator on a terminal for commands that take
+               over 2 s (`kinac build`, `kinac validate`)
 """
-__all__ = ["diagnostics", "sizes", "types"]
+__all__ = ["diagnostics", "progress", "sizes", "types"]

@@ -8,6 +8,11 @@ Public modules (other packages import only these):
                 run_function(program, name, args, dtype=None); random_inputs); `kinac run`
   validate      `kinac validate`: a library against the interpreter and finite
                 differences, in a child process (validate_file -> ValidationReport)
+  child         the child process a library runs in (run_in_child, write_inputs, load_outputs)
+  gradients     the gradient wrappers validate exports (add_gradient_wrappers) and the
+                per-element finite-difference check (`--exhaustive`)
+  directional   the default gradient check: central differences along random directions
+  dynamic_sizes the size assignments a dynamic export is validated at (size_runs, tasks)
   tolerance     the comparison rule of results against references (compare, check_output,
                 OutputCheck, TOLERANCES), shared by validate and differential
   torch_ref     a PyTorch evaluator of the typed IR (TORCH_OPS), a second reference
@@ -20,4 +25,5 @@ Public modules (other packages import only these):
                 re-draw steps that reach a kink by
   progen        the program generator (generate(seed) -> Case; one MAKERS row per op)
 """
-__all__ = ["differential", "interp", "kinks", "progen", "shrink", "tolerance", "torch_ref", "validate"]
+__all__ = ["child", "differential", "directional", "dynamic_sizes", "gradients", "interp", "kinks", "progen", "shrink",
+           "tolerance", "torch_ref", "validate"]

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
+from compiler.core.diagnostics import read_source
 from compiler.core.types import TupleType, Type
 from compiler.ir import nodes as ir
+from compiler.oracle.child import RUN_MARK
+from compiler.oracle.gradients import GRAD_PREFIX, add_gradient_wrappers
 
 # Sizes of the random runs: small, so the interpreter and finite differences stay quick.
 RANDOM_SIZES = (1, 6)
@@ -59,4 +64,47 @@ def reference_program(static: ir.Program, dynamic: ir.Program, names: Iterable[s
         ret: Type = TupleType((target.ret_type, *floats)) if floats else target.ret_type
         call = ir.Handle(target.name, [ir.Var(p.name, p.type) for p in params], fn.result.handler, ret, fn.span)
         out.functions[name] = ir.Function(name, params, ret, [], call, fn.span, fn.name_span)
+    return out
+
+
+@dataclass
+class Task:
+    """One function for `kinac validate` to run: `key` names its files and child run, `fn`
+    and `program` are the reference's (a dynamic function's run: the static program at
+    `sizes`), `label` what the report calls it."""
+    key: str
+    fn: ir.Function
+    program: ir.Program
+    sizes: dict[str, int]
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        self.label = self.label or display_name(self.fn)
+
+
+def display_name(fn: ir.Function) -> str:
+    """A gradient wrapper shows as the function it differentiates (`linear$4_3_5` for an
+    instantiation of a generic one)."""
+    if fn.name.startswith(GRAD_PREFIX) and isinstance(fn.result, ir.Handle):
+        return f"{fn.result.fn} (reverseMode)"
+    return fn.name
+
+
+def tasks(path: str | Path, program: ir.Program, fns: list[ir.Function], seed: int) -> list[Task]:
+    """The runs of the dynamic exports `fns` of `program` (built from the file at `path`):
+    each at every assignment of size_runs, against the static program at those sizes."""
+    from compiler import analysis
+    if not fns:
+        return []
+    snap = analysis.analyze(read_source(Path(path)), str(path))
+    out = []
+    for k, run in enumerate(size_runs(fns, seed)):
+        static, _ = snap.program_for(run, want_dynamic=False)
+        ref = reference_program(add_gradient_wrappers(static), program, [f.name for f in fns])
+        for fn in fns:
+            if fn.name in ref.functions:
+                name = label(fn, run)
+                if fn.name.startswith(GRAD_PREFIX) and isinstance(fn.result, ir.Handle):
+                    name = f"{fn.result.fn}{name[len(fn.name):]} (reverseMode)"
+                out.append(Task(f"{fn.name}{RUN_MARK}{k}", ref.functions[fn.name], ref, sizes_of(fn, run), name))
     return out

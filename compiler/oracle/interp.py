@@ -41,7 +41,16 @@ Value = Array | tuple["Value", ...]
 
 
 # Storage of each dtype (types.DType.np_dtype: F8E4M3 is ml_dtypes.float8_e4m3fn, like the library).
-NP_DTYPES: dict[DType, np.dtype[Any]] = {d: d.np_dtype for d in DType}
+class _Storage(dict[DType, "np.dtype[Any]"]):
+    """DType -> NumPy dtype, resolved on first use: BF16 / F8 import ml_dtypes, which costs
+    more than a small program's whole validation."""
+
+    def __missing__(self, d: DType) -> np.dtype[Any]:
+        self[d] = d.np_dtype
+        return self[d]
+
+
+NP_DTYPES: dict[DType, np.dtype[Any]] = _Storage()
 _NATIVE = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -336,6 +345,8 @@ class _Interpreter:
 @functools.cache
 def unit_roundoff(dtype: DType) -> float:
     """Half the distance from 1 to the next value of a float dtype (2^-24 for F32)."""
+    if dtype.np_dtype.kind == "f":    # NumPy's own floats: no ml_dtypes import
+        return float(np.finfo(dtype.np_dtype).eps) / 2
     import ml_dtypes
     return float(ml_dtypes.finfo(dtype.np_dtype).eps) / 2   # type: ignore[no-untyped-call]
 
@@ -347,11 +358,7 @@ def run_function(program: Program, name: str, args: Iterable[object], dtype: DTy
     seed): every float operand of every op is multiplied by 1 + u * U(-1, 1), u the unit
     roundoff of its declared dtype, as rounding would (validate.references estimates from
     it the magnitude each result element was computed from)."""
-    from compiler.ad import lower_handles  # lazy: `kinac run` of a program without handles never loads AD
-
-    lowered, diags = lower_handles(program)
-    if diags:
-        raise KinaRuntimeError("cannot run: " + "; ".join(f"[{d.code}] {d.message}" for d in diags))
+    lowered = _lowered(program)
     if name not in lowered.functions:
         raise KinaRuntimeError(f"no function named `{name}`")
     # IEEE arithmetic is the semantics (an overflow is inf, 0/0 is NaN, a cast out of range
@@ -359,6 +366,29 @@ def run_function(program: Program, name: str, args: Iterable[object], dtype: DTy
     with np.errstate(all="ignore"):
         rng = None if jitter is None else np.random.default_rng(jitter)
         return _Interpreter(lowered, dtype, observe, rng).call(lowered.functions[name], list(args))
+
+
+# The last few programs' lowerings: `kinac validate` runs one program hundreds of times
+# (finite differences), and lowering its handles cost more than running it.  Keyed by the
+# program object, its function objects (held here, so their ids stay theirs) and the VJP
+# rows: a program whose function table changed, or a VJP row a test replaced, is lowered again.
+_LOWERED: list[tuple[Program, tuple[object, ...], Program]] = []
+_LOWERED_KEEP = 8
+
+
+def _lowered(program: Program) -> Program:
+    from compiler.ad import VJPS, lower_handles  # lazy: `kinac run` of a program without handles never loads AD
+
+    key = (*((n, id(f)) for n, f in program.functions.items()), *map(id, VJPS.values()))
+    for prog, k, low in list(_LOWERED):
+        if prog is program and k == key:
+            return low
+    lowered, diags = lower_handles(program)
+    if diags:
+        raise KinaRuntimeError("cannot run: " + "; ".join(f"[{d.code}] {d.message}" for d in diags))
+    _LOWERED.append((program, key, lowered))
+    del _LOWERED[:-_LOWERED_KEEP]
+    return lowered
 
 
 # ---- deterministic inputs ---------------------------------------------------------------

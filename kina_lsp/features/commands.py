@@ -3,7 +3,8 @@
 Build & validate runs compiler.oracle.validate.validate_file on a worker thread (the
 validator itself runs the compiled library in a child process, so an
 assertion trap in generated code kills that child, not the server).  Progress
-goes to the client as window/workDoneProgress ($/progress begin/report/end).
+goes to the client as window/workDoneProgress ($/progress begin, a report "building..."
+before the build, one "validated f (k/n)" per function, end).
 Cancelling the progress, or the request itself ($/cancelRequest; the server
 tracks the command's task, see kina_lsp/protocol.py), sets the `cancel` event the
 validator polls: the build stops at its next check and the child process that
@@ -145,8 +146,11 @@ class _Progress:
         self.reporter, self.token, self.loop = reporter, token, loop
 
     def __call__(self, function: str, done: int, total: int) -> None:
-        pct = int(100 * done / total) if total else 100
-        value = lsp.WorkDoneProgressReport(message=f"{function} ({done}/{total})", percentage=pct)
+        if not total:       # validate_file's ("building", 0, 0) before the build
+            value = lsp.WorkDoneProgressReport(message=f"{function}...", percentage=0)
+        else:               # function k of n has been validated
+            value = lsp.WorkDoneProgressReport(message=f"validated {function} ({done}/{total})",
+                                               percentage=int(100 * done / total))
         self.loop.call_soon_threadsafe(self.reporter.report, self.token, value)
 
 

@@ -233,7 +233,7 @@ def test_cancel_request_stops_build_and_validate():
             assert time.monotonic() < deadline, s.stderr.decode()[-2000:]
             time.sleep(0.1)
         assert b"stopped: cancelled" in s.stderr
-        assert not [c for c in _children(s.proc.pid) if "compiler.oracle.validate" in c]
+        assert not [c for c in _children(s.proc.pid) if "compiler.oracle.child" in c]
         hover = s.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}})
         assert "error" not in hover
         messages = [m["params"]["message"] for m in s.seen if m.get("method") == "window/showMessage"]

@@ -19,7 +19,7 @@ import pytest
 from rawlsp import ROOT, RawServer
 
 HOSTILE = ["kina_lsp/__init__.py", "kina_lsp/__main__.py", "compiler/__init__.py", "compiler/oracle/validate.py",
-           "compiler/backend/worker_main.py",
+           "compiler/oracle/child.py", "compiler/backend/worker_main.py",
            "numpy.py", "lsprotocol/__init__.py", "pygls/__init__.py", "runpy.py"]
 PROGRAM = (ROOT / "examples" / "ad_reduce_sum.kina").read_text(encoding="utf-8")
 

@@ -38,7 +38,12 @@ async def test_build_and_validate_reports_progress_and_passes(client):
     assert isinstance(reports[0], lsp.WorkDoneProgressBegin) and reports[0].cancellable
     assert isinstance(reports[-1], lsp.WorkDoneProgressEnd) and "passed" in reports[-1].message
     steps = [r for r in reports if isinstance(r, lsp.WorkDoneProgressReport)]
-    assert len(steps) == len(result["functions"]) and steps[-1].percentage == 100
+    # "building..." first, then one report per validated function: k of n, in order
+    assert steps[0].message == "building..." and steps[0].percentage == 0
+    n = len(result["functions"])
+    assert len(steps) == 1 + n and steps[-1].percentage == 100
+    assert [s.message.rpartition(" ")[2] for s in steps[1:]] == [f"({k}/{n})" for k in range(1, n + 1)]
+    assert all(s.message.startswith("validated ") for s in steps[1:])
     assert client.messages[-1].type == lsp.MessageType.Info and "passed" in client.messages[-1].message
     assert not [d for d in client.diagnostics[uri] if d.code == "validate"]
 
