@@ -347,19 +347,21 @@ def run_in_child(so_path: Path, work: Path, names: list[str], *, timeout: float,
 def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = None,
                   progress: Callable[[str, int, int], None] | None = None,
                   cancel: Callable[[], bool] | None = None, timeout: float = 120.0,
-                  only: Collection[str] | None = None, sizes: Mapping[str, int] | None = None) -> ValidationReport:
+                  only: Collection[str] | None = None, sizes: Mapping[str, int] | None = None,
+                  vjp: Collection[str] = ()) -> ValidationReport:
     """Build, run in a child process, compare.  progress(function, done, total) is called as
     functions finish; cancel() returning True stops the run (report.cancelled).  `only`:
     run just these exported functions (a gradient wrapper is GRAD_PREFIX + the handled
     function's name); the whole file is still built.  `sizes`: `--size` values for the
     generic functions to export; the others are exported dynamic and checked at several
-    sizes each (compiler/oracle/dynamic_sizes.py)."""
+    sizes each (compiler/oracle/dynamic_sizes.py).  `vjp`: functions f whose VJP export
+    f_vjp is built too and checked along random directions (compiler/oracle/vjp_check.py)."""
     from compiler.oracle import interp
     report = ValidationReport(str(path))
     with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
         work = Path(tmp)
         report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers,
-                                        sizes=sizes)
+                                        sizes=sizes, vjp=list(vjp))
         if not report.build.ok:
             return report
         if cancel is not None and cancel():     # cancelled during the build: run nothing
@@ -408,6 +410,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
                 rep.error = error
             else:
                 _compare_function(rep, task.program, task.fn, inputs[name], want, work, name)
+                _check_vjp(rep, task, set(vjp), inputs[name], work, name, seed)
             done[0] += 1
             if progress is not None:
                 progress(rep.name, done[0], len(runnable))
@@ -513,6 +516,20 @@ def _compare_function(rep: FunctionReport, program: ir.Program, fn: ir.Function,
             rep.error = f"finite differences failed: {type(e).__name__}: {e}"
 
 
+def _check_vjp(rep: FunctionReport, task: _Task, vjp: set[str], args: list[Array], work: Path, key: str,
+               seed: int) -> None:
+    """A VJP export (`--vjp f`): its cotangents along random directions (vjp_check.py)."""
+    from compiler.oracle import vjp_check
+    target = vjp_check.target_of(task.program, task.fn, vjp) if vjp else None
+    if target is None:
+        return
+    try:
+        rep.checks.append(vjp_check.check_vjp(task.program, target, args, load_outputs(work, key), FD_STEPS,
+                                              FD_TOLERANCES, seed))
+    except Exception as e:
+        rep.error = f"directional finite differences failed: {type(e).__name__}: {e}"
+
+
 # ---- CLI ---------------------------------------------------------------------------------
 def format_report(report: ValidationReport) -> str:
     lines = []
@@ -540,6 +557,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before the child is killed")
     build.add_size_args(parser)
+    build.add_vjp_args(parser)
     build._add_opt_args(parser)
 
 
@@ -548,7 +566,7 @@ def cli_validate(args: argparse.Namespace) -> int:
     if sizes:
         print(f"sizes: {', '.join(f'{k}={v}' for k, v in sizes.items())}")
     report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
-                           timeout=args.timeout, sizes=sizes)
+                           timeout=args.timeout, sizes=sizes, vjp=getattr(args, "vjp", None) or [])
     if report.build is not None:
         build.print_diagnostics(report.build)
     if report.build is None or not report.build.ok:
