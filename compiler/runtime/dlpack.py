@@ -8,8 +8,8 @@ NumPy 2 arrays), as an argument or an out= buffer:
   KinaArgumentError naming the device (`cuda:0`), never copied to the host behind the
   caller's back;
 - it becomes a NumPy array over the same memory (`np.from_dlpack`; for a torch.Tensor the
-  equivalent `Tensor.numpy()`, three times cheaper), so the library reads (or, for out=,
-  writes) the caller's buffer;
+  same view through `is_cpu` and `Tensor.numpy()`, five times cheaper than torch's DLPack
+  methods), so the library reads (or, for out=, writes) the caller's buffer;
 - it must be C-contiguous: a strided view is refused (copying it is the caller's decision,
   `x.contiguous()`), unlike a NumPy view, which the runtime copies as it always has;
 - the dtype and shape are then checked like a NumPy array's, with the same messages;
@@ -52,10 +52,41 @@ def _describe(value: object) -> str:
         f" and shape {list(shape)}" if shape is not None else "")
 
 
-def as_array(fn: str, what: str, value: Any) -> Array:
+def _torch_tensor() -> type | None:
+    """torch.Tensor when torch is imported (the runtime never imports it)."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None)
+
+
+def _torch_array(fn: str, what: object, value: Any) -> Array:
+    """as_array for a torch.Tensor through its own attributes: torch's __dlpack_device__ and
+    __dlpack__ are Python methods that cost 7 us each; `is_cpu` and `numpy()` say the same."""
+    if not value.is_cpu:
+        raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} on device {value.device}; Kina libraries run "
+                                f"on the CPU and copy nothing behind your back: move it first (e.g. `x.cpu()`)")
+    if value.requires_grad:
+        raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} that requires grad; the runtime records no "
+                                f"gradient: use compiler.interop.torch_function for a differentiable call, or "
+                                f"pass `x.detach()`")
+    try:
+        arr: Array = value.numpy()      # np.from_dlpack's array (zero-copy) at a third of its cost
+    except (TypeError, RuntimeError) as e:
+        raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} that NumPy cannot view without a copy "
+                                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if not arr.flags.c_contiguous:
+        raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} that is not C-contiguous (strides "
+                                f"{list(value.stride())}); a Kina library reads row-major memory and the runtime "
+                                f"copies no tensor silently: pass `x.contiguous()` (a copy you choose)")
+    return arr
+
+
+def as_array(fn: str, what: object, value: Any) -> Array:
     """The NumPy array over a DLPack object's memory; KinaArgumentError (naming `what`, e.g.
     "parameter `x`") for another device, a strided layout, a tensor that requires grad, or
     a dtype NumPy cannot view."""
+    tensor = _torch_tensor()
+    if tensor is not None and isinstance(value, tensor):
+        return _torch_array(fn, what, value)
     try:
         device = value.__dlpack_device__()
         kind, index = int(device[0]), int(device[1])
@@ -70,8 +101,7 @@ def as_array(fn: str, what: str, value: Any) -> Array:
                                 f"gradient: use compiler.interop.torch_function for a differentiable call, or "
                                 f"pass `x.detach()`")
     try:
-        # torch.Tensor.numpy() is np.from_dlpack's result (zero-copy) at a third of its cost
-        arr = value.numpy() if type(value).__module__ == "torch" else np.from_dlpack(value)
+        arr = np.from_dlpack(value)
     except (TypeError, BufferError, RuntimeError, ValueError) as e:
         raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} that NumPy cannot view without a copy "
                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
@@ -84,15 +114,42 @@ def as_array(fn: str, what: str, value: Any) -> Array:
     return arr
 
 
-def convert(fn: str, names: Sequence[str], args: tuple[object, ...], outs: tuple[object, ...],
+class _Label:
+    """`parameter `x`` / `out= result 0`, formatted only for a message (a call formats none)."""
+    __slots__ = ("names", "i", "out")
+
+    def __init__(self, names: Sequence[object], i: int, out: bool) -> None:
+        self.names, self.i, self.out = names, i, out
+
+    def __str__(self) -> str:
+        if self.out:
+            return f"out= result {self.i}"
+        if self.i < len(self.names):
+            return f"parameter `{getattr(self.names[self.i], 'name', self.names[self.i])}`"
+        return f"argument {self.i}"
+
+
+def convert(fn: str, params: Sequence[object], args: tuple[object, ...], outs: tuple[object, ...],
             ) -> tuple[tuple[object, ...], tuple[object, ...]] | None:
-    """args and outs with every DLPack object as a NumPy array, or None when there is none."""
-    if not any(map(is_foreign, args)) and not any(map(is_foreign, outs)):
-        return None
-    new_args = tuple(as_array(fn, f"parameter `{names[i]}`" if i < len(names) else f"argument {i}", a)
-                     if is_foreign(a) else a for i, a in enumerate(args))
-    new_outs = tuple(as_array(fn, f"out= result {i}", o) if is_foreign(o) else o for i, o in enumerate(outs))
-    return new_args, new_outs
+    """args and outs with every DLPack object as a NumPy array, or None when there is none.
+    params: the parameters' specs (or names), for the messages."""
+    tensor = _torch_tensor()
+    found = False
+    converted: list[tuple[object, ...]] = []
+    for out, values in ((False, args), (True, outs)):
+        new = list(values)
+        for i, v in enumerate(values):
+            if type(v) is np.ndarray:
+                continue
+            if tensor is not None and isinstance(v, tensor):
+                new[i] = _torch_array(fn, _Label(params, i, out), v)
+            elif hasattr(type(v), "__dlpack__"):
+                new[i] = as_array(fn, _Label(params, i, out), v)
+            else:
+                continue
+            found = True
+        converted.append(tuple(new))
+    return (converted[0], converted[1]) if found else None
 
 
 # ---- results as the caller's kind of tensor -------------------------------------------------

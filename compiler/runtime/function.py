@@ -119,7 +119,7 @@ class KinaFunction:
                  declined: int) -> tuple[tuple[object, ...], tuple[object, ...], int]:
         """A call the fast path declined: with the DLPack tensors among its arrays as NumPy
         arrays over their memory (compiler/runtime/dlpack.py), tried on the fast path again."""
-        converted = dlpack.convert(self.name, [s.name for s in p.params], args, outs)
+        converted = dlpack.convert(self.name, p.params, args, outs)
         if converted is None:
             return args, outs, declined
         args, outs = converted
