@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from interop_sources import (  # noqa: E402
+    ROOT,
     DECODER_PARAMS,
     DECODER_SHAPES,
     EMBED,
@@ -152,3 +153,20 @@ def test_torch_compile_traces_the_custom_op():
     want = torch.autograd.grad((torch_mlp(torch, *args) ** 2).sum(), args)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=5e-5, rtol=1e-4)
+
+
+def test_interop_example_runs_briefly():
+    """examples/interop/train_decoder.py for a few steps at -O0 (the block's -O0 build is the
+    one test_f32_matches_torch_layers made): both loss curves agree within float32 noise."""
+    import importlib.util
+    path = ROOT / "examples" / "interop" / "train_decoder.py"
+    spec = importlib.util.spec_from_file_location("train_decoder", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    threads = torch.get_num_threads()
+    try:
+        out = example.main(steps=4, opt_level=O0, compile_=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert out["worst"] < 1e-5
+    assert set(out["times"]) == {"Kina block in PyTorch (eager)", "pure PyTorch (eager)"}

@@ -74,6 +74,11 @@ class TorchFunction:
     def __repr__(self) -> str:
         return f"<torch_function {self.compiled.fn.signature()}>"
 
+    def __deepcopy__(self, memo: dict[int, object]) -> TorchFunction:
+        """Itself: the loaded library is immutable and shared (copy.deepcopy of a TorchModule
+        copies its parameters, not the machine code)."""
+        return self
+
 
 def torch_function(source_or_path: str | Path, name: str, opt_level: int = 2,
                    sizes: Mapping[str, int] | None = None) -> TorchFunction:
