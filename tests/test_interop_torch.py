@@ -10,11 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from interop_sources import (  # noqa: E402
-    ROOT,
     DECODER_PARAMS,
     DECODER_SHAPES,
     EMBED,
     MLP,
+    ROOT,
     decoder,
     source,
     torch_block,

@@ -3,7 +3,6 @@ ones is reverseMode, its cotangents pass the directional check of kinac validate
 (compiler/oracle/vjp_check.py) and a wrong cotangent fails it; what --vjp refuses.  No
 library is built (the interop and DLPack tests call compiled f_vjp)."""
 import numpy as np
-import pytest
 
 from compiler.ad import add_vjp_exports, vjp_name
 from compiler.analysis import analyze

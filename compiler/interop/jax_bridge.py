@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -27,7 +27,7 @@ def _result_shape(compiled: CompiledFunction, args: tuple[Any, ...]) -> tuple[in
     if isinstance(fn, DynamicKinaFunction):
         structs = [jax.ShapeDtypeStruct(a.shape, np.dtype(p.dtype.np_dtype)) for a, p in zip(args, compiled.params)]
         return tuple(fn.prepared(*structs).results[0].shape)
-    return tuple(int(d) for d in fn.results[0].shape)   # type: ignore[call-overload]  # ints: a static function
+    return tuple(cast(tuple[int, ...], fn.results[0].shape))   # a static function's shapes are ints
 
 
 def _host(compiled: CompiledFunction, arrays: tuple[Any, ...]) -> list[np.ndarray]:
@@ -76,4 +76,5 @@ def jax_function(source_or_path: str | Path, name: str, opt_level: int = 2,
     f.defvjp(fwd, bwd)
     f.__name__ = name
     f.__doc__ = f"{compiled.fn.signature()} (Kina, a jax.custom_vjp through jax.pure_callback)"
-    return f
+    wrapped: Callable[..., Any] = f
+    return wrapped

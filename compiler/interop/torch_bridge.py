@@ -24,6 +24,7 @@ import torch
 from compiler.interop import custom_op
 from compiler.interop.compiled import CompiledFunction, compile_function
 
+
 def _plain(t: object) -> object:
     """A tensor without its autograd history (the runtime refuses tensors that require grad)."""
     return t.detach() if isinstance(t, torch.Tensor) and t.requires_grad else t
@@ -66,7 +67,7 @@ class TorchFunction:
             traced: torch.Tensor = self._op(list(inputs))
             return traced
         if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
-            result: torch.Tensor = _KinaAutograd.apply(self.compiled, *inputs)
+            result: torch.Tensor = _KinaAutograd.apply(self.compiled, *inputs)   # type: ignore[no-untyped-call]
             return result
         plain: torch.Tensor = self.compiled.fn(*map(_plain, inputs), like="torch")   # nothing to record
         return plain
