@@ -22,7 +22,6 @@ from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
 
 
-
 def _c(em: FnEmitter, value: float) -> str:
     return em.scalar(float(value), em.F)
 

@@ -14,7 +14,6 @@ from compiler.core.sizes import Size
 from compiler.ir import nodes as ir
 
 
-
 def _window(em: FnEmitter, axis: int, at: str, row: Ty) -> str:
     """The offsets, sizes and strides of row `at` (an SSA index or a literal) along axis
     (a size of a dynamic function is its SSA value)."""
