@@ -170,3 +170,27 @@ def test_interop_example_runs_briefly():
         torch.set_num_threads(threads)
     assert out["worst"] < 1e-5
     assert set(out["times"]) == {"Kina block in PyTorch (eager)", "pure PyTorch (eager)"}
+
+
+GENERIC = """
+fn lin[M, K, N](x: Tensor[F32, [M, K]], w: Tensor[F32, [K, N]]) -> Tensor[F32, [M, N]] {
+  let y = x @ w in
+  let a = y.tanh() in
+  a
+}
+"""
+
+
+def test_generic_function_is_one_dynamic_library():
+    """A size-generic function built without sizes takes every size (its sizes bound from the
+    shapes at each call), forward and backward."""
+    f = torch_function(GENERIC, "lin", opt_level=O0)
+    for m, k, n in ((2, 3, 4), (5, 1, 2)):
+        x, w = torch.randn(m, k, requires_grad=True), torch.randn(k, n, requires_grad=True)
+        y = f(x, w)
+        assert y.shape == (m, n)
+        g = torch.randn(m, n)
+        got = torch.autograd.grad(y, (x, w), g)
+        want = torch.autograd.grad(torch.tanh(x @ w), (x, w), g)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
