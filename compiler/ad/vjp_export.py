@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from compiler.ad.transform import _analyse, _backward, _unknown
 from compiler.core.diagnostics import Diagnostic
-from compiler.core.types import TensorType, TupleType, Type
+from compiler.core.types import TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import Binding, Expr, Function, MakeTuple, Param, Program, Var
 
@@ -94,11 +94,3 @@ def add_vjp_exports(program: Program, names: Iterable[str]) -> tuple[Program, li
         out.functions[vjp.name] = vjp
     return out, diags
 
-
-def is_vjp_of(fn: Function, target: Function) -> bool:
-    """Whether fn has the signature of target's VJP export (params + g_y -> (R, g..))."""
-    floats = [p.type for p in target.params if p.type.is_float]
-    want: Type = TupleType((target.ret_type, *floats)) if floats else target.ret_type
-    return (fn.name == vjp_name(target.name) and [p.type for p in fn.params[:-1]] == [p.type for p in target.params]
-            and len(fn.params) == len(target.params) + 1 and isinstance(fn.params[-1].type, TensorType)
-            and fn.ret_type == want)
