@@ -23,6 +23,10 @@ Times N calls, median of 5 runs, of
   shapes): target within 2x of the static call at repeated shapes.  When the compiler
   exports the generic StoryLM source dynamically (built with no --size), its train_step is
   timed the same way against the static build.
+- torch tensors (issue 28, when torch is importable): the same calls with torch.Tensor
+  arguments and out= buffers (the runtime's DLPack path: each tensor viewed as an ndarray
+  over its memory, then the C fast path), fresh results returned as torch tensors (like=),
+  each against the NumPy row (target: within 1.5x).
 Every call through the runtime checks every array (compiler.runtime._fastcall, in C).
 Also reports RSS growth over the runs (the runtime keeps no array alive)."""
 import argparse
@@ -39,6 +43,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+try:   # optional: the torch-tensor rows (imported before the RSS baseline)
+    import torch
+except ImportError:
+    torch = None
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -99,7 +108,7 @@ def storylm0_calls(so: Path, name: str) -> dict:
     def functional():   # every weight is a fresh array: the previous call's results
         loss, *state["w"] = f(*args(state["w"]))
 
-    return {"out=": lambda: f(*fixed, out=out), "fresh": lambda: f(*fixed), "functional": functional,
+    return {"f": f, "out=": lambda: f(*fixed, out=out), "fresh": lambda: f(*fixed), "functional": functional,
             "python": lambda: slow(*fixed, out=out), "raw": direct_call(f, fixed + out), "fixed": fixed, "out": out}
 
 
@@ -217,6 +226,26 @@ def storylm_dynamic_rows(tmp: Path, static_so: Path, n: int) -> list:
              "at these tiny sizes, not the call overhead the rows above measure)", None)]
 
 
+def torch_rows(step, a, b, out, storylm: dict, n: int) -> list:
+    """The NumPy calls above again with torch tensors (compiler/runtime/dlpack.py)."""
+    if torch is None:
+        return [("torch tensors: torch not installed, skipped", None)]
+    ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(out.copy())
+    fixed = tuple(torch.from_numpy(x) for x in storylm["fixed"])
+    outs = tuple(torch.from_numpy(x.copy()) for x in storylm["out"])
+    f = storylm["f"]
+    pairs = [("step [2,3] x2, fresh outputs", lambda: step(a, b), lambda: step(ta, tb, like=ta)),
+             ("step [2,3] x2, out= reused", lambda: step(a, b, out=out), lambda: step(ta, tb, out=tout)),
+             ("StoryLM-0 train_step, out= reused", storylm["out="], lambda: f(*fixed, out=outs)),
+             ("StoryLM-0 train_step, fresh outputs", storylm["fresh"], lambda: f(*fixed, like="torch"))]
+    rows = [("torch tensors in, torch tensors out (DLPack path) vs NumPy", None)]
+    for label, numpy_call, torch_call in pairs:
+        t_np, t_torch = timed(numpy_call, n), timed(torch_call, n)
+        rows += [(f"  {label}: NumPy", t_np), (f"  {label}: torch", t_torch),
+                 (f"    torch / NumPy = {t_torch / t_np:.2f}x (target <= 1.5x)", None)]
+    return rows
+
+
 def build_or_exit(src: Path, so: Path, level: int, sizes: dict | None = None) -> Path:
     res = build.build_file(src, so, level, sizes=sizes)
     if not res.ok:
@@ -253,6 +282,7 @@ def main() -> int:
                      ("  pure-Python path (no C helper), out=", timed(calls["python"], max(n // 10, 1)))]
         rows += [("train_step packed entry point, direct", timed(steps["train_step"]["raw"], n)),
                  ("empty ctypes call (libc labs)", timed(lambda: libc(1), n))]
+        rows += torch_rows(step, a, b, out, steps["train_step"], n)
         rows += static_vs_dynamic_rows(tmp, n)
         rows += storylm_dynamic_rows(tmp, storylm0, n)
         growth = rss_mb() - before

@@ -31,7 +31,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -227,10 +227,11 @@ def _timed(timings: dict[str, float], stage: str, fn: Callable[..., T], *args: A
 
 def front_end(text: str, path: str, timings: dict[str, float], result: BuildResult,
               transform: Callable[[ir.Program], ir.Program] | None = None,
-              sizes: Mapping[str, int] | None = None) -> str | None:
-    """parse -> check -> instantiate -> (transform) -> lower_handles -> emit.  Fills
-    result.diagnostics / result.program; returns the MLIR text, or None when a stage reported
-    errors.  `sizes` (`--size B=4`) binds the sizes of generic functions to export."""
+              sizes: Mapping[str, int] | None = None, vjp: Sequence[str] = ()) -> str | None:
+    """parse -> check -> instantiate -> (transform) -> (VJP exports) -> lower_handles -> emit.
+    Fills result.diagnostics / result.program; returns the MLIR text, or None when a stage
+    reported errors.  `sizes` (`--size B=4`) binds the sizes of generic functions to export;
+    `vjp` (`--vjp f`) adds the export `f_vjp` (compiler/ad/vjp_export.py) for each name."""
     from compiler import ad as autodiff
     from compiler import analysis
     from compiler.backend.emit import program as emit_mlir  # lazy: `kinac --help` stays fast
@@ -250,6 +251,11 @@ def front_end(text: str, path: str, timings: dict[str, float], result: BuildResu
     result.sizes = dict(sizes or {})
     if transform is not None:
         program = transform(program)
+    if vjp:
+        program, diags = _timed(timings, "autodiff", autodiff.add_vjp_exports, program, vjp)
+        result.diagnostics += diags
+        if _errors(diags):
+            return None
     result.program = program
     lowered, diags = _timed(timings, "autodiff", autodiff.lower_handles, program)
     # The AD pass builds IR no user wrote: it must obey the rules user code obeys.
@@ -283,21 +289,25 @@ def default_opt_level() -> int:
 def build_source(text: str, path: str, out_so: str | Path, *, opt_level: int | None = None,
                  timings: dict[str, float] | None = None,
                  transform: Callable[[ir.Program], ir.Program] | None = None,
-                 cache: bool | None = None, sizes: Mapping[str, int] | None = None) -> BuildResult:
+                 cache: bool | None = None, sizes: Mapping[str, int] | None = None,
+                 vjp: Sequence[str] = ()) -> BuildResult:
     """Build Kina source text into `out_so` (+ manifest and header next to it).
 
     `transform` may rewrite the checked program before handles are lowered (the
     validator adds gradient wrappers this way).  `cache`: use the build cache
-    (default: unless KINA_CACHE=0).  `sizes`: `--size` values (generic exports)."""
+    (default: unless KINA_CACHE=0).  `sizes`: `--size` values (generic exports).
+    `vjp`: functions f to export `f_vjp` of too (`--vjp f`)."""
     timings = {} if timings is None else timings
     opt_level = default_opt_level() if opt_level is None else opt_level
     outputs = artifact_paths(Path(out_so))
     check_outputs(Path(path), outputs)
     check_ours(outputs)
-    hint = _source_hint(text + _sizes_text(sizes) + _imports_text(path, text), opt_level, transform, cache)
+    hint = _source_hint(text + _sizes_text(sizes) + _imports_text(path, text)
+                        + "".join(f"\n// --vjp {n}" for n in vjp), opt_level, transform, cache)
     worker = _worker_ahead(opt_level, hint)
     try:
-        return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker, hint, sizes)
+        return _build(text, path, Path(out_so), opt_level, timings, transform, cache, worker, hint, sizes,
+                      tuple(vjp))
     finally:
         if worker is not None:
             worker.close()
@@ -369,9 +379,9 @@ def _worker_ahead(opt_level: int, hint: str | None = None) -> backend_worker.Wor
 def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str, float],
            transform: Callable[[ir.Program], ir.Program] | None, cache: bool | None,
            worker: backend_worker.Worker | None, hint: str | None = None,
-           sizes: Mapping[str, int] | None = None) -> BuildResult:
+           sizes: Mapping[str, int] | None = None, vjp: Sequence[str] = ()) -> BuildResult:
     result = BuildResult(False, source=SourceText(text, str(path)), timings=timings)
-    mlir = front_end(text, str(path), timings, result, transform, sizes)
+    mlir = front_end(text, str(path), timings, result, transform, sizes, vjp)
     if mlir is None:
         return result
     _check_writable(out_so)
@@ -424,13 +434,14 @@ def _check_writable(out_so: Path) -> None:
 def build_file(path: str | Path, out_so: str | Path | None = None, opt_level: int | None = None,
                timings: dict[str, float] | None = None,
                transform: Callable[[ir.Program], ir.Program] | None = None,
-               cache: bool | None = None, sizes: Mapping[str, int] | None = None) -> BuildResult:
+               cache: bool | None = None, sizes: Mapping[str, int] | None = None,
+               vjp: Sequence[str] = ()) -> BuildResult:
     """`kinac build`: FILE.kina -> FILE.so (or out_so) + .json manifest + .h header."""
     path = Path(path)
     out_so = Path(out_so) if out_so else default_output(path)
     text = read_source(path)   # UsageError when unreadable
     return build_source(text, str(path), out_so, opt_level=opt_level,
-                        timings=timings, transform=transform, cache=cache, sizes=sizes)
+                        timings=timings, transform=transform, cache=cache, sizes=sizes, vjp=vjp)
 
 
 # ---- CLI hooks (compiler/cli.py calls these) --------------------------------------------
@@ -467,7 +478,14 @@ def add_build_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export", action="append", default=[], metavar="NAME",
                         help="export only this function (repeat; with what it calls): e.g. the step a "
                              "trainer calls, from a file whose --size values bind many generic functions")
+    add_vjp_args(parser)
     _add_opt_args(parser)
+
+
+def add_vjp_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vjp", action="append", default=[], metavar="NAME",
+                        help="also export NAME_vjp(args.., g_y) -> (y, cotangents of the float args): the "
+                             "vector-Jacobian product of NAME for an incoming cotangent g_y (repeat; docs/interop.md)")
 
 
 def _size_arg(text: str) -> tuple[str, int]:
@@ -503,7 +521,8 @@ def cli_build(args: argparse.Namespace) -> int:
     with Ticker(sys.stderr, f"kinac build: building {display_path(args.file)}"):   # a terminal, after 2 s
         result = build_file(args.file, args.output, getattr(args, "opt_level", None), timings,
                             transform=_checked_exports(only) if only else None,
-                            cache=False if getattr(args, "no_cache", False) else None, sizes=sizes_of(args))
+                            cache=False if getattr(args, "no_cache", False) else None, sizes=sizes_of(args),
+                            vjp=getattr(args, "vjp", None) or [])
     print_diagnostics(result)
     if getattr(args, "timings", False):
         print(format_timings(timings))

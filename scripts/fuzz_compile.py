@@ -5,6 +5,7 @@ the interpreter in float64, -O0, -O2, PyTorch and finite differences must agree
     python scripts/fuzz_compile.py --n 3000 --seed 0            # 3,000 programs, both levels
     python scripts/fuzz_compile.py --n 300 --seed 1 --out DIR   # make test's share
     python scripts/fuzz_compile.py --replay tests/regressions/*.kina
+    python scripts/fuzz_compile.py --n 50 --dtypes F64          # F64 programs only
     python scripts/fuzz_compile.py --dynamic --n 1000 --seed 0    # dynamic exports (issue 25)
 
 --dynamic checks dynamic exports instead (compiler/oracle/dynamic_fuzz.py): every program
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from compiler.backend.pipelines import PIPELINES  # noqa: E402
+from compiler.core.types import DType  # noqa: E402
 from compiler.oracle import differential, dynamic_fuzz, shrink  # noqa: E402
 from compiler.oracle.progen import generate as progen  # noqa: E402
 
@@ -50,6 +52,17 @@ def _levels(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"levels must be among {', '.join(map(str, sorted(PIPELINES)))}, "
                                          f"not {text!r}")
     return levels
+
+
+def _dtypes(text: str) -> tuple[tuple[DType, int], ...]:
+    """`--dtypes F64,F32`: the float dtypes to generate, each with weight 1."""
+    try:
+        dtypes = [DType.named(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError as err:
+        raise SystemExit(f"--dtypes: {err}") from None
+    if not dtypes or not all(d.is_float for d in dtypes):
+        raise SystemExit(f"--dtypes: a comma list of float dtypes, not {text!r}")
+    return tuple((d, 1) for d in dtypes)
 
 
 def _chunk(text: str) -> tuple[int, int]:
@@ -85,6 +98,8 @@ def parse_args(argv=None):
                          "1 makes every program generic)")
     ap.add_argument("--ops", default=None, metavar="OP,OP",
                     help="restrict the single-op steps to these ops (GenConfig.ops), e.g. a new op's rows")
+    ap.add_argument("--dtypes", default=None, metavar="D,D",
+                    help="generate only these float dtypes, equally often (GenConfig.dtypes), e.g. F64")
     ap.add_argument("--dynamic", action="store_true",
                     help="differential testing of dynamic exports (compiler/oracle/dynamic_fuzz.py)")
     ap.add_argument("--grad", action="store_true",
@@ -114,6 +129,8 @@ def main(argv=None) -> int:
                 dataclasses.replace(progen.DEFAULT, generic_fraction=args.generic_fraction)
             if args.ops:
                 config = dataclasses.replace(config, ops=tuple(args.ops.split(",")))
+            if args.dtypes:
+                config = dataclasses.replace(config, dtypes=_dtypes(args.dtypes))
             seeds = _seeds(args)
             failures = differential.run_seeds(oracle, seeds, config, batch=args.batch,
                                               on_batch=lambda done, found: _progress(done, len(seeds), found, t0))

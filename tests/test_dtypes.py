@@ -15,7 +15,7 @@ from compiler.core.types import BY_MLIR, FLOAT_DTYPES, DType
 from compiler.oracle import interp, tolerance, validate
 from compiler.runtime import library as runtime
 
-C_SIZES = {"float": ctypes.c_float, "uint16_t": ctypes.c_uint16, "uint8_t": ctypes.c_uint8,
+C_SIZES = {"float": ctypes.c_float, "double": ctypes.c_double, "uint16_t": ctypes.c_uint16, "uint8_t": ctypes.c_uint8,
            "int64_t": ctypes.c_int64}
 
 

@@ -168,7 +168,8 @@ LOW_PRECISION_OPS = [("mul", 2, {}), ("exp", 1, {}), ("softmax", 1, {"axis": 1})
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
 def test_every_float_dtype_lowers(dtype):
-    """F16/BF16/F8 are stored narrow and computed in f32; one module per dtype."""
+    """F16/BF16/F8 are stored narrow and computed in f32, F64 in f64 (no f32 anywhere);
+    one module per dtype."""
     t = TensorType(dtype, (2, 3))
     fns = []
     for op, arity, attrs in LOW_PRECISION_OPS:
@@ -177,7 +178,9 @@ def test_every_float_dtype_lowers(dtype):
     sa = op_program("scatter_add", [TensorType(dtype, (2, 3)), i64(2)], {"dest_ty": TensorType(dtype, (4, 3))},
                     name="sa")
     text = emit_ok(program(*fns, *mm.functions.values(), *sa.functions.values()))
-    if dtype is not DType.F32:
+    if dtype is DType.F64:
+        assert "f32" not in text and "arith.extf" not in text and "arith.truncf" not in text
+    elif dtype is not DType.F32:
         assert "arith.extf" in text and "arith.truncf" in text
         assert re.search(r"arith\.(add|mul)f [^:]*: (f16|bf16|f8)", text) is None  # no narrow arithmetic
     verify(text)

@@ -294,12 +294,15 @@ class _Adjoints:
         self.table[name] = ct if prev is None else self.b.emit("add", [prev, ct])
 
 
-def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], needed: set[str]) -> tuple[Builder, list[Var]]:
+def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], needed: set[str],
+              seed: Var | None = None) -> tuple[Builder, list[Var]]:
+    """The backward lets and one cotangent per floating parameter; `seed` is the cotangent
+    of the result (a parameter of a VJP export, vjp_export.py), else ones (reverseMode)."""
     b = Builder("ct")
     adj = _Adjoints(b)
     b.span = result.span
     if result.name in active:
-        adj.add(result.name, b.literal(result.tensor_type, (1.0,), name=b.fresh("seed")))
+        adj.add(result.name, seed or b.literal(result.tensor_type, (1.0,), name=b.fresh("seed")))
     for let in reversed(lets):
         (name,) = let.binding.names
         g = adj.table.get(name)

@@ -12,7 +12,8 @@ against NumPy / ml_dtypes / MLIR and runs every dtype through all of them.
 F8E4M3 is the OCP 8-bit float E4M3FN (what MLIR calls f8E4M3FN, PyTorch
 float8_e4m3fn, ml_dtypes float8_e4m3fn): max 448, no infinities, one NaN
 pattern per sign, and a value that overflows (or an infinity) becomes NaN.
-F8E5M2 is IEEE-like (max 57344, has infinities).
+F8E5M2 is IEEE-like (max 57344, has infinities).  F64 is IEEE binary64, the one dtype
+computed in its own precision wider than f32 (the other floats compute in f32).
 """
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ class DType(Enum):
     F16 = ("F16", "f16", 2, "float16", "uint16_t", "e", True, (1e-2, 1e-2), (5e-2, 5e-2))
     BF16 = ("BF16", "bf16", 2, "bfloat16", "uint16_t", "", True, (6e-2, 6e-2), (0.2, 0.2))
     F32 = ("F32", "f32", 4, "float32", "float", "f", True, (1e-5, 1e-4), (1e-3, 1e-2))
+    # Computed in f64 end to end (not through f32 like the narrow floats); its fd bound is
+    # the truncation error of validate's float64 central differences (step 1e-4: ~h^2 f3).
+    F64 = ("F64", "f64", 8, "float64", "double", "d", True, (1e-10, 1e-9), (1e-6, 1e-5))
     F8E4M3 = ("F8E4M3", "f8E4M3FN", 1, "float8_e4m3fn", "uint8_t", "", False, (0.25, 0.25), (1.0, 0.5))
     F8E5M2 = ("F8E5M2", "f8E5M2", 1, "float8_e5m2", "uint8_t", "", True, (0.5, 0.5), (1.0, 0.5))
     I64 = ("I64", "i64", 8, "int64", "int64_t", "ql", False, (0, 0), None)

@@ -359,11 +359,11 @@ _FLOAT = AttrSpec("dtype", "dtype", tuple(d.value for d in DType if d.is_float),
 _row(OpDef("random_uniform", _named(infer_random, "random_uniform"),
            "random_uniform(key, shape=[..], dtype=F32) : Tensor[dtype, shape]",
            "uniform floats in [0, 1), m * 2^-mantissa bits (jax.random.uniform, bit for bit in every "
-           "float dtype); no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
+           "float dtype but F64, which draws the F32 values: 32-bit draws); no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
 _row(OpDef("random_normal", _named(infer_random, "random_normal"),
            "random_normal(key, shape=[..], dtype=F32) : Tensor[dtype, shape]",
-           "standard normal floats, sqrt(2) erfinv(u) in F32 (jax.random.normal), rounded to dtype; "
-           "no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
+           "standard normal floats, sqrt(2) erfinv(u) in F32 (jax.random.normal), rounded to dtype "
+           "(F64: the same polynomial in f64 of the F32 u); no cotangent", attrs=(_SHAPE, _FLOAT), float_only=False))
 _row(OpDef("bernoulli", _named(infer_random, "bernoulli"), "bernoulli(key, p, shape=[..]) : Tensor[Bool, shape], 0 <= p <= 1",
            "true with probability p: random_uniform(key, shape) < p (jax.random.bernoulli); dropout's mask",
            attrs=(AttrSpec("p", "float", positional=True, finite=True), _SHAPE), float_only=False))

@@ -35,9 +35,10 @@ TINY = 1.1754943508222875e-38
 def uniform_bits(dtype: DType) -> tuple[int, int]:
     """(random bits used, mantissa bits) of a uniform in dtype, as jax.random.uniform draws it:
     the low `used` bits of the 32-bit draw, shifted right to the `mantissa` high ones, give
-    the value m * 2^-mantissa (exact in the dtype)."""
-    nmant = {DType.F32: 23, DType.F16: 10, DType.BF16: 7, DType.F8E4M3: 3, DType.F8E5M2: 2}[dtype]
-    nbits = {DType.F32: 32, DType.F16: 16, DType.BF16: 16}.get(dtype, 8)
+    the value m * 2^-mantissa (exact in the dtype).  F64 draws as F32 does (one 32-bit word
+    per element, 23 mantissa bits, exact in F64; JAX's float64 uniform takes 64-bit draws)."""
+    nmant = {DType.F32: 23, DType.F64: 23, DType.F16: 10, DType.BF16: 7, DType.F8E4M3: 3, DType.F8E5M2: 2}[dtype]
+    nbits = {DType.F32: 32, DType.F64: 32, DType.F16: 16, DType.BF16: 16}.get(dtype, 8)
     return (8 if nmant < 8 else nbits), nmant
 
 

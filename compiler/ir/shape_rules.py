@@ -59,7 +59,7 @@ def _same_placement(args: list[TensorType], op: str) -> None:
 
 def require_float(t: TensorType, i: int, op: str, what: str = "operand") -> None:
     if not t.is_float:
-        raise OpError("dtype", f"{op}: {what} {t} must be floating (F16, BF16, F32, F8E4M3, F8E5M2), not {t.dtype}", i)
+        raise OpError("dtype", f"{op}: {what} {t} must be floating (F16, BF16, F32, F64, F8E4M3, F8E5M2), not {t.dtype}", i)
 
 
 def _axis(axis: int, rank: int, t: TensorType, op: str) -> int:

@@ -6,7 +6,7 @@ one NumPy implementation per op (`NUMPY_OPS`, one row per op of ops.OPS).
 the interpreter runs exactly the backward graph the compiler emits.
 
 Dtypes: by default every tensor is stored in its declared dtype (F32 ->
-float32, F16 -> float16, BF16 / F8 through ml_dtypes).  Narrow floats are
+float32, F64 -> float64, F16 -> float16, BF16 / F8 through ml_dtypes).  Narrow floats are
 computed in float32 and rounded after every op, like the host lowering's
 `arith-emulate-unsupported-floats`.  `dtype=np.float64` computes every float
 tensor in float64 (for finite differences).
@@ -155,9 +155,16 @@ def _in_bounds(x: Array, attrs: Attrs) -> Array:
 
 def _cast(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     # Integers and booleans convert through float32, as the lowering does (sitofp to f32,
-    # then the store rounds to the target dtype); floats convert directly.
+    # then the store rounds to the target dtype), but to F64 directly (sitofp to f64);
+    # floats convert directly, but for F64 to a narrow float, which rounds through float32
+    # as the lowering does (builder.fconv; in a float64 run it perturbs the unrounded
+    # reference by far less than the narrow dtype's tolerance).
     x = args[0]
-    return x.astype(np.float32) if x.dtype.kind in "iub" and out.is_float else x
+    if x.dtype.kind in "iub" and out.is_float:
+        return x.astype(np.float64 if out.dtype is DType.F64 else np.float32)
+    if x.dtype == np.float64 and out.dtype not in (DType.F32, DType.F64) and out.is_float:
+        return x.astype(np.float32)
+    return x
 
 
 def _iota(args: list[Array], attrs: Attrs, out: TensorType) -> Array:

@@ -8,7 +8,8 @@ uint32 key data).  With y(key, i) = threefry2x32(key, (0, i)) (20 rounds):
   random_fold_in(key, d)    = y(key, d mod 2^32)         (jax.random.fold_in)
   random_bits(key, shape)   = y0 ^ y1 at the flat index  (jax.random.bits, 32 bits)
   random_uniform            = bitcast((bits >> 9) | 0x3F800000) - 1.0, in [0, 1)
-  random_normal             = sqrt(2) erfinv(u), u uniform in (-1, 1)  (jax.random.normal)
+  random_normal             = sqrt(2) erfinv(u), u uniform in (-1, 1)  (jax.random.normal;
+                              F64: erfinv in float64 of the float32 u)
   bernoulli(key, p, shape)  = random_uniform(key, shape) < p
   categorical(key, logits)  = argmax(logits + gumbel), gumbel = -log(-log(u)), u uniform in
                               [tiny, 1) of logits' shape (jax.random.categorical; keeps the axis)
@@ -20,6 +21,7 @@ go through libm's log and may differ in the last bit (the argmax they feed rarel
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -121,21 +123,23 @@ def log1p(y: Array) -> Array:
     return out
 
 
-def erfinv(x: Array) -> Array:
-    """XLA's float32 erf_inv (its log1p: log1p above)."""
-    x = x.astype(np.float32)
-    w = -log1p(-x * x)
-    small = w < np.float32(5.0)
-    w = np.where(small, w - np.float32(2.5), np.sqrt(w) - np.float32(3.0)).astype(np.float32)
-    p = np.where(small, np.float32(ERFINV_SMALL[0]), np.float32(ERFINV_LARGE[0])).astype(np.float32)
+def erfinv(x: Array, ft: type[np.floating[Any]] = np.float32) -> Array:
+    """XLA's float32 erf_inv (in float64 with unrounded coefficients when ft is float64)."""
+    x = x.astype(ft)
+    w = -(log1p(-x * x) if ft is np.float32 else np.log1p(-x * x))
+    small = w < ft(5.0)
+    w = np.where(small, w - ft(2.5), np.sqrt(w) - ft(3.0)).astype(ft)
+    p = np.where(small, ft(ERFINV_SMALL[0]), ft(ERFINV_LARGE[0])).astype(ft)
     for a, b in zip(ERFINV_SMALL[1:], ERFINV_LARGE[1:]):
-        p = (np.where(small, np.float32(a), np.float32(b)) + p * w).astype(np.float32)
-    out: Array = np.where(np.abs(x) == 1, x * np.float32(np.inf), p * x).astype(np.float32)
+        p = (np.where(small, ft(a), ft(b)) + p * w).astype(ft)
+    out: Array = np.where(np.abs(x) == 1, x * ft(np.inf), p * x).astype(ft)
     return out
 
 
-def normal(key: Array, shape: tuple[int, ...]) -> Array:
-    out: Array = np.float32(math.sqrt(2)) * erfinv(uniform(key, shape, NORMAL_LO, 1.0))
+def normal(key: Array, shape: tuple[int, ...], dtype: DType = DType.F32) -> Array:
+    """sqrt(2) erfinv(u) in float32; for F64, of the same float32 u in float64."""
+    ft = np.float64 if dtype is DType.F64 else np.float32
+    out: Array = ft(math.sqrt(2)) * erfinv(uniform(key, shape, NORMAL_LO, 1.0), ft)
     return out
 
 
@@ -174,7 +178,7 @@ RANDOM_OPS = {
     "random_fold_in": lambda a, at, t: fold_in(a[0], a[1]),
     "random_bits": lambda a, at, t: bits(a[0], t.shape).astype(np.int64),
     "random_uniform": lambda a, at, t: uniform_in(a[0], t.shape, t.dtype),
-    "random_normal": lambda a, at, t: normal(a[0], t.shape),
+    "random_normal": lambda a, at, t: normal(a[0], t.shape, t.dtype),
     "bernoulli": _bernoulli,
     "categorical": _categorical,
 }

@@ -139,10 +139,10 @@ def _gelu_grad(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
 def _cast(a: list[Tensor], at: Attrs, t: TensorType) -> Tensor:
     # float64 evaluation: a float result stays float64 (the reference does not round), but an
     # integer or Bool converts through float32, as the lowering (sitofp to f32) and the
-    # interpreter do: an I64 beyond 2^24 (random_bits) rounds there
+    # interpreter do: an I64 beyond 2^24 (random_bits) rounds there; to F64 directly (sitofp to f64)
     import torch
     x = a[0]
-    if t.is_float and not (x.is_floating_point() or x.is_complex()):
+    if t.is_float and t.dtype.value != "F64" and not (x.is_floating_point() or x.is_complex()):
         x = x.to(torch.float32)
     return x.to(_dtype_of(t))
 

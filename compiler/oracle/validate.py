@@ -42,6 +42,7 @@ from compiler.oracle import directional, dynamic_sizes, gradients
 from compiler.oracle.child import RUN_MARK, child_command, child_main, flat, load_outputs, run_in_child, write_inputs
 from compiler.oracle.dynamic_sizes import Task
 from compiler.oracle.gradients import (
+    FD_STEPS,
     FD_TOLERANCES,
     GRAD_PREFIX,
     add_gradient_wrappers,
@@ -104,7 +105,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
                   progress: Progress | None = None,
                   cancel: Callable[[], bool] | None = None, timeout: float = 120.0,
                   only: Collection[str] | None = None, sizes: Mapping[str, int] | None = None,
-                  exhaustive: bool = False) -> ValidationReport:
+                  exhaustive: bool = False, vjp: Collection[str] = ()) -> ValidationReport:
     """Build, run in a child process, compare.  progress(what, done, total) is called with
     ("building", 0, 0) before the build and (function, done, total) as functions finish;
     cancel() returning True stops the run (report.cancelled).  `only`: run just these
@@ -112,7 +113,8 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
     the whole file is still built.  `sizes`: `--size` values for the generic functions to
     export; the others are exported dynamic and checked at several sizes each
     (compiler/oracle/dynamic_sizes.py).  `exhaustive`: check gradients element by element
-    (gradients.py) instead of along random directions (directional.py)."""
+    (gradients.py) instead of along random directions (directional.py).  `vjp`: functions f
+    whose VJP export f_vjp is built too and checked along random directions (vjp_check.py)."""
     report = ValidationReport(str(path))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kina-validate-") as tmp:
@@ -120,7 +122,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
         if progress is not None:
             progress("building", 0, 0)
         report.build = build.build_file(path, work / "lib.so", opt_level, transform=add_gradient_wrappers,
-                                        sizes=sizes)
+                                        sizes=sizes, vjp=list(vjp))
         report.timings["build"] = time.perf_counter() - start
         if not report.build.ok:
             return report
@@ -129,7 +131,8 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
             return report
         program, so_path = report.build.program, report.build.so_path
         assert program is not None and so_path is not None     # a build that is ok has both
-        run = _Run(work, _tasks(path, program, only, seed), report.timings, seed, exhaustive, progress)
+        run = _Run(work, _tasks(path, program, only, seed), report.timings, seed, exhaustive, progress,
+                   set(vjp))
         runnable = run.write_inputs()
         child_start = time.perf_counter()
         finished = run_in_child(so_path, work, runnable, timeout=timeout, cancel=cancel, on_done=run.on_done,
@@ -155,9 +158,9 @@ class _Run:
     finishes each, the comparisons."""
 
     def __init__(self, work: Path, tasks: list[Task], timings: dict[str, float], seed: int,
-                 exhaustive: bool, progress: Progress | None) -> None:
+                 exhaustive: bool, progress: Progress | None, vjp: set[str] | None = None) -> None:
         self.work, self.tasks, self.timings, self.seed = work, tasks, timings, seed
-        self.exhaustive, self.progress = exhaustive, progress
+        self.exhaustive, self.progress, self.vjp = exhaustive, progress, vjp or set()
         self.by_key = {t.key: t for t in tasks}
         self.reports = {t.key: FunctionReport(t.label) for t in tasks}
         self.inputs: dict[str, list[Array]] = {}
@@ -230,6 +233,7 @@ class _Run:
     def _compare(self, rep: FunctionReport, task: Task, want: References) -> None:
         got = load_outputs(self.work, task.key)
         check_results(rep, task.fn, got, want)
+        _check_vjp(rep, task, self.vjp, self.inputs[task.key], got, self.seed)
         if not task.fn.name.startswith(GRAD_PREFIX):
             return
         start = time.perf_counter()
@@ -307,6 +311,19 @@ def check_results(rep: FunctionReport, fn: ir.Function, got: list[Array], want: 
         rep.checks.append(check_output(f"result {i}", g, w, dt, w_dt, m))
 
 
+def _check_vjp(rep: FunctionReport, task: Task, vjp: set[str], args: list[Array], got: list[Array],
+               seed: int) -> None:
+    """A VJP export (`--vjp f`): its cotangents along random directions (vjp_check.py)."""
+    from compiler.oracle import vjp_check
+    target = vjp_check.target_of(task.program, task.fn, vjp) if vjp else None
+    if target is None:
+        return
+    try:
+        rep.checks.append(vjp_check.check_vjp(task.program, target, args, got, FD_STEPS, FD_TOLERANCES, seed))
+    except Exception as e:
+        rep.error = f"directional finite differences failed: {type(e).__name__}: {e}"
+
+
 # ---- CLI ---------------------------------------------------------------------------------
 def format_report(report: ValidationReport) -> str:
     lines = []
@@ -339,6 +356,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
                              "not the default random directions")
     parser.add_argument("--timings", action="store_true", help="print the seconds of each phase on stderr")
     build.add_size_args(parser)
+    build.add_vjp_args(parser)
     build._add_opt_args(parser)
 
 
@@ -351,7 +369,8 @@ def cli_validate(args: argparse.Namespace) -> int:
         def progress(function: str, done: int, total: int) -> None:
             ticker.update(f"{what} {function}" if not total else f"{what} validated {done}/{total}")
         report = validate_file(args.file, seed=args.seed, opt_level=getattr(args, "opt_level", None),
-                               timeout=args.timeout, sizes=sizes, exhaustive=args.exhaustive, progress=progress)
+                               timeout=args.timeout, sizes=sizes, exhaustive=args.exhaustive, progress=progress,
+                               vjp=getattr(args, "vjp", None) or [])
     if args.timings:
         print("validate timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in report.timings.items()), file=sys.stderr)
     if report.build is not None:

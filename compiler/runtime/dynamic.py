@@ -5,12 +5,12 @@ costs a dict lookup more than a static call."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from compiler.backend.entry_points import BAD_SIZES
-from compiler.runtime import binding
+from compiler.runtime import binding, dlpack
 from compiler.runtime.arrays import Array
 from compiler.runtime.function import JSONObject, KinaFunction, _as_tuple, numpy_dtype
 from compiler.runtime.loader import KinaRuntimeError, manifest_sizes
@@ -100,7 +100,7 @@ class DynamicKinaFunction(KinaFunction):
         return Prepared(specs[:len(self.params)], specs[len(self.params):], self._packed, self._fastcall,
                         list(values.values()))
 
-    def __call__(self, *args: object, out: object = None, **sizes: object) -> Array | tuple[Array, ...]:
+    def __call__(self, *args: object, out: object = None, like: object = None, **sizes: object) -> Any:
         outs: tuple[object, ...]
         last = self._last
         if last is not None and sizes == last[2] and (not sizes or all(type(v) is int for v in sizes.values())):
@@ -118,20 +118,24 @@ class DynamicKinaFunction(KinaFunction):
                 if declined < -1:
                     raise self._library_error(p, -1 - declined)
                 results = cast(tuple[Array, ...], outs)
-                return results[0] if len(results) == 1 else results
+                value = results[0] if len(results) == 1 else results
+                return value if like is None else dlpack.wrap(value, like)
         p = self.prepared(*args, **sizes)
         if p.fast is not None and all(type(v) is int for v in sizes.values()):
             self._last = (p, p.fast, sizes)
-        outs = self._outs(p, out)
+        outs = given = self._outs(p, out)
         declined = -1 if p.fast is None else _fastcall.call(p.fast, args + outs)
+        if declined >= 0 or p.fast is None:
+            args, outs, declined = self._foreign(p, args, outs, declined)
         if p.fast is None or declined >= 0:
             status = self._call_checked(p, args, outs, out is None)
         else:
             status = -1 - declined
         if status:
             raise self._library_error(p, status)
-        results = cast(tuple[Array, ...], outs)
-        return results[0] if len(results) == 1 else results
+        results = cast(tuple[Array, ...], given)
+        value = results[0] if len(results) == 1 else results
+        return value if like is None else dlpack.wrap(value, like)
 
     @staticmethod
     def _outs(p: Prepared, out: object) -> tuple[object, ...]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED
 from compiler.core.types import DType
-from compiler.runtime import binding
+from compiler.runtime import binding, dlpack
 from compiler.runtime.arrays import Array
 from compiler.runtime.errors import KinaArgumentError, KinaIndexError
 from compiler.runtime.loader import KinaRuntimeError
@@ -89,24 +89,41 @@ class KinaFunction:
         return f"{self.name}({params}) -> {ret}"
 
     # -- a call: the C fast path, else the Python checks and a ctypes call -------------
-    def __call__(self, *args: object, out: object = None) -> Array | tuple[Array, ...]:
+    def __call__(self, *args: object, out: object = None, like: object = None) -> Any:
+        """The results (see the class docstring); `like`: return them as that kind of tensor
+        (a tensor, or "torch" / "jax" / "numpy": compiler/runtime/dlpack.py)."""
         outs: tuple[object, ...]
         if out is None:
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
+        given = outs
         # _fastcall.call: -1 after a call that returned 0, >= 0 when it declined (the Python
         # checks then say why), -1 - code after a call that returned an error code.
         declined = -1 if self._fast is None else _fastcall.call(self._fast, args + outs)
+        if declined >= 0 or self._fast is None:
+            args, outs, declined = self._foreign(self._prep, args, outs, declined)
         if self._fast is None or declined >= 0:
             status = self._call_checked(self._prep, args, outs, out is None)
         else:
             status = -1 - declined
         if status:
             raise self._library_error(self._prep, status)
-        # every output is an array of its result's type now (checked by either path)
-        results = cast(tuple[Array, ...], outs)
-        return results[0] if len(results) == 1 else results
+        # every output is an array of its result's type now (checked by either path); out=
+        # tensors of another library are returned as given
+        results = cast(tuple[Array, ...], given)
+        value = results[0] if len(results) == 1 else results
+        return value if like is None else dlpack.wrap(value, like)
+
+    def _foreign(self, p: Prepared, args: tuple[object, ...], outs: tuple[object, ...],
+                 declined: int) -> tuple[tuple[object, ...], tuple[object, ...], int]:
+        """A call the fast path declined: with the DLPack tensors among its arrays as NumPy
+        arrays over their memory (compiler/runtime/dlpack.py), tried on the fast path again."""
+        converted = dlpack.convert(self.name, p.params, args, outs)
+        if converted is None:
+            return args, outs, declined
+        args, outs = converted
+        return args, outs, (-1 if p.fast is None else _fastcall.call(p.fast, args + outs))
 
     def _call_checked(self, p: Prepared, args: tuple[object, ...], outs: tuple[object, ...],
                       fresh: bool = False) -> int:
@@ -271,6 +288,8 @@ def _index_bound(fn: str, p: JSONObject) -> int | None:
 
 
 def _as_tuple(out: object) -> tuple[object, ...]:
+    if dlpack.is_foreign(out):     # one tensor of another library (iterable, but one buffer)
+        return (out,)
     try:
         return tuple(out)  # type: ignore[arg-type]  # any iterable; anything else is the TypeError below
     except TypeError:

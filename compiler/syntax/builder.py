@@ -12,6 +12,8 @@ parsed (TO_AST.offset, added to every span): set it and parse while holding PARS
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 import threading
 from typing import Any, TypeVar
 
@@ -76,9 +78,16 @@ class TooDeep(SyntaxProblem):
     and there is nothing to recover."""
 
 
-def _num(tok: Token) -> int | float:
-    """The value of a number token: INT, FLOAT, or the words `inf` and `nan` (INF, NAN)."""
-    return int(tok) if tok.type == "INT" else float(tok)    # float("inf"), float("nan") read the words
+def _num(tok: Token, span: Span) -> int | float:
+    """The value of a number token: INT, FLOAT, or the words `inf` and `nan` (INF, NAN).
+    A FLOAT beyond float64 (`1e400`) is an error, not a silent infinity: no dtype holds it."""
+    if tok.type == "INT":
+        return int(tok)
+    x = float(tok)    # float("inf"), float("nan") read the words
+    if math.isinf(x) and tok.type != "INF":
+        raise SyntaxProblem(f"the number {tok} overflows every float dtype (the largest finite F64 value is "
+                            f"{sys.float_info.max:g}); write `inf` or `-inf` for an infinity", span)
+    return x
 
 
 def _negated(v: int | float) -> int | float:
@@ -118,7 +127,8 @@ class _ToAst(Transformer[Token, ast.FnDef]):
 
     def _signed(self, ch: Children) -> _Value:
         """`MINUS? number`."""
-        return _Value(_negated(_num(ch[-1])) if ch[0].type == "MINUS" else _num(ch[-1]), self._span(ch))
+        v = _num(ch[-1], self._tok(ch[-1]))
+        return _Value(_negated(v) if ch[0].type == "MINUS" else v, self._span(ch))
 
     # ---- items and types
     def start(self, ch: Children) -> ast.FnDef:
@@ -218,7 +228,7 @@ class _ToAst(Transformer[Token, ast.FnDef]):
         return ast.Name(str(ch[0]), self._tok(ch[0]))
 
     def number(self, ch: Children) -> ast.Number:
-        return ast.Number(_num(ch[0]), self._tok(ch[0]))
+        return ast.Number(_num(ch[0], self._tok(ch[0])), self._tok(ch[0]))
 
     def call(self, ch: Children) -> ast.Call:
         func = ch[0]

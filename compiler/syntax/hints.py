@@ -88,7 +88,7 @@ FOREIGN: dict[str, str] = {
     "float": _CAST,
     "half": "`x.cast(dtype=F16)`",
     "bfloat16": "`x.cast(dtype=BF16)`",
-    "double": "no float64: the float dtypes are F32, F16, BF16, F8E4M3, F8E5M2",
+    "double": "`x.cast(dtype=F64)`",
     "norm": "`(x * x).reduce_keep(op=sum, axis=i).sqrt()`",
 }
 

@@ -162,7 +162,7 @@ fn k(a: Tensor[F
     assert {"w", "ids", "h", "s", "f", "k", "gather", "let"} <= set(names)
     assert "t" not in names    # the cursor is still in `t`'s value (no `in` yet): t is not bound there
     dtypes = await complete(client, uri, text, "Tensor[F\n", 8)
-    assert set(dtypes) == {"F16", "BF16", "F32", "F8E4M3", "F8E5M2", "I64", "Bool"}
+    assert set(dtypes) == {"F16", "BF16", "F32", "F64", "F8E4M3", "F8E5M2", "I64", "Bool"}
 
 
 async def test_signature_help_for_builtins(client):

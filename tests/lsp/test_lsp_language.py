@@ -117,7 +117,7 @@ def test_new_ops_have_hover_completion_and_signature_help_from_the_table():
     assert help_.signatures[0].label == "iota(shape=ints, axis=int)" and help_.active_parameter == 1
     partial = "fn f(x: Tensor[F32, [2]]) -> Tensor[F16, [2]] {\n  x.cast(dtype="
     casts = [i.label for i in completion.complete(partial, len(partial), [])]
-    assert "F16" in casts and "BF16" in casts
+    assert "F16" in casts and "BF16" in casts and "F64" in casts
 
 
 def test_a_bare_number_where_a_type_is_known_gets_the_literal_as_a_quick_fix():

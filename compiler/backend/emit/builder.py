@@ -16,7 +16,14 @@ from compiler.ir.nodes import as_tensor
 
 # Kina dtype -> MLIR element type (storage); the facts live in types.DType.
 ELEM: dict[DType, str] = {d: d.mlir for d in DType}
-COMPUTE = "f32"  # scalar type in which every float op computes
+COMPUTE = "f32"  # scalar type in which float ops compute (F16/BF16/F8 storage too) ...
+WIDE = "f64"     # ... but an op touching F64 computes in f64 (FnEmitter.F, set per op)
+_WIDTH = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8E4M3FN": 8, "f8E5M2": 8}
+
+
+def compute_type(dtypes: Iterable[DType]) -> str:
+    """The scalar float type an op over these operand / result dtypes computes in."""
+    return WIDE if DType.F64 in dtypes else COMPUTE
 # The results of an indexing map over d0..dn-1: a loop dimension ("d2") or a constant (0).
 MapResults = Sequence[int | str]
 # A linalg body: the block arguments' SSA names in (one per operand, so the arity varies
@@ -118,6 +125,7 @@ class FnEmitter:
         self.sizes: dict[str, str] = {}
         self.prologue: list[str] = []
         self._dims: dict[object, str] = {}
+        self.F = COMPUTE   # the float compute type of the op being lowered (compute_type)
 
     # ---- names and lines ---------------------------------------------------
     def fresh(self, hint: str | None = None) -> str:
@@ -196,17 +204,18 @@ class FnEmitter:
     def size_number(self, n: SizeNumber, elem: str) -> str:
         """A number computed from sizes (`1.0 / (B * T)`) as a scalar of `elem` (f32 math
         for floats, i64 for integers), in the prologue."""
+        f = elem if elem in (COMPUTE, WIDE) else COMPUTE   # f32 math but for f64
         if n.op == "num":
             v = n.args[0]
             if elem == "i64":
                 return self._pro(f"arith.constant {int(v)} : i64")   # type: ignore[call-overload]
-            return self._pro(f"arith.constant {float_literal(float(v), COMPUTE)} : {COMPUTE}")  # type: ignore[arg-type]
+            return self._pro(f"arith.constant {float_literal(float(v), f)} : {f}")  # type: ignore[arg-type]
         if n.op == "size":
             i = self._pro(f"arith.index_cast {self.dim(n.args[0])} : index to i64")   # type: ignore[arg-type]
-            return i if elem == "i64" else self._pro(f"arith.sitofp {i} : i64 to {COMPUTE}")
-        t = "i64" if elem == "i64" else COMPUTE
-        if n.op in _MATH and t != "i64":   # a float function of a number: computed in f32
-            x = self.size_number(n.args[0], COMPUTE)   # type: ignore[arg-type]
+            return i if elem == "i64" else self._pro(f"arith.sitofp {i} : i64 to {f}")
+        t = "i64" if elem == "i64" else f
+        if n.op in _MATH and t != "i64":   # a float function of a number: computed in f32 (f64)
+            x = self.size_number(n.args[0], f)   # type: ignore[arg-type]
             return self._pro(_MATH[n.op].format(x=x, t=t, one=self._pro(f"arith.constant 1.0 : {t}")))
         args = [self.size_number(a, elem) for a in n.args if isinstance(a, SizeNumber)]
         if n.op == "square":
@@ -243,8 +252,8 @@ class FnEmitter:
         tensor.empty would let CSE merge the accumulators of two matmuls into one tensor,
         which bufferization must then copy (issue 11's first program is that pattern)."""
         if isinstance(value, SizeNumber):
-            c = self.size_number(value, t.elem if t.elem == "i64" else COMPUTE)
-            if t.elem not in ("i64", COMPUTE):
+            c = self.size_number(value, t.elem if t.elem == "i64" else self.F)
+            if t.elem not in ("i64", self.F):
                 c = self.store(c, t.elem)
         else:
             c = self.scalar(value, t.elem)
@@ -287,11 +296,23 @@ class FnEmitter:
 
     # ---- float compute domain ------------------------------------------------
     def load(self, x: str, elem: str) -> str:
-        """Scalar of storage type `elem` -> the f32 compute type."""
-        return x if elem == COMPUTE else self.op(f"arith.extf {x} : {elem} to {COMPUTE}")
+        """Scalar of storage type `elem` -> the op's compute type (f32, or f64: self.F)."""
+        return self.fconv(x, elem, self.F)
 
     def store(self, x: str, elem: str) -> str:
-        return x if elem == COMPUTE else self.op(f"arith.truncf {x} : {COMPUTE} to {elem}")
+        return self.fconv(x, self.F, elem)
+
+    def fconv(self, x: str, src: str, dst: str) -> str:
+        """A float scalar of type src as dst (extf to a wider type, truncf to a narrower)."""
+        if src == dst:
+            return x
+        if WIDE in (src, dst) and COMPUTE not in (src, dst):
+            # f64 <-> f16 / bf16 / f8 go through f32: LLVM would call compiler-rt's
+            # __truncdfbf2 & co., which a Kina library does not link (the interpreter's
+            # casts round through float32 the same way)
+            return self.fconv(self.fconv(x, src, COMPUTE), COMPUTE, dst)
+        op = "extf" if _WIDTH[dst] > _WIDTH[src] else "truncf"
+        return self.op(f"arith.{op} {x} : {src} to {dst}")
 
     def to_index(self, x: str) -> str:
         return self.op(f"arith.index_cast {x} : i64 to index")
@@ -300,9 +321,8 @@ class FnEmitter:
         """Elementwise storage conversion (f32 accumulator -> f16/bf16 result)."""
         if src.elem == elem:
             return x
-        op = "truncf" if src.elem == COMPUTE else "extf"
         return self.map_elementwise([(x, src)], src.with_elem(elem),
-                                    lambda a: self.op(f"arith.{op} {a} : {src.elem} to {elem}"), out)
+                                    lambda a: self.fconv(a, src.elem, elem), out)
 
     # ---- shape helpers -----------------------------------------------------
     def collapse(self, x: str, t: Ty, groups: list[list[int]], out: str | None = None) -> str:

@@ -5,7 +5,8 @@ FnEmitter (compiler/backend/emit/program.py), `node` the ir.OpApp (types and att
 `args` the SSA names of its operands, `out` the name its final op must define.
 
 Float ops compute in f32 (em.load / em.store convert F16/BF16 storage), and
-reductions and matmuls accumulate in f32 before converting back.  Index
+reductions and matmuls accumulate in f32 before converting back; an op touching F64
+computes and accumulates in f64 instead (`em.F`, the op's compute type).  Index
 operands are bounds-checked with one all-reduction linalg.generic and a
 cf.assert (em.bounds_check) before they are used by `tensor.extract`.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from compiler.backend.emit.builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
+from compiler.backend.emit.builder import Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS, GELU, GELU_GRAD
 from compiler.backend.emit.ops_random import RANDOM_LOWERINGS
 from compiler.backend.emit.ops_scan import SCAN_LOWERINGS
@@ -27,36 +28,36 @@ def _t(e: ir.Expr) -> Ty:
     return ty(e.type)
 
 
-def _acc(t: Ty) -> Ty:
-    """Accumulator type: f32 for floats, the element type itself for integers."""
-    return t if t.elem.startswith("i") else t.with_elem(COMPUTE)
+def _acc(em: FnEmitter, t: Ty) -> Ty:
+    """Accumulator type: the compute type for floats (f32, f64 for F64), the element type itself for integers."""
+    return t if t.elem.startswith("i") else t.with_elem(em.F)
 
 
 # ---- elementwise -------------------------------------------------------------
 # Scalar bodies over f32 values: fn(em, operands) -> result.
 def _f(name: str) -> Callable[[FnEmitter, str, str], str]:
-    return lambda em, a, b: em.op(f"arith.{name} {a}, {b} : f32")
+    return lambda em, a, b: em.op(f"arith.{name} {a}, {b} : {em.F}")
 
 
 def _math(name: str) -> Callable[[FnEmitter, str], str]:
-    return lambda em, x: em.op(f"math.{name} {x} : f32")
+    return lambda em, x: em.op(f"math.{name} {x} : {em.F}")
 
 
 def _sigmoid(em: FnEmitter, x: str) -> str:
     # 1 / (1 + e^-x): exact at both tails (e^-x -> inf gives 0, -> 0 gives 1).
-    e = em.op(f"math.exp {em.op(f'arith.negf {x} : f32')} : f32")
-    one = em.scalar(1.0, "f32")
-    return em.op(f"arith.divf {one}, {em.op(f'arith.addf {one}, {e} : f32')} : f32")
+    e = em.op(f"math.exp {em.op(f'arith.negf {x} : {em.F}')} : {em.F}")
+    one = em.scalar(1.0, em.F)
+    return em.op(f"arith.divf {one}, {em.op(f'arith.addf {one}, {e} : {em.F}')} : {em.F}")
 
 
 def _relu(em: FnEmitter, x: str) -> str:
-    return em.op(f"arith.maximumf {x}, {em.scalar(0.0, 'f32')} : f32")
+    return em.op(f"arith.maximumf {x}, {em.scalar(0.0, em.F)} : {em.F}")
 
 
 def _relu_grad(em: FnEmitter, g: str, x: str) -> str:
     # g where x > 0, else 0 (an ordered compare: NaN x gives 0, like numpy.where(x > 0, g, 0)).
-    zero = em.scalar(0.0, "f32")
-    return em.op(f"arith.select {em.op(f'arith.cmpf ogt, {x}, {zero} : f32')}, {g}, {zero} : f32")
+    zero = em.scalar(0.0, em.F)
+    return em.op(f"arith.select {em.op(f'arith.cmpf ogt, {x}, {zero} : {em.F}')}, {g}, {zero} : {em.F}")
 
 
 def elementwise(scalar: Body) -> Emitter:
@@ -92,7 +93,7 @@ def lower_matmul(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> st
 
 
 def _matmul_core(em: FnEmitter, a: str, b: str, ta: Ty, tb: Ty, t: Ty, out: str | None) -> str:
-    acc = _acc(t)
+    acc = _acc(em, t)
     zero = em.filled(acc, 0)
     name = "linalg.matmul" if t.rank == 2 else "linalg.batch_matmul"
     direct = out if acc == t else None
@@ -232,13 +233,13 @@ def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
         upd = em.collapse(upd, tu, [list(range(k)), [k]])
         n = _vol(ti.shape)
         ti, tu = ti.with_shape((n,)), tu.with_shape((n, tu.shape[-1]))
-    acc = _acc(t)
+    acc = _acc(em, t)
     zero = em.filled(acc, 0)
 
     def body(i: str, u: str, o: str) -> str:
         hit = em.op(f"arith.cmpi eq, {em.to_index(i)}, {em.op('linalg.index 0 : index')} : index")
-        term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, COMPUTE)} : f32")
-        return em.op(f"arith.addf {o}, {term} : f32")
+        term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, em.F)} : {em.F}")
+        return em.op(f"arith.addf {o}, {term} : {em.F}")
 
     res = em.generic([(idx, ti, ["d2"]), (upd, tu, ["d2", "d1"])], (zero, acc, ["d0", "d1"]),
                      ["parallel", "parallel", "reduction"], body, out if acc == t else None)
@@ -292,14 +293,14 @@ def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list[str], out
     t = ty(node.attrs["dest_ty"])
     axis, r = node.attrs["axis"], t.rank
     em.bounds_check(idx, ti, t.shape[axis], "scatter_along_axis index out of bounds")
-    acc = _acc(t)
+    acc = _acc(em, t)
     zero = em.filled(acc, 0)
     along = [f"d{r}" if d == axis else f"d{d}" for d in range(r)]
 
     def body(i: str, u: str, o: str) -> str:
         hit = em.op(f"arith.cmpi eq, {em.to_index(i)}, {em.op(f'linalg.index {axis} : index')} : index")
-        term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, COMPUTE)} : f32")
-        return em.op(f"arith.addf {o}, {term} : f32")
+        term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, em.F)} : {em.F}")
+        return em.op(f"arith.addf {o}, {term} : {em.F}")
 
     res = em.generic([(idx, ti, along), (upd, tu, along)], (zero, acc, identity(r)),
                      ["parallel"] * r + ["reduction"], body, out if acc == t else None)
@@ -319,12 +320,12 @@ def _reduce(em: FnEmitter, x: str, t: Ty, axis: int, kind: str) -> tuple[str, Ty
     """Reduce `axis` of x into an f32 tensor without that axis."""
     combine, init, _mean = REDUCERS[kind]
     kept = [d for d in range(t.rank) if d != axis]
-    acc = Ty(COMPUTE, tuple(t.shape[d] for d in kept))
+    acc = Ty(em.F, tuple(t.shape[d] for d in kept))
     its = ["reduction" if d == axis else "parallel" for d in range(t.rank)]
 
     def body(v: str, o: str) -> str:
         v = em.load(v, t.elem)
-        return em.op(f"{combine} {o}, {v} : f32")
+        return em.op(f"{combine} {o}, {v} : {em.F}")
 
     res = em.generic([(x, t, identity(t.rank))], (em.filled(acc, init), acc, [f"d{d}" for d in kept]),
                      its, body)
@@ -339,12 +340,12 @@ def lower_reduce_keep(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
     res, acc = _reduce(em, args[0], src, axis, kind)
     if REDUCERS[kind][2]:   # a mean
         n = src.shape[axis]
-        count = em.size_number(SizeNumber.of(n), COMPUTE) if isinstance(n, Size) else None
+        count = em.size_number(SizeNumber.of(n), em.F) if isinstance(n, Size) else None
         res = em.map_elementwise([(res, acc)], acc,
-                                 lambda s: em.op(f"arith.divf {s}, {count or em.scalar(float(n), COMPUTE)} : f32"))
-    direct = out if t.elem == COMPUTE else None
+                                 lambda s: em.op(f"arith.divf {s}, {count or em.scalar(float(n), em.F)} : {em.F}"))
+    direct = out if t.elem == em.F else None
     kept = keep_axis(em, res, acc, axis, direct)
-    return em.convert(kept, t.with_elem(COMPUTE), t.elem, out)
+    return em.convert(kept, t.with_elem(em.F), t.elem, out)
 
 
 def _softmax_parts(em: FnEmitter, x: str, t: Ty, axis: int) -> tuple[str, str, str, Ty, list[str]]:
@@ -352,10 +353,10 @@ def _softmax_parts(em: FnEmitter, x: str, t: Ty, axis: int) -> tuple[str, str, s
     Returns (m, s, e, reduced f32 type, map reading the reduced tensor from the full loop)."""
     kept = [f"d{d}" for d in range(t.rank) if d != axis]
     m, acc = _reduce(em, x, t, axis, "max")
-    full = t.with_elem(COMPUTE)
+    full = t.with_elem(em.F)
 
     def shifted_exp(v: str, mx: str, _o: str) -> str:
-        return em.op(f"math.exp {em.op(f'arith.subf {em.load(v, t.elem)}, {mx} : f32')} : f32")
+        return em.op(f"math.exp {em.op(f'arith.subf {em.load(v, t.elem)}, {mx} : {em.F}')} : {em.F}")
 
     e = em.generic([(x, t, identity(t.rank)), (m, acc, kept)], (em.empty(full), full, identity(t.rank)),
                    ["parallel"] * t.rank, shifted_exp)
@@ -367,10 +368,10 @@ def lower_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> s
     """exp(x - max) / sum(exp(x - max)) along axis."""
     t, axis = _t(node), node.attrs["axis"]
     _m, s, e, acc, kept = _softmax_parts(em, args[0], t, axis)
-    full = t.with_elem(COMPUTE)
+    full = t.with_elem(em.F)
     return em.generic([(e, full, identity(t.rank)), (s, acc, kept)], (em.empty(t), t, identity(t.rank)),
                       ["parallel"] * t.rank,
-                      lambda v, sm, _o: em.store(em.op(f"arith.divf {v}, {sm} : f32"), t.elem), out)
+                      lambda v, sm, _o: em.store(em.op(f"arith.divf {v}, {sm} : {em.F}"), t.elem), out)
 
 
 def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
@@ -379,8 +380,8 @@ def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
     m, s, _e, acc, kept = _softmax_parts(em, args[0], t, axis)
 
     def body(v: str, mx: str, sm: str, _o: str) -> str:
-        shifted = em.op(f"arith.subf {em.load(v, t.elem)}, {mx} : f32")
-        return em.store(em.op(f"arith.subf {shifted}, {em.op(f'math.log {sm} : f32')} : f32"), t.elem)
+        shifted = em.op(f"arith.subf {em.load(v, t.elem)}, {mx} : {em.F}")
+        return em.store(em.op(f"arith.subf {shifted}, {em.op(f'math.log {sm} : {em.F}')} : {em.F}"), t.elem)
 
     return em.generic([(args[0], t, identity(t.rank)), (m, acc, kept), (s, acc, kept)],
                       (em.empty(t), t, identity(t.rank)), ["parallel"] * t.rank, body, out)
@@ -390,7 +391,7 @@ def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
 LOWERINGS: dict[str, Emitter] = {
     "add": elementwise(_f("addf")), "sub": elementwise(_f("subf")),
     "mul": elementwise(_f("mulf")), "div": elementwise(_f("divf")),
-    "neg": elementwise(lambda em, x: em.op(f"arith.negf {x} : f32")),
+    "neg": elementwise(lambda em, x: em.op(f"arith.negf {x} : {em.F}")),
     "exp": elementwise(_math("exp")), "log": elementwise(_math("log")), "tanh": elementwise(_math("tanh")),
     "sqrt": elementwise(_math("sqrt")), "rsqrt": elementwise(_math("rsqrt")),
     "sigmoid": elementwise(_sigmoid), "relu": elementwise(_relu), "relu_grad": elementwise(_relu_grad),

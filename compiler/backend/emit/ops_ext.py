@@ -5,38 +5,37 @@ clamp_grad, gelu_grad).  emit_ops.LOWERINGS takes
 these rows from EXT_LOWERINGS; the emitter signature is the same,
 `fn(em, node, args, out) -> str`.
 
-Float math computes in f32 like every other op (load / store convert narrow storage).
-MLIR's math dialect has no LLVM lowering for erf, so erf is a rational approximation
-on [-4, 4] (outside it erf is +-1 to float precision): the coefficients of Eigen's
-and XLA's float erf, accurate to a few ulp in f32.
+Float math computes in f32 like every other op (load / store convert narrow storage),
+or in f64 when the op touches F64 (`em.F`).  MLIR's math dialect has no LLVM lowering
+for erf, so the f32 erf is a rational approximation on [-4, 4] (outside it erf is +-1
+to float precision): the coefficients of Eigen's and XLA's float erf, accurate to a few
+ulp in f32; the f64 erf calls libm's `erf` (LIBM_ERF).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
 
-from compiler.backend.emit.builder import COMPUTE, Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
+from compiler.backend.emit.builder import Body, Emitter, FnEmitter, Ty, identity, keep_axis, ty
 from compiler.core.types import DType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
 
-_F = COMPUTE
-
 
 def _c(em: FnEmitter, value: float) -> str:
-    return em.scalar(float(value), _F)
+    return em.scalar(float(value), em.F)
 
 
 def _bin(em: FnEmitter, name: str, a: str, b: str) -> str:
-    return em.op(f"arith.{name} {a}, {b} : {_F}")
+    return em.op(f"arith.{name} {a}, {b} : {em.F}")
 
 
 def _select(em: FnEmitter, cond: str, a: str, b: str) -> str:
-    return em.op(f"arith.select {cond}, {a}, {b} : {_F}")
+    return em.op(f"arith.select {cond}, {a}, {b} : {em.F}")
 
 
 def _cmp(em: FnEmitter, pred: str, a: str, b: str) -> str:
-    return em.op(f"arith.cmpf {pred}, {a}, {b} : {_F}")
+    return em.op(f"arith.cmpf {pred}, {a}, {b} : {em.F}")
 
 
 # ---- scalar bodies: fn(em, node, *f32 operands) -> f32 -----------------------------------
@@ -53,8 +52,15 @@ def _horner(em: FnEmitter, x2: str, coeffs: Sequence[float]) -> str:
     return acc
 
 
+# f64 has no polynomial here: a call of libm's double erf (accurate to an ulp or so), declared
+# once per module by emit_program when a function calls it.
+LIBM_ERF = "func.func private @erf(f64) -> f64"
+
+
 def erf(em: FnEmitter, x: str) -> str:
-    """x * P(x^2) / Q(x^2) with x clamped to [-4, 4] (NaN stays NaN)."""
+    """x * P(x^2) / Q(x^2) with x clamped to [-4, 4] (NaN stays NaN); f64: libm's erf."""
+    if em.F == "f64":
+        return em.op(f"func.call @erf({x}) : (f64) -> f64")
     x = _bin(em, "maximumf", _bin(em, "minimumf", x, _c(em, 4.0)), _c(em, -4.0))
     x2 = _bin(em, "mulf", x, x)
     return _bin(em, "divf", _bin(em, "mulf", x, _horner(em, x2, _ERF_P)), _horner(em, x2, _ERF_Q))
@@ -70,13 +76,13 @@ def _sign(em: FnEmitter, node: ir.OpApp, x: str) -> str:
 def _pow(em: FnEmitter, node: ir.OpApp, x: str) -> str:
     p = node.attrs["p"]
     if not float(p).is_integer():
-        return em.op(f"math.powf {x}, {_c(em, p)} : {_F}")
+        return em.op(f"math.powf {x}, {_c(em, p)} : {em.F}")
     # An integral exponent is defined for negative x: |x|^p, negated for odd p and x < 0
     # (powf of a negative base is NaN on some libm paths; fpowi would need libgcc's __powisf2).
-    mag = em.op(f"math.powf {em.op(f'math.absf {x} : {_F}')}, {_c(em, p)} : {_F}")
+    mag = em.op(f"math.powf {em.op(f'math.absf {x} : {em.F}')}, {_c(em, p)} : {em.F}")
     if int(p) % 2 == 0:
         return mag
-    return em.op(f"math.copysign {mag}, {x} : {_F}")
+    return em.op(f"math.copysign {mag}, {x} : {em.F}")
 
 
 def _clamp(em: FnEmitter, node: ir.OpApp, x: str) -> str:
@@ -107,14 +113,14 @@ def _phi_cdf(em: FnEmitter, x: str) -> str:
 
 def _gelu_tanh(em: FnEmitter, x: str) -> str:
     u, _ = _tanh_inner(em, x)
-    t = em.op(f"math.tanh {u} : {_F}")
+    t = em.op(f"math.tanh {u} : {em.F}")
     return _bin(em, "mulf", _bin(em, "mulf", _c(em, 0.5), x), _bin(em, "addf", _c(em, 1.0), t))
 
 
 def _gelu_tanh_grad(em: FnEmitter, x: str) -> str:
     # 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u)
     u, x2 = _tanh_inner(em, x)
-    t = em.op(f"math.tanh {u} : {_F}")
+    t = em.op(f"math.tanh {u} : {em.F}")
     one = _c(em, 1.0)
     left = _bin(em, "mulf", _c(em, 0.5), _bin(em, "addf", one, t))
     du = _bin(em, "mulf", _c(em, _SQRT_2_OVER_PI),
@@ -126,7 +132,7 @@ def _gelu_tanh_grad(em: FnEmitter, x: str) -> str:
 
 def _gelu_erf_grad(em: FnEmitter, x: str) -> str:
     # Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi)
-    pdf = _bin(em, "mulf", em.op(f"math.exp {_bin(em, 'mulf', _c(em, -0.5), _bin(em, 'mulf', x, x))} : {_F}"),
+    pdf = _bin(em, "mulf", em.op(f"math.exp {_bin(em, 'mulf', _c(em, -0.5), _bin(em, 'mulf', x, x))} : {em.F}"),
                _c(em, 1 / math.sqrt(2 * math.pi)))
     return _bin(em, "addf", _phi_cdf(em, x), _bin(em, "mulf", x, pdf))
 
@@ -193,7 +199,7 @@ def lower_cast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
             if dst.elem == "i64":
                 return x
         if src.elem == "i64" or from_bool:
-            x = em.op(f"arith.sitofp {x} : i64 to {_F}")
+            x = em.op(f"arith.sitofp {x} : i64 to {em.F}")
         else:
             x = em.load(x, src.elem)
         return em.store(x, dst.elem)
@@ -287,7 +293,7 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> st
     src = ty(node.args[0].type)
     axis, r = node.attrs["axis"], src.rank
     kept = [d for d in range(r) if d != axis]
-    best_t = Ty(_F, tuple(src.shape[d] for d in kept))
+    best_t = Ty(em.F, tuple(src.shape[d] for d in kept))
     idx_t = best_t.with_elem("i64")
     best0, idx0 = em.filled(best_t, float("-inf")), em.filled(idx_t, 0)
     maps = ", ".join(f"affine_map<({', '.join(identity(r))}) -> ({', '.join(m)})>"
@@ -297,14 +303,14 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> st
     em.line(f"{res}:2 = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}} "
             f"ins({args[0]} : {src.mlir}) outs({best0}, {idx0} : {best_t.mlir}, {idx_t.mlir}) {{")
     v, best, bi = em.fresh(), em.fresh(), em.fresh()
-    em.line(f"^bb0({v}: {src.elem}, {best}: {_F}, {bi}: i64):")
+    em.line(f"^bb0({v}: {src.elem}, {best}: {em.F}, {bi}: i64):")
     em.indent += 2
     x = em.load(v, src.elem)
     here = em.op(f"arith.index_cast {em.op(f'linalg.index {axis} : index')} : index to i64")
     nan_wins = em.op(f"arith.andi {_cmp(em, 'uno', x, x)}, {_cmp(em, 'ord', best, best)} : i1")
     wins = em.op(f"arith.ori {_cmp(em, 'ogt', x, best)}, {nan_wins} : i1")
     em.stmt(f"linalg.yield {_select(em, wins, x, best)}, "
-            f"{em.op(f'arith.select {wins}, {here}, {bi} : i64')} : {_F}, i64")
+            f"{em.op(f'arith.select {wins}, {here}, {bi} : i64')} : {em.F}, i64")
     em.indent -= 2
     em.line(f"}} -> ({best_t.mlir}, {idx_t.mlir}){em.loc}")
     return keep_axis(em, f"{res}#1", idx_t, axis, out)
@@ -313,7 +319,7 @@ def lower_argmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> st
 EXT_LOWERINGS: dict[str, Emitter] = {
     "maximum": math_op(lambda em, node, a, b: _bin(em, "maximumf", a, b)),
     "minimum": math_op(lambda em, node, a, b: _bin(em, "minimumf", a, b)),
-    "abs": math_op(lambda em, node, x: em.op(f"math.absf {x} : {_F}")),
+    "abs": math_op(lambda em, node, x: em.op(f"math.absf {x} : {em.F}")),
     "sign": math_op(_sign),
     "square": math_op(lambda em, node, x: _bin(em, "mulf", x, x)),
     "erf": math_op(lambda em, node, x: erf(em, x)),

@@ -79,8 +79,13 @@ def _bits(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...]) -> str:
     return _i(em, "xori", y0, y1)
 
 
+def _const(em: FnEmitter, v: float, t: str = _F) -> str:
+    """A constant of float type t (rounded to float32 for f32, as the interpreter's are)."""
+    return em.scalar(float(np.float32(v)) if t == _F else float(v), t)
+
+
 def _f(em: FnEmitter, v: float) -> str:
-    return em.scalar(float(np.float32(v)), _F)
+    return _const(em, v, _F)
 
 
 def _uniform(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], lo: float = 0.0) -> str:
@@ -133,25 +138,28 @@ def _log1p(em: FnEmitter, y: str) -> str:
     return em.op(f"arith.select {one}, {y}, {corrected} : {_F}")
 
 
-def _erfinv(em: FnEmitter, x: str) -> str:
-    """XLA's float erf_inv, operation for operation as interp_random.erfinv."""
-    sq = em.op(f"arith.mulf {x}, {x} : {_F}")
-    neg_sq = em.op(f"arith.negf {sq} : {_F}")
-    w = em.op(f"arith.negf {_log1p(em, neg_sq)} : {_F}")
-    small = em.op(f"arith.cmpf olt, {w}, {_f(em, 5.0)} : {_F}")
-    w_small = em.op(f"arith.subf {w}, {_f(em, 2.5)} : {_F}")
-    w_large = em.op(f"arith.subf {em.op(f'math.sqrt {w} : {_F}')}, {_f(em, 3.0)} : {_F}")
-    w = em.op(f"arith.select {small}, {w_small}, {w_large} : {_F}")
+def _erfinv(em: FnEmitter, x: str, t: str = _F) -> str:
+    """XLA's float erf_inv, operation for operation as interp_random.erfinv (in f32, or in
+    f64 for an F64 normal: the same polynomial with unrounded coefficients)."""
+    sq = em.op(f"arith.mulf {x}, {x} : {t}")
+    neg_sq = em.op(f"arith.negf {sq} : {t}")
+    # f32: the log1p above (bit-equal to the interpreter's); f64 normals need no such care
+    log1p = _log1p(em, neg_sq) if t == _F else em.op(f"math.log1p {neg_sq} : {t}")
+    w = em.op(f"arith.negf {log1p} : {t}")
+    small = em.op(f"arith.cmpf olt, {w}, {_const(em, 5.0, t)} : {t}")
+    w_small = em.op(f"arith.subf {w}, {_const(em, 2.5, t)} : {t}")
+    w_large = em.op(f"arith.subf {em.op(f'math.sqrt {w} : {t}')}, {_const(em, 3.0, t)} : {t}")
+    w = em.op(f"arith.select {small}, {w_small}, {w_large} : {t}")
 
     def coef(i: int) -> str:
-        return em.op(f"arith.select {small}, {_f(em, ERFINV_SMALL[i])}, {_f(em, ERFINV_LARGE[i])} : {_F}")
+        return em.op(f"arith.select {small}, {_const(em, ERFINV_SMALL[i], t)}, {_const(em, ERFINV_LARGE[i], t)} : {t}")
 
     p = coef(0)
     for i in range(1, len(ERFINV_SMALL)):
-        p = em.op(f"arith.addf {coef(i)}, {em.op(f'arith.mulf {p}, {w} : {_F}')} : {_F}")
-    edge = em.op(f"arith.cmpf oeq, {em.op(f'math.absf {x} : {_F}')}, {_f(em, 1.0)} : {_F}")
-    inf = em.op(f"arith.mulf {x}, {_f(em, math.inf)} : {_F}")
-    return em.op(f"arith.select {edge}, {inf}, {em.op(f'arith.mulf {p}, {x} : {_F}')} : {_F}")
+        p = em.op(f"arith.addf {coef(i)}, {em.op(f'arith.mulf {p}, {w} : {t}')} : {t}")
+    edge = em.op(f"arith.cmpf oeq, {em.op(f'math.absf {x} : {t}')}, {_const(em, 1.0, t)} : {t}")
+    inf = em.op(f"arith.mulf {x}, {_const(em, math.inf, t)} : {t}")
+    return em.op(f"arith.select {edge}, {inf}, {em.op(f'arith.mulf {p}, {x} : {t}')} : {t}")
 
 
 def _draw(kind: str) -> Emitter:
@@ -161,6 +169,7 @@ def _draw(kind: str) -> Emitter:
         the op's steps (xor of the words; mantissa bits; erfinv; a compare with p)."""
         t = ty(node.type)
         k = _key(em, args[0])
+        em.F = _F   # the draws are f32 steps whatever the dtype (an F64 uniform is the F32 one)
 
         def body(_o: str) -> str:
             if kind == "random_bits":
@@ -169,7 +178,10 @@ def _draw(kind: str) -> Emitter:
                 return em.store(_uniform_in(em, k, t.shape, as_tensor(node.type).dtype), t.elem)
             if kind == "random_normal":
                 u = _uniform(em, k, t.shape, NORMAL_LO)
-                return em.store(em.op(f"arith.mulf {_f(em, math.sqrt(2))}, {_erfinv(em, u)} : {_F}"), t.elem)
+                c = "f64" if t.elem == "f64" else _F    # F64: erfinv in f64 of the f32 uniform
+                u = em.fconv(u, _F, c)
+                normal = em.op(f"arith.mulf {_const(em, math.sqrt(2), c)}, {_erfinv(em, u, c)} : {c}")
+                return em.fconv(normal, c, t.elem)
             hit = em.op(f"arith.cmpf olt, {_uniform(em, k, t.shape)}, {_f(em, node.attrs['p'])} : {_F}")
             return em.op(f"arith.extui {hit} : i1 to {t.elem}")
 
@@ -203,6 +215,7 @@ def lower_categorical(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
     src = ty(node.args[1].type)
     noisy_t = src.with_elem(_F)
     k = _key(em, args[0])
+    em.F = _F   # Gumbel noise in f32, as the interpreter adds it (F64 logits are rounded)
 
     def body(v: str, _o: str) -> str:
         u = _uniform(em, k, src.shape, TINY)

@@ -10,10 +10,9 @@ positions of the stable descending order.
 """
 from __future__ import annotations
 
-from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, Ty, identity, ty
+from compiler.backend.emit.builder import Emitter, FnEmitter, Ty, identity, ty
 from compiler.ir import nodes as ir
 
-_F = COMPUTE
 # sort's and argsort's `descending` (tests/test_tables.py: one row per choice)
 DESCENDING = {"false": False, "true": True}
 
@@ -30,19 +29,19 @@ def _ranks(em: FnEmitter, x: str, src: Ty, axis: int, descending: bool) -> str:
 
     def body(xi: str, xj: str, acc: str) -> str:
         a, b = em.load(xi, src.elem), em.load(xj, src.elem)
-        nan_a, nan_b = (em.op(f"arith.cmpf uno, {v}, {v} : {_F}") for v in (a, b))
+        nan_a, nan_b = (em.op(f"arith.cmpf uno, {v}, {v} : {em.F}") for v in (a, b))
         true = em.scalar(1, "i1")
         num_a = em.op(f"arith.xori {nan_a}, {true} : i1")
         num_b = em.op(f"arith.xori {nan_b}, {true} : i1")
         if descending:   # b before a: b > a, or b NaN and a not
-            ahead = em.op(f"arith.cmpf ogt, {b}, {a} : {_F}")
+            ahead = em.op(f"arith.cmpf ogt, {b}, {a} : {em.F}")
             nan_first = em.op(f"arith.andi {nan_b}, {num_a} : i1")
         else:            # b before a: b < a, or a NaN and b not
-            ahead = em.op(f"arith.cmpf olt, {b}, {a} : {_F}")
+            ahead = em.op(f"arith.cmpf olt, {b}, {a} : {em.F}")
             nan_first = em.op(f"arith.andi {nan_a}, {num_b} : i1")
         before = em.op(f"arith.ori {ahead}, {nan_first} : i1")
         both_nan = em.op(f"arith.andi {nan_a}, {nan_b} : i1")
-        tie = em.op(f"arith.ori {em.op(f'arith.cmpf oeq, {a}, {b} : {_F}')}, {both_nan} : i1")
+        tie = em.op(f"arith.ori {em.op(f'arith.cmpf oeq, {a}, {b} : {em.F}')}, {both_nan} : i1")
         i, j = em.op(f"linalg.index {axis} : index"), em.op(f"linalg.index {n} : index")
         earlier = em.op(f"arith.cmpi ult, {j}, {i} : index")
         goes = em.op(f"arith.ori {before}, {em.op(f'arith.andi {tie}, {earlier} : i1')} : i1")
@@ -57,13 +56,13 @@ def _place(em: FnEmitter, node: ir.OpApp, x: str, ranks: str, out: str) -> str:
     src, t, axis = ty(node.args[0].type), ty(node.type), node.attrs["axis"]
     n, counts = src.rank, Ty("i64", src.shape)
     values = t.elem != "i64"
-    acc = t.with_elem(_F) if values else t
+    acc = t.with_elem(em.F) if values else t
 
     def body(r: str, v: str, o: str) -> str:
         p = em.op(f"arith.index_cast {em.op(f'linalg.index {axis} : index')} : index to i64")
         hit = em.op(f"arith.cmpi eq, {r}, {p} : i64")
         if values:
-            return em.op(f"arith.select {hit}, {em.load(v, src.elem)}, {o} : {_F}")
+            return em.op(f"arith.select {hit}, {em.load(v, src.elem)}, {o} : {em.F}")
         here = em.op(f"arith.index_cast {em.op(f'linalg.index {n} : index')} : index to i64")
         return em.op(f"arith.select {hit}, {here}, {o} : i64")
 

@@ -21,7 +21,7 @@ fails when an op of ops.OPS is never generated):
   cast, iota positions, precision round trips by cast (oracle/progen/makers_math.py);
 - ranks 0-5, dims that do and do not divide the -O2 tiles (1, 3, 4, 7, 8, 16, 17, 32, 33, ..),
   occasionally shapes big enough for -O2's parallel loops;
-- F32, F16, BF16 and both F8 formats (one float dtype per case) and I64 indices;
+- F32, F64, F16, BF16 and both F8 formats (one float dtype per case) and I64 indices;
 - chains as models write them (progen_ops.MOTIFS): head split/merge by reshape and
   transpose, attention, transposed weights, fused-QKV slices, concats of shards,
   layer-norm style broadcasts, embedding lookups, NLL by take_along_axis;
@@ -70,7 +70,7 @@ class GenConfig:
     big_fraction: float = 0.03      # cases allowed up to BIG_ELEMENTS per tensor
     big_elements: int = 1 << 17
     motif_fraction: float = 0.35    # steps that add a model-like chain instead of one op
-    dtypes: tuple[tuple[DType, int], ...] = ((DType.F32, 60), (DType.F16, 14), (DType.BF16, 14),
+    dtypes: tuple[tuple[DType, int], ...] = ((DType.F32, 54), (DType.F64, 6), (DType.F16, 14), (DType.BF16, 14),
                                              (DType.F8E4M3, 6), (DType.F8E5M2, 6))
     ops: tuple[str, ...] | None = None   # restrict the single-op steps to these ops (None: all)
     generic_fraction: float = 0.2   # cases with size-generic helpers (generic.py); none when ops is set

@@ -25,10 +25,10 @@ COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
 def _other_dtype(g: Gen) -> DType:
-    """A float dtype to round-trip through (mixed precision): F32 <-> F16 / BF16 / F8."""
+    """A float dtype to round-trip through (mixed precision): F32 <-> F16 / BF16 / F8 / F64."""
     if g.dtype is not DType.F32:
         return DType.F32
-    return g.ch.pick((DType.F16, DType.BF16, DType.F8E4M3, DType.F8E5M2))
+    return g.ch.pick((DType.F16, DType.BF16, DType.F8E4M3, DType.F8E5M2, DType.F64))
 
 
 def _binary_math(op: str) -> Maker:
