@@ -8,6 +8,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # KINA_TORCH=0 skips the optional PyTorch install (its checks then skip cleanly).
 KINA_TORCH ?= 1
+# KINA_JAX=0 skips the optional JAX install (jax[cpu] from the registry, about 20 s on a
+# quiet machine): the JAX interop checks (check_grads) and the JAX oracles then skip cleanly.
+KINA_JAX ?= 1
 TORCH_WHEELS ?= /opt/wheels
 
 .PHONY: setup demo test pytest fuzz validate validate-decoder-ad validate-mean-nll validate-tp-vocab \
@@ -32,6 +35,10 @@ $(STAMP): pyproject.toml setup.py compiler/runtime/_fastcall.c
 	  $(PY) -m pip install -q "$$wheel" && echo "PyTorch installed from $$wheel (optional checks enabled)" \
 	  || echo "PyTorch install failed: its optional checks will be skipped"; \
 	else echo "PyTorch not installed: its optional checks will be skipped"; fi
+	@if [ "$(KINA_JAX)" = "1" ]; then \
+	  $(PY) -m pip install -q -e '.[bench]' && echo "JAX installed (optional checks enabled)" \
+	  || echo "JAX install failed: its optional checks will be skipped"; \
+	else echo "JAX not installed: its optional checks will be skipped"; fi
 	touch $(STAMP)
 
 setup: $(STAMP)
