@@ -207,7 +207,8 @@ def test_the_results_slot_copies_only_a_buffer_returned_twice():
 # Bool -> I64; compiled against the interpreter (which rounds with NumPy / ml_dtypes).
 CAST_SOURCES = {"F32": "x", "F16": "x.cast(dtype=F16)", "BF16": "x.cast(dtype=BF16)",
                 "F8E4M3": "x.cast(dtype=F8E4M3)", "F8E5M2": "x.cast(dtype=F8E5M2)",
-                "I64": "ids", "Bool": "gt(x, 0.0)"}
+                "I64": "ids", "Bool": "gt(x, 0.0)",
+                "F64": "(x.cast(dtype=F64) / 3.0)"}   # F64 values that F32 does not hold
 
 
 def test_cast_between_every_pair_of_dtypes(tmp_path):

@@ -156,14 +156,10 @@ def _in_bounds(x: Array, attrs: Attrs) -> Array:
 def _cast(args: list[Array], attrs: Attrs, out: TensorType) -> Array:
     # Integers and booleans convert through float32, as the lowering does (sitofp to f32,
     # then the store rounds to the target dtype), but to F64 directly (sitofp to f64);
-    # floats convert directly, but for F64 to a narrow float, which rounds through float32
-    # as the lowering does (builder.fconv; in a float64 run it perturbs the unrounded
-    # reference by far less than the narrow dtype's tolerance).
+    # floats convert directly (F64 to a narrow float through float32: _Interpreter.op).
     x = args[0]
     if x.dtype.kind in "iub" and out.is_float:
         return x.astype(np.float64 if out.dtype is DType.F64 else np.float32)
-    if x.dtype == np.float64 and out.dtype not in (DType.F32, DType.F64) and out.is_float:
-        return x.astype(np.float32)
     return x
 
 
@@ -333,8 +329,12 @@ class _Interpreter:
         out_type = as_tensor(node.type)      # ops make tensors
         out_dtype = self.storage(out_type)
         addressable(out_type, out_dtype)
-        # Narrow floats compute in float32 and round per op (host emulation does the same).
-        args = [a if a.dtype.kind in "ib" or a.dtype in _NATIVE else a.astype(np.float32) for a in args]
+        # Narrow floats compute in float32 and round per op (host emulation does the same);
+        # an op making a narrow float from F64 (a cast) reads it as float32, as the lowering
+        # converts f64 to f16 / bf16 / f8 through f32 (a float64 run rounds nothing).
+        narrow = out_dtype not in _NATIVE and out_type.is_float
+        args = [a if a.dtype.kind in "ib" or (a.dtype in _NATIVE and not (narrow and a.dtype == np.float64))
+                else a.astype(np.float32) for a in args]
         if self.jitter is not None:
             args = [self._jittered(a, e) for a, e in zip(args, node.args)]
         if self.observe is not None:
