@@ -333,3 +333,32 @@ def test_validate_reports_a_back_end_abort_and_returns(tmp_path, monkeypatch):
     proc = subprocess.run([sys.executable, "-m", "compiler.cli", "validate", "-O2", str(path)],
                           capture_output=True, text=True, env={**os.environ, "KINA_BACKEND_FAULT": "llvm"})
     assert proc.returncode == 1 and "killed by signal 6" in proc.stderr and "build failed" in proc.stderr
+
+
+VJP_PAIR = """
+fn dense(x: Tensor[F32, [3, 4]], w: Tensor[F32, [4, 2]]) -> Tensor[F32, [3, 2]] {
+  let h = x @ w in
+  let y = h.tanh() in
+  y
+}
+
+fn mlp[N, D](x: Tensor[F32, [N, D]], w: Tensor[F32, [D, D]]) -> Tensor[F32, [N, D]] {
+  let h = x @ w in
+  let y = h.tanh() in
+  y
+}
+"""
+
+
+def test_validate_checks_vjp_exports_static_and_dynamic(tmp_path):
+    """`kinac validate --vjp f`: every f_vjp runs and gets its directional check, the dynamic
+    one (a generic f, no --size) at each of its size runs as well as the static one."""
+    path = tmp_path / "pair.kina"
+    path.write_text(VJP_PAIR)
+    report = validate.validate_file(path, vjp=["dense", "mlp"])
+    assert report.ok, validate.format_report(report)
+    vjps = [f for f in report.functions if "_vjp" in f.name]
+    assert [f.name for f in vjps][:1] == ["dense_vjp"] and len(vjps) == 4, [f.name for f in report.functions]
+    assert all(f.name.startswith("mlp_vjp[") for f in vjps[1:])
+    for f in vjps:
+        assert any(c.name.endswith("(vjp)") for c in f.checks), (f.name, [c.name for c in f.checks])

@@ -11,10 +11,11 @@ so the interpreter, the finite differences and the tolerances are those of a sta
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from compiler.ad import add_vjp_exports
 from compiler.core.diagnostics import read_source
 from compiler.core.types import TupleType, Type
 from compiler.ir import nodes as ir
@@ -90,9 +91,11 @@ def display_name(fn: ir.Function) -> str:
     return fn.name
 
 
-def tasks(path: str | Path, program: ir.Program, fns: list[ir.Function], seed: int) -> list[Task]:
-    """The runs of the dynamic exports `fns` of `program` (built from the file at `path`):
-    each at every assignment of size_runs, against the static program at those sizes."""
+def tasks(path: str | Path, program: ir.Program, fns: list[ir.Function], seed: int,
+          vjp: Collection[str] = ()) -> list[Task]:
+    """The runs of the dynamic exports `fns` of `program` (built from the file at `path`
+    with `--vjp` names `vjp`): each at every assignment of size_runs, against the static
+    program at those sizes (its `f_vjp` exports made by the same add_vjp_exports)."""
     from compiler import analysis
     if not fns:
         return []
@@ -100,6 +103,8 @@ def tasks(path: str | Path, program: ir.Program, fns: list[ir.Function], seed: i
     out = []
     for k, run in enumerate(size_runs(fns, seed)):
         static, _ = snap.program_for(run, want_dynamic=False)
+        if vjp:
+            static, _ = add_vjp_exports(static, vjp)
         ref = reference_program(add_gradient_wrappers(static), program, [f.name for f in fns])
         for fn in fns:
             if fn.name in ref.functions:

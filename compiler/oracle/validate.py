@@ -131,7 +131,7 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
             return report
         program, so_path = report.build.program, report.build.so_path
         assert program is not None and so_path is not None     # a build that is ok has both
-        run = _Run(work, _tasks(path, program, only, seed), report.timings, seed, exhaustive, progress,
+        run = _Run(work, _tasks(path, program, only, seed, vjp), report.timings, seed, exhaustive, progress,
                    set(vjp))
         runnable = run.write_inputs()
         child_start = time.perf_counter()
@@ -144,12 +144,13 @@ def validate_file(path: str | Path, *, seed: int = 0, opt_level: int | None = No
     return report
 
 
-def _tasks(path: str | Path, program: ir.Program, only: Collection[str] | None, seed: int) -> list[Task]:
+def _tasks(path: str | Path, program: ir.Program, only: Collection[str] | None, seed: int,
+           vjp: Collection[str] = ()) -> list[Task]:
     fns = [f for f in build.exported(program) if f.params or f.name == "main" or (only and f.name in only)]
     if only is not None:
         fns = [f for f in fns if f.name in only]
     tasks = [Task(f.name, f, program, {}) for f in fns if not f.sizes]
-    return tasks + dynamic_sizes.tasks(path, program, [f for f in fns if f.sizes], seed)
+    return tasks + dynamic_sizes.tasks(path, program, [f for f in fns if f.sizes], seed, vjp)
 
 
 class _Run:
