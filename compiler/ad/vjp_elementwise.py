@@ -34,23 +34,23 @@ def _div(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list[Var
             only(needs, 1, lambda: b.emit("neg", [b.emit("div", [b.emit("mul", [g, y]), den])]))]
 
 
-def _unary(make: Callable[[Builder, Var, Var, Var], Var]) -> Rule:
+def unary(make: Callable[[Builder, Var, Var, Var], Var]) -> Rule:
     """A rule for a unary elementwise op from g_x = make(b, x, y, g)."""
     return lambda b, node, y, g, needs: [only(needs, 0, lambda: make(b, args_of(node)[0], y, g))]
 
 
-_neg = _unary(lambda b, x, y, g: b.emit("neg", [g]))
-_exp = _unary(lambda b, x, y, g: b.emit("mul", [g, y]))                       # d e^x = e^x
-_log = _unary(lambda b, x, y, g: b.emit("div", [g, x]))                       # d log x = 1/x
-_tanh = _unary(lambda b, x, y, g: b.emit("mul", [g, b.emit(                   # 1 - y^2
+_neg = unary(lambda b, x, y, g: b.emit("neg", [g]))
+_exp = unary(lambda b, x, y, g: b.emit("mul", [g, y]))                       # d e^x = e^x
+_log = unary(lambda b, x, y, g: b.emit("div", [g, x]))                       # d log x = 1/x
+_tanh = unary(lambda b, x, y, g: b.emit("mul", [g, b.emit(                   # 1 - y^2
     "sub", [const(b, y.tensor_type, 1.0), b.emit("mul", [y, y])])]))
-_sqrt = _unary(lambda b, x, y, g: b.emit("div", [                             # 1 / (2 sqrt x)
+_sqrt = unary(lambda b, x, y, g: b.emit("div", [                             # 1 / (2 sqrt x)
     b.emit("mul", [g, const(b, y.tensor_type, 0.5)]), y]))
-_rsqrt = _unary(lambda b, x, y, g: b.emit("mul", [                            # -1/2 x^-3/2 = -y^3/2
+_rsqrt = unary(lambda b, x, y, g: b.emit("mul", [                            # -1/2 x^-3/2 = -y^3/2
     b.emit("mul", [g, const(b, y.tensor_type, -0.5)]), b.emit("mul", [y, b.emit("mul", [y, y])])]))
-_sigmoid = _unary(lambda b, x, y, g: b.emit("mul", [                          # y (1 - y)
+_sigmoid = unary(lambda b, x, y, g: b.emit("mul", [                          # y (1 - y)
     b.emit("mul", [g, y]), b.emit("sub", [const(b, y.tensor_type, 1.0), y])]))
-_relu = _unary(lambda b, x, y, g: b.emit("relu_grad", [g, x]))                # g where x > 0
+_relu = unary(lambda b, x, y, g: b.emit("relu_grad", [g, x]))                # g where x > 0
 
 
 
@@ -67,10 +67,10 @@ def _minimum(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]) -> list
             only(needs, 1, lambda: b.emit("maximum_grad", [g, x0, x1]))]
 
 
-_abs = _unary(lambda b, x, y, g: b.emit("mul", [g, b.emit("sign", [x])]))       # sign(0) = 0
-_sign = _unary(lambda b, x, y, g: b.literal(x.tensor_type))                           # piecewise constant
-_square = _unary(lambda b, x, y, g: b.emit("mul", [b.emit("mul", [g, x]), const(b, x.tensor_type, 2.0)]))
-_erf = _unary(lambda b, x, y, g: b.emit("mul", [g, b.emit("mul", [             # 2/sqrt(pi) e^(-x^2)
+_abs = unary(lambda b, x, y, g: b.emit("mul", [g, b.emit("sign", [x])]))       # sign(0) = 0
+_sign = unary(lambda b, x, y, g: b.literal(x.tensor_type))                           # piecewise constant
+_square = unary(lambda b, x, y, g: b.emit("mul", [b.emit("mul", [g, x]), const(b, x.tensor_type, 2.0)]))
+_erf = unary(lambda b, x, y, g: b.emit("mul", [g, b.emit("mul", [             # 2/sqrt(pi) e^(-x^2)
     b.emit("exp", [b.emit("neg", [b.emit("mul", [x, x])])]), const(b, x.tensor_type, 2 / math.sqrt(math.pi))])]))
 
 
