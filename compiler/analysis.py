@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from compiler import ad as autodiff
 from compiler import check
-from compiler.check import linking, module_rules, names
+from compiler.check import module_rules, names
 from compiler.core.diagnostics import Diagnostic, Note, Span, display_path
 from compiler.ir import nodes as ir
-from compiler.ir import sizes as ir_sizes
+from compiler.modules.reverse import Generic, ImportedFunctions
 from compiler.modules.workspace import Workspace
 from compiler.snapshot import (
     CheckKey,
@@ -48,13 +48,11 @@ from compiler.snapshot import (
     ModuleLink,
     SigKey,
     Snapshot,
-    module_prefixes,
 )
 from compiler.syntax import imports as import_lines
 from compiler.syntax import items as item_split
 from compiler.syntax import parse
 from compiler.syntax.imports import ImportDecl
-from compiler.syntax.walk import shift
 
 GONE_ITEMS = 256   # results kept for items no longer in the text ...
 GONE_CHARS = 64_000   # ... and at most this many characters of them, or the text's length if larger
@@ -74,7 +72,7 @@ class Analysis:
         # an older version finds them here instead of re-checking every function
         self._gone: OrderedDict[str, ItemResult] = OrderedDict()
         self._ad: dict[tuple[object, ...], list[Diagnostic]] = {}
-        self._imported: tuple[object, _Imported | None] | None = None
+        self._imported: tuple[object, ImportedFunctions | None] | None = None
         self._last_good: dict[str, LastGood] = {}
         self.snapshot: Snapshot | None = None
         # the signatures of the last update, and the results valid under them: while no
@@ -85,7 +83,7 @@ class Analysis:
     def update(self, text: str) -> Snapshot:
         chunks = item_split.split_items(text)
         decls, diags, lines = import_lines.scan(text, chunks)
-        diags += item_split.gaps(text, sorted(chunks + lines, key=lambda c: c.start))
+        diags += item_split.gaps(text, sorted(chunks + lines, key=lambda c: c.start) if lines else chunks)
         links, modules, imported = self._imports(decls, diags)
         self._reset_if_imports_changed(modules)
         aliases = frozenset(modules)
@@ -253,8 +251,8 @@ class Analysis:
     def _ad_diagnostics(self, good: set[str], first: dict[str, Item], links: list[ModuleLink]) -> list[Diagnostic]:
         """reverseMode restrictions of every function that some good function handles.
         Cached by the texts and offsets of the handled function and its callees (a generic
-        callee's restrictions are checked on its symbolic body: see _Generic), and by the
-        analyses of the imported modules (_Imported: their functions, when one is called)."""
+        callee's restrictions are checked on its symbolic body: see Generic), and by the
+        analyses of the imported modules (ImportedFunctions: their functions, when one is called)."""
         handlers = {t: n for n in sorted(good) for t in first[n].res.syms.handled}
         imported = self._imported_functions(links, frozenset(first))
         out: list[Diagnostic] = []
@@ -271,7 +269,7 @@ class Analysis:
                 # every function of the closure is good, so it has its IR (in document spans)
                 local = {n: f for n in closure if (f := first[n].ir) is not None}
                 if imported is None:
-                    diags = autodiff.check_differentiable(ir.Program(_Generic(local)), target)
+                    diags = autodiff.check_differentiable(ir.Program(Generic(local)), target)
                 else:
                     at = first[handlers[target]]
                     diags = imported.check(local, target, at.res.checked.call_spans[target].shift(at.offset))
@@ -281,80 +279,13 @@ class Analysis:
         return out
 
 
-    def _imported_functions(self, links: list[ModuleLink], own: frozenset[str]) -> _Imported | None:
-        """_Imported for these imports, the same object while the imported analyses are the
+    def _imported_functions(self, links: list[ModuleLink], own: frozenset[str]) -> ImportedFunctions | None:
+        """ImportedFunctions for these imports, the same object while the imported analyses are the
         same (so the reverseMode cache above keeps its entries between edits of this file)."""
         key = (own, tuple((m.decl.name, m.snapshot) for m in links))   # a Snapshot compares by identity
         if self._imported is None or self._imported[0] != key:
-            self._imported = (key, _Imported.of(links, own) if links else None)
+            self._imported = (key, ImportedFunctions.of(links, own) if links else None)
         return self._imported[1]
-
-
-class _Imported:
-    """The imported modules' good functions, for reverseMode's checks in an importer: named as
-    in a linked program (check/linking.py; the i-th module of the closure named after its file, as in a build), and with spans moved by i * FAR, so that a diagnostic inside an imported function
-    is recognised as such, and reported at the importer's handle with its file and line."""
-    FAR = 1 << 40
-
-    def __init__(self, modules: list[Snapshot], own: frozenset[str]) -> None:
-        self.modules = modules
-        prefixes = module_prefixes([m.path for m in modules[1:]])
-        prefixes[modules[0].path] = ""
-        self.functions: dict[str, ir.Function] = {}
-        for i, m in enumerate(modules[1:], start=1):
-            parts = m.parts()
-            named = linking.rename_parts(linking.Parts(mono=parts.mono, symbolic=parts.symbolic), _namer(m, prefixes),
-                                         lambda f: True)
-            for name, fn in {**named.mono, **named.symbolic}.items():
-                self.functions[name] = shift(fn, i * self.FAR)
-        self.rename = _namer(modules[0], prefixes, own)
-
-    @staticmethod
-    def of(links: list[ModuleLink], own: frozenset[str]) -> _Imported | None:
-        snaps = [m.snapshot for m in links if m.snapshot is not None and m.problem is None]
-        if not snaps:
-            return None
-        entry = Snapshot("", "<entry>", [], [], set(), {}, links)
-        return _Imported(entry.closure(), own)
-
-    def has(self, target: str) -> bool:
-        return self.rename(target).partition("$")[0] in self.functions
-
-    def check(self, local: dict[str, ir.Function], target: str, at: Span) -> list[Diagnostic]:
-        renamed = {self.rename(n): ir_sizes.map_calls(f, lambda c: self.rename(c.fn)) for n, f in local.items()}
-        program = ir.Program(_Generic({**self.functions, **renamed}))
-        return [self._placed(d, at) for d in autodiff.check_differentiable(program, self.rename(target))]
-
-    def _placed(self, d: Diagnostic, at: Span) -> Diagnostic:
-        i = d.span.start // self.FAR
-        if i == 0:
-            return d
-        m = self.modules[i]
-        line, col = m.source.line_col(d.span.start - i * self.FAR)
-        return Diagnostic(d.code, f"{d.message} (in {display_path(m.path)}:{line}:{col})", at,
-                          tuple(Note(n.message) for n in d.notes), d.severity)
-
-
-def _namer(m: Snapshot, prefixes: dict[str, str], own: frozenset[str] | None = None) -> Callable[[str], str]:
-    imports = {link.decl.name: prefixes[link.snapshot.path] for link in m.imports
-               if link.snapshot is not None and link.problem is None and link.snapshot.path in prefixes}
-    return linking.namer(prefixes[m.path], m.defined_names if own is None else own, imports)
-
-
-class _Generic(dict[str, ir.Function]):
-    """Functions by name, where an instantiation `g$3` is the generic `g`'s symbolic IR:
-    reverseMode's restrictions are about the structure of a body, which every
-    instantiation shares, so the generic body is checked once, at its definition."""
-
-    def __missing__(self, key: str) -> ir.Function:
-        base = key.partition("$")[0]
-        if base != key and dict.__contains__(self, base):
-            return dict.__getitem__(self, base)
-        raise KeyError(key)
-
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or (
-            isinstance(key, str) and "$" in key and dict.__contains__(self, key.partition("$")[0]))
 
 
 def _with_names(key: CheckKey, result: check.FunctionResult, signatures: Mapping[str, object]) -> CheckKey:

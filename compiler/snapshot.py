@@ -173,11 +173,22 @@ class Snapshot:
         if not self.imports:
             return linking.assemble(self.parts(), sizes, want_dynamic)
         modules = self.closure()
-        prefixes = module_prefixes([m.path for m in modules[1:]])
+        prefixes = linking.module_prefixes([m.path for m in modules[1:]])
         prefixes[self.path] = ""
-        parts = [_renamed_parts(m, prefixes) for m in modules]
+        parts = [linking.rename_parts(m.parts(), m.namer(prefixes), m.is_user_function) for m in modules]
         program, diags = linking.assemble(linking.merge(parts[0], parts[1:]), sizes, want_dynamic)
         return ir.reachable(program, [n for n in program.functions if ir.is_export(n)]), diags
+
+    def namer(self, prefixes: Mapping[str, str], own: frozenset[str] | None = None) -> Callable[[str], str]:
+        """The program-wide name (check/linking.namer) of a function as this file writes it;
+        `prefixes`: the module name of each file by path ("" for the entry file)."""
+        imports = {m.decl.name: prefixes[m.snapshot.path] for m in self.imports
+                   if m.snapshot is not None and m.problem is None and m.snapshot.path in prefixes}
+        return linking.namer(prefixes[self.path], self.defined_names if own is None else own, imports)
+
+    def is_user_function(self, written: str) -> bool:
+        """Whether a free call `f(..)` in this file's ASTs calls a user function (else an op)."""
+        return "." in written or written in self.defined_names
 
     def parts(self) -> linking.Parts:
         """This file's good functions (check/linking.Parts), named as the file writes them."""
@@ -387,30 +398,6 @@ class Snapshot:
         assert it.res.fn is not None    # a local's item parsed (_symbol_at)
         found = names.local_rename_conflict(it.res.syms, it.res.fn, target, new)
         return None if found is None else (found[0], found[1].shift(it.offset))
-
-
-def module_prefixes(paths: list[str]) -> dict[str, str]:
-    """The program-wide name of each imported module: its file's stem, `stem~2` for a
-    second file of the same stem (`a/layers.kina`, `b/layers.kina`)."""
-    out: dict[str, str] = {}
-    taken: set[str] = set()
-    for path in paths:
-        stem = os.path.splitext(os.path.basename(path))[0]
-        name, n = stem, 1
-        while name in taken:
-            n += 1
-            name = f"{stem}~{n}"
-        taken.add(name)
-        out[path] = name
-    return out
-
-
-def _renamed_parts(snap: Snapshot, prefixes: dict[str, str]) -> linking.Parts:
-    own = snap.defined_names
-    imports = {m.decl.name: prefixes[m.snapshot.path] for m in snap.imports
-               if m.snapshot is not None and m.problem is None and m.snapshot.path in prefixes}
-    name = linking.namer(prefixes[snap.path], own, imports)
-    return linking.rename_parts(snap.parts(), name, lambda f: "." in f or f in own)
 
 
 class _LocalSym(NamedTuple):

@@ -14,6 +14,8 @@ dynamic_exports), exporting only the entry file's generic functions.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -78,6 +80,23 @@ def namer(prefix: str, own: frozenset[str], imports: Mapping[str, str]) -> Calla
             base = qualified(prefix, base)
         return base + dollar + suffix
     return name
+
+
+def module_prefixes(paths: list[str]) -> dict[str, str]:
+    """The program-wide name of each imported module: its file's stem, `stem~2` for a
+    second file of the same stem (`a/layers.kina`, `b/layers.kina`)."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for path in paths:
+        # a plain identifier, whatever the file is called (the name reaches MLIR symbols)
+        stem = re.sub(r"[^A-Za-z0-9_]", "_", os.path.splitext(os.path.basename(path))[0]) or "module"
+        name, n = stem, 1
+        while name in taken:
+            n += 1
+            name = f"{stem}~{n}"
+        taken.add(name)
+        out[path] = name
+    return out
 
 
 def qualified(prefix: str, name: str) -> str:

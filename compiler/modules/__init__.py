@@ -15,8 +15,11 @@ Public modules and entry points (other packages import only these):
   search     search_path(importer, kina_path): the importing file's folder, then $KINA_PATH,
              then the standard library (compiler/std/, STD_DIR); resolve(decl, importer,
              kina_path, read) -> (path or None, the files tried)
+  reverse    ImportedFunctions (reverseMode's checks of handles that reach imported functions,
+             whose diagnostics are reported at the handle), Generic (functions by name where
+             an instantiation `g$3` is `g`'s symbolic IR)
 
 docs/language.md, "Modules", is the user's view; /work/scratch/imports_api.md (kept in the
 repository as docs/modules_api.md) the language server's.
 """
-__all__ = ["search", "workspace"]
+__all__ = ["reverse", "search", "workspace"]

@@ -224,7 +224,7 @@ def _short(path: str, importer: str) -> str:
 
 def _missing(decl: ImportDecl, tried: list[str]) -> Diagnostic:
     if decl.module is None:
-        return Diagnostic("import", f"no file {decl.target}: {display_path(tried[0])} does not exist", decl.span)
+        return Diagnostic("import", f"no file {decl.target}: {display_path(tried[0])} is not a readable file", decl.span)
     where = [display_path(os.path.dirname(p)) for p in tried if not search.is_std(p)]
     notes = (Note("$KINA_PATH adds folders to search (separated by `" + os.pathsep + "`)"),)
     return Diagnostic("import", f"no module `{decl.module}`: looked for {decl.module}.kina in "
