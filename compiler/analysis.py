@@ -254,7 +254,9 @@ class Analysis:
         callee's restrictions are checked on its symbolic body: see Generic), and by the
         analyses of the imported modules (ImportedFunctions: their functions, when one is called)."""
         handlers = {t: n for n in sorted(good) for t in first[n].res.syms.handled}
-        imported = self._imported_functions(links, frozenset(first))
+        # (built only when something is handled: it copies every imported function, seconds
+        # for a 500-function module, and an importer without `handle` needs none of them)
+        imported = self._imported_functions(links, frozenset(first)) if handlers else None
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}
         for target in sorted(handlers):

@@ -77,4 +77,6 @@ def register(server: Server, safe: Safe) -> None:
         view = await ls.view(uri)
         if view is None or view.text != text:
             return found
-        return modules.import_links(view, ls.documents.uri_of) + found
+        caps = ls.client_capabilities.text_document
+        tooltips = bool(caps and caps.document_link and caps.document_link.tooltip_support)
+        return modules.import_links(view, ls.documents.uri_of, tooltips) + found

@@ -151,8 +151,8 @@ def completions(snap: Snapshot, module: str) -> list[lsp.CompletionItem] | None:
     return items
 
 
-def import_links(view: View, uri_of: UriOf) -> list[lsp.DocumentLink]:
+def import_links(view: View, uri_of: UriOf, tooltips: bool = False) -> list[lsp.DocumentLink]:
     """A link on each import's module word or quoted path, to the file it resolved to."""
     return [lsp.DocumentLink(range=view.index.range(link.decl.target_span), target=uri_of(link.path),
-                             tooltip=link.path)
+                             tooltip=link.path if tooltips else None)
             for link in view.snapshot.imports if link.path is not None]
