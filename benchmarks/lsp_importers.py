@@ -109,8 +109,8 @@ async def run(reps: int, n_importers: int, lines: int) -> None:
             mark = len(b.arrivals)
             sent = b.change(lib, version, [{"range": {"start": _pos(line, 16), "end": _pos(line, 17)},
                                             "text": "w" if k % 2 == 0 else "x"}])
-            v = version
-            mine = await b.until(lambda arr: next((t for u, ver, t in arr[mark:] if u == lib and ver == v), None))
+            mine = await b.until(lambda arr, v=version, mark=mark: next(
+                (t for u, ver, t in arr[mark:] if u == lib and ver == v), None))
             todo = set(users)
 
             def last(arr: list, todo: set = todo, mark: int = mark) -> float | None:

@@ -25,6 +25,9 @@ def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("modules")
     for name in ("model.kina", "layers.kina", "optim.kina"):
         shutil.copy(FIXTURES / "imports" / name, root / name)
+    (root / "lib").mkdir()
+    (root / "lib" / "extra.kina").write_text(
+        "// doubles its input\nfn twice[N](x: Tensor[F32, [N]]) -> Tensor[F32, [N]] {\n  x + x\n}\n")
     return root
 
 
@@ -182,3 +185,25 @@ async def test_importer_diagnostics_follow_a_change_on_disk(client, workspace):
     client.workspace_did_change_watched_files(lsp.DidChangeWatchedFilesParams(
         changes=[lsp.FileEvent(uri=optim.as_uri(), type=lsp.FileChangeType.Changed)]))
     await next_diagnostics(client, uri, n, lambda ds: ds == [])
+
+
+async def test_a_quoted_path_import(client, workspace):
+    path = workspace / "quoted.kina"
+    text = ('import "lib/extra.kina" as ex\n\n'
+            "fn four(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  ex.twice(ex.twice(x))\n}\n")
+    path.write_text(text)
+    uri, _ = await opened(client, workspace, "quoted.kina")
+    assert await published(client, uri, 1) == []
+    extra = workspace / "lib" / "extra.kina"
+    links = await client.text_document_document_link_async(lsp.DocumentLinkParams(text_document=doc_id(uri)))
+    assert [(lk.range, lk.target) for lk in links] == [(name_range(text, '"lib/extra.kina"', '"lib/extra.kina"'),
+                                                        extra.as_uri())]
+    loc = await client.text_document_definition_async(lsp.DefinitionParams(
+        text_document=doc_id(uri), position=pos(text, "ex.twice(x", len("ex.t"))))
+    assert loc.uri == extra.as_uri() and loc.range.start.line == 1
+    loc = await client.text_document_definition_async(lsp.DefinitionParams(
+        text_document=doc_id(uri), position=pos(text, "ex.twice(x", 1)))
+    assert loc.uri == extra.as_uri() and loc.range.start == lsp.Position(line=0, character=0)
+    hov = await client.text_document_hover_async(lsp.HoverParams(
+        text_document=doc_id(uri), position=pos(text, "ex.twice(x", len("ex.t"))))
+    assert "fn twice[N]" in hov.contents.value and "doubles its input" in hov.contents.value
