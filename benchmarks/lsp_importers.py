@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_lsp import Bench, _pos, make_source  # noqa: E402
+from timing import machine_line  # noqa: E402
 
 IMPORTER = """import lib
 
@@ -134,6 +135,7 @@ def main() -> None:
     ap.add_argument("--importers", type=int, default=50)
     ap.add_argument("--lines", type=int, default=5000)
     a = ap.parse_args()
+    print(machine_line())
     asyncio.run(run(a.reps, a.importers, a.lines))
 
 
