@@ -16,6 +16,7 @@ import pytest_lsp
 from conftest import FIXTURES, MODULE_LOOP, SERVER, change, doc_id, init_params, make_client, pos, published
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
+from rawlsp import RawServer
 
 pytestmark = MODULE_LOOP
 
@@ -207,3 +208,25 @@ async def test_a_quoted_path_import(client, workspace):
     hov = await client.text_document_hover_async(lsp.HoverParams(
         text_document=doc_id(uri), position=pos(text, "ex.twice(x", len("ex.t"))))
     assert "fn twice[N]" in hov.contents.value and "doubles its input" in hov.contents.value
+
+
+def _registrations(caps: dict, expect: bool) -> list[dict]:
+    """The registrations the server asks for after initialize (the raw client answers each):
+    waits up to 10 s for one when `expect`, else gives the server a second to send one."""
+    with RawServer() as s:
+        s.initialize(capabilities=caps)
+        deadline = time.monotonic() + (10.0 if expect else 1.0)
+        while True:
+            s.request("kina/serverStats", None)
+            regs = [r for m in s.seen if m.get("method") == "client/registerCapability"
+                    for r in m["params"]["registrations"]]
+            if regs or time.monotonic() > deadline:
+                return regs
+            time.sleep(0.1)
+
+
+async def test_the_file_watcher_is_registered_when_the_client_can():
+    regs = _registrations({"workspace": {"didChangeWatchedFiles": {"dynamicRegistration": True}}}, True)
+    assert [(r["method"], r["registerOptions"]["watchers"]) for r in regs] == [
+        ("workspace/didChangeWatchedFiles", [{"globPattern": "**/*.kina"}])]
+    assert _registrations({}, False) == []
