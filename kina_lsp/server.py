@@ -249,6 +249,7 @@ def did_save(ls: KinaServer, params: lsp.DidSaveTextDocumentParams) -> None:
 def did_close(ls: KinaServer, params: lsp.DidCloseTextDocumentParams) -> None:
     ls.documents.close(params.text_document.uri)
     ls.publisher.clear(params.text_document.uri)
+    importers.changed(ls, params.text_document.uri)   # they read its file again, not the closed buffer
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, diagnostics.OPTIONS)

@@ -168,7 +168,12 @@ async def test_importer_diagnostics_follow_an_open_imported_file(client, workspa
     n = len(client.published)
     change(client, luri, 3, ltext)
     await next_diagnostics(client, uri, n, lambda ds: ds == [])
+    # closed with an unsaved edit: model.kina reads layers.kina from disk again
+    change(client, luri, 4, ltext.replace("fn mlp_loss[", "fn mlp_loss2["))
+    await next_diagnostics(client, uri, n, lambda ds: any(d.code == "unknown-name" for d in ds))
+    n = len(client.published)
     client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=doc_id(luri)))
+    await next_diagnostics(client, uri, n, lambda ds: ds == [])
 
 
 async def test_importer_diagnostics_follow_a_change_on_disk(client, workspace):
