@@ -209,7 +209,7 @@ async function trusted() {
 
   await lensAndFoldingChecks({ page, step, log, toast, focusEditor });
 
-  await crossFileChecks({ page, step, log, focusEditor, quickOpen, withQuickInput,
+  await crossFileChecks({ page, step, log, focusEditor, withQuickInput,
     folder: new URL(opt.url).searchParams.get('folder') });
 
   await step('05-show-mlir', async () => {
