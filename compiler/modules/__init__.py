@@ -19,7 +19,9 @@ Public modules and entry points (other packages import only these):
              whose diagnostics are reported at the handle), Generic (functions by name where
              an instantiation `g$3` is `g`'s symbolic IR)
 
-docs/language.md, "Modules", is the user's view; /work/scratch/imports_api.md (kept in the
-repository as docs/modules_api.md) the language server's.
+docs/language.md §4.2 ("Modules") is the user's view.  The language server keeps one
+Workspace, whose `read` prefers its open buffers, analyses each open document with
+`Analysis(path, loader=workspace.loader)` (or `workspace.analyse`), and re-analyses the
+open `importers_of(path)` when a file changes.
 """
 __all__ = ["reverse", "search", "workspace"]
