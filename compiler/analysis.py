@@ -29,6 +29,7 @@ tests/test_incremental.py compares against.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -79,6 +80,7 @@ class Analysis:
         # signature changes (the usual edit: inside a body), those need no key comparison
         self._last_sig_keys: dict[str, SigKey | None] | None = None
         self._valid: dict[int, ItemResult] = {}
+        self._imported_keys: dict[str, SigKey | None] = {}    # _sig_key of each `name.f` imported
 
     def update(self, text: str) -> Snapshot:
         chunks = item_split.split_items(text)
@@ -96,7 +98,7 @@ class Analysis:
         signatures = {name: sig for name, it in first.items() if (sig := it.res.signature) is not None}
         sig_keys = {name: it.res.sig_key for name, it in first.items()}
         signatures.update(imported)     # `layers.linear`: no local name has a dot
-        sig_keys.update({name: _sig_key(sig) for name, sig in imported.items()})
+        sig_keys.update(self._imported_keys)
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
         same_signatures = sig_keys == self._last_sig_keys
         valid: dict[int, ItemResult] = {}
@@ -134,6 +136,7 @@ class Analysis:
             seen[d.name] = d
             unique.append(d)
         links = self.loader(self.path, unique) if unique else []
+        self._imported_keys = {}
         modules: dict[str, frozenset[str] | None] = {}
         imported: dict[str, check.Signature] = {}
         for link in links:
@@ -146,8 +149,9 @@ class Analysis:
                                         link.decl.span, (Note(f"in {display_path(snap.path)}"),)))
             modules[name] = snap.defined_names if snap is not None and link.problem is None else None
             if snap is not None and link.problem is None:
-                for fn_name, sig in snap.public_signatures.items():
-                    imported[f"{name}.{fn_name}"] = dataclasses.replace(sig, name=f"{name}.{fn_name}")
+                sigs, keys = _qualified(snap, name)
+                imported.update(sigs)
+                self._imported_keys.update(keys)
         return links, modules, imported
 
     def _reset_if_imports_changed(self, modules: dict[str, frozenset[str] | None]) -> None:
@@ -254,7 +258,9 @@ class Analysis:
         callee's restrictions are checked on its symbolic body: see Generic), and by the
         analyses of the imported modules (ImportedFunctions: their functions, when one is called)."""
         handlers = {t: n for n in sorted(good) for t in first[n].res.syms.handled}
-        imported = self._imported_functions(links, frozenset(first))
+        # (built only when something is handled: it copies every imported function, seconds
+        # for a 500-function module, and an importer without `handle` needs none of them)
+        imported = self._imported_functions(links, frozenset(first)) if handlers else None
         out: list[Diagnostic] = []
         cache: dict[tuple[object, ...], list[Diagnostic]] = {}
         for target in sorted(handlers):
@@ -299,6 +305,22 @@ def _mentions_unparsed(d: Diagnostic, text: str, unparsed: set[str]) -> bool:
     """An unknown-name diagnostic for a function whose definition has a syntax error:
     the syntax error is the real problem, so the call is not reported too."""
     return d.code == "unknown-name" and text[d.span.start:d.span.end] in unparsed
+
+
+# module Snapshot -> import name -> (`name.f` -> f's signature so named, -> its _sig_key): the
+# same for every importer of that analysis of the module (an edit of a module imported by 50
+# files made each of them rename and repr all its signatures: ~100 ms each for 500 functions)
+_QUALIFIED: weakref.WeakKeyDictionary[Snapshot, dict[str, tuple[dict[str, check.Signature],
+                                                               dict[str, SigKey | None]]]] = weakref.WeakKeyDictionary()
+
+
+def _qualified(snap: Snapshot, name: str) -> tuple[dict[str, check.Signature], dict[str, SigKey | None]]:
+    per = _QUALIFIED.setdefault(snap, {})
+    hit = per.get(name)
+    if hit is None:
+        sigs = {f"{name}.{f}": dataclasses.replace(sig, name=f"{name}.{f}") for f, sig in snap.public_signatures.items()}
+        hit = per[name] = (sigs, {n: _sig_key(sig) for n, sig in sigs.items()})
+    return hit
 
 
 def _sig_key(sig: check.Signature | None) -> SigKey | None:

@@ -36,6 +36,7 @@ from pygls.exceptions import JsonRpcException
 
 from compiler.core.diagnostics import Diagnostic
 
+from . import importers
 from .convert import LineIndex
 from .documents import Documents, View
 from .settings import Settings
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = "kina"
 SERVER_CANCELLED = -32802
-OPTIONS = lsp.DiagnosticOptions(identifier=SOURCE, inter_file_dependencies=False, workspace_diagnostics=False)
+OPTIONS = lsp.DiagnosticOptions(identifier=SOURCE, inter_file_dependencies=True, workspace_diagnostics=False)
 _SEVERITY = {"error": lsp.DiagnosticSeverity.Error, "warning": lsp.DiagnosticSeverity.Warning}
 
 
@@ -134,19 +135,22 @@ class Publisher:
             if view is None or latest is None or latest[1] != version:
                 return  # a newer edit arrived meanwhile; its own task publishes
             self.publish(uri, view, version)
+            importers.changed(self.server, uri)    # then the files that import it (issue 29)
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("publishing diagnostics for %s failed", uri)
 
-    def publish(self, uri: str, view: View, version: int | None) -> None:
-        """Deliver the current diagnostics of uri: a push, or (pull mode) a refresh request."""
+    def publish(self, uri: str, view: View, version: int | None, refresh: bool = True) -> None:
+        """Deliver the current diagnostics of uri: a push, or (pull mode) a refresh request
+        (unless `refresh` is False: the caller sends one for several documents)."""
         if self._extras_pushed:
             self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
                 uri=uri, diagnostics=list(self.documents.state(uri).extra), version=version))
             return
         if self.pull:
-            self.server.workspace_diagnostic_refresh(None)
+            if refresh:
+                self.server.workspace_diagnostic_refresh(None)
             return
         self.server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri=uri, diagnostics=self.diagnostics(uri, view), version=version))

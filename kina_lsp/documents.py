@@ -46,12 +46,16 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcContentModified
+from pygls.uris import from_fs_path, to_fs_path
 
 from compiler.analysis import Analysis
-from compiler.snapshot import ItemResult, Snapshot
+from compiler.modules.search import normal
+from compiler.modules.workspace import Workspace, read_file
+from compiler.snapshot import ItemResult, Loader, Snapshot
 
 from .convert import LineIndex, index_of
 from .items import common_ends, split_items
@@ -63,6 +67,15 @@ Buffer = tuple[str, int | None]
 SymbolCache = dict[int, tuple[ItemResult, tuple[int, int, str], str, LineIndex]]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def path_of(uri: str) -> str | None:
+    """The normalised file path of a file: URI (the Workspace's key), else None."""
+    if not uri.startswith("file:"):
+        return None
+    path = to_fs_path(uri)
+    return normal(path) if path else None
 
 
 def split_items_around(text: str, offset: int) -> list[tuple[int, int]]:
@@ -87,6 +100,7 @@ class DocState:
     extra: list[lsp.Diagnostic] = field(default_factory=list)   # LSP diagnostics from "Build & validate"
     symbols: SymbolCache = field(default_factory=dict)  # features/navigation.document_symbols' per-function cache
     tokens: tuple[str, list[int]] | None = None  # (result id, data) of the last full semantic tokens
+    stale: bool = False     # a file it imports changed since `view` was made: analyse again
 
 
 class Documents:
@@ -99,6 +113,48 @@ class Documents:
         self._docs: dict[str, DocState] = {}
         self._result_ids = itertools.count(1)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kina-analysis")
+        # One module loader for every document (issue 29): a file: document is analysed by
+        # it, so importers share the analysis of the files they import, and it reads an
+        # open document's buffer rather than its file.  Used on the worker thread only.
+        self._uris: dict[str, str] = {}            # normalised path -> URI of an open document
+        self._made: dict[str, Analysis] = {}       # path -> the workspace's analysis of it (for stats)
+        self.workspace = Workspace(make_analysis=self._make_analysis, read=self.read)
+
+    def _make_analysis(self, path: str, loader: Loader) -> Analysis:
+        self._made[path] = analysis = Analysis(path, loader)
+        return analysis
+
+    def read(self, path: str) -> str | None:
+        """A file's text for the module loader: its open buffer, else the disk."""
+        uri = self._uris.get(normal(path))
+        cur = self._text_of(uri) if uri is not None else None
+        return cur[0] if cur is not None else read_file(path)
+
+    def uri_of(self, path: str) -> str:
+        """The URI of the file at path: the client's own when it has it open."""
+        return self._uris.get(normal(path)) or from_fs_path(path) or path
+
+    def open_uri(self, path: str) -> str | None:
+        """The URI of the open document of the file at path, if there is one."""
+        uri = self._uris.get(normal(path))
+        return uri if uri is not None and self._text_of(uri) is not None else None
+
+    def open_uris(self) -> list[str]:
+        return [u for u in self._uris.values() if self._text_of(u) is not None]
+
+    def has_import_problem(self, uri: str) -> bool:
+        """The document's last analysis has an import that did not load."""
+        st = self._docs.get(uri)
+        return st is not None and st.view is not None and any(m.problem for m in st.view.snapshot.imports)
+
+    def opened(self, uri: str) -> None:
+        path = path_of(uri)
+        if path is not None:
+            self._uris[path] = uri
+
+    async def on_worker(self, work: Callable[[Workspace], T]) -> T:
+        """work(workspace) on the analysis worker (the Workspace is not thread-safe)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work, self.workspace)
 
     def state(self, uri: str) -> DocState:
         if uri not in self._docs:
@@ -119,28 +175,55 @@ class Documents:
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per document, what its caches hold (kina/serverStats)."""
-        return {uri: {**st.analysis.cache_size(), "symbols": len(st.symbols),
+        return {uri: {**self._analysis_of(st).cache_size(), "symbols": len(st.symbols),
                       "viewChars": len(st.view.text) if st.view is not None else 0}
                 for uri, st in self._docs.items()}
+
+    def _analysis_of(self, st: DocState) -> Analysis:
+        path = path_of(st.uri)
+        return self._made.get(path, st.analysis) if path is not None else st.analysis
 
     def close(self, uri: str) -> None:
         st = self._docs.pop(uri, None)
         if st and st.debounce:
             st.debounce.cancel()
+        path = path_of(uri)
+        if path is not None and self._uris.get(path) == uri:
+            del self._uris[path]
+            # read from disk from now on; its analysis goes (an importer loads it again)
+            self._executor.submit(self._forget, path)
+
+    def _forget(self, path: str) -> None:
+        self.workspace.forget(path)
+        self._made.pop(path, None)
+
+    def invalidate(self, uri: str) -> None:
+        """A file the document imports changed: its next request analyses it again."""
+        st = self._docs.get(uri)
+        if st is not None:
+            st.stale = True
 
     def _analyse(self, st: DocState, text: str) -> View | None:
         """Runs on the worker thread.  A crash of the analysis is logged, never raised."""
-        if st.view is not None and st.view.text == text:
+        if st.view is not None and st.view.text == text and not st.stale:
             return st.view
         cur = self._text_of(st.uri)
         if cur is None or cur[0] != text:
             return None   # obsolete: the client has edited (or closed) it since; its answer is moot
+        stale, st.stale = st.stale, False
+        path = path_of(st.uri)
         try:
-            snap = st.analysis.update(text)
+            snap = st.analysis.update(text) if path is None else self.workspace.analyse(path, text)
         except Exception:  # the compiler must not take the server down
             log.exception("analysis failed for %s", st.uri)
             st.analysis = Analysis()  # its incremental state may be inconsistent now
+            if path is not None:
+                self._forget(path)
             return None
+        if snap is None:
+            return None
+        if st.view is not None and st.view.snapshot is snap and not stale:
+            return st.view
         st.view = View(snap, text, index_of(text, self._encoding()))
         return st.view
 
@@ -156,7 +239,7 @@ class Documents:
             return None
         text, _version = cur
         st = self.state(uri)
-        if st.view is not None and st.view.text == text:
+        if st.view is not None and st.view.text == text and not st.stale:
             return st.view
         loop = asyncio.get_running_loop()
         job = loop.run_in_executor(self._executor, self._analyse, st, text)

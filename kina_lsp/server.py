@@ -32,7 +32,7 @@ from pygls.lsp.server import LanguageServer
 
 from compiler.syntax import parse
 
-from . import background, cli, diagnostics, tcp, transport
+from . import background, cli, diagnostics, importers, tcp, transport
 from .base import safe
 from .convert import index_of
 from .diagnostics import Publisher
@@ -43,6 +43,7 @@ from .features import (
     call_hierarchy,
     commands,
     completion,
+    crossrefs,
     folding,
     formatting,
     highlight,
@@ -50,6 +51,7 @@ from .features import (
     inlay,
     lenses,
     links,
+    modules,
     navigation,
     selection,
     semantic,
@@ -159,6 +161,8 @@ def initialize(ls: KinaServer, params: lsp.InitializeParams) -> None:
 @server.feature(lsp.INITIALIZED)
 @safe()
 async def initialized(ls: KinaServer, params: lsp.InitializedParams) -> None:
+    _background.add(task := asyncio.ensure_future(importers.register_watcher(ls)))
+    task.add_done_callback(_background.discard)
     await _pull_configuration(ls)
 
 
@@ -205,6 +209,7 @@ _background: set[asyncio.Future[None]] = set()    # running cache fills (a task 
 @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
 @safe()
 def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams) -> None:
+    ls.documents.opened(params.text_document.uri)
     ls.publisher.schedule(params.text_document.uri, immediate=True)
     _background.add(task := asyncio.ensure_future(semantic.warm(ls, params.text_document.uri)))
     task.add_done_callback(_background.discard)
@@ -215,6 +220,22 @@ def did_open(ls: KinaServer, params: lsp.DidOpenTextDocumentParams) -> None:
 def did_change(ls: KinaServer, params: lsp.DidChangeTextDocumentParams) -> None:
     ls.publisher.edited(params.text_document.uri)  # validation results are for the old text
     ls.publisher.schedule(params.text_document.uri)
+    if ls.publisher.pull:   # (a push refreshes the importers after the document's own push)
+        _background.add(task := asyncio.ensure_future(_refresh_after_pull(ls, params.text_document.uri)))
+        task.add_done_callback(_background.discard)
+
+
+async def _refresh_after_pull(ls: KinaServer, uri: str) -> None:
+    await asyncio.sleep(ls.settings.debounce_ms / 1000.0)
+    cur = ls.buffer(uri)
+    if cur is not None and await ls.documents.current(uri) is not None and ls.buffer(uri) == cur:
+        importers.changed(ls, uri)
+
+
+@server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+@safe()
+def did_change_watched_files(ls: KinaServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+    importers.files_changed(ls, params)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
@@ -228,6 +249,7 @@ def did_save(ls: KinaServer, params: lsp.DidSaveTextDocumentParams) -> None:
 def did_close(ls: KinaServer, params: lsp.DidCloseTextDocumentParams) -> None:
     ls.documents.close(params.text_document.uri)
     ls.publisher.clear(params.text_document.uri)
+    importers.changed(ls, params.text_document.uri)   # they read its file again, not the closed buffer
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DIAGNOSTIC, diagnostics.OPTIONS)
@@ -243,7 +265,7 @@ async def on_hover(ls: KinaServer, params: lsp.HoverParams) -> lsp.Hover | None:
     uri = params.text_document.uri
     view, offset = await _offset_view(ls, uri, params.position)
     if view is not None:
-        return hover.hover(view, offset)
+        return modules.hover(view, offset) or hover.hover(view, offset)
     # over the budget (an edit is being analysed): answer from the last analysis when the
     # function under the cursor is unchanged since, else wait for the analysis; never null
     cur = ls.buffer(uri)
@@ -291,16 +313,22 @@ async def on_inlay_hint_resolve(ls: KinaServer, hint: lsp.InlayHint) -> lsp.Inla
 @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
 @safe()
 async def on_definition(ls: KinaServer, params: lsp.DefinitionParams) -> lsp.Location | None:
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
-    return navigation.definition(view, params.text_document.uri, offset) if view else None
+    return await _definition(ls, params.text_document.uri, params.position)
+
+
+async def _definition(ls: KinaServer, uri: str, position: lsp.Position) -> lsp.Location | None:
+    """In this document, else in the imported file (a qualified name)."""
+    view, offset = await _offset_view(ls, uri, position, wait=True)
+    if view is None:
+        return None
+    return navigation.definition(view, uri, offset) or modules.definition(view, offset, ls.documents.uri_of)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DECLARATION)
 @safe()
 async def on_declaration(ls: KinaServer, params: lsp.DeclarationParams) -> lsp.Location | None:
     """Kina declares and defines in one place (a parameter, a let, a function)."""
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
-    return navigation.definition(view, params.text_document.uri, offset) if view else None
+    return await _definition(ls, params.text_document.uri, params.position)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_TYPE_DEFINITION)
@@ -313,24 +341,38 @@ async def on_type_definition(ls: KinaServer, params: lsp.TypeDefinitionParams) -
 @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
 @safe(default=list)
 async def on_references(ls: KinaServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
-    return navigation.references(view, params.text_document.uri, offset,
-                                 params.context.include_declaration) if view else []
+    uri = params.text_document.uri
+    view, offset = await _offset_view(ls, uri, params.position, wait=True)
+    if view is None:
+        return []
+    uses = await crossrefs.uses_at(ls, uri, view, offset)     # a function: in every file
+    if uses is not None:
+        return crossrefs.locations(uses, ls.documents.uri_of, view.index.encoding,
+                                   params.context.include_declaration)
+    return navigation.references(view, uri, offset, params.context.include_declaration)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
 @safe()
 async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams) -> lsp.PrepareRenamePlaceholder | None:
     view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
-    return navigation.prepare_rename(view, offset) if view else None
+    return (navigation.prepare_rename(view, offset) or crossrefs.prepare(view, offset)) if view else None
 
 
 @server.feature(lsp.TEXT_DOCUMENT_RENAME, lsp.RenameOptions(prepare_provider=True))
 @safe()
 async def on_rename(ls: KinaServer, params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
     navigation.check_new_name(params.new_name)   # a refusal is an error response that says why
-    view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
-    return navigation.rename(view, params.text_document.uri, offset, params.new_name) if view else None
+    uri = params.text_document.uri
+    view, offset = await _offset_view(ls, uri, params.position, wait=True)
+    if view is None:
+        return None
+    uses = await crossrefs.uses_at(ls, uri, view, offset, params.new_name)   # a function: in every file
+    if uses is None:
+        return navigation.rename(view, uri, offset, params.new_name)
+    if uses.conflict is not None:
+        raise navigation.RenameRefused(f"cannot rename to `{params.new_name}`: {uses.conflict}")
+    return crossrefs.workspace_edit(uses, ls.documents.uri_of, view.index.encoding, params.new_name)
 
 
 @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
@@ -344,13 +386,19 @@ async def on_document_symbol(ls: KinaServer, params: lsp.DocumentSymbolParams) -
 
 @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", "(", ",", "=", "["]))
 @safe(default=list)
-def on_completion(ls: KinaServer, params: lsp.CompletionParams) -> lsp.CompletionList | list[lsp.CompletionItem]:
-    # lexical on the live buffer: no analysis needed, so it never waits for one
+async def on_completion(ls: KinaServer, params: lsp.CompletionParams) -> lsp.CompletionList | list[lsp.CompletionItem]:
+    # lexical on the live buffer: no analysis needed, so it never waits for one ...
     cur = ls.buffer(params.text_document.uri)
     if cur is None:   # not open: never read (and list the identifiers of) a file from disk
         return []
     text = cur[0]
     offset = index_of(text, ls.position_encoding()).offset(params.position)
+    module = modules.module_before(text, offset)
+    if module is not None:   # ... except after `m.`: an import's functions (its imports need not be analysed again)
+        view = ls.documents.state(params.text_document.uri).view or await ls.view(params.text_document.uri)
+        found = modules.completions(view.snapshot, module) if view is not None else None
+        if found is not None:
+            return lsp.CompletionList(is_incomplete=False, items=found)
     return lsp.CompletionList(is_incomplete=False,
                               items=completion.complete(text, offset, completion.function_names(text)))
 

@@ -1,5 +1,6 @@
 """Document links: the paths and URLs written in `//` comments (`// see docs/language.md`,
-`// https://...`), clickable as in rust-analyzer and pyright.
+`// https://...`), clickable as in rust-analyzer and pyright, and each import's module
+word or quoted path (`import layers`), to the file it resolved to (features/modules.py).
 
 A path is a link when the file exists, relative to the document's folder or to the
 workspace root (the folder the editor opened); a URL always is.  Comments are found by a
@@ -20,6 +21,7 @@ from compiler.core.diagnostics import Span
 from .. import background
 from ..background import Checkpoint
 from ..convert import index_of
+from . import modules
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
@@ -71,4 +73,10 @@ def register(server: Server, safe: Safe) -> None:
             index = index_of(text, encoding)
             return [lsp.DocumentLink(range=index.range(span), target=target)
                     for span, target in find_links(text, bases, checkpoint)]
-        return await background.run(ls, uri, text, version, work)
+        found = await background.run(ls, uri, text, version, work)
+        view = await ls.view(uri)
+        if view is None or view.text != text:
+            return found
+        caps = ls.client_capabilities.text_document
+        tooltips = bool(caps and caps.document_link and caps.document_link.tooltip_support)
+        return modules.import_links(view, ls.documents.uri_of, tooltips) + found

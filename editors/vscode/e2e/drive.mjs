@@ -24,6 +24,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { lensAndFoldingChecks, noLensesInRestrictedMode } from './features.mjs';
+import { crossFileChecks } from './modules.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -207,6 +208,9 @@ async function trusted() {
   });
 
   await lensAndFoldingChecks({ page, step, log, toast, focusEditor });
+
+  await crossFileChecks({ page, step, log, focusEditor, withQuickInput,
+    folder: new URL(opt.url).searchParams.get('folder') });
 
   await step('05-show-mlir', async () => {
     await focusEditor();

@@ -3,8 +3,9 @@
 # driven by Playwright): installs the .vsix built from this checkout, points it at the
 # project's Python environment, opens tests/fixtures/storylm0_forward.kina and checks that the
 # language server starts, hovers show tensor types, a broken shape reaches the Problems
-# view, Build & Validate succeeds, Show MLIR opens the module, and a wrong interpreter gives
-# a clear error.  Screenshots of each step go to artifacts/e2e/.
+# view, Build & Validate succeeds, Show MLIR opens the module, definition and rename work
+# across the two files main.kina and layers.kina and an edit of layers.kina shows main.kina's
+# new error (e2e/modules.mjs), and a wrong interpreter gives a clear error.  Screenshots of each step go to artifacts/e2e/.
 #
 # Both workspaces are hostile: each holds its own kina_lsp/, compiler/, numpy.py,
 # lsprotocol/, pygls/ and runpy.py (and the second a .venv/bin/python and workspace settings
@@ -53,6 +54,9 @@ WS=$(mktemp -d /tmp/kina-e2e.XXXXXX)
 mkdir -p "$WS/proj" "$WS/data/User" "$WS/xdg" "$ART"
 rm -f "$ART"/*.png
 cp "$REPO/tests/fixtures/storylm0_forward.kina" "$WS/proj/"
+# a two-file module for the cross-file steps (e2e/modules.mjs): main.kina imports layers.kina
+cp "$REPO/tests/fixtures/imports/layers.kina" "$WS/proj/"
+node -e 'import("'"$HERE"'/modules.mjs").then((m) => process.stdout.write(m.MAIN))' > "$WS/proj/main.kina"
 MARKERS=$WS/markers; mkdir -p "$MARKERS"
 # plant DIR: Python files a workspace could use to run code in the server's process
 plant() {

@@ -189,6 +189,9 @@ async function doStart(): Promise<void> {
       provideCodeLenses: (document, token, next) => (vscode.workspace.isTrusted ? next(document, token) : []),
     },
     // Sends workspace/didChangeConfiguration with the `kina` section when a setting changes.
+    // (No `fileEvents` here: the server registers its `**/*.kina` watcher dynamically, which
+    // this client supports, and gets workspace/didChangeWatchedFiles from it; a second
+    // watcher here would send every change twice.)
     synchronize: { configurationSection: 'kina' },
     outputChannel: output,
     revealOutputChannelOn: RevealOutputChannelOn.Never,
