@@ -294,6 +294,15 @@ class _Adjoints:
         self.table[name] = ct if prev is None else self.b.emit("add", [prev, ct])
 
 
+
+def with_cotangents(fn: Function, result: Var, grads: list[Var]) -> tuple[Type, Expr]:
+    """The result of a reverse function of fn and its type: (y, g_1, ...), or y alone when
+    no parameter gets a cotangent."""
+    if not grads:
+        return result.type, result
+    ret = TupleType((result.type, *(g.type for g in grads)))
+    return ret, MakeTuple([result, *grads], ret, fn.span)
+
 def _backward(fn: Function, lets: list[_Let], result: Var, active: set[str], needed: set[str],
               seed: Var | None = None) -> tuple[Builder, list[Var]]:
     """The backward lets and one cotangent per floating parameter; `seed` is the cotangent
@@ -340,12 +349,7 @@ def transform_ad(program: Program, fn_name: str) -> tuple[Function | None, list[
     assert isinstance(result, Var), result   # no diagnostic: the body ends with a variable
     b, grads = _backward(fn, lets, result, active, needed)
     backward = [Binding([n], v, span=v.span) for n, v in b.lets]
-    ret: Type
-    if grads:
-        ret = TupleType((result.type, *(g.type for g in grads)))
-        out: Expr = MakeTuple([result, *grads], ret, fn.span)
-    else:
-        ret, out = result.type, result
+    ret, out = with_cotangents(fn, result, grads)
     rev = Function(f"{fn.name}.rev", [dataclasses.replace(p) for p in fn.params], ret,
                    [let.binding for let in lets] + backward, out, fn.span, fn.name_span, fn.sizes)
     return rev, []

@@ -19,11 +19,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from compiler.ad.transform import _analyse, _backward, _unknown
+from compiler.ad.transform import _analyse, _backward, _unknown, with_cotangents
 from compiler.core.diagnostics import Diagnostic
-from compiler.core.types import TupleType, Type
 from compiler.ir import nodes as ir
-from compiler.ir.nodes import Binding, Expr, Function, MakeTuple, Param, Program, Var
+from compiler.ir.nodes import Binding, Function, Param, Program, Var
 
 VJP_SUFFIX = "_vjp"
 COTANGENT = "g_y"
@@ -58,12 +57,7 @@ def transform_vjp(program: Program, fn_name: str) -> tuple[Function | None, list
     seed = Var(_fresh_cotangent_name(fn, names), seed_type, fn.span)
     b, grads = _backward(fn, lets, result, active, needed, seed)
     backward = [Binding([n], v, span=v.span) for n, v in b.lets]
-    ret: Type
-    if grads:
-        ret = TupleType((result.type, *(g.type for g in grads)))
-        out: Expr = MakeTuple([result, *grads], ret, fn.span)
-    else:
-        ret, out = result.type, result
+    ret, out = with_cotangents(fn, result, grads)
     params = [dataclasses.replace(p) for p in fn.params] + [Param(seed.name, seed_type, fn.name_span)]
     return Function(vjp_name(fn.name), params, ret, [let.binding for let in lets] + backward, out, fn.span,
                     fn.name_span, fn.sizes), []
