@@ -257,6 +257,23 @@ def test_issue13_syntax_scalars_underscores_negative_axes():
             format_source(field)
 
 
+def test_a_signature_breaks_its_parameters_before_its_return_type():
+    """`(params) -> Tensor[F32, [1, 1]] {` one column too long breaks the parameters, one per
+    line, and keeps the return type whole (it used to break `[1, 1]` over four lines while the
+    parameters stayed on one: compiler/std/losses.kina's cross_entropy)."""
+    src = ("fn cross_entropy[N, V](logits: Tensor[F32, [N, V]], targets: Tensor[I64, [N, 1]]) -> "
+           "Tensor[F32, [1, 1]] {\n  logits\n}\n")
+    assert assert_formats_well(src) == """fn cross_entropy[N, V](
+  logits: Tensor[F32, [N, V]],
+  targets: Tensor[I64, [N, 1]],
+) -> Tensor[F32, [1, 1]] {
+  logits
+}
+"""
+    short = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  x\n}\n"
+    assert assert_formats_well(short) == short
+
+
 def test_size_generic_functions():
     """Size parameters, size expressions in shapes, lists and attributes, and explicit
     instantiation: canonical spacing, parentheses only where the tree needs them (both

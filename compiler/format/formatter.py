@@ -27,6 +27,7 @@ Every result is checked before it is returned: it must parse to the same AST
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -87,7 +88,9 @@ class _Formatter(Emitter):
         self.tok(fn.name, fn.name_span.start)
         with self.b.group():
             pos = self.size_params(fn)
-            pos = self.bracketed(fn.params, self.param, pos)
+            # the parameters break when `(params) -> type {` does not fit, never the
+            # return type's shape list while the parameters stay on one line
+            pos = self.bracketed(fn.params, self.param, pos, grouped=False)
             self.space()
             pos = self.expect("->", pos)
             self.space()
@@ -136,13 +139,15 @@ class _Formatter(Emitter):
         self.expect("]", pos)
 
     def bracketed(self, items: Sequence[_Item], each: Callable[[_Item], None], after: int, one_comma: bool = False,
-                  end_of: Callable[[_Item], int] | None = None) -> int:
+                  end_of: Callable[[_Item], int] | None = None, grouped: bool = True) -> int:
         """`(items)` in a group: flat, or one item per line with a trailing comma.  `after`:
-        where the opening bracket is looked for.  Returns the offset after the closer."""
+        where the opening bracket is looked for.  Returns the offset after the closer.
+        grouped=False: its breaks belong to the enclosing group (a signature's, so that
+        whether the parameters break is decided with the return type on the same line)."""
         end = end_of or self.end_of
         at = self.find("(", after)
         pos = at + 1 if at is not None else after
-        with self.b.group():
+        with self.b.group() if grouped else contextlib.nullcontext():
             self.tok("(", at)
             with self.b.indent(INDENT):
                 if items:
