@@ -41,8 +41,11 @@ PyTorch function its doc names, at two size assignments, with its gradients
 (tests/test_stdlib.py); the random helpers against the distributions PyTorch draws from
 (the bits differ: another generator).
 
-Until `import` lands, use a module by building it (`kinac build compiler/std/nn.kina`,
-then `lib.linear(x, w, b)` from Python) or by copying its functions into a file.
+Use a module with `import nn` at the top of a file and qualified calls, `nn.linear(x, w, b)`
+or `handle nn.gelu_mlp(..) with reverseMode` (docs/language.md §4.2: a local `nn.kina` or one
+on `KINA_PATH` comes first); examples/layers.kina is a model made of them. A module can
+also be built on its own (`kinac build compiler/std/nn.kina`, then `lib.linear(x, w, b)`
+from Python).
 """
 
 

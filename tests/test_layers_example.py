@@ -1,5 +1,5 @@
-"""examples/layers.kina, the layer library written once with size parameters: every layer
-is generic and instantiated at two or more sizes; `kinac validate` of the file passes
+"""examples/layers.kina, a model made of the standard library's layers (import nn, losses,
+optim): every layer is generic and instantiated at two or more sizes; `kinac validate` of the file passes
 (every entry against the interpreter, every instantiation's gradient against finite
 differences) at the suite's -O level (CI: -O0 and -O2); and each layer computes what
 PyTorch's own layer computes (float64, through the interpreter's instances)."""
@@ -16,7 +16,9 @@ from compiler.ir import nodes as ir
 from compiler.oracle import interp, validate
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "layers.kina"
-LAYERS = ("linear", "layer_norm", "rms_norm", "gelu_mlp", "causal_attention", "cross_entropy", "adamw")
+# each layer's qualified name in the program (module.function)
+LAYERS = ("nn.linear", "nn.layer_norm", "nn.rms_norm", "nn.gelu_mlp", "nn.causal_attention",
+          "losses.cross_entropy", "optim.adamw")
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +29,15 @@ def snap():
 
 
 def instances(program: ir.Program, layer: str) -> dict[str, ir.Function]:
-    return {n: f for n, f in program.functions.items() if re.fullmatch(rf"{layer}\$[0-9_]+", n)}
+    return {n: f for n, f in program.functions.items() if re.fullmatch(rf"{re.escape(layer)}\$[0-9_]+", n)}
 
 
 def test_every_layer_is_generic_and_used_at_two_sizes_or_more(snap):
     for layer in LAYERS:
-        fn = snap.function_named(layer)
+        module, name = layer.split(".")
+        link = snap.link(module)
+        assert link is not None and link.snapshot is not None, f"import {module} did not resolve"
+        fn = link.snapshot.function_named(name)
         assert fn is not None and fn.sizes, f"{layer} is not size-generic"
         assert layer not in snap.program.functions          # only its instantiations are compiled
         assert len(instances(snap.program, layer)) >= 2, f"{layer} is instantiated once"
@@ -43,8 +48,10 @@ def test_validate_passes_every_entry_and_every_instantiations_gradient():
     assert report.build.ok, [report.build.source.render(d) for d in report.build.diagnostics]
     assert report.ok, validate.format_report(report)
     names = {f.name for f in report.functions}
-    for layer in ("linear", "layer_norm", "rms_norm", "gelu_mlp", "causal_attention", "cross_entropy"):
-        graded = {n for n in names if re.fullmatch(rf"(weighted_)?{layer}\$[0-9_]+ \(reverseMode\)", n)}
+    for layer in LAYERS[:-1]:
+        short = layer.split(".")[1]
+        graded = {n for n in names
+                  if re.fullmatch(rf"({re.escape(layer)}|weighted_{short})\$[0-9_]+ \(reverseMode\)", n)}
         assert len(graded) >= 2, f"{layer}: gradients checked at {graded}"
     for f in report.functions:
         if f.name.endswith("(reverseMode)"):
@@ -62,8 +69,7 @@ def _args(fn: ir.Function, seed: int = 0) -> list[np.ndarray]:
             for a, p in zip(interp.random_inputs(fn, seed), fn.params)]
 
 
-@pytest.mark.parametrize("layer", ["linear", "layer_norm", "rms_norm", "gelu_mlp", "causal_attention",
-                                   "cross_entropy"])
+@pytest.mark.parametrize("layer", LAYERS[:-1])
 def test_layer_matches_pytorch(snap, layer):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
@@ -72,15 +78,15 @@ def test_layer_matches_pytorch(snap, layer):
         args = _args(fn)
         t = [torch.tensor(a) for a in args]
         d = fn.params[0].type.shape[-1]
-        if layer == "linear":
+        if layer == "nn.linear":
             want = F.linear(t[0], t[1].T, t[2])
-        elif layer == "layer_norm":
+        elif layer == "nn.layer_norm":
             want = F.layer_norm(t[0], (d,), t[1], t[2], eps=1e-5)
-        elif layer == "rms_norm":
+        elif layer == "nn.rms_norm":
             want = F.rms_norm(t[0], (d,), t[1], eps=1e-6)
-        elif layer == "gelu_mlp":
+        elif layer == "nn.gelu_mlp":
             want = F.linear(F.gelu(F.linear(t[0], t[1].T, t[2])), t[3].T, t[4])
-        elif layer == "cross_entropy":
+        elif layer == "losses.cross_entropy":
             want = F.cross_entropy(t[0], t[1][:, 0]).reshape(1, 1)
         else:
             want = _torch_attention(torch, fn.name, t)
@@ -99,12 +105,13 @@ def _torch_attention(torch, name: str, t: list):
 
 def test_adamw_is_torch_optim_adamw(snap):
     """Step 3 of torch.optim.AdamW (lr 1e-2, betas 0.9 / 0.999, eps 1e-8, weight decay 1e-2)
-    from the moments m, v, at every instantiation."""
+    from the moments m, v, at every instantiation of std's optim.adamw."""
     torch = pytest.importorskip("torch")
-    for fn in instances(snap.program, "adamw").values():
-        w, g, m, v, _ = _args(fn)
+    for fn in instances(snap.program, "optim.adamw").values():
+        w, g, m, v, *_ = _args(fn)
         v = np.abs(v)
-        got = _run(snap.program, fn.name, [w, g, m, v, np.array([3.0])])
+        hyper = [np.array(x) for x in (3.0, 1e-2, 0.9, 0.999, 1e-8, 1e-2)]    # t, lr, betas, eps, decay
+        got = _run(snap.program, fn.name, [w, g, m, v, *hyper])
         p = torch.nn.Parameter(torch.tensor(w))
         opt = torch.optim.AdamW([p], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
         p.grad = torch.tensor(g)

@@ -14,6 +14,7 @@ backward graph on the same coordinates with directional.py's tight bound.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -46,7 +47,8 @@ def add_gradient_wrappers(program: ir.Program) -> ir.Program:
     """A copy of the program with `__validate_grad_g(params of g) = handle g(..) with reverseMode`
     for each differentiated function g.  The wrapper is exported, so its name must be one:
     for an instantiation of a generic function (`linear$4_3_5`, private) it is
-    `__validate_grad_linear__4_3_5`, numbered on in the unlikely case a user function's
+    `__validate_grad_linear__4_3_5` (for an imported `nn.linear$4_3_5`,
+    `__validate_grad_nn__linear__4_3_5`), numbered on in the unlikely case a user function's
     wrapper already has that name."""
     out = ir.Program(dict(program.functions))
     wrapped: set[str] = set()
@@ -70,8 +72,10 @@ def add_gradient_wrappers(program: ir.Program) -> ir.Program:
 
 
 def _wrapper_name(target: str, taken: Mapping[str, ir.Function]) -> str | None:
-    name = GRAD_PREFIX + target.replace("$", "__")
-    if "$" not in target:
+    # an instance (`linear$4_3_5`) or an imported function (`nn.linear`, `layers~2.f`):
+    # every character a C name cannot hold becomes `__`
+    name = GRAD_PREFIX + re.sub(r"[^A-Za-z0-9_]", "__", target)
+    if ir.is_export(target):
         return None if name in taken else name
     candidates = (name if i == 0 else f"{name}__{i}" for i in range(len(taken) + 1))
     return next(c for c in candidates if c not in taken)
