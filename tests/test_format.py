@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from compiler.format.formatter import FormatError, ast_shape, comments_of, format_source
+from compiler.format.imports import split_header
 from compiler.syntax import nodes as syntax
 from compiler.syntax.parse import parse_module
 
@@ -25,12 +26,21 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "*.kina")))
 
 
+def _parse(src: str) -> tuple[str, syntax.Module, list]:
+    """(its import lines as formatted, the module after them, diagnostics): the functions
+    of a file that imports (examples/layers.kina) parse after its import header."""
+    header, rest, _ = split_header(src)
+    module, diags = parse_module(rest)
+    return header, module, diags
+
+
 def assert_formats_well(src: str, width: int = 100) -> str:
-    module, diags = parse_module(src)
+    header, module, diags = _parse(src)
     assert not diags, diags
     out = format_source(src, width)
-    formatted, diags = parse_module(out)
+    formatted_header, formatted, diags = _parse(out)
     assert not diags, (out, diags)
+    assert formatted_header == header
     assert ast_shape(formatted.functions) == ast_shape(module.functions)
     assert comments_of(out) == comments_of(src)
     assert format_source(out, width) == out, out
