@@ -35,8 +35,10 @@ def split_header(text: str) -> tuple[str, str, int]:
     pos = 0
     for line in text[:end].splitlines(keepends=True):
         stripped = line.strip()
-        lead = len(line) - len(line.lstrip())
-        decl = starts.get(pos + lead)
+        # the indentation only: a blank line's newline is no lead (its end is where the next
+        # line, perhaps an import, starts)
+        lead = len(line) - len(line.lstrip(" \t"))
+        decl = starts.get(pos + lead) if stripped else None
         if decl is not None:
             comment = text[decl.span.end:pos + len(line.rstrip())].strip()
             out.append(_spelling(decl) + (f" {comment}" if comment else ""))
