@@ -103,6 +103,18 @@ def test_missing_module_says_where_it_looked(tmp_path):
     assert "no module `nowhere`" in message and str(tmp_path) in message and "standard library" in message
 
 
+def test_a_call_through_a_name_nothing_imports_is_one_diagnostic(tmp_path):
+    """`import optimm` (a typo) then `optim.sgd(x)`: besides the import's own error, one
+    diagnostic at `optim` naming the close import, not an unknown name and an unknown op."""
+    body = "fn f(x: Tensor[F32, [2]]) -> Tensor[F32, [2]] {\n  let y = optim.sgd(x) in\n  y\n}\n"
+    root = _write(tmp_path, {"m.kina": "import optimm\n" + body})
+    snap = _check(root / "m.kina")
+    assert [d.code for d in snap.diagnostics] == ["import", "unknown-name"], snap.diagnostics
+    message, text = _at(snap, "unknown-name")
+    assert text == "optim" and "neither a name in scope nor an imported module" in message
+    assert [n.message for n in snap.diagnostics[1].notes] == ["did you mean `optimm`?"]
+
+
 def test_missing_path_import(tmp_path):
     root = _write(tmp_path, {"m.kina": 'import "sub/none.kina" as n\n' + FN})
     message, text = _at(_check(root / "m.kina"), "import")

@@ -286,6 +286,8 @@ class ExprChecker(SizeRules):
         return apply_op(self.bag, OPS["neg"], [(operand, e.operand.span)], [], [], op_span, e.span, method=False)
 
     def method_call(self, e: syntax.MethodCall) -> ir.Expr:
+        if self._unknown_module(e):
+            return ir.Var("<error>", ERROR_TYPE, e.span)
         op = self._builtin(e.method, e.method_span, method=True)
         if op is None:
             self.check(e.receiver)
@@ -304,6 +306,20 @@ class ExprChecker(SizeRules):
         if operands is None or statics is None or attrs is None:
             return ir.Var("<error>", ERROR_TYPE, e.span)
         return apply_op(self.bag, op, operands, statics, attrs, e.method_span, e.span, method=True)
+
+    def _unknown_module(self, e: syntax.MethodCall) -> bool:
+        """`optim.adamw(..)` where `optim` is neither a name in scope nor an import (a typo in
+        the import line or the call): one diagnostic, not an unknown name and an unknown op."""
+        r = e.receiver
+        if (not self.modules or not isinstance(r, syntax.Name) or e.method in SURFACE_OPS or r.id in self.env
+                or r.id in self.sizes or r.id in self.signatures or r.id in SURFACE_OPS or r.id == WILDCARD
+                or did_you_mean(r.id, self.env)):     # a mistyped variable: the usual diagnostics say so
+            return False
+        self._split_args(e.args, None, 1)
+        self.bag.error("unknown-name", f"`{r.id}` is neither a name in scope nor an imported module, so "
+                       f"`{r.id}.{e.method}(..)` calls nothing", r.span,
+                       *did_you_mean(r.id, self.modules))
+        return True
 
     def field(self, e: syntax.Field) -> ir.Expr:
         """`x.T`, `x.shape`: values have no attributes in Kina."""
