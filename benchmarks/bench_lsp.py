@@ -141,15 +141,22 @@ class Bench:
                 name, _, value = line.decode().partition(":")
                 if name.lower() == "content-length":
                     length = int(value)
-            msg = json.loads(await out.readexactly(length))
-            if "method" in msg:
-                if msg["method"] == "textDocument/publishDiagnostics":
-                    self.published[msg["params"]["version"]] = time.perf_counter()
-                    self.arrived.set()
-                elif "id" in msg:   # a request of the server's (configuration): answer it
-                    self._write({"jsonrpc": "2.0", "id": msg["id"], "result": None})
-            elif msg.get("id") in self.pending:
-                self.pending.pop(msg["id"]).set_result(msg)
+            self._dispatch(json.loads(await out.readexactly(length)))
+
+    def _dispatch(self, msg: dict) -> None:
+        """One message from the server: a diagnostics notification, a request of the
+        server's (configuration: answered), or the reply to one of ours."""
+        if "method" in msg:
+            if msg["method"] == "textDocument/publishDiagnostics":
+                self._published(msg["params"])
+                self.arrived.set()
+            elif "id" in msg:
+                self._write({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+        elif msg.get("id") in self.pending:
+            self.pending.pop(msg["id"]).set_result(msg)
+
+    def _published(self, params: dict) -> None:
+        self.published[params["version"]] = time.perf_counter()
 
     def _write(self, msg: dict) -> None:
         body = json.dumps(msg).encode()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -46,28 +45,8 @@ class MultiBench(Bench):
         super().__init__()
         self.arrivals: list[tuple[str, int | None, float]] = []
 
-    async def _read(self) -> None:
-        out = self.proc.stdout
-        while True:
-            length = None
-            while True:
-                line = await out.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    break
-                name, _, value = line.decode().partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            msg = json.loads(await out.readexactly(length))
-            if msg.get("method") == "textDocument/publishDiagnostics":
-                p = msg["params"]
-                self.arrivals.append((p["uri"], p.get("version"), time.perf_counter()))
-                self.arrived.set()
-            elif "method" in msg and "id" in msg:
-                self._write({"jsonrpc": "2.0", "id": msg["id"], "result": None})
-            elif msg.get("id") in self.pending:
-                self.pending.pop(msg["id"]).set_result(msg)
+    def _published(self, params: dict) -> None:
+        self.arrivals.append((params["uri"], params.get("version"), time.perf_counter()))
 
     async def until(self, done, timeout: float = 300.0) -> float:
         """Wait until done(arrivals) is a time; return it."""
