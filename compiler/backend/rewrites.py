@@ -146,7 +146,10 @@ def _attrs(op: OpView) -> dict[str, Any]:
 
 def bf16_memory_as_i16(mlir_ir: ModuleType, module: Module) -> int:
     """Every llvm.load / llvm.store of bf16 (or vectors of it) becomes one of i16 with an
-    llvm.bitcast next to it; the caller's canonicalize folds the bit-cast pairs."""
+    llvm.bitcast next to it, and so does every bf16 parameter of a function defined here
+    (an outlined kernel given a bf16 scalar) at its calls; the caller's canonicalize
+    folds the bit-cast pairs."""
+    count = _bf16_params_as_i16(mlir_ir, module)
     loads = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.load" and _as_i16(mlir_ir, op.results[0].type) is not None)
     stores = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.store" and _as_i16(mlir_ir, op.operands[0].type) is not None)
     for op in loads:
@@ -163,7 +166,42 @@ def bf16_memory_as_i16(mlir_ir: ModuleType, module: Module) -> int:
             cast = mlir_ir.Operation.create("llvm.bitcast", results=[_as_i16(mlir_ir, value.type)], operands=[value])
             mlir_ir.Operation.create("llvm.store", results=[], operands=[cast.results[0], ptr], attributes=_attrs(op))
         op.erase()
-    return len(loads) + len(stores)
+    return count + len(loads) + len(stores)
+
+
+def _bf16_params_as_i16(mlir_ir: ModuleType, module: Module) -> int:
+    """bf16 parameters of the functions defined in the module -> i16 (a bit-cast back at the
+    entry, one to i16 before each call): a bf16 passed by value is promoted through
+    `__truncsfbf2` on a target without bf16 registers (a BF16 value times a size number,
+    `1.0 / (A + 1)`, captured by an outlined -O2 kernel)."""
+    funcs = {str(op.attributes["sym_name"]).strip('"'): op for op in walk_ops(
+        mlir_ir, module, lambda op: op.name == "llvm.func" and len(op.regions[0].blocks) > 0
+        and "bf16" in str(op.attributes["function_type"]))}
+    count = 0
+    for f in funcs.values():
+        entry = f.regions[0].blocks[0]
+        for arg in entry.arguments:
+            new_type = _as_i16(mlir_ir, arg.type)
+            if new_type is None:
+                continue
+            old_type = arg.type
+            arg.set_type(new_type)
+            with mlir_ir.InsertionPoint.at_block_begin(entry), f.location:
+                cast = mlir_ir.Operation.create("llvm.bitcast", results=[old_type], operands=[arg])
+            arg.replace_all_uses_except(cast.results[0], cast)
+            count += 1
+        ft = str(f.attributes["function_type"]).replace("bf16", "i16")
+        f.attributes["function_type"] = mlir_ir.TypeAttr.get(mlir_ir.Type.parse(ft))
+    calls = walk_ops(mlir_ir, module, lambda op: op.name == "llvm.call" and "callee" in op.attributes
+                     and str(op.attributes["callee"]).lstrip("@").strip('"') in funcs)
+    for call in calls:
+        for i, value in enumerate(list(call.operands)):
+            new_type = _as_i16(mlir_ir, value.type)
+            if new_type is not None:
+                with mlir_ir.InsertionPoint(call), call.location:
+                    cast = mlir_ir.Operation.create("llvm.bitcast", results=[new_type], operands=[value])
+                call.operands[i] = cast.results[0]
+    return count
 
 
 # ---- the -O2 build's own rewrites (compiler/backend/pipelines.py says where each runs) ------------
