@@ -6,6 +6,7 @@ same training (hand-written forward and backward, the NumPy-derived masks) withi
 rounding.  The -O0 and -O2 losses may differ in the last bit (their exp and matmul
 summation orders differ: -O2 has its own exp, compiler/backend/math_lowering.py), never
 in the masks."""
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ from compiler import build
 from compiler.oracle import interp_random as R
 from compiler.oracle.interp import run_function
 from compiler.runtime import library as runtime
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from validate_random import numpy_dropout_step  # noqa: E402  (scripts/: make validate-dropout's reference)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mlp_classifier.kina"
 STEPS = 6
@@ -58,21 +62,11 @@ def _numpy_mask(step: int) -> np.ndarray:
 
 
 def _numpy_step(x, labels, w1, b1, w2, b2, lr, key, step):
-    """One SGD step of the dropout MLP in float64 NumPy, by hand (no Kina)."""
-    keep = _numpy_mask(int(step))
-    x, w1, b1, w2, b2 = (np.asarray(a, np.float64) for a in (x, w1, b1, w2, b2))
-    z = x @ w1 + b1
-    dropped = np.where(keep, np.maximum(z, 0) * (8 / 7), 0.0)
-    logits = dropped @ w2 + b2
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    onehot = np.eye(3)[labels[:, 0]]
-    loss = -np.mean(np.log((p * onehot).sum(axis=1)))
-    g_logits = (p - onehot) / 8
-    g_z = np.where(keep, g_logits @ w2.T * (8 / 7), 0.0) * (z > 0)
-    grads = (x.T @ g_z, g_z.sum(axis=0, keepdims=True), dropped.T @ g_logits, g_logits.sum(axis=0, keepdims=True))
-    lr = float(lr[0, 0])
-    return (np.array([[loss]]), *[(w - lr * g).astype(np.float32) for w, g in zip((w1, b1, w2, b2), grads)])
+    """One SGD step of the dropout MLP in float64 NumPy, by hand (no Kina): make
+    validate-dropout's implementation, with the mask by NumPy."""
+    loss, weights = numpy_dropout_step([w1, b1, w2, b2], np.asarray(x, np.float64), labels,
+                                       _numpy_mask(int(step)), float(lr[0, 0]))
+    return (np.array([[loss]]), *weights)
 
 
 def test_the_masks_are_the_same_bits_everywhere(built):
