@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler import build  # noqa: E402
+from compiler import build, build_cli  # noqa: E402
 from compiler.backend import engine, pipelines  # noqa: E402
 
 DEFAULT = ROOT / "examples" / "storylm.kina"
@@ -45,7 +45,7 @@ def bench_level(path: str, level: int, runs: int, tmp: Path) -> int:
         for k, v in timings.items():
             samples.setdefault(k, []).append(v)
     print(f"-O{level}: median of {runs} builds")
-    print(build.format_timings({k: statistics.median(v) for k, v in samples.items()}))
+    print(build_cli.format_timings({k: statistics.median(v) for k, v in samples.items()}))
     totals = sorted(sum(run) for run in zip(*samples.values()))
     print(f"  median total {statistics.median(totals) * 1000:.1f} ms, best {totals[0] * 1000:.1f} ms "
           f"(target <= {TARGET_MS} ms)")

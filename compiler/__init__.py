@@ -19,7 +19,8 @@
 At the top, only the modules that join stages: analysis (+ snapshot), the incremental
 front end (parse + check per function, and the reverseMode restrictions) shared by the
 CLI, the build and the language server (kina_lsp/), so all three report the same
-diagnostics; build, the driver (`kinac build`: .kina -> .so + manifest + C header); cli.
+diagnostics; build, the driver (`kinac build`: .kina -> .so + manifest + C header), with
+outputs (the manifest and header it writes) and build_cli (its command line); cli.
 
 Each package's __init__ says what it takes and gives and names its public entry points;
 the layering is a contract (`lint-imports`, tests/test_architecture.py).  Per-op

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 # subcommand -> (module, its argparse registration function, its entry point, help); the
 # module is imported only when that command runs (the MLIR bindings load slowly).
 DELEGATED = {
-    "emit": ("compiler.build", "add_emit_args", "cli_emit", "print the MLIR (or LLVM IR) of a file"),
-    "build": ("compiler.build", "add_build_args", "cli_build", "compile a file to a host shared library"),
+    "emit": ("compiler.build_cli", "add_emit_args", "cli_emit", "print the MLIR (or LLVM IR) of a file"),
+    "build": ("compiler.build_cli", "add_build_args", "cli_build", "compile a file to a host shared library"),
     "validate": ("compiler.oracle.validate", "add_validate_args", "cli_validate",
                  "compare the compiled library with the interpreter and finite differences"),
 }

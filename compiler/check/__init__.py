@@ -21,7 +21,8 @@ Public entry points (other packages import only these):
                   need), unbound_exports (generic functions bound by --size; unbound roots)
   sizes           display (`linear[M=8, K=4]`), (instance_name is core.sizes.instance_name)
 
-Inside: expr (expressions), op_args (op applications and attributes), index_literals
+Inside: expr (expressions), calls (user calls and `handle`), size_rules (sizes in a
+body), literals (tensor literals), op_args (op applications and attributes), index_literals
 (constant indices against their range: `index` errors), scalars (bare numbers), fold
 (expressions of bare numbers only, folded to one), type_exprs (type expressions, the error
 type), sizes (size expressions and the sizes of a call; symbolic Dims are core/sizes.py).

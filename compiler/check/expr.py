@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from compiler.check.calls import CallRules
 from compiler.check.fold import fold, writes_nonfinite
-from compiler.check.op_args import Static, apply_op, is_static_arg
-from compiler.check.scalars import literal_text, number_message, splat_operands, value_problem
-from compiler.check.size_rules import SizeRules
-from compiler.check.sizes import size_evaluator, subst_tensor, subst_type
+from compiler.check.literals import check_tensor_literal
+from compiler.check.op_args import Static, apply_op, is_static_arg, resolve_builtin
+from compiler.check.scalars import literal_text, number_message, splat_operands
 from compiler.check.type_exprs import (
     ERROR,
     ERROR_TYPE,
@@ -29,14 +29,11 @@ from compiler.check.type_exprs import (
     did_you_mean,
     ir_type,
     is_error,
-    mismatch,
-    resolve_tensor_type,
 )
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
-from compiler.core.sizes import Dim, Size, SizeNumber
-from compiler.core.types import DType, TensorType, TupleType, Type
+from compiler.core.sizes import Dim, SizeNumber
+from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
-from compiler.ir.nodes import HANDLERS
 from compiler.ir.ops import INFIX, OPS, SURFACE_OPS, OpDef
 from compiler.syntax import nodes as syntax
 from compiler.syntax.hints import RETURN_MESSAGE, foreign_note
@@ -60,7 +57,7 @@ class TypeFact:
 
 
 @dataclass
-class ExprChecker(SizeRules):
+class ExprChecker(CallRules):
     """Per-function checking state: the environment of bound names and what
     was found (diagnostics, hover facts, callees)."""
     fn_name: str
@@ -219,41 +216,7 @@ class ExprChecker(SizeRules):
         return self.check(e)
 
     def tensor_lit(self, e: syntax.TensorLit) -> ir.Expr:
-        t = resolve_tensor_type(e.type, self.bag, size_evaluator(self.sizes, self.bag))
-        if isinstance(t, ErrorType):
-            return ir.Var("<error>", ERROR_TYPE, e.span)
-        n = len(e.values)
-        if isinstance(t.volume, Size) and n > 1:
-            self.bag.error("literal", f"tensor literal of type {t} has {n} values, but its volume {t.volume} "
-                           "depends on the sizes; give 0 values (zeros) or 1 (a splat)", e.span)
-            return ir.Var("<error>", ERROR_TYPE, e.span)
-        if n not in (0, 1, t.volume):
-            self.bag.error("literal", f"tensor literal of type {t} has {n} values; give 0 (zeros), 1 (a splat) "
-                           f"or {t.volume} (the volume, row-major)", e.span)
-            return ir.Var("<error>", ERROR_TYPE, e.span)
-        too_big = next((i for i, v in enumerate(e.values) if value_problem(v, t, range_only=True)), None)
-        if too_big is not None:
-            v = e.values[too_big]
-            self.bag.error("literal", f"tensor literal of type {t}: the value {v} does not fit: "
-                           f"{value_problem(v, t, range_only=True)}", syntax.value_span(e, too_big))
-            return ir.Var("<error>", ERROR_TYPE, e.span)
-        if t.dtype is DType.I64:
-            bad = next((v for v in e.values if not isinstance(v, int) or isinstance(v, bool)), None)
-            if bad is not None:
-                self.bag.error("literal", f"tensor literal of type {t} holds indices, so its values must be "
-                               f"integers; got {bad}", e.span)
-                return ir.Var("<error>", ERROR_TYPE, e.span)
-            values: tuple[float, ...] = tuple(int(v) for v in e.values)
-        elif not t.is_float:   # Bool: 0 (false) or 1 (true)
-            bad = next((v for v in e.values if v not in (0, 1) or isinstance(v, float)), None)
-            if bad is not None:
-                self.bag.error("literal", f"tensor literal of type {t} holds truth values, so its values must be "
-                               f"0 (false) or 1 (true); got {bad}", e.span)
-                return ir.Var("<error>", ERROR_TYPE, e.span)
-            values = tuple(int(v) for v in e.values)
-        else:
-            values = tuple(float(v) for v in e.values)
-        return ir.Literal(values, t, e.span)
+        return check_tensor_literal(self.bag, e, self.sizes)
 
     def tuple_expr(self, e: syntax.TupleExpr) -> ir.Expr:
         items = [self.check(i) for i in e.items]
@@ -288,7 +251,7 @@ class ExprChecker(SizeRules):
     def method_call(self, e: syntax.MethodCall) -> ir.Expr:
         if self._unknown_module(e):
             return ir.Var("<error>", ERROR_TYPE, e.span)
-        op = self._builtin(e.method, e.method_span, method=True)
+        op = resolve_builtin(self.bag, e.method, e.method_span, True, self.signatures)
         if op is None:
             self.check(e.receiver)
             self._split_args(e.args, None, 1)
@@ -341,7 +304,7 @@ class ExprChecker(SizeRules):
             args, env = self._call_args(e, sig)
             name, ret, sizes = self._instantiate(e, sig, env)
             return ir.CallFn(name, args, ret, e.span, sizes)
-        op = self._builtin(e.func, e.func_span, method=False)
+        op = resolve_builtin(self.bag, e.func, e.func_span, False, self.signatures)
         if e.sizes is not None and op is not None:
             self.bag.error("size", f"`{e.func}` is a built-in op; only size-generic functions take sizes "
                            "in brackets", e.sizes.span)
@@ -384,125 +347,6 @@ class ExprChecker(SizeRules):
             if isinstance(e, ir.Literal) and e.scalar:
                 self.fact(e.span, e.type, "expr", None)
         return operands
-
-    def _builtin(self, name: str, span: Span, method: bool) -> OpDef | None:
-        op = SURFACE_OPS.get(name)
-        if op is not None:
-            return op
-        if name in OPS:
-            self.bag.error("unknown-name", f"unknown op `{name}`", span,
-                           Note(f"`{name}` is IR-internal: the autodiff pass builds it; it has no surface form"))
-        elif name == "return":
-            self.bag.error("syntax", RETURN_MESSAGE, span)
-        elif method:
-            notes = foreign_note(name) or did_you_mean(name, SURFACE_OPS)
-            if name in self.signatures:
-                notes = (Note(f"`{name}` is a user function; call it as `{name}(x, ...)`"),)
-            self.bag.error("unknown-name", f"unknown op `{name}` in method call `.{name}(...)`", span, *notes)
-        else:
-            self.bag.error("unknown-name", f"unknown function or op `{name}`", span,
-                           *(foreign_note(name) or did_you_mean(name, list(self.signatures) + list(SURFACE_OPS))))
-        return None
-
-    # ---- user functions and handlers -------------------------------------------
-    def _call_args(self, e: syntax.Call, sig: Signature) -> tuple[list[ir.Expr], dict[str, Dim] | None]:
-        """The checked arguments of `f(args)` (a call or a handle), and the sizes of a
-        generic f (None when they cannot be found; {} for a monomorphic f); a wrong
-        argument does not change the call's type, which is f's declared one."""
-        self.calls.add(sig.name)
-        self.call_spans.setdefault(sig.name, e.func_span)
-        if sig.name == self.fn_name:
-            self.bag.error("recursion", f"`{sig.name}` calls itself; Kina functions cannot recurse "
-                           "(the graph must be finite to lower and differentiate)", e.func_span)
-        params = [] if sig.opaque else sig.params
-        args = [self.expect(a, params[i][1] if i < len(params) and not sig.sizes else None,
-                            f"as argument {i} (`{params[i][0]}`) of `{sig.name}`" if i < len(params) else "")
-                for i, a in enumerate(e.args)]
-        if sig.opaque:
-            return args, None
-        for a in e.attrs:
-            self.bag.error("attr", f"`{sig.name}` is a user function; it takes no attributes "
-                           f"(`{a.name}=` is only for built-in ops)", a.span)
-        if len(args) != len(sig.params):
-            names = ", ".join(n for n, _ in sig.params)
-            self.bag.error("arity", f"`{sig.name}` takes {len(sig.params)} argument(s) ({names}), "
-                           f"got {len(args)}", e.func_span)
-        env = self._call_sizes(e, sig, args)
-        for i, (arg, (pname, ptype)) in enumerate(zip(args, sig.params)):
-            if is_error(arg.type) or isinstance(ptype, ErrorType) or env is None:
-                continue
-            ptype = subst_tensor(ptype, env) if env else ptype
-            if arg.type == ptype:
-                continue
-            code, detail = mismatch(ptype, arg.type)
-            self.bag.error(code, f"argument {i} (`{pname}`) of `{sig.name}` expects {ptype}, "
-                           f"got {arg.type}: {detail}", e.args[i].span)
-        return args, env
-
-    def handle(self, e: syntax.Handle) -> ir.Expr:
-        ok = True
-        if e.handler not in HANDLERS:
-            self.bag.error("unknown-name", f"unknown handler `{e.handler}`; the built-in handler is `reverseMode`",
-                           e.handler_span, *did_you_mean(e.handler, HANDLERS))
-            ok = False
-        sig = self.signatures.get(e.call.func)
-        if sig is None and "." in e.call.func:
-            return self._unresolved(e.call, e.span)
-        if sig is None:
-            if e.call.func in OPS:
-                msg = f"`handle ... with reverseMode` needs a user function; `{e.call.func}` is a built-in op"
-                self.bag.error("unknown-name", msg, e.call.func_span,
-                               Note(f"wrap it: fn f(x: ...) -> ... {{ x.{e.call.func}() }}"))
-            else:
-                self.bag.error("unknown-name", f"unknown function `{e.call.func}`", e.call.func_span,
-                               *did_you_mean(e.call.func, self.signatures))
-            for a in e.call.args:
-                self.check(a)
-            return ir.Var("<error>", ERROR_TYPE, e.span)
-        args, env = self._call_args(e.call, sig)
-        name, _, sizes = self._instantiate(e.call, sig, env)
-        if sig.sizes and env is not None:
-            sig = Signature(sig.name, [(n, t if isinstance(t, ErrorType) else subst_tensor(t, env))
-                                       for n, t in sig.params],
-                            sig.ret if isinstance(sig.ret, ErrorType) else subst_type(sig.ret, env), sig.opaque)
-        t = self._handle_type(sig, e) if ok and not (sig.sizes and env is None) else ERROR_TYPE
-        if e.call.span in self.shown:
-            self.shown[e.span] = self.shown[e.call.span]
-        return ir.Handle(name, args, e.handler, t, e.span, sizes)
-
-    def _unresolved(self, e: syntax.Call, span: Span) -> ir.Expr:
-        """A qualified call `module.f(..)` that no import provides: say why (nothing when the
-        import itself is broken: its own diagnostic is the one to fix)."""
-        for a in e.args:
-            self.check(a)
-        module, _, name = e.func.partition(".")
-        names = self.modules.get(module)
-        if module not in self.modules:
-            self.bag.error("unknown-name", f"`{module}` is not an imported module", e.func_span,
-                           *did_you_mean(module, self.modules, "the module "))
-        elif names is None:
-            pass
-        elif name.startswith("_") and name in names:
-            self.bag.error("private", f"`{name}` is private to module `{module}`: names starting with `_` are "
-                           "not visible to importers", e.func_span)
-        elif name not in names:
-            public = [f"{module}.{n}" for n in names if not n.startswith("_")]
-            self.bag.error("unknown-name", f"module `{module}` has no function `{name}`", e.func_span,
-                           *did_you_mean(e.func, public))
-        self.broken = True
-        return ir.Var("<error>", ERROR_TYPE, span)
-
-    def _handle_type(self, sig: Signature, e: syntax.Handle) -> Type:
-        """The reverseMode result type: (R, g0, .., gk-1), one cotangent per floating parameter
-        in parameter order (I64 parameters are omitted); k = 0 gives R."""
-        if sig.opaque or is_error(sig.ret) or any(is_error(t) for _, t in sig.params):
-            return ERROR_TYPE
-        if not isinstance(sig.ret, TensorType):
-            self.bag.error("ad-result", f"reverseMode seeds ones of a tensor result, but `{sig.name}` returns "
-                           f"{sig.ret}", e.call.func_span)
-            return ERROR_TYPE
-        grads = tuple(t for _, t in sig.params if isinstance(t, TensorType) and t.is_float)
-        return TupleType((sig.ret,) + grads) if grads else sig.ret
 
 
 def _overload(op: OpDef, operands: int) -> OpDef:

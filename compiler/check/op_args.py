@@ -10,7 +10,7 @@ from the row's `infer` becomes a Diagnostic whose span is the operand
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TypeGuard, cast
 
 from compiler.check.type_exprs import ERROR, ERROR_TYPE, ErrorType, did_you_mean, is_error
@@ -19,9 +19,10 @@ from compiler.core.sizes import Size, Undecidable, has_sizes
 from compiler.core.types import Attrs, DType, TensorType
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import as_tensor
-from compiler.ir.ops import AttrSpec, OpDef, check_float_only, normalise_axes
+from compiler.ir.ops import OPS, SURFACE_OPS, AttrSpec, OpDef, check_float_only, normalise_axes
 from compiler.ir.shape_rules import OpError
 from compiler.syntax import nodes as syntax
+from compiler.syntax.hints import RETURN_MESSAGE, foreign_note
 
 # A positional argument that is an attribute value (`x.reshape([1, 4])`, `x.pow(2)`).
 Static = syntax.IntList | syntax.Number
@@ -208,3 +209,26 @@ def _float_attr_problem(spec: AttrSpec, value: int | float) -> str:
     if spec.finite and not math.isfinite(x):
         return f"must be a finite number, got `{value}`"
     return ""
+
+
+def resolve_builtin(bag: DiagnosticBag, name: str, span: Span, method: bool,
+                    signatures: Collection[str]) -> OpDef | None:
+    """The surface op `name`, or None after a diagnostic that says what `name` is instead
+    (an IR-internal op, a user function called as a method, a foreign spelling, a typo)."""
+    op = SURFACE_OPS.get(name)
+    if op is not None:
+        return op
+    if name in OPS:
+        bag.error("unknown-name", f"unknown op `{name}`", span,
+              Note(f"`{name}` is IR-internal: the autodiff pass builds it; it has no surface form"))
+    elif name == "return":
+        bag.error("syntax", RETURN_MESSAGE, span)
+    elif method:
+        notes = foreign_note(name) or did_you_mean(name, SURFACE_OPS)
+        if name in signatures:
+            notes = (Note(f"`{name}` is a user function; call it as `{name}(x, ...)`"),)
+        bag.error("unknown-name", f"unknown op `{name}` in method call `.{name}(...)`", span, *notes)
+    else:
+        bag.error("unknown-name", f"unknown function or op `{name}`", span,
+              *(foreign_note(name) or did_you_mean(name, list(signatures) + list(SURFACE_OPS))))
+    return None

@@ -8,8 +8,10 @@ same AST, which it checks).
 Public entry points (other packages import only these):
   format_source(text, width=100) -> str;  FormatError
 
-Inside: formatter (AST -> source), comments (the comment-aware emitter), layout (the
-line-breaking engine).
+Inside: formatter (the driver: parse, print, check the result), print_types and
+print_expr (the AST printer: signatures and types, then bodies), imports (the import
+header), comments (the comment-aware emitter), layout (the line-breaking engine),
+errors (FormatError).
 """
 from compiler.format.formatter import FormatError, format_source
 

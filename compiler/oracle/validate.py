@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler import build
+from compiler import build, build_cli
 from compiler.core.diagnostics import display_path
 from compiler.core.progress import Ticker
 from compiler.core.types import DType
@@ -356,13 +356,13 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
                         help="check every cotangent element (up to 128 per parameter) by finite differences, "
                              "not the default random directions")
     parser.add_argument("--timings", action="store_true", help="print the seconds of each phase on stderr")
-    build.add_size_args(parser)
-    build.add_vjp_args(parser)
-    build._add_opt_args(parser)
+    build_cli.add_size_args(parser)
+    build_cli.add_vjp_args(parser)
+    build_cli.add_opt_args(parser)
 
 
 def cli_validate(args: argparse.Namespace) -> int:
-    sizes = build.sizes_of(args)
+    sizes = build_cli.sizes_of(args)
     if sizes:
         print(f"sizes: {', '.join(f'{k}={v}' for k, v in sizes.items())}")
     what = f"kinac validate: {display_path(args.file)}:"
