@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from compiler import build
+from compiler import build, outputs
 from compiler.backend.emit import builder as emit_builder
 from compiler.core.types import BY_MLIR, FLOAT_DTYPES, DType
 from compiler.oracle import interp, tolerance, validate
@@ -63,7 +63,7 @@ def test_every_stage_derives_its_table_from_dtype():
         assert interp.NP_DTYPES[d] == d.np_dtype
         assert emit_builder.ELEM[d] == d.mlir
         assert runtime.numpy_dtype(d.value) == d.np_dtype
-        assert build.C_TYPES[d.value] == d.c_type
+        assert outputs.C_TYPES[d.value] == d.c_type
         assert tolerance.TOLERANCES[d.value] == d.tolerance
         assert (d.value in runtime.FASTCALL_DTYPES) == bool(d.buffer_formats)
     assert validate.FD_TOLERANCES == {d.value: d.fd_tolerance for d in FLOAT_DTYPES}
