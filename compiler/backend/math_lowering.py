@@ -1,12 +1,12 @@
-"""-O2's own lowering of f32 `math.exp`: a polynomial in arith and math ops that the loop
-vectoriser turns into AVX-512 code with no call, where exp was a call of glibc's libmvec.
+"""Kina's own f32 exp (at every level) and log (where a row's log is taken): polynomials in
+arith and math ops, with the same bits at -O0 and -O2, in a vector lane and in a scalar loop.
 
-Why: libmvec's vector expf (compiler/backend/llvm_stage.py) handles a vector with any lane outside
-its fast range (a result below FLT_MIN, or near overflow) by calling the scalar expf once
-per such lane.  A causal attention mask makes half the scores of a softmax -1e4: the
-[4, 8, 64, 64] exp of the scaled StoryLM took 0.92 ms with the mask and 0.054 ms without
-it.  Guarding the inputs with selects does not survive LLVM (instcombine folds the select
-back through the call), so exp is computed here:
+exp.  At -O2 it was a call of glibc's libmvec, whose vector expf (compiler/backend/llvm_stage.py)
+handles a vector with any lane outside its fast range (a result below FLT_MIN, or near
+overflow) by calling the scalar expf once per such lane.  A causal attention mask makes
+half the scores of a softmax -1e4: the [4, 8, 64, 64] exp of the scaled StoryLM took 0.92 ms
+with the mask and 0.054 ms without it.  Guarding the inputs with selects does not survive
+LLVM (instcombine folds the select back through the call), so exp is computed here:
 
     exp(x) = e^r * 2^k,  k = roundeven(x * log2(e)),  r = x - k * ln 2  (two-part ln 2, FMAs)
 
@@ -15,12 +15,22 @@ and 2^k applied as two exact power-of-two factors 2^(k >> 1) * 2^(k - (k >> 1)),
 subnormal results are rounded once and overflow gives +inf.  x above 89 is clamped to 89
 (exp overflows to +inf there) and x below -104 computes exp(0) and is replaced by +0.0
 (exp rounds to +0.0 there; a clamped -104 would still be a slow subnormal product).  NaN returns NaN.
-Accuracy: within 2 ulp of the correctly rounded exp on normal results (tests/test_math_lowering.py
-sweeps every 97th f32 in the range), and the same bits in a vector lane and a scalar loop
-(explicit FMAs: no contraction left to LLVM), so threaded and serial builds agree.
+-O2 rewrites the tensor IR's math.exp before its tagging (`lower_math`, compiler/backend/engine.py);
+-O0 rewrites the emitted text's exp lines the same way (`lower_math_text`, before its
+mlir-opt processes), so a loss with a softmax is the same bits at both levels.
 
-It runs on the emitted tensor IR before the -O2 tagging (compiler/backend/engine.py); -O0 keeps
-`math.exp` (libm's expf); the differential tests compare the two within float tolerance.
+log.  Cephes' logf (`_log`, x = m 2^e, a degree-8 polynomial in m - 1, subnormals scaled
+first, explicit FMAs).  The emitter writes it where log_softmax takes the log of a row's
+sum (FnEmitter.own_log; LLVM hoists it out of the row's loop).  An elementwise `log` keeps
+libm's logf at -O0 and libmvec's vector logf at -O2 (3x as fast as this polynomial
+vectorised on AVX2): those differ in the last bit.
+
+Accuracy (every 97th f32; tests/test_math_lowering.py sweeps coarser at both levels and
+checks the special values exactly): exp within 1.003 ulp of the correctly rounded result on
+normal results (libm's expf: 0.502), differing from libm's expf in 0.77% of the inputs,
+by 1 ulp; log within 0.783 ulp on every positive finite input, subnormals included
+(libm's logf: 0.814), differing from it in 0.64%, by 1 ulp.  The interpreter (float64)
+stays the oracle: the differential tests compare within float tolerance.
 """
 from __future__ import annotations
 
