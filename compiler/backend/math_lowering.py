@@ -104,13 +104,15 @@ class _IRBuilder(_Builder):
 
 
 class _TextBuilder(_Builder):
-    """The ops as MLIR text in the generic form (-O0, whose mlir-opt processes read text):
-    SSA names derived from `prefix`, the last op's result renamed by `finish`."""
+    """The ops as lines of MLIR text in the generic form (-O0's rewrite of the emitted text,
+    which its mlir-opt processes read, and the emitter's own log): SSA names derived from
+    `prefix`; `finish` renames the last op's result."""
 
     f32, i32 = "f32", "i32"
 
     def __init__(self, prefix: str, operand: str) -> None:
-        self.prefix, self.ops, self.types = prefix, list[str](), {operand: "f32"}
+        self.prefix, self.types = prefix, {operand: "f32"}
+        self.ops: list[str] = []
 
     def op(self, name: str, *operands: Any, result: Any = None, **attributes: Any) -> Any:
         out, ty = f"{self.prefix}_{len(self.ops)}", result or self.f32
