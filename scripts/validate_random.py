@@ -8,7 +8,8 @@
   greedy_choice = the host's argmax;
 - dropout: examples/mlp_classifier.kina's dropout_mask bit for bit at both levels, in the
   interpreter and in NumPy (Threefry fold_in of the step, uniforms < 7/8), and 6 steps of
-  train_step_dropout run twice (bit for bit) and against a NumPy twin with those masks;
+  train_step_dropout run twice (bit for bit), at -O0 and -O2 (bit for bit) and against
+  a NumPy twin with those masks;
 - init: `init` of examples/storylm.kina (only it is built) bit for bit at both levels, in
   the interpreter and in NumPy (the key split into six, a normal per weight, / sqrt(D)).
 
@@ -132,13 +133,18 @@ def check_dropout(rep: Report) -> None:
         loss, ref_w = numpy_dropout_step(ref_w, x.astype(np.float64), labels,
                                          R.uniform(R.fold_in(key, np.int64(step)), (8, 16)) < 0.875, 0.5)
         ref.append(loss)
+    runs = {}
     for level, lib in libs.items():
         first, again = run(lib.train_step_dropout), run(lib.train_step_dropout)
+        runs[level] = first
         rep.check(f"-O{level} run twice: losses and weights bit for bit",
                   np.array_equal(first[0], again[0]) and all(np.array_equal(a, b) for a, b in zip(first[1], again[1])))
         rep.compare(f"-O{level} losses vs the NumPy twin", first[0], ref, atol=1e-5, rtol=1e-5)
         for n, (a, b) in enumerate(zip(first[1], ref_w)):
             rep.compare(f"-O{level} weight {n} after 6 steps vs the NumPy twin", a, b, atol=1e-5, rtol=1e-4)
+    (l0, w0), (l2, w2) = runs[0], runs[2]
+    rep.check("-O0 and -O2: the loss curves and weights bit for bit",
+              np.array_equal(l0, l2) and all(np.array_equal(a, b) for a, b in zip(w0, w2)))
 
 
 def check_init(rep: Report) -> None:

@@ -161,14 +161,15 @@ def test_emit_llvm_at_O2_is_the_IR_the_build_compiles(tmp_path):
     assert mlir is not None
     text, diags = toolchain.mlir_to_llvm_ir(mlir, opt_level=2)
     assert not diags and text is not None
-    assert "@llvm.exp.f32" not in text and "@llvm.roundeven" in text      # math_lowering.lower_exp
+    assert "@llvm.exp.f32" not in text and "@llvm.roundeven" in text      # math_lowering.lower_math
     from compiler.backend import threads
     if threads.openmp_library() is not None:
         assert "__kmpc_fork_call" in text                                 # the matmul's OpenMP loop
     assert "define internal void @kina.kernel" in text                    # outlined kernels
     assert "define i32 @_kina_packed_kina_f" in text
     text0, diags0 = toolchain.mlir_to_llvm_ir(mlir, opt_level=0)
-    assert not diags0 and text0 is not None and "@llvm.exp.f32" in text0    # -O0 keeps exp
+    assert not diags0 and text0 is not None                               # -O0: the same exp
+    assert "@llvm.exp.f32" not in text0 and "@llvm.roundeven" in text0    # (math_lowering.lower_math_text)
 
 
 def test_parallel_loops_are_dynamically_scheduled(tmp_path):

@@ -1,19 +1,25 @@
-"""-O2's own f32 exp (compiler/backend/math_lowering.py) and the vectorised inner reductions
-(parallelize.tag_inner_reductions + the transform script): the rewrite, the accuracy of
-the compiled exp over a sweep of f32 inputs and its special values, and the programs that
-motivated both (a causal softmax, log_softmax rows) against -O0 and NumPy."""
+"""Kina's own f32 exp and log (compiler/backend/math_lowering.py: exp at every level, log
+where log_softmax takes a row's log) and -O2's vectorised inner reductions
+(parallelize.tag_inner_reductions + the transform script): the rewrites, the accuracy of the
+compiled exp and log over sweeps of f32 inputs and their special values, the same bits at
+-O0 and -O2, and the programs that motivated them (a causal softmax, log_softmax rows)
+against -O0 and NumPy."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from emit_support import emitted
 
 from compiler import build
 from compiler.backend import engine, fusion, math_lowering, parallelize
 from compiler.backend.bindings import walk_ops
+from compiler.backend.emit import ops as emit_ops
 from compiler.runtime import library as runtime
 
+pytestmark = pytest.mark.both_levels   # builds at -O0 and -O2 itself
 N = 1 << 20
-EXP = f"fn ex(x: Tensor[F32, [{N}]]) -> Tensor[F32, [{N}]] {{\n  x.exp()\n}}\n"
+EXP = (f"fn ex(x: Tensor[F32, [{N}]]) -> Tensor[F32, [{N}]] {{\n  x.exp()\n}}\n"
+       f"fn lg(x: Tensor[F32, [{N}]]) -> Tensor[F32, [{N}]] {{\n  x.log()\n}}\n")
 CAUSAL = """
 fn attn(s: Tensor[F32, [2, 4, 32, 32]], mask: Tensor[F32, [1, 1, 32, 32]]) -> Tensor[F32, [2, 4, 32, 32]] {
   let m = s + mask.broadcast([2, 4, 32, 32]) in
@@ -49,10 +55,23 @@ def test_every_f32_exp_is_rewritten_and_the_module_verifies(tmp_path):
         module = ir.Module.parse(_module(tmp_path, CAUSAL))
         before = str(module).count("math.exp")
         assert before >= 2
-        assert math_lowering.lower_exp(ir, module) == before
+        assert math_lowering.lower_math(ir, module) == {"math.exp": before}
         assert module.operation.verify()
         text = str(module)
         assert "math.exp" not in text and "math.roundeven" in text and "math.fma" in text
+
+
+def test_O0_rewrites_the_exp_lines_of_the_text_in_place(tmp_path):
+    """-O0's rewrite of the emitted text (toolchain.run_passes): every f32 exp line becomes
+    the polynomial on that line (tool errors map back through the line numbers), and the
+    module still verifies."""
+    emitted_text = _module(tmp_path, CAUSAL)
+    text, counts = math_lowering.lower_math_text(emitted_text)
+    assert counts == {"math.exp": emitted_text.count("math.exp")} and counts["math.exp"] >= 2
+    assert "math.exp" not in text and text.count("\n") == emitted_text.count("\n")
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        assert ir.Module.parse(text).operation.verify()
 
 
 def test_inner_reductions_are_tagged_and_others_are_not(tmp_path):
@@ -92,31 +111,65 @@ def test_a_reduction_that_computes_f8_values_is_not_tagged(tmp_path):
     assert counts == {"F32": (1, False), "F8E5M2": (0, True), "F8E4M3": (0, True)}
 
 
-def test_compiled_exp_is_within_two_ulp_over_a_sweep_of_f32(tmp_path):
+@pytest.fixture(scope="module")
+def exp_log(tmp_path_factory):
+    """{level: library} of EXP, whose `lg` takes FnEmitter.own_log (as log_softmax's row
+    log does) in place of the elementwise log's libm call."""
+    own = emit_ops.elementwise(lambda em, x: em.own_log(x))
+    libs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(emit_ops.LOWERINGS, "log", own)
+        for level in (0, 2):
+            libs[level] = _lib(tmp_path_factory.mktemp(f"exp{level}"), EXP, level, "exp")
+    return libs
+
+
+def _sweep(libs, fn: str, xs: np.ndarray, want) -> float:
+    """The largest ulp error of `fn` at -O2 on xs (in chunks of N) against float64 `want`;
+    asserts the -O0 and -O2 results are the same bits and non-finite results exact."""
+    worst = 0.0
+    for start in range(0, xs.size, N):
+        x = np.ones(N, np.float32)
+        chunk = xs[start:start + N]
+        x[:chunk.size] = chunk
+        got0, got = libs[0][fn](x), libs[2][fn](x)
+        np.testing.assert_array_equal(got0.view(np.uint32), got.view(np.uint32))
+        with np.errstate(over="ignore", divide="ignore"):
+            ref = want(x.astype(np.float64))
+            ref32 = ref.astype(np.float32)
+        finite = np.isfinite(ref32) & (ref32 != 0)
+        np.testing.assert_array_equal(got[~finite], ref32[~finite])
+        ulp = np.abs(got.astype(np.float64) - ref)[finite] / np.spacing(np.abs(ref32[finite])).astype(np.float64)
+        worst = max(worst, float(ulp.max()))
+    return worst
+
+
+def test_compiled_exp_is_within_two_ulp_and_the_same_bits_at_both_levels(exp_log):
     """Every 4099th f32 between -110 and 95 (about 590,000 values; the subnormal results
     included) against float64 exp, and the special values exactly."""
-    f = _lib(tmp_path, EXP, 2, "exp").ex
     top = int(np.float32(110.0).view(np.int32))
     mags = np.arange(0, top, 4099, dtype=np.int64).astype(np.int32).view(np.float32)
     xs = np.concatenate([mags, -mags])
-    xs = xs[(xs > -110) & (xs < 95)]
-    for start in range(0, xs.size, N):
-        x = np.zeros(N, np.float32)
-        chunk = xs[start:start + N]
-        x[:chunk.size] = chunk
-        with np.errstate(over="ignore"):
-            want = np.exp(x.astype(np.float64))
-            got = f(x).astype(np.float64)
-            want32 = want.astype(np.float32)
-        finite = np.isfinite(want32)
-        ulp = np.abs(got - want)[finite] / np.spacing(np.abs(want32[finite])).astype(np.float64)
-        assert ulp.max() <= 2.0, (x[finite][np.argmax(ulp)], ulp.max())
-        assert np.all(np.isinf(got[~finite]))
+    assert _sweep(exp_log, "ex", xs[(xs > -110) & (xs < 95)], np.exp) <= 2.0
     special = np.array([np.nan, np.inf, -np.inf, -1e4, -104.0, 89.0, 0.0, -0.0, 1e-30], np.float32)
     x = np.zeros(N, np.float32)
     x[:special.size] = special
     with np.errstate(over="ignore"):
-        np.testing.assert_array_equal(f(x)[:special.size], np.exp(special))
+        for lib in exp_log.values():
+            np.testing.assert_array_equal(lib.ex(x)[:special.size], np.exp(special))
+
+
+def test_own_log_is_within_one_ulp_and_the_same_bits_at_both_levels(exp_log):
+    """Every 2411th positive finite f32 (about 880,000 values, the subnormals included)
+    against float64 log, and the special values exactly."""
+    xs = np.arange(1, 0x7F800000, 2411, dtype=np.int64).astype(np.int32).view(np.float32)
+    assert _sweep(exp_log, "lg", xs, np.log) <= 1.0
+    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, 3.4028235e38], np.float32)
+    x = np.ones(N, np.float32)
+    x[:special.size] = special
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for lib in exp_log.values():
+            np.testing.assert_array_equal(lib.lg(x)[:special.size], np.log(special))
 
 
 def test_causal_softmax_and_row_reductions_match_O0_and_numpy(tmp_path):

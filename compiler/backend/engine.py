@@ -23,7 +23,7 @@ from compiler.backend.errors import StageFailed
 from compiler.backend.fusion import enabled as fusion_enabled
 from compiler.backend.fusion import fuse_elementwise
 from compiler.backend.llvm_stage import dedupe_kernels, llvm_object
-from compiler.backend.math_lowering import lower_exp
+from compiler.backend.math_lowering import lower_math
 from compiler.backend.pipelines import pipeline_text, segments
 from compiler.backend.rewrites import rewrite_scatters
 from compiler.backend.tools import find_tool
@@ -73,7 +73,7 @@ def prepare_for_script(mlir_ir: ModuleType, module: Module, passes: list[str]) -
     rewrite_scatters(mlir_ir, module)
     if fusion_enabled():
         fuse_elementwise(mlir_ir, module)
-    lower_exp(mlir_ir, module)
+    lower_math(mlir_ir, module)
 
 
 def run_pipeline(mlir_ir: ModuleType, passmanager: ModuleType, module: Module, passes: list[str], emitted: str,

@@ -56,6 +56,7 @@ from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_entry_points
 from compiler.backend.errors import INLINE_LOC_RE, StageFailed
 from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
+from compiler.backend.math_lowering import lower_math_text
 from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
 from compiler.backend.rewrites import SLOTS
 from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
@@ -80,8 +81,10 @@ class CompileResult:
 
 def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict[str, float]) -> str:
     """The pass list through mlir-opt processes: one per segment of the list, with the
-    rewrite of each slot (compiler/backend/rewrites.py) between them; returns the MLIR text."""
-    text = mlir_text
+    rewrite of each slot (compiler/backend/rewrites.py) between them; returns the MLIR text.
+    f32 exp is first written as -O2's polynomial (compiler/backend/math_lowering.py), not
+    left to libm's expf: the compiled exp has the same bits at every level."""
+    text, _ = lower_math_text(mlir_text)
     # A transform script preloaded once stays in the context of one process; each
     # mlir-opt process of a later segment that interprets it ("@outline") loads it again.
     preload = [p for p in passes if p.startswith("--transform-preload-library")]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from compiler.backend.math_lowering import log_lines
 from compiler.core.diagnostics import SourceText, Span, plain_name
 from compiler.core.sizes import Dim, Size, SizeNumber
 from compiler.core.types import BY_MLIR, DType, Type
@@ -162,6 +163,14 @@ class FnEmitter:
 
     def stmt(self, text: str) -> None:
         self.line(text + self.loc)
+
+    def own_log(self, x: str) -> str:
+        """log of an f32 value by Kina's own polynomial (math_lowering.log_lines), the same
+        ops at every level, where libm's logf (-O0) and libmvec's (-O2) differ in the last bit."""
+        lines, y = log_lines(x, "%kina_log_" + self.fresh()[1:])
+        for text in lines:
+            self.line(text + self.loc)
+        return y
 
     def fail(self, message: str) -> None:
         raise EmitError(message, self.span)

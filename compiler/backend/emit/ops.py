@@ -375,13 +375,17 @@ def lower_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> s
 
 
 def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
-    """x - max - log(sum(exp(x - max))) along axis."""
+    """x - max - log(sum(exp(x - max))) along axis (the log: FnEmitter.own_log)."""
     t, axis = _t(node), node.attrs["axis"]
     m, s, _e, acc, kept = _softmax_parts(em, args[0], t, axis)
 
     def body(v: str, mx: str, sm: str, _o: str) -> str:
         shifted = em.op(f"arith.subf {em.load(v, t.elem)}, {mx} : {em.F}")
-        return em.store(em.op(f"arith.subf {shifted}, {em.op(f'math.log {sm} : {em.F}')} : {em.F}"), t.elem)
+        # an f32 row sum's log: Kina's own (LLVM hoists it out of the row's loop at -O2, so
+        # its cost is per row), the same bits at every level (a loss is reproducible
+        # level to level); an f64 one (F64 logits) is libm's
+        log = em.own_log(sm) if em.F == "f32" else em.op(f"math.log {sm} : {em.F}")
+        return em.store(em.op(f"arith.subf {shifted}, {log} : {em.F}"), t.elem)
 
     return em.generic([(args[0], t, identity(t.rank)), (m, acc, kept), (s, acc, kept)],
                       (em.empty(t), t, identity(t.rank)), ["parallel"] * t.rank, body, out)
