@@ -15,7 +15,7 @@ three size assignments and compared with the interpreter and with a build bound 
 sizes.
 
 Besides each program's own functions, the run checks (compiler/oracle/differential_runs.py)
-VJP exports: one program under reverseMode in two is built with `--vjp f` (and `--vjp f_s<k>`,
+VJP exports: one program under reverseMode in four is built with `--vjp f` (and `--vjp f_s<k>`,
 a dynamic export, for a size-generic helper it differentiates), and f_vjp(x.., g_y) at a
 random cotangent is held to the interpreter's VJP in float64 by the usual rule; and random
 values: a program that draws random numbers gets a probe `f_bits` returning them all
@@ -229,7 +229,9 @@ def _summary(oracle, failures, seconds: float, levels, torch: bool) -> None:
           f"finite-difference checks {s.fd_checked} (parameters at a kink at every point {s.fd_kink_skipped}); outputs held to the same-dtype reference {s.ill_conditioned}")
     print(f"VJP exports checked {s.vjp_checked} ({s.vjp_dynamic} dynamic) against the interpreter's VJP; "
           f"programs with random ops compared bitwise {s.bits_cases} ({s.bits_values} random values, "
-          f"interpreter vs {', '.join(f'-O{lv}' for lv in levels)})")
+          f"interpreter vs {', '.join(f'-O{lv}' for lv in levels)})" +
+          (f"; {s.bits_known} differ as differential_runs.KNOWN_BIT_DIFFERENCES says (open back-end bugs, "
+           f"not failed)" if s.bits_known else ""))
     print(f"mismatches {mismatches}, crashes {crashes}" +
           (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if kinds else ""))
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s.seconds.items()))

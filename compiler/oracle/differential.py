@@ -49,7 +49,7 @@ from compiler import analysis
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import Program
 from compiler.oracle import interp, kinks, tolerance, validate
-from compiler.oracle.differential_runs import ExtraRun, bit_differences, extras_of, probes_in, with_vjps
+from compiler.oracle.differential_runs import ExtraRun, bit_differences, extras_of, probes_in, result_ops, with_vjps
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.case import Case
 
@@ -90,6 +90,7 @@ class Stats:
     vjp_dynamic: int = 0          # of which dynamic exports
     bits_cases: int = 0           # programs whose random values were compared bit for bit
     bits_values: int = 0          # random values (results of the probes) compared, every level
+    bits_known: int = 0           # of which differ as KNOWN_BIT_DIFFERENCES says (not failed)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add_time(self, phase: str, t0: float) -> None:
@@ -383,9 +384,10 @@ class Oracle:
                       failures: list[Failure]) -> None:
         """A random probe's results against the interpreter in the declared dtypes, bit for bit."""
         assert ref.fn is not None
-        bad = bit_differences(got, ref.want[1], validate._result_dtypes(ref.fn))
+        bad, known = bit_differences(got, ref.want[1], validate._result_dtypes(ref.fn), result_ops(ref.fn))
         self.stats.bits_cases += level == self.levels[0]
         self.stats.bits_values += len(got)
+        self.stats.bits_known += len(known)
         if bad:
             failures.append(Failure(owner, "bits", level, f"{fname}: random values differ from the "
                                     f"interpreter's: " + "; ".join(bad)))
@@ -492,7 +494,7 @@ def reproducer(failure: Failure, case: Case, original: Case | None = None) -> st
     size = (f", shrunk from {len(original.lets)} lets to {len(case.lets)}" if original is not None else "")
     detail = [f"//   {line}" for line in failure.detail.splitlines()[:8]]
     more = extras_of("f", case)        # its VJP exports and random probe, under the names f_vjp, f_bits
-    vjp = "".join(f" --vjp {n}" for n in more.vjp)
+    vjp = "".join(f" --vjp {n}" for n in more.vjp) if failure.kind in ("vjp", "crash", "build") else ""
     how = (f"kinac validate{level}{vjp} FILE" if failure.kind in ("mismatch", "vjp", "crash", "build")
            else "scripts/fuzz_compile.py --replay FILE")
     return "\n".join([f"// A generated program that fails: {failure.kind}{level} "
