@@ -114,6 +114,14 @@ FUZZ_ARGS ?=
 fuzz: setup
 	$(PY) scripts/fuzz_compile.py --n $(FUZZ_N) --seed $(FUZZ_SEED) --out artifacts/fuzz $(FUZZ_ARGS)
 
+# `make fuzz-random`: programs whose single-op steps are all random ops (every one draws), so
+# their random values are compared bit for bit with the interpreter's at -O0 and -O2 (issue 26).
+.PHONY: fuzz-random
+RANDOM_OPS = random_uniform,random_normal,random_bits,bernoulli,categorical,random_split,random_fold_in
+FUZZ_RANDOM_N ?= 120
+fuzz-random: setup
+	$(PY) scripts/fuzz_compile.py --n $(FUZZ_RANDOM_N) --seed $(FUZZ_SEED) --ops $(RANDOM_OPS) --out artifacts/fuzz $(FUZZ_ARGS)
+
 pytest: setup
 	$(PY) -m pytest -q -ra
 

@@ -12,7 +12,15 @@ the interpreter in float64, -O0, -O2, PyTorch and finite differences must agree
 gets size-generic helpers (unless --generic-fraction says otherwise), each batch is built
 once per level without --size, and each generic helper, a dynamic export, is called at
 three size assignments and compared with the interpreter and with a build bound to those
-sizes.  --chunk K/N checks the K-th of N equal parts of the seeds (run N of them at once).
+sizes.
+
+Besides each program's own functions, the run checks (compiler/oracle/differential_runs.py)
+VJP exports: one program under reverseMode in four is built with `--vjp f` (and `--vjp f_s<k>`,
+a dynamic export, for a size-generic helper it differentiates), and f_vjp(x.., g_y) at a
+random cotangent is held to the interpreter's VJP in float64 by the usual rule; and random
+values: a program that draws random numbers gets a probe `f_bits` returning them all
+(keys included), which must equal the interpreter's bit for bit at every level.  --no-vjp
+and --no-bits turn these off.  --chunk K/N checks the K-th of N equal parts of the seeds (run N of them at once).
 
 Prints one line per failure as it is found, then the counts (programs, programs under
 reverseMode, functions, builds, mismatches, crashes), the time per phase and the machine
@@ -93,6 +101,8 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=str(ROOT / "artifacts" / "fuzz"), help="where failing programs are written")
     ap.add_argument("--no-shrink", action="store_true", help="write failing programs as generated")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch reference")
+    ap.add_argument("--no-vjp", action="store_true", help="build no `--vjp f` exports (compiler/oracle/differential_runs.py)")
+    ap.add_argument("--no-bits", action="store_true", help="no bitwise check of random values (random probes)")
     ap.add_argument("--generic-fraction", type=float, default=None, metavar="F",
                     help="share of programs with size-generic helpers (default: the generator's, 0.2; "
                          "1 makes every program generic)")
@@ -118,7 +128,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kina-fuzz-") as tmp:
-        oracle = differential.Oracle(tmp, levels=levels, use_torch=False if args.no_torch else None)
+        oracle = differential.Oracle(tmp, levels=levels, use_torch=False if args.no_torch else None,
+                                     vjp=not args.no_vjp, bits=not args.no_bits)
         if args.replay:
             units = [differential.unit_of_source(f"r{i}", differential.rename_functions(Path(p).read_text(), f"r{i}_"))
                      for i, p in enumerate(args.replay)]
@@ -216,6 +227,11 @@ def _summary(oracle, failures, seconds: float, levels, torch: bool) -> None:
           f"builds {s.builds} at {', '.join(f'-O{lv}' for lv in levels) or 'no level'}; "
           f"PyTorch checks {s.torch_checked}{'' if torch else ' (PyTorch not importable)'}, "
           f"finite-difference checks {s.fd_checked} (parameters at a kink at every point {s.fd_kink_skipped}); outputs held to the same-dtype reference {s.ill_conditioned}")
+    print(f"VJP exports checked {s.vjp_checked} ({s.vjp_dynamic} dynamic) against the interpreter's VJP; "
+          f"programs with random ops compared bitwise {s.bits_cases} ({s.bits_values} random values, "
+          f"interpreter vs {', '.join(f'-O{lv}' for lv in levels)})" +
+          (f"; {s.bits_known} differ as differential_runs.KNOWN_BIT_DIFFERENCES says (open back-end bugs, "
+           f"not failed)" if s.bits_known else ""))
     print(f"mismatches {mismatches}, crashes {crashes}" +
           (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if kinds else ""))
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s.seconds.items()))

@@ -206,8 +206,8 @@ def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
     oracle = differential.Oracle(tmp_path, levels=(0,), use_torch=False, fd=False)
     start = oracle._start_build
 
-    def start_build(src, so, level, sizes=None):
-        build = start(src, so, level, sizes)
+    def start_build(src, so, level, sizes=None, vjp=()):
+        build = start(src, so, level, sizes, vjp)
         if src.read_text().count("fn ") > 1:
             build.proc.wait()
             build.proc.returncode = 1

@@ -18,7 +18,8 @@ Public modules (other packages import only these):
   torch_ref     a PyTorch evaluator of the typed IR (TORCH_OPS), a second reference
   differential  the differential oracle: generated programs at -O0 and -O2 against the
                 interpreter in float64, PyTorch and finite differences
-                (scripts/fuzz_compile.py, `make fuzz`)
+                (scripts/fuzz_compile.py, `make fuzz`); its VJP-export and bitwise
+                random-value runs are in differential_runs
   shrink        a failing generated case -> a minimal reproducer
   kinks         where each op is not smooth (KINKS, SMOOTH_OPS: a row or a name per op):
                 the rule both finite-difference checks (validate, differential) skip or

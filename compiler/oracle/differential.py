@@ -15,6 +15,11 @@ uses, against:
   program is ill-conditioned at that dtype;
 - PyTorch in float64 (compiler/oracle/torch_ref.py, when importable), with `handle` evaluated by
   autograd: checks the interpreter and the VJPs against an independent implementation;
+- for a program under reverseMode (one in differential_runs.VJP_EVERY), its VJP export
+  `f_vjp(x.., g_y)` (`--vjp f`; dynamic for a size-generic helper a wrapper differentiates)
+  at a random cotangent g_y, against the interpreter's f_vjp in float64, by the same rule;
+- for a program that draws random numbers, a probe returning every random value
+  (progen/probe.py), bit for bit against the interpreter in the declared dtype;
 - for every differentiated function, float64 central finite differences of the sum of
   its result along a random direction per parameter, against the float64 interpreter's
   reverse mode (the backward graph the compiler emits), at a slightly jittered point,
@@ -22,7 +27,9 @@ uses, against:
   validate` uses too).
 
 Failures are values (`Failure`): kind "generator" (the program did not type-check),
-"reference" (the interpreter failed), "build", "crash", "mismatch", "torch" or "fd".
+"reference" (the interpreter failed), "build", "crash", "mismatch", "vjp" (a VJP export),
+"bits" (a random value), "torch" or "fd" (compiler/oracle/differential_runs.py has the VJP and
+random-value runs).
 """
 from __future__ import annotations
 
@@ -42,6 +49,7 @@ from compiler import analysis
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import Program
 from compiler.oracle import interp, kinks, tolerance, validate
+from compiler.oracle.differential_runs import ExtraRun, bit_differences, extras_of, probes_in, result_ops, with_vjps
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.case import Case
 
@@ -78,6 +86,11 @@ class Stats:
     torch_checked: int = 0
     fd_checked: int = 0
     fd_kink_skipped: int = 0      # parameters whose step reached a kink at every point
+    vjp_checked: int = 0          # VJP export calls compared (static and dynamic)
+    vjp_dynamic: int = 0          # of which dynamic exports
+    bits_cases: int = 0           # programs whose random values were compared bit for bit
+    bits_values: int = 0          # random values (results of the probes) compared, every level
+    bits_known: int = 0           # of which differ as KNOWN_BIT_DIFFERENCES says (not failed)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add_time(self, phase: str, t0: float) -> None:
@@ -88,6 +101,8 @@ class Stats:
 class _Ref:
     inputs: list[np.ndarray]
     want: validate.References    # (float64 results, declared-dtype results, magnitudes)
+    run: ExtraRun | None = None  # an extra run (a VJP export, a random probe)
+    fn: ir.Function | None = None   # its reference function
 
 
 @dataclass
@@ -100,13 +115,14 @@ class _Build:
 
 class Oracle:
     def __init__(self, work_dir: str | Path, levels: Sequence[int] = (0, 2), use_torch: bool | None = None,
-                 fd: bool = True, build_timeout: float = 900, run_timeout: float = 600) -> None:
+                 fd: bool = True, build_timeout: float = 900, run_timeout: float = 600,
+                 vjp: bool = True, bits: bool = True) -> None:
         from compiler.oracle import torch_ref
         self.work = Path(work_dir)
         self.work.mkdir(parents=True, exist_ok=True)
         self.levels = tuple(levels)
         self.use_torch = torch_ref.available() if use_torch is None else use_torch
-        self.fd = fd
+        self.fd, self.vjp, self.bits = fd, vjp, bits
         self.build_timeout, self.run_timeout = build_timeout, run_timeout
         self.stats = Stats()
         self._batches = 0
@@ -114,8 +130,12 @@ class Oracle:
     # ---- one batch ---------------------------------------------------------------------
     def run_batch(self, named: list[tuple[str, Case]]) -> list[Failure]:
         """Check generated cases (each under its own function names) in one library per level."""
-        return self.run_units([Unit(name, case.source(name), case.functions(name), case.handled(name), case,
-                                    case.helpers(name)) for name, case in named])
+        units = []
+        for name, case in named:
+            more = extras_of(name, case, vjp=self.vjp, bits=self.bits)
+            units.append(Unit(name, case.source(name) + more.source, case.functions(name), case.handled(name), case,
+                              case.helpers(name), more.runs, more.vjp))
+        return self.run_units(units)
 
     def run_units(self, units: list[Unit]) -> list[Failure]:
         self._batches += 1
@@ -130,9 +150,11 @@ class Oracle:
         self.stats.generic_cases += sum(bool(u.case and u.case.generics) for u in units)
         src = work / "batch.kina"
         src.write_text(_module(units))
-        pending = {lv: self._start_build(src, work / f"O{lv}" / "lib.so", lv) for lv in self.levels}
+        vjp = [v for u in units for v in u.vjp]
+        pending = {lv: self._start_build(src, work / f"O{lv}" / "lib.so", lv, vjp=vjp) for lv in self.levels}
         t0 = time.perf_counter()
         program = analysis.analyze(src.read_text(), str(src)).program
+        program = with_vjps(program, [r for u in units for r in u.extras])
         refs = self._references(program, units, failures)
         self.stats.add_time("references", t0)
         for level, proc in pending.items():
@@ -160,7 +182,7 @@ class Oracle:
         refs: dict[str, _Ref] = {}
         for u in units:
             # Each unit on its own: the interpreter re-lowers the program it is given per call.
-            roots = set(u.functions) | set(u.handled) | set(u.helpers)
+            roots = set(u.functions) | set(u.handled) | set(u.helpers) | {r.ref for r in u.extras}
             own = set(ir.reachable(lowered_all, roots).functions) | roots
             lowered = Program({f: fn for f, fn in lowered_all.functions.items()
                                if f in own or f.split(".")[0] in own})
@@ -172,14 +194,25 @@ class Oracle:
                     self.stats.functions += 1
                     if self.use_torch:
                         self._torch(program, fname, refs[fname], failures, u.name)
+                self._extra_references(lowered, u, refs, failures)
                 for target in u.handled if self.fd else ():
                     args = interp.random_inputs(program.functions[target], 0, program)
                     self._finite_differences(lowered, target, args, failures, u.name)
             except Exception as e:   # the interpreter (or torch) failed on a well-typed program
                 failures.append(Failure(u.name, "reference", None, f"{type(e).__name__}: {e}"))
-                for fname in u.functions:
+                for fname in [*u.functions, *(r.export for r in u.extras)]:
                     refs.pop(fname, None)
         return refs
+
+    def _extra_references(self, lowered: Program, u: Unit, refs: dict[str, _Ref], failures: list[Failure]) -> None:
+        """The references of a unit's VJP exports and random probe (differential_runs.py)."""
+        for run in u.extras:
+            fn = lowered.functions.get(run.ref)
+            if fn is None:     # transform_vjp refused what reverseMode accepted: the generator is wrong
+                failures.append(Failure(u.name, "generator", None, f"no reference function {run.ref} for {run.export}"))
+                continue
+            args = interp.random_inputs(fn, 0, lowered)
+            refs[run.export] = _Ref(args, validate.references(lowered, run.ref, args), run, fn)
 
     def _torch(self, program: Program, fname: str, ref: _Ref, failures: list[Failure], name: str) -> None:
         from compiler.oracle import torch_ref
@@ -250,13 +283,14 @@ class Oracle:
         return out
 
     # ---- building --------------------------------------------------------------------------
-    def _start_build(self, src: Path, so: Path, level: int, sizes: Mapping[str, int] | None = None) -> _Build:
+    def _start_build(self, src: Path, so: Path, level: int, sizes: Mapping[str, int] | None = None,
+                     vjp: Sequence[str] = ()) -> _Build:
         """`kinac build` in a child process; `sizes`: its `--size` values (none: every
-        generic function is exported dynamic)."""
+        generic function is exported dynamic); `vjp`: its `--vjp` names."""
         so.parent.mkdir(parents=True, exist_ok=True)
         self.stats.builds += 1
         cmd = [sys.executable, "-P", "-m", "compiler.cli", "build", str(src.resolve()), "-o", str(so.resolve()),
-               f"-O{level}", *(f"--size={k}={v}" for k, v in (sizes or {}).items())]
+               f"-O{level}", *(f"--size={k}={v}" for k, v in (sizes or {}).items()), *(f"--vjp={n}" for n in vjp)]
         env = dict(os.environ, PYTHONSAFEPATH="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                             os.environ.get("PYTHONPATH")])))
@@ -306,8 +340,9 @@ class Oracle:
             sub.mkdir(parents=True, exist_ok=True)
             part_src = sub / "part.kina"
             part_src.write_text(_module(part))
-            out += self._finish_build(self._start_build(part_src, sub / f"O{level}" / "lib.so", level, sizes),
-                                      part_src, level, part, sub, failures, sizes, kind)
+            build = self._start_build(part_src, sub / f"O{level}" / "lib.so", level, sizes,
+                                      [v for u in part for v in u.vjp])
+            out += self._finish_build(build, part_src, level, part, sub, failures, sizes, kind)
         return out
 
     # ---- running and comparing -----------------------------------------------------------
@@ -315,27 +350,47 @@ class Oracle:
                          failures: list[Failure]) -> None:
         t0 = time.perf_counter()
         work = so.parent
-        names = [f for u in part for f in u.functions if f in refs]
+        owner = {f: u.name for u in part for f in [*u.functions, *(r.export for r in u.extras)]}
+        names = [f for f in owner if f in refs]
         for f in names:
-            validate.write_inputs(work, f, refs[f].inputs)
-        owner = {f: u.name for u in part for f in u.functions}
+            run = refs[f].run
+            validate.write_inputs(work, f, refs[f].inputs, dict(run.sizes) if run else None)
 
         def on_done(fname: str, error: str | None) -> None:
             if error is not None:
                 failures.append(Failure(owner[fname], "crash", level, f"{fname}: the library {error}"))
                 return
             got = validate.load_outputs(work, fname)
+            ref = refs[fname]
+            if ref.run is not None and ref.run.check == "bits":
+                self._compare_bits(owner[fname], fname, ref, got, level, failures)
+                return
             rep = validate.FunctionReport(fname)
-            validate.check_results(rep, program.functions[fname], got, refs[fname].want)
+            validate.check_results(rep, ref.fn or program.functions[fname], got, ref.want)
             self.stats.ill_conditioned += sum(c.reference.startswith("interp (") and "f64" not in c.reference
                                               for c in rep.checks)
             bad = [c for c in rep.checks if not c.ok]
+            if ref.run is not None:      # a VJP export
+                self.stats.vjp_checked += 1
+                self.stats.vjp_dynamic += ref.run.dynamic
             if bad:
-                failures.append(Failure(owner[fname], "mismatch", level,
-                                        f"{fname}: " + "; ".join(_describe(c) for c in bad)))
+                failures.append(Failure(owner[fname], "mismatch" if ref.run is None else "vjp", level,
+                                        f"{_label(fname, ref)}: " + "; ".join(_describe(c) for c in bad)))
 
         validate.run_in_child(so, work, names, timeout=self.run_timeout, cancel=None, on_done=on_done)
         self.stats.add_time(f"run -O{level}", t0)
+
+    def _compare_bits(self, owner: str, fname: str, ref: _Ref, got: list[np.ndarray], level: int,
+                      failures: list[Failure]) -> None:
+        """A random probe's results against the interpreter in the declared dtypes, bit for bit."""
+        assert ref.fn is not None
+        bad, known = bit_differences(got, ref.want[1], validate._result_dtypes(ref.fn), result_ops(ref.fn))
+        self.stats.bits_cases += level == self.levels[0]
+        self.stats.bits_values += len(got)
+        self.stats.bits_known += len(known)
+        if bad:
+            failures.append(Failure(owner, "bits", level, f"{fname}: random values differ from the "
+                                    f"interpreter's: " + "; ".join(bad)))
 
 
 @dataclass
@@ -349,17 +404,22 @@ class Unit:
     handled: list[str] = field(default_factory=list)
     case: Case | None = None
     helpers: list[str] = field(default_factory=list)
+    extras: list[ExtraRun] = field(default_factory=list)   # VJP exports, random probe (differential_runs)
+    vjp: list[str] = field(default_factory=list)           # the build's `--vjp` names
 
 
 def unit_of_source(name: str, text: str) -> Unit:
     """A Unit for any Kina source: every exported function with parameters runs, every
-    `handle`d function gets the finite-difference check."""
+    `handle`d function gets the finite-difference check, every `*_bits` function (a random
+    probe, differential_runs.py) is compared bit for bit instead."""
     program = analysis.analyze(text).program
     if program is None:
         return Unit(name, text, [])
-    funcs = [f.name for f in program.functions.values() if f.params and ir.is_export(f.name)]
+    probes = probes_in(program)
+    bits = {r.export for r in probes}
+    funcs = [f.name for f in program.functions.values() if f.params and ir.is_export(f.name) and f.name not in bits]
     handled = sorted({h.fn for fn in program.functions.values() for h in validate.handles_in(fn)})
-    return Unit(name, text, funcs, handled, helpers=list(program.functions))
+    return Unit(name, text, funcs, handled, helpers=list(program.functions), extras=probes)
 
 
 def rename_functions(text: str, prefix: str) -> str:
@@ -377,6 +437,12 @@ def _module(units: list[Unit]) -> str:
     return "\n".join(u.source for u in units)
 
 
+def _label(fname: str, ref: _Ref) -> str:
+    """`f`, or a dynamic export with its sizes: `f_s1_vjp[A=2, B=3]`."""
+    sizes = ref.run.sizes if ref.run is not None else ()
+    return fname + (f"[{', '.join(f'{k}={v}' for k, v in sizes)}]" if sizes else "")
+
+
 def _describe(c: tolerance.OutputCheck) -> str:
     return f"{c.name} vs {c.reference}: {tolerance.describe_worst(c)}"
 
@@ -386,7 +452,7 @@ def case_names(seeds: Iterable[int]) -> list[str]:
 
 
 # ---- runs ----------------------------------------------------------------------------------
-MISMATCH_KINDS = ("mismatch", "torch", "fd")          # wrong values
+MISMATCH_KINDS = ("mismatch", "vjp", "bits", "torch", "fd")          # wrong values
 CRASH_KINDS = ("build", "crash", "reference", "generator")   # no values
 
 
@@ -427,8 +493,10 @@ def reproducer(failure: Failure, case: Case, original: Case | None = None) -> st
     seed = f"--seed {original.seed}" if original is not None and original.seed is not None else ""
     size = (f", shrunk from {len(original.lets)} lets to {len(case.lets)}" if original is not None else "")
     detail = [f"//   {line}" for line in failure.detail.splitlines()[:8]]
-    how = (f"kinac validate{level} FILE" if failure.kind in ("mismatch", "crash", "build")
+    more = extras_of("f", case)        # its VJP exports and random probe, under the names f_vjp, f_bits
+    vjp = "".join(f" --vjp {n}" for n in more.vjp) if failure.kind in ("vjp", "crash", "build") else ""
+    how = (f"kinac validate{level}{vjp} FILE" if failure.kind in ("mismatch", "vjp", "crash", "build")
            else "scripts/fuzz_compile.py --replay FILE")
     return "\n".join([f"// A generated program that fails: {failure.kind}{level} "
                       f"(scripts/fuzz_compile.py {seed}, case {failure.name}{size}).", *detail,
-                      f"// Reproduce: {how}", ""]) + case.source("f")
+                      f"// Reproduce: {how}", ""]) + case.source("f") + more.source

@@ -14,6 +14,7 @@ Public modules:
 
 Inside: base (the row type and shared helpers), makers_math (rows of the elementwise math,
 comparison, mask, cast and index ops), generic and generic_calls (size-generic helpers:
-their bodies with symbolic shapes, and f's calls of them at two sizes).
+their bodies with symbolic shapes, and f's calls of them at two sizes), probe (the
+random-value probe of a case: its random values as results, for the bitwise check).
 """
 __all__ = ["case", "generate", "makers", "render"]
