@@ -177,9 +177,17 @@ def _wrapper(module: str) -> Callable[[Array], object]:
     return from_dlpack
 
 
+# like= (a module name, or a tensor's type) -> its wrapper: resolved once, since a call
+# costs about a microsecond and resolving it a third of that.
+_WRAPPERS: dict[object, Callable[[Array], object]] = {}
+
+
 def wrap(results: Array | tuple[Array, ...], like: object) -> object:
     """The results as tensors of like's library (`like` a tensor or a module name)."""
-    to = _wrapper(_module_of(like))
+    key = like if isinstance(like, str) else type(like)
+    to = _WRAPPERS.get(key)
+    if to is None:
+        to = _WRAPPERS[key] = _wrapper(_module_of(like))
     if isinstance(results, tuple):
         return tuple(to(r) for r in results)
     return to(results)
