@@ -102,7 +102,8 @@ def as_array(fn: str, what: object, value: Any) -> Array:
                                 f"pass `x.detach()`")
     try:
         arr = np.from_dlpack(value)
-    except (TypeError, BufferError, RuntimeError, ValueError) as e:
+    except Exception as e:    # whatever a producer's __dlpack__ raises, it is a bad argument
+
         raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} that NumPy cannot view without a copy "
                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if not arr.flags.c_contiguous:
