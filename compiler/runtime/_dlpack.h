@@ -112,11 +112,42 @@ release_held(Held *h)
 }
 
 /* ---- what each foreign type offers, looked up once per type --------------------------- */
+/* An attribute read: its C getter when the type defines it as a getset descriptor (torch's
+ * `requires_grad` and `_base`: calling it directly skips the generic lookup, a third of the
+ * cost), else NULL and the attribute is read by name. */
+typedef struct {
+    getter get;
+    void *closure;
+    PyObject *name;
+} Attr;
+
+static void
+find_attr(PyTypeObject *type, PyObject *name, Attr *attr)
+{
+    /* borrowed; what is kept, the getter and its closure, live in the defining module's static
+     * PyGetSetDef, so they stay valid even if the attribute is later replaced */
+    PyObject *descr = _PyType_Lookup(type, name);
+    attr->name = name;
+    attr->get = NULL;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyGetSetDescr_Type)) {
+        PyGetSetDef *def = ((PyGetSetDescrObject *)descr)->d_getset;
+        attr->get = def->get;
+        attr->closure = def->closure;
+    }
+}
+
+static PyObject *
+read_attr(PyObject *obj, const Attr *attr)
+{
+    return attr->get != NULL ? attr->get(obj, attr->closure) : PyObject_GetAttr(obj, attr->name);
+}
+
 typedef struct {
     PyTypeObject *type;         /* a strong reference: the entry outlives no type */
     const DLPackExchangeAPI *api;  /* NULL: the capsule protocol */
     int writable;               /* exchange-API tensors of this type are writable (torch) */
     int has_grad, has_neg;      /* check requires_grad / is_neg() per object */
+    Attr requires_grad, base;
     int has_dlpack;
 } TypeInfo;
 
@@ -170,6 +201,8 @@ describe_type(PyTypeObject *type, TypeInfo *info)
     info->api = info->has_dlpack ? exchange_api(type) : NULL;
     info->has_grad = type_has(type, "requires_grad");
     info->has_neg = type_has(type, "is_neg") && type_has(type, "_base");
+    find_attr(type, str_requires_grad, &info->requires_grad);
+    find_attr(type, str_base, &info->base);
     /* a torch.Tensor (or subclass): its memory is writable unless it requires grad, which
      * is refused anyway; other exchange-API types are inputs only (no flags to say) */
     PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
@@ -196,12 +229,11 @@ type_info(PyTypeObject *type, TypeInfo *scratch)
     return scratch;
 }
 
-/* Whether obj.<attr> (or obj.<attr>() when `call`) is false; anything else (true, an
+/* Whether `value` (a new reference, or NULL: an error) is false; anything else (true, an
  * error) declines. */
 static int
-is_false(PyObject *obj, PyObject *name, int call)
+is_false(PyObject *value)
 {
-    PyObject *value = call ? PyObject_CallMethodNoArgs(obj, name) : PyObject_GetAttr(obj, name);
     if (value == NULL) {
         PyErr_Clear();
         return 0;
@@ -217,16 +249,16 @@ is_false(PyObject *obj, PyObject *name, int call)
  * `z.conj().imag`), and `_base` is a plain attribute where `is_neg()` goes through
  * torch's argument parser (~0.1 us), so only views are asked. */
 static int
-not_negated(PyObject *obj)
+not_negated(PyObject *obj, const TypeInfo *info)
 {
-    PyObject *base = PyObject_GetAttr(obj, str_base);
+    PyObject *base = read_attr(obj, &info->base);
     if (base == NULL) {
         PyErr_Clear();
         return 0;
     }
     int view = base != Py_None;
     Py_DECREF(base);
-    return !view || is_false(obj, str_is_neg, 1);
+    return !view || is_false(PyObject_CallMethodNoArgs(obj, str_is_neg));
 }
 
 /* obj.__dlpack__(max_version=(1, 0)), or obj.__dlpack__() for a producer older than
@@ -338,7 +370,8 @@ take_foreign(PyObject *obj, int ndim, const Py_ssize_t *dims, int code, int bits
     const TypeInfo *info = type_info(Py_TYPE(obj), &info_scratch);
     if (!info->has_dlpack)
         return 0;
-    if ((info->has_grad && !is_false(obj, str_requires_grad, 0)) || (info->has_neg && !not_negated(obj)))
+    if ((info->has_grad && !is_false(read_attr(obj, &info->requires_grad)))
+        || (info->has_neg && !not_negated(obj, info)))
         return 0;
     const DLTensor *t;
     if (info->api != NULL) {

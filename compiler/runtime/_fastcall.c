@@ -40,6 +40,15 @@
  * KinaArgumentError / KinaIndexError.  Only the Python C API and the buffer
  * protocol are used (no NumPy headers); BF16 and F8 arrays (ml_dtypes) export
  * no buffer format and take the Python path.
+ *
+ * An argument of another type that implements DLPack (torch, JAX, any `__dlpack__`
+ * producer) is read and checked by _dlpack.h, through the library's C exchange API
+ * or a consumed capsule, against the slot's DLPack dtype (code << 8 | bits, the
+ * optional seventh item of a slot): the same checks, no copy, no Python call for a
+ * torch.Tensor but two attribute reads; what does not match takes the Python path.
+ * (A torch tensor, unlike an ndarray, cannot be pinned against `resize_()` from
+ * another thread while the GIL is released; resizing a tensor a call is using is
+ * the caller's race, as with any torch extension.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

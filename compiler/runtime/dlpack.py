@@ -7,9 +7,14 @@ NumPy 2 arrays), as an argument or an out= buffer:
 - its device must be the CPU (DLPack device type 1); any other is refused with a
   KinaArgumentError naming the device (`cuda:0`), never copied to the host behind the
   caller's back;
-- it becomes a NumPy array over the same memory (`np.from_dlpack`; for a torch.Tensor the
-  same view through `is_cpu` and `Tensor.numpy()`, five times cheaper than torch's DLPack
-  methods), so the library reads (or, for out=, writes) the caller's buffer;
+- the C fast path (compiler/runtime/_dlpack.h) reads it itself, without a copy: a torch
+  tensor through torch's DLPack C exchange API, anything else through the capsule of its
+  `__dlpack__`; it checks everything below and declines what does not pass.  This module is
+  the Python path behind it, which gives the messages (and runs every call when the C
+  helper is not built): the object becomes a NumPy array over the same memory
+  (`np.from_dlpack`; for a torch.Tensor the same view through `is_cpu` and
+  `Tensor.numpy()`, five times cheaper than torch's DLPack methods), so the library reads
+  (or, for out=, writes) the caller's buffer;
 - it must be C-contiguous: a strided view is refused (copying it is the caller's decision,
   `x.contiguous()`), unlike a NumPy view, which the runtime copies as it always has;
 - the dtype and shape are then checked like a NumPy array's, with the same messages;
