@@ -13,6 +13,7 @@ import pytest
 
 from compiler import build, runtime
 from compiler.runtime import KinaArgumentError, KinaIndexError
+from compiler.runtime.prepared import Prepared
 
 torch = pytest.importorskip("torch")
 if not runtime.FASTCALL_AVAILABLE:
@@ -27,6 +28,10 @@ fn scale(x: Tensor[F32, [2, 3]], w: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] 
 fn pick(v: Tensor[F32, [5, 3]], i: Tensor[I64, [2]]) -> Tensor[F32, [2, 3]] {
   gather(v, i)
 }
+
+fn grow[N](a: Tensor[F32, [N]], b: Tensor[F32, [N]]) -> Tensor[F32, [N]] {
+  a + b
+}
 """
 
 
@@ -40,8 +45,9 @@ def lib(tmp_path_factory):
 
 
 def fast(f, *arrays):
-    """What the C path does with these arrays: -1 (called), else the declined index."""
-    return _fastcall.call(f._fast, arrays)
+    """What the C path does with these arrays: -1 (called), else the declined index
+    (f: a static function, or a dynamic function's call prepared at some shapes)."""
+    return _fastcall.call(f.fast if isinstance(f, Prepared) else f._fast, arrays)
 
 
 class Producer:
@@ -230,3 +236,16 @@ def test_jax_inputs(lib):
     assert fast(lib.scale, x, x, jnp.zeros((2, 3), jnp.float32)) == 2   # immutable: never an out=
     with pytest.raises(KinaArgumentError, match="out= result 0"):
         lib.scale(x, x, out=jnp.zeros((2, 3), jnp.float32))
+
+
+def test_dynamic_functions_take_torch_tensors(lib):
+    assert isinstance(lib.grow, runtime.DynamicKinaFunction) and lib.grow.uses_fastcall
+    for n in (3, 5, 3):
+        a, b, out = torch.rand(n), torch.rand(n), torch.empty(n)
+        ptr = out.data_ptr()
+        assert lib.grow(a, b, out=out) is out and out.data_ptr() == ptr
+        torch.testing.assert_close(out, a + b)
+        torch.testing.assert_close(lib.grow(a, b, like="torch"), a + b)
+        assert fast(lib.grow.prepared(a, b), a, b, out) == -1
+    with pytest.raises(KinaArgumentError, match="`b` .*requires grad"):
+        lib.grow(a, torch.rand(3, requires_grad=True))
