@@ -44,11 +44,6 @@ DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8
                 17: "maia"}
 
 
-def is_foreign(value: object) -> bool:
-    """A DLPack object that is not a NumPy array (those take the ordinary path)."""
-    return type(value) is not np.ndarray and hasattr(type(value), "__dlpack__")
-
-
 def _describe(value: object) -> str:
     t = type(value)
     shape = getattr(value, "shape", None)
