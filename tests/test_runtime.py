@@ -429,7 +429,9 @@ def test_fastcall_entry_rejects_bad_specs():
     with pytest.raises(ValueError, match="slot 1: an input after an output"):
         _fastcall.Entry(fn, bytes(8 * 10), (("f", 4, True, (4,), 0, -1), ("f", 4, False, (4,), 5, -1)),
                         np.ndarray)
-    with pytest.raises(TypeError, match=r"slot 0 is not \(formats, itemsize, writable, shape, word, bound\)"):
+    with pytest.raises(TypeError, match=r"slot 0 is not \(formats, itemsize, writable, shape, word, bound\[, dlpack\]\)"):
         _fastcall.Entry(fn, template, (("f", False),), np.ndarray)
+    with pytest.raises(ValueError, match="DLPack dtype 528 is not code << 8 \\| bits of a 4-byte item"):
+        _fastcall.Entry(fn, template, (("f", 4, False, (4,), 0, -1, 2 << 8 | 16),), np.ndarray)
     with pytest.raises(TypeError, match=r"call\(entry: Entry, arrays: tuple\)"):
         _fastcall.call(None, ())

@@ -40,11 +40,22 @@
  * KinaArgumentError / KinaIndexError.  Only the Python C API and the buffer
  * protocol are used (no NumPy headers); BF16 and F8 arrays (ml_dtypes) export
  * no buffer format and take the Python path.
+ *
+ * An argument of another type that implements DLPack (torch, JAX, any `__dlpack__`
+ * producer) is read and checked by _dlpack.h, through the library's C exchange API
+ * or a consumed capsule, against the slot's DLPack dtype (code << 8 | bits, the
+ * optional seventh item of a slot): the same checks, no copy, no Python call for a
+ * torch.Tensor but two attribute reads; what does not match takes the Python path.
+ * (A torch tensor, unlike an ndarray, cannot be pinned against `resize_()` from
+ * another thread while the GIL is released; resizing a tensor a call is using is
+ * the caller's race, as with any torch extension.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "_dlpack.h"
 
 /* Calls reading or writing more than this many bytes release the GIL: below
  * it the release/reacquire (~0.1 us) costs more than other threads gain. */
@@ -67,6 +78,7 @@ typedef struct {
     Py_ssize_t word;      /* index of the descriptor's `allocated` word */
     Py_ssize_t *dims;     /* ndim entries, into Entry.dims */
     long long bound;      /* an I64 index parameter: every element in [0, bound); else -1 */
+    int dl_code, dl_bits; /* its DLPack dtype (_dlpack.h); dl_code -1: DLPack objects decline */
 } Slot;
 
 typedef struct {
@@ -84,7 +96,7 @@ typedef struct {
 
 static PyTypeObject EntryType;
 
-#define SLOT_SPEC "(formats, itemsize, writable, shape, word, bound)"
+#define SLOT_SPEC "(formats, itemsize, writable, shape, word, bound[, dlpack])"
 
 /* ---- formats ---------------------------------------------------------------------- */
 static int
@@ -130,10 +142,10 @@ view_matches(const Slot *slot, const Py_buffer *view)
 
 /* Every element of an index parameter in [0, bound) (one unsigned compare each). */
 static int
-indices_in_bounds(const Slot *slot, const Py_buffer *view)
+indices_in_bounds(const Slot *slot, const void *buf, Py_ssize_t len)
 {
-    const int64_t *ids = (const int64_t *)view->buf;
-    Py_ssize_t n = view->len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *ids = (const int64_t *)buf;
+    Py_ssize_t n = len / (Py_ssize_t)sizeof(int64_t);
     uint64_t bound = (uint64_t)slot->bound;
     for (Py_ssize_t i = 0; i < n; i++)
         if ((uint64_t)ids[i] >= bound)
@@ -174,7 +186,8 @@ Entry_dealloc(Entry *self)
 }
 
 /* One slot from (formats: str, itemsize: int, writable: bool, shape: tuple[int],
- * word: int, bound: int). */
+ * word: int, bound: int[, dlpack: int]), dlpack the DLPack dtype as code << 8 | bits
+ * (-1 or absent: DLPack objects take the Python path). */
 static int
 parse_slot(Entry *self, Py_ssize_t i, PyObject *item, Py_ssize_t *next_dim)
 {
@@ -182,11 +195,18 @@ parse_slot(Entry *self, Py_ssize_t i, PyObject *item, Py_ssize_t *next_dim)
     Py_ssize_t itemsize, word;
     int writable;
     PyObject *shape;
-    long long bound;
-    if (!PyArg_ParseTuple(item, "snpO!nL;" SLOT_SPEC, &formats, &itemsize, &writable,
-                          &PyTuple_Type, &shape, &word, &bound))
+    long long bound, dlpack = -1;
+    if (!PyArg_ParseTuple(item, "snpO!nL|L;" SLOT_SPEC, &formats, &itemsize, &writable,
+                          &PyTuple_Type, &shape, &word, &bound, &dlpack))
         return -1;
     Slot *slot = &self->slots[i];
+    if (dlpack >= 0 && ((dlpack & 0xff) != 8 * itemsize || dlpack >> 8 > 0xff)) {
+        PyErr_Format(PyExc_ValueError, "slot %zd: DLPack dtype %lld is not code << 8 | bits of a %zd-byte item",
+                     i, dlpack, itemsize);
+        return -1;
+    }
+    slot->dl_code = dlpack < 0 ? -1 : (int)(dlpack >> 8);
+    slot->dl_bits = dlpack < 0 ? 0 : (int)(dlpack & 0xff);
     size_t n_formats = strlen(formats);
     if (n_formats == 0 || n_formats > MAX_FORMATS) {
         PyErr_Format(PyExc_ValueError, "slot %zd: no buffer format letters (this dtype takes the "
@@ -228,7 +248,7 @@ count_dims(PyObject *slots, Py_ssize_t *total)
     *total = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         PyObject *item = PyTuple_GET_ITEM(slots, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 6
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 6 || PyTuple_GET_SIZE(item) > 7
             || !PyTuple_Check(PyTuple_GET_ITEM(item, 3))) {
             PyErr_Format(PyExc_TypeError, "slot %zd is not " SLOT_SPEC, i);
             return -1;
@@ -343,31 +363,52 @@ static PyTypeObject EntryType = {
 };
 
 /* ---- call ------------------------------------------------------------------------- */
-/* Take and check the buffer of every array, writing its address into `block`.
- * Returns the index of the first mismatch, or -1; *taken says how many views
- * must be released. */
+/* One foreign (DLPack) array for slot i (_dlpack.h): 1 with *buf, *len set, or 0. */
+static int
+bind_foreign(const Slot *slot, PyObject *array, Held *held, void **buf, Py_ssize_t *len)
+{
+    DLTensor borrowed;
+    if (slot->dl_code < 0)
+        return 0;
+    return take_foreign(array, slot->ndim, slot->dims, slot->dl_code, slot->dl_bits, slot->itemsize,
+                        slot->writable, held, &borrowed, buf, len);
+}
+
+/* Take and check every array (an ndarray's buffer, else a DLPack object's DLTensor),
+ * writing its address into `block`.  Returns the index of the first mismatch, or -1;
+ * *taken says how many entries of `held` must be released. */
 static Py_ssize_t
-bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Py_buffer *views,
+bind(Entry *e, PyObject *arrays, int64_t *block, void **packed, Held *held,
      uintptr_t *lo, uintptr_t *hi, Py_ssize_t *taken, Py_ssize_t *total_bytes)
 {
     for (Py_ssize_t i = 0; i < e->n_slots; i++) {
         const Slot *slot = &e->slots[i];
         PyObject *array = PyTuple_GET_ITEM(arrays, i);
-        if (!PyObject_TypeCheck(array, e->array_type))
-            return i;
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (slot->writable ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(array, &views[i], flags) < 0) {
-            PyErr_Clear();    /* not a buffer, or not contiguous/writable: the Python path says which */
-            return i;
-        }
+        void *buf;
+        Py_ssize_t len;
+        held[i].kind = HELD_NONE;
         *taken = i + 1;
-        if (!view_matches(slot, &views[i]) || (slot->bound >= 0 && !indices_in_bounds(slot, &views[i])))
+        if (PyObject_TypeCheck(array, e->array_type)) {
+            int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (slot->writable ? PyBUF_WRITABLE : 0);
+            if (PyObject_GetBuffer(array, &held[i].view, flags) < 0) {
+                PyErr_Clear();    /* not contiguous/writable: the Python path says which */
+                return i;
+            }
+            held[i].kind = HELD_BUFFER;
+            if (!view_matches(slot, &held[i].view))
+                return i;
+            buf = held[i].view.buf;
+            len = held[i].view.len;
+        } else if (!bind_foreign(slot, array, &held[i], &buf, &len)) {
+            return i;             /* not an array, or a DLPack object that does not match */
+        }
+        if (slot->bound >= 0 && !indices_in_bounds(slot, buf, len))
             return i;
-        block[slot->word] = block[slot->word + 1] = (int64_t)(intptr_t)views[i].buf;
+        block[slot->word] = block[slot->word + 1] = (int64_t)(intptr_t)buf;
         packed[i] = &block[slot->word];
-        *total_bytes += views[i].len;
-        lo[i] = views[i].len ? (uintptr_t)views[i].buf : UINTPTR_MAX;
-        hi[i] = views[i].len ? (uintptr_t)views[i].buf + (uintptr_t)views[i].len : 0;
+        *total_bytes += len;
+        lo[i] = len ? (uintptr_t)buf : UINTPTR_MAX;
+        hi[i] = len ? (uintptr_t)buf + (uintptr_t)len : 0;
     }
     return first_aliased_output(e, lo, hi);
 }
@@ -395,28 +436,28 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     int64_t stack_block[STACK_WORDS];
     void *stack_packed[STACK_SLOTS];
-    Py_buffer stack_views[STACK_SLOTS];
+    Held stack_held[STACK_SLOTS];
     uintptr_t stack_spans[2 * STACK_SLOTS];   /* [lo..., hi...] of every buffer */
     int64_t *block = stack_block;
     void **packed = stack_packed;
-    Py_buffer *views = stack_views;
+    Held *held = stack_held;
     uintptr_t *spans = stack_spans;
     if (e->n_words > STACK_WORDS)
         block = PyMem_Malloc(e->n_words * sizeof(int64_t));
     if (e->n_slots + e->n_extra > STACK_SLOTS) {
         packed = PyMem_Malloc((e->n_slots + e->n_extra) * sizeof(void *));
-        views = PyMem_Malloc(e->n_slots * sizeof(Py_buffer));
+        held = PyMem_Malloc(e->n_slots * sizeof(Held));
         spans = PyMem_Malloc(2 * e->n_slots * sizeof(uintptr_t));
     }
     PyObject *result = NULL;
-    if (!block || !packed || !views || !spans) {
+    if (!block || !packed || !held || !spans) {
         PyErr_NoMemory();
         goto done;
     }
     memcpy(block, e->template_words, e->n_words * sizeof(int64_t));
 
     Py_ssize_t taken = 0, total_bytes = 0;
-    Py_ssize_t bad = bind(e, arrays, block, packed, views, spans, spans + e->n_slots, &taken, &total_bytes);
+    Py_ssize_t bad = bind(e, arrays, block, packed, held, spans, spans + e->n_slots, &taken, &total_bytes);
     if (bad < 0) {
         for (Py_ssize_t j = 0; j < e->n_extra; j++)
             packed[e->n_slots + j] = &block[e->extra[j]];
@@ -431,14 +472,14 @@ fastcall_call(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         bad = code > 0 ? -1 - (Py_ssize_t)code : -1;
     }
     for (Py_ssize_t i = 0; i < taken; i++)
-        PyBuffer_Release(&views[i]);
+        release_held(&held[i]);
     result = PyLong_FromSsize_t(bad);
 done:
     if (block != stack_block)
         PyMem_Free(block);
     if (packed != stack_packed) {
         PyMem_Free(packed);
-        PyMem_Free(views);
+        PyMem_Free(held);
         PyMem_Free(spans);
     }
     return result;
@@ -460,7 +501,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__fastcall(void)
 {
-    if (PyType_Ready(&EntryType) < 0)
+    if (PyType_Ready(&EntryType) < 0 || dlpack_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)

@@ -7,9 +7,14 @@ NumPy 2 arrays), as an argument or an out= buffer:
 - its device must be the CPU (DLPack device type 1); any other is refused with a
   KinaArgumentError naming the device (`cuda:0`), never copied to the host behind the
   caller's back;
-- it becomes a NumPy array over the same memory (`np.from_dlpack`; for a torch.Tensor the
-  same view through `is_cpu` and `Tensor.numpy()`, five times cheaper than torch's DLPack
-  methods), so the library reads (or, for out=, writes) the caller's buffer;
+- the C fast path (compiler/runtime/_dlpack.h) reads it itself, without a copy: a torch
+  tensor through torch's DLPack C exchange API, anything else through the capsule of its
+  `__dlpack__`; it checks everything below and declines what does not pass.  This module is
+  the Python path behind it, which gives the messages (and runs every call when the C
+  helper is not built): the object becomes a NumPy array over the same memory
+  (`np.from_dlpack`; for a torch.Tensor the same view through `is_cpu` and
+  `Tensor.numpy()`, five times cheaper than torch's DLPack methods), so the library reads
+  (or, for out=, writes) the caller's buffer;
 - it must be C-contiguous: a strided view is refused (copying it is the caller's decision,
   `x.contiguous()`), unlike a NumPy view, which the runtime copies as it always has;
 - the dtype and shape are then checked like a NumPy array's, with the same messages;
@@ -37,11 +42,6 @@ CPU = 1
 DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
                 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed", 14: "oneapi", 15: "webgpu", 16: "hexagon",
                 17: "maia"}
-
-
-def is_foreign(value: object) -> bool:
-    """A DLPack object that is not a NumPy array (those take the ordinary path)."""
-    return type(value) is not np.ndarray and hasattr(type(value), "__dlpack__")
 
 
 def _describe(value: object) -> str:
@@ -102,7 +102,8 @@ def as_array(fn: str, what: object, value: Any) -> Array:
                                 f"pass `x.detach()`")
     try:
         arr = np.from_dlpack(value)
-    except (TypeError, BufferError, RuntimeError, ValueError) as e:
+    except Exception as e:    # whatever a producer's __dlpack__ raises, it is a bad argument
+
         raise KinaArgumentError(f"{fn}: {what} is {_describe(value)} that NumPy cannot view without a copy "
                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if not arr.flags.c_contiguous:
@@ -177,9 +178,17 @@ def _wrapper(module: str) -> Callable[[Array], object]:
     return from_dlpack
 
 
+# like= (a module name, or a tensor's type) -> its wrapper: resolved once, since a call
+# costs about a microsecond and resolving it a third of that.
+_WRAPPERS: dict[object, Callable[[Array], object]] = {}
+
+
 def wrap(results: Array | tuple[Array, ...], like: object) -> object:
     """The results as tensors of like's library (`like` a tensor or a module name)."""
-    to = _wrapper(_module_of(like))
+    key = like if isinstance(like, str) else type(like)
+    to = _WRAPPERS.get(key)
+    if to is None:
+        to = _WRAPPERS[key] = _wrapper(_module_of(like))
     if isinstance(results, tuple):
         return tuple(to(r) for r in results)
     return to(results)

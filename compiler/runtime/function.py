@@ -288,7 +288,7 @@ def _index_bound(fn: str, p: JSONObject) -> int | None:
 
 
 def _as_tuple(out: object) -> tuple[object, ...]:
-    if dlpack.is_foreign(out):     # one tensor of another library (iterable, but one buffer)
+    if hasattr(type(out), "__dlpack__"):   # one tensor of another library (iterable, but one buffer)
         return (out,)
     try:
         return tuple(out)  # type: ignore[arg-type]  # any iterable; anything else is the TypeError below

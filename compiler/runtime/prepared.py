@@ -33,6 +33,17 @@ FASTCALL_AVAILABLE = _fastcall is not None
 FASTCALL_DTYPES = frozenset(d.value for d in DType if d.buffer_formats)
 
 
+# DLPack's DLDataTypeCode (dlpack.h) of each NumPy dtype kind the fast path takes.
+_DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+
+
+def dlpack_dtype(np_dtype: np.dtype[Any]) -> int:
+    """The DLPack dtype of a NumPy dtype as _fastcall's slots take it (code << 8 | bits),
+    or -1: DLPack objects of it take the Python path."""
+    code = _DLPACK_CODES.get(np_dtype.kind)
+    return -1 if code is None else code << 8 | 8 * np_dtype.itemsize
+
+
 def _row_major_strides(shape: Sequence[int]) -> list[int]:
     strides: list[int] = []
     acc = 1
@@ -112,6 +123,6 @@ class Prepared:
         for i, (s, word) in enumerate(zip(specs, self.descriptors.words)):
             d = DType.named(s.dtype)
             slots.append((d.buffer_formats, d.itemsize, i >= len(self.params), s.shape, word,
-                          -1 if s.bound is None else s.bound))
+                          -1 if s.bound is None else s.bound, dlpack_dtype(s.np_dtype)))
         address = ctypes.cast(packed, ctypes.c_void_p).value
         return _fastcall.Entry(address, self.descriptors.template, tuple(slots), np.ndarray, self.descriptors.extra)
