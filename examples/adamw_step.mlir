@@ -3,79 +3,52 @@
 module {
   // kina-abi: kina_mse(f32[16,3], f32[16,1], f32[3,8], f32[1,8], f32[8,1]) -> (f32[1,1])
   func.func @kina_mse(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
-    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
-    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
-    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
-    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":18:17)
+    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
+    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
     %b1_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1 : tensor<1x8xf32>) outs(%3 : tensor<16x8xf32>) {
     ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":18:17)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":18:17)
-    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+      linalg.yield %4 : f32 loc("examples/adamw_step.kina":20:17)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
+    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
     %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1_rows : tensor<16x8xf32>, tensor<16x8xf32>) outs(%6 : tensor<16x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
-      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":19:11)
-      linalg.yield %10 : f32 loc("examples/adamw_step.kina":19:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
+      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":21:11)
+      linalg.yield %10 : f32 loc("examples/adamw_step.kina":21:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
     %a = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%z : tensor<16x8xf32>) outs(%11 : tensor<16x8xf32>) {
     ^bb0(%12: f32, %13: f32):
-      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":20:11)
-      linalg.yield %14 : f32 loc("examples/adamw_step.kina":20:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
-    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
-    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
-    %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
-    %err = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y_hat, %y : tensor<16x1xf32>, tensor<16x1xf32>) outs(%18 : tensor<16x1xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/adamw_step.kina":22:13)
-      linalg.yield %22 : f32 loc("examples/adamw_step.kina":22:13)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
-    %23 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%err : tensor<16x1xf32>) outs(%23 : tensor<16x1xf32>) {
-    ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/adamw_step.kina":23:12)
-      linalg.yield %26 : f32 loc("examples/adamw_step.kina":23:12)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":24:15)
-    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":24:15)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":24:15)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%sq : tensor<16x1xf32>) outs(%29 : tensor<1xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/adamw_step.kina":24:15)
-      linalg.yield %33 : f32 loc("examples/adamw_step.kina":24:15)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":24:15)
-    %total = tensor.expand_shape %30 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":24:15)
-    %inv_n = arith.constant dense<0.0625> : tensor<1x1xf32> loc("examples/adamw_step.kina":25:15)
-    %34 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":26:14)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %inv_n : tensor<1x1xf32>, tensor<1x1xf32>) outs(%34 : tensor<1x1xf32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.mulf %35, %36 : f32 loc("examples/adamw_step.kina":26:14)
-      linalg.yield %38 : f32 loc("examples/adamw_step.kina":26:14)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":26:14)
-    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":27:3)
-  } loc("examples/adamw_step.kina":15:1)
+      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":22:11)
+      linalg.yield %14 : f32 loc("examples/adamw_step.kina":22:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
+    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
+    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
+    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
+    %mean = func.call @"kina_losses.mse_loss$16_1"(%y_hat, %y) : (tensor<16x1xf32>, tensor<16x1xf32>) -> (tensor<1x1xf32>) loc("examples/adamw_step.kina":24:14)
+    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":25:3)
+  } loc("examples/adamw_step.kina":17:1)
 
   // kina-abi: kina_flatten(f32[3,8], f32[1,8], f32[8,1]) -> (f32[40])
   func.func @kina_flatten(%w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<40xf32>) attributes {llvm.emit_c_interface} {
-    %0 = tensor.collapse_shape %w1 [[0, 1]] : tensor<3x8xf32> into tensor<24xf32> loc("examples/adamw_step.kina":31:10)
-    %1 = tensor.collapse_shape %b1 [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/adamw_step.kina":31:28)
-    %2 = tensor.collapse_shape %w2 [[0, 1]] : tensor<8x1xf32> into tensor<8xf32> loc("examples/adamw_step.kina":31:45)
-    %4 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":31:3)
-    %5 = tensor.extract_slice %4[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":31:3)
-    %6 = linalg.copy ins(%0 : tensor<24xf32>) outs(%5 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":31:3)
-    %7 = tensor.insert_slice %6 into %4[0] [24] [1] : tensor<24xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
-    %8 = tensor.extract_slice %7[24] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":31:3)
-    %9 = linalg.copy ins(%1 : tensor<8xf32>) outs(%8 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":31:3)
-    %10 = tensor.insert_slice %9 into %7[24] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
-    %11 = tensor.extract_slice %10[32] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":31:3)
-    %12 = linalg.copy ins(%2 : tensor<8xf32>) outs(%11 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":31:3)
-    %3 = tensor.insert_slice %12 into %10[32] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
-    return %3 : tensor<40xf32> loc("examples/adamw_step.kina":31:3)
-  } loc("examples/adamw_step.kina":30:1)
+    %0 = tensor.collapse_shape %w1 [[0, 1]] : tensor<3x8xf32> into tensor<24xf32> loc("examples/adamw_step.kina":29:10)
+    %1 = tensor.collapse_shape %b1 [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/adamw_step.kina":29:28)
+    %2 = tensor.collapse_shape %w2 [[0, 1]] : tensor<8x1xf32> into tensor<8xf32> loc("examples/adamw_step.kina":29:45)
+    %4 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":29:3)
+    %5 = tensor.extract_slice %4[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":29:3)
+    %6 = linalg.copy ins(%0 : tensor<24xf32>) outs(%5 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":29:3)
+    %7 = tensor.insert_slice %6 into %4[0] [24] [1] : tensor<24xf32> into tensor<40xf32> loc("examples/adamw_step.kina":29:3)
+    %8 = tensor.extract_slice %7[24] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":29:3)
+    %9 = linalg.copy ins(%1 : tensor<8xf32>) outs(%8 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":29:3)
+    %10 = tensor.insert_slice %9 into %7[24] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":29:3)
+    %11 = tensor.extract_slice %10[32] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":29:3)
+    %12 = linalg.copy ins(%2 : tensor<8xf32>) outs(%11 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":29:3)
+    %3 = tensor.insert_slice %12 into %10[32] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":29:3)
+    return %3 : tensor<40xf32> loc("examples/adamw_step.kina":29:3)
+  } loc("examples/adamw_step.kina":28:1)
 
   // kina-abi: kina_adamw(f32[40], f32[40], f32[40], f32[40], f32[1]) -> (f32[40], f32[40], f32[40])
   func.func @kina_adamw(%w: tensor<40xf32>, %g: tensor<40xf32>, %m: tensor<40xf32>, %v: tensor<40xf32>, %t: tensor<1xf32>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) attributes {llvm.emit_c_interface} {
@@ -298,143 +271,202 @@ module {
     return %0#0, %0#1, %0#2, %0#3, %0#4, %0#5, %0#6 : tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32> loc("examples/adamw_step.kina":83:3)
   } loc("examples/adamw_step.kina":62:1)
 
+  func.func private @"kina_losses.mse_loss$16_1"(%pred: tensor<16x1xf32>, %target: tensor<16x1xf32>) -> (tensor<1x1xf32>) {
+    %0 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %err = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%pred, %target : tensor<16x1xf32>, tensor<16x1xf32>) outs(%0 : tensor<16x1xf32>) {
+    ^bb0(%1: f32, %2: f32, %3: f32):
+      %4 = arith.subf %1, %2 : f32 loc("examples/adamw_step.kina":57:44)
+      linalg.yield %4 : f32 loc("examples/adamw_step.kina":57:44)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %5 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%err : tensor<16x1xf32>) outs(%5 : tensor<16x1xf32>) {
+    ^bb0(%6: f32, %7: f32):
+      %8 = arith.mulf %6, %6 : f32 loc("examples/adamw_step.kina":58:2)
+      linalg.yield %8 : f32 loc("examples/adamw_step.kina":58:2)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %9 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":58:31)
+    %10 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+    %11 = linalg.fill ins(%9 : f32) outs(%10 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+    %12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%sq : tensor<16x1xf32>) outs(%11 : tensor<1xf32>) {
+    ^bb0(%13: f32, %14: f32):
+      %15 = arith.addf %14, %13 : f32 loc("examples/adamw_step.kina":58:31)
+      linalg.yield %15 : f32 loc("examples/adamw_step.kina":58:31)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+    %cols = tensor.expand_shape %12 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":58:31)
+    %16 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":61:15)
+    %17 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+    %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+    %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%cols : tensor<1x1xf32>) outs(%18 : tensor<1xf32>) {
+    ^bb0(%20: f32, %21: f32):
+      %22 = arith.addf %21, %20 : f32 loc("examples/adamw_step.kina":61:15)
+      linalg.yield %22 : f32 loc("examples/adamw_step.kina":61:15)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+    %total = tensor.expand_shape %19 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
+    %24 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":61:72)
+    %25 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
+    %23 = linalg.fill ins(%24 : f32) outs(%25 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
+    %26 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %23 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%26 : tensor<1x1xf32>) {
+    ^bb0(%27: f32, %28: f32, %29: f32):
+      %30 = arith.mulf %27, %28 : f32 loc("examples/adamw_step.kina":61:64)
+      linalg.yield %30 : f32 loc("examples/adamw_step.kina":61:64)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":61:93)
+  } loc("examples/adamw_step.kina":56:3)
+
   func.func private @"kina_mse.rev"(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) {
-    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
-    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
-    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":17:11)
-    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":18:17)
+    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
+    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
     %b1_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1 : tensor<1x8xf32>) outs(%3 : tensor<16x8xf32>) {
     ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":18:17)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":18:17)
-    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
+      linalg.yield %4 : f32 loc("examples/adamw_step.kina":20:17)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
+    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
     %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1_rows : tensor<16x8xf32>, tensor<16x8xf32>) outs(%6 : tensor<16x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
-      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":19:11)
-      linalg.yield %10 : f32 loc("examples/adamw_step.kina":19:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
+      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":21:11)
+      linalg.yield %10 : f32 loc("examples/adamw_step.kina":21:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
     %a = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%z : tensor<16x8xf32>) outs(%11 : tensor<16x8xf32>) {
     ^bb0(%12: f32, %13: f32):
-      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":20:11)
-      linalg.yield %14 : f32 loc("examples/adamw_step.kina":20:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
-    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
-    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":21:15)
-    %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
-    %err = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y_hat, %y : tensor<16x1xf32>, tensor<16x1xf32>) outs(%18 : tensor<16x1xf32>) {
+      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":22:11)
+      linalg.yield %14 : f32 loc("examples/adamw_step.kina":22:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
+    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
+    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
+    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
+    %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %losses.mse_loss$16_1.1.err = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y_hat, %y : tensor<16x1xf32>, tensor<16x1xf32>) outs(%18 : tensor<16x1xf32>) {
     ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/adamw_step.kina":22:13)
-      linalg.yield %22 : f32 loc("examples/adamw_step.kina":22:13)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
-    %23 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%err : tensor<16x1xf32>) outs(%23 : tensor<16x1xf32>) {
+      %22 = arith.subf %19, %20 : f32 loc("examples/adamw_step.kina":57:44)
+      linalg.yield %22 : f32 loc("examples/adamw_step.kina":57:44)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %23 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %losses.mse_loss$16_1.2.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.mse_loss$16_1.1.err : tensor<16x1xf32>) outs(%23 : tensor<16x1xf32>) {
     ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/adamw_step.kina":23:12)
-      linalg.yield %26 : f32 loc("examples/adamw_step.kina":23:12)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":24:15)
-    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":24:15)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":24:15)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%sq : tensor<16x1xf32>) outs(%29 : tensor<1xf32>) {
+      %26 = arith.mulf %24, %24 : f32 loc("examples/adamw_step.kina":58:2)
+      linalg.yield %26 : f32 loc("examples/adamw_step.kina":58:2)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":58:31)
+    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%losses.mse_loss$16_1.2.sq : tensor<16x1xf32>) outs(%29 : tensor<1xf32>) {
     ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/adamw_step.kina":24:15)
-      linalg.yield %33 : f32 loc("examples/adamw_step.kina":24:15)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":24:15)
-    %total = tensor.expand_shape %30 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":24:15)
-    %inv_n = arith.constant dense<0.0625> : tensor<1x1xf32> loc("examples/adamw_step.kina":25:15)
-    %34 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":26:14)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %inv_n : tensor<1x1xf32>, tensor<1x1xf32>) outs(%34 : tensor<1x1xf32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.mulf %35, %36 : f32 loc("examples/adamw_step.kina":26:14)
-      linalg.yield %38 : f32 loc("examples/adamw_step.kina":26:14)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":26:14)
-    %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/adamw_step.kina":27:3)
-    %39 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":26:14)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inv_n : tensor<1x1xf32>, tensor<1x1xf32>) outs(%39 : tensor<1x1xf32>) {
-    ^bb0(%40: f32, %41: f32, %42: f32):
-      %43 = arith.mulf %40, %41 : f32 loc("examples/adamw_step.kina":26:14)
-      linalg.yield %43 : f32 loc("examples/adamw_step.kina":26:14)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":26:14)
-    %44 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":24:15)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%44 : tensor<16x1xf32>) {
-    ^bb0(%45: f32, %46: f32):
-      linalg.yield %45 : f32 loc("examples/adamw_step.kina":24:15)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":24:15)
-    %47 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %ct.4.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast, %err : tensor<16x1xf32>, tensor<16x1xf32>) outs(%47 : tensor<16x1xf32>) {
-    ^bb0(%48: f32, %49: f32, %50: f32):
-      %51 = arith.mulf %48, %49 : f32 loc("examples/adamw_step.kina":23:12)
-      linalg.yield %51 : f32 loc("examples/adamw_step.kina":23:12)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %ct.5.const = arith.constant dense<2.0> : tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %52 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %ct.6.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.mul, %ct.5.const : tensor<16x1xf32>, tensor<16x1xf32>) outs(%52 : tensor<16x1xf32>) {
-    ^bb0(%53: f32, %54: f32, %55: f32):
-      %56 = arith.mulf %53, %54 : f32 loc("examples/adamw_step.kina":23:12)
-      linalg.yield %56 : f32 loc("examples/adamw_step.kina":23:12)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:12)
-    %57 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
-    %ct.7.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.mul : tensor<16x1xf32>) outs(%57 : tensor<16x1xf32>) {
-    ^bb0(%58: f32, %59: f32):
-      %60 = arith.negf %58 : f32 loc("examples/adamw_step.kina":22:13)
-      linalg.yield %60 : f32 loc("examples/adamw_step.kina":22:13)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":22:13)
-    %61 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":21:15)
-    %ct.8.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%61 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:15)
-    %62 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %63 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
-    %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
-    %ct.9.matmul = linalg.matmul ins(%ct.6.mul, %ct.8.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%64 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:15)
-    %65 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":21:15)
-    %ct.10.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%65 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:15)
-    %66 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:15)
-    %67 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
-    %68 = linalg.fill ins(%66 : f32) outs(%67 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
-    %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.6.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%68 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":21:15)
-    %ct.12.const = arith.constant dense<1.0> : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %69 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %a : tensor<16x8xf32>, tensor<16x8xf32>) outs(%69 : tensor<16x8xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.mulf %70, %71 : f32 loc("examples/adamw_step.kina":20:11)
-      linalg.yield %73 : f32 loc("examples/adamw_step.kina":20:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %74 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %ct.14.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.const, %ct.13.mul : tensor<16x8xf32>, tensor<16x8xf32>) outs(%74 : tensor<16x8xf32>) {
-    ^bb0(%75: f32, %76: f32, %77: f32):
-      %78 = arith.subf %75, %76 : f32 loc("examples/adamw_step.kina":20:11)
-      linalg.yield %78 : f32 loc("examples/adamw_step.kina":20:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %79 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %ct.14.sub : tensor<16x8xf32>, tensor<16x8xf32>) outs(%79 : tensor<16x8xf32>) {
-    ^bb0(%80: f32, %81: f32, %82: f32):
-      %83 = arith.mulf %80, %81 : f32 loc("examples/adamw_step.kina":20:11)
-      linalg.yield %83 : f32 loc("examples/adamw_step.kina":20:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:11)
-    %84 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":18:17)
-    %85 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":18:17)
-    %86 = linalg.fill ins(%84 : f32) outs(%85 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":18:17)
-    %87 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.15.mul : tensor<16x8xf32>) outs(%86 : tensor<8xf32>) {
-    ^bb0(%88: f32, %89: f32):
-      %90 = arith.addf %89, %88 : f32 loc("examples/adamw_step.kina":18:17)
-      linalg.yield %90 : f32 loc("examples/adamw_step.kina":18:17)
-    } -> tensor<8xf32> loc("examples/adamw_step.kina":18:17)
-    %ct.16.reduce_keep = tensor.expand_shape %87 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":18:17)
-    %91 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":17:11)
-    %ct.17.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%91 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":17:11)
-    %92 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %93 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
-    %94 = linalg.fill ins(%92 : f32) outs(%93 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
-    %ct.18.matmul = linalg.matmul ins(%ct.15.mul, %ct.17.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%94 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":17:11)
-    %95 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":17:11)
-    %ct.19.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%95 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":17:11)
-    %96 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":17:11)
-    %97 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
-    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
-    %ct.20.matmul = linalg.matmul ins(%ct.19.transpose, %ct.15.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%98 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":17:11)
-    return %mean, %ct.18.matmul, %ct.7.neg, %ct.20.matmul, %ct.16.reduce_keep, %ct.11.matmul : tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32> loc("examples/adamw_step.kina":15:1)
-  } loc("examples/adamw_step.kina":15:1)
+      %33 = arith.addf %32, %31 : f32 loc("examples/adamw_step.kina":58:31)
+      linalg.yield %33 : f32 loc("examples/adamw_step.kina":58:31)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+    %losses.mse_loss$16_1.3.cols = tensor.expand_shape %30 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":58:31)
+    %34 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":61:15)
+    %35 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+    %36 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+    %37 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%losses.mse_loss$16_1.3.cols : tensor<1x1xf32>) outs(%36 : tensor<1xf32>) {
+    ^bb0(%38: f32, %39: f32):
+      %40 = arith.addf %39, %38 : f32 loc("examples/adamw_step.kina":61:15)
+      linalg.yield %40 : f32 loc("examples/adamw_step.kina":61:15)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+    %losses.mse_loss$16_1.4.total = tensor.expand_shape %37 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
+    %41 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":61:72)
+    %42 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
+    %inert.9 = linalg.fill ins(%41 : f32) outs(%42 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
+    %43 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+    %losses.mse_loss$16_1.5.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.mse_loss$16_1.4.total, %inert.9 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%43 : tensor<1x1xf32>) {
+    ^bb0(%44: f32, %45: f32, %46: f32):
+      %47 = arith.mulf %44, %45 : f32 loc("examples/adamw_step.kina":61:64)
+      linalg.yield %47 : f32 loc("examples/adamw_step.kina":61:64)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+    %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/adamw_step.kina":25:3)
+    %48 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.9 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%48 : tensor<1x1xf32>) {
+    ^bb0(%49: f32, %50: f32, %51: f32):
+      %52 = arith.mulf %49, %50 : f32 loc("examples/adamw_step.kina":61:64)
+      linalg.yield %52 : f32 loc("examples/adamw_step.kina":61:64)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+    %53 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%53 : tensor<1x1xf32>) {
+    ^bb0(%54: f32, %55: f32):
+      linalg.yield %54 : f32 loc("examples/adamw_step.kina":61:15)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
+    %56 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:31)
+    %ct.4.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<1x1xf32>) outs(%56 : tensor<16x1xf32>) {
+    ^bb0(%57: f32, %58: f32):
+      linalg.yield %57 : f32 loc("examples/adamw_step.kina":58:31)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:31)
+    %59 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.broadcast, %losses.mse_loss$16_1.1.err : tensor<16x1xf32>, tensor<16x1xf32>) outs(%59 : tensor<16x1xf32>) {
+    ^bb0(%60: f32, %61: f32, %62: f32):
+      %63 = arith.mulf %60, %61 : f32 loc("examples/adamw_step.kina":58:2)
+      linalg.yield %63 : f32 loc("examples/adamw_step.kina":58:2)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %ct.6.const = arith.constant dense<2.0> : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %64 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %ct.6.const : tensor<16x1xf32>, tensor<16x1xf32>) outs(%64 : tensor<16x1xf32>) {
+    ^bb0(%65: f32, %66: f32, %67: f32):
+      %68 = arith.mulf %65, %66 : f32 loc("examples/adamw_step.kina":58:2)
+      linalg.yield %68 : f32 loc("examples/adamw_step.kina":58:2)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+    %69 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %ct.8.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul : tensor<16x1xf32>) outs(%69 : tensor<16x1xf32>) {
+    ^bb0(%70: f32, %71: f32):
+      %72 = arith.negf %70 : f32 loc("examples/adamw_step.kina":57:44)
+      linalg.yield %72 : f32 loc("examples/adamw_step.kina":57:44)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %73 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":23:15)
+    %ct.9.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%73 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":23:15)
+    %74 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
+    %75 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":23:15)
+    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":23:15)
+    %ct.10.matmul = linalg.matmul ins(%ct.7.mul, %ct.9.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%76 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":23:15)
+    %77 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":23:15)
+    %ct.11.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%77 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":23:15)
+    %78 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
+    %79 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":23:15)
+    %80 = linalg.fill ins(%78 : f32) outs(%79 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":23:15)
+    %ct.12.matmul = linalg.matmul ins(%ct.11.transpose, %ct.7.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%80 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":23:15)
+    %ct.13.const = arith.constant dense<1.0> : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %81 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %a : tensor<16x8xf32>, tensor<16x8xf32>) outs(%81 : tensor<16x8xf32>) {
+    ^bb0(%82: f32, %83: f32, %84: f32):
+      %85 = arith.mulf %82, %83 : f32 loc("examples/adamw_step.kina":22:11)
+      linalg.yield %85 : f32 loc("examples/adamw_step.kina":22:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %86 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %ct.15.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.const, %ct.14.mul : tensor<16x8xf32>, tensor<16x8xf32>) outs(%86 : tensor<16x8xf32>) {
+    ^bb0(%87: f32, %88: f32, %89: f32):
+      %90 = arith.subf %87, %88 : f32 loc("examples/adamw_step.kina":22:11)
+      linalg.yield %90 : f32 loc("examples/adamw_step.kina":22:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %91 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.10.matmul, %ct.15.sub : tensor<16x8xf32>, tensor<16x8xf32>) outs(%91 : tensor<16x8xf32>) {
+    ^bb0(%92: f32, %93: f32, %94: f32):
+      %95 = arith.mulf %92, %93 : f32 loc("examples/adamw_step.kina":22:11)
+      linalg.yield %95 : f32 loc("examples/adamw_step.kina":22:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+    %96 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":20:17)
+    %97 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":20:17)
+    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":20:17)
+    %99 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<16x8xf32>) outs(%98 : tensor<8xf32>) {
+    ^bb0(%100: f32, %101: f32):
+      %102 = arith.addf %101, %100 : f32 loc("examples/adamw_step.kina":20:17)
+      linalg.yield %102 : f32 loc("examples/adamw_step.kina":20:17)
+    } -> tensor<8xf32> loc("examples/adamw_step.kina":20:17)
+    %ct.17.reduce_keep = tensor.expand_shape %99 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":20:17)
+    %103 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":19:11)
+    %ct.18.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%103 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":19:11)
+    %104 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
+    %105 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":19:11)
+    %106 = linalg.fill ins(%104 : f32) outs(%105 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":19:11)
+    %ct.19.matmul = linalg.matmul ins(%ct.16.mul, %ct.18.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%106 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":19:11)
+    %107 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":19:11)
+    %ct.20.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%107 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":19:11)
+    %108 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
+    %109 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":19:11)
+    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":19:11)
+    %ct.21.matmul = linalg.matmul ins(%ct.20.transpose, %ct.16.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%110 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":19:11)
+    return %losses.mse_loss$16_1.5.mean, %ct.19.matmul, %ct.8.neg, %ct.21.matmul, %ct.17.reduce_keep, %ct.12.matmul : tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32> loc("examples/adamw_step.kina":17:1)
+  } loc("examples/adamw_step.kina":17:1)
 }
