@@ -7,12 +7,15 @@ features that register themselves.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
+from compiler.modules.search import is_std
+
 from .convert import index_of
-from .documents import View
+from .documents import View, path_of, read_only
 from .features import (
     actions,
     astutil,
@@ -42,6 +45,18 @@ async def _definition(ls: KinaServer, uri: str, position: lsp.Position) -> lsp.L
     if view is None:
         return None
     return navigation.definition(view, uri, offset) or modules.definition(view, offset, ls.documents.uri_of)
+
+
+def _refuse_std(uri: str, view: View, offset: int) -> None:
+    """A rename in a standard-library file, or of a std function from an importer, is
+    refused with a message that says why: std is read-only (it ships with the compiler)."""
+    if read_only(uri):
+        raise navigation.RenameRefused("this file is Kina's standard library (compiler/std), which is read-only")
+    target = crossrefs.target_at(view.snapshot, view.text, offset, path_of(uri))
+    if target is not None and is_std(target.path):
+        raise navigation.RenameRefused(
+            f"`{target.name}` is defined in Kina's standard library ({os.path.basename(target.path)}), "
+            "which is read-only")
 
 
 def register(server: KinaServer, safe: Safe) -> None:
@@ -127,7 +142,10 @@ def register(server: KinaServer, safe: Safe) -> None:
     @safe()
     async def on_prepare_rename(ls: KinaServer, params: lsp.PrepareRenameParams) -> lsp.PrepareRenamePlaceholder | None:
         view, offset = await _offset_view(ls, params.text_document.uri, params.position, wait=True)
-        return (navigation.prepare_rename(view, offset) or crossrefs.prepare(view, offset)) if view else None
+        if view is None:
+            return None
+        _refuse_std(params.text_document.uri, view, offset)
+        return navigation.prepare_rename(view, offset) or crossrefs.prepare(view, offset)
 
     @server.feature(lsp.TEXT_DOCUMENT_RENAME, lsp.RenameOptions(prepare_provider=True))
     @safe()
@@ -137,6 +155,7 @@ def register(server: KinaServer, safe: Safe) -> None:
         view, offset = await _offset_view(ls, uri, params.position, wait=True)
         if view is None:
             return None
+        _refuse_std(uri, view, offset)
         uses = await crossrefs.uses_at(ls, uri, view, offset, params.new_name)   # a function: in every file
         if uses is None:
             return navigation.rename(view, uri, offset, params.new_name)
@@ -189,5 +208,7 @@ def register(server: KinaServer, safe: Safe) -> None:
                     lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Source]))
     @safe(default=list)
     async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+        if read_only(params.text_document.uri):     # no edit of the standard library
+            return []
         view = await ls.view(params.text_document.uri)
         return actions.code_actions(view, params.text_document.uri, params) if view else []
