@@ -292,6 +292,10 @@ class ChunkCache:
         self._data: _TextLRU[tuple[str, frozenset[str], frozenset[str], str], tuple[list[int], int, str]] = \
             _TextLRU(limit, first)
         self._last: tuple[str, str, list[int], str] | None = None   # (text, encoding, full(text))
+        # the chunks of the last text tokenised (_assemble), and their tokens under its names
+        self._last_infos: dict[str, tuple[str, _Chunk]] = {}
+        self._last_names: tuple[str, frozenset[str], frozenset[str]] | None = None
+        self._last_encoded: dict[str, tuple[list[int], int, str]] = {}
         self._info: _TextLRU[str, _Chunk] = _TextLRU(limit, str)
         # A few versions of each function's tokens, not thousands (memory; they are
         # `Tok`s, which a full collection does not walk).
@@ -363,8 +367,21 @@ class ChunkCache:
         cuts = self._cuts(text)
         self._fit(text, len(cuts))
         chunks = [text[a:b] for a, b in cuts]
+        # The last text's chunks, by text, in plain dicts: after an edit all but one are
+        # there, and the LRUs' bookkeeping for 2,000 chunks was most of a request.
+        # (each kept under the string object first seen, which the LRUs key on too: the
+        # dicts share the caches' strings rather than hold a second copy of the text)
+        known = self._last_infos
+        kept = [known.get(c) or (c, self._chunk_info(c)) for c in chunks]
+        chunks = [c for c, _ in kept]
+        infos = [info for _, info in kept]
+        self._last_infos = dict(zip(chunks, kept))
         if functions is None or params is None:
-            functions, params = self._names(chunks)
+            functions = set().union(*(i.functions for i in infos))
+            params = set().union(*(i.params for i in infos))
+        names = (index.encoding, frozenset(functions), frozenset(params))
+        reuse = self._last_encoded if names == self._last_names else {}
+        encoded: dict[str, tuple[list[int], int, str]] = {}
         lines = [line for line, _ in index.line_columns([a for a, _ in cuts])]
         data: list[int] = []
         parts: list[str] = []
@@ -373,7 +390,9 @@ class ChunkCache:
             if span is not None and not (a < span.end and b > span.start):
                 continue
             checkpoint()
-            chunk, last, rest = self._chunk(chunk_text, index.encoding, functions, params)
+            hit = reuse.get(chunk_text) or self._chunk(chunk_text, index.encoding, functions, params)
+            encoded[chunk_text] = hit
+            chunk, last, rest = hit
             if not chunk:
                 continue
             first = line + chunk[0] - prev_line     # only a chunk's first token is re-based
@@ -381,6 +400,8 @@ class ChunkCache:
             data[len(data) - len(chunk)] = first
             parts.append(f"{first},{rest}")
             prev_line = line + last
+        if span is None:
+            self._last_names, self._last_encoded = names, encoded
         return data, parts
 
     def _chunk(self, text: str, encoding: str, functions: set[str], params: set[str]) -> tuple[list[int], int, str]:
