@@ -105,14 +105,16 @@ class Analysis:
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
         same_signatures = sig_keys == self._last_sig_keys
         valid: dict[int, ItemResult] = {}
-        for it in items:
-            if not (same_signatures and self._valid.get(id(it.res)) is it.res):
-                it.res = self._checked(it.res, signatures, sig_keys, modules)
-            valid[id(it.res)] = it.res
-            self._items[it.res.text] = it.res
-            diags += _shifted(it.res.parse_diags, it.offset)
-            if it.res.result is not None:
-                diags += [d for d in _shifted(it.res.result.diagnostics, it.offset)
+        for it in items:     # (runs for every item on every edit: no work for a clean one)
+            res = it.res
+            if not (same_signatures and self._valid.get(id(res)) is res):
+                it.res = res = self._checked(res, signatures, sig_keys, modules)
+            valid[id(res)] = res
+            self._items[res.text] = res
+            if res.parse_diags:
+                diags += _shifted(res.parse_diags, it.offset)
+            if res.result is not None and res.result.diagnostics:
+                diags += [d for d in _shifted(res.result.diagnostics, it.offset)
                           if not _mentions_unparsed(d, text, unparsed)]
         self._last_sig_keys, self._valid = sig_keys, valid
         good = self._good_functions(first, diags)
@@ -250,10 +252,11 @@ class Analysis:
 
     def _remember_good(self, items: list[Item]) -> None:
         for it in items:
-            if it.res.result is not None and it.res.result.function is not None:
-                known = self._last_good.get(it.name)
-                if known is None or known.result is not it.res.result:
-                    self._last_good[it.name] = LastGood(it.res.text, it.res.result)
+            res = it.res
+            if res.result is not None and res.result.function is not None:
+                known = self._last_good.get(res.name)
+                if known is None or known.result is not res.result:
+                    self._last_good[res.name] = LastGood(res.text, res.result)
         # only names the text still has: the last good version serves hover on a broken
         # function of that name; every name a long session ever typed would pile up
         names = {it.name for it in items}
@@ -265,7 +268,8 @@ class Analysis:
         Cached by the texts and offsets of the handled function and its callees (a generic
         callee's restrictions are checked on its symbolic body: see Generic), and by the
         analyses of the imported modules (ImportedFunctions: their functions, when one is called)."""
-        handlers = {t: n for n in sorted(good) for t in first[n].res.syms.handled}
+        handlers = {t: n for n in sorted(n for n in good if first[n].res.syms.handled)
+                    for t in first[n].res.syms.handled}
         # (built only when something is handled: it copies every imported function, seconds
         # for a 500-function module, and an importer without `handle` needs none of them)
         imported = self._imported_functions(links, frozenset(first)) if handlers else None
