@@ -197,10 +197,10 @@ class Bench:
         except (OSError, ValueError, IndexError):
             return None
 
-    async def wait_version(self, v: int) -> float:
+    async def wait_version(self, v: int, timeout: float = 60) -> float:
         while v not in self.published:
             self.arrived.clear()
-            await asyncio.wait_for(self.arrived.wait(), 60)
+            await asyncio.wait_for(self.arrived.wait(), timeout)
         return self.published[v]
 
     def change(self, uri: str, version: int, changes: list[dict]) -> float:

@@ -12,6 +12,13 @@ the file and these are timed through the raw client (bench_lsp.Bench):
   edit -> diagnostics           an edit that breaks or repairs one function
   junk line                     folding of a 128,000-character line of junk, and a hover on
                                 another document sent meanwhile
+  server CPU                    the server process's user+system CPU time (from /proc) per
+                                warm full request, per edit round (the edit, its two hovers,
+                                diagnostics, delta and completion) and for the junk line: the
+                                figures that depend least on what else loads the machine
+
+KINA_BENCH_SERVER (see bench_lsp.py) runs another server, e.g. an older checkout's, for a
+before/after comparison under the same load.
 """
 from __future__ import annotations
 
@@ -42,15 +49,19 @@ async def one_size(lines: int, reps: int = 20) -> dict[str, object]:
     doc = {"textDocument": {"uri": uri}}
     b.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "kina", "version": 1,
                                                         "text": make_source(functions)}})
-    await b.wait_version(1)
+    await b.wait_version(1, timeout=600)      # a cold check of 2,000 functions on a loaded machine
     out: dict[str, object] = {"lines": lines}
     first, full = await _timed(b, "textDocument/semanticTokens/full", doc)
+    await asyncio.sleep(0.5)                  # the open's background work (importers, warm-up) ends
+    cpu0 = b.cpu()
     warm = [(await _timed(b, "textDocument/semanticTokens/full", doc))[0] for _ in range(reps // 2)]
+    cpu1 = b.cpu()
     mid = 10 * (functions // 2)
     rng = {"start": _pos(mid, 0), "end": _pos(mid + 60, 0)}
     ranged = [(await _timed(b, "textDocument/semanticTokens/range", {**doc, "range": rng}))[0]
               for _ in range(reps // 2)]
     version, rid = 1, full["resultId"]
+    cpu2 = b.cpu()
     delta, edits, hover_other, hover_same, completion = [], [], [], [], []
     typed_other = typed_same = 0
     for k in range(reps):
@@ -72,9 +83,13 @@ async def one_size(lines: int, reps: int = 20) -> dict[str, object]:
         rid = d["resultId"]
         t, _ = await _timed(b, "textDocument/completion", {**doc, "position": _pos(line + 1, 15)})
         completion.append(t)
+    cpu3 = b.cpu()
     out.update(full_cold=[first], full=warm, range=ranged, delta=delta, hover_other=hover_other,
                hover_same=hover_same, typed=(typed_other, typed_same, reps), completion=completion, edit=edits)
     out["junk"] = await _junk(b, uri)
+    cpu4 = b.cpu()
+    if None not in (cpu0, cpu1, cpu2, cpu3, cpu4):
+        out["cpu"] = ((cpu1 - cpu0) / len(warm), (cpu3 - cpu2) / reps, cpu4 - cpu3)
     out["rss"] = b.rss_mb()
     await b.stop()
     return out
@@ -105,6 +120,10 @@ def report(r: dict) -> None:
           f"{2 * n - other - same})")
     fold, hover = r["junk"]
     print(f"  128,000-character junk line: folding {1000 * fold:.1f} ms, a hover meanwhile {1000 * hover:.1f} ms")
+    if "cpu" in r:
+        full, edit, junk = r["cpu"]
+        print(f"  server CPU: {1000 * full:.1f} ms per warm full request, {1000 * edit:.1f} ms per edit round, "
+              f"{1000 * junk:.1f} ms for the junk line")
 
 
 async def run_scale(sizes: list[int]) -> None:

@@ -6,7 +6,11 @@ answer; the feature modules only translate between compiler objects and LSP.
 
 The core (this package's top level): the server, its state and the wire.
 
-  server.py       the KinaServer class, the registration of every handler, main
+  server.py       the KinaServer class, commands and custom requests, main; calls every
+                  handler module's register(server, safe) (server.REGISTERED)
+  lifecycle.py    initialize, settings, document sync, pulled diagnostics (registered by server.py)
+  handlers.py     hover, inlay hints, navigation, rename, symbols, completion, signature
+                  help, code actions: the requests about a position (registered by server.py)
   cli.py          the kina-lsp command (stdio, --tcp), neutral working directory
   __main__.py     `python -m kina_lsp`, with the working directory dropped from sys.path
   base.py         what features need of the server: base.Server (a Protocol), safe / Safe
@@ -35,9 +39,10 @@ The features (kina_lsp/features/, one module per LSP feature; listed in its __in
   commands.py     kina.buildAndValidate, kina.showMlir / kina/mlir
   astutil.py      (shared helper) read-only queries over the compiler's AST
 
-Imports go one way: server.py imports the features (to register their handlers)
-and the core; a feature imports the core, base.py and other features, never
-server.py; the core below server.py imports no feature.  cli.py gets the server
+Imports go one way: server.py imports the features, lifecycle.py and handlers.py (to
+register their handlers) and the core; a feature imports the core, base.py and other
+features, never server.py; lifecycle.py and handlers.py import features and the core (and
+name KinaServer only for the type checker); the core below them imports no feature.  cli.py gets the server
 from server.main, so it does not import server.py either.  There is no import
 cycle, lazy imports included (scripts/check_lsp_cycles.py checks it).
 """

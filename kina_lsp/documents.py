@@ -53,7 +53,7 @@ from pygls.exceptions import JsonRpcContentModified
 from pygls.uris import from_fs_path, to_fs_path
 
 from compiler.analysis import Analysis
-from compiler.modules.search import normal
+from compiler.modules.search import is_std, normal
 from compiler.modules.workspace import Workspace, read_file
 from compiler.snapshot import ItemResult, Loader, Snapshot
 
@@ -76,6 +76,14 @@ def path_of(uri: str) -> str | None:
         return None
     path = to_fs_path(uri)
     return normal(path) if path else None
+
+
+def read_only(uri: str) -> bool:
+    """A file of Kina's standard library (compiler/std/*.kina): the editor opens it read-only
+    (the client learns where std lives from the server's capabilities: protocol.py), and
+    the server offers no edit of it (rename, formatting, code actions)."""
+    path = path_of(uri)
+    return path is not None and is_std(path)
 
 
 def split_items_around(text: str, offset: int) -> list[tuple[int, int]]:

@@ -31,6 +31,8 @@ from pygls.protocol.json_rpc import MsgId
 from pygls.protocol.language_server import lsp_method
 from pygls.workspace import TextDocument, Workspace
 
+from compiler.modules.search import STD_DIR
+
 from .convert import index_of, split_lines
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ class KinaProtocol(LanguageServerProtocol):
             step = next(inner)            # pygls has made its workspace and now calls our handler
         except StopIteration as stop:
             result: lsp.InitializeResult = stop.value
+            result.capabilities.experimental = {"kina": {"stdPath": STD_DIR}}
             return result
         assert self._workspace is not None
         self._workspace = KinaWorkspace.like(self._workspace)
@@ -114,6 +117,9 @@ class KinaProtocol(LanguageServerProtocol):
                 step = inner.send(value)
             except StopIteration as stop:
                 result = stop.value
+                # where the standard library lives: the editor opens its files read-only
+                # (editors/vscode/src/extension.ts)
+                result.capabilities.experimental = {"kina": {"stdPath": STD_DIR}}
                 return result
 
     # ---- bookkeeping

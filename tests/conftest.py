@@ -16,7 +16,7 @@ from compiler.backend import toolchain
 # compiled code, in-process or through a subprocess.
 ONCE = frozenset({
     "test_architecture", "test_check", "test_format", "test_front_end", "test_fuzz", "test_goldens",
-    "test_gradcheck", "test_incremental", "test_ir_verify", "test_parse", "test_progen", "test_vscode",
+    "test_gradcheck", "test_incremental", "test_ir_verify", "test_lex", "test_parse", "test_progen", "test_vscode",
     "test_lsp_convert", "test_lsp_diagnostics", "test_lsp_language", "test_lsp_memory", "test_lsp_regressions",
     "test_lsp_robustness", "test_lsp_semantic", "test_lsp_state", "test_lsp_structure", "test_lsp_sync",
     "test_flat_chains", "test_lsp_requests", "test_lsp_scale", "test_sort_pairs", "test_vjp_export",

@@ -3,18 +3,19 @@
 - `first_definitions`: a function name defined twice is a `duplicate` (the first
   definition is the one calls and the program use);
 - `recursion_diagnostics` / `recursive_functions`: functions on a call cycle of two
-  or more functions (direct self-calls are reported by check.check_function).
+  or more functions (direct self-calls are reported by check.check_function); `call_cycles`
+  and `recursion_diagnostic` are the same in two steps (names, then spans).
 
 The one front-end driver, compiler/analysis.py, applies them to every version of
 the text (they are cheap: names and call sets only).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TypeVar
 
 from compiler.check.function import FunctionResult
-from compiler.core.diagnostics import Diagnostic, Note
+from compiler.core.diagnostics import Diagnostic, Note, Span
 from compiler.syntax import nodes as syntax
 
 T = TypeVar("T")
@@ -39,18 +40,29 @@ def first_definitions(defs: Sequence[tuple[T, int, syntax.FnDef]]) -> tuple[dict
 def recursion_diagnostics(results: dict[str, FunctionResult]) -> list[Diagnostic]:
     """`recursion` for every function on a call cycle of two or more functions
     (direct self-calls are reported by check_function), at its call into the cycle."""
-    graph = {name: sorted(c for c in r.calls if c in results) for name, r in results.items()}
-    diags = []
-    for name, (callee, path) in sorted(_cycles(graph).items()):
-        diags.append(Diagnostic("recursion", f"`{name}` is recursive: {' -> '.join([name] + path)}; "
-                                "Kina functions cannot recurse", results[name].call_spans[callee]))
-    return diags
+    cycles = call_cycles({name: r.calls for name, r in results.items()})
+    return [recursion_diagnostic(name, callee, path, results[name].call_spans[callee])
+            for name, (callee, path) in sorted(cycles.items())]
 
 
 def recursive_functions(results: dict[str, FunctionResult]) -> set[str]:
     """Names of the functions on a call cycle of two or more functions (they
     are left out of the program; self-calls already have function=None)."""
-    return set(_cycles({name: sorted(c for c in r.calls if c in results) for name, r in results.items()}))
+    return set(call_cycles({name: r.calls for name, r in results.items()}))
+
+
+def call_cycles(calls: Mapping[str, Collection[str]]) -> dict[str, tuple[str, list[str]]]:
+    """name -> (a callee on its cycle, the call path from that callee back to name) for
+    every function on a call cycle of two or more functions; `calls`: function name ->
+    the names it calls (names that are no key of `calls` are ignored).  Names only, no
+    spans: the incremental front end reuses the answer while no call changed."""
+    return _cycles({name: sorted(c for c in cs if c in calls) for name, cs in calls.items()})
+
+
+def recursion_diagnostic(name: str, callee: str, path: list[str], call: Span) -> Diagnostic:
+    """The `recursion` diagnostic of `name`, whose call of `callee` (at `call`) starts the cycle `path`."""
+    return Diagnostic("recursion", f"`{name}` is recursive: {' -> '.join([name] + path)}; "
+                      "Kina functions cannot recurse", call)
 
 
 def _cycles(graph: dict[str, list[str]]) -> dict[str, tuple[str, list[str]]]:

@@ -16,8 +16,7 @@ import re
 from pathlib import Path
 
 from lark import Lark, Token
-from lark.exceptions import UnexpectedCharacters
-from lark.lexer import BasicLexer, LexerThread
+from lark.lexer import BasicLexer
 from lark.utils import TextSlice
 
 from compiler.core.diagnostics import BOM
@@ -68,21 +67,44 @@ def _junk_end(text: str, pos: int, end: int) -> int:
 
 
 def tokens(text: str, start: int = 0, end: int | None = None, comments: bool = False) -> list[Token]:
-    """Every token of text[start:end] in order, positions in `text`'s offsets."""
+    """Every token of text[start:end] in order, positions in `text`'s offsets.
+
+    Lark's own loop (LexerThread) cannot resume after a bad character without starting
+    over, and each start counts the lines of everything before it: a 128,000-character
+    line of `§x§x...` (64,000 bad characters) took seconds.  This is the same loop as
+    lark's BasicLexer.next_token (its scanner, keyword callbacks and line counting), kept
+    going past bad characters: linear in the text."""
     end = len(text) if end is None else end
     lexer = _COMMENTS_LEXER if comments else _CODE_LEXER
-    out: list[Token] = []
     pos = start + 1 if start == 0 and text.startswith(BOM) else start   # a byte-order mark is no token
-    while True:
-        try:
-            thread = LexerThread.from_text(lexer, TextSlice(text, pos, end))
-            out.extend(thread.lex(None))  # type: ignore[no-untyped-call]  # lark leaves LexerThread.lex unannotated
-            return out
-        except UnexpectedCharacters as err:
-            bad = err.pos_in_stream
-            assert bad is not None    # lark sets it for a lexing error
-            out.append(Token(BAD, text[bad], start_pos=bad, end_pos=bad + 1))
-            pos = _junk_end(text, bad, end)
+    scanner, window = lexer.scanner, TextSlice(text, 0, end)
+    ignore, newlines, callback = lexer.ignore_types, lexer.newline_types, lexer.callback
+    line = text.count("\n", 0, pos) + 1
+    line_start = text.rfind("\n", 0, pos) + 1
+    out: list[Token] = []
+    while pos < end:
+        found = scanner.match(window, pos)
+        tok: Token | None = None
+        if found is None:    # one BAD token, and the rest of the run of junk is skipped
+            out.append(Token(BAD, text[pos], pos, line, pos - line_start + 1, line, pos - line_start + 2, pos + 1))
+            value, kind = text[pos:_junk_end(text, pos, end)], BAD
+        else:
+            value, kind = found
+            if kind not in ignore or kind in callback:
+                tok = Token(kind, value, pos, line, pos - line_start + 1)
+        if found is None or kind in newlines:
+            breaks = value.count("\n")
+            if breaks:
+                line += breaks
+                line_start = pos + value.rindex("\n") + 1
+        pos += len(value)
+        if tok is not None:
+            tok.end_line, tok.end_column, tok.end_pos = line, pos - line_start + 1, pos
+            if kind in callback:      # a keyword: lark retypes the NAME it matched
+                tok = callback[kind](tok)
+            if kind not in ignore:
+                out.append(tok)
+    return out
 
 
 def start(tok: Token) -> int:
@@ -103,12 +125,25 @@ def is_word(text: str) -> bool:
     return len(toks) == 1 and toks[0].type in WORDS and len(toks[0]) == len(text)
 
 
+LONG_LINE = 4096   # past this, word_at lexes a window of the line around the offset
+WINDOW = 256
+
+
 def word_at(text: str, offset: int, numbers: bool = False) -> Token | None:
     """The identifier-like token (a name or a keyword; a number too if asked) touching
     `offset` (just after it counts), read from the offset's line only (no token spans a
-    line break)."""
+    line break); of a line over LONG_LINE characters, from a window of about 2 x WINDOW
+    characters around the offset cut at blanks (no token spans a blank, and a `//` before
+    the window makes it all comment): a request per keystroke need not lex 128,000
+    characters of a pasted blob."""
     lo = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
     hi = min((i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0), default=len(text))
+    if hi - lo > LONG_LINE:
+        a = max(lo, text.rfind(" ", lo, max(lo, offset - WINDOW)) + 1)
+        b = text.find(" ", min(hi, offset + WINDOW), hi)
+        if text.find("//", lo, a) >= 0:
+            return None
+        lo, hi = a, hi if b < 0 else b
     for tok in tokens(text, lo, hi):
         if (tok.type in WORDS or numbers and tok.type in NUMBERS) and start(tok) <= offset <= end(tok):
             return tok

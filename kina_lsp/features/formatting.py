@@ -23,7 +23,7 @@ from compiler.format import FormatError, format_source
 from compiler.syntax import items as item_split
 
 from .. import background
-from ..documents import View
+from ..documents import View, read_only
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
@@ -66,6 +66,8 @@ def to_lsp(view: View, edits: list[tuple[int, int, str]]) -> list[lsp.TextEdit]:
 
 
 async def _edits(ls: Server, uri: str, rng: lsp.Range | None) -> list[lsp.TextEdit]:
+    if read_only(uri):      # the standard library is not the user's to reformat
+        return []
     view = await ls.view(uri, wait=True)      # the user asked for it and waits
     if view is None:
         return []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lark import Token
 from lsprotocol import types as lsp
 
 from compiler.core.diagnostics import Span
@@ -118,7 +117,7 @@ def spans_at(view: View, offset: int) -> list[Span]:
     else:
         item = next((it for it in split_items(text) if it.start <= offset <= it.end), None)
         spans = [Span(item.start, item.end)] if item else []
-    word = _word_at(text, offset)
+    word = lex.word_at(text, offset, numbers=True)
     if word is not None:
         spans.append(Span(lex.start(word), lex.end(word)))
     out: list[Span] = []
@@ -126,27 +125,6 @@ def spans_at(view: View, offset: int) -> list[Span]:
         if not out or (out[-1].start <= s.start and s.end <= out[-1].end and s != out[-1]):
             out.append(s)
     return out
-
-
-LONG_LINE = 4096   # past this, the word under the cursor is lexed from a window around it
-
-
-def _word_at(text: str, offset: int) -> Token | None:
-    """lex.word_at, reading at most a window of about 2 x 256 characters around the
-    offset of a long line, cut at blanks: lexing a 128,000-character line of junk takes
-    seconds."""
-    lo = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
-    ends = [i for i in (text.find("\n", offset), text.find("\r", offset)) if i >= 0]
-    hi = min(ends, default=len(text))
-    if hi - lo <= LONG_LINE:
-        return lex.word_at(text, offset, numbers=True)
-    a = max(lo, text.rfind(" ", lo, max(lo, offset - 256)) + 1)
-    b = text.find(" ", min(hi, offset + 256), hi)
-    b = hi if b < 0 else b
-    tok = lex.word_at(text[a:b], offset - a, numbers=True)
-    if tok is None:
-        return None
-    return Token(tok.type, str(tok), start_pos=lex.start(tok) + a, end_pos=lex.end(tok) + a)
 
 
 def selection_range(view: View, position: lsp.Position) -> lsp.SelectionRange:

@@ -37,7 +37,7 @@ async def client(lsp_client: LanguageClient, workspace):
     params = init_params()
     params.root_uri = workspace.as_uri()
     params.workspace_folders = [lsp.WorkspaceFolder(uri=workspace.as_uri(), name="modules")]
-    await lsp_client.initialize_session(params)
+    lsp_client.init_result = await lsp_client.initialize_session(params)   # (its capabilities: a test reads them)
     yield
     await lsp_client.shutdown_session()
 
@@ -147,6 +147,53 @@ async def test_references_and_rename_across_files(client, workspace):
     with pytest.raises(Exception, match="cannot rename to `sse`"):
         await client.text_document_rename_async(lsp.RenameParams(
             text_document=doc_id(uri), position=pos(text, "layers.linear[4", len("layers.l")), new_name="sse"))
+
+
+STD_USER = """import nn
+
+fn dense(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]], b: Tensor[F32, [4]]) -> Tensor[F32, [2, 4]] {
+  nn.linear[2, 3, 4](x, w, b)
+}
+"""
+
+
+async def test_the_standard_library_is_read_only(client, workspace):
+    """Issue 29: std files open read-only in the editor (the server says where std lives),
+    and the server offers no edit of them: a rename of a std function from an importer,
+    or inside std, is refused with a message that says so; std gets no formatting."""
+    from compiler.modules.search import STD_DIR
+    assert client.init_result.capabilities.experimental == {"kina": {"stdPath": STD_DIR}}
+    path = workspace / "uses_std.kina"
+    path.write_text(STD_USER, encoding="utf-8")
+    uri, text = await opened(client, workspace, "uses_std.kina")
+    at = pos(text, "nn.linear[", len("nn.li"))
+    # Go to Definition still opens std's nn.kina
+    found = await client.text_document_definition_async(lsp.DefinitionParams(text_document=doc_id(uri), position=at))
+    found = found[0] if isinstance(found, list) else found
+    std_uri = Path(STD_DIR, "nn.kina").as_uri()
+    assert found.uri == std_uri
+    for ask in (client.text_document_prepare_rename_async(lsp.PrepareRenameParams(text_document=doc_id(uri),
+                                                                                  position=at)),
+                client.text_document_rename_async(lsp.RenameParams(text_document=doc_id(uri), position=at,
+                                                                   new_name="affine"))):
+        with pytest.raises(Exception, match=r"`linear` is defined in Kina's standard library \(nn.kina\), "
+                                            "which is read-only"):
+            await ask
+    # inside std itself: no rename, no formatting
+    # (badly spaced: formatting would have an edit to offer in a file of the user's)
+    std_text = Path(STD_DIR, "nn.kina").read_text(encoding="utf-8").replace("let y = x @ w", "let   y = x @ w")
+    client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+        text_document=lsp.TextDocumentItem(uri=std_uri, language_id="kina", version=1, text=std_text)))
+    with pytest.raises(Exception, match="standard library .compiler/std., which is read-only"):
+        await client.text_document_rename_async(lsp.RenameParams(
+            text_document=doc_id(std_uri), position=pos(std_text, "fn linear", 4), new_name="affine"))
+    assert not await client.text_document_formatting_async(lsp.DocumentFormattingParams(
+        text_document=doc_id(std_uri), options=lsp.FormattingOptions(tab_size=2, insert_spaces=True)))
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(text_document=doc_id(std_uri)))
+    # a function of the user's own file still renames
+    edit = await client.text_document_rename_async(lsp.RenameParams(
+        text_document=doc_id(uri), position=pos(text, "fn dense", 4), new_name="dense2"))
+    assert edit is not None and list(edit.changes) == [uri]
 
 
 async def test_importer_diagnostics_follow_an_open_imported_file(client, workspace):

@@ -82,7 +82,7 @@ async def test_semantic_tokens_past_1024_functions_stay_cached_and_range_matches
 async def test_the_incremental_item_split_equals_the_full_one():
     import random
 
-    from compiler.syntax.items import split_items as full_split
+    from compiler.syntax.items import split_all as full_split
     from kina_lsp import items
     rng = random.Random(31)
     text = "".join(SMALL.replace("fn f", f"fn f{i}") for i in range(60))

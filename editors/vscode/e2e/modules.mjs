@@ -9,15 +9,22 @@
  *   edits both files (`layers.affine` in main.kina, `fn affine` in layers.kina);
  * - 04f-importer-diagnostic: an edit in layers.kina (`fn affine` -> `fn affine2`) makes the
  *   server re-check main.kina: its `unknown-name` error reaches the Problems view, and goes
- *   again when the edit is undone.
+ *   again when the edit is undone;
+ * - 04g-std-read-only: F12 on `nn.linear` (main.kina also imports the standard library's nn)
+ *   opens compiler/std/nn.kina read-only: typing there does not change the document.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 
 export const MAIN = `import layers
+import nn
 
 fn first_layer(x: Tensor[F32, [4, 3]], w1: Tensor[F32, [3, 8]]) -> Tensor[F32, [4, 8]] {
   layers.linear[4, 3, 8](x, w1)
+}
+
+fn dense(x: Tensor[F32, [4, 3]], w: Tensor[F32, [3, 8]], b: Tensor[F32, [8]]) -> Tensor[F32, [4, 8]] {
+  nn.linear[4, 3, 8](x, w, b)
 }
 `;
 
@@ -78,5 +85,24 @@ export async function crossFileChecks({ page, step, log, focusEditor, withQuickI
     await line('fn affine[').waitFor({ timeout: 10000 });
     await problem.waitFor({ state: 'detached', timeout: 60000 });
     log('gone after undo');
+  });
+
+  await step('04g-std-read-only', async () => {
+    await open('main.kina');
+    await withQuickInput('Control+G', at('main.kina', 'nn.linear', 'nn.li'.length));
+    await page.keyboard.press('F12');
+    await page.locator('.tab.active[aria-label*="nn.kina"]').waitFor({ timeout: 30000 });
+    await line('fn linear[').waitFor({ timeout: 10000 });
+    await page.waitForTimeout(1500);   // (the extension marks the editor read-only when it becomes active)
+    await focusEditor();
+    await page.keyboard.type('zzz');
+    await page.keyboard.press('Enter');
+    await page.waitForTimeout(1500);
+    const typed = await page.locator('.editor-instance .view-line', { hasText: 'zzz' }).count();
+    const dirty = await page.locator('.tab.active.dirty').count();
+    if (typed > 0 || dirty > 0) {
+      throw new Error(`std's nn.kina took the typing (lines with it: ${typed}, dirty tab: ${dirty})`);
+    }
+    log('F12 on nn.linear opened std nn.kina read-only: typing changed nothing');
   });
 }

@@ -65,6 +65,7 @@ class KinaLanguageClient extends LanguageClient {
 }
 
 let client: LanguageClient | undefined;
+let stdDir: string | undefined;
 let starting: Promise<void> | undefined;
 let output: vscode.LogOutputChannel;
 let status: vscode.StatusBarItem;
@@ -104,6 +105,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     }),
     // Trust unlocks the workspace's own .venv and workspace-level server settings.
     vscode.workspace.onDidGrantWorkspaceTrust(() => void restartServer()),
+    vscode.window.onDidChangeActiveTextEditor((editor) => void readOnlyIfStd(editor)),
   );
   await startServer();
 }
@@ -221,12 +223,40 @@ async function doStart(): Promise<void> {
   try {
     await lc.start();
     output.appendLine('Kina language server running.');
+    stdDir = stdPathOf(lc);
+    await readOnlyIfStd(vscode.window.activeTextEditor);
   } catch (error) {
     client = undefined;
     // The exit can overtake the last stderr lines; give readline a moment to deliver them.
     await new Promise((resolve) => setTimeout(resolve, 300));
     await lc.dispose().catch(() => undefined);
     reportStartFailure(launch, error, stderr.lines);
+  }
+}
+
+/**
+ * Where Kina's standard library lives (compiler/std, with the server's compiler), from the
+ * server's capabilities (`experimental.kina.stdPath`, kina_lsp/protocol.py): the one place
+ * that knows which compiler the server runs.
+ */
+function stdPathOf(lc: LanguageClient): string | undefined {
+  const experimental = lc.initializeResult?.capabilities.experimental as { kina?: { stdPath?: unknown } } | undefined;
+  const dir = experimental?.kina?.stdPath;
+  return typeof dir === 'string' && dir ? path.resolve(dir) : undefined;
+}
+
+/**
+ * A standard-library file (F12 on `nn.linear` opens compiler/std/nn.kina) opens read-only:
+ * it ships with the compiler, and an edit would change every program that imports it.
+ * (The server refuses renames and offers no formatting or code actions there either.)
+ */
+async function readOnlyIfStd(editor: vscode.TextEditor | undefined): Promise<void> {
+  const doc = editor?.document;
+  if (!doc || !stdDir || doc.uri.scheme !== 'file' || editor !== vscode.window.activeTextEditor) {
+    return;
+  }
+  if (path.dirname(path.resolve(doc.uri.fsPath)) === stdDir && doc.uri.fsPath.endsWith('.kina')) {
+    await vscode.commands.executeCommand('workbench.action.files.setActiveEditorReadonlyInSession');
   }
 }
 
