@@ -419,14 +419,6 @@ async def on_signature_help(ls: KinaServer, params: lsp.SignatureHelpParams) -> 
     return completion.signature_help(view.text, offset, sigs, sizes)
 
 
-@server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
-                lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Source]))
-@safe(default=list)
-async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-    view = await ls.view(params.text_document.uri)
-    return actions.code_actions(view, params.text_document.uri, params) if view else []
-
-
 @server.command(actions.CMD_VALIDATE)
 @safe(default=lambda: {"ok": False, "message": "Kina: build & validate failed (see the server log)"})
 async def cmd_validate(ls: KinaServer, uri: Any) -> Summary:
@@ -497,7 +489,7 @@ def _uri_param(params: object, method: str) -> str:
 
 # ---- feature modules that register their own handlers ---------------------------------------
 for _feature in (semantic, folding, selection, highlight, workspace_symbols, call_hierarchy, formatting, lenses,
-                 links):
+                 links, actions):
     _feature.register(server, safe)
 
 
