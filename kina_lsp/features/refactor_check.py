@@ -65,7 +65,7 @@ def reanalyse(before: Snapshot, text: str) -> Snapshot:
     def loader(path: str, decls: Sequence[ImportDecl]) -> list[ModuleLink]:
         return [links.get(d.name) or ModuleLink(d, None, None, Diagnostic(
             "import", f"`{d.name}` is not an import of the text before the refactor", d.span)) for d in decls]
-    return Analysis(before.path, loader).update(text)
+    return Analysis(before.path, loader, seed=before).update(text)
 
 
 def _item(snap: Snapshot, function: str) -> Item | None:

@@ -138,7 +138,8 @@ def insert_let(text: str, at: int, name: str, value: str) -> Edit:
     before = text[line_start:at]
     if before.strip():
         return at, at, f"let {name} = {value} in "
-    return at, at, f"let {name} = {value} in\n{before}"
+    newline = "\r\n" if text[line_start - 2:line_start] == "\r\n" else "\n"    # the file's own line breaks
+    return at, at, f"let {name} = {value} in{newline}{before}"
 
 
 def in_keyword_end(text: str, let: ast.Let) -> int:

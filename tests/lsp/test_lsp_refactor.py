@@ -208,3 +208,20 @@ async def test_a_stale_resolve_has_no_edit_and_other_actions_stay(client):
     change(client, uri, 2, SUM.replace("s * c", "c * s"))
     await published(client, uri, 2)
     assert (await client.code_action_resolve_async(action)).edit is None
+
+
+async def test_split_is_refused_in_a_function_that_does_not_check(client):
+    text = CHAIN.replace("axis=1", "axis=5")      # an `attr` error: the links have no types to keep
+    uri = open_doc(client, text, "rf_split_no.kina")
+    assert [d.code for d in await published(client, uri, 1)] == ["attr"]
+    assert titled(await actions_at(client, uri, span_range(text, "reduce_keep", 0)), "refactor.rewrite") == []
+
+
+async def test_extract_keeps_the_files_line_breaks(client):
+    text = SUM.replace("\n", "\r\n")
+    uri = open_doc(client, text, "rf_crlf.kina")
+    await published(client, uri, 1)
+    (action,) = titled(await actions_at(client, uri, span_range(text, "s * c")), "refactor.extract")
+    full = await client.code_action_resolve_async(action)
+    (insert, _replace) = sorted(full.edit.changes[uri], key=lambda e: e.range.start.character)
+    assert insert.new_text == "let prod = s * c in\r\n  "
