@@ -18,6 +18,8 @@ without an edit, which the client shows as nothing to do.
 """
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -73,10 +75,27 @@ def candidates(view: View, span: Span, diags: list[lsp.Diagnostic],
     return out
 
 
+# (text key, refactor, args) -> whether it re-checked: an editor asks for the actions at the
+# cursor again and again (each move, each new diagnostic); the text decides the answer
+_CHECKED: OrderedDict[tuple[str, str, str], bool] = OrderedDict()
+_CHECKED_MAX = 512
+
+
 def verified(view: View, found: list[tuple[str, Args, Plan, list[lsp.Diagnostic]]]
              ) -> list[tuple[str, Args, Plan, list[lsp.Diagnostic]]]:
     """The candidates whose edited text re-checks (run on the analysis worker)."""
-    return [c for c in found if checks(view.snapshot, c[2].edits, c[2].expect)]
+    key = text_key(view.text)
+    out = []
+    for c in found:
+        k = (key, c[0], json.dumps(c[1], sort_keys=True))
+        ok = _CHECKED.get(k)
+        if ok is None:
+            ok = _CHECKED[k] = checks(view.snapshot, c[2].edits, c[2].expect)
+            while len(_CHECKED) > _CHECKED_MAX:
+                _CHECKED.popitem(last=False)
+        if ok:
+            out.append(c)
+    return out
 
 
 def to_action(view: View, uri: str, name: str, args: Args, plan: Plan, fixed: list[lsp.Diagnostic],

@@ -4,7 +4,7 @@ and split a method chain into one let per link (refactor.rewrite).
 Extract: the selection must be exactly one expression (blanks around it do not count).  The
 new let goes right before the statement that uses the expression (the let whose value holds
 it, or the chain's final expression), so everything the expression names is already bound
-there; its name is fresh in the whole document.
+there; its name is fresh: no word of the function, no function or import of the file.
 
     let y = x.exp().reduce_keep(op=sum, axis=1) * s in       (selecting `x.exp()`)
   becomes
@@ -56,7 +56,7 @@ def make_extract(view: View, args: Args) -> Plan | None:
     if typ is None:
         return None
     text = view.text
-    name = syn.fresh(syn.label(node), text)
+    name = syn.fresh(syn.label(node), syn.taken_names(view, fn))
     value = text[s:e]
     if syn.parenthesized(value):       # `let t = a + b in`, not `let t = (a + b) in`
         value = value[1:-1].strip()
@@ -113,7 +113,7 @@ def make_split(view: View, args: Args) -> Plan | None:
     text = view.text
     own = parent if isinstance(parent, ast.Let) and parent.value is node and not parent.destructure else None
     base = own.names[0].id if own is not None else None
-    names: list[str] = []
+    taken = syn.taken_names(view, fn)
     added: dict[str, str] = {}
     edits: list[Edit] = []
     at = syn.statement_start(fn, s)
@@ -123,8 +123,7 @@ def make_split(view: View, args: Args) -> Plan | None:
         typ = type_of(view.snapshot, link.span.start, link.span.end)
         if piece is None or typ is None:
             return None
-        name = syn.fresh(f"{base}_{link.method}" if base else syn.label(link), text + " " + " ".join(names))
-        names.append(name)
+        name = syn.fresh(f"{base}_{link.method}" if base else syn.label(link), taken)
         added[name] = typ
         edits.append(syn.insert_let(text, at, name, piece))
         prev_end, prev_name = link.span.end, name

@@ -13,6 +13,7 @@ from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax.walk import children
 
+from ..documents import View
 from . import astutil
 from .refactor_check import Edit
 
@@ -64,14 +65,22 @@ def statement_start(fn: ast.FnDef, offset: int) -> int:
     return tail.span.start
 
 
-def fresh(base: str, text: str) -> str:
-    """`base`, or base2, base3 ...: a name no word of the document uses (so it clashes with
-    no parameter, let, function, import, op or keyword anywhere in scope)."""
-    taken = {str(t) for t in lex.tokens(text) if t.type in lex.WORDS} | {"in", "let", "fn", "handle", "with"}
+def taken_names(view: View, fn: ast.FnDef) -> set[str]:
+    """The words a new let of fn must not be: every word of the function's text (its
+    parameters, lets, size names, the ops and functions it calls), every function of the
+    document and every import name, and the keywords."""
+    words = {str(t) for t in lex.tokens(view.text, fn.span.start, fn.span.end) if t.type in lex.WORDS}
+    imports = {link.decl.name for link in view.snapshot.imports}
+    return words | set(view.snapshot.defined_names) | imports | {"in", "let", "fn", "handle", "with", "_"}
+
+
+def fresh(base: str, taken: set[str]) -> str:
+    """`base`, or base2, base3 ...: a name not in `taken` (which it joins)."""
     name, n = base, 1
     while name in taken:
         n += 1
         name = f"{base}{n}"
+    taken.add(name)
     return name
 
 

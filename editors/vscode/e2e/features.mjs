@@ -142,7 +142,12 @@ export async function refactorChecks({ page, step, log, focusEditor, withQuickIn
       }
     }
     log(`refactor menu: ${(await page.locator('.action-widget .monaco-list-row').allTextContents()).join(' | ')}`);
-    await item.click();
+    // the menu takes the keyboard (a pointer block covers the page while it is open): move
+    // the focus to the item, then Enter, as a user picking it from the keyboard would
+    for (let i = 0; i < 10 && !(await item.getAttribute('class')).includes('focused'); i++) {
+      await page.keyboard.press('ArrowDown');
+    }
+    await page.keyboard.press('Enter');
     const letLine = page.locator('.editor-instance .view-line', { hasText: 'let wo_reshape = wo.reshape([1, 4, 4]) in' });
     await letLine.first().waitFor({ timeout: 15000 });
     await page.locator('.editor-instance .view-line', { hasText: 'merged @ wo_reshape in' }).first().waitFor({ timeout: 5000 });
