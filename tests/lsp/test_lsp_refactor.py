@@ -225,3 +225,36 @@ async def test_extract_keeps_the_files_line_breaks(client):
     full = await client.code_action_resolve_async(action)
     (insert, _replace) = sorted(full.edit.changes[uri], key=lambda e: e.range.start.character)
     assert insert.new_text == "let prod = s * c in\r\n  "
+
+
+IMPORTS = """\
+import nn
+
+fn f(x: Tensor[F32, [4, 3]], w: Tensor[F32, [3, 5]], b: Tensor[F32, [5]]) -> Tensor[F32, [4, 5]] {
+  let y = nn.linear(x, w, b).exp() in
+  y
+}
+"""
+
+
+async def test_extract_a_call_of_an_imported_function(client):
+    uri = open_doc(client, IMPORTS, "rf_imports.kina")
+    assert await published(client, uri, 1) == []
+    (action,) = titled(await actions_at(client, uri, span_range(IMPORTS, "nn.linear(x, w, b)")), "refactor.extract")
+    assert action.title == "Extract `nn.linear(x, w, b)` into `let nn_linear`"
+    new = await resolved(client, uri, IMPORTS, action)
+    assert "  let nn_linear = nn.linear(x, w, b) in\n  let y = nn_linear.exp() in\n" in new
+    assert bindings(new, "f")["nn_linear"] == "Tensor[F32, [4, 5], @host]"
+
+
+async def test_a_client_that_cannot_resolve_gets_the_edits_in_the_list():
+    """In process: the same candidates, checked, as a client without codeAction.resolveSupport sees them."""
+    from compiler.core.diagnostics import Span
+    from kina_lsp.convert import index_of
+    from kina_lsp.documents import View
+    from kina_lsp.features import refactor
+    view = View(analyze(SUM), SUM, index_of(SUM))
+    at = SUM.index("s * c")
+    found = refactor.verified(view, refactor.candidates(view, Span(at, at + 5), [], ["refactor.extract"]))
+    (action,) = [refactor.to_action(view, "file:///x.kina", *c, lazy=False) for c in found]
+    assert apply(SUM, action.edit.changes["file:///x.kina"]).endswith("  let prod = s * c in\n  prod + t\n}\n")

@@ -6,7 +6,7 @@
  *   kina.validateFunction command (the lens maps to a registered command);
  * - 04c-fold-function: the fold control in the gutter of `fn attn` collapses the function
  *   (its body lines leave the screen, the `}` line stays) and expands it again;
- * - 04d-extract-to-let (issue 31): select `wo.reshape([1, 4, 4])`, open the Refactor menu
+ * - 04c2-extract-to-let (issue 31): select `wo.reshape([1, 4, 4])`, open the Refactor menu
  *   (Command Palette "Refactor..."), pick "Extract ... into `let wo_reshape`" (VS Code resolves
  *   the action's edit with codeAction/resolve), read the new let and its use back from the
  *   editor, and undo it.
@@ -120,7 +120,7 @@ export async function noLensesInRestrictedMode({ page, step, log }) {
 
 /** Extract an expression into a let through the Refactor menu (see the header). */
 export async function refactorChecks({ page, step, log, focusEditor, withQuickInput, position }) {
-  await step('04d-extract-to-let', async () => {
+  await step('04c2-extract-to-let', async () => {
     const needle = 'wo.reshape([1, 4, 4])';
     const at = position(needle);
     await focusEditor();
