@@ -41,10 +41,6 @@ def node_spanning(fn: ast.FnDef, start: int, end: int) -> tuple[ast.Expr, ast.Ex
     return hits[0] if hits else None
 
 
-def parent_of(fn: ast.FnDef, node: ast.Expr) -> ast.Expr | None:
-    return next((p for n, p in walk(fn) if n is node), None)
-
-
 def trimmed(text: str, start: int, end: int) -> tuple[int, int]:
     """[start, end) without the blanks at either end."""
     while start < end and text[start].isspace():

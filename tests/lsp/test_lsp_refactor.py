@@ -258,3 +258,32 @@ async def test_a_client_that_cannot_resolve_gets_the_edits_in_the_list():
     found = refactor.verified(view, refactor.candidates(view, Span(at, at + 5), [], ["refactor.extract"]))
     (action,) = [refactor.to_action(view, "file:///x.kina", *c, lazy=False) for c in found]
     assert apply(SUM, action.edit.changes["file:///x.kina"]).endswith("  let prod = s * c in\n  prod + t\n}\n")
+
+
+async def test_inline_may_duplicate_a_random_draw(client):
+    """A random op is a pure function of its key: two copies draw what the one let drew."""
+    text = """\
+fn f(key: Tensor[I64, [2]]) -> Tensor[F32, [2, 3]] {
+  let u = random_uniform(key, shape=[2, 3]) in
+  u + u
+}
+"""
+    uri = open_doc(client, text, "rf_random.kina")
+    assert await published(client, uri, 1) == []
+    (action,) = titled(await actions_at(client, uri, span_range(text, "u = r", 1)), "refactor.inline")
+    new = await resolved(client, uri, text, action)
+    assert "  random_uniform(key, shape=[2, 3]) + random_uniform(key, shape=[2, 3])\n" in new
+    assert bindings(new, "f") == {"key": "Tensor[I64, [2], @host]"}
+
+
+async def test_the_recheck_of_a_seeded_analysis_equals_a_fresh_one():
+    """refactor_check re-analyses an edited copy reusing the results of the text before
+    (Analysis(seed=...)): it must find what a from-scratch analysis finds."""
+    from compiler.analysis import Analysis
+    from kina_lsp.features.refactor_check import reanalyse
+    before = analyze(SHAPES)
+    for edited in (SHAPES.replace("x + b", "x + b.broadcast([M, N])"), SHAPES.replace("[6, 4]", "[3, 8]"), SUM):
+        seeded, fresh = reanalyse(before, edited), Analysis().update(edited)
+        assert [(d.code, d.message, d.span) for d in seeded.diagnostics] == \
+            [(d.code, d.message, d.span) for d in fresh.diagnostics]
+        assert [(f.span, str(f.type)) for f in seeded.types] == [(f.span, str(f.type)) for f in fresh.types]
