@@ -62,8 +62,12 @@ GONE_CHARS = 64_000   # ... and at most this many characters of them, or the tex
 class Analysis:
     """Holds the per-item caches between versions of one document."""
 
-    def __init__(self, path: str = "<input>", loader: Loader | None = None) -> None:
+    def __init__(self, path: str = "<input>", loader: Loader | None = None, seed: Snapshot | None = None) -> None:
+        """`seed`: an analysis of a nearby text under the same imports (resolved by `loader` to the
+        same links) whose item results the first update reuses: an edited copy of a text re-checks
+        only the items it changed (the language server's refactors check their result so)."""
         self.path = path
+        self._seed = seed
         # resolves the document's import lines: by default a workspace of its own that reads
         # the disk (compiler/modules); the CLI and the language server share one between files
         self.loader: Loader = loader if loader is not None else Workspace(Analysis).loader
@@ -168,6 +172,10 @@ class Analysis:
         if key == self._modules_key:
             return
         self._modules_key = key
+        seed, self._seed = self._seed, None
+        if seed is not None and self.snapshot is None:     # (made under these imports: see __init__)
+            self._items = {it.res.text: it.res for it in seed.items}
+            return
         self._items.clear()
         self._gone.clear()
         self._valid.clear()

@@ -10,7 +10,7 @@ The core (this package's top level): the server, its state and the wire.
                   handler module's register(server, safe) (server.REGISTERED)
   lifecycle.py    initialize, settings, document sync, pulled diagnostics (registered by server.py)
   handlers.py     hover, inlay hints, navigation, rename, symbols, completion, signature
-                  help, code actions: the requests about a position (registered by server.py)
+                  help: the requests about a position (registered by server.py)
   cli.py          the kina-lsp command (stdio, --tcp), neutral working directory
   __main__.py     `python -m kina_lsp`, with the working directory dropped from sys.path
   base.py         what features need of the server: base.Server (a Protocol), safe / Safe

@@ -1,6 +1,7 @@
 """The handlers of the requests the editor sends about a position or a document: hover,
 inlay hints, definition / declaration / type definition, references, rename, document
-symbols, completion, signature help and code actions.  Each asks the server for the
+symbols, completion and signature help (code actions register themselves in
+features/actions.py).  Each asks the server for the
 analysis of the buffer (`ls.view`) and hands it to its feature module
 (kina_lsp/features/); server.py registers them (`register`), as it registers the
 features that register themselves.
@@ -17,7 +18,6 @@ from compiler.modules.search import is_std
 from .convert import index_of
 from .documents import View, path_of, read_only
 from .features import (
-    actions,
     astutil,
     completion,
     crossrefs,
@@ -203,12 +203,3 @@ def register(server: KinaServer, safe: Safe) -> None:
             sigs.setdefault(fn.name, (f"{astutil.generic_name(fn)}({', '.join(ps)}) -> {astutil.type_text(fn.ret)}", ps))
             sizes.setdefault(fn.name, [s.name for s in fn.sizes])
         return completion.signature_help(view.text, offset, sigs, sizes)
-
-    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
-                    lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.Source]))
-    @safe(default=list)
-    async def on_code_action(ls: KinaServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-        if read_only(params.text_document.uri):     # no edit of the standard library
-            return []
-        view = await ls.view(params.text_document.uri)
-        return actions.code_actions(view, params.text_document.uri, params) if view else []

@@ -5,7 +5,7 @@ of every handler, the commands and custom requests, and `main`, the `kina-lsp` c
 The package's layout (core and features, and what each module does) is in
 kina_lsp/__init__.py.  Every handler module has a `register(server, safe)`, which this
 module calls once (REGISTERED, below): lifecycle.py (initialize, settings, document sync,
-diagnostics), handlers.py (hover, navigation, completion, code actions ...) and the
+diagnostics), handlers.py (hover, navigation, completion ...) and the
 feature modules (kina_lsp/features/) that register their own handlers.  None of them
 imports this module (the features see the server as base.Server).  The commands stay
 here: pygls reads a command handler's annotations (KinaServer) when it runs.
@@ -205,7 +205,7 @@ def _uri_param(params: object, method: str) -> str:
 
 # ---- every other handler: each module registers its own ------------------------------------
 REGISTERED = (lifecycle, handlers, semantic, folding, selection, highlight, workspace_symbols, call_hierarchy,
-              formatting, lenses, links)
+              formatting, lenses, links, actions)
 for _module in REGISTERED:
     _module.register(server, safe)
 

@@ -13,7 +13,11 @@ compiler's objects (compiler.analysis' Snapshot, spans, types) and LSP.
   call_hierarchy.py     textDocument/prepareCallHierarchy, callHierarchy/incomingCalls, outgoingCalls
   formatting.py         textDocument/formatting and rangeFormatting (compiler.format.formatter)
   lenses.py             textDocument/codeLens: Build & validate, Gradient check (kina.validateFunction)
-  actions.py            textDocument/codeAction: quick fixes (reverseMode method chains), source actions
+  actions.py            textDocument/codeAction and codeAction/resolve: quick fixes (reverseMode method
+                        chains, literals, casts), the refactors, source actions
+  refactor.py           the refactor actions (and refactor_extract, _inline, _shape, _check, _syntax):
+                        extract/inline a let, method chain <-> lets, broadcast/reshape fixes,
+                        each offered only when the edited text re-checks
   links.py              textDocument/documentLink: paths and URLs in comments
   commands.py           workspace/executeCommand kina.buildAndValidate, kina.showMlir; the kina/mlir request
 

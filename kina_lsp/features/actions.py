@@ -1,5 +1,12 @@
-"""Code actions: the quick fixes of diagnostics that carry a Fix, plus the
-"Build & validate" and "Show MLIR" source actions (features/commands.py runs them).
+"""Code actions: the quick fixes of diagnostics that carry a Fix, the refactors
+(features/refactor.py: extract, inline, method chain <-> lets, and the `.broadcast` /
+`.reshape` fixes of shape diagnostics), plus the "Build & validate" and "Show MLIR" source
+actions (features/commands.py runs them; they stay commands).
+
+This module registers textDocument/codeAction and codeAction/resolve.  A client that can
+resolve an action's edit (VS Code, neovim) gets the list without edits, and each edit when
+it asks for it (the action's `data` says which fix or refactor, where, and for which text);
+any other client gets the edits in the list.
 
 A quick fix is chosen by the diagnostic's Fix kind (compiler.core.diagnostics.FIXES),
 which the client hands back in the diagnostic's `data` (QUICK_FIXES has one row
@@ -21,7 +28,7 @@ one the `dtype` diagnostic points at gets `.cast(dtype=D)`.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types as lsp
 
@@ -30,8 +37,11 @@ from compiler.syntax import lex
 from compiler.syntax import nodes as ast
 from compiler.syntax.walk import children
 
-from ..documents import View
-from . import astutil
+from ..documents import View, read_only
+from . import astutil, refactor
+
+if TYPE_CHECKING:
+    from ..base import Safe, Server
 
 CMD_VALIDATE = "kina.buildAndValidate"
 CMD_MLIR = "kina.showMlir"
@@ -154,7 +164,7 @@ def _fix_of(diag: lsp.Diagnostic) -> tuple[str, str | None] | None:
     return data["fix"], text if isinstance(text, str) else None
 
 
-def quick_fix(view: View, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | None:
+def quick_fix(view: View, uri: str, diag: lsp.Diagnostic, lazy: bool = False) -> lsp.CodeAction | None:
     found = _fix_of(diag)
     if found is None:
         return None
@@ -164,12 +174,16 @@ def quick_fix(view: View, uri: str, diag: lsp.Diagnostic) -> lsp.CodeAction | No
     edit = make(view, uri, span.start, span.end, text)
     if edit is None:
         return None
-    return lsp.CodeAction(title=title.format(text=text), kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag], edit=edit,
-                          is_preferred=True)
+    data = {"uri": uri, "fix": kind, "start": span.start, "end": span.end, "fixText": text,
+            "text": refactor.text_key(view.text)}
+    return lsp.CodeAction(title=title.format(text=text), kind=lsp.CodeActionKind.QuickFix, diagnostics=[diag],
+                          edit=None if lazy else edit, is_preferred=True, data=data)
 
 
-def code_actions(view: View, uri: str, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
-    actions = [fix for diag in params.context.diagnostics or [] if (fix := quick_fix(view, uri, diag))]
+def code_actions(view: View, uri: str, params: lsp.CodeActionParams, lazy: bool = False) -> list[lsp.CodeAction]:
+    """The quick fixes of the diagnostics that carry a Fix, and the source actions (not the
+    refactors, which need the analysis worker: `on_code_action`)."""
+    actions = [fix for diag in params.context.diagnostics or [] if (fix := quick_fix(view, uri, diag, lazy))]
     for title, cmd in (("Kina: Build & validate", CMD_VALIDATE), ("Kina: Show MLIR", CMD_MLIR)):
         actions.append(lsp.CodeAction(title=title, kind=lsp.CodeActionKind.Source,
                                       command=lsp.Command(title=title, command=cmd, arguments=[uri])))
@@ -177,6 +191,62 @@ def code_actions(view: View, uri: str, params: lsp.CodeActionParams) -> list[lsp
     if only:
         actions = [a for a in actions if any(_kind_matches(a.kind, k) for k in only)]
     return actions
+
+
+def resolve_quick_fix(view: View | None, action: lsp.CodeAction) -> lsp.CodeAction:
+    """A lazily listed quick fix with its edit (made again: cheap), if the text is the same."""
+    data: dict[str, Any] = action.data if isinstance(action.data, dict) else {}
+    row = QUICK_FIXES.get(str(data.get("fix")))
+    start, end, uri, text = data.get("start"), data.get("end"), data.get("uri"), data.get("fixText")
+    if view is None or row is None or not (isinstance(start, int) and isinstance(end, int) and isinstance(uri, str)):
+        return action
+    if data.get("text") == refactor.text_key(view.text):
+        action.edit = row[0](view, uri, start, end, text if isinstance(text, str) else None)
+    return action
+
+
+OPTIONS = lsp.CodeActionOptions(
+    code_action_kinds=[lsp.CodeActionKind.QuickFix, lsp.CodeActionKind.RefactorExtract,
+                       lsp.CodeActionKind.RefactorInline, lsp.CodeActionKind.RefactorRewrite,
+                       lsp.CodeActionKind.Source],
+    resolve_provider=True)
+
+
+def _lazy(server: Server) -> bool:
+    """Whether the client resolves an action's edit (codeAction.resolveSupport has "edit")."""
+    caps = server.client_capabilities.text_document
+    support = caps.code_action.resolve_support if caps and caps.code_action else None
+    return support is not None and "edit" in support.properties
+
+
+def register(server: Server, safe: Safe) -> None:
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, OPTIONS)
+    @safe(default=list)
+    async def on_code_action(ls: Server, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+        uri = params.text_document.uri
+        if read_only(uri):      # no edit of the standard library
+            return []
+        view = await ls.view(uri)
+        if view is None:
+            return []
+        lazy = _lazy(ls)
+        listed = code_actions(view, uri, params, lazy)
+        only = [str(getattr(k, "value", k)) for k in params.context.only or []] or None
+        found = refactor.candidates(view, view.index.span(params.range), list(params.context.diagnostics or []), only)
+        good = await ls.documents.on_worker(lambda _ws: refactor.verified(view, found)) if found else []
+        refactors = [refactor.to_action(view, uri, *c, lazy=lazy) for c in good]
+        fixes = [a for a in listed if a.kind == lsp.CodeActionKind.QuickFix]
+        return fixes + refactors + [a for a in listed if a.kind != lsp.CodeActionKind.QuickFix]
+
+    @server.feature(lsp.CODE_ACTION_RESOLVE)
+    @safe(default=lambda: None)
+    async def on_code_action_resolve(ls: Server, action: lsp.CodeAction) -> lsp.CodeAction:
+        data = action.data if isinstance(action.data, dict) else {}
+        uri = data.get("uri")
+        view = await ls.view(uri, wait=True) if isinstance(uri, str) else None
+        if "refactor" in data:
+            return refactor.resolve(view, action)
+        return resolve_quick_fix(view, action)
 
 
 def _kind_matches(kind: lsp.CodeActionKind | str | None, wanted: lsp.CodeActionKind | str) -> bool:

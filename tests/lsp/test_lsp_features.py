@@ -184,6 +184,8 @@ async def test_quick_fix_splits_a_method_chain(client):
     actions = await client.text_document_code_action_async(lsp.CodeActionParams(
         text_document=doc_id(uri), range=diag.range, context=lsp.CodeActionContext(diagnostics=[diag])))
     fix = next(a for a in actions if isinstance(a, lsp.CodeAction) and a.kind == lsp.CodeActionKind.QuickFix)
+    assert fix.edit is None     # listed without its edit: the client resolves it
+    fix = await client.code_action_resolve_async(fix)
     new = apply(CHAIN, fix.edit.changes[uri])
     assert "  let y_reshape = w.reshape([2, 8]) in\n  let y = y_reshape.exp() in\n" in new
     # the fixed text passes the reverseMode restrictions

@@ -23,7 +23,7 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { lensAndFoldingChecks, noLensesInRestrictedMode } from './features.mjs';
+import { lensAndFoldingChecks, noLensesInRestrictedMode, refactorChecks } from './features.mjs';
 import { crossFileChecks } from './modules.mjs';
 
 const { values: opt } = parseArgs({
@@ -208,6 +208,7 @@ async function trusted() {
   });
 
   await lensAndFoldingChecks({ page, step, log, toast, focusEditor });
+  await refactorChecks({ page, step, log, focusEditor, withQuickInput, position });
 
   await crossFileChecks({ page, step, log, focusEditor, withQuickInput,
     folder: new URL(opt.url).searchParams.get('folder') });
