@@ -229,9 +229,7 @@ def _summary(oracle, failures, seconds: float, levels, torch: bool) -> None:
           f"finite-difference checks {s.fd_checked} (parameters at a kink at every point {s.fd_kink_skipped}); outputs held to the same-dtype reference {s.ill_conditioned}")
     print(f"VJP exports checked {s.vjp_checked} ({s.vjp_dynamic} dynamic) against the interpreter's VJP; "
           f"programs with random ops compared bitwise {s.bits_cases} ({s.bits_values} random values, "
-          f"interpreter vs {', '.join(f'-O{lv}' for lv in levels)})" +
-          (f"; {s.bits_known} differ as differential_runs.KNOWN_BIT_DIFFERENCES says (open back-end bugs, "
-           f"not failed)" if s.bits_known else ""))
+          f"interpreter vs {', '.join(f'-O{lv}' for lv in levels)})")
     print(f"mismatches {mismatches}, crashes {crashes}" +
           (" (" + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ")" if kinds else ""))
     phases = ", ".join(f"{k} {v:.0f} s" for k, v in sorted(s.seconds.items()))

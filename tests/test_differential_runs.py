@@ -8,7 +8,7 @@ import pytest
 from compiler import analysis
 from compiler.core.types import DType
 from compiler.oracle import differential, validate
-from compiler.oracle.differential_runs import KNOWN_BIT_DIFFERENCES, bit_differences, extras_of
+from compiler.oracle.differential_runs import bit_differences, extras_of
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen.probe import random_probe
 
@@ -70,20 +70,18 @@ def test_random_values_are_compared_bitwise_and_a_flipped_bit_fails(run):
 
 def test_bit_differences_see_a_sign_of_zero_and_accept_the_same_nan():
     want = [np.array([0.0, np.nan], np.float32), np.array([True, False])]
-    assert bit_differences([want[0].copy(), want[1].copy()], want, ["F32", "Bool"]) == ([], [])
-    (line,), _ = bit_differences([np.array([-0.0, np.nan], np.float32), want[1]], want, ["F32", "Bool"])
+    assert bit_differences([want[0].copy(), want[1].copy()], want, ["F32", "Bool"]) == []
+    (line,) = bit_differences([np.array([-0.0, np.nan], np.float32), want[1]], want, ["F32", "Bool"])
     assert "1 of 2 elements differ, first at [0]: bits 0x80000000" in line
     bf16 = np.array([1.0, 2.0], DType.BF16.np_dtype)
-    assert bit_differences([bf16.astype(np.float32)], [bf16], ["BF16"]) == ([], [])
+    assert bit_differences([bf16.astype(np.float32)], [bf16], ["BF16"]) == []
 
 
-def test_a_known_back_end_difference_is_counted_not_failed():
+def test_a_last_bit_difference_fails_and_names_the_op():
     want = [np.array([1.0, 2.0])]
     got = [np.nextafter(want[0], 3.0)]
-    assert ("random_normal", "F64") in KNOWN_BIT_DIFFERENCES
-    bad, (known,) = bit_differences(got, want, ["F64"], ["random_normal"])
-    assert bad == [] and "2 of 2 elements differ" in known
-    assert bit_differences(got, want, ["F64"], ["random_uniform"])[0]     # any other op still fails
+    (line,) = bit_differences(got, want, ["F64"], ["random_normal"])
+    assert "result 0 (random_normal, F64): 2 of 2 elements differ" in line
 
 
 def test_the_probe_returns_every_random_value_and_only_their_slice():
@@ -104,11 +102,10 @@ def test_reproducer_of_a_vjp_failure_has_its_vjp_export_and_probe():
     assert not [d for d in analysis.analyze(text).diagnostics if d.severity == "error"]
 
 
-# The minimal program of the one bit difference the generated run found (case c79, seed 1):
-# an F64 normal's log1p is lowered as math.log1p (-O0: log(1 + y); -O2 other bits again)
-# where the interpreter uses np.log1p (KNOWN_BIT_DIFFERENCES; compiler/backend is not this
-# module's to fix).  Strict: it fails the suite the day the back end gets it right, so that
-# the row of KNOWN_BIT_DIFFERENCES is removed with it.
+# Regression: the minimal program of the one bit difference the generated run found (case
+# c79, seed 1): an F64 normal's log1p was lowered as math.log1p (-O0: log(1 + y); -O2 other
+# bits again) where the interpreter used np.log1p.  Both now compute fdlibm's log in f64
+# adds, multiplies and divides (random_rules.LOG64_LG).
 NORMAL_F64 = """fn n_bits(i5: Tensor[I64, [2]], i6: Tensor[I64, []]) -> (Tensor[I64, [2]], Tensor[F64, [2, 3, 1, 8, 17]]) {
   let v7 = random_fold_in(i5, i6) in
   let v8 = random_normal(v7, shape=[2, 3, 1, 8, 17], dtype=F64) in
@@ -117,10 +114,7 @@ NORMAL_F64 = """fn n_bits(i5: Tensor[I64, [2]], i6: Tensor[I64, []]) -> (Tensor[
 """
 
 
-@pytest.mark.xfail(strict=True, reason="F64 random_normal: the back end's log1p is not the interpreter's "
-                                       "(KNOWN_BIT_DIFFERENCES)")
 def test_f64_normal_has_the_interpreters_bits_at_both_levels(tmp_path):
     oracle = differential.Oracle(tmp_path, levels=(0, 2), use_torch=False, fd=False)
     failures = oracle.run_units([differential.unit_of_source("n", NORMAL_F64)])
     assert failures == [] and oracle.stats.bits_cases == 1
-    assert oracle.stats.bits_known == 0

@@ -15,7 +15,7 @@ from compiler.oracle.interp import run_function
 from compiler.runtime import library as runtime
 
 DRAWS = """
-fn draws(key: Tensor[I64, [2]], step: Tensor[I64, []], logits: Tensor[F32, [64, 5]]) -> (Tensor[I64, [3, 2]], Tensor[I64, [2]], Tensor[I64, [5, 7]], Tensor[F32, [300, 40]], Tensor[F32, [9, 11]], Tensor[Bool, [17, 3]], Tensor[I64, [64, 1]], Tensor[F16, [50]], Tensor[BF16, [50]], Tensor[F8E4M3, [50]], Tensor[F16, [7]]) {
+fn draws(key: Tensor[I64, [2]], step: Tensor[I64, []], logits: Tensor[F32, [64, 5]]) -> (Tensor[I64, [3, 2]], Tensor[I64, [2]], Tensor[I64, [5, 7]], Tensor[F32, [300, 40]], Tensor[F32, [9, 11]], Tensor[Bool, [17, 3]], Tensor[I64, [64, 1]], Tensor[F16, [50]], Tensor[BF16, [50]], Tensor[F8E4M3, [50]], Tensor[F16, [7]], Tensor[F64, [300, 7]]) {
   let ks = random_split(key, 3) in
   let k2 = random_fold_in(key, step) in
   let b = random_bits(key, shape=[5, 7]) in
@@ -27,7 +27,8 @@ fn draws(key: Tensor[I64, [2]], step: Tensor[I64, []], logits: Tensor[F32, [64, 
   let bf = random_uniform(key, shape=[50], dtype=BF16) in
   let e = random_uniform(key, shape=[50], dtype=F8E4M3) in
   let hn = random_normal(key, shape=[7], dtype=F16) in
-  (ks, k2, b, u, n, m, c, h, bf, e, hn)
+  let dn = random_normal(k2, shape=[300, 7], dtype=F64) in
+  (ks, k2, b, u, n, m, c, h, bf, e, hn, dn)
 }
 """
 
@@ -74,6 +75,19 @@ def test_compiled_draws_equal_the_interpreter_bit_for_bit(tmp_path, level):
         got = lib["draws"](*args)
         for i, (g, w) in enumerate(zip(got, want)):   # normals too: their log1p is no libm call
             np.testing.assert_array_equal(g, w, err_msg=f"result {i}, key {key}")
+
+
+def test_the_normals_log1p_is_within_two_ulp_of_numpys():
+    # the normals' own log1p (no libm: the same bits at every level) on their arguments,
+    # -x^2 for an f32 uniform x in (-1, 1), against NumPy's log1p in the same dtype
+    x = np.concatenate([np.random.default_rng(0).uniform(-1, 1, 200_000), np.linspace(-0.9999999, 0.9999999, 20_001),
+                        [0.0, 2.0 ** -24, 2.0 ** -12]]).astype(np.float32)
+    for ft, ours in ((np.float64, R.log1p_f64), (np.float32, R.log1p)):
+        y = -(x.astype(ft) * x.astype(ft))
+        got, want = ours(y), np.log1p(y)
+        assert got.dtype == ft
+        ulp = np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want).astype(ft)).astype(np.float64)
+        assert np.all(got[want == 0] == 0) and ulp[want != 0].max() <= 2, (ft, ulp.max())
 
 
 def test_draws_have_the_right_distributions():

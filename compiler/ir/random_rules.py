@@ -27,6 +27,13 @@ LOG_POLY = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1
             -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
 LOG_SQRTHF = 0.707106781186547524
 LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4
+# The F64 normal's log1p, in f64 adds, multiplies and divides (same reason): fdlibm's log on
+# u = m 2^e (e_log.c: log(1 + t) from s = t / (2 + t) and Lg1..Lg7 in s^2), then the same
+# correction.  Within 2 ulp of np.log1p on the normal's arguments (tests/test_random.py).
+LOG64_LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+            2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+            1.479819860511658591e-01)
+LN2_HI64, LN2_LO64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 # uniform's lower bounds for normal (the float after -1) and for gumbel (the smallest normal f32)
 NORMAL_LO = -0.9999999403953552
 TINY = 1.1754943508222875e-38

@@ -15,9 +15,9 @@ library with the rest of the program.
   an exported `f_bits` returning every random value (keys included); its results must be
   the interpreter's in the declared dtype (which rounds as the library does) bit for bit,
   viewed as unsigned integers of the dtype's width: failure kind "bits".  `--replay`
-  checks every exported `*_bits` function of a file this way.  A difference listed in
-  KNOWN_BIT_DIFFERENCES (an open back-end bug, by op and dtype) is counted and printed by
-  the run, not failed, until the bug is fixed and its row removed.
+  checks every exported `*_bits` function of a file this way.  Every difference fails:
+  the random ops compute the same bits in the interpreter and at every level by
+  construction (no libm call on the way: interp_random, backend/emit/ops_random).
 """
 from __future__ import annotations
 
@@ -40,13 +40,6 @@ PROBE_SUFFIX = "_bits"
 
 # (op, dtype) -> why its values may differ in the last bit today.  Remove a row when its bug
 # is fixed: the run then fails on any difference of those values again.
-KNOWN_BIT_DIFFERENCES = {
-    ("random_normal", "F64"): "compiler/backend/emit/ops_random.py lowers the F64 normal's log1p as "
-                              "math.log1p (log(1 + y) at -O0, other bits at -O2), the interpreter uses "
-                              "np.log1p (found: generated case c79, seed 1)",
-}
-
-
 @dataclass(frozen=True)
 class ExtraRun:
     """One call of the library beyond the program's own functions: `export` (the library's
@@ -129,11 +122,10 @@ def result_ops(fn: ir.Function) -> list[str | None]:
 
 
 def bit_differences(got: list[Array], want: list[Array], dtypes: list[str],
-                    ops: list[str | None] | None = None) -> tuple[list[str], list[str]]:
-    """(one line per result whose bits differ from the reference's, with its first differing
-    element; the same for the differences KNOWN_BIT_DIFFERENCES lists, given each result's op)."""
+                    ops: list[str | None] | None = None) -> list[str]:
+    """One line per result whose bits differ from the reference's, with its first differing
+    element (and the op that computed it, given `ops`)."""
     bad: list[str] = []
-    known: list[str] = []
     for i, (g, w, dt) in enumerate(zip(got, want, dtypes)):
         if np.shape(g) != np.shape(w):
             bad.append(f"result {i}: shape {np.shape(g)}, the interpreter's {np.shape(w)}")
@@ -143,10 +135,10 @@ def bit_differences(got: list[Array], want: list[Array], dtypes: list[str],
         if diff.size:
             at = tuple(int(k) for k in diff[0])
             op = ops[i] if ops is not None and i < len(ops) else None
-            (known if (op, dt) in KNOWN_BIT_DIFFERENCES else bad).append(
+            bad.append(
                 f"result {i} ({op or 'value'}, {dt}): {len(diff)} of {gb.size} elements differ, first at "
                 f"{list(at)}: bits {int(gb[at]):#x} (value {np.asarray(g)[at]!r}), the interpreter's "
                 f"{int(wb[at]):#x} ({np.asarray(w)[at]!r})")
     if len(got) != len(want):
         bad.append(f"{len(got)} results, the interpreter's {len(want)}")
-    return bad, known
+    return bad

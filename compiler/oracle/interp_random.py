@@ -30,7 +30,10 @@ from compiler.ir.random_rules import (
     ERFINV_LARGE,
     ERFINV_SMALL,
     LN2_HI,
+    LN2_HI64,
     LN2_LO,
+    LN2_LO64,
+    LOG64_LG,
     LOG_POLY,
     LOG_SQRTHF,
     NORMAL_LO,
@@ -123,10 +126,33 @@ def log1p(y: Array) -> Array:
     return out
 
 
+def log1p_f64(y: Array) -> Array:
+    """float64 log1p from adds, multiplies and divides (fdlibm's log, random_rules.LOG64_LG),
+    step for step as the lowering's (libm's log1p, NumPy's and -O2's differ in the last bit)."""
+    f = np.float64
+    lg = [f(c) for c in LOG64_LG]
+    y = y.astype(f)
+    u = y + f(1.0)
+    bits = u.view(np.int64)
+    m = ((bits & np.int64(0x000FFFFFFFFFFFFF)) | np.int64(0x3FE0000000000000)).view(f)   # [1/2, 1)
+    low = m < f(LOG_SQRTHF)
+    e = ((bits >> np.int64(52)) - np.int64(1022) - low.astype(np.int64)).astype(f)
+    t = np.where(low, m + m, m) - f(1.0)
+    s = t / (f(2.0) + t)
+    z = s * s
+    w = z * z
+    r = z * (lg[0] + w * (lg[2] + w * (lg[4] + w * lg[6]))) + w * (lg[1] + w * (lg[3] + w * lg[5]))
+    hfsq = f(0.5) * t * t
+    log_u = e * f(LN2_HI64) - ((hfsq - (s * (hfsq + r) + e * f(LN2_LO64))) - t)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: Array = np.where(u == f(1.0), y, log_u * (y / (u - f(1.0)))).astype(f)
+    return out
+
+
 def erfinv(x: Array, ft: type[np.floating[Any]] = np.float32) -> Array:
     """XLA's float32 erf_inv (in float64 with unrounded coefficients when ft is float64)."""
     x = x.astype(ft)
-    w = -(log1p(-x * x) if ft is np.float32 else np.log1p(-x * x))
+    w = -(log1p(-x * x) if ft is np.float32 else log1p_f64(-x * x))
     small = w < ft(5.0)
     w = np.where(small, w - ft(2.5), np.sqrt(w) - ft(3.0)).astype(ft)
     p = np.where(small, ft(ERFINV_SMALL[0]), ft(ERFINV_LARGE[0])).astype(ft)

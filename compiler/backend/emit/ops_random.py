@@ -21,7 +21,10 @@ from compiler.ir.random_rules import (
     ERFINV_LARGE,
     ERFINV_SMALL,
     LN2_HI,
+    LN2_HI64,
     LN2_LO,
+    LN2_LO64,
+    LOG64_LG,
     LOG_POLY,
     LOG_SQRTHF,
     NORMAL_LO,
@@ -138,13 +141,48 @@ def _log1p(em: FnEmitter, y: str) -> str:
     return em.op(f"arith.select {one}, {y}, {corrected} : {_F}")
 
 
+def _log1p_f64(em: FnEmitter, y: str) -> str:
+    """f64 log1p (fdlibm's log, then the correction), operation for operation as
+    interp_random.log1p_f64 (math.log1p is libm's at -O0 and other bits at -O2)."""
+    def op(name: str, a: str, b: str) -> str:
+        return em.op(f"arith.{name} {a}, {b} : f64")
+
+    def c(v: float) -> str:
+        return _const(em, v, "f64")
+
+    def i(name: str, a: str, v: int) -> str:
+        return em.op(f"arith.{name} {a}, {em.scalar(v, 'i64')} : i64")
+
+    u = op("addf", y, c(1.0))
+    bits = em.op(f"arith.bitcast {u} : f64 to i64")
+    m = em.op(f"arith.bitcast {i('ori', i('andi', bits, 0x000FFFFFFFFFFFFF), 0x3FE0000000000000)} : i64 to f64")
+    low = em.op(f"arith.cmpf olt, {m}, {c(LOG_SQRTHF)} : f64")
+    e_int = em.op(f"arith.subi {i('subi', i('shrsi', bits, 52), 1022)}, {em.op(f'arith.extui {low} : i1 to i64')} : i64")
+    e = em.op(f"arith.sitofp {e_int} : i64 to f64")
+    t = op("subf", em.op(f"arith.select {low}, {op('addf', m, m)}, {m} : f64"), c(1.0))
+    s = op("divf", t, op("addf", c(2.0), t))
+    z = op("mulf", s, s)
+    w = op("mulf", z, z)
+    lg = LOG64_LG
+    odd = op("addf", c(lg[4]), op("mulf", w, c(lg[6])))
+    odd = op("mulf", z, op("addf", c(lg[0]), op("mulf", w, op("addf", c(lg[2]), op("mulf", w, odd)))))
+    even = op("mulf", w, op("addf", c(lg[1]), op("mulf", w, op("addf", c(lg[3]), op("mulf", w, c(lg[5]))))))
+    r = op("addf", odd, even)
+    hfsq = op("mulf", op("mulf", c(0.5), t), t)
+    inner = op("addf", op("mulf", s, op("addf", hfsq, r)), op("mulf", e, c(LN2_LO64)))
+    log_u = op("subf", op("mulf", e, c(LN2_HI64)), op("subf", op("subf", hfsq, inner), t))
+    corrected = op("mulf", log_u, op("divf", y, op("subf", u, c(1.0))))
+    one = em.op(f"arith.cmpf oeq, {u}, {c(1.0)} : f64")
+    return em.op(f"arith.select {one}, {y}, {corrected} : f64")
+
+
 def _erfinv(em: FnEmitter, x: str, t: str = _F) -> str:
     """XLA's float erf_inv, operation for operation as interp_random.erfinv (in f32, or in
     f64 for an F64 normal: the same polynomial with unrounded coefficients)."""
     sq = em.op(f"arith.mulf {x}, {x} : {t}")
     neg_sq = em.op(f"arith.negf {sq} : {t}")
-    # f32: the log1p above (bit-equal to the interpreter's); f64 normals need no such care
-    log1p = _log1p(em, neg_sq) if t == _F else em.op(f"math.log1p {neg_sq} : {t}")
+    # the log1p above, of the dtype (bit-equal to the interpreter's at every level)
+    log1p = _log1p(em, neg_sq) if t == _F else _log1p_f64(em, neg_sq)
     w = em.op(f"arith.negf {log1p} : {t}")
     small = em.op(f"arith.cmpf olt, {w}, {_const(em, 5.0, t)} : {t}")
     w_small = em.op(f"arith.subf {w}, {_const(em, 2.5, t)} : {t}")
