@@ -5,6 +5,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DECODER = ROOT / "examples" / "decoder_block.kina"
+# the same block without imports: std's layers are F32 only, the F64 gradcheck needs its own
+DECODER_STANDALONE = ROOT / "tests" / "fixtures" / "interop" / "decoder_block_standalone.kina"
 
 MLP = """
 fn mlp(x: Tensor[F32, [4, 3]], w1: Tensor[F32, [3, 5]], b1: Tensor[F32, [5]], w2: Tensor[F32, [5, 2]])
@@ -33,7 +35,8 @@ def source(text: str, dtype: str = "F32") -> str:
 
 
 def decoder(dtype: str = "F32") -> str:
-    return source(DECODER.read_text(), dtype)
+    """The example (which imports std) in F32; its standalone twin in another dtype."""
+    return DECODER.read_text() if dtype == "F32" else source(DECODER_STANDALONE.read_text(), dtype)
 
 
 DECODER_PARAMS = ["x", "ln1_g", "ln1_b", "wq", "wk", "wv", "wo", "ln2_g", "ln2_b", "w_up", "w_down"]
