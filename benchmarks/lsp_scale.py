@@ -12,6 +12,9 @@ the file and these are timed through the raw client (bench_lsp.Bench):
   edit -> diagnostics           an edit that breaks or repairs one function
   junk line                     folding of a 128,000-character line of junk, and a hover on
                                 another document sent meanwhile
+  replaced                      a 600,000-character document (semantic tokens asked for, not
+                                awaited) replaced by a 10-line one: a hover on the small one
+                                (issue 31: work on replaced text is dropped at once)
   server CPU                    the server process's user+system CPU time (from /proc) per
                                 warm full request, per edit round (the edit, its two hovers,
                                 diagnostics, delta and completion) and for the junk line: the
@@ -88,6 +91,7 @@ async def one_size(lines: int, reps: int = 20) -> dict[str, object]:
                hover_same=hover_same, typed=(typed_other, typed_same, reps), completion=completion, edit=edits)
     out["junk"] = await _junk(b, uri)
     cpu4 = b.cpu()
+    out["replaced"] = await _replaced(b)
     if None not in (cpu0, cpu1, cpu2, cpu3, cpu4):
         out["cpu"] = ((cpu1 - cpu0) / len(warm), (cpu3 - cpu2) / reps, cpu4 - cpu3)
     out["rss"] = b.rss_mb()
@@ -107,6 +111,24 @@ async def _junk(b: Bench, other_uri: str) -> tuple[float, float]:
     return fold, hover
 
 
+async def _replaced(b: Bench) -> float:
+    """A hover on a small document that replaced a 600,000-character one whose semantic
+    tokens were asked for just before (the old version's work must not delay it)."""
+    uri = "file:///tmp/bench_lsp_scale_replaced.kina"
+    big = make_source(600_000 // len(make_source(1)) + 1)
+    b.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "kina", "version": 1, "text": big}})
+    tokens = asyncio.ensure_future(b.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}}))
+    await asyncio.sleep(0.01)
+    b.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                        "contentChanges": [{"text": make_source(1)}]})
+    t, h = await _timed(b, "textDocument/hover", {"textDocument": {"uri": uri}, "position": _pos(2, 7)})
+    try:
+        await asyncio.wait_for(tokens, 60)
+    except Exception:       # ContentModified: the old version's work was dropped
+        pass
+    return t
+
+
 def report(r: dict) -> None:
     print(f"-- {r['lines']} lines ({r['lines'] // 10} functions); server RSS {r['rss']:.0f} MB")
     print(f"  semantic tokens full, cold      {1000 * r['full_cold'][0]:8.2f} ms")
@@ -120,6 +142,7 @@ def report(r: dict) -> None:
           f"{2 * n - other - same})")
     fold, hover = r["junk"]
     print(f"  128,000-character junk line: folding {1000 * fold:.1f} ms, a hover meanwhile {1000 * hover:.1f} ms")
+    print(f"  600,000-character document replaced by 10 lines: a hover on it {1000 * r['replaced']:.1f} ms")
     if "cpu" in r:
         full, edit, junk = r["cpu"]
         print(f"  server CPU: {1000 * full:.1f} ms per warm full request, {1000 * edit:.1f} ms per edit round, "

@@ -25,13 +25,19 @@ within a function and rename clashes are compiler/check/names.py.
 
 A from-scratch `analyze(text)` is the same code with empty caches, which is what
 tests/test_incremental.py compares against.
+
+`update(text, stop)` gives up (raises Superseded) when `stop()` says the text is no longer
+wanted: the language server passes "the client has sent a newer version", so the analysis
+of a replaced 600,000-character document does not delay the one that replaced it.  What
+was done by then stays in the caches (parsed items, checked functions), so a document
+edited faster than it can be analysed still gets there.
 """
 from __future__ import annotations
 
 import dataclasses
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from compiler import ad as autodiff
 from compiler import check
@@ -57,6 +63,11 @@ from compiler.syntax.imports import ImportDecl
 
 GONE_ITEMS = 256   # results kept for items no longer in the text ...
 GONE_CHARS = 64_000   # ... and at most this many characters of them, or the text's length if larger
+STOP_EVERY = 32       # items parsed or checked between two calls of update's `stop`
+
+
+class Superseded(Exception):
+    """Analysis.update gave up: its `stop()` said the text is no longer wanted."""
 
 
 class Analysis:
@@ -89,14 +100,21 @@ class Analysis:
         self._calls: dict[str, set[str]] | None = None
         self._cycles: dict[str, tuple[str, list[str]]] = {}
 
-    def update(self, text: str) -> Snapshot:
+    def update(self, text: str, stop: Callable[[], bool] | None = None) -> Snapshot:
+        """The analysis of `text`; raises Superseded when `stop()` turns true (checked every
+        STOP_EVERY items parsed or checked), keeping the work done so far."""
         chunks = item_split.split_items(text)
         decls, diags, lines = import_lines.scan(text, chunks)
         diags += item_split.gaps(text, sorted(chunks + lines, key=lambda c: c.start) if lines else chunks)
         links, modules, imported = self._imports(decls, diags)
         self._reset_if_imports_changed(modules)
         aliases = frozenset(modules)
-        items = [Item(c.start, c.end, self._item(text[c.start:c.end], c.name, aliases)) for c in chunks]
+        items: list[Item] = []
+        for k, c in enumerate(chunks):
+            if stop is not None and k % STOP_EVERY == STOP_EVERY - 1 and stop():
+                self._keep_parsed(items)
+                raise Superseded
+            items.append(Item(c.start, c.end, self._item(text[c.start:c.end], c.name, aliases)))
         current = {it.res.text: it.res for it in items}
         self._forget(current, len(text))
         self._items = current
@@ -109,9 +127,13 @@ class Analysis:
         unparsed = {it.name for it in items if it.res.fn is None and it.name}
         same_signatures = sig_keys == self._last_sig_keys
         valid: dict[int, ItemResult] = {}
+        checked = 0
         for it in items:     # (runs for every item on every edit: no work for a clean one)
             res = it.res
             if not (same_signatures and self._valid.get(id(res)) is res):
+                checked += 1
+                if stop is not None and checked % STOP_EVERY == 0 and stop():
+                    raise Superseded     # (the items checked so far are in self._items)
                 it.res = res = self._checked(res, signatures, sig_keys, modules)
             valid[id(res)] = res
             self._items[res.text] = res
@@ -180,6 +202,13 @@ class Analysis:
         self._gone.clear()
         self._valid.clear()
         self._last_sig_keys = None
+
+    def _keep_parsed(self, items: list[Item]) -> None:
+        """An update given up while parsing: its parsed items join the results kept for
+        items not in the text (the next update finds them there; _forget trims them)."""
+        for it in items:
+            if it.res.text not in self._items:
+                self._gone[it.res.text] = it.res
 
     def _forget(self, current: dict[str, ItemResult], size: int) -> None:
         """Move the results of items that left the text to _gone, which keeps the most recent

@@ -35,7 +35,9 @@ All analysis runs on one worker thread (Analysis objects are not thread-safe,
 and one thread keeps results in edit order), so the event loop stays free to
 answer requests while a big file is being checked.  A queued analysis whose
 text the client has already edited again is skipped, so a burst of edits costs
-one analysis, not one per edit.  A crash of the analysis is logged, and the
+one analysis, not one per edit; a running one gives up (Superseded) within 32
+items when a newer text arrives, so the work for a replaced version never holds
+up the next one (issue 31).  A crash of the analysis is logged, and the
 document starts again from an empty Analysis.
 """
 from __future__ import annotations
@@ -52,7 +54,7 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcContentModified
 from pygls.uris import from_fs_path, to_fs_path
 
-from compiler.analysis import Analysis
+from compiler.analysis import Analysis, Superseded
 from compiler.modules.search import is_std, normal
 from compiler.modules.workspace import Workspace, read_file
 from compiler.snapshot import ItemResult, Loader, Snapshot
@@ -220,8 +222,15 @@ class Documents:
             return None   # obsolete: the client has edited (or closed) it since; its answer is moot
         stale, st.stale = st.stale, False
         path = path_of(st.uri)
+
+        def replaced() -> bool:     # the client sent a newer text (or closed it): give up on this one
+            now = self._text_of(st.uri)
+            return now is None or now[0] is not text and now[0] != text
         try:
-            snap = st.analysis.update(text) if path is None else self.workspace.analyse(path, text)
+            snap = st.analysis.update(text, replaced) if path is None else self.workspace.analyse(path, text, replaced)
+        except Superseded:
+            st.stale = st.stale or stale      # (not analysed after all)
+            return None
         except Exception:  # the compiler must not take the server down
             log.exception("analysis failed for %s", st.uri)
             st.analysis = Analysis()  # its incremental state may be inconsistent now

@@ -3,6 +3,7 @@ the diagnostics and types of a from-scratch analysis; unchanged items are not re
 or re-checked; definitions and references."""
 import glob
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -180,3 +181,42 @@ def test_a_reverted_text_reuses_the_checked_results_of_its_functions():
     s3 = a.update(text)                                   # and back (an undo, a revert)
     assert [it.res.result for it in s3.items] == results
     assert all(r3 is r1 for r3, r1 in zip((it.res.result for it in s3.items), results))
+
+
+def _many(n, suffix=""):
+    return "".join(f"fn f{i}(x: Tensor[F32, [2, 3]]) -> Tensor[F32, [2, 3]] {{\n  let y = x.exp(){suffix} in\n  y\n}}\n"
+                   for i in range(n))
+
+
+def test_an_update_given_up_keeps_its_work_and_the_next_matches_scratch(monkeypatch):
+    """issue 31: the language server stops the analysis of a replaced text (stop() true);
+    the parsing and checking done by then is reused, and the analysis stays correct.
+    200 functions, stop() asked every 32 items: 6 times while parsing, then every 32 checks."""
+    from compiler.analysis import Superseded
+    from compiler.syntax import parse
+    text = _many(200)
+    # (stop on the n-th question) -> (functions parsed, checked again by the next update)
+    for nth, parsed_again, checked_again in ((3, 200 - 95, 200), (9, 0, 200 - 95)):
+        a = Analysis()
+        asked = []
+
+        def stop():
+            asked.append(1)
+            return len(asked) >= nth
+        with pytest.raises(Superseded):
+            a.update(text, stop)
+        calls = count_checks(monkeypatch)
+        parses = []
+        real_parse = parse.parse_local
+        monkeypatch.setattr(parse, "parse_local", lambda t: parses.append(1) or real_parse(t))
+        snap = a.update(text)
+        assert (len(parses), len(calls)) == (parsed_again, checked_again)
+        monkeypatch.undo()
+        same_as_scratch(snap, text)
+
+
+def test_an_update_whose_stop_stays_false_is_an_ordinary_update():
+    a = Analysis()
+    text = _many(100, suffix=".tanh()")
+    snap = a.update(text, lambda: False)
+    same_as_scratch(snap, text)

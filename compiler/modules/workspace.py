@@ -35,7 +35,7 @@ from compiler.syntax.imports import ImportDecl
 
 class Analyzer(Protocol):
     """What the workspace needs of an analysis (compiler/analysis.Analysis)."""
-    def update(self, text: str) -> Snapshot: ...
+    def update(self, text: str, stop: Callable[[], bool] | None = None) -> Snapshot: ...
 
 
 def read_file(path: str) -> str | None:
@@ -74,14 +74,15 @@ class Workspace:
         self._scans: dict[str, tuple[str, list[ImportDecl]]] = {}   # path -> (text, its import lines)
 
     # ---- public
-    def analyse(self, path: str, text: str | None = None) -> Snapshot | None:
+    def analyse(self, path: str, text: str | None = None, stop: Callable[[], bool] | None = None) -> Snapshot | None:
         """The analysis of the file at `path` (its text given, or read), its imports
-        resolved; None when it cannot be read."""
+        resolved; None when it cannot be read.  `stop`: the analyser's (its update may give
+        up on this file, not on the files it imports)."""
         key = _key(path)
         with self._loading() as load:
             if text is not None:
                 load.texts[key] = text
-            return self._module(key, load)
+            return self._module(key, load, stop)
 
     def loader(self, importer: str, decls: Sequence[ImportDecl]) -> list[ModuleLink]:
         """An analysis.Loader: the import lines of the file `importer`, resolved and loaded."""
@@ -135,7 +136,7 @@ class Workspace:
             load.texts[path] = self._read(path)
         return load.texts[path]
 
-    def _module(self, path: str, load: _Load) -> Snapshot | None:
+    def _module(self, path: str, load: _Load, stop: Callable[[], bool] | None = None) -> Snapshot | None:
         if path in load.done:
             return load.done[path]
         text = self._text(path, load)
@@ -149,7 +150,7 @@ class Workspace:
                 analysis = self._analyses.get(path)
                 if analysis is None:
                     analysis = self._analyses[path] = self._make(path, self.loader)
-                snap = analysis.update(text)
+                snap = analysis.update(text, stop)
                 self._results[path] = (fp, snap)
         load.done[path] = snap
         return snap
