@@ -198,17 +198,13 @@ def test_an_update_given_up_keeps_its_work_and_the_next_matches_scratch(monkeypa
     # (stop on the n-th question) -> (functions parsed, checked again by the next update)
     for nth, parsed_again, checked_again in ((3, 200 - 95, 200), (9, 0, 200 - 95)):
         a = Analysis()
-        asked = []
-
-        def stop():
-            asked.append(1)
-            return len(asked) >= nth
+        questions = iter(range(1, 1000))
         with pytest.raises(Superseded):
-            a.update(text, stop)
+            a.update(text, lambda n=nth, q=questions: next(q) >= n)
         calls = count_checks(monkeypatch)
         parses = []
         real_parse = parse.parse_local
-        monkeypatch.setattr(parse, "parse_local", lambda t: parses.append(1) or real_parse(t))
+        monkeypatch.setattr(parse, "parse_local", lambda t, p=parses, r=real_parse: p.append(1) or r(t))
         snap = a.update(text)
         assert (len(parses), len(calls)) == (parsed_again, checked_again)
         monkeypatch.undo()
