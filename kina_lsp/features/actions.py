@@ -39,6 +39,7 @@ from compiler.syntax.walk import children
 
 from ..documents import View, read_only
 from . import astutil, refactor
+from .refactor_syntax import parenthesized
 
 if TYPE_CHECKING:
     from ..base import Safe, Server
@@ -123,21 +124,11 @@ def cast_edit(view: View, uri: str, start: int, end: int, dtype: str | None) -> 
     cast = f".cast(dtype={dtype})"
     at = view.index.position(end)
     edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=cast)]
-    if not (isinstance(node, _POSTFIX) or _parenthesized(view.text[start:end])):
+    if not (isinstance(node, _POSTFIX) or parenthesized(view.text[start:end])):
         start_at = view.index.position(start)
         edits = [lsp.TextEdit(range=lsp.Range(start=start_at, end=start_at), new_text="("),
                  lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=")" + cast)]
     return lsp.WorkspaceEdit(changes={uri: edits})
-
-
-def _parenthesized(text: str) -> bool:
-    """`(a - b)` (one pair around the whole), not `(a) - (b)`."""
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += (ch == "(") - (ch == ")")
-        if depth == 0:
-            return i == len(text) - 1 and text.startswith("(")
-    return False
 
 
 class MakeEdit(Protocol):

@@ -41,7 +41,9 @@ def find_extract(view: View, start: int, end: int) -> list[Args]:
     return [{"start": s, "end": e}] if s < e else []
 
 
-def make_extract(view: View, args: Args) -> Plan | None:
+def _target(view: View, args: Args) -> tuple[ast.FnDef, int, int, ast.Expr, ast.Expr | None] | None:
+    """(the function, start, end, the expression spanning [start, end), its parent) that a
+    refactor's arguments name, or None when they name none."""
     s, e = args.get("start"), args.get("end")
     if not (isinstance(s, int) and isinstance(e, int)):
         return None
@@ -49,7 +51,14 @@ def make_extract(view: View, args: Args) -> Plan | None:
     found = syn.node_spanning(fn, s, e) if fn is not None else None
     if fn is None or found is None:
         return None
-    node, parent = found
+    return fn, s, e, found[0], found[1]
+
+
+def make_extract(view: View, args: Args) -> Plan | None:
+    target = _target(view, args)
+    if target is None:
+        return None
+    fn, s, e, node, parent = target
     if not _extractable(node, parent):
         return None
     typ = type_of(view.snapshot, s, e)
@@ -99,14 +108,10 @@ def find_split(view: View, start: int, end: int) -> list[Args]:
 
 
 def make_split(view: View, args: Args) -> Plan | None:
-    s, e = args.get("start"), args.get("end")
-    if not (isinstance(s, int) and isinstance(e, int)):
+    target = _target(view, args)
+    if target is None:
         return None
-    fn = view.snapshot.function_at(s)
-    found = syn.node_spanning(fn, s, e) if fn is not None else None
-    if fn is None or found is None:
-        return None
-    node, parent = found
+    fn, s, e, node, parent = target
     links = _links(node)
     if len(links) < 2 or isinstance(parent, ast.Handle):
         return None
