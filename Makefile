@@ -95,7 +95,7 @@ check-ddp: setup
 # end-to-end, compiled-code, StoryLM-0 validation, and the VS Code extension (grammar, client logic, packaging, and
 # a real VS Code in headless Chromium).
 test: setup lint
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=20
 	@echo "== the whole suite again with every default build at -O2 (tests that build at both levels, or build nothing, ran once)"
 	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider -m "not both_levels and not once"
 	@echo "== differential testing: generated programs at -O0 and -O2 against the interpreter, PyTorch, finite differences"
@@ -123,7 +123,7 @@ fuzz-random: setup
 	$(PY) scripts/fuzz_compile.py --n $(FUZZ_RANDOM_N) --seed $(FUZZ_SEED) --ops $(RANDOM_OPS) --out artifacts/fuzz $(FUZZ_ARGS)
 
 pytest: setup
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=20
 
 vscode-e2e: setup
 	bash editors/vscode/e2e/run.sh
