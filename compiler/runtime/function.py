@@ -94,6 +94,16 @@ class KinaFunction:
         (a tensor, or "torch" / "jax" / "numpy": compiler/runtime/dlpack.py)."""
         outs: tuple[object, ...]
         if out is None:
+            if like is not None and self._fast is not None:
+                # torch results: allocated in C, made tensors through torch's DLPack C API
+                kind = dlpack.FRESH_KINDS[like if type(like) is str else type(like)]
+                if kind is not None:
+                    made = _fastcall.fresh(self._fast, args, kind)
+                    if type(made) is not int:
+                        return made
+                    if made < -1:
+                        raise self._library_error(self._prep, -1 - made)
+                    # declined (the results freed): the Python path below says why
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
