@@ -45,7 +45,8 @@
  * producer) is read and checked by _dlpack.h, through the library's C exchange API
  * or a consumed capsule, against the slot's DLPack dtype (code << 8 | bits, the
  * optional seventh item of a slot): the same checks, no copy, no Python call for a
- * torch.Tensor but two attribute reads; what does not match takes the Python path.
+ * torch.Tensor but its `requires_grad` and `is_neg()` (their C functions called
+ * directly); what does not match takes the Python path.
  * (A torch tensor, unlike an ndarray, cannot be pinned against `resize_()` from
  * another thread while the GIL is released; resizing a tensor a call is using is
  * the caller's race, as with any torch extension.)
