@@ -35,8 +35,8 @@ fn grow[N](a: Tensor[F32, [N]], b: Tensor[F32, [N]]) -> Tensor[F32, [N]] {
   a + b
 }
 
-fn two(x: Tensor[F32, [2, 3]]) -> (Tensor[F32, [2, 3]], Tensor[I64, [2, 1]]) {
-  (x * x, x.argmax(axis=1))
+fn two(x: Tensor[F32, [2, 3]]) -> (Tensor[F32, [2, 3]], Tensor[I64, [2, 1]], Tensor[Bool, [2, 3]]) {
+  (x * x, x.argmax(axis=1), gt(x, x * x))
 }
 
 fn computed(t: Tensor[F32, [2, 4]], x: Tensor[F32, [3, 5]]) -> Tensor[F32, [3, 1, 4]] {
@@ -280,10 +280,12 @@ def test_fresh_results_are_torch_tensors_made_in_c(lib):
         torch.testing.assert_close(y, x * w, rtol=0, atol=0)
         y += 1                                                   # its own, writable memory
         torch.testing.assert_close(y, x * w + 1, rtol=0, atol=0)
-    a, ids = lib.two(x, like="torch")                            # several results, an I64 one
+    a, ids, mask = lib.two(x, like="torch")                      # several results, I64 and Bool
     assert type(ids) is torch.Tensor and ids.dtype == torch.int64 and ids.shape == (2, 1)
+    assert type(mask) is torch.Tensor and mask.dtype == torch.bool and mask.shape == (2, 3)
     torch.testing.assert_close(a, x * x, rtol=0, atol=0)
     torch.testing.assert_close(ids, x.argmax(dim=1, keepdim=True))
+    torch.testing.assert_close(mask, x > x * x)
     # NumPy inputs, torch results
     y = lib.scale(x.numpy(), w.numpy(), like="torch")
     assert type(y) is torch.Tensor
@@ -293,9 +295,9 @@ def test_fresh_results_are_torch_tensors_made_in_c(lib):
 def test_fresh_results_alias_nothing(lib):
     x, w = torch.rand(2, 3), torch.rand(2, 3)
     first, second = lib.scale(x, w, like="torch"), lib.scale(x, w, like="torch")
-    a, b = lib.two(x, like="torch")
-    pointers = {t.data_ptr() for t in (x, w, first, second, a, b)}
-    assert len(pointers) == 6
+    a, b, c = lib.two(x, like="torch")
+    pointers = {t.data_ptr() for t in (x, w, first, second, a, b, c)}
+    assert len(pointers) == 7
     first.zero_()
     torch.testing.assert_close(second, x * w, rtol=0, atol=0)
 
@@ -305,18 +307,18 @@ def test_fresh_results_are_freed(lib):
     gc.collect()
     base = _fastcall.live_results()
     y = lib.scale(x, w, like="torch")
-    a, b = lib.two(x, like="torch")
-    assert _fastcall.live_results() == base + 3
+    a, b, c = lib.two(x, like="torch")
+    assert _fastcall.live_results() == base + 4
     gone = weakref.ref(y)
     del y
-    assert gone() is None and _fastcall.live_results() == base + 2    # freed with its tensor
+    assert gone() is None and _fastcall.live_results() == base + 3    # freed with its tensor
     view = a[1]                                  # a view keeps its result's memory alive
     del a
-    assert _fastcall.live_results() == base + 2
+    assert _fastcall.live_results() == base + 3
     torch.testing.assert_close(view, x[1] * x[1], rtol=0, atol=0)
     del view
-    assert _fastcall.live_results() == base + 1  # each result its own block
-    del b
+    assert _fastcall.live_results() == base + 2  # each result its own block
+    del b, c
     assert _fastcall.live_results() == base
     before = sys.getrefcount(x), sys.getrefcount(w)
     for _ in range(200):

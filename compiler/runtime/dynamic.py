@@ -12,6 +12,7 @@ import numpy as np
 from compiler.backend.entry_points import BAD_SIZES
 from compiler.runtime import binding, dlpack
 from compiler.runtime.arrays import Array
+from compiler.runtime.dlpack import FRESH_KINDS
 from compiler.runtime.function import JSONObject, KinaFunction, _as_tuple, numpy_dtype
 from compiler.runtime.loader import KinaRuntimeError, manifest_sizes
 from compiler.runtime.prepared import FASTCALL_DTYPES, Prepared, TensorSpec
@@ -103,7 +104,7 @@ class DynamicKinaFunction(KinaFunction):
     def __call__(self, *args: object, out: object = None, like: object = None, **sizes: object) -> Any:
         outs: tuple[object, ...]
         # torch results are allocated in C (as in KinaFunction.__call__)
-        kind = None if out is not None or like is None else dlpack.FRESH_KINDS[
+        kind = None if out is not None or like is None else FRESH_KINDS[
             like if type(like) is str else type(like)]
         last = self._last
         if last is not None and sizes == last[2] and (not sizes or all(type(v) is int for v in sizes.values())):

@@ -12,6 +12,7 @@ from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED
 from compiler.core.types import DType
 from compiler.runtime import binding, dlpack
 from compiler.runtime.arrays import Array
+from compiler.runtime.dlpack import FRESH_KINDS
 from compiler.runtime.errors import KinaArgumentError, KinaIndexError
 from compiler.runtime.loader import KinaRuntimeError
 from compiler.runtime.prepared import Prepared, TensorSpec
@@ -96,7 +97,7 @@ class KinaFunction:
         if out is None:
             if like is not None and self._fast is not None:
                 # torch results: allocated in C, made tensors through torch's DLPack C API
-                kind = dlpack.FRESH_KINDS[like if type(like) is str else type(like)]
+                kind = FRESH_KINDS[like if type(like) is str else type(like)]
                 if kind is not None:
                     made = _fastcall.fresh(self._fast, args, kind)
                     if type(made) is not int:
