@@ -8,6 +8,7 @@ first array it declined otherwise, so the tests see which path took each call.""
 import ctypes
 import gc
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -357,6 +358,26 @@ def test_fresh_declines_free_the_results_and_fall_back(lib):
     assert _fastcall.live_results() == base
     with pytest.raises(TypeError, match="no DLPack C exchange API"):
         _fastcall.fresh(lib.scale._fast, (x, w), np.ndarray)
+
+
+def test_fresh_results_from_threads(lib):
+    """Concurrent calls share nothing; torch may free a result in any thread."""
+    gc.collect()
+    base = _fastcall.live_results()
+    x, w = torch.rand(2, 3), torch.rand(2, 3)
+    failures = []
+
+    def worker():
+        kept = [lib.scale(x, w, like="torch") for _ in range(100)]
+        if len({t.data_ptr() for t in kept}) != 100 or not all(torch.equal(t, x * w) for t in kept):
+            failures.append(kept)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not failures and _fastcall.live_results() == base
 
 
 def test_fresh_results_of_dynamic_functions(lib):
