@@ -25,8 +25,9 @@ Times N calls, median of 5 runs, of
   timed the same way against the static build.
 - torch tensors (issue 28, when torch is importable): the same calls with torch.Tensor
   arguments and out= buffers (the C fast path reads each through torch's DLPack C exchange
-  API: compiler/runtime/_dlpack.h), fresh results returned as torch tensors (like=), each
-  against the NumPy row (target: within 1.5x).  The two rows of a pair are timed in
+  API: compiler/runtime/_dlpack.h), fresh results returned as torch tensors (like=: allocated
+  in C and made tensors through that API, compiler/runtime/_results.h), each against the
+  NumPy row (target: within 1.5x).  The two rows of a pair are timed in
   alternating runs and in CPU time (the machine may be loaded: their ratio is the figure).
 Every call through the runtime checks every array (compiler.runtime._fastcall, in C).
 Also reports RSS growth over the runs (the runtime keeps no array alive)."""

@@ -6,13 +6,16 @@ which names the parameter in a KinaArgumentError, and nothing crashes or leaks.
 `_fastcall.call(entry, arrays)` returns -1 when it called the function and the index of the
 first array it declined otherwise, so the tests see which path took each call."""
 import ctypes
+import gc
 import sys
+import threading
+import weakref
 
 import numpy as np
 import pytest
 
 from compiler import build, runtime
-from compiler.runtime import KinaArgumentError, KinaIndexError
+from compiler.runtime import KinaArgumentError, KinaIndexError, dlpack
 from compiler.runtime.prepared import Prepared
 
 torch = pytest.importorskip("torch")
@@ -31,6 +34,14 @@ fn pick(v: Tensor[F32, [5, 3]], i: Tensor[I64, [2]]) -> Tensor[F32, [2, 3]] {
 
 fn grow[N](a: Tensor[F32, [N]], b: Tensor[F32, [N]]) -> Tensor[F32, [N]] {
   a + b
+}
+
+fn two(x: Tensor[F32, [2, 3]]) -> (Tensor[F32, [2, 3]], Tensor[I64, [2, 1]], Tensor[Bool, [2, 3]]) {
+  (x * x, x.argmax(axis=1), gt(x, x * x))
+}
+
+fn computed(t: Tensor[F32, [2, 4]], x: Tensor[F32, [3, 5]]) -> Tensor[F32, [3, 1, 4]] {
+  gather(t, x.argmax(axis=1))
 }
 """
 
@@ -249,3 +260,150 @@ def test_dynamic_functions_take_torch_tensors(lib):
         assert fast(lib.grow.prepared(a, b), a, b, out) == -1
     with pytest.raises(KinaArgumentError, match="`b` .*requires grad"):
         lib.grow(a, torch.rand(3, requires_grad=True))
+
+
+# ---- fresh results as torch tensors, allocated in C (compiler/runtime/_results.h) ---------------
+def made_in_c(f, *inputs):
+    """What _fastcall.fresh does with these inputs: the results (made in C) or the int it declined with."""
+    return _fastcall.fresh(f._fast, inputs, torch.Tensor)
+
+
+def test_fresh_results_are_torch_tensors_made_in_c(lib):
+    assert _fastcall.allocates(torch.Tensor) and not _fastcall.allocates(np.ndarray)
+    assert dlpack.FRESH_KINDS["torch"] is torch.Tensor and dlpack.FRESH_KINDS["numpy"] is None
+    x, w = torch.rand(2, 3), torch.rand(2, 3)
+    assert isinstance(made_in_c(lib.scale, x, w), torch.Tensor)
+    p = torch.nn.Parameter(torch.rand(2, 3), requires_grad=False)
+    for like in ("torch", x, p):
+        y = lib.scale(x, w, like=like)
+        assert type(y) is torch.Tensor and y.dtype == torch.float32 and y.shape == (2, 3)   # a Parameter's too
+        assert y.is_contiguous() and not y.requires_grad and y.data_ptr() % 64 == 0
+        torch.testing.assert_close(y, x * w, rtol=0, atol=0)
+        y += 1                                                   # its own, writable memory
+        torch.testing.assert_close(y, x * w + 1, rtol=0, atol=0)
+    a, ids, mask = lib.two(x, like="torch")                      # several results, I64 and Bool
+    assert type(ids) is torch.Tensor and ids.dtype == torch.int64 and ids.shape == (2, 1)
+    assert type(mask) is torch.Tensor and mask.dtype == torch.bool and mask.shape == (2, 3)
+    torch.testing.assert_close(a, x * x, rtol=0, atol=0)
+    torch.testing.assert_close(ids, x.argmax(dim=1, keepdim=True))
+    torch.testing.assert_close(mask, x > x * x)
+    # NumPy inputs, torch results
+    y = lib.scale(x.numpy(), w.numpy(), like="torch")
+    assert type(y) is torch.Tensor
+    torch.testing.assert_close(y, x * w, rtol=0, atol=0)
+
+
+def test_fresh_results_alias_nothing(lib):
+    x, w = torch.rand(2, 3), torch.rand(2, 3)
+    first, second = lib.scale(x, w, like="torch"), lib.scale(x, w, like="torch")
+    a, b, c = lib.two(x, like="torch")
+    pointers = {t.data_ptr() for t in (x, w, first, second, a, b, c)}
+    assert len(pointers) == 7
+    first.zero_()
+    torch.testing.assert_close(second, x * w, rtol=0, atol=0)
+
+
+def test_fresh_results_are_freed(lib):
+    x, w = torch.rand(2, 3), torch.rand(2, 3)
+    gc.collect()
+    base = _fastcall.live_results()
+    y = lib.scale(x, w, like="torch")
+    a, b, c = lib.two(x, like="torch")
+    assert _fastcall.live_results() == base + 4
+    gone = weakref.ref(y)
+    del y
+    assert gone() is None and _fastcall.live_results() == base + 3    # freed with its tensor
+    view = a[1]                                  # a view keeps its result's memory alive
+    del a
+    assert _fastcall.live_results() == base + 3
+    torch.testing.assert_close(view, x[1] * x[1], rtol=0, atol=0)
+    del view
+    assert _fastcall.live_results() == base + 2  # each result its own block
+    del b, c
+    assert _fastcall.live_results() == base
+    before = sys.getrefcount(x), sys.getrefcount(w)
+    for _ in range(200):
+        lib.scale(x, w, like="torch")
+        lib.two(x, like="torch")
+    assert _fastcall.live_results() == base and (sys.getrefcount(x), sys.getrefcount(w)) == before
+
+
+def test_fresh_declines_free_the_results_and_fall_back(lib):
+    gc.collect()
+    base = _fastcall.live_results()
+    x, w = torch.rand(2, 3), torch.rand(2, 3)
+    assert made_in_c(lib.scale, x, torch.rand(2, 3, requires_grad=True)) == 1
+    assert made_in_c(lib.scale, x) == 1 and made_in_c(lib.scale, x, w, w) == 2        # arity
+    assert made_in_c(lib.scale, x, torch.rand(3, 2).t()) == 1
+    with pytest.raises(KinaArgumentError, match="`w` .*requires grad"):
+        lib.scale(x, torch.rand(2, 3, requires_grad=True), like="torch")
+    with pytest.raises(KinaIndexError, match="holds index 5"):
+        lib.pick(torch.rand(5, 3), torch.tensor([1, 5]), like="torch")
+    # the index the library computes itself is out of range: its error code, no results
+    t, good = torch.rand(2, 4), torch.zeros(3, 5)
+    good[:, 1] = 1
+    bad = good.clone()
+    bad[1, 4] = 2
+    assert made_in_c(lib.computed, t, bad) == -1 - runtime.function.BOUNDS_FAILED
+    with pytest.raises(KinaIndexError, match="computed: "):
+        lib.computed(t, bad, like="torch")
+    torch.testing.assert_close(lib.computed(t, good, like="torch"), t[1].expand(3, 1, 4), rtol=0, atol=0)
+    # what the Python path converts (a strided NumPy view is copied) still comes back as torch
+    strided = np.repeat(x.numpy(), 2, axis=1)[:, ::2]
+    assert made_in_c(lib.scale, strided, w) == 0
+    y = lib.scale(strided, w, like="torch")
+    assert type(y) is torch.Tensor
+    torch.testing.assert_close(y, x * w, rtol=0, atol=0)
+    del y
+    assert _fastcall.live_results() == base
+    with pytest.raises(TypeError, match="no DLPack C exchange API"):
+        _fastcall.fresh(lib.scale._fast, (x, w), np.ndarray)
+
+
+def test_fresh_results_from_threads(lib):
+    """Concurrent calls share nothing; torch may free a result in any thread."""
+    gc.collect()
+    base = _fastcall.live_results()
+    x, w = torch.rand(2, 3), torch.rand(2, 3)
+    failures = []
+
+    def worker():
+        kept = [lib.scale(x, w, like="torch") for _ in range(100)]
+        if len({t.data_ptr() for t in kept}) != 100 or not all(torch.equal(t, x * w) for t in kept):
+            failures.append(kept)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not failures and _fastcall.live_results() == base
+
+
+def test_fresh_results_of_dynamic_functions(lib):
+    gc.collect()
+    base = _fastcall.live_results()
+    for n in (3, 5, 3, 5):
+        a, b = torch.rand(n), torch.rand(n)
+        y = lib.grow(a, b, like="torch")
+        assert type(y) is torch.Tensor and y.shape == (n,) and _fastcall.live_results() == base + 1
+        torch.testing.assert_close(y, a + b, rtol=0, atol=0)
+        del y
+    with pytest.raises(KinaArgumentError, match="`b` .*requires grad"):
+        lib.grow(a, torch.rand(5, requires_grad=True), like="torch")
+    assert _fastcall.live_results() == base
+
+
+def test_negative_bit_copies_that_are_no_views_are_refused(lib):
+    """detach() and inference mode drop `_base` but keep the negative bit: every tensor is asked."""
+    neg = torch._neg_view(torch.rand(2, 3))
+    with torch.inference_mode():
+        inference = torch._neg_view(torch.rand(2, 3))
+    w = torch.rand(2, 3)
+    for x in (neg.detach(), inference, torch.rand(2, 3, dtype=torch.complex64).conj().imag.detach()):
+        assert x.is_neg() and x._base is None
+        assert fast(lib.scale, x, w, torch.empty(2, 3)) == 0 and made_in_c(lib.scale, x, w) == 0
+        with pytest.raises(KinaArgumentError, match="negative bit"):
+            lib.scale(x, w, like="torch")
+    out = neg.detach()
+    assert fast(lib.scale, w, w, out) == 2

@@ -89,9 +89,10 @@ def test_the_c_helper_is_built_and_current(lib_path):
     """`pip install -e .` builds compiler/runtime/_fastcall.c; a stale build would run old checks."""
     assert runtime.FASTCALL_AVAILABLE, "compiler.runtime._fastcall is not built: run `pip install -e .`"
     from compiler.runtime import _fastcall
-    source = Path(runtime.__file__).with_name("_fastcall.c")
-    assert Path(_fastcall.__file__).stat().st_mtime >= source.stat().st_mtime, \
-        "compiler/runtime/_fastcall.c is newer than its build: run `pip install -e .`"
+    for name in ("_fastcall.c", "_dlpack.h", "_results.h"):     # (setup.py: the sources and depends)
+        source = Path(runtime.__file__).with_name(name)
+        assert Path(_fastcall.__file__).stat().st_mtime >= source.stat().st_mtime, \
+            f"compiler/runtime/{name} is newer than its build: run `pip install -e .`"
     assert runtime.load(lib_path).rows.uses_fastcall
     assert not runtime.load(lib_path, fastcall=False).rows.uses_fastcall
 

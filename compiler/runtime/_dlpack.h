@@ -21,8 +21,10 @@
  * READ_ONLY or IS_COPIED flag, or an exchange-API type that is a torch.Tensor: a legacy
  * capsule says nothing of writability, e.g. JAX's immutable arrays, so it is input only).
  * A type with `requires_grad` (torch) must have it false, and a type with `is_neg` must
- * say false: a torch view with the negative bit set (`x.conj().imag`) exports its raw,
- * un-negated memory through DLPack.
+ * say false: a torch tensor with the negative bit set (`z.conj().imag`, and its detach()ed
+ * or inference-mode copies, which are no views: every tensor is asked) exports its raw,
+ * un-negated memory through DLPack.  (Asking costs ~70 ns a tensor, torch's method
+ * releasing the GIL; the `_base` of views only, ~40 ns, missed those copies.)
  * Whatever fails, the slot is declined (its index returned, nothing called) and the
  * Python path (compiler/runtime/dlpack.py) says what is wrong in a KinaArgumentError.
  *
@@ -113,11 +115,12 @@ release_held(Held *h)
 
 /* ---- what each foreign type offers, looked up once per type --------------------------- */
 /* An attribute read: its C getter when the type defines it as a getset descriptor (torch's
- * `requires_grad` and `_base`: calling it directly skips the generic lookup, a third of the
- * cost), else NULL and the attribute is read by name. */
+ * `requires_grad`: calling it directly skips the generic lookup, a third of the cost), else
+ * NULL and the attribute is read by name. */
 typedef struct {
     getter get;
     void *closure;
+    PyCFunction meth;           /* find_method */
     PyObject *name;
 } Attr;
 
@@ -136,6 +139,29 @@ find_attr(PyTypeObject *type, PyObject *name, Attr *attr)
     }
 }
 
+/* An attribute read that is a method call without arguments (torch's `is_neg()`): the
+ * method's C function when the type defines it as a METH_NOARGS method descriptor (the
+ * same saving), else NULL and it is called by name. */
+static void
+find_method(PyTypeObject *type, PyObject *name, Attr *attr)
+{
+    PyObject *descr = _PyType_Lookup(type, name);    /* borrowed; its PyMethodDef is static */
+    attr->name = name;
+    attr->get = NULL;
+    attr->meth = NULL;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMethodDescr_Type)) {
+        PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+        if ((def->ml_flags & ~METH_COEXIST) == METH_NOARGS)
+            attr->meth = def->ml_meth;
+    }
+}
+
+static PyObject *
+call_method(PyObject *obj, const Attr *attr)
+{
+    return attr->meth != NULL ? attr->meth(obj, NULL) : PyObject_CallMethodNoArgs(obj, attr->name);
+}
+
 static PyObject *
 read_attr(PyObject *obj, const Attr *attr)
 {
@@ -147,14 +173,14 @@ typedef struct {
     const DLPackExchangeAPI *api;  /* NULL: the capsule protocol */
     int writable;               /* exchange-API tensors of this type are writable (torch) */
     int has_grad, has_neg;      /* check requires_grad / is_neg() per object */
-    Attr requires_grad, base;
+    Attr requires_grad, is_neg;
     int has_dlpack;
 } TypeInfo;
 
 #define TYPE_CACHE 8
 static TypeInfo type_cache[TYPE_CACHE];
 static int type_cache_used;
-static PyObject *str_dlpack, *str_dlpack_device, *str_requires_grad, *str_is_neg, *str_base, *kw_max_version, *max_version_1_0;
+static PyObject *str_dlpack, *str_dlpack_device, *str_requires_grad, *str_is_neg, *kw_max_version, *max_version_1_0;
 
 static int
 dlpack_init(void)
@@ -163,10 +189,9 @@ dlpack_init(void)
     str_dlpack_device = PyUnicode_InternFromString("__dlpack_device__");
     str_requires_grad = PyUnicode_InternFromString("requires_grad");
     str_is_neg = PyUnicode_InternFromString("is_neg");
-    str_base = PyUnicode_InternFromString("_base");
     kw_max_version = Py_BuildValue("(s)", "max_version");
     max_version_1_0 = Py_BuildValue("(ii)", 1, 0);
-    return str_dlpack && str_dlpack_device && str_requires_grad && str_is_neg && str_base && kw_max_version && max_version_1_0 ? 0 : -1;
+    return str_dlpack && str_dlpack_device && str_requires_grad && str_is_neg && kw_max_version && max_version_1_0 ? 0 : -1;
 }
 
 static int
@@ -200,9 +225,9 @@ describe_type(PyTypeObject *type, TypeInfo *info)
     info->has_dlpack = type_has(type, "__dlpack__");
     info->api = info->has_dlpack ? exchange_api(type) : NULL;
     info->has_grad = type_has(type, "requires_grad");
-    info->has_neg = type_has(type, "is_neg") && type_has(type, "_base");
+    info->has_neg = type_has(type, "is_neg");
     find_attr(type, str_requires_grad, &info->requires_grad);
-    find_attr(type, str_base, &info->base);
+    find_method(type, str_is_neg, &info->is_neg);
     /* a torch.Tensor (or subclass): its memory is writable unless it requires grad, which
      * is refused anyway; other exchange-API types are inputs only (no flags to say) */
     PyObject *module = PyObject_GetAttrString((PyObject *)type, "__module__");
@@ -243,22 +268,6 @@ is_false(PyObject *value)
     if (truth < 0)
         PyErr_Clear();
     return truth == 0;
-}
-
-/* Whether a torch tensor's negative bit is clear.  Only a view can have it (`_neg_view`,
- * `z.conj().imag`), and `_base` is a plain attribute where `is_neg()` goes through
- * torch's argument parser (~0.1 us), so only views are asked. */
-static int
-not_negated(PyObject *obj, const TypeInfo *info)
-{
-    PyObject *base = read_attr(obj, &info->base);
-    if (base == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int view = base != Py_None;
-    Py_DECREF(base);
-    return !view || is_false(PyObject_CallMethodNoArgs(obj, str_is_neg));
 }
 
 /* obj.__dlpack__(max_version=(1, 0)), or obj.__dlpack__() for a producer older than
@@ -371,7 +380,7 @@ take_foreign(PyObject *obj, int ndim, const Py_ssize_t *dims, int code, int bits
     if (!info->has_dlpack)
         return 0;
     if ((info->has_grad && !is_false(read_attr(obj, &info->requires_grad)))
-        || (info->has_neg && !not_negated(obj, info)))
+        || (info->has_neg && !is_false(call_method(obj, &info->is_neg))))
         return 0;
     const DLTensor *t;
     if (info->api != NULL) {

@@ -23,7 +23,9 @@ NumPy 2 arrays), as an argument or an out= buffer:
 
 `like=` turns the results into the caller's kind of tensor, again without a copy:
 `lib.f(x_t, w_t, like=x_t)` (or `like="torch"`, `"jax"`, `"numpy"`) returns torch tensors
-over the result buffers the runtime allocated.
+over the result buffers the runtime allocated.  For torch the C fast path allocates them
+itself and makes each tensor through torch's DLPack C exchange API (`fresh_kind` below,
+compiler/runtime/_results.h); the Python path (`wrap`) makes them from NumPy arrays.
 """
 from __future__ import annotations
 
@@ -36,6 +38,11 @@ import numpy as np
 
 from compiler.runtime.arrays import Array
 from compiler.runtime.errors import KinaArgumentError
+
+try:  # the C fast path, built by `pip install -e .` (setup.py)
+    from compiler.runtime import _fastcall
+except ImportError:  # pragma: no cover - exercised by the tests with fastcall=False
+    _fastcall = None  # type: ignore[assignment]  # (results are then made by wrap)
 
 CPU = 1
 # DLPack's DLDeviceType codes (dlpack.h) for the messages.
@@ -176,6 +183,26 @@ def _wrapper(module: str) -> Callable[[Array], object]:
         raise KinaArgumentError(f"like={module!r}: no module `{module}` with a from_dlpack function "
                                 f"(use 'numpy', 'torch', 'jax' or a tensor of the kind wanted)") from None
     return from_dlpack
+
+
+class _FreshKinds(dict[object, "type | None"]):
+    """like= (a module name, or a tensor's type) -> the type whose tensors the C fast path
+    allocates as results (`_fastcall.fresh`), or None (NumPy arrays, then `wrap`).  Only
+    torch, as torch.Tensor: its results are plain tensors whatever like's type (a Parameter),
+    as `wrap` makes them; a torch without the DLPack C exchange API takes `wrap`."""
+
+    def __missing__(self, key: object) -> type | None:
+        module = key if isinstance(key, str) else getattr(key, "__module__", "").split(".")[0]
+        kind = None
+        if module == "torch" and _fastcall is not None:
+            torch = sys.modules.get("torch") or importlib.import_module("torch")
+            kind = torch.Tensor if _fastcall.allocates(torch.Tensor) else None
+        self[key] = kind
+        return kind
+
+
+# `FRESH_KINDS[like if type(like) is str else type(like)]`: resolved once per key.
+FRESH_KINDS = _FreshKinds()
 
 
 # like= (a module name, or a tensor's type) -> its wrapper: resolved once, since a call

@@ -12,6 +12,7 @@ import numpy as np
 from compiler.backend.entry_points import BAD_SIZES
 from compiler.runtime import binding, dlpack
 from compiler.runtime.arrays import Array
+from compiler.runtime.dlpack import FRESH_KINDS
 from compiler.runtime.function import JSONObject, KinaFunction, _as_tuple, numpy_dtype
 from compiler.runtime.loader import KinaRuntimeError, manifest_sizes
 from compiler.runtime.prepared import FASTCALL_DTYPES, Prepared, TensorSpec
@@ -102,6 +103,9 @@ class DynamicKinaFunction(KinaFunction):
 
     def __call__(self, *args: object, out: object = None, like: object = None, **sizes: object) -> Any:
         outs: tuple[object, ...]
+        # torch results are allocated in C (as in KinaFunction.__call__)
+        kind = None if out is not None or like is None else FRESH_KINDS[
+            like if type(like) is str else type(like)]
         last = self._last
         if last is not None and sizes == last[2] and (not sizes or all(type(v) is int for v in sizes.values())):
             p, fast, _ = last
@@ -109,20 +113,33 @@ class DynamicKinaFunction(KinaFunction):
             # array against that call's shapes; when they all match, the sizes are those
             # it bound (the same shapes and keywords bind the same sizes), so the call is
             # right as made.  Else it calls nothing and the call is prepared below.
-            if out is None:
-                outs = tuple(map(np.empty, p.fresh_shapes, p.fresh_dtypes))
+            if kind is not None:
+                made = _fastcall.fresh(fast, args, kind)
+                if type(made) is not int:
+                    return made
+                if made < -1:
+                    raise self._library_error(p, -1 - made)
             else:
-                outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
-            declined = _fastcall.call(fast, args + outs)
-            if declined < 0:
-                if declined < -1:
-                    raise self._library_error(p, -1 - declined)
-                results = cast(tuple[Array, ...], outs)
-                value = results[0] if len(results) == 1 else results
-                return value if like is None else dlpack.wrap(value, like)
+                if out is None:
+                    outs = tuple(map(np.empty, p.fresh_shapes, p.fresh_dtypes))
+                else:
+                    outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
+                declined = _fastcall.call(fast, args + outs)
+                if declined < 0:
+                    if declined < -1:
+                        raise self._library_error(p, -1 - declined)
+                    results = cast(tuple[Array, ...], outs)
+                    value = results[0] if len(results) == 1 else results
+                    return value if like is None else dlpack.wrap(value, like)
         p = self.prepared(*args, **sizes)
         if p.fast is not None and all(type(v) is int for v in sizes.values()):
             self._last = (p, p.fast, sizes)
+        if kind is not None and p.fast is not None:
+            made = _fastcall.fresh(p.fast, args, kind)
+            if type(made) is not int:
+                return made
+            if made < -1:
+                raise self._library_error(p, -1 - made)
         outs = given = self._outs(p, out)
         declined = -1 if p.fast is None else _fastcall.call(p.fast, args + outs)
         if declined >= 0 or p.fast is None:

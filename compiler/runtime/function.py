@@ -12,6 +12,7 @@ from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED
 from compiler.core.types import DType
 from compiler.runtime import binding, dlpack
 from compiler.runtime.arrays import Array
+from compiler.runtime.dlpack import FRESH_KINDS
 from compiler.runtime.errors import KinaArgumentError, KinaIndexError
 from compiler.runtime.loader import KinaRuntimeError
 from compiler.runtime.prepared import Prepared, TensorSpec
@@ -94,6 +95,16 @@ class KinaFunction:
         (a tensor, or "torch" / "jax" / "numpy": compiler/runtime/dlpack.py)."""
         outs: tuple[object, ...]
         if out is None:
+            if like is not None and self._fast is not None:
+                # torch results: allocated in C, made tensors through torch's DLPack C API
+                kind = FRESH_KINDS[like if type(like) is str else type(like)]
+                if kind is not None:
+                    made = _fastcall.fresh(self._fast, args, kind)
+                    if type(made) is not int:
+                        return made
+                    if made < -1:
+                        raise self._library_error(self._prep, -1 - made)
+                    # declined (the results freed): the Python path below says why
             outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
