@@ -20,7 +20,7 @@ TORCH_WHEELS ?= /opt/wheels
 # A fresh .venv takes about 2.5 GB (the MLIR/LLVM wheels, PyTorch) plus pip's unpacking
 # room; on a fuller disk the installs fail half-way and later steps crash without saying why.
 NEED_MB := 3000
-$(STAMP): pyproject.toml setup.py compiler/runtime/_fastcall.c compiler/runtime/_dlpack.h
+$(STAMP): pyproject.toml setup.py compiler/runtime/_fastcall.c $(wildcard compiler/runtime/_*.h)
 	@test -x $(PY) || { free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1024)}'); \
 	  if [ "$$free" -lt $(NEED_MB) ]; then \
 	    echo "setup: $$free MB free here; a fresh .venv needs about $(NEED_MB) MB: free some space, then run make again" >&2; \

@@ -89,8 +89,11 @@ def test_the_c_helper_is_built_and_current(lib_path):
     """`pip install -e .` builds compiler/runtime/_fastcall.c; a stale build would run old checks."""
     assert runtime.FASTCALL_AVAILABLE, "compiler.runtime._fastcall is not built: run `pip install -e .`"
     from compiler.runtime import _fastcall
-    for name in ("_fastcall.c", "_dlpack.h", "_results.h"):     # (setup.py: the sources and depends)
-        source = Path(runtime.__file__).with_name(name)
+    here = Path(runtime.__file__).parent
+    sources = [here / "_fastcall.c", *here.glob("_*.h")]     # (setup.py: the source and its depends)
+    assert len(sources) >= 4
+    for source in sources:
+        name = source.name
         assert Path(_fastcall.__file__).stat().st_mtime >= source.stat().st_mtime, \
             f"compiler/runtime/{name} is newer than its build: run `pip install -e .`"
     assert runtime.load(lib_path).rows.uses_fastcall
