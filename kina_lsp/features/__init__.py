@@ -6,6 +6,8 @@ compiler's objects (compiler.analysis' Snapshot, spans, types) and LSP.
   navigation.py         textDocument/definition, declaration, typeDefinition, references, rename, documentSymbol
   completion.py         textDocument/completion and signatureHelp
   semantic.py           textDocument/semanticTokens: full, range, delta (ops, functions, dtypes, reverseMode)
+  semantic_lex.py       its lexical half: a text's tokens classified, as LSP rows
+  semantic_chunks.py    its cache: tokens per function (ChunkCache), ranges, deltas
   folding.py            textDocument/foldingRange
   selection.py          textDocument/selectionRange
   highlight.py          textDocument/documentHighlight

@@ -201,7 +201,7 @@ fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {
 
 def _token_kinds(text: str) -> dict[tuple[int, str], tuple[str, list[str]]]:
     """(start, word) -> (token type, modifiers) of the server's semantic tokens."""
-    from kina_lsp.features import semantic
+    from kina_lsp.features import semantic_lex as semantic
     fns, params = semantic.declared(semantic.compact(text))
     return {(start, text[start:end]): (semantic.TOKEN_TYPES[kind],
                                        [m for i, m in enumerate(semantic.TOKEN_MODIFIERS) if mods >> i & 1])

@@ -5,8 +5,9 @@ from __future__ import annotations
 from conftest import MODULE_LOOP, change, doc_id, open_doc, open_example, pos, published
 from lsprotocol import types as lsp
 
+from compiler.syntax import lex
 from kina_lsp.convert import LineIndex
-from kina_lsp.features import semantic
+from kina_lsp.features import semantic, semantic_chunks
 from kina_lsp.features.semantic import TOKEN_TYPES
 
 FORWARD = "storylm0_forward.kina"
@@ -167,8 +168,8 @@ def _twenty_functions() -> str:
 def _record_lexing(monkeypatch) -> list[str]:
     """The texts semantic tokens lexes from now on."""
     calls: list[str] = []
-    real = semantic.lex.tokens
-    monkeypatch.setattr(semantic.lex, "tokens", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    real = lex.tokens
+    monkeypatch.setattr(lex, "tokens", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
     return calls
 
 
@@ -200,7 +201,7 @@ def test_declared_names_are_lexical():
     """Names come from the tokens (no parse): a function with a syntax error in its body
     still declares its name and parameters; tuple types in a header are not parameters."""
     text = "fn f(x: Tensor[F32, [4]], pair: (F32, F32)) -> F32 {\n  let y = x..exp( in\n}\nfn g() -> F32 { f(1.0) }\n"
-    assert semantic._chunks.names(text) == ({"f", "g"}, {"x", "pair"})
+    assert semantic_chunks.CHUNKS.names(text) == ({"f", "g"}, {"x", "pair"})
     data = decode(semantic.semantic_tokens(text, LineIndex(text)).data, text)
     assert (0, 3, "f", "function") in data and (0, 5, "x", "parameter") in data
     assert (3, 16, "f", "function") in data
@@ -209,17 +210,17 @@ def test_declared_names_are_lexical():
 def test_a_new_name_re_encodes_only_chunks_using_it(monkeypatch):
     """Typing a parameter's name in one function re-encodes the chunks whose words include
     it, not all 100 of a 1,000-line file (the key is the chunk's own words' names)."""
-    monkeypatch.setattr(semantic, "_chunks", semantic.ChunkCache())   # nothing cached by other tests
+    monkeypatch.setattr(semantic_chunks, "CHUNKS", semantic.ChunkCache())   # nothing cached by other tests
     text = _twenty_functions() + "fn late(zz: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  zz\n}\n"
     semantic.semantic_tokens(text, LineIndex(text))
     encoded: list[str] = []
     real = semantic.encode
-    monkeypatch.setattr(semantic, "encode", lambda rows, index: encoded.append(index.text) or real(rows, index))
+    monkeypatch.setattr(semantic_chunks, "encode", lambda rows, index: encoded.append(index.text) or real(rows, index))
     edited = text.replace("(zz:", "(y:").replace("  zz\n", "  y\n")
     got = semantic.semantic_tokens(edited, LineIndex(edited)).data
     # the edited function and the 20 that use `y` (now a parameter name) are re-encoded
     assert len(encoded) == 21
-    fns, params = semantic._chunks.names(edited)
+    fns, params = semantic_chunks.CHUNKS.names(edited)
     assert got == real(semantic.token_rows(edited, fns, params), LineIndex(edited))
 
 
@@ -250,10 +251,10 @@ def test_cached_tokens_are_not_walked_by_the_collector(monkeypatch):
     stops tracking: 60,000 cached lark Tokens made each full collection a 60 ms pause
     of the server."""
     import gc
-    monkeypatch.setattr(semantic, "_chunks", semantic.ChunkCache())
+    monkeypatch.setattr(semantic_chunks, "CHUNKS", semantic.ChunkCache())
     text = _twenty_functions()
     semantic.semantic_tokens(text, LineIndex(text))
     gc.collect()
-    cached = [t for toks in semantic._chunks._tokens.values() for t in toks]
+    cached = [t for toks in semantic_chunks.CHUNKS._tokens.values() for t in toks]
     assert len(cached) > 20 * 20
     assert not any(gc.is_tracked(t) for t in cached)
