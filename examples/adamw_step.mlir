@@ -3,470 +3,579 @@
 module {
   // kina-abi: kina_mse(f32[16,3], f32[16,1], f32[3,8], f32[1,8], f32[8,1]) -> (f32[1,1])
   func.func @kina_mse(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<1x1xf32>) attributes {llvm.emit_c_interface} {
-    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
-    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
+    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
+    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
     %b1_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1 : tensor<1x8xf32>) outs(%3 : tensor<16x8xf32>) {
     ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":20:17)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
-    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+      linalg.yield %4 : f32 loc("examples/adamw_step.kina":22:17)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
+    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":23:11)
     %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1_rows : tensor<16x8xf32>, tensor<16x8xf32>) outs(%6 : tensor<16x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
-      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":21:11)
-      linalg.yield %10 : f32 loc("examples/adamw_step.kina":21:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
-    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":23:11)
+      linalg.yield %10 : f32 loc("examples/adamw_step.kina":23:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":23:11)
+    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
     %a = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%z : tensor<16x8xf32>) outs(%11 : tensor<16x8xf32>) {
     ^bb0(%12: f32, %13: f32):
-      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":22:11)
-      linalg.yield %14 : f32 loc("examples/adamw_step.kina":22:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
-    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
-    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
-    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
-    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
-    %mean = func.call @"kina_losses.mse_loss$16_1"(%y_hat, %y) : (tensor<16x1xf32>, tensor<16x1xf32>) -> (tensor<1x1xf32>) loc("examples/adamw_step.kina":24:14)
-    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":25:3)
-  } loc("examples/adamw_step.kina":17:1)
+      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %14 : f32 loc("examples/adamw_step.kina":24:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
+    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":25:15)
+    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":25:15)
+    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":25:15)
+    %mean = func.call @"kina_losses.mse_loss$16_1"(%y_hat, %y) : (tensor<16x1xf32>, tensor<16x1xf32>) -> (tensor<1x1xf32>) loc("examples/adamw_step.kina":26:14)
+    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":27:3)
+  } loc("examples/adamw_step.kina":19:1)
 
   // kina-abi: kina_flatten(f32[3,8], f32[1,8], f32[8,1]) -> (f32[40])
   func.func @kina_flatten(%w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<40xf32>) attributes {llvm.emit_c_interface} {
-    %0 = tensor.collapse_shape %w1 [[0, 1]] : tensor<3x8xf32> into tensor<24xf32> loc("examples/adamw_step.kina":29:10)
-    %1 = tensor.collapse_shape %b1 [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/adamw_step.kina":29:28)
-    %2 = tensor.collapse_shape %w2 [[0, 1]] : tensor<8x1xf32> into tensor<8xf32> loc("examples/adamw_step.kina":29:45)
-    %4 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":29:3)
-    %5 = tensor.extract_slice %4[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":29:3)
-    %6 = linalg.copy ins(%0 : tensor<24xf32>) outs(%5 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":29:3)
-    %7 = tensor.insert_slice %6 into %4[0] [24] [1] : tensor<24xf32> into tensor<40xf32> loc("examples/adamw_step.kina":29:3)
-    %8 = tensor.extract_slice %7[24] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":29:3)
-    %9 = linalg.copy ins(%1 : tensor<8xf32>) outs(%8 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":29:3)
-    %10 = tensor.insert_slice %9 into %7[24] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":29:3)
-    %11 = tensor.extract_slice %10[32] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":29:3)
-    %12 = linalg.copy ins(%2 : tensor<8xf32>) outs(%11 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":29:3)
-    %3 = tensor.insert_slice %12 into %10[32] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":29:3)
-    return %3 : tensor<40xf32> loc("examples/adamw_step.kina":29:3)
-  } loc("examples/adamw_step.kina":28:1)
-
-  // kina-abi: kina_adamw(f32[40], f32[40], f32[40], f32[40], f32[1]) -> (f32[40], f32[40], f32[40])
-  func.func @kina_adamw(%w: tensor<40xf32>, %g: tensor<40xf32>, %m: tensor<40xf32>, %v: tensor<40xf32>, %t: tensor<1xf32>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) attributes {llvm.emit_c_interface} {
-    %1 = arith.constant 0.9999 : f32 loc("examples/adamw_step.kina":38:21)
-    %2 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":38:21)
-    %0 = linalg.fill ins(%1 : f32) outs(%2 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":38:21)
-    %3 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":38:17)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %0 : tensor<40xf32>, tensor<40xf32>) outs(%3 : tensor<40xf32>) {
-    ^bb0(%4: f32, %5: f32, %6: f32):
-      %7 = arith.mulf %4, %5 : f32 loc("examples/adamw_step.kina":38:17)
-      linalg.yield %7 : f32 loc("examples/adamw_step.kina":38:17)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":38:17)
-    %9 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":39:20)
-    %8 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<40xf32>, tensor<40xf32>) outs(%9 : tensor<40xf32>) {
-    ^bb0(%10: f32, %11: f32, %12: f32):
-      %13 = arith.subf %10, %11 : f32 loc("examples/adamw_step.kina":39:20)
-      linalg.yield %13 : f32 loc("examples/adamw_step.kina":39:20)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":39:20)
-    %15 = arith.constant 0.1 : f32 loc("examples/adamw_step.kina":39:30)
-    %16 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":39:30)
-    %14 = linalg.fill ins(%15 : f32) outs(%16 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":39:30)
-    %18 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":39:20)
-    %17 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%8, %14 : tensor<40xf32>, tensor<40xf32>) outs(%18 : tensor<40xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.mulf %19, %20 : f32 loc("examples/adamw_step.kina":39:20)
-      linalg.yield %22 : f32 loc("examples/adamw_step.kina":39:20)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":39:20)
-    %23 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":39:16)
-    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %17 : tensor<40xf32>, tensor<40xf32>) outs(%23 : tensor<40xf32>) {
-    ^bb0(%24: f32, %25: f32, %26: f32):
-      %27 = arith.addf %24, %25 : f32 loc("examples/adamw_step.kina":39:16)
-      linalg.yield %27 : f32 loc("examples/adamw_step.kina":39:16)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":39:16)
-    %29 = arith.constant 0.999 : f32 loc("examples/adamw_step.kina":40:20)
-    %30 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":40:20)
-    %28 = linalg.fill ins(%29 : f32) outs(%30 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":40:20)
-    %32 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:16)
-    %31 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %28 : tensor<40xf32>, tensor<40xf32>) outs(%32 : tensor<40xf32>) {
-    ^bb0(%33: f32, %34: f32, %35: f32):
-      %36 = arith.mulf %33, %34 : f32 loc("examples/adamw_step.kina":40:16)
-      linalg.yield %36 : f32 loc("examples/adamw_step.kina":40:16)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":40:16)
-    %38 = arith.constant 0.001 : f32 loc("examples/adamw_step.kina":40:28)
-    %39 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":40:28)
-    %37 = linalg.fill ins(%38 : f32) outs(%39 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":40:28)
-    %41 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:28)
-    %40 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%37, %g : tensor<40xf32>, tensor<40xf32>) outs(%41 : tensor<40xf32>) {
-    ^bb0(%42: f32, %43: f32, %44: f32):
-      %45 = arith.mulf %42, %43 : f32 loc("examples/adamw_step.kina":40:28)
-      linalg.yield %45 : f32 loc("examples/adamw_step.kina":40:28)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":40:28)
-    %47 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:28)
-    %46 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%40, %g : tensor<40xf32>, tensor<40xf32>) outs(%47 : tensor<40xf32>) {
-    ^bb0(%48: f32, %49: f32, %50: f32):
-      %51 = arith.mulf %48, %49 : f32 loc("examples/adamw_step.kina":40:28)
-      linalg.yield %51 : f32 loc("examples/adamw_step.kina":40:28)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":40:28)
-    %52 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":40:16)
-    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%31, %46 : tensor<40xf32>, tensor<40xf32>) outs(%52 : tensor<40xf32>) {
-    ^bb0(%53: f32, %54: f32, %55: f32):
-      %56 = arith.addf %53, %54 : f32 loc("examples/adamw_step.kina":40:16)
-      linalg.yield %56 : f32 loc("examples/adamw_step.kina":40:16)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":40:16)
-    %58 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":41:13)
-    %59 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":41:13)
-    %57 = linalg.fill ins(%58 : f32) outs(%59 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":41:13)
-    %61 = arith.constant -0.10536051565782628 : f32 loc("examples/adamw_step.kina":41:24)
-    %62 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":41:24)
-    %60 = linalg.fill ins(%61 : f32) outs(%62 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":41:24)
-    %64 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":41:19)
-    %63 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %60 : tensor<1xf32>, tensor<1xf32>) outs(%64 : tensor<1xf32>) {
-    ^bb0(%65: f32, %66: f32, %67: f32):
-      %68 = arith.mulf %65, %66 : f32 loc("examples/adamw_step.kina":41:19)
-      linalg.yield %68 : f32 loc("examples/adamw_step.kina":41:19)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":41:19)
-    %70 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":41:19)
-    %69 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%63 : tensor<1xf32>) outs(%70 : tensor<1xf32>) {
-    ^bb0(%71: f32, %72: f32):
-      %73 = math.exp %71 : f32 loc("examples/adamw_step.kina":41:19)
-      linalg.yield %73 : f32 loc("examples/adamw_step.kina":41:19)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":41:19)
-    %74 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":41:13)
-    %bc1 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%57, %69 : tensor<1xf32>, tensor<1xf32>) outs(%74 : tensor<1xf32>) {
-    ^bb0(%75: f32, %76: f32, %77: f32):
-      %78 = arith.subf %75, %76 : f32 loc("examples/adamw_step.kina":41:13)
-      linalg.yield %78 : f32 loc("examples/adamw_step.kina":41:13)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":41:13)
-    %80 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":42:19)
-    %81 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":42:19)
-    %79 = linalg.fill ins(%80 : f32) outs(%81 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":42:19)
-    %83 = arith.constant -0.0010005003335835344 : f32 loc("examples/adamw_step.kina":42:30)
-    %84 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":42:30)
-    %82 = linalg.fill ins(%83 : f32) outs(%84 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":42:30)
-    %86 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:25)
-    %85 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %82 : tensor<1xf32>, tensor<1xf32>) outs(%86 : tensor<1xf32>) {
-    ^bb0(%87: f32, %88: f32, %89: f32):
-      %90 = arith.mulf %87, %88 : f32 loc("examples/adamw_step.kina":42:25)
-      linalg.yield %90 : f32 loc("examples/adamw_step.kina":42:25)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":42:25)
-    %92 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:25)
-    %91 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%85 : tensor<1xf32>) outs(%92 : tensor<1xf32>) {
-    ^bb0(%93: f32, %94: f32):
-      %95 = math.exp %93 : f32 loc("examples/adamw_step.kina":42:25)
-      linalg.yield %95 : f32 loc("examples/adamw_step.kina":42:25)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":42:25)
-    %97 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:18)
-    %96 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%79, %91 : tensor<1xf32>, tensor<1xf32>) outs(%97 : tensor<1xf32>) {
-    ^bb0(%98: f32, %99: f32, %100: f32):
-      %101 = arith.subf %98, %99 : f32 loc("examples/adamw_step.kina":42:18)
-      linalg.yield %101 : f32 loc("examples/adamw_step.kina":42:18)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":42:18)
-    %102 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":42:18)
-    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%96 : tensor<1xf32>) outs(%102 : tensor<1xf32>) {
-    ^bb0(%103: f32, %104: f32):
-      %105 = math.sqrt %103 : f32 loc("examples/adamw_step.kina":42:18)
-      linalg.yield %105 : f32 loc("examples/adamw_step.kina":42:18)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":42:18)
-    %107 = arith.constant 0.01 : f32 loc("examples/adamw_step.kina":43:20)
-    %108 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":43:20)
-    %106 = linalg.fill ins(%107 : f32) outs(%108 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":43:20)
-    %110 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":43:19)
-    %109 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%106, %bc1 : tensor<1xf32>, tensor<1xf32>) outs(%110 : tensor<1xf32>) {
-    ^bb0(%111: f32, %112: f32, %113: f32):
-      %114 = arith.divf %111, %112 : f32 loc("examples/adamw_step.kina":43:19)
-      linalg.yield %114 : f32 loc("examples/adamw_step.kina":43:19)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":43:19)
-    %115 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":43:19)
-    %step_size = linalg.generic {indexing_maps = [affine_map<(d0) -> (0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%109 : tensor<1xf32>) outs(%115 : tensor<40xf32>) {
-    ^bb0(%116: f32, %117: f32):
-      linalg.yield %116 : f32 loc("examples/adamw_step.kina":43:19)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":43:19)
-    %119 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":44:15)
-    %118 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<40xf32>) outs(%119 : tensor<40xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      %122 = math.sqrt %120 : f32 loc("examples/adamw_step.kina":44:15)
-      linalg.yield %122 : f32 loc("examples/adamw_step.kina":44:15)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":44:15)
-    %124 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":44:31)
-    %123 = linalg.generic {indexing_maps = [affine_map<(d0) -> (0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<1xf32>) outs(%124 : tensor<40xf32>) {
-    ^bb0(%125: f32, %126: f32):
-      linalg.yield %125 : f32 loc("examples/adamw_step.kina":44:31)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":44:31)
-    %128 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":44:15)
-    %127 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%118, %123 : tensor<40xf32>, tensor<40xf32>) outs(%128 : tensor<40xf32>) {
-    ^bb0(%129: f32, %130: f32, %131: f32):
-      %132 = arith.divf %129, %130 : f32 loc("examples/adamw_step.kina":44:15)
-      linalg.yield %132 : f32 loc("examples/adamw_step.kina":44:15)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":44:15)
-    %134 = arith.constant 1.0e-08 : f32 loc("examples/adamw_step.kina":44:58)
-    %135 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":44:58)
-    %133 = linalg.fill ins(%134 : f32) outs(%135 : tensor<40xf32>) -> tensor<40xf32> loc("examples/adamw_step.kina":44:58)
-    %136 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":44:15)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%127, %133 : tensor<40xf32>, tensor<40xf32>) outs(%136 : tensor<40xf32>) {
-    ^bb0(%137: f32, %138: f32, %139: f32):
-      %140 = arith.addf %137, %138 : f32 loc("examples/adamw_step.kina":44:15)
-      linalg.yield %140 : f32 loc("examples/adamw_step.kina":44:15)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":44:15)
-    %142 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":45:26)
-    %141 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m_next, %denom : tensor<40xf32>, tensor<40xf32>) outs(%142 : tensor<40xf32>) {
-    ^bb0(%143: f32, %144: f32, %145: f32):
-      %146 = arith.divf %143, %144 : f32 loc("examples/adamw_step.kina":45:26)
-      linalg.yield %146 : f32 loc("examples/adamw_step.kina":45:26)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":45:26)
-    %148 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":45:14)
-    %147 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size, %141 : tensor<40xf32>, tensor<40xf32>) outs(%148 : tensor<40xf32>) {
-    ^bb0(%149: f32, %150: f32, %151: f32):
-      %152 = arith.mulf %149, %150 : f32 loc("examples/adamw_step.kina":45:14)
-      linalg.yield %152 : f32 loc("examples/adamw_step.kina":45:14)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":45:14)
-    %154 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":45:4)
-    %153 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %147 : tensor<40xf32>, tensor<40xf32>) outs(%154 : tensor<40xf32>) {
-    ^bb0(%155: f32, %156: f32, %157: f32):
-      %158 = arith.subf %155, %156 : f32 loc("examples/adamw_step.kina":45:4)
-      linalg.yield %158 : f32 loc("examples/adamw_step.kina":45:4)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":45:4)
-    return %153, %m_next, %v_next : tensor<40xf32>, tensor<40xf32>, tensor<40xf32> loc("examples/adamw_step.kina":45:3)
-  } loc("examples/adamw_step.kina":36:1)
+    %0 = tensor.collapse_shape %w1 [[0, 1]] : tensor<3x8xf32> into tensor<24xf32> loc("examples/adamw_step.kina":31:10)
+    %1 = tensor.collapse_shape %b1 [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/adamw_step.kina":31:28)
+    %2 = tensor.collapse_shape %w2 [[0, 1]] : tensor<8x1xf32> into tensor<8xf32> loc("examples/adamw_step.kina":31:45)
+    %4 = bufferization.alloc_tensor() : tensor<40xf32> loc("examples/adamw_step.kina":31:3)
+    %5 = tensor.extract_slice %4[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":31:3)
+    %6 = linalg.copy ins(%0 : tensor<24xf32>) outs(%5 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":31:3)
+    %7 = tensor.insert_slice %6 into %4[0] [24] [1] : tensor<24xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
+    %8 = tensor.extract_slice %7[24] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":31:3)
+    %9 = linalg.copy ins(%1 : tensor<8xf32>) outs(%8 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":31:3)
+    %10 = tensor.insert_slice %9 into %7[24] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
+    %11 = tensor.extract_slice %10[32] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":31:3)
+    %12 = linalg.copy ins(%2 : tensor<8xf32>) outs(%11 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":31:3)
+    %3 = tensor.insert_slice %12 into %10[32] [8] [1] : tensor<8xf32> into tensor<40xf32> loc("examples/adamw_step.kina":31:3)
+    return %3 : tensor<40xf32> loc("examples/adamw_step.kina":31:3)
+  } loc("examples/adamw_step.kina":30:1)
 
   // kina-abi: kina_train_step(f32[16,3], f32[16,1], f32[3,8], f32[1,8], f32[8,1], f32[40], f32[40], f32[1]) -> (f32[1,1], f32[3,8], f32[1,8], f32[8,1], f32[40], f32[40], f32[1])
   func.func @kina_train_step(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>, %m: tensor<40xf32>, %v: tensor<40xf32>, %t: tensor<1xf32>) -> (tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) attributes {llvm.emit_c_interface} {
-    %0:6 = func.call @"kina_mse.rev"(%x, %y, %w1, %b1, %w2) : (tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) -> (tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) loc("examples/adamw_step.kina":53:40)
-    %1 = func.call @kina_flatten(%w1, %b1, %w2) {no_inline} : (tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) -> (tensor<40xf32>) loc("examples/adamw_step.kina":54:35)
-    %2 = func.call @kina_flatten(%0#3, %0#4, %0#5) {no_inline} : (tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) -> (tensor<40xf32>) loc("examples/adamw_step.kina":54:56)
-    %3:3 = func.call @kina_adamw(%1, %2, %m, %v, %t) {no_inline} : (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) loc("examples/adamw_step.kina":54:29)
-    %5 = tensor.extract_slice %3#0[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":55:17)
-    %6 = tensor.empty() : tensor<24xf32> loc("examples/adamw_step.kina":55:17)
-    %4 = linalg.copy ins(%5 : tensor<24xf32>) outs(%6 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":55:17)
-    %w1_next = tensor.expand_shape %4 [[0, 1]] output_shape [3, 8] : tensor<24xf32> into tensor<3x8xf32> loc("examples/adamw_step.kina":55:17)
-    %8 = tensor.extract_slice %3#0[24] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":56:17)
-    %9 = tensor.empty() : tensor<8xf32> loc("examples/adamw_step.kina":56:17)
-    %7 = linalg.copy ins(%8 : tensor<8xf32>) outs(%9 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":56:17)
-    %b1_next = tensor.expand_shape %7 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":56:17)
-    %11 = tensor.extract_slice %3#0[32] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":57:17)
-    %12 = tensor.empty() : tensor<8xf32> loc("examples/adamw_step.kina":57:17)
-    %10 = linalg.copy ins(%11 : tensor<8xf32>) outs(%12 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":57:17)
-    %w2_next = tensor.expand_shape %10 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/adamw_step.kina":57:17)
-    %14 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":58:57)
-    %15 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":58:57)
-    %13 = linalg.fill ins(%14 : f32) outs(%15 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":58:57)
-    %17 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":58:53)
+    %0:6 = func.call @"kina_mse.rev"(%x, %y, %w1, %b1, %w2) : (tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) -> (tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) loc("examples/adamw_step.kina":39:40)
+    %lr = arith.constant dense<0.01> : tensor<f64> loc("examples/adamw_step.kina":40:12)
+    %beta1 = arith.constant dense<0.9> : tensor<f64> loc("examples/adamw_step.kina":41:15)
+    %beta2 = arith.constant dense<0.999> : tensor<f64> loc("examples/adamw_step.kina":42:15)
+    %eps = arith.constant dense<1.0e-08> : tensor<f64> loc("examples/adamw_step.kina":43:13)
+    %wd = arith.constant dense<0.01> : tensor<f64> loc("examples/adamw_step.kina":44:12)
+    %step = tensor.collapse_shape %t [] : tensor<1xf32> into tensor<f32> loc("examples/adamw_step.kina":45:14)
+    %1 = func.call @kina_flatten(%w1, %b1, %w2) {no_inline} : (tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) -> (tensor<40xf32>) loc("examples/adamw_step.kina":47:17)
+    %2 = func.call @kina_flatten(%0#3, %0#4, %0#5) {no_inline} : (tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) -> (tensor<40xf32>) loc("examples/adamw_step.kina":47:38)
+    %3:3 = func.call @"kina_optim.adamw$40"(%1, %2, %m, %v, %step, %lr, %beta1, %beta2, %eps, %wd) : (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>, tensor<40xf32>, tensor<f32>, tensor<f64>, tensor<f64>, tensor<f64>, tensor<f64>, tensor<f64>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) loc("examples/adamw_step.kina":47:5)
+    %5 = tensor.extract_slice %3#0[0] [24] [1] : tensor<40xf32> to tensor<24xf32> loc("examples/adamw_step.kina":48:17)
+    %6 = tensor.empty() : tensor<24xf32> loc("examples/adamw_step.kina":48:17)
+    %4 = linalg.copy ins(%5 : tensor<24xf32>) outs(%6 : tensor<24xf32>) -> tensor<24xf32> loc("examples/adamw_step.kina":48:17)
+    %w1_next = tensor.expand_shape %4 [[0, 1]] output_shape [3, 8] : tensor<24xf32> into tensor<3x8xf32> loc("examples/adamw_step.kina":48:17)
+    %8 = tensor.extract_slice %3#0[24] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":49:17)
+    %9 = tensor.empty() : tensor<8xf32> loc("examples/adamw_step.kina":49:17)
+    %7 = linalg.copy ins(%8 : tensor<8xf32>) outs(%9 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":49:17)
+    %b1_next = tensor.expand_shape %7 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":49:17)
+    %11 = tensor.extract_slice %3#0[32] [8] [1] : tensor<40xf32> to tensor<8xf32> loc("examples/adamw_step.kina":50:17)
+    %12 = tensor.empty() : tensor<8xf32> loc("examples/adamw_step.kina":50:17)
+    %10 = linalg.copy ins(%11 : tensor<8xf32>) outs(%12 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":50:17)
+    %w2_next = tensor.expand_shape %10 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/adamw_step.kina":50:17)
+    %14 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":51:57)
+    %15 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":51:57)
+    %13 = linalg.fill ins(%14 : f32) outs(%15 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":51:57)
+    %17 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":51:53)
     %16 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %13 : tensor<1xf32>, tensor<1xf32>) outs(%17 : tensor<1xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
-      %21 = arith.addf %18, %19 : f32 loc("examples/adamw_step.kina":58:53)
-      linalg.yield %21 : f32 loc("examples/adamw_step.kina":58:53)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":58:53)
-    return %0#0, %w1_next, %b1_next, %w2_next, %3#1, %3#2, %16 : tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32> loc("examples/adamw_step.kina":58:3)
-  } loc("examples/adamw_step.kina":49:1)
+      %21 = arith.addf %18, %19 : f32 loc("examples/adamw_step.kina":51:53)
+      linalg.yield %21 : f32 loc("examples/adamw_step.kina":51:53)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":51:53)
+    return %0#0, %w1_next, %b1_next, %w2_next, %3#1, %3#2, %16 : tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32> loc("examples/adamw_step.kina":51:3)
+  } loc("examples/adamw_step.kina":35:1)
 
   // kina-abi: kina_main() -> (f32[1,1], f32[3,8], f32[1,8], f32[8,1], f32[40], f32[40], f32[1])
   func.func @kina_main() -> (tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) attributes {llvm.emit_c_interface} {
-    %x = arith.constant dense<[[0.35, -0.57, -0.38], [0.6, 0.99, -0.72], [-0.84, -0.64, -0.28], [-0.66, 0.18, 0.23], [-0.79, 0.13, -0.99], [-0.07, 0.95, 0.6], [0.19, -0.35, -0.59], [-0.11, -0.44, 0.75], [-0.57, -0.45, 0.61], [-0.46, -0.46, -0.86], [-0.07, -0.47, 0.78], [-0.43, 0.55, -0.03], [-0.06, 0.93, 0.8], [-0.84, -0.51, -0.63], [0.81, 0.11, -0.26], [0.67, -0.3, 0.36]]> : tensor<16x3xf32> loc("examples/adamw_step.kina":64:11)
-    %y = arith.constant dense<[[0.8], [-0.4], [-0.62], [-0.83], [-0.91], [-0.68], [0.34], [0.61], [-0.07], [-0.59], [0.69], [-0.92], [-0.58], [-0.8], [0.89], [1.04]]> : tensor<16x1xf32> loc("examples/adamw_step.kina":70:11)
-    %w1 = arith.constant dense<[[0.92, -0.06, -0.56, 0.2, 0.38, -0.13, 0.01, 0.67], [0.63, 0.35, -0.43, -0.03, 0.3, -0.11, -0.31, -0.38], [-0.32, -0.34, -0.23, 0.57, -0.4, 0.44, 0.21, 0.07]]> : tensor<3x8xf32> loc("examples/adamw_step.kina":74:12)
-    %w2 = arith.constant dense<[[-0.41], [-0.23], [0.99], [0.05], [0.27], [0.33], [0.53], [-0.12]]> : tensor<8x1xf32> loc("examples/adamw_step.kina":78:12)
-    %b1 = arith.constant dense<0.0> : tensor<1x8xf32> loc("examples/adamw_step.kina":79:12)
-    %m = arith.constant dense<0.0> : tensor<40xf32> loc("examples/adamw_step.kina":80:11)
-    %v = arith.constant dense<0.0> : tensor<40xf32> loc("examples/adamw_step.kina":81:11)
-    %t = arith.constant dense<1.0> : tensor<1xf32> loc("examples/adamw_step.kina":82:11)
-    %0:7 = func.call @kina_train_step(%x, %y, %w1, %b1, %w2, %m, %v, %t) {no_inline} : (tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) -> (tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) loc("examples/adamw_step.kina":83:3)
-    return %0#0, %0#1, %0#2, %0#3, %0#4, %0#5, %0#6 : tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32> loc("examples/adamw_step.kina":83:3)
-  } loc("examples/adamw_step.kina":62:1)
+    %x = arith.constant dense<[[0.35, -0.57, -0.38], [0.6, 0.99, -0.72], [-0.84, -0.64, -0.28], [-0.66, 0.18, 0.23], [-0.79, 0.13, -0.99], [-0.07, 0.95, 0.6], [0.19, -0.35, -0.59], [-0.11, -0.44, 0.75], [-0.57, -0.45, 0.61], [-0.46, -0.46, -0.86], [-0.07, -0.47, 0.78], [-0.43, 0.55, -0.03], [-0.06, 0.93, 0.8], [-0.84, -0.51, -0.63], [0.81, 0.11, -0.26], [0.67, -0.3, 0.36]]> : tensor<16x3xf32> loc("examples/adamw_step.kina":57:11)
+    %y = arith.constant dense<[[0.8], [-0.4], [-0.62], [-0.83], [-0.91], [-0.68], [0.34], [0.61], [-0.07], [-0.59], [0.69], [-0.92], [-0.58], [-0.8], [0.89], [1.04]]> : tensor<16x1xf32> loc("examples/adamw_step.kina":63:11)
+    %w1 = arith.constant dense<[[0.92, -0.06, -0.56, 0.2, 0.38, -0.13, 0.01, 0.67], [0.63, 0.35, -0.43, -0.03, 0.3, -0.11, -0.31, -0.38], [-0.32, -0.34, -0.23, 0.57, -0.4, 0.44, 0.21, 0.07]]> : tensor<3x8xf32> loc("examples/adamw_step.kina":67:12)
+    %w2 = arith.constant dense<[[-0.41], [-0.23], [0.99], [0.05], [0.27], [0.33], [0.53], [-0.12]]> : tensor<8x1xf32> loc("examples/adamw_step.kina":71:12)
+    %b1 = arith.constant dense<0.0> : tensor<1x8xf32> loc("examples/adamw_step.kina":72:12)
+    %m = arith.constant dense<0.0> : tensor<40xf32> loc("examples/adamw_step.kina":73:11)
+    %v = arith.constant dense<0.0> : tensor<40xf32> loc("examples/adamw_step.kina":74:11)
+    %t = arith.constant dense<1.0> : tensor<1xf32> loc("examples/adamw_step.kina":75:11)
+    %0:7 = func.call @kina_train_step(%x, %y, %w1, %b1, %w2, %m, %v, %t) {no_inline} : (tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) -> (tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32>) loc("examples/adamw_step.kina":76:3)
+    return %0#0, %0#1, %0#2, %0#3, %0#4, %0#5, %0#6 : tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32> loc("examples/adamw_step.kina":76:3)
+  } loc("examples/adamw_step.kina":55:1)
+
+  func.func private @"kina_optim.adamw$40"(%w: tensor<40xf32>, %g: tensor<40xf32>, %m: tensor<40xf32>, %v: tensor<40xf32>, %t: tensor<f32>, %lr: tensor<f64>, %beta1: tensor<f64>, %beta2: tensor<f64>, %eps: tensor<f64>, %weight_decay: tensor<f64>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) {
+    %1 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":68:87)
+    %2 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":68:87)
+    %0 = linalg.fill ins(%1 : f64) outs(%2 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":68:87)
+    %4 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":68:93)
+    %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f64>, tensor<f64>) outs(%4 : tensor<f64>) {
+    ^bb0(%5: f64, %6: f64, %7: f64):
+      %8 = arith.mulf %5, %6 : f64 loc("examples/adamw_step.kina":68:93)
+      linalg.yield %8 : f64 loc("examples/adamw_step.kina":68:93)
+    } -> tensor<f64> loc("examples/adamw_step.kina":68:93)
+    %10 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":68:86)
+    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f64>, tensor<f64>) outs(%10 : tensor<f64>) {
+    ^bb0(%11: f64, %12: f64, %13: f64):
+      %14 = arith.subf %11, %12 : f64 loc("examples/adamw_step.kina":68:86)
+      linalg.yield %14 : f64 loc("examples/adamw_step.kina":68:86)
+    } -> tensor<f64> loc("examples/adamw_step.kina":68:86)
+    %15 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":68:86)
+    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%15 : tensor<f32>) {
+    ^bb0(%16: f64, %17: f32):
+      %18 = arith.truncf %16 : f64 to f32 loc("examples/adamw_step.kina":68:86)
+      linalg.yield %18 : f32 loc("examples/adamw_step.kina":68:86)
+    } -> tensor<f32> loc("examples/adamw_step.kina":68:86)
+    %20 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":69:45)
+    %21 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":69:45)
+    %19 = linalg.fill ins(%20 : f64) outs(%21 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":69:45)
+    %23 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":69:44)
+    %22 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%19, %beta1 : tensor<f64>, tensor<f64>) outs(%23 : tensor<f64>) {
+    ^bb0(%24: f64, %25: f64, %26: f64):
+      %27 = arith.subf %24, %25 : f64 loc("examples/adamw_step.kina":69:44)
+      linalg.yield %27 : f64 loc("examples/adamw_step.kina":69:44)
+    } -> tensor<f64> loc("examples/adamw_step.kina":69:44)
+    %28 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":69:44)
+    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%22 : tensor<f64>) outs(%28 : tensor<f32>) {
+    ^bb0(%29: f64, %30: f32):
+      %31 = arith.truncf %29 : f64 to f32 loc("examples/adamw_step.kina":69:44)
+      linalg.yield %31 : f32 loc("examples/adamw_step.kina":69:44)
+    } -> tensor<f32> loc("examples/adamw_step.kina":69:44)
+    %33 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":71:22)
+    %34 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":71:22)
+    %32 = linalg.fill ins(%33 : f64) outs(%34 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":71:22)
+    %36 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":71:21)
+    %35 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%32, %beta2 : tensor<f64>, tensor<f64>) outs(%36 : tensor<f64>) {
+    ^bb0(%37: f64, %38: f64, %39: f64):
+      %40 = arith.subf %37, %38 : f64 loc("examples/adamw_step.kina":71:21)
+      linalg.yield %40 : f64 loc("examples/adamw_step.kina":71:21)
+    } -> tensor<f64> loc("examples/adamw_step.kina":71:21)
+    %41 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":71:21)
+    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%35 : tensor<f64>) outs(%41 : tensor<f32>) {
+    ^bb0(%42: f64, %43: f32):
+      %44 = arith.truncf %42 : f64 to f32 loc("examples/adamw_step.kina":71:21)
+      linalg.yield %44 : f32 loc("examples/adamw_step.kina":71:21)
+    } -> tensor<f32> loc("examples/adamw_step.kina":71:21)
+    %45 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":71:71)
+    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%45 : tensor<f32>) {
+    ^bb0(%46: f64, %47: f32):
+      %48 = arith.truncf %46 : f64 to f32 loc("examples/adamw_step.kina":71:71)
+      linalg.yield %48 : f32 loc("examples/adamw_step.kina":71:71)
+    } -> tensor<f32> loc("examples/adamw_step.kina":71:71)
+    %49 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":72:22)
+    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%49 : tensor<f64>) {
+    ^bb0(%50: f32, %51: f64):
+      %52 = arith.extf %50 : f32 to f64 loc("examples/adamw_step.kina":72:22)
+      linalg.yield %52 : f64 loc("examples/adamw_step.kina":72:22)
+    } -> tensor<f64> loc("examples/adamw_step.kina":72:22)
+    %54 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":73:31)
+    %55 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":73:31)
+    %53 = linalg.fill ins(%54 : f64) outs(%55 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":73:31)
+    %57 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":74:3)
+    %56 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%57 : tensor<f64>) {
+    ^bb0(%58: f64, %59: f64, %60: f64):
+      %61 = math.absf %58 : f64 loc("examples/adamw_step.kina":74:3)
+      %62 = math.powf %61, %59 : f64 loc("examples/adamw_step.kina":74:3)
+      %63 = math.floor %59 : f64 loc("examples/adamw_step.kina":74:3)
+      %64 = arith.cmpf oeq, %63, %59 : f64 loc("examples/adamw_step.kina":74:3)
+      %65 = arith.constant 0.5 : f64 loc("examples/adamw_step.kina":74:3)
+      %66 = arith.mulf %59, %65 : f64 loc("examples/adamw_step.kina":74:3)
+      %67 = math.floor %66 : f64 loc("examples/adamw_step.kina":74:3)
+      %68 = arith.cmpf oeq, %67, %66 : f64 loc("examples/adamw_step.kina":74:3)
+      %69 = arith.negf %62 : f64 loc("examples/adamw_step.kina":74:3)
+      %70 = arith.select %68, %62, %69 : f64 loc("examples/adamw_step.kina":74:3)
+      %71 = arith.constant 0xfff0000000000000 : f64 loc("examples/adamw_step.kina":74:3)
+      %72 = arith.cmpf oeq, %58, %71 : f64 loc("examples/adamw_step.kina":74:3)
+      %73 = arith.constant 0x7ff8000000000000 : f64 loc("examples/adamw_step.kina":74:3)
+      %74 = arith.select %72, %62, %73 : f64 loc("examples/adamw_step.kina":74:3)
+      %75 = arith.select %64, %70, %74 : f64 loc("examples/adamw_step.kina":74:3)
+      %76 = arith.constant 0.0 : f64 loc("examples/adamw_step.kina":74:3)
+      %77 = arith.cmpf olt, %58, %76 : f64 loc("examples/adamw_step.kina":74:3)
+      %78 = arith.select %77, %75, %62 : f64 loc("examples/adamw_step.kina":74:3)
+      linalg.yield %78 : f64 loc("examples/adamw_step.kina":74:3)
+    } -> tensor<f64> loc("examples/adamw_step.kina":74:3)
+    %80 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":73:30)
+    %79 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53, %56 : tensor<f64>, tensor<f64>) outs(%80 : tensor<f64>) {
+    ^bb0(%81: f64, %82: f64, %83: f64):
+      %84 = arith.subf %81, %82 : f64 loc("examples/adamw_step.kina":73:30)
+      linalg.yield %84 : f64 loc("examples/adamw_step.kina":73:30)
+    } -> tensor<f64> loc("examples/adamw_step.kina":73:30)
+    %86 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":73:24)
+    %85 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %79 : tensor<f64>, tensor<f64>) outs(%86 : tensor<f64>) {
+    ^bb0(%87: f64, %88: f64, %89: f64):
+      %90 = arith.divf %87, %88 : f64 loc("examples/adamw_step.kina":73:24)
+      linalg.yield %90 : f64 loc("examples/adamw_step.kina":73:24)
+    } -> tensor<f64> loc("examples/adamw_step.kina":73:24)
+    %91 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":73:24)
+    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%85 : tensor<f64>) outs(%91 : tensor<f32>) {
+    ^bb0(%92: f64, %93: f32):
+      %94 = arith.truncf %92 : f64 to f32 loc("examples/adamw_step.kina":73:24)
+      linalg.yield %94 : f32 loc("examples/adamw_step.kina":73:24)
+    } -> tensor<f32> loc("examples/adamw_step.kina":73:24)
+    %96 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":75:25)
+    %97 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":75:25)
+    %95 = linalg.fill ins(%96 : f64) outs(%97 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":75:25)
+    %99 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:31)
+    %98 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%99 : tensor<f64>) {
+    ^bb0(%100: f64, %101: f64, %102: f64):
+      %103 = math.absf %100 : f64 loc("examples/adamw_step.kina":75:31)
+      %104 = math.powf %103, %101 : f64 loc("examples/adamw_step.kina":75:31)
+      %105 = math.floor %101 : f64 loc("examples/adamw_step.kina":75:31)
+      %106 = arith.cmpf oeq, %105, %101 : f64 loc("examples/adamw_step.kina":75:31)
+      %107 = arith.constant 0.5 : f64 loc("examples/adamw_step.kina":75:31)
+      %108 = arith.mulf %101, %107 : f64 loc("examples/adamw_step.kina":75:31)
+      %109 = math.floor %108 : f64 loc("examples/adamw_step.kina":75:31)
+      %110 = arith.cmpf oeq, %109, %108 : f64 loc("examples/adamw_step.kina":75:31)
+      %111 = arith.negf %104 : f64 loc("examples/adamw_step.kina":75:31)
+      %112 = arith.select %110, %104, %111 : f64 loc("examples/adamw_step.kina":75:31)
+      %113 = arith.constant 0xfff0000000000000 : f64 loc("examples/adamw_step.kina":75:31)
+      %114 = arith.cmpf oeq, %100, %113 : f64 loc("examples/adamw_step.kina":75:31)
+      %115 = arith.constant 0x7ff8000000000000 : f64 loc("examples/adamw_step.kina":75:31)
+      %116 = arith.select %114, %104, %115 : f64 loc("examples/adamw_step.kina":75:31)
+      %117 = arith.select %106, %112, %116 : f64 loc("examples/adamw_step.kina":75:31)
+      %118 = arith.constant 0.0 : f64 loc("examples/adamw_step.kina":75:31)
+      %119 = arith.cmpf olt, %100, %118 : f64 loc("examples/adamw_step.kina":75:31)
+      %120 = arith.select %119, %117, %104 : f64 loc("examples/adamw_step.kina":75:31)
+      linalg.yield %120 : f64 loc("examples/adamw_step.kina":75:31)
+    } -> tensor<f64> loc("examples/adamw_step.kina":75:31)
+    %122 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %121 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%95, %98 : tensor<f64>, tensor<f64>) outs(%122 : tensor<f64>) {
+    ^bb0(%123: f64, %124: f64, %125: f64):
+      %126 = arith.subf %123, %124 : f64 loc("examples/adamw_step.kina":75:24)
+      linalg.yield %126 : f64 loc("examples/adamw_step.kina":75:24)
+    } -> tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %128 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %127 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%121 : tensor<f64>) outs(%128 : tensor<f64>) {
+    ^bb0(%129: f64, %130: f64):
+      %131 = math.sqrt %129 : f64 loc("examples/adamw_step.kina":75:24)
+      linalg.yield %131 : f64 loc("examples/adamw_step.kina":75:24)
+    } -> tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %132 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":75:24)
+    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%127 : tensor<f64>) outs(%132 : tensor<f32>) {
+    ^bb0(%133: f64, %134: f32):
+      %135 = arith.truncf %133 : f64 to f32 loc("examples/adamw_step.kina":75:24)
+      linalg.yield %135 : f32 loc("examples/adamw_step.kina":75:24)
+    } -> tensor<f32> loc("examples/adamw_step.kina":75:24)
+    %137 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %136 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%137 : tensor<40xf32>) {
+    ^bb0(%138: f32, %139: f32):
+      linalg.yield %138 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %140 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %136 : tensor<40xf32>, tensor<40xf32>) outs(%140 : tensor<40xf32>) {
+    ^bb0(%141: f32, %142: f32, %143: f32):
+      %144 = arith.mulf %141, %142 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %144 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %146 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<40xf32>, tensor<40xf32>) outs(%146 : tensor<40xf32>) {
+    ^bb0(%147: f32, %148: f32, %149: f32):
+      %150 = arith.subf %147, %148 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %150 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %152 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %151 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%152 : tensor<40xf32>) {
+    ^bb0(%153: f32, %154: f32):
+      linalg.yield %153 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %156 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %155 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%145, %151 : tensor<40xf32>, tensor<40xf32>) outs(%156 : tensor<40xf32>) {
+    ^bb0(%157: f32, %158: f32, %159: f32):
+      %160 = arith.mulf %157, %158 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %160 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %161 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %155 : tensor<40xf32>, tensor<40xf32>) outs(%161 : tensor<40xf32>) {
+    ^bb0(%162: f32, %163: f32, %164: f32):
+      %165 = arith.addf %162, %163 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %165 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %167 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %166 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%167 : tensor<40xf32>) {
+    ^bb0(%168: f32, %169: f32):
+      linalg.yield %168 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %171 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %166 : tensor<40xf32>, tensor<40xf32>) outs(%171 : tensor<40xf32>) {
+    ^bb0(%172: f32, %173: f32, %174: f32):
+      %175 = arith.mulf %172, %173 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %175 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %177 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %176 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%177 : tensor<40xf32>) {
+    ^bb0(%178: f32, %179: f32):
+      linalg.yield %178 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %181 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %180 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%176, %g : tensor<40xf32>, tensor<40xf32>) outs(%181 : tensor<40xf32>) {
+    ^bb0(%182: f32, %183: f32, %184: f32):
+      %185 = arith.mulf %182, %183 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %185 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %187 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %186 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%180, %g : tensor<40xf32>, tensor<40xf32>) outs(%187 : tensor<40xf32>) {
+    ^bb0(%188: f32, %189: f32, %190: f32):
+      %191 = arith.mulf %188, %189 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %191 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %192 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %186 : tensor<40xf32>, tensor<40xf32>) outs(%192 : tensor<40xf32>) {
+    ^bb0(%193: f32, %194: f32, %195: f32):
+      %196 = arith.addf %193, %194 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %196 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %198 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<40xf32>) outs(%198 : tensor<40xf32>) {
+    ^bb0(%199: f32, %200: f32):
+      %201 = math.sqrt %199 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %201 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %203 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%203 : tensor<40xf32>) {
+    ^bb0(%204: f32, %205: f32):
+      linalg.yield %204 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %207 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%197, %202 : tensor<40xf32>, tensor<40xf32>) outs(%207 : tensor<40xf32>) {
+    ^bb0(%208: f32, %209: f32, %210: f32):
+      %211 = arith.divf %208, %209 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %211 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %213 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":78:1)
+    %212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%213 : tensor<f32>) {
+    ^bb0(%214: f64, %215: f32):
+      %216 = arith.truncf %214 : f64 to f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %216 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<f32> loc("examples/adamw_step.kina":78:1)
+    %218 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %217 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%212 : tensor<f32>) outs(%218 : tensor<40xf32>) {
+    ^bb0(%219: f32, %220: f32):
+      linalg.yield %219 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %221 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%206, %217 : tensor<40xf32>, tensor<40xf32>) outs(%221 : tensor<40xf32>) {
+    ^bb0(%222: f32, %223: f32, %224: f32):
+      %225 = arith.addf %222, %223 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %225 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %227 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %226 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%227 : tensor<40xf32>) {
+    ^bb0(%228: f32, %229: f32):
+      linalg.yield %228 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %231 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %230 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%226, %m_next : tensor<40xf32>, tensor<40xf32>) outs(%231 : tensor<40xf32>) {
+    ^bb0(%232: f32, %233: f32, %234: f32):
+      %235 = arith.mulf %232, %233 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %235 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %237 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%230, %denom : tensor<40xf32>, tensor<40xf32>) outs(%237 : tensor<40xf32>) {
+    ^bb0(%238: f32, %239: f32, %240: f32):
+      %241 = arith.divf %238, %239 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %241 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %243 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %236 : tensor<40xf32>, tensor<40xf32>) outs(%243 : tensor<40xf32>) {
+    ^bb0(%244: f32, %245: f32, %246: f32):
+      %247 = arith.subf %244, %245 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %247 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    return %242, %m_next, %v_next : tensor<40xf32>, tensor<40xf32>, tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+  } loc("examples/adamw_step.kina":60:86)
 
   func.func private @"kina_losses.mse_loss$16_1"(%pred: tensor<16x1xf32>, %target: tensor<16x1xf32>) -> (tensor<1x1xf32>) {
-    %0 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+    %0 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
     %err = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%pred, %target : tensor<16x1xf32>, tensor<16x1xf32>) outs(%0 : tensor<16x1xf32>) {
     ^bb0(%1: f32, %2: f32, %3: f32):
-      %4 = arith.subf %1, %2 : f32 loc("examples/adamw_step.kina":57:44)
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":57:44)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
-    %5 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+      %4 = arith.subf %1, %2 : f32 loc("examples/adamw_step.kina":63:17)
+      linalg.yield %4 : f32 loc("examples/adamw_step.kina":63:17)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
+    %5 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
     %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%err : tensor<16x1xf32>) outs(%5 : tensor<16x1xf32>) {
     ^bb0(%6: f32, %7: f32):
-      %8 = arith.mulf %6, %6 : f32 loc("examples/adamw_step.kina":58:2)
-      linalg.yield %8 : f32 loc("examples/adamw_step.kina":58:2)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
-    %9 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":58:31)
-    %10 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":58:31)
-    %11 = linalg.fill ins(%9 : f32) outs(%10 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+      %8 = arith.mulf %6, %6 : f32 loc("examples/adamw_step.kina":64:12)
+      linalg.yield %8 : f32 loc("examples/adamw_step.kina":64:12)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %9 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":64:41)
+    %10 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":64:41)
+    %11 = linalg.fill ins(%9 : f32) outs(%10 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":64:41)
     %12 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%sq : tensor<16x1xf32>) outs(%11 : tensor<1xf32>) {
     ^bb0(%13: f32, %14: f32):
-      %15 = arith.addf %14, %13 : f32 loc("examples/adamw_step.kina":58:31)
-      linalg.yield %15 : f32 loc("examples/adamw_step.kina":58:31)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
-    %cols = tensor.expand_shape %12 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":58:31)
-    %16 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":61:15)
-    %17 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":61:15)
-    %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+      %15 = arith.addf %14, %13 : f32 loc("examples/adamw_step.kina":64:41)
+      linalg.yield %15 : f32 loc("examples/adamw_step.kina":64:41)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":64:41)
+    %cols = tensor.expand_shape %12 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":64:41)
+    %16 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":64:89)
+    %17 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":64:89)
+    %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":64:89)
     %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%cols : tensor<1x1xf32>) outs(%18 : tensor<1xf32>) {
     ^bb0(%20: f32, %21: f32):
-      %22 = arith.addf %21, %20 : f32 loc("examples/adamw_step.kina":61:15)
-      linalg.yield %22 : f32 loc("examples/adamw_step.kina":61:15)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
-    %total = tensor.expand_shape %19 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
-    %24 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":61:72)
-    %25 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
-    %23 = linalg.fill ins(%24 : f32) outs(%25 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
-    %26 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+      %22 = arith.addf %21, %20 : f32 loc("examples/adamw_step.kina":64:89)
+      linalg.yield %22 : f32 loc("examples/adamw_step.kina":64:89)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":64:89)
+    %total = tensor.expand_shape %19 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
+    %24 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":67:25)
+    %25 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
+    %23 = linalg.fill ins(%24 : f32) outs(%25 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
+    %26 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
     %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %23 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%26 : tensor<1x1xf32>) {
     ^bb0(%27: f32, %28: f32, %29: f32):
-      %30 = arith.mulf %27, %28 : f32 loc("examples/adamw_step.kina":61:64)
-      linalg.yield %30 : f32 loc("examples/adamw_step.kina":61:64)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
-    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":61:93)
-  } loc("examples/adamw_step.kina":56:3)
+      %30 = arith.mulf %27, %28 : f32 loc("examples/adamw_step.kina":67:17)
+      linalg.yield %30 : f32 loc("examples/adamw_step.kina":67:17)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
+    return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":68:13)
+  } loc("examples/adamw_step.kina":60:54)
 
   func.func private @"kina_mse.rev"(%x: tensor<16x3xf32>, %y: tensor<16x1xf32>, %w1: tensor<3x8xf32>, %b1: tensor<1x8xf32>, %w2: tensor<8x1xf32>) -> (tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>) {
-    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
-    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":19:11)
-    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
+    %0 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
+    %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
     %b1_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1 : tensor<1x8xf32>) outs(%3 : tensor<16x8xf32>) {
     ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":20:17)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":20:17)
-    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
+      linalg.yield %4 : f32 loc("examples/adamw_step.kina":22:17)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
+    %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":23:11)
     %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1_rows : tensor<16x8xf32>, tensor<16x8xf32>) outs(%6 : tensor<16x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
-      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":21:11)
-      linalg.yield %10 : f32 loc("examples/adamw_step.kina":21:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
-    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+      %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":23:11)
+      linalg.yield %10 : f32 loc("examples/adamw_step.kina":23:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":23:11)
+    %11 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
     %a = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%z : tensor<16x8xf32>) outs(%11 : tensor<16x8xf32>) {
     ^bb0(%12: f32, %13: f32):
-      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":22:11)
-      linalg.yield %14 : f32 loc("examples/adamw_step.kina":22:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
-    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
-    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
-    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
-    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":23:15)
-    %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+      %14 = math.tanh %12 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %14 : f32 loc("examples/adamw_step.kina":24:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %15 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
+    %16 = bufferization.alloc_tensor() : tensor<16x1xf32> loc("examples/adamw_step.kina":25:15)
+    %17 = linalg.fill ins(%15 : f32) outs(%16 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":25:15)
+    %y_hat = linalg.matmul ins(%a, %w2 : tensor<16x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<16x1xf32>) -> tensor<16x1xf32> loc("examples/adamw_step.kina":25:15)
+    %18 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
     %losses.mse_loss$16_1.1.err = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y_hat, %y : tensor<16x1xf32>, tensor<16x1xf32>) outs(%18 : tensor<16x1xf32>) {
     ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/adamw_step.kina":57:44)
-      linalg.yield %22 : f32 loc("examples/adamw_step.kina":57:44)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
-    %23 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+      %22 = arith.subf %19, %20 : f32 loc("examples/adamw_step.kina":63:17)
+      linalg.yield %22 : f32 loc("examples/adamw_step.kina":63:17)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
+    %23 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
     %losses.mse_loss$16_1.2.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.mse_loss$16_1.1.err : tensor<16x1xf32>) outs(%23 : tensor<16x1xf32>) {
     ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/adamw_step.kina":58:2)
-      linalg.yield %26 : f32 loc("examples/adamw_step.kina":58:2)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
-    %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":58:31)
-    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":58:31)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
+      %26 = arith.mulf %24, %24 : f32 loc("examples/adamw_step.kina":64:12)
+      linalg.yield %26 : f32 loc("examples/adamw_step.kina":64:12)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %27 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":64:41)
+    %28 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":64:41)
+    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":64:41)
     %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%losses.mse_loss$16_1.2.sq : tensor<16x1xf32>) outs(%29 : tensor<1xf32>) {
     ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/adamw_step.kina":58:31)
-      linalg.yield %33 : f32 loc("examples/adamw_step.kina":58:31)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":58:31)
-    %losses.mse_loss$16_1.3.cols = tensor.expand_shape %30 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":58:31)
-    %34 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":61:15)
-    %35 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":61:15)
-    %36 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
+      %33 = arith.addf %32, %31 : f32 loc("examples/adamw_step.kina":64:41)
+      linalg.yield %33 : f32 loc("examples/adamw_step.kina":64:41)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":64:41)
+    %losses.mse_loss$16_1.3.cols = tensor.expand_shape %30 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":64:41)
+    %34 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":64:89)
+    %35 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":64:89)
+    %36 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":64:89)
     %37 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%losses.mse_loss$16_1.3.cols : tensor<1x1xf32>) outs(%36 : tensor<1xf32>) {
     ^bb0(%38: f32, %39: f32):
-      %40 = arith.addf %39, %38 : f32 loc("examples/adamw_step.kina":61:15)
-      linalg.yield %40 : f32 loc("examples/adamw_step.kina":61:15)
-    } -> tensor<1xf32> loc("examples/adamw_step.kina":61:15)
-    %losses.mse_loss$16_1.4.total = tensor.expand_shape %37 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
-    %41 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":61:72)
-    %42 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
-    %inert.9 = linalg.fill ins(%41 : f32) outs(%42 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:72)
-    %43 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+      %40 = arith.addf %39, %38 : f32 loc("examples/adamw_step.kina":64:89)
+      linalg.yield %40 : f32 loc("examples/adamw_step.kina":64:89)
+    } -> tensor<1xf32> loc("examples/adamw_step.kina":64:89)
+    %losses.mse_loss$16_1.4.total = tensor.expand_shape %37 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
+    %41 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":67:25)
+    %42 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
+    %inert.9 = linalg.fill ins(%41 : f32) outs(%42 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
+    %43 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
     %losses.mse_loss$16_1.5.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.mse_loss$16_1.4.total, %inert.9 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%43 : tensor<1x1xf32>) {
     ^bb0(%44: f32, %45: f32, %46: f32):
-      %47 = arith.mulf %44, %45 : f32 loc("examples/adamw_step.kina":61:64)
-      linalg.yield %47 : f32 loc("examples/adamw_step.kina":61:64)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
-    %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/adamw_step.kina":25:3)
-    %48 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
+      %47 = arith.mulf %44, %45 : f32 loc("examples/adamw_step.kina":67:17)
+      linalg.yield %47 : f32 loc("examples/adamw_step.kina":67:17)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
+    %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/adamw_step.kina":27:3)
+    %48 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
     %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.9 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%48 : tensor<1x1xf32>) {
     ^bb0(%49: f32, %50: f32, %51: f32):
-      %52 = arith.mulf %49, %50 : f32 loc("examples/adamw_step.kina":61:64)
-      linalg.yield %52 : f32 loc("examples/adamw_step.kina":61:64)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:64)
-    %53 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
+      %52 = arith.mulf %49, %50 : f32 loc("examples/adamw_step.kina":67:17)
+      linalg.yield %52 : f32 loc("examples/adamw_step.kina":67:17)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
+    %53 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
     %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%53 : tensor<1x1xf32>) {
     ^bb0(%54: f32, %55: f32):
-      linalg.yield %54 : f32 loc("examples/adamw_step.kina":61:15)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":61:15)
-    %56 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:31)
+      linalg.yield %54 : f32 loc("examples/adamw_step.kina":64:89)
+    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
+    %56 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
     %ct.4.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<1x1xf32>) outs(%56 : tensor<16x1xf32>) {
     ^bb0(%57: f32, %58: f32):
-      linalg.yield %57 : f32 loc("examples/adamw_step.kina":58:31)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:31)
-    %59 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+      linalg.yield %57 : f32 loc("examples/adamw_step.kina":64:41)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
+    %59 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
     %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.broadcast, %losses.mse_loss$16_1.1.err : tensor<16x1xf32>, tensor<16x1xf32>) outs(%59 : tensor<16x1xf32>) {
     ^bb0(%60: f32, %61: f32, %62: f32):
-      %63 = arith.mulf %60, %61 : f32 loc("examples/adamw_step.kina":58:2)
-      linalg.yield %63 : f32 loc("examples/adamw_step.kina":58:2)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
-    %ct.6.const = arith.constant dense<2.0> : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
-    %64 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
+      %63 = arith.mulf %60, %61 : f32 loc("examples/adamw_step.kina":64:12)
+      linalg.yield %63 : f32 loc("examples/adamw_step.kina":64:12)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %ct.6.const = arith.constant dense<2.0> : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %64 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
     %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %ct.6.const : tensor<16x1xf32>, tensor<16x1xf32>) outs(%64 : tensor<16x1xf32>) {
     ^bb0(%65: f32, %66: f32, %67: f32):
-      %68 = arith.mulf %65, %66 : f32 loc("examples/adamw_step.kina":58:2)
-      linalg.yield %68 : f32 loc("examples/adamw_step.kina":58:2)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":58:2)
-    %69 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
+      %68 = arith.mulf %65, %66 : f32 loc("examples/adamw_step.kina":64:12)
+      linalg.yield %68 : f32 loc("examples/adamw_step.kina":64:12)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %69 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
     %ct.8.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul : tensor<16x1xf32>) outs(%69 : tensor<16x1xf32>) {
     ^bb0(%70: f32, %71: f32):
-      %72 = arith.negf %70 : f32 loc("examples/adamw_step.kina":57:44)
-      linalg.yield %72 : f32 loc("examples/adamw_step.kina":57:44)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":57:44)
-    %73 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":23:15)
-    %ct.9.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%73 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":23:15)
-    %74 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
-    %75 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":23:15)
-    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":23:15)
-    %ct.10.matmul = linalg.matmul ins(%ct.7.mul, %ct.9.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%76 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":23:15)
-    %77 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":23:15)
-    %ct.11.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%77 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":23:15)
-    %78 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":23:15)
-    %79 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":23:15)
-    %80 = linalg.fill ins(%78 : f32) outs(%79 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":23:15)
-    %ct.12.matmul = linalg.matmul ins(%ct.11.transpose, %ct.7.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%80 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":23:15)
-    %ct.13.const = arith.constant dense<1.0> : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
-    %81 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+      %72 = arith.negf %70 : f32 loc("examples/adamw_step.kina":63:17)
+      linalg.yield %72 : f32 loc("examples/adamw_step.kina":63:17)
+    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
+    %73 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.9.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%73 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":25:15)
+    %74 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
+    %75 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
+    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.10.matmul = linalg.matmul ins(%ct.7.mul, %ct.9.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%76 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
+    %77 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.11.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%77 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":25:15)
+    %78 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
+    %79 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
+    %80 = linalg.fill ins(%78 : f32) outs(%79 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.12.matmul = linalg.matmul ins(%ct.11.transpose, %ct.7.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%80 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.13.const = arith.constant dense<1.0> : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %81 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
     %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %a : tensor<16x8xf32>, tensor<16x8xf32>) outs(%81 : tensor<16x8xf32>) {
     ^bb0(%82: f32, %83: f32, %84: f32):
-      %85 = arith.mulf %82, %83 : f32 loc("examples/adamw_step.kina":22:11)
-      linalg.yield %85 : f32 loc("examples/adamw_step.kina":22:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
-    %86 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+      %85 = arith.mulf %82, %83 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %85 : f32 loc("examples/adamw_step.kina":24:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %86 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
     %ct.15.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.const, %ct.14.mul : tensor<16x8xf32>, tensor<16x8xf32>) outs(%86 : tensor<16x8xf32>) {
     ^bb0(%87: f32, %88: f32, %89: f32):
-      %90 = arith.subf %87, %88 : f32 loc("examples/adamw_step.kina":22:11)
-      linalg.yield %90 : f32 loc("examples/adamw_step.kina":22:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
-    %91 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
+      %90 = arith.subf %87, %88 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %90 : f32 loc("examples/adamw_step.kina":24:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %91 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
     %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.10.matmul, %ct.15.sub : tensor<16x8xf32>, tensor<16x8xf32>) outs(%91 : tensor<16x8xf32>) {
     ^bb0(%92: f32, %93: f32, %94: f32):
-      %95 = arith.mulf %92, %93 : f32 loc("examples/adamw_step.kina":22:11)
-      linalg.yield %95 : f32 loc("examples/adamw_step.kina":22:11)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:11)
-    %96 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":20:17)
-    %97 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":20:17)
-    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":20:17)
+      %95 = arith.mulf %92, %93 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %95 : f32 loc("examples/adamw_step.kina":24:11)
+    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %96 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":22:17)
+    %97 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":22:17)
+    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":22:17)
     %99 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<16x8xf32>) outs(%98 : tensor<8xf32>) {
     ^bb0(%100: f32, %101: f32):
-      %102 = arith.addf %101, %100 : f32 loc("examples/adamw_step.kina":20:17)
-      linalg.yield %102 : f32 loc("examples/adamw_step.kina":20:17)
-    } -> tensor<8xf32> loc("examples/adamw_step.kina":20:17)
-    %ct.17.reduce_keep = tensor.expand_shape %99 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":20:17)
-    %103 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":19:11)
-    %ct.18.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%103 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":19:11)
-    %104 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
-    %105 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":19:11)
-    %106 = linalg.fill ins(%104 : f32) outs(%105 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":19:11)
-    %ct.19.matmul = linalg.matmul ins(%ct.16.mul, %ct.18.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%106 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":19:11)
-    %107 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":19:11)
-    %ct.20.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%107 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":19:11)
-    %108 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":19:11)
-    %109 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":19:11)
-    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":19:11)
-    %ct.21.matmul = linalg.matmul ins(%ct.20.transpose, %ct.16.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%110 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":19:11)
-    return %losses.mse_loss$16_1.5.mean, %ct.19.matmul, %ct.8.neg, %ct.21.matmul, %ct.17.reduce_keep, %ct.12.matmul : tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32> loc("examples/adamw_step.kina":17:1)
-  } loc("examples/adamw_step.kina":17:1)
+      %102 = arith.addf %101, %100 : f32 loc("examples/adamw_step.kina":22:17)
+      linalg.yield %102 : f32 loc("examples/adamw_step.kina":22:17)
+    } -> tensor<8xf32> loc("examples/adamw_step.kina":22:17)
+    %ct.17.reduce_keep = tensor.expand_shape %99 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":22:17)
+    %103 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.18.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%103 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:11)
+    %104 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
+    %105 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
+    %106 = linalg.fill ins(%104 : f32) outs(%105 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.19.matmul = linalg.matmul ins(%ct.16.mul, %ct.18.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%106 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
+    %107 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.20.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%107 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:11)
+    %108 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
+    %109 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
+    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.21.matmul = linalg.matmul ins(%ct.20.transpose, %ct.16.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%110 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
+    return %losses.mse_loss$16_1.5.mean, %ct.19.matmul, %ct.8.neg, %ct.21.matmul, %ct.17.reduce_keep, %ct.12.matmul : tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32> loc("examples/adamw_step.kina":19:1)
+  } loc("examples/adamw_step.kina":19:1)
 }

@@ -41,11 +41,11 @@ module {
   // kina-abi: kina_check_adamw(f32[6], f32[6], f32[6], f32[3,5], f32[3,5], f32[15]) -> (f32[6], f32[6], f32[6], f32[15], f32[15], f32[15])
   func.func @kina_check_adamw(%w1: tensor<6xf32>, %g1: tensor<6xf32>, %m1: tensor<6xf32>, %w2: tensor<3x5xf32>, %g2: tensor<3x5xf32>, %m2: tensor<15xf32>) -> (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<15xf32>, tensor<15xf32>, tensor<15xf32>) attributes {llvm.emit_c_interface} {
     %t = arith.constant dense<3.0> : tensor<f32> loc("examples/layers.kina":132:11)
-    %lr = arith.constant dense<0.01> : tensor<f32> loc("examples/layers.kina":133:12)
-    %beta1 = arith.constant dense<0.9> : tensor<f32> loc("examples/layers.kina":134:15)
-    %beta2 = arith.constant dense<0.999> : tensor<f32> loc("examples/layers.kina":135:15)
-    %eps = arith.constant dense<1.0e-08> : tensor<f32> loc("examples/layers.kina":136:13)
-    %wd = arith.constant dense<0.01> : tensor<f32> loc("examples/layers.kina":137:12)
+    %lr = arith.constant dense<0.01> : tensor<f64> loc("examples/layers.kina":133:12)
+    %beta1 = arith.constant dense<0.9> : tensor<f64> loc("examples/layers.kina":134:15)
+    %beta2 = arith.constant dense<0.999> : tensor<f64> loc("examples/layers.kina":135:15)
+    %eps = arith.constant dense<1.0e-08> : tensor<f64> loc("examples/layers.kina":136:13)
+    %wd = arith.constant dense<0.01> : tensor<f64> loc("examples/layers.kina":137:12)
     %0 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":138:12)
     %v1 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g1 : tensor<6xf32>) outs(%0 : tensor<6xf32>) {
     ^bb0(%1: f32, %2: f32):
@@ -58,10 +58,10 @@ module {
       %7 = arith.mulf %5, %5 : f32 loc("examples/layers.kina":139:12)
       linalg.yield %7 : f32 loc("examples/layers.kina":139:12)
     } -> tensor<15xf32> loc("examples/layers.kina":139:12)
-    %8:3 = func.call @"kina_optim.adamw$6"(%w1, %g1, %m1, %v1, %t, %lr, %beta1, %beta2, %eps, %wd) : (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>) -> (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>) loc("examples/layers.kina":140:37)
+    %8:3 = func.call @"kina_optim.adamw$6"(%w1, %g1, %m1, %v1, %t, %lr, %beta1, %beta2, %eps, %wd) : (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<f32>, tensor<f64>, tensor<f64>, tensor<f64>, tensor<f64>, tensor<f64>) -> (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>) loc("examples/layers.kina":140:37)
     %9 = tensor.collapse_shape %w2 [[0, 1]] : tensor<3x5xf32> into tensor<15xf32> loc("examples/layers.kina":142:17)
     %10 = tensor.collapse_shape %g2 [[0, 1]] : tensor<3x5xf32> into tensor<15xf32> loc("examples/layers.kina":142:35)
-    %11:3 = func.call @"kina_optim.adamw$15"(%9, %10, %m2, %v2, %t, %lr, %beta1, %beta2, %eps, %wd) : (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>, tensor<15xf32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>, tensor<f32>) -> (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>) loc("examples/layers.kina":142:5)
+    %11:3 = func.call @"kina_optim.adamw$15"(%9, %10, %m2, %v2, %t, %lr, %beta1, %beta2, %eps, %wd) : (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>, tensor<15xf32>, tensor<f32>, tensor<f64>, tensor<f64>, tensor<f64>, tensor<f64>, tensor<f64>) -> (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>) loc("examples/layers.kina":142:5)
     return %8#0, %8#1, %8#2, %11#0, %11#1, %11#2 : tensor<6xf32>, tensor<6xf32>, tensor<6xf32>, tensor<15xf32>, tensor<15xf32>, tensor<15xf32> loc("examples/layers.kina":143:3)
   } loc("examples/layers.kina":128:1)
 
@@ -1179,469 +1179,565 @@ module {
     return %mean : tensor<1x1xf32> loc("examples/layers.kina":19:17)
   } loc("examples/layers.kina":9:89)
 
-  func.func private @"kina_optim.adamw$15"(%w: tensor<15xf32>, %g: tensor<15xf32>, %m: tensor<15xf32>, %v: tensor<15xf32>, %t: tensor<f32>, %lr: tensor<f32>, %beta1: tensor<f32>, %beta2: tensor<f32>, %eps: tensor<f32>, %weight_decay: tensor<f32>) -> (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>) {
-    %1 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:5)
-    %2 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":56:5)
-    %0 = linalg.fill ins(%1 : f32) outs(%2 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":56:5)
-    %4 = tensor.empty() : tensor<f32> loc("examples/layers.kina":56:11)
-    %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f32>, tensor<f32>) outs(%4 : tensor<f32>) {
-    ^bb0(%5: f32, %6: f32, %7: f32):
-      %8 = arith.mulf %5, %6 : f32 loc("examples/layers.kina":56:11)
-      linalg.yield %8 : f32 loc("examples/layers.kina":56:11)
-    } -> tensor<f32> loc("examples/layers.kina":56:11)
-    %10 = tensor.empty() : tensor<f32> loc("examples/layers.kina":56:4)
-    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f32>, tensor<f32>) outs(%10 : tensor<f32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.subf %11, %12 : f32 loc("examples/layers.kina":56:4)
-      linalg.yield %14 : f32 loc("examples/layers.kina":56:4)
-    } -> tensor<f32> loc("examples/layers.kina":56:4)
-    %16 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":56:4)
-    %15 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%9 : tensor<f32>) outs(%16 : tensor<15xf32>) {
-    ^bb0(%17: f32, %18: f32):
-      linalg.yield %17 : f32 loc("examples/layers.kina":56:4)
-    } -> tensor<15xf32> loc("examples/layers.kina":56:4)
-    %19 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":55:89)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %15 : tensor<15xf32>, tensor<15xf32>) outs(%19 : tensor<15xf32>) {
-    ^bb0(%20: f32, %21: f32, %22: f32):
-      %23 = arith.mulf %20, %21 : f32 loc("examples/layers.kina":55:89)
-      linalg.yield %23 : f32 loc("examples/layers.kina":55:89)
-    } -> tensor<15xf32> loc("examples/layers.kina":55:89)
-    %25 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":56:67)
-    %24 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<15xf32>, tensor<15xf32>) outs(%25 : tensor<15xf32>) {
-    ^bb0(%26: f32, %27: f32, %28: f32):
-      %29 = arith.subf %26, %27 : f32 loc("examples/layers.kina":56:67)
-      linalg.yield %29 : f32 loc("examples/layers.kina":56:67)
-    } -> tensor<15xf32> loc("examples/layers.kina":56:67)
-    %31 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:78)
-    %32 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":56:78)
-    %30 = linalg.fill ins(%31 : f32) outs(%32 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":56:78)
-    %34 = tensor.empty() : tensor<f32> loc("examples/layers.kina":56:77)
-    %33 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%30, %beta1 : tensor<f32>, tensor<f32>) outs(%34 : tensor<f32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.subf %35, %36 : f32 loc("examples/layers.kina":56:77)
-      linalg.yield %38 : f32 loc("examples/layers.kina":56:77)
-    } -> tensor<f32> loc("examples/layers.kina":56:77)
-    %40 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":56:77)
-    %39 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%33 : tensor<f32>) outs(%40 : tensor<15xf32>) {
-    ^bb0(%41: f32, %42: f32):
-      linalg.yield %41 : f32 loc("examples/layers.kina":56:77)
-    } -> tensor<15xf32> loc("examples/layers.kina":56:77)
-    %44 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":56:67)
-    %43 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%24, %39 : tensor<15xf32>, tensor<15xf32>) outs(%44 : tensor<15xf32>) {
-    ^bb0(%45: f32, %46: f32, %47: f32):
-      %48 = arith.mulf %45, %46 : f32 loc("examples/layers.kina":56:67)
-      linalg.yield %48 : f32 loc("examples/layers.kina":56:67)
-    } -> tensor<15xf32> loc("examples/layers.kina":56:67)
-    %49 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":56:63)
-    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %43 : tensor<15xf32>, tensor<15xf32>) outs(%49 : tensor<15xf32>) {
-    ^bb0(%50: f32, %51: f32, %52: f32):
-      %53 = arith.addf %50, %51 : f32 loc("examples/layers.kina":56:63)
-      linalg.yield %53 : f32 loc("examples/layers.kina":56:63)
-    } -> tensor<15xf32> loc("examples/layers.kina":56:63)
-    %55 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":57:37)
-    %54 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2 : tensor<f32>) outs(%55 : tensor<15xf32>) {
-    ^bb0(%56: f32, %57: f32):
-      linalg.yield %56 : f32 loc("examples/layers.kina":57:37)
-    } -> tensor<15xf32> loc("examples/layers.kina":57:37)
-    %59 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":57:33)
-    %58 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %54 : tensor<15xf32>, tensor<15xf32>) outs(%59 : tensor<15xf32>) {
-    ^bb0(%60: f32, %61: f32, %62: f32):
-      %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":57:33)
-      linalg.yield %63 : f32 loc("examples/layers.kina":57:33)
-    } -> tensor<15xf32> loc("examples/layers.kina":57:33)
-    %65 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":57:60)
-    %64 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %g : tensor<15xf32>, tensor<15xf32>) outs(%65 : tensor<15xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.mulf %66, %67 : f32 loc("examples/layers.kina":57:60)
-      linalg.yield %69 : f32 loc("examples/layers.kina":57:60)
-    } -> tensor<15xf32> loc("examples/layers.kina":57:60)
-    %71 = arith.constant 1.0 : f32 loc("examples/layers.kina":57:69)
-    %72 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":57:69)
-    %70 = linalg.fill ins(%71 : f32) outs(%72 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":57:69)
-    %74 = tensor.empty() : tensor<f32> loc("examples/layers.kina":57:68)
-    %73 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%70, %beta2 : tensor<f32>, tensor<f32>) outs(%74 : tensor<f32>) {
-    ^bb0(%75: f32, %76: f32, %77: f32):
-      %78 = arith.subf %75, %76 : f32 loc("examples/layers.kina":57:68)
-      linalg.yield %78 : f32 loc("examples/layers.kina":57:68)
-    } -> tensor<f32> loc("examples/layers.kina":57:68)
-    %80 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":57:68)
-    %79 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%73 : tensor<f32>) outs(%80 : tensor<15xf32>) {
-    ^bb0(%81: f32, %82: f32):
-      linalg.yield %81 : f32 loc("examples/layers.kina":57:68)
-    } -> tensor<15xf32> loc("examples/layers.kina":57:68)
-    %84 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":57:60)
-    %83 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%64, %79 : tensor<15xf32>, tensor<15xf32>) outs(%84 : tensor<15xf32>) {
-    ^bb0(%85: f32, %86: f32, %87: f32):
-      %88 = arith.mulf %85, %86 : f32 loc("examples/layers.kina":57:60)
-      linalg.yield %88 : f32 loc("examples/layers.kina":57:60)
-    } -> tensor<15xf32> loc("examples/layers.kina":57:60)
-    %89 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":57:33)
-    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%58, %83 : tensor<15xf32>, tensor<15xf32>) outs(%89 : tensor<15xf32>) {
-    ^bb0(%90: f32, %91: f32, %92: f32):
-      %93 = arith.addf %90, %91 : f32 loc("examples/layers.kina":57:33)
-      linalg.yield %93 : f32 loc("examples/layers.kina":57:33)
-    } -> tensor<15xf32> loc("examples/layers.kina":57:33)
-    %95 = arith.constant 1.0 : f32 loc("examples/layers.kina":58:35)
-    %96 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":58:35)
-    %94 = linalg.fill ins(%95 : f32) outs(%96 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":58:35)
-    %98 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:41)
-    %97 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %t : tensor<f32>, tensor<f32>) outs(%98 : tensor<f32>) {
-    ^bb0(%99: f32, %100: f32, %101: f32):
-      %102 = math.absf %99 : f32 loc("examples/layers.kina":58:41)
-      %103 = math.powf %102, %100 : f32 loc("examples/layers.kina":58:41)
-      %104 = math.floor %100 : f32 loc("examples/layers.kina":58:41)
-      %105 = arith.cmpf oeq, %104, %100 : f32 loc("examples/layers.kina":58:41)
-      %106 = arith.constant 0.5 : f32 loc("examples/layers.kina":58:41)
-      %107 = arith.mulf %100, %106 : f32 loc("examples/layers.kina":58:41)
-      %108 = math.floor %107 : f32 loc("examples/layers.kina":58:41)
-      %109 = arith.cmpf oeq, %108, %107 : f32 loc("examples/layers.kina":58:41)
-      %110 = arith.negf %103 : f32 loc("examples/layers.kina":58:41)
-      %111 = arith.select %109, %103, %110 : f32 loc("examples/layers.kina":58:41)
-      %112 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":58:41)
-      %113 = arith.cmpf oeq, %99, %112 : f32 loc("examples/layers.kina":58:41)
-      %114 = arith.constant 0x7fc00000 : f32 loc("examples/layers.kina":58:41)
-      %115 = arith.select %113, %103, %114 : f32 loc("examples/layers.kina":58:41)
-      %116 = arith.select %105, %111, %115 : f32 loc("examples/layers.kina":58:41)
-      %117 = arith.constant 0.0 : f32 loc("examples/layers.kina":58:41)
-      %118 = arith.cmpf olt, %99, %117 : f32 loc("examples/layers.kina":58:41)
-      %119 = arith.select %118, %116, %103 : f32 loc("examples/layers.kina":58:41)
-      linalg.yield %119 : f32 loc("examples/layers.kina":58:41)
-    } -> tensor<f32> loc("examples/layers.kina":58:41)
-    %120 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:35)
-    %bc1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%94, %97 : tensor<f32>, tensor<f32>) outs(%120 : tensor<f32>) {
-    ^bb0(%121: f32, %122: f32, %123: f32):
-      %124 = arith.subf %121, %122 : f32 loc("examples/layers.kina":58:35)
-      linalg.yield %124 : f32 loc("examples/layers.kina":58:35)
-    } -> tensor<f32> loc("examples/layers.kina":58:35)
-    %126 = arith.constant 1.0 : f32 loc("examples/layers.kina":58:75)
-    %127 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":58:75)
-    %125 = linalg.fill ins(%126 : f32) outs(%127 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":58:75)
-    %129 = tensor.empty() : tensor<f32> loc("examples/layers.kina":59:4)
-    %128 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %t : tensor<f32>, tensor<f32>) outs(%129 : tensor<f32>) {
-    ^bb0(%130: f32, %131: f32, %132: f32):
-      %133 = math.absf %130 : f32 loc("examples/layers.kina":59:4)
-      %134 = math.powf %133, %131 : f32 loc("examples/layers.kina":59:4)
-      %135 = math.floor %131 : f32 loc("examples/layers.kina":59:4)
-      %136 = arith.cmpf oeq, %135, %131 : f32 loc("examples/layers.kina":59:4)
-      %137 = arith.constant 0.5 : f32 loc("examples/layers.kina":59:4)
-      %138 = arith.mulf %131, %137 : f32 loc("examples/layers.kina":59:4)
-      %139 = math.floor %138 : f32 loc("examples/layers.kina":59:4)
-      %140 = arith.cmpf oeq, %139, %138 : f32 loc("examples/layers.kina":59:4)
-      %141 = arith.negf %134 : f32 loc("examples/layers.kina":59:4)
-      %142 = arith.select %140, %134, %141 : f32 loc("examples/layers.kina":59:4)
-      %143 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":59:4)
-      %144 = arith.cmpf oeq, %130, %143 : f32 loc("examples/layers.kina":59:4)
-      %145 = arith.constant 0x7fc00000 : f32 loc("examples/layers.kina":59:4)
-      %146 = arith.select %144, %134, %145 : f32 loc("examples/layers.kina":59:4)
-      %147 = arith.select %136, %142, %146 : f32 loc("examples/layers.kina":59:4)
-      %148 = arith.constant 0.0 : f32 loc("examples/layers.kina":59:4)
-      %149 = arith.cmpf olt, %130, %148 : f32 loc("examples/layers.kina":59:4)
-      %150 = arith.select %149, %147, %134 : f32 loc("examples/layers.kina":59:4)
-      linalg.yield %150 : f32 loc("examples/layers.kina":59:4)
-    } -> tensor<f32> loc("examples/layers.kina":59:4)
-    %152 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:74)
-    %151 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%125, %128 : tensor<f32>, tensor<f32>) outs(%152 : tensor<f32>) {
-    ^bb0(%153: f32, %154: f32, %155: f32):
-      %156 = arith.subf %153, %154 : f32 loc("examples/layers.kina":58:74)
-      linalg.yield %156 : f32 loc("examples/layers.kina":58:74)
-    } -> tensor<f32> loc("examples/layers.kina":58:74)
-    %157 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:74)
-    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%151 : tensor<f32>) outs(%157 : tensor<f32>) {
-    ^bb0(%158: f32, %159: f32):
-      %160 = math.sqrt %158 : f32 loc("examples/layers.kina":58:74)
-      linalg.yield %160 : f32 loc("examples/layers.kina":58:74)
-    } -> tensor<f32> loc("examples/layers.kina":58:74)
-    %162 = tensor.empty() : tensor<f32> loc("examples/layers.kina":62:2)
-    %161 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %bc1 : tensor<f32>, tensor<f32>) outs(%162 : tensor<f32>) {
-    ^bb0(%163: f32, %164: f32, %165: f32):
-      %166 = arith.divf %163, %164 : f32 loc("examples/layers.kina":62:2)
-      linalg.yield %166 : f32 loc("examples/layers.kina":62:2)
-    } -> tensor<f32> loc("examples/layers.kina":62:2)
-    %167 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":62:2)
-    %step_size = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%161 : tensor<f32>) outs(%167 : tensor<15xf32>) {
+  func.func private @"kina_optim.adamw$15"(%w: tensor<15xf32>, %g: tensor<15xf32>, %m: tensor<15xf32>, %v: tensor<15xf32>, %t: tensor<f32>, %lr: tensor<f64>, %beta1: tensor<f64>, %beta2: tensor<f64>, %eps: tensor<f64>, %weight_decay: tensor<f64>) -> (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>) {
+    %1 = arith.constant 1.0 : f64 loc("examples/layers.kina":63:14)
+    %2 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":63:14)
+    %0 = linalg.fill ins(%1 : f64) outs(%2 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":63:14)
+    %4 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:20)
+    %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f64>, tensor<f64>) outs(%4 : tensor<f64>) {
+    ^bb0(%5: f64, %6: f64, %7: f64):
+      %8 = arith.mulf %5, %6 : f64 loc("examples/layers.kina":63:20)
+      linalg.yield %8 : f64 loc("examples/layers.kina":63:20)
+    } -> tensor<f64> loc("examples/layers.kina":63:20)
+    %10 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:13)
+    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f64>, tensor<f64>) outs(%10 : tensor<f64>) {
+    ^bb0(%11: f64, %12: f64, %13: f64):
+      %14 = arith.subf %11, %12 : f64 loc("examples/layers.kina":63:13)
+      linalg.yield %14 : f64 loc("examples/layers.kina":63:13)
+    } -> tensor<f64> loc("examples/layers.kina":63:13)
+    %15 = tensor.empty() : tensor<f32> loc("examples/layers.kina":63:13)
+    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%15 : tensor<f32>) {
+    ^bb0(%16: f64, %17: f32):
+      %18 = arith.truncf %16 : f64 to f32 loc("examples/layers.kina":63:13)
+      linalg.yield %18 : f32 loc("examples/layers.kina":63:13)
+    } -> tensor<f32> loc("examples/layers.kina":63:13)
+    %20 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:11)
+    %21 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:11)
+    %19 = linalg.fill ins(%20 : f64) outs(%21 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:11)
+    %23 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:10)
+    %22 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%19, %beta1 : tensor<f64>, tensor<f64>) outs(%23 : tensor<f64>) {
+    ^bb0(%24: f64, %25: f64, %26: f64):
+      %27 = arith.subf %24, %25 : f64 loc("examples/layers.kina":64:10)
+      linalg.yield %27 : f64 loc("examples/layers.kina":64:10)
+    } -> tensor<f64> loc("examples/layers.kina":64:10)
+    %28 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:10)
+    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%22 : tensor<f64>) outs(%28 : tensor<f32>) {
+    ^bb0(%29: f64, %30: f32):
+      %31 = arith.truncf %29 : f64 to f32 loc("examples/layers.kina":64:10)
+      linalg.yield %31 : f32 loc("examples/layers.kina":64:10)
+    } -> tensor<f32> loc("examples/layers.kina":64:10)
+    %33 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:58)
+    %34 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:58)
+    %32 = linalg.fill ins(%33 : f64) outs(%34 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:58)
+    %36 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:57)
+    %35 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%32, %beta2 : tensor<f64>, tensor<f64>) outs(%36 : tensor<f64>) {
+    ^bb0(%37: f64, %38: f64, %39: f64):
+      %40 = arith.subf %37, %38 : f64 loc("examples/layers.kina":64:57)
+      linalg.yield %40 : f64 loc("examples/layers.kina":64:57)
+    } -> tensor<f64> loc("examples/layers.kina":64:57)
+    %41 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:57)
+    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%35 : tensor<f64>) outs(%41 : tensor<f32>) {
+    ^bb0(%42: f64, %43: f32):
+      %44 = arith.truncf %42 : f64 to f32 loc("examples/layers.kina":64:57)
+      linalg.yield %44 : f32 loc("examples/layers.kina":64:57)
+    } -> tensor<f32> loc("examples/layers.kina":64:57)
+    %45 = tensor.empty() : tensor<f32> loc("examples/layers.kina":65:12)
+    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%45 : tensor<f32>) {
+    ^bb0(%46: f64, %47: f32):
+      %48 = arith.truncf %46 : f64 to f32 loc("examples/layers.kina":65:12)
+      linalg.yield %48 : f32 loc("examples/layers.kina":65:12)
+    } -> tensor<f32> loc("examples/layers.kina":65:12)
+    %49 = tensor.empty() : tensor<f64> loc("examples/layers.kina":66:22)
+    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%49 : tensor<f64>) {
+    ^bb0(%50: f32, %51: f64):
+      %52 = arith.extf %50 : f32 to f64 loc("examples/layers.kina":66:22)
+      linalg.yield %52 : f64 loc("examples/layers.kina":66:22)
+    } -> tensor<f64> loc("examples/layers.kina":66:22)
+    %54 = arith.constant 1.0 : f64 loc("examples/layers.kina":67:32)
+    %55 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":67:32)
+    %53 = linalg.fill ins(%54 : f64) outs(%55 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":67:32)
+    %57 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:38)
+    %56 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%57 : tensor<f64>) {
+    ^bb0(%58: f64, %59: f64, %60: f64):
+      %61 = math.absf %58 : f64 loc("examples/layers.kina":67:38)
+      %62 = math.powf %61, %59 : f64 loc("examples/layers.kina":67:38)
+      %63 = math.floor %59 : f64 loc("examples/layers.kina":67:38)
+      %64 = arith.cmpf oeq, %63, %59 : f64 loc("examples/layers.kina":67:38)
+      %65 = arith.constant 0.5 : f64 loc("examples/layers.kina":67:38)
+      %66 = arith.mulf %59, %65 : f64 loc("examples/layers.kina":67:38)
+      %67 = math.floor %66 : f64 loc("examples/layers.kina":67:38)
+      %68 = arith.cmpf oeq, %67, %66 : f64 loc("examples/layers.kina":67:38)
+      %69 = arith.negf %62 : f64 loc("examples/layers.kina":67:38)
+      %70 = arith.select %68, %62, %69 : f64 loc("examples/layers.kina":67:38)
+      %71 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":67:38)
+      %72 = arith.cmpf oeq, %58, %71 : f64 loc("examples/layers.kina":67:38)
+      %73 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":67:38)
+      %74 = arith.select %72, %62, %73 : f64 loc("examples/layers.kina":67:38)
+      %75 = arith.select %64, %70, %74 : f64 loc("examples/layers.kina":67:38)
+      %76 = arith.constant 0.0 : f64 loc("examples/layers.kina":67:38)
+      %77 = arith.cmpf olt, %58, %76 : f64 loc("examples/layers.kina":67:38)
+      %78 = arith.select %77, %75, %62 : f64 loc("examples/layers.kina":67:38)
+      linalg.yield %78 : f64 loc("examples/layers.kina":67:38)
+    } -> tensor<f64> loc("examples/layers.kina":67:38)
+    %80 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:31)
+    %79 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53, %56 : tensor<f64>, tensor<f64>) outs(%80 : tensor<f64>) {
+    ^bb0(%81: f64, %82: f64, %83: f64):
+      %84 = arith.subf %81, %82 : f64 loc("examples/layers.kina":67:31)
+      linalg.yield %84 : f64 loc("examples/layers.kina":67:31)
+    } -> tensor<f64> loc("examples/layers.kina":67:31)
+    %86 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:25)
+    %85 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %79 : tensor<f64>, tensor<f64>) outs(%86 : tensor<f64>) {
+    ^bb0(%87: f64, %88: f64, %89: f64):
+      %90 = arith.divf %87, %88 : f64 loc("examples/layers.kina":67:25)
+      linalg.yield %90 : f64 loc("examples/layers.kina":67:25)
+    } -> tensor<f64> loc("examples/layers.kina":67:25)
+    %91 = tensor.empty() : tensor<f32> loc("examples/layers.kina":67:25)
+    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%85 : tensor<f64>) outs(%91 : tensor<f32>) {
+    ^bb0(%92: f64, %93: f32):
+      %94 = arith.truncf %92 : f64 to f32 loc("examples/layers.kina":67:25)
+      linalg.yield %94 : f32 loc("examples/layers.kina":67:25)
+    } -> tensor<f32> loc("examples/layers.kina":67:25)
+    %96 = arith.constant 1.0 : f64 loc("examples/layers.kina":71:23)
+    %97 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":71:23)
+    %95 = linalg.fill ins(%96 : f64) outs(%97 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":71:23)
+    %99 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:29)
+    %98 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%99 : tensor<f64>) {
+    ^bb0(%100: f64, %101: f64, %102: f64):
+      %103 = math.absf %100 : f64 loc("examples/layers.kina":71:29)
+      %104 = math.powf %103, %101 : f64 loc("examples/layers.kina":71:29)
+      %105 = math.floor %101 : f64 loc("examples/layers.kina":71:29)
+      %106 = arith.cmpf oeq, %105, %101 : f64 loc("examples/layers.kina":71:29)
+      %107 = arith.constant 0.5 : f64 loc("examples/layers.kina":71:29)
+      %108 = arith.mulf %101, %107 : f64 loc("examples/layers.kina":71:29)
+      %109 = math.floor %108 : f64 loc("examples/layers.kina":71:29)
+      %110 = arith.cmpf oeq, %109, %108 : f64 loc("examples/layers.kina":71:29)
+      %111 = arith.negf %104 : f64 loc("examples/layers.kina":71:29)
+      %112 = arith.select %110, %104, %111 : f64 loc("examples/layers.kina":71:29)
+      %113 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":71:29)
+      %114 = arith.cmpf oeq, %100, %113 : f64 loc("examples/layers.kina":71:29)
+      %115 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":71:29)
+      %116 = arith.select %114, %104, %115 : f64 loc("examples/layers.kina":71:29)
+      %117 = arith.select %106, %112, %116 : f64 loc("examples/layers.kina":71:29)
+      %118 = arith.constant 0.0 : f64 loc("examples/layers.kina":71:29)
+      %119 = arith.cmpf olt, %100, %118 : f64 loc("examples/layers.kina":71:29)
+      %120 = arith.select %119, %117, %104 : f64 loc("examples/layers.kina":71:29)
+      linalg.yield %120 : f64 loc("examples/layers.kina":71:29)
+    } -> tensor<f64> loc("examples/layers.kina":71:29)
+    %122 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %121 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%95, %98 : tensor<f64>, tensor<f64>) outs(%122 : tensor<f64>) {
+    ^bb0(%123: f64, %124: f64, %125: f64):
+      %126 = arith.subf %123, %124 : f64 loc("examples/layers.kina":71:22)
+      linalg.yield %126 : f64 loc("examples/layers.kina":71:22)
+    } -> tensor<f64> loc("examples/layers.kina":71:22)
+    %128 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %127 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%121 : tensor<f64>) outs(%128 : tensor<f64>) {
+    ^bb0(%129: f64, %130: f64):
+      %131 = math.sqrt %129 : f64 loc("examples/layers.kina":71:22)
+      linalg.yield %131 : f64 loc("examples/layers.kina":71:22)
+    } -> tensor<f64> loc("examples/layers.kina":71:22)
+    %132 = tensor.empty() : tensor<f32> loc("examples/layers.kina":71:22)
+    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%127 : tensor<f64>) outs(%132 : tensor<f32>) {
+    ^bb0(%133: f64, %134: f32):
+      %135 = arith.truncf %133 : f64 to f32 loc("examples/layers.kina":71:22)
+      linalg.yield %135 : f32 loc("examples/layers.kina":71:22)
+    } -> tensor<f32> loc("examples/layers.kina":71:22)
+    %137 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:93)
+    %136 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%137 : tensor<15xf32>) {
+    ^bb0(%138: f32, %139: f32):
+      linalg.yield %138 : f32 loc("examples/layers.kina":71:93)
+    } -> tensor<15xf32> loc("examples/layers.kina":71:93)
+    %140 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:89)
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %136 : tensor<15xf32>, tensor<15xf32>) outs(%140 : tensor<15xf32>) {
+    ^bb0(%141: f32, %142: f32, %143: f32):
+      %144 = arith.mulf %141, %142 : f32 loc("examples/layers.kina":71:89)
+      linalg.yield %144 : f32 loc("examples/layers.kina":71:89)
+    } -> tensor<15xf32> loc("examples/layers.kina":71:89)
+    %146 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
+    %145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<15xf32>, tensor<15xf32>) outs(%146 : tensor<15xf32>) {
+    ^bb0(%147: f32, %148: f32, %149: f32):
+      %150 = arith.subf %147, %148 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %150 : f32 loc("examples/layers.kina":73:8)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:8)
+    %152 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:18)
+    %151 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%152 : tensor<15xf32>) {
+    ^bb0(%153: f32, %154: f32):
+      linalg.yield %153 : f32 loc("examples/layers.kina":73:18)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:18)
+    %156 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
+    %155 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%145, %151 : tensor<15xf32>, tensor<15xf32>) outs(%156 : tensor<15xf32>) {
+    ^bb0(%157: f32, %158: f32, %159: f32):
+      %160 = arith.mulf %157, %158 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %160 : f32 loc("examples/layers.kina":73:8)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:8)
+    %161 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:4)
+    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %155 : tensor<15xf32>, tensor<15xf32>) outs(%161 : tensor<15xf32>) {
+    ^bb0(%162: f32, %163: f32, %164: f32):
+      %165 = arith.addf %162, %163 : f32 loc("examples/layers.kina":73:4)
+      linalg.yield %165 : f32 loc("examples/layers.kina":73:4)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:4)
+    %167 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:61)
+    %166 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%167 : tensor<15xf32>) {
     ^bb0(%168: f32, %169: f32):
-      linalg.yield %168 : f32 loc("examples/layers.kina":62:2)
-    } -> tensor<15xf32> loc("examples/layers.kina":62:2)
-    %171 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":62:45)
-    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<15xf32>) outs(%171 : tensor<15xf32>) {
-    ^bb0(%172: f32, %173: f32):
-      %174 = math.sqrt %172 : f32 loc("examples/layers.kina":62:45)
-      linalg.yield %174 : f32 loc("examples/layers.kina":62:45)
-    } -> tensor<15xf32> loc("examples/layers.kina":62:45)
-    %176 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":62:61)
-    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%176 : tensor<15xf32>) {
-    ^bb0(%177: f32, %178: f32):
-      linalg.yield %177 : f32 loc("examples/layers.kina":62:61)
-    } -> tensor<15xf32> loc("examples/layers.kina":62:61)
-    %180 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":62:45)
-    %179 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %175 : tensor<15xf32>, tensor<15xf32>) outs(%180 : tensor<15xf32>) {
-    ^bb0(%181: f32, %182: f32, %183: f32):
-      %184 = arith.divf %181, %182 : f32 loc("examples/layers.kina":62:45)
-      linalg.yield %184 : f32 loc("examples/layers.kina":62:45)
-    } -> tensor<15xf32> loc("examples/layers.kina":62:45)
-    %186 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":62:87)
-    %185 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%eps : tensor<f32>) outs(%186 : tensor<15xf32>) {
-    ^bb0(%187: f32, %188: f32):
-      linalg.yield %187 : f32 loc("examples/layers.kina":62:87)
-    } -> tensor<15xf32> loc("examples/layers.kina":62:87)
-    %189 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":62:45)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%179, %185 : tensor<15xf32>, tensor<15xf32>) outs(%189 : tensor<15xf32>) {
-    ^bb0(%190: f32, %191: f32, %192: f32):
-      %193 = arith.addf %190, %191 : f32 loc("examples/layers.kina":62:45)
-      linalg.yield %193 : f32 loc("examples/layers.kina":62:45)
-    } -> tensor<15xf32> loc("examples/layers.kina":62:45)
-    %195 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":63:45)
-    %194 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m_next, %denom : tensor<15xf32>, tensor<15xf32>) outs(%195 : tensor<15xf32>) {
-    ^bb0(%196: f32, %197: f32, %198: f32):
-      %199 = arith.divf %196, %197 : f32 loc("examples/layers.kina":63:45)
-      linalg.yield %199 : f32 loc("examples/layers.kina":63:45)
-    } -> tensor<15xf32> loc("examples/layers.kina":63:45)
-    %201 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":63:33)
-    %200 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size, %194 : tensor<15xf32>, tensor<15xf32>) outs(%201 : tensor<15xf32>) {
-    ^bb0(%202: f32, %203: f32, %204: f32):
-      %205 = arith.mulf %202, %203 : f32 loc("examples/layers.kina":63:33)
-      linalg.yield %205 : f32 loc("examples/layers.kina":63:33)
-    } -> tensor<15xf32> loc("examples/layers.kina":63:33)
-    %207 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":63:23)
-    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %200 : tensor<15xf32>, tensor<15xf32>) outs(%207 : tensor<15xf32>) {
+      linalg.yield %168 : f32 loc("examples/layers.kina":73:61)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:61)
+    %171 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
+    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %166 : tensor<15xf32>, tensor<15xf32>) outs(%171 : tensor<15xf32>) {
+    ^bb0(%172: f32, %173: f32, %174: f32):
+      %175 = arith.mulf %172, %173 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %175 : f32 loc("examples/layers.kina":73:57)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:57)
+    %177 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
+    %176 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%177 : tensor<15xf32>) {
+    ^bb0(%178: f32, %179: f32):
+      linalg.yield %178 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:16)
+    %181 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
+    %180 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%176, %g : tensor<15xf32>, tensor<15xf32>) outs(%181 : tensor<15xf32>) {
+    ^bb0(%182: f32, %183: f32, %184: f32):
+      %185 = arith.mulf %182, %183 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %185 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:16)
+    %187 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
+    %186 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%180, %g : tensor<15xf32>, tensor<15xf32>) outs(%187 : tensor<15xf32>) {
+    ^bb0(%188: f32, %189: f32, %190: f32):
+      %191 = arith.mulf %188, %189 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %191 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:16)
+    %192 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
+    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %186 : tensor<15xf32>, tensor<15xf32>) outs(%192 : tensor<15xf32>) {
+    ^bb0(%193: f32, %194: f32, %195: f32):
+      %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %196 : f32 loc("examples/layers.kina":73:57)
+    } -> tensor<15xf32> loc("examples/layers.kina":73:57)
+    %198 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
+    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<15xf32>) outs(%198 : tensor<15xf32>) {
+    ^bb0(%199: f32, %200: f32):
+      %201 = math.sqrt %199 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %201 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:62)
+    %203 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:78)
+    %202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%203 : tensor<15xf32>) {
+    ^bb0(%204: f32, %205: f32):
+      linalg.yield %204 : f32 loc("examples/layers.kina":77:78)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:78)
+    %207 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
+    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%197, %202 : tensor<15xf32>, tensor<15xf32>) outs(%207 : tensor<15xf32>) {
     ^bb0(%208: f32, %209: f32, %210: f32):
-      %211 = arith.subf %208, %209 : f32 loc("examples/layers.kina":63:23)
-      linalg.yield %211 : f32 loc("examples/layers.kina":63:23)
-    } -> tensor<15xf32> loc("examples/layers.kina":63:23)
-    return %206, %m_next, %v_next : tensor<15xf32>, tensor<15xf32>, tensor<15xf32> loc("examples/layers.kina":63:22)
-  } loc("examples/layers.kina":51:20)
+      %211 = arith.divf %208, %209 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %211 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:62)
+    %213 = tensor.empty() : tensor<f32> loc("examples/layers.kina":78:20)
+    %212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%213 : tensor<f32>) {
+    ^bb0(%214: f64, %215: f32):
+      %216 = arith.truncf %214 : f64 to f32 loc("examples/layers.kina":78:20)
+      linalg.yield %216 : f32 loc("examples/layers.kina":78:20)
+    } -> tensor<f32> loc("examples/layers.kina":78:20)
+    %218 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:20)
+    %217 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%212 : tensor<f32>) outs(%218 : tensor<15xf32>) {
+    ^bb0(%219: f32, %220: f32):
+      linalg.yield %219 : f32 loc("examples/layers.kina":78:20)
+    } -> tensor<15xf32> loc("examples/layers.kina":78:20)
+    %221 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%206, %217 : tensor<15xf32>, tensor<15xf32>) outs(%221 : tensor<15xf32>) {
+    ^bb0(%222: f32, %223: f32, %224: f32):
+      %225 = arith.addf %222, %223 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %225 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:62)
+    %227 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
+    %226 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%227 : tensor<15xf32>) {
+    ^bb0(%228: f32, %229: f32):
+      linalg.yield %228 : f32 loc("examples/layers.kina":78:71)
+    } -> tensor<15xf32> loc("examples/layers.kina":78:71)
+    %231 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
+    %230 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%226, %m_next : tensor<15xf32>, tensor<15xf32>) outs(%231 : tensor<15xf32>) {
+    ^bb0(%232: f32, %233: f32, %234: f32):
+      %235 = arith.mulf %232, %233 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %235 : f32 loc("examples/layers.kina":78:71)
+    } -> tensor<15xf32> loc("examples/layers.kina":78:71)
+    %237 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
+    %236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%230, %denom : tensor<15xf32>, tensor<15xf32>) outs(%237 : tensor<15xf32>) {
+    ^bb0(%238: f32, %239: f32, %240: f32):
+      %241 = arith.divf %238, %239 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %241 : f32 loc("examples/layers.kina":78:71)
+    } -> tensor<15xf32> loc("examples/layers.kina":78:71)
+    %243 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:61)
+    %242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %236 : tensor<15xf32>, tensor<15xf32>) outs(%243 : tensor<15xf32>) {
+    ^bb0(%244: f32, %245: f32, %246: f32):
+      %247 = arith.subf %244, %245 : f32 loc("examples/layers.kina":78:61)
+      linalg.yield %247 : f32 loc("examples/layers.kina":78:61)
+    } -> tensor<15xf32> loc("examples/layers.kina":78:61)
+    return %242, %m_next, %v_next : tensor<15xf32>, tensor<15xf32>, tensor<15xf32> loc("examples/layers.kina":78:60)
+  } loc("examples/layers.kina":56:56)
 
-  func.func private @"kina_optim.adamw$6"(%w: tensor<6xf32>, %g: tensor<6xf32>, %m: tensor<6xf32>, %v: tensor<6xf32>, %t: tensor<f32>, %lr: tensor<f32>, %beta1: tensor<f32>, %beta2: tensor<f32>, %eps: tensor<f32>, %weight_decay: tensor<f32>) -> (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>) {
-    %1 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:5)
-    %2 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":56:5)
-    %0 = linalg.fill ins(%1 : f32) outs(%2 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":56:5)
-    %4 = tensor.empty() : tensor<f32> loc("examples/layers.kina":56:11)
-    %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f32>, tensor<f32>) outs(%4 : tensor<f32>) {
-    ^bb0(%5: f32, %6: f32, %7: f32):
-      %8 = arith.mulf %5, %6 : f32 loc("examples/layers.kina":56:11)
-      linalg.yield %8 : f32 loc("examples/layers.kina":56:11)
-    } -> tensor<f32> loc("examples/layers.kina":56:11)
-    %10 = tensor.empty() : tensor<f32> loc("examples/layers.kina":56:4)
-    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f32>, tensor<f32>) outs(%10 : tensor<f32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.subf %11, %12 : f32 loc("examples/layers.kina":56:4)
-      linalg.yield %14 : f32 loc("examples/layers.kina":56:4)
-    } -> tensor<f32> loc("examples/layers.kina":56:4)
-    %16 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":56:4)
-    %15 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%9 : tensor<f32>) outs(%16 : tensor<6xf32>) {
-    ^bb0(%17: f32, %18: f32):
-      linalg.yield %17 : f32 loc("examples/layers.kina":56:4)
-    } -> tensor<6xf32> loc("examples/layers.kina":56:4)
-    %19 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":55:89)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %15 : tensor<6xf32>, tensor<6xf32>) outs(%19 : tensor<6xf32>) {
-    ^bb0(%20: f32, %21: f32, %22: f32):
-      %23 = arith.mulf %20, %21 : f32 loc("examples/layers.kina":55:89)
-      linalg.yield %23 : f32 loc("examples/layers.kina":55:89)
-    } -> tensor<6xf32> loc("examples/layers.kina":55:89)
-    %25 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":56:67)
-    %24 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<6xf32>, tensor<6xf32>) outs(%25 : tensor<6xf32>) {
-    ^bb0(%26: f32, %27: f32, %28: f32):
-      %29 = arith.subf %26, %27 : f32 loc("examples/layers.kina":56:67)
-      linalg.yield %29 : f32 loc("examples/layers.kina":56:67)
-    } -> tensor<6xf32> loc("examples/layers.kina":56:67)
-    %31 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:78)
-    %32 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":56:78)
-    %30 = linalg.fill ins(%31 : f32) outs(%32 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":56:78)
-    %34 = tensor.empty() : tensor<f32> loc("examples/layers.kina":56:77)
-    %33 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%30, %beta1 : tensor<f32>, tensor<f32>) outs(%34 : tensor<f32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.subf %35, %36 : f32 loc("examples/layers.kina":56:77)
-      linalg.yield %38 : f32 loc("examples/layers.kina":56:77)
-    } -> tensor<f32> loc("examples/layers.kina":56:77)
-    %40 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":56:77)
-    %39 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%33 : tensor<f32>) outs(%40 : tensor<6xf32>) {
-    ^bb0(%41: f32, %42: f32):
-      linalg.yield %41 : f32 loc("examples/layers.kina":56:77)
-    } -> tensor<6xf32> loc("examples/layers.kina":56:77)
-    %44 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":56:67)
-    %43 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%24, %39 : tensor<6xf32>, tensor<6xf32>) outs(%44 : tensor<6xf32>) {
-    ^bb0(%45: f32, %46: f32, %47: f32):
-      %48 = arith.mulf %45, %46 : f32 loc("examples/layers.kina":56:67)
-      linalg.yield %48 : f32 loc("examples/layers.kina":56:67)
-    } -> tensor<6xf32> loc("examples/layers.kina":56:67)
-    %49 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":56:63)
-    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %43 : tensor<6xf32>, tensor<6xf32>) outs(%49 : tensor<6xf32>) {
-    ^bb0(%50: f32, %51: f32, %52: f32):
-      %53 = arith.addf %50, %51 : f32 loc("examples/layers.kina":56:63)
-      linalg.yield %53 : f32 loc("examples/layers.kina":56:63)
-    } -> tensor<6xf32> loc("examples/layers.kina":56:63)
-    %55 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":57:37)
-    %54 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2 : tensor<f32>) outs(%55 : tensor<6xf32>) {
-    ^bb0(%56: f32, %57: f32):
-      linalg.yield %56 : f32 loc("examples/layers.kina":57:37)
-    } -> tensor<6xf32> loc("examples/layers.kina":57:37)
-    %59 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":57:33)
-    %58 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %54 : tensor<6xf32>, tensor<6xf32>) outs(%59 : tensor<6xf32>) {
-    ^bb0(%60: f32, %61: f32, %62: f32):
-      %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":57:33)
-      linalg.yield %63 : f32 loc("examples/layers.kina":57:33)
-    } -> tensor<6xf32> loc("examples/layers.kina":57:33)
-    %65 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":57:60)
-    %64 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %g : tensor<6xf32>, tensor<6xf32>) outs(%65 : tensor<6xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.mulf %66, %67 : f32 loc("examples/layers.kina":57:60)
-      linalg.yield %69 : f32 loc("examples/layers.kina":57:60)
-    } -> tensor<6xf32> loc("examples/layers.kina":57:60)
-    %71 = arith.constant 1.0 : f32 loc("examples/layers.kina":57:69)
-    %72 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":57:69)
-    %70 = linalg.fill ins(%71 : f32) outs(%72 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":57:69)
-    %74 = tensor.empty() : tensor<f32> loc("examples/layers.kina":57:68)
-    %73 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%70, %beta2 : tensor<f32>, tensor<f32>) outs(%74 : tensor<f32>) {
-    ^bb0(%75: f32, %76: f32, %77: f32):
-      %78 = arith.subf %75, %76 : f32 loc("examples/layers.kina":57:68)
-      linalg.yield %78 : f32 loc("examples/layers.kina":57:68)
-    } -> tensor<f32> loc("examples/layers.kina":57:68)
-    %80 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":57:68)
-    %79 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%73 : tensor<f32>) outs(%80 : tensor<6xf32>) {
-    ^bb0(%81: f32, %82: f32):
-      linalg.yield %81 : f32 loc("examples/layers.kina":57:68)
-    } -> tensor<6xf32> loc("examples/layers.kina":57:68)
-    %84 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":57:60)
-    %83 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%64, %79 : tensor<6xf32>, tensor<6xf32>) outs(%84 : tensor<6xf32>) {
-    ^bb0(%85: f32, %86: f32, %87: f32):
-      %88 = arith.mulf %85, %86 : f32 loc("examples/layers.kina":57:60)
-      linalg.yield %88 : f32 loc("examples/layers.kina":57:60)
-    } -> tensor<6xf32> loc("examples/layers.kina":57:60)
-    %89 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":57:33)
-    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%58, %83 : tensor<6xf32>, tensor<6xf32>) outs(%89 : tensor<6xf32>) {
-    ^bb0(%90: f32, %91: f32, %92: f32):
-      %93 = arith.addf %90, %91 : f32 loc("examples/layers.kina":57:33)
-      linalg.yield %93 : f32 loc("examples/layers.kina":57:33)
-    } -> tensor<6xf32> loc("examples/layers.kina":57:33)
-    %95 = arith.constant 1.0 : f32 loc("examples/layers.kina":58:35)
-    %96 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":58:35)
-    %94 = linalg.fill ins(%95 : f32) outs(%96 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":58:35)
-    %98 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:41)
-    %97 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %t : tensor<f32>, tensor<f32>) outs(%98 : tensor<f32>) {
-    ^bb0(%99: f32, %100: f32, %101: f32):
-      %102 = math.absf %99 : f32 loc("examples/layers.kina":58:41)
-      %103 = math.powf %102, %100 : f32 loc("examples/layers.kina":58:41)
-      %104 = math.floor %100 : f32 loc("examples/layers.kina":58:41)
-      %105 = arith.cmpf oeq, %104, %100 : f32 loc("examples/layers.kina":58:41)
-      %106 = arith.constant 0.5 : f32 loc("examples/layers.kina":58:41)
-      %107 = arith.mulf %100, %106 : f32 loc("examples/layers.kina":58:41)
-      %108 = math.floor %107 : f32 loc("examples/layers.kina":58:41)
-      %109 = arith.cmpf oeq, %108, %107 : f32 loc("examples/layers.kina":58:41)
-      %110 = arith.negf %103 : f32 loc("examples/layers.kina":58:41)
-      %111 = arith.select %109, %103, %110 : f32 loc("examples/layers.kina":58:41)
-      %112 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":58:41)
-      %113 = arith.cmpf oeq, %99, %112 : f32 loc("examples/layers.kina":58:41)
-      %114 = arith.constant 0x7fc00000 : f32 loc("examples/layers.kina":58:41)
-      %115 = arith.select %113, %103, %114 : f32 loc("examples/layers.kina":58:41)
-      %116 = arith.select %105, %111, %115 : f32 loc("examples/layers.kina":58:41)
-      %117 = arith.constant 0.0 : f32 loc("examples/layers.kina":58:41)
-      %118 = arith.cmpf olt, %99, %117 : f32 loc("examples/layers.kina":58:41)
-      %119 = arith.select %118, %116, %103 : f32 loc("examples/layers.kina":58:41)
-      linalg.yield %119 : f32 loc("examples/layers.kina":58:41)
-    } -> tensor<f32> loc("examples/layers.kina":58:41)
-    %120 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:35)
-    %bc1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%94, %97 : tensor<f32>, tensor<f32>) outs(%120 : tensor<f32>) {
-    ^bb0(%121: f32, %122: f32, %123: f32):
-      %124 = arith.subf %121, %122 : f32 loc("examples/layers.kina":58:35)
-      linalg.yield %124 : f32 loc("examples/layers.kina":58:35)
-    } -> tensor<f32> loc("examples/layers.kina":58:35)
-    %126 = arith.constant 1.0 : f32 loc("examples/layers.kina":58:75)
-    %127 = bufferization.alloc_tensor() : tensor<f32> loc("examples/layers.kina":58:75)
-    %125 = linalg.fill ins(%126 : f32) outs(%127 : tensor<f32>) -> tensor<f32> loc("examples/layers.kina":58:75)
-    %129 = tensor.empty() : tensor<f32> loc("examples/layers.kina":59:4)
-    %128 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %t : tensor<f32>, tensor<f32>) outs(%129 : tensor<f32>) {
-    ^bb0(%130: f32, %131: f32, %132: f32):
-      %133 = math.absf %130 : f32 loc("examples/layers.kina":59:4)
-      %134 = math.powf %133, %131 : f32 loc("examples/layers.kina":59:4)
-      %135 = math.floor %131 : f32 loc("examples/layers.kina":59:4)
-      %136 = arith.cmpf oeq, %135, %131 : f32 loc("examples/layers.kina":59:4)
-      %137 = arith.constant 0.5 : f32 loc("examples/layers.kina":59:4)
-      %138 = arith.mulf %131, %137 : f32 loc("examples/layers.kina":59:4)
-      %139 = math.floor %138 : f32 loc("examples/layers.kina":59:4)
-      %140 = arith.cmpf oeq, %139, %138 : f32 loc("examples/layers.kina":59:4)
-      %141 = arith.negf %134 : f32 loc("examples/layers.kina":59:4)
-      %142 = arith.select %140, %134, %141 : f32 loc("examples/layers.kina":59:4)
-      %143 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":59:4)
-      %144 = arith.cmpf oeq, %130, %143 : f32 loc("examples/layers.kina":59:4)
-      %145 = arith.constant 0x7fc00000 : f32 loc("examples/layers.kina":59:4)
-      %146 = arith.select %144, %134, %145 : f32 loc("examples/layers.kina":59:4)
-      %147 = arith.select %136, %142, %146 : f32 loc("examples/layers.kina":59:4)
-      %148 = arith.constant 0.0 : f32 loc("examples/layers.kina":59:4)
-      %149 = arith.cmpf olt, %130, %148 : f32 loc("examples/layers.kina":59:4)
-      %150 = arith.select %149, %147, %134 : f32 loc("examples/layers.kina":59:4)
-      linalg.yield %150 : f32 loc("examples/layers.kina":59:4)
-    } -> tensor<f32> loc("examples/layers.kina":59:4)
-    %152 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:74)
-    %151 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%125, %128 : tensor<f32>, tensor<f32>) outs(%152 : tensor<f32>) {
-    ^bb0(%153: f32, %154: f32, %155: f32):
-      %156 = arith.subf %153, %154 : f32 loc("examples/layers.kina":58:74)
-      linalg.yield %156 : f32 loc("examples/layers.kina":58:74)
-    } -> tensor<f32> loc("examples/layers.kina":58:74)
-    %157 = tensor.empty() : tensor<f32> loc("examples/layers.kina":58:74)
-    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%151 : tensor<f32>) outs(%157 : tensor<f32>) {
-    ^bb0(%158: f32, %159: f32):
-      %160 = math.sqrt %158 : f32 loc("examples/layers.kina":58:74)
-      linalg.yield %160 : f32 loc("examples/layers.kina":58:74)
-    } -> tensor<f32> loc("examples/layers.kina":58:74)
-    %162 = tensor.empty() : tensor<f32> loc("examples/layers.kina":62:2)
-    %161 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %bc1 : tensor<f32>, tensor<f32>) outs(%162 : tensor<f32>) {
-    ^bb0(%163: f32, %164: f32, %165: f32):
-      %166 = arith.divf %163, %164 : f32 loc("examples/layers.kina":62:2)
-      linalg.yield %166 : f32 loc("examples/layers.kina":62:2)
-    } -> tensor<f32> loc("examples/layers.kina":62:2)
-    %167 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":62:2)
-    %step_size = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%161 : tensor<f32>) outs(%167 : tensor<6xf32>) {
+  func.func private @"kina_optim.adamw$6"(%w: tensor<6xf32>, %g: tensor<6xf32>, %m: tensor<6xf32>, %v: tensor<6xf32>, %t: tensor<f32>, %lr: tensor<f64>, %beta1: tensor<f64>, %beta2: tensor<f64>, %eps: tensor<f64>, %weight_decay: tensor<f64>) -> (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>) {
+    %1 = arith.constant 1.0 : f64 loc("examples/layers.kina":63:14)
+    %2 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":63:14)
+    %0 = linalg.fill ins(%1 : f64) outs(%2 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":63:14)
+    %4 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:20)
+    %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f64>, tensor<f64>) outs(%4 : tensor<f64>) {
+    ^bb0(%5: f64, %6: f64, %7: f64):
+      %8 = arith.mulf %5, %6 : f64 loc("examples/layers.kina":63:20)
+      linalg.yield %8 : f64 loc("examples/layers.kina":63:20)
+    } -> tensor<f64> loc("examples/layers.kina":63:20)
+    %10 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:13)
+    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f64>, tensor<f64>) outs(%10 : tensor<f64>) {
+    ^bb0(%11: f64, %12: f64, %13: f64):
+      %14 = arith.subf %11, %12 : f64 loc("examples/layers.kina":63:13)
+      linalg.yield %14 : f64 loc("examples/layers.kina":63:13)
+    } -> tensor<f64> loc("examples/layers.kina":63:13)
+    %15 = tensor.empty() : tensor<f32> loc("examples/layers.kina":63:13)
+    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%15 : tensor<f32>) {
+    ^bb0(%16: f64, %17: f32):
+      %18 = arith.truncf %16 : f64 to f32 loc("examples/layers.kina":63:13)
+      linalg.yield %18 : f32 loc("examples/layers.kina":63:13)
+    } -> tensor<f32> loc("examples/layers.kina":63:13)
+    %20 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:11)
+    %21 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:11)
+    %19 = linalg.fill ins(%20 : f64) outs(%21 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:11)
+    %23 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:10)
+    %22 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%19, %beta1 : tensor<f64>, tensor<f64>) outs(%23 : tensor<f64>) {
+    ^bb0(%24: f64, %25: f64, %26: f64):
+      %27 = arith.subf %24, %25 : f64 loc("examples/layers.kina":64:10)
+      linalg.yield %27 : f64 loc("examples/layers.kina":64:10)
+    } -> tensor<f64> loc("examples/layers.kina":64:10)
+    %28 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:10)
+    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%22 : tensor<f64>) outs(%28 : tensor<f32>) {
+    ^bb0(%29: f64, %30: f32):
+      %31 = arith.truncf %29 : f64 to f32 loc("examples/layers.kina":64:10)
+      linalg.yield %31 : f32 loc("examples/layers.kina":64:10)
+    } -> tensor<f32> loc("examples/layers.kina":64:10)
+    %33 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:58)
+    %34 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:58)
+    %32 = linalg.fill ins(%33 : f64) outs(%34 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:58)
+    %36 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:57)
+    %35 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%32, %beta2 : tensor<f64>, tensor<f64>) outs(%36 : tensor<f64>) {
+    ^bb0(%37: f64, %38: f64, %39: f64):
+      %40 = arith.subf %37, %38 : f64 loc("examples/layers.kina":64:57)
+      linalg.yield %40 : f64 loc("examples/layers.kina":64:57)
+    } -> tensor<f64> loc("examples/layers.kina":64:57)
+    %41 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:57)
+    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%35 : tensor<f64>) outs(%41 : tensor<f32>) {
+    ^bb0(%42: f64, %43: f32):
+      %44 = arith.truncf %42 : f64 to f32 loc("examples/layers.kina":64:57)
+      linalg.yield %44 : f32 loc("examples/layers.kina":64:57)
+    } -> tensor<f32> loc("examples/layers.kina":64:57)
+    %45 = tensor.empty() : tensor<f32> loc("examples/layers.kina":65:12)
+    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%45 : tensor<f32>) {
+    ^bb0(%46: f64, %47: f32):
+      %48 = arith.truncf %46 : f64 to f32 loc("examples/layers.kina":65:12)
+      linalg.yield %48 : f32 loc("examples/layers.kina":65:12)
+    } -> tensor<f32> loc("examples/layers.kina":65:12)
+    %49 = tensor.empty() : tensor<f64> loc("examples/layers.kina":66:22)
+    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%49 : tensor<f64>) {
+    ^bb0(%50: f32, %51: f64):
+      %52 = arith.extf %50 : f32 to f64 loc("examples/layers.kina":66:22)
+      linalg.yield %52 : f64 loc("examples/layers.kina":66:22)
+    } -> tensor<f64> loc("examples/layers.kina":66:22)
+    %54 = arith.constant 1.0 : f64 loc("examples/layers.kina":67:32)
+    %55 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":67:32)
+    %53 = linalg.fill ins(%54 : f64) outs(%55 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":67:32)
+    %57 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:38)
+    %56 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%57 : tensor<f64>) {
+    ^bb0(%58: f64, %59: f64, %60: f64):
+      %61 = math.absf %58 : f64 loc("examples/layers.kina":67:38)
+      %62 = math.powf %61, %59 : f64 loc("examples/layers.kina":67:38)
+      %63 = math.floor %59 : f64 loc("examples/layers.kina":67:38)
+      %64 = arith.cmpf oeq, %63, %59 : f64 loc("examples/layers.kina":67:38)
+      %65 = arith.constant 0.5 : f64 loc("examples/layers.kina":67:38)
+      %66 = arith.mulf %59, %65 : f64 loc("examples/layers.kina":67:38)
+      %67 = math.floor %66 : f64 loc("examples/layers.kina":67:38)
+      %68 = arith.cmpf oeq, %67, %66 : f64 loc("examples/layers.kina":67:38)
+      %69 = arith.negf %62 : f64 loc("examples/layers.kina":67:38)
+      %70 = arith.select %68, %62, %69 : f64 loc("examples/layers.kina":67:38)
+      %71 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":67:38)
+      %72 = arith.cmpf oeq, %58, %71 : f64 loc("examples/layers.kina":67:38)
+      %73 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":67:38)
+      %74 = arith.select %72, %62, %73 : f64 loc("examples/layers.kina":67:38)
+      %75 = arith.select %64, %70, %74 : f64 loc("examples/layers.kina":67:38)
+      %76 = arith.constant 0.0 : f64 loc("examples/layers.kina":67:38)
+      %77 = arith.cmpf olt, %58, %76 : f64 loc("examples/layers.kina":67:38)
+      %78 = arith.select %77, %75, %62 : f64 loc("examples/layers.kina":67:38)
+      linalg.yield %78 : f64 loc("examples/layers.kina":67:38)
+    } -> tensor<f64> loc("examples/layers.kina":67:38)
+    %80 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:31)
+    %79 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53, %56 : tensor<f64>, tensor<f64>) outs(%80 : tensor<f64>) {
+    ^bb0(%81: f64, %82: f64, %83: f64):
+      %84 = arith.subf %81, %82 : f64 loc("examples/layers.kina":67:31)
+      linalg.yield %84 : f64 loc("examples/layers.kina":67:31)
+    } -> tensor<f64> loc("examples/layers.kina":67:31)
+    %86 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:25)
+    %85 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %79 : tensor<f64>, tensor<f64>) outs(%86 : tensor<f64>) {
+    ^bb0(%87: f64, %88: f64, %89: f64):
+      %90 = arith.divf %87, %88 : f64 loc("examples/layers.kina":67:25)
+      linalg.yield %90 : f64 loc("examples/layers.kina":67:25)
+    } -> tensor<f64> loc("examples/layers.kina":67:25)
+    %91 = tensor.empty() : tensor<f32> loc("examples/layers.kina":67:25)
+    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%85 : tensor<f64>) outs(%91 : tensor<f32>) {
+    ^bb0(%92: f64, %93: f32):
+      %94 = arith.truncf %92 : f64 to f32 loc("examples/layers.kina":67:25)
+      linalg.yield %94 : f32 loc("examples/layers.kina":67:25)
+    } -> tensor<f32> loc("examples/layers.kina":67:25)
+    %96 = arith.constant 1.0 : f64 loc("examples/layers.kina":71:23)
+    %97 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":71:23)
+    %95 = linalg.fill ins(%96 : f64) outs(%97 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":71:23)
+    %99 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:29)
+    %98 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%99 : tensor<f64>) {
+    ^bb0(%100: f64, %101: f64, %102: f64):
+      %103 = math.absf %100 : f64 loc("examples/layers.kina":71:29)
+      %104 = math.powf %103, %101 : f64 loc("examples/layers.kina":71:29)
+      %105 = math.floor %101 : f64 loc("examples/layers.kina":71:29)
+      %106 = arith.cmpf oeq, %105, %101 : f64 loc("examples/layers.kina":71:29)
+      %107 = arith.constant 0.5 : f64 loc("examples/layers.kina":71:29)
+      %108 = arith.mulf %101, %107 : f64 loc("examples/layers.kina":71:29)
+      %109 = math.floor %108 : f64 loc("examples/layers.kina":71:29)
+      %110 = arith.cmpf oeq, %109, %108 : f64 loc("examples/layers.kina":71:29)
+      %111 = arith.negf %104 : f64 loc("examples/layers.kina":71:29)
+      %112 = arith.select %110, %104, %111 : f64 loc("examples/layers.kina":71:29)
+      %113 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":71:29)
+      %114 = arith.cmpf oeq, %100, %113 : f64 loc("examples/layers.kina":71:29)
+      %115 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":71:29)
+      %116 = arith.select %114, %104, %115 : f64 loc("examples/layers.kina":71:29)
+      %117 = arith.select %106, %112, %116 : f64 loc("examples/layers.kina":71:29)
+      %118 = arith.constant 0.0 : f64 loc("examples/layers.kina":71:29)
+      %119 = arith.cmpf olt, %100, %118 : f64 loc("examples/layers.kina":71:29)
+      %120 = arith.select %119, %117, %104 : f64 loc("examples/layers.kina":71:29)
+      linalg.yield %120 : f64 loc("examples/layers.kina":71:29)
+    } -> tensor<f64> loc("examples/layers.kina":71:29)
+    %122 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %121 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%95, %98 : tensor<f64>, tensor<f64>) outs(%122 : tensor<f64>) {
+    ^bb0(%123: f64, %124: f64, %125: f64):
+      %126 = arith.subf %123, %124 : f64 loc("examples/layers.kina":71:22)
+      linalg.yield %126 : f64 loc("examples/layers.kina":71:22)
+    } -> tensor<f64> loc("examples/layers.kina":71:22)
+    %128 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %127 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%121 : tensor<f64>) outs(%128 : tensor<f64>) {
+    ^bb0(%129: f64, %130: f64):
+      %131 = math.sqrt %129 : f64 loc("examples/layers.kina":71:22)
+      linalg.yield %131 : f64 loc("examples/layers.kina":71:22)
+    } -> tensor<f64> loc("examples/layers.kina":71:22)
+    %132 = tensor.empty() : tensor<f32> loc("examples/layers.kina":71:22)
+    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%127 : tensor<f64>) outs(%132 : tensor<f32>) {
+    ^bb0(%133: f64, %134: f32):
+      %135 = arith.truncf %133 : f64 to f32 loc("examples/layers.kina":71:22)
+      linalg.yield %135 : f32 loc("examples/layers.kina":71:22)
+    } -> tensor<f32> loc("examples/layers.kina":71:22)
+    %137 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:93)
+    %136 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%137 : tensor<6xf32>) {
+    ^bb0(%138: f32, %139: f32):
+      linalg.yield %138 : f32 loc("examples/layers.kina":71:93)
+    } -> tensor<6xf32> loc("examples/layers.kina":71:93)
+    %140 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:89)
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %136 : tensor<6xf32>, tensor<6xf32>) outs(%140 : tensor<6xf32>) {
+    ^bb0(%141: f32, %142: f32, %143: f32):
+      %144 = arith.mulf %141, %142 : f32 loc("examples/layers.kina":71:89)
+      linalg.yield %144 : f32 loc("examples/layers.kina":71:89)
+    } -> tensor<6xf32> loc("examples/layers.kina":71:89)
+    %146 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
+    %145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<6xf32>, tensor<6xf32>) outs(%146 : tensor<6xf32>) {
+    ^bb0(%147: f32, %148: f32, %149: f32):
+      %150 = arith.subf %147, %148 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %150 : f32 loc("examples/layers.kina":73:8)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:8)
+    %152 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:18)
+    %151 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%152 : tensor<6xf32>) {
+    ^bb0(%153: f32, %154: f32):
+      linalg.yield %153 : f32 loc("examples/layers.kina":73:18)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:18)
+    %156 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
+    %155 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%145, %151 : tensor<6xf32>, tensor<6xf32>) outs(%156 : tensor<6xf32>) {
+    ^bb0(%157: f32, %158: f32, %159: f32):
+      %160 = arith.mulf %157, %158 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %160 : f32 loc("examples/layers.kina":73:8)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:8)
+    %161 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:4)
+    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %155 : tensor<6xf32>, tensor<6xf32>) outs(%161 : tensor<6xf32>) {
+    ^bb0(%162: f32, %163: f32, %164: f32):
+      %165 = arith.addf %162, %163 : f32 loc("examples/layers.kina":73:4)
+      linalg.yield %165 : f32 loc("examples/layers.kina":73:4)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:4)
+    %167 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:61)
+    %166 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%167 : tensor<6xf32>) {
     ^bb0(%168: f32, %169: f32):
-      linalg.yield %168 : f32 loc("examples/layers.kina":62:2)
-    } -> tensor<6xf32> loc("examples/layers.kina":62:2)
-    %171 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":62:45)
-    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<6xf32>) outs(%171 : tensor<6xf32>) {
-    ^bb0(%172: f32, %173: f32):
-      %174 = math.sqrt %172 : f32 loc("examples/layers.kina":62:45)
-      linalg.yield %174 : f32 loc("examples/layers.kina":62:45)
-    } -> tensor<6xf32> loc("examples/layers.kina":62:45)
-    %176 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":62:61)
-    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%176 : tensor<6xf32>) {
-    ^bb0(%177: f32, %178: f32):
-      linalg.yield %177 : f32 loc("examples/layers.kina":62:61)
-    } -> tensor<6xf32> loc("examples/layers.kina":62:61)
-    %180 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":62:45)
-    %179 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %175 : tensor<6xf32>, tensor<6xf32>) outs(%180 : tensor<6xf32>) {
-    ^bb0(%181: f32, %182: f32, %183: f32):
-      %184 = arith.divf %181, %182 : f32 loc("examples/layers.kina":62:45)
-      linalg.yield %184 : f32 loc("examples/layers.kina":62:45)
-    } -> tensor<6xf32> loc("examples/layers.kina":62:45)
-    %186 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":62:87)
-    %185 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%eps : tensor<f32>) outs(%186 : tensor<6xf32>) {
-    ^bb0(%187: f32, %188: f32):
-      linalg.yield %187 : f32 loc("examples/layers.kina":62:87)
-    } -> tensor<6xf32> loc("examples/layers.kina":62:87)
-    %189 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":62:45)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%179, %185 : tensor<6xf32>, tensor<6xf32>) outs(%189 : tensor<6xf32>) {
-    ^bb0(%190: f32, %191: f32, %192: f32):
-      %193 = arith.addf %190, %191 : f32 loc("examples/layers.kina":62:45)
-      linalg.yield %193 : f32 loc("examples/layers.kina":62:45)
-    } -> tensor<6xf32> loc("examples/layers.kina":62:45)
-    %195 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":63:45)
-    %194 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m_next, %denom : tensor<6xf32>, tensor<6xf32>) outs(%195 : tensor<6xf32>) {
-    ^bb0(%196: f32, %197: f32, %198: f32):
-      %199 = arith.divf %196, %197 : f32 loc("examples/layers.kina":63:45)
-      linalg.yield %199 : f32 loc("examples/layers.kina":63:45)
-    } -> tensor<6xf32> loc("examples/layers.kina":63:45)
-    %201 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":63:33)
-    %200 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size, %194 : tensor<6xf32>, tensor<6xf32>) outs(%201 : tensor<6xf32>) {
-    ^bb0(%202: f32, %203: f32, %204: f32):
-      %205 = arith.mulf %202, %203 : f32 loc("examples/layers.kina":63:33)
-      linalg.yield %205 : f32 loc("examples/layers.kina":63:33)
-    } -> tensor<6xf32> loc("examples/layers.kina":63:33)
-    %207 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":63:23)
-    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %200 : tensor<6xf32>, tensor<6xf32>) outs(%207 : tensor<6xf32>) {
+      linalg.yield %168 : f32 loc("examples/layers.kina":73:61)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:61)
+    %171 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
+    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %166 : tensor<6xf32>, tensor<6xf32>) outs(%171 : tensor<6xf32>) {
+    ^bb0(%172: f32, %173: f32, %174: f32):
+      %175 = arith.mulf %172, %173 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %175 : f32 loc("examples/layers.kina":73:57)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:57)
+    %177 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
+    %176 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%177 : tensor<6xf32>) {
+    ^bb0(%178: f32, %179: f32):
+      linalg.yield %178 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:16)
+    %181 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
+    %180 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%176, %g : tensor<6xf32>, tensor<6xf32>) outs(%181 : tensor<6xf32>) {
+    ^bb0(%182: f32, %183: f32, %184: f32):
+      %185 = arith.mulf %182, %183 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %185 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:16)
+    %187 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
+    %186 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%180, %g : tensor<6xf32>, tensor<6xf32>) outs(%187 : tensor<6xf32>) {
+    ^bb0(%188: f32, %189: f32, %190: f32):
+      %191 = arith.mulf %188, %189 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %191 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:16)
+    %192 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
+    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %186 : tensor<6xf32>, tensor<6xf32>) outs(%192 : tensor<6xf32>) {
+    ^bb0(%193: f32, %194: f32, %195: f32):
+      %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %196 : f32 loc("examples/layers.kina":73:57)
+    } -> tensor<6xf32> loc("examples/layers.kina":73:57)
+    %198 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
+    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<6xf32>) outs(%198 : tensor<6xf32>) {
+    ^bb0(%199: f32, %200: f32):
+      %201 = math.sqrt %199 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %201 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:62)
+    %203 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:78)
+    %202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%203 : tensor<6xf32>) {
+    ^bb0(%204: f32, %205: f32):
+      linalg.yield %204 : f32 loc("examples/layers.kina":77:78)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:78)
+    %207 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
+    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%197, %202 : tensor<6xf32>, tensor<6xf32>) outs(%207 : tensor<6xf32>) {
     ^bb0(%208: f32, %209: f32, %210: f32):
-      %211 = arith.subf %208, %209 : f32 loc("examples/layers.kina":63:23)
-      linalg.yield %211 : f32 loc("examples/layers.kina":63:23)
-    } -> tensor<6xf32> loc("examples/layers.kina":63:23)
-    return %206, %m_next, %v_next : tensor<6xf32>, tensor<6xf32>, tensor<6xf32> loc("examples/layers.kina":63:22)
-  } loc("examples/layers.kina":51:20)
+      %211 = arith.divf %208, %209 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %211 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:62)
+    %213 = tensor.empty() : tensor<f32> loc("examples/layers.kina":78:20)
+    %212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%213 : tensor<f32>) {
+    ^bb0(%214: f64, %215: f32):
+      %216 = arith.truncf %214 : f64 to f32 loc("examples/layers.kina":78:20)
+      linalg.yield %216 : f32 loc("examples/layers.kina":78:20)
+    } -> tensor<f32> loc("examples/layers.kina":78:20)
+    %218 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:20)
+    %217 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%212 : tensor<f32>) outs(%218 : tensor<6xf32>) {
+    ^bb0(%219: f32, %220: f32):
+      linalg.yield %219 : f32 loc("examples/layers.kina":78:20)
+    } -> tensor<6xf32> loc("examples/layers.kina":78:20)
+    %221 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%206, %217 : tensor<6xf32>, tensor<6xf32>) outs(%221 : tensor<6xf32>) {
+    ^bb0(%222: f32, %223: f32, %224: f32):
+      %225 = arith.addf %222, %223 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %225 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:62)
+    %227 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
+    %226 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%227 : tensor<6xf32>) {
+    ^bb0(%228: f32, %229: f32):
+      linalg.yield %228 : f32 loc("examples/layers.kina":78:71)
+    } -> tensor<6xf32> loc("examples/layers.kina":78:71)
+    %231 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
+    %230 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%226, %m_next : tensor<6xf32>, tensor<6xf32>) outs(%231 : tensor<6xf32>) {
+    ^bb0(%232: f32, %233: f32, %234: f32):
+      %235 = arith.mulf %232, %233 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %235 : f32 loc("examples/layers.kina":78:71)
+    } -> tensor<6xf32> loc("examples/layers.kina":78:71)
+    %237 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
+    %236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%230, %denom : tensor<6xf32>, tensor<6xf32>) outs(%237 : tensor<6xf32>) {
+    ^bb0(%238: f32, %239: f32, %240: f32):
+      %241 = arith.divf %238, %239 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %241 : f32 loc("examples/layers.kina":78:71)
+    } -> tensor<6xf32> loc("examples/layers.kina":78:71)
+    %243 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:61)
+    %242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %236 : tensor<6xf32>, tensor<6xf32>) outs(%243 : tensor<6xf32>) {
+    ^bb0(%244: f32, %245: f32, %246: f32):
+      %247 = arith.subf %244, %245 : f32 loc("examples/layers.kina":78:61)
+      linalg.yield %247 : f32 loc("examples/layers.kina":78:61)
+    } -> tensor<6xf32> loc("examples/layers.kina":78:61)
+    return %242, %m_next, %v_next : tensor<6xf32>, tensor<6xf32>, tensor<6xf32> loc("examples/layers.kina":78:60)
+  } loc("examples/layers.kina":56:56)
 
   func.func private @"kina_nn.linear$4_3_5"(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %b: tensor<5xf32>) -> (tensor<4x5xf32>) {
     %0 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
