@@ -103,7 +103,8 @@ TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 _TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
 
 
-def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) -> None:
+def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) -> str:
+    """Run the tool; returns its stderr (diagnostics, or reports such as -time-passes')."""
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True,
@@ -115,6 +116,7 @@ def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) 
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
     if proc.returncode != 0:
         raise StageFailed(tool, _crash_text(tool, proc) or f"{tool} exited with {proc.returncode}")
+    return proc.stderr
 
 
 def _crash_text(tool: str, proc: subprocess.CompletedProcess[str]) -> str:
