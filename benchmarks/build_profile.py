@@ -83,24 +83,31 @@ def profile_o0(path: Path, work: Path, top: int) -> int:
     from compiler.backend import toolchain
     mlir, stages = front(path)
     reports: dict[str, list[str]] = defaultdict(list)
-    real = toolchain.run_tool
+    real, real_until = toolchain.run_tool, getattr(toolchain, "run_tool_until", None)
     cpu: dict[str, float] = defaultdict(float)
     processes: dict[str, int] = defaultdict(int)
+    extra = {"mlir-opt": ["--mlir-timing"], "llc": ["-time-passes"]}
 
-    def timed(tool: str, args: list[str], timings: dict[str, float], stage: str) -> str:
-        extra = {"mlir-opt": ["--mlir-timing"], "llc": ["-time-passes"]}.get(tool, [])
+    def timed(tool: str, args: list[str], timings: dict[str, float], stage: str, *stop) -> object:
         c0 = _children_cpu()
-        err = real(tool, [*extra, *args], timings, stage)
+        run = real_until if stop else real
+        out = run(tool, [*extra.get(tool, []), *args], timings, stage, *stop)
         cpu[tool] += _children_cpu() - c0
         processes[tool] += 1
-        reports[tool].append(err or "")   # None from a run_tool that returns nothing (older trees)
-        return err
+        reports[tool].append((out[1] if stop else out) or "")   # None: an older tree's run_tool
+        return out
     toolchain.run_tool = timed
+    if real_until is not None:
+        toolchain.run_tool_until = timed
     c0, k0 = time.process_time(), _children_cpu()
-    result = toolchain.compile_mlir(mlir, work / "out.so", opt_level=0, work_dir=work)
+    try:
+        result = toolchain.compile_mlir(mlir, work / "out.so", opt_level=0, work_dir=work)
+    finally:
+        toolchain.run_tool = real
+        if real_until is not None:
+            toolchain.run_tool_until = real_until
     python = time.process_time() - c0
     others = _children_cpu() - k0 - sum(cpu.values())   # the workers of needed rewrite slots
-    toolchain.run_tool = real
     if not result.ok:
         print("\n".join(d.message for d in result.diagnostics))
         return 1

@@ -1,8 +1,8 @@
 """The -O0 lowering in as few mlir-opt processes as its rewrite slots allow (toolchain.run_passes,
-issue 27 item 2): the segments after "@distinct-results" run in one process unless the lowered
-module shows that a slot between them was needed, and then the build goes segment by segment
-with the slot's rewrite, as before.  Hand-written MLIR; no library is built, so the module
-runs once (its result does not depend on KINA_OPT_LEVEL)."""
+issue 27 item 2): one process prints the module at each slot that may be needed and is stopped
+at the first slot its module needs; the next process starts there, after the slot's rewrite.
+Hand-written MLIR; no library is built, so the module runs once (its result does not depend
+on KINA_OPT_LEVEL)."""
 from pathlib import Path
 
 import pytest
@@ -38,23 +38,36 @@ func.func @kina_g(%a: memref<4x8xf32>, %b: memref<4x4xf32>) attributes {llvm.emi
 def _lower(mlir: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
     """The -O0 lowering of `mlir` and how many mlir-opt processes it took."""
     runs = []
-    real = toolchain.run_tool
+    for name in ("run_tool", "run_tool_until"):
+        real = getattr(toolchain, name)
 
-    def counting(tool, args, timings, stage):
-        runs.append(tool)
-        return real(tool, args, timings, stage)
-    monkeypatch.setattr(toolchain, "run_tool", counting)
+        def counting(tool, args, timings, stage, *stop, real=real):
+            runs.append(tool)
+            return real(tool, args, timings, stage, *stop)
+        monkeypatch.setattr(toolchain, name, counting)
     return toolchain.run_passes(mlir, pipelines.passes_for(mlir, 0, tmp), tmp, {}), runs.count("mlir-opt")
 
 
-def test_segments_after_distinct_results_run_in_one_process(tmp_path, monkeypatch):
+def test_no_needed_slot_one_process(tmp_path, monkeypatch):
     lowered, processes = _lower(ADD, tmp_path, monkeypatch)
     assert "llvm.func @kina_f" in lowered
-    assert processes == 2   # inline + bufferize, then everything after "@distinct-results"
+    assert processes == 1
 
 
-def test_a_needed_copy_rewrite_goes_segment_by_segment(tmp_path, monkeypatch):
+def test_a_needed_copy_rewrite_stops_the_process_at_its_slot(tmp_path, monkeypatch):
     lowered, processes = _lower(STRIDED_COPY, tmp_path, monkeypatch)
     assert "memrefCopy" not in lowered   # the slot's rewrite ran: the copy is loops
     assert "llvm.func @kina_g" in lowered
-    assert processes > 2
+    assert processes == 2
+
+
+def test_a_value_returned_twice_is_copied_before_out_params(tmp_path, monkeypatch):
+    """Without "@distinct-results", buffer-results-to-out-params crashes on this module: the
+    process must stop at the slot, not run on."""
+    twice = ADD.replace("-> tensor<2x3xf32> attributes", "-> (tensor<2x3xf32>, tensor<2x3xf32>) attributes")
+    twice = twice.replace("return %r : tensor<2x3xf32>", "return %r, %r : tensor<2x3xf32>, tensor<2x3xf32>")
+    lowered, processes = _lower(twice, tmp_path, monkeypatch)
+    assert "llvm.func @kina_f" in lowered
+    # stopped at "@distinct-results", then at "@lower-copies" (whose test is any memref.copy:
+    # the copy the rewrite made), then on to the end
+    assert processes == 3

@@ -59,7 +59,7 @@ from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
 from compiler.backend.math_lowering import lower_math_text
 from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
 from compiler.backend.rewrites import SLOTS
-from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
+from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool, run_tool_until
 from compiler.backend.worker import externals_path, missing_symbols
 from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_name
 from compiler.ir.nodes import is_export
@@ -80,62 +80,118 @@ class CompileResult:
 
 
 def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict[str, float]) -> str:
-    """The pass list through mlir-opt processes, with the rewrite of each slot
-    (compiler/backend/rewrites.py) between its segments; returns the MLIR text.
-    f32 exp is first written as -O2's polynomial (compiler/backend/math_lowering.py), not
-    left to libm's expf: the compiled exp has the same bits at every level.
+    """The pass list through mlir-opt, with the rewrite of each slot (compiler/backend/rewrites.py)
+    between its segments; returns the MLIR text.  f32 exp is first written as -O2's polynomial
+    (compiler/backend/math_lowering.py), not left to libm's expf: the compiled exp has the same
+    bits at every level.
 
-    Segments run in one process when no slot between them can be needed (`_joined`): each
-    process re-parses and re-prints the module (the GPT block's -O0 lowering took 1.17 s of
-    CPU in four processes, 0.70 s in one, with the same output)."""
+    The segments run in one process (`_run_from`) that prints the module at each slot the
+    emitted text may need and is stopped at the first slot that the printed module needs;
+    the next process starts from that module with the slot's rewrite.  A process per segment
+    re-parsed and re-printed the module each time: the GPT block's -O0 lowering took 1.17 s
+    of CPU in four processes, 0.75 s in one, with the same output."""
     text, _ = lower_math_text(mlir_text)
     # A transform script preloaded once stays in the context of one process; each
     # mlir-opt process of a later segment that interprets it ("@outline") loads it again.
     preload = [p for p in passes if p.startswith("--transform-preload-library")]
     segs = segments(passes)
-    for k, (slot, part) in enumerate(segs):
+    k = 0
+    while k < len(segs):
+        slot, part = segs[k]
         if slot is not None:
             t0 = time.perf_counter()
             text = rewrite_text(slot, text, tmp)
             timings["mlir-opt"] = timings.get("mlir-opt", 0.0) + time.perf_counter() - t0
         if not preload:
-            joined = _joined(text, segs[k:], mlir_text, tmp, timings)
-            if joined is not None:
-                return joined
+            text, k = _run_from(text, segs, k, mlir_text, tmp, timings)
+            continue
         if any(p.startswith("--transform-interpreter") for p in part) and not any(p in preload for p in part):
             part = preload + part
-        if not part:
-            continue
-        src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
-        src.write_text(text)
-        run_tool("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")
-        text = out.read_text()
+        if part:
+            src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
+            src.write_text(text)
+            run_tool("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")
+            text = out.read_text()
+        k += 1
     return text
 
 
-# Slots whose need shows in the lowered module, so the passes around them may run in one
-# process and be re-run segment by segment when it does: a strided memref.copy left for
-# finalize-memref-to-llvm becomes a call of the runner library's memrefCopy (contiguous
-# ones become memcpy), exactly the copies "@lower-copies" rewrites.  "@distinct-results"
-# is not one: without its rewrite mlir-opt may crash or run for minutes.
-SEEN_IN_LOWERED = {"@lower-copies": lambda lowered: "memrefCopy" in lowered}
+# mlir-opt's --mlir-print-ir-after header; with --mlir-print-ir-module-scope the module
+# follows, its last line a `}` in the first column.
+_DUMP_RE = re.compile(r"^// -----// IR Dump After \S+ \((?P<arg>[^)]*)\)[^\n]*//----- //$")
 
 
-def _joined(text: str, segs: list[tuple[str | None, list[str]]], emitted: str, tmp: Path,
-            timings: dict[str, float]) -> str | None:
-    """`segs` (the first one's slot already applied to `text`) in one mlir-opt process, when
-    every later slot is either one the emitted text cannot need (`Rewrite.maybe`) or one
-    whose need the output shows (SEEN_IN_LOWERED) and does not; else None, and the caller
-    goes on segment by segment (after a wasted run only when a seen slot was needed)."""
-    later = [slot for slot, _ in segs[1:] if slot is not None and SLOTS[slot].maybe(emitted)]
-    passes = [p for _, part in segs for p in part]
-    if len(segs) < 2 or not passes or any(slot not in SEEN_IN_LOWERED for slot in later):
-        return None
-    src, out = tmp / "joined.in.mlir", tmp / "joined.out.mlir"
+def _run_from(text: str, segs: list[tuple[str | None, list[str]]], k: int, emitted: str, tmp: Path,
+              timings: dict[str, float]) -> tuple[str, int]:
+    """The passes of segs[k:] (segs[k]'s slot already applied to `text`) in one mlir-opt
+    process that prints the module after the last pass before each later slot the emitted
+    text may need (`Rewrite.maybe`).  Returns (the output, len(segs)), or, as soon as a
+    printed module needs its slot (`Rewrite.needed`, the test the slot itself makes), the
+    process is stopped and (that module, the slot's segment) is returned."""
+    passes: list[str] = []
+    points: dict[tuple[str, int], list[tuple[int, str]]] = {}   # (pass, occurrence) -> [(segment, slot)]
+    for j in range(k, len(segs)):
+        slot, part = segs[j]
+        if j > k and slot is not None and SLOTS[slot].maybe(emitted):
+            if not passes:          # nothing runs before it: its test is on the input
+                if SLOTS[slot].needed(text):
+                    return text, j
+            elif passes[-1].lstrip("-").partition("=")[0].endswith("pipeline"):
+                return _run_plain(text, passes, tmp, timings), j   # a pipeline cannot be printed after
+            else:
+                arg = passes[-1].lstrip("-").partition("=")[0]
+                n = sum(p.lstrip("-").partition("=")[0] == arg for p in passes)
+                points.setdefault((arg, n), []).append((j, slot))
+        passes += part
+    if not points:
+        return (_run_plain(text, passes, tmp, timings) if passes else text), len(segs)
+    watch = _DumpWatch(points)
+    src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
+    src.write_text(text)
+    flags = [f"--mlir-print-ir-after={','.join(sorted({a for a, _ in points}))}", "--mlir-print-ir-module-scope"]
+    stopped, _ = run_tool_until("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *flags, *passes, "-o", str(out)],
+                                timings, "mlir-opt", watch.line)
+    if stopped and watch.needed is not None:
+        return watch.needed
+    return out.read_text(), len(segs)
+
+
+def _run_plain(text: str, passes: list[str], tmp: Path, timings: dict[str, float]) -> str:
+    src, out = tmp / "plain.in.mlir", tmp / "plain.out.mlir"
     src.write_text(text)
     run_tool("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *passes, "-o", str(out)], timings, "mlir-opt")
-    lowered = out.read_text()
-    return None if any(SEEN_IN_LOWERED[slot](lowered) for slot in later) else lowered
+    return out.read_text()
+
+
+class _DumpWatch:
+    """Reads mlir-opt's stderr line by line: collects each printed module and, at its last
+    line, says stop when a slot printed there needs it (`needed` is then (module, segment))."""
+
+    def __init__(self, points: dict[tuple[str, int], list[tuple[int, str]]]) -> None:
+        self.points = points
+        self.seen: dict[str, int] = {}
+        self.current: tuple[str, int] | None = None
+        self.lines: list[str] = []
+        self.needed: tuple[str, int] | None = None
+
+    def line(self, line: str) -> bool:
+        head = _DUMP_RE.match(line.rstrip("\n"))
+        if head:
+            self.seen[head["arg"]] = self.seen.get(head["arg"], 0) + 1
+            self.current, self.lines = (head["arg"], self.seen[head["arg"]]), []
+            return False
+        if self.current is None:
+            return False
+        self.lines.append(line)
+        if line.rstrip("\n") != "}":
+            return False
+        module = "".join(self.lines)
+        for j, slot in self.points.get(self.current, []):
+            if SLOTS[slot].needed(module):
+                self.needed = (module, j)
+                return True
+        self.current, self.lines = None, []
+        return False
 
 
 def _message(line: str) -> str:
