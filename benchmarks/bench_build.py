@@ -38,8 +38,8 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 
 import build_profile  # noqa: E402
 import letgen  # noqa: E402
-from build_profile import _llvm_top, _top  # noqa: E402,F401  (tests/test_benchmarks.py reads them here)
 import timing  # noqa: E402
+from build_profile import _llvm_top, _top  # noqa: E402,F401  (tests/test_benchmarks.py reads them here)
 
 TARGET_4000_S = 60.0
 
