@@ -45,6 +45,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -126,7 +127,7 @@ def _run_from(text: str, segs: list[tuple[str | None, list[str]]], k: int, emitt
     """The passes of segs[k:] (segs[k]'s slot already applied to `text`) in one mlir-opt
     process that prints the module after the last pass before each later slot the emitted
     text may need (`Rewrite.maybe`).  Returns (the output, len(segs)), or, as soon as a
-    printed module needs its slot (`Rewrite.needed`, the test the slot itself makes), the
+    printed module needs its slot (`slot_needed`, the test the slot itself makes), the
     process is stopped and (that module, the slot's segment) is returned."""
     passes: list[str] = []
     points: dict[tuple[str, int], list[tuple[int, str]]] = {}   # (pass, occurrence) -> [(segment, slot)]
@@ -134,7 +135,7 @@ def _run_from(text: str, segs: list[tuple[str | None, list[str]]], k: int, emitt
         slot, part = segs[j]
         if j > k and slot is not None and SLOTS[slot].maybe(emitted):
             if not passes:          # nothing runs before it: its test is on the input
-                if SLOTS[slot].needed(text):
+                if slot_needed(slot, text):
                     return text, j
             elif passes[-1].lstrip("-").partition("=")[0].endswith("pipeline"):
                 return _run_plain(text, passes, tmp, timings), j   # a pipeline cannot be printed after
@@ -187,7 +188,7 @@ class _DumpWatch:
             return False
         module = "".join(self.lines)
         for j, slot in self.points.get(self.current, []):
-            if SLOTS[slot].needed(module):
+            if slot_needed(slot, module):
                 self.needed = (module, j)
                 return True
         self.current, self.lines = None, []
@@ -381,9 +382,34 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0,
         return ll.read_text(), []
 
 
+# A sharper text test than a slot's own `needed`, where a wrong "needed" costs a worker
+# process (Python and the MLIR bindings: 0.3 s of CPU, more than an 8 KB module's whole
+# lowering): "@lower-copies" rewrites only copies between buffers that are not both
+# contiguous, and a copy whose two types are static with the identity layout is not one.
+_COPY_RE = re.compile(r"^\s*memref\.copy [^:\n]*:(?P<types>[^\n]*)$", re.M)
+
+
+def _strided_copy(text: str) -> bool:
+    """Whether some memref.copy of the text may not be between contiguous buffers: a type
+    with a layout (strided<..>, a #map alias) or a dynamic size; any copy this test cannot
+    read (not in the custom form) counts as one."""
+    copies = list(_COPY_RE.finditer(text))
+    if len(copies) != text.count("memref.copy"):
+        return True
+    return any(mark in m["types"] for m in copies for mark in ("strided", "#", "?", "affine_map"))
+
+
+_SHARPER: dict[str, Callable[[str], bool]] = {"@lower-copies": _strided_copy}
+
+
+def slot_needed(slot: str, text: str) -> bool:
+    """SLOTS[slot].needed, sharpened where _SHARPER has a test."""
+    return SLOTS[slot].needed(text) and _SHARPER.get(slot, lambda _: True)(text)
+
+
 def rewrite_text(slot: str, mlir_text: str, work_dir: str | os.PathLike[str]) -> str:
     """SLOTS[slot] on MLIR text in a worker process, when the text says it may be needed."""
-    if not SLOTS[slot].needed(mlir_text):
+    if not slot_needed(slot, mlir_text):
         return mlir_text
     path = Path(work_dir) / "rewrite.mlir"
     path.write_text(mlir_text)
