@@ -83,29 +83,34 @@ def profile_o0(path: Path, work: Path, top: int) -> int:
     from compiler.backend import toolchain
     mlir, stages = front(path)
     reports: dict[str, list[str]] = defaultdict(list)
-    real, real_until = toolchain.run_tool, getattr(toolchain, "run_tool_until", None)
+    # mlir-opt runs from compiler/backend/mlir_opt.py (toolchain.py in older trees), the others from toolchain.py
+    try:
+        from compiler.backend import mlir_opt as passes_module
+    except ImportError:
+        passes_module = toolchain
+    patched = {(m, name): getattr(m, name) for m in {toolchain, passes_module}
+               for name in ("run_tool", "run_tool_until") if hasattr(m, name)}
     cpu: dict[str, float] = defaultdict(float)
     processes: dict[str, int] = defaultdict(int)
     extra = {"mlir-opt": ["--mlir-timing"], "llc": ["-time-passes"]}
 
-    def timed(tool: str, args: list[str], timings: dict[str, float], stage: str, *stop) -> object:
-        c0 = _children_cpu()
-        run = real_until if stop else real
-        out = run(tool, [*extra.get(tool, []), *args], timings, stage, *stop)
-        cpu[tool] += _children_cpu() - c0
-        processes[tool] += 1
-        reports[tool].append((out[1] if stop else out) or "")   # None: an older tree's run_tool
-        return out
-    toolchain.run_tool = timed
-    if real_until is not None:
-        toolchain.run_tool_until = timed
+    def timing(real):
+        def timed(tool: str, args: list[str], timings: dict[str, float], stage: str, *stop) -> object:
+            c0 = _children_cpu()
+            out = real(tool, [*extra.get(tool, []), *args], timings, stage, *stop)
+            cpu[tool] += _children_cpu() - c0
+            processes[tool] += 1
+            reports[tool].append((out[1] if stop else out) or "")   # None: an older tree's run_tool
+            return out
+        return timed
+    for (module, name), real in patched.items():
+        setattr(module, name, timing(real))
     c0, k0 = time.process_time(), _children_cpu()
     try:
         result = toolchain.compile_mlir(mlir, work / "out.so", opt_level=0, work_dir=work)
     finally:
-        toolchain.run_tool = real
-        if real_until is not None:
-            toolchain.run_tool_until = real_until
+        for (module, name), real in patched.items():
+            setattr(module, name, real)
     python = time.process_time() - c0
     others = _children_cpu() - k0 - sum(cpu.values())   # the workers of needed rewrite slots
     if not result.ok:

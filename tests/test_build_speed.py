@@ -1,4 +1,4 @@
-"""The -O0 lowering in as few mlir-opt processes as its rewrite slots allow (toolchain.run_passes,
+"""The -O0 lowering in as few mlir-opt processes as its rewrite slots allow (mlir_opt.run_passes,
 issue 27 item 2): one process prints the module at each slot that may be needed and is stopped
 at the first slot its module needs; the next process starts there, after the slot's rewrite.
 Hand-written MLIR; no library is built, so the module runs once (its result does not depend
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.backend import pipelines, toolchain
+from compiler.backend import mlir_opt, pipelines, toolchain
 
 pytestmark = pytest.mark.once
 
@@ -39,12 +39,12 @@ def _lower(mlir: str, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, 
     """The -O0 lowering of `mlir` and how many mlir-opt processes it took."""
     runs = []
     for name in ("run_tool", "run_tool_until"):
-        real = getattr(toolchain, name)
+        real = getattr(mlir_opt, name)
 
         def counting(tool, args, timings, stage, *stop, real=real):
             runs.append(tool)
             return real(tool, args, timings, stage, *stop)
-        monkeypatch.setattr(toolchain, name, counting)
+        monkeypatch.setattr(mlir_opt, name, counting)
     return toolchain.run_passes(mlir, pipelines.passes_for(mlir, 0, tmp), tmp, {}), runs.count("mlir-opt")
 
 
@@ -77,7 +77,7 @@ def test_a_contiguous_copy_needs_no_rewrite_worker(tmp_path, monkeypatch):
     two static identity-layout buffers starts no worker process (0.3 s of CPU) and no second
     mlir-opt process."""
     workers = []
-    monkeypatch.setattr(toolchain.backend_worker, "run", lambda *a, **k: workers.append(a))
+    monkeypatch.setattr(mlir_opt.backend_worker, "run", lambda *a, **k: workers.append(a))
     contiguous = STRIDED_COPY.replace("memref<4x4xf32, strided<[8, 1]>>", "memref<4x4xf32>").replace(
         "%s = memref.subview %a[0, 0] [4, 4] [1, 1] : memref<4x8xf32> to memref<4x4xf32>\n", "")
     contiguous = contiguous.replace("memref.copy %b, %s", "memref.copy %b, %c").replace(
