@@ -36,8 +36,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import build_profile  # noqa: E402
 import letgen  # noqa: E402
 import timing  # noqa: E402
+from build_profile import _llvm_top, _top  # noqa: E402,F401  (tests/test_benchmarks.py reads them here)
 
 TARGET_4000_S = 60.0
 
@@ -50,23 +52,27 @@ from compiler import build
 timings = {}
 nocache = {"cache": False} if "cache" in inspect.signature(build.build_file).parameters else {}
 t0 = time.perf_counter()
-res = build.build_file(sys.argv[1], sys.argv[2], int(sys.argv[3]), timings, **nocache)
+sizes = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+res = build.build_file(sys.argv[1], sys.argv[2], int(sys.argv[3]), timings, sizes=sizes, **nocache)
 wall = time.perf_counter() - t0
 if not res.ok:
     build.print_diagnostics(res)
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 rss = max(me.ru_maxrss, kids.ru_maxrss) / 1024
-print(json.dumps({"ok": res.ok, "wall": wall, "cpu": cpu, "timings": timings, "rss_mb": rss}))
+print(json.dumps({"ok": res.ok, "wall": wall, "cpu": cpu, "timings": timings, "rss_mb": rss,
+                  "mlir_bytes": len(res.mlir or "")}))
 """
 
 
-def build_in_child(path: Path, level: int, timeout: float) -> dict:
+def build_in_child(path: Path, level: int, timeout: float, sizes: dict | None = None,
+                   out_dir: Path | None = None) -> dict:
     env = dict(os.environ, KINA_CACHE="0")
-    out = path.with_suffix(f".O{level}.so")
+    out = (out_dir / path.name if out_dir else path).with_suffix(f".O{level}.so")
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(path), str(out), str(level), str(ROOT)],
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(path), str(out), str(level), str(ROOT),
+                               json.dumps(sizes or {})],
                               capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"ok": False, "wall": time.perf_counter() - t0, "error": f"timed out after {timeout:.0f} s"}
@@ -122,67 +128,50 @@ def splat(args, tmp: Path) -> None:
         print(f"  -O{level}: {r['wall']:.2f} s{cpu}{'' if r['ok'] else ' (failed)'}  {_stages(r)}", flush=True)
 
 
-# ---- a profile of one build ---------------------------------------------------------------------
-def _top(report: str, n: int) -> list[str]:
-    """The n largest rows of an MLIR/LLVM timing report (lines with a seconds figure and a name)."""
-    rows = []
-    for line in report.splitlines():
-        m = re.match(r"\s*([0-9.]+)\s+\(\s*([0-9.]+)%\)\s+(.*\S)\s*$", line)
-        if m and m[3] not in ("Total", "Rest"):
-            rows.append((float(m[1]), f"{float(m[1]):8.3f} s {float(m[2]):5.1f}%  {m[3].strip()}"))
-    return [r for _, r in sorted(rows, reverse=True)[:n]]
+# ---- realistic programs ---------------------------------------------------------------------
+# The programs of issue 27's build benchmark: the examples (those that build), the GPT block
+# (generic: built as `kinac build` builds it, every function for any size, and at one size
+# set) and a 4-layer decoder made of examples/decoder_block.kina's block.
+GPT = ROOT / "tests" / "programs" / "gpt_block.kina"
+GPT_SIZES = {"B": 2, "T": 5, "H": 3, "E": 4, "V": 11}
 
 
-def _llvm_top(report: str, n: int) -> list[str]:
-    """Top n passes of the "Pass execution timing report" of LLVM's -time-passes (wall time
-    column); its other reports (instruction selection, analyses) time parts of passes."""
-    sections = re.split(r"\n(?=\s*===-+===\s*\n.*\n\s*===-+===)", report)
-    passes = next((sec for sec in sections if "Pass execution timing report" in sec), "")
-    rows = []
-    for line in passes.splitlines():
-        nums = re.findall(r"([0-9.]+) \(\s*([0-9.]+)%\)", line)
-        if len(nums) >= 2:
-            name = re.split(r"\)\s+", line.strip())[-1]
-            wall = float(nums[-1][0])
-            if name != "Total":
-                rows.append((wall, f"{wall:8.3f} s {float(nums[-1][1]):5.1f}%  {name}"))
-    return [r for _, r in sorted(rows, reverse=True)[:n]]
+def decoder_stack(layers: int) -> str:
+    """examples/decoder_block.kina's layers, then `decoder` (`layers` blocks, each with its
+    own ten weights) and `decoder_grads` (reverseMode: every input's cotangent)."""
+    text = (ROOT / "examples" / "decoder_block.kina").read_text()
+    head = text[:text.index("// The output and the cotangent")]
+    weights = re.search(r"fn block\(x: [^,]+, (.*?)\) -> ", head, re.S)[1]
+    params = re.findall(r"(\w+): (Tensor\[\w+, \[[^\]]*\]\])", weights)
+    x = "Tensor[F32, [2, 4, 8]]"
+    sig = ", ".join([f"x: {x}"] + [f"{n}_{k}: {t}" for k in range(layers) for n, t in params])
+    args = ", ".join(["x"] + [f"{n}_{k}" for k in range(layers) for n, _ in params])
+    lets = "".join(f"  let h{k + 1} = block(h{k}, " + ", ".join(f"{n}_{k}" for n, _ in params) + ") in\n"
+                   for k in range(layers))
+    results = ", ".join([x, x] + [t for _ in range(layers) for _, t in params])
+    return (head + f"fn decoder({sig}) -> {x} {{\n  let h0 = x in\n{lets}  h{layers}\n}}\n\n"
+            f"fn decoder_grads({sig}) -> ({results}) {{\n  handle decoder({args}) with reverseMode\n}}\n")
 
 
-PROFILE_CHILD = r"""
-import resource, sys, time
-sys.path.insert(0, sys.argv[3])
-from pathlib import Path
-from compiler import build, engine, llvm_stage, pipelines
-from compiler.core.diagnostics import SourceText
-path, level, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[4])
-text = Path(path).read_text()
-res = build.BuildResult(False, source=SourceText(text, path))
-fe = {}
-mlir = build.front_end(text, path, fe, res)
-print("front end: " + ", ".join(f"{k} {v:.3f} s" for k, v in fe.items()), flush=True)
-passes = pipelines.passes_for(mlir, level, work)
-ir, passmanager, _ = engine.engine_module()
-with ir.Context() as ctx:
-    ctx.enable_multithreading(False)
-    module = ir.Module.parse(mlir)
-    t0 = time.perf_counter()
-    engine.prepare_for_script(ir, module, passes)
-    print(f"rewrites before the pipeline: {time.perf_counter() - t0:.3f} s", flush=True)
-    t0 = time.perf_counter()
-    engine.run_pipeline(ir, passmanager, module, passes, mlir, enable_timing=True)
-    print(f"MLIR passes: {time.perf_counter() - t0:.3f} s", flush=True)
-    engine._append_packed(ir, module, mlir)
-    t0 = time.perf_counter()
-    merged = llvm_stage.dedupe_kernels(ir, module)
-    lowered = str(module)
-    n_funcs = sum(1 for op in module.body.operations if op.operation.name == "llvm.func")
-    print(f"kernel merging: {time.perf_counter() - t0:.3f} s ({merged} merged); lowered module: "
-          f"{len(lowered) / 1e6:.1f} MB of text, {n_funcs} llvm.func", flush=True)
-(work / "lowered.mlir").write_text(lowered)
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print(f"CPU time of the in-process part: user {ru.ru_utime:.2f} s, system {ru.ru_stime:.2f} s", flush=True)
-"""
+def realistic_programs(tmp: Path) -> list[tuple[str, Path, dict]]:
+    progs = [(p.stem, p, {}) for p in sorted((ROOT / "examples").glob("*.kina")) if not p.stem.startswith("invalid")]
+    progs += [("gpt_block (any size)", GPT, {}), ("gpt_block " + ",".join(f"{k}={v}" for k, v in GPT_SIZES.items()),
+                                                 GPT, GPT_SIZES)]
+    decoder = tmp / "decoder4.kina"
+    decoder.write_text(decoder_stack(4))
+    return [*progs, ("decoder, 4 layers", decoder, {})]
+
+
+def realistic(args, tmp: Path) -> None:
+    """Build each realistic program at each level; print CPU, wall, stages and CPU per KB of MLIR."""
+    print(f"\n{'program':<34}{'level':>6}{'MLIR KB':>9}{'wall s':>8}{'cpu s':>7}{'cpu ms/KB':>10}  stages (s, wall)")
+    for name, path, sizes in realistic_programs(tmp):
+        for level in args.levels:
+            r = build_in_child(path, level, args.timeout, sizes, out_dir=tmp)
+            kb = r.get("mlir_bytes", 0) / 1e3
+            per_kb = f"{1e3 * r['cpu'] / kb:10.1f}" if kb and "cpu" in r else f"{'-':>10}"
+            cpu = f"{r['cpu']:7.2f}" if "cpu" in r else f"{'-':>7}"
+            print(f"{name:<34}{'-O' + str(level):>6}{kb:9.0f}{r['wall']:8.2f}{cpu}{per_kb}  {_stages(r)}", flush=True)
 
 
 def profile(args, tmp: Path) -> int:
@@ -191,45 +180,11 @@ def profile(args, tmp: Path) -> int:
         src = tmp / f"chain{target}.kina"
         src.write_text(letgen.let_chain(int(target), args.rows, args.cols, args.seed))
     else:
-        src = Path(target)
-    print(f"profile of the -O{args.level} build of {src.name if target.isdigit() else src}")
-    proc = subprocess.run([sys.executable, "-c", PROFILE_CHILD, str(src), str(args.level), str(ROOT), str(tmp)],
-                          capture_output=True, text=True, timeout=args.timeout)
-    print(proc.stdout.rstrip())
-    if proc.returncode:
-        print(proc.stderr[-2000:])
-        return 1
-    print("top MLIR passes (wall):")
-    print("\n".join("  " + r for r in _top(proc.stderr, args.top)))
-    return llvm_profile(tmp, args.top)
-
-
-def llvm_profile(tmp: Path, top: int) -> int:
-    from compiler.backend import toolchain
-    from compiler.backend.llvm_stage import host_target
-    llvm_bin = toolchain.find_tool("llc").parent
-    translate = toolchain.find_tool("mlir-translate")
-    ll, opt_ll = tmp / "lowered.ll", tmp / "opt.ll"
-    steps = [("mlir-translate", [str(translate), "--mlir-to-llvmir", str(tmp / "lowered.mlir"), "-o", str(ll)]),
-             ("opt -O2", [str(llvm_bin / "opt"), "-O2", *host_target(), "-time-passes", "-S", str(ll),
-                          "-o", str(opt_ll)]),
-             ("llc -O2", [str(llvm_bin / "llc"), "-O2", *host_target(), "-time-passes", "-filetype=obj",
-                          "-relocation-model=pic", str(opt_ll), "-o", str(tmp / "llc.o")])]
-    for name, cmd in steps:
-        if not Path(cmd[0]).exists():
-            print(f"{name}: {cmd[0]} not found; LLVM pass profile skipped")
-            return 0
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if proc.returncode:
-            print(f"{name} failed: {proc.stderr[-1000:]}")
-            return 1
-        print(f"{name}: {wall:.2f} s" + (f"; size {ll.stat().st_size / 1e6:.1f} MB of LLVM IR" if name == "mlir-translate" else ""))
-        if "-time-passes" in cmd:
-            print("\n".join("  " + r for r in _llvm_top(proc.stderr, top)))
-    return 0
-
+        src = Path(target).resolve()
+    print(f"profile of the -O{args.level} build of {src.name if target.isdigit() else target}")
+    if args.level == 0:
+        return build_profile.profile_o0(src, tmp, args.top)
+    return build_profile.profile_engine(src, args.level, tmp, args.top, args.timeout)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -243,6 +198,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", help="profile one build: a let count (letgen) or a .kina file")
     ap.add_argument("--level", type=int, default=2, help="the level of --profile")
     ap.add_argument("--top", type=int, default=12, help="rows of each profile report")
+    ap.add_argument("--realistic", action="store_true",
+                    help="build the examples, the GPT block and a 4-layer decoder (per stage, per KB of MLIR)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)   # progress shows in a log
     print(f"machine: {timing.machine_line()}; load average {timing.load():.2f}")
@@ -250,6 +207,10 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         if args.profile:
             return profile(args, tmp)
+        if args.realistic:
+            realistic(args, tmp)
+            print(f"load average after: {timing.load():.2f}")
+            return 0
         results = curve(args, tmp)
         if args.splat:
             splat(args, tmp)

@@ -24,8 +24,8 @@ Inside, in the order a build runs them: pipelines (the slots), fusion and math_l
 (-O2 rewrites before tagging), parallelize (what the script vectorises, tiles, threads),
 transform_library (the -O2 transform-dialect script), rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
-worker_main (the worker process's side), llvm_stage (opt, llc, llvm-split), tools
-(finding and running the external tools), alloc_cache (the -O2 heap-buffer cache linked
+worker_main (the worker process's side), mlir_opt (-O0's pass list through mlir-opt, with
+the rewrite slots), llvm_stage (opt, llc, llvm-split), tools (finding and running the external tools), alloc_cache (the -O2 heap-buffer cache linked
 into libraries), toolchain (the driver of both back ends).
 """
 __all__ = ["cache", "emit", "entry_points", "errors", "pipelines", "threads", "toolchain", "worker"]

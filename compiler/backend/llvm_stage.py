@@ -17,7 +17,6 @@ import functools
 import os
 import re
 import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -175,24 +174,25 @@ def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float])
 
 
 def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings: dict[str, float]) -> None:
-    """opt (input -> bitcode) for every (input, bitcode, object) part at once, then llc
-    (bitcode -> object) likewise; timings get each phase's wall time."""
+    """opt (input -> bitcode) then llc (bitcode -> object) for every (input, bitcode, object)
+    part, each part's two tools one after the other and the parts side by side: a part whose
+    opt ends first starts its llc at once (no barrier between the phases).  timings get each
+    phase's longest time over the parts."""
     vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
-    opt = [("opt", [f"-O{llvm_level}", *OPT_FLAGS, *host_target(), *vector_lib, str(i), "-o", str(bc)])
-           for i, bc, _ in parts]
-    llc = [("llc", [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic", "-filetype=obj",
-                    str(bc), "-o", str(o)]) for _, bc, o in parts]
-    _at_once("llvm-opt", opt, timings)
-    _at_once("codegen", llc, timings)
 
+    def chain(part: tuple[Path, Path, Path]) -> dict[str, float]:
+        src, bc, o = part
+        spent: dict[str, float] = {}
+        run_tool("opt", [f"-O{llvm_level}", *OPT_FLAGS, *host_target(), *vector_lib, str(src), "-o", str(bc)],
+                 spent, "llvm-opt")
+        run_tool("llc", [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic", "-filetype=obj",
+                         str(bc), "-o", str(o)], spent, "codegen")
+        return spent
 
-def _at_once(stage: str, jobs: list[tuple[str, list[str]]], timings: dict[str, float]) -> None:
-    """Run the tool processes side by side; the first failure is raised (a StageFailed)."""
-    t0 = time.perf_counter()
-    if len(jobs) == 1:
-        run_tool(*jobs[0], {}, stage)
+    if len(parts) == 1:
+        spents = [chain(parts[0])]
     else:
-        with ThreadPoolExecutor(len(jobs)) as pool:   # the tools run as processes: no GIL held
-            for f in [pool.submit(run_tool, tool, args, {}, stage) for tool, args in jobs]:
-                f.result()
-    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+        with ThreadPoolExecutor(len(parts)) as pool:   # the tools run as processes: no GIL held
+            spents = [f.result() for f in [pool.submit(chain, part) for part in parts]]
+    for stage in ("llvm-opt", "codegen"):
+        timings[stage] = timings.get(stage, 0.0) + max(sp.get(stage, 0.0) for sp in spents)

@@ -44,25 +44,26 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.backend import alloc_cache, threads
-from compiler.backend import worker as backend_worker
 from compiler.backend.bindings import require_bindings
 from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_entry_points
 from compiler.backend.errors import INLINE_LOC_RE, StageFailed
 from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
-from compiler.backend.math_lowering import lower_math_text
-from compiler.backend.pipelines import MLIR_OPT_FLAGS, passes_for, pipeline_for, segments, uses_f8
-from compiler.backend.rewrites import SLOTS
+from compiler.backend.mlir_opt import rewrite_text, run_passes, slot_needed
+from compiler.backend.pipelines import passes_for, pipeline_for, uses_f8
 from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
 from compiler.backend.worker import externals_path, missing_symbols
 from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_name
 from compiler.ir.nodes import is_export
+
+# the -O0 pass list's driver lives in compiler/backend/mlir_opt.py; callers reach it here too
+__all__ = ["CompileResult", "compile_mlir", "mlir_to_llvm_ir", "rewrite_text", "run_passes", "slot_needed",
+           "tool_diagnostics"]
 
 if TYPE_CHECKING:
     from compiler.backend.worker import Worker
@@ -77,31 +78,6 @@ class CompileResult:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     llvm_ir: str | None = None   # kept when asked for (kinac emit --llvm)
-
-
-def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict[str, float]) -> str:
-    """The pass list through mlir-opt processes: one per segment of the list, with the
-    rewrite of each slot (compiler/backend/rewrites.py) between them; returns the MLIR text.
-    f32 exp is first written as -O2's polynomial (compiler/backend/math_lowering.py), not
-    left to libm's expf: the compiled exp has the same bits at every level."""
-    text, _ = lower_math_text(mlir_text)
-    # A transform script preloaded once stays in the context of one process; each
-    # mlir-opt process of a later segment that interprets it ("@outline") loads it again.
-    preload = [p for p in passes if p.startswith("--transform-preload-library")]
-    for k, (slot, part) in enumerate(segments(passes)):
-        if any(p.startswith("--transform-interpreter") for p in part) and not any(p in preload for p in part):
-            part = preload + part
-        if slot is not None:
-            t0 = time.perf_counter()
-            text = rewrite_text(slot, text, tmp)
-            timings["mlir-opt"] = timings.get("mlir-opt", 0.0) + time.perf_counter() - t0
-        if not part:
-            continue
-        src, out = tmp / f"in{k}.mlir", tmp / f"out{k}.mlir"
-        src.write_text(text)
-        run_tool("mlir-opt", [str(src), *MLIR_OPT_FLAGS, *part, "-o", str(out)], timings, "mlir-opt")
-        text = out.read_text()
-    return text
 
 
 def _message(line: str) -> str:
@@ -289,13 +265,3 @@ def mlir_to_llvm_ir(mlir_text: str, *, opt_level: int = 0,
         except StageFailed as e:
             return None, tool_diagnostics(e.tool, e.stderr, source, mlir_text)
         return ll.read_text(), []
-
-
-def rewrite_text(slot: str, mlir_text: str, work_dir: str | os.PathLike[str]) -> str:
-    """SLOTS[slot] on MLIR text in a worker process, when the text says it may be needed."""
-    if not SLOTS[slot].needed(mlir_text):
-        return mlir_text
-    path = Path(work_dir) / "rewrite.mlir"
-    path.write_text(mlir_text)
-    backend_worker.run({"mode": "rewrite", "slot": slot, "input": str(path)}, Path(work_dir))
-    return path.read_text()

@@ -11,7 +11,9 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +105,8 @@ TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 _TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
 
 
-def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) -> None:
+def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) -> str:
+    """Run the tool; returns its stderr (diagnostics, or reports such as -time-passes')."""
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True,
@@ -115,6 +118,45 @@ def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) 
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
     if proc.returncode != 0:
         raise StageFailed(tool, _crash_text(tool, proc) or f"{tool} exited with {proc.returncode}")
+    return proc.stderr
+
+
+def run_tool_until(tool: str, args: list[str], timings: dict[str, float], stage: str,
+                   stop: Callable[[str], bool]) -> tuple[bool, str]:
+    """Run the tool, handing each line of its stderr to `stop` as it comes; when `stop`
+    returns True the tool is killed at once.  Returns (stopped, stderr so far); a failure
+    (not a kill) raises StageFailed like run_tool, and so does running over TOOL_TIMEOUT."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(find_tool(tool)), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **_TOOL_ENV})
+    timer = threading.Timer(TOOL_TIMEOUT, proc.kill)
+    timer.start()
+    lines: list[str] = []
+    stopped = False
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if stop(line):
+                stopped = True
+                proc.kill()
+                break
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.stderr is not None:
+            proc.stderr.close()
+        timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+    stderr = "".join(lines)
+    if stopped:
+        return True, stderr
+    if proc.returncode != 0:
+        if time.perf_counter() - t0 >= TOOL_TIMEOUT:
+            raise StageFailed(tool, f"{tool} did not finish within {TOOL_TIMEOUT:.0f} s "
+                                    "(set KINA_TOOL_TIMEOUT to wait longer)")
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)
+        raise StageFailed(tool, _crash_text(tool, done) or f"{tool} exited with {proc.returncode}")
+    return False, stderr
 
 
 def _crash_text(tool: str, proc: subprocess.CompletedProcess[str]) -> str:
