@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -55,10 +56,22 @@ def env(tmp_path_factory):
 
 
 def free_port() -> int:
-    """A port nothing listens on now (the kernel's choice; the launcher binds it right after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now, below the kernel's ephemeral range: the launcher binds
+    it a second or two later, and a port from bind(0) could meanwhile be handed to one of
+    the other launches started with it (torchrun --standalone picks its own that way; a
+    launcher that met another's store failed once with RendezvousClosedError)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) \
+        if Path("/proc/sys/net/ipv4/ip_local_port_range").exists() else 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12_000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class Background:
