@@ -344,7 +344,8 @@ def inline_alloca_scopes(mlir_ir: ModuleType, module: Module) -> int:
 SCATTER_MAPS = ["affine_map<(d0, d1, d2) -> (d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
                 "affine_map<(d0, d1, d2) -> (d0, d1)>"]
 SCATTER_ITERATORS = ["parallel", "parallel", "reduction"]
-ScatterShape = tuple[int, int, int, str, str]   # n, d, v, updates' and accumulator's element types
+# n, d, v (None: a dynamic export's `?`), updates' and accumulator's element types
+ScatterShape = tuple[int | None, int | None, int | None, str, str]
 SCATTER_BODY = ["arith.index_cast", "linalg.index", "arith.cmpi", "arith.extf", "arith.constant",
                 "arith.select", "arith.addf", "linalg.yield"]
 
@@ -365,9 +366,12 @@ def _scatter_shape(mlir_ir: ModuleType, op: OpView) -> ScatterShape | None:
     if mlir_ir.IntegerAttr(index.attributes["dim"]).value != 0:   # the hit compares idx[n] with v
         return None
     ti, tu, to = (mlir_ir.RankedTensorType(v.type) for v in op.operands)
-    if str(ti.element_type) != "i64" or not all(t.has_static_shape for t in (ti, tu, to)):
+    if str(ti.element_type) != "i64":
         return None
-    return ti.shape[0], tu.shape[1], to.shape[0], str(tu.element_type), str(to.element_type)
+
+    def size(t: object, d: int) -> int | None:
+        return None if t.is_dynamic_dim(d) else int(t.shape[d])   # type: ignore[attr-defined]
+    return size(ti, 0), size(tu, 1), size(to, 0), str(tu.element_type), str(to.element_type)
 
 
 def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
@@ -390,7 +394,7 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
 
     helpers: set[str] = set()
     for op, shape in found:
-        name = "kina.scatter_rows." + "_".join(str(x) for x in shape)
+        name = "kina.scatter_rows." + "_".join("d" if x is None else str(x) for x in shape)
         if name not in helpers:
             text = scatter_rows_function(f'"{name}"', *shape)
             parsed = mlir_ir.Module.parse(text)   # must outlive the detach: it owns the op until then
