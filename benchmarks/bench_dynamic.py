@@ -21,8 +21,8 @@ the kernels whose dynamic time exceeds the static one most.
 from __future__ import annotations
 
 import argparse
-import re
 import ctypes
+import re
 import statistics
 import subprocess
 import sys
@@ -58,14 +58,15 @@ def build_both(s: dict, tmp: Path) -> dict:
     out = {}
     for kind, sizes in (("static", M.kina_sizes(s)), ("dynamic", {})):
         so = tmp / f"{kind}_{'_'.join(str(s[k]) for k in ('B', 'T', 'D', 'H', 'V'))}.so"
-        t0 = time.perf_counter()
-        res = build.build_file(M.STORYLM, so, 2, {}, transform=build.keep_exports(M.EXPORTS), cache=False,
+        t0, stages = time.perf_counter(), {}
+        res = build.build_file(M.STORYLM, so, 2, stages, transform=build.keep_exports(M.EXPORTS), cache=False,
                                sizes=sizes)
         secs = time.perf_counter() - t0
         if not res.ok:
             build.print_diagnostics(res)
             raise SystemExit(f"the {kind} build failed")
         out[kind] = (runtime.load(res.so_path), secs)
+        print(f"{kind} build {secs:.2f} s: " + ", ".join(f"{k} {v:.2f}" for k, v in stages.items() if v >= 0.05))
     return out
 
 
@@ -198,7 +199,7 @@ def _profile_report(per: dict) -> None:
     diffs = sorted(common, key=lambda k: -(tables["dynamic"][k][1] - tables["static"][k][1]))
     print("kernels losing most (static ms, dynamic ms, static type):")
     for k in diffs[:25]:
-        (r, a), (rd, b) = tables["static"][k], tables["dynamic"][k]
+        (r, a), (_, b) = tables["static"][k], tables["dynamic"][k]
         print(f"  {a:8.3f}{b:8.3f}  {r['kind']:<16}{r['type'][:40]:<42}{_fn(r)[:24]} {_line(r)}")
     only = [(k, v) for kind in tables for k, v in tables[kind].items() if k not in common and v[1] > 0.01]
     for k, (r, ms) in only:

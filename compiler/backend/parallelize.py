@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from compiler.backend import parallel_if
 from compiler.backend.bindings import walk_ops
+from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
 from compiler.backend.transform_library import (
     K_BLOCK_MIN,
     MATMUL_TILE,
@@ -99,7 +101,8 @@ def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:
 def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.parallel_rows` every static linalg.generic whose loop d0 is parallel,
     runs at least twice, and whose largest operand has PARALLEL_MIN_ELEMENTS elements
-    (TRANSFORM_LIBRARY makes those scf.forall loops); returns the count."""
+    (TRANSFORM_LIBRARY makes those scf.forall loops), and every dynamic one of rank >= 2
+    whose d0 is parallel (threads when the same test passes at the call); returns the count."""
     tagged = 0
 
     def visit(op: OpView) -> WalkResult:
@@ -112,7 +115,16 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
         first = str(iterators[0])
         types = [mlir_ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
                  if isinstance(v.type, mlir_ir.RankedTensorType)]
-        if "parallel" not in first or not all(t.has_static_shape for t in types):
+        if "parallel" not in first:
+            return mlir_ir.WalkResult.ADVANCE
+        if not all(t.has_static_shape for t in types):
+            # a dynamic export's: its size is known at the call (compiler/backend/parallel_if.py);
+            # rank >= 2 (a forall over single elements of a vector is no gain)
+            test = parallel_if.rows_test(mlir_ir, op, PARALLEL_MIN_ELEMENTS) if len(iterators) >= 2 else None
+            if test is not None:
+                op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
+                parallel_if.mark(mlir_ir, module, op, test)
+                tagged += 1
             return mlir_ir.WalkResult.ADVANCE
         size = max(math.prod(t.shape) for t in types)
         extent = _dim0_extent(mlir_ir, op)
@@ -170,15 +182,18 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                             and n // blocks[1] >= PACK_B_MIN_PANELS):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
-            elif (not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
-                  and op.name == "linalg.matmul"):
+            elif not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS:
                 # a dynamic export's matmul: whether the tile divides a dynamic M or N is known
-                # only at run time, so its loop is peeled and only the full (static) tiles are
-                # vectorised; a static dim the tile divides (a partly bound export's N = V) is
-                # not peeled (transform.loop.peel fails on a loop with no partial last tile)
-                peel_m, peel_n = (int(t.is_dynamic_dim(d) or t.shape[d] % tile != 0)
-                                  for d, tile in ((t.rank - 2, tm), (t.rank - 1, tn)))
-                op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get([peel_m, peel_n, peel_n, tn])
+                # only at run time, so it is split into blocks (a forall: threads when the call's
+                # sizes make it big enough) whose M and N loops are peeled, and only the full
+                # (static) tiles are vectorised; a static dim the block divides is not peeled
+                # (transform.loop.peel fails on a loop with no partial last tile)
+                # (the loops peeled are those over one block; a batch_matmul's block is a whole item)
+                units = MATMUL_TILE if op.name == "linalg.batch_matmul" else DYNAMIC_BLOCK
+                peel = [int(t.is_dynamic_dim(d) or t.shape[d] % unit != 0)
+                        for d, unit in ((t.rank - 2, units[0]), (t.rank - 1, units[1]))]
+                op.attributes["kina.parallel_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
+                parallel_if.mark(mlir_ir, module, op, lambda: parallel_if.matmul_test(mlir_ir, op, PARALLEL_MIN_FLOPS))
                 tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
@@ -239,6 +254,10 @@ def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
             block = _parallel_transpose_block(list(shape), tiles) if shape else None
             if block is not None:
                 op.attributes["kina.parallel_transpose"] = mlir_ir.DenseI64ArrayAttr.get([block])
+            if (t is not None and not shape and str(t.element_type) == "f32"
+                    and 2 <= r <= DYNAMIC_TRANSPOSE_MAX_RANK and j != r - 1):
+                parallel_if.tag_transpose(mlir_ir, module, op, j, TRANSPOSE_BLOCK, PARALLEL_TRANSPOSE_MIN)
+                tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)

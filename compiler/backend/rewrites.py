@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from compiler.backend import parallel_if
 from compiler.backend.bindings import walk_ops
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
 from compiler.backend.parallelize import fuse_fills_into_foralls, tag_for_script
@@ -415,6 +416,7 @@ SLOTS: dict[str, Rewrite] = {
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
     "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
     "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
+    parallel_if.SLOT: Rewrite(parallel_if.apply, lambda text: parallel_if.MARKER in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
     "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
     "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),

@@ -1,0 +1,211 @@
+"""Threads chosen at the call for a dynamic export's parallel loops (issue 25), and the tags of
+its transposes (`tag_transpose`).
+
+A static kernel is made parallel or not when it is built (compiler/backend/parallelize.py:
+PARALLEL_MIN_FLOPS, PARALLEL_MIN_ELEMENTS).  A dynamic export's sizes are known at the call
+only: one library serves StoryLM-0's [4, 8] products, where a parallel loop would cost more
+than the product, and the scaled model's [256, 2048] ones, where two cores halve the time.
+So its big-op candidates are always tiled into an scf.forall, and the same size test is made
+at the call: the forall's omp.parallel gets an `if` operand (false: the encountering thread
+runs every iteration itself, in order, with no fork; each iteration computes what it would
+on any thread, so the results are the same either way).
+
+Two steps, because the forall exists only after the transform script and the omp.parallel
+only after the "@threads" passes, and neither keeps attributes across them:
+
+- `mark` (the "@tag-for-script" slot, tensor level, where the op's sizes are at hand):
+  before the op, the size test as index arithmetic on its operands' dims, passed to a call
+  of the declaration `@kina.parallel_if(i1)`: a call, so no pass removes or moves it, and
+  the forall the script makes of the op takes the op's place right after it;
+- `apply` (the "@parallel-if" slot, right after "@threads"): each marker call's value
+  becomes the `if` of the next omp.parallel in its block (none before the next marker: it
+  is dropped), and the calls and the declaration are erased.  Without an OpenMP runtime the
+  foralls are serial loops and the markers are only erased.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from compiler.backend.bindings import walk_ops
+from compiler.backend.transform_dynamic import dynamic_transpose_block
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from mlir.ir import Module, OpView, Value
+
+MARKER = "kina.parallel_if"
+SLOT = "@parallel-if"
+_SGE = 5          # arith.cmpi predicate sge
+_IF_SEGMENT = 2   # omp.parallel operands: allocate, allocator, if, num_threads, private, reduction
+
+
+def _index(mlir_ir: ModuleType, n: int) -> Value:
+    t = mlir_ir.IndexType.get()
+    return mlir_ir.Operation.create("arith.constant", results=[t],
+                                    attributes={"value": mlir_ir.IntegerAttr.get(t, n)}).results[0]
+
+
+def dim(mlir_ir: ModuleType, value: Value, d: int) -> Value:
+    """Dim d of a ranked tensor as an index value (a constant when static)."""
+    t = mlir_ir.RankedTensorType(value.type)
+    if not t.is_dynamic_dim(d):
+        return _index(mlir_ir, t.shape[d])
+    return mlir_ir.Operation.create("tensor.dim", results=[mlir_ir.IndexType.get()],
+                                    operands=[value, _index(mlir_ir, d)]).results[0]
+
+
+def _binary(mlir_ir: ModuleType, name: str, a: Value, b: Value) -> Value:
+    return mlir_ir.Operation.create(name, results=[a.type], operands=[a, b]).results[0]
+
+
+def product(mlir_ir: ModuleType, factors: list[Value]) -> Value:
+    out = factors[0]
+    for f in factors[1:]:
+        out = _binary(mlir_ir, "arith.muli", out, f)
+    return out
+
+
+def numel(mlir_ir: ModuleType, value: Value) -> Value:
+    rank = mlir_ir.RankedTensorType(value.type).rank
+    return product(mlir_ir, [dim(mlir_ir, value, d) for d in range(rank)] or [_index(mlir_ir, 1)])
+
+
+def at_least(mlir_ir: ModuleType, value: Value, bound: int) -> Value:
+    return mlir_ir.Operation.create("arith.cmpi", results=[mlir_ir.IntegerType.get_signless(1)],
+                                    operands=[value, _index(mlir_ir, bound)],
+                                    attributes={"predicate": mlir_ir.IntegerAttr.get(
+                                        mlir_ir.IntegerType.get_signless(64), _SGE)}).results[0]
+
+
+def both(mlir_ir: ModuleType, a: Value, b: Value) -> Value:
+    return _binary(mlir_ir, "arith.andi", a, b)
+
+
+def largest(mlir_ir: ModuleType, values: list[Value]) -> Value:
+    out = values[0]
+    for v in values[1:]:
+        out = _binary(mlir_ir, "arith.maxsi", out, v)
+    return out
+
+
+def matmul_test(mlir_ir: ModuleType, op: OpView, min_flops: int) -> Value:
+    """At the call: 2 * (batch) * M * N * K >= min_flops (parallelize's static rule)."""
+    c, a = op.operands[2], op.operands[0]   # the init has the result's shape (the result is not yet)
+    rank = mlir_ir.RankedTensorType(c.type).rank
+    factors = [dim(mlir_ir, c, d) for d in range(rank)] + [dim(mlir_ir, a, rank - 1)]
+    return at_least(mlir_ir, product(mlir_ir, factors), (min_flops + 1) // 2)
+
+
+def rows_test(mlir_ir: ModuleType, op: OpView, min_elements: int) -> Callable[[], Value] | None:
+    """For a linalg.generic: a builder of `largest operand >= min_elements and loop d0 runs at
+    least twice` (parallelize's static rule), or None when no operand is indexed by d0."""
+    tensors = [v for v in op.operands if isinstance(v.type, mlir_ir.RankedTensorType)]
+    where = None
+    for m, v in zip(mlir_ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
+        if isinstance(v.type, mlir_ir.RankedTensorType):
+            for k, e in enumerate(mlir_ir.AffineMapAttr(m).value.results):
+                if isinstance(e, mlir_ir.AffineDimExpr) and e.position == 0:
+                    where = where or (v, k)
+    if where is None:
+        return None
+    rows_of, axis = where
+
+    def test() -> Value:
+        big = at_least(mlir_ir, largest(mlir_ir, [numel(mlir_ir, v) for v in tensors]), min_elements)
+        return both(mlir_ir, big, at_least(mlir_ir, dim(mlir_ir, rows_of, axis), 2))
+    return test
+
+
+def mark(mlir_ir: ModuleType, module: Module, op: OpView, test: Callable[[], Value]) -> None:
+    """Before `op`: the call `@kina.parallel_if(test())`, `test` building its i1 there."""
+    with mlir_ir.InsertionPoint(op), op.location:
+        cond = test()
+        mlir_ir.Operation.create("func.call", operands=[cond],
+                                 attributes={"callee": mlir_ir.FlatSymbolRefAttr.get(MARKER)})
+    _declare(mlir_ir, module)
+
+
+def _declare(mlir_ir: ModuleType, module: Module) -> None:
+    body = module.body
+    for f in body.operations:
+        if f.operation.name == "func.func" and mlir_ir.StringAttr(f.attributes["sym_name"]).value == MARKER:
+            return
+    decl = mlir_ir.Module.parse(f'func.func private @"{MARKER}"(i1)', module.context)
+    body.append(decl.body.operations[0].detach_from_parent())
+
+
+def _is_marker(mlir_ir: ModuleType, op: OpView) -> bool:
+    return (op.name == "func.call" and "callee" in op.attributes
+            and mlir_ir.FlatSymbolRefAttr(op.attributes["callee"]).value == MARKER)
+
+
+def apply(mlir_ir: ModuleType, module: Module) -> int:
+    """Each marker's value -> the `if` of the next omp.parallel of its block; the markers and
+    their declaration erased.  Returns how many omp.parallel got an `if`."""
+    markers = walk_ops(mlir_ir, module, lambda op: _is_marker(mlir_ir, op))
+    blocks: list[Any] = []
+    for m in markers:
+        block = m.operation.block
+        if all(block != b for b in blocks):
+            blocks.append(block)
+    made = 0
+    for block in blocks:
+        pending = None
+        for op in list(block.operations):
+            if _is_marker(mlir_ir, op.operation):
+                pending = op.operands[0]
+            elif op.operation.name == "omp.parallel" and pending is not None:
+                made += _with_if(mlir_ir, op.operation, pending)
+                pending = None
+    for m in markers:
+        m.operation.erase()
+    for f in list(module.body.operations):
+        if f.operation.name == "func.func" and mlir_ir.StringAttr(f.attributes["sym_name"]).value == MARKER:
+            f.operation.erase()
+    return made
+
+
+def _with_if(mlir_ir: ModuleType, par: OpView, cond: Value) -> int:
+    """Rebuild omp.parallel `par` with `cond` as its `if` operand (an op's operand list
+    cannot grow in place); its one-block region moves over.  Returns 1, or 0 if left alone."""
+    segments = list(mlir_ir.DenseI32ArrayAttr(par.attributes["operandSegmentSizes"]))
+    region = par.regions[0]
+    if len(segments) <= _IF_SEGMENT or segments[_IF_SEGMENT] or len(region.blocks) != 1:
+        return 0
+    old = region.blocks[0]
+    if len(old.arguments):
+        return 0
+    operands = list(par.operands)
+    at = sum(segments[:_IF_SEGMENT])
+    segments[_IF_SEGMENT] = 1
+    named = [par.attributes[i] for i in range(len(par.attributes))]
+    attributes = {a.name: a.attr for a in named}
+    attributes["operandSegmentSizes"] = mlir_ir.DenseI32ArrayAttr.get(segments)
+    with mlir_ir.InsertionPoint(par), par.location:
+        new = mlir_ir.Operation.create("omp.parallel", operands=operands[:at] + [cond] + operands[at:],
+                                       attributes=attributes, regions=1)
+    block = new.regions[0].blocks.append()
+    for op in list(old.operations):
+        op.detach_from_parent()
+        mlir_ir.InsertionPoint(block).insert(op)
+    par.erase()
+    return 1
+
+
+def tag_transpose(mlir_ir: ModuleType, module: Module, op: OpView, j: int, block: int, min_elements: int) -> None:
+    """A dynamic export's transpose moving its input's innermost dim to output dim j
+    (transform_dynamic.DYNAMIC_TRANSPOSES): tagged with its dims j and rank - 1 peeled unless
+    static multiples of the tile `block`; threads at the call when it has `min_elements`
+    elements and two blocks of dim 0."""
+    out = op.operands[1]   # the init has the result's shape
+    t = mlir_ir.RankedTensorType(out.type)
+    r = t.rank
+    peel = [int(t.is_dynamic_dim(d) or t.shape[d] % block != 0) for d in (j, r - 1)]
+    op.attributes["kina.transpose_peeled"] = mlir_ir.DenseI64ArrayAttr.get([r, j, *peel])
+
+    def test() -> Value:
+        big = at_least(mlir_ir, numel(mlir_ir, out), min_elements)
+        return both(mlir_ir, big, at_least(mlir_ir, dim(mlir_ir, out, 0), 2 * dynamic_transpose_block(j, block)))
+    mark(mlir_ir, module, op, test)
