@@ -280,8 +280,9 @@ _F8_TYPE = "f8E"   # f8E4M3FN, f8E5M2 (the F8 types Kina has)
 REDUCE_COMBINERS = {"arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf"}
 
 
-def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
-    """The rank of a linalg.generic that `tag_inner_reductions` may tag, else None."""
+def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> tuple[int, int] | None:
+    """(rank, peel) of a linalg.generic that `tag_inner_reductions` may tag, else None; peel 1:
+    a dynamic export's, whose reduced extent 16 may not divide (transform_dynamic's peeled form)."""
     if op.name != "linalg.generic" or len(op.results) != 1:
         return None
     its = [str(i) for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"])]
@@ -289,17 +290,20 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
     if not 2 <= rank <= REDUCE_MAX_RANK or "reduction" not in its[-1] or any("reduction" in i for i in its[:-1]):
         return None
     values = [*op.operands, *op.results]
-    if not all(isinstance(v.type, mlir_ir.RankedTensorType) and mlir_ir.RankedTensorType(v.type).has_static_shape
+    if not all(isinstance(v.type, mlir_ir.RankedTensorType)
                and str(mlir_ir.RankedTensorType(v.type).element_type) == "f32" for v in values):
         return None
+    dynamic = not all(mlir_ir.RankedTensorType(v.type).has_static_shape for v in values)
     maps = [mlir_ir.AffineMapAttr(m).value for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
     last = rank - 1
     dims = [[e.position if isinstance(e, mlir_ir.AffineDimExpr) else -1 for e in m.results] for m in maps]
     if dims[-1] != list(range(last)) or any(-1 in d or (last in d and d[-1] != last) for d in dims[:-1]):
         return None
-    extent = next((mlir_ir.RankedTensorType(v.type).shape[-1] for v, d in zip(op.operands, dims) if d and d[-1] == last),
-                  None)
-    if extent is None or extent % REDUCE_LANES:
+    row_t = next((mlir_ir.RankedTensorType(v.type) for v, d in zip(op.operands, dims) if d and d[-1] == last), None)
+    if row_t is None:
+        return None
+    peel = int(row_t.is_dynamic_dim(row_t.rank - 1) or row_t.shape[-1] % REDUCE_LANES != 0)
+    if peel and not (dynamic and (row_t.is_dynamic_dim(row_t.rank - 1) or row_t.shape[-1] > REDUCE_LANES)):
         return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
@@ -309,7 +313,7 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
     acc = block.arguments[len(block.arguments) - 1]
     if getattr(combiner, "name", None) not in REDUCE_COMBINERS or acc not in list(combiner.operands):
         return None
-    return rank if len(list(acc.uses)) == 1 else None
+    return (rank, peel) if len(list(acc.uses)) == 1 else None
 
 
 def _computes_f8(ops: list[OpView]) -> bool:
@@ -323,14 +327,17 @@ def _computes_f8(ops: list[OpView]) -> bool:
 
 def tag_inner_reductions(mlir_ir: ModuleType, module: Module) -> int:
     """Tag with `kina.reduce_inner` (its tile sizes) every generic `_inner_reduction`
-    accepts (TRANSFORM_LIBRARY vectorises those); returns the count."""
+    accepts (TRANSFORM_LIBRARY vectorises those), `kina.reduce_peeled` a dynamic one whose
+    reduced extent REDUCE_LANES may not divide; returns the count."""
     tagged = 0
 
     def visit(op: OpView) -> WalkResult:
         nonlocal tagged
-        rank = _inner_reduction(mlir_ir, op)
-        if rank is not None:
-            op.attributes["kina.reduce_inner"] = mlir_ir.DenseI64ArrayAttr.get(list(reduce_tiles(rank)[0]))
+        found = _inner_reduction(mlir_ir, op)
+        if found is not None:
+            rank, peel = found
+            tag = "kina.reduce_peeled" if peel else "kina.reduce_inner"
+            op.attributes[tag] = mlir_ir.DenseI64ArrayAttr.get(list(reduce_tiles(rank)[0]))
             tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 #   scf.forall over DYNAMIC_BLOCK blocks of the result (a batch_matmul: one batch item per
 #   iteration), each block register-tiled 8 x 32 with its M and N loops peeled where the
 #   block may not divide (`peel_m`, `peel_n`: a dynamic dim, or a static one the block does
-#   not divide): the full tiles are static and vectorised like a static matmul's, the last partial row and
-#   column tiles of a block stay loop nests.  The k loop is cut into k_block steps (K is not
-#   known either; one step when K <= k_block).  Each result element adds its K terms in order,
-#   as the serial peeled matmul does.  Whether the forall runs on every core is decided at
-#   the call (compiler/backend/parallel_if.py: only when the product is big enough).
+#   not divide): the full tiles are static and vectorised like a static matmul's, the last
+#   partial row and column tiles of a block stay loop nests.  Each result element adds its K
+#   terms in order, as the serial peeled matmul does.  Whether the forall runs on every core
+#   is decided at the call (compiler/backend/parallel_if.py: when the product is big enough).
+#   With k_block > 0 the k loop is cut into steps of k_block (transform_library.K_BLOCK's
+#   cache blocking); transform_library passes 0: the k steps made the scaled step's dynamic
+#   build 7.1 s of CPU against 6.6 (each of the two peels per product then cost more script
+#   time), for the one product of that step with K > 512.
 DYNAMIC_BLOCK = (32, 128)
 
 
@@ -36,8 +39,9 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
              "    ^bb0(%op: !transform.any_op):",
              f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
-             f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [{kblock}] : "
-             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+             (f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [{kblock}] : "
+              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)") if k_block else
+             "      %kb = transform.merge_handles %b : !transform.any_op",
              f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
              f"(!transform.any_op) -> ({loops})"]
     for d in [d for d, peel in ((n, peel_n), (m, peel_m)) if peel]:
@@ -103,3 +107,36 @@ def dynamic_transpose(rank: int, j: int, peel_j: int, peel_last: int, tiles: tup
 
 DYNAMIC_TRANSPOSES = [(r, j, pj, pl) for r in range(2, DYNAMIC_TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)
                       for pj in (0, 1) for pl in (0, 1)]
+
+
+# - a dynamic export's inner reduction whose reduced extent the 16 lanes may not divide
+#   (tagged `kina.reduce_peeled` = its row tiling by parallelize.tag_inner_reductions):
+#   transform_library's vectorised row reduction with the loop over the reduced dim peeled: the
+#   full 16-lane chunks are static and vectorised, the last partial chunk adds into the
+#   first lanes of the partial results as a loop, and the lanes are combined as before.
+def dynamic_reduction(rank: int, rows: tuple[int, ...], lanes: tuple[int, ...]) -> str:
+    name = f"%dred_{rank}"
+    row_text, lane_text = (", ".join(map(str, x)) for x in (rows, lanes))
+    loops = ", ".join(["!transform.any_op"] * rank)
+    four = ", ".join(["!transform.any_op"] * 4)
+    chunk = "tensor<" + "".join(f"{x or 1}x" for x in lanes) + "f32>"
+    return "\n".join([
+        f"    {name} = transform.structured.match ops{{[\"linalg.generic\"]}} "
+        f"attributes{{kina.reduce_peeled = array<i64: {row_text}>}} in %root : (!transform.any_op) -> !transform.any_op",
+        f"    transform.foreach {name} : !transform.any_op {{",
+        "    ^bb0(%op: !transform.any_op):",
+        f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{row_text}] : "
+        f"(!transform.any_op) -> ({loops})",
+        f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "
+        f"by tile_sizes = [{lane_text}] : (!transform.any_op) -> ({four})",
+        "      %for = transform.cast %loop : !transform.any_op to !transform.op<\"scf.for\">",
+        "      %main, %rest = transform.loop.peel %for : (!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)",
+        "      transform.apply_patterns to %main {",
+        "        transform.apply_patterns.canonicalization",
+        "      } : !transform.any_op",
+        f"      %chunks = transform.structured.match ops{{[\"linalg.generic\"]}} filter_result_type = {chunk} in %main : "
+        "(!transform.any_op) -> !transform.any_op",
+        "      transform.structured.vectorize %fill : !transform.any_op",
+        "      transform.structured.vectorize %chunks : !transform.any_op",
+        "      transform.structured.vectorize %comb : !transform.any_op",
+        "    }"])

@@ -11,6 +11,7 @@ from compiler.backend.transform_dynamic import (
     DYNAMIC_PEELINGS,
     DYNAMIC_TRANSPOSES,
     dynamic_matmul,
+    dynamic_reduction,
     dynamic_transpose,
 )
 
@@ -357,10 +358,11 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
     "@PARALLEL_TRANSPOSES@", "\n".join(_parallel_transpose(b) for b in PARALLEL_TRANSPOSE_BLOCKS)).replace(
-    "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
+    "@REDUCTIONS@", "\n".join([_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1)]
+                               + [dynamic_reduction(r, *reduce_tiles(r)) for r in range(2, REDUCE_MAX_RANK + 1)])).replace(
     "@DYNAMIC_TRANSPOSES@", "\n".join(dynamic_transpose(*d, transpose_tiles(*d[:2]), TRANSPOSE_BLOCK)
                                        for d in DYNAMIC_TRANSPOSES)).replace(
-    "@DYNAMIC_MATMULS@", "\n".join(dynamic_matmul(op, *peel, MATMUL_TILE, K_BLOCK)
+    "@DYNAMIC_MATMULS@", "\n".join(dynamic_matmul(op, *peel, MATMUL_TILE, k_block=0)
                                      for op in ("linalg.matmul", "linalg.batch_matmul")
                                      for peel in DYNAMIC_PEELINGS)).replace(
     "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
