@@ -25,14 +25,16 @@ look at the text says the module needs it.
   was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
   kernels), "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train
   step's kernels repeat the forward's, and the lowering passes then see each distinct one
-  once), "@dynamic-schedule" (OpenMP loops schedule(dynamic)), "@inline-alloca-scopes"
+  once), "@parallel-if" (compiler/backend/parallel_if.py: a dynamic export's OpenMP loops
+  fork threads only when the call's sizes make them big enough), "@dynamic-schedule" (OpenMP
+  loops schedule(dynamic)), "@inline-alloca-scopes"
   (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
   (compiler/backend/parallelize.py: what the transform script vectorises, threads and tiles) and
   "@fuse-fills" (parallelize.fuse_fills_into_foralls: each parallel matmul block zeroes
   its own part of the result).
 - not a slot: `rewrite_scatters`, which compiler/backend/engine.py runs on the emitted -O2 module
   before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
-  update rows (emit_ops.scatter_rows_function).
+  update rows (emit_ops.scatter_rows_function; static or dynamic sizes).
 """
 from __future__ import annotations
 
