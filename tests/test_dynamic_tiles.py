@@ -1,9 +1,9 @@
 """The -O2 tiled paths of dynamic exports (issue 25 item 4) at sizes their tiles do not divide.
 
 A dynamic export's matmuls are forall blocks of 32 x 128 with peeled 8 x 32 register tiles,
-its transposes 16 x 16 peeled vector tiles, its inner reductions 16-lane chunks with a
-remainder loop, its row-wise generics forall loops, its scatter the row-update loop; the
-threads of each forall are chosen at the call (compiler/backend/parallel_if.py).  One
+its transposes 16 x 16 peeled vector tiles in forall loops, its inner reductions 16-lane
+chunks with a remainder loop, its scatter the row-update loop; the threads of each forall
+are chosen at the call (compiler/backend/parallel_if.py).  One
 library (built once, at -O2) is called at size 1, at odd sizes (7, 33: partial tiles
 and blocks only, or full ones and a remainder) and at sizes that turn the threads on,
 against NumPy."""
@@ -43,7 +43,7 @@ fn counts[N, V, D](ids: Tensor[I64, [N]], table: Tensor[F32, [V, D]]) -> Tensor[
 # (M, K, N): 1; odd (partial tiles and blocks only); 33 x 70 x 129 (full tiles and blocks
 # and remainders); 64 x 600 x 200 (2 M K N = 15 M flops: threads on at the call)
 MATMULS = [(1, 1, 1), (7, 5, 33), (33, 70, 129), (64, 600, 200)]
-ROWS = [(1, 1), (7, 33), (33, 17), (300, 1000)]   # the last: 300,000 elements, threads on
+ROWS = [(1, 1), (7, 33), (33, 17), (300, 1000)]   # the last: a 300,000-element transpose, threads on
 
 
 @pytest.fixture(scope="module")

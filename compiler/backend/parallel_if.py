@@ -2,10 +2,10 @@
 its transposes (`tag_transpose`).
 
 A static kernel is made parallel or not when it is built (compiler/backend/parallelize.py:
-PARALLEL_MIN_FLOPS, PARALLEL_MIN_ELEMENTS).  A dynamic export's sizes are known at the call
+PARALLEL_MIN_FLOPS, PARALLEL_TRANSPOSE_MIN).  A dynamic export's sizes are known at the call
 only: one library serves StoryLM-0's [4, 8] products, where a parallel loop would cost more
 than the product, and the scaled model's [256, 2048] ones, where two cores halve the time.
-So its big-op candidates are always tiled into an scf.forall, and the same size test is made
+So its matmuls and transposes are always tiled into an scf.forall, and the same size test is made
 at the call: the forall's omp.parallel gets an `if` operand (false: the encountering thread
 runs every iteration itself, in order, with no fork; each iteration computes what it would
 on any thread, so the results are the same either way).
@@ -83,39 +83,12 @@ def both(mlir_ir: ModuleType, a: Value, b: Value) -> Value:
     return _binary(mlir_ir, "arith.andi", a, b)
 
 
-def largest(mlir_ir: ModuleType, values: list[Value]) -> Value:
-    out = values[0]
-    for v in values[1:]:
-        out = _binary(mlir_ir, "arith.maxsi", out, v)
-    return out
-
-
 def matmul_test(mlir_ir: ModuleType, op: OpView, min_flops: int) -> Value:
     """At the call: 2 * (batch) * M * N * K >= min_flops (parallelize's static rule)."""
     c, a = op.operands[2], op.operands[0]   # the init has the result's shape (the result is not yet)
     rank = mlir_ir.RankedTensorType(c.type).rank
     factors = [dim(mlir_ir, c, d) for d in range(rank)] + [dim(mlir_ir, a, rank - 1)]
     return at_least(mlir_ir, product(mlir_ir, factors), (min_flops + 1) // 2)
-
-
-def rows_test(mlir_ir: ModuleType, op: OpView, min_elements: int) -> Callable[[], Value] | None:
-    """For a linalg.generic: a builder of `largest operand >= min_elements and loop d0 runs at
-    least twice` (parallelize's static rule), or None when no operand is indexed by d0."""
-    tensors = [v for v in op.operands if isinstance(v.type, mlir_ir.RankedTensorType)]
-    where = None
-    for m, v in zip(mlir_ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
-        if isinstance(v.type, mlir_ir.RankedTensorType):
-            for k, e in enumerate(mlir_ir.AffineMapAttr(m).value.results):
-                if isinstance(e, mlir_ir.AffineDimExpr) and e.position == 0:
-                    where = where or (v, k)
-    if where is None:
-        return None
-    rows_of, axis = where
-
-    def test() -> Value:
-        big = at_least(mlir_ir, largest(mlir_ir, [numel(mlir_ir, v) for v in tensors]), min_elements)
-        return both(mlir_ir, big, at_least(mlir_ir, dim(mlir_ir, rows_of, axis), 2))
-    return test
 
 
 def mark(mlir_ir: ModuleType, module: Module, op: OpView, test: Callable[[], Value]) -> None:

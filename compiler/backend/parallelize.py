@@ -101,8 +101,7 @@ def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:
 def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.parallel_rows` every static linalg.generic whose loop d0 is parallel,
     runs at least twice, and whose largest operand has PARALLEL_MIN_ELEMENTS elements
-    (TRANSFORM_LIBRARY makes those scf.forall loops), and every dynamic one of rank >= 2
-    whose d0 is parallel (threads when the same test passes at the call); returns the count."""
+    (TRANSFORM_LIBRARY makes those scf.forall loops); returns the count."""
     tagged = 0
 
     def visit(op: OpView) -> WalkResult:
@@ -118,13 +117,10 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
         if "parallel" not in first:
             return mlir_ir.WalkResult.ADVANCE
         if not all(t.has_static_shape for t in types):
-            # a dynamic export's: its size is known at the call (compiler/backend/parallel_if.py);
-            # rank >= 2 (a forall over single elements of a vector is no gain)
-            test = parallel_if.rows_test(mlir_ir, op, PARALLEL_MIN_ELEMENTS) if len(iterators) >= 2 else None
-            if test is not None:
-                op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
-                parallel_if.mark(mlir_ir, module, op, test)
-                tagged += 1
+            # A dynamic export's stay serial: as forall loops (threads chosen at the call,
+            # compiler/backend/parallel_if.py) the scaled StoryLM step's 49 made its lowered LLVM
+            # IR 27,860 lines against 19,343, for no step time measured (bench_dynamic.py at
+            # load 3.5: 0.93x the static step with them, 0.91x without).
             return mlir_ir.WalkResult.ADVANCE
         size = max(math.prod(t.shape) for t in types)
         extent = _dim0_extent(mlir_ir, op)
