@@ -5,22 +5,24 @@ A static kernel is made parallel or not when it is built (compiler/backend/paral
 PARALLEL_MIN_FLOPS, PARALLEL_TRANSPOSE_MIN).  A dynamic export's sizes are known at the call
 only: one library serves StoryLM-0's [4, 8] products, where a parallel loop would cost more
 than the product, and the scaled model's [256, 2048] ones, where two cores halve the time.
-So its matmuls and transposes are always tiled into an scf.forall, and the same size test is made
-at the call: the forall's omp.parallel gets an `if` operand (false: the encountering thread
-runs every iteration itself, in order, with no fork; each iteration computes what it would
-on any thread, so the results are the same either way).
+So its matmuls and transposes are always tiled into an scf.forall, and the same size test is
+made at the call: `scf.if %big { the forall } else { the same iterations as an scf.for nest }`.
+Each iteration computes what it would on any thread, so the results are the same either way.
+(An `if` operand on the omp.parallel did the same with one loop, but a false one still went
+through libomp's serialized region and its dynamic-schedule dispatch: StoryLM-0's dynamic
+step took 16.2 us against 9.2 before the foralls; with the serial twin 10.3.)
 
-Two steps, because the forall exists only after the transform script and the omp.parallel
-only after the "@threads" passes, and neither keeps attributes across them:
+Two steps, because the forall exists only after the transform script, and the op's sizes
+are simplest to read before it:
 
-- `mark` (the "@tag-for-script" slot, tensor level, where the op's sizes are at hand):
-  before the op, the size test as index arithmetic on its operands' dims, passed to a call
-  of the declaration `@kina.parallel_if(i1)`: a call, so no pass removes or moves it, and
-  the forall the script makes of the op takes the op's place right after it;
-- `apply` (the "@parallel-if" slot, right after "@threads"): each marker call's value
-  becomes the `if` of the next omp.parallel in its block (none before the next marker: it
-  is dropped), and the calls and the declaration are erased.  Without an OpenMP runtime the
-  foralls are serial loops and the markers are only erased.
+- `mark` (the "@tag-for-script" slot, tensor level): before the op, the size test as index
+  arithmetic on its operands' dims, passed to a call of the declaration
+  `@kina.parallel_if(i1)`: a call, so no pass removes or moves it, and the forall the script
+  makes of the op takes the op's place right after it;
+- `apply` (the "@parallel-if" slot, right before "@threads", after "@outline": a forall's
+  body is then subviews and calls of its outlined kernels, cheap to have twice): each
+  marker's value picks between the next scf.forall of its block and its serial twin; the
+  calls and the declaration are erased.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 MARKER = "kina.parallel_if"
 SLOT = "@parallel-if"
 _SGE = 5          # arith.cmpi predicate sge
-_IF_SEGMENT = 2   # omp.parallel operands: allocate, allocator, if, num_threads, private, reduction
+_DYNAMIC = -9223372036854775808   # ShapedType::kDynamic in a forall's static bounds
 
 
 def _index(mlir_ir: ModuleType, n: int) -> Value:
@@ -115,8 +117,11 @@ def _is_marker(mlir_ir: ModuleType, op: OpView) -> bool:
 
 
 def apply(mlir_ir: ModuleType, module: Module) -> int:
-    """Each marker's value -> the `if` of the next omp.parallel of its block; the markers and
-    their declaration erased.  Returns how many omp.parallel got an `if`."""
+    """Each marker's value picks, at the call, between the next scf.forall of its block and a
+    serial copy of it: `scf.if %big { forall } else { scf.for nest }`.  The copy's body is the
+    forall's (after "@outline": subviews and calls of the outlined kernels), so the kernels are
+    not duplicated.  The markers and their declaration are erased.  Returns how many foralls
+    got a serial twin."""
     markers = walk_ops(mlir_ir, module, lambda op: _is_marker(mlir_ir, op))
     blocks: list[Any] = []
     for m in markers:
@@ -129,8 +134,8 @@ def apply(mlir_ir: ModuleType, module: Module) -> int:
         for op in list(block.operations):
             if _is_marker(mlir_ir, op.operation):
                 pending = op.operands[0]
-            elif op.operation.name == "omp.parallel" and pending is not None:
-                made += _with_if(mlir_ir, op.operation, pending)
+            elif op.operation.name == "scf.forall" and pending is not None:
+                made += _with_serial_twin(mlir_ir, op.operation, pending)
                 pending = None
     for m in markers:
         m.operation.erase()
@@ -140,30 +145,55 @@ def apply(mlir_ir: ModuleType, module: Module) -> int:
     return made
 
 
-def _with_if(mlir_ir: ModuleType, par: OpView, cond: Value) -> int:
-    """Rebuild omp.parallel `par` with `cond` as its `if` operand (an op's operand list
-    cannot grow in place); its one-block region moves over.  Returns 1, or 0 if left alone."""
-    segments = list(mlir_ir.DenseI32ArrayAttr(par.attributes["operandSegmentSizes"]))
-    region = par.regions[0]
-    if len(segments) <= _IF_SEGMENT or segments[_IF_SEGMENT] or len(region.blocks) != 1:
+def _bounds(mlir_ir: ModuleType, forall: OpView) -> list[list[Value]]:
+    """[lower bounds, upper bounds, steps] of a forall as index values (constants made here)."""
+    segments = list(mlir_ir.DenseI32ArrayAttr(forall.attributes["operandSegmentSizes"]))
+    operands = list(forall.operands)
+    dynamic = [operands[sum(segments[:k]):sum(segments[:k + 1])] for k in range(3)]
+    out = []
+    for k, name in enumerate(("staticLowerBound", "staticUpperBound", "staticStep")):
+        values, it = [], iter(dynamic[k])
+        for x in mlir_ir.DenseI64ArrayAttr(forall.attributes[name]):
+            values.append(next(it) if x == _DYNAMIC else _index(mlir_ir, x))
+        out.append(values)
+    return out
+
+
+def _with_serial_twin(mlir_ir: ModuleType, forall: OpView, cond: Value) -> int:
+    """`scf.if %cond { forall } else { its iterations as an scf.for nest, in order }`.
+    Returns 1, or 0 (left alone) for a forall with results (not bufferized)."""
+    from mlir.dialects import scf
+
+    if len(forall.results):
         return 0
-    old = region.blocks[0]
-    if len(old.arguments):
-        return 0
-    operands = list(par.operands)
-    at = sum(segments[:_IF_SEGMENT])
-    segments[_IF_SEGMENT] = 1
-    named = [par.attributes[i] for i in range(len(par.attributes))]
-    attributes = {a.name: a.attr for a in named}
-    attributes["operandSegmentSizes"] = mlir_ir.DenseI32ArrayAttr.get(segments)
-    with mlir_ir.InsertionPoint(par), par.location:
-        new = mlir_ir.Operation.create("omp.parallel", operands=operands[:at] + [cond] + operands[at:],
-                                       attributes=attributes, regions=1)
-    block = new.regions[0].blocks.append()
-    for op in list(old.operations):
-        op.detach_from_parent()
-        mlir_ir.InsertionPoint(block).insert(op)
-    par.erase()
+    loc = forall.location
+    with mlir_ir.InsertionPoint(forall), loc:
+        lbs, ubs, steps = _bounds(mlir_ir, forall)
+        branch = scf.IfOp(cond, has_else=True)
+    with mlir_ir.InsertionPoint(branch.then_block), loc:
+        then_end = scf.YieldOp([])
+    forall.move_before(then_end)
+    twin = forall.clone(ip=mlir_ir.InsertionPoint(branch.else_block))
+    ip, ivs, inner = mlir_ir.InsertionPoint(branch.else_block), [], None
+    for lb, ub, step in zip(lbs, ubs, steps):
+        with ip, loc:
+            loop = scf.ForOp(lb, ub, step)
+        with mlir_ir.InsertionPoint(loop.body), loc:
+            scf.YieldOp([])
+        ivs.append(loop.induction_variable)
+        inner = loop.body
+        ip = mlir_ir.InsertionPoint.at_block_begin(loop.body)
+    with mlir_ir.InsertionPoint(branch.else_block), loc:
+        scf.YieldOp([])
+    body = twin.regions[0].blocks[0]
+    for arg, iv in zip(body.arguments, ivs):
+        arg.replace_all_uses_with(iv)
+    for op in list(body.operations):
+        if op.operation.name == "scf.forall.in_parallel":
+            continue
+        op.operation.detach_from_parent()
+        mlir_ir.InsertionPoint.at_block_terminator(inner).insert(op.operation)
+    twin.operation.erase()
     return 1
 
 

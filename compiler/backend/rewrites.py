@@ -25,8 +25,8 @@ look at the text says the module needs it.
   was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
   kernels), "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train
   step's kernels repeat the forward's, and the lowering passes then see each distinct one
-  once), "@parallel-if" (compiler/backend/parallel_if.py: a dynamic export's OpenMP loops
-  fork threads only when the call's sizes make them big enough), "@dynamic-schedule" (OpenMP
+  once), "@parallel-if" (compiler/backend/parallel_if.py: a dynamic export's parallel loops
+  run on threads only when the call's sizes make them big enough), "@dynamic-schedule" (OpenMP
   loops schedule(dynamic)), "@inline-alloca-scopes"
   (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
   (compiler/backend/parallelize.py: what the transform script vectorises, threads and tiles) and

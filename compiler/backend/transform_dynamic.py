@@ -1,7 +1,8 @@
 """The -O2 transform-script parts for dynamic exports (issue 25): sizes known only at the
 call, so the register tiles and 16 x 16 transpose tiles get remainder loops (`transform.loop.peel`:
 the full tiles are static and vectorised, the partial last ones stay loops) and the big ops
-are scf.forall loops whose threads compiler/backend/parallel_if.py turns on at the call.
+are scf.forall loops that compiler/backend/parallel_if.py runs on threads only when the call's
+sizes make them big enough.
 compiler/backend/transform_library.py puts these parts into its script; compiler/backend/parallelize.py
 tags the ops they match.  The tile sizes are transform_library's, passed in.
 """
