@@ -22,7 +22,8 @@ Public modules (other packages import only these; this file imports none of them
 
 Inside, in the order a build runs them: pipelines (the slots), fusion and math_lowering
 (-O2 rewrites before tagging), parallelize (what the script vectorises, tiles, threads),
-transform_library (the -O2 transform-dialect script), rewrites (the Python rewrite slots),
+parallel_if (a dynamic export's threads chosen at the call), transform_library (the -O2
+transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes), rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
 worker_main (the worker process's side), mlir_opt (-O0's pass list through mlir-opt, with
 the rewrite slots), llvm_stage (opt, llc, llvm-split), tools (finding and running the external tools), alloc_cache (the -O2 heap-buffer cache linked

@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from compiler.backend import parallel_if
 from compiler.backend.bindings import walk_ops
+from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
 from compiler.backend.transform_library import (
     K_BLOCK_MIN,
     MATMUL_TILE,
@@ -112,7 +114,13 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
         first = str(iterators[0])
         types = [mlir_ir.RankedTensorType(v.type) for v in [*op.operands, *op.results]
                  if isinstance(v.type, mlir_ir.RankedTensorType)]
-        if "parallel" not in first or not all(t.has_static_shape for t in types):
+        if "parallel" not in first:
+            return mlir_ir.WalkResult.ADVANCE
+        if not all(t.has_static_shape for t in types):
+            # A dynamic export's stay serial: as forall loops (threads chosen at the call,
+            # compiler/backend/parallel_if.py) the scaled StoryLM step's 49 made its lowered LLVM
+            # IR 27,860 lines against 19,343, for no step time measured (bench_dynamic.py at
+            # load 3.5: 0.93x the static step with them, 0.91x without).
             return mlir_ir.WalkResult.ADVANCE
         size = max(math.prod(t.shape) for t in types)
         extent = _dim0_extent(mlir_ir, op)
@@ -170,15 +178,18 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                             and n // blocks[1] >= PACK_B_MIN_PANELS):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
-            elif (not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS
-                  and op.name == "linalg.matmul"):
+            elif not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS:
                 # a dynamic export's matmul: whether the tile divides a dynamic M or N is known
-                # only at run time, so its loop is peeled and only the full (static) tiles are
-                # vectorised; a static dim the tile divides (a partly bound export's N = V) is
-                # not peeled (transform.loop.peel fails on a loop with no partial last tile)
-                peel_m, peel_n = (int(t.is_dynamic_dim(d) or t.shape[d] % tile != 0)
-                                  for d, tile in ((t.rank - 2, tm), (t.rank - 1, tn)))
-                op.attributes["kina.vectorize_peeled"] = mlir_ir.DenseI64ArrayAttr.get([peel_m, peel_n, peel_n, tn])
+                # only at run time, so it is split into blocks (a forall: threads when the call's
+                # sizes make it big enough) whose M and N loops are peeled, and only the full
+                # (static) tiles are vectorised; a static dim the block divides is not peeled
+                # (transform.loop.peel fails on a loop with no partial last tile)
+                # (the loops peeled are those over one block; a batch_matmul's block is a whole item)
+                units = MATMUL_TILE if op.name == "linalg.batch_matmul" else DYNAMIC_BLOCK
+                peel = [int(t.is_dynamic_dim(d) or t.shape[d] % unit != 0)
+                        for d, unit in ((t.rank - 2, units[0]), (t.rank - 1, units[1]))]
+                op.attributes["kina.parallel_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
+                parallel_if.mark(mlir_ir, module, op, lambda: parallel_if.matmul_test(mlir_ir, op, PARALLEL_MIN_FLOPS))
                 tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
@@ -239,6 +250,10 @@ def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
             block = _parallel_transpose_block(list(shape), tiles) if shape else None
             if block is not None:
                 op.attributes["kina.parallel_transpose"] = mlir_ir.DenseI64ArrayAttr.get([block])
+            if (t is not None and not shape and str(t.element_type) == "f32"
+                    and 2 <= r <= DYNAMIC_TRANSPOSE_MAX_RANK and j != r - 1):
+                parallel_if.tag_transpose(mlir_ir, module, op, j, TRANSPOSE_BLOCK, PARALLEL_TRANSPOSE_MIN)
+                tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
@@ -261,8 +276,9 @@ _F8_TYPE = "f8E"   # f8E4M3FN, f8E5M2 (the F8 types Kina has)
 REDUCE_COMBINERS = {"arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf"}
 
 
-def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
-    """The rank of a linalg.generic that `tag_inner_reductions` may tag, else None."""
+def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> tuple[int, int] | None:
+    """(rank, peel) of a linalg.generic that `tag_inner_reductions` may tag, else None; peel 1:
+    a dynamic export's, whose reduced extent 16 may not divide (transform_dynamic's peeled form)."""
     if op.name != "linalg.generic" or len(op.results) != 1:
         return None
     its = [str(i) for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"])]
@@ -270,17 +286,20 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
     if not 2 <= rank <= REDUCE_MAX_RANK or "reduction" not in its[-1] or any("reduction" in i for i in its[:-1]):
         return None
     values = [*op.operands, *op.results]
-    if not all(isinstance(v.type, mlir_ir.RankedTensorType) and mlir_ir.RankedTensorType(v.type).has_static_shape
+    if not all(isinstance(v.type, mlir_ir.RankedTensorType)
                and str(mlir_ir.RankedTensorType(v.type).element_type) == "f32" for v in values):
         return None
+    dynamic = not all(mlir_ir.RankedTensorType(v.type).has_static_shape for v in values)
     maps = [mlir_ir.AffineMapAttr(m).value for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
     last = rank - 1
     dims = [[e.position if isinstance(e, mlir_ir.AffineDimExpr) else -1 for e in m.results] for m in maps]
     if dims[-1] != list(range(last)) or any(-1 in d or (last in d and d[-1] != last) for d in dims[:-1]):
         return None
-    extent = next((mlir_ir.RankedTensorType(v.type).shape[-1] for v, d in zip(op.operands, dims) if d and d[-1] == last),
-                  None)
-    if extent is None or extent % REDUCE_LANES:
+    row_t = next((mlir_ir.RankedTensorType(v.type) for v, d in zip(op.operands, dims) if d and d[-1] == last), None)
+    if row_t is None:
+        return None
+    peel = int(row_t.is_dynamic_dim(row_t.rank - 1) or row_t.shape[-1] % REDUCE_LANES != 0)
+    if peel and not (dynamic and (row_t.is_dynamic_dim(row_t.rank - 1) or row_t.shape[-1] > REDUCE_LANES)):
         return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
@@ -290,7 +309,7 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> int | None:
     acc = block.arguments[len(block.arguments) - 1]
     if getattr(combiner, "name", None) not in REDUCE_COMBINERS or acc not in list(combiner.operands):
         return None
-    return rank if len(list(acc.uses)) == 1 else None
+    return (rank, peel) if len(list(acc.uses)) == 1 else None
 
 
 def _computes_f8(ops: list[OpView]) -> bool:
@@ -304,14 +323,17 @@ def _computes_f8(ops: list[OpView]) -> bool:
 
 def tag_inner_reductions(mlir_ir: ModuleType, module: Module) -> int:
     """Tag with `kina.reduce_inner` (its tile sizes) every generic `_inner_reduction`
-    accepts (TRANSFORM_LIBRARY vectorises those); returns the count."""
+    accepts (TRANSFORM_LIBRARY vectorises those), `kina.reduce_peeled` a dynamic one whose
+    reduced extent REDUCE_LANES may not divide; returns the count."""
     tagged = 0
 
     def visit(op: OpView) -> WalkResult:
         nonlocal tagged
-        rank = _inner_reduction(mlir_ir, op)
-        if rank is not None:
-            op.attributes["kina.reduce_inner"] = mlir_ir.DenseI64ArrayAttr.get(list(reduce_tiles(rank)[0]))
+        found = _inner_reduction(mlir_ir, op)
+        if found is not None:
+            rank, peel = found
+            tag = "kina.reduce_peeled" if peel else "kina.reduce_inner"
+            op.attributes[tag] = mlir_ir.DenseI64ArrayAttr.get(list(reduce_tiles(rank)[0]))
             tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.backend import alloc_cache, threads
+from compiler.backend import alloc_cache, parallel_if, threads
 from compiler.backend.errors import ToolchainError
 from compiler.backend.rewrites import SLOTS
 from compiler.backend.transform_library import OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
@@ -94,6 +94,7 @@ STACK_BUFFER_BYTES = 4096
 UNSHARE_SLOT = "@unshare-empties"       # a tensor.empty of thousands of uses -> groups of clones
 OUTLINE_TAG_SLOT = "@tag-outline"       # picks the loop nests "@outline" makes kernels
 SCHEDULE_SLOT = "@dynamic-schedule"     # OpenMP loops schedule(dynamic)
+PARALLEL_IF_SLOT = parallel_if.SLOT     # a dynamic export's foralls: a serial twin when small
 SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
 MERGE_SLOT = "@merge-kernels"           # outlined kernels with identical bodies -> one
 TAG_SLOT = "@tag-for-script"            # what the transform script vectorises, threads, tiles
@@ -125,6 +126,7 @@ O2_PASSES = [
     # become OpenMP parallel loops (omp.parallel + omp.wsloop: each thread takes a static
     # share of the blocks or rows), or serial loops without an OpenMP runtime; see
     # compiler/backend/threads.py.  -O0 has no forall loops.
+    PARALLEL_IF_SLOT,
     "@threads",
     SCHEDULE_SLOT,
     # convert-scf-to-openmp wraps each parallel body in a one-block memref.alloca_scope,

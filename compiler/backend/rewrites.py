@@ -25,14 +25,16 @@ look at the text says the module needs it.
   was quadratic in the uses of one tensor.empty), "@tag-outline" (which loop nests become
   kernels), "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train
   step's kernels repeat the forward's, and the lowering passes then see each distinct one
-  once), "@dynamic-schedule" (OpenMP loops schedule(dynamic)), "@inline-alloca-scopes"
+  once), "@parallel-if" (compiler/backend/parallel_if.py: a dynamic export's parallel loops
+  run on threads only when the call's sizes make them big enough), "@dynamic-schedule" (OpenMP
+  loops schedule(dynamic)), "@inline-alloca-scopes"
   (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
   (compiler/backend/parallelize.py: what the transform script vectorises, threads and tiles) and
   "@fuse-fills" (parallelize.fuse_fills_into_foralls: each parallel matmul block zeroes
   its own part of the result).
 - not a slot: `rewrite_scatters`, which compiler/backend/engine.py runs on the emitted -O2 module
   before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
-  update rows (emit_ops.scatter_rows_function).
+  update rows (emit_ops.scatter_rows_function; static or dynamic sizes).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from compiler.backend import parallel_if
 from compiler.backend.bindings import walk_ops
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
 from compiler.backend.parallelize import fuse_fills_into_foralls, tag_for_script
@@ -344,7 +347,8 @@ def inline_alloca_scopes(mlir_ir: ModuleType, module: Module) -> int:
 SCATTER_MAPS = ["affine_map<(d0, d1, d2) -> (d2)>", "affine_map<(d0, d1, d2) -> (d2, d1)>",
                 "affine_map<(d0, d1, d2) -> (d0, d1)>"]
 SCATTER_ITERATORS = ["parallel", "parallel", "reduction"]
-ScatterShape = tuple[int, int, int, str, str]   # n, d, v, updates' and accumulator's element types
+# n, d, v (None: a dynamic export's `?`), updates' and accumulator's element types
+ScatterShape = tuple[int | None, int | None, int | None, str, str]
 SCATTER_BODY = ["arith.index_cast", "linalg.index", "arith.cmpi", "arith.extf", "arith.constant",
                 "arith.select", "arith.addf", "linalg.yield"]
 
@@ -365,9 +369,12 @@ def _scatter_shape(mlir_ir: ModuleType, op: OpView) -> ScatterShape | None:
     if mlir_ir.IntegerAttr(index.attributes["dim"]).value != 0:   # the hit compares idx[n] with v
         return None
     ti, tu, to = (mlir_ir.RankedTensorType(v.type) for v in op.operands)
-    if str(ti.element_type) != "i64" or not all(t.has_static_shape for t in (ti, tu, to)):
+    if str(ti.element_type) != "i64":
         return None
-    return ti.shape[0], tu.shape[1], to.shape[0], str(tu.element_type), str(to.element_type)
+
+    def size(t: object, d: int) -> int | None:
+        return None if t.is_dynamic_dim(d) else int(t.shape[d])   # type: ignore[attr-defined]
+    return size(ti, 0), size(tu, 1), size(to, 0), str(tu.element_type), str(to.element_type)
 
 
 def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
@@ -390,7 +397,7 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
 
     helpers: set[str] = set()
     for op, shape in found:
-        name = "kina.scatter_rows." + "_".join(str(x) for x in shape)
+        name = "kina.scatter_rows." + "_".join("d" if x is None else str(x) for x in shape)
         if name not in helpers:
             text = scatter_rows_function(f'"{name}"', *shape)
             parsed = mlir_ir.Module.parse(text)   # must outlive the detach: it owns the op until then
@@ -411,6 +418,7 @@ SLOTS: dict[str, Rewrite] = {
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
     "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
     "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
+    parallel_if.SLOT: Rewrite(parallel_if.apply, lambda text: parallel_if.MARKER in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
     "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
     "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),

@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compiler.backend.transform_dynamic import (
+    DYNAMIC_PEELINGS,
+    DYNAMIC_TRANSPOSES,
+    dynamic_matmul,
+    dynamic_reduction,
+    dynamic_transpose,
+)
+
 # Transform-dialect script run at the "@transforms" slot: loop orders and vector code
 # for LLVM (a linalg op's loops nest in the order of its dims).
 # - matmul / batch_matmul tagged `kina.vectorize` (by `tag_vectorizable`: static shapes
@@ -162,6 +170,7 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     return "\n".join(lines)
 
 
+
 TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
 TRANSFORM_LIBRARY = """\
 module attributes {transform.with_named_sequence} {
@@ -188,6 +197,7 @@ module attributes {transform.with_named_sequence} {
   transform.named_sequence @kina_o2(%root: !transform.any_op {transform.consumed}) {
 @PARALLEL_TRANSPOSES@
 @TRANSPOSES@
+@DYNAMIC_TRANSPOSES@
 @PARALLEL_MATMULS@
     %prow = transform.structured.match ops{["linalg.generic"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %prow : !transform.any_op {
@@ -195,6 +205,7 @@ module attributes {transform.with_named_sequence} {
       %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     }
 @REDUCTIONS@
+@DYNAMIC_MATMULS@
 @PEELED_MATMULS@
     %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %vm : !transform.any_op {
@@ -347,7 +358,13 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
     "@PARALLEL_TRANSPOSES@", "\n".join(_parallel_transpose(b) for b in PARALLEL_TRANSPOSE_BLOCKS)).replace(
-    "@REDUCTIONS@", "\n".join(_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1))).replace(
+    "@REDUCTIONS@", "\n".join([_reduce_inner(r) for r in range(2, REDUCE_MAX_RANK + 1)]
+                               + [dynamic_reduction(r, *reduce_tiles(r)) for r in range(2, REDUCE_MAX_RANK + 1)])).replace(
+    "@DYNAMIC_TRANSPOSES@", "\n".join(dynamic_transpose(*d, transpose_tiles(*d[:2]), TRANSPOSE_BLOCK)
+                                       for d in DYNAMIC_TRANSPOSES)).replace(
+    "@DYNAMIC_MATMULS@", "\n".join(dynamic_matmul(op, *peel, MATMUL_TILE, k_block=0)
+                                     for op in ("linalg.matmul", "linalg.batch_matmul")
+                                     for peel in DYNAMIC_PEELINGS)).replace(
     "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
                                     for peel in PEELINGS)).replace(
     # The most specific matches first (packed, then k-blocked): a plain match takes them too.

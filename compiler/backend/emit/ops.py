@@ -253,35 +253,42 @@ def lower_scatter_add(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
 # `o + u` is the generic's `o + select(hit, u, 0)` on a hit (a miss adds +0.0, which
 # leaves o unchanged), so the results are bit-identical.  extract_slice / insert_slice
 # of the loop-carried tensor bufferize in place: one buffer, no copies per row.
-def scatter_rows_function(name: str, n: int, d: int, v: int, upd_elem: str, acc_elem: str) -> str:
+def scatter_rows_function(name: str, n: int | None, d: int | None, v: int | None, upd_elem: str,
+                          acc_elem: str) -> str:
     """Text of `func.func private @name(idx: [n] i64, upd: [n, d], init: [v, d]) -> [v, d]`
-    with out = init, then out[idx[k], :] += upd[k, :] for k = 0 .. n-1 in order."""
-    ti, tu, to = Ty("i64", (n,)), Ty(upd_elem, (n, d)), Ty(acc_elem, (v, d))
-    row_u, row_o = Ty(upd_elem, (d,)), Ty(acc_elem, (d,))
+    with out = init, then out[idx[k], :] += upd[k, :] for k = 0 .. n-1 in order.  A size
+    None is dynamic (`?`: a dynamic export's scatter), read from the operands."""
+    def dim(x: int | None) -> str:
+        return "?" if x is None else str(x)
+    ti, tu, to = f"tensor<{dim(n)}xi64>", f"tensor<{dim(n)}x{dim(d)}x{upd_elem}>", f"tensor<{dim(v)}x{dim(d)}x{acc_elem}>"
+    row_u, row_o = f"tensor<{dim(d)}x{upd_elem}>", f"tensor<{dim(d)}x{acc_elem}>"
     ext = (f"      %x = arith.extf %a : {upd_elem} to {acc_elem}\n" if upd_elem != acc_elem else "")
     x = "%x" if ext else "%a"
     row_map = "affine_map<(d0) -> (d0)>"
+    count = (f"  %cn = tensor.dim %idx, %c0 : {ti}\n" if n is None else f"  %cn = arith.constant {n} : index\n")
+    width = f"  %cd = tensor.dim %upd, %c1 : {tu}\n" if d is None else ""
+    cols = "%cd" if d is None else str(d)
     return (
-        f"func.func private @{name}(%idx: {ti.mlir}, %upd: {tu.mlir}, %init: {to.mlir}) -> {to.mlir} {{\n"
+        f"func.func private @{name}(%idx: {ti}, %upd: {tu}, %init: {to}) -> {to} {{\n"
         f"  %c0 = arith.constant 0 : index\n"
         f"  %c1 = arith.constant 1 : index\n"
-        f"  %cn = arith.constant {n} : index\n"
-        f"  %r = scf.for %k = %c0 to %cn step %c1 iter_args(%acc = %init) -> ({to.mlir}) {{\n"
-        f"    %i = tensor.extract %idx[%k] : {ti.mlir}\n"
+        f"{count}{width}"
+        f"  %r = scf.for %k = %c0 to %cn step %c1 iter_args(%acc = %init) -> ({to}) {{\n"
+        f"    %i = tensor.extract %idx[%k] : {ti}\n"
         f"    %v = arith.index_cast %i : i64 to index\n"
-        f"    %u = tensor.extract_slice %upd[%k, 0] [1, {d}] [1, 1] : {tu.mlir} to {row_u.mlir}\n"
-        f"    %row = tensor.extract_slice %acc[%v, 0] [1, {d}] [1, 1] : {to.mlir} to {row_o.mlir}\n"
+        f"    %u = tensor.extract_slice %upd[%k, 0] [1, {cols}] [1, 1] : {tu} to {row_u}\n"
+        f"    %row = tensor.extract_slice %acc[%v, 0] [1, {cols}] [1, 1] : {to} to {row_o}\n"
         f"    %sum = linalg.generic {{indexing_maps = [{row_map}, {row_map}], iterator_types = [\"parallel\"]}} "
-        f"ins(%u : {row_u.mlir}) outs(%row : {row_o.mlir}) {{\n"
+        f"ins(%u : {row_u}) outs(%row : {row_o}) {{\n"
         f"    ^bb0(%a: {upd_elem}, %o: {acc_elem}):\n"
         f"{ext}"
         f"      %s = arith.addf %o, {x} : {acc_elem}\n"
         f"      linalg.yield %s : {acc_elem}\n"
-        f"    }} -> {row_o.mlir}\n"
-        f"    %new = tensor.insert_slice %sum into %acc[%v, 0] [1, {d}] [1, 1] : {row_o.mlir} into {to.mlir}\n"
-        f"    scf.yield %new : {to.mlir}\n"
+        f"    }} -> {row_o}\n"
+        f"    %new = tensor.insert_slice %sum into %acc[%v, 0] [1, {cols}] [1, 1] : {row_o} into {to}\n"
+        f"    scf.yield %new : {to}\n"
         f"  }}\n"
-        f"  return %r : {to.mlir}\n"
+        f"  return %r : {to}\n"
         f"}}\n")
 
 

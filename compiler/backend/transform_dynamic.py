@@ -1,0 +1,143 @@
+"""The -O2 transform-script parts for dynamic exports (issue 25): sizes known only at the
+call, so the register tiles and 16 x 16 transpose tiles get remainder loops (`transform.loop.peel`:
+the full tiles are static and vectorised, the partial last ones stay loops) and the big ops
+are scf.forall loops that compiler/backend/parallel_if.py runs on threads only when the call's
+sizes make them big enough.
+compiler/backend/transform_library.py puts these parts into its script; compiler/backend/parallelize.py
+tags the ops they match.  The tile sizes are transform_library's, passed in.
+"""
+from __future__ import annotations
+
+# - a dynamic export's f32 matmul / batch_matmul (a `?` in M or N: its sizes are known at the
+#   call only), tagged `kina.parallel_peeled = [peel_m, peel_n]` by `tag_vectorizable`: an
+#   scf.forall over DYNAMIC_BLOCK blocks of the result (a batch_matmul: one batch item per
+#   iteration), each block register-tiled 8 x 32 with its M and N loops peeled where the
+#   block may not divide (`peel_m`, `peel_n`: a dynamic dim, or a static one the block does
+#   not divide): the full tiles are static and vectorised like a static matmul's, the last
+#   partial row and column tiles of a block stay loop nests.  Each result element adds its K
+#   terms in order, as the serial peeled matmul does.  Whether the forall runs on every core
+#   is decided at the call (compiler/backend/parallel_if.py: when the product is big enough).
+#   With k_block > 0 the k loop is cut into steps of k_block (transform_library.K_BLOCK's
+#   cache blocking); transform_library passes 0: the k steps made the scaled step's dynamic
+#   build 7.1 s of CPU against 6.6 (each of the two peels per product then cost more script
+#   time), for the one product of that step with K > 512.
+DYNAMIC_BLOCK = (32, 128)
+
+
+def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_block: int) -> str:
+    """Script lines for the `op`s tagged `kina.parallel_peeled = [peel_m, peel_n]`."""
+    batch = int(op == "linalg.batch_matmul")
+    name = f"%dyn_{op[7:]}_{peel_m}{peel_n}"
+    forall = "1, 0, 0, 0" if batch else f"{DYNAMIC_BLOCK[0]}, {DYNAMIC_BLOCK[1]}, 0"
+    kblock = ", ".join(map(str, [0] * batch + [0, 0, k_block]))
+    tiles = ", ".join(map(str, [1] * batch + [tile[0], tile[1], 1]))
+    loops = ", ".join(["!transform.any_op"] * (4 + batch))
+    m, n = batch, batch + 1
+    lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
+             f"attributes{{kina.parallel_peeled = array<i64: {peel_m}, {peel_n}>}} in %root : "
+             "(!transform.any_op) -> !transform.any_op",
+             f"    transform.foreach {name} : !transform.any_op {{",
+             "    ^bb0(%op: !transform.any_op):",
+             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+             (f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [{kblock}] : "
+              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)") if k_block else
+             "      %kb = transform.merge_handles %b : !transform.any_op",
+             f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
+             f"(!transform.any_op) -> ({loops})"]
+    for d in [d for d, peel in ((n, peel_n), (m, peel_m)) if peel]:
+        lines += [f"      %for{d} = transform.cast %l#{d} : !transform.any_op to !transform.op<\"scf.for\">",
+                  f"      %main{d}, %rest{d} = transform.loop.peel %for{d} : "
+                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    rows = f"%main{m}" if peel_m else f"%l#{m}"
+    full = f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>"
+    lines += [f"      transform.apply_patterns to {rows} {{",
+              "        transform.apply_patterns.canonicalization",
+              "      } : !transform.any_op",
+              f"      %tiles = transform.structured.match ops{{[\"{op}\"]}} filter_result_type = {full} in {rows} : "
+              "(!transform.any_op) -> !transform.any_op",
+              "      transform.structured.vectorize %tiles : !transform.any_op",
+              "    }"]
+    return "\n".join(lines)
+
+
+DYNAMIC_PEELINGS = ((1, 1), (1, 0), (0, 1), (0, 0))
+
+
+# - a dynamic export's f32 transpose that moves the input's innermost dim (tagged
+#   `kina.transpose_peeled = [rank, j, peel_j, peel_last]` by parallelize.tag_transposes, for
+#   ranks up to DYNAMIC_TRANSPOSE_MAX_RANK): an scf.forall over output dim 0 (in blocks of
+#   TRANSPOSE_BLOCK (`block`) when j = 0, else 1; threads when it is big enough at the call:
+#   compiler/backend/parallel_if.py), then transform_library's 16 x 16 tiling with the loops over dims j
+#   and rank - 1 peeled where 16 may not divide them: the full tiles are static and become
+#   vector transposes, the partial ones stay loops.  Values are only moved.
+DYNAMIC_TRANSPOSE_MAX_RANK = 4
+
+
+def dynamic_transpose_block(j: int, block: int) -> int:
+    return block if j == 0 else 1
+
+
+def dynamic_transpose(rank: int, j: int, peel_j: int, peel_last: int, tiles: tuple[int, ...], block: int) -> str:
+    name = f"%dtr_{rank}_{j}_{peel_j}{peel_last}"
+    full = "tensor<" + "".join(f"{x}x" for x in tiles) + "f32>"
+    forall = ", ".join(str(dynamic_transpose_block(j, block) if d == 0 else 0) for d in range(rank))
+    loops = ", ".join(["!transform.any_op"] * (rank + 1))
+    lines = [f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
+             f"attributes{{kina.transpose_peeled = array<i64: {rank}, {j}, {peel_j}, {peel_last}>}} in %root : "
+             "(!transform.any_op) -> !transform.any_op",
+             f"    transform.foreach {name} : !transform.any_op {{",
+             "    ^bb0(%op: !transform.any_op):",
+             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+             f"      %t, %l:{rank} = transform.structured.tile_using_for %b tile_sizes [{', '.join(map(str, tiles))}] : "
+             f"(!transform.any_op) -> ({loops})"]
+    for d in [d for d, peel in ((rank - 1, peel_last), (j, peel_j)) if peel]:
+        lines += [f"      %for{d} = transform.cast %l#{d} : !transform.any_op to !transform.op<\"scf.for\">",
+                  f"      %main{d}, %rest{d} = transform.loop.peel %for{d} : "
+                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    lines += ["      transform.apply_patterns to %all {",
+              "        transform.apply_patterns.canonicalization",
+              "      } : !transform.any_op",
+              f"      %tiles = transform.structured.match ops{{[\"linalg.transpose\"]}} filter_result_type = {full} "
+              "in %all : (!transform.any_op) -> !transform.any_op",
+              "      transform.structured.vectorize %tiles : !transform.any_op",
+              "    }"]
+    return "\n".join(lines)
+
+
+DYNAMIC_TRANSPOSES = [(r, j, pj, pl) for r in range(2, DYNAMIC_TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)
+                      for pj in (0, 1) for pl in (0, 1)]
+
+
+# - a dynamic export's inner reduction whose reduced extent the 16 lanes may not divide
+#   (tagged `kina.reduce_peeled` = its row tiling by parallelize.tag_inner_reductions):
+#   transform_library's vectorised row reduction with the loop over the reduced dim peeled: the
+#   full 16-lane chunks are static and vectorised, the last partial chunk adds into the
+#   first lanes of the partial results as a loop, and the lanes are combined as before.
+def dynamic_reduction(rank: int, rows: tuple[int, ...], lanes: tuple[int, ...]) -> str:
+    name = f"%dred_{rank}"
+    row_text, lane_text = (", ".join(map(str, x)) for x in (rows, lanes))
+    loops = ", ".join(["!transform.any_op"] * rank)
+    four = ", ".join(["!transform.any_op"] * 4)
+    chunk = "tensor<" + "".join(f"{x or 1}x" for x in lanes) + "f32>"
+    return "\n".join([
+        f"    {name} = transform.structured.match ops{{[\"linalg.generic\"]}} "
+        f"attributes{{kina.reduce_peeled = array<i64: {row_text}>}} in %root : (!transform.any_op) -> !transform.any_op",
+        f"    transform.foreach {name} : !transform.any_op {{",
+        "    ^bb0(%op: !transform.any_op):",
+        f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{row_text}] : "
+        f"(!transform.any_op) -> ({loops})",
+        f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "
+        f"by tile_sizes = [{lane_text}] : (!transform.any_op) -> ({four})",
+        "      %for = transform.cast %loop : !transform.any_op to !transform.op<\"scf.for\">",
+        "      %main, %rest = transform.loop.peel %for : (!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)",
+        "      transform.apply_patterns to %main {",
+        "        transform.apply_patterns.canonicalization",
+        "      } : !transform.any_op",
+        f"      %chunks = transform.structured.match ops{{[\"linalg.generic\"]}} filter_result_type = {chunk} in %main : "
+        "(!transform.any_op) -> !transform.any_op",
+        "      transform.structured.vectorize %fill : !transform.any_op",
+        "      transform.structured.vectorize %chunks : !transform.any_op",
+        "      transform.structured.vectorize %comb : !transform.any_op",
+        "    }"])
