@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -105,20 +106,41 @@ TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 _TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
 
 
+def _start(tool: str, args: list[str], stdout: int) -> subprocess.Popen[str]:
+    """The tool in a session of its own, so that stopping it stops whatever it started too
+    (a tool, or a wrapper script, whose child kept the pipes open held the build past its
+    timeout until that child ended)."""
+    return subprocess.Popen([str(find_tool(tool)), *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **_TOOL_ENV}, start_new_session=True)
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass      # already gone
+
+
 def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) -> str:
     """Run the tool; returns its stderr (diagnostics, or reports such as -time-passes')."""
     t0 = time.perf_counter()
+    proc = _start(tool, args, subprocess.PIPE)
     try:
-        proc = subprocess.run([str(find_tool(tool)), *args], capture_output=True, text=True,
-                              timeout=TOOL_TIMEOUT, env={**os.environ, **_TOOL_ENV})
+        out, err = proc.communicate(timeout=TOOL_TIMEOUT)
     except subprocess.TimeoutExpired:
+        _kill(proc)
+        proc.communicate()
         raise StageFailed(tool, f"{tool} did not finish within {TOOL_TIMEOUT:.0f} s "
                                 "(set KINA_TOOL_TIMEOUT to wait longer)") from None
+    except BaseException:       # (KeyboardInterrupt: the tool must not outlive the build)
+        _kill(proc)
+        raise
     finally:
         timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
     if proc.returncode != 0:
-        raise StageFailed(tool, _crash_text(tool, proc) or f"{tool} exited with {proc.returncode}")
-    return proc.stderr
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        raise StageFailed(tool, _crash_text(tool, done) or f"{tool} exited with {proc.returncode}")
+    return err
 
 
 def run_tool_until(tool: str, args: list[str], timings: dict[str, float], stage: str,
@@ -127,9 +149,8 @@ def run_tool_until(tool: str, args: list[str], timings: dict[str, float], stage:
     returns True the tool is killed at once.  Returns (stopped, stderr so far); a failure
     (not a kill) raises StageFailed like run_tool, and so does running over TOOL_TIMEOUT."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([str(find_tool(tool)), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, **_TOOL_ENV})
-    timer = threading.Timer(TOOL_TIMEOUT, proc.kill)
+    proc = _start(tool, args, subprocess.DEVNULL)
+    timer = threading.Timer(TOOL_TIMEOUT, _kill, (proc,))
     timer.start()
     lines: list[str] = []
     stopped = False
@@ -139,9 +160,12 @@ def run_tool_until(tool: str, args: list[str], timings: dict[str, float], stage:
             lines.append(line)
             if stop(line):
                 stopped = True
-                proc.kill()
+                _kill(proc)
                 break
         proc.wait()
+    except BaseException:
+        _kill(proc)
+        raise
     finally:
         timer.cancel()
         if proc.stderr is not None:
