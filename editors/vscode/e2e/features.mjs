@@ -148,7 +148,9 @@ export async function refactorChecks({ page, step, log, focusEditor, withQuickIn
       await page.keyboard.press('ArrowDown');
     }
     await page.keyboard.press('Enter');
-    const letLine = page.locator('.editor-instance .view-line', { hasText: 'let wo_reshape = wo.reshape([1, 4, 4]) in' });
+    // (the let's inlay type hint, `: F32[1, 4, 4]`, may be drawn inside the line by now; the
+    // view line's spaces are U+00A0, which \s matches)
+    const letLine = page.locator('.editor-instance .view-line', { hasText: /let\s+wo_reshape\b.*=\s+wo\.reshape\(\[1,\s+4,\s+4\]\)\s+in/ });
     await letLine.first().waitFor({ timeout: 15000 });
     await page.locator('.editor-instance .view-line', { hasText: 'merged @ wo_reshape in' }).first().waitFor({ timeout: 5000 });
     log(`extracted: ${(await letLine.first().textContent()).replace(/\u00a0/g, ' ').trim()}`);
