@@ -24,6 +24,16 @@ from __future__ import annotations
 DYNAMIC_BLOCK = (32, 128)
 
 
+def peel_loops(m: int, n: int, peel_m: int, peel_n: int) -> list[str]:
+    """Transform-script lines peeling the tile loops %l#n then %l#m (each when asked) into
+    %main<d> and %rest<d>: the N loop first, since peeling a loop invalidates the handles
+    of the loops inside it."""
+    return [line for d, peel in ((n, peel_n), (m, peel_m)) if peel for line in (
+        f"      %for{d} = transform.cast %l#{d} : !transform.any_op to !transform.op<\"scf.for\">",
+        f"      %main{d}, %rest{d} = transform.loop.peel %for{d} : "
+        "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)")]
+
+
 def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_block: int) -> str:
     """Script lines for the `op`s tagged `kina.parallel_peeled = [peel_m, peel_n]`."""
     batch = int(op == "linalg.batch_matmul")
@@ -45,10 +55,7 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
              "      %kb = transform.merge_handles %b : !transform.any_op",
              f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
              f"(!transform.any_op) -> ({loops})"]
-    for d in [d for d, peel in ((n, peel_n), (m, peel_m)) if peel]:
-        lines += [f"      %for{d} = transform.cast %l#{d} : !transform.any_op to !transform.op<\"scf.for\">",
-                  f"      %main{d}, %rest{d} = transform.loop.peel %for{d} : "
-                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    lines += peel_loops(m, n, peel_m, peel_n)
     rows = f"%main{m}" if peel_m else f"%l#{m}"
     full = f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>"
     lines += [f"      transform.apply_patterns to {rows} {{",

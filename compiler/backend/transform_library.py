@@ -13,6 +13,7 @@ from compiler.backend.transform_dynamic import (
     dynamic_matmul,
     dynamic_reduction,
     dynamic_transpose,
+    peel_loops,
 )
 
 # Transform-dialect script run at the "@transforms" slot: loop orders and vector code
@@ -148,11 +149,7 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
              "    ^bb0(%op: !transform.any_op):",
              f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %op tile_sizes [{tiles}] : "
              f"(!transform.any_op) -> ({loops})"]
-    # the N loop first: peeling a loop invalidates the handles of the loops inside it
-    for d in [d for d, peel in ((n, peel_n), (m, peel_m)) if peel]:
-        lines += [f"      %for{d} = transform.cast %l#{d} : !transform.any_op to !transform.op<\"scf.for\">",
-                  f"      %main{d}, %rest{d} = transform.loop.peel %for{d} : "
-                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    lines += peel_loops(m, n, peel_m, peel_n)
     # In the loop over the full row tiles (the M loop's main part, or the whole M loop
     # when M divides), peeling made the tile sizes constants: canonicalised, the matmuls
     # in it (the full tiles and the last partial column tile) get static types and
