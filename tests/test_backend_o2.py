@@ -548,3 +548,39 @@ def test_kinac_builds_and_validates_at_O1_and_O3(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["build", "-O1", "-O3", str(src)])
     assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+HOISTED = """
+fn f(x: Tensor[F32, [64, 64]], w: Tensor[F32, [64, 64]]) -> Tensor[F32, [64, 64]] {
+  x @ w
+}
+
+fn g[N, K](x: Tensor[F32, [N, K]], w: Tensor[F32, [K, 64]]) -> Tensor[F32, [N, 64]] {
+  x @ w
+}
+"""
+
+
+def test_the_innermost_loops_are_hoisted_and_only_they_are_visited(tmp_path):
+    """The "@hoist" script visits the loops `tag_innermost_loops` tags (visiting all 820 of
+    the GPT block's loops cost 0.55 s for the same module): only loops with no loop nested
+    in them, and the register tile's k loop among them carries the 8 x 32 C tile as a
+    vector iter_arg, in the static matmul and in the dynamic one's peeled main tiles."""
+    import re
+    ir, passmanager, _ = engine.engine_module()
+    res = build.BuildResult(False, source=build.SourceText(HOISTED, "h.kina"))
+    mlir = build.front_end(HOISTED, "h.kina", {}, res)
+    assert mlir is not None
+    passes = pipelines.passes_for(mlir, 2, tmp_path)
+    upto = passes[:passes.index(f"--transform-interpreter=entry-point={transform_library.HOIST_ENTRY}") + 1]
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        engine.run_pipeline(ir, passmanager, module, upto, mlir)
+        tagged = rewrites.walk_ops(ir, module, lambda op: op.name == "scf.for" and "kina.hoist" in op.attributes)
+        assert tagged
+        for loop in tagged:
+            nested = rewrites.walk_ops(ir, loop, lambda op: op.name == "scf.for")
+            assert [op.operation for op in nested] == [loop.operation]    # walk_ops includes the loop itself
+        for name in ("kina_f", "kina_g"):
+            body = next(str(op) for op in module.body.operations if f"@{name}(" in str(op).split("\n")[0])
+            assert re.search(r"scf\.for .*iter_args\(.*\) -> \(.*vector<8x32xf32>", body), name

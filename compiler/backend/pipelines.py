@@ -26,7 +26,7 @@ from pathlib import Path
 from compiler.backend import alloc_cache, parallel_if, threads
 from compiler.backend.errors import ToolchainError
 from compiler.backend.rewrites import SLOTS
-from compiler.backend.transform_library import OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
+from compiler.backend.transform_library import HOIST_ENTRY, OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
 
 # ---- the pass pipeline (data) ---------------------------------------------------------
 # Each entry is one mlir-opt flag (pass name and options).  Order matters:
@@ -98,11 +98,14 @@ PARALLEL_IF_SLOT = parallel_if.SLOT     # a dynamic export's foralls: a serial t
 SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
 MERGE_SLOT = "@merge-kernels"           # outlined kernels with identical bodies -> one
 TAG_SLOT = "@tag-for-script"            # what the transform script vectorises, threads, tiles
+HOIST_TAG_SLOT = "@tag-hoist"           # the loops "@hoist" visits: the innermost ones
 FILL_SLOT = "@fuse-fills"               # a parallel matmul's fill -> one per block, in its forall
 O2_PASSES = [
     "--inline",
     TAG_SLOT,
     "@transforms",
+    HOIST_TAG_SLOT,
+    "@hoist",
     FILL_SLOT,
     "--canonicalize",
     "--cse",
@@ -201,6 +204,7 @@ def passes_for(mlir_text: str, opt_level: int = 0, work_dir: str | Path | None =
     slots = {"@low-precision": lambda: low_precision_passes(mlir_text),
              "@transforms": lambda: _transform_slot(work_dir),
              "@outline": lambda: [f"--transform-interpreter=entry-point={OUTLINE_ENTRY}"],
+             "@hoist": lambda: [f"--transform-interpreter=entry-point={HOIST_ENTRY}"],
              threads.THREAD_SLOT: lambda: threads.slot_passes(threads.THREAD_SLOT),
              threads.LOWER_SLOT: lambda: (threads.slot_passes(threads.LOWER_SLOT)
                                           if threads.THREAD_SLOT in pipeline.passes else [])}

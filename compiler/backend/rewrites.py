@@ -291,6 +291,29 @@ def tag_outlined_loops(mlir_ir: ModuleType, module: Module) -> int:
     return tagged
 
 
+def tag_innermost_loops(mlir_ir: ModuleType, module: Module) -> int:
+    """Tag `kina.hoist` on every scf.for with no scf.for nested in it (what the "@hoist"
+    script visits: transform_library.HOIST_LIBRARY says why); returns the count."""
+    loops: list[OpView] = []
+    outer: set[object] = set()
+
+    def visit(op: OpView) -> WalkResult:
+        if op.name == "scf.for":
+            loops.append(op)
+            parent = op.operation.parent
+            while parent is not None and parent.name not in ("scf.for", "func.func"):
+                parent = parent.parent
+            if parent is not None and parent.name == "scf.for":
+                outer.add(parent)
+        return mlir_ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    inner = [lp for lp in loops if lp.operation not in outer]
+    for lp in inner:
+        lp.attributes["kina.hoist"] = mlir_ir.UnitAttr.get()
+    return len(inner)
+
+
 def _scope_allocates(mlir_ir: ModuleType, scope: OpView) -> bool:
     """Whether a memref.alloca sits anywhere inside `scope` (conservative: nested too)."""
     found = []
@@ -417,6 +440,7 @@ SLOTS: dict[str, Rewrite] = {
     "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
     "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
+    "@tag-hoist": Rewrite(tag_innermost_loops, lambda text: "scf.for" in text),
     "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
     parallel_if.SLOT: Rewrite(parallel_if.apply, lambda text: parallel_if.MARKER in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
