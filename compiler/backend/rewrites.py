@@ -294,24 +294,20 @@ def tag_outlined_loops(mlir_ir: ModuleType, module: Module) -> int:
 def tag_innermost_loops(mlir_ir: ModuleType, module: Module) -> int:
     """Tag `kina.hoist` on every scf.for with no scf.for nested in it (what the "@hoist"
     script visits: transform_library.HOIST_LIBRARY says why); returns the count."""
-    loops: list[OpView] = []
-    outer: set[object] = set()
-
-    def visit(op: OpView) -> WalkResult:
-        if op.name == "scf.for":
-            loops.append(op)
-            parent = op.operation.parent
-            while parent is not None and parent.name not in ("scf.for", "func.func"):
-                parent = parent.parent
-            if parent is not None and parent.name == "scf.for":
-                outer.add(parent)
-        return mlir_ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    loops = walk_ops(mlir_ir, module, lambda op: op.name == "scf.for")
+    outer = {_enclosing_loop(lp) for lp in loops}
     inner = [lp for lp in loops if lp.operation not in outer]
     for lp in inner:
         lp.attributes["kina.hoist"] = mlir_ir.UnitAttr.get()
     return len(inner)
+
+
+def _enclosing_loop(op: OpView) -> object:
+    """The nearest scf.for around `op` inside its function, or None."""
+    parent = op.operation.parent
+    while parent is not None and parent.name not in ("scf.for", "func.func"):
+        parent = parent.parent
+    return parent if parent is not None and parent.name == "scf.for" else None
 
 
 def _scope_allocates(mlir_ir: ModuleType, scope: OpView) -> bool:
