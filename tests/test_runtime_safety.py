@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from compiler import build
+from compiler.backend import split
 from compiler.oracle import interp
 from compiler.runtime import library as runtime
 from compiler.runtime.loader import MANIFEST_FORMAT, THREAD_POOL_SYMBOL
@@ -132,11 +133,18 @@ COMPUTED_CALLS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module", params=[0, 2], ids=["O0", "O2"])
+@pytest.fixture(scope="module", params=[(0, False), (2, False), (0, True), (2, True)],
+                ids=["O0", "O2", "O0-parts", "O2-parts"])
 def computed(tmp_path_factory, request):
-    d = tmp_path_factory.mktemp(f"computed{request.param}")
+    """The library built whole, or in parts (compiler/backend/split.py, forced by its
+    threshold 0: `outer` in one part, `pick` and `along` in the other, each part's failed
+    checks recording through the entry module's one error slot)."""
+    level, parts = request.param
+    d = tmp_path_factory.mktemp(f"computed{level}{'parts' if parts else ''}")
     (d / "c.kina").write_text(COMPUTED)
-    return _build(d / "c.kina", d / "c.so", request.param).so_path
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(split.SPLIT_ENV, "0" if parts else str(1 << 40))
+        return _build(d / "c.kina", d / "c.so", level).so_path
 
 
 @pytest.mark.parametrize("fastcall", ["C", "python"])

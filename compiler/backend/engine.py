@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from compiler.backend import rewrites
 from compiler.backend import worker as backend_worker
 from compiler.backend.bindings import engine_module, mlir_error_text
-from compiler.backend.entry_points import CIFACE_PREFIX, entry_points_text, record_failed_asserts
+from compiler.backend.entry_points import CIFACE_PREFIX, PART_DECLARATIONS, entry_points_text, record_failed_asserts
 from compiler.backend.errors import StageFailed
 from compiler.backend.fusion import enabled as fusion_enabled
 from compiler.backend.fusion import fuse_elementwise
@@ -40,20 +40,24 @@ PhaseHook = Callable[[str, "ModuleType", "Module | None"], None]
 
 def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                            timings: dict[str, float], worker: Worker | None = None,
-                           llvm_ir: Path | None = None) -> None:
+                           llvm_ir: Path | None = None, part: bool = False) -> list[tuple[str, int]]:
     """engine_object in a worker process (compiler/backend/worker.py; `worker`: one started
     ahead): an LLVM or MLIR abort becomes a StageFailed, and the calling process (the
     language server) lives on.  With `llvm_ir`, the LLVM IR the pass pipeline lowered to
-    is written there instead of an object (`kinac emit --llvm`)."""
+    is written there instead of an object (`kinac emit --llvm`).  `part`: the module is one
+    part of a library built in parts (engine_object).  Returns the exported functions
+    (ciface symbol, descriptors)."""
     src = obj.with_suffix(".in.mlir")
     src.write_text(mlir_text)
-    request = {"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level, "obj": str(obj)}
+    request = {"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level, "obj": str(obj),
+               "part": part}
     if llvm_ir is not None:
         request["llvm_ir"] = str(llvm_ir)
     result = backend_worker.run(request, obj.parent, worker)
     timings.update(result["timings"])
     if not (llvm_ir or obj).exists():
         raise StageFailed("llvm", "the -O2 back end wrote no " + ("LLVM IR" if llvm_ir else "object file"))
+    return [(name, n) for name, n in result.get("exported", [])]
 
 
 # The pass manager verifies the whole module after every pass by default: 35% of the -O2
@@ -98,11 +102,14 @@ def run_pipeline(mlir_ir: ModuleType, passmanager: ModuleType, module: Module, p
 
 
 def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict[str, float],
-                  on_phase: PhaseHook | None = None, llvm_ir: Path | None = None) -> None:
+                  on_phase: PhaseHook | None = None, llvm_ir: Path | None = None,
+                  part: bool = False) -> list[tuple[str, int]]:
     """Pass pipeline and translation to LLVM IR in this process, then LLVM's opt and llc
     processes (compiler/backend/llvm_stage.py) write `obj`; with `llvm_ir`, the lowered module's
     LLVM IR is written there instead (before opt).  on_phase(phase, mlir_ir, module) is called
     as "mlir-verify", "mlir-opt" and "llvm" start (module: the lowered one, for "llvm").
+    `part`: one part of a library built in parts (compiler/backend/split.py): the entry points
+    are the entry module's.  Returns the exported functions (ciface symbol, descriptors).
     Builds call this through engine_object_in_child: MLIR aborts the process on some bugs."""
     mlir_ir, passmanager, _ = engine_module()
     hook: PhaseHook = on_phase or (lambda phase, mlir_ir, module: None)
@@ -121,7 +128,7 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
             run_pipeline(mlir_ir, passmanager, module, passes, mlir_text)
         except mlir_ir.MLIRError as e:
             raise StageFailed("mlir-opt", mlir_error_text(e)) from None
-        _append_packed(mlir_ir, module, mlir_text)
+        exported = _append_packed(mlir_ir, module, mlir_text, part)
         dedupe_kernels(mlir_ir, module)
         hook("llvm", mlir_ir, module)
         defines = _defines_functions(mlir_ir, module)
@@ -131,11 +138,12 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
         ll.write_text(_translate(mlir_ir, module))
         timings["passes"] = time.perf_counter() - t0
     if llvm_ir is not None:
-        return
+        return exported
     if not defines:
         _empty_object(obj)   # nothing to compile (an empty file): an empty object file is the right answer
     else:
-        llvm_object(ll, obj, llvm_level, timings)
+        llvm_object(ll, obj, llvm_level, timings, part)
+    return exported
 
 
 def _translate(mlir_ir: ModuleType, module: Module) -> str:
@@ -167,10 +175,12 @@ def _empty_object(obj: Path) -> None:
         raise StageFailed("cc", proc.stderr or "cc could not compile an empty file")
 
 
-def _append_packed(mlir_ir: ModuleType, module: Module, mlir_text: str) -> None:
+def _append_packed(mlir_ir: ModuleType, module: Module, mlir_text: str, part: bool = False) -> list[tuple[str, int]]:
     """The entry points of compiler/backend/entry_points.py, with each failed bounds check
     recording its message and returning (`mlir_text`: the emitted module, whose function
-    signatures give the shapes the checked entries compare)."""
+    signatures give the shapes the checked entries compare); returns the exported functions
+    (ciface symbol, descriptors).  `part`: one part of a library built in parts
+    (compiler/backend/split.py): only `_kina_fail`'s declaration, the entry module has the rest."""
     record_failed_asserts(mlir_ir, module)
     exported = []
     for op in module.body.operations:
@@ -178,6 +188,12 @@ def _append_packed(mlir_ir: ModuleType, module: Module, mlir_text: str) -> None:
             name = mlir_ir.StringAttr(op.attributes["sym_name"]).value
             if name.startswith(CIFACE_PREFIX + "kina_"):
                 exported.append((name, str(op.attributes["function_type"]).count("ptr")))
-    wrapper = mlir_ir.Module.parse(entry_points_text(exported, mlir_text, declare=True))
-    for op in list(wrapper.body.operations)[len(exported):]:   # skip the declarations
+    if part:
+        wrapper = mlir_ir.Module.parse(PART_DECLARATIONS)
+        ops = list(wrapper.body.operations)
+    else:
+        wrapper = mlir_ir.Module.parse(entry_points_text(exported, mlir_text, declare=True))
+        ops = list(wrapper.body.operations)[len(exported):]   # skip the declarations
+    for op in ops:
         module.body.append(op.detach_from_parent())
+    return exported

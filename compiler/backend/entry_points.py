@@ -143,12 +143,15 @@ def _string_global(name: str, text: str) -> str:
     return f'llvm.mlir.global private constant @{name}("{escaped}") {{addr_space = 0 : i32}} : !llvm.array<{len(data)} x i8>'
 
 
+# `_kina_fail` is internal to a library built as one module; a library built in parts
+# (compiler/backend/split.py) defines it once, in its entry module, where the parts' failed
+# asserts call it (each part declares it: PART_DECLARATIONS).
 _RUNTIME = f"""\
 llvm.mlir.global internal thread_local @_kina_error() {{addr_space = 0 : i32}} : !llvm.ptr {{
   %0 = llvm.mlir.zero : !llvm.ptr
   llvm.return %0 : !llvm.ptr
 }}
-llvm.func internal @{FAIL_SYMBOL}(%msg: !llvm.ptr) {{
+llvm.func LINKAGE@{FAIL_SYMBOL}(%msg: !llvm.ptr) {{
   %slot = llvm.mlir.addressof @_kina_error : !llvm.ptr
   %old = llvm.load %slot : !llvm.ptr -> !llvm.ptr
   %null = llvm.mlir.zero : !llvm.ptr
@@ -265,10 +268,15 @@ def _packed_entry(ciface: str, sig: Signature) -> list[str]:
     return lines
 
 
-def entry_points_text(exported: list[tuple[str, int]], emitted_mlir: str, declare: bool = False) -> str:
+PART_DECLARATIONS = f"llvm.func hidden @{FAIL_SYMBOL}(!llvm.ptr)"
+
+
+def entry_points_text(exported: list[tuple[str, int]], emitted_mlir: str, declare: bool = False,
+                      shared: bool = False) -> str:
     """LLVM-dialect text of the runtime pieces and of the checked and packed entry of every
     (ciface symbol, number of descriptor arguments) of the lowered module; `declare`: with a
-    declaration of each ciface function first (a module of its own)."""
+    declaration of each ciface function first (a module of its own); `shared`: with
+    `_kina_fail` visible to the library's other objects (a library built in parts)."""
     sigs = signatures(emitted_mlir)
     found = []
     for ciface, n_args in exported:
@@ -282,7 +290,7 @@ def entry_points_text(exported: list[tuple[str, int]], emitted_mlir: str, declar
     if declare:
         lines += [f"llvm.func @{c}({', '.join(['i64'] * len(sig.sizes) + ['!llvm.ptr'] * len(sig.tensors))})"
                   for c, sig in found]
-    lines += [_RUNTIME, _string_global("_kina_abi_text", abi_text(sigs))]
+    lines += [_RUNTIME.replace("LINKAGE", "hidden " if shared else "internal "), _string_global("_kina_abi_text", abi_text(sigs))]
     for ciface, sig in found:
         lines += _checked_entry(ciface, sig) + _packed_entry(ciface, sig)
     return "\n".join(lines)
@@ -291,11 +299,34 @@ def entry_points_text(exported: list[tuple[str, int]], emitted_mlir: str, declar
 def add_entry_points(llvm_mlir_text: str, emitted_mlir: str) -> str:
     """The lowered (LLVM dialect) module text with its failed asserts returning and the entry
     points appended (the "tools" back end; the engine's is engine._append_packed)."""
-    exported = [(m[1], m[2].count("!llvm.ptr")) for m in _CIFACE_RE.finditer(llvm_mlir_text)]
+    exported = exported_functions(llvm_mlir_text)
     body = record_failed_asserts_text(llvm_mlir_text).rstrip()
     if not body.endswith("}"):
         return llvm_mlir_text
     return body[:-1] + entry_points_text(exported, emitted_mlir) + "\n}\n"
+
+
+def exported_functions(llvm_mlir_text: str) -> list[tuple[str, int]]:
+    """(ciface symbol, number of descriptor arguments) of each exported function of a lowered module."""
+    return [(m[1], m[2].count("!llvm.ptr")) for m in _CIFACE_RE.finditer(llvm_mlir_text)]
+
+
+def add_part_runtime(llvm_mlir_text: str) -> str:
+    """A part's lowered module (compiler/backend/split.py) with its failed asserts returning
+    through the library's one `_kina_fail` (declared here; the entry module defines it)."""
+    body = record_failed_asserts_text(llvm_mlir_text).rstrip()
+    if not body.endswith("}"):
+        return llvm_mlir_text
+    return body[:-1] + PART_DECLARATIONS + "\n}\n"
+
+
+def entry_module_text(emitted_mlir: str) -> tuple[str, list[tuple[str, int]]]:
+    """The entry module of a library built in parts: every exported function's checked and
+    packed entry (its ciface function declared: a part defines it), the error slot, the one
+    `_kina_fail` and the ABI text; and the (ciface symbol, descriptors) it expects the parts
+    to define (the build compares them with what the parts lowered)."""
+    exported = [(CIFACE_PREFIX + name, len(sig.tensors)) for name, sig in signatures(emitted_mlir).items()]
+    return "module {\n" + entry_points_text(exported, emitted_mlir, declare=True, shared=True) + "\n}\n", exported
 
 
 # ---- failed asserts: record and return -------------------------------------------------------

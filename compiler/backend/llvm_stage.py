@@ -158,9 +158,11 @@ def _split_min_bytes() -> int:
     return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= LLVM_PARTS else 1 << 62
 
 
-def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float]) -> None:
+def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float], part: bool = False) -> None:
     """Optimise and compile the lowered module's LLVM IR (a .ll file, written by the
-    engine's translation) into `obj`."""
+    engine's translation) into `obj`.  `part`: the module is one part of a library built in
+    parts (compiler/backend/parts.py), whose objects are joined: the symbols llvm-split made
+    hidden globals are made local again, so that two parts' kernels of one name never clash."""
     work = obj.parent
     if ll.stat().st_size < _split_min_bytes():
         _opt_and_llc([(ll, work / "optimised.bc", obj)], llvm_level, timings)
@@ -169,6 +171,8 @@ def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float])
         parts = [(work / f"part{k}", work / f"part{k}.bc", work / f"part{k}.o") for k in range(LLVM_PARTS)]
         _opt_and_llc(parts, llvm_level, timings)
         run_tool("cc", ["-r", "-nostdlib", "-o", str(obj), *(str(o) for _, _, o in parts)], timings, "codegen")
+        if part:   # defined hidden symbols only: the undefined `_kina_fail` stays global
+            run_tool("llvm-objcopy", ["--localize-hidden", str(obj)], timings, "codegen")
     if not obj.exists():
         raise StageFailed("llc", "llc wrote no object file")
 

@@ -55,7 +55,9 @@ from compiler.backend.entry_points import add_entry_points
 from compiler.backend.errors import INLINE_LOC_RE, StageFailed
 from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
 from compiler.backend.mlir_opt import rewrite_text, run_passes, slot_needed
+from compiler.backend.parts import parts_object
 from compiler.backend.pipelines import passes_for, pipeline_for, uses_f8
+from compiler.backend.split import split_module
 from compiler.backend.tools import TOOLS, apfloat_runtime_dir, find_tool, run_tool
 from compiler.backend.worker import externals_path, missing_symbols
 from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_name
@@ -174,8 +176,12 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         tmp = Path(tmp_name)
         obj = tmp / "out.o"
         passes = passes_for(mlir_text, opt_level, tmp)
+        parts = None if keep_llvm_ir else split_module(mlir_text)
         try:
-            if pipeline.backend == "engine" and not keep_llvm_ir:
+            if parts is not None:     # a large module: its parts on the cores side by side
+                parts_object(parts, mlir_text, opt_level, tmp, obj, timings, worker)
+                llvm_ir = None
+            elif pipeline.backend == "engine" and not keep_llvm_ir:
                 engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
                 llvm_ir = None
             else:

@@ -37,6 +37,7 @@ TOOLS: dict[str, ToolSpec] = {
     "llc": ToolSpec("llc", "KINA_LLC", "llvm", _MLIR_WHEELS),
     "opt": ToolSpec("opt", "KINA_OPT", "llvm", _MLIR_WHEELS),
     "llvm-split": ToolSpec("llvm-split", "KINA_LLVM_SPLIT", "llvm", _MLIR_WHEELS),
+    "llvm-objcopy": ToolSpec("llvm-objcopy", "KINA_LLVM_OBJCOPY", "llvm", _MLIR_WHEELS),
     "cc": ToolSpec("cc", "KINA_CC", None, "apt-get install gcc (or set KINA_CC to a C compiler)"),
 }
 # Debian's versioned LLVM packages (apt install mlir-22-tools llvm-22) as a last resort.

@@ -60,9 +60,10 @@ def _engine(req: dict[str, Any], req_path: Path) -> dict[str, Any]:
         if phase == "llvm" and module is not None:
             req_path.with_suffix(".externals.json").write_text(json.dumps(_externals(mlir_ir, module)))
 
-    engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
-                  timings, on_phase=on_phase, llvm_ir=Path(req["llvm_ir"]) if req.get("llvm_ir") else None)
-    return {"ok": True, "timings": timings}
+    exported = engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
+                             timings, on_phase=on_phase, llvm_ir=Path(req["llvm_ir"]) if req.get("llvm_ir") else None,
+                             part=bool(req.get("part")))
+    return {"ok": True, "timings": timings, "exported": exported}
 
 
 def rewrite_in_process(slot: str, mlir_text: str) -> str:
