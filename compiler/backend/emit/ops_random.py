@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from compiler.backend.emit.builder import COMPUTE, Emitter, FnEmitter, identity, ty
 from compiler.backend.emit.ops_ext import EXT_LOWERINGS
 from compiler.core.types import DType, TensorType
@@ -84,6 +82,7 @@ def _bits(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...]) -> str:
 
 def _const(em: FnEmitter, v: float, t: str = _F) -> str:
     """A constant of float type t (rounded to float32 for f32, as the interpreter's are)."""
+    import numpy as np   # here: only a random op needs it, and importing numpy costs every kinac start ~60 ms
     return em.scalar(float(np.float32(v)) if t == _F else float(v), t)
 
 
@@ -97,6 +96,7 @@ def _uniform(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...], lo: floa
     f = em.op(f"arith.subf {em.op(f'arith.bitcast {bits} : i32 to {_F}')}, {_f(em, 1.0)} : {_F}")
     if lo == 0.0:
         return f
+    import numpy as np
     scale = float(np.float32(1.0) - np.float32(lo))
     scaled = em.op(f"arith.addf {em.op(f'arith.mulf {f}, {_f(em, scale)} : {_F}')}, {_f(em, lo)} : {_F}")
     return em.op(f"arith.maximumf {_f(em, lo)}, {scaled} : {_F}")
