@@ -41,6 +41,28 @@ def test_row_agrees_with_numpy_mlir_and_c(d):
         assert d.fd_tolerance is None and d.finite_max == (1 if d is DType.Bool else 2**63 - 1)
 
 
+@pytest.mark.parametrize("d", FLOAT_DTYPES, ids=str)
+def test_overflows_and_bits_are_numpys_cast(d):
+    """overflows() and bits_of() answer F32 and F64 without NumPy: they agree with NumPy's
+    cast at each format's edge (its largest finite value, the midpoint above it, the next
+    doubles), at infinities, NaNs, signed zeros and subnormals."""
+    top = d.finite_max
+    half_ulp = float(ml_dtypes.finfo(d.np_dtype).eps) * 2.0 ** (math.frexp(top)[1] - 2)   # half the gap below 2**(emax+1)
+    edges = [0.0, 1.0, top, top + half_ulp, 1e300, 1.7976931348623157e308]
+    for e in list(edges):
+        edges += [math.nextafter(e, math.inf), math.nextafter(e, -math.inf)]
+    for x in [e for e in edges if math.isfinite(e)] + [-e for e in edges if math.isfinite(e)]:
+        with np.errstate(all="ignore"):
+            rounded = np.array(x, np.float64).astype(d.np_dtype).astype(np.float64)
+        assert d.overflows(x) == (not bool(np.isfinite(rounded))), (d, x)
+    assert not d.overflows(math.inf) and not d.overflows(math.nan)
+    specials = [math.inf, -math.inf, math.nan, -math.nan, 0.0, -0.0, 1.0 / 3.0, 5e-324, 1e-40]
+    for x in specials + [e for e in edges if math.isfinite(e)]:
+        with np.errstate(all="ignore"):
+            bits = int(np.array(x, np.float64).astype(d.np_dtype).view(f"u{d.itemsize}"))
+        assert d.bits_of(x) == bits, (d, x)
+
+
 def test_mlir_element_types_have_the_item_sizes():
     from mlir import ir
     with ir.Context():

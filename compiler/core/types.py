@@ -17,6 +17,8 @@ computed in its own precision wider than f32 (the other floats compute in f32).
 """
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -113,17 +115,33 @@ class DType(Enum):
 
     def bits_of(self, x: float) -> int:
         """The storage bits of `x` rounded to this dtype (how NumPy / ml_dtypes round it:
-        an infinity is NaN in F8E4M3), e.g. for MLIR's hexadecimal float literals."""
+        an infinity is NaN in F8E4M3), e.g. for MLIR's hexadecimal float literals.  F64, and
+        F32 where x does not overflow, are packed by struct (the same C cast; see overflows)."""
+        if self is DType.F64:
+            return int.from_bytes(struct.pack("<d", x), "little")
+        if self is DType.F32 and not self.overflows(x):
+            return int.from_bytes(struct.pack("<f", x), "little")
         import numpy as np
         with np.errstate(all="ignore"):    # an out-of-range x rounds as documented, silently
             return int(np.array(x, np.float64).astype(self.np_dtype).view(f"u{self.itemsize}"))
 
     def overflows(self, x: float) -> bool:
         """Whether the finite number `x` rounds to an infinity (NaN in F8E4M3) in this float
-        dtype: a literal that does is an error (check/scalars.py), never a silent inf."""
-        import numpy as np
-        if not self.is_float or not np.isfinite(x):
+        dtype: a literal that does is an error (check/scalars.py), never a silent inf.
+
+        F64 and F32, the dtypes of nearly every literal, are answered without NumPy (whose
+        import would cost every `kinac check` and `build` ~60 ms): a finite float is a
+        finite f64, and struct's binary32 packing rounds as NumPy's cast does (it is the C
+        cast) and refuses exactly the values that round to an infinity."""
+        if not self.is_float or not math.isfinite(x) or self is DType.F64:
             return False
+        if self is DType.F32:
+            try:
+                struct.pack("<f", x)
+            except OverflowError:
+                return True
+            return False
+        import numpy as np
         with np.errstate(all="ignore"):
             return not bool(np.isfinite(np.array(x, np.float64).astype(self.np_dtype).astype(np.float64)))
 
