@@ -82,7 +82,8 @@ def _bits(em: FnEmitter, k: tuple[str, str], shape: tuple[int, ...]) -> str:
 
 def _const(em: FnEmitter, v: float, t: str = _F) -> str:
     """A constant of float type t (rounded to float32 for f32, as the interpreter's are)."""
-    import numpy as np   # here: only a random op needs it, and importing numpy costs every kinac start ~60 ms
+    # imported here: only a random op needs numpy, and importing it costs every kinac start ~60 ms
+    import numpy as np
     return em.scalar(float(np.float32(v)) if t == _F else float(v), t)
 
 
