@@ -17,7 +17,8 @@ Public modules and entry points (other packages import only these):
   hints   NumPy / PyTorch names that are not Kina ops and how Kina spells them (the
           checker's notes; syntax errors use RETURN_MESSAGE)
 
-Inside: builder (grammar.lark's LALR parser with the AST builder embedded), errors (a lark
-error -> one diagnostic in words), recovery (every error of a broken item).
+Inside: grammar (grammar.lark's Lark, its tables from lark's cache in a private per-user
+directory), builder (grammar.lark's LALR parser with the AST builder embedded), errors (a
+lark error -> one diagnostic in words), recovery (every error of a broken item).
 """
 __all__ = ["hints", "imports", "items", "lex", "nodes", "parse", "walk"]

@@ -17,11 +17,11 @@ import sys
 import threading
 from typing import Any, TypeVar
 
-from lark import Lark, Token, Transformer
+from lark import Token, Transformer
 
 from compiler.core.diagnostics import Span
 from compiler.core.types import DType
-from compiler.syntax import lex
+from compiler.syntax import grammar, lex
 from compiler.syntax import nodes as ast
 
 # Expression trees nested deeper than this are rejected: every later stage walks nesting
@@ -341,13 +341,6 @@ def _size(v: _Value | ast.SizeName | ast.SizeBin) -> ast.SizeExpr:
 
 
 TO_AST = _ToAst()
-PARSER = Lark(
-    lex.GRAMMAR,
-    parser="lalr",
-    lexer="basic",
-    keep_all_tokens=True,
-    transformer=TO_AST,
-    maybe_placeholders=False,
-)
+PARSER = grammar.load(transformer=TO_AST)
 
 PARSE_LOCK = threading.Lock()   # the embedded transformer carries the item offset

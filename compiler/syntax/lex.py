@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import copy
 import re
-from pathlib import Path
 
-from lark import Lark, Token
+from lark import Token
 from lark.lexer import BasicLexer
 from lark.utils import TextSlice
 
 from compiler.core.diagnostics import BOM
+from compiler.syntax import grammar
 
-GRAMMAR = Path(__file__).with_name("grammar.lark").read_text(encoding="utf-8")
-
-# A lexer-only Lark (no parser tables: about 25 ms to build); the parser (syntax/builder.py) is
-# built from the same grammar text, so terminal names agree and the recovery
-# (syntax/recovery.py) can feed these tokens to it.
-_LARK = Lark(GRAMMAR, parser=None, lexer="basic")
+# The terminals and basic lexer of the parser's own Lark (syntax/grammar.py, loaded from
+# lark's cache), so terminal names agree and the recovery (syntax/recovery.py) can feed
+# these tokens to the parser.
+_LARK = grammar.load()
 TERMINALS = {t.name: t for t in _LARK.terminals}
 _CODE_LEXER: BasicLexer = _LARK._build_lexer()                       # blanks and comments dropped
 _COMMENTS_CONF = copy.copy(_LARK.lexer_conf)
@@ -46,7 +44,7 @@ WORDS = frozenset({"NAME"} | set(KEYWORD_TERMINALS))    # terminals an identifie
 
 # Whether some terminal matches at a position: the lexer fails exactly where none does.
 _ANY_TERMINAL = re.compile("|".join(f"(?:{t.pattern.to_regexp()})" for t in _LARK.terminals
-                                    if t.name not in _LARK.ignore_tokens))
+                                    if t.name not in _LARK.lexer_conf.ignore))
 _BLANKS = re.compile(r"\s+")
 
 
