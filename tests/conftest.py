@@ -20,7 +20,7 @@ ONCE = frozenset({
     "test_lsp_convert", "test_lsp_diagnostics", "test_lsp_language", "test_lsp_memory", "test_lsp_regressions",
     "test_lsp_robustness", "test_lsp_semantic", "test_lsp_state", "test_lsp_structure", "test_lsp_sync",
     "test_flat_chains", "test_lsp_requests", "test_lsp_scale", "test_sort_pairs", "test_vjp_export",
-    "test_lsp_modules", "test_lsp_refactor",
+    "test_lsp_modules", "test_lsp_refactor", "test_grammar_cache", "test_startup",
     # a hand-written C library (no Kina build): the runtime's dynamic calls at any level
     "test_runtime_dynamic",
 })

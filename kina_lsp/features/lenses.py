@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, TypeGuard
 from lsprotocol import types as lsp
 
 from compiler.core.diagnostics import display_path
-from compiler.oracle.validate import GRAD_PREFIX
 from compiler.syntax import nodes as ast
 from compiler.syntax import walk as ast_walk
 
@@ -93,6 +92,9 @@ async def validate_function(ls: Server, args: list[object]) -> Summary:
         return refusal(f"`{name}` does not check cleanly (or does not exist): fix its errors first")
     if kind == "gradient" and name not in differentiated(view.snapshot.module):
         return refusal(f"no function differentiates `{name}` with `handle {name}(..) with reverseMode`")
+    # imported here, as commands.py imports validate: it brings NumPy and the whole build,
+    # which the server's start (every editor's first keystroke) does not need
+    from compiler.oracle.validate import GRAD_PREFIX
     only = {GRAD_PREFIX + name} if kind == "gradient" else {name}
     return await commands.build_and_validate(ls, uri, only=only)
 
