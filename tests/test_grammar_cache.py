@@ -68,3 +68,17 @@ def test_a_directory_others_can_write_is_not_used(cache_home):
     assert grammar.cache_dir() is None and grammar.cache_file() is False
     assert grammar.load().parse(PROGRAM) is not None
     assert list(cache_home.iterdir()) == []
+
+
+def test_old_files_are_pruned(cache_home):
+    """Files of other grammars (or larks, Pythons): the newest KEEP stay, with ours."""
+    cache_home.mkdir(parents=True)
+    for i in range(grammar.KEEP + 3):
+        old = cache_home / f"grammar-old{i}.lark-cache"
+        old.write_bytes(b"another grammar's tables")
+        os.utime(old, (1000 + i, 1000 + i))
+    (cache_home / "unrelated").write_text("kept")
+    grammar.load()
+    kept = sorted(p.name for p in cache_home.iterdir())
+    assert kept == sorted([os.path.basename(str(grammar.cache_file())), "unrelated"]
+                          + [f"grammar-old{i}.lark-cache" for i in range(4, grammar.KEEP + 3)])

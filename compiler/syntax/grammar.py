@@ -45,14 +45,30 @@ def cache_dir() -> Path | None:
     return d
 
 
+KEEP = 8   # cache files kept: those of the grammars, larks and Pythons used last
+
+
 def cache_file() -> str | bool:
     """Where lark keeps the tables (False: nowhere).  One file per grammar text, lark and
-    Python, so two checkouts or virtual environments do not keep rewriting one file."""
+    Python, so two checkouts or virtual environments do not keep rewriting one file; when
+    this one is missing (lark is about to write it), all but the newest KEEP others go."""
     d = cache_dir()
     if d is None:
         return False
     key = hashlib.sha256(f"{GRAMMAR}\0{lark.__version__}\0{sys.version_info[:2]}".encode()).hexdigest()[:16]
-    return str(d / f"grammar-{key}.lark-cache")
+    path = d / f"grammar-{key}.lark-cache"
+    if not path.exists():
+        _prune(d)
+    return str(path)
+
+
+def _prune(d: Path) -> None:
+    try:
+        files = sorted(d.glob("grammar-*.lark-cache"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in files[KEEP - 1:]:
+            old.unlink()
+    except OSError:    # another process pruned first
+        pass
 
 
 def load(**extra: Any) -> Lark:
