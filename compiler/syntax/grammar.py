@@ -10,10 +10,11 @@ start of kinac and of the language server, so they come from lark's own cache
 (`Lark(..., cache=path)`): lark heads the file with a SHA-256 of the grammar text, the
 options, lark's version and Python's, loads it when that key matches, and otherwise (an
 edited grammar, a damaged, truncated or foreign file) builds the tables as without a
-cache and rewrites the file.  The file is a pickle, so it is kept only in a directory of
-this user's that nobody else can write: $XDG_CACHE_HOME/kina/parser, else
-~/.cache/kina/parser.  Where there is none (no home, a read-only or shared directory),
-the tables are built each time.
+cache and rewrites the file (a file another process is writing at that moment reads as
+damaged: built too).  The file is a pickle, so it is kept only in a directory of this
+user's that nobody else can write: $XDG_CACHE_HOME/kina/parser, else
+~/.cache/kina/parser, holding the files of the last KEEP grammars.  Where there is none
+(no home, a read-only or shared directory), the tables are built each time.
 """
 from __future__ import annotations
 
