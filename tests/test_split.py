@@ -2,6 +2,7 @@
 export in exactly one part, what it calls copied in as internal functions, text the cut does
 not recognise compiled whole; and a library built in parts computes what the library built
 whole computes, bit for bit.  (Failed bounds checks in parts: tests/test_runtime_safety.py.)"""
+import os
 import re
 import subprocess
 
@@ -88,6 +89,11 @@ def test_what_the_cut_does_not_recognise_or_need_is_one_part(emitted, monkeypatc
                                            "  func.func @kina_mix")) is None
     one = "module {\n  func.func @kina_f() -> () attributes {llvm.emit_c_interface} {\n    return\n  }\n}\n"
     assert split.split_module(one) is None, "one export: nothing to share"
+    monkeypatch.delenv(split.SPLIT_ENV)
+    monkeypatch.setattr(split, "SPLIT_MIN_BYTES", 0)
+    if len(os.sched_getaffinity(0)) >= split.PARTS:
+        assert split.split_module(text, "tools") is not None
+    assert split.split_module(text, "engine") is None, "-O2 builds whole unless KINA_SPLIT_BYTES asks"
 
 
 @pytest.mark.parametrize("level", [0, 2])

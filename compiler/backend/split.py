@@ -21,10 +21,16 @@ from dataclasses import dataclass, field
 
 PARTS = 2
 # Below this much emitted text a build is one module: a part costs its own processes
-# (~0.1 s of tool start-up at -O0, a second worker with the MLIR bindings at -O2), which a
-# small module's whole compile does not repay.  KINA_SPLIT_BYTES overrides it (0: split
-# every module with two exported functions or more; a huge value: never split).
+# (~0.1 s of tool start-up at -O0), which a small module's whole compile does not repay.
+# KINA_SPLIT_BYTES overrides it (0: split every module with two exported functions or
+# more; a huge value: never split).
 SPLIT_MIN_BYTES = 100_000
+# The -O2 engine builds whole unless KINA_SPLIT_BYTES asks: its LLVM stage already runs in
+# two halves, and it merges identical kernels across the module (llvm_stage.dedupe_kernels),
+# which parts cannot: the GPT block's loss and gradient share their forward kernels.  In
+# parts its -O2 build took 1.3-2.5 s more CPU (the second part's copies of those kernels,
+# a second worker loading the bindings) for 0-0.5 s less wall (benchmarks/README.md).
+SPLIT_BACKENDS = ("tools",)
 SPLIT_ENV = "KINA_SPLIT_BYTES"
 
 _HEAD_RE = re.compile(r"^  func\.func (private )?@(\"[^\"]+\"|[\w$.]+)\(")
@@ -115,18 +121,23 @@ def _closure(root: str, by_name: dict[str, Item]) -> list[str]:
     return seen
 
 
-def split_min_bytes() -> int:
+def split_min_bytes(backend: str = "tools") -> int:
+    """The smallest module `backend` ("tools" or "engine": pipelines.Pipeline.backend) builds
+    in parts: KINA_SPLIT_BYTES, else SPLIT_MIN_BYTES for the backends of SPLIT_BACKENDS on a
+    machine with PARTS cores or more, else never."""
     setting = os.environ.get(SPLIT_ENV, "").strip()
     if setting.isdigit():
         return int(setting)
-    return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= PARTS else 1 << 62
+    if backend in SPLIT_BACKENDS and len(os.sched_getaffinity(0)) >= PARTS:
+        return SPLIT_MIN_BYTES
+    return 1 << 62
 
 
-def split_module(text: str, parts: int = PARTS) -> list[str] | None:
+def split_module(text: str, backend: str = "tools", parts: int = PARTS) -> list[str] | None:
     """The emitted module as up to `parts` modules (each exported function in exactly one,
     as an export; the functions it calls copied in as private), or None when it is one part:
-    too small, one exported function, or not the emitter's layout."""
-    if len(text) < split_min_bytes():
+    too small for `backend` (split_min_bytes), one exported function, or not the emitter's layout."""
+    if len(text) < split_min_bytes(backend):
         return None
     parsed = parse_items(text)
     if parsed is None:

@@ -176,7 +176,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         tmp = Path(tmp_name)
         obj = tmp / "out.o"
         passes = passes_for(mlir_text, opt_level, tmp)
-        parts = None if keep_llvm_ir else split_module(mlir_text)
+        parts = None if keep_llvm_ir else split_module(mlir_text, pipeline.backend)
         try:
             if parts is not None:     # a large module: its parts on the cores side by side
                 parts_object(parts, mlir_text, opt_level, tmp, obj, timings, worker)
