@@ -140,10 +140,12 @@ def normalized_mlir(mlir_text: str) -> str:
 def build_settings() -> str:
     """The environment's choices that change the code of a library: the OpenMP runtime
     (KINA_OPENMP: threaded or serial kernels), vector math (KINA_VECTOR_MATH), -O2's
-    elementwise fusion (KINA_FUSE) and opt's SLP vectoriser (KINA_LLVM_SLP)."""
-    from compiler.backend import fusion, llvm_stage, threads
+    elementwise fusion (KINA_FUSE), opt's SLP vectoriser (KINA_LLVM_SLP) and the register tile
+    (KINA_REGISTER_TILE)."""
+    from compiler.backend import fusion, llvm_stage, threads, transform_library
     return (f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()} "
-            f"fuse={fusion.enabled()} opt={' '.join(llvm_stage.OPT_FLAGS)}")
+            f"fuse={fusion.enabled()} opt={' '.join(llvm_stage.OPT_FLAGS)} "
+            f"tile={transform_library.REGISTER_TILE}")
 
 
 def key_for(mlir_text: str, opt_level: int) -> str:

@@ -30,7 +30,42 @@ from compiler.backend.transform_dynamic import (
 #   scatter_along_axis lowering (and scatter_add where rewrite_scatters does not apply) out[v, d] += (idx[n] == v) ? upd[n, d] : 0:
 #   (v, d, n) -> (v, n, d), so the innermost loop runs along the rows of out and upd.
 #   Interchange only renests loops: each output element sums the same terms in order.
-MATMUL_TILE = (8, 32)   # (M, N) of the register tile
+MATMUL_TILE = (8, 32)   # (M, N) of the tiles the tagging reasons in (parallelize.py)
+
+
+def _host_has_avx512() -> bool:
+    """Whether the CPU the libraries are compiled for (llc's -mcpu=native) has AVX-512F."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
+# The register tile the script tiles and vectorises with.  8 x 32 is 16 AVX-512 registers
+# of C; with AVX2's 16 registers of 8 floats it is 32 registers, and the kernels spill: on
+# a Zen 3 host the scaled StoryLM's train step took 24.0 ms with 8 x 32 tiles and 13.0
+# with 4 x 16 (8 registers of C; 8 x 16 spilled too: 24.4 ms), against jax.jit's 14.9.
+# The tagging keeps reasoning in MATMUL_TILE: 4 x 16 divides 8 x 32, so a tile the tags
+# call full is a whole number of register tiles.  It serves the matmuls the tags call
+# divisible (`kina.vectorize`) and the parallel ones; the peeled ones (`kina.vectorize_peeled`
+# and a dynamic export's `kina.parallel_peeled`) keep MATMUL_TILE, since their peelings are
+# MATMUL_TILE's and `transform.loop.peel` fails on a loop the smaller tile divides (a
+# dynamic [B * H, 4, 2] @ [B * H, 2, 4] product: its static 4-row loop).
+# KINA_REGISTER_TILE=MxN overrides it.
+def _register_tile() -> tuple[int, int]:
+    import os
+    setting = os.environ.get("KINA_REGISTER_TILE", "").strip().lower()
+    if setting:
+        m, _, n = setting.partition("x")
+        if m.isdigit() and n.isdigit() and MATMUL_TILE[0] % int(m) == 0 and MATMUL_TILE[1] % int(n) == 0:
+            return int(m), int(n)
+    return MATMUL_TILE if _host_has_avx512() else (4, 16)
+
+
+REGISTER_TILE = _register_tile()
+
+
 # - the parallel matmuls (compiler/backend/parallelize.py tags them with their blocks): one
 #   script part per block shape `parallelize.parallel_blocks` can choose.
 # - a parallel matmul with K >= K_BLOCK_MIN (tagged `kina.k_block` too) runs the k loop of
@@ -139,7 +174,10 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     `kina.vectorize_peeled = [peel_m, peel_n, odd_rest, tile_n]`."""
     batch = int(op == "linalg.batch_matmul")
     name = f"%peel_{op[7:]}_{peel_m}{peel_n}{odd_rest}_{tile_n}"
-    tiles = ", ".join(map(str, [1] * batch + [MATMUL_TILE[0], tile_n, 1]))
+    # MATMUL_TILE, not REGISTER_TILE: the tag's peelings are MATMUL_TILE's, and peeling a
+    # loop that the smaller register tile divides fails (`transform.loop.peel`).
+    reg_m, reg_n = MATMUL_TILE[0], tile_n
+    tiles = ", ".join(map(str, [1] * batch + [reg_m, reg_n, 1]))
     loops = ", ".join(["!transform.any_op"] * (4 + batch))
     m, n = batch, batch + 1        # the M and N loops among the tile loops %l
     lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
@@ -156,7 +194,7 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     # vectorise, but for an odd_rest partial column tile only the full tiles do.  The
     # last partial row tile stays a loop nest (the interchange below).
     rows = f"%main{m}" if peel_m else f"%l#{m}"
-    only_full = f" filter_result_type = tensor<{'1x' * batch}{MATMUL_TILE[0]}x{tile_n}xf32>" if odd_rest else ""
+    only_full = f" filter_result_type = tensor<{'1x' * batch}{reg_m}x{reg_n}xf32>" if odd_rest else ""
     lines += [f"      transform.apply_patterns to {rows} {{",
               "        transform.apply_patterns.canonicalization",
               "      } : !transform.any_op",
@@ -207,13 +245,13 @@ module attributes {transform.with_named_sequence} {
     %vm = transform.structured.match ops{["linalg.matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %vm : !transform.any_op {
     ^bb0(%op: !transform.any_op):
-      %t, %l:3 = transform.structured.tile_using_for %op tile_sizes [8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %t, %l:3 = transform.structured.tile_using_for %op tile_sizes [@TILE_M@, @TILE_N@, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %t : !transform.any_op
     }
     %vb = transform.structured.match ops{["linalg.batch_matmul"]} attributes{kina.vectorize} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %vb : !transform.any_op {
     ^bb0(%op: !transform.any_op):
-      %t, %l:4 = transform.structured.tile_using_for %op tile_sizes [1, 8, 32, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
+      %t, %l:4 = transform.structured.tile_using_for %op tile_sizes [1, @TILE_M@, @TILE_N@, 1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)
       transform.structured.vectorize %t : !transform.any_op
     }
     %f = transform.structured.match ops{["func.func"]} in %root : (!transform.any_op) -> !transform.any_op
@@ -340,7 +378,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
     vectorised like a serial matmul."""
     name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
     forall = ", ".join(map(str, blocks)) + ", 0"
-    tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*MATMUL_TILE, 1]))
+    tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*REGISTER_TILE, 1]))
     n = len(blocks) + 1
     loops = ", ".join(["!transform.any_op"] * (n + 1))
     match = f"kina.parallel = array<i64: {', '.join(map(str, blocks))}>"
@@ -380,6 +418,7 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
                                      for peel in DYNAMIC_PEELINGS)).replace(
     "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
                                     for peel in PEELINGS)).replace(
+    "@TILE_M@", str(REGISTER_TILE[0])).replace("@TILE_N@", str(REGISTER_TILE[1])).replace(
     # The most specific matches first (packed, then k-blocked): a plain match takes them too.
     "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                      for k in (True, False) if op == "linalg.matmul"]
