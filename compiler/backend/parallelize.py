@@ -20,6 +20,7 @@ from compiler.backend.transform_library import (
     ODD_REST_COLUMNS,
     REDUCE_LANES,
     REDUCE_MAX_RANK,
+    REGISTER_TILE,
     TRANSPOSE_BLOCK,
     TRANSPOSE_MAX_RANK,
     reduce_tiles,
@@ -184,8 +185,9 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 # sizes make it big enough) whose M and N loops are peeled, and only the full
                 # (static) tiles are vectorised; a static dim the block divides is not peeled
                 # (transform.loop.peel fails on a loop with no partial last tile)
-                # (the loops peeled are those over one block; a batch_matmul's block is a whole item)
-                units = MATMUL_TILE if op.name == "linalg.batch_matmul" else DYNAMIC_BLOCK
+                # (the loops peeled are those over one block; a batch_matmul's block is a whole
+                # item, so its loops are the register tile's: REGISTER_TILE, the one it is tiled with)
+                units = REGISTER_TILE if op.name == "linalg.batch_matmul" else DYNAMIC_BLOCK
                 peel = [int(t.is_dynamic_dim(d) or t.shape[d] % unit != 0)
                         for d, unit in ((t.rank - 2, units[0]), (t.rank - 1, units[1]))]
                 op.attributes["kina.parallel_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)

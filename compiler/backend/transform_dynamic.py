@@ -11,7 +11,7 @@ from __future__ import annotations
 # - a dynamic export's f32 matmul / batch_matmul (a `?` in M or N: its sizes are known at the
 #   call only), tagged `kina.parallel_peeled = [peel_m, peel_n]` by `tag_vectorizable`: an
 #   scf.forall over DYNAMIC_BLOCK blocks of the result (a batch_matmul: one batch item per
-#   iteration), each block register-tiled 8 x 32 with its M and N loops peeled where the
+#   iteration), each block register-tiled (the host's tile) with its M and N loops peeled where the
 #   block may not divide (`peel_m`, `peel_n`: a dynamic dim, or a static one the block does
 #   not divide): the full tiles are static and vectorised like a static matmul's, the last
 #   partial row and column tiles of a block stay loop nests.  Each result element adds its K
