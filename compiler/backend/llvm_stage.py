@@ -1,4 +1,4 @@
-"""LLVM's part of -O1..-O3: the lowered module (LLVM dialect) -> an object file for the host CPU.
+"""LLVM's part of a build: the lowered module (LLVM dialect) -> an object file (-O1..-O3: for the host CPU).
 
 * `dedupe_kernels`: the -O2 pipeline outlines every loop nest into a private function
   (`kina.kernel*`, see transform_library.OUTLINE_LIBRARY); kernels with the same body (the same
@@ -10,6 +10,9 @@
   this process, but took 2.7x the CPU time of opt + llc on the same module (7.7-8.6 s
   against 2.7-3.1 s for the scaled StoryLM step), and a tool that LLVM aborts does not
   take the caller with it (it is reported as a crash of that tool).
+* `llvm_dialect_object`: the -O0 tools' finish, mlir-translate and llc (no opt, no -mcpu: the
+  reference lowering), shared by the whole module (compiler/backend/toolchain.py), its parts
+  and their entry module (compiler/backend/parts.py).
 """
 from __future__ import annotations
 
@@ -156,6 +159,18 @@ def _split_min_bytes() -> int:
     if setting.isdigit():
         return int(setting)
     return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= LLVM_PARTS else 1 << 62
+
+
+def llvm_dialect_object(llvm_mlir_text: str, obj: Path, llvm_level: int, timings: dict[str, float]) -> Path:
+    """The tools back end's finish (-O0, whole or in parts, and the parts' entry module): a
+    module in the LLVM dialect through mlir-translate (LLVM IR, beside `obj` as .ll, which
+    it returns) and `llc -O<llvm_level>` into `obj`; timings get "mlir-translate" and "llc"."""
+    llvm_mlir, ll = obj.with_suffix(".llvm.mlir"), obj.with_suffix(".ll")
+    llvm_mlir.write_text(llvm_mlir_text)
+    run_tool("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
+    run_tool("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
+             timings, "llc")
+    return ll
 
 
 def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float], part: bool = False) -> None:
