@@ -175,17 +175,17 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp_name:
         tmp = Path(tmp_name)
         obj = tmp / "out.o"
-        passes = passes_for(mlir_text, opt_level, tmp)
         parts = None if keep_llvm_ir else split_module(mlir_text, pipeline.backend)
         try:
-            if parts is not None:     # a large module: its parts on the cores side by side
+            llvm_ir = None
+            if parts is not None:     # a large module: its parts on the cores side by side, each with its passes
                 parts_object(parts, mlir_text, opt_level, tmp, obj, timings, worker)
-                llvm_ir = None
-            elif pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
-                llvm_ir = None
             else:
-                llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
+                passes = passes_for(mlir_text, opt_level, tmp)
+                if pipeline.backend == "engine" and not keep_llvm_ir:
+                    engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
+                else:
+                    llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
             _link(obj, out_so, f8, timings, link_with)
         except StageFailed as e:
