@@ -219,3 +219,47 @@ def test_a_hit_only_touches_its_hint(tmp_path, root):
     inode, key = hint.stat().st_ino, hint.read_text()
     assert _build(tmp_path, SRC, level=0).cached
     assert hint.stat().st_ino == inode and hint.read_text() == key and hint.stat().st_mtime > 1_000_000
+
+
+FAKE_CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+model name\t: Fake CPU @ 2.00GHz
+flags\t\t: fpu sse2 avx2 avx512f avx512bw
+bugs\t\t: spectre_v1
+
+processor\t: 1
+model name\t: Fake CPU @ 2.00GHz
+flags\t\t: fpu sse2 avx2 avx512f avx512bw
+"""
+
+
+def test_the_host_cpu_is_its_first_model_and_flags_lines_and_whether_it_has_avx512f(tmp_path):
+    from compiler.backend import host
+    cpu = host.parse_cpuinfo(FAKE_CPUINFO)
+    assert cpu.lines == "model name\t: Fake CPU @ 2.00GHz\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n"
+    assert cpu.has_avx512f
+    assert not host.parse_cpuinfo(FAKE_CPUINFO.replace(" avx512f", "")).has_avx512f
+    assert not host.parse_cpuinfo("vmx flags\t: avx512f\nflags\t\t: fpu avx2\n").has_avx512f, "a flags line only"
+    arm = host.parse_cpuinfo("processor\t: 0\nFeatures\t: fp asimd sve\nCPU part\t: 0xd0c\n")
+    assert arm == host.Cpu("Features\t: fp asimd sve\n", False)
+    path = tmp_path / "cpuinfo"
+    path.write_text(FAKE_CPUINFO)
+    assert host.host_cpu(str(path)) == cpu
+    assert host.host_cpu(str(tmp_path / "absent")) == host.Cpu("", False)
+
+
+def test_the_host_fingerprint_and_tile_read_the_cpu_as_they_did():
+    """The key's host part is what cache.host_fingerprint wrote before compiler/backend/host.py
+    (an unchanged CPU keeps its cache entries), and the register tile's AVX-512 test too."""
+    import platform
+
+    from compiler.backend import transform_library
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    first_core = text.split("\n\n")[0].splitlines()
+    cpu = "".join(line + "\n" for line in first_core if line.startswith(("model name", "flags", "Features")))
+    assert cache.host_fingerprint() == f"{platform.system()} {platform.machine()}\n{cpu}"
+    avx512f = any(line.startswith("flags") and " avx512f" in line for line in text.splitlines())
+    assert transform_library._host_has_avx512() is avx512f

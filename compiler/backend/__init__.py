@@ -26,9 +26,11 @@ parallel_if (a dynamic export's threads chosen at the call), transform_library (
 transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes), rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
 worker_main (the worker process's side), mlir_opt (-O0's pass list through mlir-opt, with
-the rewrite slots), llvm_stage (opt, llc, llvm-split), tools (finding and running the external tools), alloc_cache (the -O2 heap-buffer cache linked
-into libraries), split (a large emitted module cut into parts along its exports) and parts
-(the parts compiled side by side, one per core, joined with the entry module's object),
-toolchain (the driver of both back ends).
+the rewrite slots), llvm_stage (opt, llc, llvm-split; -O0's mlir-translate and llc), tools
+(finding and running the external tools), host (the CPU -mcpu=native compiles for, read
+once), alloc_cache (the -O2 heap-buffer cache linked into libraries), split (a large
+emitted module cut into parts along its exports) and parts (the parts compiled side by
+side, one per core, joined with the entry module's object), toolchain (the driver of both
+back ends).
 """
 __all__ = ["cache", "emit", "entry_points", "errors", "pipelines", "threads", "toolchain", "worker"]

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compiler.backend.host import host_cpu
+
 FORMAT = 1                      # bump when the entry layout or the key's recipe changes
 DEFAULT_MAX_MB = 256
 _COMPILER_DIR = Path(__file__).resolve().parents[1]   # the whole `compiler` package
@@ -117,17 +119,8 @@ def toolchain_fingerprint() -> str:
 
 @functools.lru_cache(maxsize=1)
 def host_fingerprint() -> str:
-    """The machine and CPU features that -O1..-O3 generate code for."""
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "model name", "Features")):
-                flags += line + "\n"
-                if line.startswith(("flags", "Features")):
-                    break
-    except OSError:
-        pass
-    return f"{platform.system()} {platform.machine()}\n{flags}"
+    """The machine and CPU features that -O1..-O3 generate code for (compiler/backend/host.py)."""
+    return f"{platform.system()} {platform.machine()}\n{host_cpu().lines}"
 
 
 def normalized_mlir(mlir_text: str) -> str:

@@ -1,4 +1,4 @@
-"""LLVM's part of -O1..-O3: the lowered module (LLVM dialect) -> an object file for the host CPU.
+"""LLVM's part of a build: the lowered module (LLVM dialect) -> an object file (-O1..-O3: for the host CPU).
 
 * `dedupe_kernels`: the -O2 pipeline outlines every loop nest into a private function
   (`kina.kernel*`, see transform_library.OUTLINE_LIBRARY); kernels with the same body (the same
@@ -10,6 +10,9 @@
   this process, but took 2.7x the CPU time of opt + llc on the same module (7.7-8.6 s
   against 2.7-3.1 s for the scaled StoryLM step), and a tool that LLVM aborts does not
   take the caller with it (it is reported as a crash of that tool).
+* `llvm_dialect_object`: the -O0 tools' finish, mlir-translate and llc (no opt, no -mcpu: the
+  reference lowering), shared by the whole module (compiler/backend/toolchain.py), its parts
+  and their entry module (compiler/backend/parts.py).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compiler.backend.errors import StageFailed
+from compiler.backend.split import min_bytes
 from compiler.backend.tools import find_tool, run_tool
 
 if TYPE_CHECKING:
@@ -125,7 +129,8 @@ def uses_vector_math(obj: Path) -> bool:
 # CPU on the critical path instead of 2.3-2.7 s (75 and 63 of its 138 functions, each half's
 # time within 15% of the other's).  A small module (StoryLM-0,
 # the tests' programs) is one part: three more processes would cost more than they gain.
-# KINA_LLVM_SPLIT_BYTES overrides the threshold (0: every module is split).
+# KINA_LLVM_SPLIT_BYTES overrides the threshold (0: every module is split); a one-core
+# machine splits only when it asks (split.min_bytes).
 LLVM_PARTS = 2
 SPLIT_MIN_BYTES = 200_000
 # Functions dealt out in turn, not by llvm-split's default hash of their names: the hash
@@ -148,14 +153,16 @@ LLC_FLAGS = ["-disable-lsr"]
 OPT_FLAGS = [] if os.environ.get("KINA_LLVM_SLP") == "1" else ["-vectorize-slp=false"]
 
 
-def _split_min_bytes() -> int:
-    """SPLIT_MIN_BYTES, or KINA_LLVM_SPLIT_BYTES; no split on a one-core machine (the
-    halves would run one after the other) unless the variable asks for it."""
-    import os
-    setting = os.environ.get("KINA_LLVM_SPLIT_BYTES", "").strip()
-    if setting.isdigit():
-        return int(setting)
-    return SPLIT_MIN_BYTES if len(os.sched_getaffinity(0)) >= LLVM_PARTS else 1 << 62
+def llvm_dialect_object(llvm_mlir_text: str, obj: Path, llvm_level: int, timings: dict[str, float]) -> Path:
+    """The tools back end's finish (-O0, whole or in parts, and the parts' entry module): a
+    module in the LLVM dialect through mlir-translate (LLVM IR, beside `obj` as .ll, which
+    it returns) and `llc -O<llvm_level>` into `obj`; timings get "mlir-translate" and "llc"."""
+    llvm_mlir, ll = obj.with_suffix(".llvm.mlir"), obj.with_suffix(".ll")
+    llvm_mlir.write_text(llvm_mlir_text)
+    run_tool("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
+    run_tool("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
+             timings, "llc")
+    return ll
 
 
 def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float], part: bool = False) -> None:
@@ -164,7 +171,7 @@ def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float],
     parts (compiler/backend/parts.py), whose objects are joined: the symbols llvm-split made
     hidden globals are made local again, so that two parts' kernels of one name never clash."""
     work = obj.parent
-    if ll.stat().st_size < _split_min_bytes():
+    if ll.stat().st_size < min_bytes("KINA_LLVM_SPLIT_BYTES", SPLIT_MIN_BYTES, LLVM_PARTS):
         _opt_and_llc([(ll, work / "optimised.bc", obj)], llvm_level, timings)
     else:
         run_tool("llvm-split", [f"-j{LLVM_PARTS}", *SPLIT_FLAGS, "-o", str(work / "part"), str(ll)], timings, "llvm-opt")

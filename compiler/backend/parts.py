@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_part_runtime, entry_module_text, exported_functions
 from compiler.backend.errors import StageFailed
+from compiler.backend.llvm_stage import llvm_dialect_object
 from compiler.backend.mlir_opt import run_passes
 from compiler.backend.pipelines import passes_for, pipeline_for
 from compiler.backend.tools import run_tool
@@ -64,22 +65,15 @@ def _part_object(text: str, opt_level: int, work: Path, worker: Worker | None) -
     else:
         lowered = run_passes(text, passes, work, spent)
         exported = exported_functions(lowered)
-        llvm_mlir, ll = work / "out.llvm.mlir", work / "out.ll"
-        llvm_mlir.write_text(add_part_runtime(lowered))
-        run_tool("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], spent, "mlir-translate")
-        run_tool("llc", [f"-O{pipeline.llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll),
-                         "-o", str(obj)], spent, "llc")
+        llvm_dialect_object(add_part_runtime(lowered), obj, pipeline.llvm_level, spent)
     return obj, exported, spent
 
 
 def _entry_object(text: str, work: Path) -> Path:
     """The entry module's object (tiny: llc -O0 is as good as any)."""
     work.mkdir()
-    src, ll, obj = work / "entry.mlir", work / "entry.ll", work / "entry.o"
-    src.write_text(text)
-    scratch: dict[str, float] = {}
-    run_tool("mlir-translate", ["--mlir-to-llvmir", str(src), "-o", str(ll)], scratch, "entry")
-    run_tool("llc", ["-O0", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)], scratch, "entry")
+    obj = work / "entry.o"
+    llvm_dialect_object(text, obj, 0, {})   # its seconds count in no stage: the parts' are the critical path
     return obj
 
 

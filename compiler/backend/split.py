@@ -121,16 +121,25 @@ def _closure(root: str, by_name: dict[str, Item]) -> list[str]:
     return seen
 
 
+NEVER = 1 << 62   # a threshold no module reaches
+
+
+def min_bytes(variable: str, default: int, parts: int) -> int:
+    """The smallest module worth cutting into `parts` run side by side: $`variable` when it
+    is a whole number (0: every module), else `default` on a machine with `parts` cores or
+    more, else never (the parts would run one after the other).  Both cuts read it: this
+    module's (KINA_SPLIT_BYTES) and the -O2 LLVM stage's (llvm_stage, KINA_LLVM_SPLIT_BYTES)."""
+    setting = os.environ.get(variable, "").strip()
+    if setting.isdigit():
+        return int(setting)
+    return default if len(os.sched_getaffinity(0)) >= parts else NEVER
+
+
 def split_min_bytes(backend: str = "tools") -> int:
     """The smallest module `backend` ("tools" or "engine": pipelines.Pipeline.backend) builds
     in parts: KINA_SPLIT_BYTES, else SPLIT_MIN_BYTES for the backends of SPLIT_BACKENDS on a
     machine with PARTS cores or more, else never."""
-    setting = os.environ.get(SPLIT_ENV, "").strip()
-    if setting.isdigit():
-        return int(setting)
-    if backend in SPLIT_BACKENDS and len(os.sched_getaffinity(0)) >= PARTS:
-        return SPLIT_MIN_BYTES
-    return 1 << 62
+    return min_bytes(SPLIT_ENV, SPLIT_MIN_BYTES if backend in SPLIT_BACKENDS else NEVER, PARTS)
 
 
 def split_module(text: str, backend: str = "tools", parts: int = PARTS) -> list[str] | None:

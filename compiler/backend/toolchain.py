@@ -53,7 +53,7 @@ from compiler.backend.bindings import require_bindings
 from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_entry_points
 from compiler.backend.errors import INLINE_LOC_RE, StageFailed
-from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, uses_vector_math
+from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, llvm_dialect_object, uses_vector_math
 from compiler.backend.mlir_opt import rewrite_text, run_passes, slot_needed
 from compiler.backend.parts import parts_object
 from compiler.backend.pipelines import passes_for, pipeline_for, uses_f8
@@ -175,17 +175,17 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp_name:
         tmp = Path(tmp_name)
         obj = tmp / "out.o"
-        passes = passes_for(mlir_text, opt_level, tmp)
         parts = None if keep_llvm_ir else split_module(mlir_text, pipeline.backend)
         try:
-            if parts is not None:     # a large module: its parts on the cores side by side
+            llvm_ir = None
+            if parts is not None:     # a large module: its parts on the cores side by side, each with its passes
                 parts_object(parts, mlir_text, opt_level, tmp, obj, timings, worker)
-                llvm_ir = None
-            elif pipeline.backend == "engine" and not keep_llvm_ir:
-                engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
-                llvm_ir = None
             else:
-                llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
+                passes = passes_for(mlir_text, opt_level, tmp)
+                if pipeline.backend == "engine" and not keep_llvm_ir:
+                    engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
+                else:
+                    llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)
             _link(obj, out_so, f8, timings, link_with)
         except StageFailed as e:
@@ -197,12 +197,8 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
 def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path, obj: Path,
                   timings: dict[str, float]) -> str:
     """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
-    llvm_mlir, ll = tmp / "out.llvm.mlir", tmp / "out.ll"
-    llvm_mlir.write_text(add_entry_points(run_passes(mlir_text, passes, tmp, timings), mlir_text))
-    run_tool("mlir-translate", ["--mlir-to-llvmir", str(llvm_mlir), "-o", str(ll)], timings, "mlir-translate")
-    run_tool("llc", [f"-O{llvm_level}", "-filetype=obj", "-relocation-model=pic", str(ll), "-o", str(obj)],
-         timings, "llc")
-    return ll.read_text()
+    lowered = add_entry_points(run_passes(mlir_text, passes, tmp, timings), mlir_text)
+    return llvm_dialect_object(lowered, obj, llvm_level, timings).read_text()
 
 
 _UNDEFINED_RE = re.compile(r"undefined reference to [`'\"]([^'`\"]+)['`\"]")

@@ -35,11 +35,8 @@ MATMUL_TILE = (8, 32)   # (M, N) of the tiles the tagging reasons in (paralleliz
 
 def _host_has_avx512() -> bool:
     """Whether the CPU the libraries are compiled for (llc's -mcpu=native) has AVX-512F."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
-    except OSError:
-        return False
+    from compiler.backend.host import host_cpu
+    return host_cpu().has_avx512f
 
 
 # The register tile the script tiles and vectorises with.  8 x 32 is 16 AVX-512 registers
