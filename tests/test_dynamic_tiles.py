@@ -1,7 +1,8 @@
 """The -O2 tiled paths of dynamic exports (issue 25 item 4) at sizes their tiles do not divide.
 
-A dynamic export's matmuls are forall blocks of 32 x 128 with peeled 8 x 32 register tiles,
-its transposes 16 x 16 peeled vector tiles in forall loops, its inner reductions 16-lane
+A dynamic export's matmuls are forall blocks of 32 x 128 with peeled register tiles (the
+last rows one at a time), and a second body with packed panels of B for the calls whose
+product is wide or deep (compiler/backend/parallelize.py `_pack_test`); its transposes 16 x 16 peeled vector tiles in forall loops, its inner reductions 16-lane
 chunks with a remainder loop, its scatter the row-update loop; the threads of each forall
 are chosen at the call (compiler/backend/parallel_if.py).  One
 library (built once, at -O2) is called at size 1, at odd sizes (7, 33: partial tiles
@@ -41,8 +42,12 @@ fn counts[N, V, D](ids: Tensor[I64, [N]], table: Tensor[F32, [V, D]]) -> Tensor[
 }
 """
 # (M, K, N): 1; odd (partial tiles and blocks only); 33 x 70 x 129 (full tiles and blocks
-# and remainders); 64 x 600 x 200 (2 M K N = 15 M flops: threads on at the call)
-MATMULS = [(1, 1, 1), (7, 5, 33), (33, 70, 129), (64, 600, 200)]
+# and remainders); 64 x 600 x 200 (2 M K N = 15 M flops: threads on at the call); 3 x 64 x
+# 2048 (rows fewer than a register tile's); and the packed body: 37 x 70 x 2100 (wide: N >=
+# 2048, a partial last panel and row block), 20 x 600 x 300 (deep: K >= 512), 1 x 2048 x
+# 2048 (one row)
+MATMULS = [(1, 1, 1), (7, 5, 33), (33, 70, 129), (64, 600, 200), (3, 64, 2048),
+           (37, 70, 2100), (20, 600, 300), (1, 2048, 2048)]
 ROWS = [(1, 1), (7, 33), (33, 17), (300, 1000)]   # the last: a 300,000-element transpose, threads on
 
 
@@ -89,3 +94,24 @@ def test_the_gather_gradient_scatter_counts_rows(lib, n, v, d):
     want = np.zeros((v, d), np.float32)
     np.add.at(want, ids, 1.0)
     assert np.array_equal(lib.counts(ids, table), want)
+
+
+def test_a_wide_or_deep_product_gets_a_packed_body_picked_at_the_call():
+    """The tagging puts a dynamic f32 matmul in `scf.if` (the call's sizes pick): the packed
+    body (`kina.parallel_packed`) or the blocked one (`kina.parallel_peeled`, threads chosen
+    at the call); a batch_matmul keeps one body."""
+    from compiler.backend import engine, parallelize
+    res = build.BuildResult(False, source=build.SourceText(SOURCE, "t.kina"))
+    mlir = build.front_end(SOURCE, "t.kina", {}, res, build.keep_exports(["mm", "bmm"]))
+    assert mlir is not None
+    ir, passmanager, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        passmanager.PassManager.parse("builtin.module(inline)").run(module.operation)
+        parallelize.tag_vectorizable(ir, module)
+        text = str(module)
+    mm = next(part for part in text.split("func.func") if "@kina_mm(" in part)
+    assert mm.count("kina.parallel_packed") == 1 and mm.count("kina.parallel_peeled") == 1
+    assert mm.index("scf.if") < mm.index("kina.parallel_packed") < mm.index("} else {") < mm.index("kina.parallel_peeled")
+    bmm = next(part for part in text.split("func.func") if "@kina_bmm(" in part)
+    assert "kina.parallel_packed" not in bmm and bmm.count("kina.parallel_peeled") == 1

@@ -85,6 +85,10 @@ def both(mlir_ir: ModuleType, a: Value, b: Value) -> Value:
     return _binary(mlir_ir, "arith.andi", a, b)
 
 
+def either(mlir_ir: ModuleType, a: Value, b: Value) -> Value:
+    return _binary(mlir_ir, "arith.ori", a, b)
+
+
 def matmul_test(mlir_ir: ModuleType, op: OpView, min_flops: int) -> Value:
     """At the call: 2 * (batch) * M * N * K >= min_flops (parallelize's static rule)."""
     c, a = op.operands[2], op.operands[0]   # the init has the result's shape (the result is not yet)
@@ -100,6 +104,26 @@ def mark(mlir_ir: ModuleType, module: Module, op: OpView, test: Callable[[], Val
         mlir_ir.Operation.create("func.call", operands=[cond],
                                  attributes={"callee": mlir_ir.FlatSymbolRefAttr.get(MARKER)})
     _declare(mlir_ir, module)
+
+
+def specialise(mlir_ir: ModuleType, op: OpView, test: Callable[[], Value]) -> OpView:
+    """In `op`'s place: `scf.if test() { a copy of op } else { op }`, `test` building its i1
+    before the if.  Returns the copy, for the caller to tag for the transform script: a body
+    specialised for the sizes the test admits, picked at the call (as the foralls' serial
+    twins are).  The two compute the same values: the script only tiles them differently."""
+    with mlir_ir.InsertionPoint(op), op.location:
+        cond = test()
+        branch = mlir_ir.Operation.create("scf.if", results=[r.type for r in op.results],
+                                          operands=[cond], regions=2)
+    then_block, else_block = branch.regions[0].blocks.append(), branch.regions[1].blocks.append()
+    with op.location:
+        copy = op.operation.clone(ip=mlir_ir.InsertionPoint(then_block))
+        mlir_ir.Operation.create("scf.yield", operands=list(copy.results), ip=mlir_ir.InsertionPoint(then_block))
+        kept = mlir_ir.Operation.create("scf.yield", operands=list(op.results), ip=mlir_ir.InsertionPoint(else_block))
+    for old, new in zip(op.results, branch.results):
+        old.replace_all_uses_except(new, kept)
+    op.operation.move_before(kept)
+    return copy.opview
 
 
 def _declare(mlir_ir: ModuleType, module: Module) -> None:

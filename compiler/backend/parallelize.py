@@ -30,7 +30,7 @@ from compiler.backend.transform_library import (
 if TYPE_CHECKING:
     from types import ModuleType
 
-    from mlir.ir import Module, OpView, WalkResult
+    from mlir.ir import Module, OpView, RankedTensorType, Value, WalkResult
 
 # - f32 matmul / batch_matmul results whose M and N are multiples of MATMUL_TILE, with
 #   operands of these element types, are tagged `kina.vectorize` (`tag_vectorizable`);
@@ -62,6 +62,9 @@ PARALLEL_BLOCK = (32, 128)
 #   (two panels: one per thread) lost 10-40%.
 PACK_B_MIN_N = 2048
 PACK_B_MIN_PANELS = 8
+# - a dynamic export's matmul takes packed panels when the call's N >= PACK_B_MIN_N, or its
+#   K >= K_BLOCK_MIN with N >= PACK_DEEP_MIN_N (two of transform_dynamic's panels or more).
+PACK_DEEP_MIN_N = 256
 
 
 def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
@@ -191,7 +194,7 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 peel = [int(t.is_dynamic_dim(d) or t.shape[d] % unit != 0)
                         for d, unit in ((t.rank - 2, units[0]), (t.rank - 1, units[1]))]
                 op.attributes["kina.parallel_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
-                parallel_if.mark(mlir_ir, module, op, lambda: parallel_if.matmul_test(mlir_ir, op, PARALLEL_MIN_FLOPS))
+                dynamic.append((op, inputs))
                 tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
@@ -205,8 +208,44 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 
+    dynamic: list[tuple[OpView, set[str]]] = []
     module.operation.walk(visit)
+    for op, inputs in dynamic:     # after the walk: specialise moves the op into an scf.if
+        _choose_at_call(mlir_ir, module, op, inputs)
     return tagged
+
+
+def _choose_at_call(mlir_ir: ModuleType, module: Module, op: OpView, inputs: set[str]) -> None:
+    """A dynamic export's matmul: threads when the call's sizes make it big enough, and an f32
+    matmul that may be wide or deep (`_pack_test`) a second body, with packed panels of B and
+    its k loop blocked (transform_dynamic.dynamic_packed_matmul), for the calls that are."""
+    t = mlir_ir.RankedTensorType(op.results[0].type)
+    k = mlir_ir.RankedTensorType(op.operands[0].type)
+
+    def may(dim_type: RankedTensorType, d: int, bound: int) -> bool:
+        return bool(dim_type.is_dynamic_dim(d) or dim_type.shape[d] >= bound)
+
+    if op.name == "linalg.matmul" and inputs == {"f32"} and (
+            may(t, 1, PACK_B_MIN_N) or (may(k, 1, K_BLOCK_MIN) and may(t, 1, PACK_DEEP_MIN_N))):
+        packed = parallel_if.specialise(mlir_ir, op, lambda: _pack_test(mlir_ir, op))
+        del packed.attributes["kina.parallel_peeled"]
+        peel_m = list(mlir_ir.DenseI64ArrayAttr(op.attributes["kina.parallel_peeled"]))[0]
+        packed.attributes["kina.parallel_packed"] = mlir_ir.DenseI64ArrayAttr.get([peel_m])
+    parallel_if.mark(mlir_ir, module, op, lambda: parallel_if.matmul_test(mlir_ir, op, PARALLEL_MIN_FLOPS))
+
+
+def _pack_test(mlir_ir: ModuleType, op: OpView) -> Value:
+    """At the call: a parallel product (PARALLEL_MIN_FLOPS) whose B is wide (N >=
+    PACK_B_MIN_N, the static `kina.pack_b` rule) or whose K is deep (K >= K_BLOCK_MIN, the
+    static `kina.k_block` rule) with N >= PACK_DEEP_MIN_N (the panels' zero padding then
+    costs at most a third of the work)."""
+    n = parallel_if.dim(mlir_ir, op.operands[2], 1)
+    k = parallel_if.dim(mlir_ir, op.operands[0], 1)
+    wide = parallel_if.at_least(mlir_ir, n, PACK_B_MIN_N)
+    deep = parallel_if.both(mlir_ir, parallel_if.at_least(mlir_ir, k, K_BLOCK_MIN),
+                            parallel_if.at_least(mlir_ir, n, PACK_DEEP_MIN_N))
+    return parallel_if.both(mlir_ir, parallel_if.either(mlir_ir, wide, deep),
+                            parallel_if.matmul_test(mlir_ir, op, PARALLEL_MIN_FLOPS))
 
 
 # - a transpose of at least PARALLEL_TRANSPOSE_MIN elements whose output dim 0 has at least

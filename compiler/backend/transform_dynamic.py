@@ -34,6 +34,26 @@ def peel_loops(m: int, n: int, peel_m: int, peel_n: int) -> list[str]:
         "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)")]
 
 
+def row_rest(op: str, rest: str, tile_n: int) -> list[str]:
+    """Script lines for the peeled last row tile (`rest`: fewer rows than the register tile,
+    e.g. all of a one-row product's): its matmuls cut into single rows, and those of a full
+    column tile vectorised, [1, tile_n] at a time.  As a loop nest a [1, 2048] @ [2048, 2048]
+    product ran at 0.9 GFLOP/s (the static build: 12.9)."""
+    batch = int(op == "linalg.batch_matmul")
+    rows = ", ".join(map(str, [0] * batch + [1, 0, 0]))
+    return [f"      %rmm = transform.structured.match ops{{[\"{op}\"]}} in {rest} : "
+            "(!transform.any_op) -> !transform.any_op",
+            f"      %r1, %rl = transform.structured.tile_using_for %rmm tile_sizes [{rows}] : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+            f"      transform.apply_patterns to {rest} {{",
+            "        transform.apply_patterns.canonicalization",
+            "      } : !transform.any_op",
+            f"      %rv = transform.structured.match ops{{[\"{op}\"]}} "
+            f"filter_result_type = tensor<{'1x' * batch}1x{tile_n}xf32> in {rest} : "
+            "(!transform.any_op) -> !transform.any_op",
+            "      transform.structured.vectorize %rv : !transform.any_op"]
+
+
 def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_block: int) -> str:
     """Script lines for the `op`s tagged `kina.parallel_peeled = [peel_m, peel_n]`."""
     batch = int(op == "linalg.batch_matmul")
@@ -63,12 +83,60 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
               "      } : !transform.any_op",
               f"      %tiles = transform.structured.match ops{{[\"{op}\"]}} filter_result_type = {full} in {rows} : "
               "(!transform.any_op) -> !transform.any_op",
-              "      transform.structured.vectorize %tiles : !transform.any_op",
-              "    }"]
-    return "\n".join(lines)
+              "      transform.structured.vectorize %tiles : !transform.any_op"]
+    if peel_m:
+        lines += row_rest(op, f"%rest{m}", tile[1])
+    return "\n".join(lines + ["    }"])
 
 
 DYNAMIC_PEELINGS = ((1, 1), (1, 0), (0, 1), (0, 0))
+
+
+# - a dynamic export's f32 matmul specialised at the call for a wide or deep product
+#   (compiler/backend/parallelize.py `_choose_at_call`: picked by the call's sizes), tagged
+#   `kina.parallel_packed = [peel_m]`: the static `kina.pack_b` and `kina.k_block` forms with
+#   dynamic sizes.  An scf.forall over panels of DYNAMIC_BLOCK[1] columns, each copying its
+#   [K, panel] of B into a buffer of its own (`transform.structured.pad` to the panel's
+#   static width: the last panel's missing columns are zeros, and C's panel is padded alike
+#   and cut back), then a loop over blocks of DYNAMIC_BLOCK[0] rows, its k loop cut into
+#   steps of k_block, register-tiled with only the row loop peeled (the panel's width is
+#   static now).  B's rows are N floats apart: with N a power of two a tile's K rows fall on
+#   a few cache sets and are reread from beyond L2, as A's rows are when K is large.  One
+#   core, dynamic against static build (benchmarks/bench_dynamic.py's kernels):
+#   [256, 256] @ [256, 2048] 68 -> 67-71 GFLOP/s (static 74-79), [256, 2048] @ [2048, 256]
+#   37 -> 71 (static 62-64).  Each result element adds its K terms in order.
+def dynamic_packed_matmul(peel_m: int, tile: tuple[int, int], k_block: int) -> str:
+    """Script lines for the matmuls tagged `kina.parallel_packed = [peel_m]`."""
+    name = f"%dpk_matmul_{peel_m}"
+    lines = [f"    {name} = transform.structured.match ops{{[\"linalg.matmul\"]}} "
+             f"attributes{{kina.parallel_packed = array<i64: {peel_m}>}} in %root : "
+             "(!transform.any_op) -> !transform.any_op",
+             f"    transform.foreach {name} : !transform.any_op {{",
+             "    ^bb0(%op: !transform.any_op):",
+             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [0, {DYNAMIC_BLOCK[1]}, 0] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+             "      %pb, %pad, %pcopy = transform.structured.pad %b pad_to_multiple_of [1] "
+             "{padding_dimensions = [1], padding_values = [0.0 : f32, 0.0 : f32, 0.0 : f32], "
+             "nofold_flags = [0, 1, 0], copy_back_op = \"none\"} : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)",
+             f"      %mb, %ml = transform.structured.tile_using_for %pb tile_sizes [{DYNAMIC_BLOCK[0]}, 0, 0] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+             f"      %kb, %kl = transform.structured.tile_using_for %mb tile_sizes [0, 0, {k_block}] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
+             f"      %t, %l:3 = transform.structured.tile_using_for %kb tile_sizes [{tile[0]}, {tile[1]}, 1] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)"]
+    lines += peel_loops(0, 1, peel_m, 0)
+    rows = "%main0" if peel_m else "%l#0"
+    lines += [f"      transform.apply_patterns to {rows} {{",
+              "        transform.apply_patterns.canonicalization",
+              "      } : !transform.any_op",
+              f"      %tiles = transform.structured.match ops{{[\"linalg.matmul\"]}} "
+              f"filter_result_type = tensor<{tile[0]}x{tile[1]}xf32> in {rows} : "
+              "(!transform.any_op) -> !transform.any_op",
+              "      transform.structured.vectorize %tiles : !transform.any_op"]
+    if peel_m:
+        lines += row_rest("linalg.matmul", "%rest0", tile[1])
+    return "\n".join(lines + ["    }"])
 
 
 # - a dynamic export's f32 transpose that moves the input's innermost dim (tagged

@@ -11,6 +11,7 @@ from compiler.backend.transform_dynamic import (
     DYNAMIC_PEELINGS,
     DYNAMIC_TRANSPOSES,
     dynamic_matmul,
+    dynamic_packed_matmul,
     dynamic_reduction,
     dynamic_transpose,
     peel_loops,
@@ -412,9 +413,10 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
                                + [dynamic_reduction(r, *reduce_tiles(r)) for r in range(2, REDUCE_MAX_RANK + 1)])).replace(
     "@DYNAMIC_TRANSPOSES@", "\n".join(dynamic_transpose(*d, transpose_tiles(*d[:2]), TRANSPOSE_BLOCK)
                                        for d in DYNAMIC_TRANSPOSES)).replace(
-    "@DYNAMIC_MATMULS@", "\n".join(dynamic_matmul(op, *peel, REGISTER_TILE, k_block=0)
-                                     for op in ("linalg.matmul", "linalg.batch_matmul")
-                                     for peel in DYNAMIC_PEELINGS)).replace(
+    "@DYNAMIC_MATMULS@", "\n".join([dynamic_packed_matmul(peel_m, REGISTER_TILE, K_BLOCK) for peel_m in (1, 0)]
+                                    + [dynamic_matmul(op, *peel, REGISTER_TILE, k_block=0)
+                                       for op in ("linalg.matmul", "linalg.batch_matmul")
+                                       for peel in DYNAMIC_PEELINGS])).replace(
     "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
                                     for peel in PEELINGS)).replace(
     "@TILE_M@", str(REGISTER_TILE[0])).replace("@TILE_N@", str(REGISTER_TILE[1])).replace(
