@@ -266,6 +266,34 @@ def test_matmuls_the_tile_does_not_divide_are_peeled_vectorised_and_match_O0(tmp
         np.testing.assert_allclose(got, args[0].astype(np.float64) @ args[1], rtol=1e-4, atol=1e-4)
 
 
+# Big f32 matmuls the 8 x 32 tile does not divide, wide (N >= 2048) or deep (K >= 512, N >=
+# 256): the dynamic exports' packed body (parallelize._packs_static), with its last row block
+# peeled ([M % 32 != 0]); a batch matmul and a small one keep the peeled path.
+PACKED_MM = {"wide": ((37, 30, 2100), [1]), "deep": ((25, 600, 300), [1]), "rows32": ((64, 520, 260), [0]),
+             "small": ((9, 600, 300), None)}
+
+
+def test_big_matmuls_the_tile_does_not_divide_take_the_packed_body_and_match_O0(tmp_path):
+    src = "".join(f"fn {name}(a: Tensor[F32, [{m}, {k}]], b: Tensor[F32, [{k}, {n}]]) -> Tensor[F32, [{m}, {n}]] "
+                  "{\n  a @ b\n}\n" for name, ((m, k, n), _) in PACKED_MM.items())
+    res2, lib2, lib0 = _build_both(tmp_path, "packed", src)
+    ir_mod, _, _ = engine.engine_module()
+    with ir_mod.Context():
+        module = ir_mod.Module.parse(res2.mlir)
+        parallelize.tag_vectorizable(ir_mod, module)
+        for fn in module.body.operations:
+            name = ir_mod.StringAttr(fn.attributes["sym_name"]).value[5:]
+            mm = next(op for op in fn.regions[0].blocks[0].operations if op.operation.name == "linalg.matmul")
+            tag = mm.attributes["kina.parallel_packed"] if "kina.parallel_packed" in mm.attributes else None
+            assert (list(ir_mod.DenseI64ArrayAttr(tag)) if tag is not None else None) == PACKED_MM[name][1], name
+    rng = np.random.default_rng(1)
+    for name in PACKED_MM:
+        args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]
+        got = lib2[name](*args)
+        np.testing.assert_allclose(got, lib0[name](*args), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(got, args[0].astype(np.float64) @ args[1], rtol=1e-4, atol=1e-4)
+
+
 def test_transform_library_peels_every_tagged_combination():
     for op in ("linalg.matmul", "linalg.batch_matmul"):
         for peel in transform_library.PEELINGS:

@@ -196,6 +196,13 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 op.attributes["kina.parallel_peeled"] = mlir_ir.DenseI64ArrayAttr.get(peel)
                 dynamic.append((op, inputs))
                 tagged += 1
+            elif vectorizable and _packs_static(mlir_ir, op, inputs):
+                # a big one the tile does not divide: the dynamic exports' packed body (the
+                # peeled serial path streamed a wide B from beyond L2 for each tile: [25, 2048]
+                # @ [2048, 2048] 28.7-32.7 ms on one core, [24, 2048] @ [2048, 2048] 5.9)
+                op.attributes["kina.parallel_packed"] = mlir_ir.DenseI64ArrayAttr.get(
+                    [int(t.shape[0] % DYNAMIC_BLOCK[0] != 0)])
+                tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
                 # the tile does not divide M or N, or N is narrower than the tile: the loops'
@@ -213,6 +220,15 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
     for op, inputs in dynamic:     # after the walk: specialise moves the op into an scf.if
         _choose_at_call(mlir_ir, module, op, inputs)
     return tagged
+
+
+def _packs_static(mlir_ir: ModuleType, op: OpView, inputs: set[str]) -> bool:
+    """A static f32 matmul (M or N not whole tiles) that `_pack_test` would pack at the call."""
+    n = mlir_ir.RankedTensorType(op.results[0].type).shape[-1]
+    k = mlir_ir.RankedTensorType(op.operands[0].type).shape[-1]
+    return (op.name == "linalg.matmul" and inputs == {"f32"} and _filled(op)
+            and _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS
+            and (n >= PACK_B_MIN_N or (k >= K_BLOCK_MIN and n >= PACK_DEEP_MIN_N)))
 
 
 def _choose_at_call(mlir_ir: ModuleType, module: Module, op: OpView, inputs: set[str]) -> None:

@@ -49,9 +49,10 @@ def _host_has_avx512() -> bool:
 # divisible (`kina.vectorize`), the parallel ones and a dynamic export's (`kina.parallel_peeled`,
 # whose peelings the tagging reasons in this tile: on the Zen 3 host the dynamic scaled
 # StoryLM step took 1.60x the static one with 8 x 32 tiles, 1.34x with 4 x 16); the static
-# peeled ones (`kina.vectorize_peeled`) keep MATMUL_TILE, since their peelings are
-# MATMUL_TILE's and `transform.loop.peel` fails on a loop the smaller tile divides (a
-# [B * H, 4, 2] @ [B * H, 2, 4] product: its static 4-row loop).
+# peeled ones (`kina.vectorize_peeled`) are tiled and peeled in MATMUL_TILE, since their
+# peelings are MATMUL_TILE's and `transform.loop.peel` fails on a loop the smaller tile
+# divides (a [B * H, 4, 2] @ [B * H, 2, 4] product: its static 4-row loop), and their full
+# tiles then cut into register tiles (`_register_tiles`).
 # KINA_REGISTER_TILE=MxN overrides it.
 def _register_tile() -> tuple[int, int]:
     import os
@@ -174,18 +175,22 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     `kina.vectorize_peeled = [peel_m, peel_n, odd_rest, tile_n]`."""
     batch = int(op == "linalg.batch_matmul")
     name = f"%peel_{op[7:]}_{peel_m}{peel_n}{odd_rest}_{tile_n}"
-    # MATMUL_TILE, not REGISTER_TILE: the tag's peelings are MATMUL_TILE's, and peeling a
-    # loop that the smaller register tile divides fails (`transform.loop.peel`).
+    # The loops are tiled and peeled in MATMUL_TILE, not REGISTER_TILE: the tag's peelings
+    # are MATMUL_TILE's, and peeling a loop that the smaller register tile divides fails
+    # (`transform.loop.peel`).  With a smaller register tile the 8 x 32 tiles are cut into
+    # register tiles after the peeling (`_register_tiles`).
     reg_m, reg_n = MATMUL_TILE[0], tile_n
-    tiles = ", ".join(map(str, [1] * batch + [reg_m, reg_n, 1]))
-    loops = ", ".join(["!transform.any_op"] * (4 + batch))
+    two_level = tile_n == MATMUL_TILE[1] and REGISTER_TILE != MATMUL_TILE
+    tiles = ", ".join(map(str, [1] * batch + [reg_m, reg_n, 0 if two_level else 1]))
+    n_loops = 2 + batch + (not two_level)
+    loops = ", ".join(["!transform.any_op"] * (n_loops + 1))
     m, n = batch, batch + 1        # the M and N loops among the tile loops %l
     lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
              f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}, {odd_rest}, {tile_n}>}} in %root : "
              "(!transform.any_op) -> !transform.any_op",
              f"    transform.foreach {name} : !transform.any_op {{",
              "    ^bb0(%op: !transform.any_op):",
-             f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %op tile_sizes [{tiles}] : "
+             f"      %t, %l:{n_loops} = transform.structured.tile_using_for %op tile_sizes [{tiles}] : "
              f"(!transform.any_op) -> ({loops})"]
     lines += peel_loops(m, n, peel_m, peel_n)
     # In the loop over the full row tiles (the M loop's main part, or the whole M loop
@@ -194,16 +199,33 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     # vectorise, but for an odd_rest partial column tile only the full tiles do.  The
     # last partial row tile stays a loop nest (the interchange below).
     rows = f"%main{m}" if peel_m else f"%l#{m}"
-    only_full = f" filter_result_type = tensor<{'1x' * batch}{reg_m}x{reg_n}xf32>" if odd_rest else ""
+    only_full = f" filter_result_type = tensor<{'1x' * batch}{reg_m}x{reg_n}xf32>" if odd_rest or two_level else ""
     lines += [f"      transform.apply_patterns to {rows} {{",
               "        transform.apply_patterns.canonicalization",
               "      } : !transform.any_op",
               f"      %tiles = transform.structured.match ops{{[\"{op}\"]}}{only_full} in {rows} : "
-              "(!transform.any_op) -> !transform.any_op",
-              "      transform.structured.vectorize %tiles : !transform.any_op",
-              "    }"]
-    return "\n".join(lines)
+              "(!transform.any_op) -> !transform.any_op"]
+    if two_level:
+        lines += _register_tiles("%tiles", "full", [1] * batch + [*REGISTER_TILE, 1])
+        if not odd_rest:
+            lines += [f"      %rest_cols = transform.structured.match ops{{[\"{op}\"]}} in {rows} : "
+                      "(!transform.any_op) -> !transform.any_op"]
+            lines += _register_tiles("%rest_cols", "cols", [1] * batch + [REGISTER_TILE[0], 0, 1])
+    else:
+        lines += ["      transform.structured.vectorize %tiles : !transform.any_op"]
+    return "\n".join(lines + ["    }"])
 
+
+def _register_tiles(handle: str, tag: str, sizes: list[int]) -> list[str]:
+    """Script lines cutting the static 8 x 32 tiles (or the partial column tile, 8 x at most
+    24) of `handle` into register tiles of `sizes` (k by 1) and vectorising them: with
+    AVX2's 16 registers an 8 x 32 tile of C is 32 of them and spilled (a static [31, 2048]
+    @ [2048, 2048] 31.6 ms, the dynamic build's 4 x 16 tiles 6.9 ms)."""
+    n = sum(1 for s in sizes if s)
+    loops = ", ".join(["!transform.any_op"] * (n + 1))
+    return [f"      %rt_{tag}, %rl_{tag}:{n} = transform.structured.tile_using_for {handle} "
+            f"tile_sizes [{', '.join(map(str, sizes))}] : (!transform.any_op) -> ({loops})",
+            f"      transform.structured.vectorize %rt_{tag} : !transform.any_op"]
 
 
 TRANSPOSE_TILINGS = [transpose_tiles(r, j) for r in range(2, TRANSPOSE_MAX_RANK + 1) for j in range(r - 1)]
