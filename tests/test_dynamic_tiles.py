@@ -10,6 +10,8 @@ and blocks only, or full ones and a remainder) and at sizes that turn the thread
 against NumPy."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,56 @@ def test_a_wide_or_deep_product_gets_a_packed_body_picked_at_the_call():
     assert mm.index("scf.if") < mm.index("kina.parallel_packed") < mm.index("} else {") < mm.index("kina.parallel_peeled")
     bmm = next(part for part in text.split("func.func") if "@kina_bmm(" in part)
     assert "kina.parallel_packed" not in bmm and bmm.count("kina.parallel_peeled") == 1
+
+
+SHARED = """
+fn two[M, K, N](a: Tensor[F32, [M, K]], b: Tensor[F32, [K, N]], c: Tensor[F32, [N, K]]) -> Tensor[F32, [M, K]] {
+  let x = a @ b in
+  let y = x @ c in
+  y
+}
+fn batched[B, M, K](a: Tensor[F32, [B, M, K]], b: Tensor[F32, [B, K, M]]) -> Tensor[F32, [B, M, M]] {
+  a @ b
+}
+fn fixed(a: Tensor[F32, [8, 4]], b: Tensor[F32, [4, 8]]) -> Tensor[F32, [8, 8]] {
+  a @ b
+}
+"""
+
+
+def test_products_of_one_type_share_one_function_and_match_numpy(tmp_path):
+    """compiler/backend/shared_products.py: the two `?x?` matmuls of `two` call one function
+    (their fills moved into it), the batch matmul another; the static product keeps its place.
+    The library built from it computes what NumPy does."""
+    from compiler.backend import engine, parallelize, shared_products
+    res = build.BuildResult(False, source=build.SourceText(SHARED, "s.kina"))
+    mlir = build.front_end(SHARED, "s.kina", {}, res)
+    assert mlir is not None
+    ir, passmanager, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        passmanager.PassManager.parse("builtin.module(inline)").run(module.operation)
+        parallelize.tag_for_script(ir, module)
+        funcs = {ir.StringAttr(f.attributes["sym_name"]).value: str(f) for f in module.body.operations
+                 if f.operation.name == "func.func"}
+    products = sorted(name for name in funcs if name.startswith(shared_products.PREFIX))
+    assert len(products) == 2, products
+    def calls(name: str) -> int:
+        return len(re.findall(r'call @"?kina\.product\.', funcs[name]))
+    assert calls("kina_two") == 2 and "linalg.matmul" not in funcs["kina_two"]
+    assert "linalg.fill" not in funcs["kina_two"] and calls("kina_batched") == 1
+    assert "linalg.matmul" in funcs["kina_fixed"] and "kina.product" not in funcs["kina_fixed"]
+    assert all("linalg.fill" in funcs[p] and "llvm.linkage" in funcs[p] for p in products)
+    src = tmp_path / "s.kina"
+    src.write_text(SHARED)
+    built = build.build_file(src, tmp_path / "s.so", 2, cache=False)
+    assert built.ok, [d.message for d in built.diagnostics]
+    lib = runtime.load(built.so_path)
+    rng = np.random.default_rng(3)
+    for m, k, n in ((1, 1, 1), (5, 7, 3), (40, 600, 300)):
+        a, b, c = (rng.random(s, np.float32) for s in ((m, k), (k, n), (n, k)))
+        _close(lib.two(a, b, c), (a @ b) @ c, k * n)
+    a3, b3 = rng.random((2, 9, 5), np.float32), rng.random((2, 5, 9), np.float32)
+    _close(lib.batched(a3, b3), a3 @ b3, 5)
+    a2, b2 = rng.random((8, 4), np.float32), rng.random((4, 8), np.float32)
+    _close(lib.fixed(a2, b2), a2 @ b2, 4)

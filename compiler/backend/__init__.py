@@ -21,7 +21,8 @@ Public modules (other packages import only these; this file imports none of them
                 BOUNDS_FAILED, BAD_SIZES), LAST_ERROR_SYMBOL, ABI_SYMBOL
 
 Inside, in the order a build runs them: pipelines (the slots), fusion and math_lowering
-(-O2 rewrites before tagging), parallelize (what the script vectorises, tiles, threads),
+(-O2 rewrites before tagging), shared_products (a dynamic export's products of one type
+moved into one function), parallelize (what the script vectorises, tiles, threads),
 parallel_if (a dynamic export's threads chosen at the call), transform_library (the -O2
 transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes), rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),

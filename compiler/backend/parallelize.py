@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from compiler.backend import parallel_if
 from compiler.backend.bindings import walk_ops
+from compiler.backend.shared_products import share_dynamic_products
 from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
 from compiler.backend.transform_library import (
     K_BLOCK_MIN,
@@ -402,6 +403,7 @@ def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     """Every tag above (the "@tag-for-script" slot, right after --inline: the inliner's
     canonicalisation rebuilds some ops without their attributes, and a tag set before it
     was lost on 3 of the scaled train step's 17 tiled transposes); returns the count."""
+    share_dynamic_products(mlir_ir, module)
     return sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
                                                 tag_inner_reductions))
 

@@ -99,6 +99,7 @@ SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope
 MERGE_SLOT = "@merge-kernels"           # outlined kernels with identical bodies -> one
 TAG_SLOT = "@tag-for-script"            # what the transform script vectorises, threads, tiles
 HOIST_TAG_SLOT = "@tag-hoist"           # the loops "@hoist" visits: the innermost ones
+PRODUCT_SLOT = "@product-results"       # a shared product's function returns its buffer argument
 FILL_SLOT = "@fuse-fills"               # a parallel matmul's fill -> one per block, in its forall
 O2_PASSES = [
     "--inline",
@@ -113,7 +114,12 @@ O2_PASSES = [
     # write into, and one-shot bufferization's conflict analysis of that value's uses is
     # quadratic (a 4,000-let function: 70 s of an 81 s build): see rewrites.unshare_empty_tensors.
     UNSHARE_SLOT,
-    *_BUFFERIZE,
+    _BUFFERIZE[0],
+    # the shared products' functions (compiler/backend/shared_products.py) return their
+    # accumulator argument: dropped here, so the out-parameters below add no copy
+    PRODUCT_SLOT,
+    "--drop-equivalent-buffer-results",
+    *_BUFFERIZE[1:],
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from compiler.backend import parallel_if
+from compiler.backend import parallel_if, shared_products
 from compiler.backend.bindings import walk_ops
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
 from compiler.backend.parallelize import fuse_fills_into_foralls, tag_for_script
@@ -442,5 +442,6 @@ SLOTS: dict[str, Rewrite] = {
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
     "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
     "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),
+    "@product-results": Rewrite(shared_products.return_accumulators, lambda text: shared_products.PREFIX in text),
     "@fuse-fills": Rewrite(fuse_fills_into_foralls, lambda text: "scf.forall" in text and "linalg.fill" in text),
 }
