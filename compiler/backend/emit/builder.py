@@ -261,8 +261,11 @@ class FnEmitter:
         tensor.empty would let CSE merge the accumulators of two matmuls into one tensor,
         which bufferization must then copy (issue 11's first program is that pattern)."""
         if isinstance(value, SizeNumber):
-            c = self.size_number(value, t.elem if t.elem == "i64" else self.F)
-            if t.elem not in ("i64", self.F):
+            # an F64 tensor's number is computed in f64 whatever the op's compute type: `x * (1.0
+            # / A)` of an F64 x once took 1 / A in f32 (1e-8 off for A = 3, 5: fuzz seed 2545)
+            f = t.elem if t.elem in ("i64", WIDE) else self.F
+            c = self.size_number(value, f)
+            if t.elem != f:
                 c = self.store(c, t.elem)
         else:
             c = self.scalar(value, t.elem)
