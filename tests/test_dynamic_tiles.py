@@ -98,20 +98,28 @@ def test_the_gather_gradient_scatter_counts_rows(lib, n, v, d):
     assert np.array_equal(lib.counts(ids, table), want)
 
 
-def test_a_wide_or_deep_product_gets_a_packed_body_picked_at_the_call():
-    """The tagging puts a dynamic f32 matmul in `scf.if` (the call's sizes pick): the packed
-    body (`kina.parallel_packed`) or the blocked one (`kina.parallel_peeled`, threads chosen
-    at the call); a batch_matmul keeps one body."""
-    from compiler.backend import engine, parallelize
-    res = build.BuildResult(False, source=build.SourceText(SOURCE, "t.kina"))
-    mlir = build.front_end(SOURCE, "t.kina", {}, res, build.keep_exports(["mm", "bmm"]))
+def _tagged(source: str, tag, exports: list[str] | None = None) -> dict[str, str]:
+    """`source`'s module after --inline and `tag` (a parallelize tagging): each function's text
+    by name."""
+    from compiler.backend import engine
+    res = build.BuildResult(False, source=build.SourceText(source, "t.kina"))
+    mlir = build.front_end(source, "t.kina", {}, res, build.keep_exports(exports) if exports else None)
     assert mlir is not None
     ir, passmanager, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(mlir)
         passmanager.PassManager.parse("builtin.module(inline)").run(module.operation)
-        parallelize.tag_vectorizable(ir, module)
-        text = str(module)
+        tag(ir, module)
+        return {ir.StringAttr(f.attributes["sym_name"]).value: str(f) for f in module.body.operations
+                if f.operation.name == "func.func"}
+
+
+def test_a_wide_or_deep_product_gets_a_packed_body_picked_at_the_call():
+    """The tagging puts a dynamic f32 matmul in `scf.if` (the call's sizes pick): the packed
+    body (`kina.parallel_packed`) or the blocked one (`kina.parallel_peeled`, threads chosen
+    at the call); a batch_matmul keeps one body."""
+    from compiler.backend import parallelize
+    text = "\n".join(_tagged(SOURCE, parallelize.tag_vectorizable, ["mm", "bmm"]).values())
     mm = next(part for part in text.split("func.func") if "@kina_mm(" in part)
     assert mm.count("kina.parallel_packed") == 1 and mm.count("kina.parallel_peeled") == 1
     assert mm.index("scf.if") < mm.index("kina.parallel_packed") < mm.index("} else {") < mm.index("kina.parallel_peeled")
@@ -138,17 +146,8 @@ def test_products_of_one_type_share_one_function_and_match_numpy(tmp_path):
     """compiler/backend/shared_products.py: the two `?x?` matmuls of `two` call one function
     (their fills moved into it), the batch matmul another; the static product keeps its place.
     The library built from it computes what NumPy does."""
-    from compiler.backend import engine, parallelize, shared_products
-    res = build.BuildResult(False, source=build.SourceText(SHARED, "s.kina"))
-    mlir = build.front_end(SHARED, "s.kina", {}, res)
-    assert mlir is not None
-    ir, passmanager, _ = engine.engine_module()
-    with ir.Context():
-        module = ir.Module.parse(mlir)
-        passmanager.PassManager.parse("builtin.module(inline)").run(module.operation)
-        parallelize.tag_for_script(ir, module)
-        funcs = {ir.StringAttr(f.attributes["sym_name"]).value: str(f) for f in module.body.operations
-                 if f.operation.name == "func.func"}
+    from compiler.backend import parallelize, shared_products
+    funcs = _tagged(SHARED, parallelize.tag_for_script)
     products = sorted(name for name in funcs if name.startswith(shared_products.PREFIX))
     assert len(products) == 2, products
     def calls(name: str) -> int:
