@@ -223,27 +223,30 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
     return tagged
 
 
+def _may_pack(mlir_ir: ModuleType, op: OpView, inputs: set[str]) -> bool:
+    """Whether an f32 matmul is, or at some call may be, wide or deep (`_pack_test`'s size
+    rule, a dynamic N or K counting as large enough)."""
+    t = mlir_ir.RankedTensorType(op.results[0].type)
+    a = mlir_ir.RankedTensorType(op.operands[0].type)
+
+    def at_least(dims: RankedTensorType, bound: int) -> bool:
+        return bool(dims.is_dynamic_dim(dims.rank - 1) or dims.shape[-1] >= bound)
+
+    return (op.name == "linalg.matmul" and inputs == {"f32"}
+            and (at_least(t, PACK_B_MIN_N) or (at_least(a, K_BLOCK_MIN) and at_least(t, PACK_DEEP_MIN_N))))
+
+
 def _packs_static(mlir_ir: ModuleType, op: OpView, inputs: set[str]) -> bool:
     """A static f32 matmul (M or N not whole tiles) that `_pack_test` would pack at the call."""
-    n = mlir_ir.RankedTensorType(op.results[0].type).shape[-1]
-    k = mlir_ir.RankedTensorType(op.operands[0].type).shape[-1]
-    return (op.name == "linalg.matmul" and inputs == {"f32"} and _filled(op)
-            and _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS
-            and (n >= PACK_B_MIN_N or (k >= K_BLOCK_MIN and n >= PACK_DEEP_MIN_N)))
+    return (_may_pack(mlir_ir, op, inputs) and _filled(op)
+            and _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS)
 
 
 def _choose_at_call(mlir_ir: ModuleType, module: Module, op: OpView, inputs: set[str]) -> None:
     """A dynamic export's matmul: threads when the call's sizes make it big enough, and an f32
     matmul that may be wide or deep (`_pack_test`) a second body, with packed panels of B and
     its k loop blocked (transform_dynamic.dynamic_packed_matmul), for the calls that are."""
-    t = mlir_ir.RankedTensorType(op.results[0].type)
-    k = mlir_ir.RankedTensorType(op.operands[0].type)
-
-    def may(dim_type: RankedTensorType, d: int, bound: int) -> bool:
-        return bool(dim_type.is_dynamic_dim(d) or dim_type.shape[d] >= bound)
-
-    if op.name == "linalg.matmul" and inputs == {"f32"} and (
-            may(t, 1, PACK_B_MIN_N) or (may(k, 1, K_BLOCK_MIN) and may(t, 1, PACK_DEEP_MIN_N))):
+    if _may_pack(mlir_ir, op, inputs):
         packed = parallel_if.specialise(mlir_ir, op, lambda: _pack_test(mlir_ir, op))
         del packed.attributes["kina.parallel_peeled"]
         peel_m = list(mlir_ir.DenseI64ArrayAttr(op.attributes["kina.parallel_peeled"]))[0]

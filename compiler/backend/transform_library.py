@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from compiler.backend.host import host_cpu
 from compiler.backend.transform_dynamic import (
     DYNAMIC_PEELINGS,
     DYNAMIC_TRANSPOSES,
@@ -36,7 +37,6 @@ MATMUL_TILE = (8, 32)   # (M, N) of the tiles the tagging reasons in (paralleliz
 
 def _host_has_avx512() -> bool:
     """Whether the CPU the libraries are compiled for (llc's -mcpu=native) has AVX-512F."""
-    from compiler.backend.host import host_cpu
     return host_cpu().has_avx512f
 
 
