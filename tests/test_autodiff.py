@@ -75,6 +75,29 @@ def test_handle_diagnostics_carry_a_note_at_the_handle():
                for n in diag.notes)
 
 
+_GENERIC_MEAN = """
+fn means[B, D](x: Tensor[F32, [B * 3, D]]) -> Tensor[F32, [1, D]] {
+  MEAN
+}
+
+fn step[B, D](x: Tensor[F32, [B * 3, D]]) -> Tensor[F32, [B * 3, D]] {
+  let (m, g) = handle means[B, D](x) with reverseMode in
+  g
+}
+"""
+
+
+def test_the_mean_rejection_writes_the_sum_with_the_axis_size():
+    """In a generic function the size of the mean's axis is a size expression: the
+    diagnostic writes the rewrite with it, and that rewrite is differentiable."""
+    snap = analyze(_GENERIC_MEAN.replace("MEAN", "let m = x.reduce_keep(op=mean, axis=0) in\n  m"), "m.kina")
+    (diag,) = snap.diagnostics
+    assert diag.code == "ad-unsupported"
+    assert diag.message.endswith("write it as reduce_keep(op=sum, axis=0) times 1.0 / (3*B) (the size of axis 0)")
+    fixed = "let s = x.reduce_keep(op=sum, axis=0) in\n  let m = s * (1.0 / (3*B)) in\n  m"
+    assert analyze(_GENERIC_MEAN.replace("MEAN", fixed), "m.kina").diagnostics == []
+
+
 # ---- the table -------------------------------------------------------------------------------
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_every_op_has_a_vjp_row(op):

@@ -103,15 +103,29 @@ def _reduce_keep_rule(b: Builder, node: OpApp, y: Var, g: Var, needs: list[bool]
 # reduce_keep's op: None where _reduce_keep_rule is its VJP, else why reverseMode rejects it.
 _REDUCE_KEEP_REJECT: dict[str, str | None] = {
     "sum": None,
-    "mean": ("reduce_keep(op=mean) cannot be differentiated under reverseMode (there is no reduce_mean "
-             "VJP); use reduce_keep(op=sum) and multiply by a host 1/n tensor parameter"),
+    "mean": "reduce_keep(op=mean) cannot be differentiated under reverseMode (there is no reduce_mean VJP)",
     "max": None,
     "min": None,
 }
 
 
 def _reject_reduce_keep(node: OpApp) -> str | None:
-    return _REDUCE_KEEP_REJECT[node.attrs["op"]]
+    why = _REDUCE_KEEP_REJECT[node.attrs["op"]]
+    if why is None or node.attrs["op"] != "mean":
+        return why
+    return f"{why}; {_mean_as_sum(node)}"
+
+
+def _mean_as_sum(node: OpApp) -> str:
+    """The rewrite that reverseMode accepts, with the axis's size written out: a number, or
+    the size expression of a generic function (sizes used as numbers, docs/language.md)."""
+    axis = node.attrs["axis"]
+    shape = args_of(node)[0].tensor_type.shape
+    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        return "write it as reduce_keep(op=sum) times 1.0 / n, n the size of the axis"
+    n = str(shape[axis])
+    n = n if n.isidentifier() or n.isdigit() else f"({n})"
+    return f"write it as reduce_keep(op=sum, axis={axis}) times 1.0 / {n} (the size of axis {axis})"
 
 
 # ---- rules: normalisations and indexing ------------------------------------------
