@@ -374,6 +374,31 @@ def record_failed_asserts(mlir_ir: ModuleType, module: Module) -> int:
     return count
 
 
+# ---- the glue is not optimised -----------------------------------------------------------------
+# The C-interface wrapper of a large function unpacks dozens of descriptors and passes
+# hundreds of scalars in one basic block: llc -O2 spent 0.10 of its 1.27 s on the GPT
+# block's gradient's wrapper alone (instruction selection), 0.19 s on all of its wrappers.
+# Optimised, they save a few loads per call; at -O0 (optnone: fast instruction selection)
+# they take 0.04 s.  `noinline` goes with it (LLVM requires it) and keeps opt from
+# inlining the wrapped function into its wrapper, a second copy of it to compile.
+GLUE_PREFIXES = (CIFACE_PREFIX, CHECKED_PREFIX, PACKED_PREFIX)
+GLUE_ATTRIBUTES = ("noinline", "optnone")
+
+
+def mark_glue(mlir_ir: ModuleType, module: Module) -> int:
+    """Every entry wrapper of the lowered module (GLUE_PREFIXES) compiled without
+    optimisation (GLUE_ATTRIBUTES as LLVM function attributes); returns how many."""
+    attrs = mlir_ir.ArrayAttr.get([mlir_ir.StringAttr.get(a) for a in GLUE_ATTRIBUTES])
+    count = 0
+    for func in module.body.operations:
+        if func.operation.name != "llvm.func" or len(func.regions[0].blocks) == 0:
+            continue
+        if mlir_ir.StringAttr(func.attributes["sym_name"]).value.startswith(GLUE_PREFIXES):
+            func.attributes["passthrough"] = attrs
+            count += 1
+    return count
+
+
 def _is_call(mlir_ir: ModuleType, op: object, callee: str) -> bool:
     operation = op.operation  # type: ignore[attr-defined]   # an OpView of the bindings
     return bool(operation.name == "llvm.call" and "callee" in operation.attributes

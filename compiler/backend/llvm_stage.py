@@ -150,7 +150,15 @@ LLC_FLAGS = ["-disable-lsr"]
 # `opt -opt-bisect-limit` names slp-vectorizer, -O1 has none, none of its sub-options avoids
 # it).  Vectorisation does not depend on it: the transform script vectorises the kernels,
 # LLVM's loop vectoriser the rest.  KINA_LLVM_SLP=1 turns it back on (to test a newer LLVM).
-OPT_FLAGS = [] if os.environ.get("KINA_LLVM_SLP") == "1" else ["-vectorize-slp=false"]
+# opt does not unroll loops of unknown trip count (-unroll-runtime=false): the loops that
+# matter are unrolled already (the transform script's register tiles, LLVM's full unrolling
+# of known trip counts, which stays on), and the runtime-unrolled copies of the rest were
+# code for llc to compile for nothing: on the GPT block opt takes 0.99 instead of 1.12 s and
+# llc 0.86 instead of 1.04 (least of 4), with the same train steps (scaled, static 22.7 vs
+# 22.8 ms and dynamic 22.9 vs 23.5; large 335 vs 338 ms, medians of 15-25 interleaved
+# rounds, benchmarks/ab_step.py).  -disable-loop-unrolling, which also stops full
+# unrolling, made the scaled step 1.57x slower.
+OPT_FLAGS = ["-unroll-runtime=false"] + ([] if os.environ.get("KINA_LLVM_SLP") == "1" else ["-vectorize-slp=false"])
 
 
 def llvm_dialect_object(llvm_mlir_text: str, obj: Path, llvm_level: int, timings: dict[str, float]) -> Path:

@@ -58,12 +58,12 @@ _LOWER_TO_LLVM = [
     "@low-precision",
     "--expand-strided-metadata",
     "--lower-affine",      # expand-strided-metadata writes affine.apply for dynamic sizes and strides
-    "--convert-math-to-llvm",
     "--finalize-memref-to-llvm",
-    "--convert-arith-to-llvm",
-    "--convert-cf-to-llvm",
-    "--convert-func-to-llvm",
-    "--convert-index-to-llvm",
+    # One dialect conversion for the rest, not five passes that each walk the module: the
+    # same output (byte-identical on the GPT block), -O0's mlir-opt 0.44 instead of 0.50 s on
+    # it.  memref stays a pass of its own, before: in the one conversion a memref.reshape
+    # whose shape operand is converted in the same walk is left unconverted.
+    "--convert-to-llvm=filter-dialects=math,arith,cf,func,index",
     "@openmp-to-llvm",
     "--reconcile-unrealized-casts",
     BF16_SLOT,
