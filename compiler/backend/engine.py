@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING
 from compiler.backend import rewrites
 from compiler.backend import worker as backend_worker
 from compiler.backend.bindings import engine_module, mlir_error_text
-from compiler.backend.entry_points import (CIFACE_PREFIX, PART_DECLARATIONS, entry_points_text, mark_glue,
-                                          record_failed_asserts)
+from compiler.backend.entry_points import (
+    CIFACE_PREFIX,
+    PART_DECLARATIONS,
+    entry_points_text,
+    mark_glue,
+    record_failed_asserts,
+)
 from compiler.backend.errors import StageFailed
 from compiler.backend.fusion import enabled as fusion_enabled
 from compiler.backend.fusion import fuse_elementwise

@@ -24,6 +24,42 @@ from __future__ import annotations
 DYNAMIC_BLOCK = (32, 128)
 
 
+def tag(attr: str, values: tuple[int, ...]) -> str:
+    """A tag's entry in a match's attribute dictionary: `attr` as the i64 array `values`."""
+    return f"{attr} = array<i64: {', '.join(map(str, values))}>"
+
+
+def foreach_tagged(name: str, op: str, attrs: str) -> list[str]:
+    """Script lines opening a `transform.foreach` (bound to `name`) over the `op`s that carry
+    the attributes `attrs` (dictionary entries: `tag`s, unit attributes), each one `%op` in
+    it; the caller closes it with a `    }` line."""
+    return [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} attributes{{{attrs}}} in %root : "
+            "(!transform.any_op) -> !transform.any_op",
+            f"    transform.foreach {name} : !transform.any_op {{",
+            "    ^bb0(%op: !transform.any_op):"]
+
+
+def match_full_tiles(op: str, rows: str, full_type: str | None) -> list[str]:
+    """Script lines binding `%tiles` to the `op`s in the loop `rows` over full row tiles, once
+    canonicalised (peeling made their sizes constants, so the full tiles get static types):
+    those of type `full_type`, or every one when None."""
+    only = f" filter_result_type = {full_type}" if full_type else ""
+    return [f"      transform.apply_patterns to {rows} {{",
+            "        transform.apply_patterns.canonicalization",
+            "      } : !transform.any_op",
+            f"      %tiles = transform.structured.match ops{{[\"{op}\"]}}{only} in {rows} : "
+            "(!transform.any_op) -> !transform.any_op"]
+
+
+def vectorised_full_tiles(op: str, rows: str, full_type: str, peel_m: int, tile_n: int) -> list[str]:
+    """Script lines vectorising the full register tiles of `rows` and, when the row loop was
+    peeled (`peel_m`), the rows past them (`row_rest`, the peeled loop `%rest<m>`)."""
+    lines = match_full_tiles(op, rows, full_type) + ["      transform.structured.vectorize %tiles : !transform.any_op"]
+    if peel_m:
+        lines += row_rest(op, "%rest" + rows.removeprefix("%main"), tile_n)
+    return lines
+
+
 def peel_loops(m: int, n: int, peel_m: int, peel_n: int) -> list[str]:
     """Transform-script lines peeling the tile loops %l#n then %l#m (each when asked) into
     %main<d> and %rest<d>: the N loop first, since peeling a loop invalidates the handles
@@ -63,11 +99,7 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
     tiles = ", ".join(map(str, [1] * batch + [tile[0], tile[1], 1]))
     loops = ", ".join(["!transform.any_op"] * (4 + batch))
     m, n = batch, batch + 1
-    lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
-             f"attributes{{kina.parallel_peeled = array<i64: {peel_m}, {peel_n}>}} in %root : "
-             "(!transform.any_op) -> !transform.any_op",
-             f"    transform.foreach {name} : !transform.any_op {{",
-             "    ^bb0(%op: !transform.any_op):",
+    lines = foreach_tagged(name, op, tag("kina.parallel_peeled", (peel_m, peel_n))) + [
              f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
              (f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [{kblock}] : "
@@ -77,15 +109,7 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
              f"(!transform.any_op) -> ({loops})"]
     lines += peel_loops(m, n, peel_m, peel_n)
     rows = f"%main{m}" if peel_m else f"%l#{m}"
-    full = f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>"
-    lines += [f"      transform.apply_patterns to {rows} {{",
-              "        transform.apply_patterns.canonicalization",
-              "      } : !transform.any_op",
-              f"      %tiles = transform.structured.match ops{{[\"{op}\"]}} filter_result_type = {full} in {rows} : "
-              "(!transform.any_op) -> !transform.any_op",
-              "      transform.structured.vectorize %tiles : !transform.any_op"]
-    if peel_m:
-        lines += row_rest(op, f"%rest{m}", tile[1])
+    lines += vectorised_full_tiles(op, rows, f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
     return "\n".join(lines + ["    }"])
 
 
@@ -108,11 +132,7 @@ DYNAMIC_PEELINGS = ((1, 1), (1, 0), (0, 1), (0, 0))
 def dynamic_packed_matmul(peel_m: int, tile: tuple[int, int], k_block: int) -> str:
     """Script lines for the matmuls tagged `kina.parallel_packed = [peel_m]`."""
     name = f"%dpk_matmul_{peel_m}"
-    lines = [f"    {name} = transform.structured.match ops{{[\"linalg.matmul\"]}} "
-             f"attributes{{kina.parallel_packed = array<i64: {peel_m}>}} in %root : "
-             "(!transform.any_op) -> !transform.any_op",
-             f"    transform.foreach {name} : !transform.any_op {{",
-             "    ^bb0(%op: !transform.any_op):",
+    lines = foreach_tagged(name, "linalg.matmul", tag("kina.parallel_packed", (peel_m,))) + [
              f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [0, {DYNAMIC_BLOCK[1]}, 0] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
              "      %pb, %pad, %pcopy = transform.structured.pad %b pad_to_multiple_of [1] "
@@ -127,15 +147,7 @@ def dynamic_packed_matmul(peel_m: int, tile: tuple[int, int], k_block: int) -> s
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)"]
     lines += peel_loops(0, 1, peel_m, 0)
     rows = "%main0" if peel_m else "%l#0"
-    lines += [f"      transform.apply_patterns to {rows} {{",
-              "        transform.apply_patterns.canonicalization",
-              "      } : !transform.any_op",
-              f"      %tiles = transform.structured.match ops{{[\"linalg.matmul\"]}} "
-              f"filter_result_type = tensor<{tile[0]}x{tile[1]}xf32> in {rows} : "
-              "(!transform.any_op) -> !transform.any_op",
-              "      transform.structured.vectorize %tiles : !transform.any_op"]
-    if peel_m:
-        lines += row_rest("linalg.matmul", "%rest0", tile[1])
+    lines += vectorised_full_tiles("linalg.matmul", rows, f"tensor<{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
     return "\n".join(lines + ["    }"])
 
 
@@ -158,11 +170,7 @@ def dynamic_transpose(rank: int, j: int, peel_j: int, peel_last: int, tiles: tup
     full = "tensor<" + "".join(f"{x}x" for x in tiles) + "f32>"
     forall = ", ".join(str(dynamic_transpose_block(j, block) if d == 0 else 0) for d in range(rank))
     loops = ", ".join(["!transform.any_op"] * (rank + 1))
-    lines = [f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
-             f"attributes{{kina.transpose_peeled = array<i64: {rank}, {j}, {peel_j}, {peel_last}>}} in %root : "
-             "(!transform.any_op) -> !transform.any_op",
-             f"    transform.foreach {name} : !transform.any_op {{",
-             "    ^bb0(%op: !transform.any_op):",
+    lines = foreach_tagged(name, "linalg.transpose", tag("kina.transpose_peeled", (rank, j, peel_j, peel_last))) + [
              f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
              f"      %t, %l:{rank} = transform.structured.tile_using_for %b tile_sizes [{', '.join(map(str, tiles))}] : "
@@ -196,11 +204,7 @@ def dynamic_reduction(rank: int, rows: tuple[int, ...], lanes: tuple[int, ...]) 
     loops = ", ".join(["!transform.any_op"] * rank)
     four = ", ".join(["!transform.any_op"] * 4)
     chunk = "tensor<" + "".join(f"{x or 1}x" for x in lanes) + "f32>"
-    return "\n".join([
-        f"    {name} = transform.structured.match ops{{[\"linalg.generic\"]}} "
-        f"attributes{{kina.reduce_peeled = array<i64: {row_text}>}} in %root : (!transform.any_op) -> !transform.any_op",
-        f"    transform.foreach {name} : !transform.any_op {{",
-        "    ^bb0(%op: !transform.any_op):",
+    return "\n".join(foreach_tagged(name, "linalg.generic", tag("kina.reduce_peeled", rows)) + [
         f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{row_text}] : "
         f"(!transform.any_op) -> ({loops})",
         f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "

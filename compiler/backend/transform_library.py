@@ -15,7 +15,10 @@ from compiler.backend.transform_dynamic import (
     dynamic_packed_matmul,
     dynamic_reduction,
     dynamic_transpose,
+    foreach_tagged,
+    match_full_tiles,
     peel_loops,
+    tag,
 )
 
 # Transform-dialect script run at the "@transforms" slot: loop orders and vector code
@@ -115,10 +118,7 @@ def _reduce_inner(rank: int) -> str:
     name = f"%red_{rank}"
     loops = ", ".join(["!transform.any_op"] * rank)
     four = ", ".join(["!transform.any_op"] * 4)
-    return (f"    {name} = transform.structured.match ops{{[\"linalg.generic\"]}} "
-            f"attributes{{kina.reduce_inner = array<i64: {rows}>}} in %root : (!transform.any_op) -> !transform.any_op\n"
-            f"    transform.foreach {name} : !transform.any_op {{\n"
-            f"    ^bb0(%op: !transform.any_op):\n"
+    return ("\n".join(foreach_tagged(name, "linalg.generic", tag("kina.reduce_inner", reduce_tiles(rank)[0]))) + "\n"
             f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{rows}] : "
             f"(!transform.any_op) -> ({loops})\n"
             f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "
@@ -138,11 +138,7 @@ PARALLEL_TRANSPOSE_BLOCKS = (1, TRANSPOSE_BLOCK)
 
 def _parallel_transpose(block: int) -> str:
     name = f"%ptr_{block}"
-    return (f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
-            f"attributes{{kina.parallel_transpose = array<i64: {block}>}} in %root : "
-            f"(!transform.any_op) -> !transform.any_op\n"
-            f"    transform.foreach {name} : !transform.any_op {{\n"
-            f"    ^bb0(%op: !transform.any_op):\n"
+    return ("\n".join(foreach_tagged(name, "linalg.transpose", tag("kina.parallel_transpose", (block,)))) + "\n"
             f"      %t, %all = transform.structured.tile_using_forall %op tile_sizes [{block}] : "
             f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
             f"    }}")
@@ -185,11 +181,7 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     n_loops = 2 + batch + (not two_level)
     loops = ", ".join(["!transform.any_op"] * (n_loops + 1))
     m, n = batch, batch + 1        # the M and N loops among the tile loops %l
-    lines = [f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
-             f"attributes{{kina.vectorize_peeled = array<i64: {peel_m}, {peel_n}, {odd_rest}, {tile_n}>}} in %root : "
-             "(!transform.any_op) -> !transform.any_op",
-             f"    transform.foreach {name} : !transform.any_op {{",
-             "    ^bb0(%op: !transform.any_op):",
+    lines = foreach_tagged(name, op, tag("kina.vectorize_peeled", (peel_m, peel_n, odd_rest, tile_n))) + [
              f"      %t, %l:{n_loops} = transform.structured.tile_using_for %op tile_sizes [{tiles}] : "
              f"(!transform.any_op) -> ({loops})"]
     lines += peel_loops(m, n, peel_m, peel_n)
@@ -199,12 +191,8 @@ def _peeled_matmul(op: str, peel_m: int, peel_n: int, odd_rest: int, tile_n: int
     # vectorise, but for an odd_rest partial column tile only the full tiles do.  The
     # last partial row tile stays a loop nest (the interchange below).
     rows = f"%main{m}" if peel_m else f"%l#{m}"
-    only_full = f" filter_result_type = tensor<{'1x' * batch}{reg_m}x{reg_n}xf32>" if odd_rest or two_level else ""
-    lines += [f"      transform.apply_patterns to {rows} {{",
-              "        transform.apply_patterns.canonicalization",
-              "      } : !transform.any_op",
-              f"      %tiles = transform.structured.match ops{{[\"{op}\"]}}{only_full} in {rows} : "
-              "(!transform.any_op) -> !transform.any_op"]
+    only_full = f"tensor<{'1x' * batch}{reg_m}x{reg_n}xf32>" if odd_rest or two_level else None
+    lines += match_full_tiles(op, rows, only_full)
     if two_level:
         lines += _register_tiles("%tiles", "full", [1] * batch + [*REGISTER_TILE, 1])
         if not odd_rest:
@@ -366,13 +354,9 @@ def _transpose_tiling(tiles: tuple[int, ...]) -> str:
     """Script lines tiling the transposes tagged `kina.transpose_tile = tiles`."""
     name = "%tt_" + "_".join(map(str, tiles))
     sizes = ", ".join(map(str, tiles))
-    attr = f"array<i64: {sizes}>"
     n = len(tiles)
     loops = ", ".join(["!transform.any_op"] * (n + 1))
-    return (f"    {name} = transform.structured.match ops{{[\"linalg.transpose\"]}} "
-            f"attributes{{kina.transpose_tile = {attr}}} in %root : (!transform.any_op) -> !transform.any_op\n"
-            f"    transform.foreach {name} : !transform.any_op {{\n"
-            f"    ^bb0(%op: !transform.any_op):\n"
+    return ("\n".join(foreach_tagged(name, "linalg.transpose", tag("kina.transpose_tile", tiles))) + "\n"
             f"      %t, %l:{n} = transform.structured.tile_using_for %op tile_sizes [{sizes}] : "
             f"(!transform.any_op) -> ({loops})\n"
             f"      transform.structured.vectorize %t : !transform.any_op\n"
@@ -403,7 +387,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
     tiles = ", ".join(map(str, ([1] if op == "linalg.batch_matmul" else []) + [*REGISTER_TILE, 1]))
     n = len(blocks) + 1
     loops = ", ".join(["!transform.any_op"] * (n + 1))
-    match = f"kina.parallel = array<i64: {', '.join(map(str, blocks))}>"
+    match = tag("kina.parallel", blocks)
     name += "_k" * k_blocked + "_p" * packed
     match += ", kina.k_block" * k_blocked + ", kina.pack_b" * packed
     block, pack = ("%mb", _pack_b(blocks)) if packed else ("%b", "")   # what the k loop and tiles take
@@ -413,11 +397,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
     if k_blocked:
         kblock = (f"      %kb, %kl = transform.structured.tile_using_for {block} tile_sizes [0, 0, {K_BLOCK}] : "
                   f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
-    return (f"    {name} = transform.structured.match ops{{[\"{op}\"]}} "
-            f"attributes{{{match}}} in %root : "
-            f"(!transform.any_op) -> !transform.any_op\n"
-            f"    transform.foreach {name} : !transform.any_op {{\n"
-            f"    ^bb0(%op: !transform.any_op):\n"
+    return ("\n".join(foreach_tagged(name, op, match)) + "\n"
             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
             f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
             + pack + kblock +
