@@ -421,6 +421,60 @@ def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_pat
             engine.run_pipeline(ir, passmanager, module, pipelines.passes_for(mlir, 2, tmp_path), mlir)
 
 
+def test_verification_follows_only_rewrites_that_changed_the_module(tmp_path, monkeypatch):
+    """run_pipeline verifies after a rewrite that reports a change, and skips it after one
+    that changed nothing or only set tags (Rewrite.tags_only); the end is always verified."""
+    ir, passmanager, _ = engine.engine_module()
+    src = tmp_path / "k.kina"
+    src.write_text(TWICE)
+    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
+    mlir = build.front_end(TWICE, str(src), {}, res)
+    passes = pipelines.passes_for(mlir, 2, tmp_path)
+    cut = passes[:passes.index("@merge-kernels") + 1]    # the rewrite is the last step
+    calls: list[str] = []
+    real_verify = engine.verify
+    monkeypatch.setattr(engine, "verify", lambda module: (calls.append("verify"), real_verify(module)))
+    for reported, tags_only, after_it in ((0, False, 0), (2, True, 0), (2, False, 1)):
+        monkeypatch.setitem(rewrites.SLOTS, "@merge-kernels", rewrites.Rewrite(
+            lambda mlir_ir, module, n=reported: calls.append("rewrite") or n, lambda text: True, tags_only=tags_only))
+        with ir.Context():
+            module = ir.Module.parse(mlir)
+            engine.prepare_for_script(ir, module, passes)
+            calls.clear()
+            engine.run_pipeline(ir, passmanager, module, cut, mlir)
+        tail = calls[calls.index("rewrite") + 1:]
+        assert tail == ["verify"] * (after_it + 1), (reported, tags_only, calls)
+
+
+def _without_tags(text: str, tags: tuple[str, ...]) -> str:
+    import re
+    for tag in tags:
+        text = re.sub(rf"\s*\{{{re.escape(tag)}\}}|{re.escape(tag)}, |, {re.escape(tag)}", "", text)
+    return text
+
+
+def test_tags_only_rewrites_only_set_their_tags(tmp_path):
+    """The rewrites marked tags_only (run without a verification after them) change nothing
+    but their kina.* attributes, on a program with loops, foralls and kernels."""
+    from compiler.backend.rewrites import tag_innermost_loops, tag_outlined_loops
+    ir, passmanager, _ = engine.engine_module()
+    text = (Path(__file__).parent / "programs" / "gpt_block.kina").read_text()
+    res = build.BuildResult(False, source=build.SourceText(text, "g.kina"))
+    mlir = build.front_end(text, "g.kina", {}, res)
+    passes = pipelines.passes_for(mlir, 2, tmp_path)
+    assert {s for s, r in rewrites.SLOTS.items() if r.tags_only} == {"@tag-outline", "@tag-hoist"}
+    for slot, fn, tag in (("@tag-hoist", tag_innermost_loops, "kina.hoist"),
+                          ("@tag-outline", tag_outlined_loops, "kina.outline")):
+        with ir.Context():
+            module = ir.Module.parse(mlir)
+            engine.prepare_for_script(ir, module, passes)
+            engine.run_pipeline(ir, passmanager, module, passes[:passes.index(slot)], mlir)
+            before = str(module)
+            assert fn(ir, module) > 0
+            after = str(module)
+            assert tag in after and _without_tags(after, (tag,)) == before
+
+
 LONG_K = "fn f(a: Tensor[F32, [64, 1024]], b: Tensor[F32, [1024, 128]]) -> Tensor[F32, [64, 128]] {\n  a @ b\n}\n"
 
 

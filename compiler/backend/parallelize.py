@@ -405,10 +405,11 @@ def tag_inner_reductions(mlir_ir: ModuleType, module: Module) -> int:
 def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     """Every tag above (the "@tag-for-script" slot, right after --inline: the inliner's
     canonicalisation rebuilds some ops without their attributes, and a tag set before it
-    was lost on 3 of the scaled train step's 17 tiled transposes); returns the count."""
-    share_dynamic_products(mlir_ir, module)
-    return sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
-                                                tag_inner_reductions))
+    was lost on 3 of the scaled train step's 17 tiled transposes); returns the count of
+    products moved and of ops tagged (0: the module is unchanged)."""
+    moved = share_dynamic_products(mlir_ir, module)
+    return moved + sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
+                                                        tag_inner_reductions))
 
 
 # ---- the fill of a parallel matmul, per block ------------------------------------------

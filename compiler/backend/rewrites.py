@@ -64,6 +64,7 @@ class Rewrite:
     run: Callable[..., int]                  # run(mlir_ir, module) -> number of ops rewritten
     needed: Callable[[str], bool]            # a cheap test on the module's text at the slot
     maybe: Callable[[str], bool] = lambda emitted: True   # the same test on the emitted text
+    tags_only: bool = False                  # it only sets discardable attributes (kina.*)
 
 
 # ---- strided copies ------------------------------------------------------------------------
@@ -435,8 +436,8 @@ SLOTS: dict[str, Rewrite] = {
     "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
     "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
-    "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text),
-    "@tag-hoist": Rewrite(tag_innermost_loops, lambda text: "scf.for" in text),
+    "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text, tags_only=True),
+    "@tag-hoist": Rewrite(tag_innermost_loops, lambda text: "scf.for" in text, tags_only=True),
     "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
     parallel_if.SLOT: Rewrite(parallel_if.apply, lambda text: parallel_if.MARKER in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
