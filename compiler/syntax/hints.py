@@ -22,7 +22,7 @@ _LITERAL = "a tensor literal: `Tensor[F32, [2, 3]] {}` (zeros) or `Tensor[F32, [
 # name -> the Kina spelling, as shown in the note.
 FOREIGN: dict[str, str] = {
     "sum": _REDUCE.format(op="sum"),
-    "mean": _REDUCE.format(op="mean") + "; under reverseMode use op=sum times 1/n",
+    "mean": _REDUCE.format(op="mean") + "; under reverseMode use op=sum times `1.0 / n`",
     "max": _REDUCE.format(op="max") + " for a reduction, `maximum(a, b)` elementwise",
     "amax": _REDUCE.format(op="max"),
     "min": _REDUCE.format(op="min") + " for a reduction, `minimum(a, b)` elementwise",
@@ -60,6 +60,7 @@ FOREIGN: dict[str, str] = {
     "index_select": "`gather(table, ids)` (rows of a [V, D] table)",
     "embedding": "`gather(table, ids)` (rows of a [V, D] table)",
     "take_along_dim": "`x.take_along_axis(idx, axis=i)`",
+    "take": "`gather(table, ids)` (rows of a [V, D] table), or `x.take_along_axis(idx, axis=i)` (one pick per row)",
     "masked_fill": "`where(mask, value, x)` (a bare number value takes x's type)",
     "clip": "`x.clamp(min=a, max=b)`",
     "absolute": "`x.abs()`",
