@@ -94,13 +94,16 @@ check-ddp: setup
 # The static checks (lint), then the whole test suite (at -O0, then again at -O2): unit, property, LSP
 # end-to-end, compiled-code, StoryLM-0 validation, and the VS Code extension (grammar, client logic, packaging, and
 # a real VS Code in headless Chromium).
+# JOBS processes share the work (pytest-xdist workers, one test file each at a time; fuzz chunks;
+# validation scripts): CI has 2 cores.  JOBS=0 runs the suite in one process, as `make pytest` does.
+JOBS ?= 2
 test: setup lint
-	$(PY) -m pytest -q -ra --durations=20
+	$(PY) -m pytest -q -ra --durations=20 -n $(JOBS) --dist loadfile
 	@echo "== the whole suite again with every default build at -O2 (tests that build at both levels, or build nothing, ran once)"
-	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider -m "not both_levels and not once"
+	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider -m "not both_levels and not once" -n $(JOBS) --dist loadfile
 	@echo "== differential testing: generated programs at -O0 and -O2 against the interpreter, PyTorch, finite differences"
-	$(PY) scripts/fuzz_compile.py --n $(FUZZ_TEST_N) --seed 1 --out artifacts/fuzz
-	$(MAKE) validate
+	$(PY) scripts/fuzz_compile.py --n $(FUZZ_TEST_N) --seed 1 --out artifacts/fuzz --jobs $(or $(filter-out 0,$(JOBS)),1)
+	$(MAKE) -j $(or $(filter-out 0,$(JOBS)),1) --output-sync=target validate
 	$(MAKE) vscode-e2e
 
 # `make fuzz FUZZ_N=3000 FUZZ_SEED=0`: any number of generated programs; failures are

@@ -20,7 +20,9 @@ a dynamic export, for a size-generic helper it differentiates), and f_vjp(x.., g
 random cotangent is held to the interpreter's VJP in float64 by the usual rule; and random
 values: a program that draws random numbers gets a probe `f_bits` returning them all
 (keys included), which must equal the interpreter's bit for bit at every level.  --no-vjp
-and --no-bits turn these off.  --chunk K/N checks the K-th of N equal parts of the seeds (run N of them at once).
+and --no-bits turn these off.  --chunk K/N checks the K-th of N equal parts of the seeds;
+--jobs J runs J such chunks at once, one process each (make test uses both cores this way),
+and prints each chunk's report whole as it finishes.
 
 Prints one line per failure as it is found, then the counts (programs, programs under
 reverseMode, functions, builds, mismatches, crashes), the time per phase and the machine
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -116,12 +119,21 @@ def parse_args(argv=None):
                     help="with --dynamic: also a generic reverseMode wrapper of each helper, a dynamic export too")
     ap.add_argument("--chunk", type=_chunk, default=None, metavar="K/N",
                     help="check only the K-th of N equal parts of the seeds (K from 1)")
+    ap.add_argument("--jobs", type=int, default=1, metavar="J",
+                    help="run J chunks of the seeds at once, one process each (not with --chunk or --replay)")
     ap.add_argument("--replay", nargs="*", metavar="FILE", help="check these .kina files instead of generating")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs needs at least 1, not {args.jobs}")
+    if args.jobs > 1 and (args.chunk is not None or args.replay is not None):
+        ap.error("--jobs splits the seeds itself: not with --chunk or --replay")
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.jobs > 1:
+        return main_jobs(args.jobs, sys.argv[1:] if argv is None else list(argv))
     if args.dynamic:
         return main_dynamic(args)
     levels = args.levels
@@ -149,6 +161,34 @@ def main(argv=None) -> int:
                 _write(failures, out, Path(tmp) / "shrink", not args.no_shrink)
         _summary(oracle, failures, time.perf_counter() - t0, levels, torch=oracle.use_torch)
     return 1 if failures else 0
+
+
+def main_jobs(jobs: int, argv: list[str]) -> int:
+    """--jobs J: this script once per chunk K/J, at once; each chunk's report is printed whole
+    (headed by its chunk) when it finishes, so reports never interleave.  Exits 1 if any failed."""
+    cmd = [sys.executable, __file__, *_without_jobs(argv)]
+    procs = [subprocess.Popen([*cmd, "--chunk", f"{k}/{jobs}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for k in range(1, jobs + 1)]
+    failed = []
+    for k, proc in enumerate(procs, 1):
+        out, _ = proc.communicate()
+        print(f"== chunk {k}/{jobs} (exit {proc.returncode})\n{out}", end="", flush=True)
+        if proc.returncode:
+            failed.append(k)
+    print(f"chunks failed: {', '.join(map(str, failed))}" if failed else f"all {jobs} chunks passed")
+    return 1 if failed else 0
+
+
+def _without_jobs(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--jobs":
+            skip = True
+        elif not a.startswith("--jobs="):
+            out.append(a)
+    return out
 
 
 def main_dynamic(args) -> int:

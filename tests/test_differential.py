@@ -193,11 +193,18 @@ def test_reproducer_is_a_valid_program_with_its_command():
 
 
 def test_fuzz_script_runs_and_reports_counts(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_compile.py"), "--n", "4", "--seed", "40",
-                           "--batch", "4", "--levels", "0", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+    """`--jobs 2` (make test's way) runs the seeds as two chunks, one process each, and prints
+    each chunk's whole report: seeds 40-41 and 42-43."""
+    script = str(ROOT / "scripts" / "fuzz_compile.py")
+    proc = subprocess.run([sys.executable, script, "--n", "4", "--seed", "40", "--batch", "2", "--levels", "0",
+                           "--out", str(tmp_path), "--jobs", "2"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "programs 4 (" in proc.stdout and "mismatches 0, crashes 0" in proc.stdout
+    chunks = proc.stdout.split("== chunk ")[1:]
+    assert [c.split(" ")[0] for c in chunks] == ["1/2", "2/2"]
+    assert all("programs 2 (" in c and "mismatches 0, crashes 0" in c for c in chunks)
+    assert proc.stdout.rstrip().endswith("all 2 chunks passed")
+    bad = subprocess.run([sys.executable, script, "--jobs", "2", "--chunk", "1/2"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "not with --chunk or --replay" in bad.stderr
 
 
 def test_cases_that_fail_only_together_are_reported(tmp_path, monkeypatch):
