@@ -22,7 +22,9 @@ Every figure comes from this run:
   and NumPy (its BLAS uses every core it may);
 - with --dynamic, `kina -O2 dynamic`: the same source built once without --size (one
   library for every size, docs/compiling.md "Dynamic sizes"), called at each config;
-- the machine's peak: a register-only FMA kernel compiled by `cc -O3 -march=native`;
+- the machine's peak: a register-only FMA kernel compiled by `cc -O3 -march=native`, on the
+  widest vectors the host has (16 floats with AVX-512: 8-float vectors gave half the peak of a
+  Zen 5, so Kina showed 132% of it);
 - the targets of issue 15, met or not, and a scaling summary (build time and step
   time against model size) when more than one configuration ran.
 
