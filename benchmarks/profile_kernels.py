@@ -119,7 +119,9 @@ def instrument(mlir: str) -> tuple[str, list[dict]]:
                                         attributes={"callee": ir.FlatSymbolRefAttr.get("kina_prof_tick")})
         decl = ir.Module.parse("func.func private @kina_prof_tick(i64)")
         module.body.append(decl.body.operations[0].detach_from_parent())
-        return module.operation.get_asm(enable_debug_info=True), records
+        # The exports' ABI lives in `// kina-abi:` comments, which parsing drops: keep them.
+        abi = "".join(line + "\n" for line in mlir.splitlines() if line.lstrip().startswith("// kina-abi:"))
+        return abi + module.operation.get_asm(enable_debug_info=True), records
 
 
 def _source_line(source: SourceText, loc: str) -> str:

@@ -149,3 +149,16 @@ def test_profile_report_parsers_rank_passes():
     top = bench_build._llvm_top(LLVM_REPORT, 5)
     assert [r.split("%")[-1].strip() for r in top] == ["IndVarSimplifyPass", "GVNPass"]
     assert "0.600 s" in top[0]
+
+
+def test_profile_kernels_profiles_a_small_step(tmp_path, capsys):
+    """benchmarks/profile_kernels.py rebuilds the emitted MLIR with a tick before every op; the
+    reprinted module had lost the exports' `// kina-abi:` comments, so every profile failed
+    with "takes 17 descriptors, but the emitted module declares no such function"."""
+    import profile_kernels
+    src = tmp_path / "two.kina"
+    src.write_text("fn two(x: Tensor[F32, [4, 8]], w: Tensor[F32, [8, 8]]) -> Tensor[F32, [4, 8]] {\n"
+                   "  let y = x @ w in\n  let z = y * y in\n  z\n}\n")
+    assert profile_kernels.main([str(src), "--fn", "two", "-O", "0", "--calls", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "`two` at -O0:" in out and "matmul" in out and "elementwise" in out
