@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/profile_kernels.py [FILE.kina] [--fn train_step] [-O 2] [--calls 50]
     .venv/bin/python benchmarks/profile_kernels.py          # the scaled StoryLM train step (bench_scaled's sizes)
+    .venv/bin/python benchmarks/profile_kernels.py --config large   # bench_scaled's large sizes
 
 How: the emitted MLIR (tensor level, before any pass) gets a call
 `kina_prof_tick(id)` before every op of every function body and `kina_prof_tick(-1)`
@@ -155,10 +156,10 @@ def load_compiled(mlir: str, res: build.BuildResult, so: Path, level: int, link_
     return runtime.load(so)
 
 
-def inputs_for(res: build.BuildResult, fn: str, scaled: bool) -> list[np.ndarray]:
+def inputs_for(res: build.BuildResult, fn: str, config: str | None) -> list[np.ndarray]:
     f = res.program.functions[fn]
-    if scaled and fn == "train_step":
-        w = M.make_inputs(M.sizes(*M.CONFIGS["scaled"]))
+    if config and fn == "train_step":
+        w = M.make_inputs(M.sizes(*M.CONFIGS[config]))
         return [w[p.name] for p in f.params]
     return interp.random_inputs(f, seed=0, program=res.program)
 
@@ -175,17 +176,20 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--show", type=int, default=0, help="print the MLIR of the N slowest ops")
+    ap.add_argument("--config", choices=sorted(M.CONFIGS), default="scaled",
+                    help="the StoryLM sizes, without a file (bench_scaled.py's configs)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kina-prof-") as tmp:
         tmp = Path(tmp)
         path = Path(args.file) if args.file else M.STORYLM
-        sizes = None if args.file else M.kina_sizes(M.sizes(*M.CONFIGS["scaled"]))
+        config = None if args.file else args.config
+        sizes = M.kina_sizes(M.sizes(*M.CONFIGS[config])) if config else None
         mlir, res = front(path, sizes, args.fn)
         prof, prof_so = tick_library(tmp)
         plain = load_compiled(mlir, res, tmp / "plain.so", args.level)
         text, records = instrument(mlir)
         lib = load_compiled(text, res, tmp / "ticked.so", args.level, (prof_so,))
-        xs = inputs_for(res, args.fn, sizes is not None)
+        xs = inputs_for(res, args.fn, config)
         f_plain, f_ticked = plain[args.fn], lib[args.fn]
         np.testing.assert_allclose(_first(f_ticked(*xs)), _first(f_plain(*xs)), rtol=1e-5, atol=1e-6)
         t = timing.interleaved({"plain": lambda: f_plain(*xs), "ticked": lambda: f_ticked(*xs)}, 5, 0.3)

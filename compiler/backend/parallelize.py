@@ -63,6 +63,21 @@ PARALLEL_BLOCK = (32, 128)
 #   (two panels: one per thread) lost 10-40%.
 PACK_B_MIN_N = 2048
 PACK_B_MIN_PANELS = 8
+# - so is one whose [K, bn] panel of B is larger than an L2 (PACK_B_DEEP_BYTES), with a panel
+#   for each thread: the k-blocked register tiles read [K_BLOCK, bn] slices of it, whose rows
+#   (2 KiB apart at N = 512) fall on a sixteenth of L1's sets, and which come from L3 when the
+#   panel is not in L2.  The large config's logits VJP [512, 8192] @ [8192, 512] (a 4 MiB
+#   panel): 17.9 -> 11.5 ms on two cores of a Zen 5 (240 -> 373 GFLOP/s), its train step
+#   62.6 -> 52.8 ms.  The scaled one's [256, 2048] @ [2048, 256] (a 1 MiB panel) ran at 94%
+#   of the FMA peak either way and stays unpacked.
+PACK_B_DEEP_BYTES = 1 << 20
+
+
+def _packs_b(k: int, n: int, bn: int) -> bool:
+    """Whether a parallel f32 matmul [M, k] @ [k, n] in column blocks of bn packs B's panels."""
+    panels = n // bn
+    return (n >= PACK_B_MIN_N and panels >= PACK_B_MIN_PANELS) or (k * bn * 4 > PACK_B_DEEP_BYTES and panels >= 2)
+
 # - a dynamic export's matmul takes packed panels when the call's N >= PACK_B_MIN_N, or its
 #   K >= K_BLOCK_MIN with N >= PACK_DEEP_MIN_N (two of transform_dynamic's panels or more).
 PACK_DEEP_MIN_N = 256
@@ -179,8 +194,7 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                     if op.name == "linalg.matmul" and k >= K_BLOCK_MIN:
                         op.attributes["kina.k_block"] = mlir_ir.UnitAttr.get()
                     n = t.shape[-1]
-                    if (op.name == "linalg.matmul" and inputs == {"f32"} and n >= PACK_B_MIN_N
-                            and n // blocks[1] >= PACK_B_MIN_PANELS):
+                    if op.name == "linalg.matmul" and inputs == {"f32"} and _packs_b(k, n, blocks[1]):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
             elif not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS:
