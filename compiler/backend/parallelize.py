@@ -65,7 +65,7 @@ PACK_B_MIN_N = 2048
 PACK_B_MIN_PANELS = 8
 # - so is one whose [K, bn] panel of B is larger than an L2 (PACK_B_DEEP_BYTES), with a panel
 #   for each thread: the k-blocked register tiles read [K_BLOCK, bn] slices of it, whose rows
-#   (2 KiB apart at N = 512) fall on a sixteenth of L1's sets, and which come from L3 when the
+#   (2 KiB apart at N = 512) fall on a quarter of L1's sets, and which come from L3 when the
 #   panel is not in L2.  The large config's logits VJP [512, 8192] @ [8192, 512] (a 4 MiB
 #   panel): 17.9 -> 11.5 ms on two cores of a Zen 5 (240 -> 373 GFLOP/s), its train step
 #   62.6 -> 52.8 ms.  The scaled one's [256, 2048] @ [2048, 256] (a 1 MiB panel) ran at 94%
