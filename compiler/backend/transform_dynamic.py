@@ -51,12 +51,13 @@ def match_full_tiles(op: str, rows: str, full_type: str | None) -> list[str]:
             "(!transform.any_op) -> !transform.any_op"]
 
 
-def vectorised_full_tiles(op: str, rows: str, full_type: str, peel_m: int, tile_n: int) -> list[str]:
-    """Script lines vectorising the full register tiles of `rows` and, when the row loop was
-    peeled (`peel_m`), the rows past them (`row_rest`, the peeled loop `%rest<m>`)."""
+def vectorised_full_tiles(op: str, m: int, full_type: str, peel_m: int, tile_n: int) -> list[str]:
+    """Script lines vectorising the full register tiles of the row loop `%l#<m>` (`%main<m>`
+    when it was peeled: `peel_m`) and then the rows past them (`row_rest`, `%rest<m>`)."""
+    rows = f"%main{m}" if peel_m else f"%l#{m}"
     lines = match_full_tiles(op, rows, full_type) + ["      transform.structured.vectorize %tiles : !transform.any_op"]
     if peel_m:
-        lines += row_rest(op, "%rest" + rows.removeprefix("%main"), tile_n)
+        lines += row_rest(op, f"%rest{m}", tile_n)
     return lines
 
 
@@ -108,8 +109,7 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
              f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
              f"(!transform.any_op) -> ({loops})"]
     lines += peel_loops(m, n, peel_m, peel_n)
-    rows = f"%main{m}" if peel_m else f"%l#{m}"
-    lines += vectorised_full_tiles(op, rows, f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
+    lines += vectorised_full_tiles(op, m, f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
     return "\n".join(lines + ["    }"])
 
 
@@ -146,8 +146,7 @@ def dynamic_packed_matmul(peel_m: int, tile: tuple[int, int], k_block: int) -> s
              f"      %t, %l:3 = transform.structured.tile_using_for %kb tile_sizes [{tile[0]}, {tile[1]}, 1] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op)"]
     lines += peel_loops(0, 1, peel_m, 0)
-    rows = "%main0" if peel_m else "%l#0"
-    lines += vectorised_full_tiles("linalg.matmul", rows, f"tensor<{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
+    lines += vectorised_full_tiles("linalg.matmul", 0, f"tensor<{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
     return "\n".join(lines + ["    }"])
 
 

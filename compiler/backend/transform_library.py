@@ -114,11 +114,12 @@ def reduce_tiles(rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def _reduce_inner(rank: int) -> str:
     """Script lines vectorising the inner reductions of this rank (`reduce_tiles`)."""
-    rows, lanes = (", ".join(map(str, t)) for t in reduce_tiles(rank))
+    row_tiles, lane_tiles = reduce_tiles(rank)
+    rows, lanes = (", ".join(map(str, t)) for t in (row_tiles, lane_tiles))
     name = f"%red_{rank}"
     loops = ", ".join(["!transform.any_op"] * rank)
     four = ", ".join(["!transform.any_op"] * 4)
-    return ("\n".join(foreach_tagged(name, "linalg.generic", tag("kina.reduce_inner", reduce_tiles(rank)[0]))) + "\n"
+    return ("\n".join(foreach_tagged(name, "linalg.generic", tag("kina.reduce_inner", row_tiles))) + "\n"
             f"      %row, %rl:{rank - 1} = transform.structured.tile_using_for %op tile_sizes [{rows}] : "
             f"(!transform.any_op) -> ({loops})\n"
             f"      %fill, %part, %comb, %loop = transform.structured.tile_reduction_using_for %row "
