@@ -346,7 +346,8 @@ def tag_transposes(mlir_ir: ModuleType, module: Module) -> int:
 #   row maxima and sums of [256, 2048] took 0.22-0.45 ms each as scalar loops.  Sums are
 #   reassociated (16 interleaved partial sums, then those in order): -O2 agrees with -O0
 #   within float tolerance, not bit for bit; max and min are exact in any order.  A body that
-#   computes an F8 value (an F8 rounding fused into it) stays scalar: see `_computes_f8`.
+#   computes an F8 value (an F8 rounding fused into it) stays scalar: see `_computes_f8`; so
+#   does one that reads linalg.index: see `_reads_index`.
 _F8_TYPE = "f8E"   # f8E4M3FN, f8E5M2 (the F8 types Kina has)
 REDUCE_COMBINERS = {"arith.addf", "arith.mulf", "arith.maximumf", "arith.minimumf"}
 
@@ -378,13 +379,22 @@ def _inner_reduction(mlir_ir: ModuleType, op: OpView) -> tuple[int, int] | None:
         return None
     block = op.regions[0].blocks[0]
     ops = list(block.operations)
-    if not ops or len(ops[-1].operands) != 1 or _computes_f8(ops):
+    if not ops or len(ops[-1].operands) != 1 or _computes_f8(ops) or _reads_index(ops):
         return None
     combiner = ops[-1].operands[0].owner
     acc = block.arguments[len(block.arguments) - 1]
     if getattr(combiner, "name", None) not in REDUCE_COMBINERS or acc not in list(combiner.operands):
         return None
     return (rank, peel) if len(list(acc.uses)) == 1 else None
+
+
+def _reads_index(ops: list[OpView]) -> bool:
+    """Whether a body reads linalg.index (random_bits fused into a sum: each value's counter).
+    MLIR 22's tile_reduction_using_for does not offset linalg.index by the tile's position
+    (llvm/llvm-project#188261, fixed after 22.1): every 16-lane tile of the row read the
+    indices of the first, so a row's sum drew its first 16 random values in every tile
+    (tests/regressions/random_bits_fused_inner_reduction.kina).  Such a body stays scalar."""
+    return any(o.operation.name == "linalg.index" for o in ops)
 
 
 def _computes_f8(ops: list[OpView]) -> bool:
