@@ -33,6 +33,7 @@ from compiler.backend.math_lowering import lower_math
 from compiler.backend.pipelines import pipeline_text, segments
 from compiler.backend.rewrites import rewrite_scatters
 from compiler.backend.tools import find_tool
+from compiler.backend.transposed_operands import fold_transposed_lhs
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -78,13 +79,14 @@ VERIFY_EACH_ENV = "KINA_MLIR_VERIFY_EACH"
 
 def prepare_for_script(mlir_ir: ModuleType, module: Module, passes: list[str]) -> None:
     """The Python rewrites before the -O2 pass list (none without the transform script):
-    scatters, elementwise fusion, the exp polynomial.  The tags that pick what the script
+    scatters, elementwise fusion, transposed A operands of matmuls, the exp polynomial.  The tags that pick what the script
     vectorises, threads and tiles are set after --inline (the "@tag-for-script" slot)."""
     if not any(p.startswith("--transform-interpreter") for p in passes):
         return
     rewrite_scatters(mlir_ir, module)
     if fusion_enabled():
         fuse_elementwise(mlir_ir, module)
+    fold_transposed_lhs(mlir_ir, module)
     lower_math(mlir_ir, module)
 
 

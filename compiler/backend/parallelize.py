@@ -159,13 +159,19 @@ def _filled(op: OpView) -> bool:
     return getattr(owner, "name", None) == "linalg.fill"
 
 
+def _depth(mlir_ir: ModuleType, op: OpView) -> int:
+    """K of a static matmul / batch_matmul: B's dim -2 (A may be read transposed,
+    compiler/backend/transposed_operands.py, B never is)."""
+    k: int = mlir_ir.RankedTensorType(op.operands[1].type).shape[-2]
+    return k
+
+
 def _matmul_flops(mlir_ir: ModuleType, op: OpView) -> int:
-    a = mlir_ir.RankedTensorType(op.operands[0].type).shape
     c = mlir_ir.RankedTensorType(op.results[0].type).shape
     n = 1
     for d in c:
         n *= d
-    flops: int = 2 * n * a[-1]
+    flops: int = 2 * n * _depth(mlir_ir, op)
     return flops
 
 
@@ -190,7 +196,7 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 if _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
                     blocks = parallel_blocks(op.name == "linalg.batch_matmul", *t.shape[-2:])
                     op.attributes["kina.parallel"] = mlir_ir.DenseI64ArrayAttr.get(list(blocks))
-                    k = mlir_ir.RankedTensorType(op.operands[0].type).shape[-1]
+                    k = _depth(mlir_ir, op)
                     if op.name == "linalg.matmul" and k >= K_BLOCK_MIN:
                         op.attributes["kina.k_block"] = mlir_ir.UnitAttr.get()
                     n = t.shape[-1]
