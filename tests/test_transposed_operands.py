@@ -31,6 +31,15 @@ fn odd(a: Tensor[F32, [20, 12]], b: Tensor[F32, [20, 8]]) -> Tensor[F32, [12, 8]
 fn tb(a: Tensor[F32, [64, 64]], b: Tensor[F32, [32, 64]]) -> Tensor[F32, [64, 32]] {
   a @ b.transpose([1, 0])
 }
+fn btn(q: Tensor[F32, [2, 3, 32, 8]], g: Tensor[F32, [2, 3, 32, 32]]) -> Tensor[F32, [2, 3, 8, 32]] {
+  q.transpose([0, 1, 3, 2]) @ g
+}
+fn btn3(q: Tensor[F32, [4, 64, 8]], g: Tensor[F32, [4, 64, 32]]) -> Tensor[F32, [4, 8, 32]] {
+  q.transpose([0, 2, 1]) @ g
+}
+fn bperm(q: Tensor[F32, [3, 2, 32, 8]], g: Tensor[F32, [2, 3, 32, 32]]) -> Tensor[F32, [2, 3, 8, 32]] {
+  q.transpose([1, 0, 3, 2]) @ g
+}
 fn grad(x: Tensor[F32, [32, 64]], w: Tensor[F32, [64, 32]]) -> (Tensor[F32, [1, 1]], Tensor[F32, [64, 32]]) {
   let (loss, g_x, g_w) = handle loss(x, w) with reverseMode in
   (loss, g_w)
@@ -65,14 +74,19 @@ def test_only_whole_tile_matmuls_with_a_transposed_a_are_folded(tmp_path):
         assert module.operation.verify()
         after = _functions(module)
         text = str(module)
-    # tn, both of shared's, keep's and the weight gradient x^T @ g of grad's reverse pass
-    assert folded == 5
+    # tn, both of shared's, keep's, btn's (through its collapse to [6, 32, 8]), btn3's and the
+    # weight gradient x^T @ g of grad's reverse pass
+    assert folded == 7
     assert before["tn"].count("linalg.transpose") == 1 and "linalg.transpose" not in after["tn"]
     assert "linalg.transpose" not in after["shared"]       # its two readers both folded
     assert after["keep"].count("linalg.transpose") == 1     # also a result: it stays
     assert after["odd"] == before["odd"]                    # 12 x 8: not whole 8 x 32 tiles
     assert after["tb"] == before["tb"]                      # a transposed B is not folded
+    assert "linalg.transpose" not in after["btn"] + after["btn3"]
+    assert after["btn"].count("tensor.collapse_shape") == before["btn"].count("tensor.collapse_shape")
+    assert after["bperm"] == before["bperm"]                # it moves a batch dim: not folded
     assert text.count("affine_map<(d0, d1, d2) -> (d2, d0)>") == 1   # the maps, printed once as an alias
+    assert text.count("affine_map<(d0, d1, d2, d3) -> (d0, d3, d1)>") == 1
 
 
 def test_folded_matmuls_match_O0_and_numpy(tmp_path):
@@ -82,7 +96,7 @@ def test_folded_matmuls_match_O0_and_numpy(tmp_path):
         assert res.ok, res.diagnostics
         libs[level] = runtime.load(res.so_path)
     rng = np.random.default_rng(3)
-    for name in ("tn", "shared", "keep", "odd", "tb", "grad"):
+    for name in ("tn", "shared", "keep", "odd", "tb", "btn", "btn3", "bperm", "grad"):
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in libs[2][name].params]
         got, want = (libs[lv][name](*args) for lv in (2, 0))
         got, want = (r if isinstance(r, tuple) else (r,) for r in (got, want))
@@ -90,5 +104,7 @@ def test_folded_matmuls_match_O0_and_numpy(tmp_path):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-4, err_msg=name)
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 256), (64, 32)))
     np.testing.assert_allclose(libs[2].tn(a, b), a.T @ b, rtol=1e-5, atol=1e-4)
+    q, g = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 32, 8), (2, 3, 32, 32)))
+    np.testing.assert_allclose(libs[2].btn(q, g), np.swapaxes(q, 2, 3) @ g, rtol=1e-5, atol=1e-4)
     x, w = (rng.standard_normal(s).astype(np.float32) for s in ((32, 64), (64, 32)))
     np.testing.assert_allclose(libs[2].grad(x, w)[1], x.T @ (2 * (x @ w)), rtol=1e-4, atol=1e-3)

@@ -7,7 +7,9 @@ across a row of the tile, so reading A^T[i, k] as A[k, i] costs nothing: the 8 r
 tile at one k are 8 consecutive floats of A.  `fold_transposed_lhs` gives such a matmul
 the maps (d2, d0), (d2, d1), (d0, d1) and the transpose's input as its A, and erases the
 transpose when nothing else reads it: one pass over a [256, 256] tensor less per weight
-gradient (0.02 ms each in the scaled train step, benchmarks/README.md).  Each result
+gradient (0.02 ms each in the scaled train step, benchmarks/README.md).  A batch_matmul
+likewise (maps (d0, d3, d1), ...), also through the collapse_shape with which the emitter
+runs a [B, H, T, D] product as [B * H, T, D]: attention's VJP `transpose(q) @ g`.  Each result
 element adds the same products in the same order: results are bit-identical.
 
 Only the matmuls the script vectorises whole are folded (static f32 shapes whose M and N
@@ -32,60 +34,98 @@ def _static_f32(mlir_ir: ModuleType, value: Any) -> Any:
     return t if t.has_static_shape and str(t.element_type) == "f32" else None
 
 
-def _default_maps(mlir_ir: ModuleType, op: Any) -> bool:
+def _maps(mlir_ir: ModuleType, batch: bool, transposed: bool) -> list[Any]:
+    """The maps of a matmul (batch: a batch_matmul) reading A plain or transposed."""
+    d = mlir_ir.AffineDimExpr.get
+    lead, first = ([d(0)], 1) if batch else ([], 0)
+    m, n, k = d(first), d(first + 1), d(first + 2)
+    dims = [lead + ([k, m] if transposed else [m, k]), lead + [k, n], lead + [m, n]]
+    return [mlir_ir.AffineMap.get(first + 3, 0, r) for r in dims]
+
+
+def _default_maps(mlir_ir: ModuleType, op: Any, batch: bool) -> bool:
     if "indexing_maps" not in op.attributes:
         return True
-    d = mlir_ir.AffineDimExpr.get
-    want = [[d(0), d(2)], [d(2), d(1)], [d(0), d(1)]]
-    got = [list(mlir_ir.AffineMapAttr(m).value.results) for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
-    return [[str(e) for e in r] for r in got] == [[str(e) for e in r] for r in want]
+    got = [str(mlir_ir.AffineMapAttr(m).value) for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
+    return got == [str(m) for m in _maps(mlir_ir, batch, False)]
 
 
-def _transposed_input(op: Any) -> Any:
-    """The input of the 2-D linalg.transpose that defines operand 0 of `op`, or None."""
-    owner = op.operands[0].owner
+def _swaps_last_two(transpose: Any, rank: int) -> bool:
+    perm = [int(p) for p in transpose.attributes["permutation"]]
+    return len(perm) == rank and perm == [*range(rank - 2), rank - 1, rank - 2]
+
+
+def _transposed_source(mlir_ir: ModuleType, op: Any, batch: bool) -> tuple[Any, Any] | None:
+    """(the linalg.transpose that makes A, the tensor.collapse_shape between them or None):
+    A is transpose(x) with its last two dims swapped, rank 2 (a matmul) or rank 3 (a
+    batch_matmul); or, for a batch_matmul, a collapse of such a transpose of any rank that
+    keeps the last two dims apart (the emitter's [B, H, T, D] products run as [B * H, T, D])."""
+    owner, collapse = op.operands[0].owner, None
+    if batch and getattr(owner, "name", None) == "tensor.collapse_shape":
+        groups = [[int(i) for i in g] for g in owner.attributes["reassociation"]]
+        rank = mlir_ir.RankedTensorType(owner.operands[0].type).rank
+        if groups[-2:] != [[rank - 2], [rank - 1]]:
+            return None
+        owner, collapse = owner.operands[0].owner, owner
     if getattr(owner, "name", None) != "linalg.transpose":
         return None
-    if [int(p) for p in owner.attributes["permutation"]] != [1, 0]:
+    rank = mlir_ir.RankedTensorType(owner.operands[0].type).rank
+    if not _swaps_last_two(owner, rank) or (collapse is None and rank != (3 if batch else 2)):
         return None
-    return owner.operands[0]
+    return owner, collapse
 
 
 def _foldable(mlir_ir: ModuleType, op: Any) -> bool:
-    if op.name != "linalg.matmul" or len(op.results) != 1 or not _default_maps(mlir_ir, op):
+    batch = op.name == "linalg.batch_matmul"
+    if op.name not in ("linalg.matmul", "linalg.batch_matmul") or len(op.results) != 1 \
+            or not _default_maps(mlir_ir, op, batch):
         return False
     types = [_static_f32(mlir_ir, v) for v in (op.operands[0], op.operands[1], op.results[0])]
     if any(t is None for t in types):
         return False
-    m, n = types[2].shape
-    return m % TILE[0] == 0 and n % TILE[1] == 0 and _transposed_input(op) is not None
+    m, n = types[2].shape[-2:]
+    return m % TILE[0] == 0 and n % TILE[1] == 0 and _transposed_source(mlir_ir, op, batch) is not None
 
 
-def _lhs_transposed_maps(mlir_ir: ModuleType) -> Any:
-    d = mlir_ir.AffineDimExpr.get
-    return mlir_ir.ArrayAttr.get([mlir_ir.AffineMapAttr.get(mlir_ir.AffineMap.get(3, 0, dims))
-                                  for dims in ([d(2), d(0)], [d(2), d(1)], [d(0), d(1)])])
+def _new_a(mlir_ir: ModuleType, op: Any, transpose: Any, collapse: Any) -> Any:
+    """A untransposed: the transpose's input, collapsed like A was when it was collapsed."""
+    x = transpose.operands[0]
+    if collapse is None:
+        return x
+    shape = list(mlir_ir.RankedTensorType(op.operands[0].type).shape)
+    shape[-2:] = shape[-1], shape[-2]
+    f32 = mlir_ir.RankedTensorType(x.type).element_type
+    with op.location:
+        new = mlir_ir.Operation.create("tensor.collapse_shape", results=[mlir_ir.RankedTensorType.get(shape, f32)],
+                                       operands=[x], attributes={"reassociation": collapse.attributes["reassociation"]},
+                                       ip=mlir_ir.InsertionPoint(op))
+    return new.results[0]
 
 
 def fold_transposed_lhs(mlir_ir: ModuleType, module: Any) -> int:
-    """Fold the [1, 0] transposes that feed the A operand of the vectorised matmuls of every
-    function into the matmuls' maps; returns the number of matmuls changed."""
+    """Fold the transposes (of the last two dims) that make the A operand of the vectorised
+    matmuls and batch matmuls of every function into their maps; returns the number changed."""
     matmuls: list[Any] = []
 
     def visit(op: Any) -> Any:
-        if op.name == "linalg.matmul" and _foldable(mlir_ir, op):
+        if op.name in ("linalg.matmul", "linalg.batch_matmul") and _foldable(mlir_ir, op):
             matmuls.append(op)
         return mlir_ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    transposes: list[Any] = []
+    dead: list[Any] = []       # collapses, then transposes, erased once nothing reads them
     for op in matmuls:
-        transpose = op.operands[0].owner
-        op.attributes["indexing_maps"] = _lhs_transposed_maps(mlir_ir)
-        op.operands[0] = transpose.operands[0]
-        if not any(transpose == t for t in transposes):   # wrappers of one op compare equal
-            transposes.append(transpose)
-    for t in transposes:
-        if not list(t.results[0].uses):
-            t.erase()
+        batch = op.name == "linalg.batch_matmul"
+        found = _transposed_source(mlir_ir, op, batch)
+        assert found is not None   # _foldable checked it
+        transpose, collapse = found
+        op.operands[0] = _new_a(mlir_ir, op, transpose, collapse)
+        op.attributes["indexing_maps"] = mlir_ir.ArrayAttr.get(
+            [mlir_ir.AffineMapAttr.get(m) for m in _maps(mlir_ir, batch, True)])
+        for candidate in (collapse, transpose):
+            if candidate is not None and not any(candidate == d for d in dead):   # wrappers of one op compare equal
+                dead.append(candidate)
+    for candidate in sorted(dead, key=lambda o: o.name != "tensor.collapse_shape"):   # readers first
+        if not list(candidate.results[0].uses):
+            candidate.erase()
     return len(matmuls)
