@@ -79,8 +79,9 @@ VERIFY_EACH_ENV = "KINA_MLIR_VERIFY_EACH"
 
 def prepare_for_script(mlir_ir: ModuleType, module: Module, passes: list[str]) -> None:
     """The Python rewrites before the -O2 pass list (none without the transform script):
-    scatters, elementwise fusion, transposed A operands of matmuls, the exp polynomial.  The tags that pick what the script
-    vectorises, threads and tiles are set after --inline (the "@tag-for-script" slot)."""
+    scatters, elementwise fusion, transposed A operands of matmuls, the exp polynomial.
+    The tags that pick what the script vectorises, threads and tiles are set after --inline
+    (the "@tag-for-script" slot)."""
     if not any(p.startswith("--transform-interpreter") for p in passes):
         return
     rewrite_scatters(mlir_ir, module)

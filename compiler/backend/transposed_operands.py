@@ -13,7 +13,7 @@ runs a [B, H, T, D] product as [B * H, T, D]: attention's VJP `transpose(q) @ g`
 element adds the same products in the same order: results are bit-identical.
 
 Only the matmuls the script vectorises whole are folded (static f32 shapes whose M and N
-are multiples of parallelize.MATMUL_TILE): the other forms (peeled, dynamic, the
+are multiples of transform_library.MATMUL_TILE): the other forms (peeled, dynamic, the
 interchanged loop nest) keep reading a plain A.  A transposed B is not folded: B is read a
 row of the tile at a time, which a transposed B would turn into a gather.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-TILE = (8, 32)   # parallelize.MATMUL_TILE (parallelize imports the script's module; this stays a leaf)
+from compiler.backend.transform_library import MATMUL_TILE as TILE
 
 
 def _static_f32(mlir_ir: ModuleType, value: Any) -> Any:
