@@ -9,10 +9,12 @@ module: a build of a module over llvm_stage.SPLIT_MIN_BYTES runs two halves side
 """
 from __future__ import annotations
 
+import importlib
 import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -88,17 +90,30 @@ def profile_o0(path: Path, work: Path, top: int) -> int:
         from compiler.backend import mlir_opt as passes_module
     except ImportError:
         passes_module = toolchain
-    patched = {(m, name): getattr(m, name) for m in {toolchain, passes_module}
+    # ... mlir-translate and llc from llvm_stage.py, the parts' link from parts.py (newer trees)
+    modules = {toolchain, passes_module}
+    for name in ("llvm_stage", "parts"):
+        try:
+            modules.add(importlib.import_module(f"compiler.backend.{name}"))
+        except ImportError:
+            pass
+    patched = {(m, name): getattr(m, name) for m in modules
                for name in ("run_tool", "run_tool_until") if hasattr(m, name)}
     cpu: dict[str, float] = defaultdict(float)
     processes: dict[str, int] = defaultdict(int)
     extra = {"mlir-opt": ["--mlir-timing"], "llc": ["-time-passes"]}
 
+    # One tool at a time: a build in parts runs two tool chains side by side, and the CPU time
+    # of reaped children that one call measures would then include the other's (the sums came
+    # out above the whole build's, and the rewrite-slot workers' share negative).
+    one_at_a_time = threading.Lock()
+
     def timing(real):
         def timed(tool: str, args: list[str], timings: dict[str, float], stage: str, *stop) -> object:
-            c0 = _children_cpu()
-            out = real(tool, [*extra.get(tool, []), *args], timings, stage, *stop)
-            cpu[tool] += _children_cpu() - c0
+            with one_at_a_time:
+                c0 = _children_cpu()
+                out = real(tool, [*extra.get(tool, []), *args], timings, stage, *stop)
+                cpu[tool] += _children_cpu() - c0
             processes[tool] += 1
             reports[tool].append((out[1] if stop else out) or "")   # None: an older tree's run_tool
             return out
