@@ -97,13 +97,15 @@ check-ddp: setup
 # JOBS processes share the work (pytest-xdist workers, one test file each at a time; fuzz chunks;
 # validation scripts): CI has 2 cores.  JOBS=0 runs the suite in one process, as `make pytest` does.
 JOBS ?= 2
+# Processes for the parts that have no in-process mode (fuzz chunks, validation scripts).
+PROCS := $(or $(filter-out 0,$(JOBS)),1)
 test: setup lint
 	$(PY) -m pytest -q -ra --durations=20 -n $(JOBS) --dist loadfile
 	@echo "== the whole suite again with every default build at -O2 (tests that build at both levels, or build nothing, ran once)"
 	KINA_OPT_LEVEL=2 $(PY) -m pytest -q -ra -p no:cacheprovider -m "not both_levels and not once" -n $(JOBS) --dist loadfile
 	@echo "== differential testing: generated programs at -O0 and -O2 against the interpreter, PyTorch, finite differences"
-	$(PY) scripts/fuzz_compile.py --n $(FUZZ_TEST_N) --seed 1 --out artifacts/fuzz --jobs $(or $(filter-out 0,$(JOBS)),1)
-	$(MAKE) -j $(or $(filter-out 0,$(JOBS)),1) --output-sync=target validate
+	$(PY) scripts/fuzz_compile.py --n $(FUZZ_TEST_N) --seed 1 --out artifacts/fuzz --jobs $(PROCS)
+	$(MAKE) -j $(PROCS) --output-sync=target validate
 	$(MAKE) vscode-e2e
 
 # `make fuzz FUZZ_N=3000 FUZZ_SEED=0`: any number of generated programs; failures are

@@ -22,6 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from compiler.backend.bindings import walk_ops
 from compiler.backend.transform_library import MATMUL_TILE as TILE
 
 
@@ -75,16 +76,20 @@ def _transposed_source(mlir_ir: ModuleType, op: Any, batch: bool) -> tuple[Any, 
     return owner, collapse
 
 
-def _foldable(mlir_ir: ModuleType, op: Any) -> bool:
+def _fold_source(mlir_ir: ModuleType, op: Any) -> tuple[Any, Any] | None:
+    """`_transposed_source` of a matmul / batch_matmul the script vectorises whole (static f32,
+    default maps, M and N multiples of the tile), else None."""
     batch = op.name == "linalg.batch_matmul"
     if op.name not in ("linalg.matmul", "linalg.batch_matmul") or len(op.results) != 1 \
             or not _default_maps(mlir_ir, op, batch):
-        return False
+        return None
     types = [_static_f32(mlir_ir, v) for v in (op.operands[0], op.operands[1], op.results[0])]
     if any(t is None for t in types):
-        return False
+        return None
     m, n = types[2].shape[-2:]
-    return m % TILE[0] == 0 and n % TILE[1] == 0 and _transposed_source(mlir_ir, op, batch) is not None
+    if m % TILE[0] or n % TILE[1]:
+        return None
+    return _transposed_source(mlir_ir, op, batch)
 
 
 def _new_a(mlir_ir: ModuleType, op: Any, transpose: Any, collapse: Any) -> Any:
@@ -105,27 +110,18 @@ def _new_a(mlir_ir: ModuleType, op: Any, transpose: Any, collapse: Any) -> Any:
 def fold_transposed_lhs(mlir_ir: ModuleType, module: Any) -> int:
     """Fold the transposes (of the last two dims) that make the A operand of the vectorised
     matmuls and batch matmuls of every function into their maps; returns the number changed."""
-    matmuls: list[Any] = []
-
-    def visit(op: Any) -> Any:
-        if op.name in ("linalg.matmul", "linalg.batch_matmul") and _foldable(mlir_ir, op):
-            matmuls.append(op)
-        return mlir_ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    matmuls = [(op, _fold_source(mlir_ir, op)) for op in walk_ops(
+        mlir_ir, module, lambda op: op.name in ("linalg.matmul", "linalg.batch_matmul"))]
+    folds = [(op, found) for op, found in matmuls if found is not None]
     dead: list[Any] = []       # collapses, then transposes, erased once nothing reads them
-    for op in matmuls:
-        batch = op.name == "linalg.batch_matmul"
-        found = _transposed_source(mlir_ir, op, batch)
-        assert found is not None   # _foldable checked it
-        transpose, collapse = found
+    for op, (transpose, collapse) in folds:
         op.operands[0] = _new_a(mlir_ir, op, transpose, collapse)
         op.attributes["indexing_maps"] = mlir_ir.ArrayAttr.get(
-            [mlir_ir.AffineMapAttr.get(m) for m in _maps(mlir_ir, batch, True)])
+            [mlir_ir.AffineMapAttr.get(m) for m in _maps(mlir_ir, op.name == "linalg.batch_matmul", True)])
         for candidate in (collapse, transpose):
             if candidate is not None and not any(candidate == d for d in dead):   # wrappers of one op compare equal
                 dead.append(candidate)
     for candidate in sorted(dead, key=lambda o: o.name != "tensor.collapse_shape"):   # readers first
         if not list(candidate.results[0].uses):
             candidate.erase()
-    return len(matmuls)
+    return len(folds)
