@@ -301,6 +301,24 @@ def test_a_reverse_mode_error_inside_an_imported_function(tmp_path):
     assert text == "lib.bad" and message.endswith(f"(in {root / 'lib.kina'}:1:51)")
 
 
+def test_a_shape_error_in_a_generic_callee_under_reverse_mode(tmp_path):
+    """The call of a callee that did not check says that the callee has errors (not only
+    "cannot be inlined"), in the name and sizes the user wrote; the cause is reported too."""
+    root = _write(tmp_path, {
+        "blocks.kina": "fn lin[M, K, N](x: Tensor[F32, [M, K]], w: Tensor[F32, [K, N]]) -> Tensor[F32, [M, N]] "
+                       "{ let y = w @ x in y }\n",
+        "m.kina": "import blocks\nfn loss(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]]) -> Tensor[F32, [2, 4]] "
+                  "{ let y = blocks.lin(x, w) in y }\n"
+                  "fn g(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]]) -> Tensor[F32, [3, 4]] "
+                  "{ let (y, gx, gw) = handle loss(x, w) with reverseMode in gw }\n"})
+    snap = _check(root / "m.kina")
+    message, text = _at(snap, "ad-structure")
+    assert text == "blocks.lin(x, w)"
+    assert message.startswith("reverseMode cannot differentiate through `blocks.lin` at sizes 2, 3, 4: "
+                              "that function has errors")
+    assert "shape" in [d.code for d in snap.diagnostics] or "import" in [d.code for d in snap.diagnostics]
+
+
 def test_an_importer_sees_its_imports_change(tmp_path):
     """The incremental analysis of an importer (the language server's) follows edits of the
     modules it imports: a changed signature re-checks its callers, a new function resolves

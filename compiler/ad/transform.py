@@ -236,7 +236,13 @@ class _Checker:
             self.error("ad-unsupported", f"nested `{_describe(value)}` inside a differentiated function is not "
                        "supported (no higher-order reverseMode)", value.span, let.origin)
         elif isinstance(value, CallFn):
-            self.error("ad-structure", f"`{value.fn}` cannot be inlined under reverseMode", value.span, let.origin)
+            # The inliner leaves a call only when its callee is not in the program: the
+            # checker dropped it for its own errors, reported at its definition.  Say so, so
+            # the reader goes there (not to this call) for the cause.
+            fn, _, sizes = value.fn.partition("$")
+            at = f" at sizes {sizes.replace('_', ', ')}" if sizes else ""
+            self.error("ad-structure", f"reverseMode cannot differentiate through `{fn}`{at}: that function has "
+                       "errors (reported at its definition); fix them first", value.span, let.origin)
         elif isinstance(value, OpApp):
             self.op(value, let.origin)
 
