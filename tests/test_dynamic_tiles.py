@@ -45,11 +45,13 @@ fn counts[N, V, D](ids: Tensor[I64, [N]], table: Tensor[F32, [V, D]]) -> Tensor[
 """
 # (M, K, N): 1; odd (partial tiles and blocks only); 33 x 70 x 129 (full tiles and blocks
 # and remainders); 64 x 600 x 200 (2 M K N = 15 M flops: threads on at the call); 3 x 64 x
-# 2048 (rows fewer than a register tile's); and the packed body: 37 x 70 x 2100 (wide: N >=
-# 2048, a partial last panel and row block), 20 x 600 x 300 (deep: K >= 512), 1 x 2048 x
-# 2048 (one row)
+# 2048 (rows fewer than a register tile's); the packed body: 37 x 70 x 2100 (wide: N >=
+# 2048, a partial last panel and row block), 20 x 600 x 300 (deep: K >= 512), 2 x 70 x
+# 2100 (two rows); single rows, never packed (the blocked body runs rows past the register
+# tile with k outermost): 1 x 2048 x 2048 (wide), 1 x 600 x 300 (deep, threads on); 9 x 40
+# x 200 (a full tile and one row past it)
 MATMULS = [(1, 1, 1), (7, 5, 33), (33, 70, 129), (64, 600, 200), (3, 64, 2048),
-           (37, 70, 2100), (20, 600, 300), (1, 2048, 2048)]
+           (37, 70, 2100), (20, 600, 300), (1, 2048, 2048), (1, 600, 300), (9, 40, 200), (2, 70, 2100)]
 ROWS = [(1, 1), (7, 33), (33, 17), (300, 1000)]   # the last: a 300,000-element transpose, threads on
 
 
@@ -125,6 +127,11 @@ def test_a_wide_or_deep_product_gets_a_packed_body_picked_at_the_call():
     assert mm.index("scf.if") < mm.index("kina.parallel_packed") < mm.index("} else {") < mm.index("kina.parallel_peeled")
     bmm = next(part for part in text.split("func.func") if "@kina_bmm(" in part)
     assert "kina.parallel_packed" not in bmm and bmm.count("kina.parallel_peeled") == 1
+    # a single row is never packed: the test reads A's rows (dim 0) against PACK_MIN_ROWS
+    head = mm[:mm.index("scf.if")]
+    rows = re.search(r"(%dim_\d+) = tensor.dim %arg3, %c0\b", head)
+    assert rows and parallelize.PACK_MIN_ROWS == 2
+    assert re.search(rf"arith.cmpi sge, {rows[1]}, %c2 ", head)
 
 
 SHARED = """

@@ -81,6 +81,13 @@ def _packs_b(k: int, n: int, bn: int) -> bool:
 # - a dynamic export's matmul takes packed panels when the call's N >= PACK_B_MIN_N, or its
 #   K >= K_BLOCK_MIN with N >= PACK_DEEP_MIN_N (two of transform_dynamic's panels or more).
 PACK_DEEP_MIN_N = 256
+# A single row (a decode step's product) is not packed: each panel would be copied for one
+# row of work, and the blocked body reads B a row of a block at a time (transform_dynamic
+# `_rows_first`).  Two cores, dynamic build: [1, 2048] @ [2048, 2048] 1.27-1.88 -> 0.62-0.67
+# ms, [1, 1024] @ [1024, 4096] 0.46-0.51 -> 0.21-0.27.  From two rows on, the packed body
+# (whose rows past the register tile keep their C in registers across k) was faster:
+# [4, 2048] @ [2048, 2048] 0.62-0.75 packed against 0.73-0.87 unpacked.
+PACK_MIN_ROWS = 2
 
 
 def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
@@ -275,16 +282,17 @@ def _choose_at_call(mlir_ir: ModuleType, module: Module, op: OpView, inputs: set
 
 
 def _pack_test(mlir_ir: ModuleType, op: OpView) -> Value:
-    """At the call: a parallel product (PARALLEL_MIN_FLOPS) whose B is wide (N >=
-    PACK_B_MIN_N, the static `kina.pack_b` rule) or whose K is deep (K >= K_BLOCK_MIN, the
-    static `kina.k_block` rule) with N >= PACK_DEEP_MIN_N (the panels' zero padding then
-    costs at most a third of the work)."""
+    """At the call: a parallel product (PARALLEL_MIN_FLOPS) of PACK_MIN_ROWS rows or more whose
+    B is wide (N >= PACK_B_MIN_N, the static `kina.pack_b` rule) or whose K is deep (K >=
+    K_BLOCK_MIN, the static `kina.k_block` rule) with N >= PACK_DEEP_MIN_N (the panels' zero
+    padding then costs at most a third of the work)."""
     n = parallel_if.dim(mlir_ir, op.operands[2], 1)
     k = parallel_if.dim(mlir_ir, op.operands[0], 1)
     wide = parallel_if.at_least(mlir_ir, n, PACK_B_MIN_N)
     deep = parallel_if.both(mlir_ir, parallel_if.at_least(mlir_ir, k, K_BLOCK_MIN),
                             parallel_if.at_least(mlir_ir, n, PACK_DEEP_MIN_N))
-    return parallel_if.both(mlir_ir, parallel_if.either(mlir_ir, wide, deep),
+    rows = parallel_if.at_least(mlir_ir, parallel_if.dim(mlir_ir, op.operands[0], 0), PACK_MIN_ROWS)
+    return parallel_if.both(mlir_ir, parallel_if.both(mlir_ir, parallel_if.either(mlir_ir, wide, deep), rows),
                             parallel_if.matmul_test(mlir_ir, op, PARALLEL_MIN_FLOPS))
 
 

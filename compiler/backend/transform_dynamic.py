@@ -105,12 +105,48 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
              (f"      %kb, %kl = transform.structured.tile_using_for %b tile_sizes [{kblock}] : "
               "(!transform.any_op) -> (!transform.any_op, !transform.any_op)") if k_block else
-             "      %kb = transform.merge_handles %b : !transform.any_op",
-             f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
-             f"(!transform.any_op) -> ({loops})"]
+             "      %kb = transform.merge_handles %b : !transform.any_op"]
+    if peel_m:
+        return "\n".join(lines + _rows_first(op, batch, peel_n, tile) + ["    }"])
+    lines += [f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
+              f"(!transform.any_op) -> ({loops})"]
     lines += peel_loops(m, n, peel_m, peel_n)
     lines += vectorised_full_tiles(op, m, f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>", peel_m, tile[1])
     return "\n".join(lines + ["    }"])
+
+
+def _rows_first(op: str, batch: int, peel_n: int, tile: tuple[int, int]) -> list[str]:
+    """Script lines for a dynamic product whose row count may not be a multiple of the
+    register tile (`%kb`, a block of it): its row loop is tiled and peeled first.  The full
+    row tiles are then tiled in N and K, N peeled when asked, and the full register tiles
+    vectorised.  The rows past them (all of a one-row product's: a decode step) stay one
+    op, which the script's last section makes a loop nest with its k loop outside the
+    column loop, as a static product's rest rows are: LLVM vectorises it along the row and
+    reads B a row of the block at a time.  Cut into [1, 32] vector pieces inside the
+    register tile's own k loop (as `row_rest` still does in the packed body, whose panels
+    are contiguous), each piece read 128 bytes of B per row of K, a page apart when N is
+    1024 or more: dynamic / static was 3.0x for [1, 256] @ [256, 2048] and 1.3-1.5x for
+    single rows of 2048 and 4096 columns (benchmarks/bench_small_rows.py; explicit [1, 32]
+    pieces with k outermost were slower than LLVM's loop on the small products)."""
+    m_tiles = ", ".join(map(str, [1] * batch + [tile[0], 0, 0]))
+    nk_tiles = ", ".join(map(str, [0] * batch + [0, tile[1], 1]))
+    m_loops = ", ".join(["!transform.any_op"] * (2 + batch))
+    full = f"tensor<{'1x' * batch}{tile[0]}x{tile[1]}xf32>"
+    lines = [f"      %tm, %lm:{1 + batch} = transform.structured.tile_using_for %kb tile_sizes [{m_tiles}] : "
+             f"(!transform.any_op) -> ({m_loops})",
+             f"      %form = transform.cast %lm#{batch} : !transform.any_op to !transform.op<\"scf.for\">",
+             "      %mainm, %restm = transform.loop.peel %form : "
+             "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)",
+             f"      %fm = transform.structured.match ops{{[\"{op}\"]}} in %mainm : "
+             "(!transform.any_op) -> !transform.any_op",
+             f"      %t, %l:2 = transform.structured.tile_using_for %fm tile_sizes [{nk_tiles}] : "
+             "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)"]
+    if peel_n:
+        lines += ["      %forn = transform.cast %l#0 : !transform.any_op to !transform.op<\"scf.for\">",
+                  "      %mainn, %restn = transform.loop.peel %forn : "
+                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    return lines + match_full_tiles(op, "%mainm", full) + [
+        "      transform.structured.vectorize %tiles : !transform.any_op"]
 
 
 DYNAMIC_PEELINGS = ((1, 1), (1, 0), (0, 1), (0, 0))
