@@ -268,12 +268,17 @@ def test_matmuls_the_tile_does_not_divide_are_peeled_vectorised_and_match_O0(tmp
 
 # Big f32 matmuls the 8 x 32 tile does not divide, wide (N >= 2048) or deep (K >= 512, N >=
 # 256): the dynamic exports' packed body (parallelize._packs_static), with its last row block
-# peeled ([M % 32 != 0]); a batch matmul and a small one keep the peeled path.
+# peeled ([M % 32 != 0]), from two rows on (three_rows); a batch matmul and a small one keep
+# the peeled path.  Fewer rows than the tile (a decode step), big, and not packed (one row,
+# or neither wide nor deep): threads over 128-column blocks ("columns"), the last block
+# partial (N = 2100, 1400, 800); under PARALLEL_MIN_FLOPS a loop nest (one_small_row).
 PACKED_MM = {"wide": ((37, 30, 2100), [1]), "deep": ((25, 600, 300), [1]), "rows32": ((64, 520, 260), [0]),
-             "small": ((9, 600, 300), None)}
+             "small": ((9, 600, 300), None), "three_rows": ((3, 700, 1000), [1]),
+             "one_row": ((1, 1000, 2100), "columns"), "three_narrow": ((3, 500, 1400), "columns"),
+             "seven_rows": ((7, 400, 800), "columns"), "one_small_row": ((1, 2048, 256), None)}
 
 
-def test_big_matmuls_the_tile_does_not_divide_take_the_packed_body_and_match_O0(tmp_path):
+def test_big_matmuls_the_tile_does_not_divide_take_the_packed_body_or_column_threads_and_match_O0(tmp_path):
     src = "".join(f"fn {name}(a: Tensor[F32, [{m}, {k}]], b: Tensor[F32, [{k}, {n}]]) -> Tensor[F32, [{m}, {n}]] "
                   "{\n  a @ b\n}\n" for name, ((m, k, n), _) in PACKED_MM.items())
     res2, lib2, lib0 = _build_both(tmp_path, "packed", src)
@@ -285,7 +290,10 @@ def test_big_matmuls_the_tile_does_not_divide_take_the_packed_body_and_match_O0(
             name = ir_mod.StringAttr(fn.attributes["sym_name"]).value[5:]
             mm = next(op for op in fn.regions[0].blocks[0].operations if op.operation.name == "linalg.matmul")
             tag = mm.attributes["kina.parallel_packed"] if "kina.parallel_packed" in mm.attributes else None
-            assert (list(ir_mod.DenseI64ArrayAttr(tag)) if tag is not None else None) == PACKED_MM[name][1], name
+            got = list(ir_mod.DenseI64ArrayAttr(tag)) if tag is not None else None
+            if "kina.parallel_columns" in mm.attributes:
+                got = "columns"
+            assert got == PACKED_MM[name][1], name
     rng = np.random.default_rng(1)
     for name in PACKED_MM:
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in lib2[name].params]

@@ -15,6 +15,7 @@ from compiler.backend.bindings import walk_ops
 from compiler.backend.shared_products import share_dynamic_products
 from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
 from compiler.backend.transform_library import (
+    FEW_ROWS_BLOCK,
     K_BLOCK_MIN,
     MATMUL_TILE,
     NARROW_TILE_N,
@@ -47,6 +48,10 @@ VECTOR_ELEMENTS = {"f32", "f16", "bf16"}   # operand element types the vectorise
 #   alone made both cores stream all of B through L3 (K = 2048: 142 -> 216 GFLOP/s on
 #   2 cores).  Smaller matmuls stay serial: a parallel loop costs a few microseconds.
 PARALLEL_MIN_FLOPS = 4_000_000
+# - a static f32 matmul of fewer rows than the tile that does PARALLEL_MIN_FLOPS, is not
+#   packed (one row, or neither wide nor deep) and has two column blocks or more, is tagged
+#   `kina.parallel_columns`: threads over blocks of transform_library.FEW_ROWS_BLOCK columns,
+#   each the interchanged loop nest (k outside the column loop) on one core.
 # - below PEEL_MIN_FLOPS a matmul the tile does not divide stays a loop nest: its vector
 #   code cost more build time than it saved (a 1,000-let chain of 152 [8, 16] @ [16, 16]
 #   products: +0.3-0.5 s of build for well under a microsecond a call).
@@ -81,12 +86,14 @@ def _packs_b(k: int, n: int, bn: int) -> bool:
 # - a dynamic export's matmul takes packed panels when the call's N >= PACK_B_MIN_N, or its
 #   K >= K_BLOCK_MIN with N >= PACK_DEEP_MIN_N (two of transform_dynamic's panels or more).
 PACK_DEEP_MIN_N = 256
-# A single row (a decode step's product) is not packed: each panel would be copied for one
-# row of work, and the blocked body reads B a row of a block at a time (transform_dynamic
-# `_rows_first`).  Two cores, dynamic build: [1, 2048] @ [2048, 2048] 1.27-1.88 -> 0.62-0.67
-# ms, [1, 1024] @ [1024, 4096] 0.46-0.51 -> 0.21-0.27.  From two rows on, the packed body
-# (whose rows past the register tile keep their C in registers across k) was faster:
-# [4, 2048] @ [2048, 2048] 0.62-0.75 packed against 0.73-0.87 unpacked.
+# A single row (a decode step's product) is not packed, static or dynamic: each panel would
+# be copied for one row of work.  The dynamic blocked body reads B a row of a block at a
+# time (transform_dynamic `_rows_first`), the static product takes threads over blocks of
+# columns (`kina.parallel_columns` below).  Two cores, [1, 2048] @ [2048, 2048]: dynamic
+# 1.27-1.88 -> 0.62-0.67 ms, static 0.38-0.44 -> 0.16-0.18 ms.  From two rows on, the
+# packed body (whose rows past the register tile keep their C in registers across k) was
+# as fast or faster: [4, 2048] @ [2048, 2048] 0.62-0.75 ms packed against 0.73-0.87
+# unpacked (dynamic), 0.95-1.06 either way (static).
 PACK_MIN_ROWS = 2
 
 
@@ -231,6 +238,12 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 op.attributes["kina.parallel_packed"] = mlir_ir.DenseI64ArrayAttr.get(
                     [int(t.shape[0] % DYNAMIC_BLOCK[0] != 0)])
                 tagged += 1
+            elif (vectorizable and op.name == "linalg.matmul" and t.shape[-2] < tm
+                    and t.shape[-1] >= 2 * FEW_ROWS_BLOCK and _filled(op)
+                    and _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS):
+                # fewer rows than the tile (a decode step): threads over blocks of columns
+                op.attributes["kina.parallel_columns"] = mlir_ir.UnitAttr.get()
+                tagged += 1
             elif (vectorizable and t.shape[-2] >= tm and t.shape[-1] >= NARROW_TILE_N
                     and _matmul_flops(mlir_ir, op) >= PEEL_MIN_FLOPS):
                 # the tile does not divide M or N, or N is narrower than the tile: the loops'
@@ -266,6 +279,7 @@ def _may_pack(mlir_ir: ModuleType, op: OpView, inputs: set[str]) -> bool:
 def _packs_static(mlir_ir: ModuleType, op: OpView, inputs: set[str]) -> bool:
     """A static f32 matmul (M or N not whole tiles) that `_pack_test` would pack at the call."""
     return (_may_pack(mlir_ir, op, inputs) and _filled(op)
+            and mlir_ir.RankedTensorType(op.results[0].type).shape[0] >= PACK_MIN_ROWS
             and _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS)
 
 

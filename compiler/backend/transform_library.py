@@ -82,6 +82,12 @@ K_BLOCK = 64
 K_BLOCK_MIN = 512
 PARALLEL_MATMUL_BLOCKS = ([("linalg.matmul", (bm, bn)) for bm in (8, 16, 32) for bn in (32, 64, 128)]
                           + [("linalg.batch_matmul", (1, 0, 0))])
+# - a static f32 matmul of fewer rows than the register tile (a decode step's [1, D] @ [D, V])
+#   that does at least parallelize.PARALLEL_MIN_FLOPS (tagged `kina.parallel_columns`): an
+#   scf.forall over blocks of FEW_ROWS_BLOCK columns, each the loop nest of the script's last
+#   section (k outside the column loop, which LLVM vectorises): the rows' loop ran on one
+#   core.  Each element adds its K terms in order: results are bit-identical.
+FEW_ROWS_BLOCK = 128
 # - a transpose that moves the input's innermost dim (it lands on output dim j < rank - 1)
 #   read the input with a stride of a whole row per element: a [256, 2048] transpose took
 #   1.5 ms, a cache (and TLB) miss per element.  `tag_transposes` tags those whose dims
@@ -249,6 +255,11 @@ module attributes {transform.with_named_sequence} {
     transform.foreach %prow : !transform.any_op {
     ^bb0(%op: !transform.any_op):
       %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }
+    %pcol = transform.structured.match ops{["linalg.matmul"]} attributes{kina.parallel_columns} in %root : (!transform.any_op) -> !transform.any_op
+    transform.foreach %pcol : !transform.any_op {
+    ^bb0(%op: !transform.any_op):
+      %c, %all = transform.structured.tile_using_forall %op tile_sizes [0, @FEW_ROWS_BLOCK@, 0] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     }
 @REDUCTIONS@
 @DYNAMIC_MATMULS@
@@ -423,6 +434,7 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
                                     for peel in PEELINGS)).replace(
     "@TILE_M@", str(REGISTER_TILE[0])).replace("@TILE_N@", str(REGISTER_TILE[1])).replace(
+    "@FEW_ROWS_BLOCK@", str(FEW_ROWS_BLOCK)).replace(
     # The most specific matches first (packed, then k-blocked): a plain match takes them too.
     "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                      for k in (True, False) if op == "linalg.matmul"]
