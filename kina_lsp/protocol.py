@@ -31,7 +31,7 @@ from pygls.protocol.json_rpc import MsgId
 from pygls.protocol.language_server import lsp_method
 from pygls.workspace import TextDocument, Workspace
 
-from compiler.modules.search import STD_DIR
+from compiler.core.stdlib import STD_DIR
 
 from .convert import index_of, split_lines
 

@@ -112,7 +112,8 @@ def test_a_call_through_a_name_nothing_imports_is_one_diagnostic(tmp_path):
     assert [d.code for d in snap.diagnostics] == ["import", "unknown-name"], snap.diagnostics
     message, text = _at(snap, "unknown-name")
     assert text == "optim" and "neither a name in scope nor an imported module" in message
-    assert [n.message for n in snap.diagnostics[1].notes] == ["did you mean `optimm`?"]
+    assert [n.message for n in snap.diagnostics[1].notes] == [
+        "did you mean `optimm`?", "`optim` is a module of the standard library: add `import optim` at the top of the file"]
 
 
 def test_missing_path_import(tmp_path):
@@ -299,6 +300,23 @@ def test_a_reverse_mode_error_inside_an_imported_function(tmp_path):
                                        "{ handle lib.bad(x) with reverseMode }\n"})
     message, text = _at(_check(root / "m.kina"), "ad-structure")
     assert text == "lib.bad" and message.endswith(f"(in {root / 'lib.kina'}:1:51)")
+
+
+def test_a_standard_module_used_without_its_import(tmp_path):
+    """`nn.linear(..)` in a file that does not `import nn` (whether it imports nothing or other
+    modules): one diagnostic per call, at `nn`, with a note that says which import to add;
+    not an unknown name and an unknown op."""
+    body = ("fn f(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]], b: Tensor[F32, [4]]) -> Tensor[F32, [2, 4]] "
+            "{ let y = nn.linear(x, w, b) in y }\n")
+    root = _write(tmp_path, {"alone.kina": body, "lib.kina": FN, "other.kina": "import lib\n" + body})
+    for name in ("alone.kina", "other.kina"):
+        snap = _check(root / name)
+        message, text = _at(snap, "unknown-name")
+        assert text == "nn" and message.startswith("`nn` is neither a name in scope nor an imported module")
+        d = next(d for d in snap.diagnostics if d.code == "unknown-name")
+        assert [n.message for n in d.notes] == ["`nn` is a module of the standard library: add `import nn` at the "
+                                                "top of the file"]
+        assert len(snap.diagnostics) == 1, [x.message for x in snap.diagnostics]
 
 
 def test_a_shape_error_in_a_generic_callee_under_reverse_mode(tmp_path):

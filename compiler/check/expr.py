@@ -32,6 +32,7 @@ from compiler.check.type_exprs import (
 )
 from compiler.core.diagnostics import DiagnosticBag, Fix, Note, Span
 from compiler.core.sizes import Dim, SizeNumber
+from compiler.core.stdlib import std_modules
 from compiler.core.types import TensorType, TupleType, Type
 from compiler.ir import nodes as ir
 from compiler.ir.ops import INFIX, OPS, SURFACE_OPS, OpDef
@@ -272,16 +273,21 @@ class ExprChecker(CallRules):
 
     def _unknown_module(self, e: syntax.MethodCall) -> bool:
         """`optim.adamw(..)` where `optim` is neither a name in scope nor an import (a typo in
-        the import line or the call): one diagnostic, not an unknown name and an unknown op."""
+        the import line or the call, or a standard module the file forgot to import): one
+        diagnostic, not an unknown name and an unknown op."""
         r = e.receiver
-        if (not self.modules or not isinstance(r, syntax.Name) or e.method in SURFACE_OPS or r.id in self.env
-                or r.id in self.sizes or r.id in self.signatures or r.id in SURFACE_OPS or r.id == WILDCARD
-                or did_you_mean(r.id, self.env)):     # a mistyped variable: the usual diagnostics say so
+        if (not isinstance(r, syntax.Name) or e.method in SURFACE_OPS or r.id in self.env
+                or r.id in self.sizes or r.id in self.signatures or r.id in SURFACE_OPS or r.id == WILDCARD):
             return False
+        std = r.id in std_modules()
+        if not std and (not self.modules or did_you_mean(r.id, self.env)):
+            return False         # a mistyped variable, or a file that imports nothing: the usual diagnostics
         self._split_args(e.args, None, 1)
+        notes = (*did_you_mean(r.id, self.modules),
+                 *((Note(f"`{r.id}` is a module of the standard library: add `import {r.id}` at the top of the "
+                         "file"),) if std else ()))
         self.bag.error("unknown-name", f"`{r.id}` is neither a name in scope nor an imported module, so "
-                       f"`{r.id}.{e.method}(..)` calls nothing", r.span,
-                       *did_you_mean(r.id, self.modules))
+                       f"`{r.id}.{e.method}(..)` calls nothing", r.span, *notes)
         return True
 
     def field(self, e: syntax.Field) -> ir.Expr:

@@ -15,5 +15,6 @@ Public modules (other packages import these):
                Dim (int | Size), Undecidable, nonnegative, exact_div, subst
   progress     Ticker: a one-line progress indicator on a terminal for commands that take
                over 2 s (`kinac build`, `kinac validate`)
+  stdlib       STD_DIR (the standard library's folder), std_modules() (its module names)
 """
-__all__ = ["diagnostics", "progress", "sizes", "types"]
+__all__ = ["diagnostics", "progress", "sizes", "stdlib", "types"]

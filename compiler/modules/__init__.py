@@ -13,7 +13,7 @@ Public modules and entry points (other packages import only these):
              -> Snapshot; loader (a snapshot.Loader); modules() (every file analysed, by
              path); importers_of(path) (the files to re-check when `path` changes); forget
   search     search_path(importer, kina_path): the importing file's folder, then $KINA_PATH,
-             then the standard library (compiler/std/, STD_DIR); resolve(decl, importer,
+             then the standard library (compiler/std/, core.stdlib.STD_DIR); resolve(decl, importer,
              kina_path, read) -> (path or None, the files tried)
   reverse    ImportedFunctions (reverseMode's checks of handles that reach imported functions,
              whose diagnostics are reported at the handle), Generic (functions by name where

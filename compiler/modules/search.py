@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+from compiler.core.stdlib import STD_DIR
 from compiler.syntax.imports import ImportDecl
 
-STD_DIR = str(Path(__file__).resolve().parent.parent / "std")
 Reader = Callable[[str], "str | None"]
 
 

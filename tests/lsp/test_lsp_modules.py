@@ -161,7 +161,7 @@ async def test_the_standard_library_is_read_only(client, workspace):
     """Issue 29: std files open read-only in the editor (the server says where std lives),
     and the server offers no edit of them: a rename of a std function from an importer,
     or inside std, is refused with a message that says so; std gets no formatting."""
-    from compiler.modules.search import STD_DIR
+    from compiler.core.stdlib import STD_DIR
     assert client.init_result.capabilities.experimental == {"kina": {"stdPath": STD_DIR}}
     path = workspace / "uses_std.kina"
     path.write_text(STD_USER, encoding="utf-8")
