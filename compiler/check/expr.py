@@ -287,7 +287,8 @@ class ExprChecker(CallRules):
                  *((Note(f"`{r.id}` is a module of the standard library: add `import {r.id}` at the top of the "
                          "file"),) if std else ()))
         self.bag.error("unknown-name", f"`{r.id}` is neither a name in scope nor an imported module, so "
-                       f"`{r.id}.{e.method}(..)` calls nothing", r.span, *notes)
+                       f"`{r.id}.{e.method}(..)` calls nothing", r.span, *notes,
+                       fix=Fix("import", r.id) if std else None)
         return True
 
     def field(self, e: syntax.Field) -> ir.Expr:

@@ -24,7 +24,8 @@ let placed before the enclosing let:
 Applying it again to the next diagnostic splits a longer chain step by step.
 `write`: the `literal` diagnostic of a bare number where a tensor is needed writes
 the literal that type-checks there.  `cast`: of two operands whose dtypes differ, the
-one the `dtype` diagnostic points at gets `.cast(dtype=D)`.
+one the `dtype` diagnostic points at gets `.cast(dtype=D)`.  `import`: a standard module
+called without its import (`nn.linear(..)` with no `import nn`) gets its import line.
 """
 from __future__ import annotations
 
@@ -131,6 +132,25 @@ def cast_edit(view: View, uri: str, start: int, end: int, dtype: str | None) -> 
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
+def import_edit(view: View, uri: str, _start: int, _end: int, module: str | None) -> lsp.WorkspaceEdit | None:
+    """Add `import module` (a standard module the file calls without importing it) on a line
+    after the file's last import line; in a file with none, after its header comment when a
+    blank line ends that comment (the examples' layout), else on the first line."""
+    if not module:
+        return None
+    decls = [link.decl for link in view.snapshot.imports]
+    if decls:
+        at = view.index.position(max(d.span.end for d in decls))
+        return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=lsp.Range(start=at, end=at),
+                                                             new_text=f"\nimport {module}")]})
+    lines = view.text.splitlines()
+    header = next((i for i, line in enumerate(lines) if not line.lstrip().startswith("//")), len(lines))
+    line = header + 1 if 0 < header < len(lines) and not lines[header].strip() else 0
+    at = lsp.Position(line=line, character=0)
+    return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=lsp.Range(start=at, end=at),
+                                                         new_text=f"import {module}\n\n")]})
+
+
 class MakeEdit(Protocol):
     """A quick fix's edit: the WorkspaceEdit for the diagnostic at [start, end) of uri's view
     (`text`: the Fix's text), or None when it does not apply."""
@@ -143,6 +163,7 @@ QUICK_FIXES: dict[str, tuple[MakeEdit, str]] = {
     "split-let": (split_edit, "Split the nested expression into its own let"),
     "write": (write_edit, "Write {text}"),
     "cast": (cast_edit, "Cast to {text}"),
+    "import": (import_edit, "Add `import {text}`"),
 }
 
 

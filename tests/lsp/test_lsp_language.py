@@ -166,6 +166,27 @@ def test_the_cast_goes_to_the_operand_that_cast_can_convert():
     assert analyze(apply(text, fix.edit)).diagnostics == []
 
 
+LINEAR = ("fn f(x: Tensor[F32, [2, 3]], w: Tensor[F32, [3, 4]], b: Tensor[F32, [4]]) -> Tensor[F32, [2, 4]] {\n"
+          "  let y = nn.linear(x, w, b) in\n  y\n}\n")
+
+
+@pytest.mark.parametrize("head, fixed_head", [
+    ("", "import nn\n\n"),                                                         # first line
+    ("// A layer.\n//\n// More.\n\n", "// A layer.\n//\n// More.\n\nimport nn\n\n"),    # after the header
+    ("// y = x @ w + b\n", "import nn\n\n// y = x @ w + b\n"),                  # a function's own comment
+    ("// A layer.\n\nimport losses\n\n", "// A layer.\n\nimport losses\nimport nn\n\n"),   # after the imports
+])
+def test_a_standard_module_without_its_import_gets_the_import_as_a_quick_fix(head, fixed_head):
+    text = head + LINEAR
+    (diag,) = analyze(text).diagnostics
+    assert diag.code == "unknown-name" and diag.fix is not None and (diag.fix.kind, diag.fix.text) == ("import", "nn")
+    _, (fix,) = _quick_fixes(text)
+    assert fix.title == "Add `import nn`"
+    fixed = apply(text, fix.edit)
+    assert fixed == fixed_head + LINEAR
+    assert analyze(fixed).diagnostics == []
+
+
 def test_every_fix_kind_has_a_quick_fix():
     from compiler.core.diagnostics import FIXES
     assert set(actions.QUICK_FIXES) == set(FIXES)
