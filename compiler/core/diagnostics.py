@@ -98,8 +98,8 @@ FIXES: dict[str, str] = {
     "write": "replace the span by `text` (e.g. a tensor literal where a bare number is not a tensor)",
     "cast": "append `.cast(dtype=text)` to the operand at the span (in parentheses when it is not a postfix "
             "expression)",
-    "import": "add the line `import text` after the file's last import line (before its first function when "
-              "it has none)",
+    "import": "add the line `import text` after the file's last import line (in a file with none: after its "
+              "header comment when a blank line ends it, else first)",
 }
 
 
