@@ -100,8 +100,16 @@ def run(server: Serving, argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.token_file:
         args.token_file = os.path.abspath(args.token_file)   # before leaving the caller's directory
+    # SIGTERM waits while the private directory is made and the handler that removes it is
+    # installed: one arriving between the two (an editor that quits at once; the process
+    # test under load, in CI) took the default action and left the directory behind.
+    blocking = hasattr(signal, "pthread_sigmask")
+    if blocking:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     cwd = _neutral_working_directory()
     _end_on_sigterm(server, cwd)
+    if blocking:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     # The analysis thread is CPU-bound Python: with the default 5 ms switch interval the
     # event loop waits up to 5 ms for the GIL at every await, which adds up in one request.
     sys.setswitchinterval(0.001)
