@@ -24,21 +24,11 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 import timing  # noqa: E402
-
-from compiler import build  # noqa: E402
-from compiler.runtime import library as runtime  # noqa: E402
+from bench_scaled import build_lib  # noqa: E402
 
 SOURCE = HERE / "matmul.kina"
 SHAPES = [(1, 2048, 2048), (1, 1024, 4096), (1, 256, 2048), (1, 64, 64), (2, 512, 512), (3, 64, 2048),
           (4, 2048, 2048), (4, 256, 1024), (7, 300, 500), (9, 40, 200), (8, 2048, 2048)]
-
-
-def _lib(tmp: Path, name: str, sizes: dict[str, int]):
-    res = build.build_file(SOURCE, tmp / f"{name}.so", 2, cache=False, sizes=sizes)
-    if not res.ok:
-        build.print_diagnostics(res)
-        raise SystemExit(f"building {name} failed")
-    return runtime.load(res.so_path)
 
 
 def main() -> None:
@@ -48,11 +38,11 @@ def main() -> None:
     print(timing.machine_line())
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        dynamic = _lib(tmp, "dynamic", {})
+        dynamic = build_lib(SOURCE, "dynamic", 2, tmp, {})[0]
         rng = np.random.default_rng(0)
         print(f"{'product':>24}  {'static ms':>10}  {'dynamic ms':>10}  dynamic / static")
         for m, k, n in SHAPES:
-            static = _lib(tmp, f"mm_{m}_{k}_{n}", {"M": m, "K": k, "N": n})
+            static = build_lib(SOURCE, f"mm_{m}_{k}_{n}", 2, tmp, {"M": m, "K": k, "N": n})[0]
             a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
             outs = {name: np.empty((m, n), np.float32) for name in ("static", "dynamic")}
             libs = {"static": static, "dynamic": dynamic}

@@ -97,9 +97,6 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
     name = f"%dyn_{op[7:]}_{peel_m}{peel_n}"
     forall = "1, 0, 0, 0" if batch else f"{DYNAMIC_BLOCK[0]}, {DYNAMIC_BLOCK[1]}, 0"
     kblock = ", ".join(map(str, [0] * batch + [0, 0, k_block]))
-    tiles = ", ".join(map(str, [1] * batch + [tile[0], tile[1], 1]))
-    loops = ", ".join(["!transform.any_op"] * (4 + batch))
-    m, n = batch, batch + 1
     lines = foreach_tagged(name, op, tag("kina.parallel_peeled", (peel_m, peel_n))) + [
              f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op)",
@@ -108,6 +105,9 @@ def dynamic_matmul(op: str, peel_m: int, peel_n: int, tile: tuple[int, int], k_b
              "      %kb = transform.merge_handles %b : !transform.any_op"]
     if peel_m:
         return "\n".join(lines + _rows_first(op, batch, peel_n, tile) + ["    }"])
+    tiles = ", ".join(map(str, [1] * batch + [tile[0], tile[1], 1]))
+    loops = ", ".join(["!transform.any_op"] * (4 + batch))
+    m, n = batch, batch + 1
     lines += [f"      %t, %l:{3 + batch} = transform.structured.tile_using_for %kb tile_sizes [{tiles}] : "
               f"(!transform.any_op) -> ({loops})"]
     lines += peel_loops(m, n, peel_m, peel_n)
@@ -141,10 +141,7 @@ def _rows_first(op: str, batch: int, peel_n: int, tile: tuple[int, int]) -> list
              "(!transform.any_op) -> !transform.any_op",
              f"      %t, %l:2 = transform.structured.tile_using_for %fm tile_sizes [{nk_tiles}] : "
              "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)"]
-    if peel_n:
-        lines += ["      %forn = transform.cast %l#0 : !transform.any_op to !transform.op<\"scf.for\">",
-                  "      %mainn, %restn = transform.loop.peel %forn : "
-                  "(!transform.op<\"scf.for\">) -> (!transform.any_op, !transform.any_op)"]
+    lines += peel_loops(0, 0, 0, peel_n)     # the N loop, %l#0 (its M loop was peeled above)
     return lines + match_full_tiles(op, "%mainm", full) + [
         "      transform.structured.vectorize %tiles : !transform.any_op"]
 
