@@ -260,7 +260,8 @@ def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str
     if not result.cached:
         try:
             compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
-                                              timings=timings, program=result.lowered, worker=worker)
+                                              timings=timings, program=result.lowered, worker=worker,
+                                              objects=None if key is None else build_cache.cache_root())
         except toolchain_errors.ToolchainError as e:
             result.diagnostics.append(Diagnostic("toolchain", str(e), Span(0, 0)))
             return result
@@ -286,7 +287,7 @@ def _cache_key(mlir: str, opt_level: int, use: bool | None) -> str | None:
     if not build_cache.enabled(use):
         return None
     try:
-        return build_cache.key_for(mlir, opt_level)
+        return build_cache.key_for(mlir, opt_level, toolchain.build_settings())
     except (OSError, toolchain_errors.ToolchainError):   # no tools: the build reports it itself
         return None
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from compiler import build
-from compiler.backend import cache
+from compiler.backend import cache, toolchain
 from compiler.runtime import library as runtime
 
 SRC = "fn f(x: Tensor[F32, [3]]) -> Tensor[F32, [3]] {\n  let y = x * x in\n  y\n}\n"
@@ -39,8 +39,11 @@ def _build(tmp_path: Path, text: str, name: str = "a", level: int = 0, **kw) -> 
     return res
 
 
-def _entries(root: Path) -> list[Path]:
-    return [d for d in root.iterdir() if not d.name.startswith(".")] if root.exists() else []
+def _entries(root: Path, file: str = cache.LIBRARY) -> list[Path]:
+    """The cache's entries holding a library (file=cache.OBJECT: an -O2 part's object)."""
+    if not root.exists():
+        return []
+    return [d for d in root.iterdir() if not d.name.startswith(".") and (d / file).exists()]
 
 
 def test_second_build_is_a_hit_and_the_library_works(tmp_path, root):
@@ -64,12 +67,13 @@ def test_the_key_follows_program_and_options_not_the_file_name(tmp_path, root):
 
 def test_the_key_changes_with_compiler_toolchain_and_host(monkeypatch):
     mlir = "module {}"
-    base = cache.key_for(mlir, 0)
-    assert cache.key_for(mlir, 0) == base
-    for fn in ("compiler_fingerprint", "toolchain_fingerprint", "host_fingerprint", "build_settings"):
+    base = cache.key_for(mlir, 0, "settings")
+    assert cache.key_for(mlir, 0, "settings") == base
+    assert cache.key_for(mlir, 0, "other settings") != base
+    for fn in ("compiler_fingerprint", "toolchain_fingerprint", "host_fingerprint"):
         with monkeypatch.context() as m:
             m.setattr(cache, fn, lambda: "something else")
-            assert cache.key_for(mlir, 0) != base, fn
+            assert cache.key_for(mlir, 0, "settings") != base, fn
 
 
 @pytest.mark.parametrize("var,value", [("KINA_OPENMP", "0"), ("KINA_VECTOR_MATH", "0"), ("KINA_FUSE", "0")])
@@ -77,9 +81,9 @@ def test_serial_or_scalar_kernels_are_a_different_key(monkeypatch, var, value):
     from compiler.backend import llvm_stage, threads
     if var == "KINA_OPENMP" and threads.openmp_library() is None or var == "KINA_VECTOR_MATH" and not llvm_stage.vector_math():
         pytest.skip(f"{var} changes nothing on this machine")
-    base = cache.key_for("module {}", 2)
+    base = toolchain.build_settings()
     monkeypatch.setenv(var, value)
-    assert cache.key_for("module {}", 2) != base
+    assert toolchain.build_settings() != base
 
 
 def test_a_different_cc_is_a_different_key(tmp_path, monkeypatch):

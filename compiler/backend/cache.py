@@ -21,6 +21,11 @@ slow stage) and stores what it built after.
 * Bounded: after each store, least recently used entries (a hit refreshes the
   mtime of its meta.json) are evicted until the cache holds at most
   KINA_CACHE_MAX_MB megabytes (default 256).
+* Objects too (`object_key`): the -O1..-O3 LLVM stage (compiler/backend/llvm_stage.py)
+  stores each part's compiled object under the SHA-256 of the part's bitcode, the tools'
+  flags, the toolchain and the host, in entries of the same layout (`obj.o` in place of
+  `lib.so`) under the same bound.  An edit of one function misses the library but
+  finds the objects of the parts it did not change.
 * Where: $KINA_CACHE_DIR, else $XDG_CACHE_HOME/kina/builds, else ~/.cache/kina/builds.
   KINA_CACHE=0 (or `kinac build --no-cache`) turns it off.  The cache never fails a
   build: an unusable directory or a failed read or write is a miss.
@@ -130,26 +135,39 @@ def normalized_mlir(mlir_text: str) -> str:
     return _LOC_FILE_RE.sub('loc("":', body)
 
 
-def build_settings() -> str:
-    """The environment's choices that change the code of a library: the OpenMP runtime
-    (KINA_OPENMP: threaded or serial kernels), vector math (KINA_VECTOR_MATH), -O2's
-    elementwise fusion (KINA_FUSE), opt's SLP vectoriser (KINA_LLVM_SLP) and the register tile
-    (KINA_REGISTER_TILE)."""
-    from compiler.backend import fusion, llvm_stage, threads, transform_library
-    return (f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()} "
-            f"fuse={fusion.enabled()} opt={' '.join(llvm_stage.OPT_FLAGS)} "
-            f"tile={transform_library.REGISTER_TILE}")
-
-
-def key_for(mlir_text: str, opt_level: int) -> str:
+def key_for(mlir_text: str, opt_level: int, settings: str = "") -> str:
+    """The key of the library built from `mlir_text` at `opt_level`; `settings`: the
+    environment's choices that change its code (compiler/backend/toolchain.py
+    `build_settings`: this module sits below the stages it would have to ask)."""
     h = hashlib.sha256()
     for part in (f"kina-build-cache {FORMAT}", f"-O{opt_level}", compiler_fingerprint(),
-                 toolchain_fingerprint(), host_fingerprint(), build_settings(), normalized_mlir(mlir_text)):
+                 toolchain_fingerprint(), host_fingerprint(), settings, normalized_mlir(mlir_text)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
 
+def object_key(salt: str, data: bytes) -> str:
+    """The key of the object that `data` (LLVM bitcode or IR) compiles to; `salt`: the
+    object_salt of the tools' arguments."""
+    h = hashlib.sha256()
+    for part in (f"kina-object {FORMAT}".encode(), salt.encode(), data):
+        h.update(part + b"\0")
+    return h.hexdigest()
+
+
+def object_salt(*tool_args: list[str]) -> str:
+    """What else decides an object (computed once per build, not per part): the opt and
+    llc arguments (level, flags, target, vector library), the toolchain and the host.  Not
+    the compiler's own code: it only decides the bitcode, which the key hashes."""
+    return "\n".join([*(" ".join(args) for args in tool_args), toolchain_fingerprint(), host_fingerprint()])
+
+
 # ---- entries -------------------------------------------------------------------------------
+# What an entry holds: a library (the key_for of a build) or an object (an object_key).
+LIBRARY, OBJECT = "lib.so", "obj.o"
+_ENTRY_FILES = (LIBRARY, OBJECT)
+
+
 @dataclass
 class Entry:
     path: Path
@@ -157,7 +175,8 @@ class Entry:
 
     @property
     def library(self) -> Path:
-        return self.path / "lib.so"
+        """The entry's file: a library, or an object for an object_key."""
+        return self.path / str(self.meta.get("file", LIBRARY))
 
 
 def _sha256(path: Path) -> str:
@@ -173,7 +192,9 @@ def lookup(key: str, root: Path | None = None) -> Entry | None:
     entry = (root or cache_root()) / key
     try:
         meta = json.loads((entry / "meta.json").read_text())
-        lib = entry / "lib.so"
+        if meta.get("file", LIBRARY) not in _ENTRY_FILES:    # a name from a damaged meta.json is never opened
+            return None
+        lib = entry / meta.get("file", LIBRARY)
         if meta.get("key") != key or lib.stat().st_size != meta.get("size") or _sha256(lib) != meta.get("sha256"):
             return None
         os.utime(entry / "meta.json")     # recently used: evicted last
@@ -192,7 +213,7 @@ def install(entry: Entry, out_so: Path) -> bool:
     try:
         with os.fdopen(fd, "wb") as dst, open(entry.library, "rb") as src:
             shutil.copyfileobj(src, dst)
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, 0o755 if entry.library.name == LIBRARY else 0o644)
         if _sha256(Path(tmp)) != entry.meta["sha256"]:   # evicted or rewritten while we copied
             raise OSError("cache entry changed during the copy")
         os.replace(tmp, out_so)
@@ -211,8 +232,11 @@ def fetch(key: str, out_so: Path, root: Path | None = None) -> bool:
     return entry is not None and install(entry, out_so)
 
 
-def store(key: str, built_so: Path, info: dict[str, Any] | None = None, root: Path | None = None) -> Entry | None:
-    """Add a freshly built library under `key` (atomically), then evict down to the size bound."""
+def store(key: str, built_so: Path, info: dict[str, Any] | None = None, root: Path | None = None,
+          file: str = LIBRARY, bound: bool = True) -> Entry | None:
+    """Add a freshly built library (or, with file=OBJECT, an object) under `key`
+    (atomically), then evict down to the size bound (unless `bound` is False: a caller
+    that stores several evicts once after them)."""
     root = root or cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -221,9 +245,9 @@ def store(key: str, built_so: Path, info: dict[str, Any] | None = None, root: Pa
         return None
     final = root / key
     try:
-        shutil.copyfile(built_so, tmp / "lib.so")
-        meta = {"format": FORMAT, "key": key, "size": (tmp / "lib.so").stat().st_size,
-                "sha256": _sha256(tmp / "lib.so"), "created": time.time(), **(info or {})}
+        shutil.copyfile(built_so, tmp / file)
+        meta = {"format": FORMAT, "key": key, "file": file, "size": (tmp / file).stat().st_size,
+                "sha256": _sha256(tmp / file), "created": time.time(), **(info or {})}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         if not _publish(tmp, final):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -231,7 +255,8 @@ def store(key: str, built_so: Path, info: dict[str, Any] | None = None, root: Pa
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
         return None
-    evict(root, max_bytes())
+    if bound:
+        evict(root, max_bytes())
     return Entry(final, meta)
 
 

@@ -47,17 +47,19 @@ PhaseHook = Callable[[str, "ModuleType", "Module | None"], None]
 
 def engine_object_in_child(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
                            timings: dict[str, float], worker: Worker | None = None,
-                           llvm_ir: Path | None = None, part: bool = False) -> list[tuple[str, int]]:
+                           llvm_ir: Path | None = None, part: bool = False,
+                           objects: Path | None = None) -> list[tuple[str, int]]:
     """engine_object in a worker process (compiler/backend/worker.py; `worker`: one started
     ahead): an LLVM or MLIR abort becomes a StageFailed, and the calling process (the
     language server) lives on.  With `llvm_ir`, the LLVM IR the pass pipeline lowered to
     is written there instead of an object (`kinac emit --llvm`).  `part`: the module is one
-    part of a library built in parts (engine_object).  Returns the exported functions
-    (ciface symbol, descriptors)."""
+    part of a library built in parts (engine_object).  `objects`: the build cache's root,
+    where the LLVM stage looks up and stores each part's object (None: the cache is off).
+    Returns the exported functions (ciface symbol, descriptors)."""
     src = obj.with_suffix(".in.mlir")
     src.write_text(mlir_text)
     request = {"mode": "engine", "input": str(src), "passes": passes, "llvm_level": llvm_level, "obj": str(obj),
-               "part": part}
+               "part": part, "objects": None if objects is None else str(objects)}
     if llvm_ir is not None:
         request["llvm_ir"] = str(llvm_ir)
     result = backend_worker.run(request, obj.parent, worker)
@@ -120,13 +122,14 @@ def verify(module: Module) -> None:
 
 def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path, timings: dict[str, float],
                   on_phase: PhaseHook | None = None, llvm_ir: Path | None = None,
-                  part: bool = False) -> list[tuple[str, int]]:
+                  part: bool = False, objects: Path | None = None) -> list[tuple[str, int]]:
     """Pass pipeline and translation to LLVM IR in this process, then LLVM's opt and llc
     processes (compiler/backend/llvm_stage.py) write `obj`; with `llvm_ir`, the lowered module's
     LLVM IR is written there instead (before opt).  on_phase(phase, mlir_ir, module) is called
     as "mlir-verify", "mlir-opt" and "llvm" start (module: the lowered one, for "llvm").
     `part`: one part of a library built in parts (compiler/backend/split.py): the entry points
-    are the entry module's.  Returns the exported functions (ciface symbol, descriptors).
+    are the entry module's.  `objects`: the build cache's root, for the LLVM stage's objects
+    (llvm_stage.llvm_object).  Returns the exported functions (ciface symbol, descriptors).
     Builds call this through engine_object_in_child: MLIR aborts the process on some bugs."""
     mlir_ir, passmanager, _ = engine_module()
     hook: PhaseHook = on_phase or (lambda phase, mlir_ir, module: None)
@@ -159,7 +162,7 @@ def engine_object(mlir_text: str, passes: list[str], llvm_level: int, obj: Path,
     if not defines:
         _empty_object(obj)   # nothing to compile (an empty file): an empty object file is the right answer
     else:
-        llvm_object(ll, obj, llvm_level, timings, part)
+        llvm_object(ll, obj, llvm_level, timings, part, objects)
     return exported
 
 

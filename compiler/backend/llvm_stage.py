@@ -20,10 +20,12 @@ import functools
 import os
 import re
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from compiler.backend import cache as build_cache
 from compiler.backend.errors import StageFailed
 from compiler.backend.split import min_bytes
 from compiler.backend.tools import find_tool, run_tool
@@ -138,6 +140,13 @@ SPLIT_MIN_BYTES = 200_000
 # (the bigger half is the critical path); in turn, 54 and 53 functions, 0.69 and 0.63 s
 # (both halves side by side: 0.71-0.86 s against 0.89-1.02 s).
 SPLIT_FLAGS = ["-round-robin"]
+# With the build cache on, a module is cut finer, one part per CACHED_PART_BYTES of LLVM IR
+# (at most MAX_CACHED_PARTS), each part's object cached (compiler/backend/cache.py
+# `object_key`): an edit of one function recompiles the parts its changed functions fall
+# in.  The GPT block (0.81 MB, 129 functions): 8 parts; an edit of layer_norm's eps
+# changes 3 functions, in 3 parts (benchmarks/README.md, "Objects cached per part").
+CACHED_PART_BYTES = 100_000
+MAX_CACHED_PARTS = 8
 # llc's Loop Strength Reduction took 22% of its time on the scaled StoryLM (0.29 of 1.3 s,
 # `bench_build.py --profile`): without it llc takes 0.8 instead of 1.1-1.2 s of CPU (both
 # halves) and the train step is as fast (interleaved in one run, load 5: 59.7 vs 59.9 ms,
@@ -173,18 +182,25 @@ def llvm_dialect_object(llvm_mlir_text: str, obj: Path, llvm_level: int, timings
     return ll
 
 
-def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float], part: bool = False) -> None:
+def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float], part: bool = False,
+                objects: Path | None = None) -> None:
     """Optimise and compile the lowered module's LLVM IR (a .ll file, written by the
     engine's translation) into `obj`.  `part`: the module is one part of a library built in
     parts (compiler/backend/parts.py), whose objects are joined: the symbols llvm-split made
-    hidden globals are made local again, so that two parts' kernels of one name never clash."""
+    hidden globals are made local again, so that two parts' kernels of one name never clash.
+    `objects`: the build cache's root, where each part's object is looked up and stored
+    (None: the cache is off)."""
     work = obj.parent
-    if ll.stat().st_size < min_bytes("KINA_LLVM_SPLIT_BYTES", SPLIT_MIN_BYTES, LLVM_PARTS):
-        _opt_and_llc([(ll, work / "optimised.bc", obj)], llvm_level, timings)
+    count = _part_count(ll.stat().st_size, objects is not None)
+    if count == 1:
+        _opt_and_llc([(ll, work / "optimised.bc", obj)], llvm_level, timings, objects)
     else:
-        run_tool("llvm-split", [f"-j{LLVM_PARTS}", *SPLIT_FLAGS, "-o", str(work / "part"), str(ll)], timings, "llvm-opt")
-        parts = [(work / f"part{k}", work / f"part{k}.bc", work / f"part{k}.o") for k in range(LLVM_PARTS)]
-        _opt_and_llc(parts, llvm_level, timings)
+        # Cached parts are cut by llvm-split's hash of each function's name, so that a function
+        # lands in the same part in every build; uncached ones are dealt in turn (SPLIT_FLAGS).
+        flags = [] if objects is not None else SPLIT_FLAGS
+        run_tool("llvm-split", [f"-j{count}", *flags, "-o", str(work / "part"), str(ll)], timings, "llvm-opt")
+        parts = [(work / f"part{k}", work / f"part{k}.bc", work / f"part{k}.o") for k in range(count)]
+        _opt_and_llc(parts, llvm_level, timings, objects)
         run_tool("cc", ["-r", "-nostdlib", "-o", str(obj), *(str(o) for _, _, o in parts)], timings, "codegen")
         if part:   # defined hidden symbols only: the undefined `_kina_fail` stays global
             run_tool("llvm-objcopy", ["--localize-hidden", str(obj)], timings, "codegen")
@@ -192,26 +208,54 @@ def llvm_object(ll: Path, obj: Path, llvm_level: int, timings: dict[str, float],
         raise StageFailed("llc", "llc wrote no object file")
 
 
-def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings: dict[str, float]) -> None:
+def _part_count(size: int, cached: bool) -> int:
+    """How many parts a lowered module of `size` bytes of LLVM IR is compiled in: one below
+    the split threshold; else LLVM_PARTS, or with the object cache on one per
+    CACHED_PART_BYTES (at most MAX_CACHED_PARTS), so that an edit recompiles a few parts."""
+    if size < min_bytes("KINA_LLVM_SPLIT_BYTES", SPLIT_MIN_BYTES, LLVM_PARTS):
+        return 1
+    if not cached:
+        return LLVM_PARTS
+    return max(LLVM_PARTS, min(MAX_CACHED_PARTS, -(-size // CACHED_PART_BYTES)))
+
+
+def _opt_and_llc(parts: list[tuple[Path, Path, Path]], llvm_level: int, timings: dict[str, float],
+                 objects: Path | None = None) -> None:
     """opt (input -> bitcode) then llc (bitcode -> object) for every (input, bitcode, object)
-    part, each part's two tools one after the other and the parts side by side: a part whose
-    opt ends first starts its llc at once (no barrier between the phases).  timings get each
-    phase's longest time over the parts."""
+    part, each part's two tools one after the other and the parts side by side (one per
+    core, the largest first): a part whose opt ends first starts its llc at once (no barrier
+    between the phases).  With `objects` (the build cache's root), a part whose object the
+    cache holds is not compiled, and a compiled one is stored.  timings get each phase's
+    longest time over the parts."""
     vector_lib = ["-vector-library=LIBMVEC"] if vector_math() else []
+    opt_args = [f"-O{llvm_level}", *OPT_FLAGS, *host_target(), *vector_lib]
+    llc_args = [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic", "-filetype=obj"]
+    salt = build_cache.object_salt(opt_args, llc_args) if objects is not None else None
 
     def chain(part: tuple[Path, Path, Path]) -> dict[str, float]:
         src, bc, o = part
+        key = None if salt is None else build_cache.object_key(salt, src.read_bytes())
+        if key is not None and build_cache.fetch(key, o, objects):
+            return {}
         spent: dict[str, float] = {}
-        run_tool("opt", [f"-O{llvm_level}", *OPT_FLAGS, *host_target(), *vector_lib, str(src), "-o", str(bc)],
-                 spent, "llvm-opt")
-        run_tool("llc", [f"-O{llvm_level}", *LLC_FLAGS, *host_target(), "-relocation-model=pic", "-filetype=obj",
-                         str(bc), "-o", str(o)], spent, "codegen")
+        run_tool("opt", [*opt_args, str(src), "-o", str(bc)], spent, "llvm-opt")
+        run_tool("llc", [*llc_args, str(bc), "-o", str(o)], spent, "codegen")
+        if key is not None:
+            build_cache.store(key, o, {"kind": "object"}, objects, file=build_cache.OBJECT, bound=False)
         return spent
 
+    t0 = time.perf_counter()
     if len(parts) == 1:
         spents = [chain(parts[0])]
     else:
-        with ThreadPoolExecutor(len(parts)) as pool:   # the tools run as processes: no GIL held
-            spents = [f.result() for f in [pool.submit(chain, part) for part in parts]]
+        largest_first = sorted(parts, key=lambda part: -part[0].stat().st_size)
+        with ThreadPoolExecutor(min(len(parts), len(os.sched_getaffinity(0)))) as pool:   # processes: no GIL held
+            spents = list(pool.map(chain, largest_first))
+    if objects is not None:
+        build_cache.evict(objects, build_cache.max_bytes())
+    # The phase's wall time, shared between the two stages as their summed times are (more
+    # parts than cores queue, so no one part's time is the critical path).
+    wall, total = time.perf_counter() - t0, sum(sum(sp.values()) for sp in spents)
     for stage in ("llvm-opt", "codegen"):
-        timings[stage] = timings.get(stage, 0.0) + max(sp.get(stage, 0.0) for sp in spents)
+        share = sum(sp.get(stage, 0.0) for sp in spents) / total if total else 0.5
+        timings[stage] = timings.get(stage, 0.0) + wall * share

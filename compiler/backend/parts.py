@@ -31,15 +31,16 @@ Exported = list[tuple[str, int]]
 
 
 def parts_object(parts: list[str], mlir_text: str, opt_level: int, tmp: Path, obj: Path,
-                 timings: dict[str, float], worker: Worker | None = None) -> None:
+                 timings: dict[str, float], worker: Worker | None = None, objects: Path | None = None) -> None:
     """Compile `parts` (modules cut from `mlir_text`, the emitted module) side by side and
     join them and the entry module into `obj`.  `worker`: an -O2 worker started ahead (it
-    takes the first part, the heaviest).  timings get each stage's longest time over the
+    takes the first part, the heaviest); `objects`: the build cache's root, for the -O2
+    LLVM stage's objects (compiler/backend/llvm_stage.py).  timings get each stage's longest time over the
     parts (the critical path) and the join's."""
     entry_text, expected = entry_module_text(mlir_text)
     with ThreadPoolExecutor(len(parts) + 1) as pool:   # each part's stages are processes: no GIL held
         entry = pool.submit(_entry_object, entry_text, tmp / "entry")
-        futures = [pool.submit(_part_object, text, opt_level, tmp / f"part{k}", worker if k == 0 else None)
+        futures = [pool.submit(_part_object, text, opt_level, tmp / f"part{k}", worker if k == 0 else None, objects)
                    for k, text in enumerate(parts)]
         done = [f.result() for f in futures]
         entry_obj = entry.result()
@@ -53,7 +54,8 @@ def parts_object(parts: list[str], mlir_text: str, opt_level: int, tmp: Path, ob
     run_tool("cc", ["-r", "-nostdlib", "-o", str(obj), *(str(o) for o, _, _ in done), str(entry_obj)], timings, "cc")
 
 
-def _part_object(text: str, opt_level: int, work: Path, worker: Worker | None) -> tuple[Path, Exported, dict[str, float]]:
+def _part_object(text: str, opt_level: int, work: Path, worker: Worker | None,
+                 objects: Path | None) -> tuple[Path, Exported, dict[str, float]]:
     """One part's object (in `work`), the functions it exports and its stages' seconds."""
     work.mkdir()
     spent: dict[str, float] = {}
@@ -61,7 +63,8 @@ def _part_object(text: str, opt_level: int, work: Path, worker: Worker | None) -
     passes = passes_for(text, opt_level, work)
     obj = work / "out.o"
     if pipeline.backend == "engine":
-        exported = engine_object_in_child(text, passes, pipeline.llvm_level, obj, spent, worker, part=True)
+        exported = engine_object_in_child(text, passes, pipeline.llvm_level, obj, spent, worker, part=True,
+                                          objects=objects)
     else:
         lowered = run_passes(text, passes, work, spent)
         exported = exported_functions(lowered)

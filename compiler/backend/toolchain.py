@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compiler.backend import alloc_cache, threads
+from compiler.backend import alloc_cache, fusion, llvm_stage, threads, transform_library
 from compiler.backend.bindings import require_bindings
 from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_entry_points
@@ -64,7 +64,7 @@ from compiler.core.diagnostics import Diagnostic, Note, SourceText, Span, plain_
 from compiler.ir.nodes import is_export
 
 # the -O0 pass list's driver lives in compiler/backend/mlir_opt.py; callers reach it here too
-__all__ = ["CompileResult", "compile_mlir", "mlir_to_llvm_ir", "rewrite_text", "run_passes", "slot_needed",
+__all__ = ["CompileResult", "build_settings", "compile_mlir", "mlir_to_llvm_ir", "rewrite_text", "run_passes", "slot_needed",
            "tool_diagnostics"]
 
 if TYPE_CHECKING:
@@ -151,18 +151,30 @@ def tool_diagnostics(tool: str, stderr: str, source: SourceText | None,
     return diags
 
 
+def build_settings() -> str:
+    """The environment's choices that change the code of a library (a part of its build-cache
+    key, compiler/backend/cache.py `key_for`): the OpenMP runtime (KINA_OPENMP: threaded or
+    serial kernels), vector math (KINA_VECTOR_MATH), -O2's elementwise fusion (KINA_FUSE),
+    opt's SLP vectoriser (KINA_LLVM_SLP) and the register tile (KINA_REGISTER_TILE)."""
+    return (f"openmp={threads.openmp_library()} vector-math={llvm_stage.vector_math()} "
+            f"fuse={fusion.enabled()} opt={' '.join(llvm_stage.OPT_FLAGS)} "
+            f"tile={transform_library.REGISTER_TILE}")
+
+
 def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict[str, float] | None = None,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
                  program: Program | None = None, link_with: tuple[Path, ...] = (),
-                 worker: Worker | None = None) -> CompileResult:
+                 worker: Worker | None = None, objects: Path | None = None) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
     with the "tools" back end; passes, llvm-opt, codegen, cc with the "engine" one.
     `link_with`: shared libraries that provide symbols the module declares (a profiler's
     tick function, benchmarks/profile_kernels.py).  `worker`: a backend_worker.Worker started
-    ahead for the "engine" back end (the caller closes it).
+    ahead for the "engine" back end (the caller closes it).  `objects`: the build cache's
+    root, where the "engine" back end's LLVM stage reuses and stores the objects of the
+    parts of the module it cuts (compiler/backend/llvm_stage.py; None: not cached).
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
@@ -179,11 +191,12 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
         try:
             llvm_ir = None
             if parts is not None:     # a large module: its parts on the cores side by side, each with its passes
-                parts_object(parts, mlir_text, opt_level, tmp, obj, timings, worker)
+                parts_object(parts, mlir_text, opt_level, tmp, obj, timings, worker, objects)
             else:
                 passes = passes_for(mlir_text, opt_level, tmp)
                 if pipeline.backend == "engine" and not keep_llvm_ir:
-                    engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker)
+                    engine_object_in_child(mlir_text, passes, pipeline.llvm_level, obj, timings, worker,
+                                           objects=objects)
                 else:
                     llvm_ir = _tools_object(mlir_text, passes, pipeline.llvm_level, tmp, obj, timings)
             out_so.parent.mkdir(parents=True, exist_ok=True)

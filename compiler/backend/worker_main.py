@@ -62,7 +62,7 @@ def _engine(req: dict[str, Any], req_path: Path) -> dict[str, Any]:
 
     exported = engine_object(Path(req["input"]).read_text(), req["passes"], req["llvm_level"], Path(req["obj"]),
                              timings, on_phase=on_phase, llvm_ir=Path(req["llvm_ir"]) if req.get("llvm_ir") else None,
-                             part=bool(req.get("part")))
+                             part=bool(req.get("part")), objects=Path(req["objects"]) if req.get("objects") else None)
     return {"ok": True, "timings": timings, "exported": exported}
 
 
