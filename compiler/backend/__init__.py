@@ -12,7 +12,8 @@ Public modules (other packages import only these; this file imports none of them
   emit          emit_program(program, source) -> EmitResult(text, diagnostics); LOWERINGS
   toolchain     compile_mlir(text, out_so, opt_level=..) -> CompileResult; mlir_to_llvm_ir
   pipelines     PIPELINES: the pass list of each -O level, as data
-  cache         the build cache (key_for, fetch, store, source_hint, hinted_hit, clear)
+  cache         the build cache (key_for, fetch, store, source_hint, hinted_hit, clear; object_key:
+                the -O2 LLVM stage's objects, one per part)
   worker        the -O2 worker started ahead of its request (prestart, take_spare)
   errors        ToolchainError, StageFailed: how every back-end stage fails
   threads       libomp: the OpenMP runtime the -O2 kernels link (the runtime preloads it)

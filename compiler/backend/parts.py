@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_part_runtime, entry_module_text, exported_functions
 from compiler.backend.errors import StageFailed
-from compiler.backend.llvm_stage import llvm_dialect_object
+from compiler.backend.llvm_stage import DialectTools, llvm_dialect_object
 from compiler.backend.mlir_opt import run_passes
 from compiler.backend.pipelines import passes_for, pipeline_for
 from compiler.backend.tools import run_tool
@@ -66,9 +66,10 @@ def _part_object(text: str, opt_level: int, work: Path, worker: Worker | None,
         exported = engine_object_in_child(text, passes, pipeline.llvm_level, obj, spent, worker, part=True,
                                           objects=objects)
     else:
-        lowered = run_passes(text, passes, work, spent)
-        exported = exported_functions(lowered)
-        llvm_dialect_object(add_part_runtime(lowered), obj, pipeline.llvm_level, spent)
+        with DialectTools(obj, pipeline.llvm_level) as tools:   # started now: their start-up overlaps mlir-opt
+            lowered = run_passes(text, passes, work, spent)
+            exported = exported_functions(lowered)
+            tools.finish(add_part_runtime(lowered), spent)
     return obj, exported, spent
 
 

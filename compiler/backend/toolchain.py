@@ -53,7 +53,7 @@ from compiler.backend.bindings import require_bindings
 from compiler.backend.engine import engine_object_in_child
 from compiler.backend.entry_points import add_entry_points
 from compiler.backend.errors import INLINE_LOC_RE, StageFailed
-from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, llvm_dialect_object, uses_vector_math
+from compiler.backend.llvm_stage import VECTOR_MATH_LIBRARY, DialectTools, uses_vector_math
 from compiler.backend.mlir_opt import rewrite_text, run_passes, slot_needed
 from compiler.backend.parts import parts_object
 from compiler.backend.pipelines import passes_for, pipeline_for, uses_f8
@@ -209,9 +209,11 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
 
 def _tools_object(mlir_text: str, passes: list[str], llvm_level: int, tmp: Path, obj: Path,
                   timings: dict[str, float]) -> str:
-    """mlir-opt, mlir-translate and llc as processes; returns the LLVM IR text."""
-    lowered = add_entry_points(run_passes(mlir_text, passes, tmp, timings), mlir_text)
-    return llvm_dialect_object(lowered, obj, llvm_level, timings).read_text()
+    """mlir-opt, mlir-translate and llc as processes (the last two started with the first);
+    returns the LLVM IR text."""
+    with DialectTools(obj, llvm_level) as tools:
+        lowered = add_entry_points(run_passes(mlir_text, passes, tmp, timings), mlir_text)
+        return tools.finish(lowered, timings)
 
 
 _UNDEFINED_RE = re.compile(r"undefined reference to [`'\"]([^'`\"]+)['`\"]")

@@ -3,7 +3,8 @@
 `find_tool(name)` locates mlir-opt, mlir-translate, opt, llc, llvm-split and cc (a per-tool
 environment variable, $KINA_TOOLCHAIN_DIR, the installed MLIR/LLVM wheels, PATH);
 `run_tool` runs one with a timeout (KINA_TOOL_TIMEOUT) and turns a failure or a crash into
-StageFailed.  Every other back-end module that starts a tool goes through these two.
+StageFailed, and `StartedTool` starts one ahead of its input (read from stdin).  Every other
+back-end module that starts a tool goes through these.
 """
 from __future__ import annotations
 
@@ -107,12 +108,12 @@ TOOL_TIMEOUT = float(os.environ.get("KINA_TOOL_TIMEOUT", "900"))
 _TOOL_ENV = {"LLVM_DISABLE_SYMBOLIZATION": "1"}
 
 
-def _start(tool: str, args: list[str], stdout: int) -> subprocess.Popen[str]:
+def _start(tool: str, args: list[str], stdout: int, stdin: int | None = None) -> subprocess.Popen[str]:
     """The tool in a session of its own, so that stopping it stops whatever it started too
     (a tool, or a wrapper script, whose child kept the pipes open held the build past its
     timeout until that child ended)."""
-    return subprocess.Popen([str(find_tool(tool)), *args], stdout=stdout, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **_TOOL_ENV}, start_new_session=True)
+    return subprocess.Popen([str(find_tool(tool)), *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **_TOOL_ENV}, start_new_session=True)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
@@ -142,6 +143,46 @@ def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) 
         done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         raise StageFailed(tool, _crash_text(tool, done) or f"{tool} exited with {proc.returncode}")
     return err
+
+
+class StartedTool:
+    """A tool started ahead of its input, which it reads from stdin (its arguments say `-`):
+    its start-up, mostly the loading of LLVM's shared libraries (0.06 s for mlir-translate,
+    as long as its work on the GPT block's gradient), runs while the stage before it does.
+    `finish` hands it the input and waits like run_tool; leaving the `with` block stops it
+    if it was never finished (the stage before failed)."""
+
+    def __init__(self, tool: str, args: list[str]) -> None:
+        self.tool = tool
+        self.proc = _start(tool, args, subprocess.PIPE, subprocess.PIPE)
+
+    def __enter__(self) -> StartedTool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            _kill(self.proc)
+            self.proc.communicate()
+
+    def finish(self, data: str, timings: dict[str, float], stage: str) -> str:
+        """Its stdout for `data` on its stdin; a failure raises StageFailed as run_tool's does."""
+        t0 = time.perf_counter()
+        try:
+            out, err = self.proc.communicate(data, timeout=TOOL_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _kill(self.proc)
+            self.proc.communicate()
+            raise StageFailed(self.tool, f"{self.tool} did not finish within {TOOL_TIMEOUT:.0f} s "
+                                         "(set KINA_TOOL_TIMEOUT to wait longer)") from None
+        except BaseException:
+            _kill(self.proc)
+            raise
+        finally:
+            timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+        if self.proc.returncode != 0:
+            done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+            raise StageFailed(self.tool, _crash_text(self.tool, done) or f"{self.tool} exited with {self.proc.returncode}")
+        return out
 
 
 def run_tool_until(tool: str, args: list[str], timings: dict[str, float], stage: str,
