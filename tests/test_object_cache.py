@@ -120,7 +120,7 @@ def test_the_object_key_follows_the_bitcode_and_the_tools_arguments():
 
 
 @pytest.mark.parametrize("size,cached,parts", [(10, True, 1), (250_000, False, llvm_stage.LLVM_PARTS),
-                                               (250_000, True, 3), (810_000, True, 8), (5_000_000, True, 8)])
+                                               (250_000, True, 4), (810_000, True, 12), (5_000_000, True, 12)])
 def test_part_count(size, cached, parts, monkeypatch):
     monkeypatch.delenv("KINA_LLVM_SPLIT_BYTES", raising=False)
     monkeypatch.setattr(llvm_stage, "min_bytes", lambda var, default, n: default)   # a machine of 2 cores or more

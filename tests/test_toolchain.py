@@ -294,3 +294,46 @@ def test_only_f8_conversions_call_the_apfloat_runtime(level):
     calls = sorted(set(re.findall(r"call \w+ @(_mlir_apfloat_\w+)", ll)))
     assert calls == ["_mlir_apfloat_convert"], calls
     assert "fadd" in ll and "fmul" in ll     # the f32 arithmetic is LLVM's
+
+
+# ---- mlir-translate and llc started ahead of their input (llvm_stage.DialectTools) -----------
+def _fake(tmp_path: Path, name: str, body: str) -> Path:
+    fake = tmp_path / name
+    fake.write_text("#!/bin/sh\n" + body)
+    fake.chmod(0o755)
+    return fake
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"     # a zombie is gone but not yet reaped
+    except OSError:
+        return False
+
+
+def test_a_failed_mlir_opt_stops_the_tools_started_for_it(tmp_path, monkeypatch):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("KINA_MLIR_TRANSLATE", str(_fake(tmp_path, "mlir-translate", f"echo $$ >> {pids}\nsleep 30\n")))
+    monkeypatch.setenv("KINA_MLIR_OPT", str(_fake(tmp_path, "mlir-opt", "echo 'x.mlir:1:1: error: no' >&2\nexit 1\n")))
+    res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
+    assert not res.ok and "mlir-opt" in res.diagnostics[0].message
+    started = [int(p) for p in pids.read_text().split()]
+    assert started and not any(_alive(p) for p in started)
+
+
+def test_a_failing_mlir_translate_is_its_diagnostic(tmp_path, monkeypatch):
+    monkeypatch.setenv("KINA_MLIR_TRANSLATE", str(_fake(
+        tmp_path, "mlir-translate", "cat > /dev/null\necho '<stdin>:3:5: error: cannot translate' >&2\nexit 1\n")))
+    res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
+    assert not res.ok
+    assert any("mlir-translate" in d.message and "cannot translate" in d.message for d in res.diagnostics)
+
+
+def test_a_hanging_started_tool_is_a_timeout_diagnostic(tmp_path, monkeypatch):
+    monkeypatch.setenv("KINA_LLC", str(_fake(tmp_path, "llc", "sleep 30\n")))
+    monkeypatch.setattr(tools, "TOOL_TIMEOUT", 1.0)
+    t0 = time.monotonic()
+    res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
+    assert not res.ok and any("llc did not finish within 1 s" in d.message for d in res.diagnostics)
+    assert time.monotonic() - t0 < 20

@@ -145,10 +145,13 @@ SPLIT_FLAGS = ["-round-robin"]
 # With the build cache on, a module is cut finer, one part per CACHED_PART_BYTES of LLVM IR
 # (at most MAX_CACHED_PARTS), each part's object cached (compiler/backend/cache.py
 # `object_key`): an edit of one function recompiles the parts its changed functions fall
-# in.  The GPT block (0.81 MB, 129 functions): 8 parts; an edit of layer_norm's eps
-# changes 3 functions, in 3 parts (benchmarks/README.md, "Objects cached per part").
-CACHED_PART_BYTES = 100_000
-MAX_CACHED_PARTS = 8
+# in, with the unchanged functions that share those parts.  The GPT block (0.81 MB, 129
+# functions) after an edit of layer_norm's eps (3 functions change), opt + llc of its
+# parts on two cores: 8 parts 0.43-0.48 s (the first build 0.77-0.84 s), 12 parts
+# 0.28 s (0.87 s), 16 or 24 parts 0.29-0.30 s (0.91-1.10 s): each part's tools cost
+# their start-up again (benchmarks/README.md, "Objects cached per part").
+CACHED_PART_BYTES = 64_000
+MAX_CACHED_PARTS = 12
 # llc's Loop Strength Reduction took 22% of its time on the scaled StoryLM (0.29 of 1.3 s,
 # `bench_build.py --profile`): without it llc takes 0.8 instead of 1.1-1.2 s of CPU (both
 # halves) and the train step is as fast (interleaved in one run, load 5: 59.7 vs 59.9 ms,

@@ -39,9 +39,9 @@ def parts_object(parts: list[str], mlir_text: str, opt_level: int, tmp: Path, ob
     parts (the critical path) and the join's."""
     entry_text, expected = entry_module_text(mlir_text)
     with ThreadPoolExecutor(len(parts) + 1) as pool:   # each part's stages are processes: no GIL held
-        entry = pool.submit(_entry_object, entry_text, tmp / "entry")
         futures = [pool.submit(_part_object, text, opt_level, tmp / f"part{k}", worker if k == 0 else None, objects)
-                   for k, text in enumerate(parts)]
+                   for k, text in enumerate(parts)]          # the heaviest part, the critical path, first
+        entry = pool.submit(_entry_object, entry_text, tmp / "entry")
         done = [f.result() for f in futures]
         entry_obj = entry.result()
     _merge_externals([tmp / f"part{k}" for k in range(len(parts))], tmp)
