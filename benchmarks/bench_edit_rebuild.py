@@ -8,8 +8,10 @@ folder and built with compiler.build.build_file in this one process, with the bu
 a fresh temporary folder (KINA_CACHE_DIR): once as written (nothing cached), then --edits times
 with its first `1e-5` literal in code (the GPT block's layer_norm eps) replaced by another value, one
 edit of one function: the library is a miss, the -O2 LLVM stage's objects of the parts the
-edit did not change are hits.  --no-cache builds everything every time.  Wall seconds of each
-build, per level.
+edit did not change are hits.  --no-cache builds everything every time.  As the language
+server does after each Build & validate, the process keeps an -O2 worker warm for the next
+build (compiler.build.keep_backend_warm; --cold-worker: not), and --pause seconds (the
+time an edit takes) pass between builds.  Wall seconds of each build, per level.
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ def main() -> None:
     ap.add_argument("--levels", nargs="+", type=int, default=[0, 2])
     ap.add_argument("--edits", type=int, default=3)
     ap.add_argument("--no-cache", action="store_true", help="the build cache off (no object reused)")
+    ap.add_argument("--cold-worker", action="store_true", help="no -O2 worker kept warm between builds")
+    ap.add_argument("--pause", type=float, default=1.0, help="seconds between builds (an edit)")
     args = ap.parse_args()
     source = args.file.read_text()
     at = _literal_at(source)
@@ -67,8 +71,13 @@ def main() -> None:
                 if not res.ok:
                     build.print_diagnostics(res)
                     raise SystemExit(f"building {args.file} at -O{level} failed")
+                if not args.cold_worker:
+                    build.keep_backend_warm(level)
+                time.sleep(args.pause)
+            build.release_backend()
             edits = ", ".join(f"{t:.2f}" for t in times[1:])
-            print(f"-O{level}{' (no cache)' if args.no_cache else ''}: first build {times[0]:.2f} s; after an edit of one function: {edits} s")
+            mode = "".join([" (no cache)" if args.no_cache else "", " (cold worker)" if args.cold_worker else ""])
+            print(f"-O{level}{mode}: first build {times[0]:.2f} s; after an edit of one function: {edits} s")
     print(f"load average {timing.load():.2f}")
 
 

@@ -233,6 +233,22 @@ def _source_hint(text: str, opt_level: int, transform: Callable[[ir.Program], ir
         return None
 
 
+def keep_backend_warm(opt_level: int) -> None:
+    """For a process that builds again (the language server, after each Build & validate):
+    start the next -O1..-O3 build's worker now, so that its load of the MLIR bindings
+    (0.2-0.3 s, more than a warm process's whole front end) is over when that build starts.
+    The worker waits, idle, until a build takes it (`_worker_ahead`); `release_backend`
+    ends it when the process stops building."""
+    pipeline = PIPELINES.get(opt_level)
+    if pipeline is not None and pipeline.backend == "engine" and importlib.util.find_spec("mlir") is not None:
+        backend_worker.prestart()
+
+
+def release_backend() -> None:
+    """End the worker keep_backend_warm started, if no build took it."""
+    backend_worker.drop_spare()
+
+
 def _worker_ahead(opt_level: int, hint: str | None = None) -> backend_worker.Worker | None:
     """For the in-process back end, its worker process, started now: it loads the MLIR
     bindings while this process runs the front end (the scaled StoryLM: 0.25 s of a

@@ -125,10 +125,12 @@ class KinaServer(LanguageServer):
 
     def stop_work(self) -> None:
         """At exit: cancel every validation (giving their workers a moment to kill their child
-        processes), then stop the analysis worker."""
+        processes), then stop the analysis worker and the -O2 worker kept warm."""
         commands.stop_all()
         self.documents.shutdown()
         background.shutdown()
+        from compiler.build import release_backend
+        release_backend()      # the -O2 worker kept warm for the next build, if any
 
 
 server = KinaServer()

@@ -337,3 +337,21 @@ def test_a_hanging_started_tool_is_a_timeout_diagnostic(tmp_path, monkeypatch):
     res = toolchain.compile_mlir(STEP_MLIR, tmp_path / "t.so")
     assert not res.ok and any("llc did not finish within 1 s" in d.message for d in res.diagnostics)
     assert time.monotonic() - t0 < 20
+
+
+def test_a_worker_kept_warm_serves_the_next_build_and_is_released(tmp_path):
+    pytest.importorskip("mlir.ir", reason="the -O2 back end needs the MLIR Python bindings")
+    from compiler.backend import worker as backend_worker
+    build.keep_backend_warm(0)                      # -O0 runs no worker
+    assert backend_worker.take_spare() is None
+    build.keep_backend_warm(2)
+    spare = backend_worker._spare
+    assert spare is not None and spare.proc.poll() is None
+    src = tmp_path / "f.kina"
+    src.write_text("fn f(x: Tensor[F32, [4]]) -> Tensor[F32, [4]] {\n  let y = x * x in\n  y\n}\n")
+    assert build.build_file(src, tmp_path / "f.so", 2, cache=False).ok
+    assert backend_worker.take_spare() is None and spare.proc.poll() is not None   # the build took it
+    build.keep_backend_warm(2)
+    proc = backend_worker._spare.proc
+    build.release_backend()
+    assert proc.poll() is not None and backend_worker.take_spare() is None

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,10 @@ class Worker:
 
 # A worker started by `prestart` before the caller's own imports (`kinac build -O2`: its
 # imports and front end take 0.3 s, the worker's start 0.3 s); the next build takes it.
+# The language server keeps one between its builds (compiler/build.py `keep_backend_warm`),
+# taken and made from its build threads: hence the lock.
 _spare: Worker | None = None
+_spare_lock = threading.Lock()
 
 
 def prestart() -> None:
@@ -104,14 +108,16 @@ def prestart() -> None:
     (a cache hit, a front-end error) with `drop_spare()`: compiler/cli.py does, when its
     command returns, so a spare never serves a later build with another environment."""
     global _spare
-    if _spare is None:
-        _spare = Worker()
+    with _spare_lock:
+        if _spare is None:
+            _spare = Worker()
 
 
 def take_spare() -> Worker | None:
     """The prestarted worker, if one is alive (it then belongs to the caller)."""
     global _spare
-    worker, _spare = _spare, None
+    with _spare_lock:
+        worker, _spare = _spare, None
     if worker is not None and worker.proc.poll() is not None:
         worker.close()
         return None

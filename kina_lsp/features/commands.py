@@ -162,6 +162,9 @@ def _run_validation(text: str, path: str, progress: Callable[[str, int, int], No
         return _validate_copy(text, path, progress, cancel, only, opt_level)
     finally:
         _running.discard(cancel)
+        if not cancel.is_set():   # the next Build & validate finds its -O2 worker loaded
+            from compiler.build import keep_backend_warm
+            keep_backend_warm(opt_level)
 
 
 def _validate_copy(text: str, path: str, progress: Callable[[str, int, int], None], cancel: threading.Event,
