@@ -179,8 +179,8 @@ class DialectTools:
     """The tools back end's finish (-O0, whole or in parts, and the parts' entry module) for
     a module in the LLVM dialect: mlir-translate (to LLVM IR) and `llc -O<llvm_level>` into
     `obj`, both started when this is made, reading their input from stdin, so that their
-    start-up overlaps the stage before (mlir-opt; the GPT block's -O0 edit rebuild: 0.08 s
-    less on its critical path).  `finish(text, timings)` returns the LLVM IR; timings get
+    start-up overlaps the stage before (mlir-opt; a small program's -O0 build in a warm
+    process: 0.14-0.18 -> 0.11-0.12 s).  `finish(text, timings)` returns the LLVM IR; timings get
     "mlir-translate" and "llc".  Use it in a `with` block: the tools stop if it is left
     before `finish` (a failed mlir-opt)."""
 

@@ -147,8 +147,8 @@ def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) 
 
 class StartedTool:
     """A tool started ahead of its input, which it reads from stdin (its arguments say `-`):
-    its start-up, mostly the loading of LLVM's shared libraries (0.06 s for mlir-translate,
-    as long as its work on the GPT block's gradient), runs while the stage before it does.
+    its start-up, mostly the loading of LLVM's and MLIR's shared libraries (0.02-0.03 s each
+    on an idle machine, more on a busy one), runs while the stage before it does.
     `finish` hands it the input and waits like run_tool; leaving the `with` block stops it
     if it was never finished (the stage before failed)."""
 
