@@ -17,7 +17,9 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -120,12 +122,14 @@ def profile_o0(path: Path, work: Path, top: int) -> int:
         return timed
     for (module, name), real in patched.items():
         setattr(module, name, timing(real))
+    restore = _time_started_tools(extra, one_at_a_time, cpu, processes, reports)
     c0, k0 = time.process_time(), _children_cpu()
     try:
         result = toolchain.compile_mlir(mlir, work / "out.so", opt_level=0, work_dir=work)
     finally:
         for (module, name), real in patched.items():
             setattr(module, name, real)
+        restore()
     python = time.process_time() - c0
     others = _children_cpu() - k0 - sum(cpu.values())   # the workers of needed rewrite slots
     if not result.ok:
@@ -145,6 +149,36 @@ def profile_o0(path: Path, work: Path, top: int) -> int:
     return 0
 
 
+def _time_started_tools(extra: dict[str, list[str]], lock: threading.Lock, cpu: dict[str, float],
+                        processes: dict[str, int], reports: dict[str, list[str]]) -> Callable[[], None]:
+    """Time the tools started ahead of their input (tools.StartedTool: -O0's mlir-translate and
+    llc in newer trees) as profile_o0 times run_tool's; returns what undoes it.  A started
+    tool's CPU is counted when `finish` reaps it (its start-up included)."""
+    from compiler.backend import tools as tools_module
+    started = getattr(tools_module, "StartedTool", None)
+    if started is None:
+        return lambda: None
+    real_init, real_finish = started.__init__, started.finish
+
+    def init(self: Any, tool: str, args: list[str]) -> None:
+        real_init(self, tool, [*extra.get(tool, []), *args])
+
+    def finish(self: Any, data: str, timings: dict[str, float], stage: str) -> str:
+        with lock:
+            c0 = _children_cpu()
+            out: str = real_finish(self, data, timings, stage)
+            cpu[self.tool] += _children_cpu() - c0
+        processes[self.tool] += 1
+        reports[self.tool].append(self.stderr or "")
+        return out
+
+    started.__init__, started.finish = init, finish
+
+    def restore() -> None:
+        started.__init__, started.finish = real_init, real_finish
+    return restore
+
+
 def _print_stages(rows: list[tuple[str, float]]) -> None:
     total = sum(c for _, c in rows)
     print(f"{'stage':<44}{'CPU s':>8}{'share':>8}")
@@ -157,6 +191,7 @@ ENGINE_CHILD = r"""
 import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from pathlib import Path
+from typing import Any
 from compiler import build
 from compiler.backend import engine, llvm_stage, pipelines
 from compiler.backend.bindings import engine_module

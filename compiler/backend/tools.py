@@ -154,6 +154,7 @@ class StartedTool:
 
     def __init__(self, tool: str, args: list[str]) -> None:
         self.tool = tool
+        self.stderr = ""
         self.proc = _start(tool, args, subprocess.PIPE, subprocess.PIPE)
 
     def __enter__(self) -> StartedTool:
@@ -179,6 +180,7 @@ class StartedTool:
             raise
         finally:
             timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+        self.stderr = err     # (reports such as -time-passes')
         if self.proc.returncode != 0:
             done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
             raise StageFailed(self.tool, _crash_text(self.tool, done) or f"{self.tool} exited with {self.proc.returncode}")
