@@ -125,3 +125,12 @@ def test_part_count(size, cached, parts, monkeypatch):
     monkeypatch.delenv("KINA_LLVM_SPLIT_BYTES", raising=False)
     monkeypatch.setattr(llvm_stage, "min_bytes", lambda var, default, n: default)   # a machine of 2 cores or more
     assert llvm_stage._part_count(size, cached) == parts
+
+
+def test_moved_code_misses_the_library_but_finds_every_object(tmp_path, root):
+    """The emitted MLIR carries source lines (its locations); the bitcode does not."""
+    _build(tmp_path, SRC, "a")
+    stored = _objects(root)
+    moved = _build(tmp_path, "// a new first line\n\n" + SRC, "b")
+    assert not moved.cached and _objects(root) == stored
+    _check(moved, 6.5)
