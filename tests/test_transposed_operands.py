@@ -108,3 +108,63 @@ def test_folded_matmuls_match_O0_and_numpy(tmp_path):
     np.testing.assert_allclose(libs[2].btn(q, g), np.swapaxes(q, 2, 3) @ g, rtol=1e-5, atol=1e-4)
     x, w = (rng.standard_normal(s).astype(np.float32) for s in ((32, 64), (64, 32)))
     np.testing.assert_allclose(libs[2].grad(x, w)[1], x.T @ (2 * (x @ w)), rtol=1e-4, atol=1e-3)
+
+
+# A packed B that is a transpose (transposed_operands.tag_packed_transposed_rhs): the script
+# transposes each panel straight into its packed buffer.  K = 8192 makes the [K, 128] panels
+# deep enough to be packed.
+PACKED = """
+fn tbp(g: Tensor[F32, [32, 8192]], w: Tensor[F32, [256, 8192]]) -> Tensor[F32, [32, 256]] {
+  let wt = w.transpose([1, 0]) in
+  let y = g @ wt in
+  y
+}
+fn tbp_keep(g: Tensor[F32, [32, 8192]], w: Tensor[F32, [256, 8192]]) -> (Tensor[F32, [32, 256]], Tensor[F32, [8192, 256]]) {
+  let wt = w.transpose([1, 0]) in
+  let y = g @ wt in
+  (y, wt)
+}
+fn plain(g: Tensor[F32, [32, 8192]], wt: Tensor[F32, [8192, 256]]) -> Tensor[F32, [32, 256]] {
+  let y = g @ wt in
+  y
+}
+"""
+
+
+KINA_TAGS = ("kina.pack_b", "kina.pack_b_t", "kina.parallel", "kina.transpose_tile", "kina.parallel_transpose")
+
+
+def test_a_packed_b_made_by_a_transpose_is_transposed_by_its_matmul(tmp_path):
+    from compiler.backend.bindings import walk_ops
+    from compiler.backend.parallelize import tag_for_script
+    res = build.build_source(PACKED, "t.kina", tmp_path / "t.so", opt_level=0)
+    assert res.ok, res.diagnostics
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(res.mlir)
+        tag_for_script(ir, module)
+        tags = {}
+        for fn in module.body.operations:
+            name = str(fn.attributes["sym_name"]).strip('"').removeprefix("kina_")
+            for op in walk_ops(ir, fn, lambda op: op.name in ("linalg.matmul", "linalg.transpose")):
+                tags.setdefault(name, {})[op.name] = {t for t in KINA_TAGS if t in op.attributes}
+    assert "kina.pack_b_t" in tags["tbp"]["linalg.matmul"] and "kina.pack_b" not in tags["tbp"]["linalg.matmul"]
+    assert not tags["tbp"]["linalg.transpose"]                       # the matmul's script transposes it
+    assert "kina.pack_b" in tags["tbp_keep"]["linalg.matmul"]         # the transpose is also a result
+    assert "kina.transpose_tile" in tags["tbp_keep"]["linalg.transpose"]
+    assert "kina.pack_b" in tags["plain"]["linalg.matmul"]
+
+
+def test_a_packed_transposed_b_is_bit_identical_to_a_packed_b(tmp_path):
+    libs = {}
+    for level in (0, 2):
+        res = build.build_source(PACKED, "t.kina", tmp_path / f"t{level}.so", opt_level=level)
+        assert res.ok, res.diagnostics
+        libs[level] = runtime.load(res.so_path)
+    rng = np.random.default_rng(5)
+    g, w = rng.standard_normal((32, 8192)).astype(np.float32), rng.standard_normal((256, 8192)).astype(np.float32)
+    got = libs[2].tbp(g, w)
+    np.testing.assert_array_equal(got, libs[2].plain(g, np.ascontiguousarray(w.T)))
+    np.testing.assert_array_equal(libs[2].tbp_keep(g, w)[0], got)
+    np.testing.assert_allclose(got, libs[0].tbp(g, w), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got, g @ w.T, rtol=1e-4, atol=1e-3)

@@ -28,6 +28,7 @@ from compiler.backend.transform_library import (
     reduce_tiles,
     transpose_tiles,
 )
+from compiler.backend.transposed_operands import tag_packed_transposed_rhs
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -461,7 +462,7 @@ def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     products moved and of ops tagged (0: the module is unchanged)."""
     moved = share_dynamic_products(mlir_ir, module)
     return moved + sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
-                                                        tag_inner_reductions))
+                                                        tag_inner_reductions, tag_packed_transposed_rhs))
 
 
 # ---- the fill of a parallel matmul, per block ------------------------------------------

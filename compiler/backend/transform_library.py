@@ -387,7 +387,27 @@ def _pack_b(blocks: tuple[int, ...]) -> str:
             "(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
 
 
-def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, packed: bool = False) -> str:
+def _pack_b_transposed(blocks: tuple[int, ...]) -> str:
+    """Script lines of a `kina.pack_b_t` matmul after its forall over the column panels (%b,
+    %all; %tp: the transpose that makes B, transposed_operands.tag_packed_transposed_rhs):
+    the transpose fused into the forall, where its [K, bn] tile is written into a fresh
+    buffer (the tensor.empty it slices, folded to the tile's size), tiled and vectorised like
+    a transpose of its own; then the loop over the blocks of M (%mb)."""
+    tiles = ", ".join(map(str, transpose_tiles(2, 0)))
+    return ("      %ft, %all2 = transform.structured.fuse_into_containing_op %tp into %all : "
+            "(!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
+            "      transform.apply_patterns to %all2 {\n"
+            "        transform.apply_patterns.tensor.fold_tensor_empty\n"
+            "      } : !transform.any_op\n"
+            f"      %ftt, %ftl:2 = transform.structured.tile_using_for %ft tile_sizes [{tiles}] : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)\n"
+            "      transform.structured.vectorize %ftt : !transform.any_op\n"
+            f"      %mb, %ml = transform.structured.tile_using_for %b tile_sizes [{blocks[0]}, 0, 0] : "
+            "(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
+
+
+def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, packed: bool = False,
+                     transposed: bool = False) -> str:
     """Script lines for the `op`s tagged `kina.parallel = blocks` (and `kina.k_block` when
     k_blocked, `kina.pack_b` when packed: the forall then runs over the column panels and
     each packs its panel of B, `_pack_b`): an scf.forall over blocks of the result (its
@@ -400,16 +420,20 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
     n = len(blocks) + 1
     loops = ", ".join(["!transform.any_op"] * (n + 1))
     match = tag("kina.parallel", blocks)
-    name += "_k" * k_blocked + "_p" * packed
-    match += ", kina.k_block" * k_blocked + ", kina.pack_b" * packed
+    name += "_k" * k_blocked + "_p" * packed + "_t" * transposed
+    match += ", kina.k_block" * k_blocked + (", kina.pack_b_t" if transposed else ", kina.pack_b" * packed)
     block, pack = ("%mb", _pack_b(blocks)) if packed else ("%b", "")   # what the k loop and tiles take
-    if packed:
+    if transposed:
+        block, pack = "%mb", _pack_b_transposed(blocks)
+    if packed or transposed:
         forall = f"0, {blocks[1]}, 0"
     kblock = f"      %kb = transform.merge_handles {block} : !transform.any_op\n"
     if k_blocked:
         kblock = (f"      %kb, %kl = transform.structured.tile_using_for {block} tile_sizes [0, 0, {K_BLOCK}] : "
                   f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n")
-    return ("\n".join(foreach_tagged(name, op, match)) + "\n"
+    producer = ("      %tp = transform.get_producer_of_operand %op[1] : (!transform.any_op) -> !transform.any_op\n"
+                if transposed else "")
+    return ("\n".join(foreach_tagged(name, op, match)) + "\n" + producer +
             f"      %b, %all = transform.structured.tile_using_forall %op tile_sizes [{forall}] : "
             f"(!transform.any_op) -> (!transform.any_op, !transform.any_op)\n"
             + pack + kblock +
@@ -436,7 +460,9 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "@TILE_M@", str(REGISTER_TILE[0])).replace("@TILE_N@", str(REGISTER_TILE[1])).replace(
     "@FEW_ROWS_BLOCK@", str(FEW_ROWS_BLOCK)).replace(
     # The most specific matches first (packed, then k-blocked): a plain match takes them too.
-    "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
+    "@PARALLEL_MATMULS@", "\n".join([_parallel_matmul(op, b, k, True, True) for op, b in PARALLEL_MATMUL_BLOCKS
+                                     for k in (True, False) if op == "linalg.matmul"]
+                                    + [_parallel_matmul(op, b, k, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                      for k in (True, False) if op == "linalg.matmul"]
                                     + [_parallel_matmul(op, b, True) for op, b in PARALLEL_MATMUL_BLOCKS
                                        if op == "linalg.matmul"]

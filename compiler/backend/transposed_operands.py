@@ -15,7 +15,9 @@ element adds the same products in the same order: results are bit-identical.
 Only the matmuls the script vectorises whole are folded (static f32 shapes whose M and N
 are multiples of transform_library.MATMUL_TILE): the other forms (peeled, dynamic, the
 interchanged loop nest) keep reading a plain A.  A transposed B is not folded: B is read a
-row of the tile at a time, which a transposed B would turn into a gather.
+row of the tile at a time, which a transposed B would turn into a gather.  But a B that the
+script packs anyway is transposed into its packing buffers (`tag_packed_transposed_rhs`,
+below): the transpose is then the packing's copy, not a pass of its own.
 """
 from __future__ import annotations
 
@@ -125,3 +127,35 @@ def fold_transposed_lhs(mlir_ir: ModuleType, module: Any) -> int:
         if not list(candidate.results[0].uses):
             candidate.erase()
     return len(folds)
+
+
+# ---- a packed B that is a transpose ----------------------------------------------------------
+# A `kina.pack_b` matmul copies each [K, bn] panel of B into a buffer of its own (the script's
+# tensor.pad).  When B is transpose(w) and nothing else reads it, the transpose wrote all of
+# B once only for the packing to copy it again: the logits VJP's g @ transpose(lm_head)
+# (the large StoryLM: a [8192, 512] transpose, 1.0 ms of a 46 ms step).  Such a matmul is
+# tagged `kina.pack_b_t` instead: the script fuses the transpose into the matmul's forall,
+# where each thread transposes its own panel straight into a fresh [K, bn] buffer, the
+# packed panel (transform_library._parallel_matmul).  Each result element adds the same
+# products in the same order: results are bit-identical.
+PACK_T_TAGS = ("kina.transpose_tile", "kina.parallel_transpose")   # the transpose's own, dropped
+
+
+def tag_packed_transposed_rhs(mlir_ir: ModuleType, module: Any) -> int:
+    """Retag every `kina.pack_b` matmul whose B is a single-use [1, 0] transpose of a static f32
+    tensor as `kina.pack_b_t`, and drop the transpose's own tags (the matmul's script
+    transposes it); returns the count."""
+    count = 0
+    for op in walk_ops(mlir_ir, module, lambda op: op.name == "linalg.matmul" and "kina.pack_b" in op.attributes):
+        owner = op.operands[1].owner
+        if getattr(owner, "name", None) != "linalg.transpose" or not _swaps_last_two(owner, 2):
+            continue
+        if len(list(owner.results[0].uses)) != 1 or _static_f32(mlir_ir, owner.operands[0]) is None:
+            continue
+        del op.attributes["kina.pack_b"]
+        op.attributes["kina.pack_b_t"] = mlir_ir.UnitAttr.get()
+        for name in PACK_T_TAGS:
+            if name in owner.attributes:
+                del owner.attributes[name]
+        count += 1
+    return count
