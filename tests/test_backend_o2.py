@@ -505,7 +505,7 @@ PAR_MM = ("fn f(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 256]], x: Tensor
 
 
 def test_a_parallel_matmul_zeroes_each_block_inside_its_forall(tmp_path):
-    """"@fuse-fills" (parallelize.fuse_fills_into_foralls) moves the fill of each parallel
+    """"@fuse-fills" (block_fills.fuse_fills_into_foralls) moves the fill of each parallel
     matmul / batch_matmul into its scf.forall, onto the block the body writes; the
     results still match NumPy."""
     src = tmp_path / "m.kina"
@@ -536,7 +536,7 @@ def test_a_parallel_matmul_zeroes_each_block_inside_its_forall(tmp_path):
 def test_a_forall_that_reads_more_than_its_block_keeps_its_fill():
     """The fill moves only when the body reads the shared_out as exactly the block its
     parallel_insert_slice writes: here each iteration reads row 0 as well."""
-    from compiler.backend import parallelize
+    from compiler.backend import block_fills
     text = """func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %c = arith.constant 1.0 : f32
   %e = tensor.empty() : tensor<4x8xf32>
@@ -553,7 +553,7 @@ def test_a_forall_that_reads_more_than_its_block_keeps_its_fill():
     ir, _, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(text)
-        assert parallelize.fuse_fills_into_foralls(ir, module) == 0
+        assert block_fills.fuse_fills_into_foralls(ir, module) == 0
         assert str(module) == str(ir.Module.parse(text))
 
 

@@ -25,7 +25,8 @@ Inside, in the order a build runs them: pipelines (the slots), fusion, transpose
 and math_lowering (-O2 rewrites before tagging), shared_products (a dynamic export's products of one type
 moved into one function), parallelize (what the script vectorises, tiles, threads),
 parallel_if (a dynamic export's threads chosen at the call), transform_library (the -O2
-transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes), rewrites (the Python rewrite slots),
+transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes),
+block_fills (a parallel matmul's fill per block, after the script), rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
 worker_main (the worker process's side), mlir_opt (-O0's pass list through mlir-opt, with
 the rewrite slots), llvm_stage (opt, llc, llvm-split; -O0's mlir-translate and llc), tools

@@ -30,7 +30,7 @@ look at the text says the module needs it.
   loops schedule(dynamic)), "@inline-alloca-scopes"
   (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
   (compiler/backend/parallelize.py: what the transform script vectorises, threads and tiles) and
-  "@fuse-fills" (parallelize.fuse_fills_into_foralls: each parallel matmul block zeroes
+  "@fuse-fills" (block_fills.fuse_fills_into_foralls: each parallel matmul block zeroes
   its own part of the result).
 - not a slot: `rewrite_scatters`, which compiler/backend/engine.py runs on the emitted -O2 module
   before the pipeline, swaps the O(V * D * N) scatter_add generic for a loop over the N
@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.backend import parallel_if, shared_products
 from compiler.backend.bindings import walk_ops
+from compiler.backend.block_fills import fuse_fills_into_foralls
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
-from compiler.backend.parallelize import fuse_fills_into_foralls, tag_for_script
+from compiler.backend.parallelize import tag_for_script
 from compiler.backend.transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 if TYPE_CHECKING:

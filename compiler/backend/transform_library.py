@@ -411,7 +411,7 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
     """Script lines for the `op`s tagged `kina.parallel = blocks` (and `kina.k_block` when
     k_blocked, `kina.pack_b` when packed: the forall then runs over the column panels and
     each packs its panel of B, `_pack_b`): an scf.forall over blocks of the result (its
-    fill moves into the forall after the script: parallelize.fuse_fills_into_foralls), the k loop of
+    fill moves into the forall after the script: block_fills.fuse_fills_into_foralls), the k loop of
     a block cut into K_BLOCK steps when k_blocked, each block register-tiled and
     vectorised like a serial matmul."""
     name = f"%par_{op[7:]}_" + "_".join(map(str, blocks))
