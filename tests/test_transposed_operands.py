@@ -54,21 +54,37 @@ fn loss(x: Tensor[F32, [32, 64]], w: Tensor[F32, [64, 32]]) -> Tensor[F32, [1, 1
 """
 
 
+def _name(fn) -> str:
+    """A func.func's Kina name."""
+    return str(fn.attributes["sym_name"]).strip('"').removeprefix("kina_")
+
+
+def _emitted(src: str, tmp_path) -> str:
+    """The MLIR the front end emits for `src`."""
+    res = build.build_source(src, "t.kina", tmp_path / "t.so", opt_level=0)
+    assert res.ok, res.diagnostics
+    return res.mlir
+
+
+def _libraries(src: str, tmp_path) -> dict[int, object]:
+    """`src` built at -O0 and -O2, by level."""
+    libs = {}
+    for level in (0, 2):
+        res = build.build_source(src, "t.kina", tmp_path / f"t{level}.so", opt_level=level)
+        assert res.ok, res.diagnostics
+        libs[level] = runtime.load(res.so_path)
+    return libs
+
+
 def _functions(module) -> dict[str, list[str]]:
     """The op names of each function's body, by Kina name."""
-    out = {}
-    for fn in module.body.operations:
-        name = str(fn.attributes["sym_name"]).strip('"').removeprefix("kina_")
-        out[name] = [op.operation.name for op in fn.regions[0].blocks[0].operations]
-    return out
+    return {_name(fn): [op.operation.name for op in fn.regions[0].blocks[0].operations] for fn in module.body.operations}
 
 
 def test_only_whole_tile_matmuls_with_a_transposed_a_are_folded(tmp_path):
-    res = build.build_source(SRC, "t.kina", tmp_path / "t.so", opt_level=0)
-    assert res.ok, res.diagnostics
     ir, _, _ = engine.engine_module()
     with ir.Context():
-        module = ir.Module.parse(res.mlir)
+        module = ir.Module.parse(_emitted(SRC, tmp_path))
         before = _functions(module)
         folded = fold_transposed_lhs(ir, module)
         assert module.operation.verify()
@@ -90,11 +106,7 @@ def test_only_whole_tile_matmuls_with_a_transposed_a_are_folded(tmp_path):
 
 
 def test_folded_matmuls_match_O0_and_numpy(tmp_path):
-    libs = {}
-    for level in (0, 2):
-        res = build.build_source(SRC, "t.kina", tmp_path / f"t{level}.so", opt_level=level)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
+    libs = _libraries(SRC, tmp_path)
     rng = np.random.default_rng(3)
     for name in ("tn", "shared", "keep", "odd", "tb", "btn", "btn3", "bperm", "grad"):
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in libs[2][name].params]
@@ -137,17 +149,14 @@ KINA_TAGS = ("kina.pack_b", "kina.pack_b_t", "kina.parallel", "kina.transpose_ti
 def test_a_packed_b_made_by_a_transpose_is_transposed_by_its_matmul(tmp_path):
     from compiler.backend.bindings import walk_ops
     from compiler.backend.parallelize import tag_for_script
-    res = build.build_source(PACKED, "t.kina", tmp_path / "t.so", opt_level=0)
-    assert res.ok, res.diagnostics
     ir, _, _ = engine.engine_module()
     with ir.Context():
-        module = ir.Module.parse(res.mlir)
+        module = ir.Module.parse(_emitted(PACKED, tmp_path))
         tag_for_script(ir, module)
-        tags = {}
+        tags: dict[str, dict[str, set[str]]] = {}
         for fn in module.body.operations:
-            name = str(fn.attributes["sym_name"]).strip('"').removeprefix("kina_")
             for op in walk_ops(ir, fn, lambda op: op.name in ("linalg.matmul", "linalg.transpose")):
-                tags.setdefault(name, {})[op.name] = {t for t in KINA_TAGS if t in op.attributes}
+                tags.setdefault(_name(fn), {})[op.name] = {t for t in KINA_TAGS if t in op.attributes}
     assert "kina.pack_b_t" in tags["tbp"]["linalg.matmul"] and "kina.pack_b" not in tags["tbp"]["linalg.matmul"]
     assert not tags["tbp"]["linalg.transpose"]                       # the matmul's script transposes it
     assert "kina.pack_b" in tags["tbp_keep"]["linalg.matmul"]         # the transpose is also a result
@@ -156,11 +165,7 @@ def test_a_packed_b_made_by_a_transpose_is_transposed_by_its_matmul(tmp_path):
 
 
 def test_a_packed_transposed_b_is_bit_identical_to_a_packed_b(tmp_path):
-    libs = {}
-    for level in (0, 2):
-        res = build.build_source(PACKED, "t.kina", tmp_path / f"t{level}.so", opt_level=level)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
+    libs = _libraries(PACKED, tmp_path)
     rng = np.random.default_rng(5)
     g, w = rng.standard_normal((32, 8192)).astype(np.float32), rng.standard_normal((256, 8192)).astype(np.float32)
     got = libs[2].tbp(g, w)
