@@ -32,6 +32,17 @@ def _workers(parent: int) -> list[int]:
     return found
 
 
+def _settled_workers(parent: int, want: int, timeout: float = 10.0) -> list[int]:
+    """_workers once it shows `want` of them (a worker just started may not have exec'd yet:
+    its command line is still the server's), or what it shows at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = _workers(parent)
+        if len(found) == want or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 def _gone(pid: int, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -57,7 +68,7 @@ def test_the_next_builds_worker_is_kept_warm_and_ends_with_the_server(tmp_path, 
                                                                 "arguments": [uri]}, timeout=120)
             assert reply["result"]["ok"], reply
             assert reply["result"]["message"].endswith(f"at -O{level})")
-            workers = _workers(server.proc.pid)
+            workers = _settled_workers(server.proc.pid, 1 if level else 0)
             assert len(workers) == (1 if level else 0), workers     # -O0 runs no worker
         server.request("shutdown")
         server.notify("exit")
