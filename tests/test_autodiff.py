@@ -324,3 +324,22 @@ def test_inert_nested_operands_validate_against_finite_differences(tmp_path, lev
     assert report.ok, validate.format_report(report)
     fd = {c.name for f in report.functions for c in f.checks if c.reference == "finite differences"}
     assert fd == {"d/d x", "d/d y", "d/d table"}
+
+
+_GENERIC_BIAS = """fn dense[N, O](x: Tensor[F32, [N, O]], b: Tensor[F32, [O]]) -> Tensor[F32, [N, O]] {
+  let bb = b.broadcast([N, O]) in
+  let y = x + bb in
+  y
+}
+fn g(x: Tensor[F32, [6, 3]], b: Tensor[F32, [3]]) -> (Tensor[F32, [6, 3]], Tensor[F32, [6, 3]], Tensor[F32, [3]]) {
+  handle dense(x, b) with reverseMode
+}
+"""
+
+
+def test_the_rank_broadcast_rejection_writes_sizes_by_name():
+    """A generic function's target shape is written as Kina writes it ([N, O]), never as the
+    sizes' Python repr (it said [Size(N), Size(O)])."""
+    (diag,) = analyze(_GENERIC_BIAS, "d.kina").diagnostics
+    assert diag.code == "ad-unsupported" and "Size(" not in diag.message
+    assert "shape [N, O] changes the rank" in diag.message and "t.broadcast([N, O])" in diag.message
