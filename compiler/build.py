@@ -239,9 +239,15 @@ def keep_backend_warm(opt_level: int) -> None:
     (0.2-0.3 s, more than a warm process's whole front end) is over when that build starts.
     The worker waits, idle, until a build takes it (`_worker_ahead`); `release_backend`
     ends it when the process stops building."""
-    pipeline = PIPELINES.get(opt_level)
-    if pipeline is not None and pipeline.backend == "engine" and importlib.util.find_spec("mlir") is not None:
+    if _runs_a_worker(opt_level):
         backend_worker.prestart()
+
+
+def _runs_a_worker(opt_level: int) -> bool:
+    """Whether a build at this level runs the in-process back end, in a worker (and the MLIR
+    bindings it needs are installed)."""
+    pipeline = PIPELINES.get(opt_level)
+    return pipeline is not None and pipeline.backend == "engine" and importlib.util.find_spec("mlir") is not None
 
 
 def release_backend() -> None:
@@ -254,8 +260,7 @@ def _worker_ahead(opt_level: int, hint: str | None = None) -> backend_worker.Wor
     bindings while this process runs the front end (the scaled StoryLM: 0.25 s of a
     3 s build).  Not started when the build cache's hint says this source will hit;
     unused on a front-end error or a cache hit, then closed."""
-    pipeline = PIPELINES.get(opt_level)
-    if pipeline is None or pipeline.backend != "engine" or importlib.util.find_spec("mlir") is None:
+    if not _runs_a_worker(opt_level):
         return None
     if hint is not None and build_cache.hinted_hit(hint):
         return None

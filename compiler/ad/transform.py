@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from compiler.ad.builder import VJP, Builder, user_name
 from compiler.ad.vjp import VJPS
 from compiler.core.diagnostics import Diagnostic, Fix, Note, Span
-from compiler.core.types import TensorType, TupleType, Type
+from compiler.core.types import TensorType, TupleType, Type, shape_text
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import HANDLERS, Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
 from compiler.ir.ops import OPS
@@ -139,7 +139,7 @@ def _describe(expr: Expr) -> str:
     if isinstance(expr, Handle):
         return f"handle {expr.fn}(..) with {expr.handler}"
     if isinstance(expr, Literal):
-        return f"Tensor[{expr.type.dtype}, {list(expr.type.shape)}] {{..}}"
+        return f"Tensor[{expr.type.dtype}, {shape_text(expr.type.shape)}] {{..}}"
     if isinstance(expr, MakeTuple):
         return "(..)"
     return user_name(expr.name)

@@ -3,10 +3,9 @@ transpose, reshape, broadcast, slice, concat, reduce_keep, softmax, log_softmax,
 take_along_axis, gather (rows in compiler/ad/vjp.py)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from compiler.ad.builder import Builder, args_of, only, sum_to, transpose_last_two, user_name
 from compiler.core.sizes import Dim, Undecidable
+from compiler.core.types import shape_text
 from compiler.ir.nodes import (
     OpApp,
     Var,
@@ -42,16 +41,12 @@ def _reject_broadcast(node: OpApp) -> str | None:
     x, shape = as_tensor(arg.type), tuple(node.attrs["shape"])
     if len(shape) == x.rank:
         return None
-    unit = _dims([1] * (len(shape) - x.rank) + list(x.shape))
+    unit = shape_text([1] * (len(shape) - x.rank) + list(x.shape))
     name = user_name(arg.name) if isinstance(arg, Var) else "x"
-    return (f"broadcast of {x} to rank-{len(shape)} shape {_dims(shape)} changes the rank, and reverseMode "
+    return (f"broadcast of {x} to rank-{len(shape)} shape {shape_text(shape)} changes the rank, and reverseMode "
             f"only differentiates same-rank broadcast (expanding axes of size 1); add the axes with a "
-            f"reshape first: `let t = {name}.reshape({unit}) in t.broadcast({_dims(shape)})`")
+            f"reshape first: `let t = {name}.reshape({unit}) in t.broadcast({shape_text(shape)})`")
 
-
-def _dims(shape: Sequence[object]) -> str:
-    """A shape as Kina writes it: `[N, 4]` (a size by its name, not its Python repr)."""
-    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def _may_be_positive(d: Dim) -> bool:

@@ -126,15 +126,22 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) -> str:
     """Run the tool; returns its stderr (diagnostics, or reports such as -time-passes')."""
     t0 = time.perf_counter()
-    proc = _start(tool, args, subprocess.PIPE)
+    return _communicate(tool, _start(tool, args, subprocess.PIPE), None, timings, stage, t0)[1]
+
+
+def _communicate(tool: str, proc: subprocess.Popen[str], data: str | None, timings: dict[str, float],
+                 stage: str, t0: float) -> tuple[str, str]:
+    """`data` to the tool's stdin (None: none), then its (stdout, stderr); the seconds since t0
+    go to timings[stage].  Running over TOOL_TIMEOUT, failing or crashing raises StageFailed;
+    an interrupt (KeyboardInterrupt) kills it: the tool must not outlive the build."""
     try:
-        out, err = proc.communicate(timeout=TOOL_TIMEOUT)
+        out, err = proc.communicate(data, timeout=TOOL_TIMEOUT)
     except subprocess.TimeoutExpired:
         _kill(proc)
         proc.communicate()
         raise StageFailed(tool, f"{tool} did not finish within {TOOL_TIMEOUT:.0f} s "
                                 "(set KINA_TOOL_TIMEOUT to wait longer)") from None
-    except BaseException:       # (KeyboardInterrupt: the tool must not outlive the build)
+    except BaseException:
         _kill(proc)
         raise
     finally:
@@ -142,7 +149,7 @@ def run_tool(tool: str, args: list[str], timings: dict[str, float], stage: str) 
     if proc.returncode != 0:
         done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         raise StageFailed(tool, _crash_text(tool, done) or f"{tool} exited with {proc.returncode}")
-    return err
+    return out, err
 
 
 class StartedTool:
@@ -166,24 +173,9 @@ class StartedTool:
             self.proc.communicate()
 
     def finish(self, data: str, timings: dict[str, float], stage: str) -> str:
-        """Its stdout for `data` on its stdin; a failure raises StageFailed as run_tool's does."""
-        t0 = time.perf_counter()
-        try:
-            out, err = self.proc.communicate(data, timeout=TOOL_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            _kill(self.proc)
-            self.proc.communicate()
-            raise StageFailed(self.tool, f"{self.tool} did not finish within {TOOL_TIMEOUT:.0f} s "
-                                         "(set KINA_TOOL_TIMEOUT to wait longer)") from None
-        except BaseException:
-            _kill(self.proc)
-            raise
-        finally:
-            timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
-        self.stderr = err     # (reports such as -time-passes')
-        if self.proc.returncode != 0:
-            done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
-            raise StageFailed(self.tool, _crash_text(self.tool, done) or f"{self.tool} exited with {self.proc.returncode}")
+        """Its stdout for `data` on its stdin; a failure raises StageFailed as run_tool's does.
+        Its stderr stays in `.stderr` (reports such as -time-passes')."""
+        out, self.stderr = _communicate(self.tool, self.proc, data, timings, stage, time.perf_counter())
         return out
 
 

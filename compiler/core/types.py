@@ -182,8 +182,12 @@ class TensorType:
         return TensorType(dtype, self.shape, self.placement)
 
     def __str__(self) -> str:
-        dims = ", ".join(str(d) for d in self.shape)
-        return f"Tensor[{self.dtype}, [{dims}], @{self.placement}]"
+        return f"Tensor[{self.dtype}, {shape_text(self.shape)}, @{self.placement}]"
+
+
+def shape_text(shape: Iterable[object]) -> str:
+    """A shape as Kina writes it, `[N, 4]`: a size by its name (str), never its Python repr."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def split_edit(view: View, uri: str, start: int, end: int, _text: str | None = N
     name = _fresh(f"{base}_{_label(child)}", text[fn.span.start:fn.span.end])
     hoisted = f"let {name} = {text[start:end]} in\n{indent}"
     at = view.index.position(let.span.start)
-    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=hoisted),
+    edits = [_insertion(at, hoisted),
              lsp.TextEdit(range=view.index.range(child.span), new_text=name)]
     return lsp.WorkspaceEdit(changes={uri: edits})
 
@@ -124,11 +124,10 @@ def cast_edit(view: View, uri: str, start: int, end: int, dtype: str | None) -> 
         return None
     cast = f".cast(dtype={dtype})"
     at = view.index.position(end)
-    edits = [lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=cast)]
+    edits = [_insertion(at, cast)]
     if not (isinstance(node, _POSTFIX) or parenthesized(view.text[start:end])):
         start_at = view.index.position(start)
-        edits = [lsp.TextEdit(range=lsp.Range(start=start_at, end=start_at), new_text="("),
-                 lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=")" + cast)]
+        edits = [_insertion(start_at, "("), _insertion(at, ")" + cast)]
     return lsp.WorkspaceEdit(changes={uri: edits})
 
 
@@ -140,15 +139,18 @@ def import_edit(view: View, uri: str, _start: int, _end: int, module: str | None
         return None
     decls = [link.decl for link in view.snapshot.imports]
     if decls:
-        at = view.index.position(max(d.span.end for d in decls))
-        return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=lsp.Range(start=at, end=at),
-                                                             new_text=f"\nimport {module}")]})
-    lines = view.text.splitlines()
-    header = next((i for i, line in enumerate(lines) if not line.lstrip().startswith("//")), len(lines))
-    line = header + 1 if 0 < header < len(lines) and not lines[header].strip() else 0
-    at = lsp.Position(line=line, character=0)
-    return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=lsp.Range(start=at, end=at),
-                                                         new_text=f"import {module}\n\n")]})
+        at, text = view.index.position(max(d.span.end for d in decls)), f"\nimport {module}"
+    else:
+        lines = view.text.splitlines()
+        header = next((i for i, line in enumerate(lines) if not line.lstrip().startswith("//")), len(lines))
+        line = header + 1 if 0 < header < len(lines) and not lines[header].strip() else 0
+        at, text = lsp.Position(line=line, character=0), f"import {module}\n\n"
+    return lsp.WorkspaceEdit(changes={uri: [_insertion(at, text)]})
+
+
+def _insertion(at: lsp.Position, text: str) -> lsp.TextEdit:
+    """An edit that inserts `text` at `at`."""
+    return lsp.TextEdit(range=lsp.Range(start=at, end=at), new_text=text)
 
 
 class MakeEdit(Protocol):
