@@ -37,13 +37,16 @@ def parts_object(parts: list[str], mlir_text: str, opt_level: int, tmp: Path, ob
     takes the first part, the heaviest); `objects`: the build cache's root, for the -O2
     LLVM stage's objects (compiler/backend/llvm_stage.py).  timings get each stage's longest time over the
     parts (the critical path) and the join's."""
-    entry_text, expected = entry_module_text(mlir_text)
-    with ThreadPoolExecutor(len(parts) + 1) as pool:   # each part's stages are processes: no GIL held
+    # One thread per part (each part's stages are processes: no GIL held), the heaviest part,
+    # the critical path, first.  The entry module waits in the pool's queue for the first
+    # thread a lighter part leaves: started beside the parts, its tools made three processes
+    # on two cores and slowed the heaviest part (the GPT block's edit rebuild at -O0).
+    with ThreadPoolExecutor(len(parts)) as pool:
         futures = [pool.submit(_part_object, text, opt_level, tmp / f"part{k}", worker if k == 0 else None, objects)
-                   for k, text in enumerate(parts)]          # the heaviest part, the critical path, first
-        entry = pool.submit(_entry_object, entry_text, tmp / "entry")
+                   for k, text in enumerate(parts)]
+        entry = pool.submit(_entry_object, mlir_text, tmp / "entry")
         done = [f.result() for f in futures]
-        entry_obj = entry.result()
+        entry_obj, expected = entry.result()
     _merge_externals([tmp / f"part{k}" for k in range(len(parts))], tmp)
     lowered = sorted(e for _, exported, _ in done for e in exported)
     if lowered != sorted(expected):
@@ -73,12 +76,14 @@ def _part_object(text: str, opt_level: int, work: Path, worker: Worker | None,
     return obj, exported, spent
 
 
-def _entry_object(text: str, work: Path) -> Path:
-    """The entry module's object (tiny: llc -O0 is as good as any)."""
+def _entry_object(mlir_text: str, work: Path) -> tuple[Path, Exported]:
+    """The object of the entry module of `mlir_text` (tiny: llc -O0 is as good as any), and
+    the functions it expects the parts to export."""
     work.mkdir()
     obj = work / "entry.o"
+    text, expected = entry_module_text(mlir_text)
     llvm_dialect_object(text, obj, 0, {})   # its seconds count in no stage: the parts' are the critical path
-    return obj
+    return obj, expected
 
 
 def _merge_externals(works: list[Path], into: Path) -> None:
