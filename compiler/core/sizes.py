@@ -24,6 +24,7 @@ Instantiation substitutes ints for the sizes (`subst`), which gives ints again.
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -76,6 +77,8 @@ class Size:
 
     def subst(self, env: Mapping[str, Dim]) -> Dim:
         """Every size named in env replaced by its value (simultaneously)."""
+        if all(_kept(n, env) for n in self.names):   # nothing to replace (half the calls of a build)
+            return self
         total: Dim = 0
         for m, c in self.terms:
             term: Dim = c
@@ -168,6 +171,12 @@ class Size:
         return out
 
 
+def _kept(name: str, env: Mapping[str, Dim]) -> bool:
+    """Whether env leaves the size `name` as it is (unbound, or bound to itself)."""
+    value = env.get(name)
+    return value is None or (isinstance(value, Size) and value.terms == (((name,), 1),))
+
+
 def _term_order(t: tuple[Monomial, int]) -> tuple[int, Monomial]:
     return (len(t[0]), t[0])        # printed reversed: highest degree first, the constant last
 
@@ -192,6 +201,13 @@ def nonnegative(d: Dim) -> bool:
     not necessary: False means "not shown".)"""
     if not isinstance(d, Size):
         return d >= 0
+    return _nonnegative_size(d)
+
+
+@functools.lru_cache(maxsize=4096)
+def _nonnegative_size(d: Size) -> bool:
+    """nonnegative of a Size, remembered: the checker, the AD and the emitter ask the same few
+    questions thousands of times (a quarter of the GPT block's front end was this expansion)."""
     shifted = d.subst({n: Size.var(n) + 1 for n in d.names})
     return all(c >= 0 for _, c in _terms(shifted))
 
