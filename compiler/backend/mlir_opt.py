@@ -30,7 +30,8 @@ def run_passes(mlir_text: str, passes: list[str], tmp: Path, timings: dict[str, 
     the next process starts from that module with the slot's rewrite.  A process per segment
     re-parsed and re-printed the module each time: the GPT block's -O0 lowering took 1.17 s
     of CPU in four processes, 0.75 s in one, with the same output.  A slot whose need shows
-    in the output (_SHOWN) is not printed for when the emitted text makes it unlikely."""
+    in the output (_SHOWN) is not tested when the emitted text makes that need unlikely;
+    if the output shows it after all, the module is lowered again with the test."""
     text, _ = lower_math_text(mlir_text)
     skip = _skipped_slots(mlir_text, passes)
     lowered = _run_segments(text, passes, mlir_text, tmp, timings, skip)
