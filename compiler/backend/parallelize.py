@@ -313,11 +313,13 @@ def _pack_test(mlir_ir: ModuleType, op: OpView) -> Value:
 # - a transpose of at least PARALLEL_TRANSPOSE_MIN elements whose output dim 0 has at least
 #   two blocks is tagged `kina.parallel_transpose` too: the script splits dim 0 among the
 #   threads.  Transposes ran on one core while the other waited: 1.25 ms of the scaled step
-#   (a [2048, 256] one 0.24 -> 0.11 ms on two threads).  131,072 elements: at 65,536 the
-#   [256, 256] ones of the weight gradients and the attention head splits were threaded
-#   too, for no gain in the step (ab_step 10.41 vs 10.19 ms) and 19 more parallel loops
-#   (the lowered module 17,230 against 13,973 lines of LLVM IR: build time).
-PARALLEL_TRANSPOSE_MIN = 131072
+#   (a [2048, 256] one 0.24 -> 0.11 ms on two threads).  65,536 elements (256 KiB of f32),
+#   so that the [256, 256] ones of the weight gradients and the attention heads' splits and
+#   merges ([4, 64, 8, 32] <-> [4, 8, 64, 32], 0.015-0.034 ms each on one core) are threaded
+#   too: on a Zen 5 the scaled train step 4.37 -> 4.22 and 4.69 -> 4.51 ms (ab_step, two
+#   runs; 3-4%).  (At 131,072, measured on a Zen 4 with a 10 ms step, those gained nothing:
+#   10.41 vs 10.19 ms.)  Elementwise ops at 65,536 (PARALLEL_MIN_ELEMENTS) gained nothing more.
+PARALLEL_TRANSPOSE_MIN = 65536
 
 
 def _parallel_transpose_block(shape: list[int], tiles: tuple[int, ...] | None) -> int | None:
