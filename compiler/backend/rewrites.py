@@ -125,12 +125,22 @@ def distinct_results(mlir_ir: ModuleType, module: Module) -> int:
         for i, v in enumerate(list(ret.operands)):
             if isinstance(v.type, mlir_ir.MemRefType) and any(v == w for w in seen):
                 with mlir_ir.InsertionPoint(ret), ret.location:
-                    fresh = memref.alloc(v.type, [], [])
+                    fresh = memref.alloc(v.type, _dynamic_sizes(mlir_ir, v), [])
                     memref.copy(v, fresh)
                 ret.operands[i] = fresh
                 count += 1
             seen.append(v)
     return count
+
+
+def _dynamic_sizes(mlir_ir: ModuleType, buffer: Any) -> list[Any]:
+    """The sizes of `buffer`'s dynamic dims (memref.dim ops at the insertion point), which an
+    alloc of its type takes as operands: a dynamic export's gradients can be returned twice
+    too (`d[A](x1, x2, x4)` of `x1 - x2 - x4`: the cotangents of x2 and x4 are one value)."""
+    from mlir.dialects import arith, memref
+    t = mlir_ir.MemRefType(buffer.type)
+    index = mlir_ir.IndexType.get()
+    return [memref.dim(buffer, arith.constant(index, d)) for d in range(t.rank) if t.is_dynamic_dim(d)]
 
 
 # ---- bf16 memory as i16 -----------------------------------------------------------------------
