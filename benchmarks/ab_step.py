@@ -1,6 +1,6 @@
 """A/B of the scaled StoryLM train step built by two (or more) checkouts, in one process.
 
-    .venv/bin/python benchmarks/ab_step.py [TREE ...] [--rounds N] [--jax]
+    .venv/bin/python benchmarks/ab_step.py [TREE ...] [--rounds N] [--jax] [--config large]
     .venv/bin/python benchmarks/ab_step.py /tmp/main-checkout .     # before (main) vs this tree
 
 Each TREE is a checkout of this repository (default: this one); its `compiler` builds the
@@ -40,7 +40,7 @@ from pathlib import Path
 root = Path(sys.argv[1]); sys.path[:0] = [str(root), str(root / "benchmarks")]
 import scaled_model as M
 from compiler import build
-s = M.sizes(*M.CONFIGS["scaled"])
+s = M.sizes(*M.CONFIGS[sys.argv[3]])
 out = Path(sys.argv[2])
 t0 = time.perf_counter()
 if hasattr(M, "build"):      # examples/storylm.kina built with --size
@@ -55,8 +55,8 @@ print(json.dumps({"build_s": time.perf_counter() - t0}))
 """
 
 
-def build_in(tree: Path, out: Path) -> float:
-    proc = subprocess.run([sys.executable, "-c", BUILD, str(tree), str(out)], capture_output=True, text=True)
+def build_in(tree: Path, out: Path, config: str) -> float:
+    proc = subprocess.run([sys.executable, "-c", BUILD, str(tree), str(out), config], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"building with {tree} failed:\n{proc.stdout}{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["build_s"]
@@ -67,9 +67,10 @@ def main(argv=None) -> int:
     ap.add_argument("trees", nargs="*", default=[str(ROOT)])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--jax", action="store_true", help="time jax.jit's step in the same rounds")
+    ap.add_argument("--config", choices=sorted(M.CONFIGS), default="scaled", help="bench_scaled's sizes")
     args = ap.parse_args(argv)
     threads.prepare_process()
-    s = M.sizes(*M.CONFIGS["scaled"])
+    s = M.sizes(*M.CONFIGS[args.config])
     w = M.make_inputs(s)
     out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
     ref = M.np_train_step(w, s)
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="kina-ab-") as tmp:
         for i, tree in enumerate(args.trees):
             so = Path(tmp) / f"step{i}.so"   # one file name per library: dlopen returns the first of a path
-            secs = build_in(Path(tree).resolve(), so)
+            secs = build_in(Path(tree).resolve(), so, args.config)
             lib = runtime.load(so)
             # by parameter name: an older tree's train_step also takes inv_n
             step_args = tuple(w[p.name] for p in lib.train_step.params)

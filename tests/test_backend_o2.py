@@ -172,22 +172,77 @@ def test_emit_llvm_at_O2_is_the_IR_the_build_compiles(tmp_path):
     assert "@llvm.exp.f32" not in text0 and "@llvm.roundeven" in text0    # (math_lowering.lower_math_text)
 
 
-def test_parallel_loops_are_dynamically_scheduled(tmp_path):
-    """A descheduled thread must not hold back a static share: every OpenMP loop is
-    schedule(dynamic) (results are per block or row, so unchanged)."""
+EMBED_GRAD = """
+fn rows(e: Tensor[F32, [1024, 128]], i: Tensor[I64, [64]]) -> Tensor[F32, [64, 128]] {
+  let y = gather(e, i) in
+  y
+}
+
+fn step(e: Tensor[F32, [1024, 128]], i: Tensor[I64, [64]], lr: Tensor[F32, []]) -> Tensor[F32, [1024, 128]] {
+  let (y, g_e) = handle rows(e, i) with reverseMode in
+  e - lr.broadcast([1024, 128]) * g_e
+}
+"""
+
+FILLS = """
+func.func @f(%a: tensor<256x256xf32>, %b: tensor<256x512xf32>) -> (tensor<512x256xf32>, tensor<256x512xf32>, tensor<64x64xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<512x256xf32>
+  %big = linalg.fill ins(%z : f32) outs(%e : tensor<512x256xf32>) -> tensor<512x256xf32>
+  %e2 = tensor.empty() : tensor<256x512xf32>
+  %init = linalg.fill ins(%z : f32) outs(%e2 : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<256x256xf32>, tensor<256x512xf32>) outs(%init : tensor<256x512xf32>) -> tensor<256x512xf32>
+  %e3 = tensor.empty() : tensor<64x64xf32>
+  %small = linalg.fill ins(%z : f32) outs(%e3 : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %big, %m, %small : tensor<512x256xf32>, tensor<256x512xf32>, tensor<64x64xf32>
+}
+"""
+
+
+def test_large_fills_run_on_threads_unless_their_forall_zeroes_them():
+    """A fill of PARALLEL_MIN_ELEMENTS or more is row-parallel, so each core zeroes the rows it
+    reads next; a parallel matmul's init stays for "@fuse-fills" (one per block), a small one serial."""
+    from compiler.backend import parallelize
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(FILLS)
+        parallelize.tag_for_script(ir, module)
+        fills = rewrites.walk_ops(ir, module, lambda op: op.name == "linalg.fill")
+        tagged = [str(f.results[0].type) for f in fills if "kina.parallel_rows" in f.attributes]
+    assert tagged == ["tensor<512x256xf32>"]
+
+
+def test_parallel_loops_are_statically_scheduled_and_a_gradient_fill_is_threaded(tmp_path):
+    """Every OpenMP loop keeps the static schedule (thread t always takes the t-th share, so
+    the rows it wrote are in its cache when the next loop reads them: threads.py), and the
+    embedding gradient's zero fill is one of those loops; the update matches NumPy."""
     from compiler.backend import threads
     if threads.openmp_library() is None:
-        import pytest
         pytest.skip("no OpenMP runtime")
-    text = "fn mm(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 512]]) -> Tensor[F32, [64, 512]] {\n  a @ b\n}\n"
-    src = tmp_path / "mm.kina"
-    src.write_text(text)
-    res = build.build_file(src, tmp_path / "mm.so", 2)
+    from compiler.backend import parallelize
+    src = tmp_path / "emb.kina"
+    src.write_text(EMBED_GRAD)
+    mlir = build.front_end(EMBED_GRAD, str(src), {}, build.BuildResult(False, source=build.SourceText(EMBED_GRAD, str(src))))
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        engine.prepare_for_script(ir, module, pipelines.passes_for(mlir, 2, tmp_path))
+        parallelize.tag_for_script(ir, module)
+        fills = rewrites.walk_ops(ir, module, lambda op: op.name == "linalg.fill" and "kina.parallel_rows" in op.attributes)
+        assert [str(f.results[0].type) for f in fills] == ["tensor<1024x128xf32>"]
+    res = build.build_file(src, tmp_path / "emb.so", 2, cache=False)
     assert res.ok, res.diagnostics
-    assert b"__kmpc_dispatch_next" in res.so_path.read_bytes()
+    lib_bytes = res.so_path.read_bytes()
+    assert b"__kmpc_for_static_init" in lib_bytes and b"__kmpc_dispatch_next" not in lib_bytes
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((256, 512)).astype(np.float32)
-    np.testing.assert_allclose(runtime.load(res.so_path).mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    e = rng.standard_normal((1024, 128)).astype(np.float32)
+    i = rng.integers(0, 1024, 64).astype(np.int64)
+    i[:8] = 5                                   # a row gathered eight times: its gradient sums them
+    lr = np.float32(0.5)
+    got = runtime.load(res.so_path).step(e, i, np.array(lr))
+    g = np.zeros_like(e)
+    np.add.at(g, i, np.float32(1.0))
+    np.testing.assert_array_equal(got, e - lr * g)
 
 
 SMALL = "fn f(x: Tensor[F32, [4, 8]]) -> Tensor[F32, [4, 8]] {\n  let a = x + x in\n  let b = a.tanh() in\n  b * x\n}\n"

@@ -9,7 +9,7 @@ So its matmuls and transposes are always tiled into an scf.forall, and the same 
 made at the call: `scf.if %big { the forall } else { the same iterations as an scf.for nest }`.
 Each iteration computes what it would on any thread, so the results are the same either way.
 (An `if` operand on the omp.parallel did the same with one loop, but a false one still went
-through libomp's serialized region and its dynamic-schedule dispatch: StoryLM-0's dynamic
+through libomp's serialized region and its loop dispatch: StoryLM-0's dynamic
 step took 16.2 us against 9.2 before the foralls; with the serial twin 10.3.)
 
 Two steps, because the forall exists only after the transform script, and the op's sizes

@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from compiler.backend import parallel_if
+from compiler.backend.bindings import walk_ops
 from compiler.backend.shared_products import share_dynamic_products
 from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
 from compiler.backend.transform_library import (
@@ -109,14 +110,18 @@ def parallel_blocks(batch: bool, m: int, n: int) -> tuple[int, ...]:
 #   elements (its largest operand) becomes an scf.forall over dim 0 (tagged
 #   `kina.parallel_rows` by `tag_parallel_generics`): elementwise ops, row-wise softmax /
 #   log-softmax pieces and their VJPs over [B * T, V] run on every core.  Each row does
-#   the same operations in the same order: results are bit-identical.  131,072 elements
-#   (512 KiB of f32), measured on a quiet machine (OpenMP threads spin 1 ms between
-#   loops): a [4, 8, 64, 64] softmax 107 us serial -> 68 us on two threads, a [256, 256] add
-#   8.6 us serial but 13.1 us as a parallel loop; so the attention softmax pieces and their
-#   VJPs, the [B * T, V] log-softmax and the big SGD updates run on every core, the
-#   [256, 256] elementwise ops on one.  (Under load 5-7 a parallel [256, 256] add took
-#   37-89 us: the other thread is descheduled.)
-PARALLEL_MIN_ELEMENTS = 131072
+#   the same operations in the same order: results are bit-identical.  65,536 elements
+#   (256 KiB of f32).  Alone, a [256, 256] add took 8.6 us serial and 13.1 us as a parallel
+#   loop, so this was 131,072 while loops were schedule(dynamic); with the static schedule
+#   (threads.py) a row-parallel op leaves each half of its rows in the cache of the core
+#   that reads them next (the matmul blocks of those rows, the next row-parallel op), and
+#   the scaled StoryLM step ran 2-4% faster at 65,536 than at 131,072 (32,768: no further
+#   change; benchmarks/ab_step.py).
+# - so does a linalg.fill of at least PARALLEL_MIN_ELEMENTS that no tagged forall zeroes
+#   block by block (`tag_parallel_fills`): the embedding's [V, D] gradient was zeroed by one
+#   core, and the other core's half of the SGD update that reads it came from the first
+#   core's cache (scaled step 3.54 -> 3.45 ms; the fill itself 0.054 -> 0.025 ms).
+PARALLEL_MIN_ELEMENTS = 65536
 
 
 def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:
@@ -165,6 +170,30 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
 
     module.operation.walk(visit)
     return tagged
+
+
+_FORALL_TAGS = ("kina.parallel", "kina.parallel_rows")
+
+
+def tag_parallel_fills(mlir_ir: ModuleType, module: Module) -> int:
+    """Mark with `kina.parallel_rows` every static linalg.fill of at least PARALLEL_MIN_ELEMENTS
+    elements whose dim 0 runs at least twice and that no user the script makes a forall takes
+    as its result (those zero each block in the forall: block_fills); run after the other
+    tags.  Returns the count."""
+    def wanted(op: OpView) -> bool:
+        if op.name != "linalg.fill" or len(op.results) != 1:
+            return False
+        t = op.results[0].type
+        if not isinstance(t, mlir_ir.RankedTensorType) or not t.has_static_shape or t.rank == 0:
+            return False
+        users = [u.owner for u in op.results[0].uses]
+        return (t.shape[0] >= 2 and math.prod(t.shape) >= PARALLEL_MIN_ELEMENTS
+                and not any(k in u.attributes for u in users for k in _FORALL_TAGS))
+
+    found = walk_ops(mlir_ir, module, wanted)
+    for op in found:
+        op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
+    return len(found)
 
 
 def _filled(op: OpView) -> bool:
@@ -463,4 +492,5 @@ def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     products moved and of ops tagged (0: the module is unchanged)."""
     moved = share_dynamic_products(mlir_ir, module)
     return moved + sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
-                                                        tag_inner_reductions, tag_packed_transposed_rhs))
+                                                        tag_inner_reductions, tag_packed_transposed_rhs,
+                                                        tag_parallel_fills))

@@ -93,7 +93,6 @@ STACK_BUFFER_BYTES = 4096
 # More rewrite slots (compiler/backend/rewrites.py), -O2 only:
 UNSHARE_SLOT = "@unshare-empties"       # a tensor.empty of thousands of uses -> groups of clones
 OUTLINE_TAG_SLOT = "@tag-outline"       # picks the loop nests "@outline" makes kernels
-SCHEDULE_SLOT = "@dynamic-schedule"     # OpenMP loops schedule(dynamic)
 PARALLEL_IF_SLOT = parallel_if.SLOT     # a dynamic export's foralls: a serial twin when small
 SCOPE_SLOT = "@inline-alloca-scopes"    # the OpenMP bodies' memref.alloca_scope -> their bodies
 MERGE_SLOT = "@merge-kernels"           # outlined kernels with identical bodies -> one
@@ -133,11 +132,11 @@ O2_PASSES = [
     MERGE_SLOT,
     # Multithreading: the script's scf.forall loops (big matmuls, big row-parallel generics)
     # become OpenMP parallel loops (omp.parallel + omp.wsloop: each thread takes a static
-    # share of the blocks or rows), or serial loops without an OpenMP runtime; see
-    # compiler/backend/threads.py.  -O0 has no forall loops.
+    # share of the blocks or rows, the same share in every loop; threads.py says why), or
+    # serial loops without an OpenMP runtime; see compiler/backend/threads.py.  -O0 has no
+    # forall loops.
     PARALLEL_IF_SLOT,
     "@threads",
-    SCHEDULE_SLOT,
     # convert-scf-to-openmp wraps each parallel body in a one-block memref.alloca_scope,
     # which the loops left in it break into blocks at convert-scf-to-cf: see
     # rewrites.inline_alloca_scopes.

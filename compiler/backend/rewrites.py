@@ -26,8 +26,7 @@ look at the text says the module needs it.
   kernels), "@merge-kernels" (llvm_stage.dedupe_kernels right after outlining: a train
   step's kernels repeat the forward's, and the lowering passes then see each distinct one
   once), "@parallel-if" (compiler/backend/parallel_if.py: a dynamic export's parallel loops
-  run on threads only when the call's sizes make them big enough), "@dynamic-schedule" (OpenMP
-  loops schedule(dynamic)), "@inline-alloca-scopes"
+  run on threads only when the call's sizes make them big enough), "@inline-alloca-scopes"
   (the OpenMP bodies' scopes, which convert-scf-to-cf broke), "@tag-for-script"
   (compiler/backend/parallelize.py: what the transform script vectorises, threads and tiles) and
   "@fuse-fills" (block_fills.fuse_fills_into_foralls: each parallel matmul block zeroes
@@ -220,17 +219,6 @@ def _bf16_params_as_i16(mlir_ir: ModuleType, module: Module) -> int:
 
 
 # ---- the -O2 build's own rewrites (compiler/backend/pipelines.py says where each runs) ------------
-def dynamic_schedule(mlir_ir: ModuleType, module: Module) -> int:
-    """schedule(dynamic) on every omp.wsloop (convert-scf-to-openmp makes them static):
-    a thread takes the next block or row when it is done with one, so a thread the OS
-    deschedules on a shared machine does not hold back a share of its own.  Each block
-    or row is computed as before: results are unchanged.  Returns the count."""
-    found = walk_ops(mlir_ir, module, lambda op: op.name == "omp.wsloop")
-    for op in found:
-        op.attributes["schedule_kind"] = mlir_ir.Attribute.parse("#omp<schedulekind dynamic>")
-    return len(found)
-
-
 # Uses of one tensor.empty that keep sharing it.  Sharing is what lets bufferization write
 # into one buffer again once its last reader is done (the scaled step ran 31 ms with shared
 # empties, 46 ms with one per use); its analysis costs ~(uses)^2, so groups stay small.
@@ -449,7 +437,6 @@ SLOTS: dict[str, Rewrite] = {
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
     "@tag-outline": Rewrite(tag_outlined_loops, lambda text: "scf.for" in text, tags_only=True),
     "@tag-hoist": Rewrite(tag_innermost_loops, lambda text: "scf.for" in text, tags_only=True),
-    "@dynamic-schedule": Rewrite(dynamic_schedule, lambda text: "omp.wsloop" in text),
     parallel_if.SLOT: Rewrite(parallel_if.apply, lambda text: parallel_if.MARKER in text),
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
     "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),

@@ -251,7 +251,7 @@ module attributes {transform.with_named_sequence} {
 @TRANSPOSES@
 @DYNAMIC_TRANSPOSES@
 @PARALLEL_MATMULS@
-    %prow = transform.structured.match ops{["linalg.generic"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
+    %prow = transform.structured.match ops{["linalg.generic", "linalg.fill"]} attributes{kina.parallel_rows} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %prow : !transform.any_op {
     ^bb0(%op: !transform.any_op):
       %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
