@@ -5621,50 +5621,49 @@ module {
     %95 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
     %96 = arith.cmpi eq, %94, %95 : i64 loc("examples/layers.kina":16:54)
     cf.assert %96, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %97 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-    %98 = bufferization.alloc_tensor() : tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %99 = linalg.fill ins(%97 : f32) outs(%98 : tensor<4x5xf32>) -> tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%99 : tensor<4x5xf32>) {
-    ^bb0(%100: i64, %101: f32, %102: f32):
-      %103 = arith.index_cast %100 : i64 to index loc("examples/layers.kina":16:54)
-      %104 = linalg.index 1 : index loc("examples/layers.kina":16:54)
-      %105 = arith.cmpi eq, %103, %104 : index loc("examples/layers.kina":16:54)
-      %106 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %107 = arith.select %105, %101, %106 : f32 loc("examples/layers.kina":16:54)
-      %108 = arith.addf %102, %107 : f32 loc("examples/layers.kina":16:54)
-      linalg.yield %108 : f32 loc("examples/layers.kina":16:54)
+    %97 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":16:54)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%97 : tensor<4x5xf32>) {
+    ^bb0(%98: i64, %99: f32, %100: f32):
+      %101 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %102 = arith.index_cast %98 : i64 to index loc("examples/layers.kina":16:54)
+      %103 = linalg.index 1 : index loc("examples/layers.kina":16:54)
+      %104 = arith.cmpi eq, %102, %103 : index loc("examples/layers.kina":16:54)
+      %105 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %106 = arith.select %104, %99, %105 : f32 loc("examples/layers.kina":16:54)
+      %107 = arith.addf %101, %106 : f32 loc("examples/layers.kina":16:54)
+      linalg.yield %107 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %109 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %110 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %111 = linalg.fill ins(%109 : f32) outs(%110 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %112 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<4x5xf32>) outs(%111 : tensor<4xf32>) {
-    ^bb0(%113: f32, %114: f32):
-      %115 = arith.addf %114, %113 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %115 : f32 loc("examples/layers.kina":23:33)
+    %108 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
+    %109 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
+    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
+    %111 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<4x5xf32>) outs(%110 : tensor<4xf32>) {
+    ^bb0(%112: f32, %113: f32):
+      %114 = arith.addf %113, %112 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %114 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %ct.6.reduce_keep = tensor.expand_shape %112 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":23:33)
-    %116 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<4x1xf32>) outs(%116 : tensor<4x5xf32>) {
-    ^bb0(%117: f32, %118: f32):
-      linalg.yield %117 : f32 loc("examples/layers.kina":23:33)
+    %ct.6.reduce_keep = tensor.expand_shape %111 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":23:33)
+    %115 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<4x1xf32>) outs(%115 : tensor<4x5xf32>) {
+    ^bb0(%116: f32, %117: f32):
+      linalg.yield %116 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %119 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%119 : tensor<4x5xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      %122 = math.exp %120 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %122 : f32 loc("examples/layers.kina":23:33)
+    %118 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%118 : tensor<4x5xf32>) {
+    ^bb0(%119: f32, %120: f32):
+      %121 = math.exp %119 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %121 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %123 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%123 : tensor<4x5xf32>) {
-    ^bb0(%124: f32, %125: f32, %126: f32):
-      %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %127 : f32 loc("examples/layers.kina":23:33)
+    %122 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%122 : tensor<4x5xf32>) {
+    ^bb0(%123: f32, %124: f32, %125: f32):
+      %126 = arith.mulf %123, %124 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %126 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %128 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<4x5xf32>, tensor<4x5xf32>) outs(%128 : tensor<4x5xf32>) {
-    ^bb0(%129: f32, %130: f32, %131: f32):
-      %132 = arith.subf %129, %130 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %132 : f32 loc("examples/layers.kina":23:33)
+    %127 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<4x5xf32>, tensor<4x5xf32>) outs(%127 : tensor<4x5xf32>) {
+    ^bb0(%128: f32, %129: f32, %130: f32):
+      %131 = arith.subf %128, %129 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %131 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
     return %losses.nll_loss$4_5.4.mean, %ct.10.sub : tensor<1x1xf32>, tensor<4x5xf32> loc("examples/layers.kina":21:86)
   } loc("examples/layers.kina":21:86)
@@ -5852,50 +5851,49 @@ module {
     %95 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
     %96 = arith.cmpi eq, %94, %95 : i64 loc("examples/layers.kina":16:54)
     cf.assert %96, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %97 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-    %98 = bufferization.alloc_tensor() : tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %99 = linalg.fill ins(%97 : f32) outs(%98 : tensor<6x3xf32>) -> tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%targets, %ct.4.neg : tensor<6x1xi64>, tensor<6x1xf32>) outs(%99 : tensor<6x3xf32>) {
-    ^bb0(%100: i64, %101: f32, %102: f32):
-      %103 = arith.index_cast %100 : i64 to index loc("examples/layers.kina":16:54)
-      %104 = linalg.index 1 : index loc("examples/layers.kina":16:54)
-      %105 = arith.cmpi eq, %103, %104 : index loc("examples/layers.kina":16:54)
-      %106 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %107 = arith.select %105, %101, %106 : f32 loc("examples/layers.kina":16:54)
-      %108 = arith.addf %102, %107 : f32 loc("examples/layers.kina":16:54)
-      linalg.yield %108 : f32 loc("examples/layers.kina":16:54)
+    %97 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":16:54)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<6x1xi64>, tensor<6x1xf32>) outs(%97 : tensor<6x3xf32>) {
+    ^bb0(%98: i64, %99: f32, %100: f32):
+      %101 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %102 = arith.index_cast %98 : i64 to index loc("examples/layers.kina":16:54)
+      %103 = linalg.index 1 : index loc("examples/layers.kina":16:54)
+      %104 = arith.cmpi eq, %102, %103 : index loc("examples/layers.kina":16:54)
+      %105 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %106 = arith.select %104, %99, %105 : f32 loc("examples/layers.kina":16:54)
+      %107 = arith.addf %101, %106 : f32 loc("examples/layers.kina":16:54)
+      linalg.yield %107 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %109 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %110 = bufferization.alloc_tensor() : tensor<6xf32> loc("examples/layers.kina":23:33)
-    %111 = linalg.fill ins(%109 : f32) outs(%110 : tensor<6xf32>) -> tensor<6xf32> loc("examples/layers.kina":23:33)
-    %112 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<6x3xf32>) outs(%111 : tensor<6xf32>) {
-    ^bb0(%113: f32, %114: f32):
-      %115 = arith.addf %114, %113 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %115 : f32 loc("examples/layers.kina":23:33)
+    %108 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
+    %109 = bufferization.alloc_tensor() : tensor<6xf32> loc("examples/layers.kina":23:33)
+    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<6xf32>) -> tensor<6xf32> loc("examples/layers.kina":23:33)
+    %111 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<6x3xf32>) outs(%110 : tensor<6xf32>) {
+    ^bb0(%112: f32, %113: f32):
+      %114 = arith.addf %113, %112 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %114 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6xf32> loc("examples/layers.kina":23:33)
-    %ct.6.reduce_keep = tensor.expand_shape %112 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32> loc("examples/layers.kina":23:33)
-    %116 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<6x1xf32>) outs(%116 : tensor<6x3xf32>) {
-    ^bb0(%117: f32, %118: f32):
-      linalg.yield %117 : f32 loc("examples/layers.kina":23:33)
+    %ct.6.reduce_keep = tensor.expand_shape %111 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32> loc("examples/layers.kina":23:33)
+    %115 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<6x1xf32>) outs(%115 : tensor<6x3xf32>) {
+    ^bb0(%116: f32, %117: f32):
+      linalg.yield %116 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %119 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%119 : tensor<6x3xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      %122 = math.exp %120 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %122 : f32 loc("examples/layers.kina":23:33)
+    %118 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%118 : tensor<6x3xf32>) {
+    ^bb0(%119: f32, %120: f32):
+      %121 = math.exp %119 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %121 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %123 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%123 : tensor<6x3xf32>) {
-    ^bb0(%124: f32, %125: f32, %126: f32):
-      %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %127 : f32 loc("examples/layers.kina":23:33)
+    %122 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%122 : tensor<6x3xf32>) {
+    ^bb0(%123: f32, %124: f32, %125: f32):
+      %126 = arith.mulf %123, %124 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %126 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %128 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<6x3xf32>, tensor<6x3xf32>) outs(%128 : tensor<6x3xf32>) {
-    ^bb0(%129: f32, %130: f32, %131: f32):
-      %132 = arith.subf %129, %130 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %132 : f32 loc("examples/layers.kina":23:33)
+    %127 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<6x3xf32>, tensor<6x3xf32>) outs(%127 : tensor<6x3xf32>) {
+    ^bb0(%128: f32, %129: f32, %130: f32):
+      %131 = arith.subf %128, %129 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %131 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
     return %losses.nll_loss$6_3.4.mean, %ct.10.sub : tensor<1x1xf32>, tensor<6x3xf32> loc("examples/layers.kina":21:86)
   } loc("examples/layers.kina":21:86)
@@ -6692,832 +6690,831 @@ module {
     %558 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
     %559 = arith.cmpi eq, %557, %558 : i64 loc("examples/layers.kina":16:54)
     cf.assert %559, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %560 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-    %561 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":16:54)
-    %562 = linalg.fill ins(%560 : f32) outs(%561 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":16:54)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%562 : tensor<4x6xf32>) {
-    ^bb0(%563: i64, %564: f32, %565: f32):
-      %566 = arith.index_cast %563 : i64 to index loc("examples/layers.kina":16:54)
-      %567 = linalg.index 1 : index loc("examples/layers.kina":16:54)
-      %568 = arith.cmpi eq, %566, %567 : index loc("examples/layers.kina":16:54)
-      %569 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %570 = arith.select %568, %564, %569 : f32 loc("examples/layers.kina":16:54)
-      %571 = arith.addf %565, %570 : f32 loc("examples/layers.kina":16:54)
-      linalg.yield %571 : f32 loc("examples/layers.kina":16:54)
+    %560 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":16:54)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%560 : tensor<4x6xf32>) {
+    ^bb0(%561: i64, %562: f32, %563: f32):
+      %564 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %565 = arith.index_cast %561 : i64 to index loc("examples/layers.kina":16:54)
+      %566 = linalg.index 1 : index loc("examples/layers.kina":16:54)
+      %567 = arith.cmpi eq, %565, %566 : index loc("examples/layers.kina":16:54)
+      %568 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %569 = arith.select %567, %562, %568 : f32 loc("examples/layers.kina":16:54)
+      %570 = arith.addf %564, %569 : f32 loc("examples/layers.kina":16:54)
+      linalg.yield %570 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x6xf32> loc("examples/layers.kina":16:54)
-    %572 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %573 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %574 = linalg.fill ins(%572 : f32) outs(%573 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %575 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<4x6xf32>) outs(%574 : tensor<4xf32>) {
-    ^bb0(%576: f32, %577: f32):
-      %578 = arith.addf %577, %576 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %578 : f32 loc("examples/layers.kina":23:33)
+    %571 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
+    %572 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
+    %573 = linalg.fill ins(%571 : f32) outs(%572 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
+    %574 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<4x6xf32>) outs(%573 : tensor<4xf32>) {
+    ^bb0(%575: f32, %576: f32):
+      %577 = arith.addf %576, %575 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %577 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %ct.6.reduce_keep = tensor.expand_shape %575 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":23:33)
-    %579 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<4x1xf32>) outs(%579 : tensor<4x6xf32>) {
-    ^bb0(%580: f32, %581: f32):
-      linalg.yield %580 : f32 loc("examples/layers.kina":23:33)
+    %ct.6.reduce_keep = tensor.expand_shape %574 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":23:33)
+    %578 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<4x1xf32>) outs(%578 : tensor<4x6xf32>) {
+    ^bb0(%579: f32, %580: f32):
+      linalg.yield %579 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %582 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%582 : tensor<4x6xf32>) {
-    ^bb0(%583: f32, %584: f32):
-      %585 = math.exp %583 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %585 : f32 loc("examples/layers.kina":23:33)
+    %581 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%581 : tensor<4x6xf32>) {
+    ^bb0(%582: f32, %583: f32):
+      %584 = math.exp %582 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %584 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %586 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%586 : tensor<4x6xf32>) {
-    ^bb0(%587: f32, %588: f32, %589: f32):
-      %590 = arith.mulf %587, %588 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %590 : f32 loc("examples/layers.kina":23:33)
+    %585 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%585 : tensor<4x6xf32>) {
+    ^bb0(%586: f32, %587: f32, %588: f32):
+      %589 = arith.mulf %586, %587 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %589 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %591 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<4x6xf32>, tensor<4x6xf32>) outs(%591 : tensor<4x6xf32>) {
-    ^bb0(%592: f32, %593: f32, %594: f32):
-      %595 = arith.subf %592, %593 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %595 : f32 loc("examples/layers.kina":23:33)
+    %590 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<4x6xf32>, tensor<4x6xf32>) outs(%590 : tensor<4x6xf32>) {
+    ^bb0(%591: f32, %592: f32, %593: f32):
+      %594 = arith.subf %591, %592 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %594 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %596 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":45:16)
-    %ct.11.transpose = linalg.transpose ins(%wte_t : tensor<4x6xf32>) outs(%596 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
-    %597 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %598 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %599 = linalg.fill ins(%597 : f32) outs(%598 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %ct.12.matmul = linalg.matmul ins(%ct.10.sub, %ct.11.transpose : tensor<4x6xf32>, tensor<6x4xf32>) outs(%599 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %600 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %ct.13.transpose = linalg.transpose ins(%nn.rms_norm$4_4.95.out : tensor<4x4xf32>) outs(%600 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
-    %601 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %602 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %603 = linalg.fill ins(%601 : f32) outs(%602 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %ct.14.matmul = linalg.matmul ins(%ct.13.transpose, %ct.10.sub : tensor<4x4xf32>, tensor<4x6xf32>) outs(%603 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %604 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
-    %ct.15.transpose = linalg.transpose ins(%ct.14.matmul : tensor<4x6xf32>) outs(%604 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
-    %605 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%605 : tensor<4x4xf32>) {
-    ^bb0(%606: f32, %607: f32, %608: f32):
-      %609 = arith.mulf %606, %607 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %609 : f32 loc("examples/layers.kina":50:33)
+    %595 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":45:16)
+    %ct.11.transpose = linalg.transpose ins(%wte_t : tensor<4x6xf32>) outs(%595 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
+    %596 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %597 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %598 = linalg.fill ins(%596 : f32) outs(%597 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %ct.12.matmul = linalg.matmul ins(%ct.10.sub, %ct.11.transpose : tensor<4x6xf32>, tensor<6x4xf32>) outs(%598 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %599 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %ct.13.transpose = linalg.transpose ins(%nn.rms_norm$4_4.95.out : tensor<4x4xf32>) outs(%599 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
+    %600 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %601 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %602 = linalg.fill ins(%600 : f32) outs(%601 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %ct.14.matmul = linalg.matmul ins(%ct.13.transpose, %ct.10.sub : tensor<4x4xf32>, tensor<4x6xf32>) outs(%602 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %603 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
+    %ct.15.transpose = linalg.transpose ins(%ct.14.matmul : tensor<4x6xf32>) outs(%603 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
+    %604 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%604 : tensor<4x4xf32>) {
+    ^bb0(%605: f32, %606: f32, %607: f32):
+      %608 = arith.mulf %605, %606 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %608 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %610 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.matmul, %nn.rms_norm$4_4.92.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%610 : tensor<4x4xf32>) {
-    ^bb0(%611: f32, %612: f32, %613: f32):
-      %614 = arith.mulf %611, %612 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %614 : f32 loc("examples/layers.kina":50:33)
+    %609 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.matmul, %nn.rms_norm$4_4.92.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%609 : tensor<4x4xf32>) {
+    ^bb0(%610: f32, %611: f32, %612: f32):
+      %613 = arith.mulf %610, %611 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %613 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %615 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
-    %616 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
-    %617 = linalg.fill ins(%615 : f32) outs(%616 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %618 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.17.mul : tensor<4x4xf32>) outs(%617 : tensor<4xf32>) {
-    ^bb0(%619: f32, %620: f32):
-      %621 = arith.addf %620, %619 : f32 loc("examples/layers.kina":47:4)
-      linalg.yield %621 : f32 loc("examples/layers.kina":47:4)
+    %614 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
+    %615 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
+    %616 = linalg.fill ins(%614 : f32) outs(%615 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
+    %617 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.17.mul : tensor<4x4xf32>) outs(%616 : tensor<4xf32>) {
+    ^bb0(%618: f32, %619: f32):
+      %620 = arith.addf %619, %618 : f32 loc("examples/layers.kina":47:4)
+      linalg.yield %620 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %ct.18.reduce_keep = tensor.expand_shape %618 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
+    %ct.18.reduce_keep = tensor.expand_shape %617 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
     %ct.19.reshape = tensor.collapse_shape %ct.18.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
-    %622 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%622 : tensor<4x4xf32>) {
-    ^bb0(%623: f32, %624: f32, %625: f32):
-      %626 = arith.mulf %623, %624 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %626 : f32 loc("examples/layers.kina":45:20)
+    %621 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%621 : tensor<4x4xf32>) {
+    ^bb0(%622: f32, %623: f32, %624: f32):
+      %625 = arith.mulf %622, %623 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %625 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %627 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%627 : tensor<4x4xf32>) {
-    ^bb0(%628: f32, %629: f32, %630: f32):
-      %631 = arith.mulf %628, %629 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %631 : f32 loc("examples/layers.kina":45:20)
+    %626 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%626 : tensor<4x4xf32>) {
+    ^bb0(%627: f32, %628: f32, %629: f32):
+      %630 = arith.mulf %627, %628 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %630 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %632 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
-    %633 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":44:19)
-    %634 = linalg.fill ins(%632 : f32) outs(%633 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":44:19)
-    %635 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.21.mul : tensor<4x4xf32>) outs(%634 : tensor<4xf32>) {
-    ^bb0(%636: f32, %637: f32):
-      %638 = arith.addf %637, %636 : f32 loc("examples/layers.kina":44:19)
-      linalg.yield %638 : f32 loc("examples/layers.kina":44:19)
+    %631 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
+    %632 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":44:19)
+    %633 = linalg.fill ins(%631 : f32) outs(%632 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":44:19)
+    %634 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.21.mul : tensor<4x4xf32>) outs(%633 : tensor<4xf32>) {
+    ^bb0(%635: f32, %636: f32):
+      %637 = arith.addf %636, %635 : f32 loc("examples/layers.kina":44:19)
+      linalg.yield %637 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<4xf32> loc("examples/layers.kina":44:19)
-    %ct.22.reduce_keep = tensor.expand_shape %635 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":44:19)
+    %ct.22.reduce_keep = tensor.expand_shape %634 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":44:19)
     %ct.23.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %639 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.reduce_keep, %ct.23.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%639 : tensor<4x1xf32>) {
-    ^bb0(%640: f32, %641: f32, %642: f32):
-      %643 = arith.mulf %640, %641 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %643 : f32 loc("examples/layers.kina":43:19)
+    %638 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.reduce_keep, %ct.23.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%638 : tensor<4x1xf32>) {
+    ^bb0(%639: f32, %640: f32, %641: f32):
+      %642 = arith.mulf %639, %640 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %642 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %644 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>, tensor<4x1xf32>) outs(%644 : tensor<4x1xf32>) {
-    ^bb0(%645: f32, %646: f32, %647: f32):
-      %648 = arith.mulf %645, %646 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %648 : f32 loc("examples/layers.kina":43:19)
+    %643 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>, tensor<4x1xf32>) outs(%643 : tensor<4x1xf32>) {
+    ^bb0(%644: f32, %645: f32, %646: f32):
+      %647 = arith.mulf %644, %645 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %647 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %649 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %ct.25.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%649 : tensor<4x1xf32>) {
-    ^bb0(%650: f32, %651: f32, %652: f32):
-      %653 = arith.mulf %650, %651 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %653 : f32 loc("examples/layers.kina":43:19)
+    %648 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %ct.25.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%648 : tensor<4x1xf32>) {
+    ^bb0(%649: f32, %650: f32, %651: f32):
+      %652 = arith.mulf %649, %650 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %652 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %654 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.mul, %ct.26.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%654 : tensor<4x1xf32>) {
-    ^bb0(%655: f32, %656: f32, %657: f32):
-      %658 = arith.mulf %655, %656 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %658 : f32 loc("examples/layers.kina":43:19)
+    %653 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.mul, %ct.26.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%653 : tensor<4x1xf32>) {
+    ^bb0(%654: f32, %655: f32, %656: f32):
+      %657 = arith.mulf %654, %655 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %657 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %659 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul, %inert.107 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%659 : tensor<4x1xf32>) {
-    ^bb0(%660: f32, %661: f32, %662: f32):
-      %663 = arith.mulf %660, %661 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %663 : f32 loc("examples/layers.kina":41:33)
+    %658 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
+    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul, %inert.107 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%658 : tensor<4x1xf32>) {
+    ^bb0(%659: f32, %660: f32, %661: f32):
+      %662 = arith.mulf %659, %660 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %662 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %664 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %ct.29.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.mul : tensor<4x1xf32>) outs(%664 : tensor<4x4xf32>) {
-    ^bb0(%665: f32, %666: f32):
-      linalg.yield %665 : f32 loc("examples/layers.kina":40:32)
+    %663 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
+    %ct.29.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.mul : tensor<4x1xf32>) outs(%663 : tensor<4x4xf32>) {
+    ^bb0(%664: f32, %665: f32):
+      linalg.yield %664 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %667 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.30.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.29.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%667 : tensor<4x4xf32>) {
-    ^bb0(%668: f32, %669: f32, %670: f32):
-      %671 = arith.mulf %668, %669 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %671 : f32 loc("examples/layers.kina":40:7)
+    %666 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.30.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.29.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%666 : tensor<4x4xf32>) {
+    ^bb0(%667: f32, %668: f32, %669: f32):
+      %670 = arith.mulf %667, %668 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %670 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
     %ct.31.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %672 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.32.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.30.mul, %ct.31.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%672 : tensor<4x4xf32>) {
-    ^bb0(%673: f32, %674: f32, %675: f32):
-      %676 = arith.mulf %673, %674 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %676 : f32 loc("examples/layers.kina":40:7)
+    %671 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.32.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.30.mul, %ct.31.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%671 : tensor<4x4xf32>) {
+    ^bb0(%672: f32, %673: f32, %674: f32):
+      %675 = arith.mulf %672, %673 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %675 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %677 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.33.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.mul, %ct.32.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%677 : tensor<4x4xf32>) {
-    ^bb0(%678: f32, %679: f32, %680: f32):
-      %681 = arith.addf %678, %679 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %681 : f32 loc("examples/layers.kina":40:7)
+    %676 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.33.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.mul, %ct.32.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%676 : tensor<4x4xf32>) {
+    ^bb0(%677: f32, %678: f32, %679: f32):
+      %680 = arith.addf %677, %678 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %680 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %682 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %683 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %684 = linalg.fill ins(%682 : f32) outs(%683 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %685 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.33.add : tensor<4x4xf32>) outs(%684 : tensor<4xf32>) {
-    ^bb0(%686: f32, %687: f32):
-      %688 = arith.addf %687, %686 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %688 : f32 loc("examples/layers.kina":20:18)
+    %681 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %682 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %683 = linalg.fill ins(%681 : f32) outs(%682 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %684 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.33.add : tensor<4x4xf32>) outs(%683 : tensor<4xf32>) {
+    ^bb0(%685: f32, %686: f32):
+      %687 = arith.addf %686, %685 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %687 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.34.reduce_keep = tensor.expand_shape %685 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.34.reduce_keep = tensor.expand_shape %684 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.35.reshape = tensor.collapse_shape %ct.34.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %689 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.36.transpose = linalg.transpose ins(%w_down : tensor<16x4xf32>) outs(%689 : tensor<4x16xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %690 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %691 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %692 = linalg.fill ins(%690 : f32) outs(%691 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.37.matmul = linalg.matmul ins(%ct.33.add, %ct.36.transpose : tensor<4x4xf32>, tensor<4x16xf32>) outs(%692 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %693 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.38.transpose = linalg.transpose ins(%nn.gelu_mlp$4_4_16.80.act : tensor<4x16xf32>) outs(%693 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %694 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %695 = bufferization.alloc_tensor() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %696 = linalg.fill ins(%694 : f32) outs(%695 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.39.matmul = linalg.matmul ins(%ct.38.transpose, %ct.33.add : tensor<16x4xf32>, tensor<4x4xf32>) outs(%696 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %697 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %ct.40.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.37.matmul, %nn.linear$4_4_16.79.out : tensor<4x16xf32>, tensor<4x16xf32>) outs(%697 : tensor<4x16xf32>) {
-    ^bb0(%698: f32, %699: f32, %700: f32):
-      %701 = arith.constant -0.5 : f32 loc("examples/layers.kina":56:86)
-      %702 = arith.mulf %699, %699 : f32 loc("examples/layers.kina":56:86)
-      %703 = arith.mulf %701, %702 : f32 loc("examples/layers.kina":56:86)
-      %704 = math.exp %703 : f32 loc("examples/layers.kina":56:86)
-      %705 = arith.constant 0.3989422804014327 : f32 loc("examples/layers.kina":56:86)
-      %706 = arith.mulf %704, %705 : f32 loc("examples/layers.kina":56:86)
-      %707 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
-      %708 = arith.mulf %699, %707 : f32 loc("examples/layers.kina":56:86)
-      %709 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
-      %710 = arith.minimumf %708, %709 : f32 loc("examples/layers.kina":56:86)
-      %711 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
-      %712 = arith.maximumf %710, %711 : f32 loc("examples/layers.kina":56:86)
-      %713 = arith.mulf %712, %712 : f32 loc("examples/layers.kina":56:86)
-      %714 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
-      %715 = arith.mulf %714, %713 : f32 loc("examples/layers.kina":56:86)
-      %716 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
-      %717 = arith.addf %715, %716 : f32 loc("examples/layers.kina":56:86)
-      %718 = arith.mulf %717, %713 : f32 loc("examples/layers.kina":56:86)
-      %719 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
-      %720 = arith.addf %718, %719 : f32 loc("examples/layers.kina":56:86)
-      %721 = arith.mulf %720, %713 : f32 loc("examples/layers.kina":56:86)
-      %722 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
-      %723 = arith.addf %721, %722 : f32 loc("examples/layers.kina":56:86)
-      %724 = arith.mulf %723, %713 : f32 loc("examples/layers.kina":56:86)
-      %725 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
-      %726 = arith.addf %724, %725 : f32 loc("examples/layers.kina":56:86)
-      %727 = arith.mulf %726, %713 : f32 loc("examples/layers.kina":56:86)
-      %728 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
-      %729 = arith.addf %727, %728 : f32 loc("examples/layers.kina":56:86)
-      %730 = arith.mulf %729, %713 : f32 loc("examples/layers.kina":56:86)
-      %731 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
-      %732 = arith.addf %730, %731 : f32 loc("examples/layers.kina":56:86)
-      %733 = arith.mulf %712, %732 : f32 loc("examples/layers.kina":56:86)
-      %734 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
-      %735 = arith.mulf %734, %713 : f32 loc("examples/layers.kina":56:86)
-      %736 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
-      %737 = arith.addf %735, %736 : f32 loc("examples/layers.kina":56:86)
-      %738 = arith.mulf %737, %713 : f32 loc("examples/layers.kina":56:86)
-      %739 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
-      %740 = arith.addf %738, %739 : f32 loc("examples/layers.kina":56:86)
-      %741 = arith.mulf %740, %713 : f32 loc("examples/layers.kina":56:86)
-      %742 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
-      %743 = arith.addf %741, %742 : f32 loc("examples/layers.kina":56:86)
-      %744 = arith.mulf %743, %713 : f32 loc("examples/layers.kina":56:86)
-      %745 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
-      %746 = arith.addf %744, %745 : f32 loc("examples/layers.kina":56:86)
-      %747 = arith.divf %733, %746 : f32 loc("examples/layers.kina":56:86)
-      %748 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
-      %749 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
-      %750 = arith.addf %749, %747 : f32 loc("examples/layers.kina":56:86)
-      %751 = arith.mulf %748, %750 : f32 loc("examples/layers.kina":56:86)
-      %752 = arith.mulf %699, %706 : f32 loc("examples/layers.kina":56:86)
-      %753 = arith.addf %751, %752 : f32 loc("examples/layers.kina":56:86)
-      %754 = arith.mulf %698, %753 : f32 loc("examples/layers.kina":56:86)
-      linalg.yield %754 : f32 loc("examples/layers.kina":56:86)
+    %688 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.36.transpose = linalg.transpose ins(%w_down : tensor<16x4xf32>) outs(%688 : tensor<4x16xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %689 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %690 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %691 = linalg.fill ins(%689 : f32) outs(%690 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.37.matmul = linalg.matmul ins(%ct.33.add, %ct.36.transpose : tensor<4x4xf32>, tensor<4x16xf32>) outs(%691 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %692 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.38.transpose = linalg.transpose ins(%nn.gelu_mlp$4_4_16.80.act : tensor<4x16xf32>) outs(%692 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %693 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %694 = bufferization.alloc_tensor() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %695 = linalg.fill ins(%693 : f32) outs(%694 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.39.matmul = linalg.matmul ins(%ct.38.transpose, %ct.33.add : tensor<16x4xf32>, tensor<4x4xf32>) outs(%695 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %696 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
+    %ct.40.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.37.matmul, %nn.linear$4_4_16.79.out : tensor<4x16xf32>, tensor<4x16xf32>) outs(%696 : tensor<4x16xf32>) {
+    ^bb0(%697: f32, %698: f32, %699: f32):
+      %700 = arith.constant -0.5 : f32 loc("examples/layers.kina":56:86)
+      %701 = arith.mulf %698, %698 : f32 loc("examples/layers.kina":56:86)
+      %702 = arith.mulf %700, %701 : f32 loc("examples/layers.kina":56:86)
+      %703 = math.exp %702 : f32 loc("examples/layers.kina":56:86)
+      %704 = arith.constant 0.3989422804014327 : f32 loc("examples/layers.kina":56:86)
+      %705 = arith.mulf %703, %704 : f32 loc("examples/layers.kina":56:86)
+      %706 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
+      %707 = arith.mulf %698, %706 : f32 loc("examples/layers.kina":56:86)
+      %708 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
+      %709 = arith.minimumf %707, %708 : f32 loc("examples/layers.kina":56:86)
+      %710 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
+      %711 = arith.maximumf %709, %710 : f32 loc("examples/layers.kina":56:86)
+      %712 = arith.mulf %711, %711 : f32 loc("examples/layers.kina":56:86)
+      %713 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
+      %714 = arith.mulf %713, %712 : f32 loc("examples/layers.kina":56:86)
+      %715 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
+      %716 = arith.addf %714, %715 : f32 loc("examples/layers.kina":56:86)
+      %717 = arith.mulf %716, %712 : f32 loc("examples/layers.kina":56:86)
+      %718 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
+      %719 = arith.addf %717, %718 : f32 loc("examples/layers.kina":56:86)
+      %720 = arith.mulf %719, %712 : f32 loc("examples/layers.kina":56:86)
+      %721 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
+      %722 = arith.addf %720, %721 : f32 loc("examples/layers.kina":56:86)
+      %723 = arith.mulf %722, %712 : f32 loc("examples/layers.kina":56:86)
+      %724 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
+      %725 = arith.addf %723, %724 : f32 loc("examples/layers.kina":56:86)
+      %726 = arith.mulf %725, %712 : f32 loc("examples/layers.kina":56:86)
+      %727 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
+      %728 = arith.addf %726, %727 : f32 loc("examples/layers.kina":56:86)
+      %729 = arith.mulf %728, %712 : f32 loc("examples/layers.kina":56:86)
+      %730 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
+      %731 = arith.addf %729, %730 : f32 loc("examples/layers.kina":56:86)
+      %732 = arith.mulf %711, %731 : f32 loc("examples/layers.kina":56:86)
+      %733 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
+      %734 = arith.mulf %733, %712 : f32 loc("examples/layers.kina":56:86)
+      %735 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
+      %736 = arith.addf %734, %735 : f32 loc("examples/layers.kina":56:86)
+      %737 = arith.mulf %736, %712 : f32 loc("examples/layers.kina":56:86)
+      %738 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
+      %739 = arith.addf %737, %738 : f32 loc("examples/layers.kina":56:86)
+      %740 = arith.mulf %739, %712 : f32 loc("examples/layers.kina":56:86)
+      %741 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
+      %742 = arith.addf %740, %741 : f32 loc("examples/layers.kina":56:86)
+      %743 = arith.mulf %742, %712 : f32 loc("examples/layers.kina":56:86)
+      %744 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
+      %745 = arith.addf %743, %744 : f32 loc("examples/layers.kina":56:86)
+      %746 = arith.divf %732, %745 : f32 loc("examples/layers.kina":56:86)
+      %747 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
+      %748 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
+      %749 = arith.addf %748, %746 : f32 loc("examples/layers.kina":56:86)
+      %750 = arith.mulf %747, %749 : f32 loc("examples/layers.kina":56:86)
+      %751 = arith.mulf %698, %705 : f32 loc("examples/layers.kina":56:86)
+      %752 = arith.addf %750, %751 : f32 loc("examples/layers.kina":56:86)
+      %753 = arith.mulf %697, %752 : f32 loc("examples/layers.kina":56:86)
+      linalg.yield %753 : f32 loc("examples/layers.kina":56:86)
     } -> tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %755 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %756 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/layers.kina":20:18)
-    %757 = linalg.fill ins(%755 : f32) outs(%756 : tensor<16xf32>) -> tensor<16xf32> loc("examples/layers.kina":20:18)
-    %758 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.40.gelu_grad : tensor<4x16xf32>) outs(%757 : tensor<16xf32>) {
-    ^bb0(%759: f32, %760: f32):
-      %761 = arith.addf %760, %759 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %761 : f32 loc("examples/layers.kina":20:18)
+    %754 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %755 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/layers.kina":20:18)
+    %756 = linalg.fill ins(%754 : f32) outs(%755 : tensor<16xf32>) -> tensor<16xf32> loc("examples/layers.kina":20:18)
+    %757 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.40.gelu_grad : tensor<4x16xf32>) outs(%756 : tensor<16xf32>) {
+    ^bb0(%758: f32, %759: f32):
+      %760 = arith.addf %759, %758 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %760 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<16xf32> loc("examples/layers.kina":20:18)
-    %ct.41.reduce_keep = tensor.expand_shape %758 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":20:18)
+    %ct.41.reduce_keep = tensor.expand_shape %757 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":20:18)
     %ct.42.reshape = tensor.collapse_shape %ct.41.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/layers.kina":19:75)
-    %762 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.43.transpose = linalg.transpose ins(%w_up : tensor<4x16xf32>) outs(%762 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %763 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %764 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %765 = linalg.fill ins(%763 : f32) outs(%764 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.44.matmul = linalg.matmul ins(%ct.40.gelu_grad, %ct.43.transpose : tensor<4x16xf32>, tensor<16x4xf32>) outs(%765 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %766 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.45.transpose = linalg.transpose ins(%nn.layer_norm$4_4.74.out : tensor<4x4xf32>) outs(%766 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %767 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %768 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %769 = linalg.fill ins(%767 : f32) outs(%768 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.46.matmul = linalg.matmul ins(%ct.45.transpose, %ct.40.gelu_grad : tensor<4x4xf32>, tensor<4x16xf32>) outs(%769 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %770 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %771 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %772 = linalg.fill ins(%770 : f32) outs(%771 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %773 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.44.matmul : tensor<4x4xf32>) outs(%772 : tensor<4xf32>) {
-    ^bb0(%774: f32, %775: f32):
-      %776 = arith.addf %775, %774 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %776 : f32 loc("examples/layers.kina":32:10)
+    %761 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.43.transpose = linalg.transpose ins(%w_up : tensor<4x16xf32>) outs(%761 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %762 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %763 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %764 = linalg.fill ins(%762 : f32) outs(%763 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.44.matmul = linalg.matmul ins(%ct.40.gelu_grad, %ct.43.transpose : tensor<4x16xf32>, tensor<16x4xf32>) outs(%764 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %765 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.45.transpose = linalg.transpose ins(%nn.layer_norm$4_4.74.out : tensor<4x4xf32>) outs(%765 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %766 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %767 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %768 = linalg.fill ins(%766 : f32) outs(%767 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.46.matmul = linalg.matmul ins(%ct.45.transpose, %ct.40.gelu_grad : tensor<4x4xf32>, tensor<4x16xf32>) outs(%768 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %769 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %770 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %771 = linalg.fill ins(%769 : f32) outs(%770 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %772 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.44.matmul : tensor<4x4xf32>) outs(%771 : tensor<4xf32>) {
+    ^bb0(%773: f32, %774: f32):
+      %775 = arith.addf %774, %773 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %775 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.47.reduce_keep = tensor.expand_shape %773 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.47.reduce_keep = tensor.expand_shape %772 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.48.reshape = tensor.collapse_shape %ct.47.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %777 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.49.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.44.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%777 : tensor<4x4xf32>) {
-    ^bb0(%778: f32, %779: f32, %780: f32):
-      %781 = arith.mulf %778, %779 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %781 : f32 loc("examples/layers.kina":31:6)
+    %776 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.49.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.44.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%776 : tensor<4x4xf32>) {
+    ^bb0(%777: f32, %778: f32, %779: f32):
+      %780 = arith.mulf %777, %778 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %780 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %782 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.50.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.44.matmul, %nn.layer_norm$4_4.68.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%782 : tensor<4x4xf32>) {
-    ^bb0(%783: f32, %784: f32, %785: f32):
-      %786 = arith.mulf %783, %784 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %786 : f32 loc("examples/layers.kina":31:6)
+    %781 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.50.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.44.matmul, %nn.layer_norm$4_4.68.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%781 : tensor<4x4xf32>) {
+    ^bb0(%782: f32, %783: f32, %784: f32):
+      %785 = arith.mulf %782, %783 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %785 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %787 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %788 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %789 = linalg.fill ins(%787 : f32) outs(%788 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %790 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.50.mul : tensor<4x4xf32>) outs(%789 : tensor<4xf32>) {
-    ^bb0(%791: f32, %792: f32):
-      %793 = arith.addf %792, %791 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %793 : f32 loc("examples/layers.kina":30:36)
+    %786 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %787 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %788 = linalg.fill ins(%786 : f32) outs(%787 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %789 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.50.mul : tensor<4x4xf32>) outs(%788 : tensor<4xf32>) {
+    ^bb0(%790: f32, %791: f32):
+      %792 = arith.addf %791, %790 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %792 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.51.reduce_keep = tensor.expand_shape %790 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.51.reduce_keep = tensor.expand_shape %789 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.52.reshape = tensor.collapse_shape %ct.51.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %794 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.49.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%794 : tensor<4x4xf32>) {
-    ^bb0(%795: f32, %796: f32, %797: f32):
-      %798 = arith.mulf %795, %796 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %798 : f32 loc("examples/layers.kina":29:31)
+    %793 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.49.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%793 : tensor<4x4xf32>) {
+    ^bb0(%794: f32, %795: f32, %796: f32):
+      %797 = arith.mulf %794, %795 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %797 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %799 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.54.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.49.mul, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%799 : tensor<4x4xf32>) {
-    ^bb0(%800: f32, %801: f32, %802: f32):
-      %803 = arith.mulf %800, %801 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %803 : f32 loc("examples/layers.kina":29:31)
+    %798 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.54.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.49.mul, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%798 : tensor<4x4xf32>) {
+    ^bb0(%799: f32, %800: f32, %801: f32):
+      %802 = arith.mulf %799, %800 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %802 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %804 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %805 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
-    %806 = linalg.fill ins(%804 : f32) outs(%805 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %807 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.54.mul : tensor<4x4xf32>) outs(%806 : tensor<4xf32>) {
-    ^bb0(%808: f32, %809: f32):
-      %810 = arith.addf %809, %808 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %810 : f32 loc("examples/layers.kina":28:61)
+    %803 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %804 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
+    %805 = linalg.fill ins(%803 : f32) outs(%804 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
+    %806 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.54.mul : tensor<4x4xf32>) outs(%805 : tensor<4xf32>) {
+    ^bb0(%807: f32, %808: f32):
+      %809 = arith.addf %808, %807 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %809 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %ct.55.reduce_keep = tensor.expand_shape %807 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
+    %ct.55.reduce_keep = tensor.expand_shape %806 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
     %ct.56.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %811 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.55.reduce_keep, %ct.56.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%811 : tensor<4x1xf32>) {
-    ^bb0(%812: f32, %813: f32, %814: f32):
-      %815 = arith.mulf %812, %813 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %815 : f32 loc("examples/layers.kina":28:24)
+    %810 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.55.reduce_keep, %ct.56.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%810 : tensor<4x1xf32>) {
+    ^bb0(%811: f32, %812: f32, %813: f32):
+      %814 = arith.mulf %811, %812 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %814 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %816 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.58.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%816 : tensor<4x1xf32>) {
-    ^bb0(%817: f32, %818: f32, %819: f32):
-      %820 = arith.mulf %817, %818 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %820 : f32 loc("examples/layers.kina":28:24)
+    %815 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.58.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%815 : tensor<4x1xf32>) {
+    ^bb0(%816: f32, %817: f32, %818: f32):
+      %819 = arith.mulf %816, %817 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %819 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %821 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.59.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %ct.58.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%821 : tensor<4x1xf32>) {
-    ^bb0(%822: f32, %823: f32, %824: f32):
-      %825 = arith.mulf %822, %823 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %825 : f32 loc("examples/layers.kina":28:24)
+    %820 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.59.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %ct.58.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%820 : tensor<4x1xf32>) {
+    ^bb0(%821: f32, %822: f32, %823: f32):
+      %824 = arith.mulf %821, %822 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %824 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %826 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.57.mul, %ct.59.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%826 : tensor<4x1xf32>) {
-    ^bb0(%827: f32, %828: f32, %829: f32):
-      %830 = arith.mulf %827, %828 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %830 : f32 loc("examples/layers.kina":28:24)
+    %825 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.57.mul, %ct.59.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%825 : tensor<4x1xf32>) {
+    ^bb0(%826: f32, %827: f32, %828: f32):
+      %829 = arith.mulf %826, %827 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %829 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %831 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %ct.61.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul, %inert.78 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%831 : tensor<4x1xf32>) {
-    ^bb0(%832: f32, %833: f32, %834: f32):
-      %835 = arith.mulf %832, %833 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %835 : f32 loc("examples/layers.kina":27:49)
+    %830 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %ct.61.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul, %inert.78 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%830 : tensor<4x1xf32>) {
+    ^bb0(%831: f32, %832: f32, %833: f32):
+      %834 = arith.mulf %831, %832 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %834 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %836 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.62.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.mul : tensor<4x1xf32>) outs(%836 : tensor<4x4xf32>) {
-    ^bb0(%837: f32, %838: f32):
-      linalg.yield %837 : f32 loc("examples/layers.kina":27:2)
+    %835 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
+    %ct.62.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.mul : tensor<4x1xf32>) outs(%835 : tensor<4x4xf32>) {
+    ^bb0(%836: f32, %837: f32):
+      linalg.yield %836 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %839 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.63.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.62.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%839 : tensor<4x4xf32>) {
-    ^bb0(%840: f32, %841: f32, %842: f32):
-      %843 = arith.mulf %840, %841 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %843 : f32 loc("examples/layers.kina":26:66)
+    %838 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.63.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.62.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%838 : tensor<4x4xf32>) {
+    ^bb0(%839: f32, %840: f32, %841: f32):
+      %842 = arith.mulf %839, %840 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %842 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
     %ct.64.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %844 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.65.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.63.mul, %ct.64.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%844 : tensor<4x4xf32>) {
-    ^bb0(%845: f32, %846: f32, %847: f32):
-      %848 = arith.mulf %845, %846 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %848 : f32 loc("examples/layers.kina":26:66)
+    %843 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.65.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.63.mul, %ct.64.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%843 : tensor<4x4xf32>) {
+    ^bb0(%844: f32, %845: f32, %846: f32):
+      %847 = arith.mulf %844, %845 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %847 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %849 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.66.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.53.mul, %ct.65.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%849 : tensor<4x4xf32>) {
-    ^bb0(%850: f32, %851: f32, %852: f32):
-      %853 = arith.addf %850, %851 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %853 : f32 loc("examples/layers.kina":26:66)
+    %848 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.66.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.53.mul, %ct.65.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%848 : tensor<4x4xf32>) {
+    ^bb0(%849: f32, %850: f32, %851: f32):
+      %852 = arith.addf %849, %850 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %852 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %854 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.67.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.66.add : tensor<4x4xf32>) outs(%854 : tensor<4x4xf32>) {
-    ^bb0(%855: f32, %856: f32):
-      %857 = arith.negf %855 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %857 : f32 loc("examples/layers.kina":26:43)
+    %853 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.67.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.66.add : tensor<4x4xf32>) outs(%853 : tensor<4x4xf32>) {
+    ^bb0(%854: f32, %855: f32):
+      %856 = arith.negf %854 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %856 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %858 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.68.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.66.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%858 : tensor<4x4xf32>) {
-    ^bb0(%859: f32, %860: f32, %861: f32):
-      %862 = arith.addf %859, %860 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %862 : f32 loc("examples/layers.kina":26:43)
+    %857 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.68.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.66.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%857 : tensor<4x4xf32>) {
+    ^bb0(%858: f32, %859: f32, %860: f32):
+      %861 = arith.addf %858, %859 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %861 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %863 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %864 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
-    %865 = linalg.fill ins(%863 : f32) outs(%864 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %866 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.67.neg : tensor<4x4xf32>) outs(%865 : tensor<4xf32>) {
-    ^bb0(%867: f32, %868: f32):
-      %869 = arith.addf %868, %867 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %869 : f32 loc("examples/layers.kina":26:8)
+    %862 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %863 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
+    %864 = linalg.fill ins(%862 : f32) outs(%863 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
+    %865 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.67.neg : tensor<4x4xf32>) outs(%864 : tensor<4xf32>) {
+    ^bb0(%866: f32, %867: f32):
+      %868 = arith.addf %867, %866 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %868 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %ct.69.reduce_keep = tensor.expand_shape %866 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
-    %870 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %ct.70.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.reduce_keep, %inert.72 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%870 : tensor<4x1xf32>) {
-    ^bb0(%871: f32, %872: f32, %873: f32):
-      %874 = arith.mulf %871, %872 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %874 : f32 loc("examples/layers.kina":25:68)
+    %ct.69.reduce_keep = tensor.expand_shape %865 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
+    %869 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %ct.70.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.reduce_keep, %inert.72 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%869 : tensor<4x1xf32>) {
+    ^bb0(%870: f32, %871: f32, %872: f32):
+      %873 = arith.mulf %870, %871 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %873 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %875 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.71.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.70.mul : tensor<4x1xf32>) outs(%875 : tensor<4x4xf32>) {
-    ^bb0(%876: f32, %877: f32):
-      linalg.yield %876 : f32 loc("examples/layers.kina":25:23)
+    %874 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.71.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.70.mul : tensor<4x1xf32>) outs(%874 : tensor<4x4xf32>) {
+    ^bb0(%875: f32, %876: f32):
+      linalg.yield %875 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %878 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.72.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.add, %ct.71.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%878 : tensor<4x4xf32>) {
-    ^bb0(%879: f32, %880: f32, %881: f32):
-      %882 = arith.addf %879, %880 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %882 : f32 loc("examples/layers.kina":25:23)
+    %877 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.72.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.add, %ct.71.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%877 : tensor<4x4xf32>) {
+    ^bb0(%878: f32, %879: f32, %880: f32):
+      %881 = arith.addf %878, %879 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %881 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %883 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %884 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %885 = linalg.fill ins(%883 : f32) outs(%884 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %886 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.72.add : tensor<4x4xf32>) outs(%885 : tensor<4xf32>) {
-    ^bb0(%887: f32, %888: f32):
-      %889 = arith.addf %888, %887 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %889 : f32 loc("examples/layers.kina":20:18)
+    %882 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %883 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %884 = linalg.fill ins(%882 : f32) outs(%883 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %885 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.72.add : tensor<4x4xf32>) outs(%884 : tensor<4xf32>) {
+    ^bb0(%886: f32, %887: f32):
+      %888 = arith.addf %887, %886 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %888 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.73.reduce_keep = tensor.expand_shape %886 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.73.reduce_keep = tensor.expand_shape %885 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.74.reshape = tensor.collapse_shape %ct.73.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %890 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.75.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%890 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %891 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %892 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %893 = linalg.fill ins(%891 : f32) outs(%892 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.76.matmul = linalg.matmul ins(%ct.72.add, %ct.75.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%893 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %894 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.77.transpose = linalg.transpose ins(%nn.merge_heads$1_2_4_2.52.rows : tensor<4x4xf32>) outs(%894 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %895 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %896 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %897 = linalg.fill ins(%895 : f32) outs(%896 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.78.matmul = linalg.matmul ins(%ct.77.transpose, %ct.72.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%897 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %898 = tensor.collapse_shape %ct.76.matmul [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
-    %ct.79.reshape = tensor.expand_shape %898 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":98:24)
-    %899 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":97:31)
-    %ct.80.transpose = linalg.transpose ins(%ct.79.reshape : tensor<1x4x2x2xf32>) outs(%899 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %900 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":111:11)
-    %ct.81.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.41.heads : tensor<1x2x4x2xf32>) outs(%900 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %901 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %902 = tensor.collapse_shape %ct.81.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":111:11)
-    %903 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %904 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %905 = linalg.fill ins(%903 : f32) outs(%904 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %906 = linalg.batch_matmul ins(%901, %902 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%905 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %ct.82.matmul = tensor.expand_shape %906 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
-    %907 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
-    %ct.83.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>) outs(%907 : tensor<1x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %908 = tensor.collapse_shape %ct.83.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %909 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %910 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %911 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %912 = linalg.fill ins(%910 : f32) outs(%911 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %913 = linalg.batch_matmul ins(%908, %909 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%912 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %ct.84.matmul = tensor.expand_shape %913 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
-    %914 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.85.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.82.matmul, %nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%914 : tensor<1x2x4x4xf32>) {
-    ^bb0(%915: f32, %916: f32, %917: f32):
-      %918 = arith.mulf %915, %916 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %918 : f32 loc("examples/layers.kina":110:45)
+    %889 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.75.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%889 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %890 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %891 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %892 = linalg.fill ins(%890 : f32) outs(%891 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.76.matmul = linalg.matmul ins(%ct.72.add, %ct.75.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%892 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %893 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.77.transpose = linalg.transpose ins(%nn.merge_heads$1_2_4_2.52.rows : tensor<4x4xf32>) outs(%893 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %894 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %895 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %896 = linalg.fill ins(%894 : f32) outs(%895 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.78.matmul = linalg.matmul ins(%ct.77.transpose, %ct.72.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%896 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %897 = tensor.collapse_shape %ct.76.matmul [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
+    %ct.79.reshape = tensor.expand_shape %897 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":98:24)
+    %898 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":97:31)
+    %ct.80.transpose = linalg.transpose ins(%ct.79.reshape : tensor<1x4x2x2xf32>) outs(%898 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %899 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":111:11)
+    %ct.81.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.41.heads : tensor<1x2x4x2xf32>) outs(%899 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %900 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %901 = tensor.collapse_shape %ct.81.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":111:11)
+    %902 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %903 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %904 = linalg.fill ins(%902 : f32) outs(%903 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %905 = linalg.batch_matmul ins(%900, %901 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%904 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %ct.82.matmul = tensor.expand_shape %905 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
+    %906 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
+    %ct.83.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>) outs(%906 : tensor<1x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %907 = tensor.collapse_shape %ct.83.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %908 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %909 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %910 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %911 = linalg.fill ins(%909 : f32) outs(%910 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %912 = linalg.batch_matmul ins(%907, %908 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%911 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %ct.84.matmul = tensor.expand_shape %912 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
+    %913 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.85.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.82.matmul, %nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%913 : tensor<1x2x4x4xf32>) {
+    ^bb0(%914: f32, %915: f32, %916: f32):
+      %917 = arith.mulf %914, %915 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %917 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %919 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %920 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %921 = linalg.fill ins(%919 : f32) outs(%920 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %922 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.85.mul : tensor<1x2x4x4xf32>) outs(%921 : tensor<1x2x4xf32>) {
-    ^bb0(%923: f32, %924: f32):
-      %925 = arith.addf %924, %923 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %925 : f32 loc("examples/layers.kina":110:45)
+    %918 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %919 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %920 = linalg.fill ins(%918 : f32) outs(%919 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %921 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.85.mul : tensor<1x2x4x4xf32>) outs(%920 : tensor<1x2x4xf32>) {
+    ^bb0(%922: f32, %923: f32):
+      %924 = arith.addf %923, %922 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %924 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %ct.86.reduce_keep = tensor.expand_shape %922 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
-    %926 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.87.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.86.reduce_keep : tensor<1x2x4x1xf32>) outs(%926 : tensor<1x2x4x4xf32>) {
-    ^bb0(%927: f32, %928: f32):
-      linalg.yield %927 : f32 loc("examples/layers.kina":110:45)
+    %ct.86.reduce_keep = tensor.expand_shape %921 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
+    %925 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.87.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.86.reduce_keep : tensor<1x2x4x1xf32>) outs(%925 : tensor<1x2x4x4xf32>) {
+    ^bb0(%926: f32, %927: f32):
+      linalg.yield %926 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %929 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.88.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.82.matmul, %ct.87.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%929 : tensor<1x2x4x4xf32>) {
-    ^bb0(%930: f32, %931: f32, %932: f32):
-      %933 = arith.subf %930, %931 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %933 : f32 loc("examples/layers.kina":110:45)
+    %928 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.88.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.82.matmul, %ct.87.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%928 : tensor<1x2x4x4xf32>) {
+    ^bb0(%929: f32, %930: f32, %931: f32):
+      %932 = arith.subf %929, %930 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %932 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %934 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.89.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.48.probs, %ct.88.sub : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%934 : tensor<1x2x4x4xf32>) {
-    ^bb0(%935: f32, %936: f32, %937: f32):
-      %938 = arith.mulf %935, %936 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %938 : f32 loc("examples/layers.kina":110:45)
+    %933 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.89.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.48.probs, %ct.88.sub : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%933 : tensor<1x2x4x4xf32>) {
+    ^bb0(%934: f32, %935: f32, %936: f32):
+      %937 = arith.mulf %934, %935 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %937 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
     %ct.90.zeros = arith.constant dense<0.0> : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %939 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %ct.91.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.89.mul, %ct.90.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%939 : tensor<1x2x4x4xf32>) {
-    ^bb0(%940: i8, %941: f32, %942: f32, %943: f32):
-      %944 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %945 = arith.cmpi ne, %940, %944 : i8 loc("examples/layers.kina":110:2)
-      %946 = arith.select %945, %941, %942 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %946 : f32 loc("examples/layers.kina":110:2)
+    %938 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
+    %ct.91.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.89.mul, %ct.90.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%938 : tensor<1x2x4x4xf32>) {
+    ^bb0(%939: i8, %940: f32, %941: f32, %942: f32):
+      %943 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %944 = arith.cmpi ne, %939, %943 : i8 loc("examples/layers.kina":110:2)
+      %945 = arith.select %944, %940, %941 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %945 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %947 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %ct.92.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.91.where, %inert.52 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%947 : tensor<1x2x4x4xf32>) {
-    ^bb0(%948: f32, %949: f32, %950: f32):
-      %951 = arith.mulf %948, %949 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %951 : f32 loc("examples/layers.kina":107:8)
+    %946 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
+    %ct.92.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.91.where, %inert.52 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%946 : tensor<1x2x4x4xf32>) {
+    ^bb0(%947: f32, %948: f32, %949: f32):
+      %950 = arith.mulf %947, %948 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %950 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %952 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
-    %ct.93.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.43.k_t : tensor<1x2x2x4xf32>) outs(%952 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %953 = tensor.collapse_shape %ct.92.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %954 = tensor.collapse_shape %ct.93.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %955 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %956 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %957 = linalg.fill ins(%955 : f32) outs(%956 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %958 = linalg.batch_matmul ins(%953, %954 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%957 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %ct.94.matmul = tensor.expand_shape %958 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
-    %959 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
-    %ct.95.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.35.heads : tensor<1x2x4x2xf32>) outs(%959 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %960 = tensor.collapse_shape %ct.95.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %961 = tensor.collapse_shape %ct.92.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %962 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %963 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %964 = linalg.fill ins(%962 : f32) outs(%963 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %965 = linalg.batch_matmul ins(%960, %961 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%964 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %ct.96.matmul = tensor.expand_shape %965 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
-    %966 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:31)
-    %ct.97.transpose = linalg.transpose ins(%ct.96.matmul : tensor<1x2x2x4xf32>) outs(%966 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
-    %967 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.98.transpose = linalg.transpose ins(%ct.84.matmul : tensor<1x2x4x2xf32>) outs(%967 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %968 = tensor.collapse_shape %ct.98.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.99.reshape = tensor.expand_shape %968 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %969 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.100.transpose = linalg.transpose ins(%ct.97.transpose : tensor<1x2x4x2xf32>) outs(%969 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %970 = tensor.collapse_shape %ct.100.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.101.reshape = tensor.expand_shape %970 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %971 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.102.transpose = linalg.transpose ins(%ct.94.matmul : tensor<1x2x4x2xf32>) outs(%971 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %972 = tensor.collapse_shape %ct.102.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.103.reshape = tensor.expand_shape %972 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %973 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %974 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %975 = linalg.fill ins(%973 : f32) outs(%974 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %976 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.99.reshape : tensor<4x4xf32>) outs(%975 : tensor<4xf32>) {
-    ^bb0(%977: f32, %978: f32):
-      %979 = arith.addf %978, %977 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %979 : f32 loc("examples/layers.kina":20:18)
+    %951 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
+    %ct.93.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.43.k_t : tensor<1x2x2x4xf32>) outs(%951 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %952 = tensor.collapse_shape %ct.92.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %953 = tensor.collapse_shape %ct.93.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %954 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %955 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %956 = linalg.fill ins(%954 : f32) outs(%955 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %957 = linalg.batch_matmul ins(%952, %953 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%956 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %ct.94.matmul = tensor.expand_shape %957 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
+    %958 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
+    %ct.95.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.35.heads : tensor<1x2x4x2xf32>) outs(%958 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %959 = tensor.collapse_shape %ct.95.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %960 = tensor.collapse_shape %ct.92.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %961 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %962 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %963 = linalg.fill ins(%961 : f32) outs(%962 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %964 = linalg.batch_matmul ins(%959, %960 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%963 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %ct.96.matmul = tensor.expand_shape %964 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
+    %965 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:31)
+    %ct.97.transpose = linalg.transpose ins(%ct.96.matmul : tensor<1x2x2x4xf32>) outs(%965 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
+    %966 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.98.transpose = linalg.transpose ins(%ct.84.matmul : tensor<1x2x4x2xf32>) outs(%966 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %967 = tensor.collapse_shape %ct.98.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.99.reshape = tensor.expand_shape %967 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %968 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.100.transpose = linalg.transpose ins(%ct.97.transpose : tensor<1x2x4x2xf32>) outs(%968 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %969 = tensor.collapse_shape %ct.100.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.101.reshape = tensor.expand_shape %969 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %970 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.102.transpose = linalg.transpose ins(%ct.94.matmul : tensor<1x2x4x2xf32>) outs(%970 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %971 = tensor.collapse_shape %ct.102.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.103.reshape = tensor.expand_shape %971 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %972 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %973 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %974 = linalg.fill ins(%972 : f32) outs(%973 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %975 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.99.reshape : tensor<4x4xf32>) outs(%974 : tensor<4xf32>) {
+    ^bb0(%976: f32, %977: f32):
+      %978 = arith.addf %977, %976 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %978 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.104.reduce_keep = tensor.expand_shape %976 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.104.reduce_keep = tensor.expand_shape %975 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.105.reshape = tensor.collapse_shape %ct.104.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %980 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.106.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%980 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %981 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %982 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %983 = linalg.fill ins(%981 : f32) outs(%982 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.107.matmul = linalg.matmul ins(%ct.99.reshape, %ct.106.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%983 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %984 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.108.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%984 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %985 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %986 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %987 = linalg.fill ins(%985 : f32) outs(%986 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.109.matmul = linalg.matmul ins(%ct.108.transpose, %ct.99.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%987 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %988 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %989 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %990 = linalg.fill ins(%988 : f32) outs(%989 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %991 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.101.reshape : tensor<4x4xf32>) outs(%990 : tensor<4xf32>) {
-    ^bb0(%992: f32, %993: f32):
-      %994 = arith.addf %993, %992 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %994 : f32 loc("examples/layers.kina":20:18)
+    %979 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.106.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%979 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %980 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %981 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %982 = linalg.fill ins(%980 : f32) outs(%981 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.107.matmul = linalg.matmul ins(%ct.99.reshape, %ct.106.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%982 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %983 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.108.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%983 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %984 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %985 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %986 = linalg.fill ins(%984 : f32) outs(%985 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.109.matmul = linalg.matmul ins(%ct.108.transpose, %ct.99.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%986 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %987 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %988 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %989 = linalg.fill ins(%987 : f32) outs(%988 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %990 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.101.reshape : tensor<4x4xf32>) outs(%989 : tensor<4xf32>) {
+    ^bb0(%991: f32, %992: f32):
+      %993 = arith.addf %992, %991 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %993 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.110.reduce_keep = tensor.expand_shape %991 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.110.reduce_keep = tensor.expand_shape %990 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.111.reshape = tensor.collapse_shape %ct.110.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %995 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.112.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%995 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %996 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %997 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %998 = linalg.fill ins(%996 : f32) outs(%997 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.113.matmul = linalg.matmul ins(%ct.101.reshape, %ct.112.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%998 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %999 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.114.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%999 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1000 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1001 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1002 = linalg.fill ins(%1000 : f32) outs(%1001 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.115.matmul = linalg.matmul ins(%ct.114.transpose, %ct.101.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1002 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1003 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.116.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.107.matmul, %ct.113.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1003 : tensor<4x4xf32>) {
-    ^bb0(%1004: f32, %1005: f32, %1006: f32):
-      %1007 = arith.addf %1004, %1005 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %1007 : f32 loc("examples/layers.kina":19:52)
+    %994 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.112.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%994 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %995 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %996 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %997 = linalg.fill ins(%995 : f32) outs(%996 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.113.matmul = linalg.matmul ins(%ct.101.reshape, %ct.112.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%997 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %998 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.114.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%998 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %999 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %1000 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1001 = linalg.fill ins(%999 : f32) outs(%1000 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.115.matmul = linalg.matmul ins(%ct.114.transpose, %ct.101.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1001 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1002 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.116.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.107.matmul, %ct.113.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1002 : tensor<4x4xf32>) {
+    ^bb0(%1003: f32, %1004: f32, %1005: f32):
+      %1006 = arith.addf %1003, %1004 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %1006 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1008 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %1009 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %1010 = linalg.fill ins(%1008 : f32) outs(%1009 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %1011 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.103.reshape : tensor<4x4xf32>) outs(%1010 : tensor<4xf32>) {
-    ^bb0(%1012: f32, %1013: f32):
-      %1014 = arith.addf %1013, %1012 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %1014 : f32 loc("examples/layers.kina":20:18)
+    %1007 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %1008 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %1009 = linalg.fill ins(%1007 : f32) outs(%1008 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %1010 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.103.reshape : tensor<4x4xf32>) outs(%1009 : tensor<4xf32>) {
+    ^bb0(%1011: f32, %1012: f32):
+      %1013 = arith.addf %1012, %1011 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %1013 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.117.reduce_keep = tensor.expand_shape %1011 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.117.reduce_keep = tensor.expand_shape %1010 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.118.reshape = tensor.collapse_shape %ct.117.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %1015 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.119.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%1015 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1016 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1017 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1018 = linalg.fill ins(%1016 : f32) outs(%1017 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.120.matmul = linalg.matmul ins(%ct.103.reshape, %ct.119.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1018 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1019 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.121.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%1019 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1020 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1021 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1022 = linalg.fill ins(%1020 : f32) outs(%1021 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.122.matmul = linalg.matmul ins(%ct.121.transpose, %ct.103.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1022 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1023 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.123.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.116.add, %ct.120.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1023 : tensor<4x4xf32>) {
-    ^bb0(%1024: f32, %1025: f32, %1026: f32):
-      %1027 = arith.addf %1024, %1025 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %1027 : f32 loc("examples/layers.kina":19:52)
+    %1014 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.119.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%1014 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %1015 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %1016 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1017 = linalg.fill ins(%1015 : f32) outs(%1016 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.120.matmul = linalg.matmul ins(%ct.103.reshape, %ct.119.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1017 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1018 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.121.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%1018 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %1019 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %1020 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1021 = linalg.fill ins(%1019 : f32) outs(%1020 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.122.matmul = linalg.matmul ins(%ct.121.transpose, %ct.103.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1021 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1022 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.123.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.116.add, %ct.120.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1022 : tensor<4x4xf32>) {
+    ^bb0(%1023: f32, %1024: f32, %1025: f32):
+      %1026 = arith.addf %1023, %1024 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %1026 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1028 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %1029 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %1030 = linalg.fill ins(%1028 : f32) outs(%1029 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %1031 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.123.add : tensor<4x4xf32>) outs(%1030 : tensor<4xf32>) {
-    ^bb0(%1032: f32, %1033: f32):
-      %1034 = arith.addf %1033, %1032 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %1034 : f32 loc("examples/layers.kina":32:10)
+    %1027 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %1028 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %1029 = linalg.fill ins(%1027 : f32) outs(%1028 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %1030 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.123.add : tensor<4x4xf32>) outs(%1029 : tensor<4xf32>) {
+    ^bb0(%1031: f32, %1032: f32):
+      %1033 = arith.addf %1032, %1031 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %1033 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.124.reduce_keep = tensor.expand_shape %1031 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.124.reduce_keep = tensor.expand_shape %1030 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.125.reshape = tensor.collapse_shape %ct.124.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %1035 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.126.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.123.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1035 : tensor<4x4xf32>) {
-    ^bb0(%1036: f32, %1037: f32, %1038: f32):
-      %1039 = arith.mulf %1036, %1037 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %1039 : f32 loc("examples/layers.kina":31:6)
+    %1034 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.126.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.123.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1034 : tensor<4x4xf32>) {
+    ^bb0(%1035: f32, %1036: f32, %1037: f32):
+      %1038 = arith.mulf %1035, %1036 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %1038 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %1040 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.127.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.123.add, %nn.layer_norm$4_4.11.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1040 : tensor<4x4xf32>) {
-    ^bb0(%1041: f32, %1042: f32, %1043: f32):
-      %1044 = arith.mulf %1041, %1042 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %1044 : f32 loc("examples/layers.kina":31:6)
+    %1039 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.127.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.123.add, %nn.layer_norm$4_4.11.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1039 : tensor<4x4xf32>) {
+    ^bb0(%1040: f32, %1041: f32, %1042: f32):
+      %1043 = arith.mulf %1040, %1041 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %1043 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %1045 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %1046 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %1047 = linalg.fill ins(%1045 : f32) outs(%1046 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %1048 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.127.mul : tensor<4x4xf32>) outs(%1047 : tensor<4xf32>) {
-    ^bb0(%1049: f32, %1050: f32):
-      %1051 = arith.addf %1050, %1049 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %1051 : f32 loc("examples/layers.kina":30:36)
+    %1044 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %1045 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %1046 = linalg.fill ins(%1044 : f32) outs(%1045 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %1047 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.127.mul : tensor<4x4xf32>) outs(%1046 : tensor<4xf32>) {
+    ^bb0(%1048: f32, %1049: f32):
+      %1050 = arith.addf %1049, %1048 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %1050 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.128.reduce_keep = tensor.expand_shape %1048 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.128.reduce_keep = tensor.expand_shape %1047 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.129.reshape = tensor.collapse_shape %ct.128.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %1052 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.130.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.126.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1052 : tensor<4x4xf32>) {
-    ^bb0(%1053: f32, %1054: f32, %1055: f32):
-      %1056 = arith.mulf %1053, %1054 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %1056 : f32 loc("examples/layers.kina":29:31)
+    %1051 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.130.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.126.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1051 : tensor<4x4xf32>) {
+    ^bb0(%1052: f32, %1053: f32, %1054: f32):
+      %1055 = arith.mulf %1052, %1053 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %1055 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %1057 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.131.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.126.mul, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1057 : tensor<4x4xf32>) {
-    ^bb0(%1058: f32, %1059: f32, %1060: f32):
-      %1061 = arith.mulf %1058, %1059 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %1061 : f32 loc("examples/layers.kina":29:31)
+    %1056 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.131.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.126.mul, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1056 : tensor<4x4xf32>) {
+    ^bb0(%1057: f32, %1058: f32, %1059: f32):
+      %1060 = arith.mulf %1057, %1058 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %1060 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %1062 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %1063 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
-    %1064 = linalg.fill ins(%1062 : f32) outs(%1063 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %1065 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.131.mul : tensor<4x4xf32>) outs(%1064 : tensor<4xf32>) {
-    ^bb0(%1066: f32, %1067: f32):
-      %1068 = arith.addf %1067, %1066 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %1068 : f32 loc("examples/layers.kina":28:61)
+    %1061 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %1062 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
+    %1063 = linalg.fill ins(%1061 : f32) outs(%1062 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
+    %1064 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.131.mul : tensor<4x4xf32>) outs(%1063 : tensor<4xf32>) {
+    ^bb0(%1065: f32, %1066: f32):
+      %1067 = arith.addf %1066, %1065 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %1067 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %ct.132.reduce_keep = tensor.expand_shape %1065 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
+    %ct.132.reduce_keep = tensor.expand_shape %1064 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
     %ct.133.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1069 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.134.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.132.reduce_keep, %ct.133.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1069 : tensor<4x1xf32>) {
-    ^bb0(%1070: f32, %1071: f32, %1072: f32):
-      %1073 = arith.mulf %1070, %1071 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1073 : f32 loc("examples/layers.kina":28:24)
+    %1068 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.134.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.132.reduce_keep, %ct.133.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1068 : tensor<4x1xf32>) {
+    ^bb0(%1069: f32, %1070: f32, %1071: f32):
+      %1072 = arith.mulf %1069, %1070 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1072 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1074 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.135.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1074 : tensor<4x1xf32>) {
-    ^bb0(%1075: f32, %1076: f32, %1077: f32):
-      %1078 = arith.mulf %1075, %1076 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1078 : f32 loc("examples/layers.kina":28:24)
+    %1073 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.135.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1073 : tensor<4x1xf32>) {
+    ^bb0(%1074: f32, %1075: f32, %1076: f32):
+      %1077 = arith.mulf %1074, %1075 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1077 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1079 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.136.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %ct.135.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1079 : tensor<4x1xf32>) {
-    ^bb0(%1080: f32, %1081: f32, %1082: f32):
-      %1083 = arith.mulf %1080, %1081 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1083 : f32 loc("examples/layers.kina":28:24)
+    %1078 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.136.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %ct.135.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1078 : tensor<4x1xf32>) {
+    ^bb0(%1079: f32, %1080: f32, %1081: f32):
+      %1082 = arith.mulf %1079, %1080 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1082 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1084 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.137.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.134.mul, %ct.136.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1084 : tensor<4x1xf32>) {
-    ^bb0(%1085: f32, %1086: f32, %1087: f32):
-      %1088 = arith.mulf %1085, %1086 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1088 : f32 loc("examples/layers.kina":28:24)
+    %1083 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.137.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.134.mul, %ct.136.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1083 : tensor<4x1xf32>) {
+    ^bb0(%1084: f32, %1085: f32, %1086: f32):
+      %1087 = arith.mulf %1084, %1085 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1087 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1089 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %ct.138.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul, %inert.12 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1089 : tensor<4x1xf32>) {
-    ^bb0(%1090: f32, %1091: f32, %1092: f32):
-      %1093 = arith.mulf %1090, %1091 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %1093 : f32 loc("examples/layers.kina":27:49)
+    %1088 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %ct.138.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul, %inert.12 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1088 : tensor<4x1xf32>) {
+    ^bb0(%1089: f32, %1090: f32, %1091: f32):
+      %1092 = arith.mulf %1089, %1090 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %1092 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %1094 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.139.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.mul : tensor<4x1xf32>) outs(%1094 : tensor<4x4xf32>) {
-    ^bb0(%1095: f32, %1096: f32):
-      linalg.yield %1095 : f32 loc("examples/layers.kina":27:2)
+    %1093 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
+    %ct.139.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.mul : tensor<4x1xf32>) outs(%1093 : tensor<4x4xf32>) {
+    ^bb0(%1094: f32, %1095: f32):
+      linalg.yield %1094 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %1097 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.140.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.139.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1097 : tensor<4x4xf32>) {
-    ^bb0(%1098: f32, %1099: f32, %1100: f32):
-      %1101 = arith.mulf %1098, %1099 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1101 : f32 loc("examples/layers.kina":26:66)
+    %1096 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.140.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.139.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1096 : tensor<4x4xf32>) {
+    ^bb0(%1097: f32, %1098: f32, %1099: f32):
+      %1100 = arith.mulf %1097, %1098 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1100 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
     %ct.141.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1102 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.142.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.140.mul, %ct.141.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1102 : tensor<4x4xf32>) {
-    ^bb0(%1103: f32, %1104: f32, %1105: f32):
-      %1106 = arith.mulf %1103, %1104 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1106 : f32 loc("examples/layers.kina":26:66)
+    %1101 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.142.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.140.mul, %ct.141.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1101 : tensor<4x4xf32>) {
+    ^bb0(%1102: f32, %1103: f32, %1104: f32):
+      %1105 = arith.mulf %1102, %1103 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1105 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1107 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.143.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.130.mul, %ct.142.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1107 : tensor<4x4xf32>) {
-    ^bb0(%1108: f32, %1109: f32, %1110: f32):
-      %1111 = arith.addf %1108, %1109 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1111 : f32 loc("examples/layers.kina":26:66)
+    %1106 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.143.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.130.mul, %ct.142.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1106 : tensor<4x4xf32>) {
+    ^bb0(%1107: f32, %1108: f32, %1109: f32):
+      %1110 = arith.addf %1107, %1108 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1110 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1112 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.144.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.143.add : tensor<4x4xf32>) outs(%1112 : tensor<4x4xf32>) {
-    ^bb0(%1113: f32, %1114: f32):
-      %1115 = arith.negf %1113 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %1115 : f32 loc("examples/layers.kina":26:43)
+    %1111 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.144.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.143.add : tensor<4x4xf32>) outs(%1111 : tensor<4x4xf32>) {
+    ^bb0(%1112: f32, %1113: f32):
+      %1114 = arith.negf %1112 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %1114 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %1116 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.145.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.72.add, %ct.143.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1116 : tensor<4x4xf32>) {
-    ^bb0(%1117: f32, %1118: f32, %1119: f32):
-      %1120 = arith.addf %1117, %1118 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %1120 : f32 loc("examples/layers.kina":26:43)
+    %1115 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.145.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.72.add, %ct.143.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1115 : tensor<4x4xf32>) {
+    ^bb0(%1116: f32, %1117: f32, %1118: f32):
+      %1119 = arith.addf %1116, %1117 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %1119 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %1121 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %1122 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
-    %1123 = linalg.fill ins(%1121 : f32) outs(%1122 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %1124 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.144.neg : tensor<4x4xf32>) outs(%1123 : tensor<4xf32>) {
-    ^bb0(%1125: f32, %1126: f32):
-      %1127 = arith.addf %1126, %1125 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %1127 : f32 loc("examples/layers.kina":26:8)
+    %1120 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %1121 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
+    %1122 = linalg.fill ins(%1120 : f32) outs(%1121 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
+    %1123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.144.neg : tensor<4x4xf32>) outs(%1122 : tensor<4xf32>) {
+    ^bb0(%1124: f32, %1125: f32):
+      %1126 = arith.addf %1125, %1124 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %1126 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %ct.146.reduce_keep = tensor.expand_shape %1124 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
-    %1128 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %ct.147.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.reduce_keep, %inert.6 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1128 : tensor<4x1xf32>) {
-    ^bb0(%1129: f32, %1130: f32, %1131: f32):
-      %1132 = arith.mulf %1129, %1130 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %1132 : f32 loc("examples/layers.kina":25:68)
+    %ct.146.reduce_keep = tensor.expand_shape %1123 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
+    %1127 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %ct.147.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.reduce_keep, %inert.6 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1127 : tensor<4x1xf32>) {
+    ^bb0(%1128: f32, %1129: f32, %1130: f32):
+      %1131 = arith.mulf %1128, %1129 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %1131 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %1133 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.148.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.147.mul : tensor<4x1xf32>) outs(%1133 : tensor<4x4xf32>) {
-    ^bb0(%1134: f32, %1135: f32):
-      linalg.yield %1134 : f32 loc("examples/layers.kina":25:23)
+    %1132 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.148.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.147.mul : tensor<4x1xf32>) outs(%1132 : tensor<4x4xf32>) {
+    ^bb0(%1133: f32, %1134: f32):
+      linalg.yield %1133 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %1136 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.149.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.145.add, %ct.148.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1136 : tensor<4x4xf32>) {
-    ^bb0(%1137: f32, %1138: f32, %1139: f32):
-      %1140 = arith.addf %1137, %1138 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %1140 : f32 loc("examples/layers.kina":25:23)
+    %1135 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.149.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.145.add, %ct.148.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1135 : tensor<4x4xf32>) {
+    ^bb0(%1136: f32, %1137: f32, %1138: f32):
+      %1139 = arith.addf %1136, %1137 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %1139 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %1141 = tensor.collapse_shape %ct.149.add [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":36:11)
-    %ct.150.reshape = tensor.expand_shape %1141 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/layers.kina":36:11)
-    %1142 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-    %1143 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":34:13)
-    %1144 = linalg.fill ins(%1142 : i64) outs(%1143 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":34:13)
-    %1145 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%inert.1 : tensor<1x4xi64>) outs(%1144 : tensor<i64>) {
-    ^bb0(%1146: i64, %1147: i64):
-      %1148 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-      %1149 = arith.cmpi slt, %1146, %1148 : i64 loc("examples/layers.kina":34:13)
-      %1150 = arith.constant 4 : i64 loc("examples/layers.kina":34:13)
-      %1151 = arith.cmpi sge, %1146, %1150 : i64 loc("examples/layers.kina":34:13)
-      %1152 = arith.ori %1149, %1151 : i1 loc("examples/layers.kina":34:13)
-      %1153 = arith.extui %1152 : i1 to i64 loc("examples/layers.kina":34:13)
-      %1154 = arith.addi %1147, %1153 : i64 loc("examples/layers.kina":34:13)
-      linalg.yield %1154 : i64 loc("examples/layers.kina":34:13)
+    %1140 = tensor.collapse_shape %ct.149.add [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":36:11)
+    %ct.150.reshape = tensor.expand_shape %1140 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/layers.kina":36:11)
+    %1141 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+    %1142 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":34:13)
+    %1143 = linalg.fill ins(%1141 : i64) outs(%1142 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":34:13)
+    %1144 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%inert.1 : tensor<1x4xi64>) outs(%1143 : tensor<i64>) {
+    ^bb0(%1145: i64, %1146: i64):
+      %1147 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+      %1148 = arith.cmpi slt, %1145, %1147 : i64 loc("examples/layers.kina":34:13)
+      %1149 = arith.constant 4 : i64 loc("examples/layers.kina":34:13)
+      %1150 = arith.cmpi sge, %1145, %1149 : i64 loc("examples/layers.kina":34:13)
+      %1151 = arith.ori %1148, %1150 : i1 loc("examples/layers.kina":34:13)
+      %1152 = arith.extui %1151 : i1 to i64 loc("examples/layers.kina":34:13)
+      %1153 = arith.addi %1146, %1152 : i64 loc("examples/layers.kina":34:13)
+      linalg.yield %1153 : i64 loc("examples/layers.kina":34:13)
     } -> tensor<i64> loc("examples/layers.kina":34:13)
-    %1155 = tensor.extract %1145[] : tensor<i64> loc("examples/layers.kina":34:13)
-    %1156 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-    %1157 = arith.cmpi eq, %1155, %1156 : i64 loc("examples/layers.kina":34:13)
-    cf.assert %1157, "scatter_add index out of bounds" loc("examples/layers.kina":34:13)
-    %1158 = tensor.collapse_shape %inert.1 [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":34:13)
-    %1159 = tensor.collapse_shape %ct.150.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1160 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
-    %1161 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1162 = linalg.fill ins(%1160 : f32) outs(%1161 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %ct.151.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1158, %1159 : tensor<4xi64>, tensor<4x4xf32>) outs(%1162 : tensor<4x4xf32>) {
-    ^bb0(%1163: i64, %1164: f32, %1165: f32):
-      %1166 = arith.index_cast %1163 : i64 to index loc("examples/layers.kina":34:13)
-      %1167 = linalg.index 0 : index loc("examples/layers.kina":34:13)
-      %1168 = arith.cmpi eq, %1166, %1167 : index loc("examples/layers.kina":34:13)
-      %1169 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
-      %1170 = arith.select %1168, %1164, %1169 : f32 loc("examples/layers.kina":34:13)
-      %1171 = arith.addf %1165, %1170 : f32 loc("examples/layers.kina":34:13)
-      linalg.yield %1171 : f32 loc("examples/layers.kina":34:13)
+    %1154 = tensor.extract %1144[] : tensor<i64> loc("examples/layers.kina":34:13)
+    %1155 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+    %1156 = arith.cmpi eq, %1154, %1155 : i64 loc("examples/layers.kina":34:13)
+    cf.assert %1156, "scatter_add index out of bounds" loc("examples/layers.kina":34:13)
+    %1157 = tensor.collapse_shape %inert.1 [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":34:13)
+    %1158 = tensor.collapse_shape %ct.150.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %1159 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
+    %1160 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %1161 = linalg.fill ins(%1159 : f32) outs(%1160 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %ct.151.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1157, %1158 : tensor<4xi64>, tensor<4x4xf32>) outs(%1161 : tensor<4x4xf32>) {
+    ^bb0(%1162: i64, %1163: f32, %1164: f32):
+      %1165 = arith.index_cast %1162 : i64 to index loc("examples/layers.kina":34:13)
+      %1166 = linalg.index 0 : index loc("examples/layers.kina":34:13)
+      %1167 = arith.cmpi eq, %1165, %1166 : index loc("examples/layers.kina":34:13)
+      %1168 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
+      %1169 = arith.select %1167, %1163, %1168 : f32 loc("examples/layers.kina":34:13)
+      %1170 = arith.addf %1164, %1169 : f32 loc("examples/layers.kina":34:13)
+      linalg.yield %1170 : f32 loc("examples/layers.kina":34:13)
     } -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1172 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-    %1173 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":33:13)
-    %1174 = linalg.fill ins(%1172 : i64) outs(%1173 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":33:13)
-    %1175 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%ids : tensor<1x4xi64>) outs(%1174 : tensor<i64>) {
-    ^bb0(%1176: i64, %1177: i64):
-      %1178 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-      %1179 = arith.cmpi slt, %1176, %1178 : i64 loc("examples/layers.kina":33:13)
-      %1180 = arith.constant 6 : i64 loc("examples/layers.kina":33:13)
-      %1181 = arith.cmpi sge, %1176, %1180 : i64 loc("examples/layers.kina":33:13)
-      %1182 = arith.ori %1179, %1181 : i1 loc("examples/layers.kina":33:13)
-      %1183 = arith.extui %1182 : i1 to i64 loc("examples/layers.kina":33:13)
-      %1184 = arith.addi %1177, %1183 : i64 loc("examples/layers.kina":33:13)
-      linalg.yield %1184 : i64 loc("examples/layers.kina":33:13)
+    %1171 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+    %1172 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":33:13)
+    %1173 = linalg.fill ins(%1171 : i64) outs(%1172 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":33:13)
+    %1174 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%ids : tensor<1x4xi64>) outs(%1173 : tensor<i64>) {
+    ^bb0(%1175: i64, %1176: i64):
+      %1177 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+      %1178 = arith.cmpi slt, %1175, %1177 : i64 loc("examples/layers.kina":33:13)
+      %1179 = arith.constant 6 : i64 loc("examples/layers.kina":33:13)
+      %1180 = arith.cmpi sge, %1175, %1179 : i64 loc("examples/layers.kina":33:13)
+      %1181 = arith.ori %1178, %1180 : i1 loc("examples/layers.kina":33:13)
+      %1182 = arith.extui %1181 : i1 to i64 loc("examples/layers.kina":33:13)
+      %1183 = arith.addi %1176, %1182 : i64 loc("examples/layers.kina":33:13)
+      linalg.yield %1183 : i64 loc("examples/layers.kina":33:13)
     } -> tensor<i64> loc("examples/layers.kina":33:13)
-    %1185 = tensor.extract %1175[] : tensor<i64> loc("examples/layers.kina":33:13)
-    %1186 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-    %1187 = arith.cmpi eq, %1185, %1186 : i64 loc("examples/layers.kina":33:13)
-    cf.assert %1187, "scatter_add index out of bounds" loc("examples/layers.kina":33:13)
-    %1188 = tensor.collapse_shape %ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":33:13)
-    %1189 = tensor.collapse_shape %ct.150.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":33:13)
-    %1190 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
-    %1191 = bufferization.alloc_tensor() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %1192 = linalg.fill ins(%1190 : f32) outs(%1191 : tensor<6x4xf32>) -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %ct.152.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1188, %1189 : tensor<4xi64>, tensor<4x4xf32>) outs(%1192 : tensor<6x4xf32>) {
-    ^bb0(%1193: i64, %1194: f32, %1195: f32):
-      %1196 = arith.index_cast %1193 : i64 to index loc("examples/layers.kina":33:13)
-      %1197 = linalg.index 0 : index loc("examples/layers.kina":33:13)
-      %1198 = arith.cmpi eq, %1196, %1197 : index loc("examples/layers.kina":33:13)
-      %1199 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
-      %1200 = arith.select %1198, %1194, %1199 : f32 loc("examples/layers.kina":33:13)
-      %1201 = arith.addf %1195, %1200 : f32 loc("examples/layers.kina":33:13)
-      linalg.yield %1201 : f32 loc("examples/layers.kina":33:13)
+    %1184 = tensor.extract %1174[] : tensor<i64> loc("examples/layers.kina":33:13)
+    %1185 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+    %1186 = arith.cmpi eq, %1184, %1185 : i64 loc("examples/layers.kina":33:13)
+    cf.assert %1186, "scatter_add index out of bounds" loc("examples/layers.kina":33:13)
+    %1187 = tensor.collapse_shape %ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":33:13)
+    %1188 = tensor.collapse_shape %ct.150.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":33:13)
+    %1189 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
+    %1190 = bufferization.alloc_tensor() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %1191 = linalg.fill ins(%1189 : f32) outs(%1190 : tensor<6x4xf32>) -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %ct.152.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1187, %1188 : tensor<4xi64>, tensor<4x4xf32>) outs(%1191 : tensor<6x4xf32>) {
+    ^bb0(%1192: i64, %1193: f32, %1194: f32):
+      %1195 = arith.index_cast %1192 : i64 to index loc("examples/layers.kina":33:13)
+      %1196 = linalg.index 0 : index loc("examples/layers.kina":33:13)
+      %1197 = arith.cmpi eq, %1195, %1196 : index loc("examples/layers.kina":33:13)
+      %1198 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
+      %1199 = arith.select %1197, %1193, %1198 : f32 loc("examples/layers.kina":33:13)
+      %1200 = arith.addf %1194, %1199 : f32 loc("examples/layers.kina":33:13)
+      linalg.yield %1200 : f32 loc("examples/layers.kina":33:13)
     } -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %1202 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %ct.153.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.transpose, %ct.152.scatter_add : tensor<6x4xf32>, tensor<6x4xf32>) outs(%1202 : tensor<6x4xf32>) {
-    ^bb0(%1203: f32, %1204: f32, %1205: f32):
-      %1206 = arith.addf %1203, %1204 : f32 loc("examples/layers.kina":33:13)
-      linalg.yield %1206 : f32 loc("examples/layers.kina":33:13)
+    %1201 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %ct.153.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.transpose, %ct.152.scatter_add : tensor<6x4xf32>, tensor<6x4xf32>) outs(%1201 : tensor<6x4xf32>) {
+    ^bb0(%1202: f32, %1203: f32, %1204: f32):
+      %1205 = arith.addf %1202, %1203 : f32 loc("examples/layers.kina":33:13)
+      linalg.yield %1205 : f32 loc("examples/layers.kina":33:13)
     } -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
     return %losses.nll_loss$4_6.101.mean, %ct.153.add, %ct.151.scatter_add, %ct.129.reshape, %ct.125.reshape, %ct.122.matmul, %ct.118.reshape, %ct.115.matmul, %ct.111.reshape, %ct.109.matmul, %ct.105.reshape, %ct.78.matmul, %ct.74.reshape, %ct.52.reshape, %ct.48.reshape, %ct.46.matmul, %ct.42.reshape, %ct.39.matmul, %ct.35.reshape, %ct.19.reshape : tensor<1x1xf32>, tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16x4xf32>, tensor<4xf32>, tensor<4xf32> loc("examples/layers.kina":20:1)
   } loc("examples/layers.kina":20:1)

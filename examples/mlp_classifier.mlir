@@ -1516,104 +1516,103 @@ module {
     %122 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
     %123 = arith.cmpi eq, %121, %122 : i64 loc("examples/mlp_classifier.kina":17:19)
     cf.assert %123, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
-    %124 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-    %125 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %126 = linalg.fill ins(%124 : f32) outs(%125 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%126 : tensor<8x3xf32>) {
-    ^bb0(%127: i64, %128: f32, %129: f32):
-      %130 = arith.index_cast %127 : i64 to index loc("examples/mlp_classifier.kina":17:19)
-      %131 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
-      %132 = arith.cmpi eq, %130, %131 : index loc("examples/mlp_classifier.kina":17:19)
-      %133 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %134 = arith.select %132, %128, %133 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %135 = arith.addf %129, %134 : f32 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %135 : f32 loc("examples/mlp_classifier.kina":17:19)
+    %124 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%124 : tensor<8x3xf32>) {
+    ^bb0(%125: i64, %126: f32, %127: f32):
+      %128 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %129 = arith.index_cast %125 : i64 to index loc("examples/mlp_classifier.kina":17:19)
+      %130 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
+      %131 = arith.cmpi eq, %129, %130 : index loc("examples/mlp_classifier.kina":17:19)
+      %132 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %133 = arith.select %131, %126, %132 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %134 = arith.addf %128, %133 : f32 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %134 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %136 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
-    %137 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %138 = linalg.fill ins(%136 : f32) outs(%137 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %139 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%138 : tensor<8xf32>) {
-    ^bb0(%140: f32, %141: f32):
-      %142 = arith.addf %141, %140 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %142 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %135 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %136 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %137 = linalg.fill ins(%135 : f32) outs(%136 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %138 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%137 : tensor<8xf32>) {
+    ^bb0(%139: f32, %140: f32):
+      %141 = arith.addf %140, %139 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %141 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.reduce_keep = tensor.expand_shape %139 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/mlp_classifier.kina":29:50)
-    %143 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<8x1xf32>) outs(%143 : tensor<8x3xf32>) {
-    ^bb0(%144: f32, %145: f32):
-      linalg.yield %144 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %ct.6.reduce_keep = tensor.expand_shape %138 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/mlp_classifier.kina":29:50)
+    %142 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<8x1xf32>) outs(%142 : tensor<8x3xf32>) {
+    ^bb0(%143: f32, %144: f32):
+      linalg.yield %143 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %146 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%146 : tensor<8x3xf32>) {
-    ^bb0(%147: f32, %148: f32):
-      %149 = math.exp %147 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %149 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %145 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%145 : tensor<8x3xf32>) {
+    ^bb0(%146: f32, %147: f32):
+      %148 = math.exp %146 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %148 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %150 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%150 : tensor<8x3xf32>) {
-    ^bb0(%151: f32, %152: f32, %153: f32):
-      %154 = arith.mulf %151, %152 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %154 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %149 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%149 : tensor<8x3xf32>) {
+    ^bb0(%150: f32, %151: f32, %152: f32):
+      %153 = arith.mulf %150, %151 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %153 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %155 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%155 : tensor<8x3xf32>) {
-    ^bb0(%156: f32, %157: f32, %158: f32):
-      %159 = arith.subf %156, %157 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %159 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %154 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%154 : tensor<8x3xf32>) {
+    ^bb0(%155: f32, %156: f32, %157: f32):
+      %158 = arith.subf %155, %156 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %158 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %160 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %161 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %162 = linalg.fill ins(%160 : f32) outs(%161 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %163 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%162 : tensor<3xf32>) {
-    ^bb0(%164: f32, %165: f32):
-      %166 = arith.addf %165, %164 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %166 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %159 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %160 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %161 = linalg.fill ins(%159 : f32) outs(%160 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %162 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%161 : tensor<3xf32>) {
+    ^bb0(%163: f32, %164: f32):
+      %165 = arith.addf %164, %163 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %165 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.11.reduce_keep = tensor.expand_shape %163 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.11.reduce_keep = tensor.expand_shape %162 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.12.reshape = tensor.collapse_shape %ct.11.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %167 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.13.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%167 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %168 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %169 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %170 = linalg.fill ins(%168 : f32) outs(%169 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.14.matmul = linalg.matmul ins(%ct.10.sub, %ct.13.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%170 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %171 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.15.transpose = linalg.transpose ins(%mlp.7.a : tensor<8x16xf32>) outs(%171 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %172 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %173 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %174 = linalg.fill ins(%172 : f32) outs(%173 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.16.matmul = linalg.matmul ins(%ct.15.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%174 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %166 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.13.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%166 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %167 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %168 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %169 = linalg.fill ins(%167 : f32) outs(%168 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.14.matmul = linalg.matmul ins(%ct.10.sub, %ct.13.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%169 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %170 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.15.transpose = linalg.transpose ins(%mlp.7.a : tensor<8x16xf32>) outs(%170 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %171 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %172 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %173 = linalg.fill ins(%171 : f32) outs(%172 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.16.matmul = linalg.matmul ins(%ct.15.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%173 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.17.reshape = tensor.expand_shape %ct.12.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:14)
-    %175 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
-    %ct.18.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.matmul, %nn.linear$8_4_16.6.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%175 : tensor<8x16xf32>) {
-    ^bb0(%176: f32, %177: f32, %178: f32):
-      %179 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":21:11)
-      %180 = arith.cmpf ogt, %177, %179 : f32 loc("examples/mlp_classifier.kina":21:11)
-      %181 = arith.select %180, %176, %179 : f32 loc("examples/mlp_classifier.kina":21:11)
-      linalg.yield %181 : f32 loc("examples/mlp_classifier.kina":21:11)
+    %174 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
+    %ct.18.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.matmul, %nn.linear$8_4_16.6.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%174 : tensor<8x16xf32>) {
+    ^bb0(%175: f32, %176: f32, %177: f32):
+      %178 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":21:11)
+      %179 = arith.cmpf ogt, %176, %178 : f32 loc("examples/mlp_classifier.kina":21:11)
+      %180 = arith.select %179, %175, %178 : f32 loc("examples/mlp_classifier.kina":21:11)
+      linalg.yield %180 : f32 loc("examples/mlp_classifier.kina":21:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
-    %182 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %183 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %184 = linalg.fill ins(%182 : f32) outs(%183 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.18.relu_grad : tensor<8x16xf32>) outs(%184 : tensor<16xf32>) {
-    ^bb0(%186: f32, %187: f32):
-      %188 = arith.addf %187, %186 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %188 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %181 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %182 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %183 = linalg.fill ins(%181 : f32) outs(%182 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %184 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.18.relu_grad : tensor<8x16xf32>) outs(%183 : tensor<16xf32>) {
+    ^bb0(%185: f32, %186: f32):
+      %187 = arith.addf %186, %185 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %187 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.19.reduce_keep = tensor.expand_shape %185 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.19.reduce_keep = tensor.expand_shape %184 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.20.reshape = tensor.collapse_shape %ct.19.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %189 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.21.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%189 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %190 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %191 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %192 = linalg.fill ins(%190 : f32) outs(%191 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.22.matmul = linalg.matmul ins(%ct.18.relu_grad, %ct.21.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%192 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %193 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.23.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%193 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %194 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %195 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %196 = linalg.fill ins(%194 : f32) outs(%195 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.24.matmul = linalg.matmul ins(%ct.23.transpose, %ct.18.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%196 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %188 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.21.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%188 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %189 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %190 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %191 = linalg.fill ins(%189 : f32) outs(%190 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.22.matmul = linalg.matmul ins(%ct.18.relu_grad, %ct.21.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%191 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %192 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.23.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%192 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %193 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %194 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %195 = linalg.fill ins(%193 : f32) outs(%194 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.24.matmul = linalg.matmul ins(%ct.23.transpose, %ct.18.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%195 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.25.reshape = tensor.expand_shape %ct.20.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":19:14)
     return %losses.nll_loss$8_3.19.mean, %ct.22.matmul, %ct.24.matmul, %ct.25.reshape, %ct.16.matmul, %ct.17.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":28:1)
   } loc("examples/mlp_classifier.kina":28:1)
@@ -2097,119 +2096,118 @@ module {
     %362 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
     %363 = arith.cmpi eq, %361, %362 : i64 loc("examples/mlp_classifier.kina":17:19)
     cf.assert %363, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
-    %364 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-    %365 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %366 = linalg.fill ins(%364 : f32) outs(%365 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%366 : tensor<8x3xf32>) {
-    ^bb0(%367: i64, %368: f32, %369: f32):
-      %370 = arith.index_cast %367 : i64 to index loc("examples/mlp_classifier.kina":17:19)
-      %371 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
-      %372 = arith.cmpi eq, %370, %371 : index loc("examples/mlp_classifier.kina":17:19)
-      %373 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %374 = arith.select %372, %368, %373 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %375 = arith.addf %369, %374 : f32 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %375 : f32 loc("examples/mlp_classifier.kina":17:19)
+    %364 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%364 : tensor<8x3xf32>) {
+    ^bb0(%365: i64, %366: f32, %367: f32):
+      %368 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %369 = arith.index_cast %365 : i64 to index loc("examples/mlp_classifier.kina":17:19)
+      %370 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
+      %371 = arith.cmpi eq, %369, %370 : index loc("examples/mlp_classifier.kina":17:19)
+      %372 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %373 = arith.select %371, %366, %372 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %374 = arith.addf %368, %373 : f32 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %374 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %376 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
-    %377 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %378 = linalg.fill ins(%376 : f32) outs(%377 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %379 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%378 : tensor<8xf32>) {
-    ^bb0(%380: f32, %381: f32):
-      %382 = arith.addf %381, %380 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %382 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %375 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %376 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %377 = linalg.fill ins(%375 : f32) outs(%376 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %378 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%377 : tensor<8xf32>) {
+    ^bb0(%379: f32, %380: f32):
+      %381 = arith.addf %380, %379 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %381 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.reduce_keep = tensor.expand_shape %379 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/mlp_classifier.kina":29:50)
-    %383 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<8x1xf32>) outs(%383 : tensor<8x3xf32>) {
-    ^bb0(%384: f32, %385: f32):
-      linalg.yield %384 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %ct.6.reduce_keep = tensor.expand_shape %378 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/mlp_classifier.kina":29:50)
+    %382 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<8x1xf32>) outs(%382 : tensor<8x3xf32>) {
+    ^bb0(%383: f32, %384: f32):
+      linalg.yield %383 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %386 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%386 : tensor<8x3xf32>) {
-    ^bb0(%387: f32, %388: f32):
-      %389 = math.exp %387 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %389 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %385 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%385 : tensor<8x3xf32>) {
+    ^bb0(%386: f32, %387: f32):
+      %388 = math.exp %386 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %388 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %390 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%390 : tensor<8x3xf32>) {
-    ^bb0(%391: f32, %392: f32, %393: f32):
-      %394 = arith.mulf %391, %392 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %394 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %389 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%389 : tensor<8x3xf32>) {
+    ^bb0(%390: f32, %391: f32, %392: f32):
+      %393 = arith.mulf %390, %391 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %393 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %395 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%395 : tensor<8x3xf32>) {
-    ^bb0(%396: f32, %397: f32, %398: f32):
-      %399 = arith.subf %396, %397 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %399 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %394 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%394 : tensor<8x3xf32>) {
+    ^bb0(%395: f32, %396: f32, %397: f32):
+      %398 = arith.subf %395, %396 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %398 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %400 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %401 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %402 = linalg.fill ins(%400 : f32) outs(%401 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %403 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%402 : tensor<3xf32>) {
-    ^bb0(%404: f32, %405: f32):
-      %406 = arith.addf %405, %404 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %406 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %399 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %400 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %401 = linalg.fill ins(%399 : f32) outs(%400 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %402 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%401 : tensor<3xf32>) {
+    ^bb0(%403: f32, %404: f32):
+      %405 = arith.addf %404, %403 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %405 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.11.reduce_keep = tensor.expand_shape %403 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.11.reduce_keep = tensor.expand_shape %402 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.12.reshape = tensor.collapse_shape %ct.11.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %407 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.13.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%407 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %408 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %409 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %410 = linalg.fill ins(%408 : f32) outs(%409 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.14.matmul = linalg.matmul ins(%ct.10.sub, %ct.13.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%410 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %411 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.15.transpose = linalg.transpose ins(%random.dropout$8_16.10.out : tensor<8x16xf32>) outs(%411 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %412 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %413 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %414 = linalg.fill ins(%412 : f32) outs(%413 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.16.matmul = linalg.matmul ins(%ct.15.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%414 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %406 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.13.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%406 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %407 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %408 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %409 = linalg.fill ins(%407 : f32) outs(%408 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.14.matmul = linalg.matmul ins(%ct.10.sub, %ct.13.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%409 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %410 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.15.transpose = linalg.transpose ins(%random.dropout$8_16.10.out : tensor<8x16xf32>) outs(%410 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %411 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %412 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %413 = linalg.fill ins(%411 : f32) outs(%412 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.16.matmul = linalg.matmul ins(%ct.15.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%413 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.17.reshape = tensor.expand_shape %ct.12.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":82:14)
     %ct.18.zeros = arith.constant dense<0.0> : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %415 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %ct.19.where = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %ct.14.matmul, %ct.18.zeros : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%415 : tensor<8x16xf32>) {
-    ^bb0(%416: i8, %417: f32, %418: f32, %419: f32):
-      %420 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %421 = arith.cmpi ne, %416, %420 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %422 = arith.select %421, %417, %418 : f32 loc("examples/mlp_classifier.kina":43:20)
-      linalg.yield %422 : f32 loc("examples/mlp_classifier.kina":43:20)
+    %414 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
+    %ct.19.where = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %ct.14.matmul, %ct.18.zeros : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%414 : tensor<8x16xf32>) {
+    ^bb0(%415: i8, %416: f32, %417: f32, %418: f32):
+      %419 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %420 = arith.cmpi ne, %415, %419 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %421 = arith.select %420, %416, %417 : f32 loc("examples/mlp_classifier.kina":43:20)
+      linalg.yield %421 : f32 loc("examples/mlp_classifier.kina":43:20)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %423 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%423 : tensor<8x16xf32>) {
-    ^bb0(%424: f32, %425: f32, %426: f32):
-      %427 = arith.mulf %424, %425 : f32 loc("examples/mlp_classifier.kina":42:84)
-      linalg.yield %427 : f32 loc("examples/mlp_classifier.kina":42:84)
+    %422 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
+    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%422 : tensor<8x16xf32>) {
+    ^bb0(%423: f32, %424: f32, %425: f32):
+      %426 = arith.mulf %423, %424 : f32 loc("examples/mlp_classifier.kina":42:84)
+      linalg.yield %426 : f32 loc("examples/mlp_classifier.kina":42:84)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %428 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
-    %ct.21.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.mul, %nn.linear$8_4_16.4.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%428 : tensor<8x16xf32>) {
-    ^bb0(%429: f32, %430: f32, %431: f32):
-      %432 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":79:11)
-      %433 = arith.cmpf ogt, %430, %432 : f32 loc("examples/mlp_classifier.kina":79:11)
-      %434 = arith.select %433, %429, %432 : f32 loc("examples/mlp_classifier.kina":79:11)
-      linalg.yield %434 : f32 loc("examples/mlp_classifier.kina":79:11)
+    %427 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
+    %ct.21.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.mul, %nn.linear$8_4_16.4.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%427 : tensor<8x16xf32>) {
+    ^bb0(%428: f32, %429: f32, %430: f32):
+      %431 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":79:11)
+      %432 = arith.cmpf ogt, %429, %431 : f32 loc("examples/mlp_classifier.kina":79:11)
+      %433 = arith.select %432, %428, %431 : f32 loc("examples/mlp_classifier.kina":79:11)
+      linalg.yield %433 : f32 loc("examples/mlp_classifier.kina":79:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
-    %435 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %436 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %437 = linalg.fill ins(%435 : f32) outs(%436 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %438 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.21.relu_grad : tensor<8x16xf32>) outs(%437 : tensor<16xf32>) {
-    ^bb0(%439: f32, %440: f32):
-      %441 = arith.addf %440, %439 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %441 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %434 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %435 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %436 = linalg.fill ins(%434 : f32) outs(%435 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %437 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.21.relu_grad : tensor<8x16xf32>) outs(%436 : tensor<16xf32>) {
+    ^bb0(%438: f32, %439: f32):
+      %440 = arith.addf %439, %438 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %440 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.22.reduce_keep = tensor.expand_shape %438 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.22.reduce_keep = tensor.expand_shape %437 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.23.reshape = tensor.collapse_shape %ct.22.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %442 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.24.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%442 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %443 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %444 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %445 = linalg.fill ins(%443 : f32) outs(%444 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.25.matmul = linalg.matmul ins(%ct.21.relu_grad, %ct.24.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%445 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %446 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.26.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%446 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %447 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %448 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %449 = linalg.fill ins(%447 : f32) outs(%448 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.27.matmul = linalg.matmul ins(%ct.26.transpose, %ct.21.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%449 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %441 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.24.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%441 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %442 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %443 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %444 = linalg.fill ins(%442 : f32) outs(%443 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.25.matmul = linalg.matmul ins(%ct.21.relu_grad, %ct.24.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%444 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %445 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.26.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%445 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %446 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %447 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %448 = linalg.fill ins(%446 : f32) outs(%447 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.27.matmul = linalg.matmul ins(%ct.26.transpose, %ct.21.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%448 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.28.reshape = tensor.expand_shape %ct.23.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":77:14)
     return %losses.nll_loss$8_3.20.mean, %ct.25.matmul, %ct.27.matmul, %ct.28.reshape, %ct.16.matmul, %ct.17.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":74:1)
   } loc("examples/mlp_classifier.kina":74:1)

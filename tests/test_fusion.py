@@ -16,7 +16,8 @@ fn f(w: Tensor[F32, [64, 32]], g: Tensor[F32, [64, 32]], lr: Tensor[F32, [1, 1]]
   w2
 }
 """
-# exp feeds a sum (a reduction: not fused, its vector calls stay); x * y feeds a max over
+# exp feeds a sum (a reduction: a math.exp call is not fused, its vector calls stay; the
+# pipeline makes exp arithmetic first, and then it is: see below); x * y feeds a max over
 # the same loops (fused); x + y feeds the matmul (a named op: never a consumer); the two
 # broadcasts of [4, 1] columns are read in place by the subtraction and the addition.
 MIXED = """
@@ -85,6 +86,79 @@ def test_a_producer_with_two_uses_stays(tmp_path):
     assert count == 2                           # a and b into a * b
     assert text.count("linalg.generic") == 2    # p = x * x, computed once, and the rest
     assert text.count("arith.mulf") == 2
+
+
+# Cross-entropy against one class per row and its gradient: the take_along_axis VJP's
+# one-hot cotangent feeds a row sum and the log_softmax VJP.
+CROSS_ENTROPY = """
+fn loss(x: Tensor[F32, [64, 2048]], t: Tensor[I64, [64, 1]]) -> Tensor[F32, [1, 1]] {
+  let logp = x.log_softmax(axis=1) in
+  let picked = logp.take_along_axis(t, axis=1) in
+  let total = picked.reduce_keep(op=sum, axis=0) in
+  let out = -total in
+  out
+}
+
+fn grad(x: Tensor[F32, [64, 2048]], t: Tensor[I64, [64, 1]]) -> Tensor[F32, [64, 2048]] {
+  let (l, gx) = handle loss(x, t) with reverseMode in
+  gx
+}
+"""
+
+
+def _prepared(tmp_path, text: str) -> str:
+    """The module as the -O2 pipeline starts from it (engine.prepare_for_script: exp lowered, then fusion)."""
+    from compiler.backend import pipelines
+    mlir = _emitted(tmp_path, text)
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        engine.prepare_for_script(ir, module, pipelines.passes_for(mlir, 2, tmp_path))
+        assert module.operation.verify()
+        return str(module)
+
+
+def _generics(text: str) -> list[tuple[str, str]]:
+    """(head, body) of each linalg.generic of the module text."""
+    out = []
+    for op in text.split("linalg.generic")[1:]:
+        head, _, rest = op.partition("^bb0")
+        out.append((head, rest.split("linalg.yield", 1)[0]))
+    return out
+
+
+def test_a_sum_of_exps_is_one_loop_once_exp_is_arithmetic(tmp_path):
+    sums = [body for head, body in _generics(_prepared(tmp_path, MIXED)) if "reduction" in head]
+    assert any("math.roundeven" in b and "arith.addf" in b for b in sums)   # exp's polynomial in the sum
+    assert "math.exp" not in _prepared(tmp_path, MIXED)
+
+
+def test_the_one_hot_cotangent_is_computed_by_the_vjp_that_reads_it(tmp_path):
+    """No zero fill of [64, 2048] for the one-hot; the log_softmax VJP computes its own copy
+    (it reads the row's class, linalg.index, and the log-probabilities); the row sum that no
+    operand would size still reads the one written once.  The gradient matches -O0."""
+    text = _prepared(tmp_path, CROSS_ENTROPY)
+    assert not any("tensor<64x2048xf32>" in ln and "linalg.fill" in ln for ln in text.splitlines())
+    writers = [(h, b) for h, b in _generics(text) if "tensor<64x2048xf32>" in h.split("outs(")[-1]]
+    vjp = [b for h, b in writers if "linalg.index" in b and "math.roundeven" in b]
+    assert len(vjp) == 1                 # one-hot select and exp(logp) in one loop
+    src = tmp_path / "ce.kina"
+    src.write_text(CROSS_ENTROPY)
+    libs = {}
+    for level in (0, 2):
+        res = build.build_file(src, tmp_path / f"ce{level}.so", level, cache=False)
+        assert res.ok, res.diagnostics
+        libs[level] = runtime.load(res.so_path)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 2048)).astype(np.float32)
+    t = rng.integers(0, 2048, (64, 1)).astype(np.int64)
+    g0, g2 = libs[0].grad(x, t), libs[2].grad(x, t)
+    np.testing.assert_allclose(g2, g0, rtol=1e-6, atol=1e-7)   # row sums reassociated at -O2
+    z = x - x.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    ref = p.copy()
+    ref[np.arange(64), t[:, 0]] -= 1.0
+    np.testing.assert_allclose(g2, ref, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("text", [SGD, MIXED, SHARED], ids=["sgd", "mixed", "shared"])

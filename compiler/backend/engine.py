@@ -87,10 +87,12 @@ def prepare_for_script(mlir_ir: ModuleType, module: Module, passes: list[str]) -
     if not any(p.startswith("--transform-interpreter") for p in passes):
         return
     rewrite_scatters(mlir_ir, module)
+    # exp becomes its polynomial first: plain arithmetic, which fuses into a reduction (a
+    # softmax's sum of exps) where a math.exp call would have kept the loop scalar
+    lower_math(mlir_ir, module)
     if fusion_enabled():
         fuse_elementwise(mlir_ir, module)
     fold_transposed_lhs(mlir_ir, module)
-    lower_math(mlir_ir, module)
 
 
 def run_pipeline(mlir_ir: ModuleType, passmanager: ModuleType, module: Module, passes: list[str], emitted: str,

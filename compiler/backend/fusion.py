@@ -13,9 +13,14 @@ work is repeated:
   (each producer element is computed exactly once: chains of elementwise ops, and an
   elementwise op feeding a reduction over the same loops, e.g. exp before a sum), or
 - the producer is a pure copy (its body yields one of its inputs: a broadcast, which
-  becomes a broadcasting read in the consumer; nothing is recomputed but a load).
+  becomes a broadcasting read in the consumer; nothing is recomputed but a load), or
+- the producer is cheap and read by several consumers that could each fuse it: it reads
+  no operand element by element (only broadcasts: a row's index and value) and has a short
+  body without math calls; each reader gets its own clone (`_split_cheap_producers`), so
+  the tensor is never written: the take_along_axis VJP's one-hot cotangent, read by a row
+  sum and by the log_softmax VJP, costs no [B * T, V] pass of its own.
 
-A producer with a math op (exp, log, ...) is not fused into a reduction: LLVM vectorises
+A producer with a math call (log, tanh, ...) is not fused into a reduction: LLVM vectorises
 no float reduction loop (that would reassociate its adds), so the producer's libmvec vector
 calls would become a scalar call per element (a [256, 2048] log_softmax: 1.6 -> 2.6 ms).
 Nor into a consumer that has math ops of its own: with an exp and a log in one loop,
@@ -24,9 +29,10 @@ vector logf and libm's scalar logf differ in the last bit), and those two builds
 agree bit for bit.  Each element is computed by the same scalar operations in the same order as before, so
 results are bit-identical (no new fused multiply-adds: the ops stay separate arith ops).
 Producers with a body that has regions, or an index op the new loop order would change,
-stay as they are.  It runs on the emitted tensor IR before the -O2 tagging (fused ops are
-new ops, tagged like any other), after `rewrite_scatters` (the scatter generic it
-matches must keep its exact form); consumers are visited in program order, so a whole
+stay as they are.  (math_lowering's exp is arithmetic by the time this runs: engine.py
+lowers it first, so a sum of exps is one loop.)  It runs on the emitted tensor IR before
+the -O2 tagging (fused ops are new ops, tagged like any other), after `rewrite_scatters`
+(the scatter generic it matches must keep its exact form); consumers are visited in program order, so a whole
 chain folds into its last consumer in one pass.  -O0 keeps every op: the differential
 tests compare the two.  KINA_FUSE=0 turns it off (to measure what it gains).
 """
@@ -93,15 +99,16 @@ def _covers_loops(mlir_ir: Bindings, maps: list[Any], n_dims: int) -> bool:
     return seen == set(range(n_dims))
 
 
-def _producer(mlir_ir: Bindings, consumer: Any, index: int) -> Any | None:
-    """The fusable producer of the consumer's input `index`, or None."""
+def _producer(mlir_ir: Bindings, consumer: Any, index: int, single_use: bool = True) -> Any | None:
+    """The fusable producer of the consumer's input `index`, or None (`single_use`: only when
+    the consumer is its one reader)."""
     value = consumer.operands[index]
     if not isinstance(value, mlir_ir.OpResult):
         return None
     producer = value.owner.operation
     if producer.name != "linalg.generic" or len(producer.results) != 1 or producer.block != consumer.block:
         return None
-    if len(list(value.uses)) != 1 or not _all_parallel(mlir_ir, producer):
+    if (single_use and len(list(value.uses)) != 1) or not _all_parallel(mlir_ir, producer):
         return None
     n_in, n_init = _segments(producer)
     maps = _maps(mlir_ir, producer)
@@ -116,10 +123,10 @@ def _producer(mlir_ir: Bindings, consumer: Any, index: int) -> Any | None:
     ops = list(body.operations)
     if any(len(o.regions) for o in ops):
         return None
-    if any(o.name.startswith("math.") for o in ops):
+    if any(_math_call(o) for o in ops):
         if not _all_parallel(mlir_ir, consumer):
             return None   # a reduction loop stays scalar: its exp / log would lose their vector calls
-        if any(o.name.startswith("math.") for o in _body(consumer).operations):
+        if any(_math_call(o) for o in _body(consumer).operations):
             return None   # one loop, one source of math calls (see the module docstring)
     if _is_copy(mlir_ir, producer):
         return producer
@@ -130,16 +137,76 @@ def _producer(mlir_ir: Bindings, consumer: Any, index: int) -> Any | None:
     return producer
 
 
-def _fuse(mlir_ir: Bindings, consumer: Any, index: int, producer: Any) -> Any | None:
-    """The consumer with the producer of its input `index` fused in (a new op), or None."""
-    n_in, n_init = _segments(consumer)
+# math ops that are one instruction (or a few), never a libm / libmvec call: math_lowering's
+# exp polynomial is made of these, and a producer of them fuses like plain arithmetic.
+_INSTRUCTIONS = {"math.fma", "math.roundeven", "math.absf", "math.copysign", "math.floor", "math.ceil",
+                 "math.trunc", "math.round", "math.sqrt"}
+
+
+# A cheap producer's body has at most this many ops (the one-hot cotangent's has 7; a
+# random_bits counter hash, which reads no operand either, has dozens).
+CHEAP_OPS = 12
+
+
+def _math_call(op: Any) -> bool:
+    return bool(op.name.startswith("math.") and op.name not in _INSTRUCTIONS)
+
+
+def _cheap(mlir_ir: Bindings, producer: Any) -> bool:
+    """Whether recomputing the producer in each reader costs less than writing and reading its
+    result: it reads no operand element by element (each input is read through a map over
+    fewer loops, a broadcast: a row's index and value) and calls no math function."""
+    n_in, _ = _segments(producer)
+    n_dims = _maps(mlir_ir, producer)[-1].n_dims
+    reads_all = any(m.is_permutation and m.n_dims == n_dims for m in _maps(mlir_ir, producer)[:n_in])
+    ops = list(_body(producer).operations)
+    return not reads_all and len(ops) <= CHEAP_OPS and not any(_math_call(o) for o in ops)
+
+
+def _split_cheap_producers(mlir_ir: Bindings, block: Any) -> int:
+    """A cheap producer (`_cheap`) read by several generics gets a clone for each reader that
+    can fuse it, so that reader computes it instead of reading it back; the original stays
+    for one fusing reader, or is still written for readers that cannot fuse it (a row sum
+    of the take_along_axis VJP's one-hot [B * T, V] cotangent: no operand sizes its loop
+    over V once the one-hot is fused; the log_softmax VJP fuses its clone).  A clone
+    computes the same scalar ops: results are unchanged.  Returns the count of clones."""
+    count = 0
+    for op in list(block.operations):
+        op = op.operation
+        if op.name != "linalg.generic" or len(op.results) != 1:
+            continue
+        uses = [(getattr(u.owner, "operation", u.owner), u.operand_number) for u in op.results[0].uses]
+        if len(uses) < 2 or not _cheap(mlir_ir, op):
+            continue
+        fusing = [(c, i) for c, i in uses if getattr(c, "name", None) == "linalg.generic" and i < _segments(c)[0]
+                  and _producer(mlir_ir, c, i, single_use=False) is not None
+                  and _fused_maps(mlir_ir, c, i, op) is not None]
+        # every reader fuses: the first takes the original; else the original stays for the others
+        for consumer, index in fusing[1:] if len(fusing) == len(uses) else fusing:
+            clone = op.clone(ip=mlir_ir.InsertionPoint(op))
+            consumer.operands[index] = clone.results[0]
+            count += 1
+    return count
+
+
+def _fused_maps(mlir_ir: Bindings, consumer: Any, index: int, producer: Any) -> list[Any] | None:
+    """The indexing maps of the consumer with the producer of its input `index` fused in, or
+    None when they cannot be composed or leave a loop that no operand sizes."""
     p_in, _ = _segments(producer)
     cmaps, pmaps = _maps(mlir_ir, consumer), _maps(mlir_ir, producer)
     composed = [_compose(mlir_ir, m, cmaps[index]) for m in pmaps[:p_in]]
     if any(m is None for m in composed):
         return None
     maps = cmaps[:index] + composed + cmaps[index + 1:]
-    if not _covers_loops(mlir_ir, maps, cmaps[index].n_dims):
+    return maps if _covers_loops(mlir_ir, maps, cmaps[index].n_dims) else None
+
+
+def _fuse(mlir_ir: Bindings, consumer: Any, index: int, producer: Any) -> Any | None:
+    """The consumer with the producer of its input `index` fused in (a new op), or None."""
+    n_in, n_init = _segments(consumer)
+    p_in, _ = _segments(producer)
+    maps = _fused_maps(mlir_ir, consumer, index, producer)
+    if maps is None:
         return None
     c_ops, p_ops = list(consumer.operands), list(producer.operands)
     operands = c_ops[:index] + p_ops[:p_in] + c_ops[index + 1:]
@@ -200,6 +267,7 @@ def fuse_elementwise(mlir_ir: Bindings, module: Any) -> int:
     for fn in module.body.operations:
         if fn.operation.name != "func.func" or not len(fn.regions[0].blocks):
             continue
+        _split_cheap_producers(mlir_ir, fn.regions[0].blocks[0])
         for op in list(fn.regions[0].blocks[0].operations):
             if op.operation.name == "linalg.generic":
                 count += _fuse_into(mlir_ir, op.operation)

@@ -295,22 +295,32 @@ def scatter_rows_function(name: str, n: int | None, d: int | None, v: int | None
 def lower_scatter_along_axis(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """zeros(dest) with updates added at idx along axis: a generic over dest's dims plus a
     reduction iterator k over idx.shape[axis]:
-    out[i] += (idx[i with axis -> k] == i[axis]) ? updates[i with axis -> k] : 0."""
+    out[i] += (idx[i with axis -> k] == i[axis]) ? updates[i with axis -> k] : 0
+    (elementwise when that extent is 1)."""
     (upd, idx), (tu, ti) = args, [_t(e) for e in node.args]
     t = ty(node.attrs["dest_ty"])
     axis, r = node.attrs["axis"], t.rank
     em.bounds_check(idx, ti, t.shape[axis], "scatter_along_axis index out of bounds")
     acc = _acc(em, t)
-    zero = em.filled(acc, 0)
-    along = [f"d{r}" if d == axis else f"d{d}" for d in range(r)]
+    direct = out if acc == t else None
 
-    def body(i: str, u: str, o: str) -> str:
+    def term(i: str, u: str) -> str:
         hit = em.op(f"arith.cmpi eq, {em.to_index(i)}, {em.op(f'linalg.index {axis} : index')} : index")
-        term = em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, em.F)} : {em.F}")
-        return em.op(f"arith.addf {o}, {term} : {em.F}")
+        return em.op(f"arith.select {hit}, {em.load(u, t.elem)}, {em.scalar(0.0, em.F)} : {em.F}")
 
-    res = em.generic([(idx, ti, along), (upd, tu, along)], (zero, acc, identity(r)),
-                     ["parallel"] * r + ["reduction"], body, out if acc == t else None)
+    if ti.shape[axis] == 1:
+        # One index per position (the VJP of picking one class per row): the k loop has one
+        # trip, so out = 0 + term, elementwise.  The same value as below, with no zero-filled
+        # accumulator written and read back; fusion.py can fold it into its readers.
+        at0 = ["0" if d == axis else f"d{d}" for d in range(r)]
+        res = em.generic([(idx, ti, at0), (upd, tu, at0)], (em.empty(acc), acc, identity(r)), ["parallel"] * r,
+                         lambda i, u, _o: em.op(f"arith.addf {em.scalar(0.0, em.F)}, {term(i, u)} : {em.F}"),
+                         direct)
+    else:
+        along = [f"d{r}" if d == axis else f"d{d}" for d in range(r)]
+        res = em.generic([(idx, ti, along), (upd, tu, along)], (em.filled(acc, 0), acc, identity(r)),
+                         ["parallel"] * r + ["reduction"], lambda i, u, o: em.op(f"arith.addf {o}, {term(i, u)} : {em.F}"),
+                         direct)
     return em.convert(res, acc, t.elem, out) if acc != t else res
 
 
