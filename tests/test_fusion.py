@@ -142,6 +142,8 @@ def test_the_one_hot_cotangent_is_computed_by_the_vjp_that_reads_it(tmp_path):
     writers = [(h, b) for h, b in _generics(text) if "tensor<64x2048xf32>" in h.split("outs(")[-1]]
     vjp = [b for h, b in writers if "linalg.index" in b and "math.roundeven" in b]
     assert len(vjp) == 1                 # one-hot select and exp(logp) in one loop
+    assert len(writers) == 2             # and the one-hot for the row sum: log_softmax's output
+    #                                      is computed where the loss picks from it and in the VJP
     src = tmp_path / "ce.kina"
     src.write_text(CROSS_ENTROPY)
     libs = {}
@@ -159,6 +161,40 @@ def test_the_one_hot_cotangent_is_computed_by_the_vjp_that_reads_it(tmp_path):
     ref = p.copy()
     ref[np.arange(64), t[:, 0]] -= 1.0
     np.testing.assert_allclose(g2, ref, rtol=1e-4, atol=1e-6)
+
+
+# The picked elements of an elementwise result, and a gather that reads every element twice
+# (more reads than the product has elements: it stays written once).
+PICKED = """
+fn f(x: Tensor[F32, [16, 32]], y: Tensor[F32, [16, 32]], i: Tensor[I64, [16, 1]], j: Tensor[I64, [64]])
+    -> (Tensor[F32, [16, 1]], Tensor[F32, [64, 32]]) {
+  let p = x * y + x in
+  let picked = p.take_along_axis(i, axis=1) in
+  let q = x - y in
+  let rows = gather(q, j) in
+  (picked, rows)
+}
+"""
+
+
+def test_an_elementwise_result_read_at_a_few_points_is_computed_there(tmp_path):
+    text = _prepared(tmp_path, PICKED)
+    written = [h for h, _ in _generics(text) if "tensor<16x32xf32>" in h.split("outs(")[-1]]
+    assert len(written) == 1                       # q (gathered 64 times from 16 rows); not p
+    src = tmp_path / "picked.kina"
+    src.write_text(PICKED)
+    libs = {}
+    for level in (0, 2):
+        res = build.build_file(src, tmp_path / f"picked{level}.so", level, cache=False)
+        assert res.ok, res.diagnostics
+        libs[level] = runtime.load(res.so_path)
+    rng = np.random.default_rng(9)
+    x, y = (rng.standard_normal((16, 32)).astype(np.float32) for _ in range(2))
+    i, j = rng.integers(0, 32, (16, 1)), rng.integers(0, 16, 64)
+    got0, got2 = libs[0].f(x, y, i, j), libs[2].f(x, y, i, j)
+    for a, b in zip(got0, got2):
+        np.testing.assert_array_equal(a, b)       # the same scalar ops: the same bits
+    np.testing.assert_array_equal(got2[0], np.take_along_axis(x * y + x, i, axis=1))
 
 
 @pytest.mark.parametrize("text", [SGD, MIXED, SHARED], ids=["sgd", "mixed", "shared"])

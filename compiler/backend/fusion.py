@@ -189,6 +189,113 @@ def _split_cheap_producers(mlir_ir: Bindings, block: Any) -> int:
     return count
 
 
+def _recomputable(mlir_ir: Bindings, producer: Any) -> bool:
+    """An elementwise generic whose element at (i, ...) can be computed where it is read:
+    parallel loops, an identity result map its body never reads, tensor inputs read through
+    maps of loop dims and constants, and a body of plain ops (no regions, no linalg.index,
+    no math call)."""
+    if producer.name != "linalg.generic" or len(producer.results) != 1 or not _all_parallel(mlir_ir, producer):
+        return False
+    n_in, n_init = _segments(producer)
+    maps = _maps(mlir_ir, producer)
+    if n_init != 1 or maps[-1] != mlir_ir.AffineMap.get_identity(maps[-1].n_dims):
+        return False
+    body = _body(producer)
+    if list(body.arguments[n_in].uses) or not all(isinstance(v.type, mlir_ir.RankedTensorType)
+                                                    for v in list(producer.operands)[:n_in]):
+        return False
+    if any(len(o.regions) or o.name == "linalg.index" or _math_call(o) for o in body.operations):
+        return False
+    return all(isinstance(e, (mlir_ir.AffineDimExpr, mlir_ir.AffineConstantExpr))
+               for m in maps[:n_in] for e in m.results)
+
+
+def _trip_count(mlir_ir: Bindings, op: Any) -> int | None:
+    """How many iterations a static linalg.generic runs (None: a loop of dynamic size)."""
+    extents: dict[int, int] = {}
+    for m, v in zip(_maps(mlir_ir, op), op.operands):
+        if not isinstance(v.type, mlir_ir.RankedTensorType):
+            continue
+        shape = mlir_ir.RankedTensorType(v.type).shape
+        for r, e in enumerate(m.results):
+            if isinstance(e, mlir_ir.AffineDimExpr) and shape[r] >= 0:
+                extents.setdefault(e.position, shape[r])
+    n_dims = _maps(mlir_ir, op)[0].n_dims
+    if len(extents) != n_dims:
+        return None
+    count = 1
+    for x in extents.values():
+        count *= x
+    return count
+
+
+def _recompute_at(mlir_ir: Bindings, extract: Any, producer: Any) -> None:
+    """Replace `tensor.extract %producer[idx]` by the producer's body on its inputs' elements
+    at idx (each read through its map)."""
+    from mlir.dialects import arith, tensor
+
+    idx = list(extract.operands)[1:]
+    n_in, _ = _segments(producer)
+    pbody = _body(producer)
+    values: dict[Any, Any] = {}
+    with mlir_ir.InsertionPoint(extract), extract.location:
+        for k, m in enumerate(_maps(mlir_ir, producer)[:n_in]):
+            at = [idx[e.position] if isinstance(e, mlir_ir.AffineDimExpr)
+                  else arith.ConstantOp(mlir_ir.IndexType.get(), e.value).result for e in m.results]
+            values[pbody.arguments[k]] = tensor.ExtractOp(producer.operands[k], at).result
+        *ops, yielded = list(pbody.operations)
+        for op in ops:
+            clone = op.operation.clone(ip=mlir_ir.InsertionPoint(extract))
+            for i, operand in enumerate(clone.operands):
+                if operand in values:
+                    clone.operands[i] = values[operand]
+            values.update(zip(op.results, clone.results))
+    result = yielded.operands[0]
+    extract.results[0].replace_all_uses_with(values.get(result, result))
+    extract.erase()
+
+
+def _fuse_into_extracts(mlir_ir: Bindings, block: Any) -> int:
+    """A generic that reads single elements of an elementwise generic's result (`tensor.extract`
+    in its body: a gather, the picked log-probabilities of a cross-entropy) computes them
+    there instead, when it reads no more elements than the producer has; a producer left
+    without readers is erased.  Then the log_softmax output that the loss picks from and
+    its VJP reads is never written: the VJP fuses it (one use left).  The same scalar ops
+    on the same inputs: results are unchanged.  Returns how many reads were replaced."""
+    count = 0
+    for consumer in list(block.operations):
+        consumer = consumer.operation
+        if consumer.name != "linalg.generic":
+            continue
+        reads = _trip_count(mlir_ir, consumer)
+        while reads is not None:    # again: a recomputed element may read another producer's
+            found = _recomputable_extract(mlir_ir, consumer, reads)
+            if found is None:
+                break
+            ext, producer = found
+            _recompute_at(mlir_ir, ext, producer)
+            count += 1
+            if not list(producer.results[0].uses):
+                producer.erase()
+    return count
+
+
+def _recomputable_extract(mlir_ir: Bindings, consumer: Any, reads: int) -> tuple[Any, Any] | None:
+    """(a tensor.extract of the consumer's body, its producer) that `_fuse_into_extracts` may
+    replace: a recomputable producer in the consumer's block with at least `reads` elements."""
+    for ext in _body(consumer).operations:
+        src = ext.operands[0] if ext.name == "tensor.extract" else None
+        if not isinstance(src, mlir_ir.OpResult):
+            continue
+        producer = getattr(src.owner, "operation", src.owner)
+        if producer.block != consumer.block or not _recomputable(mlir_ir, producer):
+            continue
+        size = _trip_count(mlir_ir, producer)
+        if size is not None and reads <= size:
+            return ext.operation, producer
+    return None
+
+
 def _fused_maps(mlir_ir: Bindings, consumer: Any, index: int, producer: Any) -> list[Any] | None:
     """The indexing maps of the consumer with the producer of its input `index` fused in, or
     None when they cannot be composed or leave a loop that no operand sizes."""
@@ -267,6 +374,7 @@ def fuse_elementwise(mlir_ir: Bindings, module: Any) -> int:
     for fn in module.body.operations:
         if fn.operation.name != "func.func" or not len(fn.regions[0].blocks):
             continue
+        _fuse_into_extracts(mlir_ir, fn.regions[0].blocks[0])
         _split_cheap_producers(mlir_ir, fn.regions[0].blocks[0])
         for op in list(fn.regions[0].blocks[0].operations):
             if op.operation.name == "linalg.generic":
