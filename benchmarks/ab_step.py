@@ -1,6 +1,6 @@
 """A/B of the scaled StoryLM train step built by two (or more) checkouts, in one process.
 
-    .venv/bin/python benchmarks/ab_step.py [TREE ...] [--rounds N] [--jax] [--config large]
+    .venv/bin/python benchmarks/ab_step.py [TREE ...] [--rounds N] [--jax] [--config large] [--dynamic]
     .venv/bin/python benchmarks/ab_step.py /tmp/main-checkout .     # before (main) vs this tree
 
 Each TREE is a checkout of this repository (default: this one); its `compiler` builds the
@@ -43,7 +43,9 @@ from compiler import build
 s = M.sizes(*M.CONFIGS[sys.argv[3]])
 out = Path(sys.argv[2])
 t0 = time.perf_counter()
-if hasattr(M, "build"):      # examples/storylm.kina built with --size
+if sys.argv[4] == "dynamic":  # without --size: one library for every size
+    res = build.build_file(M.STORYLM, out, 2, {}, transform=build.keep_exports(M.EXPORTS), cache=False)
+elif hasattr(M, "build"):    # examples/storylm.kina built with --size
     res = M.build(s, out, 2)
 else:                        # a tree from before size-generic functions: its text template
     src = out.with_suffix(".kina")
@@ -55,8 +57,9 @@ print(json.dumps({"build_s": time.perf_counter() - t0}))
 """
 
 
-def build_in(tree: Path, out: Path, config: str) -> float:
-    proc = subprocess.run([sys.executable, "-c", BUILD, str(tree), str(out), config], capture_output=True, text=True)
+def build_in(tree: Path, out: Path, config: str, dynamic: bool) -> float:
+    proc = subprocess.run([sys.executable, "-c", BUILD, str(tree), str(out), config,
+                           "dynamic" if dynamic else "static"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"building with {tree} failed:\n{proc.stdout}{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])["build_s"]
@@ -68,6 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--jax", action="store_true", help="time jax.jit's step in the same rounds")
     ap.add_argument("--config", choices=sorted(M.CONFIGS), default="scaled", help="bench_scaled's sizes")
+    ap.add_argument("--dynamic", action="store_true", help="the libraries built without --size (issue 25)")
     args = ap.parse_args(argv)
     threads.prepare_process()
     s = M.sizes(*M.CONFIGS[args.config])
@@ -78,14 +82,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="kina-ab-") as tmp:
         for i, tree in enumerate(args.trees):
             so = Path(tmp) / f"step{i}.so"   # one file name per library: dlopen returns the first of a path
-            secs = build_in(Path(tree).resolve(), so, args.config)
+            secs = build_in(Path(tree).resolve(), so, args.config, args.dynamic)
             lib = runtime.load(so)
             # by parameter name: an older tree's train_step also takes inv_n
             step_args = tuple(w[p.name] for p in lib.train_step.params)
-            lib.train_step(*step_args, out=out)
+            kw = {"H": s["H"]} if args.dynamic else {}   # H shows only as H * DH in the arrays
+            lib.train_step(*step_args, out=out, **kw)
             name = f"{i}:{Path(tree).resolve().name}"
             print(f"{name}: build {secs:.2f} s, max rel err vs NumPy {M.max_error(tuple(out), ref):.1e}")
-            fns[name] = (lambda lib=lib, step_args=step_args: lib.train_step(*step_args, out=out))
+            fns[name] = (lambda lib=lib, step_args=step_args, kw=kw: lib.train_step(*step_args, out=out, **kw))
         if args.jax:
             import peers
             impl = peers.jax_impl(w, s)
