@@ -698,3 +698,48 @@ def test_the_innermost_loops_are_hoisted_and_only_they_are_visited(tmp_path):
             body = next(str(op) for op in module.body.operations
                         if re.search(rf'@"?{re.escape(name)}"?\(', str(op).split("\n")[0]))
             assert re.search(rf"scf\.for .*iter_args\(.*\) -> \(.*vector<{m}x{n}xf32>", body), name
+
+
+# A row-parallel elementwise body of the exp polynomial, a one-hot select on the column index
+# and an FMA-free mix of ops, [256, 512]: vectorised 16 lanes wide by the script.
+VECTOR_ROWS = """
+fn f(x: Tensor[F32, [256, 512]], y: Tensor[F32, [256, 512]], t: Tensor[I64, [256, 1]]) -> Tensor[F32, [256, 512]] {
+  let e = (x - y).exp() in
+  let s = e * y + x in
+  let (l, g) = handle pick(s, t) with reverseMode in
+  g * e
+}
+
+fn pick(s: Tensor[F32, [256, 512]], t: Tensor[I64, [256, 1]]) -> Tensor[F32, [256, 1]] {
+  let p = s.take_along_axis(t, axis=1) in
+  p
+}
+"""
+
+
+def test_row_parallel_elementwise_loops_are_vectorised_and_equal_O0_bit_for_bit(tmp_path):
+    """`kina.vector_rows`: after the script, the fused elementwise loop is vector code (the
+    one-hot's column index a vector.step); per lane the scalar ops of -O0, so the library's
+    values equal -O0's bit for bit."""
+    src = tmp_path / "v.kina"
+    src.write_text(VECTOR_ROWS)
+    res = build.BuildResult(False, source=build.SourceText(VECTOR_ROWS, str(src)))
+    mlir = build.front_end(VECTOR_ROWS, str(src), {}, res)
+    passes = pipelines.passes_for(mlir, 2, tmp_path)
+    upto = passes[:passes.index(pipelines.FILL_SLOT) + 1]   # the tags, the script, then the slot
+    ir, passmanager, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        engine.prepare_for_script(ir, module, passes)
+        engine.run_pipeline(ir, passmanager, module, upto, mlir)
+        text = str(module)
+    assert "vector<1x16xf32>" in text and "vector.step" in text
+    libs = {}
+    for level in (0, 2):
+        built = build.build_file(src, tmp_path / f"v{level}.so", level, cache=False)
+        assert built.ok, built.diagnostics
+        libs[level] = runtime.load(built.so_path)
+    rng = np.random.default_rng(4)
+    x, y = (rng.standard_normal((256, 512)).astype(np.float32) for _ in range(2))
+    t = rng.integers(0, 512, (256, 1))
+    np.testing.assert_array_equal(libs[2].f(x, y, t), libs[0].f(x, y, t))

@@ -123,10 +123,10 @@ def _producer(mlir_ir: Bindings, consumer: Any, index: int, single_use: bool = T
     ops = list(body.operations)
     if any(len(o.regions) for o in ops):
         return None
-    if any(_math_call(o) for o in ops):
+    if any(math_call(o) for o in ops):
         if not _all_parallel(mlir_ir, consumer):
             return None   # a reduction loop stays scalar: its exp / log would lose their vector calls
-        if any(_math_call(o) for o in _body(consumer).operations):
+        if any(math_call(o) for o in _body(consumer).operations):
             return None   # one loop, one source of math calls (see the module docstring)
     if _is_copy(mlir_ir, producer):
         return producer
@@ -148,7 +148,8 @@ _INSTRUCTIONS = {"math.fma", "math.roundeven", "math.absf", "math.copysign", "ma
 CHEAP_OPS = 12
 
 
-def _math_call(op: Any) -> bool:
+def math_call(op: Any) -> bool:
+    """Whether the op becomes a libm / libmvec call (not one of _INSTRUCTIONS)."""
     return bool(op.name.startswith("math.") and op.name not in _INSTRUCTIONS)
 
 
@@ -160,7 +161,7 @@ def _cheap(mlir_ir: Bindings, producer: Any) -> bool:
     n_dims = _maps(mlir_ir, producer)[-1].n_dims
     reads_all = any(m.is_permutation and m.n_dims == n_dims for m in _maps(mlir_ir, producer)[:n_in])
     ops = list(_body(producer).operations)
-    return not reads_all and len(ops) <= CHEAP_OPS and not any(_math_call(o) for o in ops)
+    return not reads_all and len(ops) <= CHEAP_OPS and not any(math_call(o) for o in ops)
 
 
 def _split_cheap_producers(mlir_ir: Bindings, block: Any) -> int:
@@ -204,7 +205,7 @@ def _recomputable(mlir_ir: Bindings, producer: Any) -> bool:
     if list(body.arguments[n_in].uses) or not all(isinstance(v.type, mlir_ir.RankedTensorType)
                                                     for v in list(producer.operands)[:n_in]):
         return False
-    if any(len(o.regions) or o.name == "linalg.index" or _math_call(o) for o in body.operations):
+    if any(len(o.regions) or o.name == "linalg.index" or math_call(o) for o in body.operations):
         return False
     return all(isinstance(e, (mlir_ir.AffineDimExpr, mlir_ir.AffineConstantExpr))
                for m in maps[:n_in] for e in m.results)

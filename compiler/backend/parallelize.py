@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from compiler.backend import parallel_if
 from compiler.backend.bindings import walk_ops
+from compiler.backend.fusion import math_call
 from compiler.backend.shared_products import share_dynamic_products
 from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
 from compiler.backend.transform_library import (
@@ -25,6 +26,8 @@ from compiler.backend.transform_library import (
     REGISTER_TILE,
     TRANSPOSE_BLOCK,
     TRANSPOSE_MAX_RANK,
+    VECTOR_ROWS_LANES,
+    VECTOR_ROWS_MAX_RANK,
     reduce_tiles,
     transpose_tiles,
 )
@@ -137,6 +140,28 @@ def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:
     return None
 
 
+# - a row-parallel elementwise generic (static, rank 2..VECTOR_ROWS_MAX_RANK, its last dim a
+#   multiple of VECTOR_ROWS_LANES) of f32 / integer values, whose body reads no tensor and
+#   calls no math function, is also tagged `kina.vector_rows = [rank]`: the script cuts each
+#   row into VECTOR_ROWS_LANES-wide tiles and vectorises them.  LLVM's loop vectoriser had
+#   left the log_softmax VJP's loop (the one-hot select, the exp polynomial) scalar, or 8
+#   wide: [256, 2048] 0.119 -> 0.071 ms on two Zen 5 cores.  Each lane does the element's
+#   scalar ops (no reassociation, a math.fma stays one): results are bit-identical.
+_VECTOR_ELEMENTS = {"f32", "i64", "i32", "i1"}
+
+
+def _vector_rows(mlir_ir: ModuleType, op: OpView, types: list[RankedTensorType]) -> bool:
+    its = [str(i) for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"])]
+    if not (2 <= len(its) <= VECTOR_ROWS_MAX_RANK and all("parallel" in i for i in its)):
+        return False
+    if not all(t.has_static_shape and str(t.element_type) in _VECTOR_ELEMENTS for t in types):
+        return False
+    if mlir_ir.RankedTensorType(op.results[0].type).shape[-1] % VECTOR_ROWS_LANES:
+        return False
+    ops = list(op.regions[0].blocks[0].operations)
+    return not any(o.name == "tensor.extract" or math_call(o) or len(o.regions) for o in ops)
+
+
 def _rows_test(mlir_ir: ModuleType, op: OpView) -> Value:
     """At the call: the generic runs at least PARALLEL_MIN_ELEMENTS iterations and its loop d0
     at least twice (the static rule, with the trip count for the largest operand)."""
@@ -186,6 +211,8 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
         extent = _dim0_extent(mlir_ir, op)
         if size >= PARALLEL_MIN_ELEMENTS and extent is not None and extent >= 2:
             op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
+            if _vector_rows(mlir_ir, op, types):
+                op.attributes["kina.vector_rows"] = mlir_ir.DenseI64ArrayAttr.get([len(iterators)])
             tagged += 1
         return mlir_ir.WalkResult.ADVANCE
 

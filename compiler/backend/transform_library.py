@@ -256,6 +256,7 @@ module attributes {transform.with_named_sequence} {
     ^bb0(%op: !transform.any_op):
       %g, %all = transform.structured.tile_using_forall %op tile_sizes [1] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     }
+@VECTOR_ROWS@
     %pcol = transform.structured.match ops{["linalg.matmul"]} attributes{kina.parallel_columns} in %root : (!transform.any_op) -> !transform.any_op
     transform.foreach %pcol : !transform.any_op {
     ^bb0(%op: !transform.any_op):
@@ -443,6 +444,24 @@ def _parallel_matmul(op: str, blocks: tuple[int, ...], k_blocked: bool = False, 
             f"    }}")
 
 
+# - a row-parallel elementwise generic tagged `kina.vector_rows = [rank]` (parallelize.py says
+#   which): after its forall over rows, each row cut into VECTOR_ROWS_LANES-wide tiles,
+#   vectorised (one vector op per scalar op of the body).
+VECTOR_ROWS_LANES = 16
+VECTOR_ROWS_MAX_RANK = 4
+
+
+def _vector_rows(rank: int) -> str:
+    name = f"%vrow_{rank}"
+    tiles = ", ".join(["1"] * (rank - 1) + [str(VECTOR_ROWS_LANES)])
+    loops = ", ".join(["!transform.any_op"] * (rank + 1))
+    return ("\n".join(foreach_tagged(name, "linalg.generic", tag("kina.vector_rows", (rank,)))) + "\n"
+            f"      %t, %l:{rank} = transform.structured.tile_using_for %op tile_sizes [{tiles}] : "
+            f"(!transform.any_op) -> ({loops})\n"
+            f"      transform.structured.vectorize %t : !transform.any_op\n"
+            f"    }}")
+
+
 TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
     "  transform.named_sequence @kina_o2(", OUTLINE_LIBRARY + HOIST_LIBRARY + "  transform.named_sequence @kina_o2(").replace(
     "@TRANSPOSES@", "\n".join(_transpose_tiling(t) for t in TRANSPOSE_TILINGS)).replace(
@@ -457,6 +476,7 @@ TRANSFORM_LIBRARY = TRANSFORM_LIBRARY.replace(
                                        for peel in DYNAMIC_PEELINGS])).replace(
     "@PEELED_MATMULS@", "\n".join(_peeled_matmul(op, *peel) for op in ("linalg.matmul", "linalg.batch_matmul")
                                     for peel in PEELINGS)).replace(
+    "@VECTOR_ROWS@", "\n".join(_vector_rows(r) for r in range(2, VECTOR_ROWS_MAX_RANK + 1))).replace(
     "@TILE_M@", str(REGISTER_TILE[0])).replace("@TILE_N@", str(REGISTER_TILE[1])).replace(
     "@FEW_ROWS_BLOCK@", str(FEW_ROWS_BLOCK)).replace(
     # The most specific matches first (packed, then k-blocked): a plain match takes them too.

@@ -395,16 +395,18 @@ def lower_log_softmax(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) 
     """x - max - log(sum(exp(x - max))) along axis (the log: FnEmitter.own_log)."""
     t, axis = _t(node), node.attrs["axis"]
     m, s, _e, acc, kept = _softmax_parts(em, args[0], t, axis)
+    # The row sums' logs, one per row: an f32 one Kina's own, the same bits at every level (a
+    # loss is reproducible level to level); an f64 one (F64 logits) libm's.  Their own loop:
+    # computed in the row's loop, LLVM could not hoist them (the loads of the sums may alias
+    # the store), and a fused VJP computed one per element.
+    logs = em.map_elementwise([(s, acc)], acc,
+                              lambda sm: em.own_log(sm) if em.F == "f32" else em.op(f"math.log {sm} : {em.F}"))
 
-    def body(v: str, mx: str, sm: str, _o: str) -> str:
+    def body(v: str, mx: str, lg: str, _o: str) -> str:
         shifted = em.op(f"arith.subf {em.load(v, t.elem)}, {mx} : {em.F}")
-        # an f32 row sum's log: Kina's own (LLVM hoists it out of the row's loop at -O2, so
-        # its cost is per row), the same bits at every level (a loss is reproducible
-        # level to level); an f64 one (F64 logits) is libm's
-        log = em.own_log(sm) if em.F == "f32" else em.op(f"math.log {sm} : {em.F}")
-        return em.store(em.op(f"arith.subf {shifted}, {log} : {em.F}"), t.elem)
+        return em.store(em.op(f"arith.subf {shifted}, {lg} : {em.F}"), t.elem)
 
-    return em.generic([(args[0], t, identity(t.rank)), (m, acc, kept), (s, acc, kept)],
+    return em.generic([(args[0], t, identity(t.rank)), (m, acc, kept), (logs, acc, kept)],
                       (em.empty(t), t, identity(t.rank)), ["parallel"] * t.rank, body, out)
 
 
