@@ -176,15 +176,3 @@ def test_products_of_one_type_share_one_function_and_match_numpy(tmp_path):
     _close(lib.batched(a3, b3), a3 @ b3, 5)
     a2, b2 = rng.random((8, 4), np.float32), rng.random((4, 8), np.float32)
     _close(lib.fixed(a2, b2), a2 @ b2, 4)
-
-
-def test_row_parallel_generics_of_a_dynamic_export_choose_threads_at_the_call():
-    """Each of the dynamic softmax's row-wise generics is tagged for a forall over rows, with
-    its size test (rows x columns >= PARALLEL_MIN_ELEMENTS, two rows or more) before it; the
-    results at sizes on both sides of the test are in test_softmax_and_transposes_match_numpy."""
-    from compiler.backend import parallel_if, parallelize
-    text = _tagged(SOURCE, parallelize.tag_parallel_generics, ["sm"])["kina_sm"]
-    generics = text.count("linalg.generic")
-    assert generics >= 3 and text.count("kina.parallel_rows") == generics
-    assert text.count(f"call @{parallel_if.MARKER}") == generics
-    assert f"arith.constant {parallelize.PARALLEL_MIN_ELEMENTS} : index" in text

@@ -162,26 +162,10 @@ def _vector_rows(mlir_ir: ModuleType, op: OpView, types: list[RankedTensorType])
     return not any(o.name == "tensor.extract" or math_call(o) or len(o.regions) for o in ops)
 
 
-def _rows_test(mlir_ir: ModuleType, op: OpView) -> Value:
-    """At the call: the generic runs at least PARALLEL_MIN_ELEMENTS iterations and its loop d0
-    at least twice (the static rule, with the trip count for the largest operand)."""
-    extents: dict[int, Value] = {}
-    maps = [mlir_ir.AffineMapAttr(m).value for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
-    for m, v in zip(maps, op.operands):
-        if isinstance(v.type, mlir_ir.RankedTensorType):
-            for r, e in enumerate(m.results):
-                if isinstance(e, mlir_ir.AffineDimExpr) and e.position not in extents:
-                    extents[e.position] = parallel_if.dim(mlir_ir, v, r)
-    trips = parallel_if.product(mlir_ir, [extents[d] for d in sorted(extents)])   # every loop is sized
-    return parallel_if.both(mlir_ir, parallel_if.at_least(mlir_ir, trips, PARALLEL_MIN_ELEMENTS),
-                            parallel_if.at_least(mlir_ir, extents[0], 2))
-
-
 def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
     """Mark with `kina.parallel_rows` every static linalg.generic whose loop d0 is parallel,
     runs at least twice, and whose largest operand has PARALLEL_MIN_ELEMENTS elements
-    (TRANSFORM_LIBRARY makes those scf.forall loops), and every dynamic one whose loop d0
-    is parallel, with that test made at the call (`_rows_test`); returns the count."""
+    (TRANSFORM_LIBRARY makes those scf.forall loops); returns the count."""
     tagged = 0
 
     def visit(op: OpView) -> WalkResult:
@@ -197,15 +181,12 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
         if "parallel" not in first:
             return mlir_ir.WalkResult.ADVANCE
         if not all(t.has_static_shape for t in types):
-            # A dynamic export's: threads chosen at the call (compiler/backend/parallel_if.py).
-            # They stayed serial while loops were schedule(dynamic) (the scaled StoryLM step's
-            # 49 made the LLVM IR 44% larger for no step time measured); with the static
-            # schedule each thread's rows stay in its cache from one loop to the next, as in a
-            # static build: the dynamic step 4.63 -> 4.17 ms against 3.61 static
-            # (benchmarks/ab_step.py --dynamic), for 0.4 s more build (1.82 against 1.38 s).
-            op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
-            parallel_if.mark(mlir_ir, module, op, lambda: _rows_test(mlir_ir, op))
-            tagged += 1
+            # A dynamic export's stay serial: as forall loops (threads chosen at the call,
+            # compiler/backend/parallel_if.py) the scaled StoryLM step's 49 made its lowered LLVM
+            # IR 27,860 lines against 19,343, for no step time measured (bench_dynamic.py at
+            # load 3.5: 0.93x the static step with them, 0.91x without).  Tried again with the
+            # static schedule (2026-12-04): the dynamic step 4.63 -> 4.17 ms, but the GPT
+            # block's -O2 build (its exports are dynamic) 1.9 -> 2.55 s, against issue 27's 3 s.
             return mlir_ir.WalkResult.ADVANCE
         size = max(math.prod(t.shape) for t in types)
         extent = _dim0_extent(mlir_ir, op)
