@@ -106,6 +106,18 @@ fn grad(x: Tensor[F32, [64, 2048]], t: Tensor[I64, [64, 1]]) -> Tensor[F32, [64,
 """
 
 
+def _built(tmp_path, text: str) -> dict:
+    """The program's libraries at -O0 and -O2, by level."""
+    src = tmp_path / "p.kina"
+    src.write_text(text)
+    libs = {}
+    for level in (0, 2):
+        res = build.build_file(src, tmp_path / f"p{level}.so", level, cache=False)
+        assert res.ok, res.diagnostics
+        libs[level] = runtime.load(res.so_path)
+    return libs
+
+
 def _prepared(tmp_path, text: str) -> str:
     """The module as the -O2 pipeline starts from it (engine.prepare_for_script: exp lowered, then fusion)."""
     from compiler.backend import pipelines
@@ -144,13 +156,7 @@ def test_the_one_hot_cotangent_is_computed_by_the_vjp_that_reads_it(tmp_path):
     assert len(vjp) == 1                 # one-hot select and exp(logp) in one loop
     assert len(writers) == 2             # and the one-hot for the row sum: log_softmax's output
     #                                      is computed where the loss picks from it and in the VJP
-    src = tmp_path / "ce.kina"
-    src.write_text(CROSS_ENTROPY)
-    libs = {}
-    for level in (0, 2):
-        res = build.build_file(src, tmp_path / f"ce{level}.so", level, cache=False)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
+    libs = _built(tmp_path, CROSS_ENTROPY)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((64, 2048)).astype(np.float32)
     t = rng.integers(0, 2048, (64, 1)).astype(np.int64)
@@ -181,13 +187,7 @@ def test_an_elementwise_result_read_at_a_few_points_is_computed_there(tmp_path):
     text = _prepared(tmp_path, PICKED)
     written = [h for h, _ in _generics(text) if "tensor<16x32xf32>" in h.split("outs(")[-1]]
     assert len(written) == 1                       # q (gathered 64 times from 16 rows); not p
-    src = tmp_path / "picked.kina"
-    src.write_text(PICKED)
-    libs = {}
-    for level in (0, 2):
-        res = build.build_file(src, tmp_path / f"picked{level}.so", level, cache=False)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
+    libs = _built(tmp_path, PICKED)
     rng = np.random.default_rng(9)
     x, y = (rng.standard_normal((16, 32)).astype(np.float32) for _ in range(2))
     i, j = rng.integers(0, 32, (16, 1)), rng.integers(0, 16, 64)
@@ -199,13 +199,7 @@ def test_an_elementwise_result_read_at_a_few_points_is_computed_there(tmp_path):
 
 @pytest.mark.parametrize("text", [SGD, MIXED, SHARED], ids=["sgd", "mixed", "shared"])
 def test_fused_programs_equal_O0_bit_for_bit_on_elementwise_work(tmp_path, text):
-    src = tmp_path / "p.kina"
-    src.write_text(text)
-    libs = {}
-    for level in (0, 2):
-        res = build.build_file(src, tmp_path / f"p{level}.so", level, cache=False)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
+    libs = _built(tmp_path, text)
     rng = np.random.default_rng(3)
     args = [rng.standard_normal(shape).astype(np.float32) for shape in _shapes(text)]
     a, b = libs[0].f(*args), libs[2].f(*args)

@@ -99,6 +99,17 @@ def _covers_loops(mlir_ir: Bindings, maps: list[Any], n_dims: int) -> bool:
     return seen == set(range(n_dims))
 
 
+def _elementwise(mlir_ir: Bindings, op: Any) -> bool:
+    """A linalg.generic of one result, parallel loops, an identity result map and a body that
+    never reads its init (each element computed from its inputs alone)."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or not _all_parallel(mlir_ir, op):
+        return False
+    n_in, n_init = _segments(op)
+    out = _maps(mlir_ir, op)[-1]
+    return (n_init == 1 and out == mlir_ir.AffineMap.get_identity(out.n_dims)
+            and not list(_body(op).arguments[n_in].uses))
+
+
 def _producer(mlir_ir: Bindings, consumer: Any, index: int, single_use: bool = True) -> Any | None:
     """The fusable producer of the consumer's input `index`, or None (`single_use`: only when
     the consumer is its one reader)."""
@@ -106,17 +117,13 @@ def _producer(mlir_ir: Bindings, consumer: Any, index: int, single_use: bool = T
     if not isinstance(value, mlir_ir.OpResult):
         return None
     producer = value.owner.operation
-    if producer.name != "linalg.generic" or len(producer.results) != 1 or producer.block != consumer.block:
+    if not _elementwise(mlir_ir, producer) or producer.block != consumer.block:
         return None
-    if (single_use and len(list(value.uses)) != 1) or not _all_parallel(mlir_ir, producer):
+    if single_use and len(list(value.uses)) != 1:
         return None
-    n_in, n_init = _segments(producer)
+    n_in, _ = _segments(producer)
     maps = _maps(mlir_ir, producer)
-    if n_init != 1 or maps[-1] != mlir_ir.AffineMap.get_identity(maps[-1].n_dims):
-        return None
     body = _body(producer)
-    if len(list(body.arguments[n_in].uses)) != 0:        # an elementwise op never reads its init
-        return None
     cmap = _maps(mlir_ir, consumer)[index]
     if cmap.n_dims == 0 or len(cmap.results) != maps[-1].n_dims:
         return None
@@ -195,15 +202,12 @@ def _recomputable(mlir_ir: Bindings, producer: Any) -> bool:
     parallel loops, an identity result map its body never reads, tensor inputs read through
     maps of loop dims and constants, and a body of plain ops (no regions, no linalg.index,
     no math call)."""
-    if producer.name != "linalg.generic" or len(producer.results) != 1 or not _all_parallel(mlir_ir, producer):
+    if not _elementwise(mlir_ir, producer):
         return False
-    n_in, n_init = _segments(producer)
+    n_in, _ = _segments(producer)
     maps = _maps(mlir_ir, producer)
-    if n_init != 1 or maps[-1] != mlir_ir.AffineMap.get_identity(maps[-1].n_dims):
-        return False
     body = _body(producer)
-    if list(body.arguments[n_in].uses) or not all(isinstance(v.type, mlir_ir.RankedTensorType)
-                                                    for v in list(producer.operands)[:n_in]):
+    if not all(isinstance(v.type, mlir_ir.RankedTensorType) for v in list(producer.operands)[:n_in]):
         return False
     if any(len(o.regions) or o.name == "linalg.index" or math_call(o) for o in body.operations):
         return False
