@@ -150,13 +150,14 @@ def _dim0_extent(mlir_ir: ModuleType, op: OpView) -> int | None:
 _VECTOR_ELEMENTS = {"f32", "i64", "i32", "i1"}
 
 
-def _vector_rows(mlir_ir: ModuleType, op: OpView, types: list[RankedTensorType]) -> bool:
-    its = [str(i) for i in mlir_ir.ArrayAttr(op.attributes["iterator_types"])]
-    if not (2 <= len(its) <= VECTOR_ROWS_MAX_RANK and all("parallel" in i for i in its)):
+def _vector_rows(op: OpView, iterators: list[str], types: list[RankedTensorType]) -> bool:
+    """Whether a static row-parallel generic (its iterator types, its operands' and results'
+    types) is one the script vectorises row by row (`kina.vector_rows`)."""
+    if not (2 <= len(iterators) <= VECTOR_ROWS_MAX_RANK and all("parallel" in i for i in iterators)):
         return False
-    if not all(t.has_static_shape and str(t.element_type) in _VECTOR_ELEMENTS for t in types):
+    if not all(str(t.element_type) in _VECTOR_ELEMENTS for t in types):
         return False
-    if mlir_ir.RankedTensorType(op.results[0].type).shape[-1] % VECTOR_ROWS_LANES:
+    if types[-1].shape[-1] % VECTOR_ROWS_LANES:     # the result's rows
         return False
     ops = list(op.regions[0].blocks[0].operations)
     return not any(o.name == "tensor.extract" or math_call(o) or len(o.regions) for o in ops)
@@ -192,7 +193,7 @@ def tag_parallel_generics(mlir_ir: ModuleType, module: Module) -> int:
         extent = _dim0_extent(mlir_ir, op)
         if size >= PARALLEL_MIN_ELEMENTS and extent is not None and extent >= 2:
             op.attributes["kina.parallel_rows"] = mlir_ir.UnitAttr.get()
-            if _vector_rows(mlir_ir, op, types):
+            if _vector_rows(op, [str(i) for i in iterators], types):
                 op.attributes["kina.vector_rows"] = mlir_ir.DenseI64ArrayAttr.get([len(iterators)])
             tagged += 1
         return mlir_ir.WalkResult.ADVANCE
