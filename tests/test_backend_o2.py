@@ -555,6 +555,45 @@ def test_a_long_k_parallel_matmul_runs_its_k_loop_in_blocks_and_matches_numpy(tm
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
 
 
+DEEP_K = """
+fn plain(a: Tensor[F32, [64, 2048]], b: Tensor[F32, [2048, 96]]) -> Tensor[F32, [64, 96]] {
+  a @ b
+}
+fn transposed(a: Tensor[F32, [64, 2048]], w: Tensor[F32, [96, 2048]]) -> Tensor[F32, [64, 96]] {
+  a @ w.transpose([1, 0])
+}
+"""
+
+
+def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_path):
+    """STRIP_MIN_K <= K: threads over [K, 32] strips of B (three here: 2 + 1 on two threads),
+    each packed (a transposed B transposed into its strip), no k blocks; each element sums
+    its K products in order, so a transposed B gives the same bits as the plain one."""
+    from compiler.backend import parallelize
+    from compiler.backend.bindings import walk_ops
+    src = tmp_path / "deep.kina"
+    src.write_text(DEEP_K)
+    res = build.BuildResult(False, source=build.SourceText(DEEP_K, str(src)))
+    mlir = build.front_end(DEEP_K, str(src), {}, res)
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        parallelize.tag_for_script(ir, module)
+        tags = [{name for name in ("kina.k_block", "kina.pack_b", "kina.pack_b_t") if name in op.attributes}
+                | {str(op.attributes["kina.parallel"])} for op in walk_ops(ir, module, lambda op: op.name == "linalg.matmul")]
+    assert tags == [{"kina.pack_b", "array<i64: 32, 32>"}, {"kina.pack_b_t", "array<i64: 32, 32>"}]
+    assert parallelize._strips(parallelize.STRIP_MAX_K, 64) and not parallelize._strips(parallelize.STRIP_MAX_K * 2, 64)
+    assert not parallelize._strips(parallelize.STRIP_MIN_K, 32)       # one strip: no second thread
+    libs = {level: runtime.load(build.build_file(src, tmp_path / f"deep{level}.so", level, cache=False).so_path)
+            for level in (0, 2)}
+    rng = np.random.default_rng(9)
+    a, w = rng.standard_normal((64, 2048)).astype(np.float32), rng.standard_normal((96, 2048)).astype(np.float32)
+    got = libs[2].plain(a, np.ascontiguousarray(w.T))
+    np.testing.assert_array_equal(libs[2].transposed(a, w), got)
+    np.testing.assert_allclose(got, libs[0].plain(a, np.ascontiguousarray(w.T)), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+
+
 PAR_MM = ("fn f(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 256]], x: Tensor[F32, [8, 64, 64]], "
           "y: Tensor[F32, [8, 64, 64]]) -> (Tensor[F32, [64, 256]], Tensor[F32, [8, 64, 64]]) {\n  (a @ b, x @ y)\n}\n")
 

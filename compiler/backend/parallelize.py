@@ -77,9 +77,28 @@ PACK_B_MIN_PANELS = 8
 #   (2 KiB apart at N = 512) fall on a quarter of L1's sets, and which come from L3 when the
 #   panel is not in L2.  The large config's logits VJP [512, 8192] @ [8192, 512] (a 4 MiB
 #   panel): 17.9 -> 11.5 ms on two cores of a Zen 5 (240 -> 373 GFLOP/s), its train step
-#   62.6 -> 52.8 ms.  The scaled one's [256, 2048] @ [2048, 256] (a 1 MiB panel) ran at 94%
-#   of the FMA peak either way and stays unpacked.
+#   62.6 -> 52.8 ms.  (Both logits VJPs now run over strips instead: STRIP_MIN_K above.)
 PACK_B_DEEP_BYTES = 1 << 20
+
+
+# - a parallel f32 matmul with STRIP_MIN_K <= K <= STRIP_MAX_K and two column strips or more runs
+#   over strips of B as wide as the register tile (blocks (bm, MATMUL_TILE[1]), `kina.pack_b`,
+#   no `kina.k_block`): each task packs its [K, 32] strip into a contiguous buffer (a transposed
+#   B is transposed into it, `kina.pack_b_t`), then runs every block of M on it, the whole k
+#   loop of each register tile at once.  The strip (256 KiB at K = 2048, 1 MiB at 8192) stays
+#   in L2 and is read in order, 128 bytes a step, where the [K, 128] panels' k blocks read rows
+#   1-2 KiB apart and wrote the C tile back every K_BLOCK steps.  On an Intel Xeon (Sapphire /
+#   Emerald Rapids, 2 cores; benchmarks/README.md): the large StoryLM's logits VJP
+#   [512, 8192] @ [8192, 512] 21.6 -> 16.2 ms in the step (200 -> 265 GFLOP/s), its train step
+#   78.8 -> 75.3 ms, the scaled one's 6.91 -> 6.44 ms.  Strips for the K = 256 and 512 products
+#   lost 2-5% (their panels fit anyway).  Each element adds its K products in order, as before.
+STRIP_MIN_K = 2048
+STRIP_MAX_K = 8192
+
+
+def _strips(k: int, n: int) -> bool:
+    """Whether a parallel f32 matmul [M, k] @ [k, n] runs over packed strips of B."""
+    return STRIP_MIN_K <= k <= STRIP_MAX_K and n // MATMUL_TILE[1] >= 2
 
 
 def _packs_b(k: int, n: int, bn: int) -> bool:
@@ -268,12 +287,14 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                 op.attributes["kina.vectorize"] = mlir_ir.UnitAttr.get()
                 if _matmul_flops(mlir_ir, op) >= PARALLEL_MIN_FLOPS and _filled(op):
                     blocks = parallel_blocks(op.name == "linalg.batch_matmul", *t.shape[-2:])
+                    k, n = _depth(mlir_ir, op), t.shape[-1]
+                    strips = op.name == "linalg.matmul" and inputs == {"f32"} and _strips(k, n)
+                    if strips:
+                        blocks = (blocks[0], tn)
                     op.attributes["kina.parallel"] = mlir_ir.DenseI64ArrayAttr.get(list(blocks))
-                    k = _depth(mlir_ir, op)
-                    if op.name == "linalg.matmul" and k >= K_BLOCK_MIN:
+                    if op.name == "linalg.matmul" and k >= K_BLOCK_MIN and not strips:
                         op.attributes["kina.k_block"] = mlir_ir.UnitAttr.get()
-                    n = t.shape[-1]
-                    if op.name == "linalg.matmul" and inputs == {"f32"} and _packs_b(k, n, blocks[1]):
+                    if strips or (op.name == "linalg.matmul" and inputs == {"f32"} and _packs_b(k, n, blocks[1])):
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
             elif not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS:
