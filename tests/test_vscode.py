@@ -11,10 +11,13 @@ Skips cleanly when `node`/`npm` are not installed.  The real-editor end-to-end t
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,11 +42,17 @@ def _npm(*args: str, timeout: int = 300) -> str:
 
 @pytest.fixture(scope="module")
 def node_modules() -> None:
-    """`npm ci` from the committed lockfile, once, when node_modules is missing or stale."""
+    """`npm ci` from the committed lockfile, once, when node_modules is missing or stale.
+    Under pytest-xdist each worker runs this fixture: a file lock makes the second wait for
+    the first's install and then find it done (two `npm ci` at once failed with ENOTEMPTY,
+    each removing the other's node_modules)."""
     marker = EXT / "node_modules" / ".package-lock.json"
     lock = EXT / "package-lock.json"
-    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
-        _npm("ci", "--audit=false", "--fund=false")
+    key = hashlib.sha256(str(EXT).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"kina-npm-ci-{key}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
+            _npm("ci", "--audit=false", "--fund=false")
 
 
 def _node_test_counts(out: str) -> tuple[int, int]:
