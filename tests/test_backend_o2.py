@@ -562,13 +562,22 @@ fn plain(a: Tensor[F32, [64, 2048]], b: Tensor[F32, [2048, 96]]) -> Tensor[F32, 
 fn transposed(a: Tensor[F32, [64, 2048]], w: Tensor[F32, [96, 2048]]) -> Tensor[F32, [64, 96]] {
   a @ w.transpose([1, 0])
 }
+fn input_grad(g: Tensor[F32, [128, 256]], w: Tensor[F32, [96, 256]]) -> Tensor[F32, [128, 96]] {
+  g @ w.transpose([1, 0])
+}
+fn shallow(g: Tensor[F32, [128, 256]], w: Tensor[F32, [256, 96]]) -> (Tensor[F32, [128, 96]], Tensor[F32, [96, 256]]) {
+  let wt = w.transpose([1, 0]) in
+  (g @ w, wt)
+}
 """
 
 
 def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_path):
-    """STRIP_MIN_K <= K: threads over [K, 32] strips of B (three here: 2 + 1 on two threads),
-    each packed (a transposed B transposed into its strip), no k blocks; each element sums
-    its K products in order, so a transposed B gives the same bits as the plain one."""
+    """STRIP_MIN_K <= K, or any K when B is a transpose only the product reads: threads over
+    [K, 32] strips of B (three here: 2 + 1 on two threads), each packed (a transposed B
+    transposed into its strip), no k blocks; each element sums its K products in order, so a
+    transposed B gives the same bits as the plain one.  A shallow product of a plain B keeps
+    its blocks."""
     from compiler.backend import parallelize
     from compiler.backend.bindings import walk_ops
     src = tmp_path / "deep.kina"
@@ -581,7 +590,8 @@ def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_
         parallelize.tag_for_script(ir, module)
         tags = [{name for name in ("kina.k_block", "kina.pack_b", "kina.pack_b_t") if name in op.attributes}
                 | {str(op.attributes["kina.parallel"])} for op in walk_ops(ir, module, lambda op: op.name == "linalg.matmul")]
-    assert tags == [{"kina.pack_b", "array<i64: 32, 32>"}, {"kina.pack_b_t", "array<i64: 32, 32>"}]
+    strips = "array<i64: 32, 32>"
+    assert tags == [{"kina.pack_b", strips}, {"kina.pack_b_t", strips}, {"kina.pack_b_t", strips}, {strips}]
     assert parallelize._strips(parallelize.STRIP_MAX_K, 64) and not parallelize._strips(parallelize.STRIP_MAX_K * 2, 64)
     assert not parallelize._strips(parallelize.STRIP_MIN_K, 32)       # one strip: no second thread
     libs = {level: runtime.load(build.build_file(src, tmp_path / f"deep{level}.so", level, cache=False).so_path)
@@ -592,6 +602,10 @@ def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_
     np.testing.assert_array_equal(libs[2].transposed(a, w), got)
     np.testing.assert_allclose(got, libs[0].plain(a, np.ascontiguousarray(w.T)), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
+    g, w2 = rng.standard_normal((128, 256)).astype(np.float32), rng.standard_normal((96, 256)).astype(np.float32)
+    got = libs[2].input_grad(g, w2)
+    np.testing.assert_array_equal(got, libs[2].shallow(g, np.ascontiguousarray(w2.T))[0])
+    np.testing.assert_allclose(got, libs[0].input_grad(g, w2), rtol=1e-5, atol=1e-4)
 
 
 PAR_MM = ("fn f(a: Tensor[F32, [64, 256]], b: Tensor[F32, [256, 256]], x: Tensor[F32, [8, 64, 64]], "

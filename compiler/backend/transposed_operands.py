@@ -141,17 +141,23 @@ def fold_transposed_lhs(mlir_ir: ModuleType, module: Any) -> int:
 PACK_T_TAGS = ("kina.transpose_tile", "kina.parallel_transpose")   # the transpose's own, dropped
 
 
+def packable_transposed_rhs(mlir_ir: ModuleType, op: Any) -> bool:
+    """Whether the B of a linalg.matmul is a single-use [1, 0] transpose of a static f32 tensor:
+    packed, such a B is transposed into the packing buffers (`tag_packed_transposed_rhs`)."""
+    owner = op.operands[1].owner
+    return (getattr(owner, "name", None) == "linalg.transpose" and _swaps_last_two(owner, 2)
+            and len(list(owner.results[0].uses)) == 1 and _static_f32(mlir_ir, owner.operands[0]) is not None)
+
+
 def tag_packed_transposed_rhs(mlir_ir: ModuleType, module: Any) -> int:
     """Retag every `kina.pack_b` matmul whose B is a single-use [1, 0] transpose of a static f32
     tensor as `kina.pack_b_t`, and drop the transpose's own tags (the matmul's script
     transposes it); returns the count."""
     count = 0
     for op in walk_ops(mlir_ir, module, lambda op: op.name == "linalg.matmul" and "kina.pack_b" in op.attributes):
+        if not packable_transposed_rhs(mlir_ir, op):
+            continue
         owner = op.operands[1].owner
-        if getattr(owner, "name", None) != "linalg.transpose" or not _swaps_last_two(owner, 2):
-            continue
-        if len(list(owner.results[0].uses)) != 1 or _static_f32(mlir_ir, owner.operands[0]) is None:
-            continue
         del op.attributes["kina.pack_b"]
         op.attributes["kina.pack_b_t"] = mlir_ir.UnitAttr.get()
         for name in PACK_T_TAGS:
