@@ -23,13 +23,18 @@ fn f(x: Tensor[F32, [64, 128]], y: Tensor[F32, [64, 128]], w: Tensor[F32, [64, 1
 """
 
 
+def _front_end(tmp_path, text: str, name: str = "k.kina") -> tuple[Path, str]:
+    """The source written into tmp_path, and the MLIR the front end emits for it."""
+    src = tmp_path / name
+    src.write_text(text)
+    res = build.BuildResult(False, source=build.SourceText(text, str(src)))
+    return src, build.front_end(text, str(src), {}, res)
+
+
 def _lowered(tmp_path, ir, passmanager, text: str, without: str | None = None):
     """The module after the -O2 pass pipeline (less the slot `without`), before LLVM
     (inside an ir.Context)."""
-    src = tmp_path / "k.kina"
-    src.write_text(text)
-    res = build.BuildResult(False, source=build.SourceText(text, str(src)))
-    mlir = build.front_end(text, str(src), {}, res)
+    _, mlir = _front_end(tmp_path, text)
     module = ir.Module.parse(mlir)
     passes = [p for p in pipelines.passes_for(mlir, 2, tmp_path) if p != without]
     engine.run_pipeline(ir, passmanager, module, passes, mlir)
@@ -92,10 +97,7 @@ fn big(x: Tensor[F32, [300, 300]]) -> Tensor[F32, [300, 300]] {
 
 def test_large_splat_literals_are_fills_not_element_lists(tmp_path):
     """A [10000, 10000] splat used to be written element by element into the object file."""
-    src = tmp_path / "s.kina"
-    src.write_text(SPLAT)
-    res = build.BuildResult(False, source=build.SourceText(SPLAT, str(src)))
-    mlir = build.front_end(SPLAT, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, SPLAT, "s.kina")
     assert "tensor<300x300xf32>" in mlir and "dense<1.5> : tensor<300x300xf32>" not in mlir
     assert mlir.count("linalg.fill") >= 2
     small = "fn f(x: Tensor[F32, [2, 2]]) -> Tensor[F32, [2, 2]] {\n  x * Tensor[F32, [2, 2]]{2.0}\n}\n"
@@ -365,10 +367,7 @@ def test_a_large_module_is_optimised_and_compiled_in_parts_with_the_same_results
     is split (KINA_LLVM_SPLIT_BYTES=0); the kernels, now calls between parts, still compute
     each call on its own operands, and none of them is exported by the library."""
     from compiler.backend import toolchain
-    src = tmp_path / "t.kina"
-    src.write_text(TWICE)
-    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
-    mlir = build.front_end(TWICE, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, TWICE, "t.kina")
     monkeypatch.setenv("KINA_LLVM_SPLIT_BYTES", "0")
     obj, timings = tmp_path / "out.o", {}
     engine.engine_object(mlir, pipelines.passes_for(mlir, 2, tmp_path), 2, obj, timings)
@@ -466,10 +465,7 @@ def test_a_rewrite_that_breaks_the_module_is_caught_before_the_next_pass(tmp_pat
         return 1
 
     monkeypatch.setitem(rewrites.SLOTS, "@unshare-empties", rewrites.Rewrite(drop_a_terminator, lambda text: True))
-    src = tmp_path / "k.kina"
-    src.write_text(TWICE)
-    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
-    mlir = build.front_end(TWICE, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, TWICE, "k.kina")
     with ir.Context():
         module = ir.Module.parse(mlir)
         with pytest.raises(ir.MLIRError, match="terminator"):
@@ -480,10 +476,7 @@ def test_verification_follows_only_rewrites_that_changed_the_module(tmp_path, mo
     """run_pipeline verifies after a rewrite that reports a change, and skips it after one
     that changed nothing or only set tags (Rewrite.tags_only); the end is always verified."""
     ir, passmanager, _ = engine.engine_module()
-    src = tmp_path / "k.kina"
-    src.write_text(TWICE)
-    res = build.BuildResult(False, source=build.SourceText(TWICE, str(src)))
-    mlir = build.front_end(TWICE, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, TWICE, "k.kina")
     passes = pipelines.passes_for(mlir, 2, tmp_path)
     cut = passes[:passes.index("@merge-kernels") + 1]    # the rewrite is the last step
     calls: list[str] = []
@@ -537,10 +530,7 @@ def test_a_long_k_parallel_matmul_runs_its_k_loop_in_blocks_and_matches_numpy(tm
     """K >= K_BLOCK_MIN: tagged kina.k_block (the script steps its k loop by K_BLOCK);
     each element still sums its K products in order (checked against float64 NumPy)."""
     from compiler.backend import parallelize, transform_library
-    src = tmp_path / "k.kina"
-    src.write_text(LONG_K)
-    res = build.BuildResult(False, source=build.SourceText(LONG_K, str(src)))
-    mlir = build.front_end(LONG_K, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, LONG_K)
     ir, _, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(mlir)
@@ -580,10 +570,7 @@ def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_
     its blocks."""
     from compiler.backend import parallelize
     from compiler.backend.bindings import walk_ops
-    src = tmp_path / "deep.kina"
-    src.write_text(DEEP_K)
-    res = build.BuildResult(False, source=build.SourceText(DEEP_K, str(src)))
-    mlir = build.front_end(DEEP_K, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, DEEP_K, "deep.kina")
     ir, _, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(mlir)
@@ -616,10 +603,7 @@ def test_a_parallel_matmul_zeroes_each_block_inside_its_forall(tmp_path):
     """"@fuse-fills" (block_fills.fuse_fills_into_foralls) moves the fill of each parallel
     matmul / batch_matmul into its scf.forall, onto the block the body writes; the
     results still match NumPy."""
-    src = tmp_path / "m.kina"
-    src.write_text(PAR_MM)
-    res = build.BuildResult(False, source=build.SourceText(PAR_MM, str(src)))
-    mlir = build.front_end(PAR_MM, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, PAR_MM, "m.kina")
     passes = pipelines.passes_for(mlir, 2, tmp_path)
     upto = passes[:passes.index(pipelines.FILL_SLOT) + 1]   # the script, then the slot
     ir, passmanager, _ = engine.engine_module()
@@ -677,10 +661,7 @@ def test_a_transpose_the_inliner_rebuilds_is_still_tiled(tmp_path):
     a new op without the attributes of either; tagged before it, that transpose lost its
     tiling (the scaled train step: 3 of its 17 tiled transposes ran as scalar loops).  The
     tags are set after --inline ("@tag-for-script")."""
-    src = tmp_path / "t.kina"
-    src.write_text(TWO_TRANSPOSES)
-    res = build.BuildResult(False, source=build.SourceText(TWO_TRANSPOSES, str(src)))
-    mlir = build.front_end(TWO_TRANSPOSES, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, TWO_TRANSPOSES, "t.kina")
     passes = pipelines.passes_for(mlir, 2, tmp_path)
     ir, passmanager, _ = engine.engine_module()
     with ir.Context():
@@ -774,10 +755,7 @@ def test_row_parallel_elementwise_loops_are_vectorised_and_equal_O0_bit_for_bit(
     """`kina.vector_rows`: after the script, the fused elementwise loop is vector code (the
     one-hot's column index a vector.step); per lane the scalar ops of -O0, so the library's
     values equal -O0's bit for bit."""
-    src = tmp_path / "v.kina"
-    src.write_text(VECTOR_ROWS)
-    res = build.BuildResult(False, source=build.SourceText(VECTOR_ROWS, str(src)))
-    mlir = build.front_end(VECTOR_ROWS, str(src), {}, res)
+    src, mlir = _front_end(tmp_path, VECTOR_ROWS, "v.kina")
     passes = pipelines.passes_for(mlir, 2, tmp_path)
     upto = passes[:passes.index(pipelines.FILL_SLOT) + 1]   # the tags, the script, then the slot
     ir, passmanager, _ = engine.engine_module()
