@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from compiler.ad.builder import VJP, Builder, user_name
 from compiler.ad.vjp import VJPS
 from compiler.core.diagnostics import Diagnostic, Fix, Note, Span
+from compiler.core.sizes import written_name
 from compiler.core.types import TensorType, TupleType, Type, shape_text
 from compiler.ir import nodes as ir
 from compiler.ir.nodes import HANDLERS, Binding, CallFn, Expr, Function, Handle, Literal, MakeTuple, OpApp, Program, Var
@@ -135,7 +136,7 @@ def _describe(expr: Expr) -> str:
             return f"{names[0]}.{expr.op}(..)"
         return f"{expr.op}({', '.join(names)}, ..)" if expr.attrs else f"{expr.op}({', '.join(names)})"
     if isinstance(expr, CallFn):
-        return f"{expr.fn}(..)"
+        return f"{written_name(expr.fn)}(..)"
     if isinstance(expr, Handle):
         return f"handle {expr.fn}(..) with {expr.handler}"
     if isinstance(expr, Literal):

@@ -283,6 +283,12 @@ def instance_name(name: str, values: Sequence[int]) -> str:
     return f"{name}${'_'.join(map(str, values))}"
 
 
+def written_name(name: str) -> str:
+    """The name a user wrote for a function, from the IR name of one of its instances
+    (`linear$8_4_16` -> `linear`); other names are unchanged.  For messages."""
+    return name.partition("$")[0]
+
+
 # ---- size expressions as text (manifests, ABI lines) ------------------------------------
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")
 
