@@ -315,15 +315,17 @@ def test_inlined_helpers_are_reported_in_their_own_names():
 
 
 @pytest.mark.parametrize("level", [0, 2])
-def test_inert_nested_operands_validate_against_finite_differences(tmp_path, level):
+@pytest.mark.parametrize("case, wrt", [("ok_inert_operands", {"d/d x", "d/d y", "d/d table"}),
+                                       ("ok_nested_call", {"d/d x", "d/d w"})])
+def test_ok_cases_validate_against_finite_differences(tmp_path, level, case, wrt):
     """`kinac validate --exhaustive`: compiled vs interpreter, and every cotangent vs finite differences."""
     from compiler.oracle import validate
-    path = tmp_path / "inert.kina"
-    path.write_text((CASES / "ok_inert_operands.kina").read_text())
+    path = tmp_path / f"{case}.kina"
+    path.write_text((CASES / f"{case}.kina").read_text())
     report = validate.validate_file(path, opt_level=level, exhaustive=True)
     assert report.ok, validate.format_report(report)
     fd = {c.name for f in report.functions for c in f.checks if c.reference == "finite differences"}
-    assert fd == {"d/d x", "d/d y", "d/d table"}
+    assert fd == wrt
 
 
 _GENERIC_BIAS = """fn dense[N, O](x: Tensor[F32, [N, O]], b: Tensor[F32, [O]]) -> Tensor[F32, [N, O]] {

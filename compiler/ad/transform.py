@@ -101,7 +101,12 @@ class _Inliner:
         for p, arg in zip(callee.params, call.args):
             if not isinstance(arg, Var):   # bind a non-variable argument to its own let
                 name = self.fresh(callee.name, p.name)
-                out.append(_Let(Binding([name], arg, span=arg.span), origin))
+                value = arg
+                if isinstance(arg, CallFn) and arg.fn in self.program.functions:
+                    # a call as an argument (`cross_entropy(net(x), labels)`): inlined before
+                    # the callee's body, as a call bound by a let is
+                    value = self.call(arg, origin, depth + 1, out)
+                out.append(_Let(Binding([name], value, span=arg.span), origin))
                 arg = Var(name, arg.type, arg.span)
             env[p.name] = arg
         result = self.body(callee, env, origin, depth, out)
