@@ -546,10 +546,13 @@ def test_a_long_k_parallel_matmul_runs_its_k_loop_in_blocks_and_matches_numpy(tm
 
 
 DEEP_K = """
-fn plain(a: Tensor[F32, [64, 2048]], b: Tensor[F32, [2048, 96]]) -> Tensor[F32, [64, 96]] {
+fn plain(a: Tensor[F32, [256, 2048]], b: Tensor[F32, [2048, 96]]) -> Tensor[F32, [256, 96]] {
   a @ b
 }
-fn transposed(a: Tensor[F32, [64, 2048]], w: Tensor[F32, [96, 2048]]) -> Tensor[F32, [64, 96]] {
+fn short(a: Tensor[F32, [64, 2048]], b: Tensor[F32, [2048, 96]]) -> Tensor[F32, [64, 96]] {
+  a @ b
+}
+fn transposed(a: Tensor[F32, [256, 2048]], w: Tensor[F32, [96, 2048]]) -> Tensor[F32, [256, 96]] {
   a @ w.transpose([1, 0])
 }
 fn input_grad(g: Tensor[F32, [128, 256]], w: Tensor[F32, [96, 256]]) -> Tensor[F32, [128, 96]] {
@@ -563,11 +566,11 @@ fn shallow(g: Tensor[F32, [128, 256]], w: Tensor[F32, [256, 96]]) -> (Tensor[F32
 
 
 def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_path):
-    """STRIP_MIN_K <= K, or any K when B is a transpose only the product reads: threads over
-    [K, 32] strips of B (three here: 2 + 1 on two threads), each packed (a transposed B
-    transposed into its strip), no k blocks; each element sums its K products in order, so a
-    transposed B gives the same bits as the plain one.  A shallow product of a plain B keeps
-    its blocks."""
+    """STRIP_MIN_K <= K with STRIP_MIN_M rows, or any K when B is a transpose only the product
+    reads: threads over [K, 32] strips of B (three here: 2 + 1 on two threads), each packed (a
+    transposed B transposed into its strip), no k blocks; each element sums its K products in
+    order, so a transposed B gives the same bits as the plain one.  A short or shallow product
+    of a plain B keeps its blocks."""
     from compiler.backend import parallelize
     from compiler.backend.bindings import walk_ops
     src, mlir = _front_end(tmp_path, DEEP_K, "deep.kina")
@@ -578,15 +581,18 @@ def test_a_deep_parallel_matmul_runs_over_packed_strips_of_b_and_matches_O0(tmp_
         tags = [{name for name in ("kina.k_block", "kina.pack_b", "kina.pack_b_t") if name in op.attributes}
                 | {str(op.attributes["kina.parallel"])} for op in walk_ops(ir, module, lambda op: op.name == "linalg.matmul")]
     strips = "array<i64: 32, 32>"
-    assert tags == [{"kina.pack_b", strips}, {"kina.pack_b_t", strips}, {"kina.pack_b_t", strips}, {strips}]
-    assert parallelize._strips(parallelize.STRIP_MAX_K, 64) and not parallelize._strips(parallelize.STRIP_MAX_K * 2, 64)
-    assert not parallelize._strips(parallelize.STRIP_MIN_K, 32)       # one strip: no second thread
+    assert tags == [{"kina.pack_b", strips}, {"kina.k_block", strips}, {"kina.pack_b_t", strips},
+                    {"kina.pack_b_t", strips}, {strips}]
+    tall = parallelize.STRIP_MIN_M
+    assert parallelize._strips(tall, parallelize.STRIP_MAX_K, 64) and not parallelize._strips(tall, parallelize.STRIP_MAX_K * 2, 64)
+    assert not parallelize._strips(tall, parallelize.STRIP_MIN_K, 32)       # one strip: no second thread
     libs = {level: runtime.load(build.build_file(src, tmp_path / f"deep{level}.so", level, cache=False).so_path)
             for level in (0, 2)}
     rng = np.random.default_rng(9)
-    a, w = rng.standard_normal((64, 2048)).astype(np.float32), rng.standard_normal((96, 2048)).astype(np.float32)
+    a, w = rng.standard_normal((256, 2048)).astype(np.float32), rng.standard_normal((96, 2048)).astype(np.float32)
     got = libs[2].plain(a, np.ascontiguousarray(w.T))
     np.testing.assert_array_equal(libs[2].transposed(a, w), got)
+    np.testing.assert_array_equal(libs[2].short(a[:64], np.ascontiguousarray(w.T)), got[:64])
     np.testing.assert_allclose(got, libs[0].plain(a, np.ascontiguousarray(w.T)), rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got, a.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4, atol=1e-3)
     g, w2 = rng.standard_normal((128, 256)).astype(np.float32), rng.standard_normal((96, 256)).astype(np.float32)

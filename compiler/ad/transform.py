@@ -101,7 +101,7 @@ class _Inliner:
         for p, arg in zip(callee.params, call.args):
             if not isinstance(arg, Var):   # bind a non-variable argument to its own let
                 name = self.fresh(callee.name, p.name)
-                value = arg
+                value: Expr = arg
                 if isinstance(arg, CallFn) and arg.fn in self.program.functions:
                     # a call as an argument (`cross_entropy(net(x), labels)`): inlined before
                     # the callee's body, as a call bound by a let is
