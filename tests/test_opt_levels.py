@@ -491,7 +491,8 @@ def test_large_kernels_are_tagged_parallel(parallel_libs):
     assert "kina.parallel = array<i64: 32, 128>" in text        # mm: 32 x 128 blocks
     assert "kina.parallel = array<i64: 1, 0, 0>" in text        # bmm: one batch item per task
     assert parallelize.parallel_blocks(False, 8, 96) == (8, 32)
-    # B rows 2048 floats apart (16 panels of 128): packed; mm's 512 columns: not; deep's [4096, 128] panels (2 MiB, more than an L2; 32 rows: no strips)
+    # B rows 2048 floats apart (16 panels of 128): packed; mm's 512 columns: not; deep's [4096, 128]
+    # panels (2 MiB, more than an L2): packed (32 rows: too few for strips)
     assert {str(n) for n in packed} == {'"kina_wide"', '"kina_wide_k"', '"kina_deep"'}
     assert not parallelize._packs_b(2048, 256, 128)      # 1 MiB panels: not packed as panels,
     assert parallelize._strips(256, 2048, 256, transposed_b=True)   # but the scaled lm_head VJP runs over strips

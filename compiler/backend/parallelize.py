@@ -77,7 +77,7 @@ PACK_B_MIN_PANELS = 8
 #   (2 KiB apart at N = 512) fall on a quarter of L1's sets, and which come from L3 when the
 #   panel is not in L2.  The large config's logits VJP [512, 8192] @ [8192, 512] (a 4 MiB
 #   panel): 17.9 -> 11.5 ms on two cores of a Zen 5 (240 -> 373 GFLOP/s), its train step
-#   62.6 -> 52.8 ms.  (Both logits VJPs now run over strips instead: STRIP_MIN_K above.)
+#   62.6 -> 52.8 ms.  (Both logits VJPs now run over strips instead: STRIP_MIN_K below.)
 PACK_B_DEEP_BYTES = 1 << 20
 
 
