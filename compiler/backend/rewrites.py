@@ -13,6 +13,9 @@ look at the text says the module needs it.
   library, which a Kina library does not link (the -O2 JIT aborted on "Symbols not found:
   [ memrefCopy ]").  Those copies become linalg.copy, which convert-linalg-to-loops
   lowers to plain loops.
+- "@vector-copies" (-O2, just before "@lower-copies"): compiler/backend/row_copies.py: a
+  strided copy of contiguous rows (a packed panel or strip of B) becomes vector loads and
+  stores, and the fill of a buffer such a copy then overwrites whole is dropped.
 - "@bf16-as-i16" (in the LLVM dialect): bf16 values are only ever loaded, stored and
   bit-cast (arith-expand turns bf16 conversions into integer code), but LLVM's instcombine
   rewrites `store (bitcast (select i1, i16 a, i16 b))` into a select of bfloat values, and
@@ -47,6 +50,8 @@ from compiler.backend.bindings import walk_ops
 from compiler.backend.block_fills import fuse_fills_into_foralls
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
 from compiler.backend.parallelize import tag_for_script
+from compiler.backend.row_copies import SLOT as ROW_COPIES_SLOT
+from compiler.backend.row_copies import contiguous, vectorize_row_copies
 from compiler.backend.transform_library import OUTLINE_MIN_ITERATIONS, OUTLINE_SMALL_LIMIT
 
 if TYPE_CHECKING:
@@ -68,27 +73,11 @@ class Rewrite:
 
 
 # ---- strided copies ------------------------------------------------------------------------
-def _contiguous(mlir_ir: ModuleType, t: Type) -> bool:
-    """memref::isStaticShapeAndContiguousRowMajor, the test the memref.copy lowering applies
-    to each operand (Kina shapes are static; an identity layout passes it)."""
-    t = mlir_ir.MemRefType(t)
-    if not t.has_static_shape:
-        return False
-    strides, _ = t.get_strides_and_offset()
-    running, dim = 1, t.rank - 1
-    while dim >= 0 and strides[dim] == running:
-        running *= t.shape[dim]
-        dim -= 1
-    while dim >= 0 and t.shape[dim] == 1:
-        dim -= 1
-    return bool(dim < 0)
-
-
 def lower_strided_copies(mlir_ir: ModuleType, module: Module) -> int:
     """memref.copy between buffers that are not both contiguous -> linalg.copy; the count."""
     from mlir.dialects import linalg
     found = walk_ops(mlir_ir, module, lambda op: op.name == "memref.copy"
-                  and not all(_contiguous(mlir_ir, v.type) for v in op.operands))
+                  and not all(contiguous(mlir_ir, v.type) for v in op.operands))
     for op in found:
         src, dst = op.operands
         with mlir_ir.InsertionPoint(op), op.location:
@@ -432,6 +421,7 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
 
 SLOTS: dict[str, Rewrite] = {
     "@distinct-results": Rewrite(distinct_results, returns_a_value_twice),
+    ROW_COPIES_SLOT: Rewrite(vectorize_row_copies, lambda text: "memref.copy" in text),
     "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
     "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),
