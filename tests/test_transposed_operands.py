@@ -8,7 +8,7 @@ import pytest
 
 from compiler import build
 from compiler.backend import engine
-from compiler.backend.transposed_operands import fold_transposed_lhs
+from compiler.backend.transposed_operands import FOLD_MAX_N, fold_transposed_lhs
 from compiler.runtime import library as runtime
 
 pytestmark = pytest.mark.both_levels
@@ -24,6 +24,9 @@ fn shared(x: Tensor[F32, [64, 64]], g: Tensor[F32, [64, 32]], h: Tensor[F32, [64
 fn keep(x: Tensor[F32, [64, 64]], g: Tensor[F32, [64, 32]]) -> (Tensor[F32, [64, 32]], Tensor[F32, [64, 64]]) {
   let xt = x.transpose([1, 0]) in
   (xt @ g, xt)
+}
+fn wide(a: Tensor[F32, [64, 64]], b: Tensor[F32, [64, 512]]) -> Tensor[F32, [64, 512]] {
+  a.transpose([1, 0]) @ b
 }
 fn odd(a: Tensor[F32, [20, 12]], b: Tensor[F32, [20, 8]]) -> Tensor[F32, [12, 8]] {
   a.transpose([1, 0]) @ b
@@ -92,11 +95,12 @@ def test_only_whole_tile_matmuls_with_a_transposed_a_are_folded(tmp_path):
         text = str(module)
     # tn, both of shared's, keep's, btn's (through its collapse to [6, 32, 8]), btn3's and the
     # weight gradient x^T @ g of grad's reverse pass
-    assert folded == 7
+    assert folded == 7 and FOLD_MAX_N == 512
     assert before["tn"].count("linalg.transpose") == 1 and "linalg.transpose" not in after["tn"]
     assert "linalg.transpose" not in after["shared"]       # its two readers both folded
     assert after["keep"].count("linalg.transpose") == 1     # also a result: it stays
     assert after["odd"] == before["odd"]                    # 12 x 8: not whole 8 x 32 tiles
+    assert after["wide"] == before["wide"]                  # N = FOLD_MAX_N: a transpose pass pays
     assert after["tb"] == before["tb"]                      # a transposed B is not folded
     assert "linalg.transpose" not in after["btn"] + after["btn3"]
     assert after["btn"].count("tensor.collapse_shape") == before["btn"].count("tensor.collapse_shape")
@@ -108,7 +112,7 @@ def test_only_whole_tile_matmuls_with_a_transposed_a_are_folded(tmp_path):
 def test_folded_matmuls_match_O0_and_numpy(tmp_path):
     libs = _libraries(SRC, tmp_path)
     rng = np.random.default_rng(3)
-    for name in ("tn", "shared", "keep", "odd", "tb", "btn", "btn3", "bperm", "grad"):
+    for name in ("tn", "shared", "keep", "wide", "odd", "tb", "btn", "btn3", "bperm", "grad"):
         args = [rng.standard_normal(p.shape).astype(np.float32) for p in libs[2][name].params]
         got, want = (libs[lv][name](*args) for lv in (2, 0))
         got, want = (r if isinstance(r, tuple) else (r,) for r in (got, want))

@@ -13,7 +13,8 @@ runs a [B, H, T, D] product as [B * H, T, D]: attention's VJP `transpose(q) @ g`
 element adds the same products in the same order: results are bit-identical.
 
 Only the matmuls the script vectorises whole are folded (static f32 shapes whose M and N
-are multiples of transform_library.MATMUL_TILE): the other forms (peeled, dynamic, the
+are multiples of transform_library.MATMUL_TILE), and only narrow ones (N < FOLD_MAX_N,
+which says why): the other forms (peeled, dynamic, the
 interchanged loop nest) keep reading a plain A.  A transposed B is not folded: B is read a
 row of the tile at a time, which a transposed B would turn into a gather.  But a B that the
 script packs anyway is transposed into its packing buffers (`tag_packed_transposed_rhs`,
@@ -26,6 +27,18 @@ from typing import Any
 
 from compiler.backend.bindings import walk_ops
 from compiler.backend.transform_library import MATMUL_TILE as TILE
+
+
+# Only a product narrower than FOLD_MAX_N columns is folded.  The tile's 8 floats of A^T at
+# one k are consecutive, but consecutive k are a row of x apart (1-2 KiB, a power of two):
+# a k block's reads of A fall on a few cache sets and come from L2.  That costs in
+# proportion to the product (its N columns reread A), the transpose pass saved is fixed.
+# On an Intel Xeon (2 cores), the plain product after a transpose against the folded one:
+# [512, 512]^T @ [512, 8192] 15.5 against 16.9 ms, [512, 512]^T @ [512, 512] 0.99 against
+# 1.05 ms, [256, 256]^T @ [256, 2048] 1.05 against 1.09; at N = 256 (the scaled StoryLM's
+# weight gradients, where the fold saved 0.02 ms each on a Zen 4) 0.117 against 0.127.
+# The large train step 73.6 -> 72.1 ms, the scaled one unchanged (benchmarks/README.md).
+FOLD_MAX_N = 512
 
 
 def _static_f32(mlir_ir: ModuleType, value: Any) -> Any:
@@ -89,7 +102,7 @@ def _fold_source(mlir_ir: ModuleType, op: Any) -> tuple[Any, Any] | None:
     if any(t is None for t in types):
         return None
     m, n = types[2].shape[-2:]
-    if m % TILE[0] or n % TILE[1]:
+    if m % TILE[0] or n % TILE[1] or n >= FOLD_MAX_N:
         return None
     return _transposed_source(mlir_ir, op, batch)
 
