@@ -28,7 +28,6 @@ from typing import Any
 from compiler.backend.bindings import walk_ops
 from compiler.backend.transform_library import MATMUL_TILE as TILE
 
-
 # Only a product narrower than FOLD_MAX_N columns is folded.  The tile's 8 floats of A^T at
 # one k are consecutive, but consecutive k are a row of x apart (1-2 KiB, a power of two):
 # a k block's reads of A fall on a few cache sets and come from L2.  That costs in
