@@ -95,11 +95,13 @@ PACK_B_DEEP_BYTES = 1 << 20
 #   reads (`transposed_operands.packable_transposed_rhs`: a weight's input gradient
 #   g @ transpose(w)): the strips' packing then does the transpose, and its pass over B is
 #   saved (the scaled step 6.44 -> 6.27 ms, the large one unchanged; alone, [M, 2048] @
-#   transpose([256, 2048]) 2-2.6x faster from M = 8 to 128).  A B that is not a transpose is
-#   copied into its strips by a scalar loop (the `tensor.pad` lowering), which only a tall
-#   product repays: STRIP_MIN_M rows (alone, [M, 2048] @ [2048, 256]: M = 8 0.078 -> 0.19 ms,
-#   64 0.28 -> 0.40, 128 0.63 -> 0.68, 256 1.30 -> 1.08).  Each element adds its K products in
-#   order, as before.
+#   transpose([256, 2048]) 2-2.6x faster from M = 8 to 128).  A B that is not a transpose
+#   takes strips from STRIP_MIN_M rows: its strips were copied by a scalar loop (the
+#   `tensor.pad` lowering; alone, [M, 2048] @ [2048, 256]: M = 8 0.078 -> 0.19 ms, 64 0.28 ->
+#   0.40, 128 0.63 -> 0.68, 256 1.30 -> 1.08).  Since that copy is vector moves
+#   (row_copies.py), blocks against strips: 64 rows 0.285 against 0.286 ms, 128 0.527 against
+#   0.510, 8 0.059 against 0.091; level at best below 256 rows, so the bound stays.  Each
+#   element adds its K products in order, as before.
 STRIP_MIN_K = 2048
 STRIP_MAX_K = 8192
 STRIP_MIN_M = 256
