@@ -90,17 +90,23 @@ def _root(view: Any) -> Any:
 _NO_ACCESS = ("memref.subview", "memref.alloc", "arith.constant", "affine.apply")
 
 
-def drop_overwritten_fills(mlir_ir: ModuleType, module: Module) -> int:
-    """Erase every fill whose buffer a memref.copy after it in the same block overwrites
-    whole, with only _NO_ACCESS ops between them; the count."""
+def drop_overwritten_fills(mlir_ir: ModuleType, copies: list[OpView]) -> int:
+    """Erase every fill whose buffer one of `copies` (memref.copy ops), later in the same
+    block, overwrites whole, with only _NO_ACCESS ops between them; the count.  One pass
+    over each block that holds such a copy."""
+    blocks: list[Any] = []
+    for copy in copies:
+        if not any(copy.operation.block == b for b in blocks):
+            blocks.append(copy.operation.block)
     dead = []
-    for copy in walk_ops(mlir_ir, module, lambda op: op.name == "memref.copy"):
-        block_ops = [o.operation for o in copy.operation.block.operations]
-        at = next(i for i, o in enumerate(block_ops) if o == copy.operation)
-        while at > 0 and block_ops[at - 1].name in _NO_ACCESS:
-            at -= 1
-        if at > 0 and _dead_fill(mlir_ir, block_ops[at - 1].opview, copy):
-            dead.append(block_ops[at - 1])
+    for block in blocks:
+        last = None          # the latest op that is not a _NO_ACCESS one
+        for op in block.operations:
+            op = op.operation
+            if op.name == "memref.copy" and last is not None and _dead_fill(mlir_ir, last.opview, op.opview):
+                dead.append(last)
+            if op.name not in _NO_ACCESS:
+                last = op
     for op in dead:
         op.erase()
     return len(dead)
@@ -143,10 +149,10 @@ def _row_loops(mlir_ir: ModuleType, src: Any, dst: Any, shape: list[int], outer:
 
 
 def vectorize_row_copies(mlir_ir: ModuleType, module: Module) -> int:
-    """The slot's rewrite: overwritten fills dropped, then each copy of contiguous rows made
-    vector loads and stores; the count of both."""
-    count = drop_overwritten_fills(mlir_ir, module)
+    """The slot's rewrite: each copy of contiguous rows made vector loads and stores, and
+    the fills those copies overwrite dropped; the count of both."""
     found = walk_ops(mlir_ir, module, lambda op: op.name == "memref.copy" and _row_copy(mlir_ir, op))
+    count = drop_overwritten_fills(mlir_ir, found)
     for op in found:
         src, dst = op.operands
         t = mlir_ir.MemRefType(src.type)
