@@ -5658,39 +5658,30 @@ module {
       %111 = arith.addf %105, %110 : f32 loc("examples/layers.kina":16:54)
       linalg.yield %111 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %112 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %113 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %114 = linalg.fill ins(%112 : f32) outs(%113 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<4x5xf32>) outs(%114 : tensor<4xf32>) {
+    %112 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%112 : tensor<4x5xf32>) {
+    ^bb0(%113: f32, %114: f32):
+      linalg.yield %113 : f32 loc("examples/layers.kina":23:33)
+    } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %115 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%115 : tensor<4x5xf32>) {
     ^bb0(%116: f32, %117: f32):
-      %118 = arith.addf %117, %116 : f32 loc("examples/layers.kina":23:33)
+      %118 = math.exp %116 : f32 loc("examples/layers.kina":23:33)
       linalg.yield %118 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %ct.6.reduce_keep = tensor.expand_shape %115 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":23:33)
+    } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
     %119 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<4x1xf32>) outs(%119 : tensor<4x5xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      linalg.yield %120 : f32 loc("examples/layers.kina":23:33)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%119 : tensor<4x5xf32>) {
+    ^bb0(%120: f32, %121: f32, %122: f32):
+      %123 = arith.mulf %120, %121 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %123 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %122 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%122 : tensor<4x5xf32>) {
-    ^bb0(%123: f32, %124: f32):
-      %125 = math.exp %123 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %125 : f32 loc("examples/layers.kina":23:33)
+    %124 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<4x5xf32>, tensor<4x5xf32>) outs(%124 : tensor<4x5xf32>) {
+    ^bb0(%125: f32, %126: f32, %127: f32):
+      %128 = arith.subf %125, %126 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %128 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %126 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%126 : tensor<4x5xf32>) {
-    ^bb0(%127: f32, %128: f32, %129: f32):
-      %130 = arith.mulf %127, %128 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %130 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %131 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<4x5xf32>, tensor<4x5xf32>) outs(%131 : tensor<4x5xf32>) {
-    ^bb0(%132: f32, %133: f32, %134: f32):
-      %135 = arith.subf %132, %133 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %135 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    return %losses.nll_loss$4_5.4.mean, %ct.10.sub : tensor<1x1xf32>, tensor<4x5xf32> loc("examples/layers.kina":21:86)
+    return %losses.nll_loss$4_5.4.mean, %ct.9.sub : tensor<1x1xf32>, tensor<4x5xf32> loc("examples/layers.kina":21:86)
   } loc("examples/layers.kina":21:86)
 
   func.func private @"kina_losses.cross_entropy$6_3.rev"(%logits: tensor<6x3xf32>, %targets: tensor<6x1xi64>) -> (tensor<1x1xf32>, tensor<6x3xf32>) {
@@ -5893,39 +5884,30 @@ module {
       %111 = arith.addf %105, %110 : f32 loc("examples/layers.kina":16:54)
       linalg.yield %111 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %112 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %113 = bufferization.alloc_tensor() : tensor<6xf32> loc("examples/layers.kina":23:33)
-    %114 = linalg.fill ins(%112 : f32) outs(%113 : tensor<6xf32>) -> tensor<6xf32> loc("examples/layers.kina":23:33)
-    %115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<6x3xf32>) outs(%114 : tensor<6xf32>) {
+    %112 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<6x1xf32>) outs(%112 : tensor<6x3xf32>) {
+    ^bb0(%113: f32, %114: f32):
+      linalg.yield %113 : f32 loc("examples/layers.kina":23:33)
+    } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %115 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%115 : tensor<6x3xf32>) {
     ^bb0(%116: f32, %117: f32):
-      %118 = arith.addf %117, %116 : f32 loc("examples/layers.kina":23:33)
+      %118 = math.exp %116 : f32 loc("examples/layers.kina":23:33)
       linalg.yield %118 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<6xf32> loc("examples/layers.kina":23:33)
-    %ct.6.reduce_keep = tensor.expand_shape %115 [[0, 1]] output_shape [6, 1] : tensor<6xf32> into tensor<6x1xf32> loc("examples/layers.kina":23:33)
+    } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
     %119 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<6x1xf32>) outs(%119 : tensor<6x3xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      linalg.yield %120 : f32 loc("examples/layers.kina":23:33)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%119 : tensor<6x3xf32>) {
+    ^bb0(%120: f32, %121: f32, %122: f32):
+      %123 = arith.mulf %120, %121 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %123 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %122 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%122 : tensor<6x3xf32>) {
-    ^bb0(%123: f32, %124: f32):
-      %125 = math.exp %123 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %125 : f32 loc("examples/layers.kina":23:33)
+    %124 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<6x3xf32>, tensor<6x3xf32>) outs(%124 : tensor<6x3xf32>) {
+    ^bb0(%125: f32, %126: f32, %127: f32):
+      %128 = arith.subf %125, %126 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %128 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %126 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%126 : tensor<6x3xf32>) {
-    ^bb0(%127: f32, %128: f32, %129: f32):
-      %130 = arith.mulf %127, %128 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %130 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %131 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<6x3xf32>, tensor<6x3xf32>) outs(%131 : tensor<6x3xf32>) {
-    ^bb0(%132: f32, %133: f32, %134: f32):
-      %135 = arith.subf %132, %133 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %135 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    return %losses.nll_loss$6_3.4.mean, %ct.10.sub : tensor<1x1xf32>, tensor<6x3xf32> loc("examples/layers.kina":21:86)
+    return %losses.nll_loss$6_3.4.mean, %ct.9.sub : tensor<1x1xf32>, tensor<6x3xf32> loc("examples/layers.kina":21:86)
   } loc("examples/layers.kina":21:86)
 
   func.func private @"kina_tiny_lm_loss$1_4_2_2_6.rev"(%ids: tensor<1x4xi64>, %targets: tensor<4x1xi64>, %wte: tensor<6x4xf32>, %wpe: tensor<4x4xf32>, %ln1_g: tensor<4xf32>, %ln1_b: tensor<4xf32>, %wq: tensor<4x4xf32>, %bq: tensor<4xf32>, %wk: tensor<4x4xf32>, %bk: tensor<4xf32>, %wv: tensor<4x4xf32>, %bv: tensor<4xf32>, %wo: tensor<4x4xf32>, %bo: tensor<4xf32>, %ln2_g: tensor<4xf32>, %ln2_b: tensor<4xf32>, %w_up: tensor<4x16xf32>, %b_up: tensor<16xf32>, %w_down: tensor<16x4xf32>, %b_down: tensor<4xf32>, %rms_g: tensor<4xf32>) -> (tensor<1x1xf32>, tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16x4xf32>, tensor<4xf32>, tensor<4xf32>) {
@@ -6737,820 +6719,811 @@ module {
       %574 = arith.addf %568, %573 : f32 loc("examples/layers.kina":16:54)
       linalg.yield %574 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x6xf32> loc("examples/layers.kina":16:54)
-    %575 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %576 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %577 = linalg.fill ins(%575 : f32) outs(%576 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %578 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<4x6xf32>) outs(%577 : tensor<4xf32>) {
+    %575 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%575 : tensor<4x6xf32>) {
+    ^bb0(%576: f32, %577: f32):
+      linalg.yield %576 : f32 loc("examples/layers.kina":23:33)
+    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %578 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%578 : tensor<4x6xf32>) {
     ^bb0(%579: f32, %580: f32):
-      %581 = arith.addf %580, %579 : f32 loc("examples/layers.kina":23:33)
+      %581 = math.exp %579 : f32 loc("examples/layers.kina":23:33)
       linalg.yield %581 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %ct.6.reduce_keep = tensor.expand_shape %578 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":23:33)
+    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
     %582 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<4x1xf32>) outs(%582 : tensor<4x6xf32>) {
-    ^bb0(%583: f32, %584: f32):
-      linalg.yield %583 : f32 loc("examples/layers.kina":23:33)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%582 : tensor<4x6xf32>) {
+    ^bb0(%583: f32, %584: f32, %585: f32):
+      %586 = arith.mulf %583, %584 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %586 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %585 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%585 : tensor<4x6xf32>) {
-    ^bb0(%586: f32, %587: f32):
-      %588 = math.exp %586 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %588 : f32 loc("examples/layers.kina":23:33)
+    %587 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<4x6xf32>, tensor<4x6xf32>) outs(%587 : tensor<4x6xf32>) {
+    ^bb0(%588: f32, %589: f32, %590: f32):
+      %591 = arith.subf %588, %589 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %591 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %589 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%589 : tensor<4x6xf32>) {
-    ^bb0(%590: f32, %591: f32, %592: f32):
-      %593 = arith.mulf %590, %591 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %593 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %594 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<4x6xf32>, tensor<4x6xf32>) outs(%594 : tensor<4x6xf32>) {
-    ^bb0(%595: f32, %596: f32, %597: f32):
-      %598 = arith.subf %595, %596 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %598 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %599 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":45:16)
-    %ct.11.transpose = linalg.transpose ins(%wte_t : tensor<4x6xf32>) outs(%599 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
-    %600 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %601 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %602 = linalg.fill ins(%600 : f32) outs(%601 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %ct.12.matmul = linalg.matmul ins(%ct.10.sub, %ct.11.transpose : tensor<4x6xf32>, tensor<6x4xf32>) outs(%602 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %603 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %ct.13.transpose = linalg.transpose ins(%nn.rms_norm$4_4.95.out : tensor<4x4xf32>) outs(%603 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
-    %604 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %605 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %606 = linalg.fill ins(%604 : f32) outs(%605 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %ct.14.matmul = linalg.matmul ins(%ct.13.transpose, %ct.10.sub : tensor<4x4xf32>, tensor<4x6xf32>) outs(%606 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %607 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
-    %ct.15.transpose = linalg.transpose ins(%ct.14.matmul : tensor<4x6xf32>) outs(%607 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
-    %608 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%608 : tensor<4x4xf32>) {
-    ^bb0(%609: f32, %610: f32, %611: f32):
-      %612 = arith.mulf %609, %610 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %612 : f32 loc("examples/layers.kina":50:33)
+    %592 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":45:16)
+    %ct.10.transpose = linalg.transpose ins(%wte_t : tensor<4x6xf32>) outs(%592 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
+    %593 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %594 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %595 = linalg.fill ins(%593 : f32) outs(%594 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %ct.11.matmul = linalg.matmul ins(%ct.9.sub, %ct.10.transpose : tensor<4x6xf32>, tensor<6x4xf32>) outs(%595 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %596 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %ct.12.transpose = linalg.transpose ins(%nn.rms_norm$4_4.95.out : tensor<4x4xf32>) outs(%596 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
+    %597 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %598 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %599 = linalg.fill ins(%597 : f32) outs(%598 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %ct.13.matmul = linalg.matmul ins(%ct.12.transpose, %ct.9.sub : tensor<4x4xf32>, tensor<4x6xf32>) outs(%599 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %600 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
+    %ct.14.transpose = linalg.transpose ins(%ct.13.matmul : tensor<4x6xf32>) outs(%600 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
+    %601 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%601 : tensor<4x4xf32>) {
+    ^bb0(%602: f32, %603: f32, %604: f32):
+      %605 = arith.mulf %602, %603 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %605 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %613 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.12.matmul, %nn.rms_norm$4_4.92.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%613 : tensor<4x4xf32>) {
-    ^bb0(%614: f32, %615: f32, %616: f32):
-      %617 = arith.mulf %614, %615 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %617 : f32 loc("examples/layers.kina":50:33)
+    %606 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.92.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%606 : tensor<4x4xf32>) {
+    ^bb0(%607: f32, %608: f32, %609: f32):
+      %610 = arith.mulf %607, %608 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %610 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %618 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
-    %619 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
-    %620 = linalg.fill ins(%618 : f32) outs(%619 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %621 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.17.mul : tensor<4x4xf32>) outs(%620 : tensor<4xf32>) {
-    ^bb0(%622: f32, %623: f32):
-      %624 = arith.addf %623, %622 : f32 loc("examples/layers.kina":47:4)
-      linalg.yield %624 : f32 loc("examples/layers.kina":47:4)
+    %611 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
+    %612 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
+    %613 = linalg.fill ins(%611 : f32) outs(%612 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
+    %614 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<4x4xf32>) outs(%613 : tensor<4xf32>) {
+    ^bb0(%615: f32, %616: f32):
+      %617 = arith.addf %616, %615 : f32 loc("examples/layers.kina":47:4)
+      linalg.yield %617 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %ct.18.reduce_keep = tensor.expand_shape %621 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
-    %ct.19.reshape = tensor.collapse_shape %ct.18.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
-    %625 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%625 : tensor<4x4xf32>) {
-    ^bb0(%626: f32, %627: f32, %628: f32):
-      %629 = arith.mulf %626, %627 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %629 : f32 loc("examples/layers.kina":45:20)
+    %ct.17.reduce_keep = tensor.expand_shape %614 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
+    %ct.18.reshape = tensor.collapse_shape %ct.17.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
+    %618 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%618 : tensor<4x4xf32>) {
+    ^bb0(%619: f32, %620: f32, %621: f32):
+      %622 = arith.mulf %619, %620 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %622 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %630 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%630 : tensor<4x4xf32>) {
-    ^bb0(%631: f32, %632: f32, %633: f32):
-      %634 = arith.mulf %631, %632 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %634 : f32 loc("examples/layers.kina":45:20)
+    %623 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%623 : tensor<4x4xf32>) {
+    ^bb0(%624: f32, %625: f32, %626: f32):
+      %627 = arith.mulf %624, %625 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %627 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %635 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
-    %636 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":44:19)
-    %637 = linalg.fill ins(%635 : f32) outs(%636 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":44:19)
-    %638 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.21.mul : tensor<4x4xf32>) outs(%637 : tensor<4xf32>) {
-    ^bb0(%639: f32, %640: f32):
-      %641 = arith.addf %640, %639 : f32 loc("examples/layers.kina":44:19)
-      linalg.yield %641 : f32 loc("examples/layers.kina":44:19)
+    %628 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
+    %629 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":44:19)
+    %630 = linalg.fill ins(%628 : f32) outs(%629 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":44:19)
+    %631 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.20.mul : tensor<4x4xf32>) outs(%630 : tensor<4xf32>) {
+    ^bb0(%632: f32, %633: f32):
+      %634 = arith.addf %633, %632 : f32 loc("examples/layers.kina":44:19)
+      linalg.yield %634 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<4xf32> loc("examples/layers.kina":44:19)
-    %ct.22.reduce_keep = tensor.expand_shape %638 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":44:19)
-    %ct.23.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %642 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.reduce_keep, %ct.23.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%642 : tensor<4x1xf32>) {
-    ^bb0(%643: f32, %644: f32, %645: f32):
-      %646 = arith.mulf %643, %644 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %646 : f32 loc("examples/layers.kina":43:19)
+    %ct.21.reduce_keep = tensor.expand_shape %631 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":44:19)
+    %ct.22.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %635 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.23.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.21.reduce_keep, %ct.22.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%635 : tensor<4x1xf32>) {
+    ^bb0(%636: f32, %637: f32, %638: f32):
+      %639 = arith.mulf %636, %637 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %639 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %647 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>, tensor<4x1xf32>) outs(%647 : tensor<4x1xf32>) {
-    ^bb0(%648: f32, %649: f32, %650: f32):
-      %651 = arith.mulf %648, %649 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %651 : f32 loc("examples/layers.kina":43:19)
+    %640 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>, tensor<4x1xf32>) outs(%640 : tensor<4x1xf32>) {
+    ^bb0(%641: f32, %642: f32, %643: f32):
+      %644 = arith.mulf %641, %642 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %644 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %652 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %ct.25.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%652 : tensor<4x1xf32>) {
-    ^bb0(%653: f32, %654: f32, %655: f32):
-      %656 = arith.mulf %653, %654 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %656 : f32 loc("examples/layers.kina":43:19)
+    %645 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %ct.24.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%645 : tensor<4x1xf32>) {
+    ^bb0(%646: f32, %647: f32, %648: f32):
+      %649 = arith.mulf %646, %647 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %649 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %657 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.mul, %ct.26.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%657 : tensor<4x1xf32>) {
-    ^bb0(%658: f32, %659: f32, %660: f32):
-      %661 = arith.mulf %658, %659 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %661 : f32 loc("examples/layers.kina":43:19)
+    %650 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.23.mul, %ct.25.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%650 : tensor<4x1xf32>) {
+    ^bb0(%651: f32, %652: f32, %653: f32):
+      %654 = arith.mulf %651, %652 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %654 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %662 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul, %inert.107 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%662 : tensor<4x1xf32>) {
-    ^bb0(%663: f32, %664: f32, %665: f32):
-      %666 = arith.mulf %663, %664 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %666 : f32 loc("examples/layers.kina":41:33)
+    %655 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
+    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul, %inert.107 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%655 : tensor<4x1xf32>) {
+    ^bb0(%656: f32, %657: f32, %658: f32):
+      %659 = arith.mulf %656, %657 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %659 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %667 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %ct.29.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.mul : tensor<4x1xf32>) outs(%667 : tensor<4x4xf32>) {
-    ^bb0(%668: f32, %669: f32):
-      linalg.yield %668 : f32 loc("examples/layers.kina":40:32)
+    %660 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
+    %ct.28.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul : tensor<4x1xf32>) outs(%660 : tensor<4x4xf32>) {
+    ^bb0(%661: f32, %662: f32):
+      linalg.yield %661 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %670 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.30.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.29.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%670 : tensor<4x4xf32>) {
-    ^bb0(%671: f32, %672: f32, %673: f32):
-      %674 = arith.mulf %671, %672 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %674 : f32 loc("examples/layers.kina":40:7)
+    %663 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%663 : tensor<4x4xf32>) {
+    ^bb0(%664: f32, %665: f32, %666: f32):
+      %667 = arith.mulf %664, %665 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %667 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.31.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %675 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.32.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.30.mul, %ct.31.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%675 : tensor<4x4xf32>) {
-    ^bb0(%676: f32, %677: f32, %678: f32):
-      %679 = arith.mulf %676, %677 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %679 : f32 loc("examples/layers.kina":40:7)
+    %ct.30.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %668 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.31.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.29.mul, %ct.30.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%668 : tensor<4x4xf32>) {
+    ^bb0(%669: f32, %670: f32, %671: f32):
+      %672 = arith.mulf %669, %670 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %672 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %680 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.33.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.mul, %ct.32.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%680 : tensor<4x4xf32>) {
-    ^bb0(%681: f32, %682: f32, %683: f32):
-      %684 = arith.addf %681, %682 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %684 : f32 loc("examples/layers.kina":40:7)
+    %673 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.32.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.31.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%673 : tensor<4x4xf32>) {
+    ^bb0(%674: f32, %675: f32, %676: f32):
+      %677 = arith.addf %674, %675 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %677 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %685 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %686 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %687 = linalg.fill ins(%685 : f32) outs(%686 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %688 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.33.add : tensor<4x4xf32>) outs(%687 : tensor<4xf32>) {
-    ^bb0(%689: f32, %690: f32):
-      %691 = arith.addf %690, %689 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %691 : f32 loc("examples/layers.kina":20:18)
+    %678 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %679 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %680 = linalg.fill ins(%678 : f32) outs(%679 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %681 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.add : tensor<4x4xf32>) outs(%680 : tensor<4xf32>) {
+    ^bb0(%682: f32, %683: f32):
+      %684 = arith.addf %683, %682 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %684 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.34.reduce_keep = tensor.expand_shape %688 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
-    %ct.35.reshape = tensor.collapse_shape %ct.34.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %692 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.36.transpose = linalg.transpose ins(%w_down : tensor<16x4xf32>) outs(%692 : tensor<4x16xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %693 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %694 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %695 = linalg.fill ins(%693 : f32) outs(%694 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.37.matmul = linalg.matmul ins(%ct.33.add, %ct.36.transpose : tensor<4x4xf32>, tensor<4x16xf32>) outs(%695 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %696 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.38.transpose = linalg.transpose ins(%nn.gelu_mlp$4_4_16.80.act : tensor<4x16xf32>) outs(%696 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %697 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %698 = bufferization.alloc_tensor() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %699 = linalg.fill ins(%697 : f32) outs(%698 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.39.matmul = linalg.matmul ins(%ct.38.transpose, %ct.33.add : tensor<16x4xf32>, tensor<4x4xf32>) outs(%699 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %700 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %ct.40.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.37.matmul, %nn.linear$4_4_16.79.out : tensor<4x16xf32>, tensor<4x16xf32>) outs(%700 : tensor<4x16xf32>) {
-    ^bb0(%701: f32, %702: f32, %703: f32):
-      %704 = arith.constant -0.5 : f32 loc("examples/layers.kina":56:86)
-      %705 = arith.mulf %702, %702 : f32 loc("examples/layers.kina":56:86)
-      %706 = arith.mulf %704, %705 : f32 loc("examples/layers.kina":56:86)
-      %707 = math.exp %706 : f32 loc("examples/layers.kina":56:86)
-      %708 = arith.constant 0.3989422804014327 : f32 loc("examples/layers.kina":56:86)
-      %709 = arith.mulf %707, %708 : f32 loc("examples/layers.kina":56:86)
-      %710 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
-      %711 = arith.mulf %702, %710 : f32 loc("examples/layers.kina":56:86)
-      %712 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
-      %713 = arith.minimumf %711, %712 : f32 loc("examples/layers.kina":56:86)
-      %714 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
-      %715 = arith.maximumf %713, %714 : f32 loc("examples/layers.kina":56:86)
-      %716 = arith.mulf %715, %715 : f32 loc("examples/layers.kina":56:86)
-      %717 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
-      %718 = arith.mulf %717, %716 : f32 loc("examples/layers.kina":56:86)
-      %719 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
-      %720 = arith.addf %718, %719 : f32 loc("examples/layers.kina":56:86)
-      %721 = arith.mulf %720, %716 : f32 loc("examples/layers.kina":56:86)
-      %722 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
-      %723 = arith.addf %721, %722 : f32 loc("examples/layers.kina":56:86)
-      %724 = arith.mulf %723, %716 : f32 loc("examples/layers.kina":56:86)
-      %725 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
-      %726 = arith.addf %724, %725 : f32 loc("examples/layers.kina":56:86)
-      %727 = arith.mulf %726, %716 : f32 loc("examples/layers.kina":56:86)
-      %728 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
-      %729 = arith.addf %727, %728 : f32 loc("examples/layers.kina":56:86)
-      %730 = arith.mulf %729, %716 : f32 loc("examples/layers.kina":56:86)
-      %731 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
-      %732 = arith.addf %730, %731 : f32 loc("examples/layers.kina":56:86)
-      %733 = arith.mulf %732, %716 : f32 loc("examples/layers.kina":56:86)
-      %734 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
-      %735 = arith.addf %733, %734 : f32 loc("examples/layers.kina":56:86)
-      %736 = arith.mulf %715, %735 : f32 loc("examples/layers.kina":56:86)
-      %737 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
-      %738 = arith.mulf %737, %716 : f32 loc("examples/layers.kina":56:86)
-      %739 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
-      %740 = arith.addf %738, %739 : f32 loc("examples/layers.kina":56:86)
-      %741 = arith.mulf %740, %716 : f32 loc("examples/layers.kina":56:86)
-      %742 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
-      %743 = arith.addf %741, %742 : f32 loc("examples/layers.kina":56:86)
-      %744 = arith.mulf %743, %716 : f32 loc("examples/layers.kina":56:86)
-      %745 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
-      %746 = arith.addf %744, %745 : f32 loc("examples/layers.kina":56:86)
-      %747 = arith.mulf %746, %716 : f32 loc("examples/layers.kina":56:86)
-      %748 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
+    %ct.33.reduce_keep = tensor.expand_shape %681 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.34.reshape = tensor.collapse_shape %ct.33.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
+    %685 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.35.transpose = linalg.transpose ins(%w_down : tensor<16x4xf32>) outs(%685 : tensor<4x16xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %686 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %687 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %688 = linalg.fill ins(%686 : f32) outs(%687 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.36.matmul = linalg.matmul ins(%ct.32.add, %ct.35.transpose : tensor<4x4xf32>, tensor<4x16xf32>) outs(%688 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %689 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.37.transpose = linalg.transpose ins(%nn.gelu_mlp$4_4_16.80.act : tensor<4x16xf32>) outs(%689 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %690 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %691 = bufferization.alloc_tensor() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %692 = linalg.fill ins(%690 : f32) outs(%691 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.32.add : tensor<16x4xf32>, tensor<4x4xf32>) outs(%692 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %693 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
+    %ct.39.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %nn.linear$4_4_16.79.out : tensor<4x16xf32>, tensor<4x16xf32>) outs(%693 : tensor<4x16xf32>) {
+    ^bb0(%694: f32, %695: f32, %696: f32):
+      %697 = arith.constant -0.5 : f32 loc("examples/layers.kina":56:86)
+      %698 = arith.mulf %695, %695 : f32 loc("examples/layers.kina":56:86)
+      %699 = arith.mulf %697, %698 : f32 loc("examples/layers.kina":56:86)
+      %700 = math.exp %699 : f32 loc("examples/layers.kina":56:86)
+      %701 = arith.constant 0.3989422804014327 : f32 loc("examples/layers.kina":56:86)
+      %702 = arith.mulf %700, %701 : f32 loc("examples/layers.kina":56:86)
+      %703 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
+      %704 = arith.mulf %695, %703 : f32 loc("examples/layers.kina":56:86)
+      %705 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
+      %706 = arith.minimumf %704, %705 : f32 loc("examples/layers.kina":56:86)
+      %707 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
+      %708 = arith.maximumf %706, %707 : f32 loc("examples/layers.kina":56:86)
+      %709 = arith.mulf %708, %708 : f32 loc("examples/layers.kina":56:86)
+      %710 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
+      %711 = arith.mulf %710, %709 : f32 loc("examples/layers.kina":56:86)
+      %712 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
+      %713 = arith.addf %711, %712 : f32 loc("examples/layers.kina":56:86)
+      %714 = arith.mulf %713, %709 : f32 loc("examples/layers.kina":56:86)
+      %715 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
+      %716 = arith.addf %714, %715 : f32 loc("examples/layers.kina":56:86)
+      %717 = arith.mulf %716, %709 : f32 loc("examples/layers.kina":56:86)
+      %718 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
+      %719 = arith.addf %717, %718 : f32 loc("examples/layers.kina":56:86)
+      %720 = arith.mulf %719, %709 : f32 loc("examples/layers.kina":56:86)
+      %721 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
+      %722 = arith.addf %720, %721 : f32 loc("examples/layers.kina":56:86)
+      %723 = arith.mulf %722, %709 : f32 loc("examples/layers.kina":56:86)
+      %724 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
+      %725 = arith.addf %723, %724 : f32 loc("examples/layers.kina":56:86)
+      %726 = arith.mulf %725, %709 : f32 loc("examples/layers.kina":56:86)
+      %727 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
+      %728 = arith.addf %726, %727 : f32 loc("examples/layers.kina":56:86)
+      %729 = arith.mulf %708, %728 : f32 loc("examples/layers.kina":56:86)
+      %730 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
+      %731 = arith.mulf %730, %709 : f32 loc("examples/layers.kina":56:86)
+      %732 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
+      %733 = arith.addf %731, %732 : f32 loc("examples/layers.kina":56:86)
+      %734 = arith.mulf %733, %709 : f32 loc("examples/layers.kina":56:86)
+      %735 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
+      %736 = arith.addf %734, %735 : f32 loc("examples/layers.kina":56:86)
+      %737 = arith.mulf %736, %709 : f32 loc("examples/layers.kina":56:86)
+      %738 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
+      %739 = arith.addf %737, %738 : f32 loc("examples/layers.kina":56:86)
+      %740 = arith.mulf %739, %709 : f32 loc("examples/layers.kina":56:86)
+      %741 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
+      %742 = arith.addf %740, %741 : f32 loc("examples/layers.kina":56:86)
+      %743 = arith.divf %729, %742 : f32 loc("examples/layers.kina":56:86)
+      %744 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
+      %745 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
+      %746 = arith.addf %745, %743 : f32 loc("examples/layers.kina":56:86)
+      %747 = arith.mulf %744, %746 : f32 loc("examples/layers.kina":56:86)
+      %748 = arith.mulf %695, %702 : f32 loc("examples/layers.kina":56:86)
       %749 = arith.addf %747, %748 : f32 loc("examples/layers.kina":56:86)
-      %750 = arith.divf %736, %749 : f32 loc("examples/layers.kina":56:86)
-      %751 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
-      %752 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
-      %753 = arith.addf %752, %750 : f32 loc("examples/layers.kina":56:86)
-      %754 = arith.mulf %751, %753 : f32 loc("examples/layers.kina":56:86)
-      %755 = arith.mulf %702, %709 : f32 loc("examples/layers.kina":56:86)
-      %756 = arith.addf %754, %755 : f32 loc("examples/layers.kina":56:86)
-      %757 = arith.mulf %701, %756 : f32 loc("examples/layers.kina":56:86)
-      linalg.yield %757 : f32 loc("examples/layers.kina":56:86)
+      %750 = arith.mulf %694, %749 : f32 loc("examples/layers.kina":56:86)
+      linalg.yield %750 : f32 loc("examples/layers.kina":56:86)
     } -> tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %758 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %759 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/layers.kina":20:18)
-    %760 = linalg.fill ins(%758 : f32) outs(%759 : tensor<16xf32>) -> tensor<16xf32> loc("examples/layers.kina":20:18)
-    %761 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.40.gelu_grad : tensor<4x16xf32>) outs(%760 : tensor<16xf32>) {
-    ^bb0(%762: f32, %763: f32):
-      %764 = arith.addf %763, %762 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %764 : f32 loc("examples/layers.kina":20:18)
+    %751 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %752 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/layers.kina":20:18)
+    %753 = linalg.fill ins(%751 : f32) outs(%752 : tensor<16xf32>) -> tensor<16xf32> loc("examples/layers.kina":20:18)
+    %754 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.39.gelu_grad : tensor<4x16xf32>) outs(%753 : tensor<16xf32>) {
+    ^bb0(%755: f32, %756: f32):
+      %757 = arith.addf %756, %755 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %757 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<16xf32> loc("examples/layers.kina":20:18)
-    %ct.41.reduce_keep = tensor.expand_shape %761 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":20:18)
-    %ct.42.reshape = tensor.collapse_shape %ct.41.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/layers.kina":19:75)
-    %765 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.43.transpose = linalg.transpose ins(%w_up : tensor<4x16xf32>) outs(%765 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %766 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %767 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %768 = linalg.fill ins(%766 : f32) outs(%767 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.44.matmul = linalg.matmul ins(%ct.40.gelu_grad, %ct.43.transpose : tensor<4x16xf32>, tensor<16x4xf32>) outs(%768 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %769 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.45.transpose = linalg.transpose ins(%nn.layer_norm$4_4.74.out : tensor<4x4xf32>) outs(%769 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %770 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %771 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %772 = linalg.fill ins(%770 : f32) outs(%771 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.46.matmul = linalg.matmul ins(%ct.45.transpose, %ct.40.gelu_grad : tensor<4x4xf32>, tensor<4x16xf32>) outs(%772 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %773 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %774 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %775 = linalg.fill ins(%773 : f32) outs(%774 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %776 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.44.matmul : tensor<4x4xf32>) outs(%775 : tensor<4xf32>) {
-    ^bb0(%777: f32, %778: f32):
-      %779 = arith.addf %778, %777 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %779 : f32 loc("examples/layers.kina":32:10)
+    %ct.40.reduce_keep = tensor.expand_shape %754 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":20:18)
+    %ct.41.reshape = tensor.collapse_shape %ct.40.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/layers.kina":19:75)
+    %758 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.42.transpose = linalg.transpose ins(%w_up : tensor<4x16xf32>) outs(%758 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %759 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %760 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %761 = linalg.fill ins(%759 : f32) outs(%760 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.43.matmul = linalg.matmul ins(%ct.39.gelu_grad, %ct.42.transpose : tensor<4x16xf32>, tensor<16x4xf32>) outs(%761 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %762 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.44.transpose = linalg.transpose ins(%nn.layer_norm$4_4.74.out : tensor<4x4xf32>) outs(%762 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %763 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %764 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %765 = linalg.fill ins(%763 : f32) outs(%764 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.45.matmul = linalg.matmul ins(%ct.44.transpose, %ct.39.gelu_grad : tensor<4x4xf32>, tensor<4x16xf32>) outs(%765 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %766 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %767 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %768 = linalg.fill ins(%766 : f32) outs(%767 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %769 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.43.matmul : tensor<4x4xf32>) outs(%768 : tensor<4xf32>) {
+    ^bb0(%770: f32, %771: f32):
+      %772 = arith.addf %771, %770 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %772 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.47.reduce_keep = tensor.expand_shape %776 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
-    %ct.48.reshape = tensor.collapse_shape %ct.47.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %780 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.49.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.44.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%780 : tensor<4x4xf32>) {
-    ^bb0(%781: f32, %782: f32, %783: f32):
-      %784 = arith.mulf %781, %782 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %784 : f32 loc("examples/layers.kina":31:6)
+    %ct.46.reduce_keep = tensor.expand_shape %769 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.47.reshape = tensor.collapse_shape %ct.46.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
+    %773 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%773 : tensor<4x4xf32>) {
+    ^bb0(%774: f32, %775: f32, %776: f32):
+      %777 = arith.mulf %774, %775 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %777 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %785 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.50.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.44.matmul, %nn.layer_norm$4_4.68.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%785 : tensor<4x4xf32>) {
-    ^bb0(%786: f32, %787: f32, %788: f32):
-      %789 = arith.mulf %786, %787 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %789 : f32 loc("examples/layers.kina":31:6)
+    %778 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.49.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.68.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%778 : tensor<4x4xf32>) {
+    ^bb0(%779: f32, %780: f32, %781: f32):
+      %782 = arith.mulf %779, %780 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %782 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %790 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %791 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %792 = linalg.fill ins(%790 : f32) outs(%791 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %793 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.50.mul : tensor<4x4xf32>) outs(%792 : tensor<4xf32>) {
-    ^bb0(%794: f32, %795: f32):
-      %796 = arith.addf %795, %794 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %796 : f32 loc("examples/layers.kina":30:36)
+    %783 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %784 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %785 = linalg.fill ins(%783 : f32) outs(%784 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %786 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.49.mul : tensor<4x4xf32>) outs(%785 : tensor<4xf32>) {
+    ^bb0(%787: f32, %788: f32):
+      %789 = arith.addf %788, %787 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %789 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.51.reduce_keep = tensor.expand_shape %793 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
-    %ct.52.reshape = tensor.collapse_shape %ct.51.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %797 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.49.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%797 : tensor<4x4xf32>) {
-    ^bb0(%798: f32, %799: f32, %800: f32):
-      %801 = arith.mulf %798, %799 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %801 : f32 loc("examples/layers.kina":29:31)
+    %ct.50.reduce_keep = tensor.expand_shape %786 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.51.reshape = tensor.collapse_shape %ct.50.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
+    %790 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%790 : tensor<4x4xf32>) {
+    ^bb0(%791: f32, %792: f32, %793: f32):
+      %794 = arith.mulf %791, %792 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %794 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %802 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.54.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.49.mul, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%802 : tensor<4x4xf32>) {
-    ^bb0(%803: f32, %804: f32, %805: f32):
-      %806 = arith.mulf %803, %804 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %806 : f32 loc("examples/layers.kina":29:31)
+    %795 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%795 : tensor<4x4xf32>) {
+    ^bb0(%796: f32, %797: f32, %798: f32):
+      %799 = arith.mulf %796, %797 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %799 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %807 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %808 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
-    %809 = linalg.fill ins(%807 : f32) outs(%808 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %810 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.54.mul : tensor<4x4xf32>) outs(%809 : tensor<4xf32>) {
-    ^bb0(%811: f32, %812: f32):
-      %813 = arith.addf %812, %811 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %813 : f32 loc("examples/layers.kina":28:61)
+    %800 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %801 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
+    %802 = linalg.fill ins(%800 : f32) outs(%801 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
+    %803 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.53.mul : tensor<4x4xf32>) outs(%802 : tensor<4xf32>) {
+    ^bb0(%804: f32, %805: f32):
+      %806 = arith.addf %805, %804 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %806 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %ct.55.reduce_keep = tensor.expand_shape %810 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
-    %ct.56.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %814 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.55.reduce_keep, %ct.56.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%814 : tensor<4x1xf32>) {
-    ^bb0(%815: f32, %816: f32, %817: f32):
-      %818 = arith.mulf %815, %816 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %818 : f32 loc("examples/layers.kina":28:24)
+    %ct.54.reduce_keep = tensor.expand_shape %803 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
+    %ct.55.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %807 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.56.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.54.reduce_keep, %ct.55.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%807 : tensor<4x1xf32>) {
+    ^bb0(%808: f32, %809: f32, %810: f32):
+      %811 = arith.mulf %808, %809 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %811 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %819 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.58.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%819 : tensor<4x1xf32>) {
-    ^bb0(%820: f32, %821: f32, %822: f32):
-      %823 = arith.mulf %820, %821 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %823 : f32 loc("examples/layers.kina":28:24)
+    %812 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%812 : tensor<4x1xf32>) {
+    ^bb0(%813: f32, %814: f32, %815: f32):
+      %816 = arith.mulf %813, %814 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %816 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %824 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.59.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %ct.58.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%824 : tensor<4x1xf32>) {
-    ^bb0(%825: f32, %826: f32, %827: f32):
-      %828 = arith.mulf %825, %826 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %828 : f32 loc("examples/layers.kina":28:24)
+    %817 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.58.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %ct.57.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%817 : tensor<4x1xf32>) {
+    ^bb0(%818: f32, %819: f32, %820: f32):
+      %821 = arith.mulf %818, %819 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %821 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %829 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.57.mul, %ct.59.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%829 : tensor<4x1xf32>) {
-    ^bb0(%830: f32, %831: f32, %832: f32):
-      %833 = arith.mulf %830, %831 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %833 : f32 loc("examples/layers.kina":28:24)
+    %822 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.59.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.56.mul, %ct.58.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%822 : tensor<4x1xf32>) {
+    ^bb0(%823: f32, %824: f32, %825: f32):
+      %826 = arith.mulf %823, %824 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %826 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %834 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %ct.61.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul, %inert.78 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%834 : tensor<4x1xf32>) {
-    ^bb0(%835: f32, %836: f32, %837: f32):
-      %838 = arith.mulf %835, %836 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %838 : f32 loc("examples/layers.kina":27:49)
+    %827 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.59.mul, %inert.78 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%827 : tensor<4x1xf32>) {
+    ^bb0(%828: f32, %829: f32, %830: f32):
+      %831 = arith.mulf %828, %829 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %831 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %839 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.62.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.mul : tensor<4x1xf32>) outs(%839 : tensor<4x4xf32>) {
-    ^bb0(%840: f32, %841: f32):
-      linalg.yield %840 : f32 loc("examples/layers.kina":27:2)
+    %832 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
+    %ct.61.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul : tensor<4x1xf32>) outs(%832 : tensor<4x4xf32>) {
+    ^bb0(%833: f32, %834: f32):
+      linalg.yield %833 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %842 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.63.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.62.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%842 : tensor<4x4xf32>) {
-    ^bb0(%843: f32, %844: f32, %845: f32):
-      %846 = arith.mulf %843, %844 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %846 : f32 loc("examples/layers.kina":26:66)
+    %835 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.62.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%835 : tensor<4x4xf32>) {
+    ^bb0(%836: f32, %837: f32, %838: f32):
+      %839 = arith.mulf %836, %837 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %839 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.64.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %847 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.65.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.63.mul, %ct.64.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%847 : tensor<4x4xf32>) {
-    ^bb0(%848: f32, %849: f32, %850: f32):
-      %851 = arith.mulf %848, %849 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %851 : f32 loc("examples/layers.kina":26:66)
+    %ct.63.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %840 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.64.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.62.mul, %ct.63.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%840 : tensor<4x4xf32>) {
+    ^bb0(%841: f32, %842: f32, %843: f32):
+      %844 = arith.mulf %841, %842 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %844 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %852 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.66.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.53.mul, %ct.65.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%852 : tensor<4x4xf32>) {
-    ^bb0(%853: f32, %854: f32, %855: f32):
-      %856 = arith.addf %853, %854 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %856 : f32 loc("examples/layers.kina":26:66)
+    %845 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.65.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.52.mul, %ct.64.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%845 : tensor<4x4xf32>) {
+    ^bb0(%846: f32, %847: f32, %848: f32):
+      %849 = arith.addf %846, %847 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %849 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %857 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.67.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.66.add : tensor<4x4xf32>) outs(%857 : tensor<4x4xf32>) {
-    ^bb0(%858: f32, %859: f32):
-      %860 = arith.negf %858 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %860 : f32 loc("examples/layers.kina":26:43)
+    %850 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.66.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.65.add : tensor<4x4xf32>) outs(%850 : tensor<4x4xf32>) {
+    ^bb0(%851: f32, %852: f32):
+      %853 = arith.negf %851 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %853 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %861 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.68.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.66.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%861 : tensor<4x4xf32>) {
-    ^bb0(%862: f32, %863: f32, %864: f32):
-      %865 = arith.addf %862, %863 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %865 : f32 loc("examples/layers.kina":26:43)
+    %854 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.67.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.32.add, %ct.65.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%854 : tensor<4x4xf32>) {
+    ^bb0(%855: f32, %856: f32, %857: f32):
+      %858 = arith.addf %855, %856 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %858 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %866 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %867 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
-    %868 = linalg.fill ins(%866 : f32) outs(%867 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %869 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.67.neg : tensor<4x4xf32>) outs(%868 : tensor<4xf32>) {
-    ^bb0(%870: f32, %871: f32):
-      %872 = arith.addf %871, %870 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %872 : f32 loc("examples/layers.kina":26:8)
+    %859 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %860 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
+    %861 = linalg.fill ins(%859 : f32) outs(%860 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
+    %862 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.66.neg : tensor<4x4xf32>) outs(%861 : tensor<4xf32>) {
+    ^bb0(%863: f32, %864: f32):
+      %865 = arith.addf %864, %863 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %865 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %ct.69.reduce_keep = tensor.expand_shape %869 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
-    %873 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %ct.70.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.reduce_keep, %inert.72 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%873 : tensor<4x1xf32>) {
-    ^bb0(%874: f32, %875: f32, %876: f32):
-      %877 = arith.mulf %874, %875 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %877 : f32 loc("examples/layers.kina":25:68)
+    %ct.68.reduce_keep = tensor.expand_shape %862 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
+    %866 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %ct.69.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.reduce_keep, %inert.72 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%866 : tensor<4x1xf32>) {
+    ^bb0(%867: f32, %868: f32, %869: f32):
+      %870 = arith.mulf %867, %868 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %870 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %878 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.71.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.70.mul : tensor<4x1xf32>) outs(%878 : tensor<4x4xf32>) {
-    ^bb0(%879: f32, %880: f32):
-      linalg.yield %879 : f32 loc("examples/layers.kina":25:23)
+    %871 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.70.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.mul : tensor<4x1xf32>) outs(%871 : tensor<4x4xf32>) {
+    ^bb0(%872: f32, %873: f32):
+      linalg.yield %872 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %881 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.72.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.add, %ct.71.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%881 : tensor<4x4xf32>) {
-    ^bb0(%882: f32, %883: f32, %884: f32):
-      %885 = arith.addf %882, %883 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %885 : f32 loc("examples/layers.kina":25:23)
+    %874 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.71.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.67.add, %ct.70.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%874 : tensor<4x4xf32>) {
+    ^bb0(%875: f32, %876: f32, %877: f32):
+      %878 = arith.addf %875, %876 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %878 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %886 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %887 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %888 = linalg.fill ins(%886 : f32) outs(%887 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %889 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.72.add : tensor<4x4xf32>) outs(%888 : tensor<4xf32>) {
-    ^bb0(%890: f32, %891: f32):
-      %892 = arith.addf %891, %890 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %892 : f32 loc("examples/layers.kina":20:18)
+    %879 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %880 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %881 = linalg.fill ins(%879 : f32) outs(%880 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %882 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.71.add : tensor<4x4xf32>) outs(%881 : tensor<4xf32>) {
+    ^bb0(%883: f32, %884: f32):
+      %885 = arith.addf %884, %883 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %885 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.73.reduce_keep = tensor.expand_shape %889 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
-    %ct.74.reshape = tensor.collapse_shape %ct.73.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %893 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.75.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%893 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %894 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %895 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %896 = linalg.fill ins(%894 : f32) outs(%895 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.76.matmul = linalg.matmul ins(%ct.72.add, %ct.75.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%896 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %897 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.77.transpose = linalg.transpose ins(%nn.merge_heads$1_2_4_2.52.rows : tensor<4x4xf32>) outs(%897 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %898 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %899 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %900 = linalg.fill ins(%898 : f32) outs(%899 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.78.matmul = linalg.matmul ins(%ct.77.transpose, %ct.72.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%900 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %901 = tensor.collapse_shape %ct.76.matmul [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
-    %ct.79.reshape = tensor.expand_shape %901 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":98:24)
-    %902 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":97:31)
-    %ct.80.transpose = linalg.transpose ins(%ct.79.reshape : tensor<1x4x2x2xf32>) outs(%902 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %903 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":111:11)
-    %ct.81.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.41.heads : tensor<1x2x4x2xf32>) outs(%903 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %904 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %905 = tensor.collapse_shape %ct.81.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":111:11)
+    %ct.72.reduce_keep = tensor.expand_shape %882 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.73.reshape = tensor.collapse_shape %ct.72.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
+    %886 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.74.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%886 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %887 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %888 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %889 = linalg.fill ins(%887 : f32) outs(%888 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.75.matmul = linalg.matmul ins(%ct.71.add, %ct.74.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%889 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %890 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.76.transpose = linalg.transpose ins(%nn.merge_heads$1_2_4_2.52.rows : tensor<4x4xf32>) outs(%890 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %891 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %892 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %893 = linalg.fill ins(%891 : f32) outs(%892 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.77.matmul = linalg.matmul ins(%ct.76.transpose, %ct.71.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%893 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %894 = tensor.collapse_shape %ct.75.matmul [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
+    %ct.78.reshape = tensor.expand_shape %894 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":98:24)
+    %895 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":97:31)
+    %ct.79.transpose = linalg.transpose ins(%ct.78.reshape : tensor<1x4x2x2xf32>) outs(%895 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %896 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":111:11)
+    %ct.80.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.41.heads : tensor<1x2x4x2xf32>) outs(%896 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %897 = tensor.collapse_shape %ct.79.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %898 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":111:11)
+    %899 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %900 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %901 = linalg.fill ins(%899 : f32) outs(%900 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %902 = linalg.batch_matmul ins(%897, %898 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%901 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %ct.81.matmul = tensor.expand_shape %902 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
+    %903 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
+    %ct.82.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>) outs(%903 : tensor<1x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %904 = tensor.collapse_shape %ct.82.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %905 = tensor.collapse_shape %ct.79.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
     %906 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %907 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %908 = linalg.fill ins(%906 : f32) outs(%907 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %909 = linalg.batch_matmul ins(%904, %905 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%908 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %ct.82.matmul = tensor.expand_shape %909 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
-    %910 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
-    %ct.83.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>) outs(%910 : tensor<1x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %911 = tensor.collapse_shape %ct.83.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %912 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %913 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %914 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %915 = linalg.fill ins(%913 : f32) outs(%914 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %916 = linalg.batch_matmul ins(%911, %912 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%915 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %ct.84.matmul = tensor.expand_shape %916 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
-    %917 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.85.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.82.matmul, %nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%917 : tensor<1x2x4x4xf32>) {
-    ^bb0(%918: f32, %919: f32, %920: f32):
-      %921 = arith.mulf %918, %919 : f32 loc("examples/layers.kina":110:45)
+    %907 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %908 = linalg.fill ins(%906 : f32) outs(%907 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %909 = linalg.batch_matmul ins(%904, %905 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%908 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %ct.83.matmul = tensor.expand_shape %909 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
+    %910 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.84.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%910 : tensor<1x2x4x4xf32>) {
+    ^bb0(%911: f32, %912: f32, %913: f32):
+      %914 = arith.mulf %911, %912 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %914 : f32 loc("examples/layers.kina":110:45)
+    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %915 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %916 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %917 = linalg.fill ins(%915 : f32) outs(%916 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %918 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.84.mul : tensor<1x2x4x4xf32>) outs(%917 : tensor<1x2x4xf32>) {
+    ^bb0(%919: f32, %920: f32):
+      %921 = arith.addf %920, %919 : f32 loc("examples/layers.kina":110:45)
       linalg.yield %921 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %922 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %923 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %924 = linalg.fill ins(%922 : f32) outs(%923 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %925 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.85.mul : tensor<1x2x4x4xf32>) outs(%924 : tensor<1x2x4xf32>) {
-    ^bb0(%926: f32, %927: f32):
-      %928 = arith.addf %927, %926 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %928 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %ct.86.reduce_keep = tensor.expand_shape %925 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
-    %929 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.87.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.86.reduce_keep : tensor<1x2x4x1xf32>) outs(%929 : tensor<1x2x4x4xf32>) {
-    ^bb0(%930: f32, %931: f32):
-      linalg.yield %930 : f32 loc("examples/layers.kina":110:45)
+    %ct.85.reduce_keep = tensor.expand_shape %918 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
+    %922 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.86.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.85.reduce_keep : tensor<1x2x4x1xf32>) outs(%922 : tensor<1x2x4x4xf32>) {
+    ^bb0(%923: f32, %924: f32):
+      linalg.yield %923 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %932 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.88.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.82.matmul, %ct.87.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%932 : tensor<1x2x4x4xf32>) {
-    ^bb0(%933: f32, %934: f32, %935: f32):
-      %936 = arith.subf %933, %934 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %936 : f32 loc("examples/layers.kina":110:45)
+    %925 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.87.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %ct.86.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%925 : tensor<1x2x4x4xf32>) {
+    ^bb0(%926: f32, %927: f32, %928: f32):
+      %929 = arith.subf %926, %927 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %929 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %937 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.89.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.48.probs, %ct.88.sub : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%937 : tensor<1x2x4x4xf32>) {
-    ^bb0(%938: f32, %939: f32, %940: f32):
-      %941 = arith.mulf %938, %939 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %941 : f32 loc("examples/layers.kina":110:45)
+    %930 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.88.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.48.probs, %ct.87.sub : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%930 : tensor<1x2x4x4xf32>) {
+    ^bb0(%931: f32, %932: f32, %933: f32):
+      %934 = arith.mulf %931, %932 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %934 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.90.zeros = arith.constant dense<0.0> : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %942 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %ct.91.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.89.mul, %ct.90.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%942 : tensor<1x2x4x4xf32>) {
-    ^bb0(%943: i8, %944: f32, %945: f32, %946: f32):
-      %947 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %948 = arith.cmpi ne, %943, %947 : i8 loc("examples/layers.kina":110:2)
-      %949 = arith.select %948, %944, %945 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %949 : f32 loc("examples/layers.kina":110:2)
+    %ct.89.zeros = arith.constant dense<0.0> : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
+    %935 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
+    %ct.90.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.88.mul, %ct.89.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%935 : tensor<1x2x4x4xf32>) {
+    ^bb0(%936: i8, %937: f32, %938: f32, %939: f32):
+      %940 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %941 = arith.cmpi ne, %936, %940 : i8 loc("examples/layers.kina":110:2)
+      %942 = arith.select %941, %937, %938 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %942 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %950 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %ct.92.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.91.where, %inert.52 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%950 : tensor<1x2x4x4xf32>) {
-    ^bb0(%951: f32, %952: f32, %953: f32):
-      %954 = arith.mulf %951, %952 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %954 : f32 loc("examples/layers.kina":107:8)
+    %943 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
+    %ct.91.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.90.where, %inert.52 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%943 : tensor<1x2x4x4xf32>) {
+    ^bb0(%944: f32, %945: f32, %946: f32):
+      %947 = arith.mulf %944, %945 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %947 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %955 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
-    %ct.93.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.43.k_t : tensor<1x2x2x4xf32>) outs(%955 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %956 = tensor.collapse_shape %ct.92.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %957 = tensor.collapse_shape %ct.93.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %948 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
+    %ct.92.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.43.k_t : tensor<1x2x2x4xf32>) outs(%948 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %949 = tensor.collapse_shape %ct.91.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %950 = tensor.collapse_shape %ct.92.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %951 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %952 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %953 = linalg.fill ins(%951 : f32) outs(%952 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %954 = linalg.batch_matmul ins(%949, %950 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%953 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %ct.93.matmul = tensor.expand_shape %954 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
+    %955 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
+    %ct.94.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.35.heads : tensor<1x2x4x2xf32>) outs(%955 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %956 = tensor.collapse_shape %ct.94.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %957 = tensor.collapse_shape %ct.91.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
     %958 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %959 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %960 = linalg.fill ins(%958 : f32) outs(%959 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %961 = linalg.batch_matmul ins(%956, %957 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%960 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %ct.94.matmul = tensor.expand_shape %961 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
-    %962 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
-    %ct.95.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.35.heads : tensor<1x2x4x2xf32>) outs(%962 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %963 = tensor.collapse_shape %ct.95.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %964 = tensor.collapse_shape %ct.92.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %965 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %966 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %967 = linalg.fill ins(%965 : f32) outs(%966 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %968 = linalg.batch_matmul ins(%963, %964 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%967 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %ct.96.matmul = tensor.expand_shape %968 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
-    %969 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:31)
-    %ct.97.transpose = linalg.transpose ins(%ct.96.matmul : tensor<1x2x2x4xf32>) outs(%969 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
-    %970 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.98.transpose = linalg.transpose ins(%ct.84.matmul : tensor<1x2x4x2xf32>) outs(%970 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %971 = tensor.collapse_shape %ct.98.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.99.reshape = tensor.expand_shape %971 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %972 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.100.transpose = linalg.transpose ins(%ct.97.transpose : tensor<1x2x4x2xf32>) outs(%972 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %973 = tensor.collapse_shape %ct.100.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.101.reshape = tensor.expand_shape %973 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %974 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.102.transpose = linalg.transpose ins(%ct.94.matmul : tensor<1x2x4x2xf32>) outs(%974 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %975 = tensor.collapse_shape %ct.102.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.103.reshape = tensor.expand_shape %975 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %976 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %977 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %978 = linalg.fill ins(%976 : f32) outs(%977 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %979 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.99.reshape : tensor<4x4xf32>) outs(%978 : tensor<4xf32>) {
-    ^bb0(%980: f32, %981: f32):
-      %982 = arith.addf %981, %980 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %982 : f32 loc("examples/layers.kina":20:18)
+    %959 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %960 = linalg.fill ins(%958 : f32) outs(%959 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %961 = linalg.batch_matmul ins(%956, %957 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%960 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %ct.95.matmul = tensor.expand_shape %961 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
+    %962 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:31)
+    %ct.96.transpose = linalg.transpose ins(%ct.95.matmul : tensor<1x2x2x4xf32>) outs(%962 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
+    %963 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.97.transpose = linalg.transpose ins(%ct.83.matmul : tensor<1x2x4x2xf32>) outs(%963 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %964 = tensor.collapse_shape %ct.97.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.98.reshape = tensor.expand_shape %964 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %965 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.99.transpose = linalg.transpose ins(%ct.96.transpose : tensor<1x2x4x2xf32>) outs(%965 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %966 = tensor.collapse_shape %ct.99.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.100.reshape = tensor.expand_shape %966 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %967 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.101.transpose = linalg.transpose ins(%ct.93.matmul : tensor<1x2x4x2xf32>) outs(%967 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %968 = tensor.collapse_shape %ct.101.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.102.reshape = tensor.expand_shape %968 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %969 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %970 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %971 = linalg.fill ins(%969 : f32) outs(%970 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %972 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.98.reshape : tensor<4x4xf32>) outs(%971 : tensor<4xf32>) {
+    ^bb0(%973: f32, %974: f32):
+      %975 = arith.addf %974, %973 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %975 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.104.reduce_keep = tensor.expand_shape %979 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
-    %ct.105.reshape = tensor.collapse_shape %ct.104.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %983 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.106.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%983 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %984 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %985 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %986 = linalg.fill ins(%984 : f32) outs(%985 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.107.matmul = linalg.matmul ins(%ct.99.reshape, %ct.106.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%986 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %987 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.108.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%987 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %988 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %989 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %990 = linalg.fill ins(%988 : f32) outs(%989 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.109.matmul = linalg.matmul ins(%ct.108.transpose, %ct.99.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%990 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %991 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %992 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %993 = linalg.fill ins(%991 : f32) outs(%992 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %994 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.101.reshape : tensor<4x4xf32>) outs(%993 : tensor<4xf32>) {
-    ^bb0(%995: f32, %996: f32):
-      %997 = arith.addf %996, %995 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %997 : f32 loc("examples/layers.kina":20:18)
+    %ct.103.reduce_keep = tensor.expand_shape %972 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.104.reshape = tensor.collapse_shape %ct.103.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
+    %976 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.105.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%976 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %977 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %978 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %979 = linalg.fill ins(%977 : f32) outs(%978 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.106.matmul = linalg.matmul ins(%ct.98.reshape, %ct.105.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%979 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %980 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.107.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%980 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %981 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %982 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %983 = linalg.fill ins(%981 : f32) outs(%982 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.108.matmul = linalg.matmul ins(%ct.107.transpose, %ct.98.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%983 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %984 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %985 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %986 = linalg.fill ins(%984 : f32) outs(%985 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %987 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.100.reshape : tensor<4x4xf32>) outs(%986 : tensor<4xf32>) {
+    ^bb0(%988: f32, %989: f32):
+      %990 = arith.addf %989, %988 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %990 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.110.reduce_keep = tensor.expand_shape %994 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
-    %ct.111.reshape = tensor.collapse_shape %ct.110.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %998 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.112.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%998 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %999 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1000 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1001 = linalg.fill ins(%999 : f32) outs(%1000 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.113.matmul = linalg.matmul ins(%ct.101.reshape, %ct.112.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1001 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1002 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.114.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%1002 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1003 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1004 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1005 = linalg.fill ins(%1003 : f32) outs(%1004 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.115.matmul = linalg.matmul ins(%ct.114.transpose, %ct.101.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1005 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1006 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.116.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.107.matmul, %ct.113.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1006 : tensor<4x4xf32>) {
-    ^bb0(%1007: f32, %1008: f32, %1009: f32):
-      %1010 = arith.addf %1007, %1008 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %1010 : f32 loc("examples/layers.kina":19:52)
+    %ct.109.reduce_keep = tensor.expand_shape %987 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.110.reshape = tensor.collapse_shape %ct.109.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
+    %991 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.111.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%991 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %992 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %993 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %994 = linalg.fill ins(%992 : f32) outs(%993 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.112.matmul = linalg.matmul ins(%ct.100.reshape, %ct.111.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%994 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %995 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.113.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%995 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %996 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %997 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %998 = linalg.fill ins(%996 : f32) outs(%997 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.114.matmul = linalg.matmul ins(%ct.113.transpose, %ct.100.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%998 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %999 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.115.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.106.matmul, %ct.112.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%999 : tensor<4x4xf32>) {
+    ^bb0(%1000: f32, %1001: f32, %1002: f32):
+      %1003 = arith.addf %1000, %1001 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %1003 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1011 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %1012 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %1013 = linalg.fill ins(%1011 : f32) outs(%1012 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %1014 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.103.reshape : tensor<4x4xf32>) outs(%1013 : tensor<4xf32>) {
-    ^bb0(%1015: f32, %1016: f32):
-      %1017 = arith.addf %1016, %1015 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %1017 : f32 loc("examples/layers.kina":20:18)
+    %1004 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %1005 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %1006 = linalg.fill ins(%1004 : f32) outs(%1005 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %1007 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.102.reshape : tensor<4x4xf32>) outs(%1006 : tensor<4xf32>) {
+    ^bb0(%1008: f32, %1009: f32):
+      %1010 = arith.addf %1009, %1008 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %1010 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.117.reduce_keep = tensor.expand_shape %1014 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
-    %ct.118.reshape = tensor.collapse_shape %ct.117.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %1018 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.119.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%1018 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1019 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1020 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1021 = linalg.fill ins(%1019 : f32) outs(%1020 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.120.matmul = linalg.matmul ins(%ct.103.reshape, %ct.119.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1021 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1022 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.121.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%1022 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1023 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1024 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1025 = linalg.fill ins(%1023 : f32) outs(%1024 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.122.matmul = linalg.matmul ins(%ct.121.transpose, %ct.103.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1025 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1026 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.123.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.116.add, %ct.120.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1026 : tensor<4x4xf32>) {
-    ^bb0(%1027: f32, %1028: f32, %1029: f32):
-      %1030 = arith.addf %1027, %1028 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %1030 : f32 loc("examples/layers.kina":19:52)
+    %ct.116.reduce_keep = tensor.expand_shape %1007 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.117.reshape = tensor.collapse_shape %ct.116.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
+    %1011 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.118.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%1011 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %1012 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %1013 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1014 = linalg.fill ins(%1012 : f32) outs(%1013 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.119.matmul = linalg.matmul ins(%ct.102.reshape, %ct.118.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1014 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1015 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.120.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%1015 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %1016 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %1017 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1018 = linalg.fill ins(%1016 : f32) outs(%1017 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.121.matmul = linalg.matmul ins(%ct.120.transpose, %ct.102.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1018 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1019 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.122.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.115.add, %ct.119.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1019 : tensor<4x4xf32>) {
+    ^bb0(%1020: f32, %1021: f32, %1022: f32):
+      %1023 = arith.addf %1020, %1021 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %1023 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1031 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %1032 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %1033 = linalg.fill ins(%1031 : f32) outs(%1032 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %1034 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.123.add : tensor<4x4xf32>) outs(%1033 : tensor<4xf32>) {
-    ^bb0(%1035: f32, %1036: f32):
-      %1037 = arith.addf %1036, %1035 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %1037 : f32 loc("examples/layers.kina":32:10)
+    %1024 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %1025 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %1026 = linalg.fill ins(%1024 : f32) outs(%1025 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %1027 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.122.add : tensor<4x4xf32>) outs(%1026 : tensor<4xf32>) {
+    ^bb0(%1028: f32, %1029: f32):
+      %1030 = arith.addf %1029, %1028 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %1030 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.124.reduce_keep = tensor.expand_shape %1034 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
-    %ct.125.reshape = tensor.collapse_shape %ct.124.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %1038 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.126.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.123.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1038 : tensor<4x4xf32>) {
-    ^bb0(%1039: f32, %1040: f32, %1041: f32):
-      %1042 = arith.mulf %1039, %1040 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %1042 : f32 loc("examples/layers.kina":31:6)
+    %ct.123.reduce_keep = tensor.expand_shape %1027 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.124.reshape = tensor.collapse_shape %ct.123.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
+    %1031 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.125.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1031 : tensor<4x4xf32>) {
+    ^bb0(%1032: f32, %1033: f32, %1034: f32):
+      %1035 = arith.mulf %1032, %1033 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %1035 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %1043 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.127.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.123.add, %nn.layer_norm$4_4.11.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1043 : tensor<4x4xf32>) {
-    ^bb0(%1044: f32, %1045: f32, %1046: f32):
-      %1047 = arith.mulf %1044, %1045 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %1047 : f32 loc("examples/layers.kina":31:6)
+    %1036 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.126.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.11.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1036 : tensor<4x4xf32>) {
+    ^bb0(%1037: f32, %1038: f32, %1039: f32):
+      %1040 = arith.mulf %1037, %1038 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %1040 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %1048 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %1049 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %1050 = linalg.fill ins(%1048 : f32) outs(%1049 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %1051 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.127.mul : tensor<4x4xf32>) outs(%1050 : tensor<4xf32>) {
-    ^bb0(%1052: f32, %1053: f32):
-      %1054 = arith.addf %1053, %1052 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %1054 : f32 loc("examples/layers.kina":30:36)
+    %1041 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %1042 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %1043 = linalg.fill ins(%1041 : f32) outs(%1042 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %1044 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.126.mul : tensor<4x4xf32>) outs(%1043 : tensor<4xf32>) {
+    ^bb0(%1045: f32, %1046: f32):
+      %1047 = arith.addf %1046, %1045 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %1047 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.128.reduce_keep = tensor.expand_shape %1051 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
-    %ct.129.reshape = tensor.collapse_shape %ct.128.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %1055 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.130.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.126.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1055 : tensor<4x4xf32>) {
-    ^bb0(%1056: f32, %1057: f32, %1058: f32):
-      %1059 = arith.mulf %1056, %1057 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %1059 : f32 loc("examples/layers.kina":29:31)
+    %ct.127.reduce_keep = tensor.expand_shape %1044 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.128.reshape = tensor.collapse_shape %ct.127.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
+    %1048 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.129.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1048 : tensor<4x4xf32>) {
+    ^bb0(%1049: f32, %1050: f32, %1051: f32):
+      %1052 = arith.mulf %1049, %1050 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %1052 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %1060 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.131.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.126.mul, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1060 : tensor<4x4xf32>) {
-    ^bb0(%1061: f32, %1062: f32, %1063: f32):
-      %1064 = arith.mulf %1061, %1062 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %1064 : f32 loc("examples/layers.kina":29:31)
+    %1053 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.130.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1053 : tensor<4x4xf32>) {
+    ^bb0(%1054: f32, %1055: f32, %1056: f32):
+      %1057 = arith.mulf %1054, %1055 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %1057 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %1065 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %1066 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
-    %1067 = linalg.fill ins(%1065 : f32) outs(%1066 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %1068 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.131.mul : tensor<4x4xf32>) outs(%1067 : tensor<4xf32>) {
-    ^bb0(%1069: f32, %1070: f32):
-      %1071 = arith.addf %1070, %1069 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %1071 : f32 loc("examples/layers.kina":28:61)
+    %1058 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %1059 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
+    %1060 = linalg.fill ins(%1058 : f32) outs(%1059 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
+    %1061 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.130.mul : tensor<4x4xf32>) outs(%1060 : tensor<4xf32>) {
+    ^bb0(%1062: f32, %1063: f32):
+      %1064 = arith.addf %1063, %1062 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %1064 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %ct.132.reduce_keep = tensor.expand_shape %1068 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
-    %ct.133.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1072 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.134.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.132.reduce_keep, %ct.133.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1072 : tensor<4x1xf32>) {
-    ^bb0(%1073: f32, %1074: f32, %1075: f32):
-      %1076 = arith.mulf %1073, %1074 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1076 : f32 loc("examples/layers.kina":28:24)
+    %ct.131.reduce_keep = tensor.expand_shape %1061 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
+    %ct.132.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %1065 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.133.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.131.reduce_keep, %ct.132.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1065 : tensor<4x1xf32>) {
+    ^bb0(%1066: f32, %1067: f32, %1068: f32):
+      %1069 = arith.mulf %1066, %1067 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1069 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1077 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.135.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1077 : tensor<4x1xf32>) {
-    ^bb0(%1078: f32, %1079: f32, %1080: f32):
-      %1081 = arith.mulf %1078, %1079 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1081 : f32 loc("examples/layers.kina":28:24)
+    %1070 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.134.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1070 : tensor<4x1xf32>) {
+    ^bb0(%1071: f32, %1072: f32, %1073: f32):
+      %1074 = arith.mulf %1071, %1072 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1074 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1082 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.136.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %ct.135.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1082 : tensor<4x1xf32>) {
-    ^bb0(%1083: f32, %1084: f32, %1085: f32):
-      %1086 = arith.mulf %1083, %1084 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1086 : f32 loc("examples/layers.kina":28:24)
+    %1075 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.135.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %ct.134.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1075 : tensor<4x1xf32>) {
+    ^bb0(%1076: f32, %1077: f32, %1078: f32):
+      %1079 = arith.mulf %1076, %1077 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1079 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1087 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.137.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.134.mul, %ct.136.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1087 : tensor<4x1xf32>) {
-    ^bb0(%1088: f32, %1089: f32, %1090: f32):
-      %1091 = arith.mulf %1088, %1089 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1091 : f32 loc("examples/layers.kina":28:24)
+    %1080 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.136.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.133.mul, %ct.135.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1080 : tensor<4x1xf32>) {
+    ^bb0(%1081: f32, %1082: f32, %1083: f32):
+      %1084 = arith.mulf %1081, %1082 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1084 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1092 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %ct.138.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul, %inert.12 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1092 : tensor<4x1xf32>) {
-    ^bb0(%1093: f32, %1094: f32, %1095: f32):
-      %1096 = arith.mulf %1093, %1094 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %1096 : f32 loc("examples/layers.kina":27:49)
+    %1085 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %ct.137.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.136.mul, %inert.12 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1085 : tensor<4x1xf32>) {
+    ^bb0(%1086: f32, %1087: f32, %1088: f32):
+      %1089 = arith.mulf %1086, %1087 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %1089 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %1097 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.139.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.mul : tensor<4x1xf32>) outs(%1097 : tensor<4x4xf32>) {
-    ^bb0(%1098: f32, %1099: f32):
-      linalg.yield %1098 : f32 loc("examples/layers.kina":27:2)
+    %1090 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
+    %ct.138.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul : tensor<4x1xf32>) outs(%1090 : tensor<4x4xf32>) {
+    ^bb0(%1091: f32, %1092: f32):
+      linalg.yield %1091 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %1100 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.140.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.139.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1100 : tensor<4x4xf32>) {
-    ^bb0(%1101: f32, %1102: f32, %1103: f32):
-      %1104 = arith.mulf %1101, %1102 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1104 : f32 loc("examples/layers.kina":26:66)
+    %1093 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.139.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1093 : tensor<4x4xf32>) {
+    ^bb0(%1094: f32, %1095: f32, %1096: f32):
+      %1097 = arith.mulf %1094, %1095 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1097 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.141.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1105 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.142.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.140.mul, %ct.141.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1105 : tensor<4x4xf32>) {
-    ^bb0(%1106: f32, %1107: f32, %1108: f32):
-      %1109 = arith.mulf %1106, %1107 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1109 : f32 loc("examples/layers.kina":26:66)
+    %ct.140.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %1098 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.141.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.139.mul, %ct.140.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1098 : tensor<4x4xf32>) {
+    ^bb0(%1099: f32, %1100: f32, %1101: f32):
+      %1102 = arith.mulf %1099, %1100 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1102 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1110 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.143.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.130.mul, %ct.142.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1110 : tensor<4x4xf32>) {
-    ^bb0(%1111: f32, %1112: f32, %1113: f32):
-      %1114 = arith.addf %1111, %1112 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1114 : f32 loc("examples/layers.kina":26:66)
+    %1103 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.142.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.129.mul, %ct.141.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1103 : tensor<4x4xf32>) {
+    ^bb0(%1104: f32, %1105: f32, %1106: f32):
+      %1107 = arith.addf %1104, %1105 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1107 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1115 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.144.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.143.add : tensor<4x4xf32>) outs(%1115 : tensor<4x4xf32>) {
-    ^bb0(%1116: f32, %1117: f32):
-      %1118 = arith.negf %1116 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %1118 : f32 loc("examples/layers.kina":26:43)
+    %1108 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.143.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.142.add : tensor<4x4xf32>) outs(%1108 : tensor<4x4xf32>) {
+    ^bb0(%1109: f32, %1110: f32):
+      %1111 = arith.negf %1109 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %1111 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %1119 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.145.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.72.add, %ct.143.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1119 : tensor<4x4xf32>) {
-    ^bb0(%1120: f32, %1121: f32, %1122: f32):
-      %1123 = arith.addf %1120, %1121 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %1123 : f32 loc("examples/layers.kina":26:43)
+    %1112 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.144.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.71.add, %ct.142.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1112 : tensor<4x4xf32>) {
+    ^bb0(%1113: f32, %1114: f32, %1115: f32):
+      %1116 = arith.addf %1113, %1114 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %1116 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %1124 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %1125 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
-    %1126 = linalg.fill ins(%1124 : f32) outs(%1125 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %1127 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.144.neg : tensor<4x4xf32>) outs(%1126 : tensor<4xf32>) {
-    ^bb0(%1128: f32, %1129: f32):
-      %1130 = arith.addf %1129, %1128 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %1130 : f32 loc("examples/layers.kina":26:8)
+    %1117 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %1118 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
+    %1119 = linalg.fill ins(%1117 : f32) outs(%1118 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
+    %1120 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.143.neg : tensor<4x4xf32>) outs(%1119 : tensor<4xf32>) {
+    ^bb0(%1121: f32, %1122: f32):
+      %1123 = arith.addf %1122, %1121 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %1123 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %ct.146.reduce_keep = tensor.expand_shape %1127 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
-    %1131 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %ct.147.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.reduce_keep, %inert.6 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1131 : tensor<4x1xf32>) {
-    ^bb0(%1132: f32, %1133: f32, %1134: f32):
-      %1135 = arith.mulf %1132, %1133 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %1135 : f32 loc("examples/layers.kina":25:68)
+    %ct.145.reduce_keep = tensor.expand_shape %1120 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
+    %1124 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %ct.146.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.145.reduce_keep, %inert.6 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1124 : tensor<4x1xf32>) {
+    ^bb0(%1125: f32, %1126: f32, %1127: f32):
+      %1128 = arith.mulf %1125, %1126 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %1128 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %1136 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.148.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.147.mul : tensor<4x1xf32>) outs(%1136 : tensor<4x4xf32>) {
-    ^bb0(%1137: f32, %1138: f32):
-      linalg.yield %1137 : f32 loc("examples/layers.kina":25:23)
+    %1129 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.147.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.mul : tensor<4x1xf32>) outs(%1129 : tensor<4x4xf32>) {
+    ^bb0(%1130: f32, %1131: f32):
+      linalg.yield %1130 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %1139 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.149.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.145.add, %ct.148.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1139 : tensor<4x4xf32>) {
-    ^bb0(%1140: f32, %1141: f32, %1142: f32):
-      %1143 = arith.addf %1140, %1141 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %1143 : f32 loc("examples/layers.kina":25:23)
+    %1132 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.148.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.144.add, %ct.147.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1132 : tensor<4x4xf32>) {
+    ^bb0(%1133: f32, %1134: f32, %1135: f32):
+      %1136 = arith.addf %1133, %1134 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %1136 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %1144 = tensor.collapse_shape %ct.149.add [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":36:11)
-    %ct.150.reshape = tensor.expand_shape %1144 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/layers.kina":36:11)
-    %1145 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-    %1146 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":34:13)
-    %1147 = linalg.fill ins(%1145 : i64) outs(%1146 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":34:13)
-    %1148 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%inert.1 : tensor<1x4xi64>) outs(%1147 : tensor<i64>) {
-    ^bb0(%1149: i64, %1150: i64):
-      %1151 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-      %1152 = arith.cmpi slt, %1149, %1151 : i64 loc("examples/layers.kina":34:13)
-      %1153 = arith.constant 4 : i64 loc("examples/layers.kina":34:13)
-      %1154 = arith.cmpi sge, %1149, %1153 : i64 loc("examples/layers.kina":34:13)
-      %1155 = arith.ori %1152, %1154 : i1 loc("examples/layers.kina":34:13)
-      %1156 = arith.extui %1155 : i1 to i64 loc("examples/layers.kina":34:13)
-      %1157 = arith.addi %1150, %1156 : i64 loc("examples/layers.kina":34:13)
-      linalg.yield %1157 : i64 loc("examples/layers.kina":34:13)
+    %1137 = tensor.collapse_shape %ct.148.add [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":36:11)
+    %ct.149.reshape = tensor.expand_shape %1137 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/layers.kina":36:11)
+    %1138 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+    %1139 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":34:13)
+    %1140 = linalg.fill ins(%1138 : i64) outs(%1139 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":34:13)
+    %1141 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%inert.1 : tensor<1x4xi64>) outs(%1140 : tensor<i64>) {
+    ^bb0(%1142: i64, %1143: i64):
+      %1144 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+      %1145 = arith.cmpi slt, %1142, %1144 : i64 loc("examples/layers.kina":34:13)
+      %1146 = arith.constant 4 : i64 loc("examples/layers.kina":34:13)
+      %1147 = arith.cmpi sge, %1142, %1146 : i64 loc("examples/layers.kina":34:13)
+      %1148 = arith.ori %1145, %1147 : i1 loc("examples/layers.kina":34:13)
+      %1149 = arith.extui %1148 : i1 to i64 loc("examples/layers.kina":34:13)
+      %1150 = arith.addi %1143, %1149 : i64 loc("examples/layers.kina":34:13)
+      linalg.yield %1150 : i64 loc("examples/layers.kina":34:13)
     } -> tensor<i64> loc("examples/layers.kina":34:13)
-    %1158 = tensor.extract %1148[] : tensor<i64> loc("examples/layers.kina":34:13)
-    %1159 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-    %1160 = arith.cmpi eq, %1158, %1159 : i64 loc("examples/layers.kina":34:13)
-    cf.assert %1160, "scatter_add index out of bounds" loc("examples/layers.kina":34:13)
-    %1161 = tensor.collapse_shape %inert.1 [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":34:13)
-    %1162 = tensor.collapse_shape %ct.150.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1163 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
-    %1164 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1165 = linalg.fill ins(%1163 : f32) outs(%1164 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %ct.151.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1161, %1162 : tensor<4xi64>, tensor<4x4xf32>) outs(%1165 : tensor<4x4xf32>) {
-    ^bb0(%1166: i64, %1167: f32, %1168: f32):
-      %1169 = arith.index_cast %1166 : i64 to index loc("examples/layers.kina":34:13)
-      %1170 = linalg.index 0 : index loc("examples/layers.kina":34:13)
-      %1171 = arith.cmpi eq, %1169, %1170 : index loc("examples/layers.kina":34:13)
-      %1172 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
-      %1173 = arith.select %1171, %1167, %1172 : f32 loc("examples/layers.kina":34:13)
-      %1174 = arith.addf %1168, %1173 : f32 loc("examples/layers.kina":34:13)
-      linalg.yield %1174 : f32 loc("examples/layers.kina":34:13)
+    %1151 = tensor.extract %1141[] : tensor<i64> loc("examples/layers.kina":34:13)
+    %1152 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+    %1153 = arith.cmpi eq, %1151, %1152 : i64 loc("examples/layers.kina":34:13)
+    cf.assert %1153, "scatter_add index out of bounds" loc("examples/layers.kina":34:13)
+    %1154 = tensor.collapse_shape %inert.1 [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":34:13)
+    %1155 = tensor.collapse_shape %ct.149.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %1156 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
+    %1157 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %1158 = linalg.fill ins(%1156 : f32) outs(%1157 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %ct.150.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1154, %1155 : tensor<4xi64>, tensor<4x4xf32>) outs(%1158 : tensor<4x4xf32>) {
+    ^bb0(%1159: i64, %1160: f32, %1161: f32):
+      %1162 = arith.index_cast %1159 : i64 to index loc("examples/layers.kina":34:13)
+      %1163 = linalg.index 0 : index loc("examples/layers.kina":34:13)
+      %1164 = arith.cmpi eq, %1162, %1163 : index loc("examples/layers.kina":34:13)
+      %1165 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
+      %1166 = arith.select %1164, %1160, %1165 : f32 loc("examples/layers.kina":34:13)
+      %1167 = arith.addf %1161, %1166 : f32 loc("examples/layers.kina":34:13)
+      linalg.yield %1167 : f32 loc("examples/layers.kina":34:13)
     } -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1175 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-    %1176 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":33:13)
-    %1177 = linalg.fill ins(%1175 : i64) outs(%1176 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":33:13)
-    %1178 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%ids : tensor<1x4xi64>) outs(%1177 : tensor<i64>) {
-    ^bb0(%1179: i64, %1180: i64):
-      %1181 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-      %1182 = arith.cmpi slt, %1179, %1181 : i64 loc("examples/layers.kina":33:13)
-      %1183 = arith.constant 6 : i64 loc("examples/layers.kina":33:13)
-      %1184 = arith.cmpi sge, %1179, %1183 : i64 loc("examples/layers.kina":33:13)
-      %1185 = arith.ori %1182, %1184 : i1 loc("examples/layers.kina":33:13)
-      %1186 = arith.extui %1185 : i1 to i64 loc("examples/layers.kina":33:13)
-      %1187 = arith.addi %1180, %1186 : i64 loc("examples/layers.kina":33:13)
-      linalg.yield %1187 : i64 loc("examples/layers.kina":33:13)
+    %1168 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+    %1169 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":33:13)
+    %1170 = linalg.fill ins(%1168 : i64) outs(%1169 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":33:13)
+    %1171 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%ids : tensor<1x4xi64>) outs(%1170 : tensor<i64>) {
+    ^bb0(%1172: i64, %1173: i64):
+      %1174 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+      %1175 = arith.cmpi slt, %1172, %1174 : i64 loc("examples/layers.kina":33:13)
+      %1176 = arith.constant 6 : i64 loc("examples/layers.kina":33:13)
+      %1177 = arith.cmpi sge, %1172, %1176 : i64 loc("examples/layers.kina":33:13)
+      %1178 = arith.ori %1175, %1177 : i1 loc("examples/layers.kina":33:13)
+      %1179 = arith.extui %1178 : i1 to i64 loc("examples/layers.kina":33:13)
+      %1180 = arith.addi %1173, %1179 : i64 loc("examples/layers.kina":33:13)
+      linalg.yield %1180 : i64 loc("examples/layers.kina":33:13)
     } -> tensor<i64> loc("examples/layers.kina":33:13)
-    %1188 = tensor.extract %1178[] : tensor<i64> loc("examples/layers.kina":33:13)
-    %1189 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-    %1190 = arith.cmpi eq, %1188, %1189 : i64 loc("examples/layers.kina":33:13)
-    cf.assert %1190, "scatter_add index out of bounds" loc("examples/layers.kina":33:13)
-    %1191 = tensor.collapse_shape %ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":33:13)
-    %1192 = tensor.collapse_shape %ct.150.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":33:13)
-    %1193 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
-    %1194 = bufferization.alloc_tensor() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %1195 = linalg.fill ins(%1193 : f32) outs(%1194 : tensor<6x4xf32>) -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %ct.152.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1191, %1192 : tensor<4xi64>, tensor<4x4xf32>) outs(%1195 : tensor<6x4xf32>) {
-    ^bb0(%1196: i64, %1197: f32, %1198: f32):
-      %1199 = arith.index_cast %1196 : i64 to index loc("examples/layers.kina":33:13)
-      %1200 = linalg.index 0 : index loc("examples/layers.kina":33:13)
-      %1201 = arith.cmpi eq, %1199, %1200 : index loc("examples/layers.kina":33:13)
-      %1202 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
-      %1203 = arith.select %1201, %1197, %1202 : f32 loc("examples/layers.kina":33:13)
-      %1204 = arith.addf %1198, %1203 : f32 loc("examples/layers.kina":33:13)
-      linalg.yield %1204 : f32 loc("examples/layers.kina":33:13)
+    %1181 = tensor.extract %1171[] : tensor<i64> loc("examples/layers.kina":33:13)
+    %1182 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+    %1183 = arith.cmpi eq, %1181, %1182 : i64 loc("examples/layers.kina":33:13)
+    cf.assert %1183, "scatter_add index out of bounds" loc("examples/layers.kina":33:13)
+    %1184 = tensor.collapse_shape %ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":33:13)
+    %1185 = tensor.collapse_shape %ct.149.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":33:13)
+    %1186 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
+    %1187 = bufferization.alloc_tensor() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %1188 = linalg.fill ins(%1186 : f32) outs(%1187 : tensor<6x4xf32>) -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %ct.151.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1184, %1185 : tensor<4xi64>, tensor<4x4xf32>) outs(%1188 : tensor<6x4xf32>) {
+    ^bb0(%1189: i64, %1190: f32, %1191: f32):
+      %1192 = arith.index_cast %1189 : i64 to index loc("examples/layers.kina":33:13)
+      %1193 = linalg.index 0 : index loc("examples/layers.kina":33:13)
+      %1194 = arith.cmpi eq, %1192, %1193 : index loc("examples/layers.kina":33:13)
+      %1195 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
+      %1196 = arith.select %1194, %1190, %1195 : f32 loc("examples/layers.kina":33:13)
+      %1197 = arith.addf %1191, %1196 : f32 loc("examples/layers.kina":33:13)
+      linalg.yield %1197 : f32 loc("examples/layers.kina":33:13)
     } -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %1205 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %ct.153.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.transpose, %ct.152.scatter_add : tensor<6x4xf32>, tensor<6x4xf32>) outs(%1205 : tensor<6x4xf32>) {
-    ^bb0(%1206: f32, %1207: f32, %1208: f32):
-      %1209 = arith.addf %1206, %1207 : f32 loc("examples/layers.kina":33:13)
-      linalg.yield %1209 : f32 loc("examples/layers.kina":33:13)
+    %1198 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %ct.152.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.transpose, %ct.151.scatter_add : tensor<6x4xf32>, tensor<6x4xf32>) outs(%1198 : tensor<6x4xf32>) {
+    ^bb0(%1199: f32, %1200: f32, %1201: f32):
+      %1202 = arith.addf %1199, %1200 : f32 loc("examples/layers.kina":33:13)
+      linalg.yield %1202 : f32 loc("examples/layers.kina":33:13)
     } -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    return %losses.nll_loss$4_6.101.mean, %ct.153.add, %ct.151.scatter_add, %ct.129.reshape, %ct.125.reshape, %ct.122.matmul, %ct.118.reshape, %ct.115.matmul, %ct.111.reshape, %ct.109.matmul, %ct.105.reshape, %ct.78.matmul, %ct.74.reshape, %ct.52.reshape, %ct.48.reshape, %ct.46.matmul, %ct.42.reshape, %ct.39.matmul, %ct.35.reshape, %ct.19.reshape : tensor<1x1xf32>, tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16x4xf32>, tensor<4xf32>, tensor<4xf32> loc("examples/layers.kina":20:1)
+    return %losses.nll_loss$4_6.101.mean, %ct.152.add, %ct.150.scatter_add, %ct.128.reshape, %ct.124.reshape, %ct.121.matmul, %ct.117.reshape, %ct.114.matmul, %ct.110.reshape, %ct.108.matmul, %ct.104.reshape, %ct.77.matmul, %ct.73.reshape, %ct.51.reshape, %ct.47.reshape, %ct.45.matmul, %ct.41.reshape, %ct.38.matmul, %ct.34.reshape, %ct.18.reshape : tensor<1x1xf32>, tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16x4xf32>, tensor<4xf32>, tensor<4xf32> loc("examples/layers.kina":20:1)
   } loc("examples/layers.kina":20:1)
 }

@@ -1538,93 +1538,84 @@ module {
       %138 = arith.addf %132, %137 : f32 loc("examples/mlp_classifier.kina":17:19)
       linalg.yield %138 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %139 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
-    %140 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %141 = linalg.fill ins(%139 : f32) outs(%140 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %142 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%141 : tensor<8xf32>) {
+    %139 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%139 : tensor<8x3xf32>) {
+    ^bb0(%140: f32, %141: f32):
+      linalg.yield %140 : f32 loc("examples/mlp_classifier.kina":29:50)
+    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %142 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%142 : tensor<8x3xf32>) {
     ^bb0(%143: f32, %144: f32):
-      %145 = arith.addf %144, %143 : f32 loc("examples/mlp_classifier.kina":29:50)
+      %145 = math.exp %143 : f32 loc("examples/mlp_classifier.kina":29:50)
       linalg.yield %145 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.reduce_keep = tensor.expand_shape %142 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/mlp_classifier.kina":29:50)
+    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %146 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<8x1xf32>) outs(%146 : tensor<8x3xf32>) {
-    ^bb0(%147: f32, %148: f32):
-      linalg.yield %147 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%146 : tensor<8x3xf32>) {
+    ^bb0(%147: f32, %148: f32, %149: f32):
+      %150 = arith.mulf %147, %148 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %150 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %149 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%149 : tensor<8x3xf32>) {
-    ^bb0(%150: f32, %151: f32):
-      %152 = math.exp %150 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %152 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %151 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%151 : tensor<8x3xf32>) {
+    ^bb0(%152: f32, %153: f32, %154: f32):
+      %155 = arith.subf %152, %153 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %155 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %153 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%153 : tensor<8x3xf32>) {
-    ^bb0(%154: f32, %155: f32, %156: f32):
-      %157 = arith.mulf %154, %155 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %157 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %158 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%158 : tensor<8x3xf32>) {
-    ^bb0(%159: f32, %160: f32, %161: f32):
-      %162 = arith.subf %159, %160 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %162 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %163 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %164 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %165 = linalg.fill ins(%163 : f32) outs(%164 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %166 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%165 : tensor<3xf32>) {
-    ^bb0(%167: f32, %168: f32):
-      %169 = arith.addf %168, %167 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %169 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %156 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %157 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %158 = linalg.fill ins(%156 : f32) outs(%157 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %159 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.sub : tensor<8x3xf32>) outs(%158 : tensor<3xf32>) {
+    ^bb0(%160: f32, %161: f32):
+      %162 = arith.addf %161, %160 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %162 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.11.reduce_keep = tensor.expand_shape %166 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.12.reshape = tensor.collapse_shape %ct.11.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %170 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.13.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%170 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %171 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %172 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %173 = linalg.fill ins(%171 : f32) outs(%172 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.14.matmul = linalg.matmul ins(%ct.10.sub, %ct.13.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%173 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %174 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.15.transpose = linalg.transpose ins(%mlp.7.a : tensor<8x16xf32>) outs(%174 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %175 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %176 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %177 = linalg.fill ins(%175 : f32) outs(%176 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.16.matmul = linalg.matmul ins(%ct.15.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%177 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.17.reshape = tensor.expand_shape %ct.12.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:14)
-    %178 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
-    %ct.18.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.matmul, %nn.linear$8_4_16.6.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%178 : tensor<8x16xf32>) {
-    ^bb0(%179: f32, %180: f32, %181: f32):
-      %182 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":21:11)
-      %183 = arith.cmpf ogt, %180, %182 : f32 loc("examples/mlp_classifier.kina":21:11)
-      %184 = arith.select %183, %179, %182 : f32 loc("examples/mlp_classifier.kina":21:11)
-      linalg.yield %184 : f32 loc("examples/mlp_classifier.kina":21:11)
+    %ct.10.reduce_keep = tensor.expand_shape %159 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.11.reshape = tensor.collapse_shape %ct.10.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
+    %163 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%163 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %164 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %165 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %166 = linalg.fill ins(%164 : f32) outs(%165 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.13.matmul = linalg.matmul ins(%ct.9.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%166 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %167 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.14.transpose = linalg.transpose ins(%mlp.7.a : tensor<8x16xf32>) outs(%167 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %168 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %169 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %170 = linalg.fill ins(%168 : f32) outs(%169 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.9.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%170 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.16.reshape = tensor.expand_shape %ct.11.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:14)
+    %171 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
+    %ct.17.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.matmul, %nn.linear$8_4_16.6.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%171 : tensor<8x16xf32>) {
+    ^bb0(%172: f32, %173: f32, %174: f32):
+      %175 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":21:11)
+      %176 = arith.cmpf ogt, %173, %175 : f32 loc("examples/mlp_classifier.kina":21:11)
+      %177 = arith.select %176, %172, %175 : f32 loc("examples/mlp_classifier.kina":21:11)
+      linalg.yield %177 : f32 loc("examples/mlp_classifier.kina":21:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
-    %185 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %186 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %187 = linalg.fill ins(%185 : f32) outs(%186 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %188 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.18.relu_grad : tensor<8x16xf32>) outs(%187 : tensor<16xf32>) {
-    ^bb0(%189: f32, %190: f32):
-      %191 = arith.addf %190, %189 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %191 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %178 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %179 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %180 = linalg.fill ins(%178 : f32) outs(%179 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.17.relu_grad : tensor<8x16xf32>) outs(%180 : tensor<16xf32>) {
+    ^bb0(%182: f32, %183: f32):
+      %184 = arith.addf %183, %182 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %184 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.19.reduce_keep = tensor.expand_shape %188 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.20.reshape = tensor.collapse_shape %ct.19.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %192 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.21.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%192 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %193 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %194 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %195 = linalg.fill ins(%193 : f32) outs(%194 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.22.matmul = linalg.matmul ins(%ct.18.relu_grad, %ct.21.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%195 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %196 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.23.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%196 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %197 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %198 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %199 = linalg.fill ins(%197 : f32) outs(%198 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.24.matmul = linalg.matmul ins(%ct.23.transpose, %ct.18.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%199 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.25.reshape = tensor.expand_shape %ct.20.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":19:14)
-    return %losses.nll_loss$8_3.19.mean, %ct.22.matmul, %ct.24.matmul, %ct.25.reshape, %ct.16.matmul, %ct.17.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":28:1)
+    %ct.18.reduce_keep = tensor.expand_shape %181 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.19.reshape = tensor.collapse_shape %ct.18.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
+    %185 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.20.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%185 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %186 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %187 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %188 = linalg.fill ins(%186 : f32) outs(%187 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.21.matmul = linalg.matmul ins(%ct.17.relu_grad, %ct.20.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%188 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %189 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.22.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%189 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %190 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %191 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %192 = linalg.fill ins(%190 : f32) outs(%191 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.23.matmul = linalg.matmul ins(%ct.22.transpose, %ct.17.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%192 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.24.reshape = tensor.expand_shape %ct.19.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":19:14)
+    return %losses.nll_loss$8_3.19.mean, %ct.21.matmul, %ct.23.matmul, %ct.24.reshape, %ct.15.matmul, %ct.16.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":28:1)
   } loc("examples/mlp_classifier.kina":28:1)
 
   func.func private @"kina_loss_dropout.rev"(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>, %key: tensor<2xi64>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) {
@@ -2123,107 +2114,98 @@ module {
       %378 = arith.addf %372, %377 : f32 loc("examples/mlp_classifier.kina":17:19)
       linalg.yield %378 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %379 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
-    %380 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %381 = linalg.fill ins(%379 : f32) outs(%380 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %382 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.5.scatter : tensor<8x3xf32>) outs(%381 : tensor<8xf32>) {
+    %379 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%379 : tensor<8x3xf32>) {
+    ^bb0(%380: f32, %381: f32):
+      linalg.yield %380 : f32 loc("examples/mlp_classifier.kina":29:50)
+    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %382 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%382 : tensor<8x3xf32>) {
     ^bb0(%383: f32, %384: f32):
-      %385 = arith.addf %384, %383 : f32 loc("examples/mlp_classifier.kina":29:50)
+      %385 = math.exp %383 : f32 loc("examples/mlp_classifier.kina":29:50)
       linalg.yield %385 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.reduce_keep = tensor.expand_shape %382 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/mlp_classifier.kina":29:50)
+    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %386 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.7.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.6.reduce_keep : tensor<8x1xf32>) outs(%386 : tensor<8x3xf32>) {
-    ^bb0(%387: f32, %388: f32):
-      linalg.yield %387 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%386 : tensor<8x3xf32>) {
+    ^bb0(%387: f32, %388: f32, %389: f32):
+      %390 = arith.mulf %387, %388 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %390 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %389 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%389 : tensor<8x3xf32>) {
-    ^bb0(%390: f32, %391: f32):
-      %392 = math.exp %390 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %392 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %391 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%391 : tensor<8x3xf32>) {
+    ^bb0(%392: f32, %393: f32, %394: f32):
+      %395 = arith.subf %392, %393 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %395 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %393 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.8.exp, %ct.7.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%393 : tensor<8x3xf32>) {
-    ^bb0(%394: f32, %395: f32, %396: f32):
-      %397 = arith.mulf %394, %395 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %397 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %398 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.10.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.9.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%398 : tensor<8x3xf32>) {
-    ^bb0(%399: f32, %400: f32, %401: f32):
-      %402 = arith.subf %399, %400 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %402 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %403 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %404 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %405 = linalg.fill ins(%403 : f32) outs(%404 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %406 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.10.sub : tensor<8x3xf32>) outs(%405 : tensor<3xf32>) {
-    ^bb0(%407: f32, %408: f32):
-      %409 = arith.addf %408, %407 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %409 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %396 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %397 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %398 = linalg.fill ins(%396 : f32) outs(%397 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %399 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.sub : tensor<8x3xf32>) outs(%398 : tensor<3xf32>) {
+    ^bb0(%400: f32, %401: f32):
+      %402 = arith.addf %401, %400 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %402 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.11.reduce_keep = tensor.expand_shape %406 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.12.reshape = tensor.collapse_shape %ct.11.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %410 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.13.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%410 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %411 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %412 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %413 = linalg.fill ins(%411 : f32) outs(%412 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.14.matmul = linalg.matmul ins(%ct.10.sub, %ct.13.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%413 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %414 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.15.transpose = linalg.transpose ins(%random.dropout$8_16.10.out : tensor<8x16xf32>) outs(%414 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %415 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %416 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %417 = linalg.fill ins(%415 : f32) outs(%416 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.16.matmul = linalg.matmul ins(%ct.15.transpose, %ct.10.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%417 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.17.reshape = tensor.expand_shape %ct.12.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":82:14)
-    %ct.18.zeros = arith.constant dense<0.0> : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %418 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %ct.19.where = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %ct.14.matmul, %ct.18.zeros : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%418 : tensor<8x16xf32>) {
-    ^bb0(%419: i8, %420: f32, %421: f32, %422: f32):
-      %423 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %424 = arith.cmpi ne, %419, %423 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %425 = arith.select %424, %420, %421 : f32 loc("examples/mlp_classifier.kina":43:20)
-      linalg.yield %425 : f32 loc("examples/mlp_classifier.kina":43:20)
+    %ct.10.reduce_keep = tensor.expand_shape %399 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.11.reshape = tensor.collapse_shape %ct.10.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
+    %403 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%403 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %404 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %405 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %406 = linalg.fill ins(%404 : f32) outs(%405 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.13.matmul = linalg.matmul ins(%ct.9.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%406 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %407 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.14.transpose = linalg.transpose ins(%random.dropout$8_16.10.out : tensor<8x16xf32>) outs(%407 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %408 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %409 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %410 = linalg.fill ins(%408 : f32) outs(%409 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.9.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%410 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.16.reshape = tensor.expand_shape %ct.11.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":82:14)
+    %ct.17.zeros = arith.constant dense<0.0> : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
+    %411 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
+    %ct.18.where = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %ct.13.matmul, %ct.17.zeros : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%411 : tensor<8x16xf32>) {
+    ^bb0(%412: i8, %413: f32, %414: f32, %415: f32):
+      %416 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %417 = arith.cmpi ne, %412, %416 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %418 = arith.select %417, %413, %414 : f32 loc("examples/mlp_classifier.kina":43:20)
+      linalg.yield %418 : f32 loc("examples/mlp_classifier.kina":43:20)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %426 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%426 : tensor<8x16xf32>) {
-    ^bb0(%427: f32, %428: f32, %429: f32):
-      %430 = arith.mulf %427, %428 : f32 loc("examples/mlp_classifier.kina":42:84)
-      linalg.yield %430 : f32 loc("examples/mlp_classifier.kina":42:84)
+    %419 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%419 : tensor<8x16xf32>) {
+    ^bb0(%420: f32, %421: f32, %422: f32):
+      %423 = arith.mulf %420, %421 : f32 loc("examples/mlp_classifier.kina":42:84)
+      linalg.yield %423 : f32 loc("examples/mlp_classifier.kina":42:84)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %431 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
-    %ct.21.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.mul, %nn.linear$8_4_16.4.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%431 : tensor<8x16xf32>) {
-    ^bb0(%432: f32, %433: f32, %434: f32):
-      %435 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":79:11)
-      %436 = arith.cmpf ogt, %433, %435 : f32 loc("examples/mlp_classifier.kina":79:11)
-      %437 = arith.select %436, %432, %435 : f32 loc("examples/mlp_classifier.kina":79:11)
-      linalg.yield %437 : f32 loc("examples/mlp_classifier.kina":79:11)
+    %424 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
+    %ct.20.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %nn.linear$8_4_16.4.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%424 : tensor<8x16xf32>) {
+    ^bb0(%425: f32, %426: f32, %427: f32):
+      %428 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":79:11)
+      %429 = arith.cmpf ogt, %426, %428 : f32 loc("examples/mlp_classifier.kina":79:11)
+      %430 = arith.select %429, %425, %428 : f32 loc("examples/mlp_classifier.kina":79:11)
+      linalg.yield %430 : f32 loc("examples/mlp_classifier.kina":79:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
-    %438 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %439 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %440 = linalg.fill ins(%438 : f32) outs(%439 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %441 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.21.relu_grad : tensor<8x16xf32>) outs(%440 : tensor<16xf32>) {
-    ^bb0(%442: f32, %443: f32):
-      %444 = arith.addf %443, %442 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %444 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %431 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %432 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %433 = linalg.fill ins(%431 : f32) outs(%432 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %434 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.20.relu_grad : tensor<8x16xf32>) outs(%433 : tensor<16xf32>) {
+    ^bb0(%435: f32, %436: f32):
+      %437 = arith.addf %436, %435 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %437 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.22.reduce_keep = tensor.expand_shape %441 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.23.reshape = tensor.collapse_shape %ct.22.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %445 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.24.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%445 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %446 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %447 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %448 = linalg.fill ins(%446 : f32) outs(%447 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.25.matmul = linalg.matmul ins(%ct.21.relu_grad, %ct.24.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%448 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %449 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.26.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%449 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %450 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %451 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %452 = linalg.fill ins(%450 : f32) outs(%451 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.27.matmul = linalg.matmul ins(%ct.26.transpose, %ct.21.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%452 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.28.reshape = tensor.expand_shape %ct.23.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":77:14)
-    return %losses.nll_loss$8_3.20.mean, %ct.25.matmul, %ct.27.matmul, %ct.28.reshape, %ct.16.matmul, %ct.17.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":74:1)
+    %ct.21.reduce_keep = tensor.expand_shape %434 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.22.reshape = tensor.collapse_shape %ct.21.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
+    %438 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.23.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%438 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %439 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %440 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %441 = linalg.fill ins(%439 : f32) outs(%440 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.24.matmul = linalg.matmul ins(%ct.20.relu_grad, %ct.23.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%441 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %442 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.25.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%442 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %443 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %444 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %445 = linalg.fill ins(%443 : f32) outs(%444 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.26.matmul = linalg.matmul ins(%ct.25.transpose, %ct.20.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%445 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.27.reshape = tensor.expand_shape %ct.22.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":77:14)
+    return %losses.nll_loss$8_3.20.mean, %ct.24.matmul, %ct.26.matmul, %ct.27.reshape, %ct.15.matmul, %ct.16.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":74:1)
   } loc("examples/mlp_classifier.kina":74:1)
 }

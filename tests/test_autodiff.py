@@ -188,6 +188,40 @@ def test_param_without_contribution_gets_zeros_and_lets_are_skipped():
     assert ops_of(rev).count("reduce_keep") == 1                  # only the forward one
 
 
+def _nll(second_use: bool) -> ir.Program:
+    """mean(-log_softmax(x)[t]) over 4 rows of 6 classes; second_use adds the row sums of
+    logp to the loss (label smoothing's shape: logp's cotangent is then no pure one-hot)."""
+    b = Builder("f")
+    x, t = ir.Var("x", f32(4, 6)), ir.Var("t", i64(4, 1))
+    logp = b.emit("log_softmax", [x], name="logp", axis=1)
+    picked = b.emit("take_along_axis", [logp, t], name="picked", axis=1)
+    loss = b.emit("reduce_keep", [picked], name="total", op="sum", axis=0)
+    if second_use:
+        rows = b.emit("reduce_keep", [logp], name="rows", op="sum", axis=1)
+        loss = b.emit("add", [loss, b.emit("reduce_keep", [rows], name="all", op="sum", axis=0)], name="both")
+    return ir.Program({"f": b.function("f", [x, t], loss)})
+
+
+def test_log_softmax_backward_takes_a_one_hot_cotangents_row_sums_from_its_picks():
+    """The row sums of take_along_axis's one-hot cotangent are its picks' cotangent: no
+    reduce_keep over the scatter (an [N, V] pass); with a second use of logp they stay."""
+    for second_use, sums in ((False, 0), (True, 1)):
+        rev, diags = transform_ad(_nll(second_use), "f")
+        assert not diags
+        scatters = {bd.names[0] for bd in rev.lets if isinstance(bd.value, ir.OpApp) and bd.value.op == "scatter_along_axis"}
+        summed = [bd for bd in rev.lets if isinstance(bd.value, ir.OpApp) and bd.value.op == "reduce_keep"
+                  and bd.value.attrs["axis"] == 1 and isinstance(bd.value.args[0], ir.Var)
+                  and (bd.value.args[0].name in scatters or second_use and bd.names[0].endswith("reduce_keep"))]
+        assert len(scatters) == 1 and len(summed) == sums, (second_use, [bd.names for bd in summed])
+    x = np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32)
+    t = np.array([[1], [5], [0], [3]], np.int64)
+    from compiler.oracle import interp
+    g = interp.run_function(ir.Program({"f.rev": transform_ad(_nll(False), "f")[0]}), "f.rev", [x, t])[1]
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True) - np.eye(6, dtype=np.float32)[t[:, 0]]
+    np.testing.assert_allclose(g, -want, rtol=1e-5, atol=1e-6)      # d(sum of log-probs)/dx
+
+
 def test_contributions_are_summed():
     b = Builder("f")
     x = ir.Var("x", f32(3))

@@ -40,6 +40,7 @@ class Builder:
     def __init__(self, prefix: str = "ct") -> None:
         self.prefix = prefix
         self.lets: list[tuple[str, Expr]] = []
+        self._values: dict[str, Expr] = {}     # each let's value by name (`value_of`)
         self._count = 0
         # The source span given to emitted nodes: autodiff sets it to the forward
         # node being differentiated, so the backward graph's MLIR `loc`s (and any
@@ -55,7 +56,13 @@ class Builder:
         if value.span == NO_SPAN:   # e.g. a ScatterAdd built by ir.scatter_add
             value = dataclasses.replace(value, span=self.span)
         self.lets.append((name, value))
+        self._values[name] = value
         return Var(name, value.type, value.span)
+
+    def value_of(self, var: Var) -> Expr | None:
+        """The value this builder bound to `var`, or None (a forward value or a parameter):
+        what a rule reads to see how a cotangent it receives was made."""
+        return self._values.get(var.name)
 
     def emit(self, op_name: str, args: list[Var], name: str | None = None,
              span: Span = NO_SPAN, **attrs: Any) -> Var:
