@@ -147,15 +147,16 @@ def test_a_sum_of_exps_is_one_loop_once_exp_is_arithmetic(tmp_path):
 
 def test_the_one_hot_cotangent_is_computed_by_the_vjp_that_reads_it(tmp_path):
     """No zero fill of [64, 2048] for the one-hot; the log_softmax VJP computes its own copy
-    (it reads the row's class, linalg.index, and the log-probabilities); the row sum that no
-    operand would size still reads the one written once.  The gradient matches -O0."""
+    (it reads the row's class, linalg.index, and the log-probabilities); the row sums the
+    VJP needs are the picks' cotangent (vjp_layout._row_sums), so no other loop writes a
+    [64, 2048] one-hot.  The gradient matches -O0."""
     text = _prepared(tmp_path, CROSS_ENTROPY)
     assert not any("tensor<64x2048xf32>" in ln and "linalg.fill" in ln for ln in text.splitlines())
     writers = [(h, b) for h, b in _generics(text) if "tensor<64x2048xf32>" in h.split("outs(")[-1]]
     vjp = [b for h, b in writers if "linalg.index" in b and "math.roundeven" in b]
     assert len(vjp) == 1                 # one-hot select and exp(logp) in one loop
-    assert len(writers) == 2             # and the one-hot for the row sum: log_softmax's output
-    #                                      is computed where the loss picks from it and in the VJP
+    assert len(writers) == 1             # log_softmax's output is computed where the loss picks
+    #                                      from it and in the VJP; no one-hot for a row sum
     libs = _built(tmp_path, CROSS_ENTROPY)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((64, 2048)).astype(np.float32)
