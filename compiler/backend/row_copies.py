@@ -66,7 +66,8 @@ def contiguous(mlir_ir: ModuleType, t: Type) -> bool:
 
 def _dead_fill(mlir_ir: ModuleType, fill: OpView, copy: OpView) -> bool:
     """Whether `fill` (a linalg.fill, or a linalg.map of no inputs whose body only yields)
-    writes a buffer that the memref.copy right after it overwrites whole."""
+    writes a buffer that the memref.copy `copy` overwrites whole, without reading it (its
+    source is no view of that buffer)."""
     if copy.name != "memref.copy" or fill.name not in ("linalg.fill", "linalg.map"):
         return False
     outs = list(fill.operands)[-1:]
