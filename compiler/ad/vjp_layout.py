@@ -155,8 +155,8 @@ def _row_sums(b: Builder, g: Var, axis: int) -> Var:
     cotangent itself: the row holds that value and zeros, so the sum is exact, and the
     [N, V] pass that summed the one-hot rows is gone (1.3 ms of the large StoryLM step)."""
     made, t = b.value_of(g), g.tensor_type
-    summed = t.with_shape(1 if d == axis % t.rank else n for d, n in enumerate(t.shape))
-    if isinstance(made, OpApp) and made.op == "scatter_along_axis" and made.attrs["axis"] % t.rank == axis % t.rank:
+    summed = t.with_shape(1 if d == axis else n for d, n in enumerate(t.shape))   # IR axes are normalised
+    if isinstance(made, OpApp) and made.op == "scatter_along_axis" and made.attrs["axis"] == axis:
         picks, idx = made.args
         if isinstance(picks, Var) and isinstance(idx, Var) and picks.tensor_type == summed \
                 and idx.tensor_type.shape == summed.shape:

@@ -68,14 +68,13 @@ def _dead_fill(mlir_ir: ModuleType, fill: OpView, copy: OpView) -> bool:
     """Whether `fill` (a linalg.fill, or a linalg.map of no inputs whose body only yields)
     writes a buffer that the memref.copy `copy` overwrites whole, without reading it (its
     source is no view of that buffer)."""
-    if copy.name != "memref.copy" or fill.name not in ("linalg.fill", "linalg.map"):
+    if fill.name not in ("linalg.fill", "linalg.map"):
         return False
-    outs = list(fill.operands)[-1:]
-    if fill.name == "linalg.map":
-        body = fill.regions[0].blocks[0].operations
-        if len(list(fill.operands)) != 1 or len(body) != 1:
-            return False
-    return bool(outs) and outs[0] == copy.operands[1] and _root(copy.operands[0]) != outs[0]
+    operands = list(fill.operands)
+    if fill.name == "linalg.map" and (len(operands) != 1 or len(fill.regions[0].blocks[0].operations) != 1):
+        return False
+    filled = operands[-1]
+    return bool(filled == copy.operands[1] and _root(copy.operands[0]) != filled)
 
 
 def _root(view: Any) -> Any:
