@@ -214,10 +214,12 @@ def test_large_fills_run_on_threads_unless_their_forall_zeroes_them():
     assert tagged == ["tensor<512x256xf32>"]
 
 
-def test_parallel_loops_are_statically_scheduled_and_a_gradient_fill_is_threaded(tmp_path):
+def test_parallel_loops_are_statically_scheduled_and_an_embedding_update_is_threaded(tmp_path):
     """Every OpenMP loop keeps the static schedule (thread t always takes the t-th share, so
-    the rows it wrote are in its cache when the next loop reads them: threads.py), and the
-    embedding gradient's zero fill is one of those loops; the update matches NumPy."""
+    the rows it wrote are in its cache when the next loop reads them: threads.py).  The
+    embedding's update `e - lr * g_e` scatters -lr * rows into a copy of e
+    (compiler/backend/accumulate.py): no zero fill of the gradient is left, the copy is a
+    forall of rows (one of those loops), and each hit row gets its -lr terms added in order, as np.add.at does."""
     from compiler.backend import threads
     if threads.openmp_library() is None:
         pytest.skip("no OpenMP runtime")
@@ -225,13 +227,19 @@ def test_parallel_loops_are_statically_scheduled_and_a_gradient_fill_is_threaded
     src = tmp_path / "emb.kina"
     src.write_text(EMBED_GRAD)
     mlir = build.front_end(EMBED_GRAD, str(src), {}, build.BuildResult(False, source=build.SourceText(EMBED_GRAD, str(src))))
-    ir, _, _ = engine.engine_module()
+    ir, pm, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(mlir)
-        engine.prepare_for_script(ir, module, pipelines.passes_for(mlir, 2, tmp_path))
+        passes = pipelines.passes_for(mlir, 2, tmp_path)
+        engine.prepare_for_script(ir, module, passes)
+        engine.run_pipeline(ir, pm, module, passes[:passes.index(pipelines.TAG_SLOT)], mlir)   # --inline
         parallelize.tag_for_script(ir, module)
-        fills = rewrites.walk_ops(ir, module, lambda op: op.name == "linalg.fill" and "kina.parallel_rows" in op.attributes)
-        assert [str(f.results[0].type) for f in fills] == ["tensor<1024x128xf32>"]
+        fills = rewrites.walk_ops(ir, module, lambda op: op.name == "linalg.fill"
+                                  and str(op.results[0].type) == "tensor<1024x128xf32>")
+        copies = rewrites.walk_ops(ir, module, lambda op: op.name == "scf.forall")
+        assert fills == []
+        assert [(str(c.results[0].type), [o.name for o in c.regions[0].blocks[0].operations]) for c in copies] == [
+            ("tensor<1024x128xf32>", ["tensor.extract_slice", "scf.forall.in_parallel"])]
     res = build.build_file(src, tmp_path / "emb.so", 2, cache=False)
     assert res.ok, res.diagnostics
     lib_bytes = res.so_path.read_bytes()
@@ -241,10 +249,15 @@ def test_parallel_loops_are_statically_scheduled_and_a_gradient_fill_is_threaded
     i = rng.integers(0, 1024, 64).astype(np.int64)
     i[:8] = 5                                   # a row gathered eight times: its gradient sums them
     lr = np.float32(0.5)
+    e_before = e.copy()
     got = runtime.load(res.so_path).step(e, i, np.array(lr))
+    np.testing.assert_array_equal(e, e_before)  # the argument is copied, never written
+    want = e.copy()
+    np.add.at(want, i, -lr)
+    np.testing.assert_array_equal(got, want)
     g = np.zeros_like(e)
     np.add.at(g, i, np.float32(1.0))
-    np.testing.assert_array_equal(got, e - lr * g)
+    np.testing.assert_allclose(got, e - lr * g, rtol=1e-6, atol=1e-6)
 
 
 SMALL = "fn f(x: Tensor[F32, [4, 8]]) -> Tensor[F32, [4, 8]] {\n  let a = x + x in\n  let b = a.tanh() in\n  b * x\n}\n"

@@ -11,7 +11,7 @@ step's 28 parallel products: 0.13 of its 0.21 s of transform script).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compiler.backend.bindings import walk_ops
 
@@ -43,14 +43,48 @@ def _block_slice(mlir_ir: ModuleType, forall: OpView, arg: object) -> OpView | N
     return extracts[0] if s_static == i_static and s_dyn == i_dyn else None
 
 
-def fuse_fills_into_foralls(mlir_ir: ModuleType, module: Module) -> int:
-    """Each scf.forall whose shared_out is a linalg.fill and whose body reads that
-    out only as the block it writes: the fill moves into the body, on the block.  Every
-    forall here comes from the script's tile_using_forall, whose blocks cover the result
-    (no Kina program writes a forall), so filling each block is filling the whole.
-    Returns how many fills moved."""
+def copied(op: Any) -> bool:
+    """Whether `op` is a `bufferization.alloc_tensor copy(x)`: a copy of x to accumulate into
+    (compiler/backend/accumulate.py)."""
+    if getattr(op, "name", None) != "bufferization.alloc_tensor":
+        return False
+    return getattr(op, "opview", op).copy is not None   # a walk hands out Operations, not OpViews
+
+
+def _fill_block(mlir_ir: ModuleType, forall: OpView, block: OpView, init: Any) -> tuple[Any, Any]:
+    """The block filled with the fill `init`'s value (in place, inside the forall); the
+    forall's own init then becomes the fill's destination."""
     from mlir.dialects import linalg
 
+    fill = init.owner
+    with mlir_ir.InsertionPoint.after(block), forall.location:
+        filled = linalg.fill(fill.operands[0], outs=[block.results[0]])
+    return filled, fill.operands[1]
+
+
+def _copy_block(mlir_ir: ModuleType, forall: OpView, block: OpView, init: Any) -> tuple[Any, Any]:
+    """The block copied from the same block of the tensor that the alloc_tensor `init`
+    copies (inside the forall; vector moves at "@vector-copies"); the forall's own init then
+    becomes an empty tensor, so no whole copy is made before the loop."""
+    from mlir.dialects import bufferization, tensor
+
+    alloc = init.owner
+    t = mlir_ir.RankedTensorType(init.type)
+    with mlir_ir.InsertionPoint(forall), forall.location:
+        empty = tensor.EmptyOp(t.shape, t.element_type)
+    with mlir_ir.InsertionPoint.after(block), forall.location:
+        part = block.operation.clone()
+        part.operands[0] = alloc.copy
+        done = bufferization.MaterializeInDestinationOp(block.results[0].type, part.results[0], block.results[0])
+    return done.result, empty.result
+
+
+def fuse_fills_into_foralls(mlir_ir: ModuleType, module: Module) -> int:
+    """Each scf.forall whose shared_out is a linalg.fill, or the copy of a tensor, and
+    whose body reads that out only as the block it writes: the fill (or a copy of the
+    tensor's block) moves into the body, on the block.  Every forall here comes from the
+    script's tile_using_forall, whose blocks cover the result (no Kina program writes a
+    forall), so filling each block is filling the whole.  Returns how many moved."""
     moved = 0
     for forall in walk_ops(mlir_ir, module, lambda op: op.name == "scf.forall"):
         body = forall.regions[0].blocks[0]
@@ -59,16 +93,16 @@ def fuse_fills_into_foralls(mlir_ir: ModuleType, module: Module) -> int:
         for k in range(n_outs):
             init = forall.operands[first_out + k]
             fill = init.owner
-            if not isinstance(fill, mlir_ir.OpView) or fill.name != "linalg.fill":
+            is_fill = isinstance(fill, mlir_ir.OpView) and fill.name == "linalg.fill"
+            if not (is_fill or copied(fill)):
                 continue
             arg = body.arguments[len(body.arguments) - n_outs + k]
             block = _block_slice(mlir_ir, forall, arg)
             if block is None:
                 continue
-            with mlir_ir.InsertionPoint.after(block), forall.location:
-                filled = linalg.fill(fill.operands[0], outs=[block.results[0]])
-            block.results[0].replace_all_uses_except(filled, filled.owner.operation)
-            forall.operands[first_out + k] = fill.operands[1]
+            done, new_init = (_fill_block if is_fill else _copy_block)(mlir_ir, forall, block, init)
+            block.results[0].replace_all_uses_except(done, done.owner.operation)
+            forall.operands[first_out + k] = new_init
             if not list(fill.results[0].uses):
                 fill.erase()
             moved += 1

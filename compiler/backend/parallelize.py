@@ -11,7 +11,9 @@ import math
 from typing import TYPE_CHECKING
 
 from compiler.backend import parallel_if
+from compiler.backend.accumulate import accumulate_updates
 from compiler.backend.bindings import walk_ops
+from compiler.backend.block_fills import copied
 from compiler.backend.fusion import math_call
 from compiler.backend.shared_products import share_dynamic_products
 from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
@@ -259,9 +261,11 @@ def tag_parallel_fills(mlir_ir: ModuleType, module: Module) -> int:
 
 
 def _filled(op: OpView) -> bool:
-    """Whether the matmul's accumulator is a linalg.fill (the script fuses it into the forall)."""
+    """Whether the matmul's accumulator is a linalg.fill or a copy of a tensor (a weight its
+    update accumulates into, compiler/backend/accumulate.py): block_fills then fills or
+    copies each block inside the forall."""
     owner = op.operands[2].owner
-    return getattr(owner, "name", None) == "linalg.fill"
+    return getattr(owner, "name", None) == "linalg.fill" or copied(owner)
 
 
 def _depth(mlir_ir: ModuleType, op: OpView) -> int:
@@ -556,6 +560,10 @@ def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     was lost on 3 of the scaled train step's 17 tiled transposes); returns the count of
     products moved and of ops tagged (0: the module is unchanged)."""
     moved = share_dynamic_products(mlir_ir, module)
-    return moved + sum(tag(mlir_ir, module) for tag in (tag_vectorizable, tag_transposes, tag_parallel_generics,
-                                                        tag_inner_reductions, tag_packed_transposed_rhs,
-                                                        tag_parallel_fills))
+    tagged = tag_vectorizable(mlir_ir, module)
+    # after the matmuls' tags (it takes the threaded products), before the generics' (its
+    # scaled operands are generics to thread)
+    moved += accumulate_updates(mlir_ir, module, PARALLEL_MIN_ELEMENTS)
+    return moved + tagged + sum(tag(mlir_ir, module) for tag in (tag_transposes, tag_parallel_generics,
+                                                                 tag_inner_reductions, tag_packed_transposed_rhs,
+                                                                 tag_parallel_fills))

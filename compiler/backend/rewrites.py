@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compiler.backend import parallel_if, shared_products
+from compiler.backend.accumulate import SCATTER_TAG, forward_scatter_results
 from compiler.backend.bindings import walk_ops
 from compiler.backend.block_fills import fuse_fills_into_foralls
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
@@ -419,6 +420,12 @@ def rewrite_scatters(mlir_ir: ModuleType, module: Module) -> int:
     return len(found)
 
 
+def _returned_accumulators(mlir_ir: ModuleType, module: Module) -> int:
+    """"@product-results": a shared product's function returns its accumulator argument, and a
+    scatter loop's result is its init buffer (both: so that no copy is made of them)."""
+    return shared_products.return_accumulators(mlir_ir, module) + forward_scatter_results(mlir_ir, module)
+
+
 SLOTS: dict[str, Rewrite] = {
     "@distinct-results": Rewrite(distinct_results, returns_a_value_twice),
     ROW_COPIES_SLOT: Rewrite(vectorize_row_copies, lambda text: "memref.copy" in text),
@@ -431,6 +438,7 @@ SLOTS: dict[str, Rewrite] = {
     "@inline-alloca-scopes": Rewrite(inline_alloca_scopes, lambda text: "memref.alloca_scope" in text),
     "@merge-kernels": Rewrite(dedupe_kernels, lambda text: KERNEL_PREFIX in text),
     "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),
-    "@product-results": Rewrite(shared_products.return_accumulators, lambda text: shared_products.PREFIX in text),
-    "@fuse-fills": Rewrite(fuse_fills_into_foralls, lambda text: "scf.forall" in text and "linalg.fill" in text),
+    "@product-results": Rewrite(_returned_accumulators,
+                                lambda text: shared_products.PREFIX in text or SCATTER_TAG in text),
+    "@fuse-fills": Rewrite(fuse_fills_into_foralls, lambda text: "scf.forall" in text and ("linalg.fill" in text or "alloc_tensor" in text)),
 }
