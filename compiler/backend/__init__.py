@@ -24,9 +24,10 @@ Public modules (other packages import only these; this file imports none of them
 Inside, in the order a build runs them: pipelines (the slots), fusion, transposed_operands
 and math_lowering (-O2 rewrites before tagging), shared_products (a dynamic export's products of one type
 moved into one function), parallelize (what the script vectorises, tiles, threads),
+accumulate (an SGD update accumulated into a copy of the weight, during the tagging),
 parallel_if (a dynamic export's threads chosen at the call), transform_library (the -O2
 transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes),
-block_fills (a parallel matmul's fill per block, after the script), rewrites (the Python rewrite slots),
+block_fills (a parallel matmul's fill or weight copy per block, after the script), rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
 worker_main (the worker process's side), mlir_opt (-O0's pass list through mlir-opt, with
 the rewrite slots), llvm_stage (opt, llc, llvm-split; -O0's mlir-translate and llc), tools

@@ -7,6 +7,11 @@ transform.structured.fuse_into_containing_op did that, but took time in proporti
 whole function per fusion (a 1,000-op function: 50 ms for one matmul; the scaled train
 step's 28 parallel products: 0.13 of its 0.21 s of transform script).
 `fuse_fills_into_foralls` does the same rewrite in time proportional to the forall.
+
+A product that accumulates into a copy of a weight (`bufferization.alloc_tensor copy(w)`,
+compiler/backend/accumulate.py) is treated the same way: each block copies its part of `w`
+(a bufferization.materialize_in_destination, vector moves at "@vector-copies") where a
+whole copy before the loop would be one core's memcpy of the whole weight.
 """
 from __future__ import annotations
 
