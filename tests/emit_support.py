@@ -2,10 +2,13 @@
 the build's host pipeline, build typed IR by hand, and emit a .kina file."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from compiler.backend import errors as toolchain_errors
 from compiler.backend import pipelines, toolchain
@@ -26,6 +29,23 @@ def emitted(text: str, path: str = "k.kina") -> str:
     mlir = build.front_end(text, path, {}, res)
     assert mlir is not None, res.diagnostics
     return mlir
+
+
+@contextlib.contextmanager
+def o2_module_before(text: str, entry: str, work_dir: Path, after: bool = False) -> Iterator[tuple[Any, Any]]:
+    """(the bindings' `ir`, the module) of Kina source `text` as the -O2 pipeline has it just
+    before the entry `entry` of its pass list (a slot such as pipelines.TAG_SLOT, or a pass),
+    or just after it with `after`: the Python rewrites before the list, then the list up to
+    there."""
+    from compiler.backend import engine
+    mlir = emitted(text)
+    mlir_ir, pm, _ = engine.engine_module()
+    with mlir_ir.Context():
+        module = mlir_ir.Module.parse(mlir)
+        passes = pipelines.passes_for(mlir, 2, work_dir)
+        engine.prepare_for_script(mlir_ir, module, passes)
+        engine.run_pipeline(mlir_ir, pm, module, passes[:passes.index(entry) + int(after)], mlir)
+        yield mlir_ir, module
 
 
 def run(cmd: list[str], text: str) -> subprocess.CompletedProcess:

@@ -3,17 +3,19 @@ which updates are rewritten, which are left alone, and that the libraries agree 
 and NumPy without writing their arguments."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from emit_support import o2_module_before
 
 from compiler import build
-from compiler.backend import accumulate, block_fills, engine, parallelize, pipelines, rewrites
+from compiler.backend import accumulate, block_fills, parallelize, pipelines, rewrites
 from compiler.runtime import library as runtime
 
-# A linear layer's SGD step: g_w = x^T @ dy (dy = 1: the seed of the sum).  `UPDATE` is the
-# update's expression; M x K @ K x N sizes pick a parallel (16.8 MFLOP) or a serial product.
+# A linear layer's SGD step: g_w = x^T @ dy (dy = 1: the seed of the sum).  `update` is the
+# update's expression; the M x K @ K x N sizes pick a threaded (16.8 MFLOP) or a serial product.
 STEP = """
 fn layer(x: Tensor[F32, [{m}, {k}]], w: Tensor[F32, [{k}, {n}]]) -> Tensor[F32, [{m}, {n}]] {{
   let y = x @ w in
@@ -35,17 +37,9 @@ def source(update: str = PLAIN, m: int = 256, k: int = 128, n: int = 256, result
 
 
 def rewritten(src: str, tmp_path: Path) -> tuple[int, str]:
-    """(updates accumulate_updates rewrites, the module's text after it) on the inlined module."""
-    path = tmp_path / "step.kina"
-    path.write_text(src)
-    mlir = build.front_end(src, str(path), {}, build.BuildResult(False, source=build.SourceText(src, str(path))))
-    assert mlir is not None
-    ir, pm, _ = engine.engine_module()
-    with ir.Context():
-        module = ir.Module.parse(mlir)
-        passes = pipelines.passes_for(mlir, 2, tmp_path)
-        engine.prepare_for_script(ir, module, passes)
-        engine.run_pipeline(ir, pm, module, passes[:passes.index(pipelines.TAG_SLOT)], mlir)   # --inline
+    """(updates accumulate_updates rewrites, the module's text after it) on the inlined module,
+    its matmuls tagged as the slot tags them first."""
+    with o2_module_before(src, pipelines.TAG_SLOT, tmp_path) as (ir, module):
         parallelize.tag_vectorizable(ir, module)
         count = accumulate.accumulate_updates(ir, module, parallelize.PARALLEL_MIN_ELEMENTS)
         module.operation.verify()
@@ -71,7 +65,10 @@ def test_an_sgd_update_of_a_product_gradient_accumulates_into_a_copy_of_the_weig
     count, text = rewritten(source(update), tmp_path)
     assert count == 1
     assert "bufferization.alloc_tensor() copy(%arg1)" in text        # the weight is copied, not written
-    assert "arith.negf" in text and "arith.subf" not in text
+    assert "arith.subf" not in text
+    # -lr scales the smaller operand: x (read transposed, 32,768 floats), not dy (65,536)
+    scaled = re.findall(r"arith\.negf [^\n]*\n\s*linalg\.yield [^\n]*\n\s*\} -> (tensor<[^>]*>)", text)
+    assert scaled == ["tensor<256x128xf32>"]
 
 
 @pytest.mark.parametrize("update, why", [
@@ -111,16 +108,7 @@ def test_a_small_steps_update_stays_as_written_the_same_bits_as_O0(tmp_path):
 
 def test_a_threaded_product_copies_the_weight_block_by_block(tmp_path):
     """The forall's blocks each copy their part of w (no whole copy before the loop)."""
-    src = source()
-    path = tmp_path / "step.kina"
-    path.write_text(src)
-    mlir = build.front_end(src, str(path), {}, build.BuildResult(False, source=build.SourceText(src, str(path))))
-    ir, pm, _ = engine.engine_module()
-    with ir.Context():
-        module = ir.Module.parse(mlir)
-        passes = pipelines.passes_for(mlir, 2, tmp_path)
-        engine.prepare_for_script(ir, module, passes)
-        engine.run_pipeline(ir, pm, module, passes[:passes.index(pipelines.FILL_SLOT) + 1], mlir)
+    with o2_module_before(source(), pipelines.FILL_SLOT, tmp_path, after=True) as (ir, module):
         copies = rewrites.walk_ops(ir, module, lambda op: op.name == "bufferization.materialize_in_destination")
         assert len(copies) == 1 and copies[0].parent.operation.name == "scf.forall"
         assert not rewrites.walk_ops(ir, module, block_fills.copied)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from emit_support import o2_module_before
 
 from compiler import build
 from compiler.backend import engine, llvm_stage, pipelines, rewrites, transform_library
@@ -226,13 +227,7 @@ def test_parallel_loops_are_statically_scheduled_and_an_embedding_update_is_thre
     from compiler.backend import parallelize
     src = tmp_path / "emb.kina"
     src.write_text(EMBED_GRAD)
-    mlir = build.front_end(EMBED_GRAD, str(src), {}, build.BuildResult(False, source=build.SourceText(EMBED_GRAD, str(src))))
-    ir, pm, _ = engine.engine_module()
-    with ir.Context():
-        module = ir.Module.parse(mlir)
-        passes = pipelines.passes_for(mlir, 2, tmp_path)
-        engine.prepare_for_script(ir, module, passes)
-        engine.run_pipeline(ir, pm, module, passes[:passes.index(pipelines.TAG_SLOT)], mlir)   # --inline
+    with o2_module_before(EMBED_GRAD, pipelines.TAG_SLOT, tmp_path) as (ir, module):
         parallelize.tag_for_script(ir, module)
         fills = rewrites.walk_ops(ir, module, lambda op: op.name == "linalg.fill"
                                   and str(op.results[0].type) == "tensor<1024x128xf32>")
