@@ -30,7 +30,7 @@ Entry points: `accumulate_updates(mlir_ir, module) -> count`, `forward_scatter_r
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compiler.backend.bindings import walk_ops
 
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 SCATTER_TAG = "kina.scatter_rows"   # set on the scatter loop by emit_ops.scatter_rows_function
 _UPDATE_BODY = ["arith.mulf", "arith.subf", "linalg.yield"]
+Factor = tuple[Any, list[Any]]     # (s, the constant indices the update reads it at)
 
 
 def _f32(mlir_ir: ModuleType, value: Value) -> bool:
@@ -81,8 +82,9 @@ def _zero_fill(mlir_ir: ModuleType, value: Value) -> OpView | None:
     return fill if isinstance(attr, mlir_ir.FloatAttr) and attr.value == 0.0 else None
 
 
-def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Value] | None:
-    """(w, s, g) when `op` is the update generic `w - s * g` described above, else None."""
+def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] | None:
+    """(w, s, the map's constant results at which s is read, g) when `op` is the update
+    generic `w - s * g` described above, else None."""
     if op.name != "linalg.generic" or len(op.results) != 1 or len(op.operands) != 4:
         return None
     if any("parallel" not in str(i) for i in op.attributes["iterator_types"]):
@@ -112,17 +114,18 @@ def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Value] | Non
     w, g = op.operands[w_at], op.operands[g_at]
     if w.type != op.results[0].type or g.type != w.type or len(list(g.uses)) != 1:
         return None
-    return w, op.operands[s_at], g
+    return w, op.operands[s_at], list(maps[s_at].results), g
 
 
-def _scaled(mlir_ir: ModuleType, at: OpView, x: Value, s: Value) -> Value:
-    """A new generic right before `at`: -(s * x) over x's shape (s: a scalar tensor of any rank,
-    read at its zeros)."""
+def _scaled(mlir_ir: ModuleType, at: OpView, x: Value, factor: Factor) -> Value:
+    """A new generic right before `at`: -(s * x) over x's shape, for the factor (s, the
+    constant indices at which the update read s)."""
     from mlir.dialects import arith, linalg, tensor
 
     t = mlir_ir.RankedTensorType(x.type)
     identity = mlir_ir.AffineMap.get_identity(t.rank)
-    s_read = mlir_ir.AffineMap.get(t.rank, 0, [mlir_ir.AffineConstantExpr.get(0)] * mlir_ir.RankedTensorType(s.type).rank)
+    s, s_at = factor
+    s_read = mlir_ir.AffineMap.get(t.rank, 0, s_at)
     parallel = mlir_ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with mlir_ir.InsertionPoint(at), at.location:
         empty = tensor.EmptyOp(t.shape, t.element_type)
@@ -175,7 +178,7 @@ def _elements(mlir_ir: ModuleType, value: Value) -> int:
     return math.prod(mlir_ir.RankedTensorType(value.type).shape)
 
 
-def _into_product(mlir_ir: ModuleType, w: Value, s: Value, product: OpView) -> OpView | None:
+def _into_product(mlir_ir: ModuleType, w: Value, factor: Factor, product: OpView) -> OpView | None:
     """The product `a @ b` of `w - s * (a @ b)` as the product of its smaller operand scaled
     by -s, into w; returns the fill it no longer reads (None: not taken)."""
     if len(product.operands) != 3 or not all(_f32(mlir_ir, v) for v in product.operands):
@@ -184,12 +187,12 @@ def _into_product(mlir_ir: ModuleType, w: Value, s: Value, product: OpView) -> O
     if fill is None:
         return None
     small = 0 if _elements(mlir_ir, product.operands[0]) <= _elements(mlir_ir, product.operands[1]) else 1
-    product.operands[small] = _scaled(mlir_ir, product, product.operands[small], s)
+    product.operands[small] = _scaled(mlir_ir, product, product.operands[small], factor)
     product.operands[2] = _copy_of(mlir_ir, product, w)
     return fill
 
 
-def _into_scatter(mlir_ir: ModuleType, w: Value, s: Value, loop: OpView) -> OpView | None:
+def _into_scatter(mlir_ir: ModuleType, w: Value, factor: Factor, loop: OpView) -> OpView | None:
     """The scatter loop of `w - s * scatter(rows)` as the scatter of -s * rows into w;
     returns the fill it no longer reads (None: not taken)."""
     if len(loop.results) != 1 or SCATTER_TAG not in loop.attributes:
@@ -201,7 +204,7 @@ def _into_scatter(mlir_ir: ModuleType, w: Value, s: Value, loop: OpView) -> OpVi
     reads = [o for o in body.operations if o.name == "tensor.extract_slice" and o.operands[0] not in inner]
     if fill is None or len(reads) != 1 or not _f32(mlir_ir, reads[0].operands[0]):
         return None
-    reads[0].operands[0] = _scaled(mlir_ir, loop, reads[0].operands[0], s)
+    reads[0].operands[0] = _scaled(mlir_ir, loop, reads[0].operands[0], factor)
     loop.operands[init_at] = _rows_copy(mlir_ir, loop, w)
     return fill
 
@@ -218,16 +221,16 @@ def accumulate_updates(mlir_ir: ModuleType, module: Module, min_elements: int) -
         found = _update(mlir_ir, op)
         if found is None:
             continue
-        w, s, g = found
+        w, s, s_at, g = found
         acc = _defining_op(mlir_ir, g)
         # a dynamic export's updates stay: their copies would need the sizes read at the call
         if (acc is None or not mlir_ir.RankedTensorType(w.type).has_static_shape
                 or not (_available_at(mlir_ir, w, acc) and _available_at(mlir_ir, s, acc))):
             continue
         if acc.name == "linalg.matmul" and "kina.parallel" in acc.attributes:
-            fill = _into_product(mlir_ir, w, s, acc)
+            fill = _into_product(mlir_ir, w, (s, s_at), acc)
         elif acc.name == "scf.for" and _elements(mlir_ir, w) >= min_elements:
-            fill = _into_scatter(mlir_ir, w, s, acc)
+            fill = _into_scatter(mlir_ir, w, (s, s_at), acc)
         else:
             continue
         if fill is None:
