@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from compiler.backend import parallel_if
 from compiler.backend.accumulate import accumulate_updates
 from compiler.backend.bindings import walk_ops
-from compiler.backend.block_fills import copied
 from compiler.backend.fusion import math_call
 from compiler.backend.shared_products import share_dynamic_products
 from compiler.backend.transform_dynamic import DYNAMIC_BLOCK, DYNAMIC_TRANSPOSE_MAX_RANK
@@ -261,11 +260,9 @@ def tag_parallel_fills(mlir_ir: ModuleType, module: Module) -> int:
 
 
 def _filled(op: OpView) -> bool:
-    """Whether the matmul's accumulator is a linalg.fill or a copy of a tensor (a weight its
-    update accumulates into, compiler/backend/accumulate.py): block_fills then fills or
-    copies each block inside the forall."""
+    """Whether the matmul's accumulator is a linalg.fill (the script fuses it into the forall)."""
     owner = op.operands[2].owner
-    return getattr(owner, "name", None) == "linalg.fill" or copied(owner)
+    return getattr(owner, "name", None) == "linalg.fill"
 
 
 def _depth(mlir_ir: ModuleType, op: OpView) -> int:
@@ -557,8 +554,9 @@ def tag_inner_reductions(mlir_ir: ModuleType, module: Module) -> int:
 def tag_for_script(mlir_ir: ModuleType, module: Module) -> int:
     """Every tag above (the "@tag-for-script" slot, right after --inline: the inliner's
     canonicalisation rebuilds some ops without their attributes, and a tag set before it
-    was lost on 3 of the scaled train step's 17 tiled transposes); returns the count of
-    products moved and of ops tagged (0: the module is unchanged)."""
+    was lost on 3 of the scaled train step's 17 tiled transposes), and the SGD updates
+    that compiler/backend/accumulate.py accumulates into their weights; returns the count of
+    products moved, updates rewritten and ops tagged (0: the module is unchanged)."""
     moved = share_dynamic_products(mlir_ir, module)
     tagged = tag_vectorizable(mlir_ir, module)
     # after the matmuls' tags (it takes the threaded products), before the generics' (its
