@@ -60,8 +60,9 @@ def inputs(m: int = 256, k: int = 128, n: int = 256) -> tuple[np.ndarray, np.nda
             np.array([[0.03]], np.float32))
 
 
-@pytest.mark.parametrize("update", [PLAIN, "w - g_w * s"])
+@pytest.mark.parametrize("update", [PLAIN, "w - g_w * s", "w - g_w * 0.03", "w - 0.03 * g_w"])
 def test_an_sgd_update_of_a_product_gradient_accumulates_into_a_copy_of_the_weight(update, tmp_path):
+    """lr as a broadcast tensor or as a literal (a filled tensor), on either side."""
     count, text = rewritten(source(update), tmp_path)
     assert count == 1
     assert "bufferization.alloc_tensor() copy(%arg1)" in text        # the weight is copied, not written
@@ -87,15 +88,16 @@ def test_a_gradient_used_twice_is_left_alone(tmp_path):
     assert rewritten(src, tmp_path)[0] == 0
 
 
-def test_the_accumulated_update_agrees_with_O0_and_numpy_and_leaves_its_arguments(tmp_path):
+@pytest.mark.parametrize("update", [PLAIN, "w - g_w * 0.03"])
+def test_the_accumulated_update_agrees_with_O0_and_numpy_and_leaves_its_arguments(update, tmp_path):
     x, w, lr = inputs()
     before = [a.copy() for a in (x, w, lr)]
-    got = run(source(), tmp_path, 2, x, w, lr)
+    got = run(source(update), tmp_path, 2, x, w, lr)
     for a, b in zip((x, w, lr), before):
         np.testing.assert_array_equal(a, b)
     want = w.astype(np.float64) - 0.03 * (x.T.astype(np.float64) @ np.ones((256, 256)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(got, run(source(), tmp_path, 0, x, w, lr), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, run(source(update), tmp_path, 0, x, w, lr), rtol=1e-5, atol=1e-5)
 
 
 def test_a_small_steps_update_stays_as_written_the_same_bits_as_O0(tmp_path):

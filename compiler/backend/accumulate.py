@@ -14,7 +14,8 @@ the table made by a parallel loop.  `w` itself is never written: it is the calle
 Takes the inlined tensor module; gives it with each such pair rewritten:
 - `u = generic(w, s, g) { w - s * g }` (the product in either order), every loop parallel,
   `w`, `g` and `u` read and written through identity maps, `s` a broadcast scalar (a map
-  without dims), f32 throughout, static shapes (a dynamic export's updates stay);
+  without dims) or a filled tensor (a literal: `w - g * 0.01`), f32 throughout, static
+  shapes (a dynamic export's updates stay);
 - `g` used only there, and made by a linalg.matmul (plain or reading A transposed) whose
   accumulator is a fill of zero, or by the scatter loop that `rewrites.rewrite_scatters` puts
   in (an scf.for tagged `kina.scatter_rows`) starting from a fill of zero;
@@ -41,7 +42,9 @@ if TYPE_CHECKING:
 
 SCATTER_TAG = "kina.scatter_rows"   # set on the scatter loop by emit_ops.scatter_rows_function
 _UPDATE_BODY = ["arith.mulf", "arith.subf", "linalg.yield"]
-Factor = tuple[Any, list[Any]]     # (s, the constant indices the update reads it at)
+# (s, the constant indices at which the update reads the tensor s), or (the f32 value s,
+# None) when s is a filled tensor: a literal learning rate, `w - g * 0.01`
+Factor = tuple[Any, list[Any] | None]
 
 
 def _f32(mlir_ir: ModuleType, value: Value) -> bool:
@@ -84,7 +87,8 @@ def _zero_fill(mlir_ir: ModuleType, value: Value) -> OpView | None:
 
 def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] | None:
     """(w, s, the map's constant results at which s is read, g) when `op` is the update
-    generic `w - s * g` described above, else None."""
+    generic `w - s * g` described above, else None; for a filled s, (w, the fill's f32
+    value, None, g)."""
     if op.name != "linalg.generic" or len(op.results) != 1 or len(op.operands) != 4:
         return None
     if any("parallel" not in str(i) for i in op.attributes["iterator_types"]):
@@ -104,7 +108,13 @@ def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] 
     maps = [m.value for m in op.attributes["indexing_maps"]]
     rank = maps[3].n_dims
     identity = str(mlir_ir.AffineMap.get_identity(rank))
-    scalar = [i for i in factors if all(isinstance(r, mlir_ir.AffineConstantExpr) for r in maps[i].results)]
+    fills: dict[int, Any] = {}
+    for i in factors:
+        producer = _defining_op(mlir_ir, op.operands[i])
+        if producer is not None and producer.name == "linalg.fill":
+            fills[i] = producer
+    scalar = [i for i in factors
+              if all(isinstance(r, mlir_ir.AffineConstantExpr) for r in maps[i].results) or i in fills]
     if len(scalar) != 1:
         return None
     s_at = scalar[0]
@@ -114,6 +124,8 @@ def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] 
     w, g = op.operands[w_at], op.operands[g_at]
     if w.type != op.results[0].type or g.type != w.type or len(list(g.uses)) != 1:
         return None
+    if s_at in fills:
+        return w, fills[s_at].operands[0], None, g
     return w, op.operands[s_at], list(maps[s_at].results), g
 
 
@@ -125,16 +137,20 @@ def _scaled(mlir_ir: ModuleType, at: OpView, x: Value, factor: Factor) -> Value:
     t = mlir_ir.RankedTensorType(x.type)
     identity = mlir_ir.AffineMap.get_identity(t.rank)
     s, s_at = factor
-    s_read = mlir_ir.AffineMap.get(t.rank, 0, s_at)
+    ins, maps = [x], [identity]
+    if s_at is not None:        # a tensor read at constant indices (else the body uses the value)
+        ins.append(s)
+        maps.append(mlir_ir.AffineMap.get(t.rank, 0, s_at))
     parallel = mlir_ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with mlir_ir.InsertionPoint(at), at.location:
         empty = tensor.EmptyOp(t.shape, t.element_type)
-        gen = linalg.GenericOp([t], [x, s], [empty.result],
-                               mlir_ir.ArrayAttr.get([mlir_ir.AffineMapAttr.get(m) for m in (identity, s_read, identity)]),
+        gen = linalg.GenericOp([t], ins, [empty.result],
+                               mlir_ir.ArrayAttr.get([mlir_ir.AffineMapAttr.get(m) for m in (*maps, identity)]),
                                mlir_ir.ArrayAttr.get([parallel] * t.rank))
-        block = gen.regions[0].blocks.append(t.element_type, t.element_type, t.element_type)
+        block = gen.regions[0].blocks.append(*[t.element_type] * (len(ins) + 1))
         with mlir_ir.InsertionPoint(block):
-            linalg.YieldOp([arith.NegFOp(arith.MulFOp(block.arguments[1], block.arguments[0]).result).result])
+            scale = block.arguments[1] if s_at is not None else s
+            linalg.YieldOp([arith.NegFOp(arith.MulFOp(scale, block.arguments[0]).result).result])
     return gen.results[0]
 
 
