@@ -114,3 +114,8 @@ def test_a_threaded_product_copies_the_weight_block_by_block(tmp_path):
         copies = rewrites.walk_ops(ir, module, lambda op: op.name == "bufferization.materialize_in_destination")
         assert len(copies) == 1 and copies[0].parent.operation.name == "scf.forall"
         assert not rewrites.walk_ops(ir, module, block_fills.copied)
+
+
+def test_the_scatter_loop_carries_the_tag_the_rewrite_looks_for():
+    from compiler.backend.emit.ops import scatter_rows_function
+    assert "{" + accumulate.SCATTER_TAG + "}" in scatter_rows_function('"s"', 4, 8, 16, "f32", "f32")

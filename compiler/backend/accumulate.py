@@ -34,6 +34,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from compiler.backend.bindings import walk_ops
+from compiler.backend.fusion import elementwise, indexing_maps
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -89,9 +90,7 @@ def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] 
     """(w, s, the map's constant results at which s is read, g) when `op` is the update
     generic `w - s * g` described above, else None; for a filled s, (w, the fill's f32
     value, None, g)."""
-    if op.name != "linalg.generic" or len(op.results) != 1 or len(op.operands) != 4:
-        return None
-    if any("parallel" not in str(i) for i in op.attributes["iterator_types"]):
+    if not elementwise(mlir_ir, op) or len(op.operands) != 4:
         return None
     block = op.regions[0].blocks[0]
     body = list(block.operations)
@@ -105,7 +104,7 @@ def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] 
     factors = [args.index(v) for v in mul.operands if v in args]
     if len(factors) != 2 or w_at in factors:
         return None
-    maps = [m.value for m in op.attributes["indexing_maps"]]
+    maps = indexing_maps(mlir_ir, op)
     rank = maps[3].n_dims
     identity = str(mlir_ir.AffineMap.get_identity(rank))
     fills: dict[int, Any] = {}

@@ -56,7 +56,8 @@ def _segments(op: Any) -> tuple[int, int]:
     return int(sizes[0]), int(sizes[1])
 
 
-def _maps(mlir_ir: Bindings, op: Any) -> list[Any]:
+def indexing_maps(mlir_ir: Bindings, op: Any) -> list[Any]:
+    """A linalg.generic's indexing maps (AffineMap values), inputs then inits."""
     return [mlir_ir.AffineMapAttr(m).value for m in mlir_ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
@@ -99,13 +100,13 @@ def _covers_loops(mlir_ir: Bindings, maps: list[Any], n_dims: int) -> bool:
     return seen == set(range(n_dims))
 
 
-def _elementwise(mlir_ir: Bindings, op: Any) -> bool:
+def elementwise(mlir_ir: Bindings, op: Any) -> bool:
     """A linalg.generic of one result, parallel loops, an identity result map and a body that
     never reads its init (each element computed from its inputs alone)."""
     if op.name != "linalg.generic" or len(op.results) != 1 or not _all_parallel(mlir_ir, op):
         return False
     n_in, n_init = _segments(op)
-    out = _maps(mlir_ir, op)[-1]
+    out = indexing_maps(mlir_ir, op)[-1]
     return (n_init == 1 and out == mlir_ir.AffineMap.get_identity(out.n_dims)
             and not list(_body(op).arguments[n_in].uses))
 
@@ -117,14 +118,14 @@ def _producer(mlir_ir: Bindings, consumer: Any, index: int, single_use: bool = T
     if not isinstance(value, mlir_ir.OpResult):
         return None
     producer = value.owner.operation
-    if not _elementwise(mlir_ir, producer) or producer.block != consumer.block:
+    if not elementwise(mlir_ir, producer) or producer.block != consumer.block:
         return None
     if single_use and len(list(value.uses)) != 1:
         return None
     n_in, _ = _segments(producer)
-    maps = _maps(mlir_ir, producer)
+    maps = indexing_maps(mlir_ir, producer)
     body = _body(producer)
-    cmap = _maps(mlir_ir, consumer)[index]
+    cmap = indexing_maps(mlir_ir, consumer)[index]
     if cmap.n_dims == 0 or len(cmap.results) != maps[-1].n_dims:
         return None
     ops = list(body.operations)
@@ -165,8 +166,8 @@ def _cheap(mlir_ir: Bindings, producer: Any) -> bool:
     result: it reads no operand element by element (each input is read through a map over
     fewer loops, a broadcast: a row's index and value) and calls no math function."""
     n_in, _ = _segments(producer)
-    n_dims = _maps(mlir_ir, producer)[-1].n_dims
-    reads_all = any(m.is_permutation and m.n_dims == n_dims for m in _maps(mlir_ir, producer)[:n_in])
+    n_dims = indexing_maps(mlir_ir, producer)[-1].n_dims
+    reads_all = any(m.is_permutation and m.n_dims == n_dims for m in indexing_maps(mlir_ir, producer)[:n_in])
     ops = list(_body(producer).operations)
     return not reads_all and len(ops) <= CHEAP_OPS and not any(math_call(o) for o in ops)
 
@@ -202,10 +203,10 @@ def _recomputable(mlir_ir: Bindings, producer: Any) -> bool:
     parallel loops, an identity result map its body never reads, tensor inputs read through
     maps of loop dims and constants, and a body of plain ops (no regions, no linalg.index,
     no math call)."""
-    if not _elementwise(mlir_ir, producer):
+    if not elementwise(mlir_ir, producer):
         return False
     n_in, _ = _segments(producer)
-    maps = _maps(mlir_ir, producer)
+    maps = indexing_maps(mlir_ir, producer)
     body = _body(producer)
     if not all(isinstance(v.type, mlir_ir.RankedTensorType) for v in list(producer.operands)[:n_in]):
         return False
@@ -218,14 +219,14 @@ def _recomputable(mlir_ir: Bindings, producer: Any) -> bool:
 def _trip_count(mlir_ir: Bindings, op: Any) -> int | None:
     """How many iterations a static linalg.generic runs (None: a loop of dynamic size)."""
     extents: dict[int, int] = {}
-    for m, v in zip(_maps(mlir_ir, op), op.operands):
+    for m, v in zip(indexing_maps(mlir_ir, op), op.operands):
         if not isinstance(v.type, mlir_ir.RankedTensorType):
             continue
         shape = mlir_ir.RankedTensorType(v.type).shape
         for r, e in enumerate(m.results):
             if isinstance(e, mlir_ir.AffineDimExpr) and shape[r] >= 0:
                 extents.setdefault(e.position, shape[r])
-    n_dims = _maps(mlir_ir, op)[0].n_dims
+    n_dims = indexing_maps(mlir_ir, op)[0].n_dims
     if len(extents) != n_dims:
         return None
     count = 1
@@ -244,7 +245,7 @@ def _recompute_at(mlir_ir: Bindings, extract: Any, producer: Any) -> None:
     pbody = _body(producer)
     values: dict[Any, Any] = {}
     with mlir_ir.InsertionPoint(extract), extract.location:
-        for k, m in enumerate(_maps(mlir_ir, producer)[:n_in]):
+        for k, m in enumerate(indexing_maps(mlir_ir, producer)[:n_in]):
             at = [idx[e.position] if isinstance(e, mlir_ir.AffineDimExpr)
                   else arith.ConstantOp(mlir_ir.IndexType.get(), e.value).result for e in m.results]
             values[pbody.arguments[k]] = tensor.ExtractOp(producer.operands[k], at).result
@@ -305,7 +306,7 @@ def _fused_maps(mlir_ir: Bindings, consumer: Any, index: int, producer: Any) -> 
     """The indexing maps of the consumer with the producer of its input `index` fused in, or
     None when they cannot be composed or leave a loop that no operand sizes."""
     p_in, _ = _segments(producer)
-    cmaps, pmaps = _maps(mlir_ir, consumer), _maps(mlir_ir, producer)
+    cmaps, pmaps = indexing_maps(mlir_ir, consumer), indexing_maps(mlir_ir, producer)
     composed = [_compose(mlir_ir, m, cmaps[index]) for m in pmaps[:p_in]]
     if any(m is None for m in composed):
         return None

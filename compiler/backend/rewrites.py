@@ -440,5 +440,6 @@ SLOTS: dict[str, Rewrite] = {
     "@tag-for-script": Rewrite(tag_for_script, lambda text: "linalg." in text),
     "@product-results": Rewrite(_returned_accumulators,
                                 lambda text: shared_products.PREFIX in text or SCATTER_TAG in text),
-    "@fuse-fills": Rewrite(fuse_fills_into_foralls, lambda text: "scf.forall" in text and ("linalg.fill" in text or "alloc_tensor" in text)),
+    "@fuse-fills": Rewrite(fuse_fills_into_foralls,
+                           lambda text: "scf.forall" in text and ("linalg.fill" in text or "alloc_tensor" in text)),
 }

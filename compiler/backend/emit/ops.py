@@ -287,7 +287,7 @@ def scatter_rows_function(name: str, n: int | None, d: int | None, v: int | None
         f"    }} -> {row_o}\n"
         f"    %new = tensor.insert_slice %sum into %acc[%v, 0] [1, {cols}] [1, 1] : {row_o} into {to}\n"
         f"    scf.yield %new : {to}\n"
-        f"  }} {{kina.scatter_rows}}\n"
+        f"  }} {{kina.scatter_rows}}\n"   # accumulate.SCATTER_TAG (not imported: the front end stays light)
         f"  return %r : {to}\n"
         f"}}\n")
 
