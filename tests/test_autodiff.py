@@ -379,3 +379,34 @@ def test_the_rank_broadcast_rejection_writes_sizes_by_name():
     (diag,) = analyze(_GENERIC_BIAS, "d.kina").diagnostics
     assert diag.code == "ad-unsupported" and "Size(" not in diag.message
     assert "shape [N, O] changes the rank" in diag.message and "t.broadcast([N, O])" in diag.message
+
+
+# The minimal program of the two-file port's report: the rejection inside an inlined generic
+# helper named the caller's variable at the instance's size (`b1.reshape([1, 64])`) in a
+# message about the helper's line, and the note named the instance `dense$8_20_64`.
+_INLINED_BIAS = """fn dense[N, I, O](x: Tensor[F32, [N, I]], w: Tensor[F32, [I, O]], b: Tensor[F32, [O]]) -> Tensor[F32, [N, O]] {
+  let h = x @ w in
+  let bb = b.broadcast([N, O]) in
+  let y = h + bb in
+  y
+}
+fn loss(x: Tensor[F32, [8, 20]], w1: Tensor[F32, [20, 64]], b1: Tensor[F32, [64]]) -> Tensor[F32, [1, 1]] {
+  let h = dense(x, w1, b1) in
+  let r = h.reduce_keep(op=sum, axis=1) in
+  let s = r.reduce_keep(op=sum, axis=0) in
+  s
+}
+fn step(x: Tensor[F32, [8, 20]], w1: Tensor[F32, [20, 64]], b1: Tensor[F32, [64]]) -> (Tensor[F32, [1, 1]], Tensor[F32, [8, 20]], Tensor[F32, [20, 64]], Tensor[F32, [64]]) {
+  handle loss(x, w1, b1) with reverseMode
+}
+"""
+
+
+def test_a_rejection_inside_an_inlined_helper_is_worded_in_the_helpers_names_and_sizes():
+    (diag,) = analyze(_INLINED_BIAS, "d.kina").diagnostics
+    assert diag.code == "ad-unsupported"
+    assert "`let t = b.reshape([1, O]) in t.broadcast([N, O])`" in diag.message
+    assert "b1" not in diag.message and "64" not in diag.message
+    assert _INLINED_BIAS[diag.span.start:diag.span.end] == "b.broadcast([N, O])"
+    call = next(n for n in diag.notes if "inlined from" in n.message)
+    assert "`dense` in `loss`" in call.message and _INLINED_BIAS[call.span.start:call.span.end].startswith("dense(")

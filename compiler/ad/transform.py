@@ -49,9 +49,12 @@ _Origin = tuple[str, Span] | None
 
 @dataclass
 class _Let:
-    """A let of the inlined body; `origin` is the call it was inlined from (for notes)."""
+    """A let of the inlined body; `origin` is the call it was inlined from (for notes), and
+    `written` the helper's let as its author wrote it: in the helper's own names and sizes,
+    before the caller's arguments and sizes were substituted (for messages)."""
     binding: Binding
     origin: _Origin = None
+    written: Binding | None = None
 
 
 def _rename(expr: Expr, env: dict[str, Expr]) -> Expr:
@@ -75,9 +78,11 @@ class _Inliner:
         self.count += 1
         return f"{fn}.{self.count}.{name}"
 
-    def body(self, fn: Function, env: dict[str, Expr], origin: _Origin, depth: int, out: list[_Let]) -> Expr:
-        """Append fn's lets (renamed by env, calls inlined) to out; return its renamed result."""
-        for b in fn.lets:
+    def body(self, fn: Function, env: dict[str, Expr], origin: _Origin, depth: int, out: list[_Let],
+             written: Function | None = None) -> Expr:
+        """Append fn's lets (renamed by env, calls inlined) to out; return its renamed result.
+        `written` is fn before its sizes were substituted (fn itself when it has none)."""
+        for b, w in zip(fn.lets, (written or fn).lets):
             value = _rename(b.value, env)
             if origin is None:
                 names = list(b.names)
@@ -86,11 +91,12 @@ class _Inliner:
                 env.update({old: Var(new, t, b.value.span) for old, new, t in zip(b.names, names, b.types)})
             if isinstance(value, CallFn) and value.fn in self.program.functions:
                 value = self.call(value, origin or (value.fn, value.span), depth + 1, out)
-            out.append(_Let(dataclasses.replace(b, names=names, value=value), origin))
+            out.append(_Let(dataclasses.replace(b, names=names, value=value), origin,
+                            w if origin is not None else None))
         return _rename(fn.result, env)
 
     def call(self, call: CallFn, origin: _Origin, depth: int, out: list[_Let]) -> Expr:
-        callee = self.program.functions[call.fn]
+        callee = written = self.program.functions[call.fn]
         if call.sizes:   # a generic callee at the caller's symbolic sizes: its body in the caller's sizes
             callee, _ = subst_function(callee, dict(zip(callee.sizes, call.sizes)))
         if depth > _MAX_INLINE_DEPTH:
@@ -109,7 +115,7 @@ class _Inliner:
                 out.append(_Let(Binding([name], value, span=arg.span), origin))
                 arg = Var(name, arg.type, arg.span)
             env[p.name] = arg
-        result = self.body(callee, env, origin, depth, out)
+        result = self.body(callee, env, origin, depth, out, written)
         if isinstance(result, CallFn) and result.fn in self.program.functions:
             result = self.call(result, origin, depth + 1, out)
         return result
@@ -187,7 +193,8 @@ def _hoist_inert(lets: list[_Let], active: set[str]) -> list[_Let]:
                     out.append(_Let(Binding([name], arg, span=arg.span), let.origin))
                     arg = Var(name, arg.type, arg.span)
                 args.append(arg)
-            let = _Let(dataclasses.replace(let.binding, value=dataclasses.replace(value, args=args)), let.origin)
+            let = dataclasses.replace(let, binding=dataclasses.replace(let.binding,
+                                                                       value=dataclasses.replace(value, args=args)))
         out.append(let)
     return out
 
@@ -210,7 +217,8 @@ class _Checker:
     def error(self, code: str, message: str, span: Span, origin: _Origin = None, fix: Fix | None = None) -> None:
         notes: tuple[Note, ...] = ()
         if origin is not None:
-            notes = (Note(f"inlined from this call of `{origin[0]}` in `{self.fn.name}`", origin[1]),)
+            notes = (Note(f"inlined from this call of `{written_name(origin[0])}` in `{written_name(self.fn.name)}`",
+                          origin[1]),)
         self.diags.append(Diagnostic(code, message, span, notes, fix=fix))
 
     def result(self, result: Expr) -> None:
@@ -250,9 +258,13 @@ class _Checker:
             self.error("ad-structure", f"reverseMode cannot differentiate through `{fn}`{at}: that function has "
                        "errors (reported at its definition); fix them first", value.span, let.origin)
         elif isinstance(value, OpApp):
-            self.op(value, let.origin)
+            written = let.written.value if let.written is not None else None
+            self.op(value, let.origin, written if isinstance(written, OpApp) else None)
 
-    def op(self, node: OpApp, origin: _Origin) -> None:
+    def op(self, node: OpApp, origin: _Origin, written: OpApp | None = None) -> None:
+        """`written` is node as the inlined helper's author wrote it: a rejection is
+        decided on node (the instance) but worded, when it applies there too, on the
+        helper's own names and sizes (`b.reshape([1, O])`, not the caller's `b1` at 64)."""
         for i, child in enumerate(node.args):
             if not isinstance(child, Var):   # only operands that carry a cotangent are left (_hoist_inert)
                 nested = _describe(child)
@@ -264,7 +276,8 @@ class _Checker:
         if row.rule is None:
             self.error("ad-unsupported", f"{row.unsupported}; it cannot be differentiated", node.span, origin)
         elif row.reject is not None and (message := row.reject(node)):
-            self.error("ad-unsupported", message, node.span, origin)
+            worded = row.reject(written) if written is not None and written.op == node.op else None
+            self.error("ad-unsupported", worded or message, node.span, origin)
 
 
 def _analyse(program: Program, fn_name: str) -> tuple[Function, list[_Let], Expr, set[str], set[str],
