@@ -32,6 +32,7 @@ import numpy as np  # noqa: E402
 import scaled_model as M  # noqa: E402
 
 from compiler.backend import threads  # noqa: E402
+from compiler.runtime import arrays  # noqa: E402
 from compiler.runtime import library as runtime  # noqa: E402
 
 BUILD = r"""
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
     threads.prepare_process()
     s = M.sizes(*M.CONFIGS[args.config])
     w = M.make_inputs(s)
-    out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
+    out = [np.empty((1, 1), np.float32)] + [arrays.empty(w[n].shape, w[n].dtype) for n in M.WEIGHTS]
     ref = M.np_train_step(w, s)
     fns = {}
     with tempfile.TemporaryDirectory(prefix="kina-ab-") as tmp:

@@ -51,6 +51,7 @@ import scaled_model as M  # noqa: E402
 import timing  # noqa: E402
 
 from compiler import build  # noqa: E402
+from compiler.runtime import arrays  # noqa: E402
 from compiler.runtime import library as runtime  # noqa: E402
 
 WORKLOADS = ("forward", "train step")
@@ -95,8 +96,8 @@ def kina_impl(w: dict, s: dict, level: int, tmp: Path, dynamic: bool = False) ->
     # One file name per size: a process that dlopens a path twice gets the first library back.
     name = ("dynamic_lm" if dynamic else "scaled_lm_" + "_".join(str(s[k]) for k in ("B", "T", "D", "H", "V")))
     lib, wall, stages = build_lib(M.STORYLM, name, level, tmp, {} if dynamic else M.kina_sizes(s), M.EXPORTS)
-    fwd_out = np.empty((s["B"], s["T"], s["V"]), np.float32)
-    step_out = [np.empty((1, 1), np.float32)] + [np.empty_like(w[n]) for n in M.WEIGHTS]
+    fwd_out = arrays.empty((s["B"], s["T"], s["V"]), np.float32)
+    step_out = [np.empty((1, 1), np.float32)] + [arrays.empty(w[n].shape, w[n].dtype) for n in M.WEIGHTS]
     fargs, sargs = kina_args(w, s, False), kina_args(w, s, True)
     kw = {"H": s["H"]} if dynamic else {}
     fwd = lambda: lib.forward(*fargs, out=fwd_out, **kw)  # noqa: E731

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.runtime import arrays
+
 ROOT = Path(__file__).resolve().parent.parent
 STORYLM = ROOT / "examples" / "storylm.kina"     # the generic model, built with --size
 MATMUL = ROOT / "benchmarks" / "matmul.kina"      # fn mm[M, K, N]
@@ -67,13 +69,20 @@ def flops(s: dict) -> dict[str, float]:
     return {"forward": float(fwd), "train step": 3.0 * fwd}
 
 
+def _aligned(a: np.ndarray) -> np.ndarray:
+    out = arrays.empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 def make_inputs(s: dict, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     D, V, T = s["D"], s["V"], s["T"]
     w = {"emb": rng.normal(0, 0.5, (V, D)), "lm_head": rng.normal(0, D ** -0.5, (D, V))}
     for n in ("wq", "wk", "wv", "wo"):
         w[n] = rng.normal(0, D ** -0.5, (D, D))
-    w = {k: v.astype(np.float32) for k, v in w.items()}
+    # 64-byte aligned, as torch's and JAX's copies of them are (compiler/runtime/arrays.py)
+    w = {k: _aligned(v.astype(np.float32)) for k, v in w.items()}
     w["window"] = rng.integers(0, V, (s["B"], T + 1)).astype(np.int64)
     w["mask"] = np.triu(np.full((T, T), -1.0e4, np.float32), 1).reshape(1, 1, T, T)
     w["scale"] = np.full((1, 1, 1, 1), s["DH"] ** -0.5, np.float32)

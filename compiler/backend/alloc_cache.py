@@ -33,7 +33,8 @@ RUNTIME_C = r"""
 #include <stddef.h>
 #include <stdlib.h>
 
-#define HEADER 64                  /* holds the block's size; keeps malloc's alignment */
+#define ALIGN 64
+#define HEADER 64                  /* holds the block's size; keeps the block's alignment */
 #define MIN_CACHED @MIN_CACHED@
 #define SLOTS @SLOTS@
 
@@ -66,8 +67,12 @@ void *_mlir_memref_to_llvm_alloc(size_t n) {
     }
     pthread_mutex_unlock(&lock);
   }
-  char *b = malloc(n + HEADER);
-  if (!b) return NULL;
+  /* 64-byte aligned (a cache line, one AVX-512 vector): malloc's 16 put a large block's
+     rows 16 bytes into a line, so every vector load and store of a row crossed two lines
+     (a [512, 512] @ [512, 8192] product into such a buffer ran 4-9% slower) */
+  void *p;
+  if (posix_memalign(&p, ALIGN, n + HEADER)) return NULL;
+  char *b = p;
   *(size_t *)b = n;
   return b + HEADER;
 }

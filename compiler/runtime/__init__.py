@@ -15,6 +15,7 @@ Public entry points (other packages import only these):
   KinaArgumentError, KinaIndexError, KinaRuntimeError
   numpy_dtype, manifest_path, load_manifest, load_npz, save_npz
   FASTCALL_AVAILABLE  whether the C fast call path (_fastcall) is built
+  empty(shape, dtype)  a 64-byte aligned array (fresh results are; allocate out= buffers with it)
   arrays    Array (one tensor's ndarray), load_npz / save_npz that round-trip every dtype
   loader    KinaRuntimeError, MANIFEST_FORMAT, the manifest and the library's private copy
 
@@ -22,6 +23,7 @@ Inside: library (the Library), function / dynamic (a static / dynamic-size funct
 its call paths), binding (a dynamic call's sizes), prepared (descriptors, a prepared call),
 errors, _fastcall (the C fast path, setup.py).
 """
+from compiler.runtime.arrays import empty
 from compiler.runtime.library import (
     FASTCALL_AVAILABLE,
     DynamicKinaFunction,
@@ -39,4 +41,4 @@ from compiler.runtime.library import (
 )
 
 __all__ = ["FASTCALL_AVAILABLE", "DynamicKinaFunction", "KinaArgumentError", "KinaFunction", "KinaIndexError",
-           "KinaRuntimeError", "Library", "arrays", "load", "load_manifest", "load_npz", "loader", "manifest_path", "numpy_dtype", "save_npz"]
+           "KinaRuntimeError", "Library", "arrays", "empty", "load", "load_manifest", "load_npz", "loader", "manifest_path", "numpy_dtype", "save_npz"]

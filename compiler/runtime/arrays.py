@@ -25,6 +25,28 @@ from compiler.core.types import DType
 Array = NDArray[Any]
 DTYPES_KEY = "kina_dtypes"
 
+# Where an array's data starts: a cache line, one AVX-512 vector.  torch's and JAX's CPU
+# buffers start there; NumPy's (glibc malloc's) 16 bytes into one, where a row's every
+# vector load and store of a compiled kernel crosses two lines (a [512, 512] @ [512, 8192]
+# product into such a buffer ran 4-9% slower, benchmarks/README.md).
+ALIGN = 64
+# Below this an array is plain np.empty: its few vectors gain nothing, the extra steps cost ~1 us.
+ALIGN_MIN_BYTES = 4096
+
+
+def empty(shape: tuple[int, ...], dtype: Any) -> Array:
+    """An uninitialised C-contiguous array of `shape` whose data starts on an ALIGN-byte
+    boundary (from ALIGN_MIN_BYTES up): the fresh results of a call, and what a caller
+    should allocate its out= buffers and long-lived inputs with."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < ALIGN_MIN_BYTES:
+        return np.empty(shape, dtype)
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    aligned: Array = raw[start:start + nbytes].view(dtype).reshape(shape)
+    return aligned
+
 
 def _stored(a: np.ndarray, dtype: DType) -> np.ndarray:
     return a if dtype.buffer_formats else a.astype(np.float32)

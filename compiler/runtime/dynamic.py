@@ -11,7 +11,7 @@ import numpy as np
 
 from compiler.backend.entry_points import BAD_SIZES
 from compiler.runtime import binding, dlpack
-from compiler.runtime.arrays import Array
+from compiler.runtime.arrays import Array, empty
 from compiler.runtime.dlpack import FRESH_KINDS
 from compiler.runtime.function import JSONObject, KinaFunction, _as_tuple, numpy_dtype
 from compiler.runtime.loader import KinaRuntimeError, manifest_sizes
@@ -121,7 +121,7 @@ class DynamicKinaFunction(KinaFunction):
                     raise self._library_error(p, -1 - made)
             else:
                 if out is None:
-                    outs = tuple(map(np.empty, p.fresh_shapes, p.fresh_dtypes))
+                    outs = tuple(map(empty, p.fresh_shapes, p.fresh_dtypes))
                 else:
                     outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
                 declined = _fastcall.call(fast, args + outs)
@@ -157,7 +157,7 @@ class DynamicKinaFunction(KinaFunction):
     @staticmethod
     def _outs(p: Prepared, out: object) -> tuple[object, ...]:
         if out is None:
-            return tuple(map(np.empty, p.fresh_shapes, p.fresh_dtypes))
+            return tuple(map(empty, p.fresh_shapes, p.fresh_dtypes))
         return out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
 
     def _library_error(self, p: Prepared, status: int) -> Exception:

@@ -11,7 +11,7 @@ import numpy as np
 from compiler.backend.entry_points import BAD_SIZES, BOUNDS_FAILED
 from compiler.core.types import DType
 from compiler.runtime import binding, dlpack
-from compiler.runtime.arrays import Array
+from compiler.runtime.arrays import Array, empty
 from compiler.runtime.dlpack import FRESH_KINDS
 from compiler.runtime.errors import KinaArgumentError, KinaIndexError
 from compiler.runtime.loader import KinaRuntimeError
@@ -105,7 +105,7 @@ class KinaFunction:
                     if made < -1:
                         raise self._library_error(self._prep, -1 - made)
                     # declined (the results freed): the Python path below says why
-            outs = tuple(map(np.empty, self._fresh_shapes, self._fresh_dtypes))
+            outs = tuple(map(empty, self._fresh_shapes, self._fresh_dtypes))
         else:
             outs = out if type(out) is tuple else (out,) if isinstance(out, np.ndarray) else _as_tuple(out)
         given = outs
