@@ -27,7 +27,9 @@ moved into one function), parallelize (what the script vectorises, tiles, thread
 accumulate (an SGD update accumulated into a copy of the weight, during the tagging),
 parallel_if (a dynamic export's threads chosen at the call), transform_library (the -O2
 transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes),
-block_fills (a parallel matmul's fill or weight copy per block, after the script), rewrites (the Python rewrite slots),
+block_fills (a parallel matmul's fill or weight copy per block, after the script), zero_tiles
+(register tiles that start from their fill's value, the fill dropped; after bufferization),
+rewrites (the Python rewrite slots),
 bindings (the MLIR Python bindings, walk_ops), engine (the in-process pipeline),
 worker_main (the worker process's side), mlir_opt (-O0's pass list through mlir-opt, with
 the rewrite slots), llvm_stage (opt, llc, llvm-split; -O0's mlir-translate and llc), tools

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.backend import alloc_cache, parallel_if, row_copies, threads
+from compiler.backend import alloc_cache, parallel_if, row_copies, threads, zero_tiles
 from compiler.backend.errors import ToolchainError
 from compiler.backend.rewrites import SLOTS
 from compiler.backend.transform_library import HOIST_ENTRY, OUTLINE_ENTRY, TRANSFORM_LIBRARY, transform_flags
@@ -40,6 +40,7 @@ from compiler.backend.transform_library import HOIST_ENTRY, OUTLINE_ENTRY, TRANS
 # these points of the list, between the passes before and after them.
 COPY_SLOT = "@lower-copies"      # strided memref.copy -> loops (no runner-library call)
 ROW_COPIES_SLOT = row_copies.SLOT   # -O2: a copy of contiguous rows -> vector loads and stores
+ZERO_TILES_SLOT = zero_tiles.SLOT   # -O2: register tiles start from their fill's value, the fill dropped
 BF16_SLOT = "@bf16-as-i16"       # bf16 loads and stores as i16 (no bf16 values in LLVM IR)
 LOW_PRECISION = [
     "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
@@ -124,6 +125,7 @@ O2_PASSES = [
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
     ROW_COPIES_SLOT,
+    ZERO_TILES_SLOT,
     COPY_SLOT,
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",
