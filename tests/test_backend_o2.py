@@ -553,6 +553,36 @@ def test_a_long_k_parallel_matmul_runs_its_k_loop_in_blocks_and_matches_numpy(tm
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-4, atol=1e-3)
 
 
+PACKED_K = """
+fn whole(a: Tensor[F32, [64, 512]], b: Tensor[F32, [512, 2048]]) -> Tensor[F32, [64, 2048]] {
+  a @ b
+}
+fn blocked(a: Tensor[F32, [64, 1024]], b: Tensor[F32, [1024, 2048]]) -> Tensor[F32, [64, 2048]] {
+  a @ b
+}
+"""
+
+
+def test_a_packed_product_of_k_up_to_512_runs_its_k_loop_whole(tmp_path):
+    """PACKED_WHOLE_K_MAX: packed panels of K <= 512 take no k blocks (their tiles start from
+    registers, "@zero-tiles"); a deeper one keeps them.  Both still match float64 NumPy."""
+    from compiler.backend import parallelize
+    from compiler.backend.bindings import walk_ops
+    src, mlir = _front_end(tmp_path, PACKED_K, "packed.kina")
+    ir, _, _ = engine.engine_module()
+    with ir.Context():
+        module = ir.Module.parse(mlir)
+        parallelize.tag_for_script(ir, module)
+        tags = [{name for name in ("kina.k_block", "kina.pack_b") if name in op.attributes}
+                for op in walk_ops(ir, module, lambda op: op.name == "linalg.matmul")]
+    assert tags == [{"kina.pack_b"}, {"kina.pack_b", "kina.k_block"}]
+    lib = runtime.load(build.build_file(src, tmp_path / "packed.so", 2, cache=False).so_path)
+    rng = np.random.default_rng(6)
+    for fn, k in ((lib.whole, 512), (lib.blocked, 1024)):
+        a, b = rng.standard_normal((64, k)).astype(np.float32), rng.standard_normal((k, 2048)).astype(np.float32)
+        np.testing.assert_allclose(fn(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
 DEEP_K = """
 fn plain(a: Tensor[F32, [256, 2048]], b: Tensor[F32, [2048, 96]]) -> Tensor[F32, [256, 96]] {
   a @ b

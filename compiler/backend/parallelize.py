@@ -80,6 +80,15 @@ PACK_B_MIN_PANELS = 8
 #   panel): 17.9 -> 11.5 ms on two cores of a Zen 5 (240 -> 373 GFLOP/s), its train step
 #   62.6 -> 52.8 ms.  (Both logits VJPs now run over strips instead: STRIP_MIN_K below.)
 PACK_B_DEEP_BYTES = 1 << 20
+# - a packed product of K <= PACKED_WHOLE_K_MAX runs the k loop of each register tile whole
+#   (no `kina.k_block`): since "@zero-tiles" (compiler/backend/zero_tiles.py) its tiles start
+#   from registers, and a whole k loop then reads and writes each C tile once where K_BLOCK
+#   steps wrote it back every 64 (the large StoryLM's [512, 512] @ [512, 8192] 295 -> 308
+#   GFLOP/s alone, its train step 64.8 -> 64.0 ms; benchmarks/README.md).  An unpacked
+#   product keeps its k blocks: its B rows are a whole row of B apart, and only a k block of
+#   them stays in L1 ([512, 512]^2 unchanged; K_BLOCK = 512 for every product lost 30% at
+#   [512, 1024] @ [1024, 1024]).
+PACKED_WHOLE_K_MAX = 512
 
 
 # - a parallel f32 matmul with STRIP_MIN_K <= K <= STRIP_MAX_K and two column strips or more runs
@@ -307,9 +316,11 @@ def tag_vectorizable(mlir_ir: ModuleType, module: Module) -> int:
                     if strips:
                         blocks = (blocks[0], tn)
                     op.attributes["kina.parallel"] = mlir_ir.DenseI64ArrayAttr.get(list(blocks))
-                    if op.name == "linalg.matmul" and k >= K_BLOCK_MIN and not strips:
+                    packed = strips or (op.name == "linalg.matmul" and inputs == {"f32"} and _packs_b(k, n, blocks[1]))
+                    if (op.name == "linalg.matmul" and k >= K_BLOCK_MIN and not strips
+                            and not (packed and k <= PACKED_WHOLE_K_MAX)):
                         op.attributes["kina.k_block"] = mlir_ir.UnitAttr.get()
-                    if strips or (op.name == "linalg.matmul" and inputs == {"f32"} and _packs_b(k, n, blocks[1])):
+                    if packed:
                         op.attributes["kina.pack_b"] = mlir_ir.UnitAttr.get()
                 tagged += 1
             elif not t.has_static_shape and str(t.element_type) == "f32" and inputs <= VECTOR_ELEMENTS:
