@@ -20,17 +20,20 @@ LOWER = ("builtin.module(canonicalize,convert-vector-to-scf,convert-linalg-to-lo
 
 
 def _nest(*, k_blocks: int = 2, i_ub: int = 16, j_step: int = 32, fill: str = "%cst", before: str = "",
-          inner: str = "", read_in_if: bool = False) -> str:
-    """C[16, 64] = fill + column sums of B[8, 64] in 8 x 32 register tiles, the k loop cut into
-    k_blocks blocks (one: no revisiting loop), with the variations the tests name."""
+          inner: str = "", read_in_if: bool = False, copy: bool = False) -> str:
+    """C[16, 64] = fill (or, `copy`, a copy of W) + column sums of B[8, 64] in 8 x 32 register
+    tiles, the k loop cut into k_blocks blocks (one: no revisiting loop), with the variations
+    the tests name."""
     kb = 8 // k_blocks
     read = ("%r = vector.transfer_read %v[%c0, %c0], %pad {in_bounds = [true, true]} : "
             "memref<8x32xf32, strided<[64, 1], offset: ?>>, vector<8x32xf32>")
+    init = (f"linalg.fill ins({fill} : f32) outs(%c : memref<16x64xf32>)" if not copy
+            else "memref.copy %w, %c : memref<16x64xf32> to memref<16x64xf32>")
     if read_in_if:
         read = (f"%r = scf.if %t -> (vector<8x32xf32>) {{\n {read}\n scf.yield %r : vector<8x32xf32>\n"
                 "} else {\n scf.yield %z : vector<8x32xf32>\n}")
     return f"""
-func.func @f(%b: memref<8x64xf32>, %c: memref<16x64xf32>, %s: f32, %t: i1) attributes {{llvm.emit_c_interface}} {{
+func.func @f(%b: memref<8x64xf32>, %c: memref<16x64xf32>, %w: memref<16x64xf32>, %s: f32, %t: i1) attributes {{llvm.emit_c_interface}} {{
   %cst = arith.constant 0.5 : f32
   %pad = arith.constant 0.0 : f32
   %z = arith.constant dense<0.0> : vector<8x32xf32>
@@ -41,7 +44,7 @@ func.func @f(%b: memref<8x64xf32>, %c: memref<16x64xf32>, %s: f32, %t: i1) attri
   %ci = arith.constant {i_ub} : index
   %cj = arith.constant {j_step} : index
   %c64 = arith.constant 64 : index
-  linalg.fill ins({fill} : f32) outs(%c : memref<16x64xf32>)
+  {init}
   {before}
   scf.for %kb = %c0 to %c8 step %ckb {{
     scf.for %i = %c0 to %ci step %c8 {{
@@ -72,31 +75,40 @@ def _module(text: str):
         yield ir, ir.Module.parse(text), passmanager, execution_engine
 
 
+W = np.arange(16 * 64, dtype=np.float32).reshape(16, 64) / 7
+
+
 def _run(ir, module, passmanager, execution_engine, b: np.ndarray) -> np.ndarray:
     from mlir.runtime import get_ranked_memref_descriptor
     passmanager.PassManager.parse(LOWER).run(module.operation)
     jit = execution_engine.ExecutionEngine(module, opt_level=2)
     c = np.full((16, 64), np.nan, np.float32)          # whatever the fill does not overwrite shows
-    args = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(x))) for x in (b, c)]
+    w = W.copy()
+    args = [ctypes.pointer(ctypes.pointer(get_ranked_memref_descriptor(x))) for x in (b, c, w)]
     jit.invoke("f", *args, ctypes.pointer(ctypes.c_float(0.5)), ctypes.pointer(ctypes.c_bool(True)))
+    np.testing.assert_array_equal(w, W)                # the copy's source is only read
     return c
 
 
 @pytest.mark.parametrize("k_blocks", [1, 2, 4])
-def test_tiles_start_from_the_fill_and_compute_the_same_values(k_blocks):
+@pytest.mark.parametrize("copy", [False, True], ids=["fill", "copy"])
+def test_tiles_start_from_the_fill_and_compute_the_same_values(k_blocks, copy):
+    """From a fill, the tiles start from its value; from a copy of W (an SGD update
+    accumulated into the weight, accumulate.py), they read W where the copy would be."""
     b = np.random.default_rng(0).random((8, 64), np.float32)
     results = []
     for rewrite in (False, True):
-        with _module(_nest(k_blocks=k_blocks)) as (ir, module, pm, ee):
+        with _module(_nest(k_blocks=k_blocks, copy=copy)) as (ir, module, pm, ee):
             if rewrite:
                 assert zero_tiles.start_tiles_from_fills(ir, module) == 1
                 text = str(module)
-                assert "linalg.fill" not in text
+                assert "linalg.fill" not in text and "memref.copy" not in text
                 # a k loop cut into blocks revisits each tile: the fill's value on its first block only
                 assert ("scf.if" in text) == (k_blocks > 1)
             results.append(_run(ir, module, pm, ee, b))
     np.testing.assert_array_equal(results[0], results[1])           # bit for bit
-    np.testing.assert_allclose(results[1], np.broadcast_to(0.5 + b.sum(0), (16, 64)), rtol=1e-6)
+    start = W if copy else 0.5
+    np.testing.assert_allclose(results[1], np.broadcast_to(start + b.sum(0), (16, 64)), rtol=1e-6)
 
 
 @pytest.mark.parametrize("variation", [
@@ -106,6 +118,8 @@ def test_tiles_start_from_the_fill_and_compute_the_same_values(k_blocks):
     {"before": "%x0 = memref.load %c[%c0, %c0] : memref<16x64xf32>"},   # read between fill and tiles
     {"inner": "%x1 = memref.load %c[%i, %j] : memref<16x64xf32>"},       # another read in the nest
     {"read_in_if": True},           # the read under a condition
+    {"copy": True, "inner": "memref.store %pad, %w[%i, %j] : memref<16x64xf32>"},   # the source written
+    {"copy": True, "before": "%x2 = memref.load %w[%c0, %c0] : memref<16x64xf32>"},  # used between
 ])
 def test_a_fill_the_tiles_do_not_overwrite_whole_or_read_otherwise_stays(variation):
     with _module(_nest(**variation)) as (ir, module, _, _):
@@ -151,6 +165,9 @@ def test_matmuls_lose_their_fill_and_agree_with_O0_and_numpy(tmp_path, m, k, n):
         np.testing.assert_allclose(o2, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
 
-def test_the_slot_runs_after_the_packing_copies_and_before_the_copies_are_lowered():
+def test_the_slot_runs_while_copies_are_still_memref_copies():
+    """Before "@vector-copies" makes the block copies of an accumulated update loops of vector
+    moves (the slot then reads their source instead) and after bufferization."""
     passes = pipelines.O2_PASSES
-    assert passes.index(pipelines.ROW_COPIES_SLOT) < passes.index(zero_tiles.SLOT) < passes.index(pipelines.COPY_SLOT)
+    assert passes.index("--convert-bufferization-to-memref") < passes.index(zero_tiles.SLOT)
+    assert passes.index(zero_tiles.SLOT) < passes.index(pipelines.ROW_COPIES_SLOT) < passes.index(pipelines.COPY_SLOT)

@@ -40,7 +40,7 @@ from compiler.backend.transform_library import HOIST_ENTRY, OUTLINE_ENTRY, TRANS
 # these points of the list, between the passes before and after them.
 COPY_SLOT = "@lower-copies"      # strided memref.copy -> loops (no runner-library call)
 ROW_COPIES_SLOT = row_copies.SLOT   # -O2: a copy of contiguous rows -> vector loads and stores
-ZERO_TILES_SLOT = zero_tiles.SLOT   # -O2: register tiles start from their fill's value, the fill dropped
+ZERO_TILES_SLOT = zero_tiles.SLOT   # -O2: register tiles start from their fill (copy source), the fill dropped
 BF16_SLOT = "@bf16-as-i16"       # bf16 loads and stores as i16 (no bf16 values in LLVM IR)
 LOW_PRECISION = [
     "--math-extend-to-supported-types=extra-types=f16 target-type=f32",
@@ -124,8 +124,8 @@ O2_PASSES = [
     f"--promote-buffers-to-stack=max-alloc-size-in-bytes={STACK_BUFFER_BYTES} max-rank-of-allocated-memref=8",
     "--buffer-deallocation-pipeline",
     "--convert-bufferization-to-memref",
-    ROW_COPIES_SLOT,
     ZERO_TILES_SLOT,
+    ROW_COPIES_SLOT,
     COPY_SLOT,
     "--convert-vector-to-scf",
     "--convert-linalg-to-loops",

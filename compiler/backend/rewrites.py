@@ -16,9 +16,10 @@ look at the text says the module needs it.
 - "@vector-copies" (-O2, just before "@lower-copies"): compiler/backend/row_copies.py: a
   strided copy of contiguous rows (a packed panel or strip of B) becomes vector loads and
   stores, and the fill of a buffer such a copy then overwrites whole is dropped.
-- "@zero-tiles" (-O2, right after "@vector-copies"): compiler/backend/zero_tiles.py: a
+- "@zero-tiles" (-O2, right before "@vector-copies"): compiler/backend/zero_tiles.py: a
   register tile whose first read of its block would read the block's fill starts from the
-  fill's value in registers, and the fill, which the tiles overwrite whole, is dropped.
+  fill's value in registers (or reads the source of the copy that initialised the block),
+  and the fill (copy), which the tiles overwrite whole, is dropped.
 - "@bf16-as-i16" (in the LLVM dialect): bf16 values are only ever loaded, stored and
   bit-cast (arith-expand turns bf16 conversions into integer code), but LLVM's instcombine
   rewrites `store (bitcast (select i1, i16 a, i16 b))` into a select of bfloat values, and
@@ -434,8 +435,8 @@ def _returned_accumulators(mlir_ir: ModuleType, module: Module) -> int:
 SLOTS: dict[str, Rewrite] = {
     "@distinct-results": Rewrite(distinct_results, returns_a_value_twice),
     ROW_COPIES_SLOT: Rewrite(vectorize_row_copies, lambda text: "memref.copy" in text),
-    ZERO_TILES_SLOT: Rewrite(start_tiles_from_fills,
-                             lambda text: "linalg.fill" in text and "vector.transfer_read" in text),
+    ZERO_TILES_SLOT: Rewrite(start_tiles_from_fills, lambda text: "vector.transfer_read" in text and (
+        "linalg.fill" in text or "memref.copy" in text)),
     "@lower-copies": Rewrite(lower_strided_copies, lambda text: "memref.copy" in text),
     "@bf16-as-i16": Rewrite(bf16_memory_as_i16, lambda text: "bf16" in text, lambda emitted: "bf16" in emitted),
     "@unshare-empties": Rewrite(unshare_empty_tensors, lambda text: "tensor.empty" in text),

@@ -1,6 +1,9 @@
-"""-O2's "@zero-tiles" slot (after bufferization, before "@lower-copies"): a register tile
+"""-O2's "@zero-tiles" slot (after bufferization, before "@vector-copies"): a register tile
 whose first read of its result block would read the block's fill starts from the fill's
 value in registers instead, and the fill, which the tiles then overwrite whole, is dropped.
+Likewise a block that a copy initialises (an SGD update accumulated into a copy of the
+weight, compiler/backend/accumulate.py: GEMM's beta = 1): the tile's first read reads the
+copy's source, and the copy is dropped.
 
 Why: a vectorised matmul (transform_library.py) fills its result (or, threaded, each block
 of it: block_fills.py) with zeros, and then each 8 x 32 register tile reads its part of
@@ -10,8 +13,9 @@ the tiles read straight back.  GEMM kernels start the first k block from zero re
 instead (beta = 0): a C model of the K = 512 head product ran at 286-293 GFLOP/s with
 the memset and the read, and at 298-314 without (benchmarks/README.md).
 
-What: takes the bufferized module (memref level); for each `linalg.fill` of a constant into
-a static buffer C, the first op after it in its block that touches C must be an scf.for
+What: takes the bufferized module (memref level); for each `linalg.fill` of a constant (or
+`memref.copy` of a source no op touches until the tiles have run) into a static buffer C,
+the first op after it in its block that touches C must be an scf.for
 nest L in which C is reached only through a chain of unit-stride memref.subview ops ending
 in one view S, read whole by one vector.transfer_read R and written whole by one
 vector.transfer_write W of the same vector, both in the body of the innermost loop around
@@ -21,9 +25,9 @@ from 0 to the parent's size (so the loops' iterations give disjoint views that t
 cover C); static offsets must be 0 with the parent's whole size.  The other loops (a
 blocked k loop) revisit each view: R then reads the fill's value only on their first
 iteration.  The rewrite:
-- R becomes the fill's value splatted (`scf.if` on the other loops being at their lower
-  bound, else R as it was);
-- the fill is erased: every element of C is written by W before anything reads it.
+- R becomes the fill's value splatted, or a read of the copy's source at the view's offsets
+  (`scf.if` on the other loops being at their lower bound, else R as it was);
+- the fill (copy) is erased: every element of C is written by W before anything reads it.
 Anything else (another access to C, a mask, a conditional, a permuted read) leaves the
 fill and its tiles as they were.  The values computed are the same, bit for bit: the
 registers start from the value the memory held.
@@ -57,16 +61,19 @@ class _Tiles:
     write: Any
     loops: list[Any]
     revisiting: list[Any]
+    chain: list[Any]
 
 
-def _constant_fill(mlir_ir: ModuleType, op: OpView) -> bool:
-    """A linalg.fill of an arith.constant into a static memref."""
-    if op.name != "linalg.fill" or len(op.operands) != 2:
+def _initialising(mlir_ir: ModuleType, op: OpView) -> bool:
+    """A linalg.fill of an arith.constant, or a memref.copy, into a static memref."""
+    if op.name not in ("linalg.fill", "memref.copy") or len(op.operands) != 2:
         return False
     value, out = op.operands
-    owner = getattr(value.owner, "name", None)
-    return (owner == "arith.constant" and isinstance(out.type, mlir_ir.MemRefType)
-            and mlir_ir.MemRefType(out.type).has_static_shape)
+    if not isinstance(out.type, mlir_ir.MemRefType) or not mlir_ir.MemRefType(out.type).has_static_shape:
+        return False
+    if op.name == "memref.copy":
+        return bool(value.type == out.type or mlir_ir.MemRefType(value.type).shape == mlir_ir.MemRefType(out.type).shape)
+    return getattr(value.owner, "name", None) == "arith.constant"
 
 
 def _root(view: Any) -> Any:
@@ -198,19 +205,25 @@ def _covering(mlir_ir: ModuleType, chain: list[Any], loops: list[Any]) -> list[A
 
 
 def _tiles(mlir_ir: ModuleType, fill: OpView) -> _Tiles | None:
-    """The tiles that overwrite the fill's buffer whole (see the module docstring), or None."""
+    """The tiles that overwrite the fill's (or copy's) buffer whole (see the module docstring),
+    or None."""
     filled = fill.operands[1]
     aliases = _aliases(_root(filled))
+    # a copy's source: read by the tiles in the copy's stead, so nothing may write it until
+    # they have (nor may it be a view of the buffer it is copied into)
+    source = _aliases(_root(fill.operands[0])) if fill.name == "memref.copy" else set()
+    if source & aliases:
+        return None
     after = False
     loop = None
     for op in fill.operation.block.operations:
         op = op.operation
         if op == fill.operation:
             after = True
-        elif after and op.name not in _VIEWS and _uses_any(op, aliases):
+        elif after and op.name not in _VIEWS and _uses_any(op, aliases | source):
             loop = op       # (a view op between them only names a part of the buffer)
             break
-    if loop is None or loop.name != "scf.for":
+    if loop is None or loop.name != "scf.for" or (source and _uses_any(loop, source)):
         return None
     accesses: list[Any] = []
     _accesses(loop, aliases, accesses)
@@ -232,7 +245,7 @@ def _tiles(mlir_ir: ModuleType, fill: OpView) -> _Tiles | None:
     if not _before(read, write):
         return None
     revisiting = _covering(mlir_ir, chain, loops)
-    return None if revisiting is None else _Tiles(read, write, loops, revisiting)
+    return None if revisiting is None else _Tiles(read, write, loops, revisiting, chain)
 
 
 def _before(a: Any, b: Any) -> bool:
@@ -245,16 +258,49 @@ def _before(a: Any, b: Any) -> bool:
     return False
 
 
+def _offsets(mlir_ir: ModuleType, chain: list[Any]) -> list[Any]:
+    """The view's offsets in the filled buffer, per dim: the chain's offsets summed (index
+    values, made at the insertion point)."""
+    from mlir.dialects import arith
+    index = mlir_ir.IndexType.get()
+    total: list[Any] = []
+    for sub in chain:
+        dynamic = list(sub.operands)[1:]
+        for dim, offset in enumerate(sub.attributes["static_offsets"]):
+            value = dynamic.pop(0) if offset < 0 else None
+            if len(total) <= dim:
+                total.append(value if value is not None else arith.constant(index, offset))
+            elif value is not None:
+                total[dim] = arith.addi(total[dim], value)
+    return total
+
+
+def _first_value(mlir_ir: ModuleType, fill: OpView, tiles: _Tiles) -> Any:
+    """What R reads on its first visit: the fill's value splatted, or the copy's source at
+    the view's offsets (a read of the same vector type, in bounds: the copy's source has
+    the filled buffer's shape)."""
+    from mlir.dialects import arith, vector
+    read = tiles.read
+    vtype = read.results[0].type
+    if fill.name == "linalg.fill":
+        return arith.constant(vtype, mlir_ir.DenseElementsAttr.get_splat(vtype, fill.operands[0].owner.attributes["value"]))
+    source = fill.operands[0]
+    rank = mlir_ir.MemRefType(source.type).rank
+    pad = read.operands[1 + rank]
+    return vector.transfer_read(vtype, source, _offsets(mlir_ir, tiles.chain), read.attributes["permutation_map"],
+                                pad, read.attributes["in_bounds"])
+
+
 def _splat_read(mlir_ir: ModuleType, fill: OpView, tiles: _Tiles) -> None:
-    """R -> the fill's value splatted, on the revisiting loops' first iteration (else R)."""
+    """R -> the fill's value splatted (or the copy's source read), on the revisiting loops'
+    first iteration (else R)."""
     from mlir.dialects import arith, scf
     read = tiles.read
     vtype = read.results[0].type
-    scalar = fill.operands[0].owner.attributes["value"]
     with mlir_ir.InsertionPoint(read), read.location:
-        splat = arith.constant(vtype, mlir_ir.DenseElementsAttr.get_splat(vtype, scalar))
         if not tiles.revisiting:
-            read.results[0].replace_all_uses_with(splat)
+            first_value = _first_value(mlir_ir, fill, tiles)
+            read.results[0].replace_all_uses_with(first_value)
             read.erase()
             return
         first = None
@@ -263,7 +309,7 @@ def _splat_read(mlir_ir: ModuleType, fill: OpView, tiles: _Tiles) -> None:
             first = at_lb if first is None else arith.andi(first, at_lb)
         branch = scf.IfOp(first, [vtype], has_else=True)
     with mlir_ir.InsertionPoint(branch.then_block), read.location:
-        scf.yield_([splat])
+        scf.yield_([_first_value(mlir_ir, fill, tiles)])
     with mlir_ir.InsertionPoint(branch.else_block), read.location:
         again = read.clone(ip=mlir_ir.InsertionPoint(branch.else_block))
         scf.yield_([again.results[0]])
@@ -274,7 +320,7 @@ def _splat_read(mlir_ir: ModuleType, fill: OpView, tiles: _Tiles) -> None:
 def start_tiles_from_fills(mlir_ir: ModuleType, module: Module) -> int:
     """The slot's rewrite (module docstring); the count of fills dropped."""
     count = 0
-    for fill in walk_ops(mlir_ir, module, lambda op: _constant_fill(mlir_ir, op)):
+    for fill in walk_ops(mlir_ir, module, lambda op: _initialising(mlir_ir, op)):
         tiles = _tiles(mlir_ir, fill)
         if tiles is None:
             continue
