@@ -116,6 +116,7 @@ def test_tiles_start_from_the_fill_and_compute_the_same_values(k_blocks, copy):
     {"j_step": 16},                 # tiles 32 wide every 16 columns overlap: a tile reads its neighbour's sums
     {"fill": "%s"},                 # not a constant
     {"before": "%x0 = memref.load %c[%c0, %c0] : memref<16x64xf32>"},   # read between fill and tiles
+    {"before": "scf.for %q = %c0 to %c8 step %c1 {\n %x3 = memref.load %c[%q, %q] : memref<16x64xf32>\n }"},
     {"inner": "%x1 = memref.load %c[%i, %j] : memref<16x64xf32>"},       # another read in the nest
     {"read_in_if": True},           # the read under a condition
     {"copy": True, "inner": "memref.store %pad, %w[%i, %j] : memref<16x64xf32>"},   # the source written

@@ -97,22 +97,25 @@ def _aliases(root: Any) -> set[Any]:
     return found
 
 
-def _uses_any(op: Any, values: set[Any]) -> bool:
-    """Whether op or an op nested in it has one of `values` as an operand."""
-    if any(v in values for v in op.operands):
-        return True
-    return any(_uses_any(inner, values) for region in op.regions for block in region.blocks
-               for inner in block.operations)
+def _users(values: set[Any]) -> list[Any]:
+    """Every op that has one of `values` (a buffer's aliases) as an operand, except the view
+    ops that make those aliases (their results' users stand for them)."""
+    found = []
+    for value in values:
+        for use in value.uses:
+            op = use.owner.operation
+            if not (op.name in _VIEWS and use.operand_number == 0):
+                found.append(op)
+    return found
 
 
-def _accesses(op: Any, values: set[Any], out: list[Any]) -> None:
-    """The ops nested in op (op included) that have one of `values` as an operand."""
-    if any(v in values for v in op.operands):
-        out.append(op)
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                _accesses(inner.operation, values, out)
+def _in_block(op: Any, block: Any) -> Any:
+    """op, or the ancestor of op, that is an op of `block`; None when op is not nested in it."""
+    while op is not None and op.name != "builtin.module":
+        if op.block == block:
+            return op
+        op = op.parent.operation if op.parent is not None else None
+    return None
 
 
 def _const_index(value: Any) -> int | None:
@@ -204,29 +207,35 @@ def _covering(mlir_ir: ModuleType, chain: list[Any], loops: list[Any]) -> list[A
     return revisiting
 
 
-def _tiles(mlir_ir: ModuleType, fill: OpView) -> _Tiles | None:
+def _tiles(mlir_ir: ModuleType, fill: OpView, order: dict[Any, int]) -> _Tiles | None:
     """The tiles that overwrite the fill's (or copy's) buffer whole (see the module docstring),
-    or None."""
+    or None.  `order`: the position of each op of the fill's block (filled in on first use).
+    Found from the buffer's uses, not by walking the ops after the fill: a function of
+    thousands of ops has hundreds of fills."""
     filled = fill.operands[1]
     aliases = _aliases(_root(filled))
-    # a copy's source: read by the tiles in the copy's stead, so nothing may write it until
+    # a copy's source: read by the tiles in the copy's stead, so nothing may touch it until
     # they have (nor may it be a view of the buffer it is copied into)
     source = _aliases(_root(fill.operands[0])) if fill.name == "memref.copy" else set()
     if source & aliases:
         return None
-    after = False
-    loop = None
-    for op in fill.operation.block.operations:
-        op = op.operation
-        if op == fill.operation:
-            after = True
-        elif after and op.name not in _VIEWS and _uses_any(op, aliases | source):
-            loop = op       # (a view op between them only names a part of the buffer)
-            break
-    if loop is None or loop.name != "scf.for" or (source and _uses_any(loop, source)):
+    block = fill.operation.block
+    if not order:
+        order.update((op.operation, k) for k, op in enumerate(block.operations))
+    at = order[fill.operation]
+    later = []          # (position in the block, the op of the block it is in, the user)
+    for user in _users(aliases):
+        top = _in_block(user, block)
+        if top is not None and order[top] > at:
+            later.append((order[top], top, user))
+    if not later:
         return None
-    accesses: list[Any] = []
-    _accesses(loop, aliases, accesses)
+    first = min(k for k, _, _ in later)
+    loop = next(top for k, top, _ in later if k == first)
+    accesses = [user for k, _, user in later if k == first]
+    if loop.name != "scf.for" or any(at < order[top] <= first for user in _users(source)
+                                     if (top := _in_block(user, block)) is not None):
+        return None
     reads = [a for a in accesses if a.name == "vector.transfer_read"]
     writes = [a for a in accesses if a.name == "vector.transfer_write"]
     subviews = [a for a in accesses if a.name == "memref.subview"]
@@ -320,8 +329,14 @@ def _splat_read(mlir_ir: ModuleType, fill: OpView, tiles: _Tiles) -> None:
 def start_tiles_from_fills(mlir_ir: ModuleType, module: Module) -> int:
     """The slot's rewrite (module docstring); the count of fills dropped."""
     count = 0
+    orders: list[tuple[Any, dict[Any, int]]] = []      # (block, its ops' positions)
     for fill in walk_ops(mlir_ir, module, lambda op: _initialising(mlir_ir, op)):
-        tiles = _tiles(mlir_ir, fill)
+        block = fill.operation.block
+        order = next((o for b, o in orders if b == block), None)
+        if order is None:
+            order = {}
+            orders.append((block, order))
+        tiles = _tiles(mlir_ir, fill, order)
         if tiles is None:
             continue
         _splat_read(mlir_ir, fill, tiles)
