@@ -10,7 +10,9 @@ with its first `1e-5` literal in code (the GPT block's layer_norm eps) replaced 
 edit of one function: the library is a miss, the -O2 LLVM stage's objects of the parts the
 edit did not change are hits.  --no-cache builds everything every time.  As the language
 server does after each Build & validate, the process keeps an -O2 worker warm for the next
-build (compiler.build.keep_backend_warm; --cold-worker: not), and --pause seconds (the
+build (compiler.build.keep_backend_warm; --cold-worker: not) and, as the server does from its
+first build, marks itself as a process that builds again (compiler.build.builds_again: its -O2
+builds of a large module then run in parts side by side), and --pause seconds (the
 time an edit takes) pass between builds.  Wall seconds of each build, per level.
 """
 from __future__ import annotations
@@ -58,6 +60,8 @@ def main() -> None:
     if at < 0:
         raise SystemExit(f"{args.file} has no `{NEEDLE}` literal to edit (outside comments)")
     print(timing.machine_line())
+    if not args.cold_worker:
+        build.builds_again()     # as the language server marks itself before its first build
     with tempfile.TemporaryDirectory() as d:
         os.environ["KINA_CACHE_DIR"] = str(Path(d) / "cache")   # a fresh cache: the first build misses all
         path = Path(d) / args.file.name

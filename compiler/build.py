@@ -233,12 +233,27 @@ def _source_hint(text: str, opt_level: int, transform: Callable[[ir.Program], ir
         return None
 
 
+# Set by keep_backend_warm: this process builds again, so its -O2 builds of a large module
+# run in parts side by side too (compiler/backend/split.py says why).
+_rebuilding = False
+
+
+def builds_again() -> None:
+    """Mark this process as one that builds again (the language server, from its first Build &
+    validate): its -O2 builds of a large module run in parts from then on, so the first edit
+    finds the LLVM objects of the parts it left alone (compiler/backend/llvm_stage.py)."""
+    global _rebuilding
+    _rebuilding = True
+
+
 def keep_backend_warm(opt_level: int) -> None:
     """For a process that builds again (the language server, after each Build & validate):
     start the next -O1..-O3 build's worker now, so that its load of the MLIR bindings
     (0.2-0.3 s, more than a warm process's whole front end) is over when that build starts.
     The worker waits, idle, until a build takes it (`_worker_ahead`); `release_backend`
-    ends it when the process stops building."""
+    ends it when the process stops building.  From now on the process's -O2 builds of a
+    large module run in parts, as -O0's do (`builds_again`)."""
+    builds_again()
     if _runs_a_worker(opt_level):
         backend_worker.prestart()
 
@@ -282,7 +297,8 @@ def _build(text: str, path: str, out_so: Path, opt_level: int, timings: dict[str
         try:
             compiled = toolchain.compile_mlir(mlir, out_so, opt_level=opt_level, source=result.source,
                                               timings=timings, program=result.lowered, worker=worker,
-                                              objects=None if key is None else build_cache.cache_root())
+                                              objects=None if key is None else build_cache.cache_root(),
+                                              rebuilding=_rebuilding)
         except toolchain_errors.ToolchainError as e:
             result.diagnostics.append(Diagnostic("toolchain", str(e), Span(0, 0)))
             return result

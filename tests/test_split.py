@@ -94,6 +94,8 @@ def test_what_the_cut_does_not_recognise_or_need_is_one_part(emitted, monkeypatc
     if len(os.sched_getaffinity(0)) >= split.PARTS:
         assert split.split_module(text, "tools") is not None
     assert split.split_module(text, "engine") is None, "-O2 builds whole unless KINA_SPLIT_BYTES asks"
+    if len(os.sched_getaffinity(0)) >= split.PARTS:     # ... or the process builds again
+        assert split.split_module(text, "engine", rebuilding=True) is not None
 
 
 @pytest.mark.parametrize("level", [0, 2])

@@ -339,10 +339,12 @@ def test_a_hanging_started_tool_is_a_timeout_diagnostic(tmp_path, monkeypatch):
     assert time.monotonic() - t0 < 20
 
 
-def test_a_worker_kept_warm_serves_the_next_build_and_is_released(tmp_path):
+def test_a_worker_kept_warm_serves_the_next_build_and_is_released(tmp_path, monkeypatch):
     pytest.importorskip("mlir.ir", reason="the -O2 back end needs the MLIR Python bindings")
     from compiler.backend import worker as backend_worker
+    monkeypatch.setattr(build, "_rebuilding", False)    # restored after: other tests build cold
     build.keep_backend_warm(0)                      # -O0 runs no worker
+    assert build._rebuilding                        # the process builds again: -O2 in parts too
     assert backend_worker.take_spare() is None
     build.keep_backend_warm(2)
     spare = backend_worker._spare

@@ -25,11 +25,16 @@ PARTS = 2
 # KINA_SPLIT_BYTES overrides it (0: split every module with two exported functions or
 # more; a huge value: never split).
 SPLIT_MIN_BYTES = 100_000
-# The -O2 engine builds whole unless KINA_SPLIT_BYTES asks: its LLVM stage already runs in
-# two halves, and it merges identical kernels across the module (llvm_stage.dedupe_kernels),
-# which parts cannot: the GPT block's loss and gradient share their forward kernels.  In
-# parts its -O2 build took 1.3-2.5 s more CPU (the second part's copies of those kernels,
-# a second worker loading the bindings) for 0-0.5 s less wall (benchmarks/README.md).
+# The -O2 engine builds whole unless KINA_SPLIT_BYTES asks, or the process builds again (the
+# language server after each Build & validate: `split_module(..., rebuilding=True)`): its
+# LLVM stage already runs in two halves, and it merges identical kernels across the module
+# (llvm_stage.dedupe_kernels), which parts cannot: the GPT block's loss and gradient share
+# their forward kernels.  In parts its cold -O2 build took 1.1-2.5 s more CPU (the second
+# part's copies of those kernels, a second worker loading the bindings) for 0-0.5 s less
+# wall (benchmarks/README.md).  An edit rebuilt in a warm process is another matter: its LLVM
+# stage reuses the objects of the functions the edit left alone, so the passes are the
+# build, and in parts the gradient's no longer wait for the other exports' (the GPT block's
+# edit 1.54-1.58 -> 1.42-1.49 s on an Intel Xeon).
 SPLIT_BACKENDS = ("tools",)
 SPLIT_ENV = "KINA_SPLIT_BYTES"
 
@@ -135,18 +140,19 @@ def min_bytes(variable: str, default: int, parts: int) -> int:
     return default if len(os.sched_getaffinity(0)) >= parts else NEVER
 
 
-def split_min_bytes(backend: str = "tools") -> int:
+def split_min_bytes(backend: str = "tools", rebuilding: bool = False) -> int:
     """The smallest module `backend` ("tools" or "engine": pipelines.Pipeline.backend) builds
-    in parts: KINA_SPLIT_BYTES, else SPLIT_MIN_BYTES for the backends of SPLIT_BACKENDS on a
-    machine with PARTS cores or more, else never."""
-    return min_bytes(SPLIT_ENV, SPLIT_MIN_BYTES if backend in SPLIT_BACKENDS else NEVER, PARTS)
+    in parts: KINA_SPLIT_BYTES, else SPLIT_MIN_BYTES for the backends of SPLIT_BACKENDS (any
+    backend in a process that builds again: `rebuilding`) on a machine with PARTS cores or
+    more, else never."""
+    return min_bytes(SPLIT_ENV, SPLIT_MIN_BYTES if backend in SPLIT_BACKENDS or rebuilding else NEVER, PARTS)
 
 
-def split_module(text: str, backend: str = "tools", parts: int = PARTS) -> list[str] | None:
+def split_module(text: str, backend: str = "tools", parts: int = PARTS, rebuilding: bool = False) -> list[str] | None:
     """The emitted module as up to `parts` modules (each exported function in exactly one,
     as an export; the functions it calls copied in as private), or None when it is one part:
     too small for `backend` (split_min_bytes), one exported function, or not the emitter's layout."""
-    if len(text) < split_min_bytes(backend):
+    if len(text) < split_min_bytes(backend, rebuilding):
         return None
     parsed = parse_items(text)
     if parsed is None:

@@ -165,7 +165,8 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
                  source: SourceText | None = None, timings: dict[str, float] | None = None,
                  keep_llvm_ir: bool = False, work_dir: str | Path | None = None,
                  program: Program | None = None, link_with: tuple[Path, ...] = (),
-                 worker: Worker | None = None, objects: Path | None = None) -> CompileResult:
+                 worker: Worker | None = None, objects: Path | None = None,
+                 rebuilding: bool = False) -> CompileResult:
     """Compile MLIR text (func/linalg/tensor/arith/math/cf) into a shared library.
 
     `timings` (if given) receives seconds per stage: mlir-opt, mlir-translate, llc, cc
@@ -175,6 +176,8 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     ahead for the "engine" back end (the caller closes it).  `objects`: the build cache's
     root, where the "engine" back end's LLVM stage reuses and stores the objects of the
     parts of the module it cuts (compiler/backend/llvm_stage.py; None: not cached).
+    `rebuilding`: the process builds again (split.split_module: the "engine" back end then
+    builds a large module in parts too).
     Missing tools raise ToolchainError; tool failures come back as diagnostics."""
     timings = {} if timings is None else timings
     out_so = Path(out_so).resolve()
@@ -187,7 +190,7 @@ def compile_mlir(mlir_text: str, out_so: str | Path, *, opt_level: int = 0,
     with tempfile.TemporaryDirectory(prefix="kina-", dir=work_dir) as tmp_name:
         tmp = Path(tmp_name)
         obj = tmp / "out.o"
-        parts = None if keep_llvm_ir else split_module(mlir_text, pipeline.backend)
+        parts = None if keep_llvm_ir else split_module(mlir_text, pipeline.backend, rebuilding=rebuilding)
         try:
             llvm_ir = None
             if parts is not None:     # a large module: its parts on the cores side by side, each with its passes

@@ -158,6 +158,8 @@ def _run_validation(text: str, path: str, progress: Callable[[str, int, int], No
                     only: Collection[str] | None = None, opt_level: int = 0) -> ValidationReport:
     """Worker thread: validate a copy of the buffer (unsaved edits included); `only`: see
     validate_file (the code lenses validate one function or one gradient)."""
+    from compiler.build import builds_again
+    builds_again()           # the server builds again: its -O2 builds of a large module in parts
     try:
         return _validate_copy(text, path, progress, cancel, only, opt_level)
     finally:
