@@ -48,6 +48,20 @@ def o2_module_before(text: str, entry: str, work_dir: Path, after: bool = False)
         yield mlir_ir, module
 
 
+def libraries_at_levels(text: str, work_dir: Path, name: str = "p", levels: tuple[int, ...] = (0, 2)) -> dict[int, Any]:
+    """Kina source `text` built at each of `levels` (no build cache) and loaded, by level."""
+    from compiler import build
+    from compiler.runtime import library as runtime
+    src = work_dir / f"{name}.kina"
+    src.write_text(text)
+    libs = {}
+    for level in levels:
+        res = build.build_file(src, work_dir / f"{name}{level}.so", level, cache=False)
+        assert res.ok, res.diagnostics
+        libs[level] = runtime.load(res.so_path)
+    return libs
+
+
 def run(cmd: list[str], text: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=60)
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from emit_support import emitted
+from emit_support import emitted, libraries_at_levels
 
-from compiler import build
 from compiler.backend import engine, fusion
-from compiler.runtime import library as runtime
 
 SGD = """
 fn f(w: Tensor[F32, [64, 32]], g: Tensor[F32, [64, 32]], lr: Tensor[F32, [1, 1]]) -> Tensor[F32, [64, 32]] {
@@ -108,14 +106,7 @@ fn grad(x: Tensor[F32, [64, 2048]], t: Tensor[I64, [64, 1]]) -> Tensor[F32, [64,
 
 def _built(tmp_path, text: str) -> dict:
     """The program's libraries at -O0 and -O2, by level."""
-    src = tmp_path / "p.kina"
-    src.write_text(text)
-    libs = {}
-    for level in (0, 2):
-        res = build.build_file(src, tmp_path / f"p{level}.so", level, cache=False)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
-    return libs
+    return libraries_at_levels(text, tmp_path)
 
 
 def _prepared(tmp_path, text: str) -> str:

@@ -8,11 +8,9 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from emit_support import o2_module_before
+from emit_support import libraries_at_levels, o2_module_before
 
-from compiler import build
 from compiler.backend import engine, pipelines, zero_tiles
-from compiler.runtime import library as runtime
 
 LOWER = ("builtin.module(canonicalize,convert-vector-to-scf,convert-linalg-to-loops,expand-strided-metadata,"
          "lower-affine,convert-scf-to-cf,convert-vector-to-llvm,finalize-memref-to-llvm,convert-to-llvm,"
@@ -151,13 +149,7 @@ def test_matmuls_lose_their_fill_and_agree_with_O0_and_numpy(tmp_path, m, k, n):
     with o2_module_before(text, zero_tiles.SLOT, tmp_path, after=True) as (_, module):
         fills = str(module).count("linalg.fill")
     assert (fills == 0) == ((m, n) != (20, 40))
-    src = tmp_path / "mm.kina"
-    src.write_text(text)
-    libs = {}
-    for level in (0, 2):
-        res = build.build_file(src, tmp_path / f"mm{level}.so", level, cache=False)
-        assert res.ok, res.diagnostics
-        libs[level] = runtime.load(res.so_path)
+    libs = libraries_at_levels(text, tmp_path, "mm")
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     for _ in range(2):             # again: a second call reuses the first's freed buffers
