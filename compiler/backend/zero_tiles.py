@@ -192,7 +192,7 @@ def _covering(mlir_ir: ModuleType, chain: list[Any], loops: list[Any]) -> list[A
             if loop is None or loop in used:
                 return None
             lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
-            if lb != 0 or step != sizes[dim] or ub != parent[dim]:
+            if sizes[dim] <= 0 or lb != 0 or step != sizes[dim] or ub != parent[dim] or parent[dim] % sizes[dim]:
                 return None
             used.add(loop)
     revisiting = []
