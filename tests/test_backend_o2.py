@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from emit_support import o2_module_before
+from emit_support import libraries_at_levels, o2_module_before
 
 from compiler import build
 from compiler.backend import engine, llvm_stage, pipelines, rewrites, transform_library
@@ -581,6 +581,30 @@ def test_a_packed_product_of_k_up_to_512_runs_its_k_loop_whole(tmp_path):
     for fn, k in ((lib.whole, 512), (lib.blocked, 1024)):
         a, b = rng.standard_normal((64, k)).astype(np.float32), rng.standard_normal((k, 2048)).astype(np.float32)
         np.testing.assert_allclose(fn(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
+# The minimal program that broke the -O2 build ("Attempted to vectorize, but failed"): a
+# regression head's input gradient, g @ transpose(w) with K = 8.  Its B, a transpose only the
+# product reads, was packed into strips by a transpose in 16 x 16 tiles, which 8 rows leave
+# partial; K = 40 likewise.  Such a B is now transposed by a pass of its own.
+SHALLOW_T = """
+fn k8(d: Tensor[F32, [256, 8]], w: Tensor[F32, [1024, 8]]) -> Tensor[F32, [256, 1024]] {
+  d @ w.transpose([1, 0])
+}
+fn k40(d: Tensor[F32, [256, 40]], w: Tensor[F32, [512, 40]]) -> Tensor[F32, [256, 512]] {
+  d @ w.transpose([1, 0])
+}
+"""
+
+
+def test_a_transposed_b_of_a_k_the_transpose_tiles_do_not_divide_builds_and_matches_numpy(tmp_path):
+    libs = libraries_at_levels(SHALLOW_T, tmp_path, "shallow")
+    rng = np.random.default_rng(8)
+    for fn, k, n in (("k8", 8, 1024), ("k40", 40, 512)):
+        d, w = rng.standard_normal((256, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+        got = getattr(libs[2], fn)(d, w)
+        np.testing.assert_allclose(got, getattr(libs[0], fn)(d, w), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got, d.astype(np.float64) @ w.T, rtol=1e-5, atol=1e-5)
 
 
 DEEP_K = """

@@ -27,6 +27,7 @@ from typing import Any
 
 from compiler.backend.bindings import walk_ops
 from compiler.backend.transform_library import MATMUL_TILE as TILE
+from compiler.backend.transform_library import transpose_tiles
 
 # Only a product narrower than FOLD_MAX_N columns is folded.  The tile's 8 floats of A^T at
 # one k are consecutive, but consecutive k are a row of x apart (1-2 KiB, a power of two):
@@ -154,11 +155,17 @@ PACK_T_TAGS = ("kina.transpose_tile", "kina.parallel_transpose")   # the transpo
 
 
 def packable_transposed_rhs(mlir_ir: ModuleType, op: Any) -> bool:
-    """Whether the B of a linalg.matmul is a single-use [1, 0] transpose of a static f32 tensor:
-    packed, such a B is transposed into the packing buffers (`tag_packed_transposed_rhs`)."""
+    """Whether the B of a linalg.matmul is a single-use [1, 0] transpose of a static f32 tensor
+    of a K that the packing's transpose tiles divide: packed, such a B is transposed into the
+    packing buffers (`tag_packed_transposed_rhs`), in tiles of transpose_tiles(2, 0); a K of
+    8 (`d @ w.transpose([1, 0])` with w [1024, 8], a regression head's input gradient) left a
+    partial tile the vectoriser failed on, and the -O2 build with it."""
     owner = op.operands[1].owner
-    return (getattr(owner, "name", None) == "linalg.transpose" and _swaps_last_two(owner, 2)
-            and len(list(owner.results[0].uses)) == 1 and _static_f32(mlir_ir, owner.operands[0]) is not None)
+    if not (getattr(owner, "name", None) == "linalg.transpose" and _swaps_last_two(owner, 2)
+            and len(list(owner.results[0].uses)) == 1):
+        return False
+    source = _static_f32(mlir_ir, owner.operands[0])
+    return source is not None and source.shape[1] % transpose_tiles(2, 0)[0] == 0
 
 
 def tag_packed_transposed_rhs(mlir_ir: ModuleType, module: Any) -> int:
