@@ -162,3 +162,14 @@ def test_profile_kernels_profiles_a_small_step(tmp_path, capsys):
     assert profile_kernels.main([str(src), "--fn", "two", "-O", "0", "--calls", "3"]) == 0
     out = capsys.readouterr().out
     assert "`two` at -O0:" in out and "matmul" in out and "elementwise" in out
+
+
+def test_bench_tiles_child_builds_checks_and_times_a_product():
+    """benchmarks/bench_tiles.py's child builds a product with this process's register tile,
+    checks it against NumPy (an assertion inside) and reports the tile it was built with."""
+    import bench_tiles
+
+    from compiler.backend import transform_library
+    [row] = bench_tiles.child(["16x32x64"], rounds=1)
+    assert row["shape"] == "16x32x64" and row["tile"] == "x".join(map(str, transform_library.REGISTER_TILE))
+    assert row["kina"] > 0 and row["numpy"] > 0
