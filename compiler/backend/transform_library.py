@@ -56,6 +56,9 @@ def _host_has_avx512() -> bool:
 # peelings are MATMUL_TILE's and `transform.loop.peel` fails on a loop the smaller tile
 # divides (a [B * H, 4, 2] @ [B * H, 2, 4] product: its static 4-row loop), and their full
 # tiles then cut into register tiles (`_register_tiles`).
+# 4 x 16's 8 chains of FMAs saturate a core whose FMA latency is 4 cycles, but reach 80% of
+# the peak of a Zen 2's (5 cycles: benchmarks/c/fma_chains.c); a 12-vector tile (6 x 16,
+# OpenBLAS's) would not divide MATMUL_TILE (benchmarks/README.md, "On a Zen 2").
 # KINA_REGISTER_TILE=MxN overrides it.
 def _register_tile() -> tuple[int, int]:
     import os
