@@ -1,6 +1,6 @@
 """Kina's own f32 exp and log (compiler/backend/math_lowering.py: exp at every level, log
 where log_softmax takes a row's log) and -O2's vectorised inner reductions
-(parallelize.tag_inner_reductions + the transform script): the rewrites, the accuracy of the
+(loop_tags.tag_inner_reductions + the transform script): the rewrites, the accuracy of the
 compiled exp and log over sweeps of f32 inputs and their special values, the same bits at
 -O0 and -O2, and the programs that motivated them (a causal softmax, log_softmax rows)
 against -O0 and NumPy."""
@@ -11,7 +11,7 @@ import pytest
 from emit_support import emitted
 
 from compiler import build
-from compiler.backend import engine, fusion, math_lowering, parallelize
+from compiler.backend import engine, fusion, loop_tags, math_lowering
 from compiler.backend.bindings import walk_ops
 from compiler.backend.emit import ops as emit_ops
 from compiler.runtime import library as runtime
@@ -79,7 +79,7 @@ def test_inner_reductions_are_tagged_and_others_are_not(tmp_path):
     ir, _, _ = engine.engine_module()
     with ir.Context():
         module = ir.Module.parse(_module(tmp_path, CAUSAL))
-        tagged = parallelize.tag_inner_reductions(ir, module)
+        tagged = loop_tags.tag_inner_reductions(ir, module)
         text = str(module)
     assert tagged == text.count("kina.reduce_inner")
     # attn: max and sum; lsm: its rows are 48 = 3 x 16: max and sum; rows: sum, max, mean's sum
@@ -107,7 +107,7 @@ def test_a_reduction_that_computes_f8_values_is_not_tagged(tmp_path):
             fusion.fuse_elementwise(ir, module)
             sums = walk_ops(ir, module, lambda op: op.name == "linalg.generic" and "reduction\"]" in str(op))
             fused = any("arith.truncf" in str(op) for op in sums)
-            counts[t] = (parallelize.tag_inner_reductions(ir, module), fused)
+            counts[t] = (loop_tags.tag_inner_reductions(ir, module), fused)
     assert counts == {"F32": (1, False), "F8E5M2": (0, True), "F8E4M3": (0, True)}
 
 

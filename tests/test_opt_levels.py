@@ -14,7 +14,7 @@ from emit_support import regen
 from test_ops_compiled import ROWS, _check, source
 
 from compiler import build
-from compiler.backend import engine, parallelize, pipelines, rewrites, threads, toolchain, transform_library
+from compiler.backend import engine, loop_tags, parallelize, pipelines, rewrites, threads, toolchain, transform_library
 from compiler.backend import errors as toolchain_errors
 from compiler.oracle import interp, validate
 from compiler.runtime import library as runtime
@@ -366,7 +366,7 @@ def test_O2_scatter_keeps_the_bounds_assertion(tmp_path):
         assert 'cf.assert' in str(module) and "scatter_add index out of bounds" in str(module)
 
 
-# ---- -O2 transpose tiling (parallelize.tag_transposes) ----------------------------------------
+# ---- -O2 transpose tiling (loop_tags.tag_transposes) ----------------------------------------
 TRANSPOSES = """
 fn t2(x: Tensor[F32, [32, 48]]) -> Tensor[F32, [48, 32]] {
   x.transpose([1, 0])
@@ -402,7 +402,7 @@ def test_O2_tiled_transposes_match_O0(tmp_path):
     ir_mod, _, _ = engine.engine_module()
     with ir_mod.Context():
         module = ir_mod.Module.parse(res2.mlir)
-        assert parallelize.tag_transposes(ir_mod, module) == 5
+        assert loop_tags.tag_transposes(ir_mod, module) == 5
         text = str(module)
     assert "kina.transpose_tile = array<i64: 16, 16>" in text
     assert "kina.transpose_tile = array<i64: 1, 1, 16, 16>" in text      # output dim 2 walks input dim 3

@@ -23,7 +23,8 @@ Public modules (other packages import only these; this file imports none of them
 
 Inside, in the order a build runs them: pipelines (the slots), fusion, transposed_operands
 and math_lowering (-O2 rewrites before tagging), shared_products (a dynamic export's products of one type
-moved into one function), parallelize (what the script vectorises, tiles, threads),
+moved into one function), parallelize (which matmuls and generics the script vectorises,
+tiles, threads) and loop_tags (its transposes and inner reductions),
 accumulate (an SGD update accumulated into a copy of the weight, during the tagging),
 parallel_if (a dynamic export's threads chosen at the call), transform_library (the -O2
 transform-dialect script) and transform_dynamic (its peeled parts for dynamic sizes),

@@ -1,8 +1,8 @@
 """Threads chosen at the call for a dynamic export's parallel loops (issue 25), and the tags of
 its transposes (`tag_transpose`).
 
-A static kernel is made parallel or not when it is built (compiler/backend/parallelize.py:
-PARALLEL_MIN_FLOPS, PARALLEL_TRANSPOSE_MIN).  A dynamic export's sizes are known at the call
+A static kernel is made parallel or not when it is built (compiler/backend/parallelize.py's
+PARALLEL_MIN_FLOPS, loop_tags.py's PARALLEL_TRANSPOSE_MIN).  A dynamic export's sizes are known at the call
 only: one library serves StoryLM-0's [4, 8] products, where a parallel loop would cost more
 than the product, and the scaled model's [256, 2048] ones, where two cores halve the time.
 So its matmuls and transposes are always tiled into an scf.forall, and the same size test is

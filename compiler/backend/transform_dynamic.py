@@ -184,7 +184,7 @@ def dynamic_packed_matmul(peel_m: int, tile: tuple[int, int], k_block: int) -> s
 
 
 # - a dynamic export's f32 transpose that moves the input's innermost dim (tagged
-#   `kina.transpose_peeled = [rank, j, peel_j, peel_last]` by parallelize.tag_transposes, for
+#   `kina.transpose_peeled = [rank, j, peel_j, peel_last]` by loop_tags.tag_transposes, for
 #   ranks up to DYNAMIC_TRANSPOSE_MAX_RANK): an scf.forall over output dim 0 (in blocks of
 #   TRANSPOSE_BLOCK (`block`) when j = 0, else 1; threads when it is big enough at the call:
 #   compiler/backend/parallel_if.py), then transform_library's 16 x 16 tiling with the loops over dims j
@@ -226,7 +226,7 @@ DYNAMIC_TRANSPOSES = [(r, j, pj, pl) for r in range(2, DYNAMIC_TRANSPOSE_MAX_RAN
 
 
 # - a dynamic export's inner reduction whose reduced extent the 16 lanes may not divide
-#   (tagged `kina.reduce_peeled` = its row tiling by parallelize.tag_inner_reductions):
+#   (tagged `kina.reduce_peeled` = its row tiling by loop_tags.tag_inner_reductions):
 #   transform_library's vectorised row reduction with the loop over the reduced dim peeled: the
 #   full 16-lane chunks are static and vectorised, the last partial chunk adds into the
 #   first lanes of the partial results as a loop, and the lanes are combined as before.

@@ -108,7 +108,7 @@ def transpose_tiles(rank: int, j: int) -> tuple[int, ...]:
 
 
 # - a generic reducing its innermost loop (tagged `kina.reduce_inner` by
-#   parallelize.tag_inner_reductions, which says why): each row alone (its other loops tiled
+#   loop_tags.tag_inner_reductions, which says why): each row alone (its other loops tiled
 #   by 1), reduced REDUCE_LANES elements at a time into a vector of partial results
 #   (`tile_reduction_using_for`), which one vector.multi_reduction combines with the
 #   initial value at the end of the row; both vectorised.
@@ -139,7 +139,7 @@ def _reduce_inner(rank: int) -> str:
             f"    }}")
 
 
-# - a transpose of at least parallelize.PARALLEL_TRANSPOSE_MIN elements (tagged
+# - a transpose of at least loop_tags.PARALLEL_TRANSPOSE_MIN elements (tagged
 #   `kina.parallel_transpose = [t]`): first an scf.forall over its output dim 0 in blocks of
 #   t (TRANSPOSE_BLOCK when that dim is one the 16 x 16 tiling cuts, else 1), then tiled as
 #   above inside each block.  Values are only moved: results are bit-identical.
