@@ -109,6 +109,9 @@ def parse_args(argv=None):
     ap.add_argument("--generic-fraction", type=float, default=None, metavar="F",
                     help="share of programs with size-generic helpers (default: the generator's, 0.2; "
                          "1 makes every program generic)")
+    ap.add_argument("--big-fraction", type=float, default=None, metavar="F",
+                    help="share of programs whose tensors may hold 131,072 elements, half of them starting "
+                         "with a 2,048-column LM head that -O2 packs (default: the generator's, 0.03)")
     ap.add_argument("--ops", default=None, metavar="OP,OP",
                     help="restrict the single-op steps to these ops (GenConfig.ops), e.g. a new op's rows")
     ap.add_argument("--dtypes", default=None, metavar="D,D",
@@ -150,6 +153,8 @@ def main(argv=None) -> int:
         else:
             config = progen.DEFAULT if args.generic_fraction is None else \
                 dataclasses.replace(progen.DEFAULT, generic_fraction=args.generic_fraction)
+            if args.big_fraction is not None:
+                config = dataclasses.replace(config, big_fraction=args.big_fraction)
             if args.ops:
                 config = dataclasses.replace(config, ops=tuple(args.ops.split(",")))
             if args.dtypes:

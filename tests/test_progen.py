@@ -214,3 +214,24 @@ def test_a_share_of_the_programs_has_size_generic_helpers(generated):
     assert 0.12 * len(SEEDS) <= len(generic) <= 0.3 * len(SEEDS)
     assert all(any("$" in f for f in program.functions) for _, program in generic)
     assert sum(case.ad for case, _ in generic) >= 0.3 * len(generic)   # f differentiated through instances
+
+
+def test_half_the_big_cases_start_with_a_wide_lm_head():
+    """GenConfig.wide_fraction of the big cases begin with x @ w over WIDE_N columns, w stored
+    [k, N] or [N, k] and transposed: the shapes -O2 packs, which no other case reaches.  They
+    check; no small case has such a head."""
+    big = dataclasses.replace(progen.DEFAULT, big_fraction=1.0)
+    heads = Counter()
+    for s in range(60):
+        case = progen.generate(s, big)
+        snap = analysis.analyze(case.source("f"))
+        assert not [d for d in snap.diagnostics if d.severity == "error"], case.source("f")
+        by_name = {l.name: l for l in case.lets}
+        for l in case.lets:
+            if l.op == "matmul" and l.type.shape[-1] == progen_ops.WIDE_N:
+                w = by_name.get(l.args[1])
+                heads["transposed" if w is not None and w.op == "transpose" else "plain"] += 1
+                break
+    assert heads["plain"] >= 8 and heads["transposed"] >= 8, heads
+    small = dataclasses.replace(progen.DEFAULT, big_fraction=0.0)
+    assert all(l.type.shape[-1:] != (progen_ops.WIDE_N,) for s in range(40) for l in progen.generate(s, small).lets)

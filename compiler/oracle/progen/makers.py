@@ -289,6 +289,34 @@ def _transposed_weight(g: Gen) -> Value | None:
     return _matmul(g, y) if g.ch.coin(0.5) else y
 
 
+# N of `_wide_head`'s products.  -O2 packs the B panels of a product this wide
+# (parallelize.PACK_B_MIN_N; a transposed B by its own transpose, transposed_operands.py),
+# starts its tiles from registers (zero_tiles.py), and under reverseMode its gradients are a
+# product this deep (g @ w^T: k blocks) and another this wide (x^T @ g, which an SGD update
+# may accumulate into its weight: accumulate.py).  Every other case's tensors stay far
+# below it, so only hand-written tests reached those paths: a transposed B of K = 8 that
+# the packing could not vectorise was found by hand.
+WIDE_N = 2048
+WIDE_ROWS = (32, 64)          # with K >= 16 (most): >= parallelize.PARALLEL_MIN_FLOPS
+WIDE_K = (16, 17, 32, 64)
+
+
+def _wide_head(g: Gen) -> Value | None:
+    """x @ w with w [k, WIDE_N], or stored [WIDE_N, k] and transposed: an LM head over a
+    vocabulary of WIDE_N.  Only where a tensor may hold 64 * WIDE_N elements (big cases)."""
+    if g.max_elements < WIDE_ROWS[-1] * WIDE_N:
+        return None
+    fits = lambda t: t.rank == 2 and 0 < t.shape[0] <= WIDE_ROWS[-1] and 0 < t.shape[1] <= WIDE_K[-1]  # noqa: E731
+    x = g.float_operand(fits, lambda: (g.ch.pick(WIDE_ROWS), g.ch.pick(WIDE_K)))
+    k = x.type.shape[1]
+    if g.ch.coin(0.5):
+        w = g.like(x.type.with_shape((WIDE_N, k)))
+        w = g.emit("transpose", [w], w.mag, perm=(1, 0))
+    else:
+        w = g.like(x.type.with_shape((k, WIDE_N)))
+    return _matmul(g, x, w)
+
+
 def _mlp(g: Gen) -> Value | None:
     h = _matmul(g)
     a = g.emit(g.ch.pick(("relu", "tanh", "sigmoid")), [h], h.mag)
@@ -364,6 +392,8 @@ def build_case(gen_cls: type[Gen], ch: Choices, cfg: GenConfig) -> Case:
     dtype = ch.weighted([d for d, _ in cfg.dtypes], [w for _, w in cfg.dtypes])
     big = ch.coin(cfg.big_fraction)
     g = gen_cls(ch, cfg, ad, dtype, cfg.big_elements if big else cfg.max_elements)
+    if big and cfg.ops is None and ch.coin(cfg.wide_fraction):   # a draw of big cases only
+        _wide_head(g)
     ops = [op for op in (cfg.ops or MAKERS) if not ad or MAKERS[op].ad]
     n = ch.between(1, 4 if big else cfg.max_lets)
     for _ in range(4 * n):
