@@ -18,6 +18,7 @@ from compiler.ir.verify import verify as verify_ir
 from compiler.oracle.progen import case as progen_case
 from compiler.oracle.progen import generate as progen
 from compiler.oracle.progen import makers as progen_ops
+from compiler.oracle.progen import motifs as progen_motifs
 from compiler.oracle.progen import render as progen_render
 
 SEEDS = range(400)
@@ -228,10 +229,10 @@ def test_half_the_big_cases_start_with_a_wide_lm_head():
         assert not [d for d in snap.diagnostics if d.severity == "error"], case.source("f")
         by_name = {l.name: l for l in case.lets}
         for l in case.lets:
-            if l.op == "matmul" and l.type.shape[-1] == progen_ops.WIDE_N:
+            if l.op == "matmul" and l.type.shape[-1] == progen_motifs.WIDE_N:
                 w = by_name.get(l.args[1])
                 heads["transposed" if w is not None and w.op == "transpose" else "plain"] += 1
                 break
     assert heads["plain"] >= 8 and heads["transposed"] >= 8, heads
     small = dataclasses.replace(progen.DEFAULT, big_fraction=0.0)
-    assert all(l.type.shape[-1:] != (progen_ops.WIDE_N,) for s in range(40) for l in progen.generate(s, small).lets)
+    assert all(l.type.shape[-1:] != (progen_motifs.WIDE_N,) for s in range(40) for l in progen.generate(s, small).lets)

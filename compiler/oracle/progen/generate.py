@@ -22,7 +22,7 @@ fails when an op of ops.OPS is never generated):
 - ranks 0-5, dims that do and do not divide the -O2 tiles (1, 3, 4, 7, 8, 16, 17, 32, 33, ..),
   occasionally shapes big enough for -O2's parallel loops;
 - F32, F64, F16, BF16 and both F8 formats (one float dtype per case) and I64 indices;
-- chains as models write them (progen_ops.MOTIFS): head split/merge by reshape and
+- chains as models write them (progen/motifs.py's MOTIFS): head split/merge by reshape and
   transpose, attention, transposed weights, fused-QKV slices, concats of shards,
   layer-norm style broadcasts, embedding lookups, NLL by take_along_axis;
 - tuple results, repeated results `(y, y)`, parameters and literals returned directly;
@@ -53,7 +53,7 @@ from typing import TypeVar
 from compiler.core.types import DType, TensorType
 from compiler.ir.ops import OPS
 from compiler.oracle.progen.case import AttrValue, Case, Let, Value
-from compiler.oracle.progen.makers import build_case
+from compiler.oracle.progen.driver import build_case
 
 T = TypeVar("T")
 DIMS = (1, 2, 3, 4, 7, 8, 16, 17, 32, 33)   # sorted: a smaller choice is a smaller dim

@@ -1,5 +1,5 @@
-"""The generator's per-op table (`MAKERS`, one row per surface op of ops.OPS), its model-like
-chains (`MOTIFS`), and `build_case`, the driver behind progen.generate.
+"""The generator's per-op table (`MAKERS`, one row per surface op of ops.OPS), and the makers
+its model-like chains (progen/motifs.py) build on; progen/driver.py's `build_case` draws from both.
 
 A maker adds one op (and the lets its operands need) to a progen.Gen and returns the new
 value, or None when it does not apply.  `ad=False` rows are never generated inside a
@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING
 
 from compiler.core.types import TensorType
 from compiler.oracle.progen.base import Maker, Row, _axis, _lower_bound, _positive_operand, _ranked
-from compiler.oracle.progen.case import Case, Value
-from compiler.oracle.progen.generic_calls import add_generics
+from compiler.oracle.progen.case import Value
 from compiler.oracle.progen.makers_math import MATH_ATTR_CHOICES, MATH_MAKERS, MATH_VIA_AD
 from compiler.oracle.progen.makers_random import RANDOM_MAKERS
 from compiler.oracle.progen.makers_scan import SCAN_ATTR_CHOICES, SCAN_MAKERS
 
 if TYPE_CHECKING:
-    from compiler.oracle.progen.generate import Choices, Gen, GenConfig
+    from compiler.oracle.progen.generate import Gen
 
 
 # ---- helpers ----------------------------------------------------------------------------
@@ -250,195 +249,3 @@ MAKERS.update(RANDOM_MAKERS)   # the random ops, on key parameters
 ATTR_CHOICES: dict[tuple[str, str], Mapping[str, object]] = {("reduce_keep", "op"): _REDUCE_MAG, **MATH_ATTR_CHOICES,
                                                              **SCAN_ATTR_CHOICES}
 VIA_AD.update(MATH_VIA_AD)
-
-
-# ---- model-like chains ---------------------------------------------------------------------
-def _heads(g: Gen) -> Value | None:
-    """[B, T, H * Dh] -> reshape [B, T, H, Dh] -> transpose [B, H, T, Dh] -> attention -> merge."""
-    b, t, h, dh = (g.ch.pick((1, 2)), g.dim(17), g.ch.pick((1, 2, 4)), g.dim(16))
-    if not g.fits((b, h, t, t)) or not g.fits((b, t, h * dh)):
-        return None
-    x = g.like(TensorType(g.dtype, (b, t, h * dh)))
-    q4 = g.emit("reshape", [x], x.mag, shape=(b, t, h, dh))
-    q = g.emit("transpose", [q4], x.mag, perm=(0, 2, 1, 3))
-    y = _attention(g, q, q)
-    yt = g.emit("transpose", [y], y.mag, perm=(0, 2, 1, 3))
-    return g.emit("reshape", [yt], y.mag, shape=(b, t, h * dh))
-
-
-def _attention(g: Gen, q: Value | None = None, k: Value | None = None) -> Value:
-    """softmax((q @ k^T) * scale) @ v over the last two axes."""
-    q = q or g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
-    k = k or g.like(q.type)
-    r = q.type.rank
-    kt = g.emit("transpose", [k], k.mag, perm=tuple(range(r - 2)) + (r - 1, r - 2))
-    s = _matmul(g, q, kt)
-    p = g.emit("softmax", [s], 1.0, axis=r - 1)
-    v = g.like(q.type)
-    return _matmul(g, p, v)
-
-
-def _transposed_weight(g: Gen) -> Value | None:
-    """y = x @ w^T + s @ v (issue 11's first program: a matmul against a transposed weight)."""
-    x = g.float_operand(lambda t: t.rank == 2, lambda: g.shape(rank=2))
-    m, k = x.type.shape
-    n = g.dim(max(1, g.max_elements // max(m, k)))
-    w = g.like(x.type.with_shape((n, k)))
-    wt = g.emit("transpose", [w], w.mag, perm=(1, 0))
-    y = _matmul(g, x, wt)
-    return _matmul(g, y) if g.ch.coin(0.5) else y
-
-
-# N of `_wide_head`'s products.  -O2 packs the B panels of a product this wide
-# (parallelize.PACK_B_MIN_N; a transposed B by its own transpose, transposed_operands.py),
-# starts its tiles from registers (zero_tiles.py), and under reverseMode its gradients are a
-# product this deep (g @ w^T: k blocks) and another this wide (x^T @ g, which an SGD update
-# may accumulate into its weight: accumulate.py).  Every other case's tensors stay far
-# below it, so only hand-written tests reached those paths: a transposed B of K = 8 that
-# the packing could not vectorise was found by hand.
-WIDE_N = 2048
-WIDE_ROWS = (32, 64)          # with K >= 16 (most): >= parallelize.PARALLEL_MIN_FLOPS
-WIDE_K = (16, 17, 32, 64)
-
-
-def _wide_head(g: Gen) -> Value | None:
-    """x @ w with w [k, WIDE_N], or stored [WIDE_N, k] and transposed: an LM head over a
-    vocabulary of WIDE_N.  Only where a tensor may hold 64 * WIDE_N elements (big cases)."""
-    if g.max_elements < WIDE_ROWS[-1] * WIDE_N:
-        return None
-    fits = lambda t: t.rank == 2 and 0 < t.shape[0] <= WIDE_ROWS[-1] and 0 < t.shape[1] <= WIDE_K[-1]  # noqa: E731
-    x = g.float_operand(fits, lambda: (g.ch.pick(WIDE_ROWS), g.ch.pick(WIDE_K)))
-    k = x.type.shape[1]
-    if g.ch.coin(0.5):
-        w = g.like(x.type.with_shape((WIDE_N, k)))
-        w = g.emit("transpose", [w], w.mag, perm=(1, 0))
-    else:
-        w = g.like(x.type.with_shape((k, WIDE_N)))
-    return _matmul(g, x, w)
-
-
-def _mlp(g: Gen) -> Value | None:
-    h = _matmul(g)
-    a = g.emit(g.ch.pick(("relu", "tanh", "sigmoid")), [h], h.mag)
-    return _matmul(g, a)
-
-
-def _qkv(g: Gen) -> Value | None:
-    """One matmul to [.., 3E], sliced into three along the last axis, recombined."""
-    x = g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
-    *batch, m, k = x.type.shape
-    e = g.dim(max(1, g.max_elements // max(1, 3 * m * math.prod(batch), k * math.prod(batch))))
-    w = g.like(x.type.with_shape((*batch, k, 3 * e)))
-    y = _matmul(g, x, w)
-    r = y.type.rank
-    parts = [g.emit("slice", [y], y.mag, axis=r - 1, start=i * e, stop=(i + 1) * e) for i in range(3)]
-    if g.ch.coin(0.5):
-        return g.emit("concat", [parts[2], parts[0]], y.mag, axis=r - 1)
-    s = g.emit("mul", [parts[0], parts[1]], y.mag ** 2)
-    return g.rescale(g.emit("add", [s, parts[2]], y.mag ** 2 + y.mag))
-
-
-def _norm(g: Gen) -> Value | None:
-    """x - sum(x) / n (broadcast back): the centring of a layer norm, without mean (AD-safe)."""
-    x = g.float_operand(_ranked(1), lambda: g.shape(min_rank=1))
-    axis = g.ch.below(x.type.rank)
-    s = g.emit("reduce_keep", [x], x.mag, op="sum", axis=axis)
-    c = g.literal(s.type, (2.0 ** -round(math.log2(x.type.shape[axis])),))
-    m = g.emit("mul", [s, c], x.mag)
-    mb = g.emit("broadcast", [m], x.mag, shape=x.type.shape)
-    return g.emit("sub", [x, mb], 2 * x.mag)
-
-
-def _nll(g: Gen) -> Value | None:
-    """-take_along_axis(log_softmax(logits), targets), summed (StoryLM-0's loss)."""
-    x = g.float_operand(lambda t: t.rank == 2, lambda: g.shape(rank=2))
-    ls = g.emit("log_softmax", [x], x.mag + 2, axis=1)
-    idx = g.index((x.type.shape[0], 1), x.type.shape[1])
-    picked = g.emit("take_along_axis", [ls, idx], x.mag + 2, axis=1)
-    neg = g.emit("neg", [picked], picked.mag)
-    return g.rescale(g.emit("reduce_keep", [neg], neg.mag * math.sqrt(x.type.shape[0]), op="sum", axis=0))
-
-
-def _embed(g: Gen) -> Value | None:
-    """gather rows of an embedding, then a projection."""
-    y = _gather(g)
-    return _matmul(g, y) if y is not None and y.type.rank >= 2 else y
-
-
-def _shards(g: Gen) -> Value | None:
-    """concat(x @ w_a, x @ w_b) along the last axis (a column-parallel linear layer)."""
-    x = g.float_operand(_ranked(2), lambda: g.shape(min_rank=2))
-    ya, yb = _matmul(g, x), _matmul(g, x)
-    if ya.type.shape[:-1] != yb.type.shape[:-1] or not g.fits(_concat_shape([ya, yb], ya.type.rank - 1)):
-        return None
-    return g.emit("concat", [ya, yb], max(ya.mag, yb.mag), axis=ya.type.rank - 1)
-
-
-def _residual(g: Gen) -> Value | None:
-    x = g.float_operand()
-    f = g.emit(g.ch.pick(("tanh", "relu", "sigmoid", "neg")), [x], x.mag)
-    return g.emit("add", [x, f], 2 * x.mag)
-
-
-MOTIFS: dict[str, Maker] = {
-    "heads": _heads, "attention": _attention, "transposed_weight": _transposed_weight, "mlp": _mlp,
-    "qkv": _qkv, "norm": _norm, "nll": _nll, "embed": _embed, "shards": _shards, "residual": _residual,
-}
-
-
-# ---- the driver ---------------------------------------------------------------------------
-def build_case(gen_cls: type[Gen], ch: Choices, cfg: GenConfig) -> Case:
-    ad = ch.coin(cfg.ad_fraction)
-    dtype = ch.weighted([d for d, _ in cfg.dtypes], [w for _, w in cfg.dtypes])
-    big = ch.coin(cfg.big_fraction)
-    g = gen_cls(ch, cfg, ad, dtype, cfg.big_elements if big else cfg.max_elements)
-    if big and cfg.ops is None and ch.coin(cfg.wide_fraction):   # a draw of big cases only
-        _wide_head(g)
-    ops = [op for op in (cfg.ops or MAKERS) if not ad or MAKERS[op].ad]
-    n = ch.between(1, 4 if big else cfg.max_lets)
-    for _ in range(4 * n):
-        if len(g.lets) >= n:
-            break
-        if ch.coin(cfg.motif_fraction) and cfg.ops is None:
-            MOTIFS[ch.pick(sorted(MOTIFS))](g)
-        else:
-            row = MAKERS[ch.pick(ops)]
-            (row.ad_make if ad and row.ad_make else row.make)(g)
-        if ch.coin(0.05) and g.pool:
-            g.alias(g.pool[-1])
-    results = _results(g, ch, ad)
-    case = Case(g.params, g.lets, results, dtype, ad)
-    _drop_unused_params(case)
-    if len(case.lets) >= 3 and ch.coin(0.15):
-        case.split = ch.between(1, len(case.lets) - 1)
-    if ad:
-        case.wrapper = ch.pick(("tuple", "destructure", "sgd"))
-        n_out = 1 + len(case.float_params())
-        case.picks = [ch.below(n_out) for _ in range(ch.between(1, min(4, n_out + 1)))]
-    if cfg.ops is None and ch.coin(cfg.generic_fraction):   # drawn last: the other cases stay as they were
-        add_generics(g, case)
-    return case
-
-
-def _results(g: Gen, ch: Choices, ad: bool) -> list[str]:
-    if not g.pool:
-        g.param(TensorType(g.dtype, g.shape()))
-    floats = [v for v in g.pool]
-    last = floats[-1].name
-    if ad or not ch.coin(0.25):
-        return [last]
-    extra = [ch.pick(floats + g.index_pool).name for _ in range(ch.between(1, 2))]
-    if ch.coin(0.3):
-        extra[0] = last                      # (y, y): one value, two results
-    return [last, *extra]
-
-
-def _drop_unused_params(case: Case) -> None:
-    """Parameters no let or result mentions are dropped (the programs stay readable);
-    under reverseMode one unused float parameter is kept: its cotangent is zeros."""
-    used = {a for l in case.lets for a in l.args} | set(case.results)
-    keep = [p for p in case.params if p.name in used]
-    unused = [p for p in case.params if p.name not in used and p.type.is_float]
-    if case.ad and unused:
-        keep.append(unused[0])
-    case.params = keep
