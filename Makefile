@@ -112,7 +112,7 @@ test: setup lint
 # shrunk and written to artifacts/fuzz/*.kina (scripts/fuzz_compile.py).  FUZZ_ARGS passes more
 # options, e.g. FUZZ_ARGS="--generic-fraction 1" (every program with size-generic helpers),
 # FUZZ_ARGS="--big-fraction 1" (every program may hold 131,072-element tensors, half of them
-# start with a 2,048-column LM head: the products -O2 packs, progen/makers._wide_head), or
+# start with a 2,048-column LM head: the products -O2 packs, progen/motifs._wide_head), or
 # FUZZ_ARGS=--dynamic (dynamic exports at three size assignments each, compiler/oracle/dynamic_fuzz.py).
 FUZZ_N ?= 3000
 FUZZ_SEED ?= 0

@@ -69,7 +69,7 @@ class GenConfig:
     max_elements: int = 2048        # per tensor (keeps references and finite differences fast)
     big_fraction: float = 0.03      # cases allowed up to BIG_ELEMENTS per tensor
     big_elements: int = 1 << 17
-    wide_fraction: float = 0.5     # big cases that start with an LM head of 2,048 columns (makers._wide_head)
+    wide_fraction: float = 0.5     # big cases that start with an LM head of 2,048 columns (motifs._wide_head)
     motif_fraction: float = 0.35    # steps that add a model-like chain instead of one op
     dtypes: tuple[tuple[DType, int], ...] = ((DType.F32, 54), (DType.F64, 6), (DType.F16, 14), (DType.BF16, 14),
                                              (DType.F8E4M3, 6), (DType.F8E5M2, 6))
