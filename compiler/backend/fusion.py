@@ -166,8 +166,8 @@ def _cheap(mlir_ir: Bindings, producer: Any) -> bool:
     result: it reads no operand element by element (each input is read through a map over
     fewer loops, a broadcast: a row's index and value) and calls no math function."""
     n_in, _ = _segments(producer)
-    n_dims = indexing_maps(mlir_ir, producer)[-1].n_dims
-    reads_all = any(m.is_permutation and m.n_dims == n_dims for m in indexing_maps(mlir_ir, producer)[:n_in])
+    maps = indexing_maps(mlir_ir, producer)
+    reads_all = any(m.is_permutation and m.n_dims == maps[-1].n_dims for m in maps[:n_in])
     ops = list(_body(producer).operations)
     return not reads_all and len(ops) <= CHEAP_OPS and not any(math_call(o) for o in ops)
 
@@ -219,15 +219,15 @@ def _recomputable(mlir_ir: Bindings, producer: Any) -> bool:
 def _trip_count(mlir_ir: Bindings, op: Any) -> int | None:
     """How many iterations a static linalg.generic runs (None: a loop of dynamic size)."""
     extents: dict[int, int] = {}
-    for m, v in zip(indexing_maps(mlir_ir, op), op.operands):
+    maps = indexing_maps(mlir_ir, op)
+    for m, v in zip(maps, op.operands):
         if not isinstance(v.type, mlir_ir.RankedTensorType):
             continue
         shape = mlir_ir.RankedTensorType(v.type).shape
         for r, e in enumerate(m.results):
             if isinstance(e, mlir_ir.AffineDimExpr) and shape[r] >= 0:
                 extents.setdefault(e.position, shape[r])
-    n_dims = indexing_maps(mlir_ir, op)[0].n_dims
-    if len(extents) != n_dims:
+    if len(extents) != maps[0].n_dims:
         return None
     count = 1
     for x in extents.values():

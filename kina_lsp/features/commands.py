@@ -158,14 +158,13 @@ def _run_validation(text: str, path: str, progress: Callable[[str, int, int], No
                     only: Collection[str] | None = None, opt_level: int = 0) -> ValidationReport:
     """Worker thread: validate a copy of the buffer (unsaved edits included); `only`: see
     validate_file (the code lenses validate one function or one gradient)."""
-    from compiler.build import builds_again
+    from compiler.build import builds_again, keep_backend_warm
     builds_again()           # the server builds again: its -O2 builds of a large module in parts
     try:
         return _validate_copy(text, path, progress, cancel, only, opt_level)
     finally:
         _running.discard(cancel)
         if not cancel.is_set():   # the next Build & validate finds its -O2 worker loaded
-            from compiler.build import keep_backend_warm
             keep_backend_warm(opt_level)
 
 

@@ -70,7 +70,9 @@ def _wide_head(g: Gen) -> Value | None:
     vocabulary of WIDE_N.  Only where a tensor may hold 64 * WIDE_N elements (big cases)."""
     if g.max_elements < WIDE_ROWS[-1] * WIDE_N:
         return None
-    fits = lambda t: t.rank == 2 and 0 < t.shape[0] <= WIDE_ROWS[-1] and 0 < t.shape[1] <= WIDE_K[-1]  # noqa: E731
+    def fits(t: TensorType) -> bool:
+        return t.rank == 2 and 0 < t.shape[0] <= WIDE_ROWS[-1] and 0 < t.shape[1] <= WIDE_K[-1]
+
     x = g.float_operand(fits, lambda: (g.ch.pick(WIDE_ROWS), g.ch.pick(WIDE_K)))
     k = x.type.shape[1]
     if g.ch.coin(0.5):
