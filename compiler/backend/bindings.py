@@ -1,6 +1,7 @@
 """The upstream MLIR Python bindings (xtc-mlir-python-bindings): loading them on first use,
-checking they are installed without loading them, their errors as diagnostics text, and
-`walk_ops`, the one walk over a module every Python rewrite uses.
+checking they are installed without loading them, their errors as diagnostics text,
+`walk_ops`, the one walk over a module every Python rewrite uses, and the small readings of
+IR those rewrites share (`view_root`, `const_index`).
 
 In a process of its own (the -O2 worker, compiler/backend/worker_main.py) `engine_module`
 loads them; the parent only asks `require_bindings` (the language server never loads MLIR).
@@ -70,3 +71,20 @@ def walk_ops(mlir_ir: ModuleType, module: Module, pick: Callable[[OpView], bool]
 
     module.operation.walk(visit)
     return found
+
+
+def view_root(value: Any, views: tuple[str, ...] = ("memref.subview",)) -> Any:
+    """The buffer a chain of view ops (`views`, each viewing its operand 0) starts from:
+    `value` itself when no such op makes it."""
+    while getattr(value.owner, "name", None) in views:   # a block argument's owner is its block
+        value = value.owner.operands[0]
+    return value
+
+
+def const_index(mlir_ir: ModuleType, value: Any) -> int | None:
+    """The value of an index or integer `arith.constant`; None for anything else."""
+    owner = value.owner
+    if getattr(owner, "name", None) != "arith.constant":
+        return None
+    attr = owner.attributes["value"]
+    return mlir_ir.IntegerAttr(attr).value if isinstance(attr, mlir_ir.IntegerAttr) else None

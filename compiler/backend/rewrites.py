@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from compiler.backend import parallel_if, shared_products
 from compiler.backend.accumulate import SCATTER_TAG, forward_scatter_results
-from compiler.backend.bindings import walk_ops
+from compiler.backend.bindings import const_index, walk_ops
 from compiler.backend.block_fills import fuse_fills_into_foralls
 from compiler.backend.llvm_stage import KERNEL_PREFIX, dedupe_kernels
 from compiler.backend.parallelize import tag_for_script
@@ -246,9 +246,8 @@ def unshare_empty_tensors(mlir_ir: ModuleType, module: Module) -> int:
 
 def _trip_count(mlir_ir: ModuleType, loop: Operation) -> int:
     """Constant trip count of an scf.for (unknown bounds count as large)."""
-    try:
-        lb, ub, step = (mlir_ir.IntegerAttr(v.owner.attributes["value"]).value for v in list(loop.operands)[:3])
-    except Exception:   # a bound that is not an arith.constant
+    lb, ub, step = (const_index(mlir_ir, v) for v in list(loop.operands)[:3])
+    if lb is None or ub is None or step is None:   # a bound that is not an arith.constant
         return 1 << 30
     return max(0, -(-(ub - lb) // step)) if step > 0 else 1 << 30
 

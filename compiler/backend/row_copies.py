@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from compiler.backend.bindings import walk_ops
+from compiler.backend.bindings import view_root, walk_ops
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -74,15 +74,8 @@ def _dead_fill(mlir_ir: ModuleType, fill: OpView, copy: OpView) -> bool:
     if fill.name == "linalg.map" and (len(operands) != 1 or len(fill.regions[0].blocks[0].operations) != 1):
         return False
     filled = operands[-1]
-    return bool(filled == copy.operands[1] and _root(copy.operands[0]) != filled)
-
-
-def _root(view: Any) -> Any:
-    """The buffer a chain of memref.subview ops starts from (a copy out of a view of the
-    filled buffer itself would read the fill)."""
-    while getattr(view.owner, "name", None) == "memref.subview":     # a block argument's owner is its block
-        view = view.owner.operands[0]
-    return view
+    # (a copy out of a view of the filled buffer itself would read the fill)
+    return bool(filled == copy.operands[1] and view_root(copy.operands[0]) != filled)
 
 
 # Ops that may stand between a fill and the copy that overwrites its buffer: they neither

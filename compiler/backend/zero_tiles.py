@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from compiler.backend.bindings import walk_ops
+from compiler.backend.bindings import const_index, view_root, walk_ops
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -74,12 +74,6 @@ def _initialising(mlir_ir: ModuleType, op: OpView) -> bool:
     if op.name == "memref.copy":
         return bool(value.type == out.type or mlir_ir.MemRefType(value.type).shape == mlir_ir.MemRefType(out.type).shape)
     return getattr(value.owner, "name", None) == "arith.constant"
-
-
-def _root(view: Any) -> Any:
-    while getattr(view.owner, "name", None) in _VIEWS:   # a block argument's owner is its block
-        view = view.owner.operands[0]
-    return view
 
 
 def _aliases(root: Any) -> set[Any]:
@@ -118,14 +112,6 @@ def _in_block(op: Any, block: Any) -> Any:
     return None
 
 
-def _const_index(value: Any) -> int | None:
-    owner = value.owner
-    if getattr(owner, "name", None) != "arith.constant":
-        return None
-    attr = owner.attributes["value"]
-    return int(str(attr).split(":")[0]) if "index" in str(attr.type) else None
-
-
 def _whole_transfer(mlir_ir: ModuleType, op: Any, view: Any) -> bool:
     """A transfer of `view` whole: indices all constant 0, in bounds, no mask, identity map,
     the vector's shape the view's."""
@@ -137,7 +123,7 @@ def _whole_transfer(mlir_ir: ModuleType, op: Any, view: Any) -> bool:
     extra = len(op.operands) - (1 + n_idx + 1 if op.name == "vector.transfer_read" else 2 + n_idx)
     identity = f"affine_map<({', '.join(f'd{i}' for i in range(t.rank))}) -> ({', '.join(f'd{i}' for i in range(t.rank))})>"
     in_bounds = str(op.attributes["in_bounds"]) if "in_bounds" in op.attributes else ""
-    return (extra == 0 and shape == list(t.shape) and all(_const_index(i) == 0 for i in indices)
+    return (extra == 0 and shape == list(t.shape) and all(const_index(mlir_ir, i) == 0 for i in indices)
             and str(op.attributes["permutation_map"]) == identity
             and in_bounds == "[" + ", ".join(["true"] * t.rank) + "]")
 
@@ -191,7 +177,7 @@ def _covering(mlir_ir: ModuleType, chain: list[Any], loops: list[Any]) -> list[A
             loop = ivs.get(iv)
             if loop is None or loop in used:
                 return None
-            lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
+            lb, ub, step = (const_index(mlir_ir, v) for v in list(loop.operands)[:3])
             if sizes[dim] <= 0 or lb != 0 or step != sizes[dim] or ub != parent[dim] or parent[dim] % sizes[dim]:
                 return None
             used.add(loop)
@@ -199,7 +185,7 @@ def _covering(mlir_ir: ModuleType, chain: list[Any], loops: list[Any]) -> list[A
     for loop in loops:
         if loop in used:
             continue
-        lb, ub, step = (_const_index(v) for v in list(loop.operands)[:3])
+        lb, ub, step = (const_index(mlir_ir, v) for v in list(loop.operands)[:3])
         if lb is None or ub is None or step is None or not lb < ub:
             return None           # a view written on no iteration
         if ub - lb > step:        # (a loop of one iteration revisits nothing)
@@ -213,10 +199,10 @@ def _tiles(mlir_ir: ModuleType, fill: OpView, order: dict[Any, int]) -> _Tiles |
     Found from the buffer's uses, not by walking the ops after the fill: a function of
     thousands of ops has hundreds of fills."""
     filled = fill.operands[1]
-    aliases = _aliases(_root(filled))
+    aliases = _aliases(view_root(filled, _VIEWS))
     # a copy's source: read by the tiles in the copy's stead, so nothing may touch it until
     # they have (nor may it be a view of the buffer it is copied into)
-    source = _aliases(_root(fill.operands[0])) if fill.name == "memref.copy" else set()
+    source = _aliases(view_root(fill.operands[0], _VIEWS)) if fill.name == "memref.copy" else set()
     if source & aliases:
         return None
     block = fill.operation.block
