@@ -75,13 +75,11 @@ module {
     %10 = linalg.copy ins(%11 : tensor<8xf32>) outs(%12 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":50:17)
     %w2_next = tensor.expand_shape %10 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/adamw_step.kina":50:17)
     %14 = arith.constant 1.0 : f32 loc("examples/adamw_step.kina":51:57)
-    %15 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/adamw_step.kina":51:57)
-    %13 = linalg.fill ins(%14 : f32) outs(%15 : tensor<1xf32>) -> tensor<1xf32> loc("examples/adamw_step.kina":51:57)
     %17 = tensor.empty() : tensor<1xf32> loc("examples/adamw_step.kina":51:53)
-    %16 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t, %13 : tensor<1xf32>, tensor<1xf32>) outs(%17 : tensor<1xf32>) {
-    ^bb0(%18: f32, %19: f32, %20: f32):
-      %21 = arith.addf %18, %19 : f32 loc("examples/adamw_step.kina":51:53)
-      linalg.yield %21 : f32 loc("examples/adamw_step.kina":51:53)
+    %16 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%t : tensor<1xf32>) outs(%17 : tensor<1xf32>) {
+    ^bb0(%18: f32, %19: f32):
+      %20 = arith.addf %18, %14 : f32 loc("examples/adamw_step.kina":51:53)
+      linalg.yield %20 : f32 loc("examples/adamw_step.kina":51:53)
     } -> tensor<1xf32> loc("examples/adamw_step.kina":51:53)
     return %0#0, %w1_next, %b1_next, %w2_next, %3#1, %3#2, %16 : tensor<1x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32>, tensor<40xf32>, tensor<40xf32>, tensor<1xf32> loc("examples/adamw_step.kina":51:3)
   } loc("examples/adamw_step.kina":35:1)
@@ -102,8 +100,6 @@ module {
 
   func.func private @"kina_optim.adamw$40"(%w: tensor<40xf32>, %g: tensor<40xf32>, %m: tensor<40xf32>, %v: tensor<40xf32>, %t: tensor<f32>, %lr: tensor<f64>, %beta1: tensor<f64>, %beta2: tensor<f64>, %eps: tensor<f64>, %weight_decay: tensor<f64>) -> (tensor<40xf32>, tensor<40xf32>, tensor<40xf32>) {
     %1 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":68:87)
-    %2 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":68:87)
-    %0 = linalg.fill ins(%1 : f64) outs(%2 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":68:87)
     %4 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":68:93)
     %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f64>, tensor<f64>) outs(%4 : tensor<f64>) {
     ^bb0(%5: f64, %6: f64, %7: f64):
@@ -111,273 +107,265 @@ module {
       linalg.yield %8 : f64 loc("examples/adamw_step.kina":68:93)
     } -> tensor<f64> loc("examples/adamw_step.kina":68:93)
     %10 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":68:86)
-    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f64>, tensor<f64>) outs(%10 : tensor<f64>) {
-    ^bb0(%11: f64, %12: f64, %13: f64):
-      %14 = arith.subf %11, %12 : f64 loc("examples/adamw_step.kina":68:86)
-      linalg.yield %14 : f64 loc("examples/adamw_step.kina":68:86)
+    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%3 : tensor<f64>) outs(%10 : tensor<f64>) {
+    ^bb0(%11: f64, %12: f64):
+      %13 = arith.subf %1, %11 : f64 loc("examples/adamw_step.kina":68:86)
+      linalg.yield %13 : f64 loc("examples/adamw_step.kina":68:86)
     } -> tensor<f64> loc("examples/adamw_step.kina":68:86)
-    %15 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":68:86)
-    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%15 : tensor<f32>) {
-    ^bb0(%16: f64, %17: f32):
-      %18 = arith.truncf %16 : f64 to f32 loc("examples/adamw_step.kina":68:86)
-      linalg.yield %18 : f32 loc("examples/adamw_step.kina":68:86)
+    %14 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":68:86)
+    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%14 : tensor<f32>) {
+    ^bb0(%15: f64, %16: f32):
+      %17 = arith.truncf %15 : f64 to f32 loc("examples/adamw_step.kina":68:86)
+      linalg.yield %17 : f32 loc("examples/adamw_step.kina":68:86)
     } -> tensor<f32> loc("examples/adamw_step.kina":68:86)
-    %20 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":69:45)
-    %21 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":69:45)
-    %19 = linalg.fill ins(%20 : f64) outs(%21 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":69:45)
-    %23 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":69:44)
-    %22 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%19, %beta1 : tensor<f64>, tensor<f64>) outs(%23 : tensor<f64>) {
-    ^bb0(%24: f64, %25: f64, %26: f64):
-      %27 = arith.subf %24, %25 : f64 loc("examples/adamw_step.kina":69:44)
-      linalg.yield %27 : f64 loc("examples/adamw_step.kina":69:44)
+    %19 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":69:45)
+    %22 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":69:44)
+    %21 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1 : tensor<f64>) outs(%22 : tensor<f64>) {
+    ^bb0(%23: f64, %24: f64):
+      %25 = arith.subf %19, %23 : f64 loc("examples/adamw_step.kina":69:44)
+      linalg.yield %25 : f64 loc("examples/adamw_step.kina":69:44)
     } -> tensor<f64> loc("examples/adamw_step.kina":69:44)
-    %28 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":69:44)
-    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%22 : tensor<f64>) outs(%28 : tensor<f32>) {
-    ^bb0(%29: f64, %30: f32):
-      %31 = arith.truncf %29 : f64 to f32 loc("examples/adamw_step.kina":69:44)
-      linalg.yield %31 : f32 loc("examples/adamw_step.kina":69:44)
+    %26 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":69:44)
+    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%21 : tensor<f64>) outs(%26 : tensor<f32>) {
+    ^bb0(%27: f64, %28: f32):
+      %29 = arith.truncf %27 : f64 to f32 loc("examples/adamw_step.kina":69:44)
+      linalg.yield %29 : f32 loc("examples/adamw_step.kina":69:44)
     } -> tensor<f32> loc("examples/adamw_step.kina":69:44)
-    %33 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":71:22)
-    %34 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":71:22)
-    %32 = linalg.fill ins(%33 : f64) outs(%34 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":71:22)
-    %36 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":71:21)
-    %35 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%32, %beta2 : tensor<f64>, tensor<f64>) outs(%36 : tensor<f64>) {
-    ^bb0(%37: f64, %38: f64, %39: f64):
-      %40 = arith.subf %37, %38 : f64 loc("examples/adamw_step.kina":71:21)
-      linalg.yield %40 : f64 loc("examples/adamw_step.kina":71:21)
+    %31 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":71:22)
+    %34 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":71:21)
+    %33 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%34 : tensor<f64>) {
+    ^bb0(%35: f64, %36: f64):
+      %37 = arith.subf %31, %35 : f64 loc("examples/adamw_step.kina":71:21)
+      linalg.yield %37 : f64 loc("examples/adamw_step.kina":71:21)
     } -> tensor<f64> loc("examples/adamw_step.kina":71:21)
-    %41 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":71:21)
-    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%35 : tensor<f64>) outs(%41 : tensor<f32>) {
-    ^bb0(%42: f64, %43: f32):
-      %44 = arith.truncf %42 : f64 to f32 loc("examples/adamw_step.kina":71:21)
-      linalg.yield %44 : f32 loc("examples/adamw_step.kina":71:21)
+    %38 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":71:21)
+    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%33 : tensor<f64>) outs(%38 : tensor<f32>) {
+    ^bb0(%39: f64, %40: f32):
+      %41 = arith.truncf %39 : f64 to f32 loc("examples/adamw_step.kina":71:21)
+      linalg.yield %41 : f32 loc("examples/adamw_step.kina":71:21)
     } -> tensor<f32> loc("examples/adamw_step.kina":71:21)
-    %45 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":71:71)
-    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%45 : tensor<f32>) {
-    ^bb0(%46: f64, %47: f32):
-      %48 = arith.truncf %46 : f64 to f32 loc("examples/adamw_step.kina":71:71)
-      linalg.yield %48 : f32 loc("examples/adamw_step.kina":71:71)
+    %42 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":71:71)
+    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%42 : tensor<f32>) {
+    ^bb0(%43: f64, %44: f32):
+      %45 = arith.truncf %43 : f64 to f32 loc("examples/adamw_step.kina":71:71)
+      linalg.yield %45 : f32 loc("examples/adamw_step.kina":71:71)
     } -> tensor<f32> loc("examples/adamw_step.kina":71:71)
-    %49 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":72:22)
-    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%49 : tensor<f64>) {
-    ^bb0(%50: f32, %51: f64):
-      %52 = arith.extf %50 : f32 to f64 loc("examples/adamw_step.kina":72:22)
-      linalg.yield %52 : f64 loc("examples/adamw_step.kina":72:22)
+    %46 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":72:22)
+    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%46 : tensor<f64>) {
+    ^bb0(%47: f32, %48: f64):
+      %49 = arith.extf %47 : f32 to f64 loc("examples/adamw_step.kina":72:22)
+      linalg.yield %49 : f64 loc("examples/adamw_step.kina":72:22)
     } -> tensor<f64> loc("examples/adamw_step.kina":72:22)
-    %54 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":73:31)
-    %55 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":73:31)
-    %53 = linalg.fill ins(%54 : f64) outs(%55 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":73:31)
-    %57 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":74:3)
-    %56 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%57 : tensor<f64>) {
-    ^bb0(%58: f64, %59: f64, %60: f64):
-      %61 = math.absf %58 : f64 loc("examples/adamw_step.kina":74:3)
-      %62 = math.powf %61, %59 : f64 loc("examples/adamw_step.kina":74:3)
-      %63 = math.floor %59 : f64 loc("examples/adamw_step.kina":74:3)
-      %64 = arith.cmpf oeq, %63, %59 : f64 loc("examples/adamw_step.kina":74:3)
-      %65 = arith.constant 0.5 : f64 loc("examples/adamw_step.kina":74:3)
-      %66 = arith.mulf %59, %65 : f64 loc("examples/adamw_step.kina":74:3)
-      %67 = math.floor %66 : f64 loc("examples/adamw_step.kina":74:3)
-      %68 = arith.cmpf oeq, %67, %66 : f64 loc("examples/adamw_step.kina":74:3)
-      %69 = arith.negf %62 : f64 loc("examples/adamw_step.kina":74:3)
-      %70 = arith.select %68, %62, %69 : f64 loc("examples/adamw_step.kina":74:3)
-      %71 = arith.constant 0xfff0000000000000 : f64 loc("examples/adamw_step.kina":74:3)
-      %72 = arith.cmpf oeq, %58, %71 : f64 loc("examples/adamw_step.kina":74:3)
-      %73 = arith.constant 0x7ff8000000000000 : f64 loc("examples/adamw_step.kina":74:3)
-      %74 = arith.select %72, %62, %73 : f64 loc("examples/adamw_step.kina":74:3)
-      %75 = arith.select %64, %70, %74 : f64 loc("examples/adamw_step.kina":74:3)
-      %76 = arith.constant 0.0 : f64 loc("examples/adamw_step.kina":74:3)
-      %77 = arith.cmpf olt, %58, %76 : f64 loc("examples/adamw_step.kina":74:3)
-      %78 = arith.select %77, %75, %62 : f64 loc("examples/adamw_step.kina":74:3)
-      linalg.yield %78 : f64 loc("examples/adamw_step.kina":74:3)
+    %51 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":73:31)
+    %54 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":74:3)
+    %53 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%54 : tensor<f64>) {
+    ^bb0(%55: f64, %56: f64, %57: f64):
+      %58 = math.absf %55 : f64 loc("examples/adamw_step.kina":74:3)
+      %59 = math.powf %58, %56 : f64 loc("examples/adamw_step.kina":74:3)
+      %60 = math.floor %56 : f64 loc("examples/adamw_step.kina":74:3)
+      %61 = arith.cmpf oeq, %60, %56 : f64 loc("examples/adamw_step.kina":74:3)
+      %62 = arith.constant 0.5 : f64 loc("examples/adamw_step.kina":74:3)
+      %63 = arith.mulf %56, %62 : f64 loc("examples/adamw_step.kina":74:3)
+      %64 = math.floor %63 : f64 loc("examples/adamw_step.kina":74:3)
+      %65 = arith.cmpf oeq, %64, %63 : f64 loc("examples/adamw_step.kina":74:3)
+      %66 = arith.negf %59 : f64 loc("examples/adamw_step.kina":74:3)
+      %67 = arith.select %65, %59, %66 : f64 loc("examples/adamw_step.kina":74:3)
+      %68 = arith.constant 0xfff0000000000000 : f64 loc("examples/adamw_step.kina":74:3)
+      %69 = arith.cmpf oeq, %55, %68 : f64 loc("examples/adamw_step.kina":74:3)
+      %70 = arith.constant 0x7ff8000000000000 : f64 loc("examples/adamw_step.kina":74:3)
+      %71 = arith.select %69, %59, %70 : f64 loc("examples/adamw_step.kina":74:3)
+      %72 = arith.select %61, %67, %71 : f64 loc("examples/adamw_step.kina":74:3)
+      %73 = arith.constant 0.0 : f64 loc("examples/adamw_step.kina":74:3)
+      %74 = arith.cmpf olt, %55, %73 : f64 loc("examples/adamw_step.kina":74:3)
+      %75 = arith.select %74, %72, %59 : f64 loc("examples/adamw_step.kina":74:3)
+      linalg.yield %75 : f64 loc("examples/adamw_step.kina":74:3)
     } -> tensor<f64> loc("examples/adamw_step.kina":74:3)
-    %80 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":73:30)
-    %79 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53, %56 : tensor<f64>, tensor<f64>) outs(%80 : tensor<f64>) {
-    ^bb0(%81: f64, %82: f64, %83: f64):
-      %84 = arith.subf %81, %82 : f64 loc("examples/adamw_step.kina":73:30)
-      linalg.yield %84 : f64 loc("examples/adamw_step.kina":73:30)
+    %77 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":73:30)
+    %76 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53 : tensor<f64>) outs(%77 : tensor<f64>) {
+    ^bb0(%78: f64, %79: f64):
+      %80 = arith.subf %51, %78 : f64 loc("examples/adamw_step.kina":73:30)
+      linalg.yield %80 : f64 loc("examples/adamw_step.kina":73:30)
     } -> tensor<f64> loc("examples/adamw_step.kina":73:30)
-    %86 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":73:24)
-    %85 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %79 : tensor<f64>, tensor<f64>) outs(%86 : tensor<f64>) {
-    ^bb0(%87: f64, %88: f64, %89: f64):
-      %90 = arith.divf %87, %88 : f64 loc("examples/adamw_step.kina":73:24)
-      linalg.yield %90 : f64 loc("examples/adamw_step.kina":73:24)
+    %82 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":73:24)
+    %81 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %76 : tensor<f64>, tensor<f64>) outs(%82 : tensor<f64>) {
+    ^bb0(%83: f64, %84: f64, %85: f64):
+      %86 = arith.divf %83, %84 : f64 loc("examples/adamw_step.kina":73:24)
+      linalg.yield %86 : f64 loc("examples/adamw_step.kina":73:24)
     } -> tensor<f64> loc("examples/adamw_step.kina":73:24)
-    %91 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":73:24)
-    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%85 : tensor<f64>) outs(%91 : tensor<f32>) {
-    ^bb0(%92: f64, %93: f32):
-      %94 = arith.truncf %92 : f64 to f32 loc("examples/adamw_step.kina":73:24)
-      linalg.yield %94 : f32 loc("examples/adamw_step.kina":73:24)
+    %87 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":73:24)
+    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%81 : tensor<f64>) outs(%87 : tensor<f32>) {
+    ^bb0(%88: f64, %89: f32):
+      %90 = arith.truncf %88 : f64 to f32 loc("examples/adamw_step.kina":73:24)
+      linalg.yield %90 : f32 loc("examples/adamw_step.kina":73:24)
     } -> tensor<f32> loc("examples/adamw_step.kina":73:24)
-    %96 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":75:25)
-    %97 = bufferization.alloc_tensor() : tensor<f64> loc("examples/adamw_step.kina":75:25)
-    %95 = linalg.fill ins(%96 : f64) outs(%97 : tensor<f64>) -> tensor<f64> loc("examples/adamw_step.kina":75:25)
-    %99 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:31)
-    %98 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%99 : tensor<f64>) {
-    ^bb0(%100: f64, %101: f64, %102: f64):
-      %103 = math.absf %100 : f64 loc("examples/adamw_step.kina":75:31)
-      %104 = math.powf %103, %101 : f64 loc("examples/adamw_step.kina":75:31)
-      %105 = math.floor %101 : f64 loc("examples/adamw_step.kina":75:31)
-      %106 = arith.cmpf oeq, %105, %101 : f64 loc("examples/adamw_step.kina":75:31)
-      %107 = arith.constant 0.5 : f64 loc("examples/adamw_step.kina":75:31)
-      %108 = arith.mulf %101, %107 : f64 loc("examples/adamw_step.kina":75:31)
-      %109 = math.floor %108 : f64 loc("examples/adamw_step.kina":75:31)
-      %110 = arith.cmpf oeq, %109, %108 : f64 loc("examples/adamw_step.kina":75:31)
-      %111 = arith.negf %104 : f64 loc("examples/adamw_step.kina":75:31)
-      %112 = arith.select %110, %104, %111 : f64 loc("examples/adamw_step.kina":75:31)
-      %113 = arith.constant 0xfff0000000000000 : f64 loc("examples/adamw_step.kina":75:31)
-      %114 = arith.cmpf oeq, %100, %113 : f64 loc("examples/adamw_step.kina":75:31)
-      %115 = arith.constant 0x7ff8000000000000 : f64 loc("examples/adamw_step.kina":75:31)
-      %116 = arith.select %114, %104, %115 : f64 loc("examples/adamw_step.kina":75:31)
-      %117 = arith.select %106, %112, %116 : f64 loc("examples/adamw_step.kina":75:31)
-      %118 = arith.constant 0.0 : f64 loc("examples/adamw_step.kina":75:31)
-      %119 = arith.cmpf olt, %100, %118 : f64 loc("examples/adamw_step.kina":75:31)
-      %120 = arith.select %119, %117, %104 : f64 loc("examples/adamw_step.kina":75:31)
-      linalg.yield %120 : f64 loc("examples/adamw_step.kina":75:31)
+    %92 = arith.constant 1.0 : f64 loc("examples/adamw_step.kina":75:25)
+    %95 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:31)
+    %94 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%95 : tensor<f64>) {
+    ^bb0(%96: f64, %97: f64, %98: f64):
+      %99 = math.absf %96 : f64 loc("examples/adamw_step.kina":75:31)
+      %100 = math.powf %99, %97 : f64 loc("examples/adamw_step.kina":75:31)
+      %101 = math.floor %97 : f64 loc("examples/adamw_step.kina":75:31)
+      %102 = arith.cmpf oeq, %101, %97 : f64 loc("examples/adamw_step.kina":75:31)
+      %103 = arith.constant 0.5 : f64 loc("examples/adamw_step.kina":75:31)
+      %104 = arith.mulf %97, %103 : f64 loc("examples/adamw_step.kina":75:31)
+      %105 = math.floor %104 : f64 loc("examples/adamw_step.kina":75:31)
+      %106 = arith.cmpf oeq, %105, %104 : f64 loc("examples/adamw_step.kina":75:31)
+      %107 = arith.negf %100 : f64 loc("examples/adamw_step.kina":75:31)
+      %108 = arith.select %106, %100, %107 : f64 loc("examples/adamw_step.kina":75:31)
+      %109 = arith.constant 0xfff0000000000000 : f64 loc("examples/adamw_step.kina":75:31)
+      %110 = arith.cmpf oeq, %96, %109 : f64 loc("examples/adamw_step.kina":75:31)
+      %111 = arith.constant 0x7ff8000000000000 : f64 loc("examples/adamw_step.kina":75:31)
+      %112 = arith.select %110, %100, %111 : f64 loc("examples/adamw_step.kina":75:31)
+      %113 = arith.select %102, %108, %112 : f64 loc("examples/adamw_step.kina":75:31)
+      %114 = arith.constant 0.0 : f64 loc("examples/adamw_step.kina":75:31)
+      %115 = arith.cmpf olt, %96, %114 : f64 loc("examples/adamw_step.kina":75:31)
+      %116 = arith.select %115, %113, %100 : f64 loc("examples/adamw_step.kina":75:31)
+      linalg.yield %116 : f64 loc("examples/adamw_step.kina":75:31)
     } -> tensor<f64> loc("examples/adamw_step.kina":75:31)
-    %122 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:24)
-    %121 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%95, %98 : tensor<f64>, tensor<f64>) outs(%122 : tensor<f64>) {
-    ^bb0(%123: f64, %124: f64, %125: f64):
-      %126 = arith.subf %123, %124 : f64 loc("examples/adamw_step.kina":75:24)
+    %118 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %117 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%94 : tensor<f64>) outs(%118 : tensor<f64>) {
+    ^bb0(%119: f64, %120: f64):
+      %121 = arith.subf %92, %119 : f64 loc("examples/adamw_step.kina":75:24)
+      linalg.yield %121 : f64 loc("examples/adamw_step.kina":75:24)
+    } -> tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %123 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:24)
+    %122 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%117 : tensor<f64>) outs(%123 : tensor<f64>) {
+    ^bb0(%124: f64, %125: f64):
+      %126 = math.sqrt %124 : f64 loc("examples/adamw_step.kina":75:24)
       linalg.yield %126 : f64 loc("examples/adamw_step.kina":75:24)
     } -> tensor<f64> loc("examples/adamw_step.kina":75:24)
-    %128 = tensor.empty() : tensor<f64> loc("examples/adamw_step.kina":75:24)
-    %127 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%121 : tensor<f64>) outs(%128 : tensor<f64>) {
-    ^bb0(%129: f64, %130: f64):
-      %131 = math.sqrt %129 : f64 loc("examples/adamw_step.kina":75:24)
-      linalg.yield %131 : f64 loc("examples/adamw_step.kina":75:24)
-    } -> tensor<f64> loc("examples/adamw_step.kina":75:24)
-    %132 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":75:24)
-    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%127 : tensor<f64>) outs(%132 : tensor<f32>) {
-    ^bb0(%133: f64, %134: f32):
-      %135 = arith.truncf %133 : f64 to f32 loc("examples/adamw_step.kina":75:24)
-      linalg.yield %135 : f32 loc("examples/adamw_step.kina":75:24)
+    %127 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":75:24)
+    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%122 : tensor<f64>) outs(%127 : tensor<f32>) {
+    ^bb0(%128: f64, %129: f32):
+      %130 = arith.truncf %128 : f64 to f32 loc("examples/adamw_step.kina":75:24)
+      linalg.yield %130 : f32 loc("examples/adamw_step.kina":75:24)
     } -> tensor<f32> loc("examples/adamw_step.kina":75:24)
-    %137 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %136 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%137 : tensor<40xf32>) {
-    ^bb0(%138: f32, %139: f32):
-      linalg.yield %138 : f32 loc("examples/adamw_step.kina":78:1)
+    %132 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %131 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%132 : tensor<40xf32>) {
+    ^bb0(%133: f32, %134: f32):
+      linalg.yield %133 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %140 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %136 : tensor<40xf32>, tensor<40xf32>) outs(%140 : tensor<40xf32>) {
-    ^bb0(%141: f32, %142: f32, %143: f32):
-      %144 = arith.mulf %141, %142 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %144 : f32 loc("examples/adamw_step.kina":78:1)
+    %135 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %131 : tensor<40xf32>, tensor<40xf32>) outs(%135 : tensor<40xf32>) {
+    ^bb0(%136: f32, %137: f32, %138: f32):
+      %139 = arith.mulf %136, %137 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %139 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %146 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<40xf32>, tensor<40xf32>) outs(%146 : tensor<40xf32>) {
-    ^bb0(%147: f32, %148: f32, %149: f32):
-      %150 = arith.subf %147, %148 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %150 : f32 loc("examples/adamw_step.kina":78:1)
+    %141 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %140 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<40xf32>, tensor<40xf32>) outs(%141 : tensor<40xf32>) {
+    ^bb0(%142: f32, %143: f32, %144: f32):
+      %145 = arith.subf %142, %143 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %145 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %152 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %151 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%152 : tensor<40xf32>) {
-    ^bb0(%153: f32, %154: f32):
-      linalg.yield %153 : f32 loc("examples/adamw_step.kina":78:1)
+    %147 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %146 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%147 : tensor<40xf32>) {
+    ^bb0(%148: f32, %149: f32):
+      linalg.yield %148 : f32 loc("examples/adamw_step.kina":78:1)
+    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %151 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %146 : tensor<40xf32>, tensor<40xf32>) outs(%151 : tensor<40xf32>) {
+    ^bb0(%152: f32, %153: f32, %154: f32):
+      %155 = arith.mulf %152, %153 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %155 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %156 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %155 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%145, %151 : tensor<40xf32>, tensor<40xf32>) outs(%156 : tensor<40xf32>) {
+    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %150 : tensor<40xf32>, tensor<40xf32>) outs(%156 : tensor<40xf32>) {
     ^bb0(%157: f32, %158: f32, %159: f32):
-      %160 = arith.mulf %157, %158 : f32 loc("examples/adamw_step.kina":78:1)
+      %160 = arith.addf %157, %158 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %160 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %161 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %155 : tensor<40xf32>, tensor<40xf32>) outs(%161 : tensor<40xf32>) {
-    ^bb0(%162: f32, %163: f32, %164: f32):
-      %165 = arith.addf %162, %163 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %165 : f32 loc("examples/adamw_step.kina":78:1)
+    %162 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %161 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%162 : tensor<40xf32>) {
+    ^bb0(%163: f32, %164: f32):
+      linalg.yield %163 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %167 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %166 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%167 : tensor<40xf32>) {
-    ^bb0(%168: f32, %169: f32):
-      linalg.yield %168 : f32 loc("examples/adamw_step.kina":78:1)
+    %166 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %161 : tensor<40xf32>, tensor<40xf32>) outs(%166 : tensor<40xf32>) {
+    ^bb0(%167: f32, %168: f32, %169: f32):
+      %170 = arith.mulf %167, %168 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %170 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %171 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %166 : tensor<40xf32>, tensor<40xf32>) outs(%171 : tensor<40xf32>) {
-    ^bb0(%172: f32, %173: f32, %174: f32):
-      %175 = arith.mulf %172, %173 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %175 : f32 loc("examples/adamw_step.kina":78:1)
+    %172 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %171 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%172 : tensor<40xf32>) {
+    ^bb0(%173: f32, %174: f32):
+      linalg.yield %173 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %177 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %176 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%177 : tensor<40xf32>) {
-    ^bb0(%178: f32, %179: f32):
-      linalg.yield %178 : f32 loc("examples/adamw_step.kina":78:1)
+    %176 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%171, %g : tensor<40xf32>, tensor<40xf32>) outs(%176 : tensor<40xf32>) {
+    ^bb0(%177: f32, %178: f32, %179: f32):
+      %180 = arith.mulf %177, %178 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %180 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %181 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %180 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%176, %g : tensor<40xf32>, tensor<40xf32>) outs(%181 : tensor<40xf32>) {
-    ^bb0(%182: f32, %183: f32, %184: f32):
-      %185 = arith.mulf %182, %183 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %185 : f32 loc("examples/adamw_step.kina":78:1)
+    %182 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %181 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%175, %g : tensor<40xf32>, tensor<40xf32>) outs(%182 : tensor<40xf32>) {
+    ^bb0(%183: f32, %184: f32, %185: f32):
+      %186 = arith.mulf %183, %184 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %186 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %187 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %186 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%180, %g : tensor<40xf32>, tensor<40xf32>) outs(%187 : tensor<40xf32>) {
+    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%165, %181 : tensor<40xf32>, tensor<40xf32>) outs(%187 : tensor<40xf32>) {
     ^bb0(%188: f32, %189: f32, %190: f32):
-      %191 = arith.mulf %188, %189 : f32 loc("examples/adamw_step.kina":78:1)
+      %191 = arith.addf %188, %189 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %191 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %192 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %186 : tensor<40xf32>, tensor<40xf32>) outs(%192 : tensor<40xf32>) {
-    ^bb0(%193: f32, %194: f32, %195: f32):
-      %196 = arith.addf %193, %194 : f32 loc("examples/adamw_step.kina":78:1)
+    %193 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %192 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<40xf32>) outs(%193 : tensor<40xf32>) {
+    ^bb0(%194: f32, %195: f32):
+      %196 = math.sqrt %194 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %196 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %198 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<40xf32>) outs(%198 : tensor<40xf32>) {
+    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%198 : tensor<40xf32>) {
     ^bb0(%199: f32, %200: f32):
-      %201 = math.sqrt %199 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %201 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %199 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %203 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%203 : tensor<40xf32>) {
-    ^bb0(%204: f32, %205: f32):
-      linalg.yield %204 : f32 loc("examples/adamw_step.kina":78:1)
+    %202 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %197 : tensor<40xf32>, tensor<40xf32>) outs(%202 : tensor<40xf32>) {
+    ^bb0(%203: f32, %204: f32, %205: f32):
+      %206 = arith.divf %203, %204 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %206 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %207 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%197, %202 : tensor<40xf32>, tensor<40xf32>) outs(%207 : tensor<40xf32>) {
-    ^bb0(%208: f32, %209: f32, %210: f32):
-      %211 = arith.divf %208, %209 : f32 loc("examples/adamw_step.kina":78:1)
+    %208 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":78:1)
+    %207 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%208 : tensor<f32>) {
+    ^bb0(%209: f64, %210: f32):
+      %211 = arith.truncf %209 : f64 to f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %211 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %213 = tensor.empty() : tensor<f32> loc("examples/adamw_step.kina":78:1)
-    %212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%213 : tensor<f32>) {
-    ^bb0(%214: f64, %215: f32):
-      %216 = arith.truncf %214 : f64 to f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %216 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<f32> loc("examples/adamw_step.kina":78:1)
-    %218 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %217 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%212 : tensor<f32>) outs(%218 : tensor<40xf32>) {
-    ^bb0(%219: f32, %220: f32):
-      linalg.yield %219 : f32 loc("examples/adamw_step.kina":78:1)
+    %213 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %212 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%207 : tensor<f32>) outs(%213 : tensor<40xf32>) {
+    ^bb0(%214: f32, %215: f32):
+      linalg.yield %214 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %221 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%206, %217 : tensor<40xf32>, tensor<40xf32>) outs(%221 : tensor<40xf32>) {
-    ^bb0(%222: f32, %223: f32, %224: f32):
-      %225 = arith.addf %222, %223 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %225 : f32 loc("examples/adamw_step.kina":78:1)
+    %216 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %212 : tensor<40xf32>, tensor<40xf32>) outs(%216 : tensor<40xf32>) {
+    ^bb0(%217: f32, %218: f32, %219: f32):
+      %220 = arith.addf %217, %218 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %220 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %227 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %226 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%227 : tensor<40xf32>) {
-    ^bb0(%228: f32, %229: f32):
-      linalg.yield %228 : f32 loc("examples/adamw_step.kina":78:1)
+    %222 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %221 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%222 : tensor<40xf32>) {
+    ^bb0(%223: f32, %224: f32):
+      linalg.yield %223 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %231 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %230 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%226, %m_next : tensor<40xf32>, tensor<40xf32>) outs(%231 : tensor<40xf32>) {
-    ^bb0(%232: f32, %233: f32, %234: f32):
-      %235 = arith.mulf %232, %233 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %235 : f32 loc("examples/adamw_step.kina":78:1)
+    %226 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%221, %m_next : tensor<40xf32>, tensor<40xf32>) outs(%226 : tensor<40xf32>) {
+    ^bb0(%227: f32, %228: f32, %229: f32):
+      %230 = arith.mulf %227, %228 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %230 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %237 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%230, %denom : tensor<40xf32>, tensor<40xf32>) outs(%237 : tensor<40xf32>) {
-    ^bb0(%238: f32, %239: f32, %240: f32):
-      %241 = arith.divf %238, %239 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %241 : f32 loc("examples/adamw_step.kina":78:1)
+    %232 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %231 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%225, %denom : tensor<40xf32>, tensor<40xf32>) outs(%232 : tensor<40xf32>) {
+    ^bb0(%233: f32, %234: f32, %235: f32):
+      %236 = arith.divf %233, %234 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %236 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %243 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %236 : tensor<40xf32>, tensor<40xf32>) outs(%243 : tensor<40xf32>) {
-    ^bb0(%244: f32, %245: f32, %246: f32):
-      %247 = arith.subf %244, %245 : f32 loc("examples/adamw_step.kina":78:1)
-      linalg.yield %247 : f32 loc("examples/adamw_step.kina":78:1)
+    %238 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    %237 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %231 : tensor<40xf32>, tensor<40xf32>) outs(%238 : tensor<40xf32>) {
+    ^bb0(%239: f32, %240: f32, %241: f32):
+      %242 = arith.subf %239, %240 : f32 loc("examples/adamw_step.kina":78:1)
+      linalg.yield %242 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    return %242, %m_next, %v_next : tensor<40xf32>, tensor<40xf32>, tensor<40xf32> loc("examples/adamw_step.kina":78:1)
+    return %237, %m_next, %v_next : tensor<40xf32>, tensor<40xf32>, tensor<40xf32> loc("examples/adamw_step.kina":78:1)
   } loc("examples/adamw_step.kina":60:86)
 
   func.func private @"kina_losses.mse_loss$16_1"(%pred: tensor<16x1xf32>, %target: tensor<16x1xf32>) -> (tensor<1x1xf32>) {
@@ -412,13 +400,11 @@ module {
     } -> tensor<1xf32> loc("examples/adamw_step.kina":64:89)
     %total = tensor.expand_shape %19 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
     %24 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":67:25)
-    %25 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
-    %23 = linalg.fill ins(%24 : f32) outs(%25 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
     %26 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %23 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%26 : tensor<1x1xf32>) {
-    ^bb0(%27: f32, %28: f32, %29: f32):
-      %30 = arith.mulf %27, %28 : f32 loc("examples/adamw_step.kina":67:17)
-      linalg.yield %30 : f32 loc("examples/adamw_step.kina":67:17)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total : tensor<1x1xf32>) outs(%26 : tensor<1x1xf32>) {
+    ^bb0(%27: f32, %28: f32):
+      %29 = arith.mulf %27, %24 : f32 loc("examples/adamw_step.kina":67:17)
+      linalg.yield %29 : f32 loc("examples/adamw_step.kina":67:17)
     } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
     return %mean : tensor<1x1xf32> loc("examples/adamw_step.kina":68:13)
   } loc("examples/adamw_step.kina":60:54)
@@ -480,102 +466,100 @@ module {
     } -> tensor<1xf32> loc("examples/adamw_step.kina":64:89)
     %losses.mse_loss$16_1.4.total = tensor.expand_shape %37 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
     %41 = arith.constant 0.0625 : f32 loc("examples/adamw_step.kina":67:25)
-    %42 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
-    %inert.9 = linalg.fill ins(%41 : f32) outs(%42 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:25)
     %43 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
-    %losses.mse_loss$16_1.5.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.mse_loss$16_1.4.total, %inert.9 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%43 : tensor<1x1xf32>) {
-    ^bb0(%44: f32, %45: f32, %46: f32):
-      %47 = arith.mulf %44, %45 : f32 loc("examples/adamw_step.kina":67:17)
-      linalg.yield %47 : f32 loc("examples/adamw_step.kina":67:17)
+    %losses.mse_loss$16_1.5.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.mse_loss$16_1.4.total : tensor<1x1xf32>) outs(%43 : tensor<1x1xf32>) {
+    ^bb0(%44: f32, %45: f32):
+      %46 = arith.mulf %44, %41 : f32 loc("examples/adamw_step.kina":67:17)
+      linalg.yield %46 : f32 loc("examples/adamw_step.kina":67:17)
     } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/adamw_step.kina":27:3)
-    %48 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.9 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%48 : tensor<1x1xf32>) {
-    ^bb0(%49: f32, %50: f32, %51: f32):
-      %52 = arith.mulf %49, %50 : f32 loc("examples/adamw_step.kina":67:17)
-      linalg.yield %52 : f32 loc("examples/adamw_step.kina":67:17)
+    %47 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<1x1xf32>) outs(%47 : tensor<1x1xf32>) {
+    ^bb0(%48: f32, %49: f32):
+      %50 = arith.mulf %48, %41 : f32 loc("examples/adamw_step.kina":67:17)
+      linalg.yield %50 : f32 loc("examples/adamw_step.kina":67:17)
     } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
-    %53 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%53 : tensor<1x1xf32>) {
-    ^bb0(%54: f32, %55: f32):
-      linalg.yield %54 : f32 loc("examples/adamw_step.kina":64:89)
+    %51 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%51 : tensor<1x1xf32>) {
+    ^bb0(%52: f32, %53: f32):
+      linalg.yield %52 : f32 loc("examples/adamw_step.kina":64:89)
     } -> tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
-    %56 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
-    %ct.4.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<1x1xf32>) outs(%56 : tensor<16x1xf32>) {
-    ^bb0(%57: f32, %58: f32):
-      linalg.yield %57 : f32 loc("examples/adamw_step.kina":64:41)
+    %54 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
+    %ct.4.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<1x1xf32>) outs(%54 : tensor<16x1xf32>) {
+    ^bb0(%55: f32, %56: f32):
+      linalg.yield %55 : f32 loc("examples/adamw_step.kina":64:41)
     } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
-    %59 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
-    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.broadcast, %losses.mse_loss$16_1.1.err : tensor<16x1xf32>, tensor<16x1xf32>) outs(%59 : tensor<16x1xf32>) {
-    ^bb0(%60: f32, %61: f32, %62: f32):
-      %63 = arith.mulf %60, %61 : f32 loc("examples/adamw_step.kina":64:12)
-      linalg.yield %63 : f32 loc("examples/adamw_step.kina":64:12)
+    %57 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.broadcast, %losses.mse_loss$16_1.1.err : tensor<16x1xf32>, tensor<16x1xf32>) outs(%57 : tensor<16x1xf32>) {
+    ^bb0(%58: f32, %59: f32, %60: f32):
+      %61 = arith.mulf %58, %59 : f32 loc("examples/adamw_step.kina":64:12)
+      linalg.yield %61 : f32 loc("examples/adamw_step.kina":64:12)
     } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
     %ct.6.const = arith.constant dense<2.0> : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
-    %64 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
-    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %ct.6.const : tensor<16x1xf32>, tensor<16x1xf32>) outs(%64 : tensor<16x1xf32>) {
-    ^bb0(%65: f32, %66: f32, %67: f32):
-      %68 = arith.mulf %65, %66 : f32 loc("examples/adamw_step.kina":64:12)
-      linalg.yield %68 : f32 loc("examples/adamw_step.kina":64:12)
+    %62 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
+    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %ct.6.const : tensor<16x1xf32>, tensor<16x1xf32>) outs(%62 : tensor<16x1xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/adamw_step.kina":64:12)
+      linalg.yield %66 : f32 loc("examples/adamw_step.kina":64:12)
     } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
-    %69 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
-    %ct.8.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul : tensor<16x1xf32>) outs(%69 : tensor<16x1xf32>) {
-    ^bb0(%70: f32, %71: f32):
-      %72 = arith.negf %70 : f32 loc("examples/adamw_step.kina":63:17)
-      linalg.yield %72 : f32 loc("examples/adamw_step.kina":63:17)
+    %67 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
+    %ct.8.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul : tensor<16x1xf32>) outs(%67 : tensor<16x1xf32>) {
+    ^bb0(%68: f32, %69: f32):
+      %70 = arith.negf %68 : f32 loc("examples/adamw_step.kina":63:17)
+      linalg.yield %70 : f32 loc("examples/adamw_step.kina":63:17)
     } -> tensor<16x1xf32> loc("examples/adamw_step.kina":63:17)
-    %73 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":25:15)
-    %ct.9.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%73 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":25:15)
-    %74 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
-    %75 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
-    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
-    %ct.10.matmul = linalg.matmul ins(%ct.7.mul, %ct.9.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%76 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
-    %77 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":25:15)
-    %ct.11.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%77 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":25:15)
-    %78 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
-    %79 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
-    %80 = linalg.fill ins(%78 : f32) outs(%79 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
-    %ct.12.matmul = linalg.matmul ins(%ct.11.transpose, %ct.7.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%80 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
+    %71 = tensor.empty() : tensor<1x8xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.9.transpose = linalg.transpose ins(%w2 : tensor<8x1xf32>) outs(%71 : tensor<1x8xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":25:15)
+    %72 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
+    %73 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
+    %74 = linalg.fill ins(%72 : f32) outs(%73 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.10.matmul = linalg.matmul ins(%ct.7.mul, %ct.9.transpose : tensor<16x1xf32>, tensor<1x8xf32>) outs(%74 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":25:15)
+    %75 = tensor.empty() : tensor<8x16xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.11.transpose = linalg.transpose ins(%a : tensor<16x8xf32>) outs(%75 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":25:15)
+    %76 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":25:15)
+    %77 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
+    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
+    %ct.12.matmul = linalg.matmul ins(%ct.11.transpose, %ct.7.mul : tensor<8x16xf32>, tensor<16x1xf32>) outs(%78 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/adamw_step.kina":25:15)
     %ct.13.const = arith.constant dense<1.0> : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %81 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %a : tensor<16x8xf32>, tensor<16x8xf32>) outs(%81 : tensor<16x8xf32>) {
-    ^bb0(%82: f32, %83: f32, %84: f32):
-      %85 = arith.mulf %82, %83 : f32 loc("examples/adamw_step.kina":24:11)
-      linalg.yield %85 : f32 loc("examples/adamw_step.kina":24:11)
+    %79 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %a : tensor<16x8xf32>, tensor<16x8xf32>) outs(%79 : tensor<16x8xf32>) {
+    ^bb0(%80: f32, %81: f32, %82: f32):
+      %83 = arith.mulf %80, %81 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %83 : f32 loc("examples/adamw_step.kina":24:11)
     } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %86 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %ct.15.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.const, %ct.14.mul : tensor<16x8xf32>, tensor<16x8xf32>) outs(%86 : tensor<16x8xf32>) {
-    ^bb0(%87: f32, %88: f32, %89: f32):
-      %90 = arith.subf %87, %88 : f32 loc("examples/adamw_step.kina":24:11)
-      linalg.yield %90 : f32 loc("examples/adamw_step.kina":24:11)
+    %84 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %ct.15.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.const, %ct.14.mul : tensor<16x8xf32>, tensor<16x8xf32>) outs(%84 : tensor<16x8xf32>) {
+    ^bb0(%85: f32, %86: f32, %87: f32):
+      %88 = arith.subf %85, %86 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %88 : f32 loc("examples/adamw_step.kina":24:11)
     } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %91 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.10.matmul, %ct.15.sub : tensor<16x8xf32>, tensor<16x8xf32>) outs(%91 : tensor<16x8xf32>) {
-    ^bb0(%92: f32, %93: f32, %94: f32):
-      %95 = arith.mulf %92, %93 : f32 loc("examples/adamw_step.kina":24:11)
-      linalg.yield %95 : f32 loc("examples/adamw_step.kina":24:11)
+    %89 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.10.matmul, %ct.15.sub : tensor<16x8xf32>, tensor<16x8xf32>) outs(%89 : tensor<16x8xf32>) {
+    ^bb0(%90: f32, %91: f32, %92: f32):
+      %93 = arith.mulf %90, %91 : f32 loc("examples/adamw_step.kina":24:11)
+      linalg.yield %93 : f32 loc("examples/adamw_step.kina":24:11)
     } -> tensor<16x8xf32> loc("examples/adamw_step.kina":24:11)
-    %96 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":22:17)
-    %97 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":22:17)
-    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":22:17)
-    %99 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<16x8xf32>) outs(%98 : tensor<8xf32>) {
-    ^bb0(%100: f32, %101: f32):
-      %102 = arith.addf %101, %100 : f32 loc("examples/adamw_step.kina":22:17)
-      linalg.yield %102 : f32 loc("examples/adamw_step.kina":22:17)
+    %94 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":22:17)
+    %95 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/adamw_step.kina":22:17)
+    %96 = linalg.fill ins(%94 : f32) outs(%95 : tensor<8xf32>) -> tensor<8xf32> loc("examples/adamw_step.kina":22:17)
+    %97 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<16x8xf32>) outs(%96 : tensor<8xf32>) {
+    ^bb0(%98: f32, %99: f32):
+      %100 = arith.addf %99, %98 : f32 loc("examples/adamw_step.kina":22:17)
+      linalg.yield %100 : f32 loc("examples/adamw_step.kina":22:17)
     } -> tensor<8xf32> loc("examples/adamw_step.kina":22:17)
-    %ct.17.reduce_keep = tensor.expand_shape %99 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":22:17)
-    %103 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":21:11)
-    %ct.18.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%103 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:11)
-    %104 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
-    %105 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
-    %106 = linalg.fill ins(%104 : f32) outs(%105 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
-    %ct.19.matmul = linalg.matmul ins(%ct.16.mul, %ct.18.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%106 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
-    %107 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":21:11)
-    %ct.20.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%107 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:11)
-    %108 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
-    %109 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
-    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
-    %ct.21.matmul = linalg.matmul ins(%ct.20.transpose, %ct.16.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%110 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.17.reduce_keep = tensor.expand_shape %97 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/adamw_step.kina":22:17)
+    %101 = tensor.empty() : tensor<8x3xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.18.transpose = linalg.transpose ins(%w1 : tensor<3x8xf32>) outs(%101 : tensor<8x3xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:11)
+    %102 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
+    %103 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
+    %104 = linalg.fill ins(%102 : f32) outs(%103 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.19.matmul = linalg.matmul ins(%ct.16.mul, %ct.18.transpose : tensor<16x8xf32>, tensor<8x3xf32>) outs(%104 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/adamw_step.kina":21:11)
+    %105 = tensor.empty() : tensor<3x16xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.20.transpose = linalg.transpose ins(%x : tensor<16x3xf32>) outs(%105 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/adamw_step.kina":21:11)
+    %106 = arith.constant 0.0 : f32 loc("examples/adamw_step.kina":21:11)
+    %107 = bufferization.alloc_tensor() : tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
+    %108 = linalg.fill ins(%106 : f32) outs(%107 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
+    %ct.21.matmul = linalg.matmul ins(%ct.20.transpose, %ct.16.mul : tensor<3x16xf32>, tensor<16x8xf32>) outs(%108 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/adamw_step.kina":21:11)
     return %losses.mse_loss$16_1.5.mean, %ct.19.matmul, %ct.8.neg, %ct.21.matmul, %ct.17.reduce_keep, %ct.12.matmul : tensor<1x1xf32>, tensor<16x3xf32>, tensor<16x1xf32>, tensor<3x8xf32>, tensor<1x8xf32>, tensor<8x1xf32> loc("examples/adamw_step.kina":19:1)
   } loc("examples/adamw_step.kina":19:1)
 }

@@ -166,98 +166,92 @@ module {
     } -> tensor<8xf32> loc("examples/decoder_block.kina":25:6)
     %s = tensor.expand_shape %3 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":25:6)
     %8 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":26:7)
-    %9 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:7)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:7)
     %10 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s, %7 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%10 : tensor<8x1xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/decoder_block.kina":26:3)
-      linalg.yield %14 : f32 loc("examples/decoder_block.kina":26:3)
+    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s : tensor<8x1xf32>) outs(%10 : tensor<8x1xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/decoder_block.kina":26:3)
+      linalg.yield %13 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %15 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<8x1xf32>) outs(%15 : tensor<8x8xf32>) {
-    ^bb0(%16: f32, %17: f32):
-      linalg.yield %16 : f32 loc("examples/decoder_block.kina":26:33)
+    %14 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
+    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<8x1xf32>) outs(%14 : tensor<8x8xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      linalg.yield %15 : f32 loc("examples/decoder_block.kina":26:33)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %18 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%18 : tensor<8x8xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %22 : f32 loc("examples/decoder_block.kina":26:68)
+    %17 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%17 : tensor<8x8xf32>) {
+    ^bb0(%18: f32, %19: f32, %20: f32):
+      %21 = arith.subf %18, %19 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %21 : f32 loc("examples/decoder_block.kina":26:68)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %23 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<8x8xf32>) outs(%23 : tensor<8x8xf32>) {
-    ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %26 : f32 loc("examples/decoder_block.kina":26:91)
+    %22 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<8x8xf32>) outs(%22 : tensor<8x8xf32>) {
+    ^bb0(%23: f32, %24: f32):
+      %25 = arith.mulf %23, %23 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %25 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %27 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":27:22)
-    %28 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<8x8xf32>) outs(%29 : tensor<8xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/decoder_block.kina":27:22)
-      linalg.yield %33 : f32 loc("examples/decoder_block.kina":27:22)
+    %26 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":27:22)
+    %27 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":27:22)
+    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
+    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<8x8xf32>) outs(%28 : tensor<8xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      %32 = arith.addf %31, %30 : f32 loc("examples/decoder_block.kina":27:22)
+      linalg.yield %32 : f32 loc("examples/decoder_block.kina":27:22)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %ss = tensor.expand_shape %30 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":27:22)
-    %35 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":31:1)
-    %36 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":31:1)
-    %34 = linalg.fill ins(%35 : f32) outs(%36 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":31:1)
-    %37 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %34 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%37 : tensor<8x1xf32>) {
-    ^bb0(%38: f32, %39: f32, %40: f32):
-      %41 = arith.mulf %38, %39 : f32 loc("examples/decoder_block.kina":29:4)
-      linalg.yield %41 : f32 loc("examples/decoder_block.kina":29:4)
+    %ss = tensor.expand_shape %29 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":27:22)
+    %34 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":31:1)
+    %36 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
+    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<8x1xf32>) outs(%36 : tensor<8x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/decoder_block.kina":29:4)
+      linalg.yield %39 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %43 = arith.constant 1.0e-05 : f32 loc("examples/decoder_block.kina":32:35)
-    %44 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:35)
-    %42 = linalg.fill ins(%43 : f32) outs(%44 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:35)
-    %45 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
-    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var, %42 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%45 : tensor<8x1xf32>) {
-    ^bb0(%46: f32, %47: f32, %48: f32):
-      %49 = arith.addf %46, %47 : f32 loc("examples/decoder_block.kina":32:29)
-      linalg.yield %49 : f32 loc("examples/decoder_block.kina":32:29)
+    %41 = arith.constant 1.0e-05 : f32 loc("examples/decoder_block.kina":32:35)
+    %43 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
+    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var : tensor<8x1xf32>) outs(%43 : tensor<8x1xf32>) {
+    ^bb0(%44: f32, %45: f32):
+      %46 = arith.addf %44, %41 : f32 loc("examples/decoder_block.kina":32:29)
+      linalg.yield %46 : f32 loc("examples/decoder_block.kina":32:29)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
-    %50 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<8x1xf32>) outs(%50 : tensor<8x1xf32>) {
-    ^bb0(%51: f32, %52: f32):
-      %53 = math.rsqrt %51 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %53 : f32 loc("examples/decoder_block.kina":32:59)
+    %47 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<8x1xf32>) outs(%47 : tensor<8x1xf32>) {
+    ^bb0(%48: f32, %49: f32):
+      %50 = math.rsqrt %48 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %50 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %54 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<8x1xf32>) outs(%54 : tensor<8x8xf32>) {
-    ^bb0(%55: f32, %56: f32):
-      linalg.yield %55 : f32 loc("examples/decoder_block.kina":33:36)
+    %51 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
+    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<8x1xf32>) outs(%51 : tensor<8x8xf32>) {
+    ^bb0(%52: f32, %53: f32):
+      linalg.yield %52 : f32 loc("examples/decoder_block.kina":33:36)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %57 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%57 : tensor<8x8xf32>) {
-    ^bb0(%58: f32, %59: f32, %60: f32):
-      %61 = arith.mulf %58, %59 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %61 : f32 loc("examples/decoder_block.kina":33:76)
+    %54 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%54 : tensor<8x8xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.mulf %55, %56 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %58 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":33:108)
-    %62 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x8xf32>) outs(%62 : tensor<8x8xf32>) {
-    ^bb0(%63: f32, %64: f32):
-      linalg.yield %63 : f32 loc("examples/decoder_block.kina":35:7)
+    %59 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x8xf32>) outs(%59 : tensor<8x8xf32>) {
+    ^bb0(%60: f32, %61: f32):
+      linalg.yield %60 : f32 loc("examples/decoder_block.kina":35:7)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %65 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%65 : tensor<8x8xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.mulf %66, %67 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %69 : f32 loc("examples/decoder_block.kina":36:24)
+    %62 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%62 : tensor<8x8xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %66 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:16)
-    %70 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x8xf32>) outs(%70 : tensor<8x8xf32>) {
-    ^bb0(%71: f32, %72: f32):
-      linalg.yield %71 : f32 loc("examples/decoder_block.kina":40:52)
+    %67 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
+    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x8xf32>) outs(%67 : tensor<8x8xf32>) {
+    ^bb0(%68: f32, %69: f32):
+      linalg.yield %68 : f32 loc("examples/decoder_block.kina":40:52)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %73 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%73 : tensor<8x8xf32>) {
-    ^bb0(%74: f32, %75: f32, %76: f32):
-      %77 = arith.addf %74, %75 : f32 loc("examples/decoder_block.kina":41:5)
-      linalg.yield %77 : f32 loc("examples/decoder_block.kina":41:5)
+    %70 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%70 : tensor<8x8xf32>) {
+    ^bb0(%71: f32, %72: f32, %73: f32):
+      %74 = arith.addf %71, %72 : f32 loc("examples/decoder_block.kina":41:5)
+      linalg.yield %74 : f32 loc("examples/decoder_block.kina":41:5)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
     return %out : tensor<8x8xf32> loc("examples/decoder_block.kina":41:26)
   } loc("examples/decoder_block.kina":22:21)
@@ -273,89 +267,85 @@ module {
     %6 = linalg.batch_matmul ins(%1, %2 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%5 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
     %scores = tensor.expand_shape %6 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
     %8 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":98:26)
-    %9 = bufferization.alloc_tensor() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:26)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:26)
     %10 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores, %7 : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%10 : tensor<2x2x4x4xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/decoder_block.kina":98:17)
-      linalg.yield %14 : f32 loc("examples/decoder_block.kina":98:17)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores : tensor<2x2x4x4xf32>) outs(%10 : tensor<2x2x4x4xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/decoder_block.kina":98:17)
+      linalg.yield %13 : f32 loc("examples/decoder_block.kina":98:17)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
-    %16 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:45)
-    %15 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%16 : tensor<4x4xi64>) {
-    ^bb0(%17: i64):
-      %18 = linalg.index 0 : index loc("examples/decoder_block.kina":99:45)
-      %19 = arith.index_cast %18 : index to i64 loc("examples/decoder_block.kina":99:45)
-      linalg.yield %19 : i64 loc("examples/decoder_block.kina":99:45)
+    %15 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:45)
+    %14 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%15 : tensor<4x4xi64>) {
+    ^bb0(%16: i64):
+      %17 = linalg.index 0 : index loc("examples/decoder_block.kina":99:45)
+      %18 = arith.index_cast %17 : index to i64 loc("examples/decoder_block.kina":99:45)
+      linalg.yield %18 : i64 loc("examples/decoder_block.kina":99:45)
     } -> tensor<4x4xi64> loc("examples/decoder_block.kina":99:45)
-    %21 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:73)
-    %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%21 : tensor<4x4xi64>) {
-    ^bb0(%22: i64):
-      %23 = linalg.index 1 : index loc("examples/decoder_block.kina":99:73)
-      %24 = arith.index_cast %23 : index to i64 loc("examples/decoder_block.kina":99:73)
-      linalg.yield %24 : i64 loc("examples/decoder_block.kina":99:73)
+    %20 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:73)
+    %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%20 : tensor<4x4xi64>) {
+    ^bb0(%21: i64):
+      %22 = linalg.index 1 : index loc("examples/decoder_block.kina":99:73)
+      %23 = arith.index_cast %22 : index to i64 loc("examples/decoder_block.kina":99:73)
+      linalg.yield %23 : i64 loc("examples/decoder_block.kina":99:73)
     } -> tensor<4x4xi64> loc("examples/decoder_block.kina":99:73)
-    %26 = tensor.empty() : tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%15, %20 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%26 : tensor<4x4xi8>) {
-    ^bb0(%27: i64, %28: i64, %29: i8):
-      %30 = arith.cmpi sge, %27, %28 : i64 loc("examples/decoder_block.kina":99:42)
-      %31 = arith.extui %30 : i1 to i8 loc("examples/decoder_block.kina":99:42)
-      linalg.yield %31 : i8 loc("examples/decoder_block.kina":99:42)
+    %25 = tensor.empty() : tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
+    %24 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%14, %19 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%25 : tensor<4x4xi8>) {
+    ^bb0(%26: i64, %27: i64, %28: i8):
+      %29 = arith.cmpi sge, %26, %27 : i64 loc("examples/decoder_block.kina":99:42)
+      %30 = arith.extui %29 : i1 to i8 loc("examples/decoder_block.kina":99:42)
+      linalg.yield %30 : i8 loc("examples/decoder_block.kina":99:42)
     } -> tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %33 = tensor.collapse_shape %25 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":99:42)
-    %32 = tensor.expand_shape %33 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %34 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%32 : tensor<1x1x4x4xi8>) outs(%34 : tensor<2x2x4x4xi8>) {
-    ^bb0(%35: i8, %36: i8):
-      linalg.yield %35 : i8 loc("examples/decoder_block.kina":99:42)
+    %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":99:42)
+    %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":99:42)
+    %33 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x4x4xi8>) outs(%33 : tensor<2x2x4x4xi8>) {
+    ^bb0(%34: i8, %35: i8):
+      linalg.yield %34 : i8 loc("examples/decoder_block.kina":99:42)
     } -> tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %38 = arith.constant -1000000000.0 : f32 loc("examples/decoder_block.kina":100:93)
-    %39 = bufferization.alloc_tensor() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:93)
-    %37 = linalg.fill ins(%38 : f32) outs(%39 : tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:93)
-    %40 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled, %37 : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%40 : tensor<2x2x4x4xf32>) {
-    ^bb0(%41: i8, %42: f32, %43: f32, %44: f32):
-      %45 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
-      %46 = arith.cmpi ne, %41, %45 : i8 loc("examples/decoder_block.kina":100:73)
-      %47 = arith.select %46, %42, %43 : f32 loc("examples/decoder_block.kina":100:73)
-      linalg.yield %47 : f32 loc("examples/decoder_block.kina":100:73)
+    %37 = arith.constant -1000000000.0 : f32 loc("examples/decoder_block.kina":100:93)
+    %39 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>) outs(%39 : tensor<2x2x4x4xf32>) {
+    ^bb0(%40: i8, %41: f32, %42: f32):
+      %43 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
+      %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/decoder_block.kina":100:73)
+      %45 = arith.select %44, %41, %37 : f32 loc("examples/decoder_block.kina":100:73)
+      linalg.yield %45 : f32 loc("examples/decoder_block.kina":100:73)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %48 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":101:14)
-    %49 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %50 = linalg.fill ins(%48 : f32) outs(%49 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %51 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<2x2x4x4xf32>) outs(%50 : tensor<2x2x4xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      %54 = arith.maximumf %53, %52 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %54 : f32 loc("examples/decoder_block.kina":101:14)
+    %46 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":101:14)
+    %47 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %48 = linalg.fill ins(%46 : f32) outs(%47 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %49 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<2x2x4x4xf32>) outs(%48 : tensor<2x2x4xf32>) {
+    ^bb0(%50: f32, %51: f32):
+      %52 = arith.maximumf %51, %50 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %52 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %55 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %56 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %51 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%55 : tensor<2x2x4x4xf32>) {
-    ^bb0(%57: f32, %58: f32, %59: f32):
-      %60 = arith.subf %57, %58 : f32 loc("examples/decoder_block.kina":101:14)
-      %61 = math.exp %60 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %61 : f32 loc("examples/decoder_block.kina":101:14)
+    %53 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %54 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %49 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%53 : tensor<2x2x4x4xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.subf %55, %56 : f32 loc("examples/decoder_block.kina":101:14)
+      %59 = math.exp %58 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %59 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %62 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":101:14)
-    %63 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%56 : tensor<2x2x4x4xf32>) outs(%64 : tensor<2x2x4xf32>) {
-    ^bb0(%66: f32, %67: f32):
-      %68 = arith.addf %67, %66 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %68 : f32 loc("examples/decoder_block.kina":101:14)
+    %60 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":101:14)
+    %61 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %62 = linalg.fill ins(%60 : f32) outs(%61 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%54 : tensor<2x2x4x4xf32>) outs(%62 : tensor<2x2x4xf32>) {
+    ^bb0(%64: f32, %65: f32):
+      %66 = arith.addf %65, %64 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %66 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %69 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%56, %65 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%69 : tensor<2x2x4x4xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.divf %70, %71 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %73 : f32 loc("examples/decoder_block.kina":101:14)
+    %67 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%54, %63 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%67 : tensor<2x2x4x4xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.divf %68, %69 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %71 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %74 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %75 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %76 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
-    %77 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %79 = linalg.batch_matmul ins(%74, %75 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%78 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %ctx = tensor.expand_shape %79 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %72 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %73 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %74 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
+    %75 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %77 = linalg.batch_matmul ins(%72, %73 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%76 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %ctx = tensor.expand_shape %77 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
     return %ctx : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:23)
   } loc("examples/decoder_block.kina":93:51)
 
@@ -372,941 +362,925 @@ module {
     } -> tensor<8xf32> loc("examples/decoder_block.kina":25:6)
     %nn.layer_norm$8_8.1.s = tensor.expand_shape %4 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":25:6)
     %8 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":26:7)
-    %9 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:7)
-    %inert.2 = linalg.fill ins(%8 : f32) outs(%9 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:7)
     %10 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %nn.layer_norm$8_8.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.1.s, %inert.2 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%10 : tensor<8x1xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/decoder_block.kina":26:3)
-      linalg.yield %14 : f32 loc("examples/decoder_block.kina":26:3)
+    %nn.layer_norm$8_8.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.1.s : tensor<8x1xf32>) outs(%10 : tensor<8x1xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/decoder_block.kina":26:3)
+      linalg.yield %13 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %15 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %nn.layer_norm$8_8.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.2.mu : tensor<8x1xf32>) outs(%15 : tensor<8x8xf32>) {
-    ^bb0(%16: f32, %17: f32):
-      linalg.yield %16 : f32 loc("examples/decoder_block.kina":26:33)
+    %14 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
+    %nn.layer_norm$8_8.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.2.mu : tensor<8x1xf32>) outs(%14 : tensor<8x8xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      linalg.yield %15 : f32 loc("examples/decoder_block.kina":26:33)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %18 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %nn.layer_norm$8_8.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xr, %nn.layer_norm$8_8.3.mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%18 : tensor<8x8xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %22 : f32 loc("examples/decoder_block.kina":26:68)
+    %17 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %nn.layer_norm$8_8.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xr, %nn.layer_norm$8_8.3.mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%17 : tensor<8x8xf32>) {
+    ^bb0(%18: f32, %19: f32, %20: f32):
+      %21 = arith.subf %18, %19 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %21 : f32 loc("examples/decoder_block.kina":26:68)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %23 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %nn.layer_norm$8_8.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.4.xc : tensor<8x8xf32>) outs(%23 : tensor<8x8xf32>) {
-    ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %26 : f32 loc("examples/decoder_block.kina":26:91)
+    %22 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %nn.layer_norm$8_8.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.4.xc : tensor<8x8xf32>) outs(%22 : tensor<8x8xf32>) {
+    ^bb0(%23: f32, %24: f32):
+      %25 = arith.mulf %23, %23 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %25 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %27 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":27:22)
-    %28 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$8_8.5.sq : tensor<8x8xf32>) outs(%29 : tensor<8xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/decoder_block.kina":27:22)
-      linalg.yield %33 : f32 loc("examples/decoder_block.kina":27:22)
+    %26 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":27:22)
+    %27 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":27:22)
+    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
+    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$8_8.5.sq : tensor<8x8xf32>) outs(%28 : tensor<8xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      %32 = arith.addf %31, %30 : f32 loc("examples/decoder_block.kina":27:22)
+      linalg.yield %32 : f32 loc("examples/decoder_block.kina":27:22)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %nn.layer_norm$8_8.6.ss = tensor.expand_shape %30 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":27:22)
-    %34 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":31:1)
-    %35 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":31:1)
-    %inert.8 = linalg.fill ins(%34 : f32) outs(%35 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":31:1)
-    %36 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %nn.layer_norm$8_8.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.6.ss, %inert.8 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%36 : tensor<8x1xf32>) {
-    ^bb0(%37: f32, %38: f32, %39: f32):
-      %40 = arith.mulf %37, %38 : f32 loc("examples/decoder_block.kina":29:4)
-      linalg.yield %40 : f32 loc("examples/decoder_block.kina":29:4)
+    %nn.layer_norm$8_8.6.ss = tensor.expand_shape %29 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":27:22)
+    %33 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":31:1)
+    %35 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
+    %nn.layer_norm$8_8.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.6.ss : tensor<8x1xf32>) outs(%35 : tensor<8x1xf32>) {
+    ^bb0(%36: f32, %37: f32):
+      %38 = arith.mulf %36, %33 : f32 loc("examples/decoder_block.kina":29:4)
+      linalg.yield %38 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %41 = arith.constant 1.0e-05 : f32 loc("examples/decoder_block.kina":32:35)
-    %42 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:35)
-    %inert.10 = linalg.fill ins(%41 : f32) outs(%42 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:35)
-    %43 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
-    %nn.layer_norm$8_8.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.7.var, %inert.10 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%43 : tensor<8x1xf32>) {
-    ^bb0(%44: f32, %45: f32, %46: f32):
-      %47 = arith.addf %44, %45 : f32 loc("examples/decoder_block.kina":32:29)
-      linalg.yield %47 : f32 loc("examples/decoder_block.kina":32:29)
+    %39 = arith.constant 1.0e-05 : f32 loc("examples/decoder_block.kina":32:35)
+    %41 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
+    %nn.layer_norm$8_8.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.7.var : tensor<8x1xf32>) outs(%41 : tensor<8x1xf32>) {
+    ^bb0(%42: f32, %43: f32):
+      %44 = arith.addf %42, %39 : f32 loc("examples/decoder_block.kina":32:29)
+      linalg.yield %44 : f32 loc("examples/decoder_block.kina":32:29)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
-    %48 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %nn.layer_norm$8_8.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.8.var_eps : tensor<8x1xf32>) outs(%48 : tensor<8x1xf32>) {
-    ^bb0(%49: f32, %50: f32):
-      %51 = math.rsqrt %49 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %51 : f32 loc("examples/decoder_block.kina":32:59)
+    %45 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %nn.layer_norm$8_8.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.8.var_eps : tensor<8x1xf32>) outs(%45 : tensor<8x1xf32>) {
+    ^bb0(%46: f32, %47: f32):
+      %48 = math.rsqrt %46 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %48 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %52 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %nn.layer_norm$8_8.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std : tensor<8x1xf32>) outs(%52 : tensor<8x8xf32>) {
-    ^bb0(%53: f32, %54: f32):
-      linalg.yield %53 : f32 loc("examples/decoder_block.kina":33:36)
+    %49 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
+    %nn.layer_norm$8_8.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std : tensor<8x1xf32>) outs(%49 : tensor<8x8xf32>) {
+    ^bb0(%50: f32, %51: f32):
+      linalg.yield %50 : f32 loc("examples/decoder_block.kina":33:36)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %55 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %nn.layer_norm$8_8.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.4.xc, %nn.layer_norm$8_8.10.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%55 : tensor<8x8xf32>) {
-    ^bb0(%56: f32, %57: f32, %58: f32):
-      %59 = arith.mulf %56, %57 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %59 : f32 loc("examples/decoder_block.kina":33:76)
+    %52 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %nn.layer_norm$8_8.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.4.xc, %nn.layer_norm$8_8.10.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%52 : tensor<8x8xf32>) {
+    ^bb0(%53: f32, %54: f32, %55: f32):
+      %56 = arith.mulf %53, %54 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %56 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
     %nn.layer_norm$8_8.12.g_row = tensor.expand_shape %ln1_g [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":33:108)
-    %60 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %nn.layer_norm$8_8.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.12.g_row : tensor<1x8xf32>) outs(%60 : tensor<8x8xf32>) {
-    ^bb0(%61: f32, %62: f32):
-      linalg.yield %61 : f32 loc("examples/decoder_block.kina":35:7)
+    %57 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
+    %nn.layer_norm$8_8.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.12.g_row : tensor<1x8xf32>) outs(%57 : tensor<8x8xf32>) {
+    ^bb0(%58: f32, %59: f32):
+      linalg.yield %58 : f32 loc("examples/decoder_block.kina":35:7)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %63 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %nn.layer_norm$8_8.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.11.xn, %nn.layer_norm$8_8.13.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%63 : tensor<8x8xf32>) {
-    ^bb0(%64: f32, %65: f32, %66: f32):
-      %67 = arith.mulf %64, %65 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %67 : f32 loc("examples/decoder_block.kina":36:24)
+    %60 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %nn.layer_norm$8_8.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.11.xn, %nn.layer_norm$8_8.13.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%60 : tensor<8x8xf32>) {
+    ^bb0(%61: f32, %62: f32, %63: f32):
+      %64 = arith.mulf %61, %62 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %64 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
     %nn.layer_norm$8_8.15.b_row = tensor.expand_shape %ln1_b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:16)
-    %68 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %nn.layer_norm$8_8.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.15.b_row : tensor<1x8xf32>) outs(%68 : tensor<8x8xf32>) {
-    ^bb0(%69: f32, %70: f32):
-      linalg.yield %69 : f32 loc("examples/decoder_block.kina":40:52)
+    %65 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
+    %nn.layer_norm$8_8.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.15.b_row : tensor<1x8xf32>) outs(%65 : tensor<8x8xf32>) {
+    ^bb0(%66: f32, %67: f32):
+      linalg.yield %66 : f32 loc("examples/decoder_block.kina":40:52)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %71 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %nn.layer_norm$8_8.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.14.scaled, %nn.layer_norm$8_8.16.b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%71 : tensor<8x8xf32>) {
-    ^bb0(%72: f32, %73: f32, %74: f32):
-      %75 = arith.addf %72, %73 : f32 loc("examples/decoder_block.kina":41:5)
-      linalg.yield %75 : f32 loc("examples/decoder_block.kina":41:5)
+    %68 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
+    %nn.layer_norm$8_8.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.14.scaled, %nn.layer_norm$8_8.16.b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%68 : tensor<8x8xf32>) {
+    ^bb0(%69: f32, %70: f32, %71: f32):
+      %72 = arith.addf %69, %70 : f32 loc("examples/decoder_block.kina":41:5)
+      linalg.yield %72 : f32 loc("examples/decoder_block.kina":41:5)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %76 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":20:16)
-    %77 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %attention.18.q_rows = linalg.matmul ins(%nn.layer_norm$8_8.17.out, %wq : tensor<8x8xf32>, tensor<8x8xf32>) outs(%78 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %79 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:16)
-    %80 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %81 = linalg.fill ins(%79 : f32) outs(%80 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %attention.19.k_rows = linalg.matmul ins(%nn.layer_norm$8_8.17.out, %wk : tensor<8x8xf32>, tensor<8x8xf32>) outs(%81 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %82 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":22:16)
-    %83 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %84 = linalg.fill ins(%82 : f32) outs(%83 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %attention.20.v_rows = linalg.matmul ins(%nn.layer_norm$8_8.17.out, %wv : tensor<8x8xf32>, tensor<8x8xf32>) outs(%84 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %85 = tensor.collapse_shape %attention.18.q_rows [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
-    %nn.split_heads$2_4_2_4.22.split = tensor.expand_shape %85 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":83:83)
-    %86 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":84:22)
-    %nn.split_heads$2_4_2_4.23.heads = linalg.transpose ins(%nn.split_heads$2_4_2_4.22.split : tensor<2x4x2x4xf32>) outs(%86 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
-    %87 = tensor.collapse_shape %attention.19.k_rows [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
-    %nn.split_heads$2_4_2_4.25.split = tensor.expand_shape %87 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":83:83)
-    %88 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":84:22)
-    %nn.split_heads$2_4_2_4.26.heads = linalg.transpose ins(%nn.split_heads$2_4_2_4.25.split : tensor<2x4x2x4xf32>) outs(%88 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
-    %89 = tensor.collapse_shape %attention.20.v_rows [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
-    %nn.split_heads$2_4_2_4.28.split = tensor.expand_shape %89 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":83:83)
-    %90 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":84:22)
-    %nn.split_heads$2_4_2_4.29.heads = linalg.transpose ins(%nn.split_heads$2_4_2_4.28.split : tensor<2x4x2x4xf32>) outs(%90 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
-    %91 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:48)
-    %nn.causal_sdpa$2_2_4_4.31.k_t = linalg.transpose ins(%nn.split_heads$2_4_2_4.26.heads : tensor<2x2x4x4xf32>) outs(%91 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:48)
-    %92 = tensor.collapse_shape %nn.split_heads$2_4_2_4.23.heads [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %93 = tensor.collapse_shape %nn.causal_sdpa$2_2_4_4.31.k_t [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %94 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":97:92)
-    %95 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %96 = linalg.fill ins(%94 : f32) outs(%95 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %97 = linalg.batch_matmul ins(%92, %93 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%96 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %nn.causal_sdpa$2_2_4_4.32.scores = tensor.expand_shape %97 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %98 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":98:26)
-    %99 = bufferization.alloc_tensor() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:26)
-    %inert.36 = linalg.fill ins(%98 : f32) outs(%99 : tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:26)
-    %100 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
-    %nn.causal_sdpa$2_2_4_4.33.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.32.scores, %inert.36 : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%100 : tensor<2x2x4x4xf32>) {
-    ^bb0(%101: f32, %102: f32, %103: f32):
-      %104 = arith.mulf %101, %102 : f32 loc("examples/decoder_block.kina":98:17)
-      linalg.yield %104 : f32 loc("examples/decoder_block.kina":98:17)
+    %73 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":20:16)
+    %74 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %75 = linalg.fill ins(%73 : f32) outs(%74 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %attention.18.q_rows = linalg.matmul ins(%nn.layer_norm$8_8.17.out, %wq : tensor<8x8xf32>, tensor<8x8xf32>) outs(%75 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %76 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:16)
+    %77 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %attention.19.k_rows = linalg.matmul ins(%nn.layer_norm$8_8.17.out, %wk : tensor<8x8xf32>, tensor<8x8xf32>) outs(%78 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %79 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":22:16)
+    %80 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %81 = linalg.fill ins(%79 : f32) outs(%80 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %attention.20.v_rows = linalg.matmul ins(%nn.layer_norm$8_8.17.out, %wv : tensor<8x8xf32>, tensor<8x8xf32>) outs(%81 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %82 = tensor.collapse_shape %attention.18.q_rows [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
+    %nn.split_heads$2_4_2_4.22.split = tensor.expand_shape %82 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":83:83)
+    %83 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":84:22)
+    %nn.split_heads$2_4_2_4.23.heads = linalg.transpose ins(%nn.split_heads$2_4_2_4.22.split : tensor<2x4x2x4xf32>) outs(%83 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
+    %84 = tensor.collapse_shape %attention.19.k_rows [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
+    %nn.split_heads$2_4_2_4.25.split = tensor.expand_shape %84 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":83:83)
+    %85 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":84:22)
+    %nn.split_heads$2_4_2_4.26.heads = linalg.transpose ins(%nn.split_heads$2_4_2_4.25.split : tensor<2x4x2x4xf32>) outs(%85 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
+    %86 = tensor.collapse_shape %attention.20.v_rows [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
+    %nn.split_heads$2_4_2_4.28.split = tensor.expand_shape %86 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":83:83)
+    %87 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":84:22)
+    %nn.split_heads$2_4_2_4.29.heads = linalg.transpose ins(%nn.split_heads$2_4_2_4.28.split : tensor<2x4x2x4xf32>) outs(%87 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
+    %88 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:48)
+    %nn.causal_sdpa$2_2_4_4.31.k_t = linalg.transpose ins(%nn.split_heads$2_4_2_4.26.heads : tensor<2x2x4x4xf32>) outs(%88 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:48)
+    %89 = tensor.collapse_shape %nn.split_heads$2_4_2_4.23.heads [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %90 = tensor.collapse_shape %nn.causal_sdpa$2_2_4_4.31.k_t [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %91 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":97:92)
+    %92 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %93 = linalg.fill ins(%91 : f32) outs(%92 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %94 = linalg.batch_matmul ins(%89, %90 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%93 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %nn.causal_sdpa$2_2_4_4.32.scores = tensor.expand_shape %94 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %95 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":98:26)
+    %97 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
+    %nn.causal_sdpa$2_2_4_4.33.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.32.scores : tensor<2x2x4x4xf32>) outs(%97 : tensor<2x2x4x4xf32>) {
+    ^bb0(%98: f32, %99: f32):
+      %100 = arith.mulf %98, %95 : f32 loc("examples/decoder_block.kina":98:17)
+      linalg.yield %100 : f32 loc("examples/decoder_block.kina":98:17)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
-    %106 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:45)
-    %105 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%106 : tensor<4x4xi64>) {
-    ^bb0(%107: i64):
-      %108 = linalg.index 0 : index loc("examples/decoder_block.kina":99:45)
-      %109 = arith.index_cast %108 : index to i64 loc("examples/decoder_block.kina":99:45)
-      linalg.yield %109 : i64 loc("examples/decoder_block.kina":99:45)
+    %102 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:45)
+    %101 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%102 : tensor<4x4xi64>) {
+    ^bb0(%103: i64):
+      %104 = linalg.index 0 : index loc("examples/decoder_block.kina":99:45)
+      %105 = arith.index_cast %104 : index to i64 loc("examples/decoder_block.kina":99:45)
+      linalg.yield %105 : i64 loc("examples/decoder_block.kina":99:45)
     } -> tensor<4x4xi64> loc("examples/decoder_block.kina":99:45)
-    %111 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:73)
-    %110 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%111 : tensor<4x4xi64>) {
-    ^bb0(%112: i64):
-      %113 = linalg.index 1 : index loc("examples/decoder_block.kina":99:73)
-      %114 = arith.index_cast %113 : index to i64 loc("examples/decoder_block.kina":99:73)
-      linalg.yield %114 : i64 loc("examples/decoder_block.kina":99:73)
+    %107 = tensor.empty() : tensor<4x4xi64> loc("examples/decoder_block.kina":99:73)
+    %106 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%107 : tensor<4x4xi64>) {
+    ^bb0(%108: i64):
+      %109 = linalg.index 1 : index loc("examples/decoder_block.kina":99:73)
+      %110 = arith.index_cast %109 : index to i64 loc("examples/decoder_block.kina":99:73)
+      linalg.yield %110 : i64 loc("examples/decoder_block.kina":99:73)
     } -> tensor<4x4xi64> loc("examples/decoder_block.kina":99:73)
-    %116 = tensor.empty() : tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%105, %110 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%116 : tensor<4x4xi8>) {
-    ^bb0(%117: i64, %118: i64, %119: i8):
-      %120 = arith.cmpi sge, %117, %118 : i64 loc("examples/decoder_block.kina":99:42)
-      %121 = arith.extui %120 : i1 to i8 loc("examples/decoder_block.kina":99:42)
-      linalg.yield %121 : i8 loc("examples/decoder_block.kina":99:42)
+    %112 = tensor.empty() : tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
+    %111 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%101, %106 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%112 : tensor<4x4xi8>) {
+    ^bb0(%113: i64, %114: i64, %115: i8):
+      %116 = arith.cmpi sge, %113, %114 : i64 loc("examples/decoder_block.kina":99:42)
+      %117 = arith.extui %116 : i1 to i8 loc("examples/decoder_block.kina":99:42)
+      linalg.yield %117 : i8 loc("examples/decoder_block.kina":99:42)
     } -> tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %122 = tensor.collapse_shape %115 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":99:42)
-    %inert.38 = tensor.expand_shape %122 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %123 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %nn.causal_sdpa$2_2_4_4.34.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.38 : tensor<1x1x4x4xi8>) outs(%123 : tensor<2x2x4x4xi8>) {
-    ^bb0(%124: i8, %125: i8):
-      linalg.yield %124 : i8 loc("examples/decoder_block.kina":99:42)
+    %118 = tensor.collapse_shape %111 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":99:42)
+    %inert.38 = tensor.expand_shape %118 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":99:42)
+    %119 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
+    %nn.causal_sdpa$2_2_4_4.34.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.38 : tensor<1x1x4x4xi8>) outs(%119 : tensor<2x2x4x4xi8>) {
+    ^bb0(%120: i8, %121: i8):
+      linalg.yield %120 : i8 loc("examples/decoder_block.kina":99:42)
     } -> tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %126 = arith.constant -1000000000.0 : f32 loc("examples/decoder_block.kina":100:93)
-    %127 = bufferization.alloc_tensor() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:93)
-    %inert.40 = linalg.fill ins(%126 : f32) outs(%127 : tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:93)
-    %128 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %nn.causal_sdpa$2_2_4_4.35.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.34.keep, %nn.causal_sdpa$2_2_4_4.33.scaled, %inert.40 : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%128 : tensor<2x2x4x4xf32>) {
-    ^bb0(%129: i8, %130: f32, %131: f32, %132: f32):
-      %133 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
-      %134 = arith.cmpi ne, %129, %133 : i8 loc("examples/decoder_block.kina":100:73)
-      %135 = arith.select %134, %130, %131 : f32 loc("examples/decoder_block.kina":100:73)
-      linalg.yield %135 : f32 loc("examples/decoder_block.kina":100:73)
+    %122 = arith.constant -1000000000.0 : f32 loc("examples/decoder_block.kina":100:93)
+    %124 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
+    %nn.causal_sdpa$2_2_4_4.35.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.34.keep, %nn.causal_sdpa$2_2_4_4.33.scaled : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>) outs(%124 : tensor<2x2x4x4xf32>) {
+    ^bb0(%125: i8, %126: f32, %127: f32):
+      %128 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
+      %129 = arith.cmpi ne, %125, %128 : i8 loc("examples/decoder_block.kina":100:73)
+      %130 = arith.select %129, %126, %122 : f32 loc("examples/decoder_block.kina":100:73)
+      linalg.yield %130 : f32 loc("examples/decoder_block.kina":100:73)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %136 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":101:14)
-    %137 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %138 = linalg.fill ins(%136 : f32) outs(%137 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %139 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$2_2_4_4.35.masked : tensor<2x2x4x4xf32>) outs(%138 : tensor<2x2x4xf32>) {
-    ^bb0(%140: f32, %141: f32):
-      %142 = arith.maximumf %141, %140 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %142 : f32 loc("examples/decoder_block.kina":101:14)
+    %131 = arith.constant 0xff800000 : f32 loc("examples/decoder_block.kina":101:14)
+    %132 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %133 = linalg.fill ins(%131 : f32) outs(%132 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %134 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$2_2_4_4.35.masked : tensor<2x2x4x4xf32>) outs(%133 : tensor<2x2x4xf32>) {
+    ^bb0(%135: f32, %136: f32):
+      %137 = arith.maximumf %136, %135 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %137 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %143 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %144 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.35.masked, %139 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%143 : tensor<2x2x4x4xf32>) {
-    ^bb0(%145: f32, %146: f32, %147: f32):
-      %148 = arith.subf %145, %146 : f32 loc("examples/decoder_block.kina":101:14)
-      %149 = math.exp %148 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %149 : f32 loc("examples/decoder_block.kina":101:14)
+    %138 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %139 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.35.masked, %134 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%138 : tensor<2x2x4x4xf32>) {
+    ^bb0(%140: f32, %141: f32, %142: f32):
+      %143 = arith.subf %140, %141 : f32 loc("examples/decoder_block.kina":101:14)
+      %144 = math.exp %143 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %144 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %150 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":101:14)
-    %151 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %152 = linalg.fill ins(%150 : f32) outs(%151 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %153 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%144 : tensor<2x2x4x4xf32>) outs(%152 : tensor<2x2x4xf32>) {
-    ^bb0(%154: f32, %155: f32):
-      %156 = arith.addf %155, %154 : f32 loc("examples/decoder_block.kina":101:14)
+    %145 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":101:14)
+    %146 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %147 = linalg.fill ins(%145 : f32) outs(%146 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %148 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%139 : tensor<2x2x4x4xf32>) outs(%147 : tensor<2x2x4xf32>) {
+    ^bb0(%149: f32, %150: f32):
+      %151 = arith.addf %150, %149 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %151 : f32 loc("examples/decoder_block.kina":101:14)
+    } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %152 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %nn.causal_sdpa$2_2_4_4.36.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%139, %148 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%152 : tensor<2x2x4x4xf32>) {
+    ^bb0(%153: f32, %154: f32, %155: f32):
+      %156 = arith.divf %153, %154 : f32 loc("examples/decoder_block.kina":101:14)
       linalg.yield %156 : f32 loc("examples/decoder_block.kina":101:14)
-    } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %157 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %nn.causal_sdpa$2_2_4_4.36.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%144, %153 : tensor<2x2x4x4xf32>, tensor<2x2x4xf32>) outs(%157 : tensor<2x2x4x4xf32>) {
-    ^bb0(%158: f32, %159: f32, %160: f32):
-      %161 = arith.divf %158, %159 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %161 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %162 = tensor.collapse_shape %nn.causal_sdpa$2_2_4_4.36.probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %163 = tensor.collapse_shape %nn.split_heads$2_4_2_4.29.heads [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %164 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
-    %165 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %166 = linalg.fill ins(%164 : f32) outs(%165 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %167 = linalg.batch_matmul ins(%162, %163 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%166 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %nn.causal_sdpa$2_2_4_4.37.ctx = tensor.expand_shape %167 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %168 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":89:3)
-    %nn.merge_heads$2_2_4_4.39.rows_t = linalg.transpose ins(%nn.causal_sdpa$2_2_4_4.37.ctx : tensor<2x2x4x4xf32>) outs(%168 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":89:3)
-    %169 = tensor.collapse_shape %nn.merge_heads$2_2_4_4.39.rows_t [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":90:12)
-    %nn.merge_heads$2_2_4_4.40.rows = tensor.expand_shape %169 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":90:12)
-    %170 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":28:13)
-    %171 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %172 = linalg.fill ins(%170 : f32) outs(%171 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %attention.41.out = linalg.matmul ins(%nn.merge_heads$2_2_4_4.40.rows, %wo : tensor<8x8xf32>, tensor<8x8xf32>) outs(%172 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %173 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":46:11)
-    %h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xr, %attention.41.out : tensor<8x8xf32>, tensor<8x8xf32>) outs(%173 : tensor<8x8xf32>) {
-    ^bb0(%174: f32, %175: f32, %176: f32):
-      %177 = arith.addf %174, %175 : f32 loc("examples/decoder_block.kina":46:11)
-      linalg.yield %177 : f32 loc("examples/decoder_block.kina":46:11)
+    %157 = tensor.collapse_shape %nn.causal_sdpa$2_2_4_4.36.probs [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %158 = tensor.collapse_shape %nn.split_heads$2_4_2_4.29.heads [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %159 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
+    %160 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %161 = linalg.fill ins(%159 : f32) outs(%160 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %162 = linalg.batch_matmul ins(%157, %158 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%161 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %nn.causal_sdpa$2_2_4_4.37.ctx = tensor.expand_shape %162 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %163 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":89:3)
+    %nn.merge_heads$2_2_4_4.39.rows_t = linalg.transpose ins(%nn.causal_sdpa$2_2_4_4.37.ctx : tensor<2x2x4x4xf32>) outs(%163 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":89:3)
+    %164 = tensor.collapse_shape %nn.merge_heads$2_2_4_4.39.rows_t [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":90:12)
+    %nn.merge_heads$2_2_4_4.40.rows = tensor.expand_shape %164 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":90:12)
+    %165 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":28:13)
+    %166 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %167 = linalg.fill ins(%165 : f32) outs(%166 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %attention.41.out = linalg.matmul ins(%nn.merge_heads$2_2_4_4.40.rows, %wo : tensor<8x8xf32>, tensor<8x8xf32>) outs(%167 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %168 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":46:11)
+    %h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xr, %attention.41.out : tensor<8x8xf32>, tensor<8x8xf32>) outs(%168 : tensor<8x8xf32>) {
+    ^bb0(%169: f32, %170: f32, %171: f32):
+      %172 = arith.addf %169, %170 : f32 loc("examples/decoder_block.kina":46:11)
+      linalg.yield %172 : f32 loc("examples/decoder_block.kina":46:11)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":46:11)
-    %178 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":25:6)
-    %179 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":25:6)
-    %180 = linalg.fill ins(%178 : f32) outs(%179 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":25:6)
-    %181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%h : tensor<8x8xf32>) outs(%180 : tensor<8xf32>) {
-    ^bb0(%182: f32, %183: f32):
-      %184 = arith.addf %183, %182 : f32 loc("examples/decoder_block.kina":25:6)
-      linalg.yield %184 : f32 loc("examples/decoder_block.kina":25:6)
+    %173 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":25:6)
+    %174 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":25:6)
+    %175 = linalg.fill ins(%173 : f32) outs(%174 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":25:6)
+    %176 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%h : tensor<8x8xf32>) outs(%175 : tensor<8xf32>) {
+    ^bb0(%177: f32, %178: f32):
+      %179 = arith.addf %178, %177 : f32 loc("examples/decoder_block.kina":25:6)
+      linalg.yield %179 : f32 loc("examples/decoder_block.kina":25:6)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":25:6)
-    %nn.layer_norm$8_8.42.s = tensor.expand_shape %181 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":25:6)
-    %185 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":26:7)
-    %186 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:7)
-    %inert.52 = linalg.fill ins(%185 : f32) outs(%186 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:7)
-    %187 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %nn.layer_norm$8_8.43.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.42.s, %inert.52 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%187 : tensor<8x1xf32>) {
-    ^bb0(%188: f32, %189: f32, %190: f32):
-      %191 = arith.mulf %188, %189 : f32 loc("examples/decoder_block.kina":26:3)
-      linalg.yield %191 : f32 loc("examples/decoder_block.kina":26:3)
+    %nn.layer_norm$8_8.42.s = tensor.expand_shape %176 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":25:6)
+    %180 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":26:7)
+    %182 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
+    %nn.layer_norm$8_8.43.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.42.s : tensor<8x1xf32>) outs(%182 : tensor<8x1xf32>) {
+    ^bb0(%183: f32, %184: f32):
+      %185 = arith.mulf %183, %180 : f32 loc("examples/decoder_block.kina":26:3)
+      linalg.yield %185 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %192 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %nn.layer_norm$8_8.44.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.43.mu : tensor<8x1xf32>) outs(%192 : tensor<8x8xf32>) {
-    ^bb0(%193: f32, %194: f32):
-      linalg.yield %193 : f32 loc("examples/decoder_block.kina":26:33)
+    %186 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
+    %nn.layer_norm$8_8.44.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.43.mu : tensor<8x1xf32>) outs(%186 : tensor<8x8xf32>) {
+    ^bb0(%187: f32, %188: f32):
+      linalg.yield %187 : f32 loc("examples/decoder_block.kina":26:33)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %195 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %nn.layer_norm$8_8.45.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$8_8.44.mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%195 : tensor<8x8xf32>) {
-    ^bb0(%196: f32, %197: f32, %198: f32):
-      %199 = arith.subf %196, %197 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %199 : f32 loc("examples/decoder_block.kina":26:68)
+    %189 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %nn.layer_norm$8_8.45.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$8_8.44.mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%189 : tensor<8x8xf32>) {
+    ^bb0(%190: f32, %191: f32, %192: f32):
+      %193 = arith.subf %190, %191 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %193 : f32 loc("examples/decoder_block.kina":26:68)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %200 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %nn.layer_norm$8_8.46.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.45.xc : tensor<8x8xf32>) outs(%200 : tensor<8x8xf32>) {
-    ^bb0(%201: f32, %202: f32):
-      %203 = arith.mulf %201, %201 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %203 : f32 loc("examples/decoder_block.kina":26:91)
+    %194 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %nn.layer_norm$8_8.46.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.45.xc : tensor<8x8xf32>) outs(%194 : tensor<8x8xf32>) {
+    ^bb0(%195: f32, %196: f32):
+      %197 = arith.mulf %195, %195 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %197 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %204 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":27:22)
-    %205 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %206 = linalg.fill ins(%204 : f32) outs(%205 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %207 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$8_8.46.sq : tensor<8x8xf32>) outs(%206 : tensor<8xf32>) {
-    ^bb0(%208: f32, %209: f32):
-      %210 = arith.addf %209, %208 : f32 loc("examples/decoder_block.kina":27:22)
-      linalg.yield %210 : f32 loc("examples/decoder_block.kina":27:22)
+    %198 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":27:22)
+    %199 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":27:22)
+    %200 = linalg.fill ins(%198 : f32) outs(%199 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$8_8.46.sq : tensor<8x8xf32>) outs(%200 : tensor<8xf32>) {
+    ^bb0(%202: f32, %203: f32):
+      %204 = arith.addf %203, %202 : f32 loc("examples/decoder_block.kina":27:22)
+      linalg.yield %204 : f32 loc("examples/decoder_block.kina":27:22)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":27:22)
-    %nn.layer_norm$8_8.47.ss = tensor.expand_shape %207 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":27:22)
-    %211 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":31:1)
-    %212 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":31:1)
-    %inert.58 = linalg.fill ins(%211 : f32) outs(%212 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":31:1)
-    %213 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %nn.layer_norm$8_8.48.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.47.ss, %inert.58 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%213 : tensor<8x1xf32>) {
-    ^bb0(%214: f32, %215: f32, %216: f32):
-      %217 = arith.mulf %214, %215 : f32 loc("examples/decoder_block.kina":29:4)
-      linalg.yield %217 : f32 loc("examples/decoder_block.kina":29:4)
+    %nn.layer_norm$8_8.47.ss = tensor.expand_shape %201 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":27:22)
+    %205 = arith.constant 0.125 : f32 loc("examples/decoder_block.kina":31:1)
+    %207 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
+    %nn.layer_norm$8_8.48.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.47.ss : tensor<8x1xf32>) outs(%207 : tensor<8x1xf32>) {
+    ^bb0(%208: f32, %209: f32):
+      %210 = arith.mulf %208, %205 : f32 loc("examples/decoder_block.kina":29:4)
+      linalg.yield %210 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %218 = arith.constant 1.0e-05 : f32 loc("examples/decoder_block.kina":32:35)
-    %219 = bufferization.alloc_tensor() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:35)
-    %inert.60 = linalg.fill ins(%218 : f32) outs(%219 : tensor<8x1xf32>) -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:35)
-    %220 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
-    %nn.layer_norm$8_8.49.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.48.var, %inert.60 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%220 : tensor<8x1xf32>) {
-    ^bb0(%221: f32, %222: f32, %223: f32):
-      %224 = arith.addf %221, %222 : f32 loc("examples/decoder_block.kina":32:29)
-      linalg.yield %224 : f32 loc("examples/decoder_block.kina":32:29)
+    %211 = arith.constant 1.0e-05 : f32 loc("examples/decoder_block.kina":32:35)
+    %213 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
+    %nn.layer_norm$8_8.49.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.48.var : tensor<8x1xf32>) outs(%213 : tensor<8x1xf32>) {
+    ^bb0(%214: f32, %215: f32):
+      %216 = arith.addf %214, %211 : f32 loc("examples/decoder_block.kina":32:29)
+      linalg.yield %216 : f32 loc("examples/decoder_block.kina":32:29)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:29)
-    %225 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %nn.layer_norm$8_8.50.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.49.var_eps : tensor<8x1xf32>) outs(%225 : tensor<8x1xf32>) {
-    ^bb0(%226: f32, %227: f32):
-      %228 = math.rsqrt %226 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %228 : f32 loc("examples/decoder_block.kina":32:59)
+    %217 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %nn.layer_norm$8_8.50.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.49.var_eps : tensor<8x1xf32>) outs(%217 : tensor<8x1xf32>) {
+    ^bb0(%218: f32, %219: f32):
+      %220 = math.rsqrt %218 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %220 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %229 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %nn.layer_norm$8_8.51.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std : tensor<8x1xf32>) outs(%229 : tensor<8x8xf32>) {
-    ^bb0(%230: f32, %231: f32):
-      linalg.yield %230 : f32 loc("examples/decoder_block.kina":33:36)
+    %221 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
+    %nn.layer_norm$8_8.51.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std : tensor<8x1xf32>) outs(%221 : tensor<8x8xf32>) {
+    ^bb0(%222: f32, %223: f32):
+      linalg.yield %222 : f32 loc("examples/decoder_block.kina":33:36)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %232 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %nn.layer_norm$8_8.52.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.45.xc, %nn.layer_norm$8_8.51.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%232 : tensor<8x8xf32>) {
-    ^bb0(%233: f32, %234: f32, %235: f32):
-      %236 = arith.mulf %233, %234 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %236 : f32 loc("examples/decoder_block.kina":33:76)
+    %224 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %nn.layer_norm$8_8.52.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.45.xc, %nn.layer_norm$8_8.51.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%224 : tensor<8x8xf32>) {
+    ^bb0(%225: f32, %226: f32, %227: f32):
+      %228 = arith.mulf %225, %226 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %228 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
     %nn.layer_norm$8_8.53.g_row = tensor.expand_shape %ln2_g [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":33:108)
-    %237 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %nn.layer_norm$8_8.54.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.53.g_row : tensor<1x8xf32>) outs(%237 : tensor<8x8xf32>) {
-    ^bb0(%238: f32, %239: f32):
-      linalg.yield %238 : f32 loc("examples/decoder_block.kina":35:7)
+    %229 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
+    %nn.layer_norm$8_8.54.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.53.g_row : tensor<1x8xf32>) outs(%229 : tensor<8x8xf32>) {
+    ^bb0(%230: f32, %231: f32):
+      linalg.yield %230 : f32 loc("examples/decoder_block.kina":35:7)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %240 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %nn.layer_norm$8_8.55.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.52.xn, %nn.layer_norm$8_8.54.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%240 : tensor<8x8xf32>) {
-    ^bb0(%241: f32, %242: f32, %243: f32):
-      %244 = arith.mulf %241, %242 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %244 : f32 loc("examples/decoder_block.kina":36:24)
+    %232 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %nn.layer_norm$8_8.55.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.52.xn, %nn.layer_norm$8_8.54.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%232 : tensor<8x8xf32>) {
+    ^bb0(%233: f32, %234: f32, %235: f32):
+      %236 = arith.mulf %233, %234 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %236 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
     %nn.layer_norm$8_8.56.b_row = tensor.expand_shape %ln2_b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:16)
-    %245 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %nn.layer_norm$8_8.57.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.56.b_row : tensor<1x8xf32>) outs(%245 : tensor<8x8xf32>) {
-    ^bb0(%246: f32, %247: f32):
-      linalg.yield %246 : f32 loc("examples/decoder_block.kina":40:52)
+    %237 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
+    %nn.layer_norm$8_8.57.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.56.b_row : tensor<1x8xf32>) outs(%237 : tensor<8x8xf32>) {
+    ^bb0(%238: f32, %239: f32):
+      linalg.yield %238 : f32 loc("examples/decoder_block.kina":40:52)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %248 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %nn.layer_norm$8_8.58.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.55.scaled, %nn.layer_norm$8_8.57.b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%248 : tensor<8x8xf32>) {
-    ^bb0(%249: f32, %250: f32, %251: f32):
-      %252 = arith.addf %249, %250 : f32 loc("examples/decoder_block.kina":41:5)
-      linalg.yield %252 : f32 loc("examples/decoder_block.kina":41:5)
+    %240 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
+    %nn.layer_norm$8_8.58.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.55.scaled, %nn.layer_norm$8_8.57.b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%240 : tensor<8x8xf32>) {
+    ^bb0(%241: f32, %242: f32, %243: f32):
+      %244 = arith.addf %241, %242 : f32 loc("examples/decoder_block.kina":41:5)
+      linalg.yield %244 : f32 loc("examples/decoder_block.kina":41:5)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %253 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":34:12)
-    %254 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
-    %255 = linalg.fill ins(%253 : f32) outs(%254 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
-    %mlp.59.up = linalg.matmul ins(%nn.layer_norm$8_8.58.out, %w_up : tensor<8x8xf32>, tensor<8x16xf32>) outs(%255 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
-    %256 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":35:13)
-    %mlp.60.act = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mlp.59.up : tensor<8x16xf32>) outs(%256 : tensor<8x16xf32>) {
-    ^bb0(%257: f32, %258: f32):
-      %259 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":35:13)
-      %260 = arith.mulf %257, %259 : f32 loc("examples/decoder_block.kina":35:13)
-      %261 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":35:13)
-      %262 = arith.minimumf %260, %261 : f32 loc("examples/decoder_block.kina":35:13)
-      %263 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":35:13)
-      %264 = arith.maximumf %262, %263 : f32 loc("examples/decoder_block.kina":35:13)
-      %265 = arith.mulf %264, %264 : f32 loc("examples/decoder_block.kina":35:13)
-      %266 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":35:13)
-      %267 = arith.mulf %266, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %268 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":35:13)
-      %269 = arith.addf %267, %268 : f32 loc("examples/decoder_block.kina":35:13)
-      %270 = arith.mulf %269, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %271 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":35:13)
-      %272 = arith.addf %270, %271 : f32 loc("examples/decoder_block.kina":35:13)
-      %273 = arith.mulf %272, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %274 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":35:13)
-      %275 = arith.addf %273, %274 : f32 loc("examples/decoder_block.kina":35:13)
-      %276 = arith.mulf %275, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %277 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":35:13)
-      %278 = arith.addf %276, %277 : f32 loc("examples/decoder_block.kina":35:13)
-      %279 = arith.mulf %278, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %280 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":35:13)
+    %245 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":34:12)
+    %246 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
+    %247 = linalg.fill ins(%245 : f32) outs(%246 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
+    %mlp.59.up = linalg.matmul ins(%nn.layer_norm$8_8.58.out, %w_up : tensor<8x8xf32>, tensor<8x16xf32>) outs(%247 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
+    %248 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":35:13)
+    %mlp.60.act = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mlp.59.up : tensor<8x16xf32>) outs(%248 : tensor<8x16xf32>) {
+    ^bb0(%249: f32, %250: f32):
+      %251 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":35:13)
+      %252 = arith.mulf %249, %251 : f32 loc("examples/decoder_block.kina":35:13)
+      %253 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":35:13)
+      %254 = arith.minimumf %252, %253 : f32 loc("examples/decoder_block.kina":35:13)
+      %255 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":35:13)
+      %256 = arith.maximumf %254, %255 : f32 loc("examples/decoder_block.kina":35:13)
+      %257 = arith.mulf %256, %256 : f32 loc("examples/decoder_block.kina":35:13)
+      %258 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":35:13)
+      %259 = arith.mulf %258, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %260 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":35:13)
+      %261 = arith.addf %259, %260 : f32 loc("examples/decoder_block.kina":35:13)
+      %262 = arith.mulf %261, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %263 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":35:13)
+      %264 = arith.addf %262, %263 : f32 loc("examples/decoder_block.kina":35:13)
+      %265 = arith.mulf %264, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %266 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":35:13)
+      %267 = arith.addf %265, %266 : f32 loc("examples/decoder_block.kina":35:13)
+      %268 = arith.mulf %267, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %269 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":35:13)
+      %270 = arith.addf %268, %269 : f32 loc("examples/decoder_block.kina":35:13)
+      %271 = arith.mulf %270, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %272 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":35:13)
+      %273 = arith.addf %271, %272 : f32 loc("examples/decoder_block.kina":35:13)
+      %274 = arith.mulf %273, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %275 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":35:13)
+      %276 = arith.addf %274, %275 : f32 loc("examples/decoder_block.kina":35:13)
+      %277 = arith.mulf %256, %276 : f32 loc("examples/decoder_block.kina":35:13)
+      %278 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":35:13)
+      %279 = arith.mulf %278, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %280 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":35:13)
       %281 = arith.addf %279, %280 : f32 loc("examples/decoder_block.kina":35:13)
-      %282 = arith.mulf %281, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %283 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":35:13)
+      %282 = arith.mulf %281, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %283 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":35:13)
       %284 = arith.addf %282, %283 : f32 loc("examples/decoder_block.kina":35:13)
-      %285 = arith.mulf %264, %284 : f32 loc("examples/decoder_block.kina":35:13)
-      %286 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":35:13)
-      %287 = arith.mulf %286, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %288 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":35:13)
-      %289 = arith.addf %287, %288 : f32 loc("examples/decoder_block.kina":35:13)
-      %290 = arith.mulf %289, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %291 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":35:13)
-      %292 = arith.addf %290, %291 : f32 loc("examples/decoder_block.kina":35:13)
-      %293 = arith.mulf %292, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %294 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":35:13)
-      %295 = arith.addf %293, %294 : f32 loc("examples/decoder_block.kina":35:13)
-      %296 = arith.mulf %295, %265 : f32 loc("examples/decoder_block.kina":35:13)
-      %297 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":35:13)
-      %298 = arith.addf %296, %297 : f32 loc("examples/decoder_block.kina":35:13)
-      %299 = arith.divf %285, %298 : f32 loc("examples/decoder_block.kina":35:13)
-      %300 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":35:13)
-      %301 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":35:13)
-      %302 = arith.addf %301, %299 : f32 loc("examples/decoder_block.kina":35:13)
-      %303 = arith.mulf %300, %302 : f32 loc("examples/decoder_block.kina":35:13)
-      %304 = arith.mulf %257, %303 : f32 loc("examples/decoder_block.kina":35:13)
-      linalg.yield %304 : f32 loc("examples/decoder_block.kina":35:13)
+      %285 = arith.mulf %284, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %286 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":35:13)
+      %287 = arith.addf %285, %286 : f32 loc("examples/decoder_block.kina":35:13)
+      %288 = arith.mulf %287, %257 : f32 loc("examples/decoder_block.kina":35:13)
+      %289 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":35:13)
+      %290 = arith.addf %288, %289 : f32 loc("examples/decoder_block.kina":35:13)
+      %291 = arith.divf %277, %290 : f32 loc("examples/decoder_block.kina":35:13)
+      %292 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":35:13)
+      %293 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":35:13)
+      %294 = arith.addf %293, %291 : f32 loc("examples/decoder_block.kina":35:13)
+      %295 = arith.mulf %292, %294 : f32 loc("examples/decoder_block.kina":35:13)
+      %296 = arith.mulf %249, %295 : f32 loc("examples/decoder_block.kina":35:13)
+      linalg.yield %296 : f32 loc("examples/decoder_block.kina":35:13)
     } -> tensor<8x16xf32> loc("examples/decoder_block.kina":35:13)
-    %305 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":36:13)
-    %306 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:13)
-    %307 = linalg.fill ins(%305 : f32) outs(%306 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:13)
-    %mlp.61.out = linalg.matmul ins(%mlp.60.act, %w_down : tensor<8x16xf32>, tensor<16x8xf32>) outs(%307 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:13)
-    %308 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":49:11)
-    %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %mlp.61.out : tensor<8x8xf32>, tensor<8x8xf32>) outs(%308 : tensor<8x8xf32>) {
-    ^bb0(%309: f32, %310: f32, %311: f32):
-      %312 = arith.addf %309, %310 : f32 loc("examples/decoder_block.kina":49:11)
-      linalg.yield %312 : f32 loc("examples/decoder_block.kina":49:11)
+    %297 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":36:13)
+    %298 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:13)
+    %299 = linalg.fill ins(%297 : f32) outs(%298 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:13)
+    %mlp.61.out = linalg.matmul ins(%mlp.60.act, %w_down : tensor<8x16xf32>, tensor<16x8xf32>) outs(%299 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:13)
+    %300 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":49:11)
+    %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %mlp.61.out : tensor<8x8xf32>, tensor<8x8xf32>) outs(%300 : tensor<8x8xf32>) {
+    ^bb0(%301: f32, %302: f32, %303: f32):
+      %304 = arith.addf %301, %302 : f32 loc("examples/decoder_block.kina":49:11)
+      linalg.yield %304 : f32 loc("examples/decoder_block.kina":49:11)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":49:11)
-    %313 = tensor.collapse_shape %y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":50:13)
-    %out = tensor.expand_shape %313 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":50:13)
+    %305 = tensor.collapse_shape %y [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":50:13)
+    %out = tensor.expand_shape %305 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":50:13)
     %ct.1.seed = arith.constant dense<1.0> : tensor<2x4x8xf32> loc("examples/decoder_block.kina":51:3)
-    %314 = tensor.collapse_shape %ct.1.seed [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":50:13)
-    %ct.2.reshape = tensor.expand_shape %314 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":50:13)
-    %315 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
-    %ct.3.transpose = linalg.transpose ins(%w_down : tensor<16x8xf32>) outs(%315 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":36:13)
-    %316 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":36:13)
-    %317 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
-    %318 = linalg.fill ins(%316 : f32) outs(%317 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
-    %ct.4.matmul = linalg.matmul ins(%ct.2.reshape, %ct.3.transpose : tensor<8x8xf32>, tensor<8x16xf32>) outs(%318 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
-    %319 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
-    %ct.5.transpose = linalg.transpose ins(%mlp.60.act : tensor<8x16xf32>) outs(%319 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":36:13)
-    %320 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":36:13)
-    %321 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
-    %322 = linalg.fill ins(%320 : f32) outs(%321 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
-    %ct.6.matmul = linalg.matmul ins(%ct.5.transpose, %ct.2.reshape : tensor<16x8xf32>, tensor<8x8xf32>) outs(%322 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
-    %323 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":35:13)
-    %ct.7.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.matmul, %mlp.59.up : tensor<8x16xf32>, tensor<8x16xf32>) outs(%323 : tensor<8x16xf32>) {
-    ^bb0(%324: f32, %325: f32, %326: f32):
-      %327 = arith.constant -0.5 : f32 loc("examples/decoder_block.kina":35:13)
-      %328 = arith.mulf %325, %325 : f32 loc("examples/decoder_block.kina":35:13)
-      %329 = arith.mulf %327, %328 : f32 loc("examples/decoder_block.kina":35:13)
-      %330 = math.exp %329 : f32 loc("examples/decoder_block.kina":35:13)
-      %331 = arith.constant 0.3989422804014327 : f32 loc("examples/decoder_block.kina":35:13)
-      %332 = arith.mulf %330, %331 : f32 loc("examples/decoder_block.kina":35:13)
-      %333 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":35:13)
-      %334 = arith.mulf %325, %333 : f32 loc("examples/decoder_block.kina":35:13)
-      %335 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":35:13)
-      %336 = arith.minimumf %334, %335 : f32 loc("examples/decoder_block.kina":35:13)
-      %337 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":35:13)
-      %338 = arith.maximumf %336, %337 : f32 loc("examples/decoder_block.kina":35:13)
-      %339 = arith.mulf %338, %338 : f32 loc("examples/decoder_block.kina":35:13)
-      %340 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":35:13)
-      %341 = arith.mulf %340, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %342 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":35:13)
-      %343 = arith.addf %341, %342 : f32 loc("examples/decoder_block.kina":35:13)
-      %344 = arith.mulf %343, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %345 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":35:13)
-      %346 = arith.addf %344, %345 : f32 loc("examples/decoder_block.kina":35:13)
-      %347 = arith.mulf %346, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %348 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":35:13)
-      %349 = arith.addf %347, %348 : f32 loc("examples/decoder_block.kina":35:13)
-      %350 = arith.mulf %349, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %351 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":35:13)
-      %352 = arith.addf %350, %351 : f32 loc("examples/decoder_block.kina":35:13)
-      %353 = arith.mulf %352, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %354 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":35:13)
+    %306 = tensor.collapse_shape %ct.1.seed [[0, 1, 2]] : tensor<2x4x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":50:13)
+    %ct.2.reshape = tensor.expand_shape %306 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":50:13)
+    %307 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
+    %ct.3.transpose = linalg.transpose ins(%w_down : tensor<16x8xf32>) outs(%307 : tensor<8x16xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":36:13)
+    %308 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":36:13)
+    %309 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
+    %310 = linalg.fill ins(%308 : f32) outs(%309 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
+    %ct.4.matmul = linalg.matmul ins(%ct.2.reshape, %ct.3.transpose : tensor<8x8xf32>, tensor<8x16xf32>) outs(%310 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":36:13)
+    %311 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
+    %ct.5.transpose = linalg.transpose ins(%mlp.60.act : tensor<8x16xf32>) outs(%311 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":36:13)
+    %312 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":36:13)
+    %313 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
+    %314 = linalg.fill ins(%312 : f32) outs(%313 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
+    %ct.6.matmul = linalg.matmul ins(%ct.5.transpose, %ct.2.reshape : tensor<16x8xf32>, tensor<8x8xf32>) outs(%314 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/decoder_block.kina":36:13)
+    %315 = tensor.empty() : tensor<8x16xf32> loc("examples/decoder_block.kina":35:13)
+    %ct.7.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.matmul, %mlp.59.up : tensor<8x16xf32>, tensor<8x16xf32>) outs(%315 : tensor<8x16xf32>) {
+    ^bb0(%316: f32, %317: f32, %318: f32):
+      %319 = arith.constant -0.5 : f32 loc("examples/decoder_block.kina":35:13)
+      %320 = arith.mulf %317, %317 : f32 loc("examples/decoder_block.kina":35:13)
+      %321 = arith.mulf %319, %320 : f32 loc("examples/decoder_block.kina":35:13)
+      %322 = math.exp %321 : f32 loc("examples/decoder_block.kina":35:13)
+      %323 = arith.constant 0.3989422804014327 : f32 loc("examples/decoder_block.kina":35:13)
+      %324 = arith.mulf %322, %323 : f32 loc("examples/decoder_block.kina":35:13)
+      %325 = arith.constant 0.7071067811865475 : f32 loc("examples/decoder_block.kina":35:13)
+      %326 = arith.mulf %317, %325 : f32 loc("examples/decoder_block.kina":35:13)
+      %327 = arith.constant 4.0 : f32 loc("examples/decoder_block.kina":35:13)
+      %328 = arith.minimumf %326, %327 : f32 loc("examples/decoder_block.kina":35:13)
+      %329 = arith.constant -4.0 : f32 loc("examples/decoder_block.kina":35:13)
+      %330 = arith.maximumf %328, %329 : f32 loc("examples/decoder_block.kina":35:13)
+      %331 = arith.mulf %330, %330 : f32 loc("examples/decoder_block.kina":35:13)
+      %332 = arith.constant -2.72614225801306e-10 : f32 loc("examples/decoder_block.kina":35:13)
+      %333 = arith.mulf %332, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %334 = arith.constant 2.77068142495902e-08 : f32 loc("examples/decoder_block.kina":35:13)
+      %335 = arith.addf %333, %334 : f32 loc("examples/decoder_block.kina":35:13)
+      %336 = arith.mulf %335, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %337 = arith.constant -2.10102402082508e-06 : f32 loc("examples/decoder_block.kina":35:13)
+      %338 = arith.addf %336, %337 : f32 loc("examples/decoder_block.kina":35:13)
+      %339 = arith.mulf %338, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %340 = arith.constant -5.69250639462346e-05 : f32 loc("examples/decoder_block.kina":35:13)
+      %341 = arith.addf %339, %340 : f32 loc("examples/decoder_block.kina":35:13)
+      %342 = arith.mulf %341, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %343 = arith.constant -0.000734990630326855 : f32 loc("examples/decoder_block.kina":35:13)
+      %344 = arith.addf %342, %343 : f32 loc("examples/decoder_block.kina":35:13)
+      %345 = arith.mulf %344, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %346 = arith.constant -0.00295459980854025 : f32 loc("examples/decoder_block.kina":35:13)
+      %347 = arith.addf %345, %346 : f32 loc("examples/decoder_block.kina":35:13)
+      %348 = arith.mulf %347, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %349 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":35:13)
+      %350 = arith.addf %348, %349 : f32 loc("examples/decoder_block.kina":35:13)
+      %351 = arith.mulf %330, %350 : f32 loc("examples/decoder_block.kina":35:13)
+      %352 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":35:13)
+      %353 = arith.mulf %352, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %354 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":35:13)
       %355 = arith.addf %353, %354 : f32 loc("examples/decoder_block.kina":35:13)
-      %356 = arith.mulf %355, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %357 = arith.constant -0.0160960333262415 : f32 loc("examples/decoder_block.kina":35:13)
+      %356 = arith.mulf %355, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %357 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":35:13)
       %358 = arith.addf %356, %357 : f32 loc("examples/decoder_block.kina":35:13)
-      %359 = arith.mulf %338, %358 : f32 loc("examples/decoder_block.kina":35:13)
-      %360 = arith.constant -1.45660718464996e-05 : f32 loc("examples/decoder_block.kina":35:13)
-      %361 = arith.mulf %360, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %362 = arith.constant -0.000213374055278905 : f32 loc("examples/decoder_block.kina":35:13)
-      %363 = arith.addf %361, %362 : f32 loc("examples/decoder_block.kina":35:13)
-      %364 = arith.mulf %363, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %365 = arith.constant -0.00168282697438203 : f32 loc("examples/decoder_block.kina":35:13)
-      %366 = arith.addf %364, %365 : f32 loc("examples/decoder_block.kina":35:13)
-      %367 = arith.mulf %366, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %368 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":35:13)
-      %369 = arith.addf %367, %368 : f32 loc("examples/decoder_block.kina":35:13)
-      %370 = arith.mulf %369, %339 : f32 loc("examples/decoder_block.kina":35:13)
-      %371 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":35:13)
-      %372 = arith.addf %370, %371 : f32 loc("examples/decoder_block.kina":35:13)
-      %373 = arith.divf %359, %372 : f32 loc("examples/decoder_block.kina":35:13)
-      %374 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":35:13)
-      %375 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":35:13)
-      %376 = arith.addf %375, %373 : f32 loc("examples/decoder_block.kina":35:13)
-      %377 = arith.mulf %374, %376 : f32 loc("examples/decoder_block.kina":35:13)
-      %378 = arith.mulf %325, %332 : f32 loc("examples/decoder_block.kina":35:13)
-      %379 = arith.addf %377, %378 : f32 loc("examples/decoder_block.kina":35:13)
-      %380 = arith.mulf %324, %379 : f32 loc("examples/decoder_block.kina":35:13)
-      linalg.yield %380 : f32 loc("examples/decoder_block.kina":35:13)
+      %359 = arith.mulf %358, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %360 = arith.constant -0.00737332916720468 : f32 loc("examples/decoder_block.kina":35:13)
+      %361 = arith.addf %359, %360 : f32 loc("examples/decoder_block.kina":35:13)
+      %362 = arith.mulf %361, %331 : f32 loc("examples/decoder_block.kina":35:13)
+      %363 = arith.constant -0.0142647390514189 : f32 loc("examples/decoder_block.kina":35:13)
+      %364 = arith.addf %362, %363 : f32 loc("examples/decoder_block.kina":35:13)
+      %365 = arith.divf %351, %364 : f32 loc("examples/decoder_block.kina":35:13)
+      %366 = arith.constant 0.5 : f32 loc("examples/decoder_block.kina":35:13)
+      %367 = arith.constant 1.0 : f32 loc("examples/decoder_block.kina":35:13)
+      %368 = arith.addf %367, %365 : f32 loc("examples/decoder_block.kina":35:13)
+      %369 = arith.mulf %366, %368 : f32 loc("examples/decoder_block.kina":35:13)
+      %370 = arith.mulf %317, %324 : f32 loc("examples/decoder_block.kina":35:13)
+      %371 = arith.addf %369, %370 : f32 loc("examples/decoder_block.kina":35:13)
+      %372 = arith.mulf %316, %371 : f32 loc("examples/decoder_block.kina":35:13)
+      linalg.yield %372 : f32 loc("examples/decoder_block.kina":35:13)
     } -> tensor<8x16xf32> loc("examples/decoder_block.kina":35:13)
-    %381 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":34:12)
-    %ct.8.transpose = linalg.transpose ins(%w_up : tensor<8x16xf32>) outs(%381 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":34:12)
-    %382 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":34:12)
-    %383 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
-    %384 = linalg.fill ins(%382 : f32) outs(%383 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
-    %ct.9.matmul = linalg.matmul ins(%ct.7.gelu_grad, %ct.8.transpose : tensor<8x16xf32>, tensor<16x8xf32>) outs(%384 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
-    %385 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
-    %ct.10.transpose = linalg.transpose ins(%nn.layer_norm$8_8.58.out : tensor<8x8xf32>) outs(%385 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":34:12)
-    %386 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":34:12)
-    %387 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
-    %388 = linalg.fill ins(%386 : f32) outs(%387 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
-    %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.7.gelu_grad : tensor<8x8xf32>, tensor<8x16xf32>) outs(%388 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
-    %389 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:52)
-    %390 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":40:52)
-    %391 = linalg.fill ins(%389 : f32) outs(%390 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":40:52)
-    %392 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.matmul : tensor<8x8xf32>) outs(%391 : tensor<8xf32>) {
-    ^bb0(%393: f32, %394: f32):
-      %395 = arith.addf %394, %393 : f32 loc("examples/decoder_block.kina":40:52)
-      linalg.yield %395 : f32 loc("examples/decoder_block.kina":40:52)
+    %373 = tensor.empty() : tensor<16x8xf32> loc("examples/decoder_block.kina":34:12)
+    %ct.8.transpose = linalg.transpose ins(%w_up : tensor<8x16xf32>) outs(%373 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":34:12)
+    %374 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":34:12)
+    %375 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
+    %376 = linalg.fill ins(%374 : f32) outs(%375 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
+    %ct.9.matmul = linalg.matmul ins(%ct.7.gelu_grad, %ct.8.transpose : tensor<8x16xf32>, tensor<16x8xf32>) outs(%376 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
+    %377 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":34:12)
+    %ct.10.transpose = linalg.transpose ins(%nn.layer_norm$8_8.58.out : tensor<8x8xf32>) outs(%377 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":34:12)
+    %378 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":34:12)
+    %379 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
+    %380 = linalg.fill ins(%378 : f32) outs(%379 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
+    %ct.11.matmul = linalg.matmul ins(%ct.10.transpose, %ct.7.gelu_grad : tensor<8x8xf32>, tensor<8x16xf32>) outs(%380 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/decoder_block.kina":34:12)
+    %381 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:52)
+    %382 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":40:52)
+    %383 = linalg.fill ins(%381 : f32) outs(%382 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":40:52)
+    %384 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.matmul : tensor<8x8xf32>) outs(%383 : tensor<8xf32>) {
+    ^bb0(%385: f32, %386: f32):
+      %387 = arith.addf %386, %385 : f32 loc("examples/decoder_block.kina":40:52)
+      linalg.yield %387 : f32 loc("examples/decoder_block.kina":40:52)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":40:52)
-    %ct.12.reduce_keep = tensor.expand_shape %392 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:52)
+    %ct.12.reduce_keep = tensor.expand_shape %384 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:52)
     %ct.13.reshape = tensor.collapse_shape %ct.12.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":40:16)
-    %396 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %nn.layer_norm$8_8.54.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%396 : tensor<8x8xf32>) {
-    ^bb0(%397: f32, %398: f32, %399: f32):
-      %400 = arith.mulf %397, %398 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %400 : f32 loc("examples/decoder_block.kina":36:24)
+    %388 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %nn.layer_norm$8_8.54.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%388 : tensor<8x8xf32>) {
+    ^bb0(%389: f32, %390: f32, %391: f32):
+      %392 = arith.mulf %389, %390 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %392 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %401 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %nn.layer_norm$8_8.52.xn : tensor<8x8xf32>, tensor<8x8xf32>) outs(%401 : tensor<8x8xf32>) {
-    ^bb0(%402: f32, %403: f32, %404: f32):
-      %405 = arith.mulf %402, %403 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %405 : f32 loc("examples/decoder_block.kina":36:24)
+    %393 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %nn.layer_norm$8_8.52.xn : tensor<8x8xf32>, tensor<8x8xf32>) outs(%393 : tensor<8x8xf32>) {
+    ^bb0(%394: f32, %395: f32, %396: f32):
+      %397 = arith.mulf %394, %395 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %397 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %406 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":35:7)
-    %407 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":35:7)
-    %408 = linalg.fill ins(%406 : f32) outs(%407 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":35:7)
-    %409 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.15.mul : tensor<8x8xf32>) outs(%408 : tensor<8xf32>) {
-    ^bb0(%410: f32, %411: f32):
-      %412 = arith.addf %411, %410 : f32 loc("examples/decoder_block.kina":35:7)
-      linalg.yield %412 : f32 loc("examples/decoder_block.kina":35:7)
+    %398 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":35:7)
+    %399 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":35:7)
+    %400 = linalg.fill ins(%398 : f32) outs(%399 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":35:7)
+    %401 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.15.mul : tensor<8x8xf32>) outs(%400 : tensor<8xf32>) {
+    ^bb0(%402: f32, %403: f32):
+      %404 = arith.addf %403, %402 : f32 loc("examples/decoder_block.kina":35:7)
+      linalg.yield %404 : f32 loc("examples/decoder_block.kina":35:7)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":35:7)
-    %ct.16.reduce_keep = tensor.expand_shape %409 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":35:7)
+    %ct.16.reduce_keep = tensor.expand_shape %401 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":35:7)
     %ct.17.reshape = tensor.collapse_shape %ct.16.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":33:108)
-    %413 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %nn.layer_norm$8_8.51.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%413 : tensor<8x8xf32>) {
-    ^bb0(%414: f32, %415: f32, %416: f32):
-      %417 = arith.mulf %414, %415 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %417 : f32 loc("examples/decoder_block.kina":33:76)
+    %405 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %nn.layer_norm$8_8.51.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%405 : tensor<8x8xf32>) {
+    ^bb0(%406: f32, %407: f32, %408: f32):
+      %409 = arith.mulf %406, %407 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %409 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %418 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %nn.layer_norm$8_8.45.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%418 : tensor<8x8xf32>) {
-    ^bb0(%419: f32, %420: f32, %421: f32):
-      %422 = arith.mulf %419, %420 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %422 : f32 loc("examples/decoder_block.kina":33:76)
+    %410 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %nn.layer_norm$8_8.45.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%410 : tensor<8x8xf32>) {
+    ^bb0(%411: f32, %412: f32, %413: f32):
+      %414 = arith.mulf %411, %412 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %414 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %423 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":33:36)
-    %424 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":33:36)
-    %425 = linalg.fill ins(%423 : f32) outs(%424 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":33:36)
-    %426 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.19.mul : tensor<8x8xf32>) outs(%425 : tensor<8xf32>) {
-    ^bb0(%427: f32, %428: f32):
-      %429 = arith.addf %428, %427 : f32 loc("examples/decoder_block.kina":33:36)
-      linalg.yield %429 : f32 loc("examples/decoder_block.kina":33:36)
+    %415 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":33:36)
+    %416 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":33:36)
+    %417 = linalg.fill ins(%415 : f32) outs(%416 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":33:36)
+    %418 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.19.mul : tensor<8x8xf32>) outs(%417 : tensor<8xf32>) {
+    ^bb0(%419: f32, %420: f32):
+      %421 = arith.addf %420, %419 : f32 loc("examples/decoder_block.kina":33:36)
+      linalg.yield %421 : f32 loc("examples/decoder_block.kina":33:36)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":33:36)
-    %ct.20.reduce_keep = tensor.expand_shape %426 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":33:36)
+    %ct.20.reduce_keep = tensor.expand_shape %418 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":33:36)
     %ct.21.const = arith.constant dense<-0.5> : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %430 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.22.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.reduce_keep, %ct.21.const : tensor<8x1xf32>, tensor<8x1xf32>) outs(%430 : tensor<8x1xf32>) {
-    ^bb0(%431: f32, %432: f32, %433: f32):
-      %434 = arith.mulf %431, %432 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %434 : f32 loc("examples/decoder_block.kina":32:59)
+    %422 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.22.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.20.reduce_keep, %ct.21.const : tensor<8x1xf32>, tensor<8x1xf32>) outs(%422 : tensor<8x1xf32>) {
+    ^bb0(%423: f32, %424: f32, %425: f32):
+      %426 = arith.mulf %423, %424 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %426 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %435 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.23.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std, %nn.layer_norm$8_8.50.inv_std : tensor<8x1xf32>, tensor<8x1xf32>) outs(%435 : tensor<8x1xf32>) {
-    ^bb0(%436: f32, %437: f32, %438: f32):
-      %439 = arith.mulf %436, %437 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %439 : f32 loc("examples/decoder_block.kina":32:59)
+    %427 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.23.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std, %nn.layer_norm$8_8.50.inv_std : tensor<8x1xf32>, tensor<8x1xf32>) outs(%427 : tensor<8x1xf32>) {
+    ^bb0(%428: f32, %429: f32, %430: f32):
+      %431 = arith.mulf %428, %429 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %431 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %440 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std, %ct.23.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%440 : tensor<8x1xf32>) {
-    ^bb0(%441: f32, %442: f32, %443: f32):
-      %444 = arith.mulf %441, %442 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %444 : f32 loc("examples/decoder_block.kina":32:59)
+    %432 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std, %ct.23.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%432 : tensor<8x1xf32>) {
+    ^bb0(%433: f32, %434: f32, %435: f32):
+      %436 = arith.mulf %433, %434 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %436 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %445 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.mul, %ct.24.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%445 : tensor<8x1xf32>) {
-    ^bb0(%446: f32, %447: f32, %448: f32):
-      %449 = arith.mulf %446, %447 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %449 : f32 loc("examples/decoder_block.kina":32:59)
+    %437 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.mul, %ct.24.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%437 : tensor<8x1xf32>) {
+    ^bb0(%438: f32, %439: f32, %440: f32):
+      %441 = arith.mulf %438, %439 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %441 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %450 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul, %inert.58 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%450 : tensor<8x1xf32>) {
-    ^bb0(%451: f32, %452: f32, %453: f32):
-      %454 = arith.mulf %451, %452 : f32 loc("examples/decoder_block.kina":29:4)
-      linalg.yield %454 : f32 loc("examples/decoder_block.kina":29:4)
+    %442 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
+    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<8x1xf32>) outs(%442 : tensor<8x1xf32>) {
+    ^bb0(%443: f32, %444: f32):
+      %445 = arith.mulf %443, %205 : f32 loc("examples/decoder_block.kina":29:4)
+      linalg.yield %445 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %455 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
-    %ct.27.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul : tensor<8x1xf32>) outs(%455 : tensor<8x8xf32>) {
-    ^bb0(%456: f32, %457: f32):
-      linalg.yield %456 : f32 loc("examples/decoder_block.kina":27:22)
+    %446 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
+    %ct.27.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul : tensor<8x1xf32>) outs(%446 : tensor<8x8xf32>) {
+    ^bb0(%447: f32, %448: f32):
+      linalg.yield %447 : f32 loc("examples/decoder_block.kina":27:22)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
-    %458 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.broadcast, %nn.layer_norm$8_8.45.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%458 : tensor<8x8xf32>) {
-    ^bb0(%459: f32, %460: f32, %461: f32):
-      %462 = arith.mulf %459, %460 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %462 : f32 loc("examples/decoder_block.kina":26:91)
+    %449 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.broadcast, %nn.layer_norm$8_8.45.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%449 : tensor<8x8xf32>) {
+    ^bb0(%450: f32, %451: f32, %452: f32):
+      %453 = arith.mulf %450, %451 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %453 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
     %ct.29.const = arith.constant dense<2.0> : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %463 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.30.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.mul, %ct.29.const : tensor<8x8xf32>, tensor<8x8xf32>) outs(%463 : tensor<8x8xf32>) {
-    ^bb0(%464: f32, %465: f32, %466: f32):
-      %467 = arith.mulf %464, %465 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %467 : f32 loc("examples/decoder_block.kina":26:91)
+    %454 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %ct.30.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.mul, %ct.29.const : tensor<8x8xf32>, tensor<8x8xf32>) outs(%454 : tensor<8x8xf32>) {
+    ^bb0(%455: f32, %456: f32, %457: f32):
+      %458 = arith.mulf %455, %456 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %458 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %468 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.31.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.mul, %ct.30.mul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%468 : tensor<8x8xf32>) {
+    %459 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %ct.31.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.mul, %ct.30.mul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%459 : tensor<8x8xf32>) {
+    ^bb0(%460: f32, %461: f32, %462: f32):
+      %463 = arith.addf %460, %461 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %463 : f32 loc("examples/decoder_block.kina":26:91)
+    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %464 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %ct.32.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.31.add : tensor<8x8xf32>) outs(%464 : tensor<8x8xf32>) {
+    ^bb0(%465: f32, %466: f32):
+      %467 = arith.negf %465 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %467 : f32 loc("examples/decoder_block.kina":26:68)
+    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %468 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %ct.33.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.reshape, %ct.31.add : tensor<8x8xf32>, tensor<8x8xf32>) outs(%468 : tensor<8x8xf32>) {
     ^bb0(%469: f32, %470: f32, %471: f32):
-      %472 = arith.addf %469, %470 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %472 : f32 loc("examples/decoder_block.kina":26:91)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %473 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %ct.32.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.31.add : tensor<8x8xf32>) outs(%473 : tensor<8x8xf32>) {
-    ^bb0(%474: f32, %475: f32):
-      %476 = arith.negf %474 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %476 : f32 loc("examples/decoder_block.kina":26:68)
+      %472 = arith.addf %469, %470 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %472 : f32 loc("examples/decoder_block.kina":26:68)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %477 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %ct.33.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.reshape, %ct.31.add : tensor<8x8xf32>, tensor<8x8xf32>) outs(%477 : tensor<8x8xf32>) {
-    ^bb0(%478: f32, %479: f32, %480: f32):
-      %481 = arith.addf %478, %479 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %481 : f32 loc("examples/decoder_block.kina":26:68)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %482 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:33)
-    %483 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":26:33)
-    %484 = linalg.fill ins(%482 : f32) outs(%483 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":26:33)
-    %485 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.32.neg : tensor<8x8xf32>) outs(%484 : tensor<8xf32>) {
-    ^bb0(%486: f32, %487: f32):
-      %488 = arith.addf %487, %486 : f32 loc("examples/decoder_block.kina":26:33)
-      linalg.yield %488 : f32 loc("examples/decoder_block.kina":26:33)
+    %473 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:33)
+    %474 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":26:33)
+    %475 = linalg.fill ins(%473 : f32) outs(%474 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":26:33)
+    %476 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.32.neg : tensor<8x8xf32>) outs(%475 : tensor<8xf32>) {
+    ^bb0(%477: f32, %478: f32):
+      %479 = arith.addf %478, %477 : f32 loc("examples/decoder_block.kina":26:33)
+      linalg.yield %479 : f32 loc("examples/decoder_block.kina":26:33)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":26:33)
-    %ct.34.reduce_keep = tensor.expand_shape %485 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":26:33)
-    %489 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %ct.35.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.34.reduce_keep, %inert.52 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%489 : tensor<8x1xf32>) {
-    ^bb0(%490: f32, %491: f32, %492: f32):
-      %493 = arith.mulf %490, %491 : f32 loc("examples/decoder_block.kina":26:3)
-      linalg.yield %493 : f32 loc("examples/decoder_block.kina":26:3)
+    %ct.34.reduce_keep = tensor.expand_shape %476 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":26:33)
+    %480 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
+    %ct.35.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.34.reduce_keep : tensor<8x1xf32>) outs(%480 : tensor<8x1xf32>) {
+    ^bb0(%481: f32, %482: f32):
+      %483 = arith.mulf %481, %180 : f32 loc("examples/decoder_block.kina":26:3)
+      linalg.yield %483 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %494 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.36.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.35.mul : tensor<8x1xf32>) outs(%494 : tensor<8x8xf32>) {
-    ^bb0(%495: f32, %496: f32):
-      linalg.yield %495 : f32 loc("examples/decoder_block.kina":25:6)
+    %484 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
+    %ct.36.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.35.mul : tensor<8x1xf32>) outs(%484 : tensor<8x8xf32>) {
+    ^bb0(%485: f32, %486: f32):
+      linalg.yield %485 : f32 loc("examples/decoder_block.kina":25:6)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %497 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.37.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.36.broadcast : tensor<8x8xf32>, tensor<8x8xf32>) outs(%497 : tensor<8x8xf32>) {
-    ^bb0(%498: f32, %499: f32, %500: f32):
-      %501 = arith.addf %498, %499 : f32 loc("examples/decoder_block.kina":25:6)
-      linalg.yield %501 : f32 loc("examples/decoder_block.kina":25:6)
+    %487 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
+    %ct.37.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.36.broadcast : tensor<8x8xf32>, tensor<8x8xf32>) outs(%487 : tensor<8x8xf32>) {
+    ^bb0(%488: f32, %489: f32, %490: f32):
+      %491 = arith.addf %488, %489 : f32 loc("examples/decoder_block.kina":25:6)
+      linalg.yield %491 : f32 loc("examples/decoder_block.kina":25:6)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %502 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %ct.38.transpose = linalg.transpose ins(%wo : tensor<8x8xf32>) outs(%502 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":28:13)
-    %503 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":28:13)
-    %504 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %505 = linalg.fill ins(%503 : f32) outs(%504 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %ct.39.matmul = linalg.matmul ins(%ct.37.add, %ct.38.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%505 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %506 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %ct.40.transpose = linalg.transpose ins(%nn.merge_heads$2_2_4_4.40.rows : tensor<8x8xf32>) outs(%506 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":28:13)
-    %507 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":28:13)
-    %508 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %509 = linalg.fill ins(%507 : f32) outs(%508 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %ct.41.matmul = linalg.matmul ins(%ct.40.transpose, %ct.37.add : tensor<8x8xf32>, tensor<8x8xf32>) outs(%509 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
-    %510 = tensor.collapse_shape %ct.39.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":90:12)
-    %ct.42.reshape = tensor.expand_shape %510 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":90:12)
-    %511 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":89:3)
-    %ct.43.transpose = linalg.transpose ins(%ct.42.reshape : tensor<2x4x2x4xf32>) outs(%511 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":89:3)
-    %512 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %ct.44.transpose = linalg.transpose ins(%nn.split_heads$2_4_2_4.29.heads : tensor<2x2x4x4xf32>) outs(%512 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":103:8)
-    %513 = tensor.collapse_shape %ct.43.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %514 = tensor.collapse_shape %ct.44.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %515 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
-    %516 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %517 = linalg.fill ins(%515 : f32) outs(%516 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %518 = linalg.batch_matmul ins(%513, %514 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%517 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %ct.45.matmul = tensor.expand_shape %518 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %519 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %ct.46.transpose = linalg.transpose ins(%nn.causal_sdpa$2_2_4_4.36.probs : tensor<2x2x4x4xf32>) outs(%519 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":103:8)
-    %520 = tensor.collapse_shape %ct.46.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %521 = tensor.collapse_shape %ct.43.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %522 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
-    %523 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %524 = linalg.fill ins(%522 : f32) outs(%523 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %525 = linalg.batch_matmul ins(%520, %521 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%524 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %ct.47.matmul = tensor.expand_shape %525 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
-    %526 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.45.matmul, %nn.causal_sdpa$2_2_4_4.36.probs : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%526 : tensor<2x2x4x4xf32>) {
-    ^bb0(%527: f32, %528: f32, %529: f32):
-      %530 = arith.mulf %527, %528 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %530 : f32 loc("examples/decoder_block.kina":101:14)
+    %492 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %ct.38.transpose = linalg.transpose ins(%wo : tensor<8x8xf32>) outs(%492 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":28:13)
+    %493 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":28:13)
+    %494 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %495 = linalg.fill ins(%493 : f32) outs(%494 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %ct.39.matmul = linalg.matmul ins(%ct.37.add, %ct.38.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%495 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %496 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %ct.40.transpose = linalg.transpose ins(%nn.merge_heads$2_2_4_4.40.rows : tensor<8x8xf32>) outs(%496 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":28:13)
+    %497 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":28:13)
+    %498 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %499 = linalg.fill ins(%497 : f32) outs(%498 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %ct.41.matmul = linalg.matmul ins(%ct.40.transpose, %ct.37.add : tensor<8x8xf32>, tensor<8x8xf32>) outs(%499 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":28:13)
+    %500 = tensor.collapse_shape %ct.39.matmul [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":90:12)
+    %ct.42.reshape = tensor.expand_shape %500 [[0, 1, 2, 3]] output_shape [2, 4, 2, 4] : tensor<64xf32> into tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":90:12)
+    %501 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":89:3)
+    %ct.43.transpose = linalg.transpose ins(%ct.42.reshape : tensor<2x4x2x4xf32>) outs(%501 : tensor<2x2x4x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":89:3)
+    %502 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %ct.44.transpose = linalg.transpose ins(%nn.split_heads$2_4_2_4.29.heads : tensor<2x2x4x4xf32>) outs(%502 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":103:8)
+    %503 = tensor.collapse_shape %ct.43.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %504 = tensor.collapse_shape %ct.44.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %505 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
+    %506 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %507 = linalg.fill ins(%505 : f32) outs(%506 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %508 = linalg.batch_matmul ins(%503, %504 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%507 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %ct.45.matmul = tensor.expand_shape %508 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %509 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %ct.46.transpose = linalg.transpose ins(%nn.causal_sdpa$2_2_4_4.36.probs : tensor<2x2x4x4xf32>) outs(%509 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":103:8)
+    %510 = tensor.collapse_shape %ct.46.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %511 = tensor.collapse_shape %ct.43.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %512 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":103:8)
+    %513 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %514 = linalg.fill ins(%512 : f32) outs(%513 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %515 = linalg.batch_matmul ins(%510, %511 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%514 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %ct.47.matmul = tensor.expand_shape %515 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":103:8)
+    %516 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.45.matmul, %nn.causal_sdpa$2_2_4_4.36.probs : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%516 : tensor<2x2x4x4xf32>) {
+    ^bb0(%517: f32, %518: f32, %519: f32):
+      %520 = arith.mulf %517, %518 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %520 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %531 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":101:14)
-    %532 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %533 = linalg.fill ins(%531 : f32) outs(%532 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %534 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.48.mul : tensor<2x2x4x4xf32>) outs(%533 : tensor<2x2x4xf32>) {
-    ^bb0(%535: f32, %536: f32):
-      %537 = arith.addf %536, %535 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %537 : f32 loc("examples/decoder_block.kina":101:14)
+    %521 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":101:14)
+    %522 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %523 = linalg.fill ins(%521 : f32) outs(%522 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
+    %524 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.48.mul : tensor<2x2x4x4xf32>) outs(%523 : tensor<2x2x4xf32>) {
+    ^bb0(%525: f32, %526: f32):
+      %527 = arith.addf %526, %525 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %527 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.49.reduce_keep = tensor.expand_shape %534 [[0], [1], [2, 3]] output_shape [2, 2, 4, 1] : tensor<2x2x4xf32> into tensor<2x2x4x1xf32> loc("examples/decoder_block.kina":101:14)
-    %538 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.50.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.49.reduce_keep : tensor<2x2x4x1xf32>) outs(%538 : tensor<2x2x4x4xf32>) {
-    ^bb0(%539: f32, %540: f32):
-      linalg.yield %539 : f32 loc("examples/decoder_block.kina":101:14)
+    %ct.49.reduce_keep = tensor.expand_shape %524 [[0], [1], [2, 3]] output_shape [2, 2, 4, 1] : tensor<2x2x4xf32> into tensor<2x2x4x1xf32> loc("examples/decoder_block.kina":101:14)
+    %528 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %ct.50.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.49.reduce_keep : tensor<2x2x4x1xf32>) outs(%528 : tensor<2x2x4x4xf32>) {
+    ^bb0(%529: f32, %530: f32):
+      linalg.yield %529 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %541 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.51.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.45.matmul, %ct.50.broadcast : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%541 : tensor<2x2x4x4xf32>) {
-    ^bb0(%542: f32, %543: f32, %544: f32):
-      %545 = arith.subf %542, %543 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %545 : f32 loc("examples/decoder_block.kina":101:14)
+    %531 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %ct.51.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.45.matmul, %ct.50.broadcast : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%531 : tensor<2x2x4x4xf32>) {
+    ^bb0(%532: f32, %533: f32, %534: f32):
+      %535 = arith.subf %532, %533 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %535 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %546 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.36.probs, %ct.51.sub : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%546 : tensor<2x2x4x4xf32>) {
-    ^bb0(%547: f32, %548: f32, %549: f32):
-      %550 = arith.mulf %547, %548 : f32 loc("examples/decoder_block.kina":101:14)
-      linalg.yield %550 : f32 loc("examples/decoder_block.kina":101:14)
+    %536 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
+    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.36.probs, %ct.51.sub : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%536 : tensor<2x2x4x4xf32>) {
+    ^bb0(%537: f32, %538: f32, %539: f32):
+      %540 = arith.mulf %537, %538 : f32 loc("examples/decoder_block.kina":101:14)
+      linalg.yield %540 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
     %ct.53.zeros = arith.constant dense<0.0> : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %551 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %ct.54.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.34.keep, %ct.52.mul, %ct.53.zeros : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%551 : tensor<2x2x4x4xf32>) {
-    ^bb0(%552: i8, %553: f32, %554: f32, %555: f32):
-      %556 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
-      %557 = arith.cmpi ne, %552, %556 : i8 loc("examples/decoder_block.kina":100:73)
-      %558 = arith.select %557, %553, %554 : f32 loc("examples/decoder_block.kina":100:73)
-      linalg.yield %558 : f32 loc("examples/decoder_block.kina":100:73)
+    %541 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
+    %ct.54.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.34.keep, %ct.52.mul, %ct.53.zeros : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%541 : tensor<2x2x4x4xf32>) {
+    ^bb0(%542: i8, %543: f32, %544: f32, %545: f32):
+      %546 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
+      %547 = arith.cmpi ne, %542, %546 : i8 loc("examples/decoder_block.kina":100:73)
+      %548 = arith.select %547, %543, %544 : f32 loc("examples/decoder_block.kina":100:73)
+      linalg.yield %548 : f32 loc("examples/decoder_block.kina":100:73)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %559 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
-    %ct.55.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.54.where, %inert.36 : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%559 : tensor<2x2x4x4xf32>) {
-    ^bb0(%560: f32, %561: f32, %562: f32):
-      %563 = arith.mulf %560, %561 : f32 loc("examples/decoder_block.kina":98:17)
-      linalg.yield %563 : f32 loc("examples/decoder_block.kina":98:17)
+    %549 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
+    %ct.55.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.54.where : tensor<2x2x4x4xf32>) outs(%549 : tensor<2x2x4x4xf32>) {
+    ^bb0(%550: f32, %551: f32):
+      %552 = arith.mulf %550, %95 : f32 loc("examples/decoder_block.kina":98:17)
+      linalg.yield %552 : f32 loc("examples/decoder_block.kina":98:17)
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":98:17)
-    %564 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %ct.56.transpose = linalg.transpose ins(%nn.causal_sdpa$2_2_4_4.31.k_t : tensor<2x2x4x4xf32>) outs(%564 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:92)
-    %565 = tensor.collapse_shape %ct.55.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %566 = tensor.collapse_shape %ct.56.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %567 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":97:92)
-    %568 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %569 = linalg.fill ins(%567 : f32) outs(%568 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %570 = linalg.batch_matmul ins(%565, %566 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%569 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %ct.57.matmul = tensor.expand_shape %570 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %571 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %ct.58.transpose = linalg.transpose ins(%nn.split_heads$2_4_2_4.23.heads : tensor<2x2x4x4xf32>) outs(%571 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:92)
-    %572 = tensor.collapse_shape %ct.58.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %573 = tensor.collapse_shape %ct.55.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %574 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":97:92)
-    %575 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %576 = linalg.fill ins(%574 : f32) outs(%575 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %577 = linalg.batch_matmul ins(%572, %573 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%576 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %ct.59.matmul = tensor.expand_shape %577 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
-    %578 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:48)
-    %ct.60.transpose = linalg.transpose ins(%ct.59.matmul : tensor<2x2x4x4xf32>) outs(%578 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:48)
-    %579 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":84:22)
-    %ct.61.transpose = linalg.transpose ins(%ct.47.matmul : tensor<2x2x4x4xf32>) outs(%579 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
-    %580 = tensor.collapse_shape %ct.61.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
-    %ct.62.reshape = tensor.expand_shape %580 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":83:83)
-    %581 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":84:22)
-    %ct.63.transpose = linalg.transpose ins(%ct.60.transpose : tensor<2x2x4x4xf32>) outs(%581 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
-    %582 = tensor.collapse_shape %ct.63.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
-    %ct.64.reshape = tensor.expand_shape %582 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":83:83)
-    %583 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":84:22)
-    %ct.65.transpose = linalg.transpose ins(%ct.57.matmul : tensor<2x2x4x4xf32>) outs(%583 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
-    %584 = tensor.collapse_shape %ct.65.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
-    %ct.66.reshape = tensor.expand_shape %584 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":83:83)
-    %585 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %ct.67.transpose = linalg.transpose ins(%wv : tensor<8x8xf32>) outs(%585 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":22:16)
-    %586 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":22:16)
-    %587 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %588 = linalg.fill ins(%586 : f32) outs(%587 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %ct.68.matmul = linalg.matmul ins(%ct.62.reshape, %ct.67.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%588 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %589 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %ct.69.transpose = linalg.transpose ins(%nn.layer_norm$8_8.17.out : tensor<8x8xf32>) outs(%589 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":22:16)
-    %590 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":22:16)
-    %591 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %592 = linalg.fill ins(%590 : f32) outs(%591 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %ct.70.matmul = linalg.matmul ins(%ct.69.transpose, %ct.62.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%592 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
-    %593 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %ct.71.transpose = linalg.transpose ins(%wk : tensor<8x8xf32>) outs(%593 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":21:16)
-    %594 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:16)
-    %595 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %596 = linalg.fill ins(%594 : f32) outs(%595 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %ct.72.matmul = linalg.matmul ins(%ct.64.reshape, %ct.71.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%596 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %597 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %ct.73.transpose = linalg.transpose ins(%nn.layer_norm$8_8.17.out : tensor<8x8xf32>) outs(%597 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":21:16)
-    %598 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:16)
-    %599 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %600 = linalg.fill ins(%598 : f32) outs(%599 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %ct.74.matmul = linalg.matmul ins(%ct.73.transpose, %ct.64.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%600 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %601 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %ct.75.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.matmul, %ct.72.matmul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%601 : tensor<8x8xf32>) {
-    ^bb0(%602: f32, %603: f32, %604: f32):
-      %605 = arith.addf %602, %603 : f32 loc("examples/decoder_block.kina":21:16)
-      linalg.yield %605 : f32 loc("examples/decoder_block.kina":21:16)
+    %553 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %ct.56.transpose = linalg.transpose ins(%nn.causal_sdpa$2_2_4_4.31.k_t : tensor<2x2x4x4xf32>) outs(%553 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:92)
+    %554 = tensor.collapse_shape %ct.55.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %555 = tensor.collapse_shape %ct.56.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %556 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":97:92)
+    %557 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %558 = linalg.fill ins(%556 : f32) outs(%557 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %559 = linalg.batch_matmul ins(%554, %555 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%558 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %ct.57.matmul = tensor.expand_shape %559 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %560 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %ct.58.transpose = linalg.transpose ins(%nn.split_heads$2_4_2_4.23.heads : tensor<2x2x4x4xf32>) outs(%560 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:92)
+    %561 = tensor.collapse_shape %ct.58.transpose [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %562 = tensor.collapse_shape %ct.55.mul [[0, 1], [2], [3]] : tensor<2x2x4x4xf32> into tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %563 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":97:92)
+    %564 = bufferization.alloc_tensor() : tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %565 = linalg.fill ins(%563 : f32) outs(%564 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %566 = linalg.batch_matmul ins(%561, %562 : tensor<4x4x4xf32>, tensor<4x4x4xf32>) outs(%565 : tensor<4x4x4xf32>) -> tensor<4x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %ct.59.matmul = tensor.expand_shape %566 [[0, 1], [2], [3]] output_shape [2, 2, 4, 4] : tensor<4x4x4xf32> into tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:92)
+    %567 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":97:48)
+    %ct.60.transpose = linalg.transpose ins(%ct.59.matmul : tensor<2x2x4x4xf32>) outs(%567 : tensor<2x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/decoder_block.kina":97:48)
+    %568 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":84:22)
+    %ct.61.transpose = linalg.transpose ins(%ct.47.matmul : tensor<2x2x4x4xf32>) outs(%568 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
+    %569 = tensor.collapse_shape %ct.61.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
+    %ct.62.reshape = tensor.expand_shape %569 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":83:83)
+    %570 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":84:22)
+    %ct.63.transpose = linalg.transpose ins(%ct.60.transpose : tensor<2x2x4x4xf32>) outs(%570 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
+    %571 = tensor.collapse_shape %ct.63.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
+    %ct.64.reshape = tensor.expand_shape %571 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":83:83)
+    %572 = tensor.empty() : tensor<2x4x2x4xf32> loc("examples/decoder_block.kina":84:22)
+    %ct.65.transpose = linalg.transpose ins(%ct.57.matmul : tensor<2x2x4x4xf32>) outs(%572 : tensor<2x4x2x4xf32>) permutation = [0, 2, 1, 3] loc("examples/decoder_block.kina":84:22)
+    %573 = tensor.collapse_shape %ct.65.transpose [[0, 1, 2, 3]] : tensor<2x4x2x4xf32> into tensor<64xf32> loc("examples/decoder_block.kina":83:83)
+    %ct.66.reshape = tensor.expand_shape %573 [[0, 1]] output_shape [8, 8] : tensor<64xf32> into tensor<8x8xf32> loc("examples/decoder_block.kina":83:83)
+    %574 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %ct.67.transpose = linalg.transpose ins(%wv : tensor<8x8xf32>) outs(%574 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":22:16)
+    %575 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":22:16)
+    %576 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %577 = linalg.fill ins(%575 : f32) outs(%576 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %ct.68.matmul = linalg.matmul ins(%ct.62.reshape, %ct.67.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%577 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %578 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %ct.69.transpose = linalg.transpose ins(%nn.layer_norm$8_8.17.out : tensor<8x8xf32>) outs(%578 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":22:16)
+    %579 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":22:16)
+    %580 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %581 = linalg.fill ins(%579 : f32) outs(%580 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %ct.70.matmul = linalg.matmul ins(%ct.69.transpose, %ct.62.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%581 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":22:16)
+    %582 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %ct.71.transpose = linalg.transpose ins(%wk : tensor<8x8xf32>) outs(%582 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":21:16)
+    %583 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:16)
+    %584 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %585 = linalg.fill ins(%583 : f32) outs(%584 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %ct.72.matmul = linalg.matmul ins(%ct.64.reshape, %ct.71.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%585 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %586 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %ct.73.transpose = linalg.transpose ins(%nn.layer_norm$8_8.17.out : tensor<8x8xf32>) outs(%586 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":21:16)
+    %587 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":21:16)
+    %588 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %589 = linalg.fill ins(%587 : f32) outs(%588 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %ct.74.matmul = linalg.matmul ins(%ct.73.transpose, %ct.64.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%589 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %590 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
+    %ct.75.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.matmul, %ct.72.matmul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%590 : tensor<8x8xf32>) {
+    ^bb0(%591: f32, %592: f32, %593: f32):
+      %594 = arith.addf %591, %592 : f32 loc("examples/decoder_block.kina":21:16)
+      linalg.yield %594 : f32 loc("examples/decoder_block.kina":21:16)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":21:16)
-    %606 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %ct.76.transpose = linalg.transpose ins(%wq : tensor<8x8xf32>) outs(%606 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":20:16)
-    %607 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":20:16)
-    %608 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %609 = linalg.fill ins(%607 : f32) outs(%608 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %ct.77.matmul = linalg.matmul ins(%ct.66.reshape, %ct.76.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%609 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %610 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %ct.78.transpose = linalg.transpose ins(%nn.layer_norm$8_8.17.out : tensor<8x8xf32>) outs(%610 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":20:16)
-    %611 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":20:16)
-    %612 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %613 = linalg.fill ins(%611 : f32) outs(%612 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %ct.79.matmul = linalg.matmul ins(%ct.78.transpose, %ct.66.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%613 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %614 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %ct.80.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.75.add, %ct.77.matmul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%614 : tensor<8x8xf32>) {
-    ^bb0(%615: f32, %616: f32, %617: f32):
-      %618 = arith.addf %615, %616 : f32 loc("examples/decoder_block.kina":20:16)
-      linalg.yield %618 : f32 loc("examples/decoder_block.kina":20:16)
+    %595 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %ct.76.transpose = linalg.transpose ins(%wq : tensor<8x8xf32>) outs(%595 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":20:16)
+    %596 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":20:16)
+    %597 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %598 = linalg.fill ins(%596 : f32) outs(%597 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %ct.77.matmul = linalg.matmul ins(%ct.66.reshape, %ct.76.transpose : tensor<8x8xf32>, tensor<8x8xf32>) outs(%598 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %599 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %ct.78.transpose = linalg.transpose ins(%nn.layer_norm$8_8.17.out : tensor<8x8xf32>) outs(%599 : tensor<8x8xf32>) permutation = [1, 0] loc("examples/decoder_block.kina":20:16)
+    %600 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":20:16)
+    %601 = bufferization.alloc_tensor() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %602 = linalg.fill ins(%600 : f32) outs(%601 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %ct.79.matmul = linalg.matmul ins(%ct.78.transpose, %ct.66.reshape : tensor<8x8xf32>, tensor<8x8xf32>) outs(%602 : tensor<8x8xf32>) -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %603 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
+    %ct.80.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.75.add, %ct.77.matmul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%603 : tensor<8x8xf32>) {
+    ^bb0(%604: f32, %605: f32, %606: f32):
+      %607 = arith.addf %604, %605 : f32 loc("examples/decoder_block.kina":20:16)
+      linalg.yield %607 : f32 loc("examples/decoder_block.kina":20:16)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":20:16)
-    %619 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:52)
-    %620 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":40:52)
-    %621 = linalg.fill ins(%619 : f32) outs(%620 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":40:52)
-    %622 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.80.add : tensor<8x8xf32>) outs(%621 : tensor<8xf32>) {
-    ^bb0(%623: f32, %624: f32):
-      %625 = arith.addf %624, %623 : f32 loc("examples/decoder_block.kina":40:52)
-      linalg.yield %625 : f32 loc("examples/decoder_block.kina":40:52)
+    %608 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":40:52)
+    %609 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":40:52)
+    %610 = linalg.fill ins(%608 : f32) outs(%609 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":40:52)
+    %611 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.80.add : tensor<8x8xf32>) outs(%610 : tensor<8xf32>) {
+    ^bb0(%612: f32, %613: f32):
+      %614 = arith.addf %613, %612 : f32 loc("examples/decoder_block.kina":40:52)
+      linalg.yield %614 : f32 loc("examples/decoder_block.kina":40:52)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":40:52)
-    %ct.81.reduce_keep = tensor.expand_shape %622 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:52)
+    %ct.81.reduce_keep = tensor.expand_shape %611 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:52)
     %ct.82.reshape = tensor.collapse_shape %ct.81.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":40:16)
-    %626 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %ct.83.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.80.add, %nn.layer_norm$8_8.13.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%626 : tensor<8x8xf32>) {
-    ^bb0(%627: f32, %628: f32, %629: f32):
-      %630 = arith.mulf %627, %628 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %630 : f32 loc("examples/decoder_block.kina":36:24)
+    %615 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %ct.83.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.80.add, %nn.layer_norm$8_8.13.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%615 : tensor<8x8xf32>) {
+    ^bb0(%616: f32, %617: f32, %618: f32):
+      %619 = arith.mulf %616, %617 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %619 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %631 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %ct.84.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.80.add, %nn.layer_norm$8_8.11.xn : tensor<8x8xf32>, tensor<8x8xf32>) outs(%631 : tensor<8x8xf32>) {
-    ^bb0(%632: f32, %633: f32, %634: f32):
-      %635 = arith.mulf %632, %633 : f32 loc("examples/decoder_block.kina":36:24)
-      linalg.yield %635 : f32 loc("examples/decoder_block.kina":36:24)
+    %620 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
+    %ct.84.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.80.add, %nn.layer_norm$8_8.11.xn : tensor<8x8xf32>, tensor<8x8xf32>) outs(%620 : tensor<8x8xf32>) {
+    ^bb0(%621: f32, %622: f32, %623: f32):
+      %624 = arith.mulf %621, %622 : f32 loc("examples/decoder_block.kina":36:24)
+      linalg.yield %624 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %636 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":35:7)
-    %637 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":35:7)
-    %638 = linalg.fill ins(%636 : f32) outs(%637 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":35:7)
-    %639 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.84.mul : tensor<8x8xf32>) outs(%638 : tensor<8xf32>) {
-    ^bb0(%640: f32, %641: f32):
-      %642 = arith.addf %641, %640 : f32 loc("examples/decoder_block.kina":35:7)
-      linalg.yield %642 : f32 loc("examples/decoder_block.kina":35:7)
+    %625 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":35:7)
+    %626 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":35:7)
+    %627 = linalg.fill ins(%625 : f32) outs(%626 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":35:7)
+    %628 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.84.mul : tensor<8x8xf32>) outs(%627 : tensor<8xf32>) {
+    ^bb0(%629: f32, %630: f32):
+      %631 = arith.addf %630, %629 : f32 loc("examples/decoder_block.kina":35:7)
+      linalg.yield %631 : f32 loc("examples/decoder_block.kina":35:7)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":35:7)
-    %ct.85.reduce_keep = tensor.expand_shape %639 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":35:7)
+    %ct.85.reduce_keep = tensor.expand_shape %628 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":35:7)
     %ct.86.reshape = tensor.collapse_shape %ct.85.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":33:108)
-    %643 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %ct.87.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.83.mul, %nn.layer_norm$8_8.10.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%643 : tensor<8x8xf32>) {
-    ^bb0(%644: f32, %645: f32, %646: f32):
-      %647 = arith.mulf %644, %645 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %647 : f32 loc("examples/decoder_block.kina":33:76)
+    %632 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %ct.87.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.83.mul, %nn.layer_norm$8_8.10.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%632 : tensor<8x8xf32>) {
+    ^bb0(%633: f32, %634: f32, %635: f32):
+      %636 = arith.mulf %633, %634 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %636 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %648 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %ct.88.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.83.mul, %nn.layer_norm$8_8.4.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%648 : tensor<8x8xf32>) {
-    ^bb0(%649: f32, %650: f32, %651: f32):
-      %652 = arith.mulf %649, %650 : f32 loc("examples/decoder_block.kina":33:76)
-      linalg.yield %652 : f32 loc("examples/decoder_block.kina":33:76)
+    %637 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
+    %ct.88.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.83.mul, %nn.layer_norm$8_8.4.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%637 : tensor<8x8xf32>) {
+    ^bb0(%638: f32, %639: f32, %640: f32):
+      %641 = arith.mulf %638, %639 : f32 loc("examples/decoder_block.kina":33:76)
+      linalg.yield %641 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %653 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":33:36)
-    %654 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":33:36)
-    %655 = linalg.fill ins(%653 : f32) outs(%654 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":33:36)
-    %656 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.88.mul : tensor<8x8xf32>) outs(%655 : tensor<8xf32>) {
-    ^bb0(%657: f32, %658: f32):
-      %659 = arith.addf %658, %657 : f32 loc("examples/decoder_block.kina":33:36)
-      linalg.yield %659 : f32 loc("examples/decoder_block.kina":33:36)
+    %642 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":33:36)
+    %643 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":33:36)
+    %644 = linalg.fill ins(%642 : f32) outs(%643 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":33:36)
+    %645 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.88.mul : tensor<8x8xf32>) outs(%644 : tensor<8xf32>) {
+    ^bb0(%646: f32, %647: f32):
+      %648 = arith.addf %647, %646 : f32 loc("examples/decoder_block.kina":33:36)
+      linalg.yield %648 : f32 loc("examples/decoder_block.kina":33:36)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":33:36)
-    %ct.89.reduce_keep = tensor.expand_shape %656 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":33:36)
+    %ct.89.reduce_keep = tensor.expand_shape %645 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":33:36)
     %ct.90.const = arith.constant dense<-0.5> : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %660 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.91.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.89.reduce_keep, %ct.90.const : tensor<8x1xf32>, tensor<8x1xf32>) outs(%660 : tensor<8x1xf32>) {
-    ^bb0(%661: f32, %662: f32, %663: f32):
-      %664 = arith.mulf %661, %662 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %664 : f32 loc("examples/decoder_block.kina":32:59)
+    %649 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.91.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.89.reduce_keep, %ct.90.const : tensor<8x1xf32>, tensor<8x1xf32>) outs(%649 : tensor<8x1xf32>) {
+    ^bb0(%650: f32, %651: f32, %652: f32):
+      %653 = arith.mulf %650, %651 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %653 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %665 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.92.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std, %nn.layer_norm$8_8.9.inv_std : tensor<8x1xf32>, tensor<8x1xf32>) outs(%665 : tensor<8x1xf32>) {
-    ^bb0(%666: f32, %667: f32, %668: f32):
-      %669 = arith.mulf %666, %667 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %669 : f32 loc("examples/decoder_block.kina":32:59)
+    %654 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.92.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std, %nn.layer_norm$8_8.9.inv_std : tensor<8x1xf32>, tensor<8x1xf32>) outs(%654 : tensor<8x1xf32>) {
+    ^bb0(%655: f32, %656: f32, %657: f32):
+      %658 = arith.mulf %655, %656 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %658 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %670 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.93.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std, %ct.92.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%670 : tensor<8x1xf32>) {
-    ^bb0(%671: f32, %672: f32, %673: f32):
-      %674 = arith.mulf %671, %672 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %674 : f32 loc("examples/decoder_block.kina":32:59)
+    %659 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.93.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std, %ct.92.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%659 : tensor<8x1xf32>) {
+    ^bb0(%660: f32, %661: f32, %662: f32):
+      %663 = arith.mulf %660, %661 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %663 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %675 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %ct.94.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.91.mul, %ct.93.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%675 : tensor<8x1xf32>) {
-    ^bb0(%676: f32, %677: f32, %678: f32):
-      %679 = arith.mulf %676, %677 : f32 loc("examples/decoder_block.kina":32:59)
-      linalg.yield %679 : f32 loc("examples/decoder_block.kina":32:59)
+    %664 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
+    %ct.94.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.91.mul, %ct.93.mul : tensor<8x1xf32>, tensor<8x1xf32>) outs(%664 : tensor<8x1xf32>) {
+    ^bb0(%665: f32, %666: f32, %667: f32):
+      %668 = arith.mulf %665, %666 : f32 loc("examples/decoder_block.kina":32:59)
+      linalg.yield %668 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %680 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %ct.95.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.94.mul, %inert.8 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%680 : tensor<8x1xf32>) {
-    ^bb0(%681: f32, %682: f32, %683: f32):
-      %684 = arith.mulf %681, %682 : f32 loc("examples/decoder_block.kina":29:4)
-      linalg.yield %684 : f32 loc("examples/decoder_block.kina":29:4)
+    %669 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
+    %ct.95.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.94.mul : tensor<8x1xf32>) outs(%669 : tensor<8x1xf32>) {
+    ^bb0(%670: f32, %671: f32):
+      %672 = arith.mulf %670, %33 : f32 loc("examples/decoder_block.kina":29:4)
+      linalg.yield %672 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %685 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
-    %ct.96.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.95.mul : tensor<8x1xf32>) outs(%685 : tensor<8x8xf32>) {
-    ^bb0(%686: f32, %687: f32):
-      linalg.yield %686 : f32 loc("examples/decoder_block.kina":27:22)
+    %673 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
+    %ct.96.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.95.mul : tensor<8x1xf32>) outs(%673 : tensor<8x8xf32>) {
+    ^bb0(%674: f32, %675: f32):
+      linalg.yield %674 : f32 loc("examples/decoder_block.kina":27:22)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
-    %688 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.97.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.96.broadcast, %nn.layer_norm$8_8.4.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%688 : tensor<8x8xf32>) {
-    ^bb0(%689: f32, %690: f32, %691: f32):
-      %692 = arith.mulf %689, %690 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %692 : f32 loc("examples/decoder_block.kina":26:91)
+    %676 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %ct.97.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.96.broadcast, %nn.layer_norm$8_8.4.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%676 : tensor<8x8xf32>) {
+    ^bb0(%677: f32, %678: f32, %679: f32):
+      %680 = arith.mulf %677, %678 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %680 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
     %ct.98.const = arith.constant dense<2.0> : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %693 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.99.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.97.mul, %ct.98.const : tensor<8x8xf32>, tensor<8x8xf32>) outs(%693 : tensor<8x8xf32>) {
-    ^bb0(%694: f32, %695: f32, %696: f32):
-      %697 = arith.mulf %694, %695 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %697 : f32 loc("examples/decoder_block.kina":26:91)
+    %681 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %ct.99.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.97.mul, %ct.98.const : tensor<8x8xf32>, tensor<8x8xf32>) outs(%681 : tensor<8x8xf32>) {
+    ^bb0(%682: f32, %683: f32, %684: f32):
+      %685 = arith.mulf %682, %683 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %685 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %698 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.100.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.87.mul, %ct.99.mul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%698 : tensor<8x8xf32>) {
-    ^bb0(%699: f32, %700: f32, %701: f32):
-      %702 = arith.addf %699, %700 : f32 loc("examples/decoder_block.kina":26:91)
-      linalg.yield %702 : f32 loc("examples/decoder_block.kina":26:91)
+    %686 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
+    %ct.100.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.87.mul, %ct.99.mul : tensor<8x8xf32>, tensor<8x8xf32>) outs(%686 : tensor<8x8xf32>) {
+    ^bb0(%687: f32, %688: f32, %689: f32):
+      %690 = arith.addf %687, %688 : f32 loc("examples/decoder_block.kina":26:91)
+      linalg.yield %690 : f32 loc("examples/decoder_block.kina":26:91)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %703 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %ct.101.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.100.add : tensor<8x8xf32>) outs(%703 : tensor<8x8xf32>) {
+    %691 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %ct.101.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.100.add : tensor<8x8xf32>) outs(%691 : tensor<8x8xf32>) {
+    ^bb0(%692: f32, %693: f32):
+      %694 = arith.negf %692 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %694 : f32 loc("examples/decoder_block.kina":26:68)
+    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %695 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %ct.102.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.37.add, %ct.100.add : tensor<8x8xf32>, tensor<8x8xf32>) outs(%695 : tensor<8x8xf32>) {
+    ^bb0(%696: f32, %697: f32, %698: f32):
+      %699 = arith.addf %696, %697 : f32 loc("examples/decoder_block.kina":26:68)
+      linalg.yield %699 : f32 loc("examples/decoder_block.kina":26:68)
+    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
+    %700 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:33)
+    %701 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":26:33)
+    %702 = linalg.fill ins(%700 : f32) outs(%701 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":26:33)
+    %703 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.101.neg : tensor<8x8xf32>) outs(%702 : tensor<8xf32>) {
     ^bb0(%704: f32, %705: f32):
-      %706 = arith.negf %704 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %706 : f32 loc("examples/decoder_block.kina":26:68)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %707 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %ct.102.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.37.add, %ct.100.add : tensor<8x8xf32>, tensor<8x8xf32>) outs(%707 : tensor<8x8xf32>) {
-    ^bb0(%708: f32, %709: f32, %710: f32):
-      %711 = arith.addf %708, %709 : f32 loc("examples/decoder_block.kina":26:68)
-      linalg.yield %711 : f32 loc("examples/decoder_block.kina":26:68)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %712 = arith.constant 0.0 : f32 loc("examples/decoder_block.kina":26:33)
-    %713 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/decoder_block.kina":26:33)
-    %714 = linalg.fill ins(%712 : f32) outs(%713 : tensor<8xf32>) -> tensor<8xf32> loc("examples/decoder_block.kina":26:33)
-    %715 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.101.neg : tensor<8x8xf32>) outs(%714 : tensor<8xf32>) {
-    ^bb0(%716: f32, %717: f32):
-      %718 = arith.addf %717, %716 : f32 loc("examples/decoder_block.kina":26:33)
-      linalg.yield %718 : f32 loc("examples/decoder_block.kina":26:33)
+      %706 = arith.addf %705, %704 : f32 loc("examples/decoder_block.kina":26:33)
+      linalg.yield %706 : f32 loc("examples/decoder_block.kina":26:33)
     } -> tensor<8xf32> loc("examples/decoder_block.kina":26:33)
-    %ct.103.reduce_keep = tensor.expand_shape %715 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":26:33)
-    %719 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %ct.104.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.103.reduce_keep, %inert.2 : tensor<8x1xf32>, tensor<8x1xf32>) outs(%719 : tensor<8x1xf32>) {
-    ^bb0(%720: f32, %721: f32, %722: f32):
-      %723 = arith.mulf %720, %721 : f32 loc("examples/decoder_block.kina":26:3)
-      linalg.yield %723 : f32 loc("examples/decoder_block.kina":26:3)
+    %ct.103.reduce_keep = tensor.expand_shape %703 [[0, 1]] output_shape [8, 1] : tensor<8xf32> into tensor<8x1xf32> loc("examples/decoder_block.kina":26:33)
+    %707 = tensor.empty() : tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
+    %ct.104.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.103.reduce_keep : tensor<8x1xf32>) outs(%707 : tensor<8x1xf32>) {
+    ^bb0(%708: f32, %709: f32):
+      %710 = arith.mulf %708, %8 : f32 loc("examples/decoder_block.kina":26:3)
+      linalg.yield %710 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %724 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.105.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.104.mul : tensor<8x1xf32>) outs(%724 : tensor<8x8xf32>) {
-    ^bb0(%725: f32, %726: f32):
-      linalg.yield %725 : f32 loc("examples/decoder_block.kina":25:6)
+    %711 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
+    %ct.105.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.104.mul : tensor<8x1xf32>) outs(%711 : tensor<8x8xf32>) {
+    ^bb0(%712: f32, %713: f32):
+      linalg.yield %712 : f32 loc("examples/decoder_block.kina":25:6)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %727 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.106.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.102.add, %ct.105.broadcast : tensor<8x8xf32>, tensor<8x8xf32>) outs(%727 : tensor<8x8xf32>) {
-    ^bb0(%728: f32, %729: f32, %730: f32):
-      %731 = arith.addf %728, %729 : f32 loc("examples/decoder_block.kina":25:6)
-      linalg.yield %731 : f32 loc("examples/decoder_block.kina":25:6)
+    %714 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
+    %ct.106.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.102.add, %ct.105.broadcast : tensor<8x8xf32>, tensor<8x8xf32>) outs(%714 : tensor<8x8xf32>) {
+    ^bb0(%715: f32, %716: f32, %717: f32):
+      %718 = arith.addf %715, %716 : f32 loc("examples/decoder_block.kina":25:6)
+      linalg.yield %718 : f32 loc("examples/decoder_block.kina":25:6)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %732 = tensor.collapse_shape %ct.106.add [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":43:12)
-    %ct.107.reshape = tensor.expand_shape %732 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":43:12)
+    %719 = tensor.collapse_shape %ct.106.add [[0, 1]] : tensor<8x8xf32> into tensor<64xf32> loc("examples/decoder_block.kina":43:12)
+    %ct.107.reshape = tensor.expand_shape %719 [[0, 1, 2]] output_shape [2, 4, 8] : tensor<64xf32> into tensor<2x4x8xf32> loc("examples/decoder_block.kina":43:12)
     return %out, %ct.107.reshape, %ct.86.reshape, %ct.82.reshape, %ct.79.matmul, %ct.74.matmul, %ct.70.matmul, %ct.41.matmul, %ct.17.reshape, %ct.13.reshape, %ct.11.matmul, %ct.6.matmul : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8x16xf32>, tensor<16x8xf32> loc("examples/decoder_block.kina":40:1)
   } loc("examples/decoder_block.kina":40:1)
 }

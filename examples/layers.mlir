@@ -112,51 +112,47 @@ module {
     } -> tensor<3xf32> loc("examples/layers.kina":40:32)
     %ss = tensor.expand_shape %7 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":40:32)
     %12 = arith.constant 0.25 : f32 loc("examples/layers.kina":41:38)
-    %13 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":41:38)
-    %11 = linalg.fill ins(%12 : f32) outs(%13 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":41:38)
     %14 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %11 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%14 : tensor<3x1xf32>) {
-    ^bb0(%15: f32, %16: f32, %17: f32):
-      %18 = arith.mulf %15, %16 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %18 : f32 loc("examples/layers.kina":41:33)
+    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<3x1xf32>) outs(%14 : tensor<3x1xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      %17 = arith.mulf %15, %12 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %17 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %20 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %21 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":42:14)
-    %19 = linalg.fill ins(%20 : f32) outs(%21 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":42:14)
-    %22 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":42:9)
-    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms, %19 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%22 : tensor<3x1xf32>) {
-    ^bb0(%23: f32, %24: f32, %25: f32):
-      %26 = arith.addf %23, %24 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %26 : f32 loc("examples/layers.kina":42:9)
+    %19 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %21 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":42:9)
+    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms : tensor<3x1xf32>) outs(%21 : tensor<3x1xf32>) {
+    ^bb0(%22: f32, %23: f32):
+      %24 = arith.addf %22, %19 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %24 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<3x1xf32> loc("examples/layers.kina":42:9)
-    %27 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<3x1xf32>) outs(%27 : tensor<3x1xf32>) {
-    ^bb0(%28: f32, %29: f32):
-      %30 = math.rsqrt %28 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %30 : f32 loc("examples/layers.kina":43:19)
+    %25 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
+    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<3x1xf32>) outs(%25 : tensor<3x1xf32>) {
+    ^bb0(%26: f32, %27: f32):
+      %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %31 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<3x1xf32>) outs(%31 : tensor<3x4xf32>) {
-    ^bb0(%32: f32, %33: f32):
-      linalg.yield %32 : f32 loc("examples/layers.kina":44:19)
+    %29 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":44:19)
+    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<3x1xf32>) outs(%29 : tensor<3x4xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<3x4xf32> loc("examples/layers.kina":44:19)
-    %34 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%34 : tensor<3x4xf32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.mulf %35, %36 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %38 : f32 loc("examples/layers.kina":45:20)
+    %32 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%32 : tensor<3x4xf32>) {
+    ^bb0(%33: f32, %34: f32, %35: f32):
+      %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<3x4xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %39 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%39 : tensor<3x4xf32>) {
-    ^bb0(%40: f32, %41: f32):
-      linalg.yield %40 : f32 loc("examples/layers.kina":47:4)
+    %37 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":47:4)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%37 : tensor<3x4xf32>) {
+    ^bb0(%38: f32, %39: f32):
+      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<3x4xf32> loc("examples/layers.kina":47:4)
-    %42 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%42 : tensor<3x4xf32>) {
-    ^bb0(%43: f32, %44: f32, %45: f32):
-      %46 = arith.mulf %43, %44 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %46 : f32 loc("examples/layers.kina":50:33)
+    %40 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%40 : tensor<3x4xf32>) {
+    ^bb0(%41: f32, %42: f32, %43: f32):
+      %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<3x4xf32> loc("examples/layers.kina":50:33)
     return %out : tensor<3x4xf32> loc("examples/layers.kina":50:50)
   } loc("examples/layers.kina":38:8)
@@ -202,51 +198,47 @@ module {
     } -> tensor<2xf32> loc("examples/layers.kina":40:32)
     %ss = tensor.expand_shape %7 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":40:32)
     %12 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":41:38)
-    %13 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":41:38)
-    %11 = linalg.fill ins(%12 : f32) outs(%13 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":41:38)
     %14 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %11 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%14 : tensor<2x1xf32>) {
-    ^bb0(%15: f32, %16: f32, %17: f32):
-      %18 = arith.mulf %15, %16 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %18 : f32 loc("examples/layers.kina":41:33)
+    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<2x1xf32>) outs(%14 : tensor<2x1xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      %17 = arith.mulf %15, %12 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %17 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %20 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %21 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":42:14)
-    %19 = linalg.fill ins(%20 : f32) outs(%21 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":42:14)
-    %22 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":42:9)
-    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms, %19 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%22 : tensor<2x1xf32>) {
-    ^bb0(%23: f32, %24: f32, %25: f32):
-      %26 = arith.addf %23, %24 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %26 : f32 loc("examples/layers.kina":42:9)
+    %19 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %21 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":42:9)
+    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms : tensor<2x1xf32>) outs(%21 : tensor<2x1xf32>) {
+    ^bb0(%22: f32, %23: f32):
+      %24 = arith.addf %22, %19 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %24 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<2x1xf32> loc("examples/layers.kina":42:9)
-    %27 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<2x1xf32>) outs(%27 : tensor<2x1xf32>) {
-    ^bb0(%28: f32, %29: f32):
-      %30 = math.rsqrt %28 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %30 : f32 loc("examples/layers.kina":43:19)
+    %25 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
+    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<2x1xf32>) outs(%25 : tensor<2x1xf32>) {
+    ^bb0(%26: f32, %27: f32):
+      %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %31 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<2x1xf32>) outs(%31 : tensor<2x7xf32>) {
-    ^bb0(%32: f32, %33: f32):
-      linalg.yield %32 : f32 loc("examples/layers.kina":44:19)
+    %29 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":44:19)
+    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<2x1xf32>) outs(%29 : tensor<2x7xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<2x7xf32> loc("examples/layers.kina":44:19)
-    %34 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%34 : tensor<2x7xf32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.mulf %35, %36 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %38 : f32 loc("examples/layers.kina":45:20)
+    %32 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%32 : tensor<2x7xf32>) {
+    ^bb0(%33: f32, %34: f32, %35: f32):
+      %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<2x7xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":46:22)
-    %39 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x7xf32>) outs(%39 : tensor<2x7xf32>) {
-    ^bb0(%40: f32, %41: f32):
-      linalg.yield %40 : f32 loc("examples/layers.kina":47:4)
+    %37 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":47:4)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x7xf32>) outs(%37 : tensor<2x7xf32>) {
+    ^bb0(%38: f32, %39: f32):
+      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<2x7xf32> loc("examples/layers.kina":47:4)
-    %42 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%42 : tensor<2x7xf32>) {
-    ^bb0(%43: f32, %44: f32, %45: f32):
-      %46 = arith.mulf %43, %44 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %46 : f32 loc("examples/layers.kina":50:33)
+    %40 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%40 : tensor<2x7xf32>) {
+    ^bb0(%41: f32, %42: f32, %43: f32):
+      %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<2x7xf32> loc("examples/layers.kina":50:33)
     return %out : tensor<2x7xf32> loc("examples/layers.kina":50:50)
   } loc("examples/layers.kina":38:8)
@@ -286,98 +278,92 @@ module {
     } -> tensor<3xf32> loc("examples/layers.kina":25:23)
     %s = tensor.expand_shape %3 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":25:23)
     %8 = arith.constant 0.25 : f32 loc("examples/layers.kina":25:72)
-    %9 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":25:72)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":25:72)
     %10 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s, %7 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%10 : tensor<3x1xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %14 : f32 loc("examples/layers.kina":25:68)
+    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s : tensor<3x1xf32>) outs(%10 : tensor<3x1xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %15 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<3x1xf32>) outs(%15 : tensor<3x4xf32>) {
-    ^bb0(%16: f32, %17: f32):
-      linalg.yield %16 : f32 loc("examples/layers.kina":26:8)
+    %14 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:8)
+    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<3x1xf32>) outs(%14 : tensor<3x4xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:8)
-    %18 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%18 : tensor<3x4xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %22 : f32 loc("examples/layers.kina":26:43)
+    %17 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%17 : tensor<3x4xf32>) {
+    ^bb0(%18: f32, %19: f32, %20: f32):
+      %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %23 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<3x4xf32>) outs(%23 : tensor<3x4xf32>) {
-    ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %26 : f32 loc("examples/layers.kina":26:66)
+    %22 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
+    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<3x4xf32>) outs(%22 : tensor<3x4xf32>) {
+    ^bb0(%23: f32, %24: f32):
+      %25 = arith.mulf %23, %23 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %25 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %27 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %28 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":27:2)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":27:2)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<3x4xf32>) outs(%29 : tensor<3xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %33 : f32 loc("examples/layers.kina":27:2)
+    %26 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %27 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":27:2)
+    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":27:2)
+    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<3x4xf32>) outs(%28 : tensor<3xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      %32 = arith.addf %31, %30 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %32 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<3xf32> loc("examples/layers.kina":27:2)
-    %ss = tensor.expand_shape %30 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":27:2)
-    %35 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
-    %36 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":27:54)
-    %34 = linalg.fill ins(%35 : f32) outs(%36 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":27:54)
-    %37 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %34 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%37 : tensor<3x1xf32>) {
-    ^bb0(%38: f32, %39: f32, %40: f32):
-      %41 = arith.mulf %38, %39 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %41 : f32 loc("examples/layers.kina":27:49)
+    %ss = tensor.expand_shape %29 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":27:2)
+    %34 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
+    %36 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:49)
+    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<3x1xf32>) outs(%36 : tensor<3x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %39 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %43 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %44 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":27:89)
-    %42 = linalg.fill ins(%43 : f32) outs(%44 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":27:89)
-    %45 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:83)
-    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var, %42 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%45 : tensor<3x1xf32>) {
-    ^bb0(%46: f32, %47: f32, %48: f32):
-      %49 = arith.addf %46, %47 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %49 : f32 loc("examples/layers.kina":27:83)
+    %41 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %43 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:83)
+    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var : tensor<3x1xf32>) outs(%43 : tensor<3x1xf32>) {
+    ^bb0(%44: f32, %45: f32):
+      %46 = arith.addf %44, %41 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %46 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<3x1xf32> loc("examples/layers.kina":27:83)
-    %50 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<3x1xf32>) outs(%50 : tensor<3x1xf32>) {
-    ^bb0(%51: f32, %52: f32):
-      %53 = math.rsqrt %51 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %53 : f32 loc("examples/layers.kina":28:24)
+    %47 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
+    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<3x1xf32>) outs(%47 : tensor<3x1xf32>) {
+    ^bb0(%48: f32, %49: f32):
+      %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %54 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<3x1xf32>) outs(%54 : tensor<3x4xf32>) {
-    ^bb0(%55: f32, %56: f32):
-      linalg.yield %55 : f32 loc("examples/layers.kina":28:61)
+    %51 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":28:61)
+    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<3x1xf32>) outs(%51 : tensor<3x4xf32>) {
+    ^bb0(%52: f32, %53: f32):
+      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<3x4xf32> loc("examples/layers.kina":28:61)
-    %57 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%57 : tensor<3x4xf32>) {
-    ^bb0(%58: f32, %59: f32, %60: f32):
-      %61 = arith.mulf %58, %59 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %61 : f32 loc("examples/layers.kina":29:31)
+    %54 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%54 : tensor<3x4xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<3x4xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %62 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%62 : tensor<3x4xf32>) {
-    ^bb0(%63: f32, %64: f32):
-      linalg.yield %63 : f32 loc("examples/layers.kina":30:36)
+    %59 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":30:36)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%59 : tensor<3x4xf32>) {
+    ^bb0(%60: f32, %61: f32):
+      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<3x4xf32> loc("examples/layers.kina":30:36)
-    %65 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%65 : tensor<3x4xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.mulf %66, %67 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %69 : f32 loc("examples/layers.kina":31:6)
+    %62 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%62 : tensor<3x4xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<3x4xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %70 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%70 : tensor<3x4xf32>) {
-    ^bb0(%71: f32, %72: f32):
-      linalg.yield %71 : f32 loc("examples/layers.kina":32:10)
+    %67 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:10)
+    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%67 : tensor<3x4xf32>) {
+    ^bb0(%68: f32, %69: f32):
+      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<3x4xf32> loc("examples/layers.kina":32:10)
-    %73 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%73 : tensor<3x4xf32>) {
-    ^bb0(%74: f32, %75: f32, %76: f32):
-      %77 = arith.addf %74, %75 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %77 : f32 loc("examples/layers.kina":32:49)
+    %70 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:49)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%70 : tensor<3x4xf32>) {
+    ^bb0(%71: f32, %72: f32, %73: f32):
+      %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<3x4xf32> loc("examples/layers.kina":32:49)
     return %out : tensor<3x4xf32> loc("examples/layers.kina":32:70)
   } loc("examples/layers.kina":23:73)
@@ -417,98 +403,92 @@ module {
     } -> tensor<2xf32> loc("examples/layers.kina":25:23)
     %s = tensor.expand_shape %3 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":25:23)
     %8 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":25:72)
-    %9 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":25:72)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":25:72)
     %10 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s, %7 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%10 : tensor<2x1xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %14 : f32 loc("examples/layers.kina":25:68)
+    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s : tensor<2x1xf32>) outs(%10 : tensor<2x1xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %15 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<2x1xf32>) outs(%15 : tensor<2x7xf32>) {
-    ^bb0(%16: f32, %17: f32):
-      linalg.yield %16 : f32 loc("examples/layers.kina":26:8)
+    %14 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:8)
+    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<2x1xf32>) outs(%14 : tensor<2x7xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:8)
-    %18 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%18 : tensor<2x7xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %22 : f32 loc("examples/layers.kina":26:43)
+    %17 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%17 : tensor<2x7xf32>) {
+    ^bb0(%18: f32, %19: f32, %20: f32):
+      %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %23 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<2x7xf32>) outs(%23 : tensor<2x7xf32>) {
-    ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %26 : f32 loc("examples/layers.kina":26:66)
+    %22 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
+    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<2x7xf32>) outs(%22 : tensor<2x7xf32>) {
+    ^bb0(%23: f32, %24: f32):
+      %25 = arith.mulf %23, %23 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %25 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %27 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %28 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":27:2)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":27:2)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<2x7xf32>) outs(%29 : tensor<2xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %33 : f32 loc("examples/layers.kina":27:2)
+    %26 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %27 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":27:2)
+    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":27:2)
+    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<2x7xf32>) outs(%28 : tensor<2xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      %32 = arith.addf %31, %30 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %32 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<2xf32> loc("examples/layers.kina":27:2)
-    %ss = tensor.expand_shape %30 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":27:2)
-    %35 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":27:54)
-    %36 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":27:54)
-    %34 = linalg.fill ins(%35 : f32) outs(%36 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":27:54)
-    %37 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %34 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%37 : tensor<2x1xf32>) {
-    ^bb0(%38: f32, %39: f32, %40: f32):
-      %41 = arith.mulf %38, %39 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %41 : f32 loc("examples/layers.kina":27:49)
+    %ss = tensor.expand_shape %29 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":27:2)
+    %34 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":27:54)
+    %36 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:49)
+    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<2x1xf32>) outs(%36 : tensor<2x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %39 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %43 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %44 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":27:89)
-    %42 = linalg.fill ins(%43 : f32) outs(%44 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":27:89)
-    %45 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:83)
-    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var, %42 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%45 : tensor<2x1xf32>) {
-    ^bb0(%46: f32, %47: f32, %48: f32):
-      %49 = arith.addf %46, %47 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %49 : f32 loc("examples/layers.kina":27:83)
+    %41 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %43 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:83)
+    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var : tensor<2x1xf32>) outs(%43 : tensor<2x1xf32>) {
+    ^bb0(%44: f32, %45: f32):
+      %46 = arith.addf %44, %41 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %46 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<2x1xf32> loc("examples/layers.kina":27:83)
-    %50 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<2x1xf32>) outs(%50 : tensor<2x1xf32>) {
-    ^bb0(%51: f32, %52: f32):
-      %53 = math.rsqrt %51 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %53 : f32 loc("examples/layers.kina":28:24)
+    %47 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
+    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<2x1xf32>) outs(%47 : tensor<2x1xf32>) {
+    ^bb0(%48: f32, %49: f32):
+      %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %54 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<2x1xf32>) outs(%54 : tensor<2x7xf32>) {
-    ^bb0(%55: f32, %56: f32):
-      linalg.yield %55 : f32 loc("examples/layers.kina":28:61)
+    %51 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":28:61)
+    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<2x1xf32>) outs(%51 : tensor<2x7xf32>) {
+    ^bb0(%52: f32, %53: f32):
+      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<2x7xf32> loc("examples/layers.kina":28:61)
-    %57 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%57 : tensor<2x7xf32>) {
-    ^bb0(%58: f32, %59: f32, %60: f32):
-      %61 = arith.mulf %58, %59 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %61 : f32 loc("examples/layers.kina":29:31)
+    %54 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%54 : tensor<2x7xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<2x7xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":29:63)
-    %62 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x7xf32>) outs(%62 : tensor<2x7xf32>) {
-    ^bb0(%63: f32, %64: f32):
-      linalg.yield %63 : f32 loc("examples/layers.kina":30:36)
+    %59 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":30:36)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x7xf32>) outs(%59 : tensor<2x7xf32>) {
+    ^bb0(%60: f32, %61: f32):
+      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<2x7xf32> loc("examples/layers.kina":30:36)
-    %65 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%65 : tensor<2x7xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.mulf %66, %67 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %69 : f32 loc("examples/layers.kina":31:6)
+    %62 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%62 : tensor<2x7xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<2x7xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":31:35)
-    %70 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x7xf32>) outs(%70 : tensor<2x7xf32>) {
-    ^bb0(%71: f32, %72: f32):
-      linalg.yield %71 : f32 loc("examples/layers.kina":32:10)
+    %67 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:10)
+    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x7xf32>) outs(%67 : tensor<2x7xf32>) {
+    ^bb0(%68: f32, %69: f32):
+      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<2x7xf32> loc("examples/layers.kina":32:10)
-    %73 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%73 : tensor<2x7xf32>) {
-    ^bb0(%74: f32, %75: f32, %76: f32):
-      %77 = arith.addf %74, %75 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %77 : f32 loc("examples/layers.kina":32:49)
+    %70 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:49)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%70 : tensor<2x7xf32>) {
+    ^bb0(%71: f32, %72: f32, %73: f32):
+      %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<2x7xf32> loc("examples/layers.kina":32:49)
     return %out : tensor<2x7xf32> loc("examples/layers.kina":32:70)
   } loc("examples/layers.kina":23:73)
@@ -625,51 +605,47 @@ module {
     } -> tensor<4xf32> loc("examples/layers.kina":40:32)
     %ss = tensor.expand_shape %7 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":40:32)
     %12 = arith.constant 0.25 : f32 loc("examples/layers.kina":41:38)
-    %13 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":41:38)
-    %11 = linalg.fill ins(%12 : f32) outs(%13 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":41:38)
     %14 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %11 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%14 : tensor<4x1xf32>) {
-    ^bb0(%15: f32, %16: f32, %17: f32):
-      %18 = arith.mulf %15, %16 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %18 : f32 loc("examples/layers.kina":41:33)
+    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<4x1xf32>) outs(%14 : tensor<4x1xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      %17 = arith.mulf %15, %12 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %17 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %20 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %21 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":42:14)
-    %19 = linalg.fill ins(%20 : f32) outs(%21 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":42:14)
-    %22 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":42:9)
-    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms, %19 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%22 : tensor<4x1xf32>) {
-    ^bb0(%23: f32, %24: f32, %25: f32):
-      %26 = arith.addf %23, %24 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %26 : f32 loc("examples/layers.kina":42:9)
+    %19 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %21 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":42:9)
+    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms : tensor<4x1xf32>) outs(%21 : tensor<4x1xf32>) {
+    ^bb0(%22: f32, %23: f32):
+      %24 = arith.addf %22, %19 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %24 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<4x1xf32> loc("examples/layers.kina":42:9)
-    %27 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<4x1xf32>) outs(%27 : tensor<4x1xf32>) {
-    ^bb0(%28: f32, %29: f32):
-      %30 = math.rsqrt %28 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %30 : f32 loc("examples/layers.kina":43:19)
+    %25 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<4x1xf32>) outs(%25 : tensor<4x1xf32>) {
+    ^bb0(%26: f32, %27: f32):
+      %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %31 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<4x1xf32>) outs(%31 : tensor<4x4xf32>) {
-    ^bb0(%32: f32, %33: f32):
-      linalg.yield %32 : f32 loc("examples/layers.kina":44:19)
+    %29 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":44:19)
+    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<4x1xf32>) outs(%29 : tensor<4x4xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<4x4xf32> loc("examples/layers.kina":44:19)
-    %34 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%34 : tensor<4x4xf32>) {
-    ^bb0(%35: f32, %36: f32, %37: f32):
-      %38 = arith.mulf %35, %36 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %38 : f32 loc("examples/layers.kina":45:20)
+    %32 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%32 : tensor<4x4xf32>) {
+    ^bb0(%33: f32, %34: f32, %35: f32):
+      %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %39 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%39 : tensor<4x4xf32>) {
-    ^bb0(%40: f32, %41: f32):
-      linalg.yield %40 : f32 loc("examples/layers.kina":47:4)
+    %37 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":47:4)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%37 : tensor<4x4xf32>) {
+    ^bb0(%38: f32, %39: f32):
+      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<4x4xf32> loc("examples/layers.kina":47:4)
-    %42 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%42 : tensor<4x4xf32>) {
-    ^bb0(%43: f32, %44: f32, %45: f32):
-      %46 = arith.mulf %43, %44 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %46 : f32 loc("examples/layers.kina":50:33)
+    %40 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%40 : tensor<4x4xf32>) {
+    ^bb0(%41: f32, %42: f32, %43: f32):
+      %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
     return %out : tensor<4x4xf32> loc("examples/layers.kina":50:50)
   } loc("examples/layers.kina":38:8)
@@ -685,98 +661,92 @@ module {
     } -> tensor<4xf32> loc("examples/layers.kina":25:23)
     %s = tensor.expand_shape %3 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":25:23)
     %8 = arith.constant 0.25 : f32 loc("examples/layers.kina":25:72)
-    %9 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":25:72)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":25:72)
     %10 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s, %7 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%10 : tensor<4x1xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %14 : f32 loc("examples/layers.kina":25:68)
+    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s : tensor<4x1xf32>) outs(%10 : tensor<4x1xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %15 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<4x1xf32>) outs(%15 : tensor<4x4xf32>) {
-    ^bb0(%16: f32, %17: f32):
-      linalg.yield %16 : f32 loc("examples/layers.kina":26:8)
+    %14 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
+    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<4x1xf32>) outs(%14 : tensor<4x4xf32>) {
+    ^bb0(%15: f32, %16: f32):
+      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %18 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%18 : tensor<4x4xf32>) {
-    ^bb0(%19: f32, %20: f32, %21: f32):
-      %22 = arith.subf %19, %20 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %22 : f32 loc("examples/layers.kina":26:43)
+    %17 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%17 : tensor<4x4xf32>) {
+    ^bb0(%18: f32, %19: f32, %20: f32):
+      %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %23 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<4x4xf32>) outs(%23 : tensor<4x4xf32>) {
-    ^bb0(%24: f32, %25: f32):
-      %26 = arith.mulf %24, %24 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %26 : f32 loc("examples/layers.kina":26:66)
+    %22 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<4x4xf32>) outs(%22 : tensor<4x4xf32>) {
+    ^bb0(%23: f32, %24: f32):
+      %25 = arith.mulf %23, %23 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %25 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %27 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %28 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":27:2)
-    %29 = linalg.fill ins(%27 : f32) outs(%28 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":27:2)
-    %30 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<4x4xf32>) outs(%29 : tensor<4xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = arith.addf %32, %31 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %33 : f32 loc("examples/layers.kina":27:2)
+    %26 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %27 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":27:2)
+    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":27:2)
+    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<4x4xf32>) outs(%28 : tensor<4xf32>) {
+    ^bb0(%30: f32, %31: f32):
+      %32 = arith.addf %31, %30 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %32 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4xf32> loc("examples/layers.kina":27:2)
-    %ss = tensor.expand_shape %30 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":27:2)
-    %35 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
-    %36 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":27:54)
-    %34 = linalg.fill ins(%35 : f32) outs(%36 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":27:54)
-    %37 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %34 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%37 : tensor<4x1xf32>) {
-    ^bb0(%38: f32, %39: f32, %40: f32):
-      %41 = arith.mulf %38, %39 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %41 : f32 loc("examples/layers.kina":27:49)
+    %ss = tensor.expand_shape %29 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":27:2)
+    %34 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
+    %36 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<4x1xf32>) outs(%36 : tensor<4x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %39 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %43 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %44 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":27:89)
-    %42 = linalg.fill ins(%43 : f32) outs(%44 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":27:89)
-    %45 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:83)
-    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var, %42 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%45 : tensor<4x1xf32>) {
-    ^bb0(%46: f32, %47: f32, %48: f32):
-      %49 = arith.addf %46, %47 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %49 : f32 loc("examples/layers.kina":27:83)
+    %41 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %43 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:83)
+    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var : tensor<4x1xf32>) outs(%43 : tensor<4x1xf32>) {
+    ^bb0(%44: f32, %45: f32):
+      %46 = arith.addf %44, %41 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %46 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:83)
-    %50 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<4x1xf32>) outs(%50 : tensor<4x1xf32>) {
-    ^bb0(%51: f32, %52: f32):
-      %53 = math.rsqrt %51 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %53 : f32 loc("examples/layers.kina":28:24)
+    %47 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<4x1xf32>) outs(%47 : tensor<4x1xf32>) {
+    ^bb0(%48: f32, %49: f32):
+      %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %54 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<4x1xf32>) outs(%54 : tensor<4x4xf32>) {
-    ^bb0(%55: f32, %56: f32):
-      linalg.yield %55 : f32 loc("examples/layers.kina":28:61)
+    %51 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
+    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<4x1xf32>) outs(%51 : tensor<4x4xf32>) {
+    ^bb0(%52: f32, %53: f32):
+      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %57 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%57 : tensor<4x4xf32>) {
-    ^bb0(%58: f32, %59: f32, %60: f32):
-      %61 = arith.mulf %58, %59 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %61 : f32 loc("examples/layers.kina":29:31)
+    %54 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%54 : tensor<4x4xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %62 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%62 : tensor<4x4xf32>) {
-    ^bb0(%63: f32, %64: f32):
-      linalg.yield %63 : f32 loc("examples/layers.kina":30:36)
+    %59 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%59 : tensor<4x4xf32>) {
+    ^bb0(%60: f32, %61: f32):
+      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %65 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%65 : tensor<4x4xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.mulf %66, %67 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %69 : f32 loc("examples/layers.kina":31:6)
+    %62 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%62 : tensor<4x4xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %70 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%70 : tensor<4x4xf32>) {
-    ^bb0(%71: f32, %72: f32):
-      linalg.yield %71 : f32 loc("examples/layers.kina":32:10)
+    %67 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
+    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%67 : tensor<4x4xf32>) {
+    ^bb0(%68: f32, %69: f32):
+      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %73 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%73 : tensor<4x4xf32>) {
-    ^bb0(%74: f32, %75: f32, %76: f32):
-      %77 = arith.addf %74, %75 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %77 : f32 loc("examples/layers.kina":32:49)
+    %70 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%70 : tensor<4x4xf32>) {
+    ^bb0(%71: f32, %72: f32, %73: f32):
+      %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<4x4xf32> loc("examples/layers.kina":32:49)
     return %out : tensor<4x4xf32> loc("examples/layers.kina":32:70)
   } loc("examples/layers.kina":23:73)
@@ -938,89 +908,85 @@ module {
     %6 = linalg.batch_matmul ins(%1, %2 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%5 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
     %scores = tensor.expand_shape %6 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":106:75)
     %8 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":107:17)
-    %9 = bufferization.alloc_tensor() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:17)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:17)
     %10 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores, %7 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%10 : tensor<1x2x4x4xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %14 : f32 loc("examples/layers.kina":107:8)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores : tensor<1x2x4x4xf32>) outs(%10 : tensor<1x2x4x4xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %13 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %16 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:36)
-    %15 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%16 : tensor<4x4xi64>) {
-    ^bb0(%17: i64):
-      %18 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %19 = arith.index_cast %18 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %19 : i64 loc("examples/layers.kina":108:36)
+    %15 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:36)
+    %14 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%15 : tensor<4x4xi64>) {
+    ^bb0(%16: i64):
+      %17 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %18 = arith.index_cast %17 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %18 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<4x4xi64> loc("examples/layers.kina":108:36)
-    %21 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:64)
-    %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%21 : tensor<4x4xi64>) {
-    ^bb0(%22: i64):
-      %23 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %24 = arith.index_cast %23 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %24 : i64 loc("examples/layers.kina":108:64)
+    %20 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:64)
+    %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%20 : tensor<4x4xi64>) {
+    ^bb0(%21: i64):
+      %22 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %23 = arith.index_cast %22 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %23 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<4x4xi64> loc("examples/layers.kina":108:64)
-    %26 = tensor.empty() : tensor<4x4xi8> loc("examples/layers.kina":108:33)
-    %25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%15, %20 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%26 : tensor<4x4xi8>) {
-    ^bb0(%27: i64, %28: i64, %29: i8):
-      %30 = arith.cmpi sge, %27, %28 : i64 loc("examples/layers.kina":108:33)
-      %31 = arith.extui %30 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %31 : i8 loc("examples/layers.kina":108:33)
+    %25 = tensor.empty() : tensor<4x4xi8> loc("examples/layers.kina":108:33)
+    %24 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%14, %19 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%25 : tensor<4x4xi8>) {
+    ^bb0(%26: i64, %27: i64, %28: i8):
+      %29 = arith.cmpi sge, %26, %27 : i64 loc("examples/layers.kina":108:33)
+      %30 = arith.extui %29 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %30 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<4x4xi8> loc("examples/layers.kina":108:33)
-    %33 = tensor.collapse_shape %25 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/layers.kina":108:33)
-    %32 = tensor.expand_shape %33 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/layers.kina":108:33)
-    %34 = tensor.empty() : tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%32 : tensor<1x1x4x4xi8>) outs(%34 : tensor<1x2x4x4xi8>) {
-    ^bb0(%35: i8, %36: i8):
-      linalg.yield %35 : i8 loc("examples/layers.kina":108:33)
+    %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/layers.kina":108:33)
+    %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/layers.kina":108:33)
+    %33 = tensor.empty() : tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x4x4xi8>) outs(%33 : tensor<1x2x4x4xi8>) {
+    ^bb0(%34: i8, %35: i8):
+      linalg.yield %34 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
-    %38 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %39 = bufferization.alloc_tensor() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:22)
-    %37 = linalg.fill ins(%38 : f32) outs(%39 : tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:22)
-    %40 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled, %37 : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%40 : tensor<1x2x4x4xf32>) {
-    ^bb0(%41: i8, %42: f32, %43: f32, %44: f32):
-      %45 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %46 = arith.cmpi ne, %41, %45 : i8 loc("examples/layers.kina":110:2)
-      %47 = arith.select %46, %42, %43 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %47 : f32 loc("examples/layers.kina":110:2)
+    %37 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %39 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>) outs(%39 : tensor<1x2x4x4xf32>) {
+    ^bb0(%40: i8, %41: f32, %42: f32):
+      %43 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/layers.kina":110:2)
+      %45 = arith.select %44, %41, %37 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %45 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %48 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %49 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %50 = linalg.fill ins(%48 : f32) outs(%49 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %51 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x4x4xf32>) outs(%50 : tensor<1x2x4xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      %54 = arith.maximumf %53, %52 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %54 : f32 loc("examples/layers.kina":110:45)
+    %46 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %47 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %48 = linalg.fill ins(%46 : f32) outs(%47 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %49 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x4x4xf32>) outs(%48 : tensor<1x2x4xf32>) {
+    ^bb0(%50: f32, %51: f32):
+      %52 = arith.maximumf %51, %50 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %52 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %55 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %56 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %51 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%55 : tensor<1x2x4x4xf32>) {
-    ^bb0(%57: f32, %58: f32, %59: f32):
-      %60 = arith.subf %57, %58 : f32 loc("examples/layers.kina":110:45)
-      %61 = math.exp %60 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %61 : f32 loc("examples/layers.kina":110:45)
+    %53 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %54 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %49 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%53 : tensor<1x2x4x4xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.subf %55, %56 : f32 loc("examples/layers.kina":110:45)
+      %59 = math.exp %58 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %59 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %62 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %63 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%56 : tensor<1x2x4x4xf32>) outs(%64 : tensor<1x2x4xf32>) {
-    ^bb0(%66: f32, %67: f32):
-      %68 = arith.addf %67, %66 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %68 : f32 loc("examples/layers.kina":110:45)
+    %60 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %61 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %62 = linalg.fill ins(%60 : f32) outs(%61 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%54 : tensor<1x2x4x4xf32>) outs(%62 : tensor<1x2x4xf32>) {
+    ^bb0(%64: f32, %65: f32):
+      %66 = arith.addf %65, %64 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %66 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %69 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%56, %65 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%69 : tensor<1x2x4x4xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.divf %70, %71 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %73 : f32 loc("examples/layers.kina":110:45)
+    %67 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%54, %63 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%67 : tensor<1x2x4x4xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.divf %68, %69 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %71 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %74 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %75 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %76 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %77 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %79 = linalg.batch_matmul ins(%74, %75 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%78 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %ctx = tensor.expand_shape %79 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
+    %72 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %73 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %74 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %75 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %77 = linalg.batch_matmul ins(%72, %73 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%76 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %ctx = tensor.expand_shape %77 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
     return %ctx : tensor<1x2x4x2xf32> loc("examples/layers.kina":111:26)
   } loc("examples/layers.kina":104:17)
 
@@ -1173,21 +1139,17 @@ module {
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
     %total = tensor.expand_shape %29 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
     %34 = arith.constant 0.25 : f32 loc("examples/layers.kina":19:2)
-    %35 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %33 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
     %36 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %33 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
-    ^bb0(%37: f32, %38: f32, %39: f32):
-      %40 = arith.mulf %37, %38 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %40 : f32 loc("examples/layers.kina":18:83)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total : tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %39 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     return %mean : tensor<1x1xf32> loc("examples/layers.kina":19:17)
   } loc("examples/layers.kina":9:89)
 
   func.func private @"kina_optim.adamw$15"(%w: tensor<15xf32>, %g: tensor<15xf32>, %m: tensor<15xf32>, %v: tensor<15xf32>, %t: tensor<f32>, %lr: tensor<f64>, %beta1: tensor<f64>, %beta2: tensor<f64>, %eps: tensor<f64>, %weight_decay: tensor<f64>) -> (tensor<15xf32>, tensor<15xf32>, tensor<15xf32>) {
     %1 = arith.constant 1.0 : f64 loc("examples/layers.kina":63:14)
-    %2 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":63:14)
-    %0 = linalg.fill ins(%1 : f64) outs(%2 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":63:14)
     %4 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:20)
     %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f64>, tensor<f64>) outs(%4 : tensor<f64>) {
     ^bb0(%5: f64, %6: f64, %7: f64):
@@ -1195,279 +1157,269 @@ module {
       linalg.yield %8 : f64 loc("examples/layers.kina":63:20)
     } -> tensor<f64> loc("examples/layers.kina":63:20)
     %10 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:13)
-    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f64>, tensor<f64>) outs(%10 : tensor<f64>) {
-    ^bb0(%11: f64, %12: f64, %13: f64):
-      %14 = arith.subf %11, %12 : f64 loc("examples/layers.kina":63:13)
-      linalg.yield %14 : f64 loc("examples/layers.kina":63:13)
+    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%3 : tensor<f64>) outs(%10 : tensor<f64>) {
+    ^bb0(%11: f64, %12: f64):
+      %13 = arith.subf %1, %11 : f64 loc("examples/layers.kina":63:13)
+      linalg.yield %13 : f64 loc("examples/layers.kina":63:13)
     } -> tensor<f64> loc("examples/layers.kina":63:13)
-    %15 = tensor.empty() : tensor<f32> loc("examples/layers.kina":63:13)
-    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%15 : tensor<f32>) {
-    ^bb0(%16: f64, %17: f32):
-      %18 = arith.truncf %16 : f64 to f32 loc("examples/layers.kina":63:13)
-      linalg.yield %18 : f32 loc("examples/layers.kina":63:13)
+    %14 = tensor.empty() : tensor<f32> loc("examples/layers.kina":63:13)
+    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%14 : tensor<f32>) {
+    ^bb0(%15: f64, %16: f32):
+      %17 = arith.truncf %15 : f64 to f32 loc("examples/layers.kina":63:13)
+      linalg.yield %17 : f32 loc("examples/layers.kina":63:13)
     } -> tensor<f32> loc("examples/layers.kina":63:13)
-    %20 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:11)
-    %21 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:11)
-    %19 = linalg.fill ins(%20 : f64) outs(%21 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:11)
-    %23 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:10)
-    %22 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%19, %beta1 : tensor<f64>, tensor<f64>) outs(%23 : tensor<f64>) {
-    ^bb0(%24: f64, %25: f64, %26: f64):
-      %27 = arith.subf %24, %25 : f64 loc("examples/layers.kina":64:10)
-      linalg.yield %27 : f64 loc("examples/layers.kina":64:10)
+    %19 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:11)
+    %22 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:10)
+    %21 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1 : tensor<f64>) outs(%22 : tensor<f64>) {
+    ^bb0(%23: f64, %24: f64):
+      %25 = arith.subf %19, %23 : f64 loc("examples/layers.kina":64:10)
+      linalg.yield %25 : f64 loc("examples/layers.kina":64:10)
     } -> tensor<f64> loc("examples/layers.kina":64:10)
-    %28 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:10)
-    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%22 : tensor<f64>) outs(%28 : tensor<f32>) {
-    ^bb0(%29: f64, %30: f32):
-      %31 = arith.truncf %29 : f64 to f32 loc("examples/layers.kina":64:10)
-      linalg.yield %31 : f32 loc("examples/layers.kina":64:10)
+    %26 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:10)
+    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%21 : tensor<f64>) outs(%26 : tensor<f32>) {
+    ^bb0(%27: f64, %28: f32):
+      %29 = arith.truncf %27 : f64 to f32 loc("examples/layers.kina":64:10)
+      linalg.yield %29 : f32 loc("examples/layers.kina":64:10)
     } -> tensor<f32> loc("examples/layers.kina":64:10)
-    %33 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:58)
-    %34 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:58)
-    %32 = linalg.fill ins(%33 : f64) outs(%34 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:58)
-    %36 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:57)
-    %35 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%32, %beta2 : tensor<f64>, tensor<f64>) outs(%36 : tensor<f64>) {
-    ^bb0(%37: f64, %38: f64, %39: f64):
-      %40 = arith.subf %37, %38 : f64 loc("examples/layers.kina":64:57)
-      linalg.yield %40 : f64 loc("examples/layers.kina":64:57)
+    %31 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:58)
+    %34 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:57)
+    %33 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%34 : tensor<f64>) {
+    ^bb0(%35: f64, %36: f64):
+      %37 = arith.subf %31, %35 : f64 loc("examples/layers.kina":64:57)
+      linalg.yield %37 : f64 loc("examples/layers.kina":64:57)
     } -> tensor<f64> loc("examples/layers.kina":64:57)
-    %41 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:57)
-    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%35 : tensor<f64>) outs(%41 : tensor<f32>) {
-    ^bb0(%42: f64, %43: f32):
-      %44 = arith.truncf %42 : f64 to f32 loc("examples/layers.kina":64:57)
-      linalg.yield %44 : f32 loc("examples/layers.kina":64:57)
+    %38 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:57)
+    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%33 : tensor<f64>) outs(%38 : tensor<f32>) {
+    ^bb0(%39: f64, %40: f32):
+      %41 = arith.truncf %39 : f64 to f32 loc("examples/layers.kina":64:57)
+      linalg.yield %41 : f32 loc("examples/layers.kina":64:57)
     } -> tensor<f32> loc("examples/layers.kina":64:57)
-    %45 = tensor.empty() : tensor<f32> loc("examples/layers.kina":65:12)
-    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%45 : tensor<f32>) {
-    ^bb0(%46: f64, %47: f32):
-      %48 = arith.truncf %46 : f64 to f32 loc("examples/layers.kina":65:12)
-      linalg.yield %48 : f32 loc("examples/layers.kina":65:12)
+    %42 = tensor.empty() : tensor<f32> loc("examples/layers.kina":65:12)
+    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%42 : tensor<f32>) {
+    ^bb0(%43: f64, %44: f32):
+      %45 = arith.truncf %43 : f64 to f32 loc("examples/layers.kina":65:12)
+      linalg.yield %45 : f32 loc("examples/layers.kina":65:12)
     } -> tensor<f32> loc("examples/layers.kina":65:12)
-    %49 = tensor.empty() : tensor<f64> loc("examples/layers.kina":66:22)
-    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%49 : tensor<f64>) {
-    ^bb0(%50: f32, %51: f64):
-      %52 = arith.extf %50 : f32 to f64 loc("examples/layers.kina":66:22)
-      linalg.yield %52 : f64 loc("examples/layers.kina":66:22)
+    %46 = tensor.empty() : tensor<f64> loc("examples/layers.kina":66:22)
+    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%46 : tensor<f64>) {
+    ^bb0(%47: f32, %48: f64):
+      %49 = arith.extf %47 : f32 to f64 loc("examples/layers.kina":66:22)
+      linalg.yield %49 : f64 loc("examples/layers.kina":66:22)
     } -> tensor<f64> loc("examples/layers.kina":66:22)
-    %54 = arith.constant 1.0 : f64 loc("examples/layers.kina":67:32)
-    %55 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":67:32)
-    %53 = linalg.fill ins(%54 : f64) outs(%55 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":67:32)
-    %57 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:38)
-    %56 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%57 : tensor<f64>) {
-    ^bb0(%58: f64, %59: f64, %60: f64):
-      %61 = math.absf %58 : f64 loc("examples/layers.kina":67:38)
-      %62 = math.powf %61, %59 : f64 loc("examples/layers.kina":67:38)
-      %63 = math.floor %59 : f64 loc("examples/layers.kina":67:38)
-      %64 = arith.cmpf oeq, %63, %59 : f64 loc("examples/layers.kina":67:38)
-      %65 = arith.constant 0.5 : f64 loc("examples/layers.kina":67:38)
-      %66 = arith.mulf %59, %65 : f64 loc("examples/layers.kina":67:38)
-      %67 = math.floor %66 : f64 loc("examples/layers.kina":67:38)
-      %68 = arith.cmpf oeq, %67, %66 : f64 loc("examples/layers.kina":67:38)
-      %69 = arith.negf %62 : f64 loc("examples/layers.kina":67:38)
-      %70 = arith.select %68, %62, %69 : f64 loc("examples/layers.kina":67:38)
-      %71 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":67:38)
-      %72 = arith.cmpf oeq, %58, %71 : f64 loc("examples/layers.kina":67:38)
-      %73 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":67:38)
-      %74 = arith.select %72, %62, %73 : f64 loc("examples/layers.kina":67:38)
-      %75 = arith.select %64, %70, %74 : f64 loc("examples/layers.kina":67:38)
-      %76 = arith.constant 0.0 : f64 loc("examples/layers.kina":67:38)
-      %77 = arith.cmpf olt, %58, %76 : f64 loc("examples/layers.kina":67:38)
-      %78 = arith.select %77, %75, %62 : f64 loc("examples/layers.kina":67:38)
-      linalg.yield %78 : f64 loc("examples/layers.kina":67:38)
+    %51 = arith.constant 1.0 : f64 loc("examples/layers.kina":67:32)
+    %54 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:38)
+    %53 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%54 : tensor<f64>) {
+    ^bb0(%55: f64, %56: f64, %57: f64):
+      %58 = math.absf %55 : f64 loc("examples/layers.kina":67:38)
+      %59 = math.powf %58, %56 : f64 loc("examples/layers.kina":67:38)
+      %60 = math.floor %56 : f64 loc("examples/layers.kina":67:38)
+      %61 = arith.cmpf oeq, %60, %56 : f64 loc("examples/layers.kina":67:38)
+      %62 = arith.constant 0.5 : f64 loc("examples/layers.kina":67:38)
+      %63 = arith.mulf %56, %62 : f64 loc("examples/layers.kina":67:38)
+      %64 = math.floor %63 : f64 loc("examples/layers.kina":67:38)
+      %65 = arith.cmpf oeq, %64, %63 : f64 loc("examples/layers.kina":67:38)
+      %66 = arith.negf %59 : f64 loc("examples/layers.kina":67:38)
+      %67 = arith.select %65, %59, %66 : f64 loc("examples/layers.kina":67:38)
+      %68 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":67:38)
+      %69 = arith.cmpf oeq, %55, %68 : f64 loc("examples/layers.kina":67:38)
+      %70 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":67:38)
+      %71 = arith.select %69, %59, %70 : f64 loc("examples/layers.kina":67:38)
+      %72 = arith.select %61, %67, %71 : f64 loc("examples/layers.kina":67:38)
+      %73 = arith.constant 0.0 : f64 loc("examples/layers.kina":67:38)
+      %74 = arith.cmpf olt, %55, %73 : f64 loc("examples/layers.kina":67:38)
+      %75 = arith.select %74, %72, %59 : f64 loc("examples/layers.kina":67:38)
+      linalg.yield %75 : f64 loc("examples/layers.kina":67:38)
     } -> tensor<f64> loc("examples/layers.kina":67:38)
-    %80 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:31)
-    %79 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53, %56 : tensor<f64>, tensor<f64>) outs(%80 : tensor<f64>) {
-    ^bb0(%81: f64, %82: f64, %83: f64):
-      %84 = arith.subf %81, %82 : f64 loc("examples/layers.kina":67:31)
-      linalg.yield %84 : f64 loc("examples/layers.kina":67:31)
+    %77 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:31)
+    %76 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53 : tensor<f64>) outs(%77 : tensor<f64>) {
+    ^bb0(%78: f64, %79: f64):
+      %80 = arith.subf %51, %78 : f64 loc("examples/layers.kina":67:31)
+      linalg.yield %80 : f64 loc("examples/layers.kina":67:31)
     } -> tensor<f64> loc("examples/layers.kina":67:31)
-    %86 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:25)
-    %85 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %79 : tensor<f64>, tensor<f64>) outs(%86 : tensor<f64>) {
-    ^bb0(%87: f64, %88: f64, %89: f64):
-      %90 = arith.divf %87, %88 : f64 loc("examples/layers.kina":67:25)
-      linalg.yield %90 : f64 loc("examples/layers.kina":67:25)
+    %82 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:25)
+    %81 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %76 : tensor<f64>, tensor<f64>) outs(%82 : tensor<f64>) {
+    ^bb0(%83: f64, %84: f64, %85: f64):
+      %86 = arith.divf %83, %84 : f64 loc("examples/layers.kina":67:25)
+      linalg.yield %86 : f64 loc("examples/layers.kina":67:25)
     } -> tensor<f64> loc("examples/layers.kina":67:25)
-    %91 = tensor.empty() : tensor<f32> loc("examples/layers.kina":67:25)
-    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%85 : tensor<f64>) outs(%91 : tensor<f32>) {
-    ^bb0(%92: f64, %93: f32):
-      %94 = arith.truncf %92 : f64 to f32 loc("examples/layers.kina":67:25)
-      linalg.yield %94 : f32 loc("examples/layers.kina":67:25)
+    %87 = tensor.empty() : tensor<f32> loc("examples/layers.kina":67:25)
+    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%81 : tensor<f64>) outs(%87 : tensor<f32>) {
+    ^bb0(%88: f64, %89: f32):
+      %90 = arith.truncf %88 : f64 to f32 loc("examples/layers.kina":67:25)
+      linalg.yield %90 : f32 loc("examples/layers.kina":67:25)
     } -> tensor<f32> loc("examples/layers.kina":67:25)
-    %96 = arith.constant 1.0 : f64 loc("examples/layers.kina":71:23)
-    %97 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":71:23)
-    %95 = linalg.fill ins(%96 : f64) outs(%97 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":71:23)
-    %99 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:29)
-    %98 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%99 : tensor<f64>) {
-    ^bb0(%100: f64, %101: f64, %102: f64):
-      %103 = math.absf %100 : f64 loc("examples/layers.kina":71:29)
-      %104 = math.powf %103, %101 : f64 loc("examples/layers.kina":71:29)
-      %105 = math.floor %101 : f64 loc("examples/layers.kina":71:29)
-      %106 = arith.cmpf oeq, %105, %101 : f64 loc("examples/layers.kina":71:29)
-      %107 = arith.constant 0.5 : f64 loc("examples/layers.kina":71:29)
-      %108 = arith.mulf %101, %107 : f64 loc("examples/layers.kina":71:29)
-      %109 = math.floor %108 : f64 loc("examples/layers.kina":71:29)
-      %110 = arith.cmpf oeq, %109, %108 : f64 loc("examples/layers.kina":71:29)
-      %111 = arith.negf %104 : f64 loc("examples/layers.kina":71:29)
-      %112 = arith.select %110, %104, %111 : f64 loc("examples/layers.kina":71:29)
-      %113 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":71:29)
-      %114 = arith.cmpf oeq, %100, %113 : f64 loc("examples/layers.kina":71:29)
-      %115 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":71:29)
-      %116 = arith.select %114, %104, %115 : f64 loc("examples/layers.kina":71:29)
-      %117 = arith.select %106, %112, %116 : f64 loc("examples/layers.kina":71:29)
-      %118 = arith.constant 0.0 : f64 loc("examples/layers.kina":71:29)
-      %119 = arith.cmpf olt, %100, %118 : f64 loc("examples/layers.kina":71:29)
-      %120 = arith.select %119, %117, %104 : f64 loc("examples/layers.kina":71:29)
-      linalg.yield %120 : f64 loc("examples/layers.kina":71:29)
+    %92 = arith.constant 1.0 : f64 loc("examples/layers.kina":71:23)
+    %95 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:29)
+    %94 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%95 : tensor<f64>) {
+    ^bb0(%96: f64, %97: f64, %98: f64):
+      %99 = math.absf %96 : f64 loc("examples/layers.kina":71:29)
+      %100 = math.powf %99, %97 : f64 loc("examples/layers.kina":71:29)
+      %101 = math.floor %97 : f64 loc("examples/layers.kina":71:29)
+      %102 = arith.cmpf oeq, %101, %97 : f64 loc("examples/layers.kina":71:29)
+      %103 = arith.constant 0.5 : f64 loc("examples/layers.kina":71:29)
+      %104 = arith.mulf %97, %103 : f64 loc("examples/layers.kina":71:29)
+      %105 = math.floor %104 : f64 loc("examples/layers.kina":71:29)
+      %106 = arith.cmpf oeq, %105, %104 : f64 loc("examples/layers.kina":71:29)
+      %107 = arith.negf %100 : f64 loc("examples/layers.kina":71:29)
+      %108 = arith.select %106, %100, %107 : f64 loc("examples/layers.kina":71:29)
+      %109 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":71:29)
+      %110 = arith.cmpf oeq, %96, %109 : f64 loc("examples/layers.kina":71:29)
+      %111 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":71:29)
+      %112 = arith.select %110, %100, %111 : f64 loc("examples/layers.kina":71:29)
+      %113 = arith.select %102, %108, %112 : f64 loc("examples/layers.kina":71:29)
+      %114 = arith.constant 0.0 : f64 loc("examples/layers.kina":71:29)
+      %115 = arith.cmpf olt, %96, %114 : f64 loc("examples/layers.kina":71:29)
+      %116 = arith.select %115, %113, %100 : f64 loc("examples/layers.kina":71:29)
+      linalg.yield %116 : f64 loc("examples/layers.kina":71:29)
     } -> tensor<f64> loc("examples/layers.kina":71:29)
-    %122 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
-    %121 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%95, %98 : tensor<f64>, tensor<f64>) outs(%122 : tensor<f64>) {
-    ^bb0(%123: f64, %124: f64, %125: f64):
-      %126 = arith.subf %123, %124 : f64 loc("examples/layers.kina":71:22)
+    %118 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %117 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%94 : tensor<f64>) outs(%118 : tensor<f64>) {
+    ^bb0(%119: f64, %120: f64):
+      %121 = arith.subf %92, %119 : f64 loc("examples/layers.kina":71:22)
+      linalg.yield %121 : f64 loc("examples/layers.kina":71:22)
+    } -> tensor<f64> loc("examples/layers.kina":71:22)
+    %123 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %122 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%117 : tensor<f64>) outs(%123 : tensor<f64>) {
+    ^bb0(%124: f64, %125: f64):
+      %126 = math.sqrt %124 : f64 loc("examples/layers.kina":71:22)
       linalg.yield %126 : f64 loc("examples/layers.kina":71:22)
     } -> tensor<f64> loc("examples/layers.kina":71:22)
-    %128 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
-    %127 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%121 : tensor<f64>) outs(%128 : tensor<f64>) {
-    ^bb0(%129: f64, %130: f64):
-      %131 = math.sqrt %129 : f64 loc("examples/layers.kina":71:22)
-      linalg.yield %131 : f64 loc("examples/layers.kina":71:22)
-    } -> tensor<f64> loc("examples/layers.kina":71:22)
-    %132 = tensor.empty() : tensor<f32> loc("examples/layers.kina":71:22)
-    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%127 : tensor<f64>) outs(%132 : tensor<f32>) {
-    ^bb0(%133: f64, %134: f32):
-      %135 = arith.truncf %133 : f64 to f32 loc("examples/layers.kina":71:22)
-      linalg.yield %135 : f32 loc("examples/layers.kina":71:22)
+    %127 = tensor.empty() : tensor<f32> loc("examples/layers.kina":71:22)
+    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%122 : tensor<f64>) outs(%127 : tensor<f32>) {
+    ^bb0(%128: f64, %129: f32):
+      %130 = arith.truncf %128 : f64 to f32 loc("examples/layers.kina":71:22)
+      linalg.yield %130 : f32 loc("examples/layers.kina":71:22)
     } -> tensor<f32> loc("examples/layers.kina":71:22)
-    %137 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:93)
-    %136 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%137 : tensor<15xf32>) {
-    ^bb0(%138: f32, %139: f32):
-      linalg.yield %138 : f32 loc("examples/layers.kina":71:93)
+    %132 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:93)
+    %131 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%132 : tensor<15xf32>) {
+    ^bb0(%133: f32, %134: f32):
+      linalg.yield %133 : f32 loc("examples/layers.kina":71:93)
     } -> tensor<15xf32> loc("examples/layers.kina":71:93)
-    %140 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:89)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %136 : tensor<15xf32>, tensor<15xf32>) outs(%140 : tensor<15xf32>) {
-    ^bb0(%141: f32, %142: f32, %143: f32):
-      %144 = arith.mulf %141, %142 : f32 loc("examples/layers.kina":71:89)
-      linalg.yield %144 : f32 loc("examples/layers.kina":71:89)
+    %135 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:89)
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %131 : tensor<15xf32>, tensor<15xf32>) outs(%135 : tensor<15xf32>) {
+    ^bb0(%136: f32, %137: f32, %138: f32):
+      %139 = arith.mulf %136, %137 : f32 loc("examples/layers.kina":71:89)
+      linalg.yield %139 : f32 loc("examples/layers.kina":71:89)
     } -> tensor<15xf32> loc("examples/layers.kina":71:89)
-    %146 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
-    %145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<15xf32>, tensor<15xf32>) outs(%146 : tensor<15xf32>) {
-    ^bb0(%147: f32, %148: f32, %149: f32):
-      %150 = arith.subf %147, %148 : f32 loc("examples/layers.kina":73:8)
-      linalg.yield %150 : f32 loc("examples/layers.kina":73:8)
+    %141 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
+    %140 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<15xf32>, tensor<15xf32>) outs(%141 : tensor<15xf32>) {
+    ^bb0(%142: f32, %143: f32, %144: f32):
+      %145 = arith.subf %142, %143 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %145 : f32 loc("examples/layers.kina":73:8)
     } -> tensor<15xf32> loc("examples/layers.kina":73:8)
-    %152 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:18)
-    %151 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%152 : tensor<15xf32>) {
-    ^bb0(%153: f32, %154: f32):
-      linalg.yield %153 : f32 loc("examples/layers.kina":73:18)
+    %147 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:18)
+    %146 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%147 : tensor<15xf32>) {
+    ^bb0(%148: f32, %149: f32):
+      linalg.yield %148 : f32 loc("examples/layers.kina":73:18)
     } -> tensor<15xf32> loc("examples/layers.kina":73:18)
-    %156 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
-    %155 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%145, %151 : tensor<15xf32>, tensor<15xf32>) outs(%156 : tensor<15xf32>) {
-    ^bb0(%157: f32, %158: f32, %159: f32):
-      %160 = arith.mulf %157, %158 : f32 loc("examples/layers.kina":73:8)
-      linalg.yield %160 : f32 loc("examples/layers.kina":73:8)
+    %151 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
+    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %146 : tensor<15xf32>, tensor<15xf32>) outs(%151 : tensor<15xf32>) {
+    ^bb0(%152: f32, %153: f32, %154: f32):
+      %155 = arith.mulf %152, %153 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %155 : f32 loc("examples/layers.kina":73:8)
     } -> tensor<15xf32> loc("examples/layers.kina":73:8)
-    %161 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:4)
-    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %155 : tensor<15xf32>, tensor<15xf32>) outs(%161 : tensor<15xf32>) {
-    ^bb0(%162: f32, %163: f32, %164: f32):
-      %165 = arith.addf %162, %163 : f32 loc("examples/layers.kina":73:4)
-      linalg.yield %165 : f32 loc("examples/layers.kina":73:4)
+    %156 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:4)
+    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %150 : tensor<15xf32>, tensor<15xf32>) outs(%156 : tensor<15xf32>) {
+    ^bb0(%157: f32, %158: f32, %159: f32):
+      %160 = arith.addf %157, %158 : f32 loc("examples/layers.kina":73:4)
+      linalg.yield %160 : f32 loc("examples/layers.kina":73:4)
     } -> tensor<15xf32> loc("examples/layers.kina":73:4)
-    %167 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:61)
-    %166 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%167 : tensor<15xf32>) {
-    ^bb0(%168: f32, %169: f32):
-      linalg.yield %168 : f32 loc("examples/layers.kina":73:61)
+    %162 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:61)
+    %161 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%162 : tensor<15xf32>) {
+    ^bb0(%163: f32, %164: f32):
+      linalg.yield %163 : f32 loc("examples/layers.kina":73:61)
     } -> tensor<15xf32> loc("examples/layers.kina":73:61)
-    %171 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
-    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %166 : tensor<15xf32>, tensor<15xf32>) outs(%171 : tensor<15xf32>) {
-    ^bb0(%172: f32, %173: f32, %174: f32):
-      %175 = arith.mulf %172, %173 : f32 loc("examples/layers.kina":73:57)
-      linalg.yield %175 : f32 loc("examples/layers.kina":73:57)
+    %166 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
+    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %161 : tensor<15xf32>, tensor<15xf32>) outs(%166 : tensor<15xf32>) {
+    ^bb0(%167: f32, %168: f32, %169: f32):
+      %170 = arith.mulf %167, %168 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %170 : f32 loc("examples/layers.kina":73:57)
     } -> tensor<15xf32> loc("examples/layers.kina":73:57)
-    %177 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
-    %176 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%177 : tensor<15xf32>) {
-    ^bb0(%178: f32, %179: f32):
-      linalg.yield %178 : f32 loc("examples/layers.kina":77:16)
+    %172 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
+    %171 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%172 : tensor<15xf32>) {
+    ^bb0(%173: f32, %174: f32):
+      linalg.yield %173 : f32 loc("examples/layers.kina":77:16)
     } -> tensor<15xf32> loc("examples/layers.kina":77:16)
-    %181 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
-    %180 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%176, %g : tensor<15xf32>, tensor<15xf32>) outs(%181 : tensor<15xf32>) {
-    ^bb0(%182: f32, %183: f32, %184: f32):
-      %185 = arith.mulf %182, %183 : f32 loc("examples/layers.kina":77:16)
-      linalg.yield %185 : f32 loc("examples/layers.kina":77:16)
+    %176 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
+    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%171, %g : tensor<15xf32>, tensor<15xf32>) outs(%176 : tensor<15xf32>) {
+    ^bb0(%177: f32, %178: f32, %179: f32):
+      %180 = arith.mulf %177, %178 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %180 : f32 loc("examples/layers.kina":77:16)
     } -> tensor<15xf32> loc("examples/layers.kina":77:16)
-    %187 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
-    %186 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%180, %g : tensor<15xf32>, tensor<15xf32>) outs(%187 : tensor<15xf32>) {
+    %182 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
+    %181 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%175, %g : tensor<15xf32>, tensor<15xf32>) outs(%182 : tensor<15xf32>) {
+    ^bb0(%183: f32, %184: f32, %185: f32):
+      %186 = arith.mulf %183, %184 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %186 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:16)
+    %187 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
+    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%165, %181 : tensor<15xf32>, tensor<15xf32>) outs(%187 : tensor<15xf32>) {
     ^bb0(%188: f32, %189: f32, %190: f32):
-      %191 = arith.mulf %188, %189 : f32 loc("examples/layers.kina":77:16)
-      linalg.yield %191 : f32 loc("examples/layers.kina":77:16)
-    } -> tensor<15xf32> loc("examples/layers.kina":77:16)
-    %192 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
-    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %186 : tensor<15xf32>, tensor<15xf32>) outs(%192 : tensor<15xf32>) {
-    ^bb0(%193: f32, %194: f32, %195: f32):
-      %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":73:57)
-      linalg.yield %196 : f32 loc("examples/layers.kina":73:57)
+      %191 = arith.addf %188, %189 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %191 : f32 loc("examples/layers.kina":73:57)
     } -> tensor<15xf32> loc("examples/layers.kina":73:57)
-    %198 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<15xf32>) outs(%198 : tensor<15xf32>) {
+    %193 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
+    %192 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<15xf32>) outs(%193 : tensor<15xf32>) {
+    ^bb0(%194: f32, %195: f32):
+      %196 = math.sqrt %194 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %196 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<15xf32> loc("examples/layers.kina":77:62)
+    %198 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:78)
+    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%198 : tensor<15xf32>) {
     ^bb0(%199: f32, %200: f32):
-      %201 = math.sqrt %199 : f32 loc("examples/layers.kina":77:62)
-      linalg.yield %201 : f32 loc("examples/layers.kina":77:62)
-    } -> tensor<15xf32> loc("examples/layers.kina":77:62)
-    %203 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:78)
-    %202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%203 : tensor<15xf32>) {
-    ^bb0(%204: f32, %205: f32):
-      linalg.yield %204 : f32 loc("examples/layers.kina":77:78)
+      linalg.yield %199 : f32 loc("examples/layers.kina":77:78)
     } -> tensor<15xf32> loc("examples/layers.kina":77:78)
-    %207 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
-    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%197, %202 : tensor<15xf32>, tensor<15xf32>) outs(%207 : tensor<15xf32>) {
-    ^bb0(%208: f32, %209: f32, %210: f32):
-      %211 = arith.divf %208, %209 : f32 loc("examples/layers.kina":77:62)
-      linalg.yield %211 : f32 loc("examples/layers.kina":77:62)
+    %202 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %197 : tensor<15xf32>, tensor<15xf32>) outs(%202 : tensor<15xf32>) {
+    ^bb0(%203: f32, %204: f32, %205: f32):
+      %206 = arith.divf %203, %204 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %206 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<15xf32> loc("examples/layers.kina":77:62)
-    %213 = tensor.empty() : tensor<f32> loc("examples/layers.kina":78:20)
-    %212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%213 : tensor<f32>) {
-    ^bb0(%214: f64, %215: f32):
-      %216 = arith.truncf %214 : f64 to f32 loc("examples/layers.kina":78:20)
-      linalg.yield %216 : f32 loc("examples/layers.kina":78:20)
+    %208 = tensor.empty() : tensor<f32> loc("examples/layers.kina":78:20)
+    %207 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%208 : tensor<f32>) {
+    ^bb0(%209: f64, %210: f32):
+      %211 = arith.truncf %209 : f64 to f32 loc("examples/layers.kina":78:20)
+      linalg.yield %211 : f32 loc("examples/layers.kina":78:20)
     } -> tensor<f32> loc("examples/layers.kina":78:20)
-    %218 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:20)
-    %217 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%212 : tensor<f32>) outs(%218 : tensor<15xf32>) {
-    ^bb0(%219: f32, %220: f32):
-      linalg.yield %219 : f32 loc("examples/layers.kina":78:20)
+    %213 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:20)
+    %212 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%207 : tensor<f32>) outs(%213 : tensor<15xf32>) {
+    ^bb0(%214: f32, %215: f32):
+      linalg.yield %214 : f32 loc("examples/layers.kina":78:20)
     } -> tensor<15xf32> loc("examples/layers.kina":78:20)
-    %221 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%206, %217 : tensor<15xf32>, tensor<15xf32>) outs(%221 : tensor<15xf32>) {
-    ^bb0(%222: f32, %223: f32, %224: f32):
-      %225 = arith.addf %222, %223 : f32 loc("examples/layers.kina":77:62)
-      linalg.yield %225 : f32 loc("examples/layers.kina":77:62)
+    %216 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %212 : tensor<15xf32>, tensor<15xf32>) outs(%216 : tensor<15xf32>) {
+    ^bb0(%217: f32, %218: f32, %219: f32):
+      %220 = arith.addf %217, %218 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %220 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<15xf32> loc("examples/layers.kina":77:62)
-    %227 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
-    %226 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%227 : tensor<15xf32>) {
-    ^bb0(%228: f32, %229: f32):
-      linalg.yield %228 : f32 loc("examples/layers.kina":78:71)
+    %222 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
+    %221 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%222 : tensor<15xf32>) {
+    ^bb0(%223: f32, %224: f32):
+      linalg.yield %223 : f32 loc("examples/layers.kina":78:71)
     } -> tensor<15xf32> loc("examples/layers.kina":78:71)
-    %231 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
-    %230 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%226, %m_next : tensor<15xf32>, tensor<15xf32>) outs(%231 : tensor<15xf32>) {
-    ^bb0(%232: f32, %233: f32, %234: f32):
-      %235 = arith.mulf %232, %233 : f32 loc("examples/layers.kina":78:71)
-      linalg.yield %235 : f32 loc("examples/layers.kina":78:71)
+    %226 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%221, %m_next : tensor<15xf32>, tensor<15xf32>) outs(%226 : tensor<15xf32>) {
+    ^bb0(%227: f32, %228: f32, %229: f32):
+      %230 = arith.mulf %227, %228 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %230 : f32 loc("examples/layers.kina":78:71)
     } -> tensor<15xf32> loc("examples/layers.kina":78:71)
-    %237 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
-    %236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%230, %denom : tensor<15xf32>, tensor<15xf32>) outs(%237 : tensor<15xf32>) {
-    ^bb0(%238: f32, %239: f32, %240: f32):
-      %241 = arith.divf %238, %239 : f32 loc("examples/layers.kina":78:71)
-      linalg.yield %241 : f32 loc("examples/layers.kina":78:71)
+    %232 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
+    %231 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%225, %denom : tensor<15xf32>, tensor<15xf32>) outs(%232 : tensor<15xf32>) {
+    ^bb0(%233: f32, %234: f32, %235: f32):
+      %236 = arith.divf %233, %234 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %236 : f32 loc("examples/layers.kina":78:71)
     } -> tensor<15xf32> loc("examples/layers.kina":78:71)
-    %243 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:61)
-    %242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %236 : tensor<15xf32>, tensor<15xf32>) outs(%243 : tensor<15xf32>) {
-    ^bb0(%244: f32, %245: f32, %246: f32):
-      %247 = arith.subf %244, %245 : f32 loc("examples/layers.kina":78:61)
-      linalg.yield %247 : f32 loc("examples/layers.kina":78:61)
+    %238 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:61)
+    %237 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %231 : tensor<15xf32>, tensor<15xf32>) outs(%238 : tensor<15xf32>) {
+    ^bb0(%239: f32, %240: f32, %241: f32):
+      %242 = arith.subf %239, %240 : f32 loc("examples/layers.kina":78:61)
+      linalg.yield %242 : f32 loc("examples/layers.kina":78:61)
     } -> tensor<15xf32> loc("examples/layers.kina":78:61)
-    return %242, %m_next, %v_next : tensor<15xf32>, tensor<15xf32>, tensor<15xf32> loc("examples/layers.kina":78:60)
+    return %237, %m_next, %v_next : tensor<15xf32>, tensor<15xf32>, tensor<15xf32> loc("examples/layers.kina":78:60)
   } loc("examples/layers.kina":56:56)
 
   func.func private @"kina_optim.adamw$6"(%w: tensor<6xf32>, %g: tensor<6xf32>, %m: tensor<6xf32>, %v: tensor<6xf32>, %t: tensor<f32>, %lr: tensor<f64>, %beta1: tensor<f64>, %beta2: tensor<f64>, %eps: tensor<f64>, %weight_decay: tensor<f64>) -> (tensor<6xf32>, tensor<6xf32>, tensor<6xf32>) {
     %1 = arith.constant 1.0 : f64 loc("examples/layers.kina":63:14)
-    %2 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":63:14)
-    %0 = linalg.fill ins(%1 : f64) outs(%2 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":63:14)
     %4 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:20)
     %3 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %weight_decay : tensor<f64>, tensor<f64>) outs(%4 : tensor<f64>) {
     ^bb0(%5: f64, %6: f64, %7: f64):
@@ -1475,273 +1427,265 @@ module {
       linalg.yield %8 : f64 loc("examples/layers.kina":63:20)
     } -> tensor<f64> loc("examples/layers.kina":63:20)
     %10 = tensor.empty() : tensor<f64> loc("examples/layers.kina":63:13)
-    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%0, %3 : tensor<f64>, tensor<f64>) outs(%10 : tensor<f64>) {
-    ^bb0(%11: f64, %12: f64, %13: f64):
-      %14 = arith.subf %11, %12 : f64 loc("examples/layers.kina":63:13)
-      linalg.yield %14 : f64 loc("examples/layers.kina":63:13)
+    %9 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%3 : tensor<f64>) outs(%10 : tensor<f64>) {
+    ^bb0(%11: f64, %12: f64):
+      %13 = arith.subf %1, %11 : f64 loc("examples/layers.kina":63:13)
+      linalg.yield %13 : f64 loc("examples/layers.kina":63:13)
     } -> tensor<f64> loc("examples/layers.kina":63:13)
-    %15 = tensor.empty() : tensor<f32> loc("examples/layers.kina":63:13)
-    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%15 : tensor<f32>) {
-    ^bb0(%16: f64, %17: f32):
-      %18 = arith.truncf %16 : f64 to f32 loc("examples/layers.kina":63:13)
-      linalg.yield %18 : f32 loc("examples/layers.kina":63:13)
+    %14 = tensor.empty() : tensor<f32> loc("examples/layers.kina":63:13)
+    %decay = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%9 : tensor<f64>) outs(%14 : tensor<f32>) {
+    ^bb0(%15: f64, %16: f32):
+      %17 = arith.truncf %15 : f64 to f32 loc("examples/layers.kina":63:13)
+      linalg.yield %17 : f32 loc("examples/layers.kina":63:13)
     } -> tensor<f32> loc("examples/layers.kina":63:13)
-    %20 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:11)
-    %21 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:11)
-    %19 = linalg.fill ins(%20 : f64) outs(%21 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:11)
-    %23 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:10)
-    %22 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%19, %beta1 : tensor<f64>, tensor<f64>) outs(%23 : tensor<f64>) {
-    ^bb0(%24: f64, %25: f64, %26: f64):
-      %27 = arith.subf %24, %25 : f64 loc("examples/layers.kina":64:10)
-      linalg.yield %27 : f64 loc("examples/layers.kina":64:10)
+    %19 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:11)
+    %22 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:10)
+    %21 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1 : tensor<f64>) outs(%22 : tensor<f64>) {
+    ^bb0(%23: f64, %24: f64):
+      %25 = arith.subf %19, %23 : f64 loc("examples/layers.kina":64:10)
+      linalg.yield %25 : f64 loc("examples/layers.kina":64:10)
     } -> tensor<f64> loc("examples/layers.kina":64:10)
-    %28 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:10)
-    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%22 : tensor<f64>) outs(%28 : tensor<f32>) {
-    ^bb0(%29: f64, %30: f32):
-      %31 = arith.truncf %29 : f64 to f32 loc("examples/layers.kina":64:10)
-      linalg.yield %31 : f32 loc("examples/layers.kina":64:10)
+    %26 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:10)
+    %keep1 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%21 : tensor<f64>) outs(%26 : tensor<f32>) {
+    ^bb0(%27: f64, %28: f32):
+      %29 = arith.truncf %27 : f64 to f32 loc("examples/layers.kina":64:10)
+      linalg.yield %29 : f32 loc("examples/layers.kina":64:10)
     } -> tensor<f32> loc("examples/layers.kina":64:10)
-    %33 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:58)
-    %34 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":64:58)
-    %32 = linalg.fill ins(%33 : f64) outs(%34 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":64:58)
-    %36 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:57)
-    %35 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%32, %beta2 : tensor<f64>, tensor<f64>) outs(%36 : tensor<f64>) {
-    ^bb0(%37: f64, %38: f64, %39: f64):
-      %40 = arith.subf %37, %38 : f64 loc("examples/layers.kina":64:57)
-      linalg.yield %40 : f64 loc("examples/layers.kina":64:57)
+    %31 = arith.constant 1.0 : f64 loc("examples/layers.kina":64:58)
+    %34 = tensor.empty() : tensor<f64> loc("examples/layers.kina":64:57)
+    %33 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%34 : tensor<f64>) {
+    ^bb0(%35: f64, %36: f64):
+      %37 = arith.subf %31, %35 : f64 loc("examples/layers.kina":64:57)
+      linalg.yield %37 : f64 loc("examples/layers.kina":64:57)
     } -> tensor<f64> loc("examples/layers.kina":64:57)
-    %41 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:57)
-    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%35 : tensor<f64>) outs(%41 : tensor<f32>) {
-    ^bb0(%42: f64, %43: f32):
-      %44 = arith.truncf %42 : f64 to f32 loc("examples/layers.kina":64:57)
-      linalg.yield %44 : f32 loc("examples/layers.kina":64:57)
+    %38 = tensor.empty() : tensor<f32> loc("examples/layers.kina":64:57)
+    %keep2 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%33 : tensor<f64>) outs(%38 : tensor<f32>) {
+    ^bb0(%39: f64, %40: f32):
+      %41 = arith.truncf %39 : f64 to f32 loc("examples/layers.kina":64:57)
+      linalg.yield %41 : f32 loc("examples/layers.kina":64:57)
     } -> tensor<f32> loc("examples/layers.kina":64:57)
-    %45 = tensor.empty() : tensor<f32> loc("examples/layers.kina":65:12)
-    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%45 : tensor<f32>) {
-    ^bb0(%46: f64, %47: f32):
-      %48 = arith.truncf %46 : f64 to f32 loc("examples/layers.kina":65:12)
-      linalg.yield %48 : f32 loc("examples/layers.kina":65:12)
+    %42 = tensor.empty() : tensor<f32> loc("examples/layers.kina":65:12)
+    %beta2_32 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2 : tensor<f64>) outs(%42 : tensor<f32>) {
+    ^bb0(%43: f64, %44: f32):
+      %45 = arith.truncf %43 : f64 to f32 loc("examples/layers.kina":65:12)
+      linalg.yield %45 : f32 loc("examples/layers.kina":65:12)
     } -> tensor<f32> loc("examples/layers.kina":65:12)
-    %49 = tensor.empty() : tensor<f64> loc("examples/layers.kina":66:22)
-    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%49 : tensor<f64>) {
-    ^bb0(%50: f32, %51: f64):
-      %52 = arith.extf %50 : f32 to f64 loc("examples/layers.kina":66:22)
-      linalg.yield %52 : f64 loc("examples/layers.kina":66:22)
+    %46 = tensor.empty() : tensor<f64> loc("examples/layers.kina":66:22)
+    %steps = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%t : tensor<f32>) outs(%46 : tensor<f64>) {
+    ^bb0(%47: f32, %48: f64):
+      %49 = arith.extf %47 : f32 to f64 loc("examples/layers.kina":66:22)
+      linalg.yield %49 : f64 loc("examples/layers.kina":66:22)
     } -> tensor<f64> loc("examples/layers.kina":66:22)
-    %54 = arith.constant 1.0 : f64 loc("examples/layers.kina":67:32)
-    %55 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":67:32)
-    %53 = linalg.fill ins(%54 : f64) outs(%55 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":67:32)
-    %57 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:38)
-    %56 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%57 : tensor<f64>) {
-    ^bb0(%58: f64, %59: f64, %60: f64):
-      %61 = math.absf %58 : f64 loc("examples/layers.kina":67:38)
-      %62 = math.powf %61, %59 : f64 loc("examples/layers.kina":67:38)
-      %63 = math.floor %59 : f64 loc("examples/layers.kina":67:38)
-      %64 = arith.cmpf oeq, %63, %59 : f64 loc("examples/layers.kina":67:38)
-      %65 = arith.constant 0.5 : f64 loc("examples/layers.kina":67:38)
-      %66 = arith.mulf %59, %65 : f64 loc("examples/layers.kina":67:38)
-      %67 = math.floor %66 : f64 loc("examples/layers.kina":67:38)
-      %68 = arith.cmpf oeq, %67, %66 : f64 loc("examples/layers.kina":67:38)
-      %69 = arith.negf %62 : f64 loc("examples/layers.kina":67:38)
-      %70 = arith.select %68, %62, %69 : f64 loc("examples/layers.kina":67:38)
-      %71 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":67:38)
-      %72 = arith.cmpf oeq, %58, %71 : f64 loc("examples/layers.kina":67:38)
-      %73 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":67:38)
-      %74 = arith.select %72, %62, %73 : f64 loc("examples/layers.kina":67:38)
-      %75 = arith.select %64, %70, %74 : f64 loc("examples/layers.kina":67:38)
-      %76 = arith.constant 0.0 : f64 loc("examples/layers.kina":67:38)
-      %77 = arith.cmpf olt, %58, %76 : f64 loc("examples/layers.kina":67:38)
-      %78 = arith.select %77, %75, %62 : f64 loc("examples/layers.kina":67:38)
-      linalg.yield %78 : f64 loc("examples/layers.kina":67:38)
+    %51 = arith.constant 1.0 : f64 loc("examples/layers.kina":67:32)
+    %54 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:38)
+    %53 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta1, %steps : tensor<f64>, tensor<f64>) outs(%54 : tensor<f64>) {
+    ^bb0(%55: f64, %56: f64, %57: f64):
+      %58 = math.absf %55 : f64 loc("examples/layers.kina":67:38)
+      %59 = math.powf %58, %56 : f64 loc("examples/layers.kina":67:38)
+      %60 = math.floor %56 : f64 loc("examples/layers.kina":67:38)
+      %61 = arith.cmpf oeq, %60, %56 : f64 loc("examples/layers.kina":67:38)
+      %62 = arith.constant 0.5 : f64 loc("examples/layers.kina":67:38)
+      %63 = arith.mulf %56, %62 : f64 loc("examples/layers.kina":67:38)
+      %64 = math.floor %63 : f64 loc("examples/layers.kina":67:38)
+      %65 = arith.cmpf oeq, %64, %63 : f64 loc("examples/layers.kina":67:38)
+      %66 = arith.negf %59 : f64 loc("examples/layers.kina":67:38)
+      %67 = arith.select %65, %59, %66 : f64 loc("examples/layers.kina":67:38)
+      %68 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":67:38)
+      %69 = arith.cmpf oeq, %55, %68 : f64 loc("examples/layers.kina":67:38)
+      %70 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":67:38)
+      %71 = arith.select %69, %59, %70 : f64 loc("examples/layers.kina":67:38)
+      %72 = arith.select %61, %67, %71 : f64 loc("examples/layers.kina":67:38)
+      %73 = arith.constant 0.0 : f64 loc("examples/layers.kina":67:38)
+      %74 = arith.cmpf olt, %55, %73 : f64 loc("examples/layers.kina":67:38)
+      %75 = arith.select %74, %72, %59 : f64 loc("examples/layers.kina":67:38)
+      linalg.yield %75 : f64 loc("examples/layers.kina":67:38)
     } -> tensor<f64> loc("examples/layers.kina":67:38)
-    %80 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:31)
-    %79 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53, %56 : tensor<f64>, tensor<f64>) outs(%80 : tensor<f64>) {
-    ^bb0(%81: f64, %82: f64, %83: f64):
-      %84 = arith.subf %81, %82 : f64 loc("examples/layers.kina":67:31)
-      linalg.yield %84 : f64 loc("examples/layers.kina":67:31)
+    %77 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:31)
+    %76 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%53 : tensor<f64>) outs(%77 : tensor<f64>) {
+    ^bb0(%78: f64, %79: f64):
+      %80 = arith.subf %51, %78 : f64 loc("examples/layers.kina":67:31)
+      linalg.yield %80 : f64 loc("examples/layers.kina":67:31)
     } -> tensor<f64> loc("examples/layers.kina":67:31)
-    %86 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:25)
-    %85 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %79 : tensor<f64>, tensor<f64>) outs(%86 : tensor<f64>) {
-    ^bb0(%87: f64, %88: f64, %89: f64):
-      %90 = arith.divf %87, %88 : f64 loc("examples/layers.kina":67:25)
-      linalg.yield %90 : f64 loc("examples/layers.kina":67:25)
+    %82 = tensor.empty() : tensor<f64> loc("examples/layers.kina":67:25)
+    %81 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%lr, %76 : tensor<f64>, tensor<f64>) outs(%82 : tensor<f64>) {
+    ^bb0(%83: f64, %84: f64, %85: f64):
+      %86 = arith.divf %83, %84 : f64 loc("examples/layers.kina":67:25)
+      linalg.yield %86 : f64 loc("examples/layers.kina":67:25)
     } -> tensor<f64> loc("examples/layers.kina":67:25)
-    %91 = tensor.empty() : tensor<f32> loc("examples/layers.kina":67:25)
-    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%85 : tensor<f64>) outs(%91 : tensor<f32>) {
-    ^bb0(%92: f64, %93: f32):
-      %94 = arith.truncf %92 : f64 to f32 loc("examples/layers.kina":67:25)
-      linalg.yield %94 : f32 loc("examples/layers.kina":67:25)
+    %87 = tensor.empty() : tensor<f32> loc("examples/layers.kina":67:25)
+    %step_size = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%81 : tensor<f64>) outs(%87 : tensor<f32>) {
+    ^bb0(%88: f64, %89: f32):
+      %90 = arith.truncf %88 : f64 to f32 loc("examples/layers.kina":67:25)
+      linalg.yield %90 : f32 loc("examples/layers.kina":67:25)
     } -> tensor<f32> loc("examples/layers.kina":67:25)
-    %96 = arith.constant 1.0 : f64 loc("examples/layers.kina":71:23)
-    %97 = bufferization.alloc_tensor() : tensor<f64> loc("examples/layers.kina":71:23)
-    %95 = linalg.fill ins(%96 : f64) outs(%97 : tensor<f64>) -> tensor<f64> loc("examples/layers.kina":71:23)
-    %99 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:29)
-    %98 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%99 : tensor<f64>) {
-    ^bb0(%100: f64, %101: f64, %102: f64):
-      %103 = math.absf %100 : f64 loc("examples/layers.kina":71:29)
-      %104 = math.powf %103, %101 : f64 loc("examples/layers.kina":71:29)
-      %105 = math.floor %101 : f64 loc("examples/layers.kina":71:29)
-      %106 = arith.cmpf oeq, %105, %101 : f64 loc("examples/layers.kina":71:29)
-      %107 = arith.constant 0.5 : f64 loc("examples/layers.kina":71:29)
-      %108 = arith.mulf %101, %107 : f64 loc("examples/layers.kina":71:29)
-      %109 = math.floor %108 : f64 loc("examples/layers.kina":71:29)
-      %110 = arith.cmpf oeq, %109, %108 : f64 loc("examples/layers.kina":71:29)
-      %111 = arith.negf %104 : f64 loc("examples/layers.kina":71:29)
-      %112 = arith.select %110, %104, %111 : f64 loc("examples/layers.kina":71:29)
-      %113 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":71:29)
-      %114 = arith.cmpf oeq, %100, %113 : f64 loc("examples/layers.kina":71:29)
-      %115 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":71:29)
-      %116 = arith.select %114, %104, %115 : f64 loc("examples/layers.kina":71:29)
-      %117 = arith.select %106, %112, %116 : f64 loc("examples/layers.kina":71:29)
-      %118 = arith.constant 0.0 : f64 loc("examples/layers.kina":71:29)
-      %119 = arith.cmpf olt, %100, %118 : f64 loc("examples/layers.kina":71:29)
-      %120 = arith.select %119, %117, %104 : f64 loc("examples/layers.kina":71:29)
-      linalg.yield %120 : f64 loc("examples/layers.kina":71:29)
+    %92 = arith.constant 1.0 : f64 loc("examples/layers.kina":71:23)
+    %95 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:29)
+    %94 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%beta2, %steps : tensor<f64>, tensor<f64>) outs(%95 : tensor<f64>) {
+    ^bb0(%96: f64, %97: f64, %98: f64):
+      %99 = math.absf %96 : f64 loc("examples/layers.kina":71:29)
+      %100 = math.powf %99, %97 : f64 loc("examples/layers.kina":71:29)
+      %101 = math.floor %97 : f64 loc("examples/layers.kina":71:29)
+      %102 = arith.cmpf oeq, %101, %97 : f64 loc("examples/layers.kina":71:29)
+      %103 = arith.constant 0.5 : f64 loc("examples/layers.kina":71:29)
+      %104 = arith.mulf %97, %103 : f64 loc("examples/layers.kina":71:29)
+      %105 = math.floor %104 : f64 loc("examples/layers.kina":71:29)
+      %106 = arith.cmpf oeq, %105, %104 : f64 loc("examples/layers.kina":71:29)
+      %107 = arith.negf %100 : f64 loc("examples/layers.kina":71:29)
+      %108 = arith.select %106, %100, %107 : f64 loc("examples/layers.kina":71:29)
+      %109 = arith.constant 0xfff0000000000000 : f64 loc("examples/layers.kina":71:29)
+      %110 = arith.cmpf oeq, %96, %109 : f64 loc("examples/layers.kina":71:29)
+      %111 = arith.constant 0x7ff8000000000000 : f64 loc("examples/layers.kina":71:29)
+      %112 = arith.select %110, %100, %111 : f64 loc("examples/layers.kina":71:29)
+      %113 = arith.select %102, %108, %112 : f64 loc("examples/layers.kina":71:29)
+      %114 = arith.constant 0.0 : f64 loc("examples/layers.kina":71:29)
+      %115 = arith.cmpf olt, %96, %114 : f64 loc("examples/layers.kina":71:29)
+      %116 = arith.select %115, %113, %100 : f64 loc("examples/layers.kina":71:29)
+      linalg.yield %116 : f64 loc("examples/layers.kina":71:29)
     } -> tensor<f64> loc("examples/layers.kina":71:29)
-    %122 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
-    %121 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%95, %98 : tensor<f64>, tensor<f64>) outs(%122 : tensor<f64>) {
-    ^bb0(%123: f64, %124: f64, %125: f64):
-      %126 = arith.subf %123, %124 : f64 loc("examples/layers.kina":71:22)
+    %118 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %117 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%94 : tensor<f64>) outs(%118 : tensor<f64>) {
+    ^bb0(%119: f64, %120: f64):
+      %121 = arith.subf %92, %119 : f64 loc("examples/layers.kina":71:22)
+      linalg.yield %121 : f64 loc("examples/layers.kina":71:22)
+    } -> tensor<f64> loc("examples/layers.kina":71:22)
+    %123 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
+    %122 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%117 : tensor<f64>) outs(%123 : tensor<f64>) {
+    ^bb0(%124: f64, %125: f64):
+      %126 = math.sqrt %124 : f64 loc("examples/layers.kina":71:22)
       linalg.yield %126 : f64 loc("examples/layers.kina":71:22)
     } -> tensor<f64> loc("examples/layers.kina":71:22)
-    %128 = tensor.empty() : tensor<f64> loc("examples/layers.kina":71:22)
-    %127 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%121 : tensor<f64>) outs(%128 : tensor<f64>) {
-    ^bb0(%129: f64, %130: f64):
-      %131 = math.sqrt %129 : f64 loc("examples/layers.kina":71:22)
-      linalg.yield %131 : f64 loc("examples/layers.kina":71:22)
-    } -> tensor<f64> loc("examples/layers.kina":71:22)
-    %132 = tensor.empty() : tensor<f32> loc("examples/layers.kina":71:22)
-    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%127 : tensor<f64>) outs(%132 : tensor<f32>) {
-    ^bb0(%133: f64, %134: f32):
-      %135 = arith.truncf %133 : f64 to f32 loc("examples/layers.kina":71:22)
-      linalg.yield %135 : f32 loc("examples/layers.kina":71:22)
+    %127 = tensor.empty() : tensor<f32> loc("examples/layers.kina":71:22)
+    %bc2_sqrt = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%122 : tensor<f64>) outs(%127 : tensor<f32>) {
+    ^bb0(%128: f64, %129: f32):
+      %130 = arith.truncf %128 : f64 to f32 loc("examples/layers.kina":71:22)
+      linalg.yield %130 : f32 loc("examples/layers.kina":71:22)
     } -> tensor<f32> loc("examples/layers.kina":71:22)
-    %137 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:93)
-    %136 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%137 : tensor<6xf32>) {
-    ^bb0(%138: f32, %139: f32):
-      linalg.yield %138 : f32 loc("examples/layers.kina":71:93)
+    %132 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:93)
+    %131 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%132 : tensor<6xf32>) {
+    ^bb0(%133: f32, %134: f32):
+      linalg.yield %133 : f32 loc("examples/layers.kina":71:93)
     } -> tensor<6xf32> loc("examples/layers.kina":71:93)
-    %140 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:89)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %136 : tensor<6xf32>, tensor<6xf32>) outs(%140 : tensor<6xf32>) {
-    ^bb0(%141: f32, %142: f32, %143: f32):
-      %144 = arith.mulf %141, %142 : f32 loc("examples/layers.kina":71:89)
-      linalg.yield %144 : f32 loc("examples/layers.kina":71:89)
+    %135 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:89)
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %131 : tensor<6xf32>, tensor<6xf32>) outs(%135 : tensor<6xf32>) {
+    ^bb0(%136: f32, %137: f32, %138: f32):
+      %139 = arith.mulf %136, %137 : f32 loc("examples/layers.kina":71:89)
+      linalg.yield %139 : f32 loc("examples/layers.kina":71:89)
     } -> tensor<6xf32> loc("examples/layers.kina":71:89)
-    %146 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
-    %145 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<6xf32>, tensor<6xf32>) outs(%146 : tensor<6xf32>) {
-    ^bb0(%147: f32, %148: f32, %149: f32):
-      %150 = arith.subf %147, %148 : f32 loc("examples/layers.kina":73:8)
-      linalg.yield %150 : f32 loc("examples/layers.kina":73:8)
+    %141 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
+    %140 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%g, %m : tensor<6xf32>, tensor<6xf32>) outs(%141 : tensor<6xf32>) {
+    ^bb0(%142: f32, %143: f32, %144: f32):
+      %145 = arith.subf %142, %143 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %145 : f32 loc("examples/layers.kina":73:8)
     } -> tensor<6xf32> loc("examples/layers.kina":73:8)
-    %152 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:18)
-    %151 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%152 : tensor<6xf32>) {
-    ^bb0(%153: f32, %154: f32):
-      linalg.yield %153 : f32 loc("examples/layers.kina":73:18)
+    %147 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:18)
+    %146 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%147 : tensor<6xf32>) {
+    ^bb0(%148: f32, %149: f32):
+      linalg.yield %148 : f32 loc("examples/layers.kina":73:18)
     } -> tensor<6xf32> loc("examples/layers.kina":73:18)
-    %156 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
-    %155 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%145, %151 : tensor<6xf32>, tensor<6xf32>) outs(%156 : tensor<6xf32>) {
-    ^bb0(%157: f32, %158: f32, %159: f32):
-      %160 = arith.mulf %157, %158 : f32 loc("examples/layers.kina":73:8)
-      linalg.yield %160 : f32 loc("examples/layers.kina":73:8)
+    %151 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
+    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %146 : tensor<6xf32>, tensor<6xf32>) outs(%151 : tensor<6xf32>) {
+    ^bb0(%152: f32, %153: f32, %154: f32):
+      %155 = arith.mulf %152, %153 : f32 loc("examples/layers.kina":73:8)
+      linalg.yield %155 : f32 loc("examples/layers.kina":73:8)
     } -> tensor<6xf32> loc("examples/layers.kina":73:8)
-    %161 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:4)
-    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %155 : tensor<6xf32>, tensor<6xf32>) outs(%161 : tensor<6xf32>) {
-    ^bb0(%162: f32, %163: f32, %164: f32):
-      %165 = arith.addf %162, %163 : f32 loc("examples/layers.kina":73:4)
-      linalg.yield %165 : f32 loc("examples/layers.kina":73:4)
+    %156 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:4)
+    %m_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%m, %150 : tensor<6xf32>, tensor<6xf32>) outs(%156 : tensor<6xf32>) {
+    ^bb0(%157: f32, %158: f32, %159: f32):
+      %160 = arith.addf %157, %158 : f32 loc("examples/layers.kina":73:4)
+      linalg.yield %160 : f32 loc("examples/layers.kina":73:4)
     } -> tensor<6xf32> loc("examples/layers.kina":73:4)
-    %167 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:61)
-    %166 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%167 : tensor<6xf32>) {
-    ^bb0(%168: f32, %169: f32):
-      linalg.yield %168 : f32 loc("examples/layers.kina":73:61)
+    %162 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:61)
+    %161 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%162 : tensor<6xf32>) {
+    ^bb0(%163: f32, %164: f32):
+      linalg.yield %163 : f32 loc("examples/layers.kina":73:61)
     } -> tensor<6xf32> loc("examples/layers.kina":73:61)
-    %171 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
-    %170 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %166 : tensor<6xf32>, tensor<6xf32>) outs(%171 : tensor<6xf32>) {
-    ^bb0(%172: f32, %173: f32, %174: f32):
-      %175 = arith.mulf %172, %173 : f32 loc("examples/layers.kina":73:57)
-      linalg.yield %175 : f32 loc("examples/layers.kina":73:57)
+    %166 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
+    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %161 : tensor<6xf32>, tensor<6xf32>) outs(%166 : tensor<6xf32>) {
+    ^bb0(%167: f32, %168: f32, %169: f32):
+      %170 = arith.mulf %167, %168 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %170 : f32 loc("examples/layers.kina":73:57)
     } -> tensor<6xf32> loc("examples/layers.kina":73:57)
-    %177 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
-    %176 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%177 : tensor<6xf32>) {
-    ^bb0(%178: f32, %179: f32):
-      linalg.yield %178 : f32 loc("examples/layers.kina":77:16)
+    %172 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
+    %171 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%172 : tensor<6xf32>) {
+    ^bb0(%173: f32, %174: f32):
+      linalg.yield %173 : f32 loc("examples/layers.kina":77:16)
     } -> tensor<6xf32> loc("examples/layers.kina":77:16)
-    %181 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
-    %180 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%176, %g : tensor<6xf32>, tensor<6xf32>) outs(%181 : tensor<6xf32>) {
-    ^bb0(%182: f32, %183: f32, %184: f32):
-      %185 = arith.mulf %182, %183 : f32 loc("examples/layers.kina":77:16)
-      linalg.yield %185 : f32 loc("examples/layers.kina":77:16)
+    %176 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
+    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%171, %g : tensor<6xf32>, tensor<6xf32>) outs(%176 : tensor<6xf32>) {
+    ^bb0(%177: f32, %178: f32, %179: f32):
+      %180 = arith.mulf %177, %178 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %180 : f32 loc("examples/layers.kina":77:16)
     } -> tensor<6xf32> loc("examples/layers.kina":77:16)
-    %187 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
-    %186 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%180, %g : tensor<6xf32>, tensor<6xf32>) outs(%187 : tensor<6xf32>) {
+    %182 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
+    %181 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%175, %g : tensor<6xf32>, tensor<6xf32>) outs(%182 : tensor<6xf32>) {
+    ^bb0(%183: f32, %184: f32, %185: f32):
+      %186 = arith.mulf %183, %184 : f32 loc("examples/layers.kina":77:16)
+      linalg.yield %186 : f32 loc("examples/layers.kina":77:16)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:16)
+    %187 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
+    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%165, %181 : tensor<6xf32>, tensor<6xf32>) outs(%187 : tensor<6xf32>) {
     ^bb0(%188: f32, %189: f32, %190: f32):
-      %191 = arith.mulf %188, %189 : f32 loc("examples/layers.kina":77:16)
-      linalg.yield %191 : f32 loc("examples/layers.kina":77:16)
-    } -> tensor<6xf32> loc("examples/layers.kina":77:16)
-    %192 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
-    %v_next = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%170, %186 : tensor<6xf32>, tensor<6xf32>) outs(%192 : tensor<6xf32>) {
-    ^bb0(%193: f32, %194: f32, %195: f32):
-      %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":73:57)
-      linalg.yield %196 : f32 loc("examples/layers.kina":73:57)
+      %191 = arith.addf %188, %189 : f32 loc("examples/layers.kina":73:57)
+      linalg.yield %191 : f32 loc("examples/layers.kina":73:57)
     } -> tensor<6xf32> loc("examples/layers.kina":73:57)
-    %198 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<6xf32>) outs(%198 : tensor<6xf32>) {
+    %193 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
+    %192 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v_next : tensor<6xf32>) outs(%193 : tensor<6xf32>) {
+    ^bb0(%194: f32, %195: f32):
+      %196 = math.sqrt %194 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %196 : f32 loc("examples/layers.kina":77:62)
+    } -> tensor<6xf32> loc("examples/layers.kina":77:62)
+    %198 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:78)
+    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%198 : tensor<6xf32>) {
     ^bb0(%199: f32, %200: f32):
-      %201 = math.sqrt %199 : f32 loc("examples/layers.kina":77:62)
-      linalg.yield %201 : f32 loc("examples/layers.kina":77:62)
-    } -> tensor<6xf32> loc("examples/layers.kina":77:62)
-    %203 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:78)
-    %202 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%203 : tensor<6xf32>) {
-    ^bb0(%204: f32, %205: f32):
-      linalg.yield %204 : f32 loc("examples/layers.kina":77:78)
+      linalg.yield %199 : f32 loc("examples/layers.kina":77:78)
     } -> tensor<6xf32> loc("examples/layers.kina":77:78)
-    %207 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
-    %206 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%197, %202 : tensor<6xf32>, tensor<6xf32>) outs(%207 : tensor<6xf32>) {
-    ^bb0(%208: f32, %209: f32, %210: f32):
-      %211 = arith.divf %208, %209 : f32 loc("examples/layers.kina":77:62)
-      linalg.yield %211 : f32 loc("examples/layers.kina":77:62)
+    %202 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %197 : tensor<6xf32>, tensor<6xf32>) outs(%202 : tensor<6xf32>) {
+    ^bb0(%203: f32, %204: f32, %205: f32):
+      %206 = arith.divf %203, %204 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %206 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<6xf32> loc("examples/layers.kina":77:62)
-    %213 = tensor.empty() : tensor<f32> loc("examples/layers.kina":78:20)
-    %212 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%213 : tensor<f32>) {
-    ^bb0(%214: f64, %215: f32):
-      %216 = arith.truncf %214 : f64 to f32 loc("examples/layers.kina":78:20)
-      linalg.yield %216 : f32 loc("examples/layers.kina":78:20)
+    %208 = tensor.empty() : tensor<f32> loc("examples/layers.kina":78:20)
+    %207 = linalg.generic {indexing_maps = [affine_map<() -> ()>, affine_map<() -> ()>], iterator_types = []} ins(%eps : tensor<f64>) outs(%208 : tensor<f32>) {
+    ^bb0(%209: f64, %210: f32):
+      %211 = arith.truncf %209 : f64 to f32 loc("examples/layers.kina":78:20)
+      linalg.yield %211 : f32 loc("examples/layers.kina":78:20)
     } -> tensor<f32> loc("examples/layers.kina":78:20)
-    %218 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:20)
-    %217 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%212 : tensor<f32>) outs(%218 : tensor<6xf32>) {
-    ^bb0(%219: f32, %220: f32):
-      linalg.yield %219 : f32 loc("examples/layers.kina":78:20)
+    %213 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:20)
+    %212 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%207 : tensor<f32>) outs(%213 : tensor<6xf32>) {
+    ^bb0(%214: f32, %215: f32):
+      linalg.yield %214 : f32 loc("examples/layers.kina":78:20)
     } -> tensor<6xf32> loc("examples/layers.kina":78:20)
-    %221 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%206, %217 : tensor<6xf32>, tensor<6xf32>) outs(%221 : tensor<6xf32>) {
-    ^bb0(%222: f32, %223: f32, %224: f32):
-      %225 = arith.addf %222, %223 : f32 loc("examples/layers.kina":77:62)
-      linalg.yield %225 : f32 loc("examples/layers.kina":77:62)
+    %216 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %212 : tensor<6xf32>, tensor<6xf32>) outs(%216 : tensor<6xf32>) {
+    ^bb0(%217: f32, %218: f32, %219: f32):
+      %220 = arith.addf %217, %218 : f32 loc("examples/layers.kina":77:62)
+      linalg.yield %220 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<6xf32> loc("examples/layers.kina":77:62)
-    %227 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
-    %226 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%227 : tensor<6xf32>) {
-    ^bb0(%228: f32, %229: f32):
-      linalg.yield %228 : f32 loc("examples/layers.kina":78:71)
+    %222 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
+    %221 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%222 : tensor<6xf32>) {
+    ^bb0(%223: f32, %224: f32):
+      linalg.yield %223 : f32 loc("examples/layers.kina":78:71)
     } -> tensor<6xf32> loc("examples/layers.kina":78:71)
-    %231 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
-    %230 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%226, %m_next : tensor<6xf32>, tensor<6xf32>) outs(%231 : tensor<6xf32>) {
-    ^bb0(%232: f32, %233: f32, %234: f32):
-      %235 = arith.mulf %232, %233 : f32 loc("examples/layers.kina":78:71)
-      linalg.yield %235 : f32 loc("examples/layers.kina":78:71)
+    %226 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%221, %m_next : tensor<6xf32>, tensor<6xf32>) outs(%226 : tensor<6xf32>) {
+    ^bb0(%227: f32, %228: f32, %229: f32):
+      %230 = arith.mulf %227, %228 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %230 : f32 loc("examples/layers.kina":78:71)
     } -> tensor<6xf32> loc("examples/layers.kina":78:71)
-    %237 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
-    %236 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%230, %denom : tensor<6xf32>, tensor<6xf32>) outs(%237 : tensor<6xf32>) {
-    ^bb0(%238: f32, %239: f32, %240: f32):
-      %241 = arith.divf %238, %239 : f32 loc("examples/layers.kina":78:71)
-      linalg.yield %241 : f32 loc("examples/layers.kina":78:71)
+    %232 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
+    %231 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%225, %denom : tensor<6xf32>, tensor<6xf32>) outs(%232 : tensor<6xf32>) {
+    ^bb0(%233: f32, %234: f32, %235: f32):
+      %236 = arith.divf %233, %234 : f32 loc("examples/layers.kina":78:71)
+      linalg.yield %236 : f32 loc("examples/layers.kina":78:71)
     } -> tensor<6xf32> loc("examples/layers.kina":78:71)
-    %243 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:61)
-    %242 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %236 : tensor<6xf32>, tensor<6xf32>) outs(%243 : tensor<6xf32>) {
-    ^bb0(%244: f32, %245: f32, %246: f32):
-      %247 = arith.subf %244, %245 : f32 loc("examples/layers.kina":78:61)
-      linalg.yield %247 : f32 loc("examples/layers.kina":78:61)
+    %238 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:61)
+    %237 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decayed, %231 : tensor<6xf32>, tensor<6xf32>) outs(%238 : tensor<6xf32>) {
+    ^bb0(%239: f32, %240: f32, %241: f32):
+      %242 = arith.subf %239, %240 : f32 loc("examples/layers.kina":78:61)
+      linalg.yield %242 : f32 loc("examples/layers.kina":78:61)
     } -> tensor<6xf32> loc("examples/layers.kina":78:61)
-    return %242, %m_next, %v_next : tensor<6xf32>, tensor<6xf32>, tensor<6xf32> loc("examples/layers.kina":78:60)
+    return %237, %m_next, %v_next : tensor<6xf32>, tensor<6xf32>, tensor<6xf32> loc("examples/layers.kina":78:60)
   } loc("examples/layers.kina":56:56)
 
   func.func private @"kina_nn.linear$4_3_5"(%x: tensor<4x3xf32>, %w: tensor<3x5xf32>, %b: tensor<5xf32>) -> (tensor<4x5xf32>) {
@@ -2038,89 +1982,85 @@ module {
     %6 = linalg.batch_matmul ins(%1, %2 : tensor<2x2x3xf32>, tensor<2x3x2xf32>) outs(%5 : tensor<2x2x2xf32>) -> tensor<2x2x2xf32> loc("examples/layers.kina":106:75)
     %scores = tensor.expand_shape %6 [[0, 1], [2], [3]] output_shape [2, 1, 2, 2] : tensor<2x2x2xf32> into tensor<2x1x2x2xf32> loc("examples/layers.kina":106:75)
     %8 = arith.constant 0.5773502691896258 : f32 loc("examples/layers.kina":107:17)
-    %9 = bufferization.alloc_tensor() : tensor<2x1x2x2xf32> loc("examples/layers.kina":107:17)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<2x1x2x2xf32>) -> tensor<2x1x2x2xf32> loc("examples/layers.kina":107:17)
     %10 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores, %7 : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%10 : tensor<2x1x2x2xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %14 : f32 loc("examples/layers.kina":107:8)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores : tensor<2x1x2x2xf32>) outs(%10 : tensor<2x1x2x2xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %13 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
-    %16 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:36)
-    %15 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%16 : tensor<2x2xi64>) {
-    ^bb0(%17: i64):
-      %18 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %19 = arith.index_cast %18 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %19 : i64 loc("examples/layers.kina":108:36)
+    %15 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:36)
+    %14 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%15 : tensor<2x2xi64>) {
+    ^bb0(%16: i64):
+      %17 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %18 = arith.index_cast %17 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %18 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<2x2xi64> loc("examples/layers.kina":108:36)
-    %21 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:64)
-    %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%21 : tensor<2x2xi64>) {
-    ^bb0(%22: i64):
-      %23 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %24 = arith.index_cast %23 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %24 : i64 loc("examples/layers.kina":108:64)
+    %20 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:64)
+    %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%20 : tensor<2x2xi64>) {
+    ^bb0(%21: i64):
+      %22 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %23 = arith.index_cast %22 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %23 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<2x2xi64> loc("examples/layers.kina":108:64)
-    %26 = tensor.empty() : tensor<2x2xi8> loc("examples/layers.kina":108:33)
-    %25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%15, %20 : tensor<2x2xi64>, tensor<2x2xi64>) outs(%26 : tensor<2x2xi8>) {
-    ^bb0(%27: i64, %28: i64, %29: i8):
-      %30 = arith.cmpi sge, %27, %28 : i64 loc("examples/layers.kina":108:33)
-      %31 = arith.extui %30 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %31 : i8 loc("examples/layers.kina":108:33)
+    %25 = tensor.empty() : tensor<2x2xi8> loc("examples/layers.kina":108:33)
+    %24 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%14, %19 : tensor<2x2xi64>, tensor<2x2xi64>) outs(%25 : tensor<2x2xi8>) {
+    ^bb0(%26: i64, %27: i64, %28: i8):
+      %29 = arith.cmpi sge, %26, %27 : i64 loc("examples/layers.kina":108:33)
+      %30 = arith.extui %29 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %30 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<2x2xi8> loc("examples/layers.kina":108:33)
-    %33 = tensor.collapse_shape %25 [[0, 1]] : tensor<2x2xi8> into tensor<4xi8> loc("examples/layers.kina":108:33)
-    %32 = tensor.expand_shape %33 [[0, 1, 2, 3]] output_shape [1, 1, 2, 2] : tensor<4xi8> into tensor<1x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %34 = tensor.empty() : tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%32 : tensor<1x1x2x2xi8>) outs(%34 : tensor<2x1x2x2xi8>) {
-    ^bb0(%35: i8, %36: i8):
-      linalg.yield %35 : i8 loc("examples/layers.kina":108:33)
+    %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<2x2xi8> into tensor<4xi8> loc("examples/layers.kina":108:33)
+    %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 2, 2] : tensor<4xi8> into tensor<1x1x2x2xi8> loc("examples/layers.kina":108:33)
+    %33 = tensor.empty() : tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x2x2xi8>) outs(%33 : tensor<2x1x2x2xi8>) {
+    ^bb0(%34: i8, %35: i8):
+      linalg.yield %34 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %38 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %39 = bufferization.alloc_tensor() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:22)
-    %37 = linalg.fill ins(%38 : f32) outs(%39 : tensor<2x1x2x2xf32>) -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:22)
-    %40 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled, %37 : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%40 : tensor<2x1x2x2xf32>) {
-    ^bb0(%41: i8, %42: f32, %43: f32, %44: f32):
-      %45 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %46 = arith.cmpi ne, %41, %45 : i8 loc("examples/layers.kina":110:2)
-      %47 = arith.select %46, %42, %43 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %47 : f32 loc("examples/layers.kina":110:2)
+    %37 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %39 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>) outs(%39 : tensor<2x1x2x2xf32>) {
+    ^bb0(%40: i8, %41: f32, %42: f32):
+      %43 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/layers.kina":110:2)
+      %45 = arith.select %44, %41, %37 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %45 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %48 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %49 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %50 = linalg.fill ins(%48 : f32) outs(%49 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %51 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<2x1x2x2xf32>) outs(%50 : tensor<2x1x2xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      %54 = arith.maximumf %53, %52 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %54 : f32 loc("examples/layers.kina":110:45)
+    %46 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %47 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %48 = linalg.fill ins(%46 : f32) outs(%47 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %49 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<2x1x2x2xf32>) outs(%48 : tensor<2x1x2xf32>) {
+    ^bb0(%50: f32, %51: f32):
+      %52 = arith.maximumf %51, %50 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %52 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %55 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %56 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %51 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%55 : tensor<2x1x2x2xf32>) {
-    ^bb0(%57: f32, %58: f32, %59: f32):
-      %60 = arith.subf %57, %58 : f32 loc("examples/layers.kina":110:45)
-      %61 = math.exp %60 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %61 : f32 loc("examples/layers.kina":110:45)
+    %53 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %54 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %49 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%53 : tensor<2x1x2x2xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.subf %55, %56 : f32 loc("examples/layers.kina":110:45)
+      %59 = math.exp %58 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %59 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %62 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %63 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%56 : tensor<2x1x2x2xf32>) outs(%64 : tensor<2x1x2xf32>) {
-    ^bb0(%66: f32, %67: f32):
-      %68 = arith.addf %67, %66 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %68 : f32 loc("examples/layers.kina":110:45)
+    %60 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %61 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %62 = linalg.fill ins(%60 : f32) outs(%61 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%54 : tensor<2x1x2x2xf32>) outs(%62 : tensor<2x1x2xf32>) {
+    ^bb0(%64: f32, %65: f32):
+      %66 = arith.addf %65, %64 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %66 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %69 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%56, %65 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%69 : tensor<2x1x2x2xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.divf %70, %71 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %73 : f32 loc("examples/layers.kina":110:45)
+    %67 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%54, %63 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%67 : tensor<2x1x2x2xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.divf %68, %69 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %71 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %74 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
-    %75 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %76 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %77 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %79 = linalg.batch_matmul ins(%74, %75 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%78 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %ctx = tensor.expand_shape %79 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":111:11)
+    %72 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
+    %73 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %74 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %75 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %77 = linalg.batch_matmul ins(%72, %73 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%76 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %ctx = tensor.expand_shape %77 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":111:11)
     return %ctx : tensor<2x1x2x3xf32> loc("examples/layers.kina":111:26)
   } loc("examples/layers.kina":104:17)
 
@@ -2184,89 +2124,85 @@ module {
     %6 = linalg.batch_matmul ins(%1, %2 : tensor<2x3x2xf32>, tensor<2x2x3xf32>) outs(%5 : tensor<2x3x3xf32>) -> tensor<2x3x3xf32> loc("examples/layers.kina":106:75)
     %scores = tensor.expand_shape %6 [[0, 1], [2], [3]] output_shape [1, 2, 3, 3] : tensor<2x3x3xf32> into tensor<1x2x3x3xf32> loc("examples/layers.kina":106:75)
     %8 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":107:17)
-    %9 = bufferization.alloc_tensor() : tensor<1x2x3x3xf32> loc("examples/layers.kina":107:17)
-    %7 = linalg.fill ins(%8 : f32) outs(%9 : tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32> loc("examples/layers.kina":107:17)
     %10 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores, %7 : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%10 : tensor<1x2x3x3xf32>) {
-    ^bb0(%11: f32, %12: f32, %13: f32):
-      %14 = arith.mulf %11, %12 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %14 : f32 loc("examples/layers.kina":107:8)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores : tensor<1x2x3x3xf32>) outs(%10 : tensor<1x2x3x3xf32>) {
+    ^bb0(%11: f32, %12: f32):
+      %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %13 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
-    %16 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:36)
-    %15 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%16 : tensor<3x3xi64>) {
-    ^bb0(%17: i64):
-      %18 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %19 = arith.index_cast %18 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %19 : i64 loc("examples/layers.kina":108:36)
+    %15 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:36)
+    %14 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%15 : tensor<3x3xi64>) {
+    ^bb0(%16: i64):
+      %17 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %18 = arith.index_cast %17 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %18 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<3x3xi64> loc("examples/layers.kina":108:36)
-    %21 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:64)
-    %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%21 : tensor<3x3xi64>) {
-    ^bb0(%22: i64):
-      %23 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %24 = arith.index_cast %23 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %24 : i64 loc("examples/layers.kina":108:64)
+    %20 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:64)
+    %19 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%20 : tensor<3x3xi64>) {
+    ^bb0(%21: i64):
+      %22 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %23 = arith.index_cast %22 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %23 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<3x3xi64> loc("examples/layers.kina":108:64)
-    %26 = tensor.empty() : tensor<3x3xi8> loc("examples/layers.kina":108:33)
-    %25 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%15, %20 : tensor<3x3xi64>, tensor<3x3xi64>) outs(%26 : tensor<3x3xi8>) {
-    ^bb0(%27: i64, %28: i64, %29: i8):
-      %30 = arith.cmpi sge, %27, %28 : i64 loc("examples/layers.kina":108:33)
-      %31 = arith.extui %30 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %31 : i8 loc("examples/layers.kina":108:33)
+    %25 = tensor.empty() : tensor<3x3xi8> loc("examples/layers.kina":108:33)
+    %24 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%14, %19 : tensor<3x3xi64>, tensor<3x3xi64>) outs(%25 : tensor<3x3xi8>) {
+    ^bb0(%26: i64, %27: i64, %28: i8):
+      %29 = arith.cmpi sge, %26, %27 : i64 loc("examples/layers.kina":108:33)
+      %30 = arith.extui %29 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %30 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<3x3xi8> loc("examples/layers.kina":108:33)
-    %33 = tensor.collapse_shape %25 [[0, 1]] : tensor<3x3xi8> into tensor<9xi8> loc("examples/layers.kina":108:33)
-    %32 = tensor.expand_shape %33 [[0, 1, 2, 3]] output_shape [1, 1, 3, 3] : tensor<9xi8> into tensor<1x1x3x3xi8> loc("examples/layers.kina":108:33)
-    %34 = tensor.empty() : tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%32 : tensor<1x1x3x3xi8>) outs(%34 : tensor<1x2x3x3xi8>) {
-    ^bb0(%35: i8, %36: i8):
-      linalg.yield %35 : i8 loc("examples/layers.kina":108:33)
+    %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<3x3xi8> into tensor<9xi8> loc("examples/layers.kina":108:33)
+    %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 3, 3] : tensor<9xi8> into tensor<1x1x3x3xi8> loc("examples/layers.kina":108:33)
+    %33 = tensor.empty() : tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x3x3xi8>) outs(%33 : tensor<1x2x3x3xi8>) {
+    ^bb0(%34: i8, %35: i8):
+      linalg.yield %34 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
-    %38 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %39 = bufferization.alloc_tensor() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:22)
-    %37 = linalg.fill ins(%38 : f32) outs(%39 : tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:22)
-    %40 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled, %37 : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%40 : tensor<1x2x3x3xf32>) {
-    ^bb0(%41: i8, %42: f32, %43: f32, %44: f32):
-      %45 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %46 = arith.cmpi ne, %41, %45 : i8 loc("examples/layers.kina":110:2)
-      %47 = arith.select %46, %42, %43 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %47 : f32 loc("examples/layers.kina":110:2)
+    %37 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %39 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>) outs(%39 : tensor<1x2x3x3xf32>) {
+    ^bb0(%40: i8, %41: f32, %42: f32):
+      %43 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/layers.kina":110:2)
+      %45 = arith.select %44, %41, %37 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %45 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %48 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %49 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %50 = linalg.fill ins(%48 : f32) outs(%49 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %51 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x3x3xf32>) outs(%50 : tensor<1x2x3xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      %54 = arith.maximumf %53, %52 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %54 : f32 loc("examples/layers.kina":110:45)
+    %46 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %47 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %48 = linalg.fill ins(%46 : f32) outs(%47 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %49 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<1x2x3x3xf32>) outs(%48 : tensor<1x2x3xf32>) {
+    ^bb0(%50: f32, %51: f32):
+      %52 = arith.maximumf %51, %50 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %52 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %55 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %56 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %51 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%55 : tensor<1x2x3x3xf32>) {
-    ^bb0(%57: f32, %58: f32, %59: f32):
-      %60 = arith.subf %57, %58 : f32 loc("examples/layers.kina":110:45)
-      %61 = math.exp %60 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %61 : f32 loc("examples/layers.kina":110:45)
+    %53 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %54 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %49 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%53 : tensor<1x2x3x3xf32>) {
+    ^bb0(%55: f32, %56: f32, %57: f32):
+      %58 = arith.subf %55, %56 : f32 loc("examples/layers.kina":110:45)
+      %59 = math.exp %58 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %59 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %62 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %63 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %64 = linalg.fill ins(%62 : f32) outs(%63 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%56 : tensor<1x2x3x3xf32>) outs(%64 : tensor<1x2x3xf32>) {
-    ^bb0(%66: f32, %67: f32):
-      %68 = arith.addf %67, %66 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %68 : f32 loc("examples/layers.kina":110:45)
+    %60 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %61 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %62 = linalg.fill ins(%60 : f32) outs(%61 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%54 : tensor<1x2x3x3xf32>) outs(%62 : tensor<1x2x3xf32>) {
+    ^bb0(%64: f32, %65: f32):
+      %66 = arith.addf %65, %64 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %66 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %69 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%56, %65 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%69 : tensor<1x2x3x3xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.divf %70, %71 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %73 : f32 loc("examples/layers.kina":110:45)
+    %67 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%54, %63 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%67 : tensor<1x2x3x3xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.divf %68, %69 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %71 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %74 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
-    %75 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %76 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %77 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %78 = linalg.fill ins(%76 : f32) outs(%77 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %79 = linalg.batch_matmul ins(%74, %75 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%78 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %ctx = tensor.expand_shape %79 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":111:11)
+    %72 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
+    %73 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %74 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %75 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %77 = linalg.batch_matmul ins(%72, %73 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%76 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %ctx = tensor.expand_shape %77 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":111:11)
     return %ctx : tensor<1x2x3x2xf32> loc("examples/layers.kina":111:26)
   } loc("examples/layers.kina":104:17)
 
@@ -2419,13 +2355,11 @@ module {
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
     %total = tensor.expand_shape %29 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
     %34 = arith.constant 0.16666666666666666 : f32 loc("examples/layers.kina":19:2)
-    %35 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %33 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
     %36 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %33 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
-    ^bb0(%37: f32, %38: f32, %39: f32):
-      %40 = arith.mulf %37, %38 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %40 : f32 loc("examples/layers.kina":18:83)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total : tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %39 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     return %mean : tensor<1x1xf32> loc("examples/layers.kina":19:17)
   } loc("examples/layers.kina":9:89)
@@ -2579,13 +2513,11 @@ module {
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
     %total = tensor.expand_shape %29 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
     %34 = arith.constant 0.25 : f32 loc("examples/layers.kina":19:2)
-    %35 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %33 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
     %36 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %33 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
-    ^bb0(%37: f32, %38: f32, %39: f32):
-      %40 = arith.mulf %37, %38 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %40 : f32 loc("examples/layers.kina":18:83)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total : tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %39 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     return %mean : tensor<1x1xf32> loc("examples/layers.kina":19:17)
   } loc("examples/layers.kina":9:89)
@@ -2762,51 +2694,47 @@ module {
       linalg.yield %10 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<?xf32> loc("examples/layers.kina":40:32)
     %ss = tensor.expand_shape %7 [[0, 1]] output_shape [%size_M, 1] : tensor<?xf32> into tensor<?x1xf32> loc("examples/layers.kina":40:32)
-    %16 = bufferization.alloc_tensor(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":41:38)
-    %11 = linalg.fill ins(%15 : f32) outs(%16 : tensor<?x1xf32>) -> tensor<?x1xf32> loc("examples/layers.kina":41:38)
     %17 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":41:33)
-    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %11 : tensor<?x1xf32>, tensor<?x1xf32>) outs(%17 : tensor<?x1xf32>) {
-    ^bb0(%18: f32, %19: f32, %20: f32):
-      %21 = arith.mulf %18, %19 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %21 : f32 loc("examples/layers.kina":41:33)
+    %ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<?x1xf32>) outs(%17 : tensor<?x1xf32>) {
+    ^bb0(%18: f32, %19: f32):
+      %20 = arith.mulf %18, %15 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %20 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<?x1xf32> loc("examples/layers.kina":41:33)
-    %23 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %24 = bufferization.alloc_tensor(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":42:14)
-    %22 = linalg.fill ins(%23 : f32) outs(%24 : tensor<?x1xf32>) -> tensor<?x1xf32> loc("examples/layers.kina":42:14)
-    %25 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":42:9)
-    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms, %22 : tensor<?x1xf32>, tensor<?x1xf32>) outs(%25 : tensor<?x1xf32>) {
-    ^bb0(%26: f32, %27: f32, %28: f32):
-      %29 = arith.addf %26, %27 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %29 : f32 loc("examples/layers.kina":42:9)
+    %22 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %24 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":42:9)
+    %ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms : tensor<?x1xf32>) outs(%24 : tensor<?x1xf32>) {
+    ^bb0(%25: f32, %26: f32):
+      %27 = arith.addf %25, %22 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %27 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<?x1xf32> loc("examples/layers.kina":42:9)
-    %30 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":43:19)
-    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<?x1xf32>) outs(%30 : tensor<?x1xf32>) {
-    ^bb0(%31: f32, %32: f32):
-      %33 = math.rsqrt %31 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %33 : f32 loc("examples/layers.kina":43:19)
+    %28 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":43:19)
+    %inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ms_eps : tensor<?x1xf32>) outs(%28 : tensor<?x1xf32>) {
+    ^bb0(%29: f32, %30: f32):
+      %31 = math.rsqrt %29 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %31 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<?x1xf32> loc("examples/layers.kina":43:19)
-    %34 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<?x1xf32>) outs(%34 : tensor<?x?xf32>) {
-    ^bb0(%35: f32, %36: f32):
-      linalg.yield %35 : f32 loc("examples/layers.kina":44:19)
+    %32 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":44:19)
+    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<?x1xf32>) outs(%32 : tensor<?x?xf32>) {
+    ^bb0(%33: f32, %34: f32):
+      linalg.yield %33 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<?x?xf32> loc("examples/layers.kina":44:19)
-    %37 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%37 : tensor<?x?xf32>) {
-    ^bb0(%38: f32, %39: f32, %40: f32):
-      %41 = arith.mulf %38, %39 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %41 : f32 loc("examples/layers.kina":45:20)
+    %35 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":45:20)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%35 : tensor<?x?xf32>) {
+    ^bb0(%36: f32, %37: f32, %38: f32):
+      %39 = arith.mulf %36, %37 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %39 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<?x?xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, %size_D] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":46:22)
-    %42 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x?xf32>) outs(%42 : tensor<?x?xf32>) {
-    ^bb0(%43: f32, %44: f32):
-      linalg.yield %43 : f32 loc("examples/layers.kina":47:4)
+    %40 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":47:4)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x?xf32>) outs(%40 : tensor<?x?xf32>) {
+    ^bb0(%41: f32, %42: f32):
+      linalg.yield %41 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<?x?xf32> loc("examples/layers.kina":47:4)
-    %45 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%45 : tensor<?x?xf32>) {
-    ^bb0(%46: f32, %47: f32, %48: f32):
-      %49 = arith.mulf %46, %47 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %49 : f32 loc("examples/layers.kina":50:33)
+    %43 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":50:33)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%43 : tensor<?x?xf32>) {
+    ^bb0(%44: f32, %45: f32, %46: f32):
+      %47 = arith.mulf %44, %45 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %47 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<?x?xf32> loc("examples/layers.kina":50:33)
     return %out : tensor<?x?xf32> loc("examples/layers.kina":50:50)
   } loc("examples/layers.kina":38:8)
@@ -2816,10 +2744,10 @@ module {
     %9 = arith.index_cast %size_D : index to i64
     %10 = arith.sitofp %9 : i64 to f32
     %11 = arith.divf %8, %10 : f32
-    %38 = arith.constant 1.0 : f32
-    %39 = arith.index_cast %size_D : index to i64
-    %40 = arith.sitofp %39 : i64 to f32
-    %41 = arith.divf %38, %40 : f32
+    %37 = arith.constant 1.0 : f32
+    %38 = arith.index_cast %size_D : index to i64
+    %39 = arith.sitofp %38 : i64 to f32
+    %40 = arith.divf %37, %39 : f32
     %0 = arith.constant 0.0 : f32 loc("examples/layers.kina":25:23)
     %1 = bufferization.alloc_tensor(%size_M) : tensor<?xf32> loc("examples/layers.kina":25:23)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<?xf32>) -> tensor<?xf32> loc("examples/layers.kina":25:23)
@@ -2829,97 +2757,91 @@ module {
       linalg.yield %6 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<?xf32> loc("examples/layers.kina":25:23)
     %s = tensor.expand_shape %3 [[0, 1]] output_shape [%size_M, 1] : tensor<?xf32> into tensor<?x1xf32> loc("examples/layers.kina":25:23)
-    %12 = bufferization.alloc_tensor(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":25:72)
-    %7 = linalg.fill ins(%11 : f32) outs(%12 : tensor<?x1xf32>) -> tensor<?x1xf32> loc("examples/layers.kina":25:72)
     %13 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":25:68)
-    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s, %7 : tensor<?x1xf32>, tensor<?x1xf32>) outs(%13 : tensor<?x1xf32>) {
-    ^bb0(%14: f32, %15: f32, %16: f32):
-      %17 = arith.mulf %14, %15 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %17 : f32 loc("examples/layers.kina":25:68)
+    %mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%s : tensor<?x1xf32>) outs(%13 : tensor<?x1xf32>) {
+    ^bb0(%14: f32, %15: f32):
+      %16 = arith.mulf %14, %11 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %16 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<?x1xf32> loc("examples/layers.kina":25:68)
-    %18 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<?x1xf32>) outs(%18 : tensor<?x?xf32>) {
-    ^bb0(%19: f32, %20: f32):
-      linalg.yield %19 : f32 loc("examples/layers.kina":26:8)
+    %17 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:8)
+    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<?x1xf32>) outs(%17 : tensor<?x?xf32>) {
+    ^bb0(%18: f32, %19: f32):
+      linalg.yield %18 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<?x?xf32> loc("examples/layers.kina":26:8)
-    %21 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%21 : tensor<?x?xf32>) {
-    ^bb0(%22: f32, %23: f32, %24: f32):
-      %25 = arith.subf %22, %23 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %25 : f32 loc("examples/layers.kina":26:43)
+    %20 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:43)
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%20 : tensor<?x?xf32>) {
+    ^bb0(%21: f32, %22: f32, %23: f32):
+      %24 = arith.subf %21, %22 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %24 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<?x?xf32> loc("examples/layers.kina":26:43)
-    %26 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:66)
-    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<?x?xf32>) outs(%26 : tensor<?x?xf32>) {
-    ^bb0(%27: f32, %28: f32):
-      %29 = arith.mulf %27, %27 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %29 : f32 loc("examples/layers.kina":26:66)
+    %25 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:66)
+    %sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc : tensor<?x?xf32>) outs(%25 : tensor<?x?xf32>) {
+    ^bb0(%26: f32, %27: f32):
+      %28 = arith.mulf %26, %26 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %28 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<?x?xf32> loc("examples/layers.kina":26:66)
-    %30 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %31 = bufferization.alloc_tensor(%size_M) : tensor<?xf32> loc("examples/layers.kina":27:2)
-    %32 = linalg.fill ins(%30 : f32) outs(%31 : tensor<?xf32>) -> tensor<?xf32> loc("examples/layers.kina":27:2)
-    %33 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<?x?xf32>) outs(%32 : tensor<?xf32>) {
-    ^bb0(%34: f32, %35: f32):
-      %36 = arith.addf %35, %34 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %36 : f32 loc("examples/layers.kina":27:2)
+    %29 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %30 = bufferization.alloc_tensor(%size_M) : tensor<?xf32> loc("examples/layers.kina":27:2)
+    %31 = linalg.fill ins(%29 : f32) outs(%30 : tensor<?xf32>) -> tensor<?xf32> loc("examples/layers.kina":27:2)
+    %32 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%sq : tensor<?x?xf32>) outs(%31 : tensor<?xf32>) {
+    ^bb0(%33: f32, %34: f32):
+      %35 = arith.addf %34, %33 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %35 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<?xf32> loc("examples/layers.kina":27:2)
-    %ss = tensor.expand_shape %33 [[0, 1]] output_shape [%size_M, 1] : tensor<?xf32> into tensor<?x1xf32> loc("examples/layers.kina":27:2)
-    %42 = bufferization.alloc_tensor(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":27:54)
-    %37 = linalg.fill ins(%41 : f32) outs(%42 : tensor<?x1xf32>) -> tensor<?x1xf32> loc("examples/layers.kina":27:54)
-    %43 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":27:49)
-    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss, %37 : tensor<?x1xf32>, tensor<?x1xf32>) outs(%43 : tensor<?x1xf32>) {
-    ^bb0(%44: f32, %45: f32, %46: f32):
-      %47 = arith.mulf %44, %45 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %47 : f32 loc("examples/layers.kina":27:49)
+    %ss = tensor.expand_shape %32 [[0, 1]] output_shape [%size_M, 1] : tensor<?xf32> into tensor<?x1xf32> loc("examples/layers.kina":27:2)
+    %42 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":27:49)
+    %var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ss : tensor<?x1xf32>) outs(%42 : tensor<?x1xf32>) {
+    ^bb0(%43: f32, %44: f32):
+      %45 = arith.mulf %43, %40 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %45 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<?x1xf32> loc("examples/layers.kina":27:49)
-    %49 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %50 = bufferization.alloc_tensor(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":27:89)
-    %48 = linalg.fill ins(%49 : f32) outs(%50 : tensor<?x1xf32>) -> tensor<?x1xf32> loc("examples/layers.kina":27:89)
-    %51 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":27:83)
-    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var, %48 : tensor<?x1xf32>, tensor<?x1xf32>) outs(%51 : tensor<?x1xf32>) {
-    ^bb0(%52: f32, %53: f32, %54: f32):
-      %55 = arith.addf %52, %53 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %55 : f32 loc("examples/layers.kina":27:83)
+    %47 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %49 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":27:83)
+    %var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var : tensor<?x1xf32>) outs(%49 : tensor<?x1xf32>) {
+    ^bb0(%50: f32, %51: f32):
+      %52 = arith.addf %50, %47 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %52 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<?x1xf32> loc("examples/layers.kina":27:83)
-    %56 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":28:24)
-    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<?x1xf32>) outs(%56 : tensor<?x1xf32>) {
-    ^bb0(%57: f32, %58: f32):
-      %59 = math.rsqrt %57 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %59 : f32 loc("examples/layers.kina":28:24)
+    %53 = tensor.empty(%size_M) : tensor<?x1xf32> loc("examples/layers.kina":28:24)
+    %inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%var_eps : tensor<?x1xf32>) outs(%53 : tensor<?x1xf32>) {
+    ^bb0(%54: f32, %55: f32):
+      %56 = math.rsqrt %54 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %56 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<?x1xf32> loc("examples/layers.kina":28:24)
-    %60 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<?x1xf32>) outs(%60 : tensor<?x?xf32>) {
-    ^bb0(%61: f32, %62: f32):
-      linalg.yield %61 : f32 loc("examples/layers.kina":28:61)
+    %57 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":28:61)
+    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<?x1xf32>) outs(%57 : tensor<?x?xf32>) {
+    ^bb0(%58: f32, %59: f32):
+      linalg.yield %58 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<?x?xf32> loc("examples/layers.kina":28:61)
-    %63 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%63 : tensor<?x?xf32>) {
-    ^bb0(%64: f32, %65: f32, %66: f32):
-      %67 = arith.mulf %64, %65 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %67 : f32 loc("examples/layers.kina":29:31)
+    %60 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":29:31)
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%60 : tensor<?x?xf32>) {
+    ^bb0(%61: f32, %62: f32, %63: f32):
+      %64 = arith.mulf %61, %62 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %64 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<?x?xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, %size_D] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":29:63)
-    %68 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x?xf32>) outs(%68 : tensor<?x?xf32>) {
-    ^bb0(%69: f32, %70: f32):
-      linalg.yield %69 : f32 loc("examples/layers.kina":30:36)
+    %65 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":30:36)
+    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x?xf32>) outs(%65 : tensor<?x?xf32>) {
+    ^bb0(%66: f32, %67: f32):
+      linalg.yield %66 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<?x?xf32> loc("examples/layers.kina":30:36)
-    %71 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%71 : tensor<?x?xf32>) {
-    ^bb0(%72: f32, %73: f32, %74: f32):
-      %75 = arith.mulf %72, %73 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %75 : f32 loc("examples/layers.kina":31:6)
+    %68 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":31:6)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%68 : tensor<?x?xf32>) {
+    ^bb0(%69: f32, %70: f32, %71: f32):
+      %72 = arith.mulf %69, %70 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %72 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<?x?xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, %size_D] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":31:35)
-    %76 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x?xf32>) outs(%76 : tensor<?x?xf32>) {
-    ^bb0(%77: f32, %78: f32):
-      linalg.yield %77 : f32 loc("examples/layers.kina":32:10)
+    %73 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":32:10)
+    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x?xf32>) outs(%73 : tensor<?x?xf32>) {
+    ^bb0(%74: f32, %75: f32):
+      linalg.yield %74 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<?x?xf32> loc("examples/layers.kina":32:10)
-    %79 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%79 : tensor<?x?xf32>) {
-    ^bb0(%80: f32, %81: f32, %82: f32):
-      %83 = arith.addf %80, %81 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %83 : f32 loc("examples/layers.kina":32:49)
+    %76 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":32:49)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%76 : tensor<?x?xf32>) {
+    ^bb0(%77: f32, %78: f32, %79: f32):
+      %80 = arith.addf %77, %78 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %80 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<?x?xf32> loc("examples/layers.kina":32:49)
     return %out : tensor<?x?xf32> loc("examples/layers.kina":32:70)
   } loc("examples/layers.kina":23:73)
@@ -3148,13 +3070,11 @@ module {
       linalg.yield %32 : f32 loc("examples/layers.kina":18:35)
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
     %total = tensor.expand_shape %29 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
-    %38 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %33 = linalg.fill ins(%37 : f32) outs(%38 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
     %39 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %33 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%39 : tensor<1x1xf32>) {
-    ^bb0(%40: f32, %41: f32, %42: f32):
-      %43 = arith.mulf %40, %41 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %43 : f32 loc("examples/layers.kina":18:83)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total : tensor<1x1xf32>) outs(%39 : tensor<1x1xf32>) {
+    ^bb0(%40: f32, %41: f32):
+      %42 = arith.mulf %40, %37 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %42 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     return %mean : tensor<1x1xf32> loc("examples/layers.kina":19:17)
   } loc("examples/layers.kina":9:89)
@@ -3196,7 +3116,7 @@ module {
     %13 = arith.constant 1.0 : f32
     %14 = math.sqrt %12 : f32
     %15 = arith.divf %10, %14 : f32
-    %41 = arith.constant 1 : index
+    %40 = arith.constant 1 : index
     %0 = tensor.empty(%size_B, %size_H, %size_E, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":106:31)
     %k_t = linalg.transpose ins(%k : tensor<?x?x?x?xf32>) outs(%0 : tensor<?x?x?x?xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
     %1 = tensor.collapse_shape %q [[0, 1], [2], [3]] : tensor<?x?x?x?xf32> into tensor<?x?x?xf32> loc("examples/layers.kina":106:75)
@@ -3207,91 +3127,87 @@ module {
     %7 = linalg.batch_matmul ins(%1, %2 : tensor<?x?x?xf32>, tensor<?x?x?xf32>) outs(%6 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":106:75)
     %8 = tensor.from_elements %size_B, %size_H, %size_T, %size_T : tensor<4xindex> loc("examples/layers.kina":106:75)
     %scores = tensor.reshape %7(%8) : (tensor<?x?x?xf32>, tensor<4xindex>) -> tensor<?x?x?x?xf32> loc("examples/layers.kina":106:75)
-    %16 = bufferization.alloc_tensor(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":107:17)
-    %9 = linalg.fill ins(%15 : f32) outs(%16 : tensor<?x?x?x?xf32>) -> tensor<?x?x?x?xf32> loc("examples/layers.kina":107:17)
     %17 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":107:8)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores, %9 : tensor<?x?x?x?xf32>, tensor<?x?x?x?xf32>) outs(%17 : tensor<?x?x?x?xf32>) {
-    ^bb0(%18: f32, %19: f32, %20: f32):
-      %21 = arith.mulf %18, %19 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %21 : f32 loc("examples/layers.kina":107:8)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%scores : tensor<?x?x?x?xf32>) outs(%17 : tensor<?x?x?x?xf32>) {
+    ^bb0(%18: f32, %19: f32):
+      %20 = arith.mulf %18, %15 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %20 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<?x?x?x?xf32> loc("examples/layers.kina":107:8)
-    %23 = tensor.empty(%size_T, %size_T) : tensor<?x?xi64> loc("examples/layers.kina":108:36)
-    %22 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%23 : tensor<?x?xi64>) {
-    ^bb0(%24: i64):
-      %25 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %26 = arith.index_cast %25 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %26 : i64 loc("examples/layers.kina":108:36)
+    %22 = tensor.empty(%size_T, %size_T) : tensor<?x?xi64> loc("examples/layers.kina":108:36)
+    %21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%22 : tensor<?x?xi64>) {
+    ^bb0(%23: i64):
+      %24 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %25 = arith.index_cast %24 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %25 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<?x?xi64> loc("examples/layers.kina":108:36)
-    %28 = tensor.empty(%size_T, %size_T) : tensor<?x?xi64> loc("examples/layers.kina":108:64)
-    %27 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%28 : tensor<?x?xi64>) {
-    ^bb0(%29: i64):
-      %30 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %31 = arith.index_cast %30 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %31 : i64 loc("examples/layers.kina":108:64)
+    %27 = tensor.empty(%size_T, %size_T) : tensor<?x?xi64> loc("examples/layers.kina":108:64)
+    %26 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%27 : tensor<?x?xi64>) {
+    ^bb0(%28: i64):
+      %29 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %30 = arith.index_cast %29 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %30 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<?x?xi64> loc("examples/layers.kina":108:64)
-    %33 = tensor.empty(%size_T, %size_T) : tensor<?x?xi8> loc("examples/layers.kina":108:33)
-    %32 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%22, %27 : tensor<?x?xi64>, tensor<?x?xi64>) outs(%33 : tensor<?x?xi8>) {
-    ^bb0(%34: i64, %35: i64, %36: i8):
-      %37 = arith.cmpi sge, %34, %35 : i64 loc("examples/layers.kina":108:33)
-      %38 = arith.extui %37 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %38 : i8 loc("examples/layers.kina":108:33)
+    %32 = tensor.empty(%size_T, %size_T) : tensor<?x?xi8> loc("examples/layers.kina":108:33)
+    %31 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%21, %26 : tensor<?x?xi64>, tensor<?x?xi64>) outs(%32 : tensor<?x?xi8>) {
+    ^bb0(%33: i64, %34: i64, %35: i8):
+      %36 = arith.cmpi sge, %33, %34 : i64 loc("examples/layers.kina":108:33)
+      %37 = arith.extui %36 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %37 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<?x?xi8> loc("examples/layers.kina":108:33)
-    %40 = tensor.collapse_shape %32 [[0, 1]] : tensor<?x?xi8> into tensor<?xi8> loc("examples/layers.kina":108:33)
-    %42 = tensor.from_elements %41, %41, %size_T, %size_T : tensor<4xindex> loc("examples/layers.kina":108:33)
-    %39 = tensor.reshape %40(%42) : (tensor<?xi8>, tensor<4xindex>) -> tensor<1x1x?x?xi8> loc("examples/layers.kina":108:33)
-    %43 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%39 : tensor<1x1x?x?xi8>) outs(%43 : tensor<?x?x?x?xi8>) {
-    ^bb0(%44: i8, %45: i8):
-      linalg.yield %44 : i8 loc("examples/layers.kina":108:33)
+    %39 = tensor.collapse_shape %31 [[0, 1]] : tensor<?x?xi8> into tensor<?xi8> loc("examples/layers.kina":108:33)
+    %41 = tensor.from_elements %40, %40, %size_T, %size_T : tensor<4xindex> loc("examples/layers.kina":108:33)
+    %38 = tensor.reshape %39(%41) : (tensor<?xi8>, tensor<4xindex>) -> tensor<1x1x?x?xi8> loc("examples/layers.kina":108:33)
+    %42 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xi8> loc("examples/layers.kina":108:33)
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%38 : tensor<1x1x?x?xi8>) outs(%42 : tensor<?x?x?x?xi8>) {
+    ^bb0(%43: i8, %44: i8):
+      linalg.yield %43 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<?x?x?x?xi8> loc("examples/layers.kina":108:33)
-    %47 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %48 = bufferization.alloc_tensor(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:22)
-    %46 = linalg.fill ins(%47 : f32) outs(%48 : tensor<?x?x?x?xf32>) -> tensor<?x?x?x?xf32> loc("examples/layers.kina":110:22)
-    %49 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled, %46 : tensor<?x?x?x?xi8>, tensor<?x?x?x?xf32>, tensor<?x?x?x?xf32>) outs(%49 : tensor<?x?x?x?xf32>) {
-    ^bb0(%50: i8, %51: f32, %52: f32, %53: f32):
-      %54 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %55 = arith.cmpi ne, %50, %54 : i8 loc("examples/layers.kina":110:2)
-      %56 = arith.select %55, %51, %52 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %56 : f32 loc("examples/layers.kina":110:2)
+    %46 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %48 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:2)
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<?x?x?x?xi8>, tensor<?x?x?x?xf32>) outs(%48 : tensor<?x?x?x?xf32>) {
+    ^bb0(%49: i8, %50: f32, %51: f32):
+      %52 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %53 = arith.cmpi ne, %49, %52 : i8 loc("examples/layers.kina":110:2)
+      %54 = arith.select %53, %50, %46 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %54 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<?x?x?x?xf32> loc("examples/layers.kina":110:2)
-    %57 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %58 = bufferization.alloc_tensor(%size_B, %size_H, %size_T) : tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
-    %59 = linalg.fill ins(%57 : f32) outs(%58 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
-    %60 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<?x?x?x?xf32>) outs(%59 : tensor<?x?x?xf32>) {
-    ^bb0(%61: f32, %62: f32):
-      %63 = arith.maximumf %62, %61 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %63 : f32 loc("examples/layers.kina":110:45)
+    %55 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %56 = bufferization.alloc_tensor(%size_B, %size_H, %size_T) : tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
+    %57 = linalg.fill ins(%55 : f32) outs(%56 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
+    %58 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%masked : tensor<?x?x?x?xf32>) outs(%57 : tensor<?x?x?xf32>) {
+    ^bb0(%59: f32, %60: f32):
+      %61 = arith.maximumf %60, %59 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %61 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
-    %64 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:45)
-    %65 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %60 : tensor<?x?x?x?xf32>, tensor<?x?x?xf32>) outs(%64 : tensor<?x?x?x?xf32>) {
-    ^bb0(%66: f32, %67: f32, %68: f32):
-      %69 = arith.subf %66, %67 : f32 loc("examples/layers.kina":110:45)
-      %70 = math.exp %69 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %70 : f32 loc("examples/layers.kina":110:45)
+    %62 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:45)
+    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%masked, %58 : tensor<?x?x?x?xf32>, tensor<?x?x?xf32>) outs(%62 : tensor<?x?x?x?xf32>) {
+    ^bb0(%64: f32, %65: f32, %66: f32):
+      %67 = arith.subf %64, %65 : f32 loc("examples/layers.kina":110:45)
+      %68 = math.exp %67 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %68 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<?x?x?x?xf32> loc("examples/layers.kina":110:45)
-    %71 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %72 = bufferization.alloc_tensor(%size_B, %size_H, %size_T) : tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
-    %73 = linalg.fill ins(%71 : f32) outs(%72 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
-    %74 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%65 : tensor<?x?x?x?xf32>) outs(%73 : tensor<?x?x?xf32>) {
-    ^bb0(%75: f32, %76: f32):
-      %77 = arith.addf %76, %75 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %77 : f32 loc("examples/layers.kina":110:45)
+    %69 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %70 = bufferization.alloc_tensor(%size_B, %size_H, %size_T) : tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
+    %71 = linalg.fill ins(%69 : f32) outs(%70 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
+    %72 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%63 : tensor<?x?x?x?xf32>) outs(%71 : tensor<?x?x?xf32>) {
+    ^bb0(%73: f32, %74: f32):
+      %75 = arith.addf %74, %73 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %75 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<?x?x?xf32> loc("examples/layers.kina":110:45)
-    %78 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:45)
-    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%65, %74 : tensor<?x?x?x?xf32>, tensor<?x?x?xf32>) outs(%78 : tensor<?x?x?x?xf32>) {
-    ^bb0(%79: f32, %80: f32, %81: f32):
-      %82 = arith.divf %79, %80 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %82 : f32 loc("examples/layers.kina":110:45)
+    %76 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:45)
+    %probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%63, %72 : tensor<?x?x?x?xf32>, tensor<?x?x?xf32>) outs(%76 : tensor<?x?x?x?xf32>) {
+    ^bb0(%77: f32, %78: f32, %79: f32):
+      %80 = arith.divf %77, %78 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %80 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<?x?x?x?xf32> loc("examples/layers.kina":110:45)
-    %83 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<?x?x?x?xf32> into tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
-    %84 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<?x?x?x?xf32> into tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
-    %85 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %86 = bufferization.alloc_tensor(%4, %size_T, %size_E) : tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
-    %87 = linalg.fill ins(%85 : f32) outs(%86 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
-    %88 = linalg.batch_matmul ins(%83, %84 : tensor<?x?x?xf32>, tensor<?x?x?xf32>) outs(%87 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
-    %89 = tensor.from_elements %size_B, %size_H, %size_T, %size_E : tensor<4xindex> loc("examples/layers.kina":111:11)
-    %ctx = tensor.reshape %88(%89) : (tensor<?x?x?xf32>, tensor<4xindex>) -> tensor<?x?x?x?xf32> loc("examples/layers.kina":111:11)
+    %81 = tensor.collapse_shape %probs [[0, 1], [2], [3]] : tensor<?x?x?x?xf32> into tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
+    %82 = tensor.collapse_shape %v [[0, 1], [2], [3]] : tensor<?x?x?x?xf32> into tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
+    %83 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %84 = bufferization.alloc_tensor(%4, %size_T, %size_E) : tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
+    %85 = linalg.fill ins(%83 : f32) outs(%84 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
+    %86 = linalg.batch_matmul ins(%81, %82 : tensor<?x?x?xf32>, tensor<?x?x?xf32>) outs(%85 : tensor<?x?x?xf32>) -> tensor<?x?x?xf32> loc("examples/layers.kina":111:11)
+    %87 = tensor.from_elements %size_B, %size_H, %size_T, %size_E : tensor<4xindex> loc("examples/layers.kina":111:11)
+    %ctx = tensor.reshape %86(%87) : (tensor<?x?x?xf32>, tensor<4xindex>) -> tensor<?x?x?x?xf32> loc("examples/layers.kina":111:11)
     return %ctx : tensor<?x?x?x?xf32> loc("examples/layers.kina":111:26)
   } loc("examples/layers.kina":104:17)
 
@@ -3403,264 +3319,258 @@ module {
     } -> tensor<3xf32> loc("examples/layers.kina":25:23)
     %nn.layer_norm$3_4.1.s = tensor.expand_shape %3 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":25:23)
     %7 = arith.constant 0.25 : f32 loc("examples/layers.kina":25:72)
-    %8 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":25:72)
-    %inert.1 = linalg.fill ins(%7 : f32) outs(%8 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":25:72)
     %9 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %nn.layer_norm$3_4.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.1.s, %inert.1 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%9 : tensor<3x1xf32>) {
-    ^bb0(%10: f32, %11: f32, %12: f32):
-      %13 = arith.mulf %10, %11 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
+    %nn.layer_norm$3_4.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.1.s : tensor<3x1xf32>) outs(%9 : tensor<3x1xf32>) {
+    ^bb0(%10: f32, %11: f32):
+      %12 = arith.mulf %10, %7 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %12 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %14 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$3_4.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.2.mu : tensor<3x1xf32>) outs(%14 : tensor<3x4xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
+    %13 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:8)
+    %nn.layer_norm$3_4.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.2.mu : tensor<3x1xf32>) outs(%13 : tensor<3x4xf32>) {
+    ^bb0(%14: f32, %15: f32):
+      linalg.yield %14 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:8)
-    %17 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$3_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$3_4.3.mu_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%17 : tensor<3x4xf32>) {
-    ^bb0(%18: f32, %19: f32, %20: f32):
-      %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
+    %16 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
+    %nn.layer_norm$3_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$3_4.3.mu_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%16 : tensor<3x4xf32>) {
+    ^bb0(%17: f32, %18: f32, %19: f32):
+      %20 = arith.subf %17, %18 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %20 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %22 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %nn.layer_norm$3_4.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.4.xc : tensor<3x4xf32>) outs(%22 : tensor<3x4xf32>) {
-    ^bb0(%23: f32, %24: f32):
-      %25 = arith.mulf %23, %23 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %25 : f32 loc("examples/layers.kina":26:66)
+    %21 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
+    %nn.layer_norm$3_4.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.4.xc : tensor<3x4xf32>) outs(%21 : tensor<3x4xf32>) {
+    ^bb0(%22: f32, %23: f32):
+      %24 = arith.mulf %22, %22 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %24 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %26 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %27 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":27:2)
-    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":27:2)
-    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$3_4.5.sq : tensor<3x4xf32>) outs(%28 : tensor<3xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      %32 = arith.addf %31, %30 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %32 : f32 loc("examples/layers.kina":27:2)
+    %25 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %26 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":27:2)
+    %27 = linalg.fill ins(%25 : f32) outs(%26 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":27:2)
+    %28 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$3_4.5.sq : tensor<3x4xf32>) outs(%27 : tensor<3xf32>) {
+    ^bb0(%29: f32, %30: f32):
+      %31 = arith.addf %30, %29 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %31 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<3xf32> loc("examples/layers.kina":27:2)
-    %nn.layer_norm$3_4.6.ss = tensor.expand_shape %29 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":27:2)
-    %33 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
-    %34 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":27:54)
-    %inert.7 = linalg.fill ins(%33 : f32) outs(%34 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":27:54)
-    %35 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %nn.layer_norm$3_4.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.6.ss, %inert.7 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%35 : tensor<3x1xf32>) {
-    ^bb0(%36: f32, %37: f32, %38: f32):
-      %39 = arith.mulf %36, %37 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %39 : f32 loc("examples/layers.kina":27:49)
+    %nn.layer_norm$3_4.6.ss = tensor.expand_shape %28 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":27:2)
+    %32 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
+    %34 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:49)
+    %nn.layer_norm$3_4.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.6.ss : tensor<3x1xf32>) outs(%34 : tensor<3x1xf32>) {
+    ^bb0(%35: f32, %36: f32):
+      %37 = arith.mulf %35, %32 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %37 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %40 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %41 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":27:89)
-    %inert.9 = linalg.fill ins(%40 : f32) outs(%41 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":27:89)
-    %42 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:83)
-    %nn.layer_norm$3_4.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.7.var, %inert.9 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%42 : tensor<3x1xf32>) {
-    ^bb0(%43: f32, %44: f32, %45: f32):
-      %46 = arith.addf %43, %44 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %46 : f32 loc("examples/layers.kina":27:83)
+    %38 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %40 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:83)
+    %nn.layer_norm$3_4.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.7.var : tensor<3x1xf32>) outs(%40 : tensor<3x1xf32>) {
+    ^bb0(%41: f32, %42: f32):
+      %43 = arith.addf %41, %38 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %43 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<3x1xf32> loc("examples/layers.kina":27:83)
-    %47 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %nn.layer_norm$3_4.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.8.var_eps : tensor<3x1xf32>) outs(%47 : tensor<3x1xf32>) {
-    ^bb0(%48: f32, %49: f32):
-      %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
+    %44 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
+    %nn.layer_norm$3_4.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.8.var_eps : tensor<3x1xf32>) outs(%44 : tensor<3x1xf32>) {
+    ^bb0(%45: f32, %46: f32):
+      %47 = math.rsqrt %45 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %47 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %51 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$3_4.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std : tensor<3x1xf32>) outs(%51 : tensor<3x4xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
+    %48 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":28:61)
+    %nn.layer_norm$3_4.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std : tensor<3x1xf32>) outs(%48 : tensor<3x4xf32>) {
+    ^bb0(%49: f32, %50: f32):
+      linalg.yield %49 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<3x4xf32> loc("examples/layers.kina":28:61)
-    %54 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$3_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.4.xc, %nn.layer_norm$3_4.10.inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%54 : tensor<3x4xf32>) {
-    ^bb0(%55: f32, %56: f32, %57: f32):
-      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
+    %51 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
+    %nn.layer_norm$3_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.4.xc, %nn.layer_norm$3_4.10.inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%51 : tensor<3x4xf32>) {
+    ^bb0(%52: f32, %53: f32, %54: f32):
+      %55 = arith.mulf %52, %53 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %55 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<3x4xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$3_4.12.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %59 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$3_4.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.12.g_row : tensor<1x4xf32>) outs(%59 : tensor<3x4xf32>) {
-    ^bb0(%60: f32, %61: f32):
-      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
+    %56 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":30:36)
+    %nn.layer_norm$3_4.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.12.g_row : tensor<1x4xf32>) outs(%56 : tensor<3x4xf32>) {
+    ^bb0(%57: f32, %58: f32):
+      linalg.yield %57 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<3x4xf32> loc("examples/layers.kina":30:36)
-    %62 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$3_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.11.xn, %nn.layer_norm$3_4.13.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%62 : tensor<3x4xf32>) {
-    ^bb0(%63: f32, %64: f32, %65: f32):
-      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
+    %59 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
+    %nn.layer_norm$3_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.11.xn, %nn.layer_norm$3_4.13.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%59 : tensor<3x4xf32>) {
+    ^bb0(%60: f32, %61: f32, %62: f32):
+      %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %63 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<3x4xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$3_4.15.b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %67 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$3_4.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.15.b_row : tensor<1x4xf32>) outs(%67 : tensor<3x4xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
+    %64 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:10)
+    %nn.layer_norm$3_4.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.15.b_row : tensor<1x4xf32>) outs(%64 : tensor<3x4xf32>) {
+    ^bb0(%65: f32, %66: f32):
+      linalg.yield %65 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<3x4xf32> loc("examples/layers.kina":32:10)
-    %70 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$3_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.14.scaled, %nn.layer_norm$3_4.16.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%70 : tensor<3x4xf32>) {
-    ^bb0(%71: f32, %72: f32, %73: f32):
-      %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
+    %67 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:49)
+    %nn.layer_norm$3_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.14.scaled, %nn.layer_norm$3_4.16.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%67 : tensor<3x4xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.addf %68, %69 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %71 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<3x4xf32> loc("examples/layers.kina":32:49)
-    %76 = tensor.empty() : tensor<3x4xi64> loc("examples/layers.kina":67:17)
-    %75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%76 : tensor<3x4xi64>) {
-    ^bb0(%77: i64):
-      %78 = linalg.index 1 : index loc("examples/layers.kina":67:17)
-      %79 = arith.index_cast %78 : index to i64 loc("examples/layers.kina":67:17)
-      linalg.yield %79 : i64 loc("examples/layers.kina":67:17)
+    %73 = tensor.empty() : tensor<3x4xi64> loc("examples/layers.kina":67:17)
+    %72 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%73 : tensor<3x4xi64>) {
+    ^bb0(%74: i64):
+      %75 = linalg.index 1 : index loc("examples/layers.kina":67:17)
+      %76 = arith.index_cast %75 : index to i64 loc("examples/layers.kina":67:17)
+      linalg.yield %76 : i64 loc("examples/layers.kina":67:17)
     } -> tensor<3x4xi64> loc("examples/layers.kina":67:17)
-    %80 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":67:17)
-    %inert.21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%75 : tensor<3x4xi64>) outs(%80 : tensor<3x4xf32>) {
-    ^bb0(%81: i64, %82: f32):
-      %83 = arith.sitofp %81 : i64 to f32 loc("examples/layers.kina":67:17)
-      linalg.yield %83 : f32 loc("examples/layers.kina":67:17)
+    %77 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":67:17)
+    %inert.21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%72 : tensor<3x4xi64>) outs(%77 : tensor<3x4xf32>) {
+    ^bb0(%78: i64, %79: f32):
+      %80 = arith.sitofp %78 : i64 to f32 loc("examples/layers.kina":67:17)
+      linalg.yield %80 : f32 loc("examples/layers.kina":67:17)
     } -> tensor<3x4xf32> loc("examples/layers.kina":67:17)
-    %84 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":67:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.17.out, %inert.21 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%84 : tensor<3x4xf32>) {
-    ^bb0(%85: f32, %86: f32, %87: f32):
-      %88 = arith.mulf %85, %86 : f32 loc("examples/layers.kina":67:13)
-      linalg.yield %88 : f32 loc("examples/layers.kina":67:13)
+    %81 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":67:13)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.17.out, %inert.21 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%81 : tensor<3x4xf32>) {
+    ^bb0(%82: f32, %83: f32, %84: f32):
+      %85 = arith.mulf %82, %83 : f32 loc("examples/layers.kina":67:13)
+      linalg.yield %85 : f32 loc("examples/layers.kina":67:13)
     } -> tensor<3x4xf32> loc("examples/layers.kina":67:13)
     %ct.1.seed = arith.constant dense<1.0> : tensor<3x4xf32> loc("examples/layers.kina":68:3)
-    %89 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":67:13)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.21 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%89 : tensor<3x4xf32>) {
-    ^bb0(%90: f32, %91: f32, %92: f32):
-      %93 = arith.mulf %90, %91 : f32 loc("examples/layers.kina":67:13)
-      linalg.yield %93 : f32 loc("examples/layers.kina":67:13)
+    %86 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":67:13)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.21 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%86 : tensor<3x4xf32>) {
+    ^bb0(%87: f32, %88: f32, %89: f32):
+      %90 = arith.mulf %87, %88 : f32 loc("examples/layers.kina":67:13)
+      linalg.yield %90 : f32 loc("examples/layers.kina":67:13)
     } -> tensor<3x4xf32> loc("examples/layers.kina":67:13)
-    %94 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %95 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %96 = linalg.fill ins(%94 : f32) outs(%95 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %97 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.2.mul : tensor<3x4xf32>) outs(%96 : tensor<4xf32>) {
-    ^bb0(%98: f32, %99: f32):
-      %100 = arith.addf %99, %98 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %100 : f32 loc("examples/layers.kina":32:10)
+    %91 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %92 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %93 = linalg.fill ins(%91 : f32) outs(%92 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %94 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.2.mul : tensor<3x4xf32>) outs(%93 : tensor<4xf32>) {
+    ^bb0(%95: f32, %96: f32):
+      %97 = arith.addf %96, %95 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %97 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.3.reduce_keep = tensor.expand_shape %97 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.3.reduce_keep = tensor.expand_shape %94 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.4.reshape = tensor.collapse_shape %ct.3.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %101 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$3_4.13.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%101 : tensor<3x4xf32>) {
-    ^bb0(%102: f32, %103: f32, %104: f32):
-      %105 = arith.mulf %102, %103 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %105 : f32 loc("examples/layers.kina":31:6)
+    %98 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$3_4.13.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%98 : tensor<3x4xf32>) {
+    ^bb0(%99: f32, %100: f32, %101: f32):
+      %102 = arith.mulf %99, %100 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %102 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %106 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %ct.6.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$3_4.11.xn : tensor<3x4xf32>, tensor<3x4xf32>) outs(%106 : tensor<3x4xf32>) {
-    ^bb0(%107: f32, %108: f32, %109: f32):
-      %110 = arith.mulf %107, %108 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %110 : f32 loc("examples/layers.kina":31:6)
+    %103 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
+    %ct.6.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$3_4.11.xn : tensor<3x4xf32>, tensor<3x4xf32>) outs(%103 : tensor<3x4xf32>) {
+    ^bb0(%104: f32, %105: f32, %106: f32):
+      %107 = arith.mulf %104, %105 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %107 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %111 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %112 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %113 = linalg.fill ins(%111 : f32) outs(%112 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %114 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.6.mul : tensor<3x4xf32>) outs(%113 : tensor<4xf32>) {
-    ^bb0(%115: f32, %116: f32):
-      %117 = arith.addf %116, %115 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %117 : f32 loc("examples/layers.kina":30:36)
+    %108 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %109 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %111 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.6.mul : tensor<3x4xf32>) outs(%110 : tensor<4xf32>) {
+    ^bb0(%112: f32, %113: f32):
+      %114 = arith.addf %113, %112 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %114 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.7.reduce_keep = tensor.expand_shape %114 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.7.reduce_keep = tensor.expand_shape %111 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.8.reshape = tensor.collapse_shape %ct.7.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %118 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$3_4.10.inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%118 : tensor<3x4xf32>) {
-    ^bb0(%119: f32, %120: f32, %121: f32):
-      %122 = arith.mulf %119, %120 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %122 : f32 loc("examples/layers.kina":29:31)
+    %115 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$3_4.10.inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%115 : tensor<3x4xf32>) {
+    ^bb0(%116: f32, %117: f32, %118: f32):
+      %119 = arith.mulf %116, %117 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %119 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %123 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %ct.10.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$3_4.4.xc : tensor<3x4xf32>, tensor<3x4xf32>) outs(%123 : tensor<3x4xf32>) {
-    ^bb0(%124: f32, %125: f32, %126: f32):
-      %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %127 : f32 loc("examples/layers.kina":29:31)
+    %120 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
+    %ct.10.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$3_4.4.xc : tensor<3x4xf32>, tensor<3x4xf32>) outs(%120 : tensor<3x4xf32>) {
+    ^bb0(%121: f32, %122: f32, %123: f32):
+      %124 = arith.mulf %121, %122 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %124 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %128 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %129 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":28:61)
-    %130 = linalg.fill ins(%128 : f32) outs(%129 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":28:61)
-    %131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.10.mul : tensor<3x4xf32>) outs(%130 : tensor<3xf32>) {
-    ^bb0(%132: f32, %133: f32):
-      %134 = arith.addf %133, %132 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %134 : f32 loc("examples/layers.kina":28:61)
+    %125 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %126 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":28:61)
+    %127 = linalg.fill ins(%125 : f32) outs(%126 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":28:61)
+    %128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.10.mul : tensor<3x4xf32>) outs(%127 : tensor<3xf32>) {
+    ^bb0(%129: f32, %130: f32):
+      %131 = arith.addf %130, %129 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %131 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<3xf32> loc("examples/layers.kina":28:61)
-    %ct.11.reduce_keep = tensor.expand_shape %131 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":28:61)
+    %ct.11.reduce_keep = tensor.expand_shape %128 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":28:61)
     %ct.12.const = arith.constant dense<-0.5> : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %135 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.reduce_keep, %ct.12.const : tensor<3x1xf32>, tensor<3x1xf32>) outs(%135 : tensor<3x1xf32>) {
-    ^bb0(%136: f32, %137: f32, %138: f32):
-      %139 = arith.mulf %136, %137 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %139 : f32 loc("examples/layers.kina":28:24)
+    %132 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
+    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.reduce_keep, %ct.12.const : tensor<3x1xf32>, tensor<3x1xf32>) outs(%132 : tensor<3x1xf32>) {
+    ^bb0(%133: f32, %134: f32, %135: f32):
+      %136 = arith.mulf %133, %134 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %136 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %140 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std, %nn.layer_norm$3_4.9.inv_std : tensor<3x1xf32>, tensor<3x1xf32>) outs(%140 : tensor<3x1xf32>) {
-    ^bb0(%141: f32, %142: f32, %143: f32):
-      %144 = arith.mulf %141, %142 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %144 : f32 loc("examples/layers.kina":28:24)
+    %137 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std, %nn.layer_norm$3_4.9.inv_std : tensor<3x1xf32>, tensor<3x1xf32>) outs(%137 : tensor<3x1xf32>) {
+    ^bb0(%138: f32, %139: f32, %140: f32):
+      %141 = arith.mulf %138, %139 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %141 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %145 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std, %ct.14.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%145 : tensor<3x1xf32>) {
-    ^bb0(%146: f32, %147: f32, %148: f32):
-      %149 = arith.mulf %146, %147 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %149 : f32 loc("examples/layers.kina":28:24)
+    %142 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std, %ct.14.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%142 : tensor<3x1xf32>) {
+    ^bb0(%143: f32, %144: f32, %145: f32):
+      %146 = arith.mulf %143, %144 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %146 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %150 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.mul, %ct.15.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%150 : tensor<3x1xf32>) {
-    ^bb0(%151: f32, %152: f32, %153: f32):
-      %154 = arith.mulf %151, %152 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %154 : f32 loc("examples/layers.kina":28:24)
+    %147 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":28:24)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.mul, %ct.15.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%147 : tensor<3x1xf32>) {
+    ^bb0(%148: f32, %149: f32, %150: f32):
+      %151 = arith.mulf %148, %149 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %151 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %155 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %inert.7 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%155 : tensor<3x1xf32>) {
-    ^bb0(%156: f32, %157: f32, %158: f32):
-      %159 = arith.mulf %156, %157 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %159 : f32 loc("examples/layers.kina":27:49)
+    %152 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":27:49)
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul : tensor<3x1xf32>) outs(%152 : tensor<3x1xf32>) {
+    ^bb0(%153: f32, %154: f32):
+      %155 = arith.mulf %153, %32 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %155 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %160 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":27:2)
-    %ct.18.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul : tensor<3x1xf32>) outs(%160 : tensor<3x4xf32>) {
-    ^bb0(%161: f32, %162: f32):
-      linalg.yield %161 : f32 loc("examples/layers.kina":27:2)
+    %156 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":27:2)
+    %ct.18.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul : tensor<3x1xf32>) outs(%156 : tensor<3x4xf32>) {
+    ^bb0(%157: f32, %158: f32):
+      linalg.yield %157 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<3x4xf32> loc("examples/layers.kina":27:2)
-    %163 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.broadcast, %nn.layer_norm$3_4.4.xc : tensor<3x4xf32>, tensor<3x4xf32>) outs(%163 : tensor<3x4xf32>) {
-    ^bb0(%164: f32, %165: f32, %166: f32):
-      %167 = arith.mulf %164, %165 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %167 : f32 loc("examples/layers.kina":26:66)
+    %159 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.broadcast, %nn.layer_norm$3_4.4.xc : tensor<3x4xf32>, tensor<3x4xf32>) outs(%159 : tensor<3x4xf32>) {
+    ^bb0(%160: f32, %161: f32, %162: f32):
+      %163 = arith.mulf %160, %161 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %163 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:66)
     %ct.20.const = arith.constant dense<2.0> : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %168 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.20.const : tensor<3x4xf32>, tensor<3x4xf32>) outs(%168 : tensor<3x4xf32>) {
-    ^bb0(%169: f32, %170: f32, %171: f32):
-      %172 = arith.mulf %169, %170 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %172 : f32 loc("examples/layers.kina":26:66)
+    %164 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
+    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.20.const : tensor<3x4xf32>, tensor<3x4xf32>) outs(%164 : tensor<3x4xf32>) {
+    ^bb0(%165: f32, %166: f32, %167: f32):
+      %168 = arith.mulf %165, %166 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %168 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %173 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %ct.22.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.mul, %ct.21.mul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%173 : tensor<3x4xf32>) {
-    ^bb0(%174: f32, %175: f32, %176: f32):
-      %177 = arith.addf %174, %175 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %177 : f32 loc("examples/layers.kina":26:66)
+    %169 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
+    %ct.22.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.mul, %ct.21.mul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%169 : tensor<3x4xf32>) {
+    ^bb0(%170: f32, %171: f32, %172: f32):
+      %173 = arith.addf %170, %171 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %173 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %178 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %ct.23.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add : tensor<3x4xf32>) outs(%178 : tensor<3x4xf32>) {
-    ^bb0(%179: f32, %180: f32):
-      %181 = arith.negf %179 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %181 : f32 loc("examples/layers.kina":26:43)
+    %174 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
+    %ct.23.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add : tensor<3x4xf32>) outs(%174 : tensor<3x4xf32>) {
+    ^bb0(%175: f32, %176: f32):
+      %177 = arith.negf %175 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %177 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %182 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %183 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":26:8)
-    %184 = linalg.fill ins(%182 : f32) outs(%183 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":26:8)
-    %185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.23.neg : tensor<3x4xf32>) outs(%184 : tensor<3xf32>) {
-    ^bb0(%186: f32, %187: f32):
-      %188 = arith.addf %187, %186 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %188 : f32 loc("examples/layers.kina":26:8)
+    %178 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %179 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":26:8)
+    %180 = linalg.fill ins(%178 : f32) outs(%179 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":26:8)
+    %181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.23.neg : tensor<3x4xf32>) outs(%180 : tensor<3xf32>) {
+    ^bb0(%182: f32, %183: f32):
+      %184 = arith.addf %183, %182 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %184 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<3xf32> loc("examples/layers.kina":26:8)
-    %ct.24.reduce_keep = tensor.expand_shape %185 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":26:8)
-    %189 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.reduce_keep, %inert.1 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%189 : tensor<3x1xf32>) {
-    ^bb0(%190: f32, %191: f32, %192: f32):
-      %193 = arith.mulf %190, %191 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %193 : f32 loc("examples/layers.kina":25:68)
+    %ct.24.reduce_keep = tensor.expand_shape %181 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":26:8)
+    %185 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":25:68)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.reduce_keep : tensor<3x1xf32>) outs(%185 : tensor<3x1xf32>) {
+    ^bb0(%186: f32, %187: f32):
+      %188 = arith.mulf %186, %7 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %188 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %194 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":25:23)
-    %ct.26.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<3x1xf32>) outs(%194 : tensor<3x4xf32>) {
-    ^bb0(%195: f32, %196: f32):
-      linalg.yield %195 : f32 loc("examples/layers.kina":25:23)
+    %189 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":25:23)
+    %ct.26.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<3x1xf32>) outs(%189 : tensor<3x4xf32>) {
+    ^bb0(%190: f32, %191: f32):
+      linalg.yield %190 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<3x4xf32> loc("examples/layers.kina":25:23)
-    %197 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":25:23)
-    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.26.broadcast : tensor<3x4xf32>, tensor<3x4xf32>) outs(%197 : tensor<3x4xf32>) {
-    ^bb0(%198: f32, %199: f32, %200: f32):
-      %201 = arith.addf %198, %199 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %201 : f32 loc("examples/layers.kina":25:23)
+    %192 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":25:23)
+    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.26.broadcast : tensor<3x4xf32>, tensor<3x4xf32>) outs(%192 : tensor<3x4xf32>) {
+    ^bb0(%193: f32, %194: f32, %195: f32):
+      %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %196 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<3x4xf32> loc("examples/layers.kina":25:23)
     return %out, %ct.27.add, %ct.8.reshape, %ct.4.reshape : tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32> loc("examples/layers.kina":64:1)
   } loc("examples/layers.kina":64:1)
@@ -3676,264 +3586,258 @@ module {
     } -> tensor<2xf32> loc("examples/layers.kina":25:23)
     %nn.layer_norm$2_7.1.s = tensor.expand_shape %3 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":25:23)
     %7 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":25:72)
-    %8 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":25:72)
-    %inert.1 = linalg.fill ins(%7 : f32) outs(%8 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":25:72)
     %9 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %nn.layer_norm$2_7.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.1.s, %inert.1 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%9 : tensor<2x1xf32>) {
-    ^bb0(%10: f32, %11: f32, %12: f32):
-      %13 = arith.mulf %10, %11 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
+    %nn.layer_norm$2_7.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.1.s : tensor<2x1xf32>) outs(%9 : tensor<2x1xf32>) {
+    ^bb0(%10: f32, %11: f32):
+      %12 = arith.mulf %10, %7 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %12 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %14 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$2_7.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.2.mu : tensor<2x1xf32>) outs(%14 : tensor<2x7xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
+    %13 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:8)
+    %nn.layer_norm$2_7.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.2.mu : tensor<2x1xf32>) outs(%13 : tensor<2x7xf32>) {
+    ^bb0(%14: f32, %15: f32):
+      linalg.yield %14 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:8)
-    %17 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$2_7.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$2_7.3.mu_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%17 : tensor<2x7xf32>) {
-    ^bb0(%18: f32, %19: f32, %20: f32):
-      %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
+    %16 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
+    %nn.layer_norm$2_7.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$2_7.3.mu_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%16 : tensor<2x7xf32>) {
+    ^bb0(%17: f32, %18: f32, %19: f32):
+      %20 = arith.subf %17, %18 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %20 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %22 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %nn.layer_norm$2_7.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.4.xc : tensor<2x7xf32>) outs(%22 : tensor<2x7xf32>) {
-    ^bb0(%23: f32, %24: f32):
-      %25 = arith.mulf %23, %23 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %25 : f32 loc("examples/layers.kina":26:66)
+    %21 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
+    %nn.layer_norm$2_7.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.4.xc : tensor<2x7xf32>) outs(%21 : tensor<2x7xf32>) {
+    ^bb0(%22: f32, %23: f32):
+      %24 = arith.mulf %22, %22 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %24 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %26 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %27 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":27:2)
-    %28 = linalg.fill ins(%26 : f32) outs(%27 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":27:2)
-    %29 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$2_7.5.sq : tensor<2x7xf32>) outs(%28 : tensor<2xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      %32 = arith.addf %31, %30 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %32 : f32 loc("examples/layers.kina":27:2)
+    %25 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %26 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":27:2)
+    %27 = linalg.fill ins(%25 : f32) outs(%26 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":27:2)
+    %28 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$2_7.5.sq : tensor<2x7xf32>) outs(%27 : tensor<2xf32>) {
+    ^bb0(%29: f32, %30: f32):
+      %31 = arith.addf %30, %29 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %31 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<2xf32> loc("examples/layers.kina":27:2)
-    %nn.layer_norm$2_7.6.ss = tensor.expand_shape %29 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":27:2)
-    %33 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":27:54)
-    %34 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":27:54)
-    %inert.7 = linalg.fill ins(%33 : f32) outs(%34 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":27:54)
-    %35 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %nn.layer_norm$2_7.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.6.ss, %inert.7 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%35 : tensor<2x1xf32>) {
-    ^bb0(%36: f32, %37: f32, %38: f32):
-      %39 = arith.mulf %36, %37 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %39 : f32 loc("examples/layers.kina":27:49)
+    %nn.layer_norm$2_7.6.ss = tensor.expand_shape %28 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":27:2)
+    %32 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":27:54)
+    %34 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:49)
+    %nn.layer_norm$2_7.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.6.ss : tensor<2x1xf32>) outs(%34 : tensor<2x1xf32>) {
+    ^bb0(%35: f32, %36: f32):
+      %37 = arith.mulf %35, %32 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %37 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %40 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %41 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":27:89)
-    %inert.9 = linalg.fill ins(%40 : f32) outs(%41 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":27:89)
-    %42 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:83)
-    %nn.layer_norm$2_7.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.7.var, %inert.9 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%42 : tensor<2x1xf32>) {
-    ^bb0(%43: f32, %44: f32, %45: f32):
-      %46 = arith.addf %43, %44 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %46 : f32 loc("examples/layers.kina":27:83)
+    %38 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %40 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:83)
+    %nn.layer_norm$2_7.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.7.var : tensor<2x1xf32>) outs(%40 : tensor<2x1xf32>) {
+    ^bb0(%41: f32, %42: f32):
+      %43 = arith.addf %41, %38 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %43 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<2x1xf32> loc("examples/layers.kina":27:83)
-    %47 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %nn.layer_norm$2_7.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.8.var_eps : tensor<2x1xf32>) outs(%47 : tensor<2x1xf32>) {
-    ^bb0(%48: f32, %49: f32):
-      %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
+    %44 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
+    %nn.layer_norm$2_7.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.8.var_eps : tensor<2x1xf32>) outs(%44 : tensor<2x1xf32>) {
+    ^bb0(%45: f32, %46: f32):
+      %47 = math.rsqrt %45 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %47 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %51 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$2_7.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std : tensor<2x1xf32>) outs(%51 : tensor<2x7xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
+    %48 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":28:61)
+    %nn.layer_norm$2_7.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std : tensor<2x1xf32>) outs(%48 : tensor<2x7xf32>) {
+    ^bb0(%49: f32, %50: f32):
+      linalg.yield %49 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<2x7xf32> loc("examples/layers.kina":28:61)
-    %54 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$2_7.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.4.xc, %nn.layer_norm$2_7.10.inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%54 : tensor<2x7xf32>) {
-    ^bb0(%55: f32, %56: f32, %57: f32):
-      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
+    %51 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
+    %nn.layer_norm$2_7.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.4.xc, %nn.layer_norm$2_7.10.inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%51 : tensor<2x7xf32>) {
+    ^bb0(%52: f32, %53: f32, %54: f32):
+      %55 = arith.mulf %52, %53 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %55 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<2x7xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$2_7.12.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":29:63)
-    %59 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$2_7.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.12.g_row : tensor<1x7xf32>) outs(%59 : tensor<2x7xf32>) {
-    ^bb0(%60: f32, %61: f32):
-      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
+    %56 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":30:36)
+    %nn.layer_norm$2_7.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.12.g_row : tensor<1x7xf32>) outs(%56 : tensor<2x7xf32>) {
+    ^bb0(%57: f32, %58: f32):
+      linalg.yield %57 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<2x7xf32> loc("examples/layers.kina":30:36)
-    %62 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$2_7.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.11.xn, %nn.layer_norm$2_7.13.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%62 : tensor<2x7xf32>) {
-    ^bb0(%63: f32, %64: f32, %65: f32):
-      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
+    %59 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
+    %nn.layer_norm$2_7.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.11.xn, %nn.layer_norm$2_7.13.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%59 : tensor<2x7xf32>) {
+    ^bb0(%60: f32, %61: f32, %62: f32):
+      %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %63 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<2x7xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$2_7.15.b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":31:35)
-    %67 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$2_7.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.15.b_row : tensor<1x7xf32>) outs(%67 : tensor<2x7xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
+    %64 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:10)
+    %nn.layer_norm$2_7.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.15.b_row : tensor<1x7xf32>) outs(%64 : tensor<2x7xf32>) {
+    ^bb0(%65: f32, %66: f32):
+      linalg.yield %65 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<2x7xf32> loc("examples/layers.kina":32:10)
-    %70 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$2_7.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.14.scaled, %nn.layer_norm$2_7.16.b_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%70 : tensor<2x7xf32>) {
-    ^bb0(%71: f32, %72: f32, %73: f32):
-      %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
+    %67 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:49)
+    %nn.layer_norm$2_7.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.14.scaled, %nn.layer_norm$2_7.16.b_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%67 : tensor<2x7xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.addf %68, %69 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %71 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<2x7xf32> loc("examples/layers.kina":32:49)
-    %76 = tensor.empty() : tensor<2x7xi64> loc("examples/layers.kina":67:17)
-    %75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%76 : tensor<2x7xi64>) {
-    ^bb0(%77: i64):
-      %78 = linalg.index 1 : index loc("examples/layers.kina":67:17)
-      %79 = arith.index_cast %78 : index to i64 loc("examples/layers.kina":67:17)
-      linalg.yield %79 : i64 loc("examples/layers.kina":67:17)
+    %73 = tensor.empty() : tensor<2x7xi64> loc("examples/layers.kina":67:17)
+    %72 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%73 : tensor<2x7xi64>) {
+    ^bb0(%74: i64):
+      %75 = linalg.index 1 : index loc("examples/layers.kina":67:17)
+      %76 = arith.index_cast %75 : index to i64 loc("examples/layers.kina":67:17)
+      linalg.yield %76 : i64 loc("examples/layers.kina":67:17)
     } -> tensor<2x7xi64> loc("examples/layers.kina":67:17)
-    %80 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":67:17)
-    %inert.21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%75 : tensor<2x7xi64>) outs(%80 : tensor<2x7xf32>) {
-    ^bb0(%81: i64, %82: f32):
-      %83 = arith.sitofp %81 : i64 to f32 loc("examples/layers.kina":67:17)
-      linalg.yield %83 : f32 loc("examples/layers.kina":67:17)
+    %77 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":67:17)
+    %inert.21 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%72 : tensor<2x7xi64>) outs(%77 : tensor<2x7xf32>) {
+    ^bb0(%78: i64, %79: f32):
+      %80 = arith.sitofp %78 : i64 to f32 loc("examples/layers.kina":67:17)
+      linalg.yield %80 : f32 loc("examples/layers.kina":67:17)
     } -> tensor<2x7xf32> loc("examples/layers.kina":67:17)
-    %84 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":67:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.17.out, %inert.21 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%84 : tensor<2x7xf32>) {
-    ^bb0(%85: f32, %86: f32, %87: f32):
-      %88 = arith.mulf %85, %86 : f32 loc("examples/layers.kina":67:13)
-      linalg.yield %88 : f32 loc("examples/layers.kina":67:13)
+    %81 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":67:13)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.17.out, %inert.21 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%81 : tensor<2x7xf32>) {
+    ^bb0(%82: f32, %83: f32, %84: f32):
+      %85 = arith.mulf %82, %83 : f32 loc("examples/layers.kina":67:13)
+      linalg.yield %85 : f32 loc("examples/layers.kina":67:13)
     } -> tensor<2x7xf32> loc("examples/layers.kina":67:13)
     %ct.1.seed = arith.constant dense<1.0> : tensor<2x7xf32> loc("examples/layers.kina":68:3)
-    %89 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":67:13)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.21 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%89 : tensor<2x7xf32>) {
-    ^bb0(%90: f32, %91: f32, %92: f32):
-      %93 = arith.mulf %90, %91 : f32 loc("examples/layers.kina":67:13)
-      linalg.yield %93 : f32 loc("examples/layers.kina":67:13)
+    %86 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":67:13)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.21 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%86 : tensor<2x7xf32>) {
+    ^bb0(%87: f32, %88: f32, %89: f32):
+      %90 = arith.mulf %87, %88 : f32 loc("examples/layers.kina":67:13)
+      linalg.yield %90 : f32 loc("examples/layers.kina":67:13)
     } -> tensor<2x7xf32> loc("examples/layers.kina":67:13)
-    %94 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %95 = bufferization.alloc_tensor() : tensor<7xf32> loc("examples/layers.kina":32:10)
-    %96 = linalg.fill ins(%94 : f32) outs(%95 : tensor<7xf32>) -> tensor<7xf32> loc("examples/layers.kina":32:10)
-    %97 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.2.mul : tensor<2x7xf32>) outs(%96 : tensor<7xf32>) {
-    ^bb0(%98: f32, %99: f32):
-      %100 = arith.addf %99, %98 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %100 : f32 loc("examples/layers.kina":32:10)
+    %91 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %92 = bufferization.alloc_tensor() : tensor<7xf32> loc("examples/layers.kina":32:10)
+    %93 = linalg.fill ins(%91 : f32) outs(%92 : tensor<7xf32>) -> tensor<7xf32> loc("examples/layers.kina":32:10)
+    %94 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.2.mul : tensor<2x7xf32>) outs(%93 : tensor<7xf32>) {
+    ^bb0(%95: f32, %96: f32):
+      %97 = arith.addf %96, %95 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %97 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<7xf32> loc("examples/layers.kina":32:10)
-    %ct.3.reduce_keep = tensor.expand_shape %97 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":32:10)
+    %ct.3.reduce_keep = tensor.expand_shape %94 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":32:10)
     %ct.4.reshape = tensor.collapse_shape %ct.3.reduce_keep [[0, 1]] : tensor<1x7xf32> into tensor<7xf32> loc("examples/layers.kina":31:35)
-    %101 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$2_7.13.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%101 : tensor<2x7xf32>) {
-    ^bb0(%102: f32, %103: f32, %104: f32):
-      %105 = arith.mulf %102, %103 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %105 : f32 loc("examples/layers.kina":31:6)
+    %98 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$2_7.13.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%98 : tensor<2x7xf32>) {
+    ^bb0(%99: f32, %100: f32, %101: f32):
+      %102 = arith.mulf %99, %100 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %102 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %106 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %ct.6.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$2_7.11.xn : tensor<2x7xf32>, tensor<2x7xf32>) outs(%106 : tensor<2x7xf32>) {
-    ^bb0(%107: f32, %108: f32, %109: f32):
-      %110 = arith.mulf %107, %108 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %110 : f32 loc("examples/layers.kina":31:6)
+    %103 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
+    %ct.6.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$2_7.11.xn : tensor<2x7xf32>, tensor<2x7xf32>) outs(%103 : tensor<2x7xf32>) {
+    ^bb0(%104: f32, %105: f32, %106: f32):
+      %107 = arith.mulf %104, %105 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %107 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %111 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %112 = bufferization.alloc_tensor() : tensor<7xf32> loc("examples/layers.kina":30:36)
-    %113 = linalg.fill ins(%111 : f32) outs(%112 : tensor<7xf32>) -> tensor<7xf32> loc("examples/layers.kina":30:36)
-    %114 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.6.mul : tensor<2x7xf32>) outs(%113 : tensor<7xf32>) {
-    ^bb0(%115: f32, %116: f32):
-      %117 = arith.addf %116, %115 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %117 : f32 loc("examples/layers.kina":30:36)
+    %108 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %109 = bufferization.alloc_tensor() : tensor<7xf32> loc("examples/layers.kina":30:36)
+    %110 = linalg.fill ins(%108 : f32) outs(%109 : tensor<7xf32>) -> tensor<7xf32> loc("examples/layers.kina":30:36)
+    %111 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.6.mul : tensor<2x7xf32>) outs(%110 : tensor<7xf32>) {
+    ^bb0(%112: f32, %113: f32):
+      %114 = arith.addf %113, %112 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %114 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<7xf32> loc("examples/layers.kina":30:36)
-    %ct.7.reduce_keep = tensor.expand_shape %114 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":30:36)
+    %ct.7.reduce_keep = tensor.expand_shape %111 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":30:36)
     %ct.8.reshape = tensor.collapse_shape %ct.7.reduce_keep [[0, 1]] : tensor<1x7xf32> into tensor<7xf32> loc("examples/layers.kina":29:63)
-    %118 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$2_7.10.inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%118 : tensor<2x7xf32>) {
-    ^bb0(%119: f32, %120: f32, %121: f32):
-      %122 = arith.mulf %119, %120 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %122 : f32 loc("examples/layers.kina":29:31)
+    %115 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$2_7.10.inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%115 : tensor<2x7xf32>) {
+    ^bb0(%116: f32, %117: f32, %118: f32):
+      %119 = arith.mulf %116, %117 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %119 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %123 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %ct.10.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$2_7.4.xc : tensor<2x7xf32>, tensor<2x7xf32>) outs(%123 : tensor<2x7xf32>) {
-    ^bb0(%124: f32, %125: f32, %126: f32):
-      %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %127 : f32 loc("examples/layers.kina":29:31)
+    %120 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
+    %ct.10.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$2_7.4.xc : tensor<2x7xf32>, tensor<2x7xf32>) outs(%120 : tensor<2x7xf32>) {
+    ^bb0(%121: f32, %122: f32, %123: f32):
+      %124 = arith.mulf %121, %122 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %124 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %128 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %129 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":28:61)
-    %130 = linalg.fill ins(%128 : f32) outs(%129 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":28:61)
-    %131 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.10.mul : tensor<2x7xf32>) outs(%130 : tensor<2xf32>) {
-    ^bb0(%132: f32, %133: f32):
-      %134 = arith.addf %133, %132 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %134 : f32 loc("examples/layers.kina":28:61)
+    %125 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %126 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":28:61)
+    %127 = linalg.fill ins(%125 : f32) outs(%126 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":28:61)
+    %128 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.10.mul : tensor<2x7xf32>) outs(%127 : tensor<2xf32>) {
+    ^bb0(%129: f32, %130: f32):
+      %131 = arith.addf %130, %129 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %131 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<2xf32> loc("examples/layers.kina":28:61)
-    %ct.11.reduce_keep = tensor.expand_shape %131 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":28:61)
+    %ct.11.reduce_keep = tensor.expand_shape %128 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":28:61)
     %ct.12.const = arith.constant dense<-0.5> : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %135 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.reduce_keep, %ct.12.const : tensor<2x1xf32>, tensor<2x1xf32>) outs(%135 : tensor<2x1xf32>) {
-    ^bb0(%136: f32, %137: f32, %138: f32):
-      %139 = arith.mulf %136, %137 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %139 : f32 loc("examples/layers.kina":28:24)
+    %132 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
+    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.reduce_keep, %ct.12.const : tensor<2x1xf32>, tensor<2x1xf32>) outs(%132 : tensor<2x1xf32>) {
+    ^bb0(%133: f32, %134: f32, %135: f32):
+      %136 = arith.mulf %133, %134 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %136 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %140 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std, %nn.layer_norm$2_7.9.inv_std : tensor<2x1xf32>, tensor<2x1xf32>) outs(%140 : tensor<2x1xf32>) {
-    ^bb0(%141: f32, %142: f32, %143: f32):
-      %144 = arith.mulf %141, %142 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %144 : f32 loc("examples/layers.kina":28:24)
+    %137 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std, %nn.layer_norm$2_7.9.inv_std : tensor<2x1xf32>, tensor<2x1xf32>) outs(%137 : tensor<2x1xf32>) {
+    ^bb0(%138: f32, %139: f32, %140: f32):
+      %141 = arith.mulf %138, %139 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %141 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %145 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std, %ct.14.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%145 : tensor<2x1xf32>) {
-    ^bb0(%146: f32, %147: f32, %148: f32):
-      %149 = arith.mulf %146, %147 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %149 : f32 loc("examples/layers.kina":28:24)
+    %142 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std, %ct.14.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%142 : tensor<2x1xf32>) {
+    ^bb0(%143: f32, %144: f32, %145: f32):
+      %146 = arith.mulf %143, %144 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %146 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %150 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.mul, %ct.15.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%150 : tensor<2x1xf32>) {
-    ^bb0(%151: f32, %152: f32, %153: f32):
-      %154 = arith.mulf %151, %152 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %154 : f32 loc("examples/layers.kina":28:24)
+    %147 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":28:24)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.mul, %ct.15.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%147 : tensor<2x1xf32>) {
+    ^bb0(%148: f32, %149: f32, %150: f32):
+      %151 = arith.mulf %148, %149 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %151 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %155 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul, %inert.7 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%155 : tensor<2x1xf32>) {
-    ^bb0(%156: f32, %157: f32, %158: f32):
-      %159 = arith.mulf %156, %157 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %159 : f32 loc("examples/layers.kina":27:49)
+    %152 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":27:49)
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.mul : tensor<2x1xf32>) outs(%152 : tensor<2x1xf32>) {
+    ^bb0(%153: f32, %154: f32):
+      %155 = arith.mulf %153, %32 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %155 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %160 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":27:2)
-    %ct.18.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul : tensor<2x1xf32>) outs(%160 : tensor<2x7xf32>) {
-    ^bb0(%161: f32, %162: f32):
-      linalg.yield %161 : f32 loc("examples/layers.kina":27:2)
+    %156 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":27:2)
+    %ct.18.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul : tensor<2x1xf32>) outs(%156 : tensor<2x7xf32>) {
+    ^bb0(%157: f32, %158: f32):
+      linalg.yield %157 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<2x7xf32> loc("examples/layers.kina":27:2)
-    %163 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.broadcast, %nn.layer_norm$2_7.4.xc : tensor<2x7xf32>, tensor<2x7xf32>) outs(%163 : tensor<2x7xf32>) {
-    ^bb0(%164: f32, %165: f32, %166: f32):
-      %167 = arith.mulf %164, %165 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %167 : f32 loc("examples/layers.kina":26:66)
+    %159 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.broadcast, %nn.layer_norm$2_7.4.xc : tensor<2x7xf32>, tensor<2x7xf32>) outs(%159 : tensor<2x7xf32>) {
+    ^bb0(%160: f32, %161: f32, %162: f32):
+      %163 = arith.mulf %160, %161 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %163 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:66)
     %ct.20.const = arith.constant dense<2.0> : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %168 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.20.const : tensor<2x7xf32>, tensor<2x7xf32>) outs(%168 : tensor<2x7xf32>) {
-    ^bb0(%169: f32, %170: f32, %171: f32):
-      %172 = arith.mulf %169, %170 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %172 : f32 loc("examples/layers.kina":26:66)
+    %164 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
+    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.20.const : tensor<2x7xf32>, tensor<2x7xf32>) outs(%164 : tensor<2x7xf32>) {
+    ^bb0(%165: f32, %166: f32, %167: f32):
+      %168 = arith.mulf %165, %166 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %168 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %173 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %ct.22.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.mul, %ct.21.mul : tensor<2x7xf32>, tensor<2x7xf32>) outs(%173 : tensor<2x7xf32>) {
-    ^bb0(%174: f32, %175: f32, %176: f32):
-      %177 = arith.addf %174, %175 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %177 : f32 loc("examples/layers.kina":26:66)
+    %169 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
+    %ct.22.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.mul, %ct.21.mul : tensor<2x7xf32>, tensor<2x7xf32>) outs(%169 : tensor<2x7xf32>) {
+    ^bb0(%170: f32, %171: f32, %172: f32):
+      %173 = arith.addf %170, %171 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %173 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %178 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %ct.23.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add : tensor<2x7xf32>) outs(%178 : tensor<2x7xf32>) {
-    ^bb0(%179: f32, %180: f32):
-      %181 = arith.negf %179 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %181 : f32 loc("examples/layers.kina":26:43)
+    %174 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
+    %ct.23.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add : tensor<2x7xf32>) outs(%174 : tensor<2x7xf32>) {
+    ^bb0(%175: f32, %176: f32):
+      %177 = arith.negf %175 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %177 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %182 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %183 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":26:8)
-    %184 = linalg.fill ins(%182 : f32) outs(%183 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":26:8)
-    %185 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.23.neg : tensor<2x7xf32>) outs(%184 : tensor<2xf32>) {
-    ^bb0(%186: f32, %187: f32):
-      %188 = arith.addf %187, %186 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %188 : f32 loc("examples/layers.kina":26:8)
+    %178 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %179 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":26:8)
+    %180 = linalg.fill ins(%178 : f32) outs(%179 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":26:8)
+    %181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.23.neg : tensor<2x7xf32>) outs(%180 : tensor<2xf32>) {
+    ^bb0(%182: f32, %183: f32):
+      %184 = arith.addf %183, %182 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %184 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<2xf32> loc("examples/layers.kina":26:8)
-    %ct.24.reduce_keep = tensor.expand_shape %185 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":26:8)
-    %189 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.reduce_keep, %inert.1 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%189 : tensor<2x1xf32>) {
-    ^bb0(%190: f32, %191: f32, %192: f32):
-      %193 = arith.mulf %190, %191 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %193 : f32 loc("examples/layers.kina":25:68)
+    %ct.24.reduce_keep = tensor.expand_shape %181 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":26:8)
+    %185 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":25:68)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.24.reduce_keep : tensor<2x1xf32>) outs(%185 : tensor<2x1xf32>) {
+    ^bb0(%186: f32, %187: f32):
+      %188 = arith.mulf %186, %7 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %188 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %194 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":25:23)
-    %ct.26.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<2x1xf32>) outs(%194 : tensor<2x7xf32>) {
-    ^bb0(%195: f32, %196: f32):
-      linalg.yield %195 : f32 loc("examples/layers.kina":25:23)
+    %189 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":25:23)
+    %ct.26.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<2x1xf32>) outs(%189 : tensor<2x7xf32>) {
+    ^bb0(%190: f32, %191: f32):
+      linalg.yield %190 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<2x7xf32> loc("examples/layers.kina":25:23)
-    %197 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":25:23)
-    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.26.broadcast : tensor<2x7xf32>, tensor<2x7xf32>) outs(%197 : tensor<2x7xf32>) {
-    ^bb0(%198: f32, %199: f32, %200: f32):
-      %201 = arith.addf %198, %199 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %201 : f32 loc("examples/layers.kina":25:23)
+    %192 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":25:23)
+    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.26.broadcast : tensor<2x7xf32>, tensor<2x7xf32>) outs(%192 : tensor<2x7xf32>) {
+    ^bb0(%193: f32, %194: f32, %195: f32):
+      %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %196 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<2x7xf32> loc("examples/layers.kina":25:23)
     return %out, %ct.27.add, %ct.8.reshape, %ct.4.reshape : tensor<2x7xf32>, tensor<2x7xf32>, tensor<7xf32>, tensor<7xf32> loc("examples/layers.kina":64:1)
   } loc("examples/layers.kina":64:1)
@@ -3955,175 +3859,171 @@ module {
     } -> tensor<3xf32> loc("examples/layers.kina":40:32)
     %nn.rms_norm$3_4.2.ss = tensor.expand_shape %7 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":40:32)
     %11 = arith.constant 0.25 : f32 loc("examples/layers.kina":41:38)
-    %12 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":41:38)
-    %inert.2 = linalg.fill ins(%11 : f32) outs(%12 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":41:38)
     %13 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %nn.rms_norm$3_4.3.ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.2.ss, %inert.2 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%13 : tensor<3x1xf32>) {
-    ^bb0(%14: f32, %15: f32, %16: f32):
-      %17 = arith.mulf %14, %15 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %17 : f32 loc("examples/layers.kina":41:33)
+    %nn.rms_norm$3_4.3.ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.2.ss : tensor<3x1xf32>) outs(%13 : tensor<3x1xf32>) {
+    ^bb0(%14: f32, %15: f32):
+      %16 = arith.mulf %14, %11 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %16 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %18 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %19 = bufferization.alloc_tensor() : tensor<3x1xf32> loc("examples/layers.kina":42:14)
-    %inert.4 = linalg.fill ins(%18 : f32) outs(%19 : tensor<3x1xf32>) -> tensor<3x1xf32> loc("examples/layers.kina":42:14)
-    %20 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":42:9)
-    %nn.rms_norm$3_4.4.ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.3.ms, %inert.4 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%20 : tensor<3x1xf32>) {
-    ^bb0(%21: f32, %22: f32, %23: f32):
-      %24 = arith.addf %21, %22 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %24 : f32 loc("examples/layers.kina":42:9)
+    %17 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %19 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":42:9)
+    %nn.rms_norm$3_4.4.ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.3.ms : tensor<3x1xf32>) outs(%19 : tensor<3x1xf32>) {
+    ^bb0(%20: f32, %21: f32):
+      %22 = arith.addf %20, %17 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %22 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<3x1xf32> loc("examples/layers.kina":42:9)
-    %25 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %nn.rms_norm$3_4.5.inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.4.ms_eps : tensor<3x1xf32>) outs(%25 : tensor<3x1xf32>) {
-    ^bb0(%26: f32, %27: f32):
-      %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
+    %23 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
+    %nn.rms_norm$3_4.5.inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.4.ms_eps : tensor<3x1xf32>) outs(%23 : tensor<3x1xf32>) {
+    ^bb0(%24: f32, %25: f32):
+      %26 = math.rsqrt %24 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %26 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %29 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":44:19)
-    %nn.rms_norm$3_4.6.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms : tensor<3x1xf32>) outs(%29 : tensor<3x4xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
+    %27 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":44:19)
+    %nn.rms_norm$3_4.6.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms : tensor<3x1xf32>) outs(%27 : tensor<3x4xf32>) {
+    ^bb0(%28: f32, %29: f32):
+      linalg.yield %28 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<3x4xf32> loc("examples/layers.kina":44:19)
-    %32 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %nn.rms_norm$3_4.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$3_4.6.inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%32 : tensor<3x4xf32>) {
-    ^bb0(%33: f32, %34: f32, %35: f32):
-      %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
+    %30 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
+    %nn.rms_norm$3_4.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$3_4.6.inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%30 : tensor<3x4xf32>) {
+    ^bb0(%31: f32, %32: f32, %33: f32):
+      %34 = arith.mulf %31, %32 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %34 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<3x4xf32> loc("examples/layers.kina":45:20)
     %nn.rms_norm$3_4.8.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %37 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":47:4)
-    %nn.rms_norm$3_4.9.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.8.g_row : tensor<1x4xf32>) outs(%37 : tensor<3x4xf32>) {
-    ^bb0(%38: f32, %39: f32):
-      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
+    %35 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":47:4)
+    %nn.rms_norm$3_4.9.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.8.g_row : tensor<1x4xf32>) outs(%35 : tensor<3x4xf32>) {
+    ^bb0(%36: f32, %37: f32):
+      linalg.yield %36 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<3x4xf32> loc("examples/layers.kina":47:4)
-    %40 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %nn.rms_norm$3_4.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.7.xn, %nn.rms_norm$3_4.9.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%40 : tensor<3x4xf32>) {
-    ^bb0(%41: f32, %42: f32, %43: f32):
-      %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
+    %38 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
+    %nn.rms_norm$3_4.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.7.xn, %nn.rms_norm$3_4.9.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%38 : tensor<3x4xf32>) {
+    ^bb0(%39: f32, %40: f32, %41: f32):
+      %42 = arith.mulf %39, %40 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %42 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %46 = tensor.empty() : tensor<3x4xi64> loc("examples/layers.kina":73:17)
-    %45 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%46 : tensor<3x4xi64>) {
-    ^bb0(%47: i64):
-      %48 = linalg.index 1 : index loc("examples/layers.kina":73:17)
-      %49 = arith.index_cast %48 : index to i64 loc("examples/layers.kina":73:17)
-      linalg.yield %49 : i64 loc("examples/layers.kina":73:17)
+    %44 = tensor.empty() : tensor<3x4xi64> loc("examples/layers.kina":73:17)
+    %43 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%44 : tensor<3x4xi64>) {
+    ^bb0(%45: i64):
+      %46 = linalg.index 1 : index loc("examples/layers.kina":73:17)
+      %47 = arith.index_cast %46 : index to i64 loc("examples/layers.kina":73:17)
+      linalg.yield %47 : i64 loc("examples/layers.kina":73:17)
     } -> tensor<3x4xi64> loc("examples/layers.kina":73:17)
-    %50 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":73:17)
-    %inert.13 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%45 : tensor<3x4xi64>) outs(%50 : tensor<3x4xf32>) {
-    ^bb0(%51: i64, %52: f32):
-      %53 = arith.sitofp %51 : i64 to f32 loc("examples/layers.kina":73:17)
-      linalg.yield %53 : f32 loc("examples/layers.kina":73:17)
+    %48 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":73:17)
+    %inert.13 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%43 : tensor<3x4xi64>) outs(%48 : tensor<3x4xf32>) {
+    ^bb0(%49: i64, %50: f32):
+      %51 = arith.sitofp %49 : i64 to f32 loc("examples/layers.kina":73:17)
+      linalg.yield %51 : f32 loc("examples/layers.kina":73:17)
     } -> tensor<3x4xf32> loc("examples/layers.kina":73:17)
-    %54 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":73:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.10.out, %inert.13 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%54 : tensor<3x4xf32>) {
-    ^bb0(%55: f32, %56: f32, %57: f32):
-      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":73:13)
-      linalg.yield %58 : f32 loc("examples/layers.kina":73:13)
+    %52 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":73:13)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.10.out, %inert.13 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%52 : tensor<3x4xf32>) {
+    ^bb0(%53: f32, %54: f32, %55: f32):
+      %56 = arith.mulf %53, %54 : f32 loc("examples/layers.kina":73:13)
+      linalg.yield %56 : f32 loc("examples/layers.kina":73:13)
     } -> tensor<3x4xf32> loc("examples/layers.kina":73:13)
     %ct.1.seed = arith.constant dense<1.0> : tensor<3x4xf32> loc("examples/layers.kina":74:3)
-    %59 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":73:13)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.13 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%59 : tensor<3x4xf32>) {
-    ^bb0(%60: f32, %61: f32, %62: f32):
-      %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":73:13)
-      linalg.yield %63 : f32 loc("examples/layers.kina":73:13)
+    %57 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":73:13)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.13 : tensor<3x4xf32>, tensor<3x4xf32>) outs(%57 : tensor<3x4xf32>) {
+    ^bb0(%58: f32, %59: f32, %60: f32):
+      %61 = arith.mulf %58, %59 : f32 loc("examples/layers.kina":73:13)
+      linalg.yield %61 : f32 loc("examples/layers.kina":73:13)
     } -> tensor<3x4xf32> loc("examples/layers.kina":73:13)
-    %64 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$3_4.9.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%64 : tensor<3x4xf32>) {
-    ^bb0(%65: f32, %66: f32, %67: f32):
-      %68 = arith.mulf %65, %66 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %68 : f32 loc("examples/layers.kina":50:33)
+    %62 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
+    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$3_4.9.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%62 : tensor<3x4xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %66 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %69 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %ct.4.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$3_4.7.xn : tensor<3x4xf32>, tensor<3x4xf32>) outs(%69 : tensor<3x4xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.mulf %70, %71 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %73 : f32 loc("examples/layers.kina":50:33)
+    %67 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
+    %ct.4.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$3_4.7.xn : tensor<3x4xf32>, tensor<3x4xf32>) outs(%67 : tensor<3x4xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.mulf %68, %69 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %71 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %74 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
-    %75 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
-    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %77 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.4.mul : tensor<3x4xf32>) outs(%76 : tensor<4xf32>) {
-    ^bb0(%78: f32, %79: f32):
-      %80 = arith.addf %79, %78 : f32 loc("examples/layers.kina":47:4)
-      linalg.yield %80 : f32 loc("examples/layers.kina":47:4)
+    %72 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
+    %73 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
+    %74 = linalg.fill ins(%72 : f32) outs(%73 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
+    %75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.4.mul : tensor<3x4xf32>) outs(%74 : tensor<4xf32>) {
+    ^bb0(%76: f32, %77: f32):
+      %78 = arith.addf %77, %76 : f32 loc("examples/layers.kina":47:4)
+      linalg.yield %78 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %ct.5.reduce_keep = tensor.expand_shape %77 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
+    %ct.5.reduce_keep = tensor.expand_shape %75 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
     %ct.6.reshape = tensor.collapse_shape %ct.5.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
-    %81 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$3_4.6.inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%81 : tensor<3x4xf32>) {
-    ^bb0(%82: f32, %83: f32, %84: f32):
-      %85 = arith.mulf %82, %83 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %85 : f32 loc("examples/layers.kina":45:20)
+    %79 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
+    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$3_4.6.inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%79 : tensor<3x4xf32>) {
+    ^bb0(%80: f32, %81: f32, %82: f32):
+      %83 = arith.mulf %80, %81 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %83 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %86 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %x : tensor<3x4xf32>, tensor<3x4xf32>) outs(%86 : tensor<3x4xf32>) {
-    ^bb0(%87: f32, %88: f32, %89: f32):
-      %90 = arith.mulf %87, %88 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %90 : f32 loc("examples/layers.kina":45:20)
+    %84 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %x : tensor<3x4xf32>, tensor<3x4xf32>) outs(%84 : tensor<3x4xf32>) {
+    ^bb0(%85: f32, %86: f32, %87: f32):
+      %88 = arith.mulf %85, %86 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %88 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %91 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
-    %92 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":44:19)
-    %93 = linalg.fill ins(%91 : f32) outs(%92 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":44:19)
-    %94 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.8.mul : tensor<3x4xf32>) outs(%93 : tensor<3xf32>) {
-    ^bb0(%95: f32, %96: f32):
-      %97 = arith.addf %96, %95 : f32 loc("examples/layers.kina":44:19)
-      linalg.yield %97 : f32 loc("examples/layers.kina":44:19)
+    %89 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
+    %90 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":44:19)
+    %91 = linalg.fill ins(%89 : f32) outs(%90 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":44:19)
+    %92 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.8.mul : tensor<3x4xf32>) outs(%91 : tensor<3xf32>) {
+    ^bb0(%93: f32, %94: f32):
+      %95 = arith.addf %94, %93 : f32 loc("examples/layers.kina":44:19)
+      linalg.yield %95 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<3xf32> loc("examples/layers.kina":44:19)
-    %ct.9.reduce_keep = tensor.expand_shape %94 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":44:19)
+    %ct.9.reduce_keep = tensor.expand_shape %92 [[0, 1]] output_shape [3, 1] : tensor<3xf32> into tensor<3x1xf32> loc("examples/layers.kina":44:19)
     %ct.10.const = arith.constant dense<-0.5> : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %98 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %ct.11.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.reduce_keep, %ct.10.const : tensor<3x1xf32>, tensor<3x1xf32>) outs(%98 : tensor<3x1xf32>) {
-    ^bb0(%99: f32, %100: f32, %101: f32):
-      %102 = arith.mulf %99, %100 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %102 : f32 loc("examples/layers.kina":43:19)
+    %96 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
+    %ct.11.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.reduce_keep, %ct.10.const : tensor<3x1xf32>, tensor<3x1xf32>) outs(%96 : tensor<3x1xf32>) {
+    ^bb0(%97: f32, %98: f32, %99: f32):
+      %100 = arith.mulf %97, %98 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %100 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %103 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %ct.12.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms, %nn.rms_norm$3_4.5.inv_rms : tensor<3x1xf32>, tensor<3x1xf32>) outs(%103 : tensor<3x1xf32>) {
-    ^bb0(%104: f32, %105: f32, %106: f32):
-      %107 = arith.mulf %104, %105 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %107 : f32 loc("examples/layers.kina":43:19)
+    %101 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
+    %ct.12.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms, %nn.rms_norm$3_4.5.inv_rms : tensor<3x1xf32>, tensor<3x1xf32>) outs(%101 : tensor<3x1xf32>) {
+    ^bb0(%102: f32, %103: f32, %104: f32):
+      %105 = arith.mulf %102, %103 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %105 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %108 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms, %ct.12.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%108 : tensor<3x1xf32>) {
-    ^bb0(%109: f32, %110: f32, %111: f32):
-      %112 = arith.mulf %109, %110 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %112 : f32 loc("examples/layers.kina":43:19)
+    %106 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
+    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms, %ct.12.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%106 : tensor<3x1xf32>) {
+    ^bb0(%107: f32, %108: f32, %109: f32):
+      %110 = arith.mulf %107, %108 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %110 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %113 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.mul, %ct.13.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%113 : tensor<3x1xf32>) {
-    ^bb0(%114: f32, %115: f32, %116: f32):
-      %117 = arith.mulf %114, %115 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %117 : f32 loc("examples/layers.kina":43:19)
+    %111 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":43:19)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.mul, %ct.13.mul : tensor<3x1xf32>, tensor<3x1xf32>) outs(%111 : tensor<3x1xf32>) {
+    ^bb0(%112: f32, %113: f32, %114: f32):
+      %115 = arith.mulf %112, %113 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %115 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %118 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %inert.2 : tensor<3x1xf32>, tensor<3x1xf32>) outs(%118 : tensor<3x1xf32>) {
-    ^bb0(%119: f32, %120: f32, %121: f32):
-      %122 = arith.mulf %119, %120 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %122 : f32 loc("examples/layers.kina":41:33)
+    %116 = tensor.empty() : tensor<3x1xf32> loc("examples/layers.kina":41:33)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul : tensor<3x1xf32>) outs(%116 : tensor<3x1xf32>) {
+    ^bb0(%117: f32, %118: f32):
+      %119 = arith.mulf %117, %11 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %119 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %123 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:32)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul : tensor<3x1xf32>) outs(%123 : tensor<3x4xf32>) {
-    ^bb0(%124: f32, %125: f32):
-      linalg.yield %124 : f32 loc("examples/layers.kina":40:32)
+    %120 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:32)
+    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul : tensor<3x1xf32>) outs(%120 : tensor<3x4xf32>) {
+    ^bb0(%121: f32, %122: f32):
+      linalg.yield %121 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<3x4xf32> loc("examples/layers.kina":40:32)
-    %126 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.broadcast, %x : tensor<3x4xf32>, tensor<3x4xf32>) outs(%126 : tensor<3x4xf32>) {
-    ^bb0(%127: f32, %128: f32, %129: f32):
-      %130 = arith.mulf %127, %128 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %130 : f32 loc("examples/layers.kina":40:7)
+    %123 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.broadcast, %x : tensor<3x4xf32>, tensor<3x4xf32>) outs(%123 : tensor<3x4xf32>) {
+    ^bb0(%124: f32, %125: f32, %126: f32):
+      %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %127 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<3x4xf32> loc("examples/layers.kina":40:7)
     %ct.18.const = arith.constant dense<2.0> : tensor<3x4xf32> loc("examples/layers.kina":40:7)
-    %131 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul, %ct.18.const : tensor<3x4xf32>, tensor<3x4xf32>) outs(%131 : tensor<3x4xf32>) {
-    ^bb0(%132: f32, %133: f32, %134: f32):
-      %135 = arith.mulf %132, %133 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %135 : f32 loc("examples/layers.kina":40:7)
+    %128 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul, %ct.18.const : tensor<3x4xf32>, tensor<3x4xf32>) outs(%128 : tensor<3x4xf32>) {
+    ^bb0(%129: f32, %130: f32, %131: f32):
+      %132 = arith.mulf %129, %130 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %132 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<3x4xf32> loc("examples/layers.kina":40:7)
-    %136 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
-    %ct.20.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul, %ct.19.mul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%136 : tensor<3x4xf32>) {
-    ^bb0(%137: f32, %138: f32, %139: f32):
-      %140 = arith.addf %137, %138 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %140 : f32 loc("examples/layers.kina":40:7)
+    %133 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
+    %ct.20.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul, %ct.19.mul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%133 : tensor<3x4xf32>) {
+    ^bb0(%134: f32, %135: f32, %136: f32):
+      %137 = arith.addf %134, %135 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %137 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<3x4xf32> loc("examples/layers.kina":40:7)
     return %out, %ct.20.add, %ct.6.reshape : tensor<3x4xf32>, tensor<3x4xf32>, tensor<4xf32> loc("examples/layers.kina":71:1)
   } loc("examples/layers.kina":71:1)
@@ -4145,175 +4045,171 @@ module {
     } -> tensor<2xf32> loc("examples/layers.kina":40:32)
     %nn.rms_norm$2_7.2.ss = tensor.expand_shape %7 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":40:32)
     %11 = arith.constant 0.14285714285714285 : f32 loc("examples/layers.kina":41:38)
-    %12 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":41:38)
-    %inert.2 = linalg.fill ins(%11 : f32) outs(%12 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":41:38)
     %13 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %nn.rms_norm$2_7.3.ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.2.ss, %inert.2 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%13 : tensor<2x1xf32>) {
-    ^bb0(%14: f32, %15: f32, %16: f32):
-      %17 = arith.mulf %14, %15 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %17 : f32 loc("examples/layers.kina":41:33)
+    %nn.rms_norm$2_7.3.ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.2.ss : tensor<2x1xf32>) outs(%13 : tensor<2x1xf32>) {
+    ^bb0(%14: f32, %15: f32):
+      %16 = arith.mulf %14, %11 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %16 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %18 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %19 = bufferization.alloc_tensor() : tensor<2x1xf32> loc("examples/layers.kina":42:14)
-    %inert.4 = linalg.fill ins(%18 : f32) outs(%19 : tensor<2x1xf32>) -> tensor<2x1xf32> loc("examples/layers.kina":42:14)
-    %20 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":42:9)
-    %nn.rms_norm$2_7.4.ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.3.ms, %inert.4 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%20 : tensor<2x1xf32>) {
-    ^bb0(%21: f32, %22: f32, %23: f32):
-      %24 = arith.addf %21, %22 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %24 : f32 loc("examples/layers.kina":42:9)
+    %17 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %19 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":42:9)
+    %nn.rms_norm$2_7.4.ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.3.ms : tensor<2x1xf32>) outs(%19 : tensor<2x1xf32>) {
+    ^bb0(%20: f32, %21: f32):
+      %22 = arith.addf %20, %17 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %22 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<2x1xf32> loc("examples/layers.kina":42:9)
-    %25 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %nn.rms_norm$2_7.5.inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.4.ms_eps : tensor<2x1xf32>) outs(%25 : tensor<2x1xf32>) {
-    ^bb0(%26: f32, %27: f32):
-      %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
+    %23 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
+    %nn.rms_norm$2_7.5.inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.4.ms_eps : tensor<2x1xf32>) outs(%23 : tensor<2x1xf32>) {
+    ^bb0(%24: f32, %25: f32):
+      %26 = math.rsqrt %24 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %26 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %29 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":44:19)
-    %nn.rms_norm$2_7.6.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms : tensor<2x1xf32>) outs(%29 : tensor<2x7xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
+    %27 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":44:19)
+    %nn.rms_norm$2_7.6.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms : tensor<2x1xf32>) outs(%27 : tensor<2x7xf32>) {
+    ^bb0(%28: f32, %29: f32):
+      linalg.yield %28 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<2x7xf32> loc("examples/layers.kina":44:19)
-    %32 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %nn.rms_norm$2_7.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$2_7.6.inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%32 : tensor<2x7xf32>) {
-    ^bb0(%33: f32, %34: f32, %35: f32):
-      %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
+    %30 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
+    %nn.rms_norm$2_7.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$2_7.6.inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%30 : tensor<2x7xf32>) {
+    ^bb0(%31: f32, %32: f32, %33: f32):
+      %34 = arith.mulf %31, %32 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %34 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<2x7xf32> loc("examples/layers.kina":45:20)
     %nn.rms_norm$2_7.8.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":46:22)
-    %37 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":47:4)
-    %nn.rms_norm$2_7.9.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.8.g_row : tensor<1x7xf32>) outs(%37 : tensor<2x7xf32>) {
-    ^bb0(%38: f32, %39: f32):
-      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
+    %35 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":47:4)
+    %nn.rms_norm$2_7.9.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.8.g_row : tensor<1x7xf32>) outs(%35 : tensor<2x7xf32>) {
+    ^bb0(%36: f32, %37: f32):
+      linalg.yield %36 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<2x7xf32> loc("examples/layers.kina":47:4)
-    %40 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %nn.rms_norm$2_7.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.7.xn, %nn.rms_norm$2_7.9.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%40 : tensor<2x7xf32>) {
-    ^bb0(%41: f32, %42: f32, %43: f32):
-      %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
+    %38 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
+    %nn.rms_norm$2_7.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.7.xn, %nn.rms_norm$2_7.9.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%38 : tensor<2x7xf32>) {
+    ^bb0(%39: f32, %40: f32, %41: f32):
+      %42 = arith.mulf %39, %40 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %42 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %46 = tensor.empty() : tensor<2x7xi64> loc("examples/layers.kina":73:17)
-    %45 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%46 : tensor<2x7xi64>) {
-    ^bb0(%47: i64):
-      %48 = linalg.index 1 : index loc("examples/layers.kina":73:17)
-      %49 = arith.index_cast %48 : index to i64 loc("examples/layers.kina":73:17)
-      linalg.yield %49 : i64 loc("examples/layers.kina":73:17)
+    %44 = tensor.empty() : tensor<2x7xi64> loc("examples/layers.kina":73:17)
+    %43 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%44 : tensor<2x7xi64>) {
+    ^bb0(%45: i64):
+      %46 = linalg.index 1 : index loc("examples/layers.kina":73:17)
+      %47 = arith.index_cast %46 : index to i64 loc("examples/layers.kina":73:17)
+      linalg.yield %47 : i64 loc("examples/layers.kina":73:17)
     } -> tensor<2x7xi64> loc("examples/layers.kina":73:17)
-    %50 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":73:17)
-    %inert.13 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%45 : tensor<2x7xi64>) outs(%50 : tensor<2x7xf32>) {
-    ^bb0(%51: i64, %52: f32):
-      %53 = arith.sitofp %51 : i64 to f32 loc("examples/layers.kina":73:17)
-      linalg.yield %53 : f32 loc("examples/layers.kina":73:17)
+    %48 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":73:17)
+    %inert.13 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%43 : tensor<2x7xi64>) outs(%48 : tensor<2x7xf32>) {
+    ^bb0(%49: i64, %50: f32):
+      %51 = arith.sitofp %49 : i64 to f32 loc("examples/layers.kina":73:17)
+      linalg.yield %51 : f32 loc("examples/layers.kina":73:17)
     } -> tensor<2x7xf32> loc("examples/layers.kina":73:17)
-    %54 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":73:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.10.out, %inert.13 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%54 : tensor<2x7xf32>) {
-    ^bb0(%55: f32, %56: f32, %57: f32):
-      %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":73:13)
-      linalg.yield %58 : f32 loc("examples/layers.kina":73:13)
+    %52 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":73:13)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.10.out, %inert.13 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%52 : tensor<2x7xf32>) {
+    ^bb0(%53: f32, %54: f32, %55: f32):
+      %56 = arith.mulf %53, %54 : f32 loc("examples/layers.kina":73:13)
+      linalg.yield %56 : f32 loc("examples/layers.kina":73:13)
     } -> tensor<2x7xf32> loc("examples/layers.kina":73:13)
     %ct.1.seed = arith.constant dense<1.0> : tensor<2x7xf32> loc("examples/layers.kina":74:3)
-    %59 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":73:13)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.13 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%59 : tensor<2x7xf32>) {
-    ^bb0(%60: f32, %61: f32, %62: f32):
-      %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":73:13)
-      linalg.yield %63 : f32 loc("examples/layers.kina":73:13)
+    %57 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":73:13)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.13 : tensor<2x7xf32>, tensor<2x7xf32>) outs(%57 : tensor<2x7xf32>) {
+    ^bb0(%58: f32, %59: f32, %60: f32):
+      %61 = arith.mulf %58, %59 : f32 loc("examples/layers.kina":73:13)
+      linalg.yield %61 : f32 loc("examples/layers.kina":73:13)
     } -> tensor<2x7xf32> loc("examples/layers.kina":73:13)
-    %64 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$2_7.9.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%64 : tensor<2x7xf32>) {
-    ^bb0(%65: f32, %66: f32, %67: f32):
-      %68 = arith.mulf %65, %66 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %68 : f32 loc("examples/layers.kina":50:33)
+    %62 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
+    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$2_7.9.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%62 : tensor<2x7xf32>) {
+    ^bb0(%63: f32, %64: f32, %65: f32):
+      %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %66 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %69 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %ct.4.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$2_7.7.xn : tensor<2x7xf32>, tensor<2x7xf32>) outs(%69 : tensor<2x7xf32>) {
-    ^bb0(%70: f32, %71: f32, %72: f32):
-      %73 = arith.mulf %70, %71 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %73 : f32 loc("examples/layers.kina":50:33)
+    %67 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
+    %ct.4.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$2_7.7.xn : tensor<2x7xf32>, tensor<2x7xf32>) outs(%67 : tensor<2x7xf32>) {
+    ^bb0(%68: f32, %69: f32, %70: f32):
+      %71 = arith.mulf %68, %69 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %71 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %74 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
-    %75 = bufferization.alloc_tensor() : tensor<7xf32> loc("examples/layers.kina":47:4)
-    %76 = linalg.fill ins(%74 : f32) outs(%75 : tensor<7xf32>) -> tensor<7xf32> loc("examples/layers.kina":47:4)
-    %77 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.4.mul : tensor<2x7xf32>) outs(%76 : tensor<7xf32>) {
-    ^bb0(%78: f32, %79: f32):
-      %80 = arith.addf %79, %78 : f32 loc("examples/layers.kina":47:4)
-      linalg.yield %80 : f32 loc("examples/layers.kina":47:4)
+    %72 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
+    %73 = bufferization.alloc_tensor() : tensor<7xf32> loc("examples/layers.kina":47:4)
+    %74 = linalg.fill ins(%72 : f32) outs(%73 : tensor<7xf32>) -> tensor<7xf32> loc("examples/layers.kina":47:4)
+    %75 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.4.mul : tensor<2x7xf32>) outs(%74 : tensor<7xf32>) {
+    ^bb0(%76: f32, %77: f32):
+      %78 = arith.addf %77, %76 : f32 loc("examples/layers.kina":47:4)
+      linalg.yield %78 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<7xf32> loc("examples/layers.kina":47:4)
-    %ct.5.reduce_keep = tensor.expand_shape %77 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":47:4)
+    %ct.5.reduce_keep = tensor.expand_shape %75 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":47:4)
     %ct.6.reshape = tensor.collapse_shape %ct.5.reduce_keep [[0, 1]] : tensor<1x7xf32> into tensor<7xf32> loc("examples/layers.kina":46:22)
-    %81 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$2_7.6.inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%81 : tensor<2x7xf32>) {
-    ^bb0(%82: f32, %83: f32, %84: f32):
-      %85 = arith.mulf %82, %83 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %85 : f32 loc("examples/layers.kina":45:20)
+    %79 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
+    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$2_7.6.inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%79 : tensor<2x7xf32>) {
+    ^bb0(%80: f32, %81: f32, %82: f32):
+      %83 = arith.mulf %80, %81 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %83 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %86 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %x : tensor<2x7xf32>, tensor<2x7xf32>) outs(%86 : tensor<2x7xf32>) {
-    ^bb0(%87: f32, %88: f32, %89: f32):
-      %90 = arith.mulf %87, %88 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %90 : f32 loc("examples/layers.kina":45:20)
+    %84 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %x : tensor<2x7xf32>, tensor<2x7xf32>) outs(%84 : tensor<2x7xf32>) {
+    ^bb0(%85: f32, %86: f32, %87: f32):
+      %88 = arith.mulf %85, %86 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %88 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %91 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
-    %92 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":44:19)
-    %93 = linalg.fill ins(%91 : f32) outs(%92 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":44:19)
-    %94 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.8.mul : tensor<2x7xf32>) outs(%93 : tensor<2xf32>) {
-    ^bb0(%95: f32, %96: f32):
-      %97 = arith.addf %96, %95 : f32 loc("examples/layers.kina":44:19)
-      linalg.yield %97 : f32 loc("examples/layers.kina":44:19)
+    %89 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
+    %90 = bufferization.alloc_tensor() : tensor<2xf32> loc("examples/layers.kina":44:19)
+    %91 = linalg.fill ins(%89 : f32) outs(%90 : tensor<2xf32>) -> tensor<2xf32> loc("examples/layers.kina":44:19)
+    %92 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.8.mul : tensor<2x7xf32>) outs(%91 : tensor<2xf32>) {
+    ^bb0(%93: f32, %94: f32):
+      %95 = arith.addf %94, %93 : f32 loc("examples/layers.kina":44:19)
+      linalg.yield %95 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<2xf32> loc("examples/layers.kina":44:19)
-    %ct.9.reduce_keep = tensor.expand_shape %94 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":44:19)
+    %ct.9.reduce_keep = tensor.expand_shape %92 [[0, 1]] output_shape [2, 1] : tensor<2xf32> into tensor<2x1xf32> loc("examples/layers.kina":44:19)
     %ct.10.const = arith.constant dense<-0.5> : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %98 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %ct.11.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.reduce_keep, %ct.10.const : tensor<2x1xf32>, tensor<2x1xf32>) outs(%98 : tensor<2x1xf32>) {
-    ^bb0(%99: f32, %100: f32, %101: f32):
-      %102 = arith.mulf %99, %100 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %102 : f32 loc("examples/layers.kina":43:19)
+    %96 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
+    %ct.11.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.reduce_keep, %ct.10.const : tensor<2x1xf32>, tensor<2x1xf32>) outs(%96 : tensor<2x1xf32>) {
+    ^bb0(%97: f32, %98: f32, %99: f32):
+      %100 = arith.mulf %97, %98 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %100 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %103 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %ct.12.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms, %nn.rms_norm$2_7.5.inv_rms : tensor<2x1xf32>, tensor<2x1xf32>) outs(%103 : tensor<2x1xf32>) {
-    ^bb0(%104: f32, %105: f32, %106: f32):
-      %107 = arith.mulf %104, %105 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %107 : f32 loc("examples/layers.kina":43:19)
+    %101 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
+    %ct.12.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms, %nn.rms_norm$2_7.5.inv_rms : tensor<2x1xf32>, tensor<2x1xf32>) outs(%101 : tensor<2x1xf32>) {
+    ^bb0(%102: f32, %103: f32, %104: f32):
+      %105 = arith.mulf %102, %103 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %105 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %108 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms, %ct.12.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%108 : tensor<2x1xf32>) {
-    ^bb0(%109: f32, %110: f32, %111: f32):
-      %112 = arith.mulf %109, %110 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %112 : f32 loc("examples/layers.kina":43:19)
+    %106 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
+    %ct.13.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms, %ct.12.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%106 : tensor<2x1xf32>) {
+    ^bb0(%107: f32, %108: f32, %109: f32):
+      %110 = arith.mulf %107, %108 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %110 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %113 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.mul, %ct.13.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%113 : tensor<2x1xf32>) {
-    ^bb0(%114: f32, %115: f32, %116: f32):
-      %117 = arith.mulf %114, %115 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %117 : f32 loc("examples/layers.kina":43:19)
+    %111 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":43:19)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.mul, %ct.13.mul : tensor<2x1xf32>, tensor<2x1xf32>) outs(%111 : tensor<2x1xf32>) {
+    ^bb0(%112: f32, %113: f32, %114: f32):
+      %115 = arith.mulf %112, %113 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %115 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %118 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %inert.2 : tensor<2x1xf32>, tensor<2x1xf32>) outs(%118 : tensor<2x1xf32>) {
-    ^bb0(%119: f32, %120: f32, %121: f32):
-      %122 = arith.mulf %119, %120 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %122 : f32 loc("examples/layers.kina":41:33)
+    %116 = tensor.empty() : tensor<2x1xf32> loc("examples/layers.kina":41:33)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul : tensor<2x1xf32>) outs(%116 : tensor<2x1xf32>) {
+    ^bb0(%117: f32, %118: f32):
+      %119 = arith.mulf %117, %11 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %119 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %123 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:32)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul : tensor<2x1xf32>) outs(%123 : tensor<2x7xf32>) {
-    ^bb0(%124: f32, %125: f32):
-      linalg.yield %124 : f32 loc("examples/layers.kina":40:32)
+    %120 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:32)
+    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul : tensor<2x1xf32>) outs(%120 : tensor<2x7xf32>) {
+    ^bb0(%121: f32, %122: f32):
+      linalg.yield %121 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<2x7xf32> loc("examples/layers.kina":40:32)
-    %126 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.broadcast, %x : tensor<2x7xf32>, tensor<2x7xf32>) outs(%126 : tensor<2x7xf32>) {
-    ^bb0(%127: f32, %128: f32, %129: f32):
-      %130 = arith.mulf %127, %128 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %130 : f32 loc("examples/layers.kina":40:7)
+    %123 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.broadcast, %x : tensor<2x7xf32>, tensor<2x7xf32>) outs(%123 : tensor<2x7xf32>) {
+    ^bb0(%124: f32, %125: f32, %126: f32):
+      %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %127 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<2x7xf32> loc("examples/layers.kina":40:7)
     %ct.18.const = arith.constant dense<2.0> : tensor<2x7xf32> loc("examples/layers.kina":40:7)
-    %131 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul, %ct.18.const : tensor<2x7xf32>, tensor<2x7xf32>) outs(%131 : tensor<2x7xf32>) {
-    ^bb0(%132: f32, %133: f32, %134: f32):
-      %135 = arith.mulf %132, %133 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %135 : f32 loc("examples/layers.kina":40:7)
+    %128 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul, %ct.18.const : tensor<2x7xf32>, tensor<2x7xf32>) outs(%128 : tensor<2x7xf32>) {
+    ^bb0(%129: f32, %130: f32, %131: f32):
+      %132 = arith.mulf %129, %130 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %132 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<2x7xf32> loc("examples/layers.kina":40:7)
-    %136 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
-    %ct.20.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul, %ct.19.mul : tensor<2x7xf32>, tensor<2x7xf32>) outs(%136 : tensor<2x7xf32>) {
-    ^bb0(%137: f32, %138: f32, %139: f32):
-      %140 = arith.addf %137, %138 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %140 : f32 loc("examples/layers.kina":40:7)
+    %133 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
+    %ct.20.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.mul, %ct.19.mul : tensor<2x7xf32>, tensor<2x7xf32>) outs(%133 : tensor<2x7xf32>) {
+    ^bb0(%134: f32, %135: f32, %136: f32):
+      %137 = arith.addf %134, %135 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %137 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<2x7xf32> loc("examples/layers.kina":40:7)
     return %out, %ct.20.add, %ct.6.reshape : tensor<2x7xf32>, tensor<2x7xf32>, tensor<7xf32> loc("examples/layers.kina":71:1)
   } loc("examples/layers.kina":71:1)
@@ -4771,310 +4667,306 @@ module {
     %45 = linalg.batch_matmul ins(%40, %41 : tensor<2x3x2xf32>, tensor<2x2x3xf32>) outs(%44 : tensor<2x3x3xf32>) -> tensor<2x3x3xf32> loc("examples/layers.kina":106:75)
     %nn.causal_sdpa$1_2_3_2.20.scores = tensor.expand_shape %45 [[0, 1], [2], [3]] output_shape [1, 2, 3, 3] : tensor<2x3x3xf32> into tensor<1x2x3x3xf32> loc("examples/layers.kina":106:75)
     %46 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":107:17)
-    %47 = bufferization.alloc_tensor() : tensor<1x2x3x3xf32> loc("examples/layers.kina":107:17)
-    %inert.26 = linalg.fill ins(%46 : f32) outs(%47 : tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32> loc("examples/layers.kina":107:17)
     %48 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
-    %nn.causal_sdpa$1_2_3_2.21.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.20.scores, %inert.26 : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%48 : tensor<1x2x3x3xf32>) {
-    ^bb0(%49: f32, %50: f32, %51: f32):
-      %52 = arith.mulf %49, %50 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %52 : f32 loc("examples/layers.kina":107:8)
+    %nn.causal_sdpa$1_2_3_2.21.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.20.scores : tensor<1x2x3x3xf32>) outs(%48 : tensor<1x2x3x3xf32>) {
+    ^bb0(%49: f32, %50: f32):
+      %51 = arith.mulf %49, %46 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %51 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
-    %54 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:36)
-    %53 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%54 : tensor<3x3xi64>) {
-    ^bb0(%55: i64):
-      %56 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %57 = arith.index_cast %56 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %57 : i64 loc("examples/layers.kina":108:36)
+    %53 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:36)
+    %52 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%53 : tensor<3x3xi64>) {
+    ^bb0(%54: i64):
+      %55 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %56 = arith.index_cast %55 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %56 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<3x3xi64> loc("examples/layers.kina":108:36)
-    %59 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:64)
-    %58 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%59 : tensor<3x3xi64>) {
-    ^bb0(%60: i64):
-      %61 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %62 = arith.index_cast %61 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %62 : i64 loc("examples/layers.kina":108:64)
+    %58 = tensor.empty() : tensor<3x3xi64> loc("examples/layers.kina":108:64)
+    %57 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%58 : tensor<3x3xi64>) {
+    ^bb0(%59: i64):
+      %60 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %61 = arith.index_cast %60 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %61 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<3x3xi64> loc("examples/layers.kina":108:64)
-    %64 = tensor.empty() : tensor<3x3xi8> loc("examples/layers.kina":108:33)
-    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%53, %58 : tensor<3x3xi64>, tensor<3x3xi64>) outs(%64 : tensor<3x3xi8>) {
-    ^bb0(%65: i64, %66: i64, %67: i8):
-      %68 = arith.cmpi sge, %65, %66 : i64 loc("examples/layers.kina":108:33)
-      %69 = arith.extui %68 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %69 : i8 loc("examples/layers.kina":108:33)
+    %63 = tensor.empty() : tensor<3x3xi8> loc("examples/layers.kina":108:33)
+    %62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%52, %57 : tensor<3x3xi64>, tensor<3x3xi64>) outs(%63 : tensor<3x3xi8>) {
+    ^bb0(%64: i64, %65: i64, %66: i8):
+      %67 = arith.cmpi sge, %64, %65 : i64 loc("examples/layers.kina":108:33)
+      %68 = arith.extui %67 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %68 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<3x3xi8> loc("examples/layers.kina":108:33)
-    %70 = tensor.collapse_shape %63 [[0, 1]] : tensor<3x3xi8> into tensor<9xi8> loc("examples/layers.kina":108:33)
-    %inert.28 = tensor.expand_shape %70 [[0, 1, 2, 3]] output_shape [1, 1, 3, 3] : tensor<9xi8> into tensor<1x1x3x3xi8> loc("examples/layers.kina":108:33)
-    %71 = tensor.empty() : tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
-    %nn.causal_sdpa$1_2_3_2.22.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28 : tensor<1x1x3x3xi8>) outs(%71 : tensor<1x2x3x3xi8>) {
-    ^bb0(%72: i8, %73: i8):
-      linalg.yield %72 : i8 loc("examples/layers.kina":108:33)
+    %69 = tensor.collapse_shape %62 [[0, 1]] : tensor<3x3xi8> into tensor<9xi8> loc("examples/layers.kina":108:33)
+    %inert.28 = tensor.expand_shape %69 [[0, 1, 2, 3]] output_shape [1, 1, 3, 3] : tensor<9xi8> into tensor<1x1x3x3xi8> loc("examples/layers.kina":108:33)
+    %70 = tensor.empty() : tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
+    %nn.causal_sdpa$1_2_3_2.22.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28 : tensor<1x1x3x3xi8>) outs(%70 : tensor<1x2x3x3xi8>) {
+    ^bb0(%71: i8, %72: i8):
+      linalg.yield %71 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
-    %74 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %75 = bufferization.alloc_tensor() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:22)
-    %inert.30 = linalg.fill ins(%74 : f32) outs(%75 : tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:22)
-    %76 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %nn.causal_sdpa$1_2_3_2.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.22.keep, %nn.causal_sdpa$1_2_3_2.21.scaled, %inert.30 : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%76 : tensor<1x2x3x3xf32>) {
-    ^bb0(%77: i8, %78: f32, %79: f32, %80: f32):
-      %81 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %82 = arith.cmpi ne, %77, %81 : i8 loc("examples/layers.kina":110:2)
-      %83 = arith.select %82, %78, %79 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %83 : f32 loc("examples/layers.kina":110:2)
+    %73 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %75 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
+    %nn.causal_sdpa$1_2_3_2.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.22.keep, %nn.causal_sdpa$1_2_3_2.21.scaled : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>) outs(%75 : tensor<1x2x3x3xf32>) {
+    ^bb0(%76: i8, %77: f32, %78: f32):
+      %79 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %80 = arith.cmpi ne, %76, %79 : i8 loc("examples/layers.kina":110:2)
+      %81 = arith.select %80, %77, %73 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %81 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %84 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %85 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %86 = linalg.fill ins(%84 : f32) outs(%85 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %87 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$1_2_3_2.23.masked : tensor<1x2x3x3xf32>) outs(%86 : tensor<1x2x3xf32>) {
-    ^bb0(%88: f32, %89: f32):
-      %90 = arith.maximumf %89, %88 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %90 : f32 loc("examples/layers.kina":110:45)
+    %82 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %83 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %84 = linalg.fill ins(%82 : f32) outs(%83 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %85 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$1_2_3_2.23.masked : tensor<1x2x3x3xf32>) outs(%84 : tensor<1x2x3xf32>) {
+    ^bb0(%86: f32, %87: f32):
+      %88 = arith.maximumf %87, %86 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %88 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %91 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %92 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.23.masked, %87 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%91 : tensor<1x2x3x3xf32>) {
-    ^bb0(%93: f32, %94: f32, %95: f32):
-      %96 = arith.subf %93, %94 : f32 loc("examples/layers.kina":110:45)
-      %97 = math.exp %96 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %97 : f32 loc("examples/layers.kina":110:45)
+    %89 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %90 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.23.masked, %85 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%89 : tensor<1x2x3x3xf32>) {
+    ^bb0(%91: f32, %92: f32, %93: f32):
+      %94 = arith.subf %91, %92 : f32 loc("examples/layers.kina":110:45)
+      %95 = math.exp %94 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %95 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %98 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %99 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %100 = linalg.fill ins(%98 : f32) outs(%99 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %101 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%92 : tensor<1x2x3x3xf32>) outs(%100 : tensor<1x2x3xf32>) {
-    ^bb0(%102: f32, %103: f32):
-      %104 = arith.addf %103, %102 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %104 : f32 loc("examples/layers.kina":110:45)
+    %96 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %97 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %99 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%90 : tensor<1x2x3x3xf32>) outs(%98 : tensor<1x2x3xf32>) {
+    ^bb0(%100: f32, %101: f32):
+      %102 = arith.addf %101, %100 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %102 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %105 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %nn.causal_sdpa$1_2_3_2.24.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%92, %101 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%105 : tensor<1x2x3x3xf32>) {
-    ^bb0(%106: f32, %107: f32, %108: f32):
-      %109 = arith.divf %106, %107 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %109 : f32 loc("examples/layers.kina":110:45)
+    %103 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %nn.causal_sdpa$1_2_3_2.24.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%90, %99 : tensor<1x2x3x3xf32>, tensor<1x2x3xf32>) outs(%103 : tensor<1x2x3x3xf32>) {
+    ^bb0(%104: f32, %105: f32, %106: f32):
+      %107 = arith.divf %104, %105 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %107 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %110 = tensor.collapse_shape %nn.causal_sdpa$1_2_3_2.24.probs [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
-    %111 = tensor.collapse_shape %nn.split_heads$1_3_2_2.18.heads [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %112 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %113 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %114 = linalg.fill ins(%112 : f32) outs(%113 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %115 = linalg.batch_matmul ins(%110, %111 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%114 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %nn.causal_sdpa$1_2_3_2.25.ctx = tensor.expand_shape %115 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":111:11)
-    %116 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":97:31)
-    %nn.merge_heads$1_2_3_2.26.rows_t = linalg.transpose ins(%nn.causal_sdpa$1_2_3_2.25.ctx : tensor<1x2x3x2xf32>) outs(%116 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %117 = tensor.collapse_shape %nn.merge_heads$1_2_3_2.26.rows_t [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
-    %nn.merge_heads$1_2_3_2.27.rows = tensor.expand_shape %117 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":98:24)
-    %118 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %119 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %120 = linalg.fill ins(%118 : f32) outs(%119 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$3_4_4.28.y = linalg.matmul ins(%nn.merge_heads$1_2_3_2.27.rows, %wo : tensor<3x4xf32>, tensor<4x4xf32>) outs(%120 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %108 = tensor.collapse_shape %nn.causal_sdpa$1_2_3_2.24.probs [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
+    %109 = tensor.collapse_shape %nn.split_heads$1_3_2_2.18.heads [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %110 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %111 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %112 = linalg.fill ins(%110 : f32) outs(%111 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %113 = linalg.batch_matmul ins(%108, %109 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%112 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %nn.causal_sdpa$1_2_3_2.25.ctx = tensor.expand_shape %113 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":111:11)
+    %114 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":97:31)
+    %nn.merge_heads$1_2_3_2.26.rows_t = linalg.transpose ins(%nn.causal_sdpa$1_2_3_2.25.ctx : tensor<1x2x3x2xf32>) outs(%114 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %115 = tensor.collapse_shape %nn.merge_heads$1_2_3_2.26.rows_t [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
+    %nn.merge_heads$1_2_3_2.27.rows = tensor.expand_shape %115 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":98:24)
+    %116 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %117 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %118 = linalg.fill ins(%116 : f32) outs(%117 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$3_4_4.28.y = linalg.matmul ins(%nn.merge_heads$1_2_3_2.27.rows, %wo : tensor<3x4xf32>, tensor<4x4xf32>) outs(%118 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.29.b_row = tensor.expand_shape %bo [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %121 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_4_4.30.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.29.b_row : tensor<1x4xf32>) outs(%121 : tensor<3x4xf32>) {
-    ^bb0(%122: f32, %123: f32):
-      linalg.yield %122 : f32 loc("examples/layers.kina":20:18)
+    %119 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$3_4_4.30.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.29.b_row : tensor<1x4xf32>) outs(%119 : tensor<3x4xf32>) {
+    ^bb0(%120: f32, %121: f32):
+      linalg.yield %120 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %124 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_4_4.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.28.y, %nn.linear$3_4_4.30.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%124 : tensor<3x4xf32>) {
-    ^bb0(%125: f32, %126: f32, %127: f32):
-      %128 = arith.addf %125, %126 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %128 : f32 loc("examples/layers.kina":20:57)
+    %122 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$3_4_4.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.28.y, %nn.linear$3_4_4.30.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%122 : tensor<3x4xf32>) {
+    ^bb0(%123: f32, %124: f32, %125: f32):
+      %126 = arith.addf %123, %124 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %126 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<3x4xf32> loc("examples/layers.kina":20:57)
     %ct.1.seed = arith.constant dense<1.0> : tensor<3x4xf32> loc("examples/layers.kina":135:14)
-    %129 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %130 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %131 = linalg.fill ins(%129 : f32) outs(%130 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %132 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.1.seed : tensor<3x4xf32>) outs(%131 : tensor<4xf32>) {
-    ^bb0(%133: f32, %134: f32):
-      %135 = arith.addf %134, %133 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %135 : f32 loc("examples/layers.kina":20:18)
+    %127 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %128 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %129 = linalg.fill ins(%127 : f32) outs(%128 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.1.seed : tensor<3x4xf32>) outs(%129 : tensor<4xf32>) {
+    ^bb0(%131: f32, %132: f32):
+      %133 = arith.addf %132, %131 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %133 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.2.reduce_keep = tensor.expand_shape %132 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.2.reduce_keep = tensor.expand_shape %130 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.3.reshape = tensor.collapse_shape %ct.2.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %136 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.4.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%136 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %137 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %138 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %139 = linalg.fill ins(%137 : f32) outs(%138 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.5.matmul = linalg.matmul ins(%ct.1.seed, %ct.4.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%139 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %140 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.6.transpose = linalg.transpose ins(%nn.merge_heads$1_2_3_2.27.rows : tensor<3x4xf32>) outs(%140 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %141 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %142 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %143 = linalg.fill ins(%141 : f32) outs(%142 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.7.matmul = linalg.matmul ins(%ct.6.transpose, %ct.1.seed : tensor<4x3xf32>, tensor<3x4xf32>) outs(%143 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %144 = tensor.collapse_shape %ct.5.matmul [[0, 1]] : tensor<3x4xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
-    %ct.8.reshape = tensor.expand_shape %144 [[0, 1, 2, 3]] output_shape [1, 3, 2, 2] : tensor<12xf32> into tensor<1x3x2x2xf32> loc("examples/layers.kina":98:24)
-    %145 = tensor.empty() : tensor<1x2x3x2xf32> loc("examples/layers.kina":97:31)
-    %ct.9.transpose = linalg.transpose ins(%ct.8.reshape : tensor<1x3x2x2xf32>) outs(%145 : tensor<1x2x3x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %146 = tensor.empty() : tensor<1x2x2x3xf32> loc("examples/layers.kina":111:11)
-    %ct.10.transpose = linalg.transpose ins(%nn.split_heads$1_3_2_2.18.heads : tensor<1x2x3x2xf32>) outs(%146 : tensor<1x2x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %147 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %148 = tensor.collapse_shape %ct.10.transpose [[0, 1], [2], [3]] : tensor<1x2x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %149 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %150 = bufferization.alloc_tensor() : tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
-    %151 = linalg.fill ins(%149 : f32) outs(%150 : tensor<2x3x3xf32>) -> tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
-    %152 = linalg.batch_matmul ins(%147, %148 : tensor<2x3x2xf32>, tensor<2x2x3xf32>) outs(%151 : tensor<2x3x3xf32>) -> tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
-    %ct.11.matmul = tensor.expand_shape %152 [[0, 1], [2], [3]] output_shape [1, 2, 3, 3] : tensor<2x3x3xf32> into tensor<1x2x3x3xf32> loc("examples/layers.kina":111:11)
-    %153 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":111:11)
-    %ct.12.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_3_2.24.probs : tensor<1x2x3x3xf32>) outs(%153 : tensor<1x2x3x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %154 = tensor.collapse_shape %ct.12.transpose [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
-    %155 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %156 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %157 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %158 = linalg.fill ins(%156 : f32) outs(%157 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %159 = linalg.batch_matmul ins(%154, %155 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%158 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %ct.13.matmul = tensor.expand_shape %159 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":111:11)
-    %160 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %nn.causal_sdpa$1_2_3_2.24.probs : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%160 : tensor<1x2x3x3xf32>) {
-    ^bb0(%161: f32, %162: f32, %163: f32):
-      %164 = arith.mulf %161, %162 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %164 : f32 loc("examples/layers.kina":110:45)
+    %134 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.4.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%134 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %135 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %136 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %137 = linalg.fill ins(%135 : f32) outs(%136 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.5.matmul = linalg.matmul ins(%ct.1.seed, %ct.4.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%137 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %138 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.6.transpose = linalg.transpose ins(%nn.merge_heads$1_2_3_2.27.rows : tensor<3x4xf32>) outs(%138 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %139 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %140 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %141 = linalg.fill ins(%139 : f32) outs(%140 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.7.matmul = linalg.matmul ins(%ct.6.transpose, %ct.1.seed : tensor<4x3xf32>, tensor<3x4xf32>) outs(%141 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %142 = tensor.collapse_shape %ct.5.matmul [[0, 1]] : tensor<3x4xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
+    %ct.8.reshape = tensor.expand_shape %142 [[0, 1, 2, 3]] output_shape [1, 3, 2, 2] : tensor<12xf32> into tensor<1x3x2x2xf32> loc("examples/layers.kina":98:24)
+    %143 = tensor.empty() : tensor<1x2x3x2xf32> loc("examples/layers.kina":97:31)
+    %ct.9.transpose = linalg.transpose ins(%ct.8.reshape : tensor<1x3x2x2xf32>) outs(%143 : tensor<1x2x3x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %144 = tensor.empty() : tensor<1x2x2x3xf32> loc("examples/layers.kina":111:11)
+    %ct.10.transpose = linalg.transpose ins(%nn.split_heads$1_3_2_2.18.heads : tensor<1x2x3x2xf32>) outs(%144 : tensor<1x2x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %145 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %146 = tensor.collapse_shape %ct.10.transpose [[0, 1], [2], [3]] : tensor<1x2x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %147 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %148 = bufferization.alloc_tensor() : tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
+    %149 = linalg.fill ins(%147 : f32) outs(%148 : tensor<2x3x3xf32>) -> tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
+    %150 = linalg.batch_matmul ins(%145, %146 : tensor<2x3x2xf32>, tensor<2x2x3xf32>) outs(%149 : tensor<2x3x3xf32>) -> tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
+    %ct.11.matmul = tensor.expand_shape %150 [[0, 1], [2], [3]] output_shape [1, 2, 3, 3] : tensor<2x3x3xf32> into tensor<1x2x3x3xf32> loc("examples/layers.kina":111:11)
+    %151 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":111:11)
+    %ct.12.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_3_2.24.probs : tensor<1x2x3x3xf32>) outs(%151 : tensor<1x2x3x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %152 = tensor.collapse_shape %ct.12.transpose [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":111:11)
+    %153 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %154 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %155 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %156 = linalg.fill ins(%154 : f32) outs(%155 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %157 = linalg.batch_matmul ins(%152, %153 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%156 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %ct.13.matmul = tensor.expand_shape %157 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":111:11)
+    %158 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %nn.causal_sdpa$1_2_3_2.24.probs : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%158 : tensor<1x2x3x3xf32>) {
+    ^bb0(%159: f32, %160: f32, %161: f32):
+      %162 = arith.mulf %159, %160 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %162 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %165 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %166 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %167 = linalg.fill ins(%165 : f32) outs(%166 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %168 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.14.mul : tensor<1x2x3x3xf32>) outs(%167 : tensor<1x2x3xf32>) {
-    ^bb0(%169: f32, %170: f32):
-      %171 = arith.addf %170, %169 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %171 : f32 loc("examples/layers.kina":110:45)
+    %163 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %164 = bufferization.alloc_tensor() : tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %165 = linalg.fill ins(%163 : f32) outs(%164 : tensor<1x2x3xf32>) -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
+    %166 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.14.mul : tensor<1x2x3x3xf32>) outs(%165 : tensor<1x2x3xf32>) {
+    ^bb0(%167: f32, %168: f32):
+      %169 = arith.addf %168, %167 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %169 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
-    %ct.15.reduce_keep = tensor.expand_shape %168 [[0], [1], [2, 3]] output_shape [1, 2, 3, 1] : tensor<1x2x3xf32> into tensor<1x2x3x1xf32> loc("examples/layers.kina":110:45)
-    %172 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.15.reduce_keep : tensor<1x2x3x1xf32>) outs(%172 : tensor<1x2x3x3xf32>) {
-    ^bb0(%173: f32, %174: f32):
-      linalg.yield %173 : f32 loc("examples/layers.kina":110:45)
+    %ct.15.reduce_keep = tensor.expand_shape %166 [[0], [1], [2, 3]] output_shape [1, 2, 3, 1] : tensor<1x2x3xf32> into tensor<1x2x3x1xf32> loc("examples/layers.kina":110:45)
+    %170 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.15.reduce_keep : tensor<1x2x3x1xf32>) outs(%170 : tensor<1x2x3x3xf32>) {
+    ^bb0(%171: f32, %172: f32):
+      linalg.yield %171 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %175 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.16.broadcast : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%175 : tensor<1x2x3x3xf32>) {
-    ^bb0(%176: f32, %177: f32, %178: f32):
-      %179 = arith.subf %176, %177 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %179 : f32 loc("examples/layers.kina":110:45)
+    %173 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.16.broadcast : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%173 : tensor<1x2x3x3xf32>) {
+    ^bb0(%174: f32, %175: f32, %176: f32):
+      %177 = arith.subf %174, %175 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %177 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %180 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.24.probs, %ct.17.sub : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%180 : tensor<1x2x3x3xf32>) {
-    ^bb0(%181: f32, %182: f32, %183: f32):
-      %184 = arith.mulf %181, %182 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %184 : f32 loc("examples/layers.kina":110:45)
+    %178 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
+    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.24.probs, %ct.17.sub : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%178 : tensor<1x2x3x3xf32>) {
+    ^bb0(%179: f32, %180: f32, %181: f32):
+      %182 = arith.mulf %179, %180 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %182 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
     %ct.19.zeros = arith.constant dense<0.0> : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %185 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.22.keep, %ct.18.mul, %ct.19.zeros : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%185 : tensor<1x2x3x3xf32>) {
-    ^bb0(%186: i8, %187: f32, %188: f32, %189: f32):
-      %190 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %191 = arith.cmpi ne, %186, %190 : i8 loc("examples/layers.kina":110:2)
-      %192 = arith.select %191, %187, %188 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %192 : f32 loc("examples/layers.kina":110:2)
+    %183 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
+    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.22.keep, %ct.18.mul, %ct.19.zeros : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%183 : tensor<1x2x3x3xf32>) {
+    ^bb0(%184: i8, %185: f32, %186: f32, %187: f32):
+      %188 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %189 = arith.cmpi ne, %184, %188 : i8 loc("examples/layers.kina":110:2)
+      %190 = arith.select %189, %185, %186 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %190 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %193 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.20.where, %inert.26 : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%193 : tensor<1x2x3x3xf32>) {
-    ^bb0(%194: f32, %195: f32, %196: f32):
-      %197 = arith.mulf %194, %195 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %197 : f32 loc("examples/layers.kina":107:8)
+    %191 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
+    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.20.where : tensor<1x2x3x3xf32>) outs(%191 : tensor<1x2x3x3xf32>) {
+    ^bb0(%192: f32, %193: f32):
+      %194 = arith.mulf %192, %46 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %194 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":107:8)
-    %198 = tensor.empty() : tensor<1x2x3x2xf32> loc("examples/layers.kina":106:75)
-    %ct.22.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_3_2.19.k_t : tensor<1x2x2x3xf32>) outs(%198 : tensor<1x2x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %199 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":106:75)
-    %200 = tensor.collapse_shape %ct.22.transpose [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %201 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %202 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %203 = linalg.fill ins(%201 : f32) outs(%202 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %204 = linalg.batch_matmul ins(%199, %200 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%203 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %ct.23.matmul = tensor.expand_shape %204 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":106:75)
-    %205 = tensor.empty() : tensor<1x2x2x3xf32> loc("examples/layers.kina":106:75)
-    %ct.24.transpose = linalg.transpose ins(%nn.split_heads$1_3_2_2.14.heads : tensor<1x2x3x2xf32>) outs(%205 : tensor<1x2x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %206 = tensor.collapse_shape %ct.24.transpose [[0, 1], [2], [3]] : tensor<1x2x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %207 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":106:75)
-    %208 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %209 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %210 = linalg.fill ins(%208 : f32) outs(%209 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %211 = linalg.batch_matmul ins(%206, %207 : tensor<2x2x3xf32>, tensor<2x3x3xf32>) outs(%210 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %ct.25.matmul = tensor.expand_shape %211 [[0, 1], [2], [3]] output_shape [1, 2, 2, 3] : tensor<2x2x3xf32> into tensor<1x2x2x3xf32> loc("examples/layers.kina":106:75)
-    %212 = tensor.empty() : tensor<1x2x3x2xf32> loc("examples/layers.kina":106:31)
-    %ct.26.transpose = linalg.transpose ins(%ct.25.matmul : tensor<1x2x2x3xf32>) outs(%212 : tensor<1x2x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
-    %213 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.27.transpose = linalg.transpose ins(%ct.13.matmul : tensor<1x2x3x2xf32>) outs(%213 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %214 = tensor.collapse_shape %ct.27.transpose [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
-    %ct.28.reshape = tensor.expand_shape %214 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":92:39)
-    %215 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.29.transpose = linalg.transpose ins(%ct.26.transpose : tensor<1x2x3x2xf32>) outs(%215 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %216 = tensor.collapse_shape %ct.29.transpose [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
-    %ct.30.reshape = tensor.expand_shape %216 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":92:39)
-    %217 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.31.transpose = linalg.transpose ins(%ct.23.matmul : tensor<1x2x3x2xf32>) outs(%217 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %218 = tensor.collapse_shape %ct.31.transpose [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
-    %ct.32.reshape = tensor.expand_shape %218 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":92:39)
-    %219 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %220 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %221 = linalg.fill ins(%219 : f32) outs(%220 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.28.reshape : tensor<3x4xf32>) outs(%221 : tensor<4xf32>) {
-    ^bb0(%223: f32, %224: f32):
-      %225 = arith.addf %224, %223 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %225 : f32 loc("examples/layers.kina":20:18)
+    %195 = tensor.empty() : tensor<1x2x3x2xf32> loc("examples/layers.kina":106:75)
+    %ct.22.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_3_2.19.k_t : tensor<1x2x2x3xf32>) outs(%195 : tensor<1x2x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %196 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":106:75)
+    %197 = tensor.collapse_shape %ct.22.transpose [[0, 1], [2], [3]] : tensor<1x2x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %198 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %199 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %200 = linalg.fill ins(%198 : f32) outs(%199 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %201 = linalg.batch_matmul ins(%196, %197 : tensor<2x3x3xf32>, tensor<2x3x2xf32>) outs(%200 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %ct.23.matmul = tensor.expand_shape %201 [[0, 1], [2], [3]] output_shape [1, 2, 3, 2] : tensor<2x3x2xf32> into tensor<1x2x3x2xf32> loc("examples/layers.kina":106:75)
+    %202 = tensor.empty() : tensor<1x2x2x3xf32> loc("examples/layers.kina":106:75)
+    %ct.24.transpose = linalg.transpose ins(%nn.split_heads$1_3_2_2.14.heads : tensor<1x2x3x2xf32>) outs(%202 : tensor<1x2x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %203 = tensor.collapse_shape %ct.24.transpose [[0, 1], [2], [3]] : tensor<1x2x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %204 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<1x2x3x3xf32> into tensor<2x3x3xf32> loc("examples/layers.kina":106:75)
+    %205 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %206 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %207 = linalg.fill ins(%205 : f32) outs(%206 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %208 = linalg.batch_matmul ins(%203, %204 : tensor<2x2x3xf32>, tensor<2x3x3xf32>) outs(%207 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %ct.25.matmul = tensor.expand_shape %208 [[0, 1], [2], [3]] output_shape [1, 2, 2, 3] : tensor<2x2x3xf32> into tensor<1x2x2x3xf32> loc("examples/layers.kina":106:75)
+    %209 = tensor.empty() : tensor<1x2x3x2xf32> loc("examples/layers.kina":106:31)
+    %ct.26.transpose = linalg.transpose ins(%ct.25.matmul : tensor<1x2x2x3xf32>) outs(%209 : tensor<1x2x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
+    %210 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.27.transpose = linalg.transpose ins(%ct.13.matmul : tensor<1x2x3x2xf32>) outs(%210 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %211 = tensor.collapse_shape %ct.27.transpose [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
+    %ct.28.reshape = tensor.expand_shape %211 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":92:39)
+    %212 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.29.transpose = linalg.transpose ins(%ct.26.transpose : tensor<1x2x3x2xf32>) outs(%212 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %213 = tensor.collapse_shape %ct.29.transpose [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
+    %ct.30.reshape = tensor.expand_shape %213 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":92:39)
+    %214 = tensor.empty() : tensor<1x3x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.31.transpose = linalg.transpose ins(%ct.23.matmul : tensor<1x2x3x2xf32>) outs(%214 : tensor<1x3x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %215 = tensor.collapse_shape %ct.31.transpose [[0, 1, 2, 3]] : tensor<1x3x2x2xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
+    %ct.32.reshape = tensor.expand_shape %215 [[0, 1]] output_shape [3, 4] : tensor<12xf32> into tensor<3x4xf32> loc("examples/layers.kina":92:39)
+    %216 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %217 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %218 = linalg.fill ins(%216 : f32) outs(%217 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %219 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.28.reshape : tensor<3x4xf32>) outs(%218 : tensor<4xf32>) {
+    ^bb0(%220: f32, %221: f32):
+      %222 = arith.addf %221, %220 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %222 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.33.reduce_keep = tensor.expand_shape %222 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.33.reduce_keep = tensor.expand_shape %219 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.34.reshape = tensor.collapse_shape %ct.33.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %226 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.35.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%226 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %227 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %228 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %229 = linalg.fill ins(%227 : f32) outs(%228 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.36.matmul = linalg.matmul ins(%ct.28.reshape, %ct.35.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%229 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %230 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.37.transpose = linalg.transpose ins(%x : tensor<3x4xf32>) outs(%230 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %231 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %232 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %233 = linalg.fill ins(%231 : f32) outs(%232 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.28.reshape : tensor<4x3xf32>, tensor<3x4xf32>) outs(%233 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %234 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %235 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %236 = linalg.fill ins(%234 : f32) outs(%235 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %237 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.30.reshape : tensor<3x4xf32>) outs(%236 : tensor<4xf32>) {
-    ^bb0(%238: f32, %239: f32):
-      %240 = arith.addf %239, %238 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %240 : f32 loc("examples/layers.kina":20:18)
+    %223 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.35.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%223 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %224 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %225 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %226 = linalg.fill ins(%224 : f32) outs(%225 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.36.matmul = linalg.matmul ins(%ct.28.reshape, %ct.35.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%226 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %227 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.37.transpose = linalg.transpose ins(%x : tensor<3x4xf32>) outs(%227 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %228 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %229 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %230 = linalg.fill ins(%228 : f32) outs(%229 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.28.reshape : tensor<4x3xf32>, tensor<3x4xf32>) outs(%230 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %231 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %232 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %233 = linalg.fill ins(%231 : f32) outs(%232 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %234 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.30.reshape : tensor<3x4xf32>) outs(%233 : tensor<4xf32>) {
+    ^bb0(%235: f32, %236: f32):
+      %237 = arith.addf %236, %235 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %237 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.39.reduce_keep = tensor.expand_shape %237 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.39.reduce_keep = tensor.expand_shape %234 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.40.reshape = tensor.collapse_shape %ct.39.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %241 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.41.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%241 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %242 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %243 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %244 = linalg.fill ins(%242 : f32) outs(%243 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.42.matmul = linalg.matmul ins(%ct.30.reshape, %ct.41.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%244 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %245 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.43.transpose = linalg.transpose ins(%x : tensor<3x4xf32>) outs(%245 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %246 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %247 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %248 = linalg.fill ins(%246 : f32) outs(%247 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.44.matmul = linalg.matmul ins(%ct.43.transpose, %ct.30.reshape : tensor<4x3xf32>, tensor<3x4xf32>) outs(%248 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %249 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.45.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %ct.42.matmul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%249 : tensor<3x4xf32>) {
-    ^bb0(%250: f32, %251: f32, %252: f32):
-      %253 = arith.addf %250, %251 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %253 : f32 loc("examples/layers.kina":19:52)
+    %238 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.41.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%238 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %239 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %240 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %241 = linalg.fill ins(%239 : f32) outs(%240 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.42.matmul = linalg.matmul ins(%ct.30.reshape, %ct.41.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%241 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %242 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.43.transpose = linalg.transpose ins(%x : tensor<3x4xf32>) outs(%242 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %243 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %244 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %245 = linalg.fill ins(%243 : f32) outs(%244 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.44.matmul = linalg.matmul ins(%ct.43.transpose, %ct.30.reshape : tensor<4x3xf32>, tensor<3x4xf32>) outs(%245 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %246 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.45.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %ct.42.matmul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%246 : tensor<3x4xf32>) {
+    ^bb0(%247: f32, %248: f32, %249: f32):
+      %250 = arith.addf %247, %248 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %250 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %254 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %255 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %256 = linalg.fill ins(%254 : f32) outs(%255 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %257 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.reshape : tensor<3x4xf32>) outs(%256 : tensor<4xf32>) {
-    ^bb0(%258: f32, %259: f32):
-      %260 = arith.addf %259, %258 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %260 : f32 loc("examples/layers.kina":20:18)
+    %251 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %252 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %253 = linalg.fill ins(%251 : f32) outs(%252 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %254 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.reshape : tensor<3x4xf32>) outs(%253 : tensor<4xf32>) {
+    ^bb0(%255: f32, %256: f32):
+      %257 = arith.addf %256, %255 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %257 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.46.reduce_keep = tensor.expand_shape %257 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.46.reduce_keep = tensor.expand_shape %254 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.47.reshape = tensor.collapse_shape %ct.46.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %261 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.48.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%261 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %262 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %263 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %264 = linalg.fill ins(%262 : f32) outs(%263 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.49.matmul = linalg.matmul ins(%ct.32.reshape, %ct.48.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%264 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %265 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.50.transpose = linalg.transpose ins(%x : tensor<3x4xf32>) outs(%265 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %266 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %267 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %268 = linalg.fill ins(%266 : f32) outs(%267 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.51.matmul = linalg.matmul ins(%ct.50.transpose, %ct.32.reshape : tensor<4x3xf32>, tensor<3x4xf32>) outs(%268 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %269 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.52.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.45.add, %ct.49.matmul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%269 : tensor<3x4xf32>) {
-    ^bb0(%270: f32, %271: f32, %272: f32):
-      %273 = arith.addf %270, %271 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %273 : f32 loc("examples/layers.kina":19:52)
+    %258 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.48.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%258 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %259 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %260 = bufferization.alloc_tensor() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %261 = linalg.fill ins(%259 : f32) outs(%260 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.49.matmul = linalg.matmul ins(%ct.32.reshape, %ct.48.transpose : tensor<3x4xf32>, tensor<4x4xf32>) outs(%261 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %262 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.50.transpose = linalg.transpose ins(%x : tensor<3x4xf32>) outs(%262 : tensor<4x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %263 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %264 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %265 = linalg.fill ins(%263 : f32) outs(%264 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.51.matmul = linalg.matmul ins(%ct.50.transpose, %ct.32.reshape : tensor<4x3xf32>, tensor<3x4xf32>) outs(%265 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %266 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.52.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.45.add, %ct.49.matmul : tensor<3x4xf32>, tensor<3x4xf32>) outs(%266 : tensor<3x4xf32>) {
+    ^bb0(%267: f32, %268: f32, %269: f32):
+      %270 = arith.addf %267, %268 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %270 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     return %nn.linear$3_4_4.31.out, %ct.52.add, %ct.51.matmul, %ct.47.reshape, %ct.44.matmul, %ct.40.reshape, %ct.38.matmul, %ct.34.reshape, %ct.7.matmul, %ct.3.reshape : tensor<3x4xf32>, tensor<3x4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32> loc("examples/layers.kina":121:69)
   } loc("examples/layers.kina":121:69)
@@ -5150,310 +5042,306 @@ module {
     %45 = linalg.batch_matmul ins(%40, %41 : tensor<2x2x3xf32>, tensor<2x3x2xf32>) outs(%44 : tensor<2x2x2xf32>) -> tensor<2x2x2xf32> loc("examples/layers.kina":106:75)
     %nn.causal_sdpa$2_1_2_3.20.scores = tensor.expand_shape %45 [[0, 1], [2], [3]] output_shape [2, 1, 2, 2] : tensor<2x2x2xf32> into tensor<2x1x2x2xf32> loc("examples/layers.kina":106:75)
     %46 = arith.constant 0.5773502691896258 : f32 loc("examples/layers.kina":107:17)
-    %47 = bufferization.alloc_tensor() : tensor<2x1x2x2xf32> loc("examples/layers.kina":107:17)
-    %inert.26 = linalg.fill ins(%46 : f32) outs(%47 : tensor<2x1x2x2xf32>) -> tensor<2x1x2x2xf32> loc("examples/layers.kina":107:17)
     %48 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
-    %nn.causal_sdpa$2_1_2_3.21.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.20.scores, %inert.26 : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%48 : tensor<2x1x2x2xf32>) {
-    ^bb0(%49: f32, %50: f32, %51: f32):
-      %52 = arith.mulf %49, %50 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %52 : f32 loc("examples/layers.kina":107:8)
+    %nn.causal_sdpa$2_1_2_3.21.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.20.scores : tensor<2x1x2x2xf32>) outs(%48 : tensor<2x1x2x2xf32>) {
+    ^bb0(%49: f32, %50: f32):
+      %51 = arith.mulf %49, %46 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %51 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
-    %54 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:36)
-    %53 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%54 : tensor<2x2xi64>) {
-    ^bb0(%55: i64):
-      %56 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %57 = arith.index_cast %56 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %57 : i64 loc("examples/layers.kina":108:36)
+    %53 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:36)
+    %52 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%53 : tensor<2x2xi64>) {
+    ^bb0(%54: i64):
+      %55 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %56 = arith.index_cast %55 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %56 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<2x2xi64> loc("examples/layers.kina":108:36)
-    %59 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:64)
-    %58 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%59 : tensor<2x2xi64>) {
-    ^bb0(%60: i64):
-      %61 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %62 = arith.index_cast %61 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %62 : i64 loc("examples/layers.kina":108:64)
+    %58 = tensor.empty() : tensor<2x2xi64> loc("examples/layers.kina":108:64)
+    %57 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%58 : tensor<2x2xi64>) {
+    ^bb0(%59: i64):
+      %60 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %61 = arith.index_cast %60 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %61 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<2x2xi64> loc("examples/layers.kina":108:64)
-    %64 = tensor.empty() : tensor<2x2xi8> loc("examples/layers.kina":108:33)
-    %63 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%53, %58 : tensor<2x2xi64>, tensor<2x2xi64>) outs(%64 : tensor<2x2xi8>) {
-    ^bb0(%65: i64, %66: i64, %67: i8):
-      %68 = arith.cmpi sge, %65, %66 : i64 loc("examples/layers.kina":108:33)
-      %69 = arith.extui %68 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %69 : i8 loc("examples/layers.kina":108:33)
+    %63 = tensor.empty() : tensor<2x2xi8> loc("examples/layers.kina":108:33)
+    %62 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%52, %57 : tensor<2x2xi64>, tensor<2x2xi64>) outs(%63 : tensor<2x2xi8>) {
+    ^bb0(%64: i64, %65: i64, %66: i8):
+      %67 = arith.cmpi sge, %64, %65 : i64 loc("examples/layers.kina":108:33)
+      %68 = arith.extui %67 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %68 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<2x2xi8> loc("examples/layers.kina":108:33)
-    %70 = tensor.collapse_shape %63 [[0, 1]] : tensor<2x2xi8> into tensor<4xi8> loc("examples/layers.kina":108:33)
-    %inert.28 = tensor.expand_shape %70 [[0, 1, 2, 3]] output_shape [1, 1, 2, 2] : tensor<4xi8> into tensor<1x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %71 = tensor.empty() : tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %nn.causal_sdpa$2_1_2_3.22.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28 : tensor<1x1x2x2xi8>) outs(%71 : tensor<2x1x2x2xi8>) {
-    ^bb0(%72: i8, %73: i8):
-      linalg.yield %72 : i8 loc("examples/layers.kina":108:33)
+    %69 = tensor.collapse_shape %62 [[0, 1]] : tensor<2x2xi8> into tensor<4xi8> loc("examples/layers.kina":108:33)
+    %inert.28 = tensor.expand_shape %69 [[0, 1, 2, 3]] output_shape [1, 1, 2, 2] : tensor<4xi8> into tensor<1x1x2x2xi8> loc("examples/layers.kina":108:33)
+    %70 = tensor.empty() : tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
+    %nn.causal_sdpa$2_1_2_3.22.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28 : tensor<1x1x2x2xi8>) outs(%70 : tensor<2x1x2x2xi8>) {
+    ^bb0(%71: i8, %72: i8):
+      linalg.yield %71 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %74 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %75 = bufferization.alloc_tensor() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:22)
-    %inert.30 = linalg.fill ins(%74 : f32) outs(%75 : tensor<2x1x2x2xf32>) -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:22)
-    %76 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %nn.causal_sdpa$2_1_2_3.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.22.keep, %nn.causal_sdpa$2_1_2_3.21.scaled, %inert.30 : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%76 : tensor<2x1x2x2xf32>) {
-    ^bb0(%77: i8, %78: f32, %79: f32, %80: f32):
-      %81 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %82 = arith.cmpi ne, %77, %81 : i8 loc("examples/layers.kina":110:2)
-      %83 = arith.select %82, %78, %79 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %83 : f32 loc("examples/layers.kina":110:2)
+    %73 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %75 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
+    %nn.causal_sdpa$2_1_2_3.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.22.keep, %nn.causal_sdpa$2_1_2_3.21.scaled : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>) outs(%75 : tensor<2x1x2x2xf32>) {
+    ^bb0(%76: i8, %77: f32, %78: f32):
+      %79 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %80 = arith.cmpi ne, %76, %79 : i8 loc("examples/layers.kina":110:2)
+      %81 = arith.select %80, %77, %73 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %81 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %84 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %85 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %86 = linalg.fill ins(%84 : f32) outs(%85 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %87 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$2_1_2_3.23.masked : tensor<2x1x2x2xf32>) outs(%86 : tensor<2x1x2xf32>) {
-    ^bb0(%88: f32, %89: f32):
-      %90 = arith.maximumf %89, %88 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %90 : f32 loc("examples/layers.kina":110:45)
+    %82 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %83 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %84 = linalg.fill ins(%82 : f32) outs(%83 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %85 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$2_1_2_3.23.masked : tensor<2x1x2x2xf32>) outs(%84 : tensor<2x1x2xf32>) {
+    ^bb0(%86: f32, %87: f32):
+      %88 = arith.maximumf %87, %86 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %88 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %91 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %92 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.23.masked, %87 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%91 : tensor<2x1x2x2xf32>) {
-    ^bb0(%93: f32, %94: f32, %95: f32):
-      %96 = arith.subf %93, %94 : f32 loc("examples/layers.kina":110:45)
-      %97 = math.exp %96 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %97 : f32 loc("examples/layers.kina":110:45)
+    %89 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %90 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.23.masked, %85 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%89 : tensor<2x1x2x2xf32>) {
+    ^bb0(%91: f32, %92: f32, %93: f32):
+      %94 = arith.subf %91, %92 : f32 loc("examples/layers.kina":110:45)
+      %95 = math.exp %94 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %95 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %98 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %99 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %100 = linalg.fill ins(%98 : f32) outs(%99 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %101 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%92 : tensor<2x1x2x2xf32>) outs(%100 : tensor<2x1x2xf32>) {
-    ^bb0(%102: f32, %103: f32):
-      %104 = arith.addf %103, %102 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %104 : f32 loc("examples/layers.kina":110:45)
+    %96 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %97 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %98 = linalg.fill ins(%96 : f32) outs(%97 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %99 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%90 : tensor<2x1x2x2xf32>) outs(%98 : tensor<2x1x2xf32>) {
+    ^bb0(%100: f32, %101: f32):
+      %102 = arith.addf %101, %100 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %102 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %105 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %nn.causal_sdpa$2_1_2_3.24.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%92, %101 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%105 : tensor<2x1x2x2xf32>) {
-    ^bb0(%106: f32, %107: f32, %108: f32):
-      %109 = arith.divf %106, %107 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %109 : f32 loc("examples/layers.kina":110:45)
+    %103 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %nn.causal_sdpa$2_1_2_3.24.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%90, %99 : tensor<2x1x2x2xf32>, tensor<2x1x2xf32>) outs(%103 : tensor<2x1x2x2xf32>) {
+    ^bb0(%104: f32, %105: f32, %106: f32):
+      %107 = arith.divf %104, %105 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %107 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %110 = tensor.collapse_shape %nn.causal_sdpa$2_1_2_3.24.probs [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
-    %111 = tensor.collapse_shape %nn.split_heads$2_2_1_3.18.heads [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %112 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %113 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %114 = linalg.fill ins(%112 : f32) outs(%113 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %115 = linalg.batch_matmul ins(%110, %111 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%114 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %nn.causal_sdpa$2_1_2_3.25.ctx = tensor.expand_shape %115 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":111:11)
-    %116 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":97:31)
-    %nn.merge_heads$2_1_2_3.26.rows_t = linalg.transpose ins(%nn.causal_sdpa$2_1_2_3.25.ctx : tensor<2x1x2x3xf32>) outs(%116 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %117 = tensor.collapse_shape %nn.merge_heads$2_1_2_3.26.rows_t [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
-    %nn.merge_heads$2_1_2_3.27.rows = tensor.expand_shape %117 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":98:24)
-    %118 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %119 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %120 = linalg.fill ins(%118 : f32) outs(%119 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_3_3.28.y = linalg.matmul ins(%nn.merge_heads$2_1_2_3.27.rows, %wo : tensor<4x3xf32>, tensor<3x3xf32>) outs(%120 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %108 = tensor.collapse_shape %nn.causal_sdpa$2_1_2_3.24.probs [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
+    %109 = tensor.collapse_shape %nn.split_heads$2_2_1_3.18.heads [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %110 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %111 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %112 = linalg.fill ins(%110 : f32) outs(%111 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %113 = linalg.batch_matmul ins(%108, %109 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%112 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %nn.causal_sdpa$2_1_2_3.25.ctx = tensor.expand_shape %113 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":111:11)
+    %114 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":97:31)
+    %nn.merge_heads$2_1_2_3.26.rows_t = linalg.transpose ins(%nn.causal_sdpa$2_1_2_3.25.ctx : tensor<2x1x2x3xf32>) outs(%114 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %115 = tensor.collapse_shape %nn.merge_heads$2_1_2_3.26.rows_t [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
+    %nn.merge_heads$2_1_2_3.27.rows = tensor.expand_shape %115 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":98:24)
+    %116 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %117 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %118 = linalg.fill ins(%116 : f32) outs(%117 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_3_3.28.y = linalg.matmul ins(%nn.merge_heads$2_1_2_3.27.rows, %wo : tensor<4x3xf32>, tensor<3x3xf32>) outs(%118 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.29.b_row = tensor.expand_shape %bo [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %121 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_3_3.30.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.29.b_row : tensor<1x3xf32>) outs(%121 : tensor<4x3xf32>) {
-    ^bb0(%122: f32, %123: f32):
-      linalg.yield %122 : f32 loc("examples/layers.kina":20:18)
+    %119 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_3_3.30.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.29.b_row : tensor<1x3xf32>) outs(%119 : tensor<4x3xf32>) {
+    ^bb0(%120: f32, %121: f32):
+      linalg.yield %120 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %124 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_3_3.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.28.y, %nn.linear$4_3_3.30.b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%124 : tensor<4x3xf32>) {
-    ^bb0(%125: f32, %126: f32, %127: f32):
-      %128 = arith.addf %125, %126 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %128 : f32 loc("examples/layers.kina":20:57)
+    %122 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_3_3.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.28.y, %nn.linear$4_3_3.30.b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%122 : tensor<4x3xf32>) {
+    ^bb0(%123: f32, %124: f32, %125: f32):
+      %126 = arith.addf %123, %124 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %126 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x3xf32> loc("examples/layers.kina":20:57)
     %ct.1.seed = arith.constant dense<1.0> : tensor<4x3xf32> loc("examples/layers.kina":135:14)
-    %129 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %130 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
-    %131 = linalg.fill ins(%129 : f32) outs(%130 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %132 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.1.seed : tensor<4x3xf32>) outs(%131 : tensor<3xf32>) {
-    ^bb0(%133: f32, %134: f32):
-      %135 = arith.addf %134, %133 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %135 : f32 loc("examples/layers.kina":20:18)
+    %127 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %128 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
+    %129 = linalg.fill ins(%127 : f32) outs(%128 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
+    %130 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.1.seed : tensor<4x3xf32>) outs(%129 : tensor<3xf32>) {
+    ^bb0(%131: f32, %132: f32):
+      %133 = arith.addf %132, %131 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %133 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %ct.2.reduce_keep = tensor.expand_shape %132 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
+    %ct.2.reduce_keep = tensor.expand_shape %130 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
     %ct.3.reshape = tensor.collapse_shape %ct.2.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/layers.kina":19:75)
-    %136 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.4.transpose = linalg.transpose ins(%wo : tensor<3x3xf32>) outs(%136 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %137 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %138 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %139 = linalg.fill ins(%137 : f32) outs(%138 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.5.matmul = linalg.matmul ins(%ct.1.seed, %ct.4.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%139 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %140 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.6.transpose = linalg.transpose ins(%nn.merge_heads$2_1_2_3.27.rows : tensor<4x3xf32>) outs(%140 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %141 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %142 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %143 = linalg.fill ins(%141 : f32) outs(%142 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.7.matmul = linalg.matmul ins(%ct.6.transpose, %ct.1.seed : tensor<3x4xf32>, tensor<4x3xf32>) outs(%143 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %144 = tensor.collapse_shape %ct.5.matmul [[0, 1]] : tensor<4x3xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
-    %ct.8.reshape = tensor.expand_shape %144 [[0, 1, 2, 3]] output_shape [2, 2, 1, 3] : tensor<12xf32> into tensor<2x2x1x3xf32> loc("examples/layers.kina":98:24)
-    %145 = tensor.empty() : tensor<2x1x2x3xf32> loc("examples/layers.kina":97:31)
-    %ct.9.transpose = linalg.transpose ins(%ct.8.reshape : tensor<2x2x1x3xf32>) outs(%145 : tensor<2x1x2x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %146 = tensor.empty() : tensor<2x1x3x2xf32> loc("examples/layers.kina":111:11)
-    %ct.10.transpose = linalg.transpose ins(%nn.split_heads$2_2_1_3.18.heads : tensor<2x1x2x3xf32>) outs(%146 : tensor<2x1x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %147 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %148 = tensor.collapse_shape %ct.10.transpose [[0, 1], [2], [3]] : tensor<2x1x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
-    %149 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %150 = bufferization.alloc_tensor() : tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
-    %151 = linalg.fill ins(%149 : f32) outs(%150 : tensor<2x2x2xf32>) -> tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
-    %152 = linalg.batch_matmul ins(%147, %148 : tensor<2x2x3xf32>, tensor<2x3x2xf32>) outs(%151 : tensor<2x2x2xf32>) -> tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
-    %ct.11.matmul = tensor.expand_shape %152 [[0, 1], [2], [3]] output_shape [2, 1, 2, 2] : tensor<2x2x2xf32> into tensor<2x1x2x2xf32> loc("examples/layers.kina":111:11)
-    %153 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":111:11)
-    %ct.12.transpose = linalg.transpose ins(%nn.causal_sdpa$2_1_2_3.24.probs : tensor<2x1x2x2xf32>) outs(%153 : tensor<2x1x2x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %154 = tensor.collapse_shape %ct.12.transpose [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
-    %155 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %156 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %157 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %158 = linalg.fill ins(%156 : f32) outs(%157 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %159 = linalg.batch_matmul ins(%154, %155 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%158 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
-    %ct.13.matmul = tensor.expand_shape %159 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":111:11)
-    %160 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %nn.causal_sdpa$2_1_2_3.24.probs : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%160 : tensor<2x1x2x2xf32>) {
-    ^bb0(%161: f32, %162: f32, %163: f32):
-      %164 = arith.mulf %161, %162 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %164 : f32 loc("examples/layers.kina":110:45)
+    %134 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.4.transpose = linalg.transpose ins(%wo : tensor<3x3xf32>) outs(%134 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %135 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %136 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %137 = linalg.fill ins(%135 : f32) outs(%136 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.5.matmul = linalg.matmul ins(%ct.1.seed, %ct.4.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%137 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %138 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.6.transpose = linalg.transpose ins(%nn.merge_heads$2_1_2_3.27.rows : tensor<4x3xf32>) outs(%138 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %139 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %140 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %141 = linalg.fill ins(%139 : f32) outs(%140 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.7.matmul = linalg.matmul ins(%ct.6.transpose, %ct.1.seed : tensor<3x4xf32>, tensor<4x3xf32>) outs(%141 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %142 = tensor.collapse_shape %ct.5.matmul [[0, 1]] : tensor<4x3xf32> into tensor<12xf32> loc("examples/layers.kina":98:24)
+    %ct.8.reshape = tensor.expand_shape %142 [[0, 1, 2, 3]] output_shape [2, 2, 1, 3] : tensor<12xf32> into tensor<2x2x1x3xf32> loc("examples/layers.kina":98:24)
+    %143 = tensor.empty() : tensor<2x1x2x3xf32> loc("examples/layers.kina":97:31)
+    %ct.9.transpose = linalg.transpose ins(%ct.8.reshape : tensor<2x2x1x3xf32>) outs(%143 : tensor<2x1x2x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %144 = tensor.empty() : tensor<2x1x3x2xf32> loc("examples/layers.kina":111:11)
+    %ct.10.transpose = linalg.transpose ins(%nn.split_heads$2_2_1_3.18.heads : tensor<2x1x2x3xf32>) outs(%144 : tensor<2x1x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %145 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %146 = tensor.collapse_shape %ct.10.transpose [[0, 1], [2], [3]] : tensor<2x1x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":111:11)
+    %147 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %148 = bufferization.alloc_tensor() : tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
+    %149 = linalg.fill ins(%147 : f32) outs(%148 : tensor<2x2x2xf32>) -> tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
+    %150 = linalg.batch_matmul ins(%145, %146 : tensor<2x2x3xf32>, tensor<2x3x2xf32>) outs(%149 : tensor<2x2x2xf32>) -> tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
+    %ct.11.matmul = tensor.expand_shape %150 [[0, 1], [2], [3]] output_shape [2, 1, 2, 2] : tensor<2x2x2xf32> into tensor<2x1x2x2xf32> loc("examples/layers.kina":111:11)
+    %151 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":111:11)
+    %ct.12.transpose = linalg.transpose ins(%nn.causal_sdpa$2_1_2_3.24.probs : tensor<2x1x2x2xf32>) outs(%151 : tensor<2x1x2x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %152 = tensor.collapse_shape %ct.12.transpose [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":111:11)
+    %153 = tensor.collapse_shape %ct.9.transpose [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %154 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %155 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %156 = linalg.fill ins(%154 : f32) outs(%155 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %157 = linalg.batch_matmul ins(%152, %153 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%156 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":111:11)
+    %ct.13.matmul = tensor.expand_shape %157 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":111:11)
+    %158 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %nn.causal_sdpa$2_1_2_3.24.probs : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%158 : tensor<2x1x2x2xf32>) {
+    ^bb0(%159: f32, %160: f32, %161: f32):
+      %162 = arith.mulf %159, %160 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %162 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %165 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %166 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %167 = linalg.fill ins(%165 : f32) outs(%166 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %168 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.14.mul : tensor<2x1x2x2xf32>) outs(%167 : tensor<2x1x2xf32>) {
-    ^bb0(%169: f32, %170: f32):
-      %171 = arith.addf %170, %169 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %171 : f32 loc("examples/layers.kina":110:45)
+    %163 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %164 = bufferization.alloc_tensor() : tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %165 = linalg.fill ins(%163 : f32) outs(%164 : tensor<2x1x2xf32>) -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
+    %166 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.14.mul : tensor<2x1x2x2xf32>) outs(%165 : tensor<2x1x2xf32>) {
+    ^bb0(%167: f32, %168: f32):
+      %169 = arith.addf %168, %167 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %169 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
-    %ct.15.reduce_keep = tensor.expand_shape %168 [[0], [1], [2, 3]] output_shape [2, 1, 2, 1] : tensor<2x1x2xf32> into tensor<2x1x2x1xf32> loc("examples/layers.kina":110:45)
-    %172 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.15.reduce_keep : tensor<2x1x2x1xf32>) outs(%172 : tensor<2x1x2x2xf32>) {
-    ^bb0(%173: f32, %174: f32):
-      linalg.yield %173 : f32 loc("examples/layers.kina":110:45)
+    %ct.15.reduce_keep = tensor.expand_shape %166 [[0], [1], [2, 3]] output_shape [2, 1, 2, 1] : tensor<2x1x2xf32> into tensor<2x1x2x1xf32> loc("examples/layers.kina":110:45)
+    %170 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.15.reduce_keep : tensor<2x1x2x1xf32>) outs(%170 : tensor<2x1x2x2xf32>) {
+    ^bb0(%171: f32, %172: f32):
+      linalg.yield %171 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %175 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.16.broadcast : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%175 : tensor<2x1x2x2xf32>) {
-    ^bb0(%176: f32, %177: f32, %178: f32):
-      %179 = arith.subf %176, %177 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %179 : f32 loc("examples/layers.kina":110:45)
+    %173 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.16.broadcast : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%173 : tensor<2x1x2x2xf32>) {
+    ^bb0(%174: f32, %175: f32, %176: f32):
+      %177 = arith.subf %174, %175 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %177 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %180 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.24.probs, %ct.17.sub : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%180 : tensor<2x1x2x2xf32>) {
-    ^bb0(%181: f32, %182: f32, %183: f32):
-      %184 = arith.mulf %181, %182 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %184 : f32 loc("examples/layers.kina":110:45)
+    %178 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
+    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.24.probs, %ct.17.sub : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%178 : tensor<2x1x2x2xf32>) {
+    ^bb0(%179: f32, %180: f32, %181: f32):
+      %182 = arith.mulf %179, %180 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %182 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
     %ct.19.zeros = arith.constant dense<0.0> : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %185 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.22.keep, %ct.18.mul, %ct.19.zeros : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%185 : tensor<2x1x2x2xf32>) {
-    ^bb0(%186: i8, %187: f32, %188: f32, %189: f32):
-      %190 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %191 = arith.cmpi ne, %186, %190 : i8 loc("examples/layers.kina":110:2)
-      %192 = arith.select %191, %187, %188 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %192 : f32 loc("examples/layers.kina":110:2)
+    %183 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
+    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.22.keep, %ct.18.mul, %ct.19.zeros : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%183 : tensor<2x1x2x2xf32>) {
+    ^bb0(%184: i8, %185: f32, %186: f32, %187: f32):
+      %188 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %189 = arith.cmpi ne, %184, %188 : i8 loc("examples/layers.kina":110:2)
+      %190 = arith.select %189, %185, %186 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %190 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %193 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
-    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.20.where, %inert.26 : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%193 : tensor<2x1x2x2xf32>) {
-    ^bb0(%194: f32, %195: f32, %196: f32):
-      %197 = arith.mulf %194, %195 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %197 : f32 loc("examples/layers.kina":107:8)
+    %191 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
+    %ct.21.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.20.where : tensor<2x1x2x2xf32>) outs(%191 : tensor<2x1x2x2xf32>) {
+    ^bb0(%192: f32, %193: f32):
+      %194 = arith.mulf %192, %46 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %194 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":107:8)
-    %198 = tensor.empty() : tensor<2x1x2x3xf32> loc("examples/layers.kina":106:75)
-    %ct.22.transpose = linalg.transpose ins(%nn.causal_sdpa$2_1_2_3.19.k_t : tensor<2x1x3x2xf32>) outs(%198 : tensor<2x1x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %199 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":106:75)
-    %200 = tensor.collapse_shape %ct.22.transpose [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %201 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %202 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %203 = linalg.fill ins(%201 : f32) outs(%202 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %204 = linalg.batch_matmul ins(%199, %200 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%203 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
-    %ct.23.matmul = tensor.expand_shape %204 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":106:75)
-    %205 = tensor.empty() : tensor<2x1x3x2xf32> loc("examples/layers.kina":106:75)
-    %ct.24.transpose = linalg.transpose ins(%nn.split_heads$2_2_1_3.14.heads : tensor<2x1x2x3xf32>) outs(%205 : tensor<2x1x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %206 = tensor.collapse_shape %ct.24.transpose [[0, 1], [2], [3]] : tensor<2x1x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %207 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":106:75)
-    %208 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %209 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %210 = linalg.fill ins(%208 : f32) outs(%209 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %211 = linalg.batch_matmul ins(%206, %207 : tensor<2x3x2xf32>, tensor<2x2x2xf32>) outs(%210 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
-    %ct.25.matmul = tensor.expand_shape %211 [[0, 1], [2], [3]] output_shape [2, 1, 3, 2] : tensor<2x3x2xf32> into tensor<2x1x3x2xf32> loc("examples/layers.kina":106:75)
-    %212 = tensor.empty() : tensor<2x1x2x3xf32> loc("examples/layers.kina":106:31)
-    %ct.26.transpose = linalg.transpose ins(%ct.25.matmul : tensor<2x1x3x2xf32>) outs(%212 : tensor<2x1x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
-    %213 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":92:80)
-    %ct.27.transpose = linalg.transpose ins(%ct.13.matmul : tensor<2x1x2x3xf32>) outs(%213 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %214 = tensor.collapse_shape %ct.27.transpose [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
-    %ct.28.reshape = tensor.expand_shape %214 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":92:39)
-    %215 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":92:80)
-    %ct.29.transpose = linalg.transpose ins(%ct.26.transpose : tensor<2x1x2x3xf32>) outs(%215 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %216 = tensor.collapse_shape %ct.29.transpose [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
-    %ct.30.reshape = tensor.expand_shape %216 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":92:39)
-    %217 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":92:80)
-    %ct.31.transpose = linalg.transpose ins(%ct.23.matmul : tensor<2x1x2x3xf32>) outs(%217 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %218 = tensor.collapse_shape %ct.31.transpose [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
-    %ct.32.reshape = tensor.expand_shape %218 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":92:39)
-    %219 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %220 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
-    %221 = linalg.fill ins(%219 : f32) outs(%220 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %222 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.28.reshape : tensor<4x3xf32>) outs(%221 : tensor<3xf32>) {
-    ^bb0(%223: f32, %224: f32):
-      %225 = arith.addf %224, %223 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %225 : f32 loc("examples/layers.kina":20:18)
+    %195 = tensor.empty() : tensor<2x1x2x3xf32> loc("examples/layers.kina":106:75)
+    %ct.22.transpose = linalg.transpose ins(%nn.causal_sdpa$2_1_2_3.19.k_t : tensor<2x1x3x2xf32>) outs(%195 : tensor<2x1x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %196 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":106:75)
+    %197 = tensor.collapse_shape %ct.22.transpose [[0, 1], [2], [3]] : tensor<2x1x2x3xf32> into tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %198 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %199 = bufferization.alloc_tensor() : tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %200 = linalg.fill ins(%198 : f32) outs(%199 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %201 = linalg.batch_matmul ins(%196, %197 : tensor<2x2x2xf32>, tensor<2x2x3xf32>) outs(%200 : tensor<2x2x3xf32>) -> tensor<2x2x3xf32> loc("examples/layers.kina":106:75)
+    %ct.23.matmul = tensor.expand_shape %201 [[0, 1], [2], [3]] output_shape [2, 1, 2, 3] : tensor<2x2x3xf32> into tensor<2x1x2x3xf32> loc("examples/layers.kina":106:75)
+    %202 = tensor.empty() : tensor<2x1x3x2xf32> loc("examples/layers.kina":106:75)
+    %ct.24.transpose = linalg.transpose ins(%nn.split_heads$2_2_1_3.14.heads : tensor<2x1x2x3xf32>) outs(%202 : tensor<2x1x3x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %203 = tensor.collapse_shape %ct.24.transpose [[0, 1], [2], [3]] : tensor<2x1x3x2xf32> into tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %204 = tensor.collapse_shape %ct.21.mul [[0, 1], [2], [3]] : tensor<2x1x2x2xf32> into tensor<2x2x2xf32> loc("examples/layers.kina":106:75)
+    %205 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %206 = bufferization.alloc_tensor() : tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %207 = linalg.fill ins(%205 : f32) outs(%206 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %208 = linalg.batch_matmul ins(%203, %204 : tensor<2x3x2xf32>, tensor<2x2x2xf32>) outs(%207 : tensor<2x3x2xf32>) -> tensor<2x3x2xf32> loc("examples/layers.kina":106:75)
+    %ct.25.matmul = tensor.expand_shape %208 [[0, 1], [2], [3]] output_shape [2, 1, 3, 2] : tensor<2x3x2xf32> into tensor<2x1x3x2xf32> loc("examples/layers.kina":106:75)
+    %209 = tensor.empty() : tensor<2x1x2x3xf32> loc("examples/layers.kina":106:31)
+    %ct.26.transpose = linalg.transpose ins(%ct.25.matmul : tensor<2x1x3x2xf32>) outs(%209 : tensor<2x1x2x3xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
+    %210 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":92:80)
+    %ct.27.transpose = linalg.transpose ins(%ct.13.matmul : tensor<2x1x2x3xf32>) outs(%210 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %211 = tensor.collapse_shape %ct.27.transpose [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
+    %ct.28.reshape = tensor.expand_shape %211 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":92:39)
+    %212 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":92:80)
+    %ct.29.transpose = linalg.transpose ins(%ct.26.transpose : tensor<2x1x2x3xf32>) outs(%212 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %213 = tensor.collapse_shape %ct.29.transpose [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
+    %ct.30.reshape = tensor.expand_shape %213 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":92:39)
+    %214 = tensor.empty() : tensor<2x2x1x3xf32> loc("examples/layers.kina":92:80)
+    %ct.31.transpose = linalg.transpose ins(%ct.23.matmul : tensor<2x1x2x3xf32>) outs(%214 : tensor<2x2x1x3xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %215 = tensor.collapse_shape %ct.31.transpose [[0, 1, 2, 3]] : tensor<2x2x1x3xf32> into tensor<12xf32> loc("examples/layers.kina":92:39)
+    %ct.32.reshape = tensor.expand_shape %215 [[0, 1]] output_shape [4, 3] : tensor<12xf32> into tensor<4x3xf32> loc("examples/layers.kina":92:39)
+    %216 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %217 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
+    %218 = linalg.fill ins(%216 : f32) outs(%217 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
+    %219 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.28.reshape : tensor<4x3xf32>) outs(%218 : tensor<3xf32>) {
+    ^bb0(%220: f32, %221: f32):
+      %222 = arith.addf %221, %220 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %222 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %ct.33.reduce_keep = tensor.expand_shape %222 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
+    %ct.33.reduce_keep = tensor.expand_shape %219 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
     %ct.34.reshape = tensor.collapse_shape %ct.33.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/layers.kina":19:75)
-    %226 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.35.transpose = linalg.transpose ins(%wv : tensor<3x3xf32>) outs(%226 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %227 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %228 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %229 = linalg.fill ins(%227 : f32) outs(%228 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.36.matmul = linalg.matmul ins(%ct.28.reshape, %ct.35.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%229 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %230 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.37.transpose = linalg.transpose ins(%x : tensor<4x3xf32>) outs(%230 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %231 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %232 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %233 = linalg.fill ins(%231 : f32) outs(%232 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.28.reshape : tensor<3x4xf32>, tensor<4x3xf32>) outs(%233 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %234 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %235 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
-    %236 = linalg.fill ins(%234 : f32) outs(%235 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %237 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.30.reshape : tensor<4x3xf32>) outs(%236 : tensor<3xf32>) {
-    ^bb0(%238: f32, %239: f32):
-      %240 = arith.addf %239, %238 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %240 : f32 loc("examples/layers.kina":20:18)
+    %223 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.35.transpose = linalg.transpose ins(%wv : tensor<3x3xf32>) outs(%223 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %224 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %225 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %226 = linalg.fill ins(%224 : f32) outs(%225 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.36.matmul = linalg.matmul ins(%ct.28.reshape, %ct.35.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%226 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %227 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.37.transpose = linalg.transpose ins(%x : tensor<4x3xf32>) outs(%227 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %228 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %229 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %230 = linalg.fill ins(%228 : f32) outs(%229 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.28.reshape : tensor<3x4xf32>, tensor<4x3xf32>) outs(%230 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %231 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %232 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
+    %233 = linalg.fill ins(%231 : f32) outs(%232 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
+    %234 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.30.reshape : tensor<4x3xf32>) outs(%233 : tensor<3xf32>) {
+    ^bb0(%235: f32, %236: f32):
+      %237 = arith.addf %236, %235 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %237 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %ct.39.reduce_keep = tensor.expand_shape %237 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
+    %ct.39.reduce_keep = tensor.expand_shape %234 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
     %ct.40.reshape = tensor.collapse_shape %ct.39.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/layers.kina":19:75)
-    %241 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.41.transpose = linalg.transpose ins(%wk : tensor<3x3xf32>) outs(%241 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %242 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %243 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %244 = linalg.fill ins(%242 : f32) outs(%243 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.42.matmul = linalg.matmul ins(%ct.30.reshape, %ct.41.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%244 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %245 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.43.transpose = linalg.transpose ins(%x : tensor<4x3xf32>) outs(%245 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %246 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %247 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %248 = linalg.fill ins(%246 : f32) outs(%247 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.44.matmul = linalg.matmul ins(%ct.43.transpose, %ct.30.reshape : tensor<3x4xf32>, tensor<4x3xf32>) outs(%248 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %249 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.45.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %ct.42.matmul : tensor<4x3xf32>, tensor<4x3xf32>) outs(%249 : tensor<4x3xf32>) {
-    ^bb0(%250: f32, %251: f32, %252: f32):
-      %253 = arith.addf %250, %251 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %253 : f32 loc("examples/layers.kina":19:52)
+    %238 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.41.transpose = linalg.transpose ins(%wk : tensor<3x3xf32>) outs(%238 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %239 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %240 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %241 = linalg.fill ins(%239 : f32) outs(%240 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.42.matmul = linalg.matmul ins(%ct.30.reshape, %ct.41.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%241 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %242 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.43.transpose = linalg.transpose ins(%x : tensor<4x3xf32>) outs(%242 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %243 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %244 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %245 = linalg.fill ins(%243 : f32) outs(%244 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.44.matmul = linalg.matmul ins(%ct.43.transpose, %ct.30.reshape : tensor<3x4xf32>, tensor<4x3xf32>) outs(%245 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %246 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.45.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %ct.42.matmul : tensor<4x3xf32>, tensor<4x3xf32>) outs(%246 : tensor<4x3xf32>) {
+    ^bb0(%247: f32, %248: f32, %249: f32):
+      %250 = arith.addf %247, %248 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %250 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %254 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %255 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
-    %256 = linalg.fill ins(%254 : f32) outs(%255 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %257 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.reshape : tensor<4x3xf32>) outs(%256 : tensor<3xf32>) {
-    ^bb0(%258: f32, %259: f32):
-      %260 = arith.addf %259, %258 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %260 : f32 loc("examples/layers.kina":20:18)
+    %251 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %252 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/layers.kina":20:18)
+    %253 = linalg.fill ins(%251 : f32) outs(%252 : tensor<3xf32>) -> tensor<3xf32> loc("examples/layers.kina":20:18)
+    %254 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.reshape : tensor<4x3xf32>) outs(%253 : tensor<3xf32>) {
+    ^bb0(%255: f32, %256: f32):
+      %257 = arith.addf %256, %255 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %257 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<3xf32> loc("examples/layers.kina":20:18)
-    %ct.46.reduce_keep = tensor.expand_shape %257 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
+    %ct.46.reduce_keep = tensor.expand_shape %254 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":20:18)
     %ct.47.reshape = tensor.collapse_shape %ct.46.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/layers.kina":19:75)
-    %261 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.48.transpose = linalg.transpose ins(%wq : tensor<3x3xf32>) outs(%261 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %262 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %263 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %264 = linalg.fill ins(%262 : f32) outs(%263 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.49.matmul = linalg.matmul ins(%ct.32.reshape, %ct.48.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%264 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %265 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
-    %ct.50.transpose = linalg.transpose ins(%x : tensor<4x3xf32>) outs(%265 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %266 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %267 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %268 = linalg.fill ins(%266 : f32) outs(%267 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %ct.51.matmul = linalg.matmul ins(%ct.50.transpose, %ct.32.reshape : tensor<3x4xf32>, tensor<4x3xf32>) outs(%268 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
-    %269 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
-    %ct.52.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.45.add, %ct.49.matmul : tensor<4x3xf32>, tensor<4x3xf32>) outs(%269 : tensor<4x3xf32>) {
-    ^bb0(%270: f32, %271: f32, %272: f32):
-      %273 = arith.addf %270, %271 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %273 : f32 loc("examples/layers.kina":19:52)
+    %258 = tensor.empty() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.48.transpose = linalg.transpose ins(%wq : tensor<3x3xf32>) outs(%258 : tensor<3x3xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %259 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %260 = bufferization.alloc_tensor() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %261 = linalg.fill ins(%259 : f32) outs(%260 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.49.matmul = linalg.matmul ins(%ct.32.reshape, %ct.48.transpose : tensor<4x3xf32>, tensor<3x3xf32>) outs(%261 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %262 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":19:52)
+    %ct.50.transpose = linalg.transpose ins(%x : tensor<4x3xf32>) outs(%262 : tensor<3x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %263 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %264 = bufferization.alloc_tensor() : tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %265 = linalg.fill ins(%263 : f32) outs(%264 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %ct.51.matmul = linalg.matmul ins(%ct.50.transpose, %ct.32.reshape : tensor<3x4xf32>, tensor<4x3xf32>) outs(%265 : tensor<3x3xf32>) -> tensor<3x3xf32> loc("examples/layers.kina":19:52)
+    %266 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":19:52)
+    %ct.52.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.45.add, %ct.49.matmul : tensor<4x3xf32>, tensor<4x3xf32>) outs(%266 : tensor<4x3xf32>) {
+    ^bb0(%267: f32, %268: f32, %269: f32):
+      %270 = arith.addf %267, %268 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %270 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     return %nn.linear$4_3_3.31.out, %ct.52.add, %ct.51.matmul, %ct.47.reshape, %ct.44.matmul, %ct.40.reshape, %ct.38.matmul, %ct.34.reshape, %ct.7.matmul, %ct.3.reshape : tensor<4x3xf32>, tensor<4x3xf32>, tensor<3x3xf32>, tensor<3xf32>, tensor<3x3xf32>, tensor<3xf32>, tensor<3x3xf32>, tensor<3xf32>, tensor<3x3xf32>, tensor<3xf32> loc("examples/layers.kina":121:69)
   } loc("examples/layers.kina":121:69)
@@ -5602,84 +5490,82 @@ module {
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
     %losses.nll_loss$4_5.3.total = tensor.expand_shape %62 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
     %66 = arith.constant 0.25 : f32 loc("examples/layers.kina":19:2)
-    %67 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %inert.4 = linalg.fill ins(%66 : f32) outs(%67 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
     %68 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %losses.nll_loss$4_5.4.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$4_5.3.total, %inert.4 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%68 : tensor<1x1xf32>) {
-    ^bb0(%69: f32, %70: f32, %71: f32):
-      %72 = arith.mulf %69, %70 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %72 : f32 loc("examples/layers.kina":18:83)
+    %losses.nll_loss$4_5.4.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$4_5.3.total : tensor<1x1xf32>) outs(%68 : tensor<1x1xf32>) {
+    ^bb0(%69: f32, %70: f32):
+      %71 = arith.mulf %69, %66 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %71 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/layers.kina":24:16)
-    %73 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.4 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%73 : tensor<1x1xf32>) {
-    ^bb0(%74: f32, %75: f32, %76: f32):
-      %77 = arith.mulf %74, %75 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %77 : f32 loc("examples/layers.kina":18:83)
+    %72 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<1x1xf32>) outs(%72 : tensor<1x1xf32>) {
+    ^bb0(%73: f32, %74: f32):
+      %75 = arith.mulf %73, %66 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %75 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %78 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:35)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%78 : tensor<4x1xf32>) {
-    ^bb0(%79: f32, %80: f32):
-      linalg.yield %79 : f32 loc("examples/layers.kina":18:35)
+    %76 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:35)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%76 : tensor<4x1xf32>) {
+    ^bb0(%77: f32, %78: f32):
+      linalg.yield %77 : f32 loc("examples/layers.kina":18:35)
     } -> tensor<4x1xf32> loc("examples/layers.kina":18:35)
-    %81 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<4x1xf32>) outs(%81 : tensor<4x1xf32>) {
-    ^bb0(%82: f32, %83: f32):
-      %84 = arith.negf %82 : f32 loc("examples/layers.kina":18:10)
-      linalg.yield %84 : f32 loc("examples/layers.kina":18:10)
+    %79 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<4x1xf32>) outs(%79 : tensor<4x1xf32>) {
+    ^bb0(%80: f32, %81: f32):
+      %82 = arith.negf %80 : f32 loc("examples/layers.kina":18:10)
+      linalg.yield %82 : f32 loc("examples/layers.kina":18:10)
     } -> tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %85 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %86 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
-    %87 = linalg.fill ins(%85 : i64) outs(%86 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
-    %88 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<4x1xi64>) outs(%87 : tensor<i64>) {
-    ^bb0(%89: i64, %90: i64):
-      %91 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-      %92 = arith.cmpi slt, %89, %91 : i64 loc("examples/layers.kina":16:54)
-      %93 = arith.constant 5 : i64 loc("examples/layers.kina":16:54)
-      %94 = arith.cmpi sge, %89, %93 : i64 loc("examples/layers.kina":16:54)
-      %95 = arith.ori %92, %94 : i1 loc("examples/layers.kina":16:54)
-      %96 = arith.extui %95 : i1 to i64 loc("examples/layers.kina":16:54)
-      %97 = arith.addi %90, %96 : i64 loc("examples/layers.kina":16:54)
-      linalg.yield %97 : i64 loc("examples/layers.kina":16:54)
+    %83 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %84 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
+    %85 = linalg.fill ins(%83 : i64) outs(%84 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
+    %86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<4x1xi64>) outs(%85 : tensor<i64>) {
+    ^bb0(%87: i64, %88: i64):
+      %89 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+      %90 = arith.cmpi slt, %87, %89 : i64 loc("examples/layers.kina":16:54)
+      %91 = arith.constant 5 : i64 loc("examples/layers.kina":16:54)
+      %92 = arith.cmpi sge, %87, %91 : i64 loc("examples/layers.kina":16:54)
+      %93 = arith.ori %90, %92 : i1 loc("examples/layers.kina":16:54)
+      %94 = arith.extui %93 : i1 to i64 loc("examples/layers.kina":16:54)
+      %95 = arith.addi %88, %94 : i64 loc("examples/layers.kina":16:54)
+      linalg.yield %95 : i64 loc("examples/layers.kina":16:54)
     } -> tensor<i64> loc("examples/layers.kina":16:54)
-    %98 = tensor.extract %88[] : tensor<i64> loc("examples/layers.kina":16:54)
-    %99 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %100 = arith.cmpi eq, %98, %99 : i64 loc("examples/layers.kina":16:54)
-    cf.assert %100, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %101 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%101 : tensor<4x5xf32>) {
-    ^bb0(%102: i64, %103: f32, %104: f32):
-      %105 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %106 = arith.index_cast %102 : i64 to index loc("examples/layers.kina":16:54)
-      %107 = linalg.index 1 : index loc("examples/layers.kina":16:54)
-      %108 = arith.cmpi eq, %106, %107 : index loc("examples/layers.kina":16:54)
-      %109 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %110 = arith.select %108, %103, %109 : f32 loc("examples/layers.kina":16:54)
-      %111 = arith.addf %105, %110 : f32 loc("examples/layers.kina":16:54)
-      linalg.yield %111 : f32 loc("examples/layers.kina":16:54)
+    %96 = tensor.extract %86[] : tensor<i64> loc("examples/layers.kina":16:54)
+    %97 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %98 = arith.cmpi eq, %96, %97 : i64 loc("examples/layers.kina":16:54)
+    cf.assert %98, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
+    %99 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":16:54)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%99 : tensor<4x5xf32>) {
+    ^bb0(%100: i64, %101: f32, %102: f32):
+      %103 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %104 = arith.index_cast %100 : i64 to index loc("examples/layers.kina":16:54)
+      %105 = linalg.index 1 : index loc("examples/layers.kina":16:54)
+      %106 = arith.cmpi eq, %104, %105 : index loc("examples/layers.kina":16:54)
+      %107 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %108 = arith.select %106, %101, %107 : f32 loc("examples/layers.kina":16:54)
+      %109 = arith.addf %103, %108 : f32 loc("examples/layers.kina":16:54)
+      linalg.yield %109 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %112 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%112 : tensor<4x5xf32>) {
-    ^bb0(%113: f32, %114: f32):
-      linalg.yield %113 : f32 loc("examples/layers.kina":23:33)
+    %110 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%110 : tensor<4x5xf32>) {
+    ^bb0(%111: f32, %112: f32):
+      linalg.yield %111 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %115 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%115 : tensor<4x5xf32>) {
-    ^bb0(%116: f32, %117: f32):
-      %118 = math.exp %116 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %118 : f32 loc("examples/layers.kina":23:33)
+    %113 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%113 : tensor<4x5xf32>) {
+    ^bb0(%114: f32, %115: f32):
+      %116 = math.exp %114 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %116 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %119 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%119 : tensor<4x5xf32>) {
-    ^bb0(%120: f32, %121: f32, %122: f32):
-      %123 = arith.mulf %120, %121 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %123 : f32 loc("examples/layers.kina":23:33)
+    %117 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%117 : tensor<4x5xf32>) {
+    ^bb0(%118: f32, %119: f32, %120: f32):
+      %121 = arith.mulf %118, %119 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %121 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %124 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<4x5xf32>, tensor<4x5xf32>) outs(%124 : tensor<4x5xf32>) {
-    ^bb0(%125: f32, %126: f32, %127: f32):
-      %128 = arith.subf %125, %126 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %128 : f32 loc("examples/layers.kina":23:33)
+    %122 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<4x5xf32>, tensor<4x5xf32>) outs(%122 : tensor<4x5xf32>) {
+    ^bb0(%123: f32, %124: f32, %125: f32):
+      %126 = arith.subf %123, %124 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %126 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
     return %losses.nll_loss$4_5.4.mean, %ct.9.sub : tensor<1x1xf32>, tensor<4x5xf32> loc("examples/layers.kina":21:86)
   } loc("examples/layers.kina":21:86)
@@ -5828,84 +5714,82 @@ module {
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
     %losses.nll_loss$6_3.3.total = tensor.expand_shape %62 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
     %66 = arith.constant 0.16666666666666666 : f32 loc("examples/layers.kina":19:2)
-    %67 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %inert.4 = linalg.fill ins(%66 : f32) outs(%67 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
     %68 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %losses.nll_loss$6_3.4.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$6_3.3.total, %inert.4 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%68 : tensor<1x1xf32>) {
-    ^bb0(%69: f32, %70: f32, %71: f32):
-      %72 = arith.mulf %69, %70 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %72 : f32 loc("examples/layers.kina":18:83)
+    %losses.nll_loss$6_3.4.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$6_3.3.total : tensor<1x1xf32>) outs(%68 : tensor<1x1xf32>) {
+    ^bb0(%69: f32, %70: f32):
+      %71 = arith.mulf %69, %66 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %71 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/layers.kina":24:16)
-    %73 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.4 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%73 : tensor<1x1xf32>) {
-    ^bb0(%74: f32, %75: f32, %76: f32):
-      %77 = arith.mulf %74, %75 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %77 : f32 loc("examples/layers.kina":18:83)
+    %72 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<1x1xf32>) outs(%72 : tensor<1x1xf32>) {
+    ^bb0(%73: f32, %74: f32):
+      %75 = arith.mulf %73, %66 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %75 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %78 = tensor.empty() : tensor<6x1xf32> loc("examples/layers.kina":18:35)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%78 : tensor<6x1xf32>) {
-    ^bb0(%79: f32, %80: f32):
-      linalg.yield %79 : f32 loc("examples/layers.kina":18:35)
+    %76 = tensor.empty() : tensor<6x1xf32> loc("examples/layers.kina":18:35)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%76 : tensor<6x1xf32>) {
+    ^bb0(%77: f32, %78: f32):
+      linalg.yield %77 : f32 loc("examples/layers.kina":18:35)
     } -> tensor<6x1xf32> loc("examples/layers.kina":18:35)
-    %81 = tensor.empty() : tensor<6x1xf32> loc("examples/layers.kina":18:10)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<6x1xf32>) outs(%81 : tensor<6x1xf32>) {
-    ^bb0(%82: f32, %83: f32):
-      %84 = arith.negf %82 : f32 loc("examples/layers.kina":18:10)
-      linalg.yield %84 : f32 loc("examples/layers.kina":18:10)
+    %79 = tensor.empty() : tensor<6x1xf32> loc("examples/layers.kina":18:10)
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<6x1xf32>) outs(%79 : tensor<6x1xf32>) {
+    ^bb0(%80: f32, %81: f32):
+      %82 = arith.negf %80 : f32 loc("examples/layers.kina":18:10)
+      linalg.yield %82 : f32 loc("examples/layers.kina":18:10)
     } -> tensor<6x1xf32> loc("examples/layers.kina":18:10)
-    %85 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %86 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
-    %87 = linalg.fill ins(%85 : i64) outs(%86 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
-    %88 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<6x1xi64>) outs(%87 : tensor<i64>) {
-    ^bb0(%89: i64, %90: i64):
-      %91 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-      %92 = arith.cmpi slt, %89, %91 : i64 loc("examples/layers.kina":16:54)
-      %93 = arith.constant 3 : i64 loc("examples/layers.kina":16:54)
-      %94 = arith.cmpi sge, %89, %93 : i64 loc("examples/layers.kina":16:54)
-      %95 = arith.ori %92, %94 : i1 loc("examples/layers.kina":16:54)
-      %96 = arith.extui %95 : i1 to i64 loc("examples/layers.kina":16:54)
-      %97 = arith.addi %90, %96 : i64 loc("examples/layers.kina":16:54)
-      linalg.yield %97 : i64 loc("examples/layers.kina":16:54)
+    %83 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %84 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
+    %85 = linalg.fill ins(%83 : i64) outs(%84 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
+    %86 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<6x1xi64>) outs(%85 : tensor<i64>) {
+    ^bb0(%87: i64, %88: i64):
+      %89 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+      %90 = arith.cmpi slt, %87, %89 : i64 loc("examples/layers.kina":16:54)
+      %91 = arith.constant 3 : i64 loc("examples/layers.kina":16:54)
+      %92 = arith.cmpi sge, %87, %91 : i64 loc("examples/layers.kina":16:54)
+      %93 = arith.ori %90, %92 : i1 loc("examples/layers.kina":16:54)
+      %94 = arith.extui %93 : i1 to i64 loc("examples/layers.kina":16:54)
+      %95 = arith.addi %88, %94 : i64 loc("examples/layers.kina":16:54)
+      linalg.yield %95 : i64 loc("examples/layers.kina":16:54)
     } -> tensor<i64> loc("examples/layers.kina":16:54)
-    %98 = tensor.extract %88[] : tensor<i64> loc("examples/layers.kina":16:54)
-    %99 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %100 = arith.cmpi eq, %98, %99 : i64 loc("examples/layers.kina":16:54)
-    cf.assert %100, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %101 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<6x1xi64>, tensor<6x1xf32>) outs(%101 : tensor<6x3xf32>) {
-    ^bb0(%102: i64, %103: f32, %104: f32):
-      %105 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %106 = arith.index_cast %102 : i64 to index loc("examples/layers.kina":16:54)
-      %107 = linalg.index 1 : index loc("examples/layers.kina":16:54)
-      %108 = arith.cmpi eq, %106, %107 : index loc("examples/layers.kina":16:54)
-      %109 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %110 = arith.select %108, %103, %109 : f32 loc("examples/layers.kina":16:54)
-      %111 = arith.addf %105, %110 : f32 loc("examples/layers.kina":16:54)
-      linalg.yield %111 : f32 loc("examples/layers.kina":16:54)
+    %96 = tensor.extract %86[] : tensor<i64> loc("examples/layers.kina":16:54)
+    %97 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %98 = arith.cmpi eq, %96, %97 : i64 loc("examples/layers.kina":16:54)
+    cf.assert %98, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
+    %99 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":16:54)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<6x1xi64>, tensor<6x1xf32>) outs(%99 : tensor<6x3xf32>) {
+    ^bb0(%100: i64, %101: f32, %102: f32):
+      %103 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %104 = arith.index_cast %100 : i64 to index loc("examples/layers.kina":16:54)
+      %105 = linalg.index 1 : index loc("examples/layers.kina":16:54)
+      %106 = arith.cmpi eq, %104, %105 : index loc("examples/layers.kina":16:54)
+      %107 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %108 = arith.select %106, %101, %107 : f32 loc("examples/layers.kina":16:54)
+      %109 = arith.addf %103, %108 : f32 loc("examples/layers.kina":16:54)
+      linalg.yield %109 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %112 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<6x1xf32>) outs(%112 : tensor<6x3xf32>) {
-    ^bb0(%113: f32, %114: f32):
-      linalg.yield %113 : f32 loc("examples/layers.kina":23:33)
+    %110 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<6x1xf32>) outs(%110 : tensor<6x3xf32>) {
+    ^bb0(%111: f32, %112: f32):
+      linalg.yield %111 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %115 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%115 : tensor<6x3xf32>) {
-    ^bb0(%116: f32, %117: f32):
-      %118 = math.exp %116 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %118 : f32 loc("examples/layers.kina":23:33)
+    %113 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%113 : tensor<6x3xf32>) {
+    ^bb0(%114: f32, %115: f32):
+      %116 = math.exp %114 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %116 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %119 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%119 : tensor<6x3xf32>) {
-    ^bb0(%120: f32, %121: f32, %122: f32):
-      %123 = arith.mulf %120, %121 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %123 : f32 loc("examples/layers.kina":23:33)
+    %117 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%117 : tensor<6x3xf32>) {
+    ^bb0(%118: f32, %119: f32, %120: f32):
+      %121 = arith.mulf %118, %119 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %121 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %124 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<6x3xf32>, tensor<6x3xf32>) outs(%124 : tensor<6x3xf32>) {
-    ^bb0(%125: f32, %126: f32, %127: f32):
-      %128 = arith.subf %125, %126 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %128 : f32 loc("examples/layers.kina":23:33)
+    %122 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<6x3xf32>, tensor<6x3xf32>) outs(%122 : tensor<6x3xf32>) {
+    ^bb0(%123: f32, %124: f32, %125: f32):
+      %126 = arith.subf %123, %124 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %126 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
     return %losses.nll_loss$6_3.4.mean, %ct.9.sub : tensor<1x1xf32>, tensor<6x3xf32> loc("examples/layers.kina":21:86)
   } loc("examples/layers.kina":21:86)
@@ -5988,1541 +5872,1519 @@ module {
     } -> tensor<4xf32> loc("examples/layers.kina":25:23)
     %nn.layer_norm$4_4.1.s = tensor.expand_shape %57 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":25:23)
     %61 = arith.constant 0.25 : f32 loc("examples/layers.kina":25:72)
-    %62 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":25:72)
-    %inert.6 = linalg.fill ins(%61 : f32) outs(%62 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":25:72)
     %63 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %nn.layer_norm$4_4.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.1.s, %inert.6 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%63 : tensor<4x1xf32>) {
-    ^bb0(%64: f32, %65: f32, %66: f32):
-      %67 = arith.mulf %64, %65 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %67 : f32 loc("examples/layers.kina":25:68)
+    %nn.layer_norm$4_4.2.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.1.s : tensor<4x1xf32>) outs(%63 : tensor<4x1xf32>) {
+    ^bb0(%64: f32, %65: f32):
+      %66 = arith.mulf %64, %61 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %66 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %68 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$4_4.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.2.mu : tensor<4x1xf32>) outs(%68 : tensor<4x4xf32>) {
-    ^bb0(%69: f32, %70: f32):
-      linalg.yield %69 : f32 loc("examples/layers.kina":26:8)
+    %67 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
+    %nn.layer_norm$4_4.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.2.mu : tensor<4x1xf32>) outs(%67 : tensor<4x4xf32>) {
+    ^bb0(%68: f32, %69: f32):
+      linalg.yield %68 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %71 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$4_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$4_4.3.mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%71 : tensor<4x4xf32>) {
-    ^bb0(%72: f32, %73: f32, %74: f32):
-      %75 = arith.subf %72, %73 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %75 : f32 loc("examples/layers.kina":26:43)
+    %70 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %nn.layer_norm$4_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$4_4.3.mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%70 : tensor<4x4xf32>) {
+    ^bb0(%71: f32, %72: f32, %73: f32):
+      %74 = arith.subf %71, %72 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %74 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %76 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %nn.layer_norm$4_4.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.4.xc : tensor<4x4xf32>) outs(%76 : tensor<4x4xf32>) {
-    ^bb0(%77: f32, %78: f32):
-      %79 = arith.mulf %77, %77 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %79 : f32 loc("examples/layers.kina":26:66)
+    %75 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %nn.layer_norm$4_4.5.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.4.xc : tensor<4x4xf32>) outs(%75 : tensor<4x4xf32>) {
+    ^bb0(%76: f32, %77: f32):
+      %78 = arith.mulf %76, %76 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %78 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %80 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %81 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":27:2)
-    %82 = linalg.fill ins(%80 : f32) outs(%81 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":27:2)
-    %83 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$4_4.5.sq : tensor<4x4xf32>) outs(%82 : tensor<4xf32>) {
-    ^bb0(%84: f32, %85: f32):
-      %86 = arith.addf %85, %84 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %86 : f32 loc("examples/layers.kina":27:2)
+    %79 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %80 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":27:2)
+    %81 = linalg.fill ins(%79 : f32) outs(%80 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":27:2)
+    %82 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$4_4.5.sq : tensor<4x4xf32>) outs(%81 : tensor<4xf32>) {
+    ^bb0(%83: f32, %84: f32):
+      %85 = arith.addf %84, %83 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %85 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4xf32> loc("examples/layers.kina":27:2)
-    %nn.layer_norm$4_4.6.ss = tensor.expand_shape %83 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":27:2)
-    %87 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
-    %88 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":27:54)
-    %inert.12 = linalg.fill ins(%87 : f32) outs(%88 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":27:54)
-    %89 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %nn.layer_norm$4_4.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.6.ss, %inert.12 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%89 : tensor<4x1xf32>) {
-    ^bb0(%90: f32, %91: f32, %92: f32):
-      %93 = arith.mulf %90, %91 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %93 : f32 loc("examples/layers.kina":27:49)
+    %nn.layer_norm$4_4.6.ss = tensor.expand_shape %82 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":27:2)
+    %86 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
+    %88 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %nn.layer_norm$4_4.7.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.6.ss : tensor<4x1xf32>) outs(%88 : tensor<4x1xf32>) {
+    ^bb0(%89: f32, %90: f32):
+      %91 = arith.mulf %89, %86 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %91 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %94 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %95 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":27:89)
-    %inert.14 = linalg.fill ins(%94 : f32) outs(%95 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":27:89)
-    %96 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:83)
-    %nn.layer_norm$4_4.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.7.var, %inert.14 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%96 : tensor<4x1xf32>) {
-    ^bb0(%97: f32, %98: f32, %99: f32):
-      %100 = arith.addf %97, %98 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %100 : f32 loc("examples/layers.kina":27:83)
+    %92 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %94 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:83)
+    %nn.layer_norm$4_4.8.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.7.var : tensor<4x1xf32>) outs(%94 : tensor<4x1xf32>) {
+    ^bb0(%95: f32, %96: f32):
+      %97 = arith.addf %95, %92 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %97 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:83)
-    %101 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %nn.layer_norm$4_4.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.8.var_eps : tensor<4x1xf32>) outs(%101 : tensor<4x1xf32>) {
-    ^bb0(%102: f32, %103: f32):
-      %104 = math.rsqrt %102 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %104 : f32 loc("examples/layers.kina":28:24)
+    %98 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %nn.layer_norm$4_4.9.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.8.var_eps : tensor<4x1xf32>) outs(%98 : tensor<4x1xf32>) {
+    ^bb0(%99: f32, %100: f32):
+      %101 = math.rsqrt %99 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %101 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %105 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$4_4.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>) outs(%105 : tensor<4x4xf32>) {
-    ^bb0(%106: f32, %107: f32):
-      linalg.yield %106 : f32 loc("examples/layers.kina":28:61)
+    %102 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
+    %nn.layer_norm$4_4.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>) outs(%102 : tensor<4x4xf32>) {
+    ^bb0(%103: f32, %104: f32):
+      linalg.yield %103 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %108 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$4_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.4.xc, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%108 : tensor<4x4xf32>) {
-    ^bb0(%109: f32, %110: f32, %111: f32):
-      %112 = arith.mulf %109, %110 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %112 : f32 loc("examples/layers.kina":29:31)
+    %105 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %nn.layer_norm$4_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.4.xc, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%105 : tensor<4x4xf32>) {
+    ^bb0(%106: f32, %107: f32, %108: f32):
+      %109 = arith.mulf %106, %107 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %109 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$4_4.12.g_row = tensor.expand_shape %ln1_g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %113 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$4_4.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.12.g_row : tensor<1x4xf32>) outs(%113 : tensor<4x4xf32>) {
-    ^bb0(%114: f32, %115: f32):
-      linalg.yield %114 : f32 loc("examples/layers.kina":30:36)
+    %110 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
+    %nn.layer_norm$4_4.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.12.g_row : tensor<1x4xf32>) outs(%110 : tensor<4x4xf32>) {
+    ^bb0(%111: f32, %112: f32):
+      linalg.yield %111 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %116 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$4_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.11.xn, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%116 : tensor<4x4xf32>) {
-    ^bb0(%117: f32, %118: f32, %119: f32):
-      %120 = arith.mulf %117, %118 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %120 : f32 loc("examples/layers.kina":31:6)
+    %113 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %nn.layer_norm$4_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.11.xn, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%113 : tensor<4x4xf32>) {
+    ^bb0(%114: f32, %115: f32, %116: f32):
+      %117 = arith.mulf %114, %115 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %117 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$4_4.15.b_row = tensor.expand_shape %ln1_b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %121 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$4_4.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.15.b_row : tensor<1x4xf32>) outs(%121 : tensor<4x4xf32>) {
-    ^bb0(%122: f32, %123: f32):
-      linalg.yield %122 : f32 loc("examples/layers.kina":32:10)
+    %118 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
+    %nn.layer_norm$4_4.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.15.b_row : tensor<1x4xf32>) outs(%118 : tensor<4x4xf32>) {
+    ^bb0(%119: f32, %120: f32):
+      linalg.yield %119 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %124 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$4_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.14.scaled, %nn.layer_norm$4_4.16.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%124 : tensor<4x4xf32>) {
-    ^bb0(%125: f32, %126: f32, %127: f32):
-      %128 = arith.addf %125, %126 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %128 : f32 loc("examples/layers.kina":32:49)
+    %121 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
+    %nn.layer_norm$4_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.14.scaled, %nn.layer_norm$4_4.16.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%121 : tensor<4x4xf32>) {
+    ^bb0(%122: f32, %123: f32, %124: f32):
+      %125 = arith.addf %122, %123 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %125 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %129 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %130 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %131 = linalg.fill ins(%129 : f32) outs(%130 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_4_4.19.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wq : tensor<4x4xf32>, tensor<4x4xf32>) outs(%131 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %126 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %127 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %128 = linalg.fill ins(%126 : f32) outs(%127 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_4_4.19.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wq : tensor<4x4xf32>, tensor<4x4xf32>) outs(%128 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.20.b_row = tensor.expand_shape %bq [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %132 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.21.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.20.b_row : tensor<1x4xf32>) outs(%132 : tensor<4x4xf32>) {
-    ^bb0(%133: f32, %134: f32):
-      linalg.yield %133 : f32 loc("examples/layers.kina":20:18)
+    %129 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_4_4.21.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.20.b_row : tensor<1x4xf32>) outs(%129 : tensor<4x4xf32>) {
+    ^bb0(%130: f32, %131: f32):
+      linalg.yield %130 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %135 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.22.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.19.y, %nn.linear$4_4_4.21.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%135 : tensor<4x4xf32>) {
-    ^bb0(%136: f32, %137: f32, %138: f32):
-      %139 = arith.addf %136, %137 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %139 : f32 loc("examples/layers.kina":20:57)
+    %132 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_4_4.22.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.19.y, %nn.linear$4_4_4.21.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%132 : tensor<4x4xf32>) {
+    ^bb0(%133: f32, %134: f32, %135: f32):
+      %136 = arith.addf %133, %134 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %136 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %140 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %141 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %142 = linalg.fill ins(%140 : f32) outs(%141 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_4_4.24.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wk : tensor<4x4xf32>, tensor<4x4xf32>) outs(%142 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %137 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %138 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %139 = linalg.fill ins(%137 : f32) outs(%138 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_4_4.24.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wk : tensor<4x4xf32>, tensor<4x4xf32>) outs(%139 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.25.b_row = tensor.expand_shape %bk [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %143 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.26.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.25.b_row : tensor<1x4xf32>) outs(%143 : tensor<4x4xf32>) {
-    ^bb0(%144: f32, %145: f32):
-      linalg.yield %144 : f32 loc("examples/layers.kina":20:18)
+    %140 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_4_4.26.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.25.b_row : tensor<1x4xf32>) outs(%140 : tensor<4x4xf32>) {
+    ^bb0(%141: f32, %142: f32):
+      linalg.yield %141 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %146 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.27.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.24.y, %nn.linear$4_4_4.26.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%146 : tensor<4x4xf32>) {
-    ^bb0(%147: f32, %148: f32, %149: f32):
-      %150 = arith.addf %147, %148 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %150 : f32 loc("examples/layers.kina":20:57)
+    %143 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_4_4.27.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.24.y, %nn.linear$4_4_4.26.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%143 : tensor<4x4xf32>) {
+    ^bb0(%144: f32, %145: f32, %146: f32):
+      %147 = arith.addf %144, %145 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %147 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %151 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %152 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %153 = linalg.fill ins(%151 : f32) outs(%152 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_4_4.29.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wv : tensor<4x4xf32>, tensor<4x4xf32>) outs(%153 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %148 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %149 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %150 = linalg.fill ins(%148 : f32) outs(%149 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_4_4.29.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wv : tensor<4x4xf32>, tensor<4x4xf32>) outs(%150 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.30.b_row = tensor.expand_shape %bv [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %154 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.31.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.30.b_row : tensor<1x4xf32>) outs(%154 : tensor<4x4xf32>) {
-    ^bb0(%155: f32, %156: f32):
-      linalg.yield %155 : f32 loc("examples/layers.kina":20:18)
+    %151 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_4_4.31.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.30.b_row : tensor<1x4xf32>) outs(%151 : tensor<4x4xf32>) {
+    ^bb0(%152: f32, %153: f32):
+      linalg.yield %152 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %157 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.32.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.29.y, %nn.linear$4_4_4.31.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%157 : tensor<4x4xf32>) {
-    ^bb0(%158: f32, %159: f32, %160: f32):
-      %161 = arith.addf %158, %159 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %161 : f32 loc("examples/layers.kina":20:57)
+    %154 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_4_4.32.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.29.y, %nn.linear$4_4_4.31.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%154 : tensor<4x4xf32>) {
+    ^bb0(%155: f32, %156: f32, %157: f32):
+      %158 = arith.addf %155, %156 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %158 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %162 = tensor.collapse_shape %nn.linear$4_4_4.22.out [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %nn.split_heads$1_4_2_2.34.split = tensor.expand_shape %162 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":92:39)
-    %163 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":92:80)
-    %nn.split_heads$1_4_2_2.35.heads = linalg.transpose ins(%nn.split_heads$1_4_2_2.34.split : tensor<1x4x2x2xf32>) outs(%163 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %164 = tensor.collapse_shape %nn.linear$4_4_4.27.out [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %nn.split_heads$1_4_2_2.37.split = tensor.expand_shape %164 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":92:39)
-    %165 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":92:80)
-    %nn.split_heads$1_4_2_2.38.heads = linalg.transpose ins(%nn.split_heads$1_4_2_2.37.split : tensor<1x4x2x2xf32>) outs(%165 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %166 = tensor.collapse_shape %nn.linear$4_4_4.32.out [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %nn.split_heads$1_4_2_2.40.split = tensor.expand_shape %166 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":92:39)
-    %167 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":92:80)
-    %nn.split_heads$1_4_2_2.41.heads = linalg.transpose ins(%nn.split_heads$1_4_2_2.40.split : tensor<1x4x2x2xf32>) outs(%167 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %168 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:31)
-    %nn.causal_sdpa$1_2_4_2.43.k_t = linalg.transpose ins(%nn.split_heads$1_4_2_2.38.heads : tensor<1x2x4x2xf32>) outs(%168 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
-    %169 = tensor.collapse_shape %nn.split_heads$1_4_2_2.35.heads [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %170 = tensor.collapse_shape %nn.causal_sdpa$1_2_4_2.43.k_t [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %171 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %172 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %173 = linalg.fill ins(%171 : f32) outs(%172 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %174 = linalg.batch_matmul ins(%169, %170 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%173 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %nn.causal_sdpa$1_2_4_2.44.scores = tensor.expand_shape %174 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":106:75)
-    %175 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":107:17)
-    %176 = bufferization.alloc_tensor() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:17)
-    %inert.52 = linalg.fill ins(%175 : f32) outs(%176 : tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:17)
-    %177 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %nn.causal_sdpa$1_2_4_2.45.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.44.scores, %inert.52 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%177 : tensor<1x2x4x4xf32>) {
-    ^bb0(%178: f32, %179: f32, %180: f32):
-      %181 = arith.mulf %178, %179 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %181 : f32 loc("examples/layers.kina":107:8)
+    %159 = tensor.collapse_shape %nn.linear$4_4_4.22.out [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %nn.split_heads$1_4_2_2.34.split = tensor.expand_shape %159 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":92:39)
+    %160 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":92:80)
+    %nn.split_heads$1_4_2_2.35.heads = linalg.transpose ins(%nn.split_heads$1_4_2_2.34.split : tensor<1x4x2x2xf32>) outs(%160 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %161 = tensor.collapse_shape %nn.linear$4_4_4.27.out [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %nn.split_heads$1_4_2_2.37.split = tensor.expand_shape %161 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":92:39)
+    %162 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":92:80)
+    %nn.split_heads$1_4_2_2.38.heads = linalg.transpose ins(%nn.split_heads$1_4_2_2.37.split : tensor<1x4x2x2xf32>) outs(%162 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %163 = tensor.collapse_shape %nn.linear$4_4_4.32.out [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %nn.split_heads$1_4_2_2.40.split = tensor.expand_shape %163 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":92:39)
+    %164 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":92:80)
+    %nn.split_heads$1_4_2_2.41.heads = linalg.transpose ins(%nn.split_heads$1_4_2_2.40.split : tensor<1x4x2x2xf32>) outs(%164 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %165 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:31)
+    %nn.causal_sdpa$1_2_4_2.43.k_t = linalg.transpose ins(%nn.split_heads$1_4_2_2.38.heads : tensor<1x2x4x2xf32>) outs(%165 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
+    %166 = tensor.collapse_shape %nn.split_heads$1_4_2_2.35.heads [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %167 = tensor.collapse_shape %nn.causal_sdpa$1_2_4_2.43.k_t [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %168 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %169 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %170 = linalg.fill ins(%168 : f32) outs(%169 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %171 = linalg.batch_matmul ins(%166, %167 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%170 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %nn.causal_sdpa$1_2_4_2.44.scores = tensor.expand_shape %171 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":106:75)
+    %172 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":107:17)
+    %174 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
+    %nn.causal_sdpa$1_2_4_2.45.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.44.scores : tensor<1x2x4x4xf32>) outs(%174 : tensor<1x2x4x4xf32>) {
+    ^bb0(%175: f32, %176: f32):
+      %177 = arith.mulf %175, %172 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %177 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %183 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:36)
-    %182 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%183 : tensor<4x4xi64>) {
-    ^bb0(%184: i64):
-      %185 = linalg.index 0 : index loc("examples/layers.kina":108:36)
-      %186 = arith.index_cast %185 : index to i64 loc("examples/layers.kina":108:36)
-      linalg.yield %186 : i64 loc("examples/layers.kina":108:36)
+    %179 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:36)
+    %178 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%179 : tensor<4x4xi64>) {
+    ^bb0(%180: i64):
+      %181 = linalg.index 0 : index loc("examples/layers.kina":108:36)
+      %182 = arith.index_cast %181 : index to i64 loc("examples/layers.kina":108:36)
+      linalg.yield %182 : i64 loc("examples/layers.kina":108:36)
     } -> tensor<4x4xi64> loc("examples/layers.kina":108:36)
-    %188 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:64)
-    %187 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%188 : tensor<4x4xi64>) {
-    ^bb0(%189: i64):
-      %190 = linalg.index 1 : index loc("examples/layers.kina":108:64)
-      %191 = arith.index_cast %190 : index to i64 loc("examples/layers.kina":108:64)
-      linalg.yield %191 : i64 loc("examples/layers.kina":108:64)
+    %184 = tensor.empty() : tensor<4x4xi64> loc("examples/layers.kina":108:64)
+    %183 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} outs(%184 : tensor<4x4xi64>) {
+    ^bb0(%185: i64):
+      %186 = linalg.index 1 : index loc("examples/layers.kina":108:64)
+      %187 = arith.index_cast %186 : index to i64 loc("examples/layers.kina":108:64)
+      linalg.yield %187 : i64 loc("examples/layers.kina":108:64)
     } -> tensor<4x4xi64> loc("examples/layers.kina":108:64)
-    %193 = tensor.empty() : tensor<4x4xi8> loc("examples/layers.kina":108:33)
-    %192 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%182, %187 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%193 : tensor<4x4xi8>) {
-    ^bb0(%194: i64, %195: i64, %196: i8):
-      %197 = arith.cmpi sge, %194, %195 : i64 loc("examples/layers.kina":108:33)
-      %198 = arith.extui %197 : i1 to i8 loc("examples/layers.kina":108:33)
-      linalg.yield %198 : i8 loc("examples/layers.kina":108:33)
+    %189 = tensor.empty() : tensor<4x4xi8> loc("examples/layers.kina":108:33)
+    %188 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%178, %183 : tensor<4x4xi64>, tensor<4x4xi64>) outs(%189 : tensor<4x4xi8>) {
+    ^bb0(%190: i64, %191: i64, %192: i8):
+      %193 = arith.cmpi sge, %190, %191 : i64 loc("examples/layers.kina":108:33)
+      %194 = arith.extui %193 : i1 to i8 loc("examples/layers.kina":108:33)
+      linalg.yield %194 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<4x4xi8> loc("examples/layers.kina":108:33)
-    %199 = tensor.collapse_shape %192 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/layers.kina":108:33)
-    %inert.54 = tensor.expand_shape %199 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/layers.kina":108:33)
-    %200 = tensor.empty() : tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
-    %nn.causal_sdpa$1_2_4_2.46.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.54 : tensor<1x1x4x4xi8>) outs(%200 : tensor<1x2x4x4xi8>) {
-    ^bb0(%201: i8, %202: i8):
-      linalg.yield %201 : i8 loc("examples/layers.kina":108:33)
+    %195 = tensor.collapse_shape %188 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/layers.kina":108:33)
+    %inert.54 = tensor.expand_shape %195 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/layers.kina":108:33)
+    %196 = tensor.empty() : tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
+    %nn.causal_sdpa$1_2_4_2.46.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.54 : tensor<1x1x4x4xi8>) outs(%196 : tensor<1x2x4x4xi8>) {
+    ^bb0(%197: i8, %198: i8):
+      linalg.yield %197 : i8 loc("examples/layers.kina":108:33)
     } -> tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
-    %203 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
-    %204 = bufferization.alloc_tensor() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:22)
-    %inert.56 = linalg.fill ins(%203 : f32) outs(%204 : tensor<1x2x4x4xf32>) -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:22)
-    %205 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %nn.causal_sdpa$1_2_4_2.47.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %nn.causal_sdpa$1_2_4_2.45.scaled, %inert.56 : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%205 : tensor<1x2x4x4xf32>) {
-    ^bb0(%206: i8, %207: f32, %208: f32, %209: f32):
-      %210 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %211 = arith.cmpi ne, %206, %210 : i8 loc("examples/layers.kina":110:2)
-      %212 = arith.select %211, %207, %208 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %212 : f32 loc("examples/layers.kina":110:2)
+    %199 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
+    %201 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
+    %nn.causal_sdpa$1_2_4_2.47.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %nn.causal_sdpa$1_2_4_2.45.scaled : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>) outs(%201 : tensor<1x2x4x4xf32>) {
+    ^bb0(%202: i8, %203: f32, %204: f32):
+      %205 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %206 = arith.cmpi ne, %202, %205 : i8 loc("examples/layers.kina":110:2)
+      %207 = arith.select %206, %203, %199 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %207 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %213 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
-    %214 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %215 = linalg.fill ins(%213 : f32) outs(%214 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %216 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$1_2_4_2.47.masked : tensor<1x2x4x4xf32>) outs(%215 : tensor<1x2x4xf32>) {
-    ^bb0(%217: f32, %218: f32):
-      %219 = arith.maximumf %218, %217 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %219 : f32 loc("examples/layers.kina":110:45)
+    %208 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":110:45)
+    %209 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %210 = linalg.fill ins(%208 : f32) outs(%209 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %211 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%nn.causal_sdpa$1_2_4_2.47.masked : tensor<1x2x4x4xf32>) outs(%210 : tensor<1x2x4xf32>) {
+    ^bb0(%212: f32, %213: f32):
+      %214 = arith.maximumf %213, %212 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %214 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %220 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %221 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.47.masked, %216 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%220 : tensor<1x2x4x4xf32>) {
-    ^bb0(%222: f32, %223: f32, %224: f32):
-      %225 = arith.subf %222, %223 : f32 loc("examples/layers.kina":110:45)
-      %226 = math.exp %225 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %226 : f32 loc("examples/layers.kina":110:45)
+    %215 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %216 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.47.masked, %211 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%215 : tensor<1x2x4x4xf32>) {
+    ^bb0(%217: f32, %218: f32, %219: f32):
+      %220 = arith.subf %217, %218 : f32 loc("examples/layers.kina":110:45)
+      %221 = math.exp %220 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %221 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %227 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %228 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %229 = linalg.fill ins(%227 : f32) outs(%228 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %230 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%221 : tensor<1x2x4x4xf32>) outs(%229 : tensor<1x2x4xf32>) {
-    ^bb0(%231: f32, %232: f32):
-      %233 = arith.addf %232, %231 : f32 loc("examples/layers.kina":110:45)
+    %222 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %223 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %224 = linalg.fill ins(%222 : f32) outs(%223 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%216 : tensor<1x2x4x4xf32>) outs(%224 : tensor<1x2x4xf32>) {
+    ^bb0(%226: f32, %227: f32):
+      %228 = arith.addf %227, %226 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %228 : f32 loc("examples/layers.kina":110:45)
+    } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %229 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %nn.causal_sdpa$1_2_4_2.48.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%216, %225 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%229 : tensor<1x2x4x4xf32>) {
+    ^bb0(%230: f32, %231: f32, %232: f32):
+      %233 = arith.divf %230, %231 : f32 loc("examples/layers.kina":110:45)
       linalg.yield %233 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %234 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %nn.causal_sdpa$1_2_4_2.48.probs = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%221, %230 : tensor<1x2x4x4xf32>, tensor<1x2x4xf32>) outs(%234 : tensor<1x2x4x4xf32>) {
-    ^bb0(%235: f32, %236: f32, %237: f32):
-      %238 = arith.divf %235, %236 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %238 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %239 = tensor.collapse_shape %nn.causal_sdpa$1_2_4_2.48.probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %240 = tensor.collapse_shape %nn.split_heads$1_4_2_2.41.heads [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %241 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %242 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %243 = linalg.fill ins(%241 : f32) outs(%242 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %244 = linalg.batch_matmul ins(%239, %240 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%243 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %nn.causal_sdpa$1_2_4_2.49.ctx = tensor.expand_shape %244 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
-    %245 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":97:31)
-    %nn.merge_heads$1_2_4_2.51.rows_t = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.49.ctx : tensor<1x2x4x2xf32>) outs(%245 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %246 = tensor.collapse_shape %nn.merge_heads$1_2_4_2.51.rows_t [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
-    %nn.merge_heads$1_2_4_2.52.rows = tensor.expand_shape %246 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":98:24)
-    %247 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %248 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %249 = linalg.fill ins(%247 : f32) outs(%248 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_4_4.54.y = linalg.matmul ins(%nn.merge_heads$1_2_4_2.52.rows, %wo : tensor<4x4xf32>, tensor<4x4xf32>) outs(%249 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %234 = tensor.collapse_shape %nn.causal_sdpa$1_2_4_2.48.probs [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %235 = tensor.collapse_shape %nn.split_heads$1_4_2_2.41.heads [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %236 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %237 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %238 = linalg.fill ins(%236 : f32) outs(%237 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %239 = linalg.batch_matmul ins(%234, %235 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%238 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %nn.causal_sdpa$1_2_4_2.49.ctx = tensor.expand_shape %239 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
+    %240 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":97:31)
+    %nn.merge_heads$1_2_4_2.51.rows_t = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.49.ctx : tensor<1x2x4x2xf32>) outs(%240 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %241 = tensor.collapse_shape %nn.merge_heads$1_2_4_2.51.rows_t [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
+    %nn.merge_heads$1_2_4_2.52.rows = tensor.expand_shape %241 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":98:24)
+    %242 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %243 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %244 = linalg.fill ins(%242 : f32) outs(%243 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_4_4.54.y = linalg.matmul ins(%nn.merge_heads$1_2_4_2.52.rows, %wo : tensor<4x4xf32>, tensor<4x4xf32>) outs(%244 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.55.b_row = tensor.expand_shape %bo [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %250 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.56.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.55.b_row : tensor<1x4xf32>) outs(%250 : tensor<4x4xf32>) {
-    ^bb0(%251: f32, %252: f32):
-      linalg.yield %251 : f32 loc("examples/layers.kina":20:18)
+    %245 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_4_4.56.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.55.b_row : tensor<1x4xf32>) outs(%245 : tensor<4x4xf32>) {
+    ^bb0(%246: f32, %247: f32):
+      linalg.yield %246 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %253 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.57.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.54.y, %nn.linear$4_4_4.56.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%253 : tensor<4x4xf32>) {
-    ^bb0(%254: f32, %255: f32, %256: f32):
-      %257 = arith.addf %254, %255 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %257 : f32 loc("examples/layers.kina":20:57)
+    %248 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_4_4.57.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.54.y, %nn.linear$4_4_4.56.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%248 : tensor<4x4xf32>) {
+    ^bb0(%249: f32, %250: f32, %251: f32):
+      %252 = arith.addf %249, %250 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %252 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %258 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":39:11)
-    %h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.linear$4_4_4.57.out : tensor<4x4xf32>, tensor<4x4xf32>) outs(%258 : tensor<4x4xf32>) {
-    ^bb0(%259: f32, %260: f32, %261: f32):
-      %262 = arith.addf %259, %260 : f32 loc("examples/layers.kina":39:11)
-      linalg.yield %262 : f32 loc("examples/layers.kina":39:11)
+    %253 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":39:11)
+    %h = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.linear$4_4_4.57.out : tensor<4x4xf32>, tensor<4x4xf32>) outs(%253 : tensor<4x4xf32>) {
+    ^bb0(%254: f32, %255: f32, %256: f32):
+      %257 = arith.addf %254, %255 : f32 loc("examples/layers.kina":39:11)
+      linalg.yield %257 : f32 loc("examples/layers.kina":39:11)
     } -> tensor<4x4xf32> loc("examples/layers.kina":39:11)
-    %263 = arith.constant 0.0 : f32 loc("examples/layers.kina":25:23)
-    %264 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":25:23)
-    %265 = linalg.fill ins(%263 : f32) outs(%264 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":25:23)
-    %266 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%h : tensor<4x4xf32>) outs(%265 : tensor<4xf32>) {
-    ^bb0(%267: f32, %268: f32):
-      %269 = arith.addf %268, %267 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %269 : f32 loc("examples/layers.kina":25:23)
+    %258 = arith.constant 0.0 : f32 loc("examples/layers.kina":25:23)
+    %259 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":25:23)
+    %260 = linalg.fill ins(%258 : f32) outs(%259 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":25:23)
+    %261 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%h : tensor<4x4xf32>) outs(%260 : tensor<4xf32>) {
+    ^bb0(%262: f32, %263: f32):
+      %264 = arith.addf %263, %262 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %264 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4xf32> loc("examples/layers.kina":25:23)
-    %nn.layer_norm$4_4.58.s = tensor.expand_shape %266 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":25:23)
-    %270 = arith.constant 0.25 : f32 loc("examples/layers.kina":25:72)
-    %271 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":25:72)
-    %inert.72 = linalg.fill ins(%270 : f32) outs(%271 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":25:72)
-    %272 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %nn.layer_norm$4_4.59.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.58.s, %inert.72 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%272 : tensor<4x1xf32>) {
-    ^bb0(%273: f32, %274: f32, %275: f32):
-      %276 = arith.mulf %273, %274 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %276 : f32 loc("examples/layers.kina":25:68)
+    %nn.layer_norm$4_4.58.s = tensor.expand_shape %261 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":25:23)
+    %265 = arith.constant 0.25 : f32 loc("examples/layers.kina":25:72)
+    %267 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %nn.layer_norm$4_4.59.mu = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.58.s : tensor<4x1xf32>) outs(%267 : tensor<4x1xf32>) {
+    ^bb0(%268: f32, %269: f32):
+      %270 = arith.mulf %268, %265 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %270 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %277 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$4_4.60.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.59.mu : tensor<4x1xf32>) outs(%277 : tensor<4x4xf32>) {
-    ^bb0(%278: f32, %279: f32):
-      linalg.yield %278 : f32 loc("examples/layers.kina":26:8)
+    %271 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
+    %nn.layer_norm$4_4.60.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.59.mu : tensor<4x1xf32>) outs(%271 : tensor<4x4xf32>) {
+    ^bb0(%272: f32, %273: f32):
+      linalg.yield %272 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %280 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$4_4.61.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$4_4.60.mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%280 : tensor<4x4xf32>) {
-    ^bb0(%281: f32, %282: f32, %283: f32):
-      %284 = arith.subf %281, %282 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %284 : f32 loc("examples/layers.kina":26:43)
+    %274 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %nn.layer_norm$4_4.61.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$4_4.60.mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%274 : tensor<4x4xf32>) {
+    ^bb0(%275: f32, %276: f32, %277: f32):
+      %278 = arith.subf %275, %276 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %278 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %285 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %nn.layer_norm$4_4.62.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.61.xc : tensor<4x4xf32>) outs(%285 : tensor<4x4xf32>) {
-    ^bb0(%286: f32, %287: f32):
-      %288 = arith.mulf %286, %286 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %288 : f32 loc("examples/layers.kina":26:66)
+    %279 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %nn.layer_norm$4_4.62.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.61.xc : tensor<4x4xf32>) outs(%279 : tensor<4x4xf32>) {
+    ^bb0(%280: f32, %281: f32):
+      %282 = arith.mulf %280, %280 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %282 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %289 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
-    %290 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":27:2)
-    %291 = linalg.fill ins(%289 : f32) outs(%290 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":27:2)
-    %292 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$4_4.62.sq : tensor<4x4xf32>) outs(%291 : tensor<4xf32>) {
-    ^bb0(%293: f32, %294: f32):
-      %295 = arith.addf %294, %293 : f32 loc("examples/layers.kina":27:2)
-      linalg.yield %295 : f32 loc("examples/layers.kina":27:2)
+    %283 = arith.constant 0.0 : f32 loc("examples/layers.kina":27:2)
+    %284 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":27:2)
+    %285 = linalg.fill ins(%283 : f32) outs(%284 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":27:2)
+    %286 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.layer_norm$4_4.62.sq : tensor<4x4xf32>) outs(%285 : tensor<4xf32>) {
+    ^bb0(%287: f32, %288: f32):
+      %289 = arith.addf %288, %287 : f32 loc("examples/layers.kina":27:2)
+      linalg.yield %289 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4xf32> loc("examples/layers.kina":27:2)
-    %nn.layer_norm$4_4.63.ss = tensor.expand_shape %292 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":27:2)
-    %296 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
-    %297 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":27:54)
-    %inert.78 = linalg.fill ins(%296 : f32) outs(%297 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":27:54)
-    %298 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %nn.layer_norm$4_4.64.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.63.ss, %inert.78 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%298 : tensor<4x1xf32>) {
-    ^bb0(%299: f32, %300: f32, %301: f32):
-      %302 = arith.mulf %299, %300 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %302 : f32 loc("examples/layers.kina":27:49)
+    %nn.layer_norm$4_4.63.ss = tensor.expand_shape %286 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":27:2)
+    %290 = arith.constant 0.25 : f32 loc("examples/layers.kina":27:54)
+    %292 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %nn.layer_norm$4_4.64.var = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.63.ss : tensor<4x1xf32>) outs(%292 : tensor<4x1xf32>) {
+    ^bb0(%293: f32, %294: f32):
+      %295 = arith.mulf %293, %290 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %295 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %303 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
-    %304 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":27:89)
-    %inert.80 = linalg.fill ins(%303 : f32) outs(%304 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":27:89)
-    %305 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:83)
-    %nn.layer_norm$4_4.65.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.64.var, %inert.80 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%305 : tensor<4x1xf32>) {
-    ^bb0(%306: f32, %307: f32, %308: f32):
-      %309 = arith.addf %306, %307 : f32 loc("examples/layers.kina":27:83)
-      linalg.yield %309 : f32 loc("examples/layers.kina":27:83)
+    %296 = arith.constant 1.0e-05 : f32 loc("examples/layers.kina":27:89)
+    %298 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:83)
+    %nn.layer_norm$4_4.65.var_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.64.var : tensor<4x1xf32>) outs(%298 : tensor<4x1xf32>) {
+    ^bb0(%299: f32, %300: f32):
+      %301 = arith.addf %299, %296 : f32 loc("examples/layers.kina":27:83)
+      linalg.yield %301 : f32 loc("examples/layers.kina":27:83)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:83)
-    %310 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %nn.layer_norm$4_4.66.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.65.var_eps : tensor<4x1xf32>) outs(%310 : tensor<4x1xf32>) {
-    ^bb0(%311: f32, %312: f32):
-      %313 = math.rsqrt %311 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %313 : f32 loc("examples/layers.kina":28:24)
+    %302 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %nn.layer_norm$4_4.66.inv_std = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.65.var_eps : tensor<4x1xf32>) outs(%302 : tensor<4x1xf32>) {
+    ^bb0(%303: f32, %304: f32):
+      %305 = math.rsqrt %303 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %305 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %314 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$4_4.67.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>) outs(%314 : tensor<4x4xf32>) {
-    ^bb0(%315: f32, %316: f32):
-      linalg.yield %315 : f32 loc("examples/layers.kina":28:61)
+    %306 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
+    %nn.layer_norm$4_4.67.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>) outs(%306 : tensor<4x4xf32>) {
+    ^bb0(%307: f32, %308: f32):
+      linalg.yield %307 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %317 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$4_4.68.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.61.xc, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%317 : tensor<4x4xf32>) {
-    ^bb0(%318: f32, %319: f32, %320: f32):
-      %321 = arith.mulf %318, %319 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %321 : f32 loc("examples/layers.kina":29:31)
+    %309 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %nn.layer_norm$4_4.68.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.61.xc, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%309 : tensor<4x4xf32>) {
+    ^bb0(%310: f32, %311: f32, %312: f32):
+      %313 = arith.mulf %310, %311 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %313 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$4_4.69.g_row = tensor.expand_shape %ln2_g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %322 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$4_4.70.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.69.g_row : tensor<1x4xf32>) outs(%322 : tensor<4x4xf32>) {
-    ^bb0(%323: f32, %324: f32):
-      linalg.yield %323 : f32 loc("examples/layers.kina":30:36)
+    %314 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
+    %nn.layer_norm$4_4.70.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.69.g_row : tensor<1x4xf32>) outs(%314 : tensor<4x4xf32>) {
+    ^bb0(%315: f32, %316: f32):
+      linalg.yield %315 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %325 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$4_4.71.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.68.xn, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%325 : tensor<4x4xf32>) {
-    ^bb0(%326: f32, %327: f32, %328: f32):
-      %329 = arith.mulf %326, %327 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %329 : f32 loc("examples/layers.kina":31:6)
+    %317 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %nn.layer_norm$4_4.71.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.68.xn, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%317 : tensor<4x4xf32>) {
+    ^bb0(%318: f32, %319: f32, %320: f32):
+      %321 = arith.mulf %318, %319 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %321 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$4_4.72.b_row = tensor.expand_shape %ln2_b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %330 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$4_4.73.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.72.b_row : tensor<1x4xf32>) outs(%330 : tensor<4x4xf32>) {
-    ^bb0(%331: f32, %332: f32):
-      linalg.yield %331 : f32 loc("examples/layers.kina":32:10)
+    %322 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
+    %nn.layer_norm$4_4.73.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.72.b_row : tensor<1x4xf32>) outs(%322 : tensor<4x4xf32>) {
+    ^bb0(%323: f32, %324: f32):
+      linalg.yield %323 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %333 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$4_4.74.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.71.scaled, %nn.layer_norm$4_4.73.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%333 : tensor<4x4xf32>) {
-    ^bb0(%334: f32, %335: f32, %336: f32):
-      %337 = arith.addf %334, %335 : f32 loc("examples/layers.kina":32:49)
-      linalg.yield %337 : f32 loc("examples/layers.kina":32:49)
+    %325 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
+    %nn.layer_norm$4_4.74.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.71.scaled, %nn.layer_norm$4_4.73.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%325 : tensor<4x4xf32>) {
+    ^bb0(%326: f32, %327: f32, %328: f32):
+      %329 = arith.addf %326, %327 : f32 loc("examples/layers.kina":32:49)
+      linalg.yield %329 : f32 loc("examples/layers.kina":32:49)
     } -> tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %338 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %339 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %340 = linalg.fill ins(%338 : f32) outs(%339 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_4_16.76.y = linalg.matmul ins(%nn.layer_norm$4_4.74.out, %w_up : tensor<4x4xf32>, tensor<4x16xf32>) outs(%340 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %330 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %331 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %332 = linalg.fill ins(%330 : f32) outs(%331 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_4_16.76.y = linalg.matmul ins(%nn.layer_norm$4_4.74.out, %w_up : tensor<4x4xf32>, tensor<4x16xf32>) outs(%332 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_16.77.b_row = tensor.expand_shape %b_up [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":19:75)
-    %341 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_16.78.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.77.b_row : tensor<1x16xf32>) outs(%341 : tensor<4x16xf32>) {
-    ^bb0(%342: f32, %343: f32):
-      linalg.yield %342 : f32 loc("examples/layers.kina":20:18)
+    %333 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_4_16.78.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.77.b_row : tensor<1x16xf32>) outs(%333 : tensor<4x16xf32>) {
+    ^bb0(%334: f32, %335: f32):
+      linalg.yield %334 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x16xf32> loc("examples/layers.kina":20:18)
-    %344 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_16.79.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.76.y, %nn.linear$4_4_16.78.b_rows : tensor<4x16xf32>, tensor<4x16xf32>) outs(%344 : tensor<4x16xf32>) {
-    ^bb0(%345: f32, %346: f32, %347: f32):
-      %348 = arith.addf %345, %346 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %348 : f32 loc("examples/layers.kina":20:57)
+    %336 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_4_16.79.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.76.y, %nn.linear$4_4_16.78.b_rows : tensor<4x16xf32>, tensor<4x16xf32>) outs(%336 : tensor<4x16xf32>) {
+    ^bb0(%337: f32, %338: f32, %339: f32):
+      %340 = arith.addf %337, %338 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %340 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x16xf32> loc("examples/layers.kina":20:57)
-    %349 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %nn.gelu_mlp$4_4_16.80.act = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.79.out : tensor<4x16xf32>) outs(%349 : tensor<4x16xf32>) {
-    ^bb0(%350: f32, %351: f32):
-      %352 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
-      %353 = arith.mulf %350, %352 : f32 loc("examples/layers.kina":56:86)
-      %354 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
-      %355 = arith.minimumf %353, %354 : f32 loc("examples/layers.kina":56:86)
-      %356 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
-      %357 = arith.maximumf %355, %356 : f32 loc("examples/layers.kina":56:86)
-      %358 = arith.mulf %357, %357 : f32 loc("examples/layers.kina":56:86)
-      %359 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
-      %360 = arith.mulf %359, %358 : f32 loc("examples/layers.kina":56:86)
-      %361 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
-      %362 = arith.addf %360, %361 : f32 loc("examples/layers.kina":56:86)
-      %363 = arith.mulf %362, %358 : f32 loc("examples/layers.kina":56:86)
-      %364 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
-      %365 = arith.addf %363, %364 : f32 loc("examples/layers.kina":56:86)
-      %366 = arith.mulf %365, %358 : f32 loc("examples/layers.kina":56:86)
-      %367 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
-      %368 = arith.addf %366, %367 : f32 loc("examples/layers.kina":56:86)
-      %369 = arith.mulf %368, %358 : f32 loc("examples/layers.kina":56:86)
-      %370 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
-      %371 = arith.addf %369, %370 : f32 loc("examples/layers.kina":56:86)
-      %372 = arith.mulf %371, %358 : f32 loc("examples/layers.kina":56:86)
-      %373 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
+    %341 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
+    %nn.gelu_mlp$4_4_16.80.act = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.79.out : tensor<4x16xf32>) outs(%341 : tensor<4x16xf32>) {
+    ^bb0(%342: f32, %343: f32):
+      %344 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
+      %345 = arith.mulf %342, %344 : f32 loc("examples/layers.kina":56:86)
+      %346 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
+      %347 = arith.minimumf %345, %346 : f32 loc("examples/layers.kina":56:86)
+      %348 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
+      %349 = arith.maximumf %347, %348 : f32 loc("examples/layers.kina":56:86)
+      %350 = arith.mulf %349, %349 : f32 loc("examples/layers.kina":56:86)
+      %351 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
+      %352 = arith.mulf %351, %350 : f32 loc("examples/layers.kina":56:86)
+      %353 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
+      %354 = arith.addf %352, %353 : f32 loc("examples/layers.kina":56:86)
+      %355 = arith.mulf %354, %350 : f32 loc("examples/layers.kina":56:86)
+      %356 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
+      %357 = arith.addf %355, %356 : f32 loc("examples/layers.kina":56:86)
+      %358 = arith.mulf %357, %350 : f32 loc("examples/layers.kina":56:86)
+      %359 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
+      %360 = arith.addf %358, %359 : f32 loc("examples/layers.kina":56:86)
+      %361 = arith.mulf %360, %350 : f32 loc("examples/layers.kina":56:86)
+      %362 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
+      %363 = arith.addf %361, %362 : f32 loc("examples/layers.kina":56:86)
+      %364 = arith.mulf %363, %350 : f32 loc("examples/layers.kina":56:86)
+      %365 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
+      %366 = arith.addf %364, %365 : f32 loc("examples/layers.kina":56:86)
+      %367 = arith.mulf %366, %350 : f32 loc("examples/layers.kina":56:86)
+      %368 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
+      %369 = arith.addf %367, %368 : f32 loc("examples/layers.kina":56:86)
+      %370 = arith.mulf %349, %369 : f32 loc("examples/layers.kina":56:86)
+      %371 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
+      %372 = arith.mulf %371, %350 : f32 loc("examples/layers.kina":56:86)
+      %373 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
       %374 = arith.addf %372, %373 : f32 loc("examples/layers.kina":56:86)
-      %375 = arith.mulf %374, %358 : f32 loc("examples/layers.kina":56:86)
-      %376 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
+      %375 = arith.mulf %374, %350 : f32 loc("examples/layers.kina":56:86)
+      %376 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
       %377 = arith.addf %375, %376 : f32 loc("examples/layers.kina":56:86)
-      %378 = arith.mulf %357, %377 : f32 loc("examples/layers.kina":56:86)
-      %379 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
-      %380 = arith.mulf %379, %358 : f32 loc("examples/layers.kina":56:86)
-      %381 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
-      %382 = arith.addf %380, %381 : f32 loc("examples/layers.kina":56:86)
-      %383 = arith.mulf %382, %358 : f32 loc("examples/layers.kina":56:86)
-      %384 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
-      %385 = arith.addf %383, %384 : f32 loc("examples/layers.kina":56:86)
-      %386 = arith.mulf %385, %358 : f32 loc("examples/layers.kina":56:86)
-      %387 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
-      %388 = arith.addf %386, %387 : f32 loc("examples/layers.kina":56:86)
-      %389 = arith.mulf %388, %358 : f32 loc("examples/layers.kina":56:86)
-      %390 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
-      %391 = arith.addf %389, %390 : f32 loc("examples/layers.kina":56:86)
-      %392 = arith.divf %378, %391 : f32 loc("examples/layers.kina":56:86)
-      %393 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
-      %394 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
-      %395 = arith.addf %394, %392 : f32 loc("examples/layers.kina":56:86)
-      %396 = arith.mulf %393, %395 : f32 loc("examples/layers.kina":56:86)
-      %397 = arith.mulf %350, %396 : f32 loc("examples/layers.kina":56:86)
-      linalg.yield %397 : f32 loc("examples/layers.kina":56:86)
+      %378 = arith.mulf %377, %350 : f32 loc("examples/layers.kina":56:86)
+      %379 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
+      %380 = arith.addf %378, %379 : f32 loc("examples/layers.kina":56:86)
+      %381 = arith.mulf %380, %350 : f32 loc("examples/layers.kina":56:86)
+      %382 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
+      %383 = arith.addf %381, %382 : f32 loc("examples/layers.kina":56:86)
+      %384 = arith.divf %370, %383 : f32 loc("examples/layers.kina":56:86)
+      %385 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
+      %386 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
+      %387 = arith.addf %386, %384 : f32 loc("examples/layers.kina":56:86)
+      %388 = arith.mulf %385, %387 : f32 loc("examples/layers.kina":56:86)
+      %389 = arith.mulf %342, %388 : f32 loc("examples/layers.kina":56:86)
+      linalg.yield %389 : f32 loc("examples/layers.kina":56:86)
     } -> tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %398 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %399 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %400 = linalg.fill ins(%398 : f32) outs(%399 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %nn.linear$4_16_4.82.y = linalg.matmul ins(%nn.gelu_mlp$4_4_16.80.act, %w_down : tensor<4x16xf32>, tensor<16x4xf32>) outs(%400 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %390 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %391 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %392 = linalg.fill ins(%390 : f32) outs(%391 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %nn.linear$4_16_4.82.y = linalg.matmul ins(%nn.gelu_mlp$4_4_16.80.act, %w_down : tensor<4x16xf32>, tensor<16x4xf32>) outs(%392 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_16_4.83.b_row = tensor.expand_shape %b_down [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %401 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_16_4.84.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.83.b_row : tensor<1x4xf32>) outs(%401 : tensor<4x4xf32>) {
-    ^bb0(%402: f32, %403: f32):
-      linalg.yield %402 : f32 loc("examples/layers.kina":20:18)
+    %393 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
+    %nn.linear$4_16_4.84.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.83.b_row : tensor<1x4xf32>) outs(%393 : tensor<4x4xf32>) {
+    ^bb0(%394: f32, %395: f32):
+      linalg.yield %394 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %404 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_16_4.85.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.82.y, %nn.linear$4_16_4.84.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%404 : tensor<4x4xf32>) {
-    ^bb0(%405: f32, %406: f32, %407: f32):
-      %408 = arith.addf %405, %406 : f32 loc("examples/layers.kina":20:57)
-      linalg.yield %408 : f32 loc("examples/layers.kina":20:57)
+    %396 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
+    %nn.linear$4_16_4.85.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.82.y, %nn.linear$4_16_4.84.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%396 : tensor<4x4xf32>) {
+    ^bb0(%397: f32, %398: f32, %399: f32):
+      %400 = arith.addf %397, %398 : f32 loc("examples/layers.kina":20:57)
+      linalg.yield %400 : f32 loc("examples/layers.kina":20:57)
     } -> tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %409 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":42:11)
-    %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.linear$4_16_4.85.out : tensor<4x4xf32>, tensor<4x4xf32>) outs(%409 : tensor<4x4xf32>) {
-    ^bb0(%410: f32, %411: f32, %412: f32):
-      %413 = arith.addf %410, %411 : f32 loc("examples/layers.kina":42:11)
-      linalg.yield %413 : f32 loc("examples/layers.kina":42:11)
+    %401 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":42:11)
+    %y = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.linear$4_16_4.85.out : tensor<4x4xf32>, tensor<4x4xf32>) outs(%401 : tensor<4x4xf32>) {
+    ^bb0(%402: f32, %403: f32, %404: f32):
+      %405 = arith.addf %402, %403 : f32 loc("examples/layers.kina":42:11)
+      linalg.yield %405 : f32 loc("examples/layers.kina":42:11)
     } -> tensor<4x4xf32> loc("examples/layers.kina":42:11)
-    %414 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %nn.rms_norm$4_4.86.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y : tensor<4x4xf32>) outs(%414 : tensor<4x4xf32>) {
-    ^bb0(%415: f32, %416: f32):
-      %417 = arith.mulf %415, %415 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %417 : f32 loc("examples/layers.kina":40:7)
+    %406 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %nn.rms_norm$4_4.86.sq = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y : tensor<4x4xf32>) outs(%406 : tensor<4x4xf32>) {
+    ^bb0(%407: f32, %408: f32):
+      %409 = arith.mulf %407, %407 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %409 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %418 = arith.constant 0.0 : f32 loc("examples/layers.kina":40:32)
-    %419 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":40:32)
-    %420 = linalg.fill ins(%418 : f32) outs(%419 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":40:32)
-    %421 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.rms_norm$4_4.86.sq : tensor<4x4xf32>) outs(%420 : tensor<4xf32>) {
-    ^bb0(%422: f32, %423: f32):
-      %424 = arith.addf %423, %422 : f32 loc("examples/layers.kina":40:32)
-      linalg.yield %424 : f32 loc("examples/layers.kina":40:32)
+    %410 = arith.constant 0.0 : f32 loc("examples/layers.kina":40:32)
+    %411 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":40:32)
+    %412 = linalg.fill ins(%410 : f32) outs(%411 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":40:32)
+    %413 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.rms_norm$4_4.86.sq : tensor<4x4xf32>) outs(%412 : tensor<4xf32>) {
+    ^bb0(%414: f32, %415: f32):
+      %416 = arith.addf %415, %414 : f32 loc("examples/layers.kina":40:32)
+      linalg.yield %416 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<4xf32> loc("examples/layers.kina":40:32)
-    %nn.rms_norm$4_4.87.ss = tensor.expand_shape %421 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":40:32)
-    %425 = arith.constant 0.25 : f32 loc("examples/layers.kina":41:38)
-    %426 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":41:38)
-    %inert.107 = linalg.fill ins(%425 : f32) outs(%426 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":41:38)
-    %427 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %nn.rms_norm$4_4.88.ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.87.ss, %inert.107 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%427 : tensor<4x1xf32>) {
-    ^bb0(%428: f32, %429: f32, %430: f32):
-      %431 = arith.mulf %428, %429 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %431 : f32 loc("examples/layers.kina":41:33)
+    %nn.rms_norm$4_4.87.ss = tensor.expand_shape %413 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":40:32)
+    %417 = arith.constant 0.25 : f32 loc("examples/layers.kina":41:38)
+    %419 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
+    %nn.rms_norm$4_4.88.ms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.87.ss : tensor<4x1xf32>) outs(%419 : tensor<4x1xf32>) {
+    ^bb0(%420: f32, %421: f32):
+      %422 = arith.mulf %420, %417 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %422 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %432 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
-    %433 = bufferization.alloc_tensor() : tensor<4x1xf32> loc("examples/layers.kina":42:14)
-    %inert.109 = linalg.fill ins(%432 : f32) outs(%433 : tensor<4x1xf32>) -> tensor<4x1xf32> loc("examples/layers.kina":42:14)
-    %434 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":42:9)
-    %nn.rms_norm$4_4.89.ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.88.ms, %inert.109 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%434 : tensor<4x1xf32>) {
-    ^bb0(%435: f32, %436: f32, %437: f32):
-      %438 = arith.addf %435, %436 : f32 loc("examples/layers.kina":42:9)
-      linalg.yield %438 : f32 loc("examples/layers.kina":42:9)
+    %423 = arith.constant 1.0e-06 : f32 loc("examples/layers.kina":42:14)
+    %425 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":42:9)
+    %nn.rms_norm$4_4.89.ms_eps = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.88.ms : tensor<4x1xf32>) outs(%425 : tensor<4x1xf32>) {
+    ^bb0(%426: f32, %427: f32):
+      %428 = arith.addf %426, %423 : f32 loc("examples/layers.kina":42:9)
+      linalg.yield %428 : f32 loc("examples/layers.kina":42:9)
     } -> tensor<4x1xf32> loc("examples/layers.kina":42:9)
-    %439 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %nn.rms_norm$4_4.90.inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.89.ms_eps : tensor<4x1xf32>) outs(%439 : tensor<4x1xf32>) {
-    ^bb0(%440: f32, %441: f32):
-      %442 = math.rsqrt %440 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %442 : f32 loc("examples/layers.kina":43:19)
+    %429 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %nn.rms_norm$4_4.90.inv_rms = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.89.ms_eps : tensor<4x1xf32>) outs(%429 : tensor<4x1xf32>) {
+    ^bb0(%430: f32, %431: f32):
+      %432 = math.rsqrt %430 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %432 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %443 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":44:19)
-    %nn.rms_norm$4_4.91.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>) outs(%443 : tensor<4x4xf32>) {
-    ^bb0(%444: f32, %445: f32):
-      linalg.yield %444 : f32 loc("examples/layers.kina":44:19)
+    %433 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":44:19)
+    %nn.rms_norm$4_4.91.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>) outs(%433 : tensor<4x4xf32>) {
+    ^bb0(%434: f32, %435: f32):
+      linalg.yield %434 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<4x4xf32> loc("examples/layers.kina":44:19)
-    %446 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %nn.rms_norm$4_4.92.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%446 : tensor<4x4xf32>) {
-    ^bb0(%447: f32, %448: f32, %449: f32):
-      %450 = arith.mulf %447, %448 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %450 : f32 loc("examples/layers.kina":45:20)
+    %436 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %nn.rms_norm$4_4.92.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%436 : tensor<4x4xf32>) {
+    ^bb0(%437: f32, %438: f32, %439: f32):
+      %440 = arith.mulf %437, %438 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %440 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
     %nn.rms_norm$4_4.93.g_row = tensor.expand_shape %rms_g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %451 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":47:4)
-    %nn.rms_norm$4_4.94.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.93.g_row : tensor<1x4xf32>) outs(%451 : tensor<4x4xf32>) {
-    ^bb0(%452: f32, %453: f32):
-      linalg.yield %452 : f32 loc("examples/layers.kina":47:4)
+    %441 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":47:4)
+    %nn.rms_norm$4_4.94.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.93.g_row : tensor<1x4xf32>) outs(%441 : tensor<4x4xf32>) {
+    ^bb0(%442: f32, %443: f32):
+      linalg.yield %442 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<4x4xf32> loc("examples/layers.kina":47:4)
-    %454 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %nn.rms_norm$4_4.95.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.92.xn, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%454 : tensor<4x4xf32>) {
-    ^bb0(%455: f32, %456: f32, %457: f32):
-      %458 = arith.mulf %455, %456 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %458 : f32 loc("examples/layers.kina":50:33)
+    %444 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %nn.rms_norm$4_4.95.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.92.xn, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%444 : tensor<4x4xf32>) {
+    ^bb0(%445: f32, %446: f32, %447: f32):
+      %448 = arith.mulf %445, %446 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %448 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %459 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":44:15)
-    %wte_t = linalg.transpose ins(%wte : tensor<6x4xf32>) outs(%459 : tensor<4x6xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
-    %460 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %461 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %462 = linalg.fill ins(%460 : f32) outs(%461 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %logits = linalg.matmul ins(%nn.rms_norm$4_4.95.out, %wte_t : tensor<4x4xf32>, tensor<4x6xf32>) outs(%462 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %463 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":23:33)
-    %464 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %465 = linalg.fill ins(%463 : f32) outs(%464 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %466 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%logits : tensor<4x6xf32>) outs(%465 : tensor<4xf32>) {
-    ^bb0(%467: f32, %468: f32):
-      %469 = arith.maximumf %468, %467 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %469 : f32 loc("examples/layers.kina":23:33)
+    %449 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":44:15)
+    %wte_t = linalg.transpose ins(%wte : tensor<6x4xf32>) outs(%449 : tensor<4x6xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
+    %450 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %451 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %452 = linalg.fill ins(%450 : f32) outs(%451 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %logits = linalg.matmul ins(%nn.rms_norm$4_4.95.out, %wte_t : tensor<4x4xf32>, tensor<4x6xf32>) outs(%452 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %453 = arith.constant 0xff800000 : f32 loc("examples/layers.kina":23:33)
+    %454 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
+    %455 = linalg.fill ins(%453 : f32) outs(%454 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
+    %456 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%logits : tensor<4x6xf32>) outs(%455 : tensor<4xf32>) {
+    ^bb0(%457: f32, %458: f32):
+      %459 = arith.maximumf %458, %457 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %459 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %470 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %471 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logits, %466 : tensor<4x6xf32>, tensor<4xf32>) outs(%470 : tensor<4x6xf32>) {
-    ^bb0(%472: f32, %473: f32, %474: f32):
-      %475 = arith.subf %472, %473 : f32 loc("examples/layers.kina":23:33)
-      %476 = math.exp %475 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %476 : f32 loc("examples/layers.kina":23:33)
+    %460 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %461 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logits, %456 : tensor<4x6xf32>, tensor<4xf32>) outs(%460 : tensor<4x6xf32>) {
+    ^bb0(%462: f32, %463: f32, %464: f32):
+      %465 = arith.subf %462, %463 : f32 loc("examples/layers.kina":23:33)
+      %466 = math.exp %465 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %466 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %477 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
-    %478 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %479 = linalg.fill ins(%477 : f32) outs(%478 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %480 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%471 : tensor<4x6xf32>) outs(%479 : tensor<4xf32>) {
-    ^bb0(%481: f32, %482: f32):
-      %483 = arith.addf %482, %481 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %483 : f32 loc("examples/layers.kina":23:33)
+    %467 = arith.constant 0.0 : f32 loc("examples/layers.kina":23:33)
+    %468 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":23:33)
+    %469 = linalg.fill ins(%467 : f32) outs(%468 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":23:33)
+    %470 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%461 : tensor<4x6xf32>) outs(%469 : tensor<4xf32>) {
+    ^bb0(%471: f32, %472: f32):
+      %473 = arith.addf %472, %471 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %473 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %484 = tensor.empty() : tensor<4xf32> loc("examples/layers.kina":23:33)
-    %485 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%480 : tensor<4xf32>) outs(%484 : tensor<4xf32>) {
-    ^bb0(%486: f32, %487: f32):
-      %kina_log_488_0 = "arith.constant"() <{value = 0x00800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_1 = "arith.cmpf"(%486, %kina_log_488_0) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
-      %kina_log_488_2 = "arith.constant"() <{value = 0x4B000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_3 = "arith.mulf"(%486, %kina_log_488_2) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_4 = "arith.select"(%kina_log_488_1, %kina_log_488_3, %486) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_5 = "arith.bitcast"(%kina_log_488_4) : (f32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_6 = "arith.constant"() <{value = 8388607 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_7 = "arith.andi"(%kina_log_488_5, %kina_log_488_6) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_8 = "arith.constant"() <{value = 1056964608 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_9 = "arith.ori"(%kina_log_488_7, %kina_log_488_8) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_10 = "arith.bitcast"(%kina_log_488_9) : (i32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_11 = "arith.constant"() <{value = 0x3F3504F3 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_12 = "arith.cmpf"(%kina_log_488_10, %kina_log_488_11) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
-      %kina_log_488_13 = "arith.constant"() <{value = 149 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_14 = "arith.constant"() <{value = 126 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_15 = "arith.select"(%kina_log_488_1, %kina_log_488_13, %kina_log_488_14) : (i1, i32, i32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_16 = "arith.constant"() <{value = 23 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_17 = "arith.shrui"(%kina_log_488_5, %kina_log_488_16) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_18 = "arith.subi"(%kina_log_488_17, %kina_log_488_15) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_19 = "arith.extui"(%kina_log_488_12) : (i1) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_20 = "arith.subi"(%kina_log_488_18, %kina_log_488_19) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
-      %kina_log_488_21 = "arith.addf"(%kina_log_488_10, %kina_log_488_10) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_22 = "arith.select"(%kina_log_488_12, %kina_log_488_21, %kina_log_488_10) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_23 = "arith.constant"() <{value = 0x3F800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_24 = "arith.subf"(%kina_log_488_22, %kina_log_488_23) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_25 = "arith.mulf"(%kina_log_488_24, %kina_log_488_24) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_26 = "arith.constant"() <{value = 0x3D9021BB : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_27 = "arith.constant"() <{value = 0xBDEBD1B8 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_28 = "math.fma"(%kina_log_488_26, %kina_log_488_24, %kina_log_488_27) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_29 = "arith.constant"() <{value = 0x3DEF251A : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_30 = "math.fma"(%kina_log_488_28, %kina_log_488_24, %kina_log_488_29) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_31 = "arith.constant"() <{value = 0xBDFE5D4F : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_32 = "math.fma"(%kina_log_488_30, %kina_log_488_24, %kina_log_488_31) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_33 = "arith.constant"() <{value = 0x3E11E9BF : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_34 = "math.fma"(%kina_log_488_32, %kina_log_488_24, %kina_log_488_33) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_35 = "arith.constant"() <{value = 0xBE2AAE50 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_36 = "math.fma"(%kina_log_488_34, %kina_log_488_24, %kina_log_488_35) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_37 = "arith.constant"() <{value = 0x3E4CCEAC : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_38 = "math.fma"(%kina_log_488_36, %kina_log_488_24, %kina_log_488_37) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_39 = "arith.constant"() <{value = 0xBE7FFFFC : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_40 = "math.fma"(%kina_log_488_38, %kina_log_488_24, %kina_log_488_39) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_41 = "arith.constant"() <{value = 0x3EAAAAAA : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_42 = "math.fma"(%kina_log_488_40, %kina_log_488_24, %kina_log_488_41) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_43 = "arith.sitofp"(%kina_log_488_20) : (i32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_44 = "arith.constant"() <{value = 0xBF000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_45 = "arith.constant"() <{value = 0xB95E8083 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_46 = "arith.mulf"(%kina_log_488_42, %kina_log_488_24) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_47 = "arith.mulf"(%kina_log_488_46, %kina_log_488_25) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_48 = "math.fma"(%kina_log_488_43, %kina_log_488_45, %kina_log_488_47) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_49 = "math.fma"(%kina_log_488_25, %kina_log_488_44, %kina_log_488_48) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_50 = "arith.constant"() <{value = 0x3F318000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_51 = "arith.addf"(%kina_log_488_24, %kina_log_488_49) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_52 = "math.fma"(%kina_log_488_43, %kina_log_488_50, %kina_log_488_51) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_53 = "arith.constant"() <{value = 0x7F800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_54 = "arith.cmpf"(%486, %kina_log_488_53) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
-      %kina_log_488_55 = "arith.select"(%kina_log_488_54, %486, %kina_log_488_52) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_56 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_57 = "arith.cmpf"(%486, %kina_log_488_56) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
-      %kina_log_488_58 = "arith.constant"() <{value = 0xFF800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_59 = "arith.select"(%kina_log_488_57, %kina_log_488_58, %kina_log_488_55) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_60 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_61 = "arith.cmpf"(%486, %kina_log_488_60) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
-      %kina_log_488_62 = "arith.constant"() <{value = 0x7FC00000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_63 = "arith.select"(%kina_log_488_61, %kina_log_488_62, %kina_log_488_59) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      %kina_log_488_64 = "arith.cmpf"(%486, %486) <{predicate = 14 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
-      %kina_log_488_65 = "arith.select"(%kina_log_488_64, %486, %kina_log_488_63) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
-      linalg.yield %kina_log_488_65 : f32 loc("examples/layers.kina":23:33)
+    %474 = tensor.empty() : tensor<4xf32> loc("examples/layers.kina":23:33)
+    %475 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%470 : tensor<4xf32>) outs(%474 : tensor<4xf32>) {
+    ^bb0(%476: f32, %477: f32):
+      %kina_log_478_0 = "arith.constant"() <{value = 0x00800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_1 = "arith.cmpf"(%476, %kina_log_478_0) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
+      %kina_log_478_2 = "arith.constant"() <{value = 0x4B000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_3 = "arith.mulf"(%476, %kina_log_478_2) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_4 = "arith.select"(%kina_log_478_1, %kina_log_478_3, %476) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_5 = "arith.bitcast"(%kina_log_478_4) : (f32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_6 = "arith.constant"() <{value = 8388607 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_7 = "arith.andi"(%kina_log_478_5, %kina_log_478_6) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_8 = "arith.constant"() <{value = 1056964608 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_9 = "arith.ori"(%kina_log_478_7, %kina_log_478_8) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_10 = "arith.bitcast"(%kina_log_478_9) : (i32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_11 = "arith.constant"() <{value = 0x3F3504F3 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_12 = "arith.cmpf"(%kina_log_478_10, %kina_log_478_11) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
+      %kina_log_478_13 = "arith.constant"() <{value = 149 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_14 = "arith.constant"() <{value = 126 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_15 = "arith.select"(%kina_log_478_1, %kina_log_478_13, %kina_log_478_14) : (i1, i32, i32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_16 = "arith.constant"() <{value = 23 : i32}> : () -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_17 = "arith.shrui"(%kina_log_478_5, %kina_log_478_16) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_18 = "arith.subi"(%kina_log_478_17, %kina_log_478_15) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_19 = "arith.extui"(%kina_log_478_12) : (i1) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_20 = "arith.subi"(%kina_log_478_18, %kina_log_478_19) : (i32, i32) -> i32 loc("examples/layers.kina":23:33)
+      %kina_log_478_21 = "arith.addf"(%kina_log_478_10, %kina_log_478_10) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_22 = "arith.select"(%kina_log_478_12, %kina_log_478_21, %kina_log_478_10) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_23 = "arith.constant"() <{value = 0x3F800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_24 = "arith.subf"(%kina_log_478_22, %kina_log_478_23) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_25 = "arith.mulf"(%kina_log_478_24, %kina_log_478_24) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_26 = "arith.constant"() <{value = 0x3D9021BB : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_27 = "arith.constant"() <{value = 0xBDEBD1B8 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_28 = "math.fma"(%kina_log_478_26, %kina_log_478_24, %kina_log_478_27) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_29 = "arith.constant"() <{value = 0x3DEF251A : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_30 = "math.fma"(%kina_log_478_28, %kina_log_478_24, %kina_log_478_29) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_31 = "arith.constant"() <{value = 0xBDFE5D4F : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_32 = "math.fma"(%kina_log_478_30, %kina_log_478_24, %kina_log_478_31) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_33 = "arith.constant"() <{value = 0x3E11E9BF : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_34 = "math.fma"(%kina_log_478_32, %kina_log_478_24, %kina_log_478_33) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_35 = "arith.constant"() <{value = 0xBE2AAE50 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_36 = "math.fma"(%kina_log_478_34, %kina_log_478_24, %kina_log_478_35) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_37 = "arith.constant"() <{value = 0x3E4CCEAC : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_38 = "math.fma"(%kina_log_478_36, %kina_log_478_24, %kina_log_478_37) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_39 = "arith.constant"() <{value = 0xBE7FFFFC : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_40 = "math.fma"(%kina_log_478_38, %kina_log_478_24, %kina_log_478_39) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_41 = "arith.constant"() <{value = 0x3EAAAAAA : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_42 = "math.fma"(%kina_log_478_40, %kina_log_478_24, %kina_log_478_41) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_43 = "arith.sitofp"(%kina_log_478_20) : (i32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_44 = "arith.constant"() <{value = 0xBF000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_45 = "arith.constant"() <{value = 0xB95E8083 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_46 = "arith.mulf"(%kina_log_478_42, %kina_log_478_24) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_47 = "arith.mulf"(%kina_log_478_46, %kina_log_478_25) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_48 = "math.fma"(%kina_log_478_43, %kina_log_478_45, %kina_log_478_47) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_49 = "math.fma"(%kina_log_478_25, %kina_log_478_44, %kina_log_478_48) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_50 = "arith.constant"() <{value = 0x3F318000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_51 = "arith.addf"(%kina_log_478_24, %kina_log_478_49) : (f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_52 = "math.fma"(%kina_log_478_43, %kina_log_478_50, %kina_log_478_51) : (f32, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_53 = "arith.constant"() <{value = 0x7F800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_54 = "arith.cmpf"(%476, %kina_log_478_53) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
+      %kina_log_478_55 = "arith.select"(%kina_log_478_54, %476, %kina_log_478_52) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_56 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_57 = "arith.cmpf"(%476, %kina_log_478_56) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
+      %kina_log_478_58 = "arith.constant"() <{value = 0xFF800000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_59 = "arith.select"(%kina_log_478_57, %kina_log_478_58, %kina_log_478_55) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_60 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_61 = "arith.cmpf"(%476, %kina_log_478_60) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
+      %kina_log_478_62 = "arith.constant"() <{value = 0x7FC00000 : f32}> : () -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_63 = "arith.select"(%kina_log_478_61, %kina_log_478_62, %kina_log_478_59) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      %kina_log_478_64 = "arith.cmpf"(%476, %476) <{predicate = 14 : i64}> : (f32, f32) -> i1 loc("examples/layers.kina":23:33)
+      %kina_log_478_65 = "arith.select"(%kina_log_478_64, %476, %kina_log_478_63) : (i1, f32, f32) -> f32 loc("examples/layers.kina":23:33)
+      linalg.yield %kina_log_478_65 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4xf32> loc("examples/layers.kina":23:33)
-    %489 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %losses.cross_entropy$4_6.96.logp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logits, %466, %485 : tensor<4x6xf32>, tensor<4xf32>, tensor<4xf32>) outs(%489 : tensor<4x6xf32>) {
-    ^bb0(%490: f32, %491: f32, %492: f32, %493: f32):
-      %494 = arith.subf %490, %491 : f32 loc("examples/layers.kina":23:33)
-      %495 = arith.subf %494, %492 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %495 : f32 loc("examples/layers.kina":23:33)
+    %479 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %losses.cross_entropy$4_6.96.logp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logits, %456, %475 : tensor<4x6xf32>, tensor<4xf32>, tensor<4xf32>) outs(%479 : tensor<4x6xf32>) {
+    ^bb0(%480: f32, %481: f32, %482: f32, %483: f32):
+      %484 = arith.subf %480, %481 : f32 loc("examples/layers.kina":23:33)
+      %485 = arith.subf %484, %482 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %485 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %496 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %497 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
-    %498 = linalg.fill ins(%496 : i64) outs(%497 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
-    %499 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<4x1xi64>) outs(%498 : tensor<i64>) {
-    ^bb0(%500: i64, %501: i64):
-      %502 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-      %503 = arith.cmpi slt, %500, %502 : i64 loc("examples/layers.kina":16:54)
-      %504 = arith.constant 6 : i64 loc("examples/layers.kina":16:54)
-      %505 = arith.cmpi sge, %500, %504 : i64 loc("examples/layers.kina":16:54)
-      %506 = arith.ori %503, %505 : i1 loc("examples/layers.kina":16:54)
-      %507 = arith.extui %506 : i1 to i64 loc("examples/layers.kina":16:54)
-      %508 = arith.addi %501, %507 : i64 loc("examples/layers.kina":16:54)
-      linalg.yield %508 : i64 loc("examples/layers.kina":16:54)
+    %486 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %487 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
+    %488 = linalg.fill ins(%486 : i64) outs(%487 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
+    %489 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<4x1xi64>) outs(%488 : tensor<i64>) {
+    ^bb0(%490: i64, %491: i64):
+      %492 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+      %493 = arith.cmpi slt, %490, %492 : i64 loc("examples/layers.kina":16:54)
+      %494 = arith.constant 6 : i64 loc("examples/layers.kina":16:54)
+      %495 = arith.cmpi sge, %490, %494 : i64 loc("examples/layers.kina":16:54)
+      %496 = arith.ori %493, %495 : i1 loc("examples/layers.kina":16:54)
+      %497 = arith.extui %496 : i1 to i64 loc("examples/layers.kina":16:54)
+      %498 = arith.addi %491, %497 : i64 loc("examples/layers.kina":16:54)
+      linalg.yield %498 : i64 loc("examples/layers.kina":16:54)
     } -> tensor<i64> loc("examples/layers.kina":16:54)
-    %509 = tensor.extract %499[] : tensor<i64> loc("examples/layers.kina":16:54)
-    %510 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %511 = arith.cmpi eq, %509, %510 : i64 loc("examples/layers.kina":16:54)
-    cf.assert %511, "take_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %512 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":16:54)
-    %losses.nll_loss$4_6.98.picked = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets : tensor<4x1xi64>) outs(%512 : tensor<4x1xf32>) {
-    ^bb0(%513: i64, %514: f32):
-      %515 = linalg.index 0 : index loc("examples/layers.kina":16:54)
-      %516 = arith.index_cast %513 : i64 to index loc("examples/layers.kina":16:54)
-      %517 = tensor.extract %losses.cross_entropy$4_6.96.logp[%515, %516] : tensor<4x6xf32> loc("examples/layers.kina":16:54)
-      linalg.yield %517 : f32 loc("examples/layers.kina":16:54)
+    %499 = tensor.extract %489[] : tensor<i64> loc("examples/layers.kina":16:54)
+    %500 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %501 = arith.cmpi eq, %499, %500 : i64 loc("examples/layers.kina":16:54)
+    cf.assert %501, "take_along_axis index out of bounds" loc("examples/layers.kina":16:54)
+    %502 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":16:54)
+    %losses.nll_loss$4_6.98.picked = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets : tensor<4x1xi64>) outs(%502 : tensor<4x1xf32>) {
+    ^bb0(%503: i64, %504: f32):
+      %505 = linalg.index 0 : index loc("examples/layers.kina":16:54)
+      %506 = arith.index_cast %503 : i64 to index loc("examples/layers.kina":16:54)
+      %507 = tensor.extract %losses.cross_entropy$4_6.96.logp[%505, %506] : tensor<4x6xf32> loc("examples/layers.kina":16:54)
+      linalg.yield %507 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x1xf32> loc("examples/layers.kina":16:54)
-    %518 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %losses.nll_loss$4_6.99.nll = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$4_6.98.picked : tensor<4x1xf32>) outs(%518 : tensor<4x1xf32>) {
-    ^bb0(%519: f32, %520: f32):
-      %521 = arith.negf %519 : f32 loc("examples/layers.kina":18:10)
-      linalg.yield %521 : f32 loc("examples/layers.kina":18:10)
+    %508 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
+    %losses.nll_loss$4_6.99.nll = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$4_6.98.picked : tensor<4x1xf32>) outs(%508 : tensor<4x1xf32>) {
+    ^bb0(%509: f32, %510: f32):
+      %511 = arith.negf %509 : f32 loc("examples/layers.kina":18:10)
+      linalg.yield %511 : f32 loc("examples/layers.kina":18:10)
     } -> tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %522 = arith.constant 0.0 : f32 loc("examples/layers.kina":18:35)
-    %523 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/layers.kina":18:35)
-    %524 = linalg.fill ins(%522 : f32) outs(%523 : tensor<1xf32>) -> tensor<1xf32> loc("examples/layers.kina":18:35)
-    %525 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%losses.nll_loss$4_6.99.nll : tensor<4x1xf32>) outs(%524 : tensor<1xf32>) {
-    ^bb0(%526: f32, %527: f32):
-      %528 = arith.addf %527, %526 : f32 loc("examples/layers.kina":18:35)
-      linalg.yield %528 : f32 loc("examples/layers.kina":18:35)
+    %512 = arith.constant 0.0 : f32 loc("examples/layers.kina":18:35)
+    %513 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/layers.kina":18:35)
+    %514 = linalg.fill ins(%512 : f32) outs(%513 : tensor<1xf32>) -> tensor<1xf32> loc("examples/layers.kina":18:35)
+    %515 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%losses.nll_loss$4_6.99.nll : tensor<4x1xf32>) outs(%514 : tensor<1xf32>) {
+    ^bb0(%516: f32, %517: f32):
+      %518 = arith.addf %517, %516 : f32 loc("examples/layers.kina":18:35)
+      linalg.yield %518 : f32 loc("examples/layers.kina":18:35)
     } -> tensor<1xf32> loc("examples/layers.kina":18:35)
-    %losses.nll_loss$4_6.100.total = tensor.expand_shape %525 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
-    %529 = arith.constant 0.25 : f32 loc("examples/layers.kina":19:2)
-    %530 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %inert.124 = linalg.fill ins(%529 : f32) outs(%530 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/layers.kina":19:2)
-    %531 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %losses.nll_loss$4_6.101.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$4_6.100.total, %inert.124 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%531 : tensor<1x1xf32>) {
-    ^bb0(%532: f32, %533: f32, %534: f32):
-      %535 = arith.mulf %532, %533 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %535 : f32 loc("examples/layers.kina":18:83)
+    %losses.nll_loss$4_6.100.total = tensor.expand_shape %515 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/layers.kina":18:35)
+    %519 = arith.constant 0.25 : f32 loc("examples/layers.kina":19:2)
+    %521 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
+    %losses.nll_loss$4_6.101.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$4_6.100.total : tensor<1x1xf32>) outs(%521 : tensor<1x1xf32>) {
+    ^bb0(%522: f32, %523: f32):
+      %524 = arith.mulf %522, %519 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %524 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/layers.kina":47:3)
-    %536 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.124 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%536 : tensor<1x1xf32>) {
-    ^bb0(%537: f32, %538: f32, %539: f32):
-      %540 = arith.mulf %537, %538 : f32 loc("examples/layers.kina":18:83)
-      linalg.yield %540 : f32 loc("examples/layers.kina":18:83)
+    %525 = tensor.empty() : tensor<1x1xf32> loc("examples/layers.kina":18:83)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<1x1xf32>) outs(%525 : tensor<1x1xf32>) {
+    ^bb0(%526: f32, %527: f32):
+      %528 = arith.mulf %526, %519 : f32 loc("examples/layers.kina":18:83)
+      linalg.yield %528 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %541 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:35)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%541 : tensor<4x1xf32>) {
-    ^bb0(%542: f32, %543: f32):
-      linalg.yield %542 : f32 loc("examples/layers.kina":18:35)
+    %529 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:35)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%529 : tensor<4x1xf32>) {
+    ^bb0(%530: f32, %531: f32):
+      linalg.yield %530 : f32 loc("examples/layers.kina":18:35)
     } -> tensor<4x1xf32> loc("examples/layers.kina":18:35)
-    %544 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<4x1xf32>) outs(%544 : tensor<4x1xf32>) {
-    ^bb0(%545: f32, %546: f32):
-      %547 = arith.negf %545 : f32 loc("examples/layers.kina":18:10)
-      linalg.yield %547 : f32 loc("examples/layers.kina":18:10)
+    %532 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<4x1xf32>) outs(%532 : tensor<4x1xf32>) {
+    ^bb0(%533: f32, %534: f32):
+      %535 = arith.negf %533 : f32 loc("examples/layers.kina":18:10)
+      linalg.yield %535 : f32 loc("examples/layers.kina":18:10)
     } -> tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %548 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %549 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
-    %550 = linalg.fill ins(%548 : i64) outs(%549 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
-    %551 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<4x1xi64>) outs(%550 : tensor<i64>) {
-    ^bb0(%552: i64, %553: i64):
-      %554 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-      %555 = arith.cmpi slt, %552, %554 : i64 loc("examples/layers.kina":16:54)
-      %556 = arith.constant 6 : i64 loc("examples/layers.kina":16:54)
-      %557 = arith.cmpi sge, %552, %556 : i64 loc("examples/layers.kina":16:54)
-      %558 = arith.ori %555, %557 : i1 loc("examples/layers.kina":16:54)
-      %559 = arith.extui %558 : i1 to i64 loc("examples/layers.kina":16:54)
-      %560 = arith.addi %553, %559 : i64 loc("examples/layers.kina":16:54)
-      linalg.yield %560 : i64 loc("examples/layers.kina":16:54)
+    %536 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %537 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":16:54)
+    %538 = linalg.fill ins(%536 : i64) outs(%537 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":16:54)
+    %539 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%targets : tensor<4x1xi64>) outs(%538 : tensor<i64>) {
+    ^bb0(%540: i64, %541: i64):
+      %542 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+      %543 = arith.cmpi slt, %540, %542 : i64 loc("examples/layers.kina":16:54)
+      %544 = arith.constant 6 : i64 loc("examples/layers.kina":16:54)
+      %545 = arith.cmpi sge, %540, %544 : i64 loc("examples/layers.kina":16:54)
+      %546 = arith.ori %543, %545 : i1 loc("examples/layers.kina":16:54)
+      %547 = arith.extui %546 : i1 to i64 loc("examples/layers.kina":16:54)
+      %548 = arith.addi %541, %547 : i64 loc("examples/layers.kina":16:54)
+      linalg.yield %548 : i64 loc("examples/layers.kina":16:54)
     } -> tensor<i64> loc("examples/layers.kina":16:54)
-    %561 = tensor.extract %551[] : tensor<i64> loc("examples/layers.kina":16:54)
-    %562 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
-    %563 = arith.cmpi eq, %561, %562 : i64 loc("examples/layers.kina":16:54)
-    cf.assert %563, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
-    %564 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":16:54)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%564 : tensor<4x6xf32>) {
-    ^bb0(%565: i64, %566: f32, %567: f32):
-      %568 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %569 = arith.index_cast %565 : i64 to index loc("examples/layers.kina":16:54)
-      %570 = linalg.index 1 : index loc("examples/layers.kina":16:54)
-      %571 = arith.cmpi eq, %569, %570 : index loc("examples/layers.kina":16:54)
-      %572 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
-      %573 = arith.select %571, %566, %572 : f32 loc("examples/layers.kina":16:54)
-      %574 = arith.addf %568, %573 : f32 loc("examples/layers.kina":16:54)
-      linalg.yield %574 : f32 loc("examples/layers.kina":16:54)
+    %549 = tensor.extract %539[] : tensor<i64> loc("examples/layers.kina":16:54)
+    %550 = arith.constant 0 : i64 loc("examples/layers.kina":16:54)
+    %551 = arith.cmpi eq, %549, %550 : i64 loc("examples/layers.kina":16:54)
+    cf.assert %551, "scatter_along_axis index out of bounds" loc("examples/layers.kina":16:54)
+    %552 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":16:54)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%targets, %ct.4.neg : tensor<4x1xi64>, tensor<4x1xf32>) outs(%552 : tensor<4x6xf32>) {
+    ^bb0(%553: i64, %554: f32, %555: f32):
+      %556 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %557 = arith.index_cast %553 : i64 to index loc("examples/layers.kina":16:54)
+      %558 = linalg.index 1 : index loc("examples/layers.kina":16:54)
+      %559 = arith.cmpi eq, %557, %558 : index loc("examples/layers.kina":16:54)
+      %560 = arith.constant 0.0 : f32 loc("examples/layers.kina":16:54)
+      %561 = arith.select %559, %554, %560 : f32 loc("examples/layers.kina":16:54)
+      %562 = arith.addf %556, %561 : f32 loc("examples/layers.kina":16:54)
+      linalg.yield %562 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x6xf32> loc("examples/layers.kina":16:54)
+    %563 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%563 : tensor<4x6xf32>) {
+    ^bb0(%564: f32, %565: f32):
+      linalg.yield %564 : f32 loc("examples/layers.kina":23:33)
+    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %566 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%566 : tensor<4x6xf32>) {
+    ^bb0(%567: f32, %568: f32):
+      %569 = math.exp %567 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %569 : f32 loc("examples/layers.kina":23:33)
+    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %570 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%570 : tensor<4x6xf32>) {
+    ^bb0(%571: f32, %572: f32, %573: f32):
+      %574 = arith.mulf %571, %572 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %574 : f32 loc("examples/layers.kina":23:33)
+    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
     %575 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%575 : tensor<4x6xf32>) {
-    ^bb0(%576: f32, %577: f32):
-      linalg.yield %576 : f32 loc("examples/layers.kina":23:33)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<4x6xf32>, tensor<4x6xf32>) outs(%575 : tensor<4x6xf32>) {
+    ^bb0(%576: f32, %577: f32, %578: f32):
+      %579 = arith.subf %576, %577 : f32 loc("examples/layers.kina":23:33)
+      linalg.yield %579 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %578 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%578 : tensor<4x6xf32>) {
-    ^bb0(%579: f32, %580: f32):
-      %581 = math.exp %579 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %581 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %582 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%582 : tensor<4x6xf32>) {
-    ^bb0(%583: f32, %584: f32, %585: f32):
-      %586 = arith.mulf %583, %584 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %586 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %587 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<4x6xf32>, tensor<4x6xf32>) outs(%587 : tensor<4x6xf32>) {
-    ^bb0(%588: f32, %589: f32, %590: f32):
-      %591 = arith.subf %588, %589 : f32 loc("examples/layers.kina":23:33)
-      linalg.yield %591 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %592 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":45:16)
-    %ct.10.transpose = linalg.transpose ins(%wte_t : tensor<4x6xf32>) outs(%592 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
-    %593 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %594 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %595 = linalg.fill ins(%593 : f32) outs(%594 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %ct.11.matmul = linalg.matmul ins(%ct.9.sub, %ct.10.transpose : tensor<4x6xf32>, tensor<6x4xf32>) outs(%595 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %596 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
-    %ct.12.transpose = linalg.transpose ins(%nn.rms_norm$4_4.95.out : tensor<4x4xf32>) outs(%596 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
-    %597 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
-    %598 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %599 = linalg.fill ins(%597 : f32) outs(%598 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %ct.13.matmul = linalg.matmul ins(%ct.12.transpose, %ct.9.sub : tensor<4x4xf32>, tensor<4x6xf32>) outs(%599 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
-    %600 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
-    %ct.14.transpose = linalg.transpose ins(%ct.13.matmul : tensor<4x6xf32>) outs(%600 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
-    %601 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%601 : tensor<4x4xf32>) {
-    ^bb0(%602: f32, %603: f32, %604: f32):
-      %605 = arith.mulf %602, %603 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %605 : f32 loc("examples/layers.kina":50:33)
+    %580 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":45:16)
+    %ct.10.transpose = linalg.transpose ins(%wte_t : tensor<4x6xf32>) outs(%580 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
+    %581 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %582 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %583 = linalg.fill ins(%581 : f32) outs(%582 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %ct.11.matmul = linalg.matmul ins(%ct.9.sub, %ct.10.transpose : tensor<4x6xf32>, tensor<6x4xf32>) outs(%583 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %584 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:16)
+    %ct.12.transpose = linalg.transpose ins(%nn.rms_norm$4_4.95.out : tensor<4x4xf32>) outs(%584 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":45:16)
+    %585 = arith.constant 0.0 : f32 loc("examples/layers.kina":45:16)
+    %586 = bufferization.alloc_tensor() : tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %587 = linalg.fill ins(%585 : f32) outs(%586 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %ct.13.matmul = linalg.matmul ins(%ct.12.transpose, %ct.9.sub : tensor<4x4xf32>, tensor<4x6xf32>) outs(%587 : tensor<4x6xf32>) -> tensor<4x6xf32> loc("examples/layers.kina":45:16)
+    %588 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
+    %ct.14.transpose = linalg.transpose ins(%ct.13.matmul : tensor<4x6xf32>) outs(%588 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
+    %589 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%589 : tensor<4x4xf32>) {
+    ^bb0(%590: f32, %591: f32, %592: f32):
+      %593 = arith.mulf %590, %591 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %593 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %606 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.92.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%606 : tensor<4x4xf32>) {
-    ^bb0(%607: f32, %608: f32, %609: f32):
-      %610 = arith.mulf %607, %608 : f32 loc("examples/layers.kina":50:33)
-      linalg.yield %610 : f32 loc("examples/layers.kina":50:33)
+    %594 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
+    %ct.16.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.92.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%594 : tensor<4x4xf32>) {
+    ^bb0(%595: f32, %596: f32, %597: f32):
+      %598 = arith.mulf %595, %596 : f32 loc("examples/layers.kina":50:33)
+      linalg.yield %598 : f32 loc("examples/layers.kina":50:33)
     } -> tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %611 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
-    %612 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
-    %613 = linalg.fill ins(%611 : f32) outs(%612 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %614 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<4x4xf32>) outs(%613 : tensor<4xf32>) {
-    ^bb0(%615: f32, %616: f32):
-      %617 = arith.addf %616, %615 : f32 loc("examples/layers.kina":47:4)
-      linalg.yield %617 : f32 loc("examples/layers.kina":47:4)
+    %599 = arith.constant 0.0 : f32 loc("examples/layers.kina":47:4)
+    %600 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":47:4)
+    %601 = linalg.fill ins(%599 : f32) outs(%600 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":47:4)
+    %602 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.16.mul : tensor<4x4xf32>) outs(%601 : tensor<4xf32>) {
+    ^bb0(%603: f32, %604: f32):
+      %605 = arith.addf %604, %603 : f32 loc("examples/layers.kina":47:4)
+      linalg.yield %605 : f32 loc("examples/layers.kina":47:4)
     } -> tensor<4xf32> loc("examples/layers.kina":47:4)
-    %ct.17.reduce_keep = tensor.expand_shape %614 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
+    %ct.17.reduce_keep = tensor.expand_shape %602 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
     %ct.18.reshape = tensor.collapse_shape %ct.17.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
-    %618 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%618 : tensor<4x4xf32>) {
-    ^bb0(%619: f32, %620: f32, %621: f32):
-      %622 = arith.mulf %619, %620 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %622 : f32 loc("examples/layers.kina":45:20)
+    %606 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%606 : tensor<4x4xf32>) {
+    ^bb0(%607: f32, %608: f32, %609: f32):
+      %610 = arith.mulf %607, %608 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %610 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %623 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%623 : tensor<4x4xf32>) {
-    ^bb0(%624: f32, %625: f32, %626: f32):
-      %627 = arith.mulf %624, %625 : f32 loc("examples/layers.kina":45:20)
-      linalg.yield %627 : f32 loc("examples/layers.kina":45:20)
+    %611 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
+    %ct.20.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%611 : tensor<4x4xf32>) {
+    ^bb0(%612: f32, %613: f32, %614: f32):
+      %615 = arith.mulf %612, %613 : f32 loc("examples/layers.kina":45:20)
+      linalg.yield %615 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %628 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
-    %629 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":44:19)
-    %630 = linalg.fill ins(%628 : f32) outs(%629 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":44:19)
-    %631 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.20.mul : tensor<4x4xf32>) outs(%630 : tensor<4xf32>) {
-    ^bb0(%632: f32, %633: f32):
-      %634 = arith.addf %633, %632 : f32 loc("examples/layers.kina":44:19)
-      linalg.yield %634 : f32 loc("examples/layers.kina":44:19)
+    %616 = arith.constant 0.0 : f32 loc("examples/layers.kina":44:19)
+    %617 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":44:19)
+    %618 = linalg.fill ins(%616 : f32) outs(%617 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":44:19)
+    %619 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.20.mul : tensor<4x4xf32>) outs(%618 : tensor<4xf32>) {
+    ^bb0(%620: f32, %621: f32):
+      %622 = arith.addf %621, %620 : f32 loc("examples/layers.kina":44:19)
+      linalg.yield %622 : f32 loc("examples/layers.kina":44:19)
     } -> tensor<4xf32> loc("examples/layers.kina":44:19)
-    %ct.21.reduce_keep = tensor.expand_shape %631 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":44:19)
+    %ct.21.reduce_keep = tensor.expand_shape %619 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":44:19)
     %ct.22.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %635 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.23.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.21.reduce_keep, %ct.22.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%635 : tensor<4x1xf32>) {
-    ^bb0(%636: f32, %637: f32, %638: f32):
-      %639 = arith.mulf %636, %637 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %639 : f32 loc("examples/layers.kina":43:19)
+    %623 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.23.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.21.reduce_keep, %ct.22.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%623 : tensor<4x1xf32>) {
+    ^bb0(%624: f32, %625: f32, %626: f32):
+      %627 = arith.mulf %624, %625 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %627 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %640 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>, tensor<4x1xf32>) outs(%640 : tensor<4x1xf32>) {
-    ^bb0(%641: f32, %642: f32, %643: f32):
-      %644 = arith.mulf %641, %642 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %644 : f32 loc("examples/layers.kina":43:19)
+    %628 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.24.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>, tensor<4x1xf32>) outs(%628 : tensor<4x1xf32>) {
+    ^bb0(%629: f32, %630: f32, %631: f32):
+      %632 = arith.mulf %629, %630 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %632 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %645 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %ct.24.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%645 : tensor<4x1xf32>) {
-    ^bb0(%646: f32, %647: f32, %648: f32):
-      %649 = arith.mulf %646, %647 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %649 : f32 loc("examples/layers.kina":43:19)
+    %633 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.25.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms, %ct.24.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%633 : tensor<4x1xf32>) {
+    ^bb0(%634: f32, %635: f32, %636: f32):
+      %637 = arith.mulf %634, %635 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %637 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %650 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.23.mul, %ct.25.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%650 : tensor<4x1xf32>) {
-    ^bb0(%651: f32, %652: f32, %653: f32):
-      %654 = arith.mulf %651, %652 : f32 loc("examples/layers.kina":43:19)
-      linalg.yield %654 : f32 loc("examples/layers.kina":43:19)
+    %638 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":43:19)
+    %ct.26.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.23.mul, %ct.25.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%638 : tensor<4x1xf32>) {
+    ^bb0(%639: f32, %640: f32, %641: f32):
+      %642 = arith.mulf %639, %640 : f32 loc("examples/layers.kina":43:19)
+      linalg.yield %642 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %655 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul, %inert.107 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%655 : tensor<4x1xf32>) {
-    ^bb0(%656: f32, %657: f32, %658: f32):
-      %659 = arith.mulf %656, %657 : f32 loc("examples/layers.kina":41:33)
-      linalg.yield %659 : f32 loc("examples/layers.kina":41:33)
+    %643 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":41:33)
+    %ct.27.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul : tensor<4x1xf32>) outs(%643 : tensor<4x1xf32>) {
+    ^bb0(%644: f32, %645: f32):
+      %646 = arith.mulf %644, %417 : f32 loc("examples/layers.kina":41:33)
+      linalg.yield %646 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %660 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %ct.28.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul : tensor<4x1xf32>) outs(%660 : tensor<4x4xf32>) {
-    ^bb0(%661: f32, %662: f32):
-      linalg.yield %661 : f32 loc("examples/layers.kina":40:32)
+    %647 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
+    %ct.28.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul : tensor<4x1xf32>) outs(%647 : tensor<4x4xf32>) {
+    ^bb0(%648: f32, %649: f32):
+      linalg.yield %648 : f32 loc("examples/layers.kina":40:32)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %663 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%663 : tensor<4x4xf32>) {
-    ^bb0(%664: f32, %665: f32, %666: f32):
-      %667 = arith.mulf %664, %665 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %667 : f32 loc("examples/layers.kina":40:7)
+    %650 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%650 : tensor<4x4xf32>) {
+    ^bb0(%651: f32, %652: f32, %653: f32):
+      %654 = arith.mulf %651, %652 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %654 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
     %ct.30.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %668 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.31.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.29.mul, %ct.30.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%668 : tensor<4x4xf32>) {
-    ^bb0(%669: f32, %670: f32, %671: f32):
-      %672 = arith.mulf %669, %670 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %672 : f32 loc("examples/layers.kina":40:7)
+    %655 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.31.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.29.mul, %ct.30.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%655 : tensor<4x4xf32>) {
+    ^bb0(%656: f32, %657: f32, %658: f32):
+      %659 = arith.mulf %656, %657 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %659 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %673 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.32.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.31.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%673 : tensor<4x4xf32>) {
-    ^bb0(%674: f32, %675: f32, %676: f32):
-      %677 = arith.addf %674, %675 : f32 loc("examples/layers.kina":40:7)
-      linalg.yield %677 : f32 loc("examples/layers.kina":40:7)
+    %660 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
+    %ct.32.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %ct.31.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%660 : tensor<4x4xf32>) {
+    ^bb0(%661: f32, %662: f32, %663: f32):
+      %664 = arith.addf %661, %662 : f32 loc("examples/layers.kina":40:7)
+      linalg.yield %664 : f32 loc("examples/layers.kina":40:7)
     } -> tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %678 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %679 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %680 = linalg.fill ins(%678 : f32) outs(%679 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %681 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.add : tensor<4x4xf32>) outs(%680 : tensor<4xf32>) {
-    ^bb0(%682: f32, %683: f32):
-      %684 = arith.addf %683, %682 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %684 : f32 loc("examples/layers.kina":20:18)
+    %665 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %666 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %667 = linalg.fill ins(%665 : f32) outs(%666 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %668 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.32.add : tensor<4x4xf32>) outs(%667 : tensor<4xf32>) {
+    ^bb0(%669: f32, %670: f32):
+      %671 = arith.addf %670, %669 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %671 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.33.reduce_keep = tensor.expand_shape %681 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.33.reduce_keep = tensor.expand_shape %668 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.34.reshape = tensor.collapse_shape %ct.33.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %685 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.35.transpose = linalg.transpose ins(%w_down : tensor<16x4xf32>) outs(%685 : tensor<4x16xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %686 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %687 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %688 = linalg.fill ins(%686 : f32) outs(%687 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.36.matmul = linalg.matmul ins(%ct.32.add, %ct.35.transpose : tensor<4x4xf32>, tensor<4x16xf32>) outs(%688 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %689 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.37.transpose = linalg.transpose ins(%nn.gelu_mlp$4_4_16.80.act : tensor<4x16xf32>) outs(%689 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %690 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %691 = bufferization.alloc_tensor() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %692 = linalg.fill ins(%690 : f32) outs(%691 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.32.add : tensor<16x4xf32>, tensor<4x4xf32>) outs(%692 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %693 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %ct.39.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %nn.linear$4_4_16.79.out : tensor<4x16xf32>, tensor<4x16xf32>) outs(%693 : tensor<4x16xf32>) {
-    ^bb0(%694: f32, %695: f32, %696: f32):
-      %697 = arith.constant -0.5 : f32 loc("examples/layers.kina":56:86)
-      %698 = arith.mulf %695, %695 : f32 loc("examples/layers.kina":56:86)
-      %699 = arith.mulf %697, %698 : f32 loc("examples/layers.kina":56:86)
-      %700 = math.exp %699 : f32 loc("examples/layers.kina":56:86)
-      %701 = arith.constant 0.3989422804014327 : f32 loc("examples/layers.kina":56:86)
-      %702 = arith.mulf %700, %701 : f32 loc("examples/layers.kina":56:86)
-      %703 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
-      %704 = arith.mulf %695, %703 : f32 loc("examples/layers.kina":56:86)
-      %705 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
-      %706 = arith.minimumf %704, %705 : f32 loc("examples/layers.kina":56:86)
-      %707 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
-      %708 = arith.maximumf %706, %707 : f32 loc("examples/layers.kina":56:86)
-      %709 = arith.mulf %708, %708 : f32 loc("examples/layers.kina":56:86)
-      %710 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
-      %711 = arith.mulf %710, %709 : f32 loc("examples/layers.kina":56:86)
-      %712 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
-      %713 = arith.addf %711, %712 : f32 loc("examples/layers.kina":56:86)
-      %714 = arith.mulf %713, %709 : f32 loc("examples/layers.kina":56:86)
-      %715 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
-      %716 = arith.addf %714, %715 : f32 loc("examples/layers.kina":56:86)
-      %717 = arith.mulf %716, %709 : f32 loc("examples/layers.kina":56:86)
-      %718 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
-      %719 = arith.addf %717, %718 : f32 loc("examples/layers.kina":56:86)
-      %720 = arith.mulf %719, %709 : f32 loc("examples/layers.kina":56:86)
-      %721 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
-      %722 = arith.addf %720, %721 : f32 loc("examples/layers.kina":56:86)
-      %723 = arith.mulf %722, %709 : f32 loc("examples/layers.kina":56:86)
-      %724 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
-      %725 = arith.addf %723, %724 : f32 loc("examples/layers.kina":56:86)
-      %726 = arith.mulf %725, %709 : f32 loc("examples/layers.kina":56:86)
-      %727 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
-      %728 = arith.addf %726, %727 : f32 loc("examples/layers.kina":56:86)
-      %729 = arith.mulf %708, %728 : f32 loc("examples/layers.kina":56:86)
-      %730 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
-      %731 = arith.mulf %730, %709 : f32 loc("examples/layers.kina":56:86)
-      %732 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
-      %733 = arith.addf %731, %732 : f32 loc("examples/layers.kina":56:86)
-      %734 = arith.mulf %733, %709 : f32 loc("examples/layers.kina":56:86)
-      %735 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
+    %672 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.35.transpose = linalg.transpose ins(%w_down : tensor<16x4xf32>) outs(%672 : tensor<4x16xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %673 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %674 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %675 = linalg.fill ins(%673 : f32) outs(%674 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.36.matmul = linalg.matmul ins(%ct.32.add, %ct.35.transpose : tensor<4x4xf32>, tensor<4x16xf32>) outs(%675 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %676 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.37.transpose = linalg.transpose ins(%nn.gelu_mlp$4_4_16.80.act : tensor<4x16xf32>) outs(%676 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %677 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %678 = bufferization.alloc_tensor() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %679 = linalg.fill ins(%677 : f32) outs(%678 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.38.matmul = linalg.matmul ins(%ct.37.transpose, %ct.32.add : tensor<16x4xf32>, tensor<4x4xf32>) outs(%679 : tensor<16x4xf32>) -> tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %680 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":56:86)
+    %ct.39.gelu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.36.matmul, %nn.linear$4_4_16.79.out : tensor<4x16xf32>, tensor<4x16xf32>) outs(%680 : tensor<4x16xf32>) {
+    ^bb0(%681: f32, %682: f32, %683: f32):
+      %684 = arith.constant -0.5 : f32 loc("examples/layers.kina":56:86)
+      %685 = arith.mulf %682, %682 : f32 loc("examples/layers.kina":56:86)
+      %686 = arith.mulf %684, %685 : f32 loc("examples/layers.kina":56:86)
+      %687 = math.exp %686 : f32 loc("examples/layers.kina":56:86)
+      %688 = arith.constant 0.3989422804014327 : f32 loc("examples/layers.kina":56:86)
+      %689 = arith.mulf %687, %688 : f32 loc("examples/layers.kina":56:86)
+      %690 = arith.constant 0.7071067811865475 : f32 loc("examples/layers.kina":56:86)
+      %691 = arith.mulf %682, %690 : f32 loc("examples/layers.kina":56:86)
+      %692 = arith.constant 4.0 : f32 loc("examples/layers.kina":56:86)
+      %693 = arith.minimumf %691, %692 : f32 loc("examples/layers.kina":56:86)
+      %694 = arith.constant -4.0 : f32 loc("examples/layers.kina":56:86)
+      %695 = arith.maximumf %693, %694 : f32 loc("examples/layers.kina":56:86)
+      %696 = arith.mulf %695, %695 : f32 loc("examples/layers.kina":56:86)
+      %697 = arith.constant -2.72614225801306e-10 : f32 loc("examples/layers.kina":56:86)
+      %698 = arith.mulf %697, %696 : f32 loc("examples/layers.kina":56:86)
+      %699 = arith.constant 2.77068142495902e-08 : f32 loc("examples/layers.kina":56:86)
+      %700 = arith.addf %698, %699 : f32 loc("examples/layers.kina":56:86)
+      %701 = arith.mulf %700, %696 : f32 loc("examples/layers.kina":56:86)
+      %702 = arith.constant -2.10102402082508e-06 : f32 loc("examples/layers.kina":56:86)
+      %703 = arith.addf %701, %702 : f32 loc("examples/layers.kina":56:86)
+      %704 = arith.mulf %703, %696 : f32 loc("examples/layers.kina":56:86)
+      %705 = arith.constant -5.69250639462346e-05 : f32 loc("examples/layers.kina":56:86)
+      %706 = arith.addf %704, %705 : f32 loc("examples/layers.kina":56:86)
+      %707 = arith.mulf %706, %696 : f32 loc("examples/layers.kina":56:86)
+      %708 = arith.constant -0.000734990630326855 : f32 loc("examples/layers.kina":56:86)
+      %709 = arith.addf %707, %708 : f32 loc("examples/layers.kina":56:86)
+      %710 = arith.mulf %709, %696 : f32 loc("examples/layers.kina":56:86)
+      %711 = arith.constant -0.00295459980854025 : f32 loc("examples/layers.kina":56:86)
+      %712 = arith.addf %710, %711 : f32 loc("examples/layers.kina":56:86)
+      %713 = arith.mulf %712, %696 : f32 loc("examples/layers.kina":56:86)
+      %714 = arith.constant -0.0160960333262415 : f32 loc("examples/layers.kina":56:86)
+      %715 = arith.addf %713, %714 : f32 loc("examples/layers.kina":56:86)
+      %716 = arith.mulf %695, %715 : f32 loc("examples/layers.kina":56:86)
+      %717 = arith.constant -1.45660718464996e-05 : f32 loc("examples/layers.kina":56:86)
+      %718 = arith.mulf %717, %696 : f32 loc("examples/layers.kina":56:86)
+      %719 = arith.constant -0.000213374055278905 : f32 loc("examples/layers.kina":56:86)
+      %720 = arith.addf %718, %719 : f32 loc("examples/layers.kina":56:86)
+      %721 = arith.mulf %720, %696 : f32 loc("examples/layers.kina":56:86)
+      %722 = arith.constant -0.00168282697438203 : f32 loc("examples/layers.kina":56:86)
+      %723 = arith.addf %721, %722 : f32 loc("examples/layers.kina":56:86)
+      %724 = arith.mulf %723, %696 : f32 loc("examples/layers.kina":56:86)
+      %725 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
+      %726 = arith.addf %724, %725 : f32 loc("examples/layers.kina":56:86)
+      %727 = arith.mulf %726, %696 : f32 loc("examples/layers.kina":56:86)
+      %728 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
+      %729 = arith.addf %727, %728 : f32 loc("examples/layers.kina":56:86)
+      %730 = arith.divf %716, %729 : f32 loc("examples/layers.kina":56:86)
+      %731 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
+      %732 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
+      %733 = arith.addf %732, %730 : f32 loc("examples/layers.kina":56:86)
+      %734 = arith.mulf %731, %733 : f32 loc("examples/layers.kina":56:86)
+      %735 = arith.mulf %682, %689 : f32 loc("examples/layers.kina":56:86)
       %736 = arith.addf %734, %735 : f32 loc("examples/layers.kina":56:86)
-      %737 = arith.mulf %736, %709 : f32 loc("examples/layers.kina":56:86)
-      %738 = arith.constant -0.00737332916720468 : f32 loc("examples/layers.kina":56:86)
-      %739 = arith.addf %737, %738 : f32 loc("examples/layers.kina":56:86)
-      %740 = arith.mulf %739, %709 : f32 loc("examples/layers.kina":56:86)
-      %741 = arith.constant -0.0142647390514189 : f32 loc("examples/layers.kina":56:86)
-      %742 = arith.addf %740, %741 : f32 loc("examples/layers.kina":56:86)
-      %743 = arith.divf %729, %742 : f32 loc("examples/layers.kina":56:86)
-      %744 = arith.constant 0.5 : f32 loc("examples/layers.kina":56:86)
-      %745 = arith.constant 1.0 : f32 loc("examples/layers.kina":56:86)
-      %746 = arith.addf %745, %743 : f32 loc("examples/layers.kina":56:86)
-      %747 = arith.mulf %744, %746 : f32 loc("examples/layers.kina":56:86)
-      %748 = arith.mulf %695, %702 : f32 loc("examples/layers.kina":56:86)
-      %749 = arith.addf %747, %748 : f32 loc("examples/layers.kina":56:86)
-      %750 = arith.mulf %694, %749 : f32 loc("examples/layers.kina":56:86)
-      linalg.yield %750 : f32 loc("examples/layers.kina":56:86)
+      %737 = arith.mulf %681, %736 : f32 loc("examples/layers.kina":56:86)
+      linalg.yield %737 : f32 loc("examples/layers.kina":56:86)
     } -> tensor<4x16xf32> loc("examples/layers.kina":56:86)
-    %751 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %752 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/layers.kina":20:18)
-    %753 = linalg.fill ins(%751 : f32) outs(%752 : tensor<16xf32>) -> tensor<16xf32> loc("examples/layers.kina":20:18)
-    %754 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.39.gelu_grad : tensor<4x16xf32>) outs(%753 : tensor<16xf32>) {
-    ^bb0(%755: f32, %756: f32):
-      %757 = arith.addf %756, %755 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %757 : f32 loc("examples/layers.kina":20:18)
+    %738 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %739 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/layers.kina":20:18)
+    %740 = linalg.fill ins(%738 : f32) outs(%739 : tensor<16xf32>) -> tensor<16xf32> loc("examples/layers.kina":20:18)
+    %741 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.39.gelu_grad : tensor<4x16xf32>) outs(%740 : tensor<16xf32>) {
+    ^bb0(%742: f32, %743: f32):
+      %744 = arith.addf %743, %742 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %744 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<16xf32> loc("examples/layers.kina":20:18)
-    %ct.40.reduce_keep = tensor.expand_shape %754 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":20:18)
+    %ct.40.reduce_keep = tensor.expand_shape %741 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":20:18)
     %ct.41.reshape = tensor.collapse_shape %ct.40.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/layers.kina":19:75)
-    %758 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
-    %ct.42.transpose = linalg.transpose ins(%w_up : tensor<4x16xf32>) outs(%758 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %759 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %760 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %761 = linalg.fill ins(%759 : f32) outs(%760 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.43.matmul = linalg.matmul ins(%ct.39.gelu_grad, %ct.42.transpose : tensor<4x16xf32>, tensor<16x4xf32>) outs(%761 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %762 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.44.transpose = linalg.transpose ins(%nn.layer_norm$4_4.74.out : tensor<4x4xf32>) outs(%762 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %763 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %764 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %765 = linalg.fill ins(%763 : f32) outs(%764 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %ct.45.matmul = linalg.matmul ins(%ct.44.transpose, %ct.39.gelu_grad : tensor<4x4xf32>, tensor<4x16xf32>) outs(%765 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
-    %766 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %767 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %768 = linalg.fill ins(%766 : f32) outs(%767 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %769 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.43.matmul : tensor<4x4xf32>) outs(%768 : tensor<4xf32>) {
-    ^bb0(%770: f32, %771: f32):
-      %772 = arith.addf %771, %770 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %772 : f32 loc("examples/layers.kina":32:10)
+    %745 = tensor.empty() : tensor<16x4xf32> loc("examples/layers.kina":19:52)
+    %ct.42.transpose = linalg.transpose ins(%w_up : tensor<4x16xf32>) outs(%745 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %746 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %747 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %748 = linalg.fill ins(%746 : f32) outs(%747 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.43.matmul = linalg.matmul ins(%ct.39.gelu_grad, %ct.42.transpose : tensor<4x16xf32>, tensor<16x4xf32>) outs(%748 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %749 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.44.transpose = linalg.transpose ins(%nn.layer_norm$4_4.74.out : tensor<4x4xf32>) outs(%749 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %750 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %751 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %752 = linalg.fill ins(%750 : f32) outs(%751 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %ct.45.matmul = linalg.matmul ins(%ct.44.transpose, %ct.39.gelu_grad : tensor<4x4xf32>, tensor<4x16xf32>) outs(%752 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
+    %753 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %754 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %755 = linalg.fill ins(%753 : f32) outs(%754 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %756 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.43.matmul : tensor<4x4xf32>) outs(%755 : tensor<4xf32>) {
+    ^bb0(%757: f32, %758: f32):
+      %759 = arith.addf %758, %757 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %759 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.46.reduce_keep = tensor.expand_shape %769 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.46.reduce_keep = tensor.expand_shape %756 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.47.reshape = tensor.collapse_shape %ct.46.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %773 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%773 : tensor<4x4xf32>) {
-    ^bb0(%774: f32, %775: f32, %776: f32):
-      %777 = arith.mulf %774, %775 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %777 : f32 loc("examples/layers.kina":31:6)
+    %760 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%760 : tensor<4x4xf32>) {
+    ^bb0(%761: f32, %762: f32, %763: f32):
+      %764 = arith.mulf %761, %762 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %764 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %778 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.49.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.68.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%778 : tensor<4x4xf32>) {
-    ^bb0(%779: f32, %780: f32, %781: f32):
-      %782 = arith.mulf %779, %780 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %782 : f32 loc("examples/layers.kina":31:6)
+    %765 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.49.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.68.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%765 : tensor<4x4xf32>) {
+    ^bb0(%766: f32, %767: f32, %768: f32):
+      %769 = arith.mulf %766, %767 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %769 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %783 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %784 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %785 = linalg.fill ins(%783 : f32) outs(%784 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %786 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.49.mul : tensor<4x4xf32>) outs(%785 : tensor<4xf32>) {
-    ^bb0(%787: f32, %788: f32):
-      %789 = arith.addf %788, %787 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %789 : f32 loc("examples/layers.kina":30:36)
+    %770 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %771 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %772 = linalg.fill ins(%770 : f32) outs(%771 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %773 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.49.mul : tensor<4x4xf32>) outs(%772 : tensor<4xf32>) {
+    ^bb0(%774: f32, %775: f32):
+      %776 = arith.addf %775, %774 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %776 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.50.reduce_keep = tensor.expand_shape %786 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.50.reduce_keep = tensor.expand_shape %773 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.51.reshape = tensor.collapse_shape %ct.50.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %790 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%790 : tensor<4x4xf32>) {
-    ^bb0(%791: f32, %792: f32, %793: f32):
-      %794 = arith.mulf %791, %792 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %794 : f32 loc("examples/layers.kina":29:31)
+    %777 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%777 : tensor<4x4xf32>) {
+    ^bb0(%778: f32, %779: f32, %780: f32):
+      %781 = arith.mulf %778, %779 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %781 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %795 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%795 : tensor<4x4xf32>) {
-    ^bb0(%796: f32, %797: f32, %798: f32):
-      %799 = arith.mulf %796, %797 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %799 : f32 loc("examples/layers.kina":29:31)
+    %782 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.53.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%782 : tensor<4x4xf32>) {
+    ^bb0(%783: f32, %784: f32, %785: f32):
+      %786 = arith.mulf %783, %784 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %786 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %800 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %801 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
-    %802 = linalg.fill ins(%800 : f32) outs(%801 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %803 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.53.mul : tensor<4x4xf32>) outs(%802 : tensor<4xf32>) {
-    ^bb0(%804: f32, %805: f32):
-      %806 = arith.addf %805, %804 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %806 : f32 loc("examples/layers.kina":28:61)
+    %787 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %788 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
+    %789 = linalg.fill ins(%787 : f32) outs(%788 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
+    %790 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.53.mul : tensor<4x4xf32>) outs(%789 : tensor<4xf32>) {
+    ^bb0(%791: f32, %792: f32):
+      %793 = arith.addf %792, %791 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %793 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %ct.54.reduce_keep = tensor.expand_shape %803 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
+    %ct.54.reduce_keep = tensor.expand_shape %790 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
     %ct.55.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %807 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.56.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.54.reduce_keep, %ct.55.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%807 : tensor<4x1xf32>) {
-    ^bb0(%808: f32, %809: f32, %810: f32):
-      %811 = arith.mulf %808, %809 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %811 : f32 loc("examples/layers.kina":28:24)
+    %794 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.56.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.54.reduce_keep, %ct.55.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%794 : tensor<4x1xf32>) {
+    ^bb0(%795: f32, %796: f32, %797: f32):
+      %798 = arith.mulf %795, %796 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %798 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %812 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%812 : tensor<4x1xf32>) {
-    ^bb0(%813: f32, %814: f32, %815: f32):
-      %816 = arith.mulf %813, %814 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %816 : f32 loc("examples/layers.kina":28:24)
+    %799 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.57.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%799 : tensor<4x1xf32>) {
+    ^bb0(%800: f32, %801: f32, %802: f32):
+      %803 = arith.mulf %800, %801 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %803 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %817 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.58.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %ct.57.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%817 : tensor<4x1xf32>) {
-    ^bb0(%818: f32, %819: f32, %820: f32):
-      %821 = arith.mulf %818, %819 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %821 : f32 loc("examples/layers.kina":28:24)
+    %804 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.58.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std, %ct.57.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%804 : tensor<4x1xf32>) {
+    ^bb0(%805: f32, %806: f32, %807: f32):
+      %808 = arith.mulf %805, %806 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %808 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %822 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.59.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.56.mul, %ct.58.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%822 : tensor<4x1xf32>) {
-    ^bb0(%823: f32, %824: f32, %825: f32):
-      %826 = arith.mulf %823, %824 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %826 : f32 loc("examples/layers.kina":28:24)
+    %809 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.59.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.56.mul, %ct.58.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%809 : tensor<4x1xf32>) {
+    ^bb0(%810: f32, %811: f32, %812: f32):
+      %813 = arith.mulf %810, %811 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %813 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %827 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.59.mul, %inert.78 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%827 : tensor<4x1xf32>) {
-    ^bb0(%828: f32, %829: f32, %830: f32):
-      %831 = arith.mulf %828, %829 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %831 : f32 loc("examples/layers.kina":27:49)
+    %814 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %ct.60.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.59.mul : tensor<4x1xf32>) outs(%814 : tensor<4x1xf32>) {
+    ^bb0(%815: f32, %816: f32):
+      %817 = arith.mulf %815, %290 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %817 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %832 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.61.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul : tensor<4x1xf32>) outs(%832 : tensor<4x4xf32>) {
-    ^bb0(%833: f32, %834: f32):
-      linalg.yield %833 : f32 loc("examples/layers.kina":27:2)
+    %818 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
+    %ct.61.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul : tensor<4x1xf32>) outs(%818 : tensor<4x4xf32>) {
+    ^bb0(%819: f32, %820: f32):
+      linalg.yield %819 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %835 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.62.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%835 : tensor<4x4xf32>) {
-    ^bb0(%836: f32, %837: f32, %838: f32):
-      %839 = arith.mulf %836, %837 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %839 : f32 loc("examples/layers.kina":26:66)
+    %821 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.62.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%821 : tensor<4x4xf32>) {
+    ^bb0(%822: f32, %823: f32, %824: f32):
+      %825 = arith.mulf %822, %823 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %825 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
     %ct.63.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %840 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.64.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.62.mul, %ct.63.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%840 : tensor<4x4xf32>) {
+    %826 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.64.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.62.mul, %ct.63.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%826 : tensor<4x4xf32>) {
+    ^bb0(%827: f32, %828: f32, %829: f32):
+      %830 = arith.mulf %827, %828 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %830 : f32 loc("examples/layers.kina":26:66)
+    } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %831 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.65.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.52.mul, %ct.64.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%831 : tensor<4x4xf32>) {
+    ^bb0(%832: f32, %833: f32, %834: f32):
+      %835 = arith.addf %832, %833 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %835 : f32 loc("examples/layers.kina":26:66)
+    } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %836 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.66.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.65.add : tensor<4x4xf32>) outs(%836 : tensor<4x4xf32>) {
+    ^bb0(%837: f32, %838: f32):
+      %839 = arith.negf %837 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %839 : f32 loc("examples/layers.kina":26:43)
+    } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %840 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.67.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.32.add, %ct.65.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%840 : tensor<4x4xf32>) {
     ^bb0(%841: f32, %842: f32, %843: f32):
-      %844 = arith.mulf %841, %842 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %844 : f32 loc("examples/layers.kina":26:66)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %845 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.65.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.52.mul, %ct.64.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%845 : tensor<4x4xf32>) {
-    ^bb0(%846: f32, %847: f32, %848: f32):
-      %849 = arith.addf %846, %847 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %849 : f32 loc("examples/layers.kina":26:66)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %850 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.66.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.65.add : tensor<4x4xf32>) outs(%850 : tensor<4x4xf32>) {
-    ^bb0(%851: f32, %852: f32):
-      %853 = arith.negf %851 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %853 : f32 loc("examples/layers.kina":26:43)
+      %844 = arith.addf %841, %842 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %844 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %854 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.67.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.32.add, %ct.65.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%854 : tensor<4x4xf32>) {
-    ^bb0(%855: f32, %856: f32, %857: f32):
-      %858 = arith.addf %855, %856 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %858 : f32 loc("examples/layers.kina":26:43)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %859 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %860 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
-    %861 = linalg.fill ins(%859 : f32) outs(%860 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %862 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.66.neg : tensor<4x4xf32>) outs(%861 : tensor<4xf32>) {
-    ^bb0(%863: f32, %864: f32):
-      %865 = arith.addf %864, %863 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %865 : f32 loc("examples/layers.kina":26:8)
+    %845 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %846 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
+    %847 = linalg.fill ins(%845 : f32) outs(%846 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
+    %848 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.66.neg : tensor<4x4xf32>) outs(%847 : tensor<4xf32>) {
+    ^bb0(%849: f32, %850: f32):
+      %851 = arith.addf %850, %849 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %851 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %ct.68.reduce_keep = tensor.expand_shape %862 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
-    %866 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %ct.69.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.reduce_keep, %inert.72 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%866 : tensor<4x1xf32>) {
-    ^bb0(%867: f32, %868: f32, %869: f32):
-      %870 = arith.mulf %867, %868 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %870 : f32 loc("examples/layers.kina":25:68)
+    %ct.68.reduce_keep = tensor.expand_shape %848 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
+    %852 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %ct.69.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.68.reduce_keep : tensor<4x1xf32>) outs(%852 : tensor<4x1xf32>) {
+    ^bb0(%853: f32, %854: f32):
+      %855 = arith.mulf %853, %265 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %855 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %871 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.70.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.mul : tensor<4x1xf32>) outs(%871 : tensor<4x4xf32>) {
-    ^bb0(%872: f32, %873: f32):
-      linalg.yield %872 : f32 loc("examples/layers.kina":25:23)
+    %856 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.70.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.mul : tensor<4x1xf32>) outs(%856 : tensor<4x4xf32>) {
+    ^bb0(%857: f32, %858: f32):
+      linalg.yield %857 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %874 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.71.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.67.add, %ct.70.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%874 : tensor<4x4xf32>) {
-    ^bb0(%875: f32, %876: f32, %877: f32):
-      %878 = arith.addf %875, %876 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %878 : f32 loc("examples/layers.kina":25:23)
+    %859 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.71.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.67.add, %ct.70.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%859 : tensor<4x4xf32>) {
+    ^bb0(%860: f32, %861: f32, %862: f32):
+      %863 = arith.addf %860, %861 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %863 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %879 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %880 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %881 = linalg.fill ins(%879 : f32) outs(%880 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %882 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.71.add : tensor<4x4xf32>) outs(%881 : tensor<4xf32>) {
-    ^bb0(%883: f32, %884: f32):
-      %885 = arith.addf %884, %883 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %885 : f32 loc("examples/layers.kina":20:18)
+    %864 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %865 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %866 = linalg.fill ins(%864 : f32) outs(%865 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %867 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.71.add : tensor<4x4xf32>) outs(%866 : tensor<4xf32>) {
+    ^bb0(%868: f32, %869: f32):
+      %870 = arith.addf %869, %868 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %870 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.72.reduce_keep = tensor.expand_shape %882 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.72.reduce_keep = tensor.expand_shape %867 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.73.reshape = tensor.collapse_shape %ct.72.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %886 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.74.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%886 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %887 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %888 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %889 = linalg.fill ins(%887 : f32) outs(%888 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.75.matmul = linalg.matmul ins(%ct.71.add, %ct.74.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%889 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %890 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.76.transpose = linalg.transpose ins(%nn.merge_heads$1_2_4_2.52.rows : tensor<4x4xf32>) outs(%890 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %891 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %892 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %893 = linalg.fill ins(%891 : f32) outs(%892 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.77.matmul = linalg.matmul ins(%ct.76.transpose, %ct.71.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%893 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %894 = tensor.collapse_shape %ct.75.matmul [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
-    %ct.78.reshape = tensor.expand_shape %894 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":98:24)
-    %895 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":97:31)
-    %ct.79.transpose = linalg.transpose ins(%ct.78.reshape : tensor<1x4x2x2xf32>) outs(%895 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
-    %896 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":111:11)
-    %ct.80.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.41.heads : tensor<1x2x4x2xf32>) outs(%896 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %897 = tensor.collapse_shape %ct.79.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %898 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":111:11)
-    %899 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %900 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %901 = linalg.fill ins(%899 : f32) outs(%900 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %902 = linalg.batch_matmul ins(%897, %898 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%901 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %ct.81.matmul = tensor.expand_shape %902 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
-    %903 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
-    %ct.82.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>) outs(%903 : tensor<1x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
-    %904 = tensor.collapse_shape %ct.82.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
-    %905 = tensor.collapse_shape %ct.79.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %906 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
-    %907 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %908 = linalg.fill ins(%906 : f32) outs(%907 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %909 = linalg.batch_matmul ins(%904, %905 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%908 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
-    %ct.83.matmul = tensor.expand_shape %909 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
+    %871 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.74.transpose = linalg.transpose ins(%wo : tensor<4x4xf32>) outs(%871 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %872 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %873 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %874 = linalg.fill ins(%872 : f32) outs(%873 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.75.matmul = linalg.matmul ins(%ct.71.add, %ct.74.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%874 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %875 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.76.transpose = linalg.transpose ins(%nn.merge_heads$1_2_4_2.52.rows : tensor<4x4xf32>) outs(%875 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %876 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %877 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %878 = linalg.fill ins(%876 : f32) outs(%877 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.77.matmul = linalg.matmul ins(%ct.76.transpose, %ct.71.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%878 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %879 = tensor.collapse_shape %ct.75.matmul [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":98:24)
+    %ct.78.reshape = tensor.expand_shape %879 [[0, 1, 2, 3]] output_shape [1, 4, 2, 2] : tensor<16xf32> into tensor<1x4x2x2xf32> loc("examples/layers.kina":98:24)
+    %880 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":97:31)
+    %ct.79.transpose = linalg.transpose ins(%ct.78.reshape : tensor<1x4x2x2xf32>) outs(%880 : tensor<1x2x4x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":97:31)
+    %881 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":111:11)
+    %ct.80.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.41.heads : tensor<1x2x4x2xf32>) outs(%881 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %882 = tensor.collapse_shape %ct.79.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %883 = tensor.collapse_shape %ct.80.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":111:11)
+    %884 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %885 = bufferization.alloc_tensor() : tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %886 = linalg.fill ins(%884 : f32) outs(%885 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %887 = linalg.batch_matmul ins(%882, %883 : tensor<2x4x2xf32>, tensor<2x2x4xf32>) outs(%886 : tensor<2x4x4xf32>) -> tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %ct.81.matmul = tensor.expand_shape %887 [[0, 1], [2], [3]] output_shape [1, 2, 4, 4] : tensor<2x4x4xf32> into tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
+    %888 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":111:11)
+    %ct.82.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>) outs(%888 : tensor<1x2x4x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":111:11)
+    %889 = tensor.collapse_shape %ct.82.transpose [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":111:11)
+    %890 = tensor.collapse_shape %ct.79.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %891 = arith.constant 0.0 : f32 loc("examples/layers.kina":111:11)
+    %892 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %893 = linalg.fill ins(%891 : f32) outs(%892 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %894 = linalg.batch_matmul ins(%889, %890 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%893 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":111:11)
+    %ct.83.matmul = tensor.expand_shape %894 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":111:11)
+    %895 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.84.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%895 : tensor<1x2x4x4xf32>) {
+    ^bb0(%896: f32, %897: f32, %898: f32):
+      %899 = arith.mulf %896, %897 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %899 : f32 loc("examples/layers.kina":110:45)
+    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %900 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
+    %901 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %902 = linalg.fill ins(%900 : f32) outs(%901 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %903 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.84.mul : tensor<1x2x4x4xf32>) outs(%902 : tensor<1x2x4xf32>) {
+    ^bb0(%904: f32, %905: f32):
+      %906 = arith.addf %905, %904 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %906 : f32 loc("examples/layers.kina":110:45)
+    } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
+    %ct.85.reduce_keep = tensor.expand_shape %903 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
+    %907 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.86.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.85.reduce_keep : tensor<1x2x4x1xf32>) outs(%907 : tensor<1x2x4x4xf32>) {
+    ^bb0(%908: f32, %909: f32):
+      linalg.yield %908 : f32 loc("examples/layers.kina":110:45)
+    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
     %910 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.84.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %nn.causal_sdpa$1_2_4_2.48.probs : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%910 : tensor<1x2x4x4xf32>) {
+    %ct.87.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %ct.86.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%910 : tensor<1x2x4x4xf32>) {
     ^bb0(%911: f32, %912: f32, %913: f32):
-      %914 = arith.mulf %911, %912 : f32 loc("examples/layers.kina":110:45)
+      %914 = arith.subf %911, %912 : f32 loc("examples/layers.kina":110:45)
       linalg.yield %914 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %915 = arith.constant 0.0 : f32 loc("examples/layers.kina":110:45)
-    %916 = bufferization.alloc_tensor() : tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %917 = linalg.fill ins(%915 : f32) outs(%916 : tensor<1x2x4xf32>) -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %918 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%ct.84.mul : tensor<1x2x4x4xf32>) outs(%917 : tensor<1x2x4xf32>) {
-    ^bb0(%919: f32, %920: f32):
-      %921 = arith.addf %920, %919 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %921 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
-    %ct.85.reduce_keep = tensor.expand_shape %918 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
-    %922 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.86.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.85.reduce_keep : tensor<1x2x4x1xf32>) outs(%922 : tensor<1x2x4x4xf32>) {
-    ^bb0(%923: f32, %924: f32):
-      linalg.yield %923 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %925 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.87.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %ct.86.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%925 : tensor<1x2x4x4xf32>) {
-    ^bb0(%926: f32, %927: f32, %928: f32):
-      %929 = arith.subf %926, %927 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %929 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %930 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.88.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.48.probs, %ct.87.sub : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%930 : tensor<1x2x4x4xf32>) {
-    ^bb0(%931: f32, %932: f32, %933: f32):
-      %934 = arith.mulf %931, %932 : f32 loc("examples/layers.kina":110:45)
-      linalg.yield %934 : f32 loc("examples/layers.kina":110:45)
+    %915 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
+    %ct.88.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.48.probs, %ct.87.sub : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%915 : tensor<1x2x4x4xf32>) {
+    ^bb0(%916: f32, %917: f32, %918: f32):
+      %919 = arith.mulf %916, %917 : f32 loc("examples/layers.kina":110:45)
+      linalg.yield %919 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
     %ct.89.zeros = arith.constant dense<0.0> : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %935 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %ct.90.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.88.mul, %ct.89.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%935 : tensor<1x2x4x4xf32>) {
-    ^bb0(%936: i8, %937: f32, %938: f32, %939: f32):
-      %940 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
-      %941 = arith.cmpi ne, %936, %940 : i8 loc("examples/layers.kina":110:2)
-      %942 = arith.select %941, %937, %938 : f32 loc("examples/layers.kina":110:2)
-      linalg.yield %942 : f32 loc("examples/layers.kina":110:2)
+    %920 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
+    %ct.90.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.88.mul, %ct.89.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%920 : tensor<1x2x4x4xf32>) {
+    ^bb0(%921: i8, %922: f32, %923: f32, %924: f32):
+      %925 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
+      %926 = arith.cmpi ne, %921, %925 : i8 loc("examples/layers.kina":110:2)
+      %927 = arith.select %926, %922, %923 : f32 loc("examples/layers.kina":110:2)
+      linalg.yield %927 : f32 loc("examples/layers.kina":110:2)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %943 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %ct.91.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.90.where, %inert.52 : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%943 : tensor<1x2x4x4xf32>) {
-    ^bb0(%944: f32, %945: f32, %946: f32):
-      %947 = arith.mulf %944, %945 : f32 loc("examples/layers.kina":107:8)
-      linalg.yield %947 : f32 loc("examples/layers.kina":107:8)
+    %928 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
+    %ct.91.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.90.where : tensor<1x2x4x4xf32>) outs(%928 : tensor<1x2x4x4xf32>) {
+    ^bb0(%929: f32, %930: f32):
+      %931 = arith.mulf %929, %172 : f32 loc("examples/layers.kina":107:8)
+      linalg.yield %931 : f32 loc("examples/layers.kina":107:8)
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":107:8)
-    %948 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
-    %ct.92.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.43.k_t : tensor<1x2x2x4xf32>) outs(%948 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %949 = tensor.collapse_shape %ct.91.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %950 = tensor.collapse_shape %ct.92.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %951 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %952 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %953 = linalg.fill ins(%951 : f32) outs(%952 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %954 = linalg.batch_matmul ins(%949, %950 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%953 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
-    %ct.93.matmul = tensor.expand_shape %954 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
-    %955 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
-    %ct.94.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.35.heads : tensor<1x2x4x2xf32>) outs(%955 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
-    %956 = tensor.collapse_shape %ct.94.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %957 = tensor.collapse_shape %ct.91.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
-    %958 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
-    %959 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %960 = linalg.fill ins(%958 : f32) outs(%959 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %961 = linalg.batch_matmul ins(%956, %957 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%960 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
-    %ct.95.matmul = tensor.expand_shape %961 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
-    %962 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:31)
-    %ct.96.transpose = linalg.transpose ins(%ct.95.matmul : tensor<1x2x2x4xf32>) outs(%962 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
-    %963 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.97.transpose = linalg.transpose ins(%ct.83.matmul : tensor<1x2x4x2xf32>) outs(%963 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %964 = tensor.collapse_shape %ct.97.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.98.reshape = tensor.expand_shape %964 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %965 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.99.transpose = linalg.transpose ins(%ct.96.transpose : tensor<1x2x4x2xf32>) outs(%965 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %966 = tensor.collapse_shape %ct.99.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.100.reshape = tensor.expand_shape %966 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %967 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
-    %ct.101.transpose = linalg.transpose ins(%ct.93.matmul : tensor<1x2x4x2xf32>) outs(%967 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
-    %968 = tensor.collapse_shape %ct.101.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
-    %ct.102.reshape = tensor.expand_shape %968 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
-    %969 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %970 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %971 = linalg.fill ins(%969 : f32) outs(%970 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %972 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.98.reshape : tensor<4x4xf32>) outs(%971 : tensor<4xf32>) {
-    ^bb0(%973: f32, %974: f32):
-      %975 = arith.addf %974, %973 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %975 : f32 loc("examples/layers.kina":20:18)
+    %932 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
+    %ct.92.transpose = linalg.transpose ins(%nn.causal_sdpa$1_2_4_2.43.k_t : tensor<1x2x2x4xf32>) outs(%932 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %933 = tensor.collapse_shape %ct.91.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %934 = tensor.collapse_shape %ct.92.transpose [[0, 1], [2], [3]] : tensor<1x2x4x2xf32> into tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %935 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %936 = bufferization.alloc_tensor() : tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %937 = linalg.fill ins(%935 : f32) outs(%936 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %938 = linalg.batch_matmul ins(%933, %934 : tensor<2x4x4xf32>, tensor<2x4x2xf32>) outs(%937 : tensor<2x4x2xf32>) -> tensor<2x4x2xf32> loc("examples/layers.kina":106:75)
+    %ct.93.matmul = tensor.expand_shape %938 [[0, 1], [2], [3]] output_shape [1, 2, 4, 2] : tensor<2x4x2xf32> into tensor<1x2x4x2xf32> loc("examples/layers.kina":106:75)
+    %939 = tensor.empty() : tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
+    %ct.94.transpose = linalg.transpose ins(%nn.split_heads$1_4_2_2.35.heads : tensor<1x2x4x2xf32>) outs(%939 : tensor<1x2x2x4xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:75)
+    %940 = tensor.collapse_shape %ct.94.transpose [[0, 1], [2], [3]] : tensor<1x2x2x4xf32> into tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %941 = tensor.collapse_shape %ct.91.mul [[0, 1], [2], [3]] : tensor<1x2x4x4xf32> into tensor<2x4x4xf32> loc("examples/layers.kina":106:75)
+    %942 = arith.constant 0.0 : f32 loc("examples/layers.kina":106:75)
+    %943 = bufferization.alloc_tensor() : tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %944 = linalg.fill ins(%942 : f32) outs(%943 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %945 = linalg.batch_matmul ins(%940, %941 : tensor<2x2x4xf32>, tensor<2x4x4xf32>) outs(%944 : tensor<2x2x4xf32>) -> tensor<2x2x4xf32> loc("examples/layers.kina":106:75)
+    %ct.95.matmul = tensor.expand_shape %945 [[0, 1], [2], [3]] output_shape [1, 2, 2, 4] : tensor<2x2x4xf32> into tensor<1x2x2x4xf32> loc("examples/layers.kina":106:75)
+    %946 = tensor.empty() : tensor<1x2x4x2xf32> loc("examples/layers.kina":106:31)
+    %ct.96.transpose = linalg.transpose ins(%ct.95.matmul : tensor<1x2x2x4xf32>) outs(%946 : tensor<1x2x4x2xf32>) permutation = [0, 1, 3, 2] loc("examples/layers.kina":106:31)
+    %947 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.97.transpose = linalg.transpose ins(%ct.83.matmul : tensor<1x2x4x2xf32>) outs(%947 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %948 = tensor.collapse_shape %ct.97.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.98.reshape = tensor.expand_shape %948 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %949 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.99.transpose = linalg.transpose ins(%ct.96.transpose : tensor<1x2x4x2xf32>) outs(%949 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %950 = tensor.collapse_shape %ct.99.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.100.reshape = tensor.expand_shape %950 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %951 = tensor.empty() : tensor<1x4x2x2xf32> loc("examples/layers.kina":92:80)
+    %ct.101.transpose = linalg.transpose ins(%ct.93.matmul : tensor<1x2x4x2xf32>) outs(%951 : tensor<1x4x2x2xf32>) permutation = [0, 2, 1, 3] loc("examples/layers.kina":92:80)
+    %952 = tensor.collapse_shape %ct.101.transpose [[0, 1, 2, 3]] : tensor<1x4x2x2xf32> into tensor<16xf32> loc("examples/layers.kina":92:39)
+    %ct.102.reshape = tensor.expand_shape %952 [[0, 1]] output_shape [4, 4] : tensor<16xf32> into tensor<4x4xf32> loc("examples/layers.kina":92:39)
+    %953 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %954 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %955 = linalg.fill ins(%953 : f32) outs(%954 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %956 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.98.reshape : tensor<4x4xf32>) outs(%955 : tensor<4xf32>) {
+    ^bb0(%957: f32, %958: f32):
+      %959 = arith.addf %958, %957 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %959 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.103.reduce_keep = tensor.expand_shape %972 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.103.reduce_keep = tensor.expand_shape %956 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.104.reshape = tensor.collapse_shape %ct.103.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %976 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.105.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%976 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %977 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %978 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %979 = linalg.fill ins(%977 : f32) outs(%978 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.106.matmul = linalg.matmul ins(%ct.98.reshape, %ct.105.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%979 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %980 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.107.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%980 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %981 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %982 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %983 = linalg.fill ins(%981 : f32) outs(%982 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.108.matmul = linalg.matmul ins(%ct.107.transpose, %ct.98.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%983 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %984 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %985 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %986 = linalg.fill ins(%984 : f32) outs(%985 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %987 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.100.reshape : tensor<4x4xf32>) outs(%986 : tensor<4xf32>) {
-    ^bb0(%988: f32, %989: f32):
-      %990 = arith.addf %989, %988 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %990 : f32 loc("examples/layers.kina":20:18)
+    %960 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.105.transpose = linalg.transpose ins(%wv : tensor<4x4xf32>) outs(%960 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %961 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %962 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %963 = linalg.fill ins(%961 : f32) outs(%962 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.106.matmul = linalg.matmul ins(%ct.98.reshape, %ct.105.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%963 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %964 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.107.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%964 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %965 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %966 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %967 = linalg.fill ins(%965 : f32) outs(%966 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.108.matmul = linalg.matmul ins(%ct.107.transpose, %ct.98.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%967 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %968 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %969 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %970 = linalg.fill ins(%968 : f32) outs(%969 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %971 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.100.reshape : tensor<4x4xf32>) outs(%970 : tensor<4xf32>) {
+    ^bb0(%972: f32, %973: f32):
+      %974 = arith.addf %973, %972 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %974 : f32 loc("examples/layers.kina":20:18)
     } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.109.reduce_keep = tensor.expand_shape %987 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.109.reduce_keep = tensor.expand_shape %971 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
     %ct.110.reshape = tensor.collapse_shape %ct.109.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %991 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.111.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%991 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %992 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %993 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %994 = linalg.fill ins(%992 : f32) outs(%993 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.112.matmul = linalg.matmul ins(%ct.100.reshape, %ct.111.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%994 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %975 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.111.transpose = linalg.transpose ins(%wk : tensor<4x4xf32>) outs(%975 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %976 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %977 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %978 = linalg.fill ins(%976 : f32) outs(%977 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.112.matmul = linalg.matmul ins(%ct.100.reshape, %ct.111.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%978 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %979 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.113.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%979 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %980 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %981 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %982 = linalg.fill ins(%980 : f32) outs(%981 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.114.matmul = linalg.matmul ins(%ct.113.transpose, %ct.100.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%982 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %983 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.115.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.106.matmul, %ct.112.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%983 : tensor<4x4xf32>) {
+    ^bb0(%984: f32, %985: f32, %986: f32):
+      %987 = arith.addf %984, %985 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %987 : f32 loc("examples/layers.kina":19:52)
+    } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %988 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
+    %989 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
+    %990 = linalg.fill ins(%988 : f32) outs(%989 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %991 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.102.reshape : tensor<4x4xf32>) outs(%990 : tensor<4xf32>) {
+    ^bb0(%992: f32, %993: f32):
+      %994 = arith.addf %993, %992 : f32 loc("examples/layers.kina":20:18)
+      linalg.yield %994 : f32 loc("examples/layers.kina":20:18)
+    } -> tensor<4xf32> loc("examples/layers.kina":20:18)
+    %ct.116.reduce_keep = tensor.expand_shape %991 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
+    %ct.117.reshape = tensor.collapse_shape %ct.116.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
     %995 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.113.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%995 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %ct.118.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%995 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
     %996 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
     %997 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %998 = linalg.fill ins(%996 : f32) outs(%997 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.114.matmul = linalg.matmul ins(%ct.113.transpose, %ct.100.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%998 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.119.matmul = linalg.matmul ins(%ct.102.reshape, %ct.118.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%998 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %999 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.115.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.106.matmul, %ct.112.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%999 : tensor<4x4xf32>) {
-    ^bb0(%1000: f32, %1001: f32, %1002: f32):
-      %1003 = arith.addf %1000, %1001 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %1003 : f32 loc("examples/layers.kina":19:52)
+    %ct.120.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%999 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
+    %1000 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
+    %1001 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1002 = linalg.fill ins(%1000 : f32) outs(%1001 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.121.matmul = linalg.matmul ins(%ct.120.transpose, %ct.102.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1002 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %1003 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
+    %ct.122.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.115.add, %ct.119.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1003 : tensor<4x4xf32>) {
+    ^bb0(%1004: f32, %1005: f32, %1006: f32):
+      %1007 = arith.addf %1004, %1005 : f32 loc("examples/layers.kina":19:52)
+      linalg.yield %1007 : f32 loc("examples/layers.kina":19:52)
     } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1004 = arith.constant 0.0 : f32 loc("examples/layers.kina":20:18)
-    %1005 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":20:18)
-    %1006 = linalg.fill ins(%1004 : f32) outs(%1005 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %1007 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.102.reshape : tensor<4x4xf32>) outs(%1006 : tensor<4xf32>) {
-    ^bb0(%1008: f32, %1009: f32):
-      %1010 = arith.addf %1009, %1008 : f32 loc("examples/layers.kina":20:18)
-      linalg.yield %1010 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4xf32> loc("examples/layers.kina":20:18)
-    %ct.116.reduce_keep = tensor.expand_shape %1007 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":20:18)
-    %ct.117.reshape = tensor.collapse_shape %ct.116.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":19:75)
-    %1011 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.118.transpose = linalg.transpose ins(%wq : tensor<4x4xf32>) outs(%1011 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1012 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1013 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1014 = linalg.fill ins(%1012 : f32) outs(%1013 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.119.matmul = linalg.matmul ins(%ct.102.reshape, %ct.118.transpose : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1014 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1015 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.120.transpose = linalg.transpose ins(%nn.layer_norm$4_4.17.out : tensor<4x4xf32>) outs(%1015 : tensor<4x4xf32>) permutation = [1, 0] loc("examples/layers.kina":19:52)
-    %1016 = arith.constant 0.0 : f32 loc("examples/layers.kina":19:52)
-    %1017 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1018 = linalg.fill ins(%1016 : f32) outs(%1017 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.121.matmul = linalg.matmul ins(%ct.120.transpose, %ct.102.reshape : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1018 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1019 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %ct.122.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.115.add, %ct.119.matmul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1019 : tensor<4x4xf32>) {
-    ^bb0(%1020: f32, %1021: f32, %1022: f32):
-      %1023 = arith.addf %1020, %1021 : f32 loc("examples/layers.kina":19:52)
-      linalg.yield %1023 : f32 loc("examples/layers.kina":19:52)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
-    %1024 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
-    %1025 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
-    %1026 = linalg.fill ins(%1024 : f32) outs(%1025 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %1027 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.122.add : tensor<4x4xf32>) outs(%1026 : tensor<4xf32>) {
-    ^bb0(%1028: f32, %1029: f32):
-      %1030 = arith.addf %1029, %1028 : f32 loc("examples/layers.kina":32:10)
-      linalg.yield %1030 : f32 loc("examples/layers.kina":32:10)
+    %1008 = arith.constant 0.0 : f32 loc("examples/layers.kina":32:10)
+    %1009 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":32:10)
+    %1010 = linalg.fill ins(%1008 : f32) outs(%1009 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":32:10)
+    %1011 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.122.add : tensor<4x4xf32>) outs(%1010 : tensor<4xf32>) {
+    ^bb0(%1012: f32, %1013: f32):
+      %1014 = arith.addf %1013, %1012 : f32 loc("examples/layers.kina":32:10)
+      linalg.yield %1014 : f32 loc("examples/layers.kina":32:10)
     } -> tensor<4xf32> loc("examples/layers.kina":32:10)
-    %ct.123.reduce_keep = tensor.expand_shape %1027 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
+    %ct.123.reduce_keep = tensor.expand_shape %1011 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.124.reshape = tensor.collapse_shape %ct.123.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
-    %1031 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.125.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1031 : tensor<4x4xf32>) {
-    ^bb0(%1032: f32, %1033: f32, %1034: f32):
-      %1035 = arith.mulf %1032, %1033 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %1035 : f32 loc("examples/layers.kina":31:6)
+    %1015 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.125.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1015 : tensor<4x4xf32>) {
+    ^bb0(%1016: f32, %1017: f32, %1018: f32):
+      %1019 = arith.mulf %1016, %1017 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %1019 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %1036 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.126.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.11.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1036 : tensor<4x4xf32>) {
-    ^bb0(%1037: f32, %1038: f32, %1039: f32):
-      %1040 = arith.mulf %1037, %1038 : f32 loc("examples/layers.kina":31:6)
-      linalg.yield %1040 : f32 loc("examples/layers.kina":31:6)
+    %1020 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
+    %ct.126.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.11.xn : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1020 : tensor<4x4xf32>) {
+    ^bb0(%1021: f32, %1022: f32, %1023: f32):
+      %1024 = arith.mulf %1021, %1022 : f32 loc("examples/layers.kina":31:6)
+      linalg.yield %1024 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %1041 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
-    %1042 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
-    %1043 = linalg.fill ins(%1041 : f32) outs(%1042 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %1044 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.126.mul : tensor<4x4xf32>) outs(%1043 : tensor<4xf32>) {
-    ^bb0(%1045: f32, %1046: f32):
-      %1047 = arith.addf %1046, %1045 : f32 loc("examples/layers.kina":30:36)
-      linalg.yield %1047 : f32 loc("examples/layers.kina":30:36)
+    %1025 = arith.constant 0.0 : f32 loc("examples/layers.kina":30:36)
+    %1026 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":30:36)
+    %1027 = linalg.fill ins(%1025 : f32) outs(%1026 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":30:36)
+    %1028 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.126.mul : tensor<4x4xf32>) outs(%1027 : tensor<4xf32>) {
+    ^bb0(%1029: f32, %1030: f32):
+      %1031 = arith.addf %1030, %1029 : f32 loc("examples/layers.kina":30:36)
+      linalg.yield %1031 : f32 loc("examples/layers.kina":30:36)
     } -> tensor<4xf32> loc("examples/layers.kina":30:36)
-    %ct.127.reduce_keep = tensor.expand_shape %1044 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
+    %ct.127.reduce_keep = tensor.expand_shape %1028 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.128.reshape = tensor.collapse_shape %ct.127.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
-    %1048 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.129.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1048 : tensor<4x4xf32>) {
-    ^bb0(%1049: f32, %1050: f32, %1051: f32):
-      %1052 = arith.mulf %1049, %1050 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %1052 : f32 loc("examples/layers.kina":29:31)
+    %1032 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.129.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1032 : tensor<4x4xf32>) {
+    ^bb0(%1033: f32, %1034: f32, %1035: f32):
+      %1036 = arith.mulf %1033, %1034 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %1036 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %1053 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.130.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1053 : tensor<4x4xf32>) {
-    ^bb0(%1054: f32, %1055: f32, %1056: f32):
-      %1057 = arith.mulf %1054, %1055 : f32 loc("examples/layers.kina":29:31)
-      linalg.yield %1057 : f32 loc("examples/layers.kina":29:31)
+    %1037 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
+    %ct.130.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1037 : tensor<4x4xf32>) {
+    ^bb0(%1038: f32, %1039: f32, %1040: f32):
+      %1041 = arith.mulf %1038, %1039 : f32 loc("examples/layers.kina":29:31)
+      linalg.yield %1041 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %1058 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
-    %1059 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
-    %1060 = linalg.fill ins(%1058 : f32) outs(%1059 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %1061 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.130.mul : tensor<4x4xf32>) outs(%1060 : tensor<4xf32>) {
-    ^bb0(%1062: f32, %1063: f32):
-      %1064 = arith.addf %1063, %1062 : f32 loc("examples/layers.kina":28:61)
-      linalg.yield %1064 : f32 loc("examples/layers.kina":28:61)
+    %1042 = arith.constant 0.0 : f32 loc("examples/layers.kina":28:61)
+    %1043 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":28:61)
+    %1044 = linalg.fill ins(%1042 : f32) outs(%1043 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":28:61)
+    %1045 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.130.mul : tensor<4x4xf32>) outs(%1044 : tensor<4xf32>) {
+    ^bb0(%1046: f32, %1047: f32):
+      %1048 = arith.addf %1047, %1046 : f32 loc("examples/layers.kina":28:61)
+      linalg.yield %1048 : f32 loc("examples/layers.kina":28:61)
     } -> tensor<4xf32> loc("examples/layers.kina":28:61)
-    %ct.131.reduce_keep = tensor.expand_shape %1061 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
+    %ct.131.reduce_keep = tensor.expand_shape %1045 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":28:61)
     %ct.132.const = arith.constant dense<-0.5> : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1065 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.133.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.131.reduce_keep, %ct.132.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1065 : tensor<4x1xf32>) {
-    ^bb0(%1066: f32, %1067: f32, %1068: f32):
-      %1069 = arith.mulf %1066, %1067 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1069 : f32 loc("examples/layers.kina":28:24)
+    %1049 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.133.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.131.reduce_keep, %ct.132.const : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1049 : tensor<4x1xf32>) {
+    ^bb0(%1050: f32, %1051: f32, %1052: f32):
+      %1053 = arith.mulf %1050, %1051 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1053 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1070 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.134.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1070 : tensor<4x1xf32>) {
-    ^bb0(%1071: f32, %1072: f32, %1073: f32):
-      %1074 = arith.mulf %1071, %1072 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1074 : f32 loc("examples/layers.kina":28:24)
+    %1054 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.134.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1054 : tensor<4x1xf32>) {
+    ^bb0(%1055: f32, %1056: f32, %1057: f32):
+      %1058 = arith.mulf %1055, %1056 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1058 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1075 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.135.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %ct.134.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1075 : tensor<4x1xf32>) {
-    ^bb0(%1076: f32, %1077: f32, %1078: f32):
-      %1079 = arith.mulf %1076, %1077 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1079 : f32 loc("examples/layers.kina":28:24)
+    %1059 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.135.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std, %ct.134.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1059 : tensor<4x1xf32>) {
+    ^bb0(%1060: f32, %1061: f32, %1062: f32):
+      %1063 = arith.mulf %1060, %1061 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1063 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1080 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %ct.136.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.133.mul, %ct.135.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1080 : tensor<4x1xf32>) {
-    ^bb0(%1081: f32, %1082: f32, %1083: f32):
-      %1084 = arith.mulf %1081, %1082 : f32 loc("examples/layers.kina":28:24)
-      linalg.yield %1084 : f32 loc("examples/layers.kina":28:24)
+    %1064 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":28:24)
+    %ct.136.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.133.mul, %ct.135.mul : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1064 : tensor<4x1xf32>) {
+    ^bb0(%1065: f32, %1066: f32, %1067: f32):
+      %1068 = arith.mulf %1065, %1066 : f32 loc("examples/layers.kina":28:24)
+      linalg.yield %1068 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %1085 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %ct.137.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.136.mul, %inert.12 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1085 : tensor<4x1xf32>) {
-    ^bb0(%1086: f32, %1087: f32, %1088: f32):
-      %1089 = arith.mulf %1086, %1087 : f32 loc("examples/layers.kina":27:49)
-      linalg.yield %1089 : f32 loc("examples/layers.kina":27:49)
+    %1069 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":27:49)
+    %ct.137.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.136.mul : tensor<4x1xf32>) outs(%1069 : tensor<4x1xf32>) {
+    ^bb0(%1070: f32, %1071: f32):
+      %1072 = arith.mulf %1070, %86 : f32 loc("examples/layers.kina":27:49)
+      linalg.yield %1072 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %1090 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.138.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul : tensor<4x1xf32>) outs(%1090 : tensor<4x4xf32>) {
-    ^bb0(%1091: f32, %1092: f32):
-      linalg.yield %1091 : f32 loc("examples/layers.kina":27:2)
+    %1073 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
+    %ct.138.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul : tensor<4x1xf32>) outs(%1073 : tensor<4x4xf32>) {
+    ^bb0(%1074: f32, %1075: f32):
+      linalg.yield %1074 : f32 loc("examples/layers.kina":27:2)
     } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %1093 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.139.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1093 : tensor<4x4xf32>) {
-    ^bb0(%1094: f32, %1095: f32, %1096: f32):
-      %1097 = arith.mulf %1094, %1095 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1097 : f32 loc("examples/layers.kina":26:66)
+    %1076 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.139.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1076 : tensor<4x4xf32>) {
+    ^bb0(%1077: f32, %1078: f32, %1079: f32):
+      %1080 = arith.mulf %1077, %1078 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1080 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
     %ct.140.const = arith.constant dense<2.0> : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1098 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.141.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.139.mul, %ct.140.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1098 : tensor<4x4xf32>) {
-    ^bb0(%1099: f32, %1100: f32, %1101: f32):
-      %1102 = arith.mulf %1099, %1100 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1102 : f32 loc("examples/layers.kina":26:66)
+    %1081 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.141.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.139.mul, %ct.140.const : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1081 : tensor<4x4xf32>) {
+    ^bb0(%1082: f32, %1083: f32, %1084: f32):
+      %1085 = arith.mulf %1082, %1083 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1085 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1103 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.142.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.129.mul, %ct.141.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1103 : tensor<4x4xf32>) {
-    ^bb0(%1104: f32, %1105: f32, %1106: f32):
-      %1107 = arith.addf %1104, %1105 : f32 loc("examples/layers.kina":26:66)
-      linalg.yield %1107 : f32 loc("examples/layers.kina":26:66)
+    %1086 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
+    %ct.142.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.129.mul, %ct.141.mul : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1086 : tensor<4x4xf32>) {
+    ^bb0(%1087: f32, %1088: f32, %1089: f32):
+      %1090 = arith.addf %1087, %1088 : f32 loc("examples/layers.kina":26:66)
+      linalg.yield %1090 : f32 loc("examples/layers.kina":26:66)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %1108 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.143.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.142.add : tensor<4x4xf32>) outs(%1108 : tensor<4x4xf32>) {
-    ^bb0(%1109: f32, %1110: f32):
-      %1111 = arith.negf %1109 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %1111 : f32 loc("examples/layers.kina":26:43)
+    %1091 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.143.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.142.add : tensor<4x4xf32>) outs(%1091 : tensor<4x4xf32>) {
+    ^bb0(%1092: f32, %1093: f32):
+      %1094 = arith.negf %1092 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %1094 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %1112 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %ct.144.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.71.add, %ct.142.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1112 : tensor<4x4xf32>) {
-    ^bb0(%1113: f32, %1114: f32, %1115: f32):
-      %1116 = arith.addf %1113, %1114 : f32 loc("examples/layers.kina":26:43)
-      linalg.yield %1116 : f32 loc("examples/layers.kina":26:43)
+    %1095 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
+    %ct.144.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.71.add, %ct.142.add : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1095 : tensor<4x4xf32>) {
+    ^bb0(%1096: f32, %1097: f32, %1098: f32):
+      %1099 = arith.addf %1096, %1097 : f32 loc("examples/layers.kina":26:43)
+      linalg.yield %1099 : f32 loc("examples/layers.kina":26:43)
     } -> tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %1117 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
-    %1118 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
-    %1119 = linalg.fill ins(%1117 : f32) outs(%1118 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %1120 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.143.neg : tensor<4x4xf32>) outs(%1119 : tensor<4xf32>) {
-    ^bb0(%1121: f32, %1122: f32):
-      %1123 = arith.addf %1122, %1121 : f32 loc("examples/layers.kina":26:8)
-      linalg.yield %1123 : f32 loc("examples/layers.kina":26:8)
+    %1100 = arith.constant 0.0 : f32 loc("examples/layers.kina":26:8)
+    %1101 = bufferization.alloc_tensor() : tensor<4xf32> loc("examples/layers.kina":26:8)
+    %1102 = linalg.fill ins(%1100 : f32) outs(%1101 : tensor<4xf32>) -> tensor<4xf32> loc("examples/layers.kina":26:8)
+    %1103 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%ct.143.neg : tensor<4x4xf32>) outs(%1102 : tensor<4xf32>) {
+    ^bb0(%1104: f32, %1105: f32):
+      %1106 = arith.addf %1105, %1104 : f32 loc("examples/layers.kina":26:8)
+      linalg.yield %1106 : f32 loc("examples/layers.kina":26:8)
     } -> tensor<4xf32> loc("examples/layers.kina":26:8)
-    %ct.145.reduce_keep = tensor.expand_shape %1120 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
-    %1124 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %ct.146.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.145.reduce_keep, %inert.6 : tensor<4x1xf32>, tensor<4x1xf32>) outs(%1124 : tensor<4x1xf32>) {
-    ^bb0(%1125: f32, %1126: f32, %1127: f32):
-      %1128 = arith.mulf %1125, %1126 : f32 loc("examples/layers.kina":25:68)
-      linalg.yield %1128 : f32 loc("examples/layers.kina":25:68)
+    %ct.145.reduce_keep = tensor.expand_shape %1103 [[0, 1]] output_shape [4, 1] : tensor<4xf32> into tensor<4x1xf32> loc("examples/layers.kina":26:8)
+    %1107 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":25:68)
+    %ct.146.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.145.reduce_keep : tensor<4x1xf32>) outs(%1107 : tensor<4x1xf32>) {
+    ^bb0(%1108: f32, %1109: f32):
+      %1110 = arith.mulf %1108, %61 : f32 loc("examples/layers.kina":25:68)
+      linalg.yield %1110 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %1129 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.147.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.mul : tensor<4x1xf32>) outs(%1129 : tensor<4x4xf32>) {
-    ^bb0(%1130: f32, %1131: f32):
-      linalg.yield %1130 : f32 loc("examples/layers.kina":25:23)
+    %1111 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.147.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.mul : tensor<4x1xf32>) outs(%1111 : tensor<4x4xf32>) {
+    ^bb0(%1112: f32, %1113: f32):
+      linalg.yield %1112 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %1132 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.148.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.144.add, %ct.147.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1132 : tensor<4x4xf32>) {
-    ^bb0(%1133: f32, %1134: f32, %1135: f32):
-      %1136 = arith.addf %1133, %1134 : f32 loc("examples/layers.kina":25:23)
-      linalg.yield %1136 : f32 loc("examples/layers.kina":25:23)
+    %1114 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
+    %ct.148.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.144.add, %ct.147.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1114 : tensor<4x4xf32>) {
+    ^bb0(%1115: f32, %1116: f32, %1117: f32):
+      %1118 = arith.addf %1115, %1116 : f32 loc("examples/layers.kina":25:23)
+      linalg.yield %1118 : f32 loc("examples/layers.kina":25:23)
     } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %1137 = tensor.collapse_shape %ct.148.add [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":36:11)
-    %ct.149.reshape = tensor.expand_shape %1137 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/layers.kina":36:11)
-    %1138 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-    %1139 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":34:13)
-    %1140 = linalg.fill ins(%1138 : i64) outs(%1139 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":34:13)
-    %1141 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%inert.1 : tensor<1x4xi64>) outs(%1140 : tensor<i64>) {
-    ^bb0(%1142: i64, %1143: i64):
-      %1144 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-      %1145 = arith.cmpi slt, %1142, %1144 : i64 loc("examples/layers.kina":34:13)
-      %1146 = arith.constant 4 : i64 loc("examples/layers.kina":34:13)
-      %1147 = arith.cmpi sge, %1142, %1146 : i64 loc("examples/layers.kina":34:13)
-      %1148 = arith.ori %1145, %1147 : i1 loc("examples/layers.kina":34:13)
-      %1149 = arith.extui %1148 : i1 to i64 loc("examples/layers.kina":34:13)
-      %1150 = arith.addi %1143, %1149 : i64 loc("examples/layers.kina":34:13)
-      linalg.yield %1150 : i64 loc("examples/layers.kina":34:13)
+    %1119 = tensor.collapse_shape %ct.148.add [[0, 1]] : tensor<4x4xf32> into tensor<16xf32> loc("examples/layers.kina":36:11)
+    %ct.149.reshape = tensor.expand_shape %1119 [[0, 1, 2]] output_shape [1, 4, 4] : tensor<16xf32> into tensor<1x4x4xf32> loc("examples/layers.kina":36:11)
+    %1120 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+    %1121 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":34:13)
+    %1122 = linalg.fill ins(%1120 : i64) outs(%1121 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":34:13)
+    %1123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%inert.1 : tensor<1x4xi64>) outs(%1122 : tensor<i64>) {
+    ^bb0(%1124: i64, %1125: i64):
+      %1126 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+      %1127 = arith.cmpi slt, %1124, %1126 : i64 loc("examples/layers.kina":34:13)
+      %1128 = arith.constant 4 : i64 loc("examples/layers.kina":34:13)
+      %1129 = arith.cmpi sge, %1124, %1128 : i64 loc("examples/layers.kina":34:13)
+      %1130 = arith.ori %1127, %1129 : i1 loc("examples/layers.kina":34:13)
+      %1131 = arith.extui %1130 : i1 to i64 loc("examples/layers.kina":34:13)
+      %1132 = arith.addi %1125, %1131 : i64 loc("examples/layers.kina":34:13)
+      linalg.yield %1132 : i64 loc("examples/layers.kina":34:13)
     } -> tensor<i64> loc("examples/layers.kina":34:13)
-    %1151 = tensor.extract %1141[] : tensor<i64> loc("examples/layers.kina":34:13)
-    %1152 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
-    %1153 = arith.cmpi eq, %1151, %1152 : i64 loc("examples/layers.kina":34:13)
-    cf.assert %1153, "scatter_add index out of bounds" loc("examples/layers.kina":34:13)
-    %1154 = tensor.collapse_shape %inert.1 [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":34:13)
-    %1155 = tensor.collapse_shape %ct.149.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1156 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
-    %1157 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1158 = linalg.fill ins(%1156 : f32) outs(%1157 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %ct.150.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1154, %1155 : tensor<4xi64>, tensor<4x4xf32>) outs(%1158 : tensor<4x4xf32>) {
-    ^bb0(%1159: i64, %1160: f32, %1161: f32):
-      %1162 = arith.index_cast %1159 : i64 to index loc("examples/layers.kina":34:13)
-      %1163 = linalg.index 0 : index loc("examples/layers.kina":34:13)
-      %1164 = arith.cmpi eq, %1162, %1163 : index loc("examples/layers.kina":34:13)
-      %1165 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
-      %1166 = arith.select %1164, %1160, %1165 : f32 loc("examples/layers.kina":34:13)
-      %1167 = arith.addf %1161, %1166 : f32 loc("examples/layers.kina":34:13)
-      linalg.yield %1167 : f32 loc("examples/layers.kina":34:13)
+    %1133 = tensor.extract %1123[] : tensor<i64> loc("examples/layers.kina":34:13)
+    %1134 = arith.constant 0 : i64 loc("examples/layers.kina":34:13)
+    %1135 = arith.cmpi eq, %1133, %1134 : i64 loc("examples/layers.kina":34:13)
+    cf.assert %1135, "scatter_add index out of bounds" loc("examples/layers.kina":34:13)
+    %1136 = tensor.collapse_shape %inert.1 [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":34:13)
+    %1137 = tensor.collapse_shape %ct.149.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %1138 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
+    %1139 = bufferization.alloc_tensor() : tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %1140 = linalg.fill ins(%1138 : f32) outs(%1139 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
+    %ct.150.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1136, %1137 : tensor<4xi64>, tensor<4x4xf32>) outs(%1140 : tensor<4x4xf32>) {
+    ^bb0(%1141: i64, %1142: f32, %1143: f32):
+      %1144 = arith.index_cast %1141 : i64 to index loc("examples/layers.kina":34:13)
+      %1145 = linalg.index 0 : index loc("examples/layers.kina":34:13)
+      %1146 = arith.cmpi eq, %1144, %1145 : index loc("examples/layers.kina":34:13)
+      %1147 = arith.constant 0.0 : f32 loc("examples/layers.kina":34:13)
+      %1148 = arith.select %1146, %1142, %1147 : f32 loc("examples/layers.kina":34:13)
+      %1149 = arith.addf %1143, %1148 : f32 loc("examples/layers.kina":34:13)
+      linalg.yield %1149 : f32 loc("examples/layers.kina":34:13)
     } -> tensor<4x4xf32> loc("examples/layers.kina":34:13)
-    %1168 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-    %1169 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":33:13)
-    %1170 = linalg.fill ins(%1168 : i64) outs(%1169 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":33:13)
-    %1171 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%ids : tensor<1x4xi64>) outs(%1170 : tensor<i64>) {
-    ^bb0(%1172: i64, %1173: i64):
-      %1174 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-      %1175 = arith.cmpi slt, %1172, %1174 : i64 loc("examples/layers.kina":33:13)
-      %1176 = arith.constant 6 : i64 loc("examples/layers.kina":33:13)
-      %1177 = arith.cmpi sge, %1172, %1176 : i64 loc("examples/layers.kina":33:13)
-      %1178 = arith.ori %1175, %1177 : i1 loc("examples/layers.kina":33:13)
-      %1179 = arith.extui %1178 : i1 to i64 loc("examples/layers.kina":33:13)
-      %1180 = arith.addi %1173, %1179 : i64 loc("examples/layers.kina":33:13)
-      linalg.yield %1180 : i64 loc("examples/layers.kina":33:13)
+    %1150 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+    %1151 = bufferization.alloc_tensor() : tensor<i64> loc("examples/layers.kina":33:13)
+    %1152 = linalg.fill ins(%1150 : i64) outs(%1151 : tensor<i64>) -> tensor<i64> loc("examples/layers.kina":33:13)
+    %1153 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%ids : tensor<1x4xi64>) outs(%1152 : tensor<i64>) {
+    ^bb0(%1154: i64, %1155: i64):
+      %1156 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+      %1157 = arith.cmpi slt, %1154, %1156 : i64 loc("examples/layers.kina":33:13)
+      %1158 = arith.constant 6 : i64 loc("examples/layers.kina":33:13)
+      %1159 = arith.cmpi sge, %1154, %1158 : i64 loc("examples/layers.kina":33:13)
+      %1160 = arith.ori %1157, %1159 : i1 loc("examples/layers.kina":33:13)
+      %1161 = arith.extui %1160 : i1 to i64 loc("examples/layers.kina":33:13)
+      %1162 = arith.addi %1155, %1161 : i64 loc("examples/layers.kina":33:13)
+      linalg.yield %1162 : i64 loc("examples/layers.kina":33:13)
     } -> tensor<i64> loc("examples/layers.kina":33:13)
-    %1181 = tensor.extract %1171[] : tensor<i64> loc("examples/layers.kina":33:13)
-    %1182 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
-    %1183 = arith.cmpi eq, %1181, %1182 : i64 loc("examples/layers.kina":33:13)
-    cf.assert %1183, "scatter_add index out of bounds" loc("examples/layers.kina":33:13)
-    %1184 = tensor.collapse_shape %ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":33:13)
-    %1185 = tensor.collapse_shape %ct.149.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":33:13)
-    %1186 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
-    %1187 = bufferization.alloc_tensor() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %1188 = linalg.fill ins(%1186 : f32) outs(%1187 : tensor<6x4xf32>) -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %ct.151.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1184, %1185 : tensor<4xi64>, tensor<4x4xf32>) outs(%1188 : tensor<6x4xf32>) {
-    ^bb0(%1189: i64, %1190: f32, %1191: f32):
-      %1192 = arith.index_cast %1189 : i64 to index loc("examples/layers.kina":33:13)
-      %1193 = linalg.index 0 : index loc("examples/layers.kina":33:13)
-      %1194 = arith.cmpi eq, %1192, %1193 : index loc("examples/layers.kina":33:13)
-      %1195 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
-      %1196 = arith.select %1194, %1190, %1195 : f32 loc("examples/layers.kina":33:13)
-      %1197 = arith.addf %1191, %1196 : f32 loc("examples/layers.kina":33:13)
-      linalg.yield %1197 : f32 loc("examples/layers.kina":33:13)
+    %1163 = tensor.extract %1153[] : tensor<i64> loc("examples/layers.kina":33:13)
+    %1164 = arith.constant 0 : i64 loc("examples/layers.kina":33:13)
+    %1165 = arith.cmpi eq, %1163, %1164 : i64 loc("examples/layers.kina":33:13)
+    cf.assert %1165, "scatter_add index out of bounds" loc("examples/layers.kina":33:13)
+    %1166 = tensor.collapse_shape %ids [[0, 1]] : tensor<1x4xi64> into tensor<4xi64> loc("examples/layers.kina":33:13)
+    %1167 = tensor.collapse_shape %ct.149.reshape [[0, 1], [2]] : tensor<1x4x4xf32> into tensor<4x4xf32> loc("examples/layers.kina":33:13)
+    %1168 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
+    %1169 = bufferization.alloc_tensor() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %1170 = linalg.fill ins(%1168 : f32) outs(%1169 : tensor<6x4xf32>) -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %ct.151.scatter_add = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%1166, %1167 : tensor<4xi64>, tensor<4x4xf32>) outs(%1170 : tensor<6x4xf32>) {
+    ^bb0(%1171: i64, %1172: f32, %1173: f32):
+      %1174 = arith.index_cast %1171 : i64 to index loc("examples/layers.kina":33:13)
+      %1175 = linalg.index 0 : index loc("examples/layers.kina":33:13)
+      %1176 = arith.cmpi eq, %1174, %1175 : index loc("examples/layers.kina":33:13)
+      %1177 = arith.constant 0.0 : f32 loc("examples/layers.kina":33:13)
+      %1178 = arith.select %1176, %1172, %1177 : f32 loc("examples/layers.kina":33:13)
+      %1179 = arith.addf %1173, %1178 : f32 loc("examples/layers.kina":33:13)
+      linalg.yield %1179 : f32 loc("examples/layers.kina":33:13)
     } -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %1198 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
-    %ct.152.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.transpose, %ct.151.scatter_add : tensor<6x4xf32>, tensor<6x4xf32>) outs(%1198 : tensor<6x4xf32>) {
-    ^bb0(%1199: f32, %1200: f32, %1201: f32):
-      %1202 = arith.addf %1199, %1200 : f32 loc("examples/layers.kina":33:13)
-      linalg.yield %1202 : f32 loc("examples/layers.kina":33:13)
+    %1180 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":33:13)
+    %ct.152.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.transpose, %ct.151.scatter_add : tensor<6x4xf32>, tensor<6x4xf32>) outs(%1180 : tensor<6x4xf32>) {
+    ^bb0(%1181: f32, %1182: f32, %1183: f32):
+      %1184 = arith.addf %1181, %1182 : f32 loc("examples/layers.kina":33:13)
+      linalg.yield %1184 : f32 loc("examples/layers.kina":33:13)
     } -> tensor<6x4xf32> loc("examples/layers.kina":33:13)
     return %losses.nll_loss$4_6.101.mean, %ct.152.add, %ct.150.scatter_add, %ct.128.reshape, %ct.124.reshape, %ct.121.matmul, %ct.117.reshape, %ct.114.matmul, %ct.110.reshape, %ct.108.matmul, %ct.104.reshape, %ct.77.matmul, %ct.73.reshape, %ct.51.reshape, %ct.47.reshape, %ct.45.matmul, %ct.41.reshape, %ct.38.matmul, %ct.34.reshape, %ct.18.reshape : tensor<1x1xf32>, tensor<6x4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4x16xf32>, tensor<16xf32>, tensor<16x4xf32>, tensor<4xf32>, tensor<4xf32> loc("examples/layers.kina":20:1)
   } loc("examples/layers.kina":20:1)

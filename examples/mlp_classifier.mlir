@@ -1034,65 +1034,57 @@ module {
       linalg.yield %190 : f32 loc("examples/mlp_classifier.kina":38:16)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":38:16)
     %192 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":41:8)
-    %193 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:8)
-    %191 = linalg.fill ins(%192 : f32) outs(%193 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:8)
     %195 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:7)
-    %194 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%191, %p : tensor<1x1xf32>, tensor<1x1xf32>) outs(%195 : tensor<1x1xf32>) {
-    ^bb0(%196: f32, %197: f32, %198: f32):
-      %199 = arith.subf %196, %197 : f32 loc("examples/mlp_classifier.kina":41:7)
-      linalg.yield %199 : f32 loc("examples/mlp_classifier.kina":41:7)
+    %194 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%p : tensor<1x1xf32>) outs(%195 : tensor<1x1xf32>) {
+    ^bb0(%196: f32, %197: f32):
+      %198 = arith.subf %192, %196 : f32 loc("examples/mlp_classifier.kina":41:7)
+      linalg.yield %198 : f32 loc("examples/mlp_classifier.kina":41:7)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:7)
-    %201 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
-    %200 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%194 : tensor<1x1xf32>) outs(%201 : tensor<8x16xf32>) {
-    ^bb0(%202: f32, %203: f32):
-      linalg.yield %202 : f32 loc("examples/mlp_classifier.kina":41:7)
+    %200 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
+    %199 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%194 : tensor<1x1xf32>) outs(%200 : tensor<8x16xf32>) {
+    ^bb0(%201: f32, %202: f32):
+      linalg.yield %201 : f32 loc("examples/mlp_classifier.kina":41:7)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
-    %204 = tensor.empty() : tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%0, %200 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%204 : tensor<8x16xi8>) {
-    ^bb0(%205: f32, %206: f32, %207: i8):
-      %208 = arith.cmpf olt, %205, %206 : f32 loc("examples/mlp_classifier.kina":38:13)
-      %209 = arith.extui %208 : i1 to i8 loc("examples/mlp_classifier.kina":38:13)
-      linalg.yield %209 : i8 loc("examples/mlp_classifier.kina":38:13)
+    %203 = tensor.empty() : tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%0, %199 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%203 : tensor<8x16xi8>) {
+    ^bb0(%204: f32, %205: f32, %206: i8):
+      %207 = arith.cmpf olt, %204, %205 : f32 loc("examples/mlp_classifier.kina":38:13)
+      %208 = arith.extui %207 : i1 to i8 loc("examples/mlp_classifier.kina":38:13)
+      linalg.yield %208 : i8 loc("examples/mlp_classifier.kina":38:13)
     } -> tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
-    %211 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":41:49)
-    %212 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %210 = linalg.fill ins(%211 : f32) outs(%212 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %213 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %q = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%210, %p : tensor<1x1xf32>, tensor<1x1xf32>) outs(%213 : tensor<1x1xf32>) {
-    ^bb0(%214: f32, %215: f32, %216: f32):
-      %217 = arith.subf %214, %215 : f32 loc("examples/mlp_classifier.kina":41:49)
-      linalg.yield %217 : f32 loc("examples/mlp_classifier.kina":41:49)
+    %210 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":41:49)
+    %212 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
+    %q = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%p : tensor<1x1xf32>) outs(%212 : tensor<1x1xf32>) {
+    ^bb0(%213: f32, %214: f32):
+      %215 = arith.subf %210, %213 : f32 loc("examples/mlp_classifier.kina":41:49)
+      linalg.yield %215 : f32 loc("examples/mlp_classifier.kina":41:49)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %219 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":42:15)
-    %220 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %218 = linalg.fill ins(%219 : f32) outs(%220 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %221 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %scale = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%218, %q : tensor<1x1xf32>, tensor<1x1xf32>) outs(%221 : tensor<1x1xf32>) {
-    ^bb0(%222: f32, %223: f32, %224: f32):
-      %225 = arith.divf %222, %223 : f32 loc("examples/mlp_classifier.kina":42:15)
-      linalg.yield %225 : f32 loc("examples/mlp_classifier.kina":42:15)
+    %217 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":42:15)
+    %219 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
+    %scale = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%q : tensor<1x1xf32>) outs(%219 : tensor<1x1xf32>) {
+    ^bb0(%220: f32, %221: f32):
+      %222 = arith.divf %217, %220 : f32 loc("examples/mlp_classifier.kina":42:15)
+      linalg.yield %222 : f32 loc("examples/mlp_classifier.kina":42:15)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %226 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
-    %scale_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scale : tensor<1x1xf32>) outs(%226 : tensor<8x16xf32>) {
-    ^bb0(%227: f32, %228: f32):
-      linalg.yield %227 : f32 loc("examples/mlp_classifier.kina":42:42)
+    %223 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
+    %scale_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scale : tensor<1x1xf32>) outs(%223 : tensor<8x16xf32>) {
+    ^bb0(%224: f32, %225: f32):
+      linalg.yield %224 : f32 loc("examples/mlp_classifier.kina":42:42)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
-    %229 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%229 : tensor<8x16xf32>) {
-    ^bb0(%230: f32, %231: f32, %232: f32):
-      %233 = arith.mulf %230, %231 : f32 loc("examples/mlp_classifier.kina":42:84)
-      linalg.yield %233 : f32 loc("examples/mlp_classifier.kina":42:84)
+    %226 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%226 : tensor<8x16xf32>) {
+    ^bb0(%227: f32, %228: f32, %229: f32):
+      %230 = arith.mulf %227, %228 : f32 loc("examples/mlp_classifier.kina":42:84)
+      linalg.yield %230 : f32 loc("examples/mlp_classifier.kina":42:84)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %235 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":43:40)
-    %236 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:40)
-    %234 = linalg.fill ins(%235 : f32) outs(%236 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:40)
-    %237 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%keep, %scaled, %234 : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%237 : tensor<8x16xf32>) {
-    ^bb0(%238: i8, %239: f32, %240: f32, %241: f32):
-      %242 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %243 = arith.cmpi ne, %238, %242 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %244 = arith.select %243, %239, %240 : f32 loc("examples/mlp_classifier.kina":43:20)
-      linalg.yield %244 : f32 loc("examples/mlp_classifier.kina":43:20)
+    %232 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":43:40)
+    %234 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%keep, %scaled : tensor<8x16xi8>, tensor<8x16xf32>) outs(%234 : tensor<8x16xf32>) {
+    ^bb0(%235: i8, %236: f32, %237: f32):
+      %238 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %239 = arith.cmpi ne, %235, %238 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %240 = arith.select %239, %236, %232 : f32 loc("examples/mlp_classifier.kina":43:20)
+      linalg.yield %240 : f32 loc("examples/mlp_classifier.kina":43:20)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
     return %out : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:50)
   } loc("examples/mlp_classifier.kina":36:52)
@@ -1286,13 +1278,11 @@ module {
     } -> tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
     %total = tensor.expand_shape %29 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:15)
     %34 = arith.constant 0.125 : f32 loc("examples/mlp_classifier.kina":18:71)
-    %35 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:71)
-    %33 = linalg.fill ins(%34 : f32) outs(%35 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:71)
     %36 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total, %33 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
-    ^bb0(%37: f32, %38: f32, %39: f32):
-      %40 = arith.mulf %37, %38 : f32 loc("examples/mlp_classifier.kina":18:63)
-      linalg.yield %40 : f32 loc("examples/mlp_classifier.kina":18:63)
+    %mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%total : tensor<1x1xf32>) outs(%36 : tensor<1x1xf32>) {
+    ^bb0(%37: f32, %38: f32):
+      %39 = arith.mulf %37, %34 : f32 loc("examples/mlp_classifier.kina":18:63)
+      linalg.yield %39 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
     return %mean : tensor<1x1xf32> loc("examples/mlp_classifier.kina":19:3)
   } loc("examples/mlp_classifier.kina":15:83)
@@ -1482,138 +1472,136 @@ module {
     } -> tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
     %losses.nll_loss$8_3.18.total = tensor.expand_shape %89 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:15)
     %93 = arith.constant 0.125 : f32 loc("examples/mlp_classifier.kina":18:71)
-    %94 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:71)
-    %inert.18 = linalg.fill ins(%93 : f32) outs(%94 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:71)
     %95 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %losses.nll_loss$8_3.19.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$8_3.18.total, %inert.18 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%95 : tensor<1x1xf32>) {
-    ^bb0(%96: f32, %97: f32, %98: f32):
-      %99 = arith.mulf %96, %97 : f32 loc("examples/mlp_classifier.kina":18:63)
-      linalg.yield %99 : f32 loc("examples/mlp_classifier.kina":18:63)
+    %losses.nll_loss$8_3.19.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$8_3.18.total : tensor<1x1xf32>) outs(%95 : tensor<1x1xf32>) {
+    ^bb0(%96: f32, %97: f32):
+      %98 = arith.mulf %96, %93 : f32 loc("examples/mlp_classifier.kina":18:63)
+      linalg.yield %98 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/mlp_classifier.kina":32:3)
-    %100 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.18 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%100 : tensor<1x1xf32>) {
-    ^bb0(%101: f32, %102: f32, %103: f32):
-      %104 = arith.mulf %101, %102 : f32 loc("examples/mlp_classifier.kina":18:63)
-      linalg.yield %104 : f32 loc("examples/mlp_classifier.kina":18:63)
+    %99 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<1x1xf32>) outs(%99 : tensor<1x1xf32>) {
+    ^bb0(%100: f32, %101: f32):
+      %102 = arith.mulf %100, %93 : f32 loc("examples/mlp_classifier.kina":18:63)
+      linalg.yield %102 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %105 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%105 : tensor<8x1xf32>) {
-    ^bb0(%106: f32, %107: f32):
-      linalg.yield %106 : f32 loc("examples/mlp_classifier.kina":18:15)
+    %103 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%103 : tensor<8x1xf32>) {
+    ^bb0(%104: f32, %105: f32):
+      linalg.yield %104 : f32 loc("examples/mlp_classifier.kina":18:15)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %108 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<8x1xf32>) outs(%108 : tensor<8x1xf32>) {
-    ^bb0(%109: f32, %110: f32):
-      %111 = arith.negf %109 : f32 loc("examples/mlp_classifier.kina":17:73)
-      linalg.yield %111 : f32 loc("examples/mlp_classifier.kina":17:73)
+    %106 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<8x1xf32>) outs(%106 : tensor<8x1xf32>) {
+    ^bb0(%107: f32, %108: f32):
+      %109 = arith.negf %107 : f32 loc("examples/mlp_classifier.kina":17:73)
+      linalg.yield %109 : f32 loc("examples/mlp_classifier.kina":17:73)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %112 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-    %113 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %114 = linalg.fill ins(%112 : i64) outs(%113 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %115 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%114 : tensor<i64>) {
-    ^bb0(%116: i64, %117: i64):
-      %118 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %119 = arith.cmpi slt, %116, %118 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %120 = arith.constant 3 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %121 = arith.cmpi sge, %116, %120 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %122 = arith.ori %119, %121 : i1 loc("examples/mlp_classifier.kina":17:19)
-      %123 = arith.extui %122 : i1 to i64 loc("examples/mlp_classifier.kina":17:19)
-      %124 = arith.addi %117, %123 : i64 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %124 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %110 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %111 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %112 = linalg.fill ins(%110 : i64) outs(%111 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %113 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%112 : tensor<i64>) {
+    ^bb0(%114: i64, %115: i64):
+      %116 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %117 = arith.cmpi slt, %114, %116 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %118 = arith.constant 3 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %119 = arith.cmpi sge, %114, %118 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %120 = arith.ori %117, %119 : i1 loc("examples/mlp_classifier.kina":17:19)
+      %121 = arith.extui %120 : i1 to i64 loc("examples/mlp_classifier.kina":17:19)
+      %122 = arith.addi %115, %121 : i64 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %122 : i64 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %125 = tensor.extract %115[] : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %126 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-    %127 = arith.cmpi eq, %125, %126 : i64 loc("examples/mlp_classifier.kina":17:19)
-    cf.assert %127, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
-    %128 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%128 : tensor<8x3xf32>) {
-    ^bb0(%129: i64, %130: f32, %131: f32):
-      %132 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %133 = arith.index_cast %129 : i64 to index loc("examples/mlp_classifier.kina":17:19)
-      %134 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
-      %135 = arith.cmpi eq, %133, %134 : index loc("examples/mlp_classifier.kina":17:19)
-      %136 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %137 = arith.select %135, %130, %136 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %138 = arith.addf %132, %137 : f32 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %138 : f32 loc("examples/mlp_classifier.kina":17:19)
+    %123 = tensor.extract %113[] : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %124 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %125 = arith.cmpi eq, %123, %124 : i64 loc("examples/mlp_classifier.kina":17:19)
+    cf.assert %125, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
+    %126 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%126 : tensor<8x3xf32>) {
+    ^bb0(%127: i64, %128: f32, %129: f32):
+      %130 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %131 = arith.index_cast %127 : i64 to index loc("examples/mlp_classifier.kina":17:19)
+      %132 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
+      %133 = arith.cmpi eq, %131, %132 : index loc("examples/mlp_classifier.kina":17:19)
+      %134 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %135 = arith.select %133, %128, %134 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %136 = arith.addf %130, %135 : f32 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %136 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %139 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%139 : tensor<8x3xf32>) {
-    ^bb0(%140: f32, %141: f32):
-      linalg.yield %140 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %137 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%137 : tensor<8x3xf32>) {
+    ^bb0(%138: f32, %139: f32):
+      linalg.yield %138 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %142 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%142 : tensor<8x3xf32>) {
-    ^bb0(%143: f32, %144: f32):
-      %145 = math.exp %143 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %145 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %140 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%140 : tensor<8x3xf32>) {
+    ^bb0(%141: f32, %142: f32):
+      %143 = math.exp %141 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %143 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %146 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%146 : tensor<8x3xf32>) {
-    ^bb0(%147: f32, %148: f32, %149: f32):
-      %150 = arith.mulf %147, %148 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %150 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %144 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%144 : tensor<8x3xf32>) {
+    ^bb0(%145: f32, %146: f32, %147: f32):
+      %148 = arith.mulf %145, %146 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %148 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %151 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%151 : tensor<8x3xf32>) {
-    ^bb0(%152: f32, %153: f32, %154: f32):
-      %155 = arith.subf %152, %153 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %155 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %149 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%149 : tensor<8x3xf32>) {
+    ^bb0(%150: f32, %151: f32, %152: f32):
+      %153 = arith.subf %150, %151 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %153 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %156 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %157 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %158 = linalg.fill ins(%156 : f32) outs(%157 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %159 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.sub : tensor<8x3xf32>) outs(%158 : tensor<3xf32>) {
-    ^bb0(%160: f32, %161: f32):
-      %162 = arith.addf %161, %160 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %162 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %154 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %155 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %156 = linalg.fill ins(%154 : f32) outs(%155 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %157 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.sub : tensor<8x3xf32>) outs(%156 : tensor<3xf32>) {
+    ^bb0(%158: f32, %159: f32):
+      %160 = arith.addf %159, %158 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %160 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.10.reduce_keep = tensor.expand_shape %159 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.10.reduce_keep = tensor.expand_shape %157 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.11.reshape = tensor.collapse_shape %ct.10.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %163 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%163 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %164 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %165 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %166 = linalg.fill ins(%164 : f32) outs(%165 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.13.matmul = linalg.matmul ins(%ct.9.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%166 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %167 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.14.transpose = linalg.transpose ins(%mlp.7.a : tensor<8x16xf32>) outs(%167 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %168 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %169 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %170 = linalg.fill ins(%168 : f32) outs(%169 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.9.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%170 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %161 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%161 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %162 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %163 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %164 = linalg.fill ins(%162 : f32) outs(%163 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.13.matmul = linalg.matmul ins(%ct.9.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%164 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %165 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.14.transpose = linalg.transpose ins(%mlp.7.a : tensor<8x16xf32>) outs(%165 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %166 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %167 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %168 = linalg.fill ins(%166 : f32) outs(%167 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.9.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%168 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.16.reshape = tensor.expand_shape %ct.11.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:14)
-    %171 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
-    %ct.17.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.matmul, %nn.linear$8_4_16.6.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%171 : tensor<8x16xf32>) {
-    ^bb0(%172: f32, %173: f32, %174: f32):
-      %175 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":21:11)
-      %176 = arith.cmpf ogt, %173, %175 : f32 loc("examples/mlp_classifier.kina":21:11)
-      %177 = arith.select %176, %172, %175 : f32 loc("examples/mlp_classifier.kina":21:11)
-      linalg.yield %177 : f32 loc("examples/mlp_classifier.kina":21:11)
+    %169 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
+    %ct.17.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.13.matmul, %nn.linear$8_4_16.6.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%169 : tensor<8x16xf32>) {
+    ^bb0(%170: f32, %171: f32, %172: f32):
+      %173 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":21:11)
+      %174 = arith.cmpf ogt, %171, %173 : f32 loc("examples/mlp_classifier.kina":21:11)
+      %175 = arith.select %174, %170, %173 : f32 loc("examples/mlp_classifier.kina":21:11)
+      linalg.yield %175 : f32 loc("examples/mlp_classifier.kina":21:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":21:11)
-    %178 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %179 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %180 = linalg.fill ins(%178 : f32) outs(%179 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %181 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.17.relu_grad : tensor<8x16xf32>) outs(%180 : tensor<16xf32>) {
-    ^bb0(%182: f32, %183: f32):
-      %184 = arith.addf %183, %182 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %184 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %176 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %177 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %178 = linalg.fill ins(%176 : f32) outs(%177 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %179 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.17.relu_grad : tensor<8x16xf32>) outs(%178 : tensor<16xf32>) {
+    ^bb0(%180: f32, %181: f32):
+      %182 = arith.addf %181, %180 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %182 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.18.reduce_keep = tensor.expand_shape %181 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.18.reduce_keep = tensor.expand_shape %179 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.19.reshape = tensor.collapse_shape %ct.18.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %185 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.20.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%185 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %186 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %187 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %188 = linalg.fill ins(%186 : f32) outs(%187 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.21.matmul = linalg.matmul ins(%ct.17.relu_grad, %ct.20.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%188 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %189 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.22.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%189 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %190 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %191 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %192 = linalg.fill ins(%190 : f32) outs(%191 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.23.matmul = linalg.matmul ins(%ct.22.transpose, %ct.17.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%192 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %183 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.20.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%183 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %184 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %185 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %186 = linalg.fill ins(%184 : f32) outs(%185 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.21.matmul = linalg.matmul ins(%ct.17.relu_grad, %ct.20.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%186 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %187 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.22.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%187 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %188 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %189 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %190 = linalg.fill ins(%188 : f32) outs(%189 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.23.matmul = linalg.matmul ins(%ct.22.transpose, %ct.17.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%190 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.24.reshape = tensor.expand_shape %ct.19.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":19:14)
     return %losses.nll_loss$8_3.19.mean, %ct.21.matmul, %ct.23.matmul, %ct.24.reshape, %ct.15.matmul, %ct.16.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":28:1)
   } loc("examples/mlp_classifier.kina":28:1)
@@ -1838,373 +1826,363 @@ module {
       linalg.yield %205 : f32 loc("examples/mlp_classifier.kina":38:16)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":38:16)
     %207 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":41:8)
-    %208 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:8)
-    %206 = linalg.fill ins(%207 : f32) outs(%208 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:8)
     %210 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:7)
-    %209 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%206, %p : tensor<1x1xf32>, tensor<1x1xf32>) outs(%210 : tensor<1x1xf32>) {
-    ^bb0(%211: f32, %212: f32, %213: f32):
-      %214 = arith.subf %211, %212 : f32 loc("examples/mlp_classifier.kina":41:7)
-      linalg.yield %214 : f32 loc("examples/mlp_classifier.kina":41:7)
+    %209 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%p : tensor<1x1xf32>) outs(%210 : tensor<1x1xf32>) {
+    ^bb0(%211: f32, %212: f32):
+      %213 = arith.subf %207, %211 : f32 loc("examples/mlp_classifier.kina":41:7)
+      linalg.yield %213 : f32 loc("examples/mlp_classifier.kina":41:7)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:7)
-    %215 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
-    %inert.9 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%209 : tensor<1x1xf32>) outs(%215 : tensor<8x16xf32>) {
-    ^bb0(%216: f32, %217: f32):
-      linalg.yield %216 : f32 loc("examples/mlp_classifier.kina":41:7)
+    %214 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
+    %inert.9 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%209 : tensor<1x1xf32>) outs(%214 : tensor<8x16xf32>) {
+    ^bb0(%215: f32, %216: f32):
+      linalg.yield %215 : f32 loc("examples/mlp_classifier.kina":41:7)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
-    %218 = tensor.empty() : tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
-    %random.dropout$8_16.5.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inert.8, %inert.9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%218 : tensor<8x16xi8>) {
-    ^bb0(%219: f32, %220: f32, %221: i8):
-      %222 = arith.cmpf olt, %219, %220 : f32 loc("examples/mlp_classifier.kina":38:13)
-      %223 = arith.extui %222 : i1 to i8 loc("examples/mlp_classifier.kina":38:13)
-      linalg.yield %223 : i8 loc("examples/mlp_classifier.kina":38:13)
+    %217 = tensor.empty() : tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
+    %random.dropout$8_16.5.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inert.8, %inert.9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%217 : tensor<8x16xi8>) {
+    ^bb0(%218: f32, %219: f32, %220: i8):
+      %221 = arith.cmpf olt, %218, %219 : f32 loc("examples/mlp_classifier.kina":38:13)
+      %222 = arith.extui %221 : i1 to i8 loc("examples/mlp_classifier.kina":38:13)
+      linalg.yield %222 : i8 loc("examples/mlp_classifier.kina":38:13)
     } -> tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
-    %224 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":41:49)
-    %225 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %inert.11 = linalg.fill ins(%224 : f32) outs(%225 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %226 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %random.dropout$8_16.6.q = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inert.11, %p : tensor<1x1xf32>, tensor<1x1xf32>) outs(%226 : tensor<1x1xf32>) {
-    ^bb0(%227: f32, %228: f32, %229: f32):
-      %230 = arith.subf %227, %228 : f32 loc("examples/mlp_classifier.kina":41:49)
-      linalg.yield %230 : f32 loc("examples/mlp_classifier.kina":41:49)
+    %223 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":41:49)
+    %225 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
+    %random.dropout$8_16.6.q = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%p : tensor<1x1xf32>) outs(%225 : tensor<1x1xf32>) {
+    ^bb0(%226: f32, %227: f32):
+      %228 = arith.subf %223, %226 : f32 loc("examples/mlp_classifier.kina":41:49)
+      linalg.yield %228 : f32 loc("examples/mlp_classifier.kina":41:49)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:49)
-    %231 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":42:15)
-    %232 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %inert.13 = linalg.fill ins(%231 : f32) outs(%232 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %233 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %random.dropout$8_16.7.scale = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inert.13, %random.dropout$8_16.6.q : tensor<1x1xf32>, tensor<1x1xf32>) outs(%233 : tensor<1x1xf32>) {
-    ^bb0(%234: f32, %235: f32, %236: f32):
-      %237 = arith.divf %234, %235 : f32 loc("examples/mlp_classifier.kina":42:15)
-      linalg.yield %237 : f32 loc("examples/mlp_classifier.kina":42:15)
+    %229 = arith.constant 1.0 : f32 loc("examples/mlp_classifier.kina":42:15)
+    %231 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
+    %random.dropout$8_16.7.scale = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.6.q : tensor<1x1xf32>) outs(%231 : tensor<1x1xf32>) {
+    ^bb0(%232: f32, %233: f32):
+      %234 = arith.divf %229, %232 : f32 loc("examples/mlp_classifier.kina":42:15)
+      linalg.yield %234 : f32 loc("examples/mlp_classifier.kina":42:15)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %238 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
-    %random.dropout$8_16.8.scale_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.7.scale : tensor<1x1xf32>) outs(%238 : tensor<8x16xf32>) {
-    ^bb0(%239: f32, %240: f32):
-      linalg.yield %239 : f32 loc("examples/mlp_classifier.kina":42:42)
+    %235 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
+    %random.dropout$8_16.8.scale_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.7.scale : tensor<1x1xf32>) outs(%235 : tensor<8x16xf32>) {
+    ^bb0(%236: f32, %237: f32):
+      linalg.yield %236 : f32 loc("examples/mlp_classifier.kina":42:42)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
-    %241 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %random.dropout$8_16.9.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%241 : tensor<8x16xf32>) {
-    ^bb0(%242: f32, %243: f32, %244: f32):
-      %245 = arith.mulf %242, %243 : f32 loc("examples/mlp_classifier.kina":42:84)
-      linalg.yield %245 : f32 loc("examples/mlp_classifier.kina":42:84)
+    %238 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
+    %random.dropout$8_16.9.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%238 : tensor<8x16xf32>) {
+    ^bb0(%239: f32, %240: f32, %241: f32):
+      %242 = arith.mulf %239, %240 : f32 loc("examples/mlp_classifier.kina":42:84)
+      linalg.yield %242 : f32 loc("examples/mlp_classifier.kina":42:84)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %246 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":43:40)
-    %247 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:40)
-    %inert.17 = linalg.fill ins(%246 : f32) outs(%247 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:40)
-    %248 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %random.dropout$8_16.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %random.dropout$8_16.9.scaled, %inert.17 : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%248 : tensor<8x16xf32>) {
-    ^bb0(%249: i8, %250: f32, %251: f32, %252: f32):
-      %253 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %254 = arith.cmpi ne, %249, %253 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %255 = arith.select %254, %250, %251 : f32 loc("examples/mlp_classifier.kina":43:20)
-      linalg.yield %255 : f32 loc("examples/mlp_classifier.kina":43:20)
+    %243 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":43:40)
+    %245 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
+    %random.dropout$8_16.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %random.dropout$8_16.9.scaled : tensor<8x16xi8>, tensor<8x16xf32>) outs(%245 : tensor<8x16xf32>) {
+    ^bb0(%246: i8, %247: f32, %248: f32):
+      %249 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %250 = arith.cmpi ne, %246, %249 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %251 = arith.select %250, %247, %243 : f32 loc("examples/mlp_classifier.kina":43:20)
+      linalg.yield %251 : f32 loc("examples/mlp_classifier.kina":43:20)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
     %b2_v = tensor.collapse_shape %b2 [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":82:14)
-    %256 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %257 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %258 = linalg.fill ins(%256 : f32) outs(%257 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %nn.linear$8_16_3.11.y = linalg.matmul ins(%random.dropout$8_16.10.out, %w2 : tensor<8x16xf32>, tensor<16x3xf32>) outs(%258 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %252 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %253 = bufferization.alloc_tensor() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %254 = linalg.fill ins(%252 : f32) outs(%253 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %nn.linear$8_16_3.11.y = linalg.matmul ins(%random.dropout$8_16.10.out, %w2 : tensor<8x16xf32>, tensor<16x3xf32>) outs(%254 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_16_3.12.b_row = tensor.expand_shape %b2_v [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %259 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %nn.linear$8_16_3.13.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.12.b_row : tensor<1x3xf32>) outs(%259 : tensor<8x3xf32>) {
-    ^bb0(%260: f32, %261: f32):
-      linalg.yield %260 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %255 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %nn.linear$8_16_3.13.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.12.b_row : tensor<1x3xf32>) outs(%255 : tensor<8x3xf32>) {
+    ^bb0(%256: f32, %257: f32):
+      linalg.yield %256 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %262 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":23:13)
-    %nn.linear$8_16_3.14.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.11.y, %nn.linear$8_16_3.13.b_rows : tensor<8x3xf32>, tensor<8x3xf32>) outs(%262 : tensor<8x3xf32>) {
-    ^bb0(%263: f32, %264: f32, %265: f32):
-      %266 = arith.addf %263, %264 : f32 loc("examples/mlp_classifier.kina":23:13)
-      linalg.yield %266 : f32 loc("examples/mlp_classifier.kina":23:13)
+    %258 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":23:13)
+    %nn.linear$8_16_3.14.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.11.y, %nn.linear$8_16_3.13.b_rows : tensor<8x3xf32>, tensor<8x3xf32>) outs(%258 : tensor<8x3xf32>) {
+    ^bb0(%259: f32, %260: f32, %261: f32):
+      %262 = arith.addf %259, %260 : f32 loc("examples/mlp_classifier.kina":23:13)
+      linalg.yield %262 : f32 loc("examples/mlp_classifier.kina":23:13)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":23:13)
-    %267 = arith.constant 0xff800000 : f32 loc("examples/mlp_classifier.kina":29:50)
-    %268 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %269 = linalg.fill ins(%267 : f32) outs(%268 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %270 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.linear$8_16_3.14.out : tensor<8x3xf32>) outs(%269 : tensor<8xf32>) {
-    ^bb0(%271: f32, %272: f32):
-      %273 = arith.maximumf %272, %271 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %273 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %263 = arith.constant 0xff800000 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %264 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %265 = linalg.fill ins(%263 : f32) outs(%264 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %266 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%nn.linear$8_16_3.14.out : tensor<8x3xf32>) outs(%265 : tensor<8xf32>) {
+    ^bb0(%267: f32, %268: f32):
+      %269 = arith.maximumf %268, %267 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %269 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %274 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %275 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.14.out, %270 : tensor<8x3xf32>, tensor<8xf32>) outs(%274 : tensor<8x3xf32>) {
-    ^bb0(%276: f32, %277: f32, %278: f32):
-      %279 = arith.subf %276, %277 : f32 loc("examples/mlp_classifier.kina":29:50)
-      %280 = math.exp %279 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %280 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %270 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %271 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.14.out, %266 : tensor<8x3xf32>, tensor<8xf32>) outs(%270 : tensor<8x3xf32>) {
+    ^bb0(%272: f32, %273: f32, %274: f32):
+      %275 = arith.subf %272, %273 : f32 loc("examples/mlp_classifier.kina":29:50)
+      %276 = math.exp %275 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %276 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %281 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
-    %282 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %283 = linalg.fill ins(%281 : f32) outs(%282 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %284 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%275 : tensor<8x3xf32>) outs(%283 : tensor<8xf32>) {
-    ^bb0(%285: f32, %286: f32):
-      %287 = arith.addf %286, %285 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %287 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %277 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %278 = bufferization.alloc_tensor() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %279 = linalg.fill ins(%277 : f32) outs(%278 : tensor<8xf32>) -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %280 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%271 : tensor<8x3xf32>) outs(%279 : tensor<8xf32>) {
+    ^bb0(%281: f32, %282: f32):
+      %283 = arith.addf %282, %281 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %283 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %288 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %289 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%284 : tensor<8xf32>) outs(%288 : tensor<8xf32>) {
-    ^bb0(%290: f32, %291: f32):
-      %kina_log_292_0 = "arith.constant"() <{value = 0x00800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_1 = "arith.cmpf"(%290, %kina_log_292_0) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_2 = "arith.constant"() <{value = 0x4B000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_3 = "arith.mulf"(%290, %kina_log_292_2) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_4 = "arith.select"(%kina_log_292_1, %kina_log_292_3, %290) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_5 = "arith.bitcast"(%kina_log_292_4) : (f32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_6 = "arith.constant"() <{value = 8388607 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_7 = "arith.andi"(%kina_log_292_5, %kina_log_292_6) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_8 = "arith.constant"() <{value = 1056964608 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_9 = "arith.ori"(%kina_log_292_7, %kina_log_292_8) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_10 = "arith.bitcast"(%kina_log_292_9) : (i32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_11 = "arith.constant"() <{value = 0x3F3504F3 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_12 = "arith.cmpf"(%kina_log_292_10, %kina_log_292_11) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_13 = "arith.constant"() <{value = 149 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_14 = "arith.constant"() <{value = 126 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_15 = "arith.select"(%kina_log_292_1, %kina_log_292_13, %kina_log_292_14) : (i1, i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_16 = "arith.constant"() <{value = 23 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_17 = "arith.shrui"(%kina_log_292_5, %kina_log_292_16) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_18 = "arith.subi"(%kina_log_292_17, %kina_log_292_15) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_19 = "arith.extui"(%kina_log_292_12) : (i1) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_20 = "arith.subi"(%kina_log_292_18, %kina_log_292_19) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_21 = "arith.addf"(%kina_log_292_10, %kina_log_292_10) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_22 = "arith.select"(%kina_log_292_12, %kina_log_292_21, %kina_log_292_10) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_23 = "arith.constant"() <{value = 0x3F800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_24 = "arith.subf"(%kina_log_292_22, %kina_log_292_23) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_25 = "arith.mulf"(%kina_log_292_24, %kina_log_292_24) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_26 = "arith.constant"() <{value = 0x3D9021BB : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_27 = "arith.constant"() <{value = 0xBDEBD1B8 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_28 = "math.fma"(%kina_log_292_26, %kina_log_292_24, %kina_log_292_27) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_29 = "arith.constant"() <{value = 0x3DEF251A : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_30 = "math.fma"(%kina_log_292_28, %kina_log_292_24, %kina_log_292_29) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_31 = "arith.constant"() <{value = 0xBDFE5D4F : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_32 = "math.fma"(%kina_log_292_30, %kina_log_292_24, %kina_log_292_31) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_33 = "arith.constant"() <{value = 0x3E11E9BF : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_34 = "math.fma"(%kina_log_292_32, %kina_log_292_24, %kina_log_292_33) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_35 = "arith.constant"() <{value = 0xBE2AAE50 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_36 = "math.fma"(%kina_log_292_34, %kina_log_292_24, %kina_log_292_35) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_37 = "arith.constant"() <{value = 0x3E4CCEAC : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_38 = "math.fma"(%kina_log_292_36, %kina_log_292_24, %kina_log_292_37) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_39 = "arith.constant"() <{value = 0xBE7FFFFC : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_40 = "math.fma"(%kina_log_292_38, %kina_log_292_24, %kina_log_292_39) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_41 = "arith.constant"() <{value = 0x3EAAAAAA : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_42 = "math.fma"(%kina_log_292_40, %kina_log_292_24, %kina_log_292_41) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_43 = "arith.sitofp"(%kina_log_292_20) : (i32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_44 = "arith.constant"() <{value = 0xBF000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_45 = "arith.constant"() <{value = 0xB95E8083 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_46 = "arith.mulf"(%kina_log_292_42, %kina_log_292_24) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_47 = "arith.mulf"(%kina_log_292_46, %kina_log_292_25) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_48 = "math.fma"(%kina_log_292_43, %kina_log_292_45, %kina_log_292_47) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_49 = "math.fma"(%kina_log_292_25, %kina_log_292_44, %kina_log_292_48) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_50 = "arith.constant"() <{value = 0x3F318000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_51 = "arith.addf"(%kina_log_292_24, %kina_log_292_49) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_52 = "math.fma"(%kina_log_292_43, %kina_log_292_50, %kina_log_292_51) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_53 = "arith.constant"() <{value = 0x7F800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_54 = "arith.cmpf"(%290, %kina_log_292_53) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_55 = "arith.select"(%kina_log_292_54, %290, %kina_log_292_52) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_56 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_57 = "arith.cmpf"(%290, %kina_log_292_56) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_58 = "arith.constant"() <{value = 0xFF800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_59 = "arith.select"(%kina_log_292_57, %kina_log_292_58, %kina_log_292_55) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_60 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_61 = "arith.cmpf"(%290, %kina_log_292_60) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_62 = "arith.constant"() <{value = 0x7FC00000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_63 = "arith.select"(%kina_log_292_61, %kina_log_292_62, %kina_log_292_59) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_64 = "arith.cmpf"(%290, %290) <{predicate = 14 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
-      %kina_log_292_65 = "arith.select"(%kina_log_292_64, %290, %kina_log_292_63) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %kina_log_292_65 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %284 = tensor.empty() : tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
+    %285 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%280 : tensor<8xf32>) outs(%284 : tensor<8xf32>) {
+    ^bb0(%286: f32, %287: f32):
+      %kina_log_288_0 = "arith.constant"() <{value = 0x00800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_1 = "arith.cmpf"(%286, %kina_log_288_0) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_2 = "arith.constant"() <{value = 0x4B000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_3 = "arith.mulf"(%286, %kina_log_288_2) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_4 = "arith.select"(%kina_log_288_1, %kina_log_288_3, %286) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_5 = "arith.bitcast"(%kina_log_288_4) : (f32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_6 = "arith.constant"() <{value = 8388607 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_7 = "arith.andi"(%kina_log_288_5, %kina_log_288_6) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_8 = "arith.constant"() <{value = 1056964608 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_9 = "arith.ori"(%kina_log_288_7, %kina_log_288_8) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_10 = "arith.bitcast"(%kina_log_288_9) : (i32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_11 = "arith.constant"() <{value = 0x3F3504F3 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_12 = "arith.cmpf"(%kina_log_288_10, %kina_log_288_11) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_13 = "arith.constant"() <{value = 149 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_14 = "arith.constant"() <{value = 126 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_15 = "arith.select"(%kina_log_288_1, %kina_log_288_13, %kina_log_288_14) : (i1, i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_16 = "arith.constant"() <{value = 23 : i32}> : () -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_17 = "arith.shrui"(%kina_log_288_5, %kina_log_288_16) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_18 = "arith.subi"(%kina_log_288_17, %kina_log_288_15) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_19 = "arith.extui"(%kina_log_288_12) : (i1) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_20 = "arith.subi"(%kina_log_288_18, %kina_log_288_19) : (i32, i32) -> i32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_21 = "arith.addf"(%kina_log_288_10, %kina_log_288_10) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_22 = "arith.select"(%kina_log_288_12, %kina_log_288_21, %kina_log_288_10) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_23 = "arith.constant"() <{value = 0x3F800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_24 = "arith.subf"(%kina_log_288_22, %kina_log_288_23) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_25 = "arith.mulf"(%kina_log_288_24, %kina_log_288_24) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_26 = "arith.constant"() <{value = 0x3D9021BB : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_27 = "arith.constant"() <{value = 0xBDEBD1B8 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_28 = "math.fma"(%kina_log_288_26, %kina_log_288_24, %kina_log_288_27) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_29 = "arith.constant"() <{value = 0x3DEF251A : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_30 = "math.fma"(%kina_log_288_28, %kina_log_288_24, %kina_log_288_29) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_31 = "arith.constant"() <{value = 0xBDFE5D4F : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_32 = "math.fma"(%kina_log_288_30, %kina_log_288_24, %kina_log_288_31) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_33 = "arith.constant"() <{value = 0x3E11E9BF : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_34 = "math.fma"(%kina_log_288_32, %kina_log_288_24, %kina_log_288_33) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_35 = "arith.constant"() <{value = 0xBE2AAE50 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_36 = "math.fma"(%kina_log_288_34, %kina_log_288_24, %kina_log_288_35) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_37 = "arith.constant"() <{value = 0x3E4CCEAC : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_38 = "math.fma"(%kina_log_288_36, %kina_log_288_24, %kina_log_288_37) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_39 = "arith.constant"() <{value = 0xBE7FFFFC : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_40 = "math.fma"(%kina_log_288_38, %kina_log_288_24, %kina_log_288_39) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_41 = "arith.constant"() <{value = 0x3EAAAAAA : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_42 = "math.fma"(%kina_log_288_40, %kina_log_288_24, %kina_log_288_41) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_43 = "arith.sitofp"(%kina_log_288_20) : (i32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_44 = "arith.constant"() <{value = 0xBF000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_45 = "arith.constant"() <{value = 0xB95E8083 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_46 = "arith.mulf"(%kina_log_288_42, %kina_log_288_24) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_47 = "arith.mulf"(%kina_log_288_46, %kina_log_288_25) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_48 = "math.fma"(%kina_log_288_43, %kina_log_288_45, %kina_log_288_47) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_49 = "math.fma"(%kina_log_288_25, %kina_log_288_44, %kina_log_288_48) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_50 = "arith.constant"() <{value = 0x3F318000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_51 = "arith.addf"(%kina_log_288_24, %kina_log_288_49) : (f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_52 = "math.fma"(%kina_log_288_43, %kina_log_288_50, %kina_log_288_51) : (f32, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_53 = "arith.constant"() <{value = 0x7F800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_54 = "arith.cmpf"(%286, %kina_log_288_53) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_55 = "arith.select"(%kina_log_288_54, %286, %kina_log_288_52) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_56 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_57 = "arith.cmpf"(%286, %kina_log_288_56) <{predicate = 1 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_58 = "arith.constant"() <{value = 0xFF800000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_59 = "arith.select"(%kina_log_288_57, %kina_log_288_58, %kina_log_288_55) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_60 = "arith.constant"() <{value = 0x00000000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_61 = "arith.cmpf"(%286, %kina_log_288_60) <{predicate = 4 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_62 = "arith.constant"() <{value = 0x7FC00000 : f32}> : () -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_63 = "arith.select"(%kina_log_288_61, %kina_log_288_62, %kina_log_288_59) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_64 = "arith.cmpf"(%286, %286) <{predicate = 14 : i64}> : (f32, f32) -> i1 loc("examples/mlp_classifier.kina":29:50)
+      %kina_log_288_65 = "arith.select"(%kina_log_288_64, %286, %kina_log_288_63) : (i1, f32, f32) -> f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %kina_log_288_65 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8xf32> loc("examples/mlp_classifier.kina":29:50)
-    %293 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %losses.cross_entropy$8_3.15.logp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.14.out, %270, %289 : tensor<8x3xf32>, tensor<8xf32>, tensor<8xf32>) outs(%293 : tensor<8x3xf32>) {
-    ^bb0(%294: f32, %295: f32, %296: f32, %297: f32):
-      %298 = arith.subf %294, %295 : f32 loc("examples/mlp_classifier.kina":29:50)
-      %299 = arith.subf %298, %296 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %299 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %289 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %losses.cross_entropy$8_3.15.logp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.14.out, %266, %285 : tensor<8x3xf32>, tensor<8xf32>, tensor<8xf32>) outs(%289 : tensor<8x3xf32>) {
+    ^bb0(%290: f32, %291: f32, %292: f32, %293: f32):
+      %294 = arith.subf %290, %291 : f32 loc("examples/mlp_classifier.kina":29:50)
+      %295 = arith.subf %294, %292 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %295 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %300 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-    %301 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %302 = linalg.fill ins(%300 : i64) outs(%301 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %303 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%302 : tensor<i64>) {
-    ^bb0(%304: i64, %305: i64):
-      %306 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %307 = arith.cmpi slt, %304, %306 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %308 = arith.constant 3 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %309 = arith.cmpi sge, %304, %308 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %310 = arith.ori %307, %309 : i1 loc("examples/mlp_classifier.kina":17:19)
-      %311 = arith.extui %310 : i1 to i64 loc("examples/mlp_classifier.kina":17:19)
-      %312 = arith.addi %305, %311 : i64 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %312 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %296 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %297 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %298 = linalg.fill ins(%296 : i64) outs(%297 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %299 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%298 : tensor<i64>) {
+    ^bb0(%300: i64, %301: i64):
+      %302 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %303 = arith.cmpi slt, %300, %302 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %304 = arith.constant 3 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %305 = arith.cmpi sge, %300, %304 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %306 = arith.ori %303, %305 : i1 loc("examples/mlp_classifier.kina":17:19)
+      %307 = arith.extui %306 : i1 to i64 loc("examples/mlp_classifier.kina":17:19)
+      %308 = arith.addi %301, %307 : i64 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %308 : i64 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %313 = tensor.extract %303[] : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %314 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-    %315 = arith.cmpi eq, %313, %314 : i64 loc("examples/mlp_classifier.kina":17:19)
-    cf.assert %315, "take_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
-    %316 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:19)
-    %losses.nll_loss$8_3.17.picked = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels : tensor<8x1xi64>) outs(%316 : tensor<8x1xf32>) {
-    ^bb0(%317: i64, %318: f32):
-      %319 = linalg.index 0 : index loc("examples/mlp_classifier.kina":17:19)
-      %320 = arith.index_cast %317 : i64 to index loc("examples/mlp_classifier.kina":17:19)
-      %321 = tensor.extract %losses.cross_entropy$8_3.15.logp[%319, %320] : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %321 : f32 loc("examples/mlp_classifier.kina":17:19)
+    %309 = tensor.extract %299[] : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %310 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %311 = arith.cmpi eq, %309, %310 : i64 loc("examples/mlp_classifier.kina":17:19)
+    cf.assert %311, "take_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
+    %312 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:19)
+    %losses.nll_loss$8_3.17.picked = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels : tensor<8x1xi64>) outs(%312 : tensor<8x1xf32>) {
+    ^bb0(%313: i64, %314: f32):
+      %315 = linalg.index 0 : index loc("examples/mlp_classifier.kina":17:19)
+      %316 = arith.index_cast %313 : i64 to index loc("examples/mlp_classifier.kina":17:19)
+      %317 = tensor.extract %losses.cross_entropy$8_3.15.logp[%315, %316] : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %317 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:19)
-    %322 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %losses.nll_loss$8_3.18.nll = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$8_3.17.picked : tensor<8x1xf32>) outs(%322 : tensor<8x1xf32>) {
-    ^bb0(%323: f32, %324: f32):
-      %325 = arith.negf %323 : f32 loc("examples/mlp_classifier.kina":17:73)
-      linalg.yield %325 : f32 loc("examples/mlp_classifier.kina":17:73)
+    %318 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
+    %losses.nll_loss$8_3.18.nll = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$8_3.17.picked : tensor<8x1xf32>) outs(%318 : tensor<8x1xf32>) {
+    ^bb0(%319: f32, %320: f32):
+      %321 = arith.negf %319 : f32 loc("examples/mlp_classifier.kina":17:73)
+      linalg.yield %321 : f32 loc("examples/mlp_classifier.kina":17:73)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %326 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":18:15)
-    %327 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %328 = linalg.fill ins(%326 : f32) outs(%327 : tensor<1xf32>) -> tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %329 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%losses.nll_loss$8_3.18.nll : tensor<8x1xf32>) outs(%328 : tensor<1xf32>) {
-    ^bb0(%330: f32, %331: f32):
-      %332 = arith.addf %331, %330 : f32 loc("examples/mlp_classifier.kina":18:15)
-      linalg.yield %332 : f32 loc("examples/mlp_classifier.kina":18:15)
+    %322 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":18:15)
+    %323 = bufferization.alloc_tensor() : tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
+    %324 = linalg.fill ins(%322 : f32) outs(%323 : tensor<1xf32>) -> tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
+    %325 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%losses.nll_loss$8_3.18.nll : tensor<8x1xf32>) outs(%324 : tensor<1xf32>) {
+    ^bb0(%326: f32, %327: f32):
+      %328 = arith.addf %327, %326 : f32 loc("examples/mlp_classifier.kina":18:15)
+      linalg.yield %328 : f32 loc("examples/mlp_classifier.kina":18:15)
     } -> tensor<1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %losses.nll_loss$8_3.19.total = tensor.expand_shape %329 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %333 = arith.constant 0.125 : f32 loc("examples/mlp_classifier.kina":18:71)
-    %334 = bufferization.alloc_tensor() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:71)
-    %inert.30 = linalg.fill ins(%333 : f32) outs(%334 : tensor<1x1xf32>) -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:71)
-    %335 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %losses.nll_loss$8_3.20.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$8_3.19.total, %inert.30 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%335 : tensor<1x1xf32>) {
-    ^bb0(%336: f32, %337: f32, %338: f32):
-      %339 = arith.mulf %336, %337 : f32 loc("examples/mlp_classifier.kina":18:63)
-      linalg.yield %339 : f32 loc("examples/mlp_classifier.kina":18:63)
+    %losses.nll_loss$8_3.19.total = tensor.expand_shape %325 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:15)
+    %329 = arith.constant 0.125 : f32 loc("examples/mlp_classifier.kina":18:71)
+    %331 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
+    %losses.nll_loss$8_3.20.mean = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.nll_loss$8_3.19.total : tensor<1x1xf32>) outs(%331 : tensor<1x1xf32>) {
+    ^bb0(%332: f32, %333: f32):
+      %334 = arith.mulf %332, %329 : f32 loc("examples/mlp_classifier.kina":18:63)
+      linalg.yield %334 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
     %ct.1.seed = arith.constant dense<1.0> : tensor<1x1xf32> loc("examples/mlp_classifier.kina":85:3)
-    %340 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed, %inert.30 : tensor<1x1xf32>, tensor<1x1xf32>) outs(%340 : tensor<1x1xf32>) {
-    ^bb0(%341: f32, %342: f32, %343: f32):
-      %344 = arith.mulf %341, %342 : f32 loc("examples/mlp_classifier.kina":18:63)
-      linalg.yield %344 : f32 loc("examples/mlp_classifier.kina":18:63)
+    %335 = tensor.empty() : tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
+    %ct.2.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.1.seed : tensor<1x1xf32>) outs(%335 : tensor<1x1xf32>) {
+    ^bb0(%336: f32, %337: f32):
+      %338 = arith.mulf %336, %329 : f32 loc("examples/mlp_classifier.kina":18:63)
+      linalg.yield %338 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %345 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%345 : tensor<8x1xf32>) {
-    ^bb0(%346: f32, %347: f32):
-      linalg.yield %346 : f32 loc("examples/mlp_classifier.kina":18:15)
+    %339 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
+    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%339 : tensor<8x1xf32>) {
+    ^bb0(%340: f32, %341: f32):
+      linalg.yield %340 : f32 loc("examples/mlp_classifier.kina":18:15)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %348 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<8x1xf32>) outs(%348 : tensor<8x1xf32>) {
-    ^bb0(%349: f32, %350: f32):
-      %351 = arith.negf %349 : f32 loc("examples/mlp_classifier.kina":17:73)
-      linalg.yield %351 : f32 loc("examples/mlp_classifier.kina":17:73)
+    %342 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<8x1xf32>) outs(%342 : tensor<8x1xf32>) {
+    ^bb0(%343: f32, %344: f32):
+      %345 = arith.negf %343 : f32 loc("examples/mlp_classifier.kina":17:73)
+      linalg.yield %345 : f32 loc("examples/mlp_classifier.kina":17:73)
     } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %352 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-    %353 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %354 = linalg.fill ins(%352 : i64) outs(%353 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %355 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%354 : tensor<i64>) {
-    ^bb0(%356: i64, %357: i64):
-      %358 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %359 = arith.cmpi slt, %356, %358 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %360 = arith.constant 3 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %361 = arith.cmpi sge, %356, %360 : i64 loc("examples/mlp_classifier.kina":17:19)
-      %362 = arith.ori %359, %361 : i1 loc("examples/mlp_classifier.kina":17:19)
-      %363 = arith.extui %362 : i1 to i64 loc("examples/mlp_classifier.kina":17:19)
-      %364 = arith.addi %357, %363 : i64 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %364 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %346 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %347 = bufferization.alloc_tensor() : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %348 = linalg.fill ins(%346 : i64) outs(%347 : tensor<i64>) -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %349 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%labels : tensor<8x1xi64>) outs(%348 : tensor<i64>) {
+    ^bb0(%350: i64, %351: i64):
+      %352 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %353 = arith.cmpi slt, %350, %352 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %354 = arith.constant 3 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %355 = arith.cmpi sge, %350, %354 : i64 loc("examples/mlp_classifier.kina":17:19)
+      %356 = arith.ori %353, %355 : i1 loc("examples/mlp_classifier.kina":17:19)
+      %357 = arith.extui %356 : i1 to i64 loc("examples/mlp_classifier.kina":17:19)
+      %358 = arith.addi %351, %357 : i64 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %358 : i64 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %365 = tensor.extract %355[] : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
-    %366 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
-    %367 = arith.cmpi eq, %365, %366 : i64 loc("examples/mlp_classifier.kina":17:19)
-    cf.assert %367, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
-    %368 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%368 : tensor<8x3xf32>) {
-    ^bb0(%369: i64, %370: f32, %371: f32):
-      %372 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %373 = arith.index_cast %369 : i64 to index loc("examples/mlp_classifier.kina":17:19)
-      %374 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
-      %375 = arith.cmpi eq, %373, %374 : index loc("examples/mlp_classifier.kina":17:19)
-      %376 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %377 = arith.select %375, %370, %376 : f32 loc("examples/mlp_classifier.kina":17:19)
-      %378 = arith.addf %372, %377 : f32 loc("examples/mlp_classifier.kina":17:19)
-      linalg.yield %378 : f32 loc("examples/mlp_classifier.kina":17:19)
+    %359 = tensor.extract %349[] : tensor<i64> loc("examples/mlp_classifier.kina":17:19)
+    %360 = arith.constant 0 : i64 loc("examples/mlp_classifier.kina":17:19)
+    %361 = arith.cmpi eq, %359, %360 : i64 loc("examples/mlp_classifier.kina":17:19)
+    cf.assert %361, "scatter_along_axis index out of bounds" loc("examples/mlp_classifier.kina":17:19)
+    %362 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
+    %ct.5.scatter = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%labels, %ct.4.neg : tensor<8x1xi64>, tensor<8x1xf32>) outs(%362 : tensor<8x3xf32>) {
+    ^bb0(%363: i64, %364: f32, %365: f32):
+      %366 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %367 = arith.index_cast %363 : i64 to index loc("examples/mlp_classifier.kina":17:19)
+      %368 = linalg.index 1 : index loc("examples/mlp_classifier.kina":17:19)
+      %369 = arith.cmpi eq, %367, %368 : index loc("examples/mlp_classifier.kina":17:19)
+      %370 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %371 = arith.select %369, %364, %370 : f32 loc("examples/mlp_classifier.kina":17:19)
+      %372 = arith.addf %366, %371 : f32 loc("examples/mlp_classifier.kina":17:19)
+      linalg.yield %372 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %379 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%379 : tensor<8x3xf32>) {
-    ^bb0(%380: f32, %381: f32):
-      linalg.yield %380 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %373 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%373 : tensor<8x3xf32>) {
+    ^bb0(%374: f32, %375: f32):
+      linalg.yield %374 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %382 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%382 : tensor<8x3xf32>) {
-    ^bb0(%383: f32, %384: f32):
-      %385 = math.exp %383 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %385 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %376 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%376 : tensor<8x3xf32>) {
+    ^bb0(%377: f32, %378: f32):
+      %379 = math.exp %377 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %379 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %386 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%386 : tensor<8x3xf32>) {
-    ^bb0(%387: f32, %388: f32, %389: f32):
-      %390 = arith.mulf %387, %388 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %390 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %380 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%380 : tensor<8x3xf32>) {
+    ^bb0(%381: f32, %382: f32, %383: f32):
+      %384 = arith.mulf %381, %382 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %384 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %391 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%391 : tensor<8x3xf32>) {
-    ^bb0(%392: f32, %393: f32, %394: f32):
-      %395 = arith.subf %392, %393 : f32 loc("examples/mlp_classifier.kina":29:50)
-      linalg.yield %395 : f32 loc("examples/mlp_classifier.kina":29:50)
+    %385 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
+    %ct.9.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.scatter, %ct.8.mul : tensor<8x3xf32>, tensor<8x3xf32>) outs(%385 : tensor<8x3xf32>) {
+    ^bb0(%386: f32, %387: f32, %388: f32):
+      %389 = arith.subf %386, %387 : f32 loc("examples/mlp_classifier.kina":29:50)
+      linalg.yield %389 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %396 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %397 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %398 = linalg.fill ins(%396 : f32) outs(%397 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %399 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.sub : tensor<8x3xf32>) outs(%398 : tensor<3xf32>) {
-    ^bb0(%400: f32, %401: f32):
-      %402 = arith.addf %401, %400 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %402 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %390 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %391 = bufferization.alloc_tensor() : tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %392 = linalg.fill ins(%390 : f32) outs(%391 : tensor<3xf32>) -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %393 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.9.sub : tensor<8x3xf32>) outs(%392 : tensor<3xf32>) {
+    ^bb0(%394: f32, %395: f32):
+      %396 = arith.addf %395, %394 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %396 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.10.reduce_keep = tensor.expand_shape %399 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.10.reduce_keep = tensor.expand_shape %393 [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.11.reshape = tensor.collapse_shape %ct.10.reduce_keep [[0, 1]] : tensor<1x3xf32> into tensor<3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %403 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%403 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %404 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %405 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %406 = linalg.fill ins(%404 : f32) outs(%405 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.13.matmul = linalg.matmul ins(%ct.9.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%406 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %407 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.14.transpose = linalg.transpose ins(%random.dropout$8_16.10.out : tensor<8x16xf32>) outs(%407 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %408 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %409 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %410 = linalg.fill ins(%408 : f32) outs(%409 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.9.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%410 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %397 = tensor.empty() : tensor<3x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.12.transpose = linalg.transpose ins(%w2 : tensor<16x3xf32>) outs(%397 : tensor<3x16xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %398 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %399 = bufferization.alloc_tensor() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %400 = linalg.fill ins(%398 : f32) outs(%399 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.13.matmul = linalg.matmul ins(%ct.9.sub, %ct.12.transpose : tensor<8x3xf32>, tensor<3x16xf32>) outs(%400 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %401 = tensor.empty() : tensor<16x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.14.transpose = linalg.transpose ins(%random.dropout$8_16.10.out : tensor<8x16xf32>) outs(%401 : tensor<16x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %402 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %403 = bufferization.alloc_tensor() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %404 = linalg.fill ins(%402 : f32) outs(%403 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.15.matmul = linalg.matmul ins(%ct.14.transpose, %ct.9.sub : tensor<16x8xf32>, tensor<8x3xf32>) outs(%404 : tensor<16x3xf32>) -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.16.reshape = tensor.expand_shape %ct.11.reshape [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":82:14)
     %ct.17.zeros = arith.constant dense<0.0> : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %411 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %ct.18.where = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %ct.13.matmul, %ct.17.zeros : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%411 : tensor<8x16xf32>) {
-    ^bb0(%412: i8, %413: f32, %414: f32, %415: f32):
-      %416 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %417 = arith.cmpi ne, %412, %416 : i8 loc("examples/mlp_classifier.kina":43:20)
-      %418 = arith.select %417, %413, %414 : f32 loc("examples/mlp_classifier.kina":43:20)
-      linalg.yield %418 : f32 loc("examples/mlp_classifier.kina":43:20)
+    %405 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
+    %ct.18.where = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.5.keep, %ct.13.matmul, %ct.17.zeros : tensor<8x16xi8>, tensor<8x16xf32>, tensor<8x16xf32>) outs(%405 : tensor<8x16xf32>) {
+    ^bb0(%406: i8, %407: f32, %408: f32, %409: f32):
+      %410 = arith.constant 0 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %411 = arith.cmpi ne, %406, %410 : i8 loc("examples/mlp_classifier.kina":43:20)
+      %412 = arith.select %411, %407, %408 : f32 loc("examples/mlp_classifier.kina":43:20)
+      linalg.yield %412 : f32 loc("examples/mlp_classifier.kina":43:20)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
-    %419 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%419 : tensor<8x16xf32>) {
-    ^bb0(%420: f32, %421: f32, %422: f32):
-      %423 = arith.mulf %420, %421 : f32 loc("examples/mlp_classifier.kina":42:84)
-      linalg.yield %423 : f32 loc("examples/mlp_classifier.kina":42:84)
+    %413 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%413 : tensor<8x16xf32>) {
+    ^bb0(%414: f32, %415: f32, %416: f32):
+      %417 = arith.mulf %414, %415 : f32 loc("examples/mlp_classifier.kina":42:84)
+      linalg.yield %417 : f32 loc("examples/mlp_classifier.kina":42:84)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %424 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
-    %ct.20.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %nn.linear$8_4_16.4.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%424 : tensor<8x16xf32>) {
-    ^bb0(%425: f32, %426: f32, %427: f32):
-      %428 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":79:11)
-      %429 = arith.cmpf ogt, %426, %428 : f32 loc("examples/mlp_classifier.kina":79:11)
-      %430 = arith.select %429, %425, %428 : f32 loc("examples/mlp_classifier.kina":79:11)
-      linalg.yield %430 : f32 loc("examples/mlp_classifier.kina":79:11)
+    %418 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
+    %ct.20.relu_grad = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.19.mul, %nn.linear$8_4_16.4.out : tensor<8x16xf32>, tensor<8x16xf32>) outs(%418 : tensor<8x16xf32>) {
+    ^bb0(%419: f32, %420: f32, %421: f32):
+      %422 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":79:11)
+      %423 = arith.cmpf ogt, %420, %422 : f32 loc("examples/mlp_classifier.kina":79:11)
+      %424 = arith.select %423, %419, %422 : f32 loc("examples/mlp_classifier.kina":79:11)
+      linalg.yield %424 : f32 loc("examples/mlp_classifier.kina":79:11)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":79:11)
-    %431 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
-    %432 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %433 = linalg.fill ins(%431 : f32) outs(%432 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %434 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.20.relu_grad : tensor<8x16xf32>) outs(%433 : tensor<16xf32>) {
-    ^bb0(%435: f32, %436: f32):
-      %437 = arith.addf %436, %435 : f32 loc("examples/mlp_classifier.kina":22:6)
-      linalg.yield %437 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %425 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":22:6)
+    %426 = bufferization.alloc_tensor() : tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %427 = linalg.fill ins(%425 : f32) outs(%426 : tensor<16xf32>) -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %428 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>], iterator_types = ["reduction", "parallel"]} ins(%ct.20.relu_grad : tensor<8x16xf32>) outs(%427 : tensor<16xf32>) {
+    ^bb0(%429: f32, %430: f32):
+      %431 = arith.addf %430, %429 : f32 loc("examples/mlp_classifier.kina":22:6)
+      linalg.yield %431 : f32 loc("examples/mlp_classifier.kina":22:6)
     } -> tensor<16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %ct.21.reduce_keep = tensor.expand_shape %434 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
+    %ct.21.reduce_keep = tensor.expand_shape %428 [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %ct.22.reshape = tensor.collapse_shape %ct.21.reduce_keep [[0, 1]] : tensor<1x16xf32> into tensor<16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %438 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.23.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%438 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %439 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %440 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %441 = linalg.fill ins(%439 : f32) outs(%440 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.24.matmul = linalg.matmul ins(%ct.20.relu_grad, %ct.23.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%441 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
-    %442 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.25.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%442 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
-    %443 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
-    %444 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %445 = linalg.fill ins(%443 : f32) outs(%444 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
-    %ct.26.matmul = linalg.matmul ins(%ct.25.transpose, %ct.20.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%445 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %432 = tensor.empty() : tensor<16x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.23.transpose = linalg.transpose ins(%w1 : tensor<4x16xf32>) outs(%432 : tensor<16x4xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %433 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %434 = bufferization.alloc_tensor() : tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %435 = linalg.fill ins(%433 : f32) outs(%434 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.24.matmul = linalg.matmul ins(%ct.20.relu_grad, %ct.23.transpose : tensor<8x16xf32>, tensor<16x4xf32>) outs(%435 : tensor<8x4xf32>) -> tensor<8x4xf32> loc("examples/mlp_classifier.kina":20:5)
+    %436 = tensor.empty() : tensor<4x8xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.25.transpose = linalg.transpose ins(%x : tensor<8x4xf32>) outs(%436 : tensor<4x8xf32>) permutation = [1, 0] loc("examples/mlp_classifier.kina":20:5)
+    %437 = arith.constant 0.0 : f32 loc("examples/mlp_classifier.kina":20:5)
+    %438 = bufferization.alloc_tensor() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %439 = linalg.fill ins(%437 : f32) outs(%438 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
+    %ct.26.matmul = linalg.matmul ins(%ct.25.transpose, %ct.20.relu_grad : tensor<4x8xf32>, tensor<8x16xf32>) outs(%439 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %ct.27.reshape = tensor.expand_shape %ct.22.reshape [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":77:14)
     return %losses.nll_loss$8_3.20.mean, %ct.24.matmul, %ct.26.matmul, %ct.27.reshape, %ct.15.matmul, %ct.16.reshape : tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32> loc("examples/mlp_classifier.kina":74:1)
   } loc("examples/mlp_classifier.kina":74:1)

@@ -14,7 +14,8 @@ the table made by a parallel loop.  `w` itself is never written: it is the calle
 Takes the inlined tensor module; gives it with each such pair rewritten:
 - `u = generic(w, s, g) { w - s * g }` (the product in either order), every loop parallel,
   `w`, `g` and `u` read and written through identity maps, `s` a broadcast scalar (a map
-  without dims) or a filled tensor (a literal: `w - g * 0.01`), f32 throughout, static
+  without dims), a literal the body reads (`w - g * 0.01`: `u = generic(w, g) { w - 0.01 * g }`)
+  or a filled tensor, f32 throughout, static
   shapes (a dynamic export's updates stay);
 - `g` used only there, and made by a linalg.matmul (plain or reading A transposed) whose
   accumulator is a fill of zero, or by the scatter loop that `rewrites.rewrite_scatters` puts
@@ -88,25 +89,54 @@ def _zero_fill(mlir_ir: ModuleType, value: Value) -> OpView | None:
 
 def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] | None:
     """(w, s, the map's constant results at which s is read, g) when `op` is the update
-    generic `w - s * g` described above, else None; for a filled s, (w, the fill's f32
-    value, None, g)."""
-    if not elementwise(mlir_ir, op) or len(op.operands) != 4:
+    generic `w - s * g` described above, else None; for a literal s, (w, its f32 value,
+    None, g): the scalar the body reads, or a filled tensor's value."""
+    n_in = len(op.operands) - 1
+    if not elementwise(mlir_ir, op) or n_in not in (2, 3):
         return None
     block = op.regions[0].blocks[0]
     body = list(block.operations)
     if [o.name for o in body] != _UPDATE_BODY:
         return None
     mul, sub, ret = body
-    args = list(block.arguments)[:3]          # the inputs' arguments (the last is the output's)
+    args = list(block.arguments)[:n_in]       # the inputs' arguments (the last is the output's)
     if sub.operands[1] != mul.results[0] or ret.operands[0] != sub.results[0] or sub.operands[0] not in args:
         return None
     w_at = args.index(sub.operands[0])
     factors = [args.index(v) for v in mul.operands if v in args]
-    if len(factors) != 2 or w_at in factors:
+    if w_at in factors:
         return None
+    # the body's other factor, a scalar from outside it: a literal (compiler/backend/emit:
+    # an elementwise op reads a splat's value, not a filled tensor)
+    captured = [v for v in mul.operands if v not in args]
     maps = indexing_maps(mlir_ir, op)
-    rank = maps[3].n_dims
-    identity = str(mlir_ir.AffineMap.get_identity(rank))
+    if n_in == 2:
+        if len(factors) != 1 or len(captured) != 1 or str(captured[0].type) != "f32":
+            return None
+        s: Any = captured[0]
+        s_at, g_at, fill = None, factors[0], None
+    else:
+        picked = _factor(mlir_ir, op, maps, factors)
+        if picked is None:
+            return None
+        s_at, g_at, fill = picked
+        s = fill.operands[0] if fill is not None else op.operands[s_at]
+    identity = str(mlir_ir.AffineMap.get_identity(maps[-1].n_dims))
+    if any(str(maps[i]) != identity for i in (w_at, g_at, n_in)) or not all(_f32(mlir_ir, v) for v in op.operands):
+        return None
+    w, g = op.operands[w_at], op.operands[g_at]
+    if w.type != op.results[0].type or g.type != w.type or len(list(g.uses)) != 1:
+        return None
+    if fill is not None or s_at is None:
+        return w, s, None, g
+    return w, s, list(maps[s_at].results), g
+
+
+def _factor(mlir_ir: ModuleType, op: OpView, maps: list[Any], factors: list[int]) -> tuple[int, int, Any] | None:
+    """Of the two factors of a three-input update, (s's input, g's input, s's fill or None):
+    s is the one read as a broadcast scalar (a map without dims) or made by a linalg.fill."""
+    if len(factors) != 2:
+        return None
     fills: dict[int, Any] = {}
     for i in factors:
         producer = _defining_op(mlir_ir, op.operands[i])
@@ -117,15 +147,7 @@ def _update(mlir_ir: ModuleType, op: OpView) -> tuple[Value, Value, Any, Value] 
     if len(scalar) != 1:
         return None
     s_at = scalar[0]
-    g_at = next(i for i in factors if i != s_at)
-    if any(str(maps[i]) != identity for i in (w_at, g_at, 3)) or not all(_f32(mlir_ir, v) for v in op.operands):
-        return None
-    w, g = op.operands[w_at], op.operands[g_at]
-    if w.type != op.results[0].type or g.type != w.type or len(list(g.uses)) != 1:
-        return None
-    if s_at in fills:
-        return w, fills[s_at].operands[0], None, g
-    return w, op.operands[s_at], list(maps[s_at].results), g
+    return s_at, next(i for i in factors if i != s_at), fills.get(s_at)
 
 
 def _scaled(mlir_ir: ModuleType, at: OpView, x: Value, factor: Factor) -> Value:

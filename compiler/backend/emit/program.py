@@ -102,7 +102,7 @@ class FunctionLowering:
         head = (f"func.func {'private ' if private else ''}{symbol(fn.name)}({', '.join(params)}) -> "
                 f"({', '.join(rtypes)})" + ("" if private else " attributes {llvm.emit_c_interface}"))
         abi = [] if private else [f"// kina-abi: {abi_line(fn)}"]
-        return [*abi, head + " {", *("  " + line for line in em.prologue), *em.lines, "}" + em.loc]
+        return [*abi, head + " {", *("  " + line for line in em.prologue), *em.body_lines(), "}" + em.loc]
 
     def _check_types(self) -> None:
         """Reject placements with no host lowering before emitting anything: first at the
@@ -155,6 +155,8 @@ class FunctionLowering:
                 return em.filled(ty(e.type), e.size_value, out)
             if e.scalar or (len(e.values) <= 1 and (has_sizes(e.type.shape) or e.type.volume >= SPLAT_FILL_MIN)):
                 # `x * 0.5`, or a big splat: a fill, not a dense constant the size of x in the .so
+                # (an elementwise op reads its scalar instead, and an unread fill is not written:
+                # FnEmitter.splats, body_lines)
                 return em.filled(ty(e.type), e.values[0] if e.values else 0, out)
             return em.op(literal(e), out)
         if isinstance(e, ir.CallFn):   # parameters are tensors: each argument one SSA value
