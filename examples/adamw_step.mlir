@@ -7,13 +7,8 @@ module {
     %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
     %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
-    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
-    %b1_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1 : tensor<1x8xf32>) outs(%3 : tensor<16x8xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":22:17)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
     %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":23:11)
-    %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1_rows : tensor<16x8xf32>, tensor<16x8xf32>) outs(%6 : tensor<16x8xf32>) {
+    %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1 : tensor<16x8xf32>, tensor<1x8xf32>) outs(%6 : tensor<16x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":23:11)
       linalg.yield %10 : f32 loc("examples/adamw_step.kina":23:11)
@@ -240,13 +235,8 @@ module {
       %130 = arith.truncf %128 : f64 to f32 loc("examples/adamw_step.kina":75:24)
       linalg.yield %130 : f32 loc("examples/adamw_step.kina":75:24)
     } -> tensor<f32> loc("examples/adamw_step.kina":75:24)
-    %132 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %131 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%132 : tensor<40xf32>) {
-    ^bb0(%133: f32, %134: f32):
-      linalg.yield %133 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %135 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %131 : tensor<40xf32>, tensor<40xf32>) outs(%135 : tensor<40xf32>) {
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %decay : tensor<40xf32>, tensor<f32>) outs(%135 : tensor<40xf32>) {
     ^bb0(%136: f32, %137: f32, %138: f32):
       %139 = arith.mulf %136, %137 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %139 : f32 loc("examples/adamw_step.kina":78:1)
@@ -257,13 +247,8 @@ module {
       %145 = arith.subf %142, %143 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %145 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %147 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %146 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%147 : tensor<40xf32>) {
-    ^bb0(%148: f32, %149: f32):
-      linalg.yield %148 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %151 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %146 : tensor<40xf32>, tensor<40xf32>) outs(%151 : tensor<40xf32>) {
+    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %keep1 : tensor<40xf32>, tensor<f32>) outs(%151 : tensor<40xf32>) {
     ^bb0(%152: f32, %153: f32, %154: f32):
       %155 = arith.mulf %152, %153 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %155 : f32 loc("examples/adamw_step.kina":78:1)
@@ -274,24 +259,14 @@ module {
       %160 = arith.addf %157, %158 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %160 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %162 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %161 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%162 : tensor<40xf32>) {
-    ^bb0(%163: f32, %164: f32):
-      linalg.yield %163 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %166 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %161 : tensor<40xf32>, tensor<40xf32>) outs(%166 : tensor<40xf32>) {
+    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %beta2_32 : tensor<40xf32>, tensor<f32>) outs(%166 : tensor<40xf32>) {
     ^bb0(%167: f32, %168: f32, %169: f32):
       %170 = arith.mulf %167, %168 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %170 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %172 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %171 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%172 : tensor<40xf32>) {
-    ^bb0(%173: f32, %174: f32):
-      linalg.yield %173 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %176 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%171, %g : tensor<40xf32>, tensor<40xf32>) outs(%176 : tensor<40xf32>) {
+    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2, %g : tensor<f32>, tensor<40xf32>) outs(%176 : tensor<40xf32>) {
     ^bb0(%177: f32, %178: f32, %179: f32):
       %180 = arith.mulf %177, %178 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %180 : f32 loc("examples/adamw_step.kina":78:1)
@@ -314,13 +289,8 @@ module {
       %196 = math.sqrt %194 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %196 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %198 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%198 : tensor<40xf32>) {
-    ^bb0(%199: f32, %200: f32):
-      linalg.yield %199 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %202 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %197 : tensor<40xf32>, tensor<40xf32>) outs(%202 : tensor<40xf32>) {
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %bc2_sqrt : tensor<40xf32>, tensor<f32>) outs(%202 : tensor<40xf32>) {
     ^bb0(%203: f32, %204: f32, %205: f32):
       %206 = arith.divf %203, %204 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %206 : f32 loc("examples/adamw_step.kina":78:1)
@@ -331,24 +301,14 @@ module {
       %211 = arith.truncf %209 : f64 to f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %211 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<f32> loc("examples/adamw_step.kina":78:1)
-    %213 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %212 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%207 : tensor<f32>) outs(%213 : tensor<40xf32>) {
-    ^bb0(%214: f32, %215: f32):
-      linalg.yield %214 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %216 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %212 : tensor<40xf32>, tensor<40xf32>) outs(%216 : tensor<40xf32>) {
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %207 : tensor<40xf32>, tensor<f32>) outs(%216 : tensor<40xf32>) {
     ^bb0(%217: f32, %218: f32, %219: f32):
       %220 = arith.addf %217, %218 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %220 : f32 loc("examples/adamw_step.kina":78:1)
     } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %222 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %221 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%222 : tensor<40xf32>) {
-    ^bb0(%223: f32, %224: f32):
-      linalg.yield %223 : f32 loc("examples/adamw_step.kina":78:1)
-    } -> tensor<40xf32> loc("examples/adamw_step.kina":78:1)
     %226 = tensor.empty() : tensor<40xf32> loc("examples/adamw_step.kina":78:1)
-    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%221, %m_next : tensor<40xf32>, tensor<40xf32>) outs(%226 : tensor<40xf32>) {
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size, %m_next : tensor<f32>, tensor<40xf32>) outs(%226 : tensor<40xf32>) {
     ^bb0(%227: f32, %228: f32, %229: f32):
       %230 = arith.mulf %227, %228 : f32 loc("examples/adamw_step.kina":78:1)
       linalg.yield %230 : f32 loc("examples/adamw_step.kina":78:1)
@@ -414,13 +374,8 @@ module {
     %1 = bufferization.alloc_tensor() : tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
     %h = linalg.matmul ins(%x, %w1 : tensor<16x3xf32>, tensor<3x8xf32>) outs(%2 : tensor<16x8xf32>) -> tensor<16x8xf32> loc("examples/adamw_step.kina":21:11)
-    %3 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
-    %b1_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b1 : tensor<1x8xf32>) outs(%3 : tensor<16x8xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/adamw_step.kina":22:17)
-    } -> tensor<16x8xf32> loc("examples/adamw_step.kina":22:17)
     %6 = tensor.empty() : tensor<16x8xf32> loc("examples/adamw_step.kina":23:11)
-    %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1_rows : tensor<16x8xf32>, tensor<16x8xf32>) outs(%6 : tensor<16x8xf32>) {
+    %z = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %b1 : tensor<16x8xf32>, tensor<1x8xf32>) outs(%6 : tensor<16x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/adamw_step.kina":23:11)
       linalg.yield %10 : f32 loc("examples/adamw_step.kina":23:11)
@@ -479,18 +434,8 @@ module {
       %50 = arith.mulf %48, %41 : f32 loc("examples/adamw_step.kina":67:17)
       linalg.yield %50 : f32 loc("examples/adamw_step.kina":67:17)
     } -> tensor<1x1xf32> loc("examples/adamw_step.kina":67:17)
-    %51 = tensor.empty() : tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%51 : tensor<1x1xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/adamw_step.kina":64:89)
-    } -> tensor<1x1xf32> loc("examples/adamw_step.kina":64:89)
-    %54 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
-    %ct.4.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<1x1xf32>) outs(%54 : tensor<16x1xf32>) {
-    ^bb0(%55: f32, %56: f32):
-      linalg.yield %55 : f32 loc("examples/adamw_step.kina":64:41)
-    } -> tensor<16x1xf32> loc("examples/adamw_step.kina":64:41)
     %57 = tensor.empty() : tensor<16x1xf32> loc("examples/adamw_step.kina":64:12)
-    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.broadcast, %losses.mse_loss$16_1.1.err : tensor<16x1xf32>, tensor<16x1xf32>) outs(%57 : tensor<16x1xf32>) {
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %losses.mse_loss$16_1.1.err : tensor<1x1xf32>, tensor<16x1xf32>) outs(%57 : tensor<16x1xf32>) {
     ^bb0(%58: f32, %59: f32, %60: f32):
       %61 = arith.mulf %58, %59 : f32 loc("examples/adamw_step.kina":64:12)
       linalg.yield %61 : f32 loc("examples/adamw_step.kina":64:12)

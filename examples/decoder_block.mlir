@@ -172,13 +172,8 @@ module {
       %13 = arith.mulf %11, %8 : f32 loc("examples/decoder_block.kina":26:3)
       linalg.yield %13 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %14 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<8x1xf32>) outs(%14 : tensor<8x8xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/decoder_block.kina":26:33)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
     %17 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%17 : tensor<8x8xf32>) {
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu : tensor<8x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<8x8xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.subf %18, %19 : f32 loc("examples/decoder_block.kina":26:68)
       linalg.yield %21 : f32 loc("examples/decoder_block.kina":26:68)
@@ -218,37 +213,22 @@ module {
       %50 = math.rsqrt %48 : f32 loc("examples/decoder_block.kina":32:59)
       linalg.yield %50 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %51 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<8x1xf32>) outs(%51 : tensor<8x8xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/decoder_block.kina":33:36)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
     %54 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%54 : tensor<8x8xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std : tensor<8x8xf32>, tensor<8x1xf32>) outs(%54 : tensor<8x8xf32>) {
     ^bb0(%55: f32, %56: f32, %57: f32):
       %58 = arith.mulf %55, %56 : f32 loc("examples/decoder_block.kina":33:76)
       linalg.yield %58 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":33:108)
-    %59 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x8xf32>) outs(%59 : tensor<8x8xf32>) {
-    ^bb0(%60: f32, %61: f32):
-      linalg.yield %60 : f32 loc("examples/decoder_block.kina":35:7)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
     %62 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%62 : tensor<8x8xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%62 : tensor<8x8xf32>) {
     ^bb0(%63: f32, %64: f32, %65: f32):
       %66 = arith.mulf %63, %64 : f32 loc("examples/decoder_block.kina":36:24)
       linalg.yield %66 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:16)
-    %67 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x8xf32>) outs(%67 : tensor<8x8xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/decoder_block.kina":40:52)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
     %70 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%70 : tensor<8x8xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%70 : tensor<8x8xf32>) {
     ^bb0(%71: f32, %72: f32, %73: f32):
       %74 = arith.addf %71, %72 : f32 loc("examples/decoder_block.kina":41:5)
       linalg.yield %74 : f32 loc("examples/decoder_block.kina":41:5)
@@ -296,14 +276,9 @@ module {
     } -> tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
     %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":99:42)
     %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %33 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x4x4xi8>) outs(%33 : tensor<2x2x4x4xi8>) {
-    ^bb0(%34: i8, %35: i8):
-      linalg.yield %34 : i8 loc("examples/decoder_block.kina":99:42)
-    } -> tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
     %37 = arith.constant -1000000000.0 : f32 loc("examples/decoder_block.kina":100:93)
     %39 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>) outs(%39 : tensor<2x2x4x4xf32>) {
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31, %scaled : tensor<1x1x4x4xi8>, tensor<2x2x4x4xf32>) outs(%39 : tensor<2x2x4x4xf32>) {
     ^bb0(%40: i8, %41: f32, %42: f32):
       %43 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
       %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/decoder_block.kina":100:73)
@@ -368,13 +343,8 @@ module {
       %13 = arith.mulf %11, %8 : f32 loc("examples/decoder_block.kina":26:3)
       linalg.yield %13 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %14 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %nn.layer_norm$8_8.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.2.mu : tensor<8x1xf32>) outs(%14 : tensor<8x8xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/decoder_block.kina":26:33)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
     %17 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %nn.layer_norm$8_8.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xr, %nn.layer_norm$8_8.3.mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%17 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xr, %nn.layer_norm$8_8.2.mu : tensor<8x8xf32>, tensor<8x1xf32>) outs(%17 : tensor<8x8xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.subf %18, %19 : f32 loc("examples/decoder_block.kina":26:68)
       linalg.yield %21 : f32 loc("examples/decoder_block.kina":26:68)
@@ -414,37 +384,22 @@ module {
       %48 = math.rsqrt %46 : f32 loc("examples/decoder_block.kina":32:59)
       linalg.yield %48 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %49 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %nn.layer_norm$8_8.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.9.inv_std : tensor<8x1xf32>) outs(%49 : tensor<8x8xf32>) {
-    ^bb0(%50: f32, %51: f32):
-      linalg.yield %50 : f32 loc("examples/decoder_block.kina":33:36)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
     %52 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %nn.layer_norm$8_8.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.4.xc, %nn.layer_norm$8_8.10.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%52 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.4.xc, %nn.layer_norm$8_8.9.inv_std : tensor<8x8xf32>, tensor<8x1xf32>) outs(%52 : tensor<8x8xf32>) {
     ^bb0(%53: f32, %54: f32, %55: f32):
       %56 = arith.mulf %53, %54 : f32 loc("examples/decoder_block.kina":33:76)
       linalg.yield %56 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
     %nn.layer_norm$8_8.12.g_row = tensor.expand_shape %ln1_g [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":33:108)
-    %57 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %nn.layer_norm$8_8.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.12.g_row : tensor<1x8xf32>) outs(%57 : tensor<8x8xf32>) {
-    ^bb0(%58: f32, %59: f32):
-      linalg.yield %58 : f32 loc("examples/decoder_block.kina":35:7)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
     %60 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %nn.layer_norm$8_8.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.11.xn, %nn.layer_norm$8_8.13.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%60 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.11.xn, %nn.layer_norm$8_8.12.g_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%60 : tensor<8x8xf32>) {
     ^bb0(%61: f32, %62: f32, %63: f32):
       %64 = arith.mulf %61, %62 : f32 loc("examples/decoder_block.kina":36:24)
       linalg.yield %64 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
     %nn.layer_norm$8_8.15.b_row = tensor.expand_shape %ln1_b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:16)
-    %65 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %nn.layer_norm$8_8.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.15.b_row : tensor<1x8xf32>) outs(%65 : tensor<8x8xf32>) {
-    ^bb0(%66: f32, %67: f32):
-      linalg.yield %66 : f32 loc("examples/decoder_block.kina":40:52)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
     %68 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %nn.layer_norm$8_8.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.14.scaled, %nn.layer_norm$8_8.16.b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%68 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.14.scaled, %nn.layer_norm$8_8.15.b_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%68 : tensor<8x8xf32>) {
     ^bb0(%69: f32, %70: f32, %71: f32):
       %72 = arith.addf %69, %70 : f32 loc("examples/decoder_block.kina":41:5)
       linalg.yield %72 : f32 loc("examples/decoder_block.kina":41:5)
@@ -512,14 +467,9 @@ module {
     } -> tensor<4x4xi8> loc("examples/decoder_block.kina":99:42)
     %118 = tensor.collapse_shape %111 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/decoder_block.kina":99:42)
     %inert.38 = tensor.expand_shape %118 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %119 = tensor.empty() : tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
-    %nn.causal_sdpa$2_2_4_4.34.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.38 : tensor<1x1x4x4xi8>) outs(%119 : tensor<2x2x4x4xi8>) {
-    ^bb0(%120: i8, %121: i8):
-      linalg.yield %120 : i8 loc("examples/decoder_block.kina":99:42)
-    } -> tensor<2x2x4x4xi8> loc("examples/decoder_block.kina":99:42)
     %122 = arith.constant -1000000000.0 : f32 loc("examples/decoder_block.kina":100:93)
     %124 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %nn.causal_sdpa$2_2_4_4.35.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.34.keep, %nn.causal_sdpa$2_2_4_4.33.scaled : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>) outs(%124 : tensor<2x2x4x4xf32>) {
+    %nn.causal_sdpa$2_2_4_4.35.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.38, %nn.causal_sdpa$2_2_4_4.33.scaled : tensor<1x1x4x4xi8>, tensor<2x2x4x4xf32>) outs(%124 : tensor<2x2x4x4xf32>) {
     ^bb0(%125: i8, %126: f32, %127: f32):
       %128 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
       %129 = arith.cmpi ne, %125, %128 : i8 loc("examples/decoder_block.kina":100:73)
@@ -592,13 +542,8 @@ module {
       %185 = arith.mulf %183, %180 : f32 loc("examples/decoder_block.kina":26:3)
       linalg.yield %185 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %186 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
-    %nn.layer_norm$8_8.44.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.43.mu : tensor<8x1xf32>) outs(%186 : tensor<8x8xf32>) {
-    ^bb0(%187: f32, %188: f32):
-      linalg.yield %187 : f32 loc("examples/decoder_block.kina":26:33)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":26:33)
     %189 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:68)
-    %nn.layer_norm$8_8.45.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$8_8.44.mu_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%189 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.45.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$8_8.43.mu : tensor<8x8xf32>, tensor<8x1xf32>) outs(%189 : tensor<8x8xf32>) {
     ^bb0(%190: f32, %191: f32, %192: f32):
       %193 = arith.subf %190, %191 : f32 loc("examples/decoder_block.kina":26:68)
       linalg.yield %193 : f32 loc("examples/decoder_block.kina":26:68)
@@ -638,37 +583,22 @@ module {
       %220 = math.rsqrt %218 : f32 loc("examples/decoder_block.kina":32:59)
       linalg.yield %220 : f32 loc("examples/decoder_block.kina":32:59)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":32:59)
-    %221 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
-    %nn.layer_norm$8_8.51.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.50.inv_std : tensor<8x1xf32>) outs(%221 : tensor<8x8xf32>) {
-    ^bb0(%222: f32, %223: f32):
-      linalg.yield %222 : f32 loc("examples/decoder_block.kina":33:36)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:36)
     %224 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %nn.layer_norm$8_8.52.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.45.xc, %nn.layer_norm$8_8.51.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%224 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.52.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.45.xc, %nn.layer_norm$8_8.50.inv_std : tensor<8x8xf32>, tensor<8x1xf32>) outs(%224 : tensor<8x8xf32>) {
     ^bb0(%225: f32, %226: f32, %227: f32):
       %228 = arith.mulf %225, %226 : f32 loc("examples/decoder_block.kina":33:76)
       linalg.yield %228 : f32 loc("examples/decoder_block.kina":33:76)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
     %nn.layer_norm$8_8.53.g_row = tensor.expand_shape %ln2_g [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":33:108)
-    %229 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
-    %nn.layer_norm$8_8.54.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.53.g_row : tensor<1x8xf32>) outs(%229 : tensor<8x8xf32>) {
-    ^bb0(%230: f32, %231: f32):
-      linalg.yield %230 : f32 loc("examples/decoder_block.kina":35:7)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":35:7)
     %232 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %nn.layer_norm$8_8.55.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.52.xn, %nn.layer_norm$8_8.54.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%232 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.55.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.52.xn, %nn.layer_norm$8_8.53.g_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%232 : tensor<8x8xf32>) {
     ^bb0(%233: f32, %234: f32, %235: f32):
       %236 = arith.mulf %233, %234 : f32 loc("examples/decoder_block.kina":36:24)
       linalg.yield %236 : f32 loc("examples/decoder_block.kina":36:24)
     } -> tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
     %nn.layer_norm$8_8.56.b_row = tensor.expand_shape %ln2_b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:16)
-    %237 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
-    %nn.layer_norm$8_8.57.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.56.b_row : tensor<1x8xf32>) outs(%237 : tensor<8x8xf32>) {
-    ^bb0(%238: f32, %239: f32):
-      linalg.yield %238 : f32 loc("examples/decoder_block.kina":40:52)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":40:52)
     %240 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":41:5)
-    %nn.layer_norm$8_8.58.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.55.scaled, %nn.layer_norm$8_8.57.b_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%240 : tensor<8x8xf32>) {
+    %nn.layer_norm$8_8.58.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$8_8.55.scaled, %nn.layer_norm$8_8.56.b_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%240 : tensor<8x8xf32>) {
     ^bb0(%241: f32, %242: f32, %243: f32):
       %244 = arith.addf %241, %242 : f32 loc("examples/decoder_block.kina":41:5)
       linalg.yield %244 : f32 loc("examples/decoder_block.kina":41:5)
@@ -837,7 +767,7 @@ module {
     %ct.12.reduce_keep = tensor.expand_shape %384 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:52)
     %ct.13.reshape = tensor.collapse_shape %ct.12.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":40:16)
     %388 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %nn.layer_norm$8_8.54.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%388 : tensor<8x8xf32>) {
+    %ct.14.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.9.matmul, %nn.layer_norm$8_8.53.g_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%388 : tensor<8x8xf32>) {
     ^bb0(%389: f32, %390: f32, %391: f32):
       %392 = arith.mulf %389, %390 : f32 loc("examples/decoder_block.kina":36:24)
       linalg.yield %392 : f32 loc("examples/decoder_block.kina":36:24)
@@ -859,7 +789,7 @@ module {
     %ct.16.reduce_keep = tensor.expand_shape %401 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":35:7)
     %ct.17.reshape = tensor.collapse_shape %ct.16.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":33:108)
     %405 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %nn.layer_norm$8_8.51.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%405 : tensor<8x8xf32>) {
+    %ct.18.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.14.mul, %nn.layer_norm$8_8.50.inv_std : tensor<8x8xf32>, tensor<8x1xf32>) outs(%405 : tensor<8x8xf32>) {
     ^bb0(%406: f32, %407: f32, %408: f32):
       %409 = arith.mulf %406, %407 : f32 loc("examples/decoder_block.kina":33:76)
       linalg.yield %409 : f32 loc("examples/decoder_block.kina":33:76)
@@ -910,13 +840,8 @@ module {
       %445 = arith.mulf %443, %205 : f32 loc("examples/decoder_block.kina":29:4)
       linalg.yield %445 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %446 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
-    %ct.27.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul : tensor<8x1xf32>) outs(%446 : tensor<8x8xf32>) {
-    ^bb0(%447: f32, %448: f32):
-      linalg.yield %447 : f32 loc("examples/decoder_block.kina":27:22)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
     %449 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.broadcast, %nn.layer_norm$8_8.45.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%449 : tensor<8x8xf32>) {
+    %ct.28.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.26.mul, %nn.layer_norm$8_8.45.xc : tensor<8x1xf32>, tensor<8x8xf32>) outs(%449 : tensor<8x8xf32>) {
     ^bb0(%450: f32, %451: f32, %452: f32):
       %453 = arith.mulf %450, %451 : f32 loc("examples/decoder_block.kina":26:91)
       linalg.yield %453 : f32 loc("examples/decoder_block.kina":26:91)
@@ -961,13 +886,8 @@ module {
       %483 = arith.mulf %481, %180 : f32 loc("examples/decoder_block.kina":26:3)
       linalg.yield %483 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %484 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.36.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.35.mul : tensor<8x1xf32>) outs(%484 : tensor<8x8xf32>) {
-    ^bb0(%485: f32, %486: f32):
-      linalg.yield %485 : f32 loc("examples/decoder_block.kina":25:6)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
     %487 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.37.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.36.broadcast : tensor<8x8xf32>, tensor<8x8xf32>) outs(%487 : tensor<8x8xf32>) {
+    %ct.37.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.33.add, %ct.35.mul : tensor<8x8xf32>, tensor<8x1xf32>) outs(%487 : tensor<8x8xf32>) {
     ^bb0(%488: f32, %489: f32, %490: f32):
       %491 = arith.addf %488, %489 : f32 loc("examples/decoder_block.kina":25:6)
       linalg.yield %491 : f32 loc("examples/decoder_block.kina":25:6)
@@ -1021,13 +941,8 @@ module {
       linalg.yield %527 : f32 loc("examples/decoder_block.kina":101:14)
     } -> tensor<2x2x4xf32> loc("examples/decoder_block.kina":101:14)
     %ct.49.reduce_keep = tensor.expand_shape %524 [[0], [1], [2, 3]] output_shape [2, 2, 4, 1] : tensor<2x2x4xf32> into tensor<2x2x4x1xf32> loc("examples/decoder_block.kina":101:14)
-    %528 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.50.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.49.reduce_keep : tensor<2x2x4x1xf32>) outs(%528 : tensor<2x2x4x4xf32>) {
-    ^bb0(%529: f32, %530: f32):
-      linalg.yield %529 : f32 loc("examples/decoder_block.kina":101:14)
-    } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
     %531 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
-    %ct.51.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.45.matmul, %ct.50.broadcast : tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%531 : tensor<2x2x4x4xf32>) {
+    %ct.51.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.45.matmul, %ct.49.reduce_keep : tensor<2x2x4x4xf32>, tensor<2x2x4x1xf32>) outs(%531 : tensor<2x2x4x4xf32>) {
     ^bb0(%532: f32, %533: f32, %534: f32):
       %535 = arith.subf %532, %533 : f32 loc("examples/decoder_block.kina":101:14)
       linalg.yield %535 : f32 loc("examples/decoder_block.kina":101:14)
@@ -1040,7 +955,7 @@ module {
     } -> tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":101:14)
     %ct.53.zeros = arith.constant dense<0.0> : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
     %541 = tensor.empty() : tensor<2x2x4x4xf32> loc("examples/decoder_block.kina":100:73)
-    %ct.54.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_2_4_4.34.keep, %ct.52.mul, %ct.53.zeros : tensor<2x2x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%541 : tensor<2x2x4x4xf32>) {
+    %ct.54.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.38, %ct.52.mul, %ct.53.zeros : tensor<1x1x4x4xi8>, tensor<2x2x4x4xf32>, tensor<2x2x4x4xf32>) outs(%541 : tensor<2x2x4x4xf32>) {
     ^bb0(%542: i8, %543: f32, %544: f32, %545: f32):
       %546 = arith.constant 0 : i8 loc("examples/decoder_block.kina":100:73)
       %547 = arith.cmpi ne, %542, %546 : i8 loc("examples/decoder_block.kina":100:73)
@@ -1144,7 +1059,7 @@ module {
     %ct.81.reduce_keep = tensor.expand_shape %611 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":40:52)
     %ct.82.reshape = tensor.collapse_shape %ct.81.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":40:16)
     %615 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":36:24)
-    %ct.83.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.80.add, %nn.layer_norm$8_8.13.g_rows : tensor<8x8xf32>, tensor<8x8xf32>) outs(%615 : tensor<8x8xf32>) {
+    %ct.83.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.80.add, %nn.layer_norm$8_8.12.g_row : tensor<8x8xf32>, tensor<1x8xf32>) outs(%615 : tensor<8x8xf32>) {
     ^bb0(%616: f32, %617: f32, %618: f32):
       %619 = arith.mulf %616, %617 : f32 loc("examples/decoder_block.kina":36:24)
       linalg.yield %619 : f32 loc("examples/decoder_block.kina":36:24)
@@ -1166,7 +1081,7 @@ module {
     %ct.85.reduce_keep = tensor.expand_shape %628 [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/decoder_block.kina":35:7)
     %ct.86.reshape = tensor.collapse_shape %ct.85.reduce_keep [[0, 1]] : tensor<1x8xf32> into tensor<8xf32> loc("examples/decoder_block.kina":33:108)
     %632 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":33:76)
-    %ct.87.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.83.mul, %nn.layer_norm$8_8.10.inv_std_b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%632 : tensor<8x8xf32>) {
+    %ct.87.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.83.mul, %nn.layer_norm$8_8.9.inv_std : tensor<8x8xf32>, tensor<8x1xf32>) outs(%632 : tensor<8x8xf32>) {
     ^bb0(%633: f32, %634: f32, %635: f32):
       %636 = arith.mulf %633, %634 : f32 loc("examples/decoder_block.kina":33:76)
       linalg.yield %636 : f32 loc("examples/decoder_block.kina":33:76)
@@ -1217,13 +1132,8 @@ module {
       %672 = arith.mulf %670, %33 : f32 loc("examples/decoder_block.kina":29:4)
       linalg.yield %672 : f32 loc("examples/decoder_block.kina":29:4)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":29:4)
-    %673 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
-    %ct.96.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.95.mul : tensor<8x1xf32>) outs(%673 : tensor<8x8xf32>) {
-    ^bb0(%674: f32, %675: f32):
-      linalg.yield %674 : f32 loc("examples/decoder_block.kina":27:22)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":27:22)
     %676 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":26:91)
-    %ct.97.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.96.broadcast, %nn.layer_norm$8_8.4.xc : tensor<8x8xf32>, tensor<8x8xf32>) outs(%676 : tensor<8x8xf32>) {
+    %ct.97.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.95.mul, %nn.layer_norm$8_8.4.xc : tensor<8x1xf32>, tensor<8x8xf32>) outs(%676 : tensor<8x8xf32>) {
     ^bb0(%677: f32, %678: f32, %679: f32):
       %680 = arith.mulf %677, %678 : f32 loc("examples/decoder_block.kina":26:91)
       linalg.yield %680 : f32 loc("examples/decoder_block.kina":26:91)
@@ -1268,13 +1178,8 @@ module {
       %710 = arith.mulf %708, %8 : f32 loc("examples/decoder_block.kina":26:3)
       linalg.yield %710 : f32 loc("examples/decoder_block.kina":26:3)
     } -> tensor<8x1xf32> loc("examples/decoder_block.kina":26:3)
-    %711 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.105.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.104.mul : tensor<8x1xf32>) outs(%711 : tensor<8x8xf32>) {
-    ^bb0(%712: f32, %713: f32):
-      linalg.yield %712 : f32 loc("examples/decoder_block.kina":25:6)
-    } -> tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
     %714 = tensor.empty() : tensor<8x8xf32> loc("examples/decoder_block.kina":25:6)
-    %ct.106.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.102.add, %ct.105.broadcast : tensor<8x8xf32>, tensor<8x8xf32>) outs(%714 : tensor<8x8xf32>) {
+    %ct.106.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.102.add, %ct.104.mul : tensor<8x8xf32>, tensor<8x1xf32>) outs(%714 : tensor<8x8xf32>) {
     ^bb0(%715: f32, %716: f32, %717: f32):
       %718 = arith.addf %715, %716 : f32 loc("examples/decoder_block.kina":25:6)
       linalg.yield %718 : f32 loc("examples/decoder_block.kina":25:6)

@@ -131,25 +131,15 @@ module {
       %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %29 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<3x1xf32>) outs(%29 : tensor<3x4xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":44:19)
     %32 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%32 : tensor<3x4xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms : tensor<3x4xf32>, tensor<3x1xf32>) outs(%32 : tensor<3x4xf32>) {
     ^bb0(%33: f32, %34: f32, %35: f32):
       %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<3x4xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %37 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%37 : tensor<3x4xf32>) {
-    ^bb0(%38: f32, %39: f32):
-      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":47:4)
     %40 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%40 : tensor<3x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%40 : tensor<3x4xf32>) {
     ^bb0(%41: f32, %42: f32, %43: f32):
       %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
@@ -217,25 +207,15 @@ module {
       %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %29 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<2x1xf32>) outs(%29 : tensor<2x7xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":44:19)
     %32 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%32 : tensor<2x7xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms : tensor<2x7xf32>, tensor<2x1xf32>) outs(%32 : tensor<2x7xf32>) {
     ^bb0(%33: f32, %34: f32, %35: f32):
       %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<2x7xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":46:22)
-    %37 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x7xf32>) outs(%37 : tensor<2x7xf32>) {
-    ^bb0(%38: f32, %39: f32):
-      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":47:4)
     %40 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%40 : tensor<2x7xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%40 : tensor<2x7xf32>) {
     ^bb0(%41: f32, %42: f32, %43: f32):
       %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
@@ -284,13 +264,8 @@ module {
       %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %14 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<3x1xf32>) outs(%14 : tensor<3x4xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":26:8)
     %17 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%17 : tensor<3x4xf32>) {
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu : tensor<3x4xf32>, tensor<3x1xf32>) outs(%17 : tensor<3x4xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
@@ -330,37 +305,22 @@ module {
       %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %51 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<3x1xf32>) outs(%51 : tensor<3x4xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":28:61)
     %54 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%54 : tensor<3x4xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std : tensor<3x4xf32>, tensor<3x1xf32>) outs(%54 : tensor<3x4xf32>) {
     ^bb0(%55: f32, %56: f32, %57: f32):
       %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<3x4xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %59 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%59 : tensor<3x4xf32>) {
-    ^bb0(%60: f32, %61: f32):
-      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":30:36)
     %62 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%62 : tensor<3x4xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%62 : tensor<3x4xf32>) {
     ^bb0(%63: f32, %64: f32, %65: f32):
       %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<3x4xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %67 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%67 : tensor<3x4xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":32:10)
     %70 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%70 : tensor<3x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%70 : tensor<3x4xf32>) {
     ^bb0(%71: f32, %72: f32, %73: f32):
       %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
@@ -409,13 +369,8 @@ module {
       %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %14 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<2x1xf32>) outs(%14 : tensor<2x7xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":26:8)
     %17 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%17 : tensor<2x7xf32>) {
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu : tensor<2x7xf32>, tensor<2x1xf32>) outs(%17 : tensor<2x7xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
@@ -455,37 +410,22 @@ module {
       %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %51 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<2x1xf32>) outs(%51 : tensor<2x7xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":28:61)
     %54 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%54 : tensor<2x7xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std : tensor<2x7xf32>, tensor<2x1xf32>) outs(%54 : tensor<2x7xf32>) {
     ^bb0(%55: f32, %56: f32, %57: f32):
       %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<2x7xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":29:63)
-    %59 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x7xf32>) outs(%59 : tensor<2x7xf32>) {
-    ^bb0(%60: f32, %61: f32):
-      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":30:36)
     %62 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%62 : tensor<2x7xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%62 : tensor<2x7xf32>) {
     ^bb0(%63: f32, %64: f32, %65: f32):
       %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<2x7xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":31:35)
-    %67 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x7xf32>) outs(%67 : tensor<2x7xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":32:10)
     %70 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%70 : tensor<2x7xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%70 : tensor<2x7xf32>) {
     ^bb0(%71: f32, %72: f32, %73: f32):
       %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
@@ -624,25 +564,15 @@ module {
       %28 = math.rsqrt %26 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %28 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %29 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<4x1xf32>) outs(%29 : tensor<4x4xf32>) {
-    ^bb0(%30: f32, %31: f32):
-      linalg.yield %30 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":44:19)
     %32 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%32 : tensor<4x4xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms : tensor<4x4xf32>, tensor<4x1xf32>) outs(%32 : tensor<4x4xf32>) {
     ^bb0(%33: f32, %34: f32, %35: f32):
       %36 = arith.mulf %33, %34 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %36 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %37 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%37 : tensor<4x4xf32>) {
-    ^bb0(%38: f32, %39: f32):
-      linalg.yield %38 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":47:4)
     %40 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%40 : tensor<4x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%40 : tensor<4x4xf32>) {
     ^bb0(%41: f32, %42: f32, %43: f32):
       %44 = arith.mulf %41, %42 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %44 : f32 loc("examples/layers.kina":50:33)
@@ -667,13 +597,8 @@ module {
       %13 = arith.mulf %11, %8 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %13 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %14 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<4x1xf32>) outs(%14 : tensor<4x4xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":26:8)
     %17 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%17 : tensor<4x4xf32>) {
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu : tensor<4x4xf32>, tensor<4x1xf32>) outs(%17 : tensor<4x4xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.subf %18, %19 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %21 : f32 loc("examples/layers.kina":26:43)
@@ -713,37 +638,22 @@ module {
       %50 = math.rsqrt %48 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %50 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %51 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<4x1xf32>) outs(%51 : tensor<4x4xf32>) {
-    ^bb0(%52: f32, %53: f32):
-      linalg.yield %52 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":28:61)
     %54 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%54 : tensor<4x4xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std : tensor<4x4xf32>, tensor<4x1xf32>) outs(%54 : tensor<4x4xf32>) {
     ^bb0(%55: f32, %56: f32, %57: f32):
       %58 = arith.mulf %55, %56 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %58 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %59 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x4xf32>) outs(%59 : tensor<4x4xf32>) {
-    ^bb0(%60: f32, %61: f32):
-      linalg.yield %60 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":30:36)
     %62 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%62 : tensor<4x4xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%62 : tensor<4x4xf32>) {
     ^bb0(%63: f32, %64: f32, %65: f32):
       %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %66 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %67 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%67 : tensor<4x4xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":32:10)
     %70 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%70 : tensor<4x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%70 : tensor<4x4xf32>) {
     ^bb0(%71: f32, %72: f32, %73: f32):
       %74 = arith.addf %71, %72 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %74 : f32 loc("examples/layers.kina":32:49)
@@ -814,13 +724,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<4x16xf32>, tensor<16x4xf32>) outs(%2 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%3 : tensor<4x4xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%6 : tensor<4x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%6 : tensor<4x4xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -834,13 +739,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<4x4xf32>, tensor<4x16xf32>) outs(%2 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x16xf32>) outs(%3 : tensor<4x16xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x16xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<4x16xf32>, tensor<4x16xf32>) outs(%6 : tensor<4x16xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<4x16xf32>, tensor<1x16xf32>) outs(%6 : tensor<4x16xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -883,13 +783,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<4x4xf32>, tensor<4x4xf32>) outs(%2 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%3 : tensor<4x4xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%6 : tensor<4x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%6 : tensor<4x4xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -937,14 +832,9 @@ module {
     } -> tensor<4x4xi8> loc("examples/layers.kina":108:33)
     %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/layers.kina":108:33)
     %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/layers.kina":108:33)
-    %33 = tensor.empty() : tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x4x4xi8>) outs(%33 : tensor<1x2x4x4xi8>) {
-    ^bb0(%34: i8, %35: i8):
-      linalg.yield %34 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
     %37 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %39 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>) outs(%39 : tensor<1x2x4x4xf32>) {
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31, %scaled : tensor<1x1x4x4xi8>, tensor<1x2x4x4xf32>) outs(%39 : tensor<1x2x4x4xf32>) {
     ^bb0(%40: i8, %41: f32, %42: f32):
       %43 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/layers.kina":110:2)
@@ -1290,13 +1180,8 @@ module {
       %130 = arith.truncf %128 : f64 to f32 loc("examples/layers.kina":71:22)
       linalg.yield %130 : f32 loc("examples/layers.kina":71:22)
     } -> tensor<f32> loc("examples/layers.kina":71:22)
-    %132 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:93)
-    %131 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%132 : tensor<15xf32>) {
-    ^bb0(%133: f32, %134: f32):
-      linalg.yield %133 : f32 loc("examples/layers.kina":71:93)
-    } -> tensor<15xf32> loc("examples/layers.kina":71:93)
     %135 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":71:89)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %131 : tensor<15xf32>, tensor<15xf32>) outs(%135 : tensor<15xf32>) {
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %decay : tensor<15xf32>, tensor<f32>) outs(%135 : tensor<15xf32>) {
     ^bb0(%136: f32, %137: f32, %138: f32):
       %139 = arith.mulf %136, %137 : f32 loc("examples/layers.kina":71:89)
       linalg.yield %139 : f32 loc("examples/layers.kina":71:89)
@@ -1307,13 +1192,8 @@ module {
       %145 = arith.subf %142, %143 : f32 loc("examples/layers.kina":73:8)
       linalg.yield %145 : f32 loc("examples/layers.kina":73:8)
     } -> tensor<15xf32> loc("examples/layers.kina":73:8)
-    %147 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:18)
-    %146 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%147 : tensor<15xf32>) {
-    ^bb0(%148: f32, %149: f32):
-      linalg.yield %148 : f32 loc("examples/layers.kina":73:18)
-    } -> tensor<15xf32> loc("examples/layers.kina":73:18)
     %151 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:8)
-    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %146 : tensor<15xf32>, tensor<15xf32>) outs(%151 : tensor<15xf32>) {
+    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %keep1 : tensor<15xf32>, tensor<f32>) outs(%151 : tensor<15xf32>) {
     ^bb0(%152: f32, %153: f32, %154: f32):
       %155 = arith.mulf %152, %153 : f32 loc("examples/layers.kina":73:8)
       linalg.yield %155 : f32 loc("examples/layers.kina":73:8)
@@ -1324,24 +1204,14 @@ module {
       %160 = arith.addf %157, %158 : f32 loc("examples/layers.kina":73:4)
       linalg.yield %160 : f32 loc("examples/layers.kina":73:4)
     } -> tensor<15xf32> loc("examples/layers.kina":73:4)
-    %162 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:61)
-    %161 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%162 : tensor<15xf32>) {
-    ^bb0(%163: f32, %164: f32):
-      linalg.yield %163 : f32 loc("examples/layers.kina":73:61)
-    } -> tensor<15xf32> loc("examples/layers.kina":73:61)
     %166 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":73:57)
-    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %161 : tensor<15xf32>, tensor<15xf32>) outs(%166 : tensor<15xf32>) {
+    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %beta2_32 : tensor<15xf32>, tensor<f32>) outs(%166 : tensor<15xf32>) {
     ^bb0(%167: f32, %168: f32, %169: f32):
       %170 = arith.mulf %167, %168 : f32 loc("examples/layers.kina":73:57)
       linalg.yield %170 : f32 loc("examples/layers.kina":73:57)
     } -> tensor<15xf32> loc("examples/layers.kina":73:57)
-    %172 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
-    %171 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%172 : tensor<15xf32>) {
-    ^bb0(%173: f32, %174: f32):
-      linalg.yield %173 : f32 loc("examples/layers.kina":77:16)
-    } -> tensor<15xf32> loc("examples/layers.kina":77:16)
     %176 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:16)
-    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%171, %g : tensor<15xf32>, tensor<15xf32>) outs(%176 : tensor<15xf32>) {
+    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2, %g : tensor<f32>, tensor<15xf32>) outs(%176 : tensor<15xf32>) {
     ^bb0(%177: f32, %178: f32, %179: f32):
       %180 = arith.mulf %177, %178 : f32 loc("examples/layers.kina":77:16)
       linalg.yield %180 : f32 loc("examples/layers.kina":77:16)
@@ -1364,13 +1234,8 @@ module {
       %196 = math.sqrt %194 : f32 loc("examples/layers.kina":77:62)
       linalg.yield %196 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<15xf32> loc("examples/layers.kina":77:62)
-    %198 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:78)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%198 : tensor<15xf32>) {
-    ^bb0(%199: f32, %200: f32):
-      linalg.yield %199 : f32 loc("examples/layers.kina":77:78)
-    } -> tensor<15xf32> loc("examples/layers.kina":77:78)
     %202 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
-    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %197 : tensor<15xf32>, tensor<15xf32>) outs(%202 : tensor<15xf32>) {
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %bc2_sqrt : tensor<15xf32>, tensor<f32>) outs(%202 : tensor<15xf32>) {
     ^bb0(%203: f32, %204: f32, %205: f32):
       %206 = arith.divf %203, %204 : f32 loc("examples/layers.kina":77:62)
       linalg.yield %206 : f32 loc("examples/layers.kina":77:62)
@@ -1381,24 +1246,14 @@ module {
       %211 = arith.truncf %209 : f64 to f32 loc("examples/layers.kina":78:20)
       linalg.yield %211 : f32 loc("examples/layers.kina":78:20)
     } -> tensor<f32> loc("examples/layers.kina":78:20)
-    %213 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:20)
-    %212 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%207 : tensor<f32>) outs(%213 : tensor<15xf32>) {
-    ^bb0(%214: f32, %215: f32):
-      linalg.yield %214 : f32 loc("examples/layers.kina":78:20)
-    } -> tensor<15xf32> loc("examples/layers.kina":78:20)
     %216 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":77:62)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %212 : tensor<15xf32>, tensor<15xf32>) outs(%216 : tensor<15xf32>) {
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %207 : tensor<15xf32>, tensor<f32>) outs(%216 : tensor<15xf32>) {
     ^bb0(%217: f32, %218: f32, %219: f32):
       %220 = arith.addf %217, %218 : f32 loc("examples/layers.kina":77:62)
       linalg.yield %220 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<15xf32> loc("examples/layers.kina":77:62)
-    %222 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
-    %221 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%222 : tensor<15xf32>) {
-    ^bb0(%223: f32, %224: f32):
-      linalg.yield %223 : f32 loc("examples/layers.kina":78:71)
-    } -> tensor<15xf32> loc("examples/layers.kina":78:71)
     %226 = tensor.empty() : tensor<15xf32> loc("examples/layers.kina":78:71)
-    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%221, %m_next : tensor<15xf32>, tensor<15xf32>) outs(%226 : tensor<15xf32>) {
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size, %m_next : tensor<f32>, tensor<15xf32>) outs(%226 : tensor<15xf32>) {
     ^bb0(%227: f32, %228: f32, %229: f32):
       %230 = arith.mulf %227, %228 : f32 loc("examples/layers.kina":78:71)
       linalg.yield %230 : f32 loc("examples/layers.kina":78:71)
@@ -1560,13 +1415,8 @@ module {
       %130 = arith.truncf %128 : f64 to f32 loc("examples/layers.kina":71:22)
       linalg.yield %130 : f32 loc("examples/layers.kina":71:22)
     } -> tensor<f32> loc("examples/layers.kina":71:22)
-    %132 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:93)
-    %131 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%decay : tensor<f32>) outs(%132 : tensor<6xf32>) {
-    ^bb0(%133: f32, %134: f32):
-      linalg.yield %133 : f32 loc("examples/layers.kina":71:93)
-    } -> tensor<6xf32> loc("examples/layers.kina":71:93)
     %135 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":71:89)
-    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %131 : tensor<6xf32>, tensor<6xf32>) outs(%135 : tensor<6xf32>) {
+    %decayed = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%w, %decay : tensor<6xf32>, tensor<f32>) outs(%135 : tensor<6xf32>) {
     ^bb0(%136: f32, %137: f32, %138: f32):
       %139 = arith.mulf %136, %137 : f32 loc("examples/layers.kina":71:89)
       linalg.yield %139 : f32 loc("examples/layers.kina":71:89)
@@ -1577,13 +1427,8 @@ module {
       %145 = arith.subf %142, %143 : f32 loc("examples/layers.kina":73:8)
       linalg.yield %145 : f32 loc("examples/layers.kina":73:8)
     } -> tensor<6xf32> loc("examples/layers.kina":73:8)
-    %147 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:18)
-    %146 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep1 : tensor<f32>) outs(%147 : tensor<6xf32>) {
-    ^bb0(%148: f32, %149: f32):
-      linalg.yield %148 : f32 loc("examples/layers.kina":73:18)
-    } -> tensor<6xf32> loc("examples/layers.kina":73:18)
     %151 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:8)
-    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %146 : tensor<6xf32>, tensor<6xf32>) outs(%151 : tensor<6xf32>) {
+    %150 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%140, %keep1 : tensor<6xf32>, tensor<f32>) outs(%151 : tensor<6xf32>) {
     ^bb0(%152: f32, %153: f32, %154: f32):
       %155 = arith.mulf %152, %153 : f32 loc("examples/layers.kina":73:8)
       linalg.yield %155 : f32 loc("examples/layers.kina":73:8)
@@ -1594,24 +1439,14 @@ module {
       %160 = arith.addf %157, %158 : f32 loc("examples/layers.kina":73:4)
       linalg.yield %160 : f32 loc("examples/layers.kina":73:4)
     } -> tensor<6xf32> loc("examples/layers.kina":73:4)
-    %162 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:61)
-    %161 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%beta2_32 : tensor<f32>) outs(%162 : tensor<6xf32>) {
-    ^bb0(%163: f32, %164: f32):
-      linalg.yield %163 : f32 loc("examples/layers.kina":73:61)
-    } -> tensor<6xf32> loc("examples/layers.kina":73:61)
     %166 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":73:57)
-    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %161 : tensor<6xf32>, tensor<6xf32>) outs(%166 : tensor<6xf32>) {
+    %165 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%v, %beta2_32 : tensor<6xf32>, tensor<f32>) outs(%166 : tensor<6xf32>) {
     ^bb0(%167: f32, %168: f32, %169: f32):
       %170 = arith.mulf %167, %168 : f32 loc("examples/layers.kina":73:57)
       linalg.yield %170 : f32 loc("examples/layers.kina":73:57)
     } -> tensor<6xf32> loc("examples/layers.kina":73:57)
-    %172 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
-    %171 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2 : tensor<f32>) outs(%172 : tensor<6xf32>) {
-    ^bb0(%173: f32, %174: f32):
-      linalg.yield %173 : f32 loc("examples/layers.kina":77:16)
-    } -> tensor<6xf32> loc("examples/layers.kina":77:16)
     %176 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:16)
-    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%171, %g : tensor<6xf32>, tensor<6xf32>) outs(%176 : tensor<6xf32>) {
+    %175 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%keep2, %g : tensor<f32>, tensor<6xf32>) outs(%176 : tensor<6xf32>) {
     ^bb0(%177: f32, %178: f32, %179: f32):
       %180 = arith.mulf %177, %178 : f32 loc("examples/layers.kina":77:16)
       linalg.yield %180 : f32 loc("examples/layers.kina":77:16)
@@ -1634,13 +1469,8 @@ module {
       %196 = math.sqrt %194 : f32 loc("examples/layers.kina":77:62)
       linalg.yield %196 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<6xf32> loc("examples/layers.kina":77:62)
-    %198 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:78)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%bc2_sqrt : tensor<f32>) outs(%198 : tensor<6xf32>) {
-    ^bb0(%199: f32, %200: f32):
-      linalg.yield %199 : f32 loc("examples/layers.kina":77:78)
-    } -> tensor<6xf32> loc("examples/layers.kina":77:78)
     %202 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
-    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %197 : tensor<6xf32>, tensor<6xf32>) outs(%202 : tensor<6xf32>) {
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%192, %bc2_sqrt : tensor<6xf32>, tensor<f32>) outs(%202 : tensor<6xf32>) {
     ^bb0(%203: f32, %204: f32, %205: f32):
       %206 = arith.divf %203, %204 : f32 loc("examples/layers.kina":77:62)
       linalg.yield %206 : f32 loc("examples/layers.kina":77:62)
@@ -1651,24 +1481,14 @@ module {
       %211 = arith.truncf %209 : f64 to f32 loc("examples/layers.kina":78:20)
       linalg.yield %211 : f32 loc("examples/layers.kina":78:20)
     } -> tensor<f32> loc("examples/layers.kina":78:20)
-    %213 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:20)
-    %212 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%207 : tensor<f32>) outs(%213 : tensor<6xf32>) {
-    ^bb0(%214: f32, %215: f32):
-      linalg.yield %214 : f32 loc("examples/layers.kina":78:20)
-    } -> tensor<6xf32> loc("examples/layers.kina":78:20)
     %216 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":77:62)
-    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %212 : tensor<6xf32>, tensor<6xf32>) outs(%216 : tensor<6xf32>) {
+    %denom = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%201, %207 : tensor<6xf32>, tensor<f32>) outs(%216 : tensor<6xf32>) {
     ^bb0(%217: f32, %218: f32, %219: f32):
       %220 = arith.addf %217, %218 : f32 loc("examples/layers.kina":77:62)
       linalg.yield %220 : f32 loc("examples/layers.kina":77:62)
     } -> tensor<6xf32> loc("examples/layers.kina":77:62)
-    %222 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
-    %221 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size : tensor<f32>) outs(%222 : tensor<6xf32>) {
-    ^bb0(%223: f32, %224: f32):
-      linalg.yield %223 : f32 loc("examples/layers.kina":78:71)
-    } -> tensor<6xf32> loc("examples/layers.kina":78:71)
     %226 = tensor.empty() : tensor<6xf32> loc("examples/layers.kina":78:71)
-    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%221, %m_next : tensor<6xf32>, tensor<6xf32>) outs(%226 : tensor<6xf32>) {
+    %225 = linalg.generic {indexing_maps = [affine_map<(d0) -> ()>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%step_size, %m_next : tensor<f32>, tensor<6xf32>) outs(%226 : tensor<6xf32>) {
     ^bb0(%227: f32, %228: f32, %229: f32):
       %230 = arith.mulf %227, %228 : f32 loc("examples/layers.kina":78:71)
       linalg.yield %230 : f32 loc("examples/layers.kina":78:71)
@@ -1694,13 +1514,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x5xf32>) -> tensor<4x5xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<4x3xf32>, tensor<3x5xf32>) outs(%2 : tensor<4x5xf32>) -> tensor<4x5xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 5] : tensor<5xf32> into tensor<1x5xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x5xf32>) outs(%3 : tensor<4x5xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x5xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<4x5xf32>, tensor<4x5xf32>) outs(%6 : tensor<4x5xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<4x5xf32>, tensor<1x5xf32>) outs(%6 : tensor<4x5xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -1714,13 +1529,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x3xf32>) -> tensor<2x3xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<2x6xf32>, tensor<6x3xf32>) outs(%2 : tensor<2x3xf32>) -> tensor<2x3xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<2x3xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x3xf32>) outs(%3 : tensor<2x3xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<2x3xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<2x3xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<2x3xf32>, tensor<2x3xf32>) outs(%6 : tensor<2x3xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<2x3xf32>, tensor<1x3xf32>) outs(%6 : tensor<2x3xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -1791,13 +1601,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<3x2xf32>) -> tensor<3x2xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<3x8xf32>, tensor<8x2xf32>) outs(%2 : tensor<3x2xf32>) -> tensor<3x2xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 2] : tensor<2xf32> into tensor<1x2xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<3x2xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x2xf32>) outs(%3 : tensor<3x2xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x2xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<3x2xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<3x2xf32>, tensor<3x2xf32>) outs(%6 : tensor<3x2xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<3x2xf32>, tensor<1x2xf32>) outs(%6 : tensor<3x2xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -1811,13 +1616,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<3x2xf32>, tensor<2x8xf32>) outs(%2 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<3x8xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x8xf32>) outs(%3 : tensor<3x8xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x8xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<3x8xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<3x8xf32>, tensor<3x8xf32>) outs(%6 : tensor<3x8xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<3x8xf32>, tensor<1x8xf32>) outs(%6 : tensor<3x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -1888,13 +1688,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<2x6xf32>, tensor<6x4xf32>) outs(%2 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<2x4xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%3 : tensor<2x4xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<2x4xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<2x4xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<2x4xf32>, tensor<2x4xf32>) outs(%6 : tensor<2x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<2x4xf32>, tensor<1x4xf32>) outs(%6 : tensor<2x4xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -1908,13 +1703,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x6xf32>) -> tensor<2x6xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<2x4xf32>, tensor<4x6xf32>) outs(%2 : tensor<2x6xf32>) -> tensor<2x6xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 6] : tensor<6xf32> into tensor<1x6xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<2x6xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x6xf32>) outs(%3 : tensor<2x6xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<2x6xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<2x6xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<2x6xf32>, tensor<2x6xf32>) outs(%6 : tensor<2x6xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<2x6xf32>, tensor<1x6xf32>) outs(%6 : tensor<2x6xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -1957,13 +1747,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<4x3xf32>, tensor<3x3xf32>) outs(%2 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x3xf32>) outs(%3 : tensor<4x3xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x3xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%6 : tensor<4x3xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<4x3xf32>, tensor<1x3xf32>) outs(%6 : tensor<4x3xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -2011,14 +1796,9 @@ module {
     } -> tensor<2x2xi8> loc("examples/layers.kina":108:33)
     %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<2x2xi8> into tensor<4xi8> loc("examples/layers.kina":108:33)
     %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 2, 2] : tensor<4xi8> into tensor<1x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %33 = tensor.empty() : tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x2x2xi8>) outs(%33 : tensor<2x1x2x2xi8>) {
-    ^bb0(%34: i8, %35: i8):
-      linalg.yield %34 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
     %37 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %39 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>) outs(%39 : tensor<2x1x2x2xf32>) {
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31, %scaled : tensor<1x1x2x2xi8>, tensor<2x1x2x2xf32>) outs(%39 : tensor<2x1x2x2xf32>) {
     ^bb0(%40: i8, %41: f32, %42: f32):
       %43 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/layers.kina":110:2)
@@ -2099,13 +1879,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<3x4xf32>, tensor<4x4xf32>) outs(%2 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x4xf32>) outs(%3 : tensor<3x4xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%6 : tensor<3x4xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%6 : tensor<3x4xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -2153,14 +1928,9 @@ module {
     } -> tensor<3x3xi8> loc("examples/layers.kina":108:33)
     %32 = tensor.collapse_shape %24 [[0, 1]] : tensor<3x3xi8> into tensor<9xi8> loc("examples/layers.kina":108:33)
     %31 = tensor.expand_shape %32 [[0, 1, 2, 3]] output_shape [1, 1, 3, 3] : tensor<9xi8> into tensor<1x1x3x3xi8> loc("examples/layers.kina":108:33)
-    %33 = tensor.empty() : tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31 : tensor<1x1x3x3xi8>) outs(%33 : tensor<1x2x3x3xi8>) {
-    ^bb0(%34: i8, %35: i8):
-      linalg.yield %34 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
     %37 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %39 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>) outs(%39 : tensor<1x2x3x3xf32>) {
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%31, %scaled : tensor<1x1x3x3xi8>, tensor<1x2x3x3xf32>) outs(%39 : tensor<1x2x3x3xf32>) {
     ^bb0(%40: i8, %41: f32, %42: f32):
       %43 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %44 = arith.cmpi ne, %40, %43 : i8 loc("examples/layers.kina":110:2)
@@ -2713,25 +2483,15 @@ module {
       %31 = math.rsqrt %29 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %31 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<?x1xf32> loc("examples/layers.kina":43:19)
-    %32 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":44:19)
-    %inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_rms : tensor<?x1xf32>) outs(%32 : tensor<?x?xf32>) {
-    ^bb0(%33: f32, %34: f32):
-      linalg.yield %33 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":44:19)
     %35 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":45:20)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%35 : tensor<?x?xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %inv_rms : tensor<?x?xf32>, tensor<?x1xf32>) outs(%35 : tensor<?x?xf32>) {
     ^bb0(%36: f32, %37: f32, %38: f32):
       %39 = arith.mulf %36, %37 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %39 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<?x?xf32> loc("examples/layers.kina":45:20)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, %size_D] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":46:22)
-    %40 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":47:4)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x?xf32>) outs(%40 : tensor<?x?xf32>) {
-    ^bb0(%41: f32, %42: f32):
-      linalg.yield %41 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":47:4)
     %43 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":50:33)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%43 : tensor<?x?xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<?x?xf32>, tensor<1x?xf32>) outs(%43 : tensor<?x?xf32>) {
     ^bb0(%44: f32, %45: f32, %46: f32):
       %47 = arith.mulf %44, %45 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %47 : f32 loc("examples/layers.kina":50:33)
@@ -2763,13 +2523,8 @@ module {
       %16 = arith.mulf %14, %11 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %16 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<?x1xf32> loc("examples/layers.kina":25:68)
-    %17 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:8)
-    %mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%mu : tensor<?x1xf32>) outs(%17 : tensor<?x?xf32>) {
-    ^bb0(%18: f32, %19: f32):
-      linalg.yield %18 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":26:8)
     %20 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":26:43)
-    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%20 : tensor<?x?xf32>) {
+    %xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %mu : tensor<?x?xf32>, tensor<?x1xf32>) outs(%20 : tensor<?x?xf32>) {
     ^bb0(%21: f32, %22: f32, %23: f32):
       %24 = arith.subf %21, %22 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %24 : f32 loc("examples/layers.kina":26:43)
@@ -2808,37 +2563,22 @@ module {
       %56 = math.rsqrt %54 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %56 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<?x1xf32> loc("examples/layers.kina":28:24)
-    %57 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":28:61)
-    %inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_std : tensor<?x1xf32>) outs(%57 : tensor<?x?xf32>) {
-    ^bb0(%58: f32, %59: f32):
-      linalg.yield %58 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":28:61)
     %60 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":29:31)
-    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std_b : tensor<?x?xf32>, tensor<?x?xf32>) outs(%60 : tensor<?x?xf32>) {
+    %xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xc, %inv_std : tensor<?x?xf32>, tensor<?x1xf32>) outs(%60 : tensor<?x?xf32>) {
     ^bb0(%61: f32, %62: f32, %63: f32):
       %64 = arith.mulf %61, %62 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %64 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<?x?xf32> loc("examples/layers.kina":29:31)
     %g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, %size_D] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":29:63)
-    %65 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":30:36)
-    %g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%g_row : tensor<1x?xf32>) outs(%65 : tensor<?x?xf32>) {
-    ^bb0(%66: f32, %67: f32):
-      linalg.yield %66 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":30:36)
     %68 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":31:6)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%68 : tensor<?x?xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%xn, %g_row : tensor<?x?xf32>, tensor<1x?xf32>) outs(%68 : tensor<?x?xf32>) {
     ^bb0(%69: f32, %70: f32, %71: f32):
       %72 = arith.mulf %69, %70 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %72 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<?x?xf32> loc("examples/layers.kina":31:6)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, %size_D] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":31:35)
-    %73 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":32:10)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x?xf32>) outs(%73 : tensor<?x?xf32>) {
-    ^bb0(%74: f32, %75: f32):
-      linalg.yield %74 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":32:10)
     %76 = tensor.empty(%size_M, %size_D) : tensor<?x?xf32> loc("examples/layers.kina":32:49)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%76 : tensor<?x?xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %b_row : tensor<?x?xf32>, tensor<1x?xf32>) outs(%76 : tensor<?x?xf32>) {
     ^bb0(%77: f32, %78: f32, %79: f32):
       %80 = arith.addf %77, %78 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %80 : f32 loc("examples/layers.kina":32:49)
@@ -3085,13 +2825,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<?x?xf32>) -> tensor<?x?xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<?x?xf32>, tensor<?x?xf32>) outs(%2 : tensor<?x?xf32>) -> tensor<?x?xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, %size_N] : tensor<?xf32> into tensor<1x?xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty(%size_M, %size_N) : tensor<?x?xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x?xf32>) outs(%3 : tensor<?x?xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<?x?xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty(%size_M, %size_N) : tensor<?x?xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<?x?xf32>, tensor<?x?xf32>) outs(%6 : tensor<?x?xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<?x?xf32>, tensor<1x?xf32>) outs(%6 : tensor<?x?xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -3157,14 +2892,9 @@ module {
     %39 = tensor.collapse_shape %31 [[0, 1]] : tensor<?x?xi8> into tensor<?xi8> loc("examples/layers.kina":108:33)
     %41 = tensor.from_elements %40, %40, %size_T, %size_T : tensor<4xindex> loc("examples/layers.kina":108:33)
     %38 = tensor.reshape %39(%41) : (tensor<?xi8>, tensor<4xindex>) -> tensor<1x1x?x?xi8> loc("examples/layers.kina":108:33)
-    %42 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xi8> loc("examples/layers.kina":108:33)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%38 : tensor<1x1x?x?xi8>) outs(%42 : tensor<?x?x?x?xi8>) {
-    ^bb0(%43: i8, %44: i8):
-      linalg.yield %43 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<?x?x?x?xi8> loc("examples/layers.kina":108:33)
     %46 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %48 = tensor.empty(%size_B, %size_H, %size_T, %size_T) : tensor<?x?x?x?xf32> loc("examples/layers.kina":110:2)
-    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%keep, %scaled : tensor<?x?x?x?xi8>, tensor<?x?x?x?xf32>) outs(%48 : tensor<?x?x?x?xf32>) {
+    %masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%38, %scaled : tensor<1x1x?x?xi8>, tensor<?x?x?x?xf32>) outs(%48 : tensor<?x?x?x?xf32>) {
     ^bb0(%49: i8, %50: f32, %51: f32):
       %52 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %53 = arith.cmpi ne, %49, %52 : i8 loc("examples/layers.kina":110:2)
@@ -3228,13 +2958,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x5xf32>) -> tensor<4x5xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<4x3xf32>, tensor<3x5xf32>) outs(%2 : tensor<4x5xf32>) -> tensor<4x5xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 5] : tensor<5xf32> into tensor<1x5xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x5xf32>) outs(%3 : tensor<4x5xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x5xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<4x5xf32>, tensor<4x5xf32>) outs(%6 : tensor<4x5xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<4x5xf32>, tensor<1x5xf32>) outs(%6 : tensor<4x5xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -3271,13 +2996,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x3xf32>) -> tensor<2x3xf32> loc("examples/layers.kina":19:52)
     %y = linalg.matmul ins(%x, %w : tensor<2x6xf32>, tensor<6x3xf32>) outs(%2 : tensor<2x3xf32>) -> tensor<2x3xf32> loc("examples/layers.kina":19:52)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<2x3xf32> loc("examples/layers.kina":20:18)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x3xf32>) outs(%3 : tensor<2x3xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<2x3xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<2x3xf32> loc("examples/layers.kina":20:57)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<2x3xf32>, tensor<2x3xf32>) outs(%6 : tensor<2x3xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<2x3xf32>, tensor<1x3xf32>) outs(%6 : tensor<2x3xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -3325,13 +3045,8 @@ module {
       %12 = arith.mulf %10, %7 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %12 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %13 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$3_4.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.2.mu : tensor<3x1xf32>) outs(%13 : tensor<3x4xf32>) {
-    ^bb0(%14: f32, %15: f32):
-      linalg.yield %14 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":26:8)
     %16 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$3_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$3_4.3.mu_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%16 : tensor<3x4xf32>) {
+    %nn.layer_norm$3_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$3_4.2.mu : tensor<3x4xf32>, tensor<3x1xf32>) outs(%16 : tensor<3x4xf32>) {
     ^bb0(%17: f32, %18: f32, %19: f32):
       %20 = arith.subf %17, %18 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %20 : f32 loc("examples/layers.kina":26:43)
@@ -3371,37 +3086,22 @@ module {
       %47 = math.rsqrt %45 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %47 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<3x1xf32> loc("examples/layers.kina":28:24)
-    %48 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$3_4.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.9.inv_std : tensor<3x1xf32>) outs(%48 : tensor<3x4xf32>) {
-    ^bb0(%49: f32, %50: f32):
-      linalg.yield %49 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":28:61)
     %51 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$3_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.4.xc, %nn.layer_norm$3_4.10.inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%51 : tensor<3x4xf32>) {
+    %nn.layer_norm$3_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.4.xc, %nn.layer_norm$3_4.9.inv_std : tensor<3x4xf32>, tensor<3x1xf32>) outs(%51 : tensor<3x4xf32>) {
     ^bb0(%52: f32, %53: f32, %54: f32):
       %55 = arith.mulf %52, %53 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %55 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<3x4xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$3_4.12.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %56 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$3_4.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.12.g_row : tensor<1x4xf32>) outs(%56 : tensor<3x4xf32>) {
-    ^bb0(%57: f32, %58: f32):
-      linalg.yield %57 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":30:36)
     %59 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$3_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.11.xn, %nn.layer_norm$3_4.13.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%59 : tensor<3x4xf32>) {
+    %nn.layer_norm$3_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.11.xn, %nn.layer_norm$3_4.12.g_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%59 : tensor<3x4xf32>) {
     ^bb0(%60: f32, %61: f32, %62: f32):
       %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %63 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<3x4xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$3_4.15.b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %64 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$3_4.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.15.b_row : tensor<1x4xf32>) outs(%64 : tensor<3x4xf32>) {
-    ^bb0(%65: f32, %66: f32):
-      linalg.yield %65 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":32:10)
     %67 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$3_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.14.scaled, %nn.layer_norm$3_4.16.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%67 : tensor<3x4xf32>) {
+    %nn.layer_norm$3_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$3_4.14.scaled, %nn.layer_norm$3_4.15.b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%67 : tensor<3x4xf32>) {
     ^bb0(%68: f32, %69: f32, %70: f32):
       %71 = arith.addf %68, %69 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %71 : f32 loc("examples/layers.kina":32:49)
@@ -3443,7 +3143,7 @@ module {
     %ct.3.reduce_keep = tensor.expand_shape %94 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.4.reshape = tensor.collapse_shape %ct.3.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
     %98 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":31:6)
-    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$3_4.13.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%98 : tensor<3x4xf32>) {
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$3_4.12.g_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%98 : tensor<3x4xf32>) {
     ^bb0(%99: f32, %100: f32, %101: f32):
       %102 = arith.mulf %99, %100 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %102 : f32 loc("examples/layers.kina":31:6)
@@ -3465,7 +3165,7 @@ module {
     %ct.7.reduce_keep = tensor.expand_shape %111 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.8.reshape = tensor.collapse_shape %ct.7.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
     %115 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":29:31)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$3_4.10.inv_std_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%115 : tensor<3x4xf32>) {
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$3_4.9.inv_std : tensor<3x4xf32>, tensor<3x1xf32>) outs(%115 : tensor<3x4xf32>) {
     ^bb0(%116: f32, %117: f32, %118: f32):
       %119 = arith.mulf %116, %117 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %119 : f32 loc("examples/layers.kina":29:31)
@@ -3516,13 +3216,8 @@ module {
       %155 = arith.mulf %153, %32 : f32 loc("examples/layers.kina":27:49)
       linalg.yield %155 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<3x1xf32> loc("examples/layers.kina":27:49)
-    %156 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":27:2)
-    %ct.18.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul : tensor<3x1xf32>) outs(%156 : tensor<3x4xf32>) {
-    ^bb0(%157: f32, %158: f32):
-      linalg.yield %157 : f32 loc("examples/layers.kina":27:2)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":27:2)
     %159 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":26:66)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.broadcast, %nn.layer_norm$3_4.4.xc : tensor<3x4xf32>, tensor<3x4xf32>) outs(%159 : tensor<3x4xf32>) {
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul, %nn.layer_norm$3_4.4.xc : tensor<3x1xf32>, tensor<3x4xf32>) outs(%159 : tensor<3x4xf32>) {
     ^bb0(%160: f32, %161: f32, %162: f32):
       %163 = arith.mulf %160, %161 : f32 loc("examples/layers.kina":26:66)
       linalg.yield %163 : f32 loc("examples/layers.kina":26:66)
@@ -3561,13 +3256,8 @@ module {
       %188 = arith.mulf %186, %7 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %188 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<3x1xf32> loc("examples/layers.kina":25:68)
-    %189 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":25:23)
-    %ct.26.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<3x1xf32>) outs(%189 : tensor<3x4xf32>) {
-    ^bb0(%190: f32, %191: f32):
-      linalg.yield %190 : f32 loc("examples/layers.kina":25:23)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":25:23)
     %192 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":25:23)
-    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.26.broadcast : tensor<3x4xf32>, tensor<3x4xf32>) outs(%192 : tensor<3x4xf32>) {
+    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.25.mul : tensor<3x4xf32>, tensor<3x1xf32>) outs(%192 : tensor<3x4xf32>) {
     ^bb0(%193: f32, %194: f32, %195: f32):
       %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":25:23)
       linalg.yield %196 : f32 loc("examples/layers.kina":25:23)
@@ -3592,13 +3282,8 @@ module {
       %12 = arith.mulf %10, %7 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %12 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %13 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$2_7.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.2.mu : tensor<2x1xf32>) outs(%13 : tensor<2x7xf32>) {
-    ^bb0(%14: f32, %15: f32):
-      linalg.yield %14 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":26:8)
     %16 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$2_7.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$2_7.3.mu_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%16 : tensor<2x7xf32>) {
+    %nn.layer_norm$2_7.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$2_7.2.mu : tensor<2x7xf32>, tensor<2x1xf32>) outs(%16 : tensor<2x7xf32>) {
     ^bb0(%17: f32, %18: f32, %19: f32):
       %20 = arith.subf %17, %18 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %20 : f32 loc("examples/layers.kina":26:43)
@@ -3638,37 +3323,22 @@ module {
       %47 = math.rsqrt %45 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %47 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<2x1xf32> loc("examples/layers.kina":28:24)
-    %48 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$2_7.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.9.inv_std : tensor<2x1xf32>) outs(%48 : tensor<2x7xf32>) {
-    ^bb0(%49: f32, %50: f32):
-      linalg.yield %49 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":28:61)
     %51 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$2_7.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.4.xc, %nn.layer_norm$2_7.10.inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%51 : tensor<2x7xf32>) {
+    %nn.layer_norm$2_7.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.4.xc, %nn.layer_norm$2_7.9.inv_std : tensor<2x7xf32>, tensor<2x1xf32>) outs(%51 : tensor<2x7xf32>) {
     ^bb0(%52: f32, %53: f32, %54: f32):
       %55 = arith.mulf %52, %53 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %55 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<2x7xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$2_7.12.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":29:63)
-    %56 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$2_7.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.12.g_row : tensor<1x7xf32>) outs(%56 : tensor<2x7xf32>) {
-    ^bb0(%57: f32, %58: f32):
-      linalg.yield %57 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":30:36)
     %59 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$2_7.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.11.xn, %nn.layer_norm$2_7.13.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%59 : tensor<2x7xf32>) {
+    %nn.layer_norm$2_7.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.11.xn, %nn.layer_norm$2_7.12.g_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%59 : tensor<2x7xf32>) {
     ^bb0(%60: f32, %61: f32, %62: f32):
       %63 = arith.mulf %60, %61 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %63 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<2x7xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$2_7.15.b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":31:35)
-    %64 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$2_7.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.15.b_row : tensor<1x7xf32>) outs(%64 : tensor<2x7xf32>) {
-    ^bb0(%65: f32, %66: f32):
-      linalg.yield %65 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":32:10)
     %67 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$2_7.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.14.scaled, %nn.layer_norm$2_7.16.b_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%67 : tensor<2x7xf32>) {
+    %nn.layer_norm$2_7.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$2_7.14.scaled, %nn.layer_norm$2_7.15.b_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%67 : tensor<2x7xf32>) {
     ^bb0(%68: f32, %69: f32, %70: f32):
       %71 = arith.addf %68, %69 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %71 : f32 loc("examples/layers.kina":32:49)
@@ -3710,7 +3380,7 @@ module {
     %ct.3.reduce_keep = tensor.expand_shape %94 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":32:10)
     %ct.4.reshape = tensor.collapse_shape %ct.3.reduce_keep [[0, 1]] : tensor<1x7xf32> into tensor<7xf32> loc("examples/layers.kina":31:35)
     %98 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":31:6)
-    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$2_7.13.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%98 : tensor<2x7xf32>) {
+    %ct.5.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.layer_norm$2_7.12.g_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%98 : tensor<2x7xf32>) {
     ^bb0(%99: f32, %100: f32, %101: f32):
       %102 = arith.mulf %99, %100 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %102 : f32 loc("examples/layers.kina":31:6)
@@ -3732,7 +3402,7 @@ module {
     %ct.7.reduce_keep = tensor.expand_shape %111 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":30:36)
     %ct.8.reshape = tensor.collapse_shape %ct.7.reduce_keep [[0, 1]] : tensor<1x7xf32> into tensor<7xf32> loc("examples/layers.kina":29:63)
     %115 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":29:31)
-    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$2_7.10.inv_std_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%115 : tensor<2x7xf32>) {
+    %ct.9.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.5.mul, %nn.layer_norm$2_7.9.inv_std : tensor<2x7xf32>, tensor<2x1xf32>) outs(%115 : tensor<2x7xf32>) {
     ^bb0(%116: f32, %117: f32, %118: f32):
       %119 = arith.mulf %116, %117 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %119 : f32 loc("examples/layers.kina":29:31)
@@ -3783,13 +3453,8 @@ module {
       %155 = arith.mulf %153, %32 : f32 loc("examples/layers.kina":27:49)
       linalg.yield %155 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<2x1xf32> loc("examples/layers.kina":27:49)
-    %156 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":27:2)
-    %ct.18.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul : tensor<2x1xf32>) outs(%156 : tensor<2x7xf32>) {
-    ^bb0(%157: f32, %158: f32):
-      linalg.yield %157 : f32 loc("examples/layers.kina":27:2)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":27:2)
     %159 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":26:66)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.broadcast, %nn.layer_norm$2_7.4.xc : tensor<2x7xf32>, tensor<2x7xf32>) outs(%159 : tensor<2x7xf32>) {
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.17.mul, %nn.layer_norm$2_7.4.xc : tensor<2x1xf32>, tensor<2x7xf32>) outs(%159 : tensor<2x7xf32>) {
     ^bb0(%160: f32, %161: f32, %162: f32):
       %163 = arith.mulf %160, %161 : f32 loc("examples/layers.kina":26:66)
       linalg.yield %163 : f32 loc("examples/layers.kina":26:66)
@@ -3828,13 +3493,8 @@ module {
       %188 = arith.mulf %186, %7 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %188 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<2x1xf32> loc("examples/layers.kina":25:68)
-    %189 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":25:23)
-    %ct.26.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.25.mul : tensor<2x1xf32>) outs(%189 : tensor<2x7xf32>) {
-    ^bb0(%190: f32, %191: f32):
-      linalg.yield %190 : f32 loc("examples/layers.kina":25:23)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":25:23)
     %192 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":25:23)
-    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.26.broadcast : tensor<2x7xf32>, tensor<2x7xf32>) outs(%192 : tensor<2x7xf32>) {
+    %ct.27.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.22.add, %ct.25.mul : tensor<2x7xf32>, tensor<2x1xf32>) outs(%192 : tensor<2x7xf32>) {
     ^bb0(%193: f32, %194: f32, %195: f32):
       %196 = arith.addf %193, %194 : f32 loc("examples/layers.kina":25:23)
       linalg.yield %196 : f32 loc("examples/layers.kina":25:23)
@@ -3878,25 +3538,15 @@ module {
       %26 = math.rsqrt %24 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %26 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<3x1xf32> loc("examples/layers.kina":43:19)
-    %27 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":44:19)
-    %nn.rms_norm$3_4.6.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.5.inv_rms : tensor<3x1xf32>) outs(%27 : tensor<3x4xf32>) {
-    ^bb0(%28: f32, %29: f32):
-      linalg.yield %28 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":44:19)
     %30 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %nn.rms_norm$3_4.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$3_4.6.inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%30 : tensor<3x4xf32>) {
+    %nn.rms_norm$3_4.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$3_4.5.inv_rms : tensor<3x4xf32>, tensor<3x1xf32>) outs(%30 : tensor<3x4xf32>) {
     ^bb0(%31: f32, %32: f32, %33: f32):
       %34 = arith.mulf %31, %32 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %34 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<3x4xf32> loc("examples/layers.kina":45:20)
     %nn.rms_norm$3_4.8.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %35 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":47:4)
-    %nn.rms_norm$3_4.9.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.8.g_row : tensor<1x4xf32>) outs(%35 : tensor<3x4xf32>) {
-    ^bb0(%36: f32, %37: f32):
-      linalg.yield %36 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":47:4)
     %38 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %nn.rms_norm$3_4.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.7.xn, %nn.rms_norm$3_4.9.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%38 : tensor<3x4xf32>) {
+    %nn.rms_norm$3_4.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$3_4.7.xn, %nn.rms_norm$3_4.8.g_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%38 : tensor<3x4xf32>) {
     ^bb0(%39: f32, %40: f32, %41: f32):
       %42 = arith.mulf %39, %40 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %42 : f32 loc("examples/layers.kina":50:33)
@@ -3928,7 +3578,7 @@ module {
       linalg.yield %61 : f32 loc("examples/layers.kina":73:13)
     } -> tensor<3x4xf32> loc("examples/layers.kina":73:13)
     %62 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":50:33)
-    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$3_4.9.g_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%62 : tensor<3x4xf32>) {
+    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$3_4.8.g_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%62 : tensor<3x4xf32>) {
     ^bb0(%63: f32, %64: f32, %65: f32):
       %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %66 : f32 loc("examples/layers.kina":50:33)
@@ -3950,7 +3600,7 @@ module {
     %ct.5.reduce_keep = tensor.expand_shape %75 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
     %ct.6.reshape = tensor.collapse_shape %ct.5.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
     %79 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":45:20)
-    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$3_4.6.inv_rms_b : tensor<3x4xf32>, tensor<3x4xf32>) outs(%79 : tensor<3x4xf32>) {
+    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$3_4.5.inv_rms : tensor<3x4xf32>, tensor<3x1xf32>) outs(%79 : tensor<3x4xf32>) {
     ^bb0(%80: f32, %81: f32, %82: f32):
       %83 = arith.mulf %80, %81 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %83 : f32 loc("examples/layers.kina":45:20)
@@ -4001,13 +3651,8 @@ module {
       %119 = arith.mulf %117, %11 : f32 loc("examples/layers.kina":41:33)
       linalg.yield %119 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<3x1xf32> loc("examples/layers.kina":41:33)
-    %120 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:32)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul : tensor<3x1xf32>) outs(%120 : tensor<3x4xf32>) {
-    ^bb0(%121: f32, %122: f32):
-      linalg.yield %121 : f32 loc("examples/layers.kina":40:32)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":40:32)
     %123 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":40:7)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.broadcast, %x : tensor<3x4xf32>, tensor<3x4xf32>) outs(%123 : tensor<3x4xf32>) {
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %x : tensor<3x1xf32>, tensor<3x4xf32>) outs(%123 : tensor<3x4xf32>) {
     ^bb0(%124: f32, %125: f32, %126: f32):
       %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":40:7)
       linalg.yield %127 : f32 loc("examples/layers.kina":40:7)
@@ -4064,25 +3709,15 @@ module {
       %26 = math.rsqrt %24 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %26 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<2x1xf32> loc("examples/layers.kina":43:19)
-    %27 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":44:19)
-    %nn.rms_norm$2_7.6.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.5.inv_rms : tensor<2x1xf32>) outs(%27 : tensor<2x7xf32>) {
-    ^bb0(%28: f32, %29: f32):
-      linalg.yield %28 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":44:19)
     %30 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %nn.rms_norm$2_7.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$2_7.6.inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%30 : tensor<2x7xf32>) {
+    %nn.rms_norm$2_7.7.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.rms_norm$2_7.5.inv_rms : tensor<2x7xf32>, tensor<2x1xf32>) outs(%30 : tensor<2x7xf32>) {
     ^bb0(%31: f32, %32: f32, %33: f32):
       %34 = arith.mulf %31, %32 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %34 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<2x7xf32> loc("examples/layers.kina":45:20)
     %nn.rms_norm$2_7.8.g_row = tensor.expand_shape %g [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":46:22)
-    %35 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":47:4)
-    %nn.rms_norm$2_7.9.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.8.g_row : tensor<1x7xf32>) outs(%35 : tensor<2x7xf32>) {
-    ^bb0(%36: f32, %37: f32):
-      linalg.yield %36 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":47:4)
     %38 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %nn.rms_norm$2_7.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.7.xn, %nn.rms_norm$2_7.9.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%38 : tensor<2x7xf32>) {
+    %nn.rms_norm$2_7.10.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$2_7.7.xn, %nn.rms_norm$2_7.8.g_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%38 : tensor<2x7xf32>) {
     ^bb0(%39: f32, %40: f32, %41: f32):
       %42 = arith.mulf %39, %40 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %42 : f32 loc("examples/layers.kina":50:33)
@@ -4114,7 +3749,7 @@ module {
       linalg.yield %61 : f32 loc("examples/layers.kina":73:13)
     } -> tensor<2x7xf32> loc("examples/layers.kina":73:13)
     %62 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":50:33)
-    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$2_7.9.g_rows : tensor<2x7xf32>, tensor<2x7xf32>) outs(%62 : tensor<2x7xf32>) {
+    %ct.3.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul, %nn.rms_norm$2_7.8.g_row : tensor<2x7xf32>, tensor<1x7xf32>) outs(%62 : tensor<2x7xf32>) {
     ^bb0(%63: f32, %64: f32, %65: f32):
       %66 = arith.mulf %63, %64 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %66 : f32 loc("examples/layers.kina":50:33)
@@ -4136,7 +3771,7 @@ module {
     %ct.5.reduce_keep = tensor.expand_shape %75 [[0, 1]] output_shape [1, 7] : tensor<7xf32> into tensor<1x7xf32> loc("examples/layers.kina":47:4)
     %ct.6.reshape = tensor.collapse_shape %ct.5.reduce_keep [[0, 1]] : tensor<1x7xf32> into tensor<7xf32> loc("examples/layers.kina":46:22)
     %79 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":45:20)
-    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$2_7.6.inv_rms_b : tensor<2x7xf32>, tensor<2x7xf32>) outs(%79 : tensor<2x7xf32>) {
+    %ct.7.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.mul, %nn.rms_norm$2_7.5.inv_rms : tensor<2x7xf32>, tensor<2x1xf32>) outs(%79 : tensor<2x7xf32>) {
     ^bb0(%80: f32, %81: f32, %82: f32):
       %83 = arith.mulf %80, %81 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %83 : f32 loc("examples/layers.kina":45:20)
@@ -4187,13 +3822,8 @@ module {
       %119 = arith.mulf %117, %11 : f32 loc("examples/layers.kina":41:33)
       linalg.yield %119 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<2x1xf32> loc("examples/layers.kina":41:33)
-    %120 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:32)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul : tensor<2x1xf32>) outs(%120 : tensor<2x7xf32>) {
-    ^bb0(%121: f32, %122: f32):
-      linalg.yield %121 : f32 loc("examples/layers.kina":40:32)
-    } -> tensor<2x7xf32> loc("examples/layers.kina":40:32)
     %123 = tensor.empty() : tensor<2x7xf32> loc("examples/layers.kina":40:7)
-    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.16.broadcast, %x : tensor<2x7xf32>, tensor<2x7xf32>) outs(%123 : tensor<2x7xf32>) {
+    %ct.17.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %x : tensor<2x1xf32>, tensor<2x7xf32>) outs(%123 : tensor<2x7xf32>) {
     ^bb0(%124: f32, %125: f32, %126: f32):
       %127 = arith.mulf %124, %125 : f32 loc("examples/layers.kina":40:7)
       linalg.yield %127 : f32 loc("examples/layers.kina":40:7)
@@ -4220,13 +3850,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_2_8.1.y = linalg.matmul ins(%x, %w_up : tensor<3x2xf32>, tensor<2x8xf32>) outs(%2 : tensor<3x8xf32>) -> tensor<3x8xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_2_8.2.b_row = tensor.expand_shape %b_up [[0, 1]] output_shape [1, 8] : tensor<8xf32> into tensor<1x8xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<3x8xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_2_8.3.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_2_8.2.b_row : tensor<1x8xf32>) outs(%3 : tensor<3x8xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x8xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<3x8xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_2_8.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_2_8.1.y, %nn.linear$3_2_8.3.b_rows : tensor<3x8xf32>, tensor<3x8xf32>) outs(%6 : tensor<3x8xf32>) {
+    %nn.linear$3_2_8.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_2_8.1.y, %nn.linear$3_2_8.2.b_row : tensor<3x8xf32>, tensor<1x8xf32>) outs(%6 : tensor<3x8xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -4287,13 +3912,8 @@ module {
     %62 = linalg.fill ins(%60 : f32) outs(%61 : tensor<3x2xf32>) -> tensor<3x2xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_8_2.5.y = linalg.matmul ins(%act, %w_down : tensor<3x8xf32>, tensor<8x2xf32>) outs(%62 : tensor<3x2xf32>) -> tensor<3x2xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_8_2.6.b_row = tensor.expand_shape %b_down [[0, 1]] output_shape [1, 2] : tensor<2xf32> into tensor<1x2xf32> loc("examples/layers.kina":19:75)
-    %63 = tensor.empty() : tensor<3x2xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_8_2.7.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_8_2.6.b_row : tensor<1x2xf32>) outs(%63 : tensor<3x2xf32>) {
-    ^bb0(%64: f32, %65: f32):
-      linalg.yield %64 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x2xf32> loc("examples/layers.kina":20:18)
     %66 = tensor.empty() : tensor<3x2xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_8_2.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_8_2.5.y, %nn.linear$3_8_2.7.b_rows : tensor<3x2xf32>, tensor<3x2xf32>) outs(%66 : tensor<3x2xf32>) {
+    %nn.linear$3_8_2.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_8_2.5.y, %nn.linear$3_8_2.6.b_row : tensor<3x2xf32>, tensor<1x2xf32>) outs(%66 : tensor<3x2xf32>) {
     ^bb0(%67: f32, %68: f32, %69: f32):
       %70 = arith.addf %67, %68 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %70 : f32 loc("examples/layers.kina":20:57)
@@ -4411,13 +4031,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<2x6xf32>) -> tensor<2x6xf32> loc("examples/layers.kina":19:52)
     %nn.linear$2_4_6.1.y = linalg.matmul ins(%x, %w_up : tensor<2x4xf32>, tensor<4x6xf32>) outs(%2 : tensor<2x6xf32>) -> tensor<2x6xf32> loc("examples/layers.kina":19:52)
     %nn.linear$2_4_6.2.b_row = tensor.expand_shape %b_up [[0, 1]] output_shape [1, 6] : tensor<6xf32> into tensor<1x6xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<2x6xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$2_4_6.3.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$2_4_6.2.b_row : tensor<1x6xf32>) outs(%3 : tensor<2x6xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<2x6xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<2x6xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$2_4_6.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$2_4_6.1.y, %nn.linear$2_4_6.3.b_rows : tensor<2x6xf32>, tensor<2x6xf32>) outs(%6 : tensor<2x6xf32>) {
+    %nn.linear$2_4_6.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$2_4_6.1.y, %nn.linear$2_4_6.2.b_row : tensor<2x6xf32>, tensor<1x6xf32>) outs(%6 : tensor<2x6xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -4478,13 +4093,8 @@ module {
     %62 = linalg.fill ins(%60 : f32) outs(%61 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$2_6_4.5.y = linalg.matmul ins(%act, %w_down : tensor<2x6xf32>, tensor<6x4xf32>) outs(%62 : tensor<2x4xf32>) -> tensor<2x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$2_6_4.6.b_row = tensor.expand_shape %b_down [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %63 = tensor.empty() : tensor<2x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$2_6_4.7.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$2_6_4.6.b_row : tensor<1x4xf32>) outs(%63 : tensor<2x4xf32>) {
-    ^bb0(%64: f32, %65: f32):
-      linalg.yield %64 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<2x4xf32> loc("examples/layers.kina":20:18)
     %66 = tensor.empty() : tensor<2x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$2_6_4.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$2_6_4.5.y, %nn.linear$2_6_4.7.b_rows : tensor<2x4xf32>, tensor<2x4xf32>) outs(%66 : tensor<2x4xf32>) {
+    %nn.linear$2_6_4.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$2_6_4.5.y, %nn.linear$2_6_4.6.b_row : tensor<2x4xf32>, tensor<1x4xf32>) outs(%66 : tensor<2x4xf32>) {
     ^bb0(%67: f32, %68: f32, %69: f32):
       %70 = arith.addf %67, %68 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %70 : f32 loc("examples/layers.kina":20:57)
@@ -4602,13 +4212,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.1.y = linalg.matmul ins(%x, %wq : tensor<3x4xf32>, tensor<4x4xf32>) outs(%2 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.2.b_row = tensor.expand_shape %bq [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_4_4.3.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.2.b_row : tensor<1x4xf32>) outs(%3 : tensor<3x4xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_4_4.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.1.y, %nn.linear$3_4_4.3.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%6 : tensor<3x4xf32>) {
+    %nn.linear$3_4_4.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.1.y, %nn.linear$3_4_4.2.b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%6 : tensor<3x4xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -4618,13 +4223,8 @@ module {
     %13 = linalg.fill ins(%11 : f32) outs(%12 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.5.y = linalg.matmul ins(%x, %wk : tensor<3x4xf32>, tensor<4x4xf32>) outs(%13 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.6.b_row = tensor.expand_shape %bk [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %14 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_4_4.7.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.6.b_row : tensor<1x4xf32>) outs(%14 : tensor<3x4xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":20:18)
     %17 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_4_4.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.5.y, %nn.linear$3_4_4.7.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%17 : tensor<3x4xf32>) {
+    %nn.linear$3_4_4.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.5.y, %nn.linear$3_4_4.6.b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%17 : tensor<3x4xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.addf %18, %19 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %21 : f32 loc("examples/layers.kina":20:57)
@@ -4634,13 +4234,8 @@ module {
     %24 = linalg.fill ins(%22 : f32) outs(%23 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.9.y = linalg.matmul ins(%x, %wv : tensor<3x4xf32>, tensor<4x4xf32>) outs(%24 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.10.b_row = tensor.expand_shape %bv [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %25 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_4_4.11.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.10.b_row : tensor<1x4xf32>) outs(%25 : tensor<3x4xf32>) {
-    ^bb0(%26: f32, %27: f32):
-      linalg.yield %26 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":20:18)
     %28 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_4_4.12.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.9.y, %nn.linear$3_4_4.11.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%28 : tensor<3x4xf32>) {
+    %nn.linear$3_4_4.12.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.9.y, %nn.linear$3_4_4.10.b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%28 : tensor<3x4xf32>) {
     ^bb0(%29: f32, %30: f32, %31: f32):
       %32 = arith.addf %29, %30 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %32 : f32 loc("examples/layers.kina":20:57)
@@ -4696,14 +4291,9 @@ module {
     } -> tensor<3x3xi8> loc("examples/layers.kina":108:33)
     %69 = tensor.collapse_shape %62 [[0, 1]] : tensor<3x3xi8> into tensor<9xi8> loc("examples/layers.kina":108:33)
     %inert.28 = tensor.expand_shape %69 [[0, 1, 2, 3]] output_shape [1, 1, 3, 3] : tensor<9xi8> into tensor<1x1x3x3xi8> loc("examples/layers.kina":108:33)
-    %70 = tensor.empty() : tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
-    %nn.causal_sdpa$1_2_3_2.22.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28 : tensor<1x1x3x3xi8>) outs(%70 : tensor<1x2x3x3xi8>) {
-    ^bb0(%71: i8, %72: i8):
-      linalg.yield %71 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<1x2x3x3xi8> loc("examples/layers.kina":108:33)
     %73 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %75 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %nn.causal_sdpa$1_2_3_2.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.22.keep, %nn.causal_sdpa$1_2_3_2.21.scaled : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>) outs(%75 : tensor<1x2x3x3xf32>) {
+    %nn.causal_sdpa$1_2_3_2.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28, %nn.causal_sdpa$1_2_3_2.21.scaled : tensor<1x1x3x3xi8>, tensor<1x2x3x3xf32>) outs(%75 : tensor<1x2x3x3xf32>) {
     ^bb0(%76: i8, %77: f32, %78: f32):
       %79 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %80 = arith.cmpi ne, %76, %79 : i8 loc("examples/layers.kina":110:2)
@@ -4755,13 +4345,8 @@ module {
     %118 = linalg.fill ins(%116 : f32) outs(%117 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.28.y = linalg.matmul ins(%nn.merge_heads$1_2_3_2.27.rows, %wo : tensor<3x4xf32>, tensor<4x4xf32>) outs(%118 : tensor<3x4xf32>) -> tensor<3x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$3_4_4.29.b_row = tensor.expand_shape %bo [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %119 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$3_4_4.30.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.29.b_row : tensor<1x4xf32>) outs(%119 : tensor<3x4xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      linalg.yield %120 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<3x4xf32> loc("examples/layers.kina":20:18)
     %122 = tensor.empty() : tensor<3x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$3_4_4.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.28.y, %nn.linear$3_4_4.30.b_rows : tensor<3x4xf32>, tensor<3x4xf32>) outs(%122 : tensor<3x4xf32>) {
+    %nn.linear$3_4_4.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$3_4_4.28.y, %nn.linear$3_4_4.29.b_row : tensor<3x4xf32>, tensor<1x4xf32>) outs(%122 : tensor<3x4xf32>) {
     ^bb0(%123: f32, %124: f32, %125: f32):
       %126 = arith.addf %123, %124 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %126 : f32 loc("examples/layers.kina":20:57)
@@ -4826,13 +4411,8 @@ module {
       linalg.yield %169 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x3xf32> loc("examples/layers.kina":110:45)
     %ct.15.reduce_keep = tensor.expand_shape %166 [[0], [1], [2, 3]] output_shape [1, 2, 3, 1] : tensor<1x2x3xf32> into tensor<1x2x3x1xf32> loc("examples/layers.kina":110:45)
-    %170 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.15.reduce_keep : tensor<1x2x3x1xf32>) outs(%170 : tensor<1x2x3x3xf32>) {
-    ^bb0(%171: f32, %172: f32):
-      linalg.yield %171 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
     %173 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
-    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.16.broadcast : tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%173 : tensor<1x2x3x3xf32>) {
+    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.15.reduce_keep : tensor<1x2x3x3xf32>, tensor<1x2x3x1xf32>) outs(%173 : tensor<1x2x3x3xf32>) {
     ^bb0(%174: f32, %175: f32, %176: f32):
       %177 = arith.subf %174, %175 : f32 loc("examples/layers.kina":110:45)
       linalg.yield %177 : f32 loc("examples/layers.kina":110:45)
@@ -4845,7 +4425,7 @@ module {
     } -> tensor<1x2x3x3xf32> loc("examples/layers.kina":110:45)
     %ct.19.zeros = arith.constant dense<0.0> : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
     %183 = tensor.empty() : tensor<1x2x3x3xf32> loc("examples/layers.kina":110:2)
-    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_3_2.22.keep, %ct.18.mul, %ct.19.zeros : tensor<1x2x3x3xi8>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%183 : tensor<1x2x3x3xf32>) {
+    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28, %ct.18.mul, %ct.19.zeros : tensor<1x1x3x3xi8>, tensor<1x2x3x3xf32>, tensor<1x2x3x3xf32>) outs(%183 : tensor<1x2x3x3xf32>) {
     ^bb0(%184: i8, %185: f32, %186: f32, %187: f32):
       %188 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %189 = arith.cmpi ne, %184, %188 : i8 loc("examples/layers.kina":110:2)
@@ -4977,13 +4557,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.1.y = linalg.matmul ins(%x, %wq : tensor<4x3xf32>, tensor<3x3xf32>) outs(%2 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.2.b_row = tensor.expand_shape %bq [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %3 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_3_3.3.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.2.b_row : tensor<1x3xf32>) outs(%3 : tensor<4x3xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x3xf32> loc("examples/layers.kina":20:18)
     %6 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_3_3.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.1.y, %nn.linear$4_3_3.3.b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%6 : tensor<4x3xf32>) {
+    %nn.linear$4_3_3.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.1.y, %nn.linear$4_3_3.2.b_row : tensor<4x3xf32>, tensor<1x3xf32>) outs(%6 : tensor<4x3xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %10 : f32 loc("examples/layers.kina":20:57)
@@ -4993,13 +4568,8 @@ module {
     %13 = linalg.fill ins(%11 : f32) outs(%12 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.5.y = linalg.matmul ins(%x, %wk : tensor<4x3xf32>, tensor<3x3xf32>) outs(%13 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.6.b_row = tensor.expand_shape %bk [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %14 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_3_3.7.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.6.b_row : tensor<1x3xf32>) outs(%14 : tensor<4x3xf32>) {
-    ^bb0(%15: f32, %16: f32):
-      linalg.yield %15 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x3xf32> loc("examples/layers.kina":20:18)
     %17 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_3_3.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.5.y, %nn.linear$4_3_3.7.b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%17 : tensor<4x3xf32>) {
+    %nn.linear$4_3_3.8.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.5.y, %nn.linear$4_3_3.6.b_row : tensor<4x3xf32>, tensor<1x3xf32>) outs(%17 : tensor<4x3xf32>) {
     ^bb0(%18: f32, %19: f32, %20: f32):
       %21 = arith.addf %18, %19 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %21 : f32 loc("examples/layers.kina":20:57)
@@ -5009,13 +4579,8 @@ module {
     %24 = linalg.fill ins(%22 : f32) outs(%23 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.9.y = linalg.matmul ins(%x, %wv : tensor<4x3xf32>, tensor<3x3xf32>) outs(%24 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.10.b_row = tensor.expand_shape %bv [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %25 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_3_3.11.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.10.b_row : tensor<1x3xf32>) outs(%25 : tensor<4x3xf32>) {
-    ^bb0(%26: f32, %27: f32):
-      linalg.yield %26 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x3xf32> loc("examples/layers.kina":20:18)
     %28 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_3_3.12.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.9.y, %nn.linear$4_3_3.11.b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%28 : tensor<4x3xf32>) {
+    %nn.linear$4_3_3.12.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.9.y, %nn.linear$4_3_3.10.b_row : tensor<4x3xf32>, tensor<1x3xf32>) outs(%28 : tensor<4x3xf32>) {
     ^bb0(%29: f32, %30: f32, %31: f32):
       %32 = arith.addf %29, %30 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %32 : f32 loc("examples/layers.kina":20:57)
@@ -5071,14 +4636,9 @@ module {
     } -> tensor<2x2xi8> loc("examples/layers.kina":108:33)
     %69 = tensor.collapse_shape %62 [[0, 1]] : tensor<2x2xi8> into tensor<4xi8> loc("examples/layers.kina":108:33)
     %inert.28 = tensor.expand_shape %69 [[0, 1, 2, 3]] output_shape [1, 1, 2, 2] : tensor<4xi8> into tensor<1x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %70 = tensor.empty() : tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
-    %nn.causal_sdpa$2_1_2_3.22.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28 : tensor<1x1x2x2xi8>) outs(%70 : tensor<2x1x2x2xi8>) {
-    ^bb0(%71: i8, %72: i8):
-      linalg.yield %71 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<2x1x2x2xi8> loc("examples/layers.kina":108:33)
     %73 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %75 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %nn.causal_sdpa$2_1_2_3.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.22.keep, %nn.causal_sdpa$2_1_2_3.21.scaled : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>) outs(%75 : tensor<2x1x2x2xf32>) {
+    %nn.causal_sdpa$2_1_2_3.23.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28, %nn.causal_sdpa$2_1_2_3.21.scaled : tensor<1x1x2x2xi8>, tensor<2x1x2x2xf32>) outs(%75 : tensor<2x1x2x2xf32>) {
     ^bb0(%76: i8, %77: f32, %78: f32):
       %79 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %80 = arith.cmpi ne, %76, %79 : i8 loc("examples/layers.kina":110:2)
@@ -5130,13 +4690,8 @@ module {
     %118 = linalg.fill ins(%116 : f32) outs(%117 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.28.y = linalg.matmul ins(%nn.merge_heads$2_1_2_3.27.rows, %wo : tensor<4x3xf32>, tensor<3x3xf32>) outs(%118 : tensor<4x3xf32>) -> tensor<4x3xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_3_3.29.b_row = tensor.expand_shape %bo [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/layers.kina":19:75)
-    %119 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_3_3.30.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.29.b_row : tensor<1x3xf32>) outs(%119 : tensor<4x3xf32>) {
-    ^bb0(%120: f32, %121: f32):
-      linalg.yield %120 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x3xf32> loc("examples/layers.kina":20:18)
     %122 = tensor.empty() : tensor<4x3xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_3_3.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.28.y, %nn.linear$4_3_3.30.b_rows : tensor<4x3xf32>, tensor<4x3xf32>) outs(%122 : tensor<4x3xf32>) {
+    %nn.linear$4_3_3.31.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_3_3.28.y, %nn.linear$4_3_3.29.b_row : tensor<4x3xf32>, tensor<1x3xf32>) outs(%122 : tensor<4x3xf32>) {
     ^bb0(%123: f32, %124: f32, %125: f32):
       %126 = arith.addf %123, %124 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %126 : f32 loc("examples/layers.kina":20:57)
@@ -5201,13 +4756,8 @@ module {
       linalg.yield %169 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<2x1x2xf32> loc("examples/layers.kina":110:45)
     %ct.15.reduce_keep = tensor.expand_shape %166 [[0], [1], [2, 3]] output_shape [2, 1, 2, 1] : tensor<2x1x2xf32> into tensor<2x1x2x1xf32> loc("examples/layers.kina":110:45)
-    %170 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %ct.16.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.15.reduce_keep : tensor<2x1x2x1xf32>) outs(%170 : tensor<2x1x2x2xf32>) {
-    ^bb0(%171: f32, %172: f32):
-      linalg.yield %171 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
     %173 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
-    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.16.broadcast : tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%173 : tensor<2x1x2x2xf32>) {
+    %ct.17.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.11.matmul, %ct.15.reduce_keep : tensor<2x1x2x2xf32>, tensor<2x1x2x1xf32>) outs(%173 : tensor<2x1x2x2xf32>) {
     ^bb0(%174: f32, %175: f32, %176: f32):
       %177 = arith.subf %174, %175 : f32 loc("examples/layers.kina":110:45)
       linalg.yield %177 : f32 loc("examples/layers.kina":110:45)
@@ -5220,7 +4770,7 @@ module {
     } -> tensor<2x1x2x2xf32> loc("examples/layers.kina":110:45)
     %ct.19.zeros = arith.constant dense<0.0> : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
     %183 = tensor.empty() : tensor<2x1x2x2xf32> loc("examples/layers.kina":110:2)
-    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$2_1_2_3.22.keep, %ct.18.mul, %ct.19.zeros : tensor<2x1x2x2xi8>, tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%183 : tensor<2x1x2x2xf32>) {
+    %ct.20.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.28, %ct.18.mul, %ct.19.zeros : tensor<1x1x2x2xi8>, tensor<2x1x2x2xf32>, tensor<2x1x2x2xf32>) outs(%183 : tensor<2x1x2x2xf32>) {
     ^bb0(%184: i8, %185: f32, %186: f32, %187: f32):
       %188 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %189 = arith.cmpi ne, %184, %188 : i8 loc("examples/layers.kina":110:2)
@@ -5503,13 +5053,8 @@ module {
       %75 = arith.mulf %73, %66 : f32 loc("examples/layers.kina":18:83)
       linalg.yield %75 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %76 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:35)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%76 : tensor<4x1xf32>) {
-    ^bb0(%77: f32, %78: f32):
-      linalg.yield %77 : f32 loc("examples/layers.kina":18:35)
-    } -> tensor<4x1xf32> loc("examples/layers.kina":18:35)
     %79 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<4x1xf32>) outs(%79 : tensor<4x1xf32>) {
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%79 : tensor<4x1xf32>) {
     ^bb0(%80: f32, %81: f32):
       %82 = arith.negf %80 : f32 loc("examples/layers.kina":18:10)
       linalg.yield %82 : f32 loc("examples/layers.kina":18:10)
@@ -5544,11 +5089,6 @@ module {
       %109 = arith.addf %103, %108 : f32 loc("examples/layers.kina":16:54)
       linalg.yield %109 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x5xf32> loc("examples/layers.kina":16:54)
-    %110 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%110 : tensor<4x5xf32>) {
-    ^bb0(%111: f32, %112: f32):
-      linalg.yield %111 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
     %113 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
     %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<4x5xf32>) outs(%113 : tensor<4x5xf32>) {
     ^bb0(%114: f32, %115: f32):
@@ -5556,7 +5096,7 @@ module {
       linalg.yield %116 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x5xf32> loc("examples/layers.kina":23:33)
     %117 = tensor.empty() : tensor<4x5xf32> loc("examples/layers.kina":23:33)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x5xf32>, tensor<4x5xf32>) outs(%117 : tensor<4x5xf32>) {
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.4.neg : tensor<4x5xf32>, tensor<4x1xf32>) outs(%117 : tensor<4x5xf32>) {
     ^bb0(%118: f32, %119: f32, %120: f32):
       %121 = arith.mulf %118, %119 : f32 loc("examples/layers.kina":23:33)
       linalg.yield %121 : f32 loc("examples/layers.kina":23:33)
@@ -5727,13 +5267,8 @@ module {
       %75 = arith.mulf %73, %66 : f32 loc("examples/layers.kina":18:83)
       linalg.yield %75 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %76 = tensor.empty() : tensor<6x1xf32> loc("examples/layers.kina":18:35)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%76 : tensor<6x1xf32>) {
-    ^bb0(%77: f32, %78: f32):
-      linalg.yield %77 : f32 loc("examples/layers.kina":18:35)
-    } -> tensor<6x1xf32> loc("examples/layers.kina":18:35)
     %79 = tensor.empty() : tensor<6x1xf32> loc("examples/layers.kina":18:10)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<6x1xf32>) outs(%79 : tensor<6x1xf32>) {
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%79 : tensor<6x1xf32>) {
     ^bb0(%80: f32, %81: f32):
       %82 = arith.negf %80 : f32 loc("examples/layers.kina":18:10)
       linalg.yield %82 : f32 loc("examples/layers.kina":18:10)
@@ -5768,11 +5303,6 @@ module {
       %109 = arith.addf %103, %108 : f32 loc("examples/layers.kina":16:54)
       linalg.yield %109 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<6x3xf32> loc("examples/layers.kina":16:54)
-    %110 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<6x1xf32>) outs(%110 : tensor<6x3xf32>) {
-    ^bb0(%111: f32, %112: f32):
-      linalg.yield %111 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
     %113 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
     %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logp : tensor<6x3xf32>) outs(%113 : tensor<6x3xf32>) {
     ^bb0(%114: f32, %115: f32):
@@ -5780,7 +5310,7 @@ module {
       linalg.yield %116 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<6x3xf32> loc("examples/layers.kina":23:33)
     %117 = tensor.empty() : tensor<6x3xf32> loc("examples/layers.kina":23:33)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<6x3xf32>, tensor<6x3xf32>) outs(%117 : tensor<6x3xf32>) {
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.4.neg : tensor<6x3xf32>, tensor<6x1xf32>) outs(%117 : tensor<6x3xf32>) {
     ^bb0(%118: f32, %119: f32, %120: f32):
       %121 = arith.mulf %118, %119 : f32 loc("examples/layers.kina":23:33)
       linalg.yield %121 : f32 loc("examples/layers.kina":23:33)
@@ -5878,13 +5408,8 @@ module {
       %66 = arith.mulf %64, %61 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %66 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %67 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$4_4.3.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.2.mu : tensor<4x1xf32>) outs(%67 : tensor<4x4xf32>) {
-    ^bb0(%68: f32, %69: f32):
-      linalg.yield %68 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":26:8)
     %70 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$4_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$4_4.3.mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%70 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.4.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %nn.layer_norm$4_4.2.mu : tensor<4x4xf32>, tensor<4x1xf32>) outs(%70 : tensor<4x4xf32>) {
     ^bb0(%71: f32, %72: f32, %73: f32):
       %74 = arith.subf %71, %72 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %74 : f32 loc("examples/layers.kina":26:43)
@@ -5924,37 +5449,22 @@ module {
       %101 = math.rsqrt %99 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %101 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %102 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$4_4.10.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.9.inv_std : tensor<4x1xf32>) outs(%102 : tensor<4x4xf32>) {
-    ^bb0(%103: f32, %104: f32):
-      linalg.yield %103 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":28:61)
     %105 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$4_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.4.xc, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%105 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.11.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.4.xc, %nn.layer_norm$4_4.9.inv_std : tensor<4x4xf32>, tensor<4x1xf32>) outs(%105 : tensor<4x4xf32>) {
     ^bb0(%106: f32, %107: f32, %108: f32):
       %109 = arith.mulf %106, %107 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %109 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$4_4.12.g_row = tensor.expand_shape %ln1_g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %110 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$4_4.13.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.12.g_row : tensor<1x4xf32>) outs(%110 : tensor<4x4xf32>) {
-    ^bb0(%111: f32, %112: f32):
-      linalg.yield %111 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":30:36)
     %113 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$4_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.11.xn, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%113 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.14.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.11.xn, %nn.layer_norm$4_4.12.g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%113 : tensor<4x4xf32>) {
     ^bb0(%114: f32, %115: f32, %116: f32):
       %117 = arith.mulf %114, %115 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %117 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$4_4.15.b_row = tensor.expand_shape %ln1_b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %118 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$4_4.16.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.15.b_row : tensor<1x4xf32>) outs(%118 : tensor<4x4xf32>) {
-    ^bb0(%119: f32, %120: f32):
-      linalg.yield %119 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":32:10)
     %121 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$4_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.14.scaled, %nn.layer_norm$4_4.16.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%121 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.17.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.14.scaled, %nn.layer_norm$4_4.15.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%121 : tensor<4x4xf32>) {
     ^bb0(%122: f32, %123: f32, %124: f32):
       %125 = arith.addf %122, %123 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %125 : f32 loc("examples/layers.kina":32:49)
@@ -5964,13 +5474,8 @@ module {
     %128 = linalg.fill ins(%126 : f32) outs(%127 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.19.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wq : tensor<4x4xf32>, tensor<4x4xf32>) outs(%128 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.20.b_row = tensor.expand_shape %bq [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %129 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.21.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.20.b_row : tensor<1x4xf32>) outs(%129 : tensor<4x4xf32>) {
-    ^bb0(%130: f32, %131: f32):
-      linalg.yield %130 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %132 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.22.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.19.y, %nn.linear$4_4_4.21.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%132 : tensor<4x4xf32>) {
+    %nn.linear$4_4_4.22.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.19.y, %nn.linear$4_4_4.20.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%132 : tensor<4x4xf32>) {
     ^bb0(%133: f32, %134: f32, %135: f32):
       %136 = arith.addf %133, %134 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %136 : f32 loc("examples/layers.kina":20:57)
@@ -5980,13 +5485,8 @@ module {
     %139 = linalg.fill ins(%137 : f32) outs(%138 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.24.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wk : tensor<4x4xf32>, tensor<4x4xf32>) outs(%139 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.25.b_row = tensor.expand_shape %bk [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %140 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.26.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.25.b_row : tensor<1x4xf32>) outs(%140 : tensor<4x4xf32>) {
-    ^bb0(%141: f32, %142: f32):
-      linalg.yield %141 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %143 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.27.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.24.y, %nn.linear$4_4_4.26.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%143 : tensor<4x4xf32>) {
+    %nn.linear$4_4_4.27.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.24.y, %nn.linear$4_4_4.25.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%143 : tensor<4x4xf32>) {
     ^bb0(%144: f32, %145: f32, %146: f32):
       %147 = arith.addf %144, %145 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %147 : f32 loc("examples/layers.kina":20:57)
@@ -5996,13 +5496,8 @@ module {
     %150 = linalg.fill ins(%148 : f32) outs(%149 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.29.y = linalg.matmul ins(%nn.layer_norm$4_4.17.out, %wv : tensor<4x4xf32>, tensor<4x4xf32>) outs(%150 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.30.b_row = tensor.expand_shape %bv [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %151 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.31.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.30.b_row : tensor<1x4xf32>) outs(%151 : tensor<4x4xf32>) {
-    ^bb0(%152: f32, %153: f32):
-      linalg.yield %152 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %154 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.32.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.29.y, %nn.linear$4_4_4.31.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%154 : tensor<4x4xf32>) {
+    %nn.linear$4_4_4.32.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.29.y, %nn.linear$4_4_4.30.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%154 : tensor<4x4xf32>) {
     ^bb0(%155: f32, %156: f32, %157: f32):
       %158 = arith.addf %155, %156 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %158 : f32 loc("examples/layers.kina":20:57)
@@ -6058,14 +5553,9 @@ module {
     } -> tensor<4x4xi8> loc("examples/layers.kina":108:33)
     %195 = tensor.collapse_shape %188 [[0, 1]] : tensor<4x4xi8> into tensor<16xi8> loc("examples/layers.kina":108:33)
     %inert.54 = tensor.expand_shape %195 [[0, 1, 2, 3]] output_shape [1, 1, 4, 4] : tensor<16xi8> into tensor<1x1x4x4xi8> loc("examples/layers.kina":108:33)
-    %196 = tensor.empty() : tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
-    %nn.causal_sdpa$1_2_4_2.46.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.54 : tensor<1x1x4x4xi8>) outs(%196 : tensor<1x2x4x4xi8>) {
-    ^bb0(%197: i8, %198: i8):
-      linalg.yield %197 : i8 loc("examples/layers.kina":108:33)
-    } -> tensor<1x2x4x4xi8> loc("examples/layers.kina":108:33)
     %199 = arith.constant -1000000000.0 : f32 loc("examples/layers.kina":110:22)
     %201 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %nn.causal_sdpa$1_2_4_2.47.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %nn.causal_sdpa$1_2_4_2.45.scaled : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>) outs(%201 : tensor<1x2x4x4xf32>) {
+    %nn.causal_sdpa$1_2_4_2.47.masked = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.54, %nn.causal_sdpa$1_2_4_2.45.scaled : tensor<1x1x4x4xi8>, tensor<1x2x4x4xf32>) outs(%201 : tensor<1x2x4x4xf32>) {
     ^bb0(%202: i8, %203: f32, %204: f32):
       %205 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %206 = arith.cmpi ne, %202, %205 : i8 loc("examples/layers.kina":110:2)
@@ -6117,13 +5607,8 @@ module {
     %244 = linalg.fill ins(%242 : f32) outs(%243 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.54.y = linalg.matmul ins(%nn.merge_heads$1_2_4_2.52.rows, %wo : tensor<4x4xf32>, tensor<4x4xf32>) outs(%244 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_4.55.b_row = tensor.expand_shape %bo [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %245 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_4.56.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.55.b_row : tensor<1x4xf32>) outs(%245 : tensor<4x4xf32>) {
-    ^bb0(%246: f32, %247: f32):
-      linalg.yield %246 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %248 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_4.57.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.54.y, %nn.linear$4_4_4.56.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%248 : tensor<4x4xf32>) {
+    %nn.linear$4_4_4.57.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_4.54.y, %nn.linear$4_4_4.55.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%248 : tensor<4x4xf32>) {
     ^bb0(%249: f32, %250: f32, %251: f32):
       %252 = arith.addf %249, %250 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %252 : f32 loc("examples/layers.kina":20:57)
@@ -6150,13 +5635,8 @@ module {
       %270 = arith.mulf %268, %265 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %270 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %271 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:8)
-    %nn.layer_norm$4_4.60.mu_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.59.mu : tensor<4x1xf32>) outs(%271 : tensor<4x4xf32>) {
-    ^bb0(%272: f32, %273: f32):
-      linalg.yield %272 : f32 loc("examples/layers.kina":26:8)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":26:8)
     %274 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:43)
-    %nn.layer_norm$4_4.61.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$4_4.60.mu_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%274 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.61.xc = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%h, %nn.layer_norm$4_4.59.mu : tensor<4x4xf32>, tensor<4x1xf32>) outs(%274 : tensor<4x4xf32>) {
     ^bb0(%275: f32, %276: f32, %277: f32):
       %278 = arith.subf %275, %276 : f32 loc("examples/layers.kina":26:43)
       linalg.yield %278 : f32 loc("examples/layers.kina":26:43)
@@ -6196,37 +5676,22 @@ module {
       %305 = math.rsqrt %303 : f32 loc("examples/layers.kina":28:24)
       linalg.yield %305 : f32 loc("examples/layers.kina":28:24)
     } -> tensor<4x1xf32> loc("examples/layers.kina":28:24)
-    %306 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":28:61)
-    %nn.layer_norm$4_4.67.inv_std_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.66.inv_std : tensor<4x1xf32>) outs(%306 : tensor<4x4xf32>) {
-    ^bb0(%307: f32, %308: f32):
-      linalg.yield %307 : f32 loc("examples/layers.kina":28:61)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":28:61)
     %309 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %nn.layer_norm$4_4.68.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.61.xc, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%309 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.68.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.61.xc, %nn.layer_norm$4_4.66.inv_std : tensor<4x4xf32>, tensor<4x1xf32>) outs(%309 : tensor<4x4xf32>) {
     ^bb0(%310: f32, %311: f32, %312: f32):
       %313 = arith.mulf %310, %311 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %313 : f32 loc("examples/layers.kina":29:31)
     } -> tensor<4x4xf32> loc("examples/layers.kina":29:31)
     %nn.layer_norm$4_4.69.g_row = tensor.expand_shape %ln2_g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":29:63)
-    %314 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":30:36)
-    %nn.layer_norm$4_4.70.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.69.g_row : tensor<1x4xf32>) outs(%314 : tensor<4x4xf32>) {
-    ^bb0(%315: f32, %316: f32):
-      linalg.yield %315 : f32 loc("examples/layers.kina":30:36)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":30:36)
     %317 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %nn.layer_norm$4_4.71.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.68.xn, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%317 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.71.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.68.xn, %nn.layer_norm$4_4.69.g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%317 : tensor<4x4xf32>) {
     ^bb0(%318: f32, %319: f32, %320: f32):
       %321 = arith.mulf %318, %319 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %321 : f32 loc("examples/layers.kina":31:6)
     } -> tensor<4x4xf32> loc("examples/layers.kina":31:6)
     %nn.layer_norm$4_4.72.b_row = tensor.expand_shape %ln2_b [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":31:35)
-    %322 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:10)
-    %nn.layer_norm$4_4.73.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.72.b_row : tensor<1x4xf32>) outs(%322 : tensor<4x4xf32>) {
-    ^bb0(%323: f32, %324: f32):
-      linalg.yield %323 : f32 loc("examples/layers.kina":32:10)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":32:10)
     %325 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":32:49)
-    %nn.layer_norm$4_4.74.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.71.scaled, %nn.layer_norm$4_4.73.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%325 : tensor<4x4xf32>) {
+    %nn.layer_norm$4_4.74.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.layer_norm$4_4.71.scaled, %nn.layer_norm$4_4.72.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%325 : tensor<4x4xf32>) {
     ^bb0(%326: f32, %327: f32, %328: f32):
       %329 = arith.addf %326, %327 : f32 loc("examples/layers.kina":32:49)
       linalg.yield %329 : f32 loc("examples/layers.kina":32:49)
@@ -6236,13 +5701,8 @@ module {
     %332 = linalg.fill ins(%330 : f32) outs(%331 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_16.76.y = linalg.matmul ins(%nn.layer_norm$4_4.74.out, %w_up : tensor<4x4xf32>, tensor<4x16xf32>) outs(%332 : tensor<4x16xf32>) -> tensor<4x16xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_4_16.77.b_row = tensor.expand_shape %b_up [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/layers.kina":19:75)
-    %333 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_4_16.78.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.77.b_row : tensor<1x16xf32>) outs(%333 : tensor<4x16xf32>) {
-    ^bb0(%334: f32, %335: f32):
-      linalg.yield %334 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x16xf32> loc("examples/layers.kina":20:18)
     %336 = tensor.empty() : tensor<4x16xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_4_16.79.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.76.y, %nn.linear$4_4_16.78.b_rows : tensor<4x16xf32>, tensor<4x16xf32>) outs(%336 : tensor<4x16xf32>) {
+    %nn.linear$4_4_16.79.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_4_16.76.y, %nn.linear$4_4_16.77.b_row : tensor<4x16xf32>, tensor<1x16xf32>) outs(%336 : tensor<4x16xf32>) {
     ^bb0(%337: f32, %338: f32, %339: f32):
       %340 = arith.addf %337, %338 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %340 : f32 loc("examples/layers.kina":20:57)
@@ -6303,13 +5763,8 @@ module {
     %392 = linalg.fill ins(%390 : f32) outs(%391 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_16_4.82.y = linalg.matmul ins(%nn.gelu_mlp$4_4_16.80.act, %w_down : tensor<4x16xf32>, tensor<16x4xf32>) outs(%392 : tensor<4x4xf32>) -> tensor<4x4xf32> loc("examples/layers.kina":19:52)
     %nn.linear$4_16_4.83.b_row = tensor.expand_shape %b_down [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":19:75)
-    %393 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:18)
-    %nn.linear$4_16_4.84.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.83.b_row : tensor<1x4xf32>) outs(%393 : tensor<4x4xf32>) {
-    ^bb0(%394: f32, %395: f32):
-      linalg.yield %394 : f32 loc("examples/layers.kina":20:18)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":20:18)
     %396 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":20:57)
-    %nn.linear$4_16_4.85.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.82.y, %nn.linear$4_16_4.84.b_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%396 : tensor<4x4xf32>) {
+    %nn.linear$4_16_4.85.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$4_16_4.82.y, %nn.linear$4_16_4.83.b_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%396 : tensor<4x4xf32>) {
     ^bb0(%397: f32, %398: f32, %399: f32):
       %400 = arith.addf %397, %398 : f32 loc("examples/layers.kina":20:57)
       linalg.yield %400 : f32 loc("examples/layers.kina":20:57)
@@ -6355,25 +5810,15 @@ module {
       %432 = math.rsqrt %430 : f32 loc("examples/layers.kina":43:19)
       linalg.yield %432 : f32 loc("examples/layers.kina":43:19)
     } -> tensor<4x1xf32> loc("examples/layers.kina":43:19)
-    %433 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":44:19)
-    %nn.rms_norm$4_4.91.inv_rms_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.90.inv_rms : tensor<4x1xf32>) outs(%433 : tensor<4x4xf32>) {
-    ^bb0(%434: f32, %435: f32):
-      linalg.yield %434 : f32 loc("examples/layers.kina":44:19)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":44:19)
     %436 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %nn.rms_norm$4_4.92.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%436 : tensor<4x4xf32>) {
+    %nn.rms_norm$4_4.92.xn = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %nn.rms_norm$4_4.90.inv_rms : tensor<4x4xf32>, tensor<4x1xf32>) outs(%436 : tensor<4x4xf32>) {
     ^bb0(%437: f32, %438: f32, %439: f32):
       %440 = arith.mulf %437, %438 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %440 : f32 loc("examples/layers.kina":45:20)
     } -> tensor<4x4xf32> loc("examples/layers.kina":45:20)
     %nn.rms_norm$4_4.93.g_row = tensor.expand_shape %rms_g [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":46:22)
-    %441 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":47:4)
-    %nn.rms_norm$4_4.94.g_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.93.g_row : tensor<1x4xf32>) outs(%441 : tensor<4x4xf32>) {
-    ^bb0(%442: f32, %443: f32):
-      linalg.yield %442 : f32 loc("examples/layers.kina":47:4)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":47:4)
     %444 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %nn.rms_norm$4_4.95.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.92.xn, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%444 : tensor<4x4xf32>) {
+    %nn.rms_norm$4_4.95.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.rms_norm$4_4.92.xn, %nn.rms_norm$4_4.93.g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%444 : tensor<4x4xf32>) {
     ^bb0(%445: f32, %446: f32, %447: f32):
       %448 = arith.mulf %445, %446 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %448 : f32 loc("examples/layers.kina":50:33)
@@ -6540,13 +5985,8 @@ module {
       %528 = arith.mulf %526, %519 : f32 loc("examples/layers.kina":18:83)
       linalg.yield %528 : f32 loc("examples/layers.kina":18:83)
     } -> tensor<1x1xf32> loc("examples/layers.kina":18:83)
-    %529 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:35)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%529 : tensor<4x1xf32>) {
-    ^bb0(%530: f32, %531: f32):
-      linalg.yield %530 : f32 loc("examples/layers.kina":18:35)
-    } -> tensor<4x1xf32> loc("examples/layers.kina":18:35)
     %532 = tensor.empty() : tensor<4x1xf32> loc("examples/layers.kina":18:10)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<4x1xf32>) outs(%532 : tensor<4x1xf32>) {
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%532 : tensor<4x1xf32>) {
     ^bb0(%533: f32, %534: f32):
       %535 = arith.negf %533 : f32 loc("examples/layers.kina":18:10)
       linalg.yield %535 : f32 loc("examples/layers.kina":18:10)
@@ -6581,11 +6021,6 @@ module {
       %562 = arith.addf %556, %561 : f32 loc("examples/layers.kina":16:54)
       linalg.yield %562 : f32 loc("examples/layers.kina":16:54)
     } -> tensor<4x6xf32> loc("examples/layers.kina":16:54)
-    %563 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<4x1xf32>) outs(%563 : tensor<4x6xf32>) {
-    ^bb0(%564: f32, %565: f32):
-      linalg.yield %564 : f32 loc("examples/layers.kina":23:33)
-    } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
     %566 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
     %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$4_6.96.logp : tensor<4x6xf32>) outs(%566 : tensor<4x6xf32>) {
     ^bb0(%567: f32, %568: f32):
@@ -6593,7 +6028,7 @@ module {
       linalg.yield %569 : f32 loc("examples/layers.kina":23:33)
     } -> tensor<4x6xf32> loc("examples/layers.kina":23:33)
     %570 = tensor.empty() : tensor<4x6xf32> loc("examples/layers.kina":23:33)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<4x6xf32>, tensor<4x6xf32>) outs(%570 : tensor<4x6xf32>) {
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.4.neg : tensor<4x6xf32>, tensor<4x1xf32>) outs(%570 : tensor<4x6xf32>) {
     ^bb0(%571: f32, %572: f32, %573: f32):
       %574 = arith.mulf %571, %572 : f32 loc("examples/layers.kina":23:33)
       linalg.yield %574 : f32 loc("examples/layers.kina":23:33)
@@ -6619,7 +6054,7 @@ module {
     %588 = tensor.empty() : tensor<6x4xf32> loc("examples/layers.kina":44:15)
     %ct.14.transpose = linalg.transpose ins(%ct.13.matmul : tensor<4x6xf32>) outs(%588 : tensor<6x4xf32>) permutation = [1, 0] loc("examples/layers.kina":44:15)
     %589 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":50:33)
-    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.94.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%589 : tensor<4x4xf32>) {
+    %ct.15.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.11.matmul, %nn.rms_norm$4_4.93.g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%589 : tensor<4x4xf32>) {
     ^bb0(%590: f32, %591: f32, %592: f32):
       %593 = arith.mulf %590, %591 : f32 loc("examples/layers.kina":50:33)
       linalg.yield %593 : f32 loc("examples/layers.kina":50:33)
@@ -6641,7 +6076,7 @@ module {
     %ct.17.reduce_keep = tensor.expand_shape %602 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":47:4)
     %ct.18.reshape = tensor.collapse_shape %ct.17.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":46:22)
     %606 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":45:20)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %nn.rms_norm$4_4.91.inv_rms_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%606 : tensor<4x4xf32>) {
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.15.mul, %nn.rms_norm$4_4.90.inv_rms : tensor<4x4xf32>, tensor<4x1xf32>) outs(%606 : tensor<4x4xf32>) {
     ^bb0(%607: f32, %608: f32, %609: f32):
       %610 = arith.mulf %607, %608 : f32 loc("examples/layers.kina":45:20)
       linalg.yield %610 : f32 loc("examples/layers.kina":45:20)
@@ -6692,13 +6127,8 @@ module {
       %646 = arith.mulf %644, %417 : f32 loc("examples/layers.kina":41:33)
       linalg.yield %646 : f32 loc("examples/layers.kina":41:33)
     } -> tensor<4x1xf32> loc("examples/layers.kina":41:33)
-    %647 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:32)
-    %ct.28.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul : tensor<4x1xf32>) outs(%647 : tensor<4x4xf32>) {
-    ^bb0(%648: f32, %649: f32):
-      linalg.yield %648 : f32 loc("examples/layers.kina":40:32)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":40:32)
     %650 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":40:7)
-    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.28.broadcast, %y : tensor<4x4xf32>, tensor<4x4xf32>) outs(%650 : tensor<4x4xf32>) {
+    %ct.29.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.27.mul, %y : tensor<4x1xf32>, tensor<4x4xf32>) outs(%650 : tensor<4x4xf32>) {
     ^bb0(%651: f32, %652: f32, %653: f32):
       %654 = arith.mulf %651, %652 : f32 loc("examples/layers.kina":40:7)
       linalg.yield %654 : f32 loc("examples/layers.kina":40:7)
@@ -6830,7 +6260,7 @@ module {
     %ct.46.reduce_keep = tensor.expand_shape %756 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.47.reshape = tensor.collapse_shape %ct.46.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
     %760 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.70.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%760 : tensor<4x4xf32>) {
+    %ct.48.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.43.matmul, %nn.layer_norm$4_4.69.g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%760 : tensor<4x4xf32>) {
     ^bb0(%761: f32, %762: f32, %763: f32):
       %764 = arith.mulf %761, %762 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %764 : f32 loc("examples/layers.kina":31:6)
@@ -6852,7 +6282,7 @@ module {
     %ct.50.reduce_keep = tensor.expand_shape %773 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.51.reshape = tensor.collapse_shape %ct.50.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
     %777 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.67.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%777 : tensor<4x4xf32>) {
+    %ct.52.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.48.mul, %nn.layer_norm$4_4.66.inv_std : tensor<4x4xf32>, tensor<4x1xf32>) outs(%777 : tensor<4x4xf32>) {
     ^bb0(%778: f32, %779: f32, %780: f32):
       %781 = arith.mulf %778, %779 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %781 : f32 loc("examples/layers.kina":29:31)
@@ -6903,13 +6333,8 @@ module {
       %817 = arith.mulf %815, %290 : f32 loc("examples/layers.kina":27:49)
       linalg.yield %817 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %818 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.61.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul : tensor<4x1xf32>) outs(%818 : tensor<4x4xf32>) {
-    ^bb0(%819: f32, %820: f32):
-      linalg.yield %819 : f32 loc("examples/layers.kina":27:2)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
     %821 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.62.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.61.broadcast, %nn.layer_norm$4_4.61.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%821 : tensor<4x4xf32>) {
+    %ct.62.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.60.mul, %nn.layer_norm$4_4.61.xc : tensor<4x1xf32>, tensor<4x4xf32>) outs(%821 : tensor<4x4xf32>) {
     ^bb0(%822: f32, %823: f32, %824: f32):
       %825 = arith.mulf %822, %823 : f32 loc("examples/layers.kina":26:66)
       linalg.yield %825 : f32 loc("examples/layers.kina":26:66)
@@ -6954,13 +6379,8 @@ module {
       %855 = arith.mulf %853, %265 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %855 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %856 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.70.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.69.mul : tensor<4x1xf32>) outs(%856 : tensor<4x4xf32>) {
-    ^bb0(%857: f32, %858: f32):
-      linalg.yield %857 : f32 loc("examples/layers.kina":25:23)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
     %859 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.71.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.67.add, %ct.70.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%859 : tensor<4x4xf32>) {
+    %ct.71.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.67.add, %ct.69.mul : tensor<4x4xf32>, tensor<4x1xf32>) outs(%859 : tensor<4x4xf32>) {
     ^bb0(%860: f32, %861: f32, %862: f32):
       %863 = arith.addf %860, %861 : f32 loc("examples/layers.kina":25:23)
       linalg.yield %863 : f32 loc("examples/layers.kina":25:23)
@@ -7024,13 +6444,8 @@ module {
       linalg.yield %906 : f32 loc("examples/layers.kina":110:45)
     } -> tensor<1x2x4xf32> loc("examples/layers.kina":110:45)
     %ct.85.reduce_keep = tensor.expand_shape %903 [[0], [1], [2, 3]] output_shape [1, 2, 4, 1] : tensor<1x2x4xf32> into tensor<1x2x4x1xf32> loc("examples/layers.kina":110:45)
-    %907 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.86.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.85.reduce_keep : tensor<1x2x4x1xf32>) outs(%907 : tensor<1x2x4x4xf32>) {
-    ^bb0(%908: f32, %909: f32):
-      linalg.yield %908 : f32 loc("examples/layers.kina":110:45)
-    } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
     %910 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
-    %ct.87.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %ct.86.broadcast : tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%910 : tensor<1x2x4x4xf32>) {
+    %ct.87.sub = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%ct.81.matmul, %ct.85.reduce_keep : tensor<1x2x4x4xf32>, tensor<1x2x4x1xf32>) outs(%910 : tensor<1x2x4x4xf32>) {
     ^bb0(%911: f32, %912: f32, %913: f32):
       %914 = arith.subf %911, %912 : f32 loc("examples/layers.kina":110:45)
       linalg.yield %914 : f32 loc("examples/layers.kina":110:45)
@@ -7043,7 +6458,7 @@ module {
     } -> tensor<1x2x4x4xf32> loc("examples/layers.kina":110:45)
     %ct.89.zeros = arith.constant dense<0.0> : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
     %920 = tensor.empty() : tensor<1x2x4x4xf32> loc("examples/layers.kina":110:2)
-    %ct.90.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%nn.causal_sdpa$1_2_4_2.46.keep, %ct.88.mul, %ct.89.zeros : tensor<1x2x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%920 : tensor<1x2x4x4xf32>) {
+    %ct.90.where = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%inert.54, %ct.88.mul, %ct.89.zeros : tensor<1x1x4x4xi8>, tensor<1x2x4x4xf32>, tensor<1x2x4x4xf32>) outs(%920 : tensor<1x2x4x4xf32>) {
     ^bb0(%921: i8, %922: f32, %923: f32, %924: f32):
       %925 = arith.constant 0 : i8 loc("examples/layers.kina":110:2)
       %926 = arith.cmpi ne, %921, %925 : i8 loc("examples/layers.kina":110:2)
@@ -7177,7 +6592,7 @@ module {
     %ct.123.reduce_keep = tensor.expand_shape %1011 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":32:10)
     %ct.124.reshape = tensor.collapse_shape %ct.123.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":31:35)
     %1015 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":31:6)
-    %ct.125.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.13.g_rows : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1015 : tensor<4x4xf32>) {
+    %ct.125.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.122.add, %nn.layer_norm$4_4.12.g_row : tensor<4x4xf32>, tensor<1x4xf32>) outs(%1015 : tensor<4x4xf32>) {
     ^bb0(%1016: f32, %1017: f32, %1018: f32):
       %1019 = arith.mulf %1016, %1017 : f32 loc("examples/layers.kina":31:6)
       linalg.yield %1019 : f32 loc("examples/layers.kina":31:6)
@@ -7199,7 +6614,7 @@ module {
     %ct.127.reduce_keep = tensor.expand_shape %1028 [[0, 1]] output_shape [1, 4] : tensor<4xf32> into tensor<1x4xf32> loc("examples/layers.kina":30:36)
     %ct.128.reshape = tensor.collapse_shape %ct.127.reduce_keep [[0, 1]] : tensor<1x4xf32> into tensor<4xf32> loc("examples/layers.kina":29:63)
     %1032 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":29:31)
-    %ct.129.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.10.inv_std_b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1032 : tensor<4x4xf32>) {
+    %ct.129.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.125.mul, %nn.layer_norm$4_4.9.inv_std : tensor<4x4xf32>, tensor<4x1xf32>) outs(%1032 : tensor<4x4xf32>) {
     ^bb0(%1033: f32, %1034: f32, %1035: f32):
       %1036 = arith.mulf %1033, %1034 : f32 loc("examples/layers.kina":29:31)
       linalg.yield %1036 : f32 loc("examples/layers.kina":29:31)
@@ -7250,13 +6665,8 @@ module {
       %1072 = arith.mulf %1070, %86 : f32 loc("examples/layers.kina":27:49)
       linalg.yield %1072 : f32 loc("examples/layers.kina":27:49)
     } -> tensor<4x1xf32> loc("examples/layers.kina":27:49)
-    %1073 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":27:2)
-    %ct.138.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul : tensor<4x1xf32>) outs(%1073 : tensor<4x4xf32>) {
-    ^bb0(%1074: f32, %1075: f32):
-      linalg.yield %1074 : f32 loc("examples/layers.kina":27:2)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":27:2)
     %1076 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":26:66)
-    %ct.139.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.138.broadcast, %nn.layer_norm$4_4.4.xc : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1076 : tensor<4x4xf32>) {
+    %ct.139.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.137.mul, %nn.layer_norm$4_4.4.xc : tensor<4x1xf32>, tensor<4x4xf32>) outs(%1076 : tensor<4x4xf32>) {
     ^bb0(%1077: f32, %1078: f32, %1079: f32):
       %1080 = arith.mulf %1077, %1078 : f32 loc("examples/layers.kina":26:66)
       linalg.yield %1080 : f32 loc("examples/layers.kina":26:66)
@@ -7301,13 +6711,8 @@ module {
       %1110 = arith.mulf %1108, %61 : f32 loc("examples/layers.kina":25:68)
       linalg.yield %1110 : f32 loc("examples/layers.kina":25:68)
     } -> tensor<4x1xf32> loc("examples/layers.kina":25:68)
-    %1111 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.147.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.146.mul : tensor<4x1xf32>) outs(%1111 : tensor<4x4xf32>) {
-    ^bb0(%1112: f32, %1113: f32):
-      linalg.yield %1112 : f32 loc("examples/layers.kina":25:23)
-    } -> tensor<4x4xf32> loc("examples/layers.kina":25:23)
     %1114 = tensor.empty() : tensor<4x4xf32> loc("examples/layers.kina":25:23)
-    %ct.148.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.144.add, %ct.147.broadcast : tensor<4x4xf32>, tensor<4x4xf32>) outs(%1114 : tensor<4x4xf32>) {
+    %ct.148.add = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.144.add, %ct.146.mul : tensor<4x4xf32>, tensor<4x1xf32>) outs(%1114 : tensor<4x4xf32>) {
     ^bb0(%1115: f32, %1116: f32, %1117: f32):
       %1118 = arith.addf %1115, %1116 : f32 loc("examples/layers.kina":25:23)
       linalg.yield %1118 : f32 loc("examples/layers.kina":25:23)

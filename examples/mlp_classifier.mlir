@@ -91,13 +91,8 @@ module {
   // kina-abi: kina_train_step(f32[8,4], i64[8,1], f32[4,16], f32[1,16], f32[16,3], f32[1,3], f32[1,1]) -> (f32[1,1], f32[4,16], f32[1,16], f32[16,3], f32[1,3])
   func.func @kina_train_step(%x: tensor<8x4xf32>, %labels: tensor<8x1xi64>, %w1: tensor<4x16xf32>, %b1: tensor<1x16xf32>, %w2: tensor<16x3xf32>, %b2: tensor<1x3xf32>, %lr: tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) attributes {llvm.emit_c_interface} {
     %0:6 = func.call @"kina_loss.rev"(%x, %labels, %w1, %b1, %w2, %b2) : (tensor<8x4xf32>, tensor<8x1xi64>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) loc("examples/mlp_classifier.kina":54:43)
-    %2 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":55:22)
-    %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%2 : tensor<4x16xf32>) {
-    ^bb0(%3: f32, %4: f32):
-      linalg.yield %3 : f32 loc("examples/mlp_classifier.kina":55:22)
-    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":55:22)
     %6 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":55:22)
-    %5 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%1, %0#2 : tensor<4x16xf32>, tensor<4x16xf32>) outs(%6 : tensor<4x16xf32>) {
+    %5 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %0#2 : tensor<1x1xf32>, tensor<4x16xf32>) outs(%6 : tensor<4x16xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.mulf %7, %8 : f32 loc("examples/mlp_classifier.kina":55:22)
       linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":55:22)
@@ -108,13 +103,8 @@ module {
       %15 = arith.subf %12, %13 : f32 loc("examples/mlp_classifier.kina":55:17)
       linalg.yield %15 : f32 loc("examples/mlp_classifier.kina":55:17)
     } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":55:17)
-    %17 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":56:22)
-    %16 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%17 : tensor<1x16xf32>) {
-    ^bb0(%18: f32, %19: f32):
-      linalg.yield %18 : f32 loc("examples/mlp_classifier.kina":56:22)
-    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":56:22)
     %21 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":56:22)
-    %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%16, %0#3 : tensor<1x16xf32>, tensor<1x16xf32>) outs(%21 : tensor<1x16xf32>) {
+    %20 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %0#3 : tensor<1x1xf32>, tensor<1x16xf32>) outs(%21 : tensor<1x16xf32>) {
     ^bb0(%22: f32, %23: f32, %24: f32):
       %25 = arith.mulf %22, %23 : f32 loc("examples/mlp_classifier.kina":56:22)
       linalg.yield %25 : f32 loc("examples/mlp_classifier.kina":56:22)
@@ -125,13 +115,8 @@ module {
       %30 = arith.subf %27, %28 : f32 loc("examples/mlp_classifier.kina":56:17)
       linalg.yield %30 : f32 loc("examples/mlp_classifier.kina":56:17)
     } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":56:17)
-    %32 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":57:22)
-    %31 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%32 : tensor<16x3xf32>) {
-    ^bb0(%33: f32, %34: f32):
-      linalg.yield %33 : f32 loc("examples/mlp_classifier.kina":57:22)
-    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":57:22)
     %36 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":57:22)
-    %35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%31, %0#4 : tensor<16x3xf32>, tensor<16x3xf32>) outs(%36 : tensor<16x3xf32>) {
+    %35 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %0#4 : tensor<1x1xf32>, tensor<16x3xf32>) outs(%36 : tensor<16x3xf32>) {
     ^bb0(%37: f32, %38: f32, %39: f32):
       %40 = arith.mulf %37, %38 : f32 loc("examples/mlp_classifier.kina":57:22)
       linalg.yield %40 : f32 loc("examples/mlp_classifier.kina":57:22)
@@ -142,13 +127,8 @@ module {
       %45 = arith.subf %42, %43 : f32 loc("examples/mlp_classifier.kina":57:17)
       linalg.yield %45 : f32 loc("examples/mlp_classifier.kina":57:17)
     } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":57:17)
-    %47 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":58:22)
-    %46 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%47 : tensor<1x3xf32>) {
-    ^bb0(%48: f32, %49: f32):
-      linalg.yield %48 : f32 loc("examples/mlp_classifier.kina":58:22)
-    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":58:22)
     %51 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":58:22)
-    %50 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%46, %0#5 : tensor<1x3xf32>, tensor<1x3xf32>) outs(%51 : tensor<1x3xf32>) {
+    %50 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %0#5 : tensor<1x1xf32>, tensor<1x3xf32>) outs(%51 : tensor<1x3xf32>) {
     ^bb0(%52: f32, %53: f32, %54: f32):
       %55 = arith.mulf %52, %53 : f32 loc("examples/mlp_classifier.kina":58:22)
       linalg.yield %55 : f32 loc("examples/mlp_classifier.kina":58:22)
@@ -755,13 +735,8 @@ module {
       linalg.yield %180 : i64 loc("examples/mlp_classifier.kina":94:11)
     } -> tensor<2xi64> loc("examples/mlp_classifier.kina":94:11)
     %181:6 = func.call @"kina_loss_dropout.rev"(%x, %labels, %w1, %b1, %w2, %b2, %k) : (tensor<8x4xf32>, tensor<8x1xi64>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>, tensor<2xi64>) -> (tensor<1x1xf32>, tensor<8x4xf32>, tensor<4x16xf32>, tensor<1x16xf32>, tensor<16x3xf32>, tensor<1x3xf32>) loc("examples/mlp_classifier.kina":95:43)
-    %183 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":96:22)
-    %182 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%183 : tensor<4x16xf32>) {
-    ^bb0(%184: f32, %185: f32):
-      linalg.yield %184 : f32 loc("examples/mlp_classifier.kina":96:22)
-    } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":96:22)
     %187 = tensor.empty() : tensor<4x16xf32> loc("examples/mlp_classifier.kina":96:22)
-    %186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%182, %181#2 : tensor<4x16xf32>, tensor<4x16xf32>) outs(%187 : tensor<4x16xf32>) {
+    %186 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %181#2 : tensor<1x1xf32>, tensor<4x16xf32>) outs(%187 : tensor<4x16xf32>) {
     ^bb0(%188: f32, %189: f32, %190: f32):
       %191 = arith.mulf %188, %189 : f32 loc("examples/mlp_classifier.kina":96:22)
       linalg.yield %191 : f32 loc("examples/mlp_classifier.kina":96:22)
@@ -772,13 +747,8 @@ module {
       %196 = arith.subf %193, %194 : f32 loc("examples/mlp_classifier.kina":96:17)
       linalg.yield %196 : f32 loc("examples/mlp_classifier.kina":96:17)
     } -> tensor<4x16xf32> loc("examples/mlp_classifier.kina":96:17)
-    %198 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":97:22)
-    %197 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%198 : tensor<1x16xf32>) {
-    ^bb0(%199: f32, %200: f32):
-      linalg.yield %199 : f32 loc("examples/mlp_classifier.kina":97:22)
-    } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":97:22)
     %202 = tensor.empty() : tensor<1x16xf32> loc("examples/mlp_classifier.kina":97:22)
-    %201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%197, %181#3 : tensor<1x16xf32>, tensor<1x16xf32>) outs(%202 : tensor<1x16xf32>) {
+    %201 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %181#3 : tensor<1x1xf32>, tensor<1x16xf32>) outs(%202 : tensor<1x16xf32>) {
     ^bb0(%203: f32, %204: f32, %205: f32):
       %206 = arith.mulf %203, %204 : f32 loc("examples/mlp_classifier.kina":97:22)
       linalg.yield %206 : f32 loc("examples/mlp_classifier.kina":97:22)
@@ -789,13 +759,8 @@ module {
       %211 = arith.subf %208, %209 : f32 loc("examples/mlp_classifier.kina":97:17)
       linalg.yield %211 : f32 loc("examples/mlp_classifier.kina":97:17)
     } -> tensor<1x16xf32> loc("examples/mlp_classifier.kina":97:17)
-    %213 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":98:22)
-    %212 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%213 : tensor<16x3xf32>) {
-    ^bb0(%214: f32, %215: f32):
-      linalg.yield %214 : f32 loc("examples/mlp_classifier.kina":98:22)
-    } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":98:22)
     %217 = tensor.empty() : tensor<16x3xf32> loc("examples/mlp_classifier.kina":98:22)
-    %216 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%212, %181#4 : tensor<16x3xf32>, tensor<16x3xf32>) outs(%217 : tensor<16x3xf32>) {
+    %216 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %181#4 : tensor<1x1xf32>, tensor<16x3xf32>) outs(%217 : tensor<16x3xf32>) {
     ^bb0(%218: f32, %219: f32, %220: f32):
       %221 = arith.mulf %218, %219 : f32 loc("examples/mlp_classifier.kina":98:22)
       linalg.yield %221 : f32 loc("examples/mlp_classifier.kina":98:22)
@@ -806,13 +771,8 @@ module {
       %226 = arith.subf %223, %224 : f32 loc("examples/mlp_classifier.kina":98:17)
       linalg.yield %226 : f32 loc("examples/mlp_classifier.kina":98:17)
     } -> tensor<16x3xf32> loc("examples/mlp_classifier.kina":98:17)
-    %228 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":99:22)
-    %227 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr : tensor<1x1xf32>) outs(%228 : tensor<1x3xf32>) {
-    ^bb0(%229: f32, %230: f32):
-      linalg.yield %229 : f32 loc("examples/mlp_classifier.kina":99:22)
-    } -> tensor<1x3xf32> loc("examples/mlp_classifier.kina":99:22)
     %232 = tensor.empty() : tensor<1x3xf32> loc("examples/mlp_classifier.kina":99:22)
-    %231 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%227, %181#5 : tensor<1x3xf32>, tensor<1x3xf32>) outs(%232 : tensor<1x3xf32>) {
+    %231 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%lr, %181#5 : tensor<1x1xf32>, tensor<1x3xf32>) outs(%232 : tensor<1x3xf32>) {
     ^bb0(%233: f32, %234: f32, %235: f32):
       %236 = arith.mulf %233, %234 : f32 loc("examples/mlp_classifier.kina":99:22)
       linalg.yield %236 : f32 loc("examples/mlp_classifier.kina":99:22)
@@ -1040,13 +1000,8 @@ module {
       %198 = arith.subf %192, %196 : f32 loc("examples/mlp_classifier.kina":41:7)
       linalg.yield %198 : f32 loc("examples/mlp_classifier.kina":41:7)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:7)
-    %200 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
-    %199 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%194 : tensor<1x1xf32>) outs(%200 : tensor<8x16xf32>) {
-    ^bb0(%201: f32, %202: f32):
-      linalg.yield %201 : f32 loc("examples/mlp_classifier.kina":41:7)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
     %203 = tensor.empty() : tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%0, %199 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%203 : tensor<8x16xi8>) {
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%0, %194 : tensor<8x16xf32>, tensor<1x1xf32>) outs(%203 : tensor<8x16xi8>) {
     ^bb0(%204: f32, %205: f32, %206: i8):
       %207 = arith.cmpf olt, %204, %205 : f32 loc("examples/mlp_classifier.kina":38:13)
       %208 = arith.extui %207 : i1 to i8 loc("examples/mlp_classifier.kina":38:13)
@@ -1066,13 +1021,8 @@ module {
       %222 = arith.divf %217, %220 : f32 loc("examples/mlp_classifier.kina":42:15)
       linalg.yield %222 : f32 loc("examples/mlp_classifier.kina":42:15)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %223 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
-    %scale_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scale : tensor<1x1xf32>) outs(%223 : tensor<8x16xf32>) {
-    ^bb0(%224: f32, %225: f32):
-      linalg.yield %224 : f32 loc("examples/mlp_classifier.kina":42:42)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
     %226 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%226 : tensor<8x16xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%x, %scale : tensor<8x16xf32>, tensor<1x1xf32>) outs(%226 : tensor<8x16xf32>) {
     ^bb0(%227: f32, %228: f32, %229: f32):
       %230 = arith.mulf %227, %228 : f32 loc("examples/mlp_classifier.kina":42:84)
       linalg.yield %230 : f32 loc("examples/mlp_classifier.kina":42:84)
@@ -1095,13 +1045,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %y = linalg.matmul ins(%x, %w : tensor<8x16xf32>, tensor<16x3xf32>) outs(%2 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %3 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x3xf32>) outs(%3 : tensor<8x3xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/mlp_classifier.kina":22:6)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %6 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":23:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<8x3xf32>, tensor<8x3xf32>) outs(%6 : tensor<8x3xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<8x3xf32>, tensor<1x3xf32>) outs(%6 : tensor<8x3xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/mlp_classifier.kina":23:13)
       linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":23:13)
@@ -1115,13 +1060,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %y = linalg.matmul ins(%x, %w : tensor<8x4xf32>, tensor<4x16xf32>) outs(%2 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %b_row = tensor.expand_shape %b [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %3 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%b_row : tensor<1x16xf32>) outs(%3 : tensor<8x16xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/mlp_classifier.kina":22:6)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %6 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":23:13)
-    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_rows : tensor<8x16xf32>, tensor<8x16xf32>) outs(%6 : tensor<8x16xf32>) {
+    %out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%y, %b_row : tensor<8x16xf32>, tensor<1x16xf32>) outs(%6 : tensor<8x16xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/mlp_classifier.kina":23:13)
       linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":23:13)
@@ -1294,13 +1234,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_4_16.3.y = linalg.matmul ins(%x, %w1 : tensor<8x4xf32>, tensor<4x16xf32>) outs(%2 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_4_16.4.b_row = tensor.expand_shape %mlp.1.b1_v [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %3 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %nn.linear$8_4_16.5.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_4_16.4.b_row : tensor<1x16xf32>) outs(%3 : tensor<8x16xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/mlp_classifier.kina":22:6)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %6 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":23:13)
-    %nn.linear$8_4_16.6.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_4_16.3.y, %nn.linear$8_4_16.5.b_rows : tensor<8x16xf32>, tensor<8x16xf32>) outs(%6 : tensor<8x16xf32>) {
+    %nn.linear$8_4_16.6.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_4_16.3.y, %nn.linear$8_4_16.4.b_row : tensor<8x16xf32>, tensor<1x16xf32>) outs(%6 : tensor<8x16xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/mlp_classifier.kina":23:13)
       linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":23:13)
@@ -1318,13 +1253,8 @@ module {
     %18 = linalg.fill ins(%16 : f32) outs(%17 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_16_3.10.y = linalg.matmul ins(%mlp.7.a, %w2 : tensor<8x16xf32>, tensor<16x3xf32>) outs(%18 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_16_3.11.b_row = tensor.expand_shape %mlp.8.b2_v [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %19 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %nn.linear$8_16_3.12.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.11.b_row : tensor<1x3xf32>) outs(%19 : tensor<8x3xf32>) {
-    ^bb0(%20: f32, %21: f32):
-      linalg.yield %20 : f32 loc("examples/mlp_classifier.kina":22:6)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %22 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":23:13)
-    %nn.linear$8_16_3.13.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.10.y, %nn.linear$8_16_3.12.b_rows : tensor<8x3xf32>, tensor<8x3xf32>) outs(%22 : tensor<8x3xf32>) {
+    %nn.linear$8_16_3.13.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.10.y, %nn.linear$8_16_3.11.b_row : tensor<8x3xf32>, tensor<1x3xf32>) outs(%22 : tensor<8x3xf32>) {
     ^bb0(%23: f32, %24: f32, %25: f32):
       %26 = arith.addf %23, %24 : f32 loc("examples/mlp_classifier.kina":23:13)
       linalg.yield %26 : f32 loc("examples/mlp_classifier.kina":23:13)
@@ -1485,13 +1415,8 @@ module {
       %102 = arith.mulf %100, %93 : f32 loc("examples/mlp_classifier.kina":18:63)
       linalg.yield %102 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %103 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%103 : tensor<8x1xf32>) {
-    ^bb0(%104: f32, %105: f32):
-      linalg.yield %104 : f32 loc("examples/mlp_classifier.kina":18:15)
-    } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
     %106 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<8x1xf32>) outs(%106 : tensor<8x1xf32>) {
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%106 : tensor<8x1xf32>) {
     ^bb0(%107: f32, %108: f32):
       %109 = arith.negf %107 : f32 loc("examples/mlp_classifier.kina":17:73)
       linalg.yield %109 : f32 loc("examples/mlp_classifier.kina":17:73)
@@ -1526,11 +1451,6 @@ module {
       %136 = arith.addf %130, %135 : f32 loc("examples/mlp_classifier.kina":17:19)
       linalg.yield %136 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %137 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%137 : tensor<8x3xf32>) {
-    ^bb0(%138: f32, %139: f32):
-      linalg.yield %138 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %140 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.14.logp : tensor<8x3xf32>) outs(%140 : tensor<8x3xf32>) {
     ^bb0(%141: f32, %142: f32):
@@ -1538,7 +1458,7 @@ module {
       linalg.yield %143 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %144 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%144 : tensor<8x3xf32>) {
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.4.neg : tensor<8x3xf32>, tensor<8x1xf32>) outs(%144 : tensor<8x3xf32>) {
     ^bb0(%145: f32, %146: f32, %147: f32):
       %148 = arith.mulf %145, %146 : f32 loc("examples/mlp_classifier.kina":29:50)
       linalg.yield %148 : f32 loc("examples/mlp_classifier.kina":29:50)
@@ -1615,13 +1535,8 @@ module {
     %2 = linalg.fill ins(%0 : f32) outs(%1 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_4_16.1.y = linalg.matmul ins(%x, %w1 : tensor<8x4xf32>, tensor<4x16xf32>) outs(%2 : tensor<8x16xf32>) -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_4_16.2.b_row = tensor.expand_shape %b1_v [[0, 1]] output_shape [1, 16] : tensor<16xf32> into tensor<1x16xf32> loc("examples/mlp_classifier.kina":20:28)
-    %3 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":22:6)
-    %nn.linear$8_4_16.3.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_4_16.2.b_row : tensor<1x16xf32>) outs(%3 : tensor<8x16xf32>) {
-    ^bb0(%4: f32, %5: f32):
-      linalg.yield %4 : f32 loc("examples/mlp_classifier.kina":22:6)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":22:6)
     %6 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":23:13)
-    %nn.linear$8_4_16.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_4_16.1.y, %nn.linear$8_4_16.3.b_rows : tensor<8x16xf32>, tensor<8x16xf32>) outs(%6 : tensor<8x16xf32>) {
+    %nn.linear$8_4_16.4.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_4_16.1.y, %nn.linear$8_4_16.2.b_row : tensor<8x16xf32>, tensor<1x16xf32>) outs(%6 : tensor<8x16xf32>) {
     ^bb0(%7: f32, %8: f32, %9: f32):
       %10 = arith.addf %7, %8 : f32 loc("examples/mlp_classifier.kina":23:13)
       linalg.yield %10 : f32 loc("examples/mlp_classifier.kina":23:13)
@@ -1832,13 +1747,8 @@ module {
       %213 = arith.subf %207, %211 : f32 loc("examples/mlp_classifier.kina":41:7)
       linalg.yield %213 : f32 loc("examples/mlp_classifier.kina":41:7)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":41:7)
-    %214 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
-    %inert.9 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%209 : tensor<1x1xf32>) outs(%214 : tensor<8x16xf32>) {
-    ^bb0(%215: f32, %216: f32):
-      linalg.yield %215 : f32 loc("examples/mlp_classifier.kina":41:7)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":41:7)
     %217 = tensor.empty() : tensor<8x16xi8> loc("examples/mlp_classifier.kina":38:13)
-    %random.dropout$8_16.5.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inert.8, %inert.9 : tensor<8x16xf32>, tensor<8x16xf32>) outs(%217 : tensor<8x16xi8>) {
+    %random.dropout$8_16.5.keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inert.8, %209 : tensor<8x16xf32>, tensor<1x1xf32>) outs(%217 : tensor<8x16xi8>) {
     ^bb0(%218: f32, %219: f32, %220: i8):
       %221 = arith.cmpf olt, %218, %219 : f32 loc("examples/mlp_classifier.kina":38:13)
       %222 = arith.extui %221 : i1 to i8 loc("examples/mlp_classifier.kina":38:13)
@@ -1858,13 +1768,8 @@ module {
       %234 = arith.divf %229, %232 : f32 loc("examples/mlp_classifier.kina":42:15)
       linalg.yield %234 : f32 loc("examples/mlp_classifier.kina":42:15)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":42:15)
-    %235 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
-    %random.dropout$8_16.8.scale_b = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%random.dropout$8_16.7.scale : tensor<1x1xf32>) outs(%235 : tensor<8x16xf32>) {
-    ^bb0(%236: f32, %237: f32):
-      linalg.yield %236 : f32 loc("examples/mlp_classifier.kina":42:42)
-    } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:42)
     %238 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %random.dropout$8_16.9.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%238 : tensor<8x16xf32>) {
+    %random.dropout$8_16.9.scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%a, %random.dropout$8_16.7.scale : tensor<8x16xf32>, tensor<1x1xf32>) outs(%238 : tensor<8x16xf32>) {
     ^bb0(%239: f32, %240: f32, %241: f32):
       %242 = arith.mulf %239, %240 : f32 loc("examples/mlp_classifier.kina":42:84)
       linalg.yield %242 : f32 loc("examples/mlp_classifier.kina":42:84)
@@ -1884,13 +1789,8 @@ module {
     %254 = linalg.fill ins(%252 : f32) outs(%253 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_16_3.11.y = linalg.matmul ins(%random.dropout$8_16.10.out, %w2 : tensor<8x16xf32>, tensor<16x3xf32>) outs(%254 : tensor<8x3xf32>) -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":20:5)
     %nn.linear$8_16_3.12.b_row = tensor.expand_shape %b2_v [[0, 1]] output_shape [1, 3] : tensor<3xf32> into tensor<1x3xf32> loc("examples/mlp_classifier.kina":20:28)
-    %255 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
-    %nn.linear$8_16_3.13.b_rows = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.12.b_row : tensor<1x3xf32>) outs(%255 : tensor<8x3xf32>) {
-    ^bb0(%256: f32, %257: f32):
-      linalg.yield %256 : f32 loc("examples/mlp_classifier.kina":22:6)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":22:6)
     %258 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":23:13)
-    %nn.linear$8_16_3.14.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.11.y, %nn.linear$8_16_3.13.b_rows : tensor<8x3xf32>, tensor<8x3xf32>) outs(%258 : tensor<8x3xf32>) {
+    %nn.linear$8_16_3.14.out = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%nn.linear$8_16_3.11.y, %nn.linear$8_16_3.12.b_row : tensor<8x3xf32>, tensor<1x3xf32>) outs(%258 : tensor<8x3xf32>) {
     ^bb0(%259: f32, %260: f32, %261: f32):
       %262 = arith.addf %259, %260 : f32 loc("examples/mlp_classifier.kina":23:13)
       linalg.yield %262 : f32 loc("examples/mlp_classifier.kina":23:13)
@@ -2051,13 +1951,8 @@ module {
       %338 = arith.mulf %336, %329 : f32 loc("examples/mlp_classifier.kina":18:63)
       linalg.yield %338 : f32 loc("examples/mlp_classifier.kina":18:63)
     } -> tensor<1x1xf32> loc("examples/mlp_classifier.kina":18:63)
-    %339 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
-    %ct.3.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%339 : tensor<8x1xf32>) {
-    ^bb0(%340: f32, %341: f32):
-      linalg.yield %340 : f32 loc("examples/mlp_classifier.kina":18:15)
-    } -> tensor<8x1xf32> loc("examples/mlp_classifier.kina":18:15)
     %342 = tensor.empty() : tensor<8x1xf32> loc("examples/mlp_classifier.kina":17:73)
-    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.3.broadcast : tensor<8x1xf32>) outs(%342 : tensor<8x1xf32>) {
+    %ct.4.neg = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.2.mul : tensor<1x1xf32>) outs(%342 : tensor<8x1xf32>) {
     ^bb0(%343: f32, %344: f32):
       %345 = arith.negf %343 : f32 loc("examples/mlp_classifier.kina":17:73)
       linalg.yield %345 : f32 loc("examples/mlp_classifier.kina":17:73)
@@ -2092,11 +1987,6 @@ module {
       %372 = arith.addf %366, %371 : f32 loc("examples/mlp_classifier.kina":17:19)
       linalg.yield %372 : f32 loc("examples/mlp_classifier.kina":17:19)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":17:19)
-    %373 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.6.broadcast = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.4.neg : tensor<8x1xf32>) outs(%373 : tensor<8x3xf32>) {
-    ^bb0(%374: f32, %375: f32):
-      linalg.yield %374 : f32 loc("examples/mlp_classifier.kina":29:50)
-    } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %376 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %ct.7.exp = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%losses.cross_entropy$8_3.15.logp : tensor<8x3xf32>) outs(%376 : tensor<8x3xf32>) {
     ^bb0(%377: f32, %378: f32):
@@ -2104,7 +1994,7 @@ module {
       linalg.yield %379 : f32 loc("examples/mlp_classifier.kina":29:50)
     } -> tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
     %380 = tensor.empty() : tensor<8x3xf32> loc("examples/mlp_classifier.kina":29:50)
-    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.6.broadcast : tensor<8x3xf32>, tensor<8x3xf32>) outs(%380 : tensor<8x3xf32>) {
+    %ct.8.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.7.exp, %ct.4.neg : tensor<8x3xf32>, tensor<8x1xf32>) outs(%380 : tensor<8x3xf32>) {
     ^bb0(%381: f32, %382: f32, %383: f32):
       %384 = arith.mulf %381, %382 : f32 loc("examples/mlp_classifier.kina":29:50)
       linalg.yield %384 : f32 loc("examples/mlp_classifier.kina":29:50)
@@ -2148,7 +2038,7 @@ module {
       linalg.yield %412 : f32 loc("examples/mlp_classifier.kina":43:20)
     } -> tensor<8x16xf32> loc("examples/mlp_classifier.kina":43:20)
     %413 = tensor.empty() : tensor<8x16xf32> loc("examples/mlp_classifier.kina":42:84)
-    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.where, %random.dropout$8_16.8.scale_b : tensor<8x16xf32>, tensor<8x16xf32>) outs(%413 : tensor<8x16xf32>) {
+    %ct.19.mul = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%ct.18.where, %random.dropout$8_16.7.scale : tensor<8x16xf32>, tensor<1x1xf32>) outs(%413 : tensor<8x16xf32>) {
     ^bb0(%414: f32, %415: f32, %416: f32):
       %417 = arith.mulf %414, %415 : f32 loc("examples/mlp_classifier.kina":42:84)
       linalg.yield %417 : f32 loc("examples/mlp_classifier.kina":42:84)

@@ -49,13 +49,8 @@ module {
     %79 = arith.constant 4 : index
     %157 = arith.constant 1 : index
     %161 = arith.constant 8 : index
-    %1 = tensor.empty() : tensor<1x8xf32> loc("examples/storylm0_sample.kina":19:25)
-    %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%inv_temp : tensor<1x1xf32>) outs(%1 : tensor<1x8xf32>) {
-    ^bb0(%2: f32, %3: f32):
-      linalg.yield %2 : f32 loc("examples/storylm0_sample.kina":19:25)
-    } -> tensor<1x8xf32> loc("examples/storylm0_sample.kina":19:25)
     %4 = tensor.empty() : tensor<1x8xf32> loc("examples/storylm0_sample.kina":19:16)
-    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logits, %0 : tensor<1x8xf32>, tensor<1x8xf32>) outs(%4 : tensor<1x8xf32>) {
+    %scaled = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%logits, %inv_temp : tensor<1x8xf32>, tensor<1x1xf32>) outs(%4 : tensor<1x8xf32>) {
     ^bb0(%5: f32, %6: f32, %7: f32):
       %8 = arith.mulf %5, %6 : f32 loc("examples/storylm0_sample.kina":19:16)
       linalg.yield %8 : f32 loc("examples/storylm0_sample.kina":19:16)
@@ -150,13 +145,8 @@ module {
       %94 = arith.subf %91, %92 : f32 loc("examples/storylm0_sample.kina":22:16)
       linalg.yield %94 : f32 loc("examples/storylm0_sample.kina":22:16)
     } -> tensor<1x4xf32> loc("examples/storylm0_sample.kina":22:16)
-    %96 = tensor.empty() : tensor<1x4xf32> loc("examples/storylm0_sample.kina":23:25)
-    %95 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%top_p : tensor<1x1xf32>) outs(%96 : tensor<1x4xf32>) {
-    ^bb0(%97: f32, %98: f32):
-      linalg.yield %97 : f32 loc("examples/storylm0_sample.kina":23:25)
-    } -> tensor<1x4xf32> loc("examples/storylm0_sample.kina":23:25)
     %99 = tensor.empty() : tensor<1x4xi8> loc("examples/storylm0_sample.kina":23:14)
-    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%before, %95 : tensor<1x4xf32>, tensor<1x4xf32>) outs(%99 : tensor<1x4xi8>) {
+    %keep = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%before, %top_p : tensor<1x4xf32>, tensor<1x1xf32>) outs(%99 : tensor<1x4xi8>) {
     ^bb0(%100: f32, %101: f32, %102: i8):
       %103 = arith.cmpf olt, %100, %101 : f32 loc("examples/storylm0_sample.kina":23:14)
       %104 = arith.extui %103 : i1 to i8 loc("examples/storylm0_sample.kina":23:14)
@@ -180,13 +170,8 @@ module {
       linalg.yield %122 : f32 loc("examples/storylm0_sample.kina":24:15)
     } -> tensor<1xf32> loc("examples/storylm0_sample.kina":24:15)
     %floor = tensor.expand_shape %119 [[0, 1]] output_shape [1, 1] : tensor<1xf32> into tensor<1x1xf32> loc("examples/storylm0_sample.kina":24:15)
-    %124 = tensor.empty() : tensor<1x8xf32> loc("examples/storylm0_sample.kina":25:31)
-    %123 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%floor : tensor<1x1xf32>) outs(%124 : tensor<1x8xf32>) {
-    ^bb0(%125: f32, %126: f32):
-      linalg.yield %125 : f32 loc("examples/storylm0_sample.kina":25:31)
-    } -> tensor<1x8xf32> loc("examples/storylm0_sample.kina":25:31)
     %128 = tensor.empty() : tensor<1x8xi8> loc("examples/storylm0_sample.kina":25:20)
-    %127 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %123 : tensor<1x8xf32>, tensor<1x8xf32>) outs(%128 : tensor<1x8xi8>) {
+    %127 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, 0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%scaled, %floor : tensor<1x8xf32>, tensor<1x1xf32>) outs(%128 : tensor<1x8xi8>) {
     ^bb0(%129: f32, %130: f32, %131: i8):
       %132 = arith.cmpf oge, %129, %130 : f32 loc("examples/storylm0_sample.kina":25:20)
       %133 = arith.extui %132 : i1 to i8 loc("examples/storylm0_sample.kina":25:20)

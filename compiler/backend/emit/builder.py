@@ -5,11 +5,10 @@ f32 compute domain, index bounds checks).  It knows nothing about Kina ops.
 """
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from compiler.backend.emit.folded import Folded
 from compiler.backend.math_lowering import log_lines
 from compiler.core.diagnostics import SourceText, Span, plain_name
 from compiler.core.sizes import Dim, Size, SizeNumber
@@ -21,7 +20,6 @@ from compiler.ir.nodes import as_tensor
 ELEM: dict[DType, str] = {d: d.mlir for d in DType}
 COMPUTE = "f32"  # scalar type in which float ops compute (F16/BF16/F8 storage too) ...
 WIDE = "f64"     # ... but an op touching F64 computes in f64 (FnEmitter.F, set per op)
-_SSA_NAME = re.compile(r"%[\w.$-]+")   # an SSA value's name (a use `%r#1` names `%r`)
 _WIDTH = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f8E4M3FN": 8, "f8E5M2": 8}
 
 
@@ -130,12 +128,8 @@ class FnEmitter:
         self.prologue: list[str] = []
         self._dims: dict[object, str] = {}
         self.F = COMPUTE   # the float compute type of the op being lowered (compute_type)
-        # A tensor that holds one value everywhere (`filled`: a literal, `x * 0.5`): its SSA
-        # name -> the scalar's.  An elementwise op reads the scalar in its body, not the
-        # tensor, so no pass writes and reads a tensor of copies of it (the fill, now unused,
-        # is dropped by the canonicalisation that --inline runs first at every level).
-        self.splats: dict[str, str] = {}
-        self._splat_allocs: dict[str, str] = {}   # a splat's name -> its alloc_tensor's
+        # The fills and broadcasts an elementwise op reads through (compiler/backend/emit/folded.py)
+        self.folded = Folded()
 
     # ---- names and lines ---------------------------------------------------
     def fresh(self, hint: str | None = None) -> str:
@@ -278,21 +272,15 @@ class FnEmitter:
                 c = self.store(c, t.elem)
         else:
             c = self.scalar(value, t.elem)
+        start = len(self.lines)
         e = self.alloc(t)
         filled = self.op(f"linalg.fill ins({c} : {t.elem}) outs({e} : {t.mlir}) -> {t.mlir}", out)
-        self.splats[filled] = c
-        self._splat_allocs[filled] = e
+        self.folded.splat(filled, c, (start, len(self.lines)))
         return filled
 
     def body_lines(self) -> list[str]:
-        """The emitted lines, without the fills (and their allocations) that no op reads: the
-        splats every reader took as a scalar."""
-        if not self.splats:
-            return self.lines
-        uses = Counter(_SSA_NAME.findall("\n".join(self.lines)))
-        dead = {name for name in self.splats if uses[name] == 1}      # its definition only
-        dead |= {self._splat_allocs[name] for name in dead}
-        return [line for line in self.lines if line.lstrip().split(" = ", 1)[0] not in dead]
+        """The emitted lines, without the fills and broadcasts that every reader read through."""
+        return self.folded.prune(self.lines)
 
     def alloc(self, t: Ty) -> str:
         """A fresh bufferization.alloc_tensor of type t (never merged by CSE)."""
@@ -323,14 +311,15 @@ class FnEmitter:
 
     def map_elementwise(self, ins: list[tuple[str, Ty]], out_t: Ty, fn: Body,
                         out: str | None = None) -> str:
-        """out[i] = fn(ins[i]...) over identically shaped tensors (fn sees block args, and
-        a splat's scalar in place of the splat: `splats`)."""
+        """out[i] = fn(ins[i]...) over identically shaped tensors: fn sees the block argument
+        of each, or the scalar of a splat; a broadcast is read through its map (`folded`)."""
         n = out_t.rank
-        tensors: list[tuple[str, Ty, MapResults]] = [(v, t, identity(n)) for v, t in ins if v not in self.splats]
+        reads = [self.folded.operand(v, t, identity(n)) for v, t in ins]
+        tensors = [r for r in reads if isinstance(r, tuple)]
 
         def body(*block_args: str) -> str:
             read = iter(block_args)        # the tensors' arguments, then the output's (unused)
-            return fn(*[self.splats[v] if v in self.splats else next(read) for v, _ in ins])
+            return fn(*[next(read) if isinstance(r, tuple) else r for r in reads])
         return self.generic(tensors, (self.empty(out_t), out_t, identity(n)), ["parallel"] * n, body, out)
 
     # ---- float compute domain ------------------------------------------------

@@ -144,9 +144,13 @@ def lower_broadcast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) ->
     index 0 on expanded unit axes and ignores prepended ones."""
     src, dst = _t(node.args[0]), _t(node)
     lead = dst.rank - src.rank
-    reads = [0 if d == 1 and dst.shape[lead + i] != 1 else f"d{lead + i}" for i, d in enumerate(src.shape)]
-    return em.generic([(args[0], src, reads)], (em.empty(dst), dst, identity(dst.rank)),
-                      ["parallel"] * dst.rank, lambda x, _o: x, out)
+    reads: list[int | str] = [0 if d == 1 and dst.shape[lead + i] != 1 else f"d{lead + i}"
+                              for i, d in enumerate(src.shape)]
+    start = len(em.lines)
+    res = em.generic([(args[0], src, reads)], (em.empty(dst), dst, identity(dst.rank)),
+                     ["parallel"] * dst.rank, lambda x, _o: x, out)
+    em.folded.broadcast(res, args[0], src, reads, (start, len(em.lines)))   # elementwise readers read args[0]
+    return res
 
 
 def _slice_args(em: FnEmitter, axis: int, start: Dim, part: Ty) -> str:

@@ -156,7 +156,7 @@ class FunctionLowering:
             if e.scalar or (len(e.values) <= 1 and (has_sizes(e.type.shape) or e.type.volume >= SPLAT_FILL_MIN)):
                 # `x * 0.5`, or a big splat: a fill, not a dense constant the size of x in the .so
                 # (an elementwise op reads its scalar instead, and an unread fill is not written:
-                # FnEmitter.splats, body_lines)
+                # compiler/backend/emit/folded.py)
                 return em.filled(ty(e.type), e.values[0] if e.values else 0, out)
             return em.op(literal(e), out)
         if isinstance(e, ir.CallFn):   # parameters are tensors: each argument one SSA value

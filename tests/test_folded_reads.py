@@ -1,8 +1,8 @@
-"""A literal read by an elementwise op is a scalar in the op's body (compiler/backend/emit/
-builder.py `FnEmitter.splats`), not a tensor filled with copies of it: `x * 0.5` at -O2 took a
-2 MiB fill and a second read of it on a [256, 2048] x (0.33 ms; 0.12 ms as a scalar).  The
-fill stays when another kind of op reads the literal, and the results are those of NumPy at
-every level."""
+"""An elementwise op reads a literal as a scalar in its body and a broadcast through the
+broadcast's map (compiler/backend/emit/folded.py), not tensors of copies: `x * 0.5` at -O2
+took a 2 MiB fill and a second read of it on a [256, 2048] x (0.33 ms; 0.12 ms as a
+scalar).  The fill or broadcast stays when another kind of op reads it, and the results are
+those of NumPy at every level."""
 from __future__ import annotations
 
 import re
@@ -105,3 +105,61 @@ def test_the_literal_of_a_differentiated_op_is_read_by_the_forward_and_the_vjp(t
         t, g = compiled(GRAD, tmp_path, level).grads(x)
         np.testing.assert_allclose(t, [[3.0 * x.astype(np.float64).sum()]], rtol=1e-5)
         np.testing.assert_array_equal(g, np.full((8, 32), 3.0, np.float32))
+
+
+BIAS = """
+fn f(x: Tensor[F32, [6, 8]], b: Tensor[F32, [8]], s: Tensor[F32, [6, 1]]) -> Tensor[F32, [6, 8]] {
+  let b2 = b.reshape([1, 8]) in
+  let bb = b2.broadcast([6, 8]) in
+  let y = x + bb in
+  let sb = s.broadcast([6, 8]) in
+  let z = y * sb in
+  let c = Tensor[F32, [1, 1]] { 2.0 } in
+  let cb = c.broadcast([6, 8]) in
+  let w = z - cb in
+  w
+}
+"""
+# bb is read by the product too (it stays, written once) and by the add through its map;
+# a broadcast of a broadcast reads the first one's source.
+SHARED_VIEW = """
+fn f(x: Tensor[F32, [8, 8]], b: Tensor[F32, [1, 8]], v: Tensor[F32, [1, 1, 8]])
+    -> (Tensor[F32, [8, 8]], Tensor[F32, [4, 3, 8]]) {
+  let bb = b.broadcast([8, 8]) in
+  let p = x @ bb in
+  let out = p + bb in
+  let v2 = v.broadcast([1, 3, 8]) in
+  let v3 = v2.broadcast([4, 3, 8]) in
+  let q = x.slice(axis=0, start=0, stop=4).reshape([4, 1, 8]) in
+  let qb = q.broadcast([4, 3, 8]) in
+  let r = qb * v3 in
+  (out, r)
+}
+"""
+
+
+def test_a_broadcast_read_by_elementwise_ops_is_read_through(tmp_path):
+    mlir = emitted(BIAS, tmp_path)
+    assert mlir.count("linalg.generic") == 3                 # the add, the multiply, the subtract
+    assert "affine_map<(d0, d1) -> (0, d1)>" in mlir          # b's row for every row of x
+    assert "affine_map<(d0, d1) -> (d0, 0)>" in mlir          # s's value for each row
+    assert fills(mlir) == []                                  # 2.0 broadcast: still its scalar
+    rng = np.random.default_rng(3)
+    x, b, s = (rng.standard_normal(shape).astype(np.float32) for shape in ((6, 8), (8,), (6, 1)))
+    want = (x + b) * s - np.float32(2.0)
+    for level in (0, 2):
+        np.testing.assert_array_equal(compiled(BIAS, tmp_path, level).f(x, b, s), want)
+
+
+def test_a_broadcast_another_op_reads_stays_and_chains_read_the_first_source(tmp_path):
+    mlir = emitted(SHARED_VIEW, tmp_path)
+    # bb's broadcast (read by the product), the add, the multiply: v2, v3 and qb are read through
+    assert mlir.count("linalg.generic") == 3
+    assert "affine_map<(d0, d1, d2) -> (0, 0, d2)>" in mlir    # v, for v3 = (v2 = v.broadcast).broadcast
+    rng = np.random.default_rng(4)
+    x, b, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((8, 8), (1, 8), (1, 1, 8)))
+    bb = np.broadcast_to(b, (8, 8))
+    for level in (0, 2):
+        out, r = compiled(SHARED_VIEW, tmp_path, level).f(x, b, v)
+        np.testing.assert_allclose(out, x.astype(np.float64) @ bb + bb, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(r, np.broadcast_to(x[:4].reshape(4, 1, 8) * v, (4, 3, 8)))
