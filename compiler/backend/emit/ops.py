@@ -141,7 +141,8 @@ def lower_reshape(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> s
 
 def lower_broadcast(em: FnEmitter, node: ir.OpApp, args: list[str], out: str) -> str:
     """Unit-axis expansion and prepended axes in one linalg.generic: the input map reads
-    index 0 on expanded unit axes and ignores prepended ones."""
+    index 0 on expanded unit axes and ignores prepended ones. Elementwise ops read the input
+    through that map instead, and a broadcast no other op reads is not written (emit/folded.py)."""
     src, dst = _t(node.args[0]), _t(node)
     lead = dst.rank - src.rank
     reads: list[int | str] = [0 if d == 1 and dst.shape[lead + i] != 1 else f"d{lead + i}"
