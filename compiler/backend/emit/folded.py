@@ -63,14 +63,15 @@ class Folded:
         fill that no op reads any more frees the fill)."""
         if not self._lines:
             return lines
+        uses = Counter(_SSA_NAME.findall("\n".join(lines)))   # counted once, then less each dead op's
         dead: set[str] = set()
         gone: set[int] = set()        # the dead ops' line numbers
         while True:
-            kept = [line for i, line in enumerate(lines) if i not in gone]
-            uses = Counter(_SSA_NAME.findall("\n".join(kept)))
             more = {name for name in self._lines if name not in dead and uses[name] == 1}   # its definition only
             if not more:
-                return kept
+                return [line for i, line in enumerate(lines) if i not in gone]
             dead |= more
             for name in more:
-                gone.update(range(*self._lines[name]))
+                start, end = self._lines[name]
+                gone.update(range(start, end))
+                uses.subtract(_SSA_NAME.findall("\n".join(lines[start:end])))
